@@ -1,0 +1,33 @@
+"""attnio: the I/O complexity of attention.
+
+Run attention schedules on a simulated two-level memory that counts every word moved
+(:func:`run`), list them (:func:`algorithms`), and check outputs against :mod:`attnio.reference`.
+"""
+
+from . import algorithms, reference
+from .algorithms.base import Algorithm, IOCount, Shape
+from .errors import AttnioError, CapacityError, ParameterError, ScheduleError, UnknownNameError
+from .memory import Block, FastTile, IOStats, SlowArray, TwoLevelMemory
+from .runner import Result, run
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Algorithm",
+    "AttnioError",
+    "Block",
+    "CapacityError",
+    "FastTile",
+    "IOCount",
+    "IOStats",
+    "ParameterError",
+    "Result",
+    "ScheduleError",
+    "Shape",
+    "SlowArray",
+    "TwoLevelMemory",
+    "UnknownNameError",
+    "algorithms",
+    "reference",
+    "run",
+]

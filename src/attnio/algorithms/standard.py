@@ -1,0 +1,212 @@
+"""Standard attention: materialise S = scale·QKᵀ and P = softmax(S) in slow memory, then O = PV.
+
+This is the baseline FlashAttention beats.  Three phases on one grid of tiles (bm query rows,
+bn keys, bk head-dimension columns); with a causal mask only the visible (bm x bn) tiles exist:
+
+1. **scores**: for each visible tile (i, j): ``S_ij = scale · sum_l Q[i, l] K[j, l]^T`` over the
+   ceil(d/bk) slices of the head dimension, masked, written to S.
+2. **softmax** per query block i, over its visible width ``cov_i``:
+   *two-pass* (any M): pass A reads every tile S_ij and folds it into the row max m and row sum l;
+   pass B reads every tile again and writes P_ij = exp(S_ij - m)/l.
+   *one-pass* (when the block's whole visible row fits): read S[i, :cov_i] once, write P once.
+3. **output**: for each query block i and head-dimension slice c: ``O[i, c] = sum_j P_ij V[j, c]``
+   over visible j, written once.  A query block that sees no key writes zeros.
+
+Closed form.  Let ``Tr = ceil(Nq/bm)``, ``Tk = ceil(d/bk)``; for block i let ``n_i`` be its number of
+visible key blocks and ``cov_i = min(Nkv, n_i·bn)`` their width (n_i = ceil(Nkv/bn), cov_i = Nkv
+unmasked; causal: ``hi_i = clip(r1_i + Nkv - Nq, 0, Nkv)``, ``n_i = ceil(hi_i/bn)``), and
+``A = sum_i bm_i·cov_i`` the visible area.  Then
+
+    phase 1:  reads d·sum_i (n_i·bm_i + cov_i)     writes A
+    phase 2:  reads p·A  (p = 2 two-pass, 1 one-pass)   writes A
+    phase 3:  reads Tk·A + d·sum_i cov_i          writes Nq·d
+
+Unmasked, square (Nq = Nkv = N): ``reads = d·N·(ceil(N/bn) + ceil(N/bm)) + (p + Tk + d/...)``; the
+sum above is exact in every case.  Fast memory: phases 1 and 3 hold bm·bn + bm·bk + bn·bk words;
+phase 2 holds bm·bn + 3·bm (two-pass: tile, m, l, temporary) or bm·cov_max + 3·bm (one-pass).
+The least workable M is 4 (all tiles 1 x 1, two-pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ParameterError
+from ..memory import SlowArray, TwoLevelMemory
+from . import _kernels as K_
+from .base import Algorithm, IOCount, Shape, cdiv, kv_visible_hi
+
+
+@dataclass(frozen=True)
+class StandardTiling:
+    """Tiles of bm query rows x bn keys, head-dimension slices of bk; one- or two-pass softmax."""
+
+    bm: int
+    bn: int
+    bk: int
+    onepass: bool = False
+
+
+def _softmax_rows(S, m, l, t) -> None:
+    """Pass A step of the two-pass softmax: fold a tile into the row max m and row sum l."""
+    np.max(S, axis=1, out=t)
+    np.maximum(t, m, out=t)
+    ts = K_.safe_max(t)
+    alpha = np.exp(m - ts)
+    l *= alpha
+    l += np.exp(S - ts[:, None]).sum(axis=1)
+    m[:] = t
+
+
+def _probabilities(S, m, l) -> None:
+    """P = exp(S - m) / l in place (rows with l = 0 are fully masked: P = 0)."""
+    S -= K_.safe_max(m)[:, None]
+    np.exp(S, out=S)
+    S /= np.where(l > 0, l, 1.0)[:, None]
+
+
+def _softmax_full(S, m, l, t) -> None:
+    _softmax_rows(S, m, l, t)
+    _probabilities(S, m, l)
+
+
+class Standard(Algorithm):
+    name = "standard"
+    summary = "standard attention: S = QKᵀ and P = softmax(S) materialised in slow memory"
+    Tiling = StandardTiling
+
+    def _dims(self, shape: Shape, t: StandardTiling) -> tuple[int, int, int]:
+        return min(t.bm, shape.Nq), min(t.bn, shape.Nkv), min(t.bk, shape.d)
+
+    def _row_widths(self, shape: Shape, t: StandardTiling, causal: bool):
+        starts, stops = K_.block_counts(shape.Nq, t.bm)
+        hi = K_.visible_hi(shape, stops, causal)
+        nvis, cov = K_.covered(hi, t.bn, shape.Nkv)
+        return stops - starts, nvis, cov
+
+    def footprint(self, shape: Shape, tiling: StandardTiling, causal: bool = False) -> int:
+        bm, bn, bk = self._dims(shape, tiling)
+        mm = bm * bn + bm * bk + bn * bk
+        if tiling.onepass:
+            _, _, cov = self._row_widths(shape, tiling, causal)
+            sm = bm * int(cov.max()) + 3 * bm
+        else:
+            sm = bm * bn + 3 * bm
+        return max(mm, sm)
+
+    def min_M(self, shape: Shape, causal: bool = False) -> int:
+        return 4
+
+    def candidate_tilings(self, shape: Shape, M: int, causal: bool = False):
+        out = []
+        sides = sorted({min(s, max(shape.Nq, shape.Nkv)) for s in _pow2_upto(M)})
+        bks = sorted({min(shape.d, b) for b in _pow2_upto(shape.d)} | {shape.d})
+        for bk in bks:
+            for bm in sides:
+                for bn in sides:
+                    for onepass in (False, True):
+                        t = StandardTiling(bm, bn, bk, onepass)
+                        if self.footprint(shape, t, causal) <= M:
+                            out.append(t)
+        return out
+
+    def steps(self, shape: Shape, tiling: StandardTiling, causal: bool = False) -> int:
+        return cdiv(shape.Nq, tiling.bm) * cdiv(shape.Nkv, tiling.bn) * cdiv(shape.d, tiling.bk)
+
+    def validate_tiling(self, shape: Shape, tiling: StandardTiling) -> None:
+        super().validate_tiling(shape, tiling)
+        if not isinstance(tiling.onepass, bool):
+            raise ParameterError(f"tiling.onepass must be True or False, got {tiling.onepass!r}")
+
+    def _predict(self, shape: Shape, tiling: StandardTiling, causal: bool) -> IOCount:
+        d = shape.d
+        rows, nvis, cov = self._row_widths(shape, tiling, causal)
+        area = int(np.sum(rows * cov))
+        tk = cdiv(d, tiling.bk)
+        p = 1 if tiling.onepass else 2
+        reads = d * int(np.sum(nvis * rows + cov)) + p * area + tk * area + d * int(cov.sum())
+        writes = area + area + shape.Nq * d
+        return IOCount(reads, writes)
+
+    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                 O: SlowArray, *, shape: Shape, tiling: StandardTiling, causal: bool,
+                 scale: float) -> None:
+        Nq, Nkv, d, off = shape.Nq, shape.Nkv, shape.d, shape.offset
+        bm, bn, bk = tiling.bm, tiling.bn, tiling.bk
+        S = mem.slow("S", (Nq, Nkv))
+        P = mem.slow("P", (Nq, Nkv))
+        u = not causal
+
+        # phase 1: S = scale * Q K^T on the visible tiles
+        for qb in mem.blocks(Nq, bm, uniform=u):
+            hi = kv_visible_hi(shape, qb.stop, causal)
+            for kb in mem.blocks(Nkv, bn, hi=hi):
+                acc = mem.alloc((qb.size, kb.size), 0.0, label="S_ij")
+                for lb in mem.blocks(d, bk):
+                    Qt = mem.load(Q, qb, lb, label="Q_il")
+                    Kt = mem.load(K, kb, lb, label="K_jl")
+                    mem.matmul(acc, Qt, Kt, transpose_b=True, alpha=scale, accumulate=True)
+                    mem.free(Qt, Kt)
+                if K_.tile_needs_mask(shape, qb.start, kb.stop, causal):
+                    r0, c0 = qb.start, kb.start
+                    mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), acc)
+                mem.store(acc, S, qb, kb)
+                mem.free(acc)
+
+        # phase 2: P = softmax(S) row block by row block
+        for qb in mem.blocks(Nq, bm, uniform=u):
+            hi = kv_visible_hi(shape, qb.stop, causal)
+            if hi == 0:
+                continue
+            m = mem.alloc((qb.size,), -np.inf, label="m_i")
+            l = mem.alloc((qb.size,), 0.0, label="l_i")
+            t = mem.alloc((qb.size,), 0.0, label="tmp")
+            if tiling.onepass:
+                cov = min(Nkv, cdiv(hi, bn) * bn)
+                row = mem.load(S, qb, slice(0, cov), label="S_i")
+                mem.compute(_softmax_full, row, m, l, t)
+                mem.store(row, P, qb, slice(0, cov))
+                mem.free(row)
+            else:
+                for kb in mem.blocks(Nkv, bn, hi=hi):  # pass A
+                    St = mem.load(S, qb, kb, label="S_ij")
+                    mem.compute(_softmax_rows, St, m, l, t)
+                    mem.free(St)
+                for kb in mem.blocks(Nkv, bn, hi=hi):  # pass B
+                    St = mem.load(S, qb, kb, label="S_ij")
+                    mem.compute(_probabilities, St, m, l)
+                    mem.store(St, P, qb, kb)
+                    mem.free(St)
+            mem.free(m, l, t)
+
+        # phase 3: O = P V
+        for qb in mem.blocks(Nq, bm, uniform=u):
+            hi = kv_visible_hi(shape, qb.stop, causal)
+            for cb in mem.blocks(d, bk):
+                acc = mem.alloc((qb.size, cb.size), 0.0, label="O_ic")
+                for kb in mem.blocks(Nkv, bn, hi=hi):
+                    Pt = mem.load(P, qb, kb, label="P_ij")
+                    Vt = mem.load(V, kb, cb, label="V_jc")
+                    mem.matmul(acc, Pt, Vt, accumulate=True)
+                    mem.free(Pt, Vt)
+                mem.store(acc, O, qb, cb)
+                mem.free(acc)
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, b = [], 1
+    while b <= n:
+        out.append(b)
+        b *= 2
+    return out
+
+
+ALGORITHM = Standard()
+
+
+def predicted_io(N, d, M, causal=False, tiling=None, Nkv=None) -> IOCount:
+    """Closed-form count of ``standard`` for Nq = N (Nkv = N unless given)."""
+    return ALGORITHM.predicted_io(Shape(N, N if Nkv is None else Nkv, d), M, tiling=tiling,
+                                  causal=causal)

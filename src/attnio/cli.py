@@ -1,0 +1,67 @@
+"""The ``attnio`` command line.  Each subcommand lives in a module of :mod:`attnio.commands`.
+
+A command module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``main(args) -> int``;
+modules are discovered, so a new subcommand needs no edit here.  Errors of the library print one
+line on stderr and exit with code 2 (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from . import __version__, commands
+from .errors import AttnioError
+
+
+def _command_modules():
+    mods = []
+    for info in pkgutil.iter_modules(commands.__path__):
+        if info.name.startswith("_"):
+            continue
+        mods.append(importlib.import_module(f"{commands.__name__}.{info.name}"))
+    return sorted(mods, key=lambda m: m.NAME)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit code 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="attnio", description="I/O complexity of attention: simulate, bound, plan.")
+    parser.add_argument("--version", action="version", version=f"attnio {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for mod in _command_modules():
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show tracebacks on errors")
+        mod.add_arguments(p)
+        p.set_defaults(_main=mod.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_main", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._main(args) or 0)
+    except (AttnioError, ValueError) as e:
+        if getattr(args, "debug", False):
+            raise
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"attnio {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"attnio {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

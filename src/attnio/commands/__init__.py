@@ -1,0 +1,1 @@
+"""Subcommands of the ``attnio`` CLI, one module each (discovered by :mod:`attnio.cli`)."""

@@ -1,0 +1,429 @@
+"""The two-level memory: the referee that counts every word an algorithm moves.
+
+Model (Hong & Kung's red-blue pebble game, as used by FlashAttention and Saha & Ye):
+
+* **slow memory** is unbounded and holds the inputs at the start and the output at the end;
+* **fast memory** holds at most ``M`` words (a word is one number, whatever its dtype);
+* a **read** moves one word slow -> fast, a **write** moves one word fast -> slow;
+  ``I/O = reads + writes``; dropping a word from fast memory is free.
+
+The invariant that makes the counts trustworthy is kept in the types: an algorithm receives
+:class:`SlowArray` handles, which carry a name and a shape but no data.  The only way to reach the
+numbers behind a handle is :meth:`TwoLevelMemory.load`, which counts the words and returns a
+:class:`FastTile`.  Arithmetic runs through :meth:`TwoLevelMemory.compute`, which hands the
+function the arrays of fast tiles only.  Results reach slow memory through
+:meth:`TwoLevelMemory.store`, which counts them.
+
+Two modes run the same schedule code:
+
+* ``mode="compute"``: tiles hold real numpy arrays and ``compute`` runs the arithmetic;
+* ``mode="count"``: tiles hold shapes only, ``compute`` does nothing, the counts are identical.
+
+Bulk counting.  A schedule iterates over blocks with :meth:`TwoLevelMemory.blocks`.  In count mode
+(with ``bulk=True``, the default) a run of consecutive blocks of equal size is executed once, as a
+representative, and every word counted inside it is multiplied by the run's length.  The body of
+such a loop must therefore move a number of words that depends on the block's *size* only, not on
+its position (``uniform=True``, the default), and must leave fast memory as it found it; a loop whose
+body depends on the position (a causal inner range, say) passes ``uniform=False`` and is iterated
+block by block.  Tests hold bulk counts to equal step-by-step counts (``bulk=False``).
+
+>>> mem = TwoLevelMemory(16, mode="compute")
+>>> A = mem.slow("A", (4, 4), data=np.arange(16.0).reshape(4, 4))
+>>> t = mem.load(A, rows=slice(0, 2))
+>>> mem.compute(lambda x: x.__imul__(2.0), t)
+>>> mem.store(t, A, rows=slice(0, 2))
+>>> mem.free(t)
+>>> s = mem.stats()
+>>> (s.reads, s.writes, s.total, s.peak)
+(8, 8, 16, 8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from .errors import CapacityError, ParameterError, ScheduleError, check_int
+
+Mode = Literal["compute", "count"]
+Index = "slice | Block | int | None"
+
+__all__ = [
+    "ArrayIO",
+    "Block",
+    "FastTile",
+    "IOStats",
+    "SlowArray",
+    "TwoLevelMemory",
+]
+
+
+@dataclass(frozen=True)
+class Block:
+    """A contiguous block ``[start, stop)`` of one dimension, the ``index``-th of its partition."""
+
+    index: int
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def slice(self) -> slice:
+        return slice(self.start, self.stop)
+
+
+class SlowArray:
+    """An opaque handle to an array in slow memory: a name and a shape, never the data."""
+
+    __slots__ = ("name", "shape", "_key")
+
+    def __init__(self, name: str, shape: tuple[int, ...], key: int):
+        self.name = name
+        self.shape = shape
+        self._key = key
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return f"SlowArray({self.name!r}, shape={self.shape})"
+
+
+class FastTile:
+    """A tile resident in fast memory.  Its numbers are reachable only inside ``compute``."""
+
+    __slots__ = ("shape", "size", "label", "origin", "_data", "_owner", "_alive")
+
+    def __init__(self, shape, label, data, owner, origin=None):
+        self.shape = shape
+        self.size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        self.label = label
+        self.origin = origin  # (SlowArray name, index tuple) for loaded tiles, else None
+        self._data = data
+        self._owner = owner
+        self._alive = True
+
+    def __repr__(self) -> str:
+        state = "" if self._alive else ", freed"
+        return f"FastTile({self.label!r}, shape={self.shape}{state})"
+
+
+@dataclass(frozen=True)
+class ArrayIO:
+    """Words read from and written to one slow array."""
+
+    reads: int = 0
+    writes: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.reads + self.writes
+
+
+@dataclass(frozen=True)
+class IOStats:
+    """Counts of one run: ``reads``, ``writes``, ``total``, ``peak`` words resident, per array.
+
+    ``steps`` is the number of block iterations the schedule executed (bulk runs counted with
+    their multiplicity), a measure of how many tile steps the schedule takes.
+    """
+
+    reads: int
+    writes: int
+    peak: int
+    M: int
+    steps: int = 0
+    per_array: dict[str, ArrayIO] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.reads + self.writes
+
+    def as_dict(self) -> dict:
+        return {
+            "reads": self.reads,
+            "writes": self.writes,
+            "total": self.total,
+            "peak": self.peak,
+            "M": self.M,
+            "steps": self.steps,
+            "per_array": {k: {"reads": v.reads, "writes": v.writes} for k, v in self.per_array.items()},
+        }
+
+
+def _norm_index(idx, dim: int) -> slice:
+    if idx is None:
+        return slice(0, dim)
+    if isinstance(idx, Block):
+        idx = idx.slice
+    if isinstance(idx, (int, np.integer)):
+        idx = slice(int(idx), int(idx) + 1)
+    if not isinstance(idx, slice) or idx.step not in (None, 1):
+        raise ScheduleError(f"index must be a contiguous slice or Block, got {idx!r}")
+    start, stop, _ = idx.indices(dim)
+    if stop < start:
+        stop = start
+    return slice(start, stop)
+
+
+def _fmt_index(shape, idx: tuple[slice, ...]) -> str:
+    parts = []
+    for s, dim in zip(idx, shape):
+        parts.append(":" if (s.start, s.stop) == (0, dim) else f"{s.start}:{s.stop}")
+    return "[" + ", ".join(parts) + "]"
+
+
+class TwoLevelMemory:
+    """A fast memory of ``M`` words in front of an unbounded slow memory, counting every word moved.
+
+    Parameters
+    ----------
+    M : int
+        Capacity of fast memory in words (>= 1).
+    mode : {"compute", "count"}
+        ``"compute"`` does the arithmetic on real tiles; ``"count"`` tracks shapes only.
+    bulk : bool
+        In count mode, execute runs of equal blocks once and multiply their counts (default True).
+    dtype : numpy dtype
+        The dtype of fast tiles (the accumulation precision) in compute mode.
+    """
+
+    def __init__(self, M: int, mode: Mode = "compute", *, bulk: bool = True, dtype=np.float64):
+        self.M = check_int("M", M, minimum=1)
+        if mode not in ("compute", "count"):
+            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
+        self.mode: Mode = mode
+        self.bulk = bool(bulk) and mode == "count"
+        self.dtype = np.dtype(dtype)
+        self._slow: dict[int, SlowArray] = {}
+        self._slow_data: dict[int, np.ndarray | None] = {}
+        self._names: set[str] = set()
+        self._per_array: dict[str, list[int]] = {}
+        self._reads = 0
+        self._writes = 0
+        self._steps = 0
+        self._occ = 0
+        self._peak = 0
+        self._mult = 1
+        self._next_key = 0
+
+    # ------------------------------------------------------------------ slow memory
+    @property
+    def computing(self) -> bool:
+        return self.mode == "compute"
+
+    def slow(self, name: str, shape: tuple[int, ...], data: np.ndarray | None = None) -> SlowArray:
+        """Create an array in slow memory (no I/O: inputs start there, scratch is unbounded).
+
+        In compute mode ``data`` (copied) gives its contents; without it the array starts as NaN,
+        so that reading a word never written shows up in the output.
+        """
+        if name in self._names:
+            raise ScheduleError(f"slow array {name!r} already exists")
+        shape = tuple(int(s) for s in shape)
+        key = self._next_key
+        self._next_key += 1
+        arr = SlowArray(name, shape, key)
+        if self.computing:
+            if data is None:
+                self._slow_data[key] = np.full(shape, np.nan, dtype=self.dtype)
+            else:
+                data = np.asarray(data)
+                if data.shape != shape:
+                    raise ScheduleError(f"data for {name!r} has shape {data.shape}, expected {shape}")
+                self._slow_data[key] = np.array(data, copy=True)
+        else:
+            self._slow_data[key] = None
+        self._slow[key] = arr
+        self._names.add(name)
+        self._per_array[name] = [0, 0]
+        return arr
+
+    def _index(self, arr: SlowArray, rows, cols) -> tuple[slice, ...]:
+        if arr._key not in self._slow or self._slow[arr._key] is not arr:
+            raise ScheduleError(f"{arr!r} does not belong to this memory")
+        if len(arr.shape) == 1:
+            if cols is not None:
+                raise ScheduleError(f"{arr.name} is one-dimensional: no column index")
+            return (_norm_index(rows, arr.shape[0]),)
+        return (_norm_index(rows, arr.shape[0]), _norm_index(cols, arr.shape[1]))
+
+    # ------------------------------------------------------------------ fast memory
+    def _claim(self, words: int, step: str) -> None:
+        if self._occ + words > self.M:
+            raise CapacityError(step, self._occ, words, self.M)
+        self._occ += words
+        if self._occ > self._peak:
+            self._peak = self._occ
+
+    def load(self, src: SlowArray, rows=None, cols=None, *, label: str | None = None) -> FastTile:
+        """Read ``src[rows, cols]`` into a new fast tile; counts one read per word."""
+        idx = self._index(src, rows, cols)
+        shape = tuple(s.stop - s.start for s in idx)
+        words = int(np.prod(shape, dtype=np.int64))
+        self._claim(words, f"load {src.name}{_fmt_index(src.shape, idx)}")
+        n = words * self._mult
+        self._reads += n
+        self._per_array[src.name][0] += n
+        data = None
+        if self.computing:
+            data = np.array(self._slow_data[src._key][idx], dtype=self.dtype)
+        return FastTile(shape, label or src.name, data, self, origin=(src.name, idx))
+
+    def store(self, tile: FastTile, dst: SlowArray, rows=None, cols=None) -> None:
+        """Write ``tile`` to ``dst[rows, cols]``; counts one write per word.  The tile stays resident."""
+        self._check_alive(tile, "store")
+        idx = self._index(dst, rows, cols)
+        shape = tuple(s.stop - s.start for s in idx)
+        if shape != tile.shape:
+            raise ScheduleError(
+                f"store {tile.label} of shape {tile.shape} into {dst.name}{_fmt_index(dst.shape, idx)}"
+                f" of shape {shape}"
+            )
+        n = tile.size * self._mult
+        self._writes += n
+        self._per_array[dst.name][1] += n
+        if self.computing:
+            target = self._slow_data[dst._key]
+            target[idx] = tile._data.astype(target.dtype, copy=False)
+
+    def alloc(self, shape: tuple[int, ...], fill: float = 0.0, *, label: str = "scratch") -> FastTile:
+        """Scratch space in fast memory, filled with ``fill``; occupies words, moves none."""
+        shape = tuple(int(s) for s in shape)
+        words = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        self._claim(words, f"alloc {label}{list(shape)}")
+        data = np.full(shape, fill, dtype=self.dtype) if self.computing else None
+        return FastTile(shape, label, data, self)
+
+    def free(self, *tiles: FastTile) -> None:
+        """Drop tiles from fast memory (free: no I/O)."""
+        for t in tiles:
+            self._check_alive(t, "free")
+            t._alive = False
+            t._data = None
+            self._occ -= t.size
+
+    def _check_alive(self, tile: FastTile, what: str) -> None:
+        if not isinstance(tile, FastTile) or tile._owner is not self:
+            raise ScheduleError(f"{what}: {tile!r} is not a tile of this memory")
+        if not tile._alive:
+            raise ScheduleError(f"{what}: {tile.label} was already freed")
+
+    # ------------------------------------------------------------------ arithmetic
+    def compute(self, fn: Callable[..., object], *tiles: FastTile) -> None:
+        """Run ``fn`` on the numpy arrays of ``tiles`` (fast memory only); ``fn`` works in place.
+
+        In count mode nothing runs.  ``fn`` sees no slow memory: its arguments are the tiles'
+        arrays, and its return value is discarded.
+        """
+        for t in tiles:
+            self._check_alive(t, "compute")
+        if self.computing:
+            fn(*(t._data for t in tiles))
+
+    def matmul(
+        self,
+        out: FastTile,
+        a: FastTile,
+        b: FastTile,
+        *,
+        transpose_b: bool = False,
+        alpha: float = 1.0,
+        accumulate: bool = False,
+    ) -> None:
+        """``out = alpha * a @ b`` (or ``b.T``), added to ``out`` when ``accumulate``."""
+        bs = b.shape[::-1] if transpose_b else b.shape
+        if a.shape[1] != bs[0] or out.shape != (a.shape[0], bs[1]):
+            raise ScheduleError(f"matmul shapes {out.shape} = {a.shape} @ {bs}")
+
+        def _mm(o, x, y):
+            y = y.T if transpose_b else y
+            if accumulate:
+                o += alpha * (x @ y) if alpha != 1.0 else x @ y
+            else:
+                np.matmul(x, y, out=o)
+                if alpha != 1.0:
+                    o *= alpha
+
+        self.compute(_mm, out, a, b)
+
+    # ------------------------------------------------------------------ loops
+    def blocks(
+        self,
+        total: int,
+        size: int,
+        *,
+        lo: int = 0,
+        hi: int | None = None,
+        uniform: bool = True,
+    ) -> Iterator[Block]:
+        """Blocks of the partition of ``[0, total)`` into pieces of ``size`` that meet ``[lo, hi)``.
+
+        With ``uniform=True`` the caller promises that the loop body's I/O depends only on the
+        block's size; in bulk count mode each run of equal-size blocks then executes once with its
+        counts multiplied.  The body must free what it allocates (checked).
+        """
+        if size < 1:
+            raise ScheduleError(f"block size must be >= 1, got {size}")
+        hi = total if hi is None else min(hi, total)
+        lo = max(lo, 0)
+        if hi <= lo:
+            return
+        first = lo // size
+        last = (hi - 1) // size  # inclusive
+        nfull_end = total // size  # blocks [0, nfull_end) are full
+        if not (self.bulk and uniform):
+            for j in range(first, last + 1):
+                self._steps += self._mult
+                yield Block(j, j * size, min(total, (j + 1) * size))
+            return
+        runs = []
+        full_last = min(last, nfull_end - 1)
+        if full_last >= first:
+            runs.append((first, full_last - first + 1))
+        if last >= nfull_end:  # the partial last block
+            runs.append((last, 1))
+        for j, count in runs:
+            saved, occ = self._mult, self._occ
+            self._mult = saved * count
+            self._steps += self._mult
+            try:
+                yield Block(j, j * size, min(total, (j + 1) * size))
+            finally:
+                self._mult = saved
+            if self._occ != occ:
+                raise ScheduleError(
+                    f"a uniform loop body changed fast-memory occupancy from {occ} to {self._occ};"
+                    " free what the body allocates, or pass uniform=False"
+                )
+
+    # ------------------------------------------------------------------ results
+    @property
+    def occupancy(self) -> int:
+        """Words resident in fast memory now."""
+        return self._occ
+
+    def resident(self) -> int:
+        return self._occ
+
+    def stats(self) -> IOStats:
+        return IOStats(
+            reads=self._reads,
+            writes=self._writes,
+            peak=self._peak,
+            M=self.M,
+            steps=self._steps,
+            per_array={k: ArrayIO(v[0], v[1]) for k, v in self._per_array.items()},
+        )
+
+    def _peek(self, arr: SlowArray) -> np.ndarray | None:
+        """The contents of a slow array, for the harness after a run (never for algorithms)."""
+        data = self._slow_data[arr._key]
+        return None if data is None else data.copy()
