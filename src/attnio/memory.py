@@ -81,7 +81,7 @@ class Block:
 class SlowArray:
     """An opaque handle to an array in slow memory: a name and a shape, never the data."""
 
-    __slots__ = ("name", "shape", "_key")
+    __slots__ = ("_key", "name", "shape")
 
     def __init__(self, name: str, shape: tuple[int, ...], key: int):
         self.name = name
@@ -99,7 +99,7 @@ class SlowArray:
 class FastTile:
     """A tile resident in fast memory.  Its numbers are reachable only inside ``compute``."""
 
-    __slots__ = ("shape", "size", "label", "origin", "_data", "_owner", "_alive")
+    __slots__ = ("_alive", "_data", "_owner", "label", "origin", "shape", "size")
 
     def __init__(self, shape, label, data, owner, origin=None):
         self.shape = shape
@@ -168,8 +168,7 @@ def _norm_index(idx, dim: int) -> slice:
     if not isinstance(idx, slice) or idx.step not in (None, 1):
         raise ScheduleError(f"index must be a contiguous slice or Block, got {idx!r}")
     start, stop, _ = idx.indices(dim)
-    if stop < start:
-        stop = start
+    stop = max(stop, start)
     return slice(start, stop)
 
 
@@ -260,8 +259,7 @@ class TwoLevelMemory:
         if self._occ + words > self.M:
             raise CapacityError(step, self._occ, words, self.M)
         self._occ += words
-        if self._occ > self._peak:
-            self._peak = self._occ
+        self._peak = max(self._peak, self._occ)
 
     def load(self, src: SlowArray, rows=None, cols=None, *, label: str | None = None) -> FastTile:
         """Read ``src[rows, cols]`` into a new fast tile; counts one read per word."""
@@ -317,14 +315,17 @@ class TwoLevelMemory:
             raise ScheduleError(f"{what}: {tile.label} was already freed")
 
     # ------------------------------------------------------------------ arithmetic
-    def compute(self, fn: Callable[..., object], *tiles: FastTile) -> None:
+    def compute(self, fn: Callable[..., object], *tiles: FastTile, writes: int | None = None) -> None:
         """Run ``fn`` on the numpy arrays of ``tiles`` (fast memory only); ``fn`` works in place.
 
-        In count mode nothing runs.  ``fn`` sees no slow memory: its arguments are the tiles'
-        arrays, and its return value is discarded.
+        ``writes`` declares how many of the leading tiles ``fn`` modifies (None: any of them); the
+        rest are only read.  In count mode nothing runs.  ``fn`` sees no slow memory: its
+        arguments are the tiles' arrays, and its return value is discarded.
         """
         for t in tiles:
             self._check_alive(t, "compute")
+        if writes is not None and not 0 <= writes <= len(tiles):
+            raise ScheduleError(f"compute: writes={writes} but only {len(tiles)} tiles given")
         if self.computing:
             fn(*(t._data for t in tiles))
 
@@ -352,7 +353,7 @@ class TwoLevelMemory:
                 if alpha != 1.0:
                     o *= alpha
 
-        self.compute(_mm, out, a, b)
+        self.compute(_mm, out, a, b, writes=1)
 
     # ------------------------------------------------------------------ loops
     def blocks(

@@ -23,7 +23,7 @@ from .algorithms.base import Shape, default_scale
 from .errors import ParameterError, check_int
 from .memory import IOStats, TwoLevelMemory
 
-__all__ = ["Result", "run", "check_inputs"]
+__all__ = ["Result", "check_inputs", "run"]
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def run(
             raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
         data = (Qa, Ka, Va)
     s = default_scale(shp.d, scale)
-    t = alg.coerce_tiling(shp, M, tiling, causal)
+    t = alg.coerce_tiling(shp, M, tiling, causal, inputs=data)
     mem, out_handle = _execute(alg, shp, M, t, causal, s, mode, data, bulk)
     output = mem._peek(out_handle) if mode == "compute" else None
     return Result(alg.name, shp, M, causal, t, mem.stats(), output, mode)

@@ -161,8 +161,14 @@ class Algorithm(ABC):
                 f"M={M} is too small for {self.name} with d={shape.d}: it needs M >= {m} words"
             )
 
-    def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None, causal: bool = False) -> Any:
-        """Validate a user tiling (a Tiling, a mapping of its fields, or None for the default)."""
+    def coerce_tiling(
+        self, shape: Shape, M: int, tiling: Any = None, causal: bool = False, inputs: Any = None
+    ) -> Any:
+        """Validate a user tiling (a Tiling, a mapping of its fields, or None for the default).
+
+        ``inputs`` is ``(Q, K, V)`` in compute mode (None in count mode), for algorithms whose
+        parameters depend on the data (an entry bound, say); exact algorithms ignore it.
+        """
         if tiling is None or tiling == "auto":
             return self.default_tiling(shape, M, causal)
         if isinstance(tiling, Mapping):

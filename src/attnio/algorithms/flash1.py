@@ -139,8 +139,9 @@ class Flash1(Algorithm):
                 mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)  # line 9
                 if K_.tile_needs_mask(shape, qb.start, kb.stop, causal):
                     r0, c0 = qb.start, kb.start
-                    mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), S)
-                mem.compute(K_.online_update_fa1, S, mi, li, t1, t2, Oi, Vj)  # lines 10-12
+                    mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), S,
+                                writes=1)
+                mem.compute(K_.online_update_fa1, S, mi, li, t1, t2, Oi, Vj, writes=6)  # lines 10-12
                 mem.store(Oi, O, qb)  # lines 12-13
                 mem.store(li, ell, qb)
                 mem.store(mi, mx, qb)

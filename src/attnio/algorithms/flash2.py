@@ -130,10 +130,11 @@ class Flash2(Algorithm):
                 mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
                 if K_.tile_needs_mask(shape, qb.start, kb.stop, causal):
                     r0, c0 = qb.start, kb.start
-                    mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), S)
-                mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj)
+                    mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), S,
+                                writes=1)
+                mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj, writes=5)
                 mem.free(S, Kj, Vj)
-            mem.compute(K_.normalise_rows, Oi, l)
+            mem.compute(K_.normalise_rows, Oi, l, writes=1)
             mem.store(Oi, O, qb)
             mem.free(Qi, m, l, t, Oi)
 

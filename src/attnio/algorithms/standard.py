@@ -151,7 +151,8 @@ class Standard(Algorithm):
                     mem.free(Qt, Kt)
                 if K_.tile_needs_mask(shape, qb.start, kb.stop, causal):
                     r0, c0 = qb.start, kb.start
-                    mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), acc)
+                    mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), acc,
+                                writes=1)
                 mem.store(acc, S, qb, kb)
                 mem.free(acc)
 
@@ -166,17 +167,17 @@ class Standard(Algorithm):
             if tiling.onepass:
                 cov = min(Nkv, cdiv(hi, bn) * bn)
                 row = mem.load(S, qb, slice(0, cov), label="S_i")
-                mem.compute(_softmax_full, row, m, l, t)
+                mem.compute(_softmax_full, row, m, l, t, writes=4)
                 mem.store(row, P, qb, slice(0, cov))
                 mem.free(row)
             else:
                 for kb in mem.blocks(Nkv, bn, hi=hi):  # pass A
                     St = mem.load(S, qb, kb, label="S_ij")
-                    mem.compute(_softmax_rows, St, m, l, t)
+                    mem.compute(_softmax_rows, St, m, l, t, writes=4)
                     mem.free(St)
                 for kb in mem.blocks(Nkv, bn, hi=hi):  # pass B
                     St = mem.load(S, qb, kb, label="S_ij")
-                    mem.compute(_probabilities, St, m, l)
+                    mem.compute(_probabilities, St, m, l, writes=1)
                     mem.store(St, P, qb, kb)
                     mem.free(St)
             mem.free(m, l, t)
