@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+import numpy as np
+
 
 class AttnioError(Exception):
     """Base class of every error raised by attnio on purpose."""
@@ -78,9 +80,4 @@ def check_int(name: str, value: object, *, minimum: int = 1, maximum: int | None
 
 
 def _is_integral(value: object) -> bool:
-    try:
-        import numpy as np
-
-        return isinstance(value, np.integer)
-    except Exception:  # pragma: no cover
-        return False
+    return isinstance(value, np.integer)
