@@ -90,7 +90,7 @@ class SlowArray:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return _words(self.shape)
 
     def __repr__(self) -> str:
         return f"SlowArray({self.name!r}, shape={self.shape})"
@@ -103,7 +103,7 @@ class FastTile:
 
     def __init__(self, shape, label, data, owner, origin=None):
         self.shape = shape
-        self.size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        self.size = _words(shape)
         self.label = label
         self.origin = origin  # (SlowArray name, index tuple) for loaded tiles, else None
         self._data = data
@@ -158,7 +158,18 @@ class IOStats:
         }
 
 
+def _words(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
 def _norm_index(idx, dim: int) -> slice:
+    if type(idx) is Block:
+        start, stop = idx.start, idx.stop
+        if 0 <= start <= stop <= dim:
+            return slice(start, stop)
     if idx is None:
         return slice(0, dim)
     if isinstance(idx, Block):
@@ -255,9 +266,9 @@ class TwoLevelMemory:
         return (_norm_index(rows, arr.shape[0]), _norm_index(cols, arr.shape[1]))
 
     # ------------------------------------------------------------------ fast memory
-    def _claim(self, words: int, step: str) -> None:
+    def _claim(self, words: int, step) -> None:
         if self._occ + words > self.M:
-            raise CapacityError(step, self._occ, words, self.M)
+            raise CapacityError(step() if callable(step) else step, self._occ, words, self.M)
         self._occ += words
         self._peak = max(self._peak, self._occ)
 
@@ -265,8 +276,8 @@ class TwoLevelMemory:
         """Read ``src[rows, cols]`` into a new fast tile; counts one read per word."""
         idx = self._index(src, rows, cols)
         shape = tuple(s.stop - s.start for s in idx)
-        words = int(np.prod(shape, dtype=np.int64))
-        self._claim(words, f"load {src.name}{_fmt_index(src.shape, idx)}")
+        words = _words(shape)
+        self._claim(words, lambda: f"load {src.name}{_fmt_index(src.shape, idx)}")
         n = words * self._mult
         self._reads += n
         self._per_array[src.name][0] += n
@@ -292,18 +303,26 @@ class TwoLevelMemory:
             target = self._slow_data[dst._key]
             target[idx] = tile._data.astype(target.dtype, copy=False)
 
-    def alloc(self, shape: tuple[int, ...], fill: float = 0.0, *, label: str = "scratch") -> FastTile:
-        """Scratch space in fast memory, filled with ``fill``; occupies words, moves none."""
+    def alloc(
+        self, shape: tuple[int, ...], fill: float | None = None, *, label: str = "scratch"
+    ) -> FastTile:
+        """Scratch space in fast memory, filled with ``fill`` (None: uninitialised); no I/O."""
         shape = tuple(int(s) for s in shape)
-        words = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        self._claim(words, f"alloc {label}{list(shape)}")
-        data = np.full(shape, fill, dtype=self.dtype) if self.computing else None
+        words = _words(shape)
+        self._claim(words, lambda: f"alloc {label}{list(shape)}")
+        data = None
+        if self.computing:
+            if fill is None:
+                data = np.empty(shape, dtype=self.dtype)
+            else:
+                data = np.full(shape, fill, dtype=self.dtype)
         return FastTile(shape, label, data, self)
 
     def free(self, *tiles: FastTile) -> None:
         """Drop tiles from fast memory (free: no I/O)."""
         for t in tiles:
-            self._check_alive(t, "free")
+            if type(t) is not FastTile or t._owner is not self or not t._alive:
+                self._check_alive(t, "free")
             t._alive = False
             t._data = None
             self._occ -= t.size
@@ -323,7 +342,8 @@ class TwoLevelMemory:
         arguments are the tiles' arrays, and its return value is discarded.
         """
         for t in tiles:
-            self._check_alive(t, "compute")
+            if t._owner is not self or not t._alive:
+                self._check_alive(t, "compute")
         if writes is not None and not 0 <= writes <= len(tiles):
             raise ScheduleError(f"compute: writes={writes} but only {len(tiles)} tiles given")
         if self.computing:
