@@ -81,12 +81,14 @@ class Block:
 class SlowArray:
     """An opaque handle to an array in slow memory: a name and a shape, never the data."""
 
-    __slots__ = ("_key", "name", "shape")
+    __slots__ = ("_base", "_key", "_row0", "name", "shape")
 
-    def __init__(self, name: str, shape: tuple[int, ...], key: int):
+    def __init__(self, name: str, shape: tuple[int, ...], key: int, base=None, row0: int = 0):
         self.name = name
         self.shape = shape
         self._key = key
+        self._base = base  # a view (see TwoLevelMemory.view) maps rows onto its base array
+        self._row0 = row0
 
     @property
     def size(self) -> int:
@@ -203,18 +205,26 @@ class TwoLevelMemory:
         In count mode, execute runs of equal blocks once and multiply their counts (default True).
     dtype : numpy dtype
         The dtype of fast tiles (the accumulation precision) in compute mode.
+    tracer : object, optional
+        Observer of every step (used by :mod:`attnio.trace`): its methods ``slow(arr)``,
+        ``load(tile, src, idx)``, ``store(tile, dst, idx)``, ``alloc(tile)``, ``free(tile)`` and
+        ``compute(tiles, writes)`` are called after each step is checked.  A tracer needs every
+        step, so it turns bulk counting off.  None (the default) changes nothing.
     """
 
-    def __init__(self, M: int, mode: Mode = "compute", *, bulk: bool = True, dtype=np.float64):
+    def __init__(self, M: int, mode: Mode = "compute", *, bulk: bool = True, dtype=np.float64,
+                 tracer=None):
         self.M = check_int("M", M, minimum=1)
         if mode not in ("compute", "count"):
             raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
         self.mode: Mode = mode
-        self.bulk = bool(bulk) and mode == "count"
+        self.tracer = tracer
+        self.bulk = bool(bulk) and mode == "count" and tracer is None
         self.dtype = np.dtype(dtype)
         self._slow: dict[int, SlowArray] = {}
         self._slow_data: dict[int, np.ndarray | None] = {}
         self._names: set[str] = set()
+        self._scratch: set[str] = set()
         self._per_array: dict[str, list[int]] = {}
         self._reads = 0
         self._writes = 0
@@ -254,16 +264,54 @@ class TwoLevelMemory:
         self._slow[key] = arr
         self._names.add(name)
         self._per_array[name] = [0, 0]
+        if self.tracer is not None:
+            self.tracer.slow(arr)
         return arr
 
-    def _index(self, arr: SlowArray, rows, cols) -> tuple[slice, ...]:
-        if arr._key not in self._slow or self._slow[arr._key] is not arr:
+    def scratch(self, name: str, shape: tuple[int, ...]) -> SlowArray:
+        """Slow-memory workspace: a new array, or the existing scratch array of that name and shape
+        (a schedule run once per head reuses its workspace, as a real kernel would)."""
+        shape = tuple(int(s) for s in shape)
+        for arr in self._slow.values():
+            if arr.name == name:
+                if arr.shape != shape or name not in self._scratch:
+                    raise ScheduleError(f"slow array {name!r} exists with shape {arr.shape}")
+                return arr
+        self._scratch.add(name)
+        return self.slow(name, shape)
+
+    def view(self, arr: SlowArray, rows: slice, name: str | None = None) -> SlowArray:
+        """A handle to the rows ``rows`` of ``arr`` (one head of a stacked batch, say).
+
+        Accesses through a view are counted against the base array and reach its words.
+        """
+        base = arr._base or arr
+        if self._slow.get(base._key) is not base:
+            raise ScheduleError(f"{arr!r} does not belong to this memory")
+        r = _norm_index(rows, arr.shape[0])
+        row0 = arr._row0 + r.start
+        shape = (r.stop - r.start,) + tuple(arr.shape[1:])
+        label = name or f"{base.name}[{row0}:{row0 + shape[0]}]"
+        return SlowArray(label, shape, base._key, base=base, row0=row0)
+
+    def _resolve(self, arr: SlowArray, rows, cols) -> tuple[SlowArray, tuple[slice, ...]]:
+        """The base array and the absolute index of ``arr[rows, cols]``."""
+        base = arr._base or arr
+        if self._slow.get(base._key) is not base:
             raise ScheduleError(f"{arr!r} does not belong to this memory")
         if len(arr.shape) == 1:
             if cols is not None:
                 raise ScheduleError(f"{arr.name} is one-dimensional: no column index")
-            return (_norm_index(rows, arr.shape[0]),)
-        return (_norm_index(rows, arr.shape[0]), _norm_index(cols, arr.shape[1]))
+            idx = (_norm_index(rows, arr.shape[0]),)
+        else:
+            idx = (_norm_index(rows, arr.shape[0]), _norm_index(cols, arr.shape[1]))
+        if arr._base is not None:
+            r = idx[0]
+            idx = (slice(r.start + arr._row0, r.stop + arr._row0),) + idx[1:]
+        return base, idx
+
+    def _index(self, arr: SlowArray, rows, cols) -> tuple[slice, ...]:
+        return self._resolve(arr, rows, cols)[1]
 
     # ------------------------------------------------------------------ fast memory
     def _claim(self, words: int, step) -> None:
@@ -274,7 +322,7 @@ class TwoLevelMemory:
 
     def load(self, src: SlowArray, rows=None, cols=None, *, label: str | None = None) -> FastTile:
         """Read ``src[rows, cols]`` into a new fast tile; counts one read per word."""
-        idx = self._index(src, rows, cols)
+        src, idx = self._resolve(src, rows, cols)
         shape = tuple(s.stop - s.start for s in idx)
         words = _words(shape)
         self._claim(words, lambda: f"load {src.name}{_fmt_index(src.shape, idx)}")
@@ -284,12 +332,15 @@ class TwoLevelMemory:
         data = None
         if self.computing:
             data = np.array(self._slow_data[src._key][idx], dtype=self.dtype)
-        return FastTile(shape, label or src.name, data, self, origin=(src.name, idx))
+        tile = FastTile(shape, label or src.name, data, self, origin=(src.name, idx))
+        if self.tracer is not None:
+            self.tracer.load(tile, src, idx)
+        return tile
 
     def store(self, tile: FastTile, dst: SlowArray, rows=None, cols=None) -> None:
         """Write ``tile`` to ``dst[rows, cols]``; counts one write per word.  The tile stays resident."""
         self._check_alive(tile, "store")
-        idx = self._index(dst, rows, cols)
+        dst, idx = self._resolve(dst, rows, cols)
         shape = tuple(s.stop - s.start for s in idx)
         if shape != tile.shape:
             raise ScheduleError(
@@ -302,6 +353,8 @@ class TwoLevelMemory:
         if self.computing:
             target = self._slow_data[dst._key]
             target[idx] = tile._data.astype(target.dtype, copy=False)
+        if self.tracer is not None:
+            self.tracer.store(tile, dst, idx)
 
     def alloc(
         self, shape: tuple[int, ...], fill: float | None = None, *, label: str = "scratch"
@@ -326,6 +379,8 @@ class TwoLevelMemory:
             t._alive = False
             t._data = None
             self._occ -= t.size
+            if self.tracer is not None:
+                self.tracer.free(t)
 
     def _check_alive(self, tile: FastTile, what: str) -> None:
         if not isinstance(tile, FastTile) or tile._owner is not self:
@@ -346,6 +401,8 @@ class TwoLevelMemory:
                 self._check_alive(t, "compute")
         if writes is not None and not 0 <= writes <= len(tiles):
             raise ScheduleError(f"compute: writes={writes} but only {len(tiles)} tiles given")
+        if self.tracer is not None:
+            self.tracer.compute(tiles, writes)
         if self.computing:
             fn(*(t._data for t in tiles))
 

@@ -9,10 +9,15 @@ True
 >>> c = attnio.run("flash2", shape=(100, 8), M=512, mode="count")
 >>> (c.io.reads, c.io.writes) == (r.io.reads, r.io.writes)
 True
+
+Inputs are ``(N, d)`` matrices or ``(B, H, N, d)`` batches of heads, with K and V of shape
+``(B, Hkv, Nkv, d)``, ``H % Hkv == 0`` (grouped-query attention).  In count mode pass
+``shape=Shape(Nq=…, Nkv=…, d=…, batch=…, heads=…, kv_heads=…)`` (or ``(N, d)``, ``(Nq, Nkv, d)``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,12 +28,16 @@ from .algorithms.base import Shape, default_scale
 from .errors import ParameterError, check_int
 from .memory import IOStats, TwoLevelMemory
 
-__all__ = ["Result", "check_inputs", "run"]
+__all__ = ["Result", "run", "check_inputs", "causal_mode"]
 
 
 @dataclass(frozen=True)
 class Result:
-    """What a run returns: the output (None in count mode), the counts and the tiling used."""
+    """What a run returns: the output (None in count mode), the counts and the tiling used.
+
+    With ``backward=True``: ``io`` counts the forward pass (which then also writes the logsumexp),
+    ``backward_io`` the backward pass, ``grads`` holds ``dQ, dK, dV`` (compute mode).
+    """
 
     algorithm: str
     shape: Shape
@@ -38,33 +47,64 @@ class Result:
     io: IOStats
     output: np.ndarray | None = None
     mode: str = "compute"
+    backward_io: IOStats | None = None
+    backward_tiling: Any = None
+    grads: dict[str, np.ndarray] | None = None
 
 
-def _as_matrix(name: str, x: Any) -> np.ndarray:
+def _as_array(name: str, x: Any) -> np.ndarray:
     a = np.asarray(x)
-    if a.ndim != 2:
-        raise ParameterError(f"{name} must be a 2-D array (N, d), got {a.ndim}-D with shape {a.shape}")
+    if a.ndim not in (2, 4):
+        raise ParameterError(
+            f"{name} must be 2-D (N, d) or 4-D (batch, heads, N, d), got {a.ndim}-D with shape {a.shape}"
+        )
     if not np.issubdtype(a.dtype, np.floating):
         raise ParameterError(f"{name} must have a floating dtype (float16/32/64), got {a.dtype}")
-    if a.shape[0] < 1 or a.shape[1] < 1:
-        raise ParameterError(f"{name} must have N >= 1 rows and d >= 1 columns, got shape {a.shape}")
+    if a.size == 0:
+        raise ParameterError(f"{name} must have every dimension >= 1, got shape {a.shape}")
     bad = ~np.isfinite(a)
     if bad.any():
         pos = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ParameterError(f"{name} has a non-finite entry {a[pos]} at index {pos}; entries must be finite")
+        raise ParameterError(
+            f"{name} has a non-finite entry {a[pos]} at index {pos}; entries must be finite"
+        )
     return a
 
 
 def check_inputs(Q, K, V) -> tuple[np.ndarray, np.ndarray, np.ndarray, Shape]:
-    """Validate Q (Nq x d), K and V (Nkv x d); return them and their Shape."""
-    Q, K, V = _as_matrix("Q", Q), _as_matrix("K", K), _as_matrix("V", V)
+    """Validate Q (Nq x d or B x H x Nq x d), K and V; return them and their Shape."""
+    Q, K, V = _as_array("Q", Q), _as_array("K", K), _as_array("V", V)
     if K.shape != V.shape:
         raise ParameterError(f"K and V must have the same shape, got K {K.shape} and V {V.shape}")
-    if Q.shape[1] != K.shape[1]:
+    if Q.ndim != K.ndim:
+        raise ParameterError(f"Q and K must both be 2-D or both 4-D, got Q {Q.shape} and K {K.shape}")
+    if Q.shape[-1] != K.shape[-1]:
         raise ParameterError(
             f"Q and K must have the same head dimension d, got Q {Q.shape} and K {K.shape}"
         )
-    return Q, K, V, Shape(Q.shape[0], K.shape[0], Q.shape[1])
+    if Q.ndim == 2:
+        return Q, K, V, Shape(Q.shape[0], K.shape[0], Q.shape[1])
+    if Q.shape[0] != K.shape[0]:
+        raise ParameterError(f"Q and K must have the same batch size, got Q {Q.shape} and K {K.shape}")
+    if Q.shape[1] % K.shape[1]:
+        raise ParameterError(
+            f"heads must be a multiple of kv_heads: Q has {Q.shape[1]} heads, K and V {K.shape[1]}"
+        )
+    B, H, Nq, d = Q.shape
+    return Q, K, V, Shape(Nq, K.shape[2], d, batch=B, heads=H, kv_heads=K.shape[1])
+
+
+def causal_mode(causal) -> tuple[bool, str | None]:
+    """``causal`` as (masked?, alignment): True/'bottom_right', 'top_left', or False."""
+    if causal is False or causal is None:
+        return False, None
+    if causal is True or causal == "bottom_right":
+        return True, "bottom_right"
+    if causal == "top_left":
+        return True, "top_left"
+    raise ParameterError(
+        f"causal must be True, False, 'bottom_right' or 'top_left', got {causal!r}"
+    )
 
 
 def run(
@@ -76,21 +116,39 @@ def run(
     M: int,
     shape=None,
     mode: str | None = None,
-    causal: bool = False,
+    causal=False,
+    window: int | None = None,
     scale: float | None = None,
     tiling: Any = None,
     bulk: bool = True,
+    backward: bool = False,
+    grad_output=None,
+    backward_tiling: Any = None,
 ) -> Result:
     """Run algorithm ``name`` with a fast memory of ``M`` words.
 
-    Either pass ``Q, K, V`` (compute mode: the output is returned) or ``shape=(N, d)`` /
-    ``(Nq, Nkv, d)`` / :class:`Shape` with ``mode="count"`` (shapes only, same counts).
+    Either pass ``Q, K, V`` (compute mode: the output is returned) or ``shape`` with
+    ``mode="count"`` (shapes only, same counts).  ``causal``: False, True (bottom-right aligned),
+    ``"bottom_right"`` or ``"top_left"``; ``window=W`` keeps each query's W most recent keys.
     ``tiling`` is the algorithm's Tiling (or a mapping of its fields); None picks the default.
+    ``backward=True`` also runs the backward pass with ``grad_output`` (dO; random in count mode
+    is not needed) and returns its counts and gradients.
     """
     alg = _alg.get(name)
+    if alg.kind != "attention":
+        raise ParameterError(f"{alg.name} is a {alg.kind} kernel, not attention: see its module")
     M = check_int("M", M, minimum=1)
-    if not isinstance(causal, bool):
-        raise ParameterError(f"causal must be True or False, got {causal!r}")
+    masked, align = causal_mode(causal)
+    if window is not None:
+        window = check_int("window", window, minimum=1)
+        if not masked:
+            raise ParameterError("window needs a causal mask: pass causal=True (or an alignment)")
+        if not alg.supports_window:
+            ok = [a.name for a in _alg.all_algorithms(None) if a.supports_window]
+            raise ParameterError(f"{alg.name} does not support window=; algorithms that do: {ok}")
+    if backward and not alg.supports_backward:
+        ok = [a.name for a in _alg.all_algorithms(None) if a.supports_backward]
+        raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}")
     if Q is None and K is None and V is None:
         if shape is None:
             raise ParameterError("give Q, K, V (compute mode) or shape=(N, d) with mode='count'")
@@ -99,36 +157,100 @@ def run(
             raise ParameterError(f"mode={mode!r} needs Q, K, V; without data only mode='count' runs")
         shp = Shape.coerce(shape)
         data = None
+        if grad_output is not None:
+            raise ParameterError("grad_output needs Q, K, V (compute mode)")
     else:
         if Q is None or K is None or V is None:
             raise ParameterError("give all three of Q, K, V (or none, with shape= and mode='count')")
         Qa, Ka, Va, shp = check_inputs(Q, K, V)
-        if shape is not None and Shape.coerce(shape) != shp:
+        if shape is not None and _sizes(Shape.coerce(shape)) != _sizes(shp):
             raise ParameterError(f"shape={shape!r} does not match the inputs' shape {shp}")
         mode = mode or "compute"
         if mode not in ("compute", "count"):
             raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
         data = (Qa, Ka, Va)
+        if backward and mode == "compute":
+            if grad_output is None:
+                raise ParameterError("backward=True in compute mode needs grad_output (dO, like Q)")
+            grad_output = _as_array("grad_output", grad_output)
+            if grad_output.shape != Qa.shape:
+                raise ParameterError(
+                    f"grad_output must have Q's shape {Qa.shape}, got {grad_output.shape}"
+                )
+    if masked:
+        shp = dataclasses.replace(shp, causal_align=align, window=window)
+    elif shp.window is not None:
+        raise ParameterError("shape.window needs a causal mask: pass causal=True")
     s = default_scale(shp.d, scale)
-    t = alg.coerce_tiling(shp, M, tiling, causal, inputs=data)
-    mem, out_handle = _execute(alg, shp, M, t, causal, s, mode, data, bulk)
-    output = mem._peek(out_handle) if mode == "compute" else None
-    return Result(alg.name, shp, M, causal, t, mem.stats(), output, mode)
-
-
-def _execute(alg, shp: Shape, M: int, tiling, causal: bool, scale: float, mode: str, data, bulk):
+    t = alg.coerce_tiling(shp, M, tiling, masked, inputs=data)
     dtype = np.float64
     if data is not None:
         dtype = np.result_type(np.float32, *(a.dtype for a in data))
     mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype)
-    if data is not None and mode == "compute":
-        Qh = mem.slow("Q", data[0].shape, data[0])
-        Kh = mem.slow("K", data[1].shape, data[1])
-        Vh = mem.slow("V", data[2].shape, data[2])
+    h = _place(mem, shp, data if mode == "compute" else None)
+    if backward:
+        h["L"] = mem.slow("L", (shp.n_heads * shp.Nq,))
+        alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t, causal=masked,
+                         scale=s, lse=h["L"])
     else:
-        Qh = mem.slow("Q", (shp.Nq, shp.d))
-        Kh = mem.slow("K", (shp.Nkv, shp.d))
-        Vh = mem.slow("V", (shp.Nkv, shp.d))
-    Oh = mem.slow("O", (shp.Nq, shp.d))
-    alg.schedule(mem, Qh, Kh, Vh, Oh, shape=shp, tiling=tiling, causal=causal, scale=scale)
-    return mem, Oh
+        alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t, causal=masked,
+                         scale=s)
+    output = _unstack(mem._peek(h["O"]), shp, data) if mode == "compute" else None
+    res = Result(alg.name, shp, M, masked, t, mem.stats(), output, mode)
+    if not backward:
+        return res
+    return _run_backward(alg, res, mem, h, shp, M, masked, s, mode, bulk, dtype, data,
+                         grad_output, backward_tiling)
+
+
+def _sizes(s: Shape) -> tuple[int, ...]:
+    return (s.Nq, s.Nkv, s.d, s.batch, s.heads, s.kv_heads)
+
+
+def _place(mem: TwoLevelMemory, shp: Shape, data) -> dict:
+    """Put Q, K, V (stacked by head) and an empty O into slow memory."""
+    nq, nkv = shp.n_heads * shp.Nq, shp.batch * shp.kv_heads * shp.Nkv
+    h = {}
+    for name, rows, i in (("Q", nq, 0), ("K", nkv, 1), ("V", nkv, 2)):
+        arr = None if data is None else data[i].reshape(rows, shp.d)
+        h[name] = mem.slow(name, (rows, shp.d), arr)
+    h["O"] = mem.slow("O", (nq, shp.d))
+    return h
+
+
+def _unstack(flat, shp: Shape, data):
+    if flat is None:
+        return None
+    if data is not None and data[0].ndim == 4:
+        return flat.reshape(shp.batch, shp.heads, shp.Nq, shp.d)
+    return flat
+
+
+def _run_backward(alg, fwd: Result, fmem, h, shp, M, masked, s, mode, bulk, dtype, data, dO,
+                  backward_tiling) -> Result:
+    bwd = alg.backward
+    bt = bwd.coerce_tiling(shp, M, backward_tiling, masked)
+    mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype)
+    nq, nkv = shp.n_heads * shp.Nq, shp.batch * shp.kv_heads * shp.Nkv
+    arrays = {}
+    # the backward's inputs are where the forward left them, in slow memory (no I/O)
+    for name, rows in (("Q", nq), ("K", nkv), ("V", nkv), ("O", nq)):
+        arrays[name] = mem.slow(name, (rows, shp.d), fmem._peek(h[name]))
+    arrays["L"] = mem.slow("L", (nq,), fmem._peek(h["L"]))
+    arrays["dO"] = mem.slow("dO", (nq, shp.d), None if dO is None else dO.reshape(nq, shp.d))
+    arrays["dQ"] = mem.slow("dQ", (nq, shp.d))
+    arrays["dK"] = mem.slow("dK", (nkv, shp.d))
+    arrays["dV"] = mem.slow("dV", (nkv, shp.d))
+    bwd.run_schedule(mem, arrays, shape=shp, tiling=bt, causal=masked, scale=s)
+    grads = None
+    if mode == "compute":
+        four = data[0].ndim == 4
+        grads = {}
+        for name in ("dQ", "dK", "dV"):
+            g = mem._peek(arrays[name])
+            if four:
+                heads = shp.heads if name == "dQ" else shp.kv_heads
+                n = shp.Nq if name == "dQ" else shp.Nkv
+                g = g.reshape(shp.batch, heads, n, shp.d)
+            grads[name] = g
+    return dataclasses.replace(fwd, backward_io=mem.stats(), backward_tiling=bt, grads=grads)

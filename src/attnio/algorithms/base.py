@@ -34,9 +34,19 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+ALIGNMENTS = ("bottom_right", "top_left")
+
+
 @dataclass(frozen=True)
 class Shape:
-    """Problem size: ``Nq`` queries, ``Nkv`` keys/values, head dimension ``d``.
+    """Problem size and mask geometry.
+
+    ``Nq`` queries and ``Nkv`` keys/values per head, head dimension ``d``; ``batch`` x ``heads``
+    query heads and ``batch`` x ``kv_heads`` key/value heads (``heads % kv_heads == 0``: grouped-query
+    attention, multi-query when ``kv_heads == 1``).  ``causal_align`` says where the causal
+    diagonal lies when masking is on: ``"bottom_right"`` (query r sees keys c <= r + Nkv - Nq, as
+    flash-attn >= 2.1) or ``"top_left"`` (c <= r, as ``scaled_dot_product_attention(is_causal=True)``).
+    ``window`` (with a causal mask) limits each query to its ``window`` most recent keys.
 
     ``Shape.coerce`` accepts a Shape, ``(N, d)`` (square: Nq = Nkv = N) or ``(Nq, Nkv, d)``.
     """
@@ -47,10 +57,23 @@ class Shape:
     batch: int = 1
     heads: int = 1
     kv_heads: int = 1
+    causal_align: str = "bottom_right"
+    window: int | None = None
 
     def __post_init__(self):
         for name in ("Nq", "Nkv", "d", "batch", "heads", "kv_heads"):
             object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=1))
+        if self.heads % self.kv_heads:
+            raise ParameterError(
+                f"heads must be a multiple of kv_heads (grouped-query attention), got heads="
+                f"{self.heads} and kv_heads={self.kv_heads}"
+            )
+        if self.causal_align not in ALIGNMENTS:
+            raise ParameterError(
+                f"causal alignment must be one of {ALIGNMENTS}, got {self.causal_align!r}"
+            )
+        if self.window is not None:
+            object.__setattr__(self, "window", check_int("window", self.window, minimum=1))
 
     @classmethod
     def coerce(cls, shape: Any) -> Shape:
@@ -74,22 +97,58 @@ class Shape:
 
     @property
     def offset(self) -> int:
-        """Causal diagonal offset (bottom-right aligned): query r sees keys c <= r + offset."""
-        return self.Nkv - self.Nq
+        """Causal diagonal offset: query r sees keys c <= r + offset."""
+        return self.Nkv - self.Nq if self.causal_align == "bottom_right" else 0
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head (1 without grouped-query attention)."""
+        return self.heads // self.kv_heads
+
+    @property
+    def n_heads(self) -> int:
+        """Independent query heads: batch x heads."""
+        return self.batch * self.heads
+
+    def head(self) -> Shape:
+        """The single-head problem every head of this shape solves."""
+        return dataclasses.replace(self, batch=1, heads=1, kv_heads=1)
+
+    def with_mask(self, causal_align: str | None = None, window: int | None = None) -> Shape:
+        return dataclasses.replace(self, causal_align=causal_align or self.causal_align,
+                                   window=window)
 
 
 def kv_visible_hi(shape: Shape, row_stop: int, causal: bool) -> int:
-    """Keys ``[0, hi)`` are visible to some query row in ``[.., row_stop)`` (bottom-right causal)."""
+    """Keys ``[.., hi)`` are visible to some query row in ``[.., row_stop)``."""
     if not causal:
         return shape.Nkv
     return max(0, min(shape.Nkv, row_stop + shape.offset))
 
 
 def kv_visible_lo(shape: Shape, col_start: int, causal: bool) -> int:
-    """Queries ``[lo, Nq)`` see key ``col_start`` or later keys (bottom-right causal)."""
+    """Queries ``[lo, ..)`` see key ``col_start`` or a later key."""
     if not causal:
         return 0
-    return max(0, col_start - shape.offset)
+    return max(0, min(shape.Nq, col_start - shape.offset))
+
+
+def kv_range(shape: Shape, r0: int, r1: int, causal: bool) -> tuple[int, int]:
+    """Keys ``[lo, hi)`` that some query row in ``[r0, r1)`` sees (causal and window masks)."""
+    hi = kv_visible_hi(shape, r1, causal)
+    lo = 0
+    if causal and shape.window is not None:
+        lo = max(0, min(shape.Nkv, r0 + shape.offset - shape.window + 1))
+    return lo, max(lo, hi)
+
+
+def q_range(shape: Shape, c0: int, c1: int, causal: bool) -> tuple[int, int]:
+    """Query rows ``[lo, hi)`` that see some key in ``[c0, c1)`` (causal and window masks)."""
+    lo = kv_visible_lo(shape, c0, causal)
+    hi = shape.Nq
+    if causal and shape.window is not None:
+        hi = max(0, min(shape.Nq, c1 - 1 + shape.window - shape.offset))
+    return lo, max(lo, hi)
 
 
 @dataclass(frozen=True)
@@ -114,6 +173,8 @@ class Algorithm(ABC):
     summary: ClassVar[str]
     kind: ClassVar[str] = "attention"
     exact: ClassVar[bool] = True
+    supports_window: ClassVar[bool] = False
+    supports_backward: ClassVar[bool] = False
     Tiling: ClassVar[type]
 
     # -------------------------------------------------------------- tilings
@@ -146,7 +207,7 @@ class Algorithm(ABC):
         for t in self.candidate_tilings(shape, M, causal):
             if self.footprint(shape, t, causal) > M:
                 continue
-            io = self._predict(shape, t, causal)
+            io = self.predict_total(shape, t, causal)
             key = (io.total, self.steps(shape, t, causal))
             if best_key is None or key < best_key:
                 best, best_key = t, key
@@ -206,7 +267,27 @@ class Algorithm(ABC):
         shape = Shape.coerce(shape)
         M = check_int("M", M, minimum=1)
         t = self.coerce_tiling(shape, M, tiling, causal)
-        return self._predict(shape, t, causal)
+        return self.predict_total(shape, t, causal)
+
+    def predict_total(self, shape: Shape, tiling: Any, causal: bool = False) -> IOCount:
+        """Closed form over every head: heads are independent problems (``_predict`` is per head)."""
+        c = self._predict(shape, tiling, causal)
+        n = shape.n_heads
+        return IOCount(n * c.reads, n * c.writes)
+
+    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                     O: SlowArray, *, shape: Shape, tiling: Any, causal: bool,
+                     scale: float) -> None:
+        """Run every head: Q and O stack ``batch x heads`` blocks of Nq rows, K and V stack
+        ``batch x kv_heads`` blocks of Nkv rows.  Each query head runs :meth:`schedule` on views of
+        its own rows and of its key/value head's rows; schedules that share K/V tiles across a
+        query group override this."""
+        if shape.n_heads == 1:
+            self.schedule(mem, Q, K, V, O, shape=shape, tiling=tiling, causal=causal, scale=scale)
+            return
+        for hb in mem.blocks(shape.n_heads, 1):
+            q, k, v, o = head_views(mem, shape, hb.start, Q, K, V, O)
+            self.schedule(mem, q, k, v, o, shape=shape, tiling=tiling, causal=causal, scale=scale)
 
     # -------------------------------------------------------------- the schedule
     @abstractmethod
@@ -227,6 +308,16 @@ class Algorithm(ABC):
 
     def __repr__(self) -> str:
         return f"<algorithm {self.name}: {self.summary}>"
+
+
+def head_views(mem: TwoLevelMemory, shape: Shape, qh: int, Q, K, V, O):
+    """Views of query head ``qh`` (0 <= qh < batch*heads) and of its key/value head."""
+    b, h = divmod(qh, shape.heads)
+    kvh = b * shape.kv_heads + h // shape.group
+    qs = slice(qh * shape.Nq, (qh + 1) * shape.Nq)
+    ks = slice(kvh * shape.Nkv, (kvh + 1) * shape.Nkv)
+    return (mem.view(Q, qs, f"Q[{b},{h}]"), mem.view(K, ks, f"K[{b},{kvh % shape.kv_heads}]"),
+            mem.view(V, ks, f"V[{b},{kvh % shape.kv_heads}]"), mem.view(O, qs, f"O[{b},{h}]"))
 
 
 def default_scale(d: int, scale: float | None) -> float:

@@ -29,6 +29,10 @@ visited query blocks cover ``rows_j = Nq - floor(lo_j/Br)·Br`` rows.  Then
     reads  = 2·Nkv·d + sum_j rows_j·(2d + 2)            # K, V once; Q_i, O_i, l_i, m_i per visit
     writes = Nq·(d + 2) + sum_j rows_j·(d + 2)          # initialisation; O_i, l_i, m_i per visit
 
+With a sliding window of W keys the rows are ``[lo_j, hi_j)``, ``hi_j = clip(c1_j - 1 + W -
+offset, 0, Nq)``, ``rows_j`` the width of the Br blocks meeting it, and a key block no query sees is
+not loaded (its 2·Bc·d reads drop out).
+
 Unmasked: ``reads + writes = 2·Nkv·d + Nq·(d + 2) + Tc·Nq·(3d + 4)``.  The issue's estimate
 ``2Nd + (N/Bc)·N·(3d + 4)`` omits the initialisation ``N·(d + 2)`` (line 2 writes O, l, m to slow
 memory); on N = 4096, d = 64, M = 65536 (Bc = 256, Br = 64, Tc = 16) the exact count is 13,639,680
@@ -43,7 +47,7 @@ import numpy as np
 
 from ..memory import SlowArray, TwoLevelMemory
 from . import _kernels as K_
-from .base import Algorithm, IOCount, Shape, cdiv, kv_visible_lo
+from .base import Algorithm, IOCount, Shape, cdiv, q_range
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class Flash1(Algorithm):
     name = "flash1"
     summary = "FlashAttention-1: K/V blocks outer, O, l, m re-read and re-written per block"
     Tiling = Flash1Tiling
+    supports_window = True
 
     def footprint(self, shape: Shape, tiling: Flash1Tiling, causal: bool = False) -> int:
         return _fp(shape.d, min(tiling.Br, shape.Nq), min(tiling.Bc, shape.Nkv))
@@ -101,21 +106,22 @@ class Flash1(Algorithm):
 
     def _predict(self, shape: Shape, tiling: Flash1Tiling, causal: bool) -> IOCount:
         d, Nq = shape.d, shape.Nq
-        starts, _ = K_.block_counts(shape.Nkv, tiling.Bc)
-        lo = np.clip(starts - shape.offset, 0, Nq) if causal else np.zeros_like(starts)
-        rows = Nq - (lo // tiling.Br) * tiling.Br
+        starts, stops = K_.block_counts(shape.Nkv, tiling.Bc)
+        lo, hi = K_.q_ranges(shape, starts, stops, causal)
+        _, _, rows = K_.meeting(lo, hi, tiling.Br, Nq)
         visits = int(rows.sum())
-        reads = 2 * shape.Nkv * d + visits * (2 * d + 2)
+        kv_words = int(np.sum(np.where(hi > lo, stops - starts, 0)))
+        reads = 2 * kv_words * d + visits * (2 * d + 2)
         writes = Nq * (d + 2) + visits * (d + 2)
         return IOCount(reads, writes)
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                  O: SlowArray, *, shape: Shape, tiling: Flash1Tiling, causal: bool,
                  scale: float) -> None:
-        d, Nq, off = shape.d, shape.Nq, shape.offset
+        d, Nq = shape.d, shape.Nq
         Br, Bc = tiling.Br, tiling.Bc
-        ell = mem.slow("l", (Nq,))
-        mx = mem.slow("m", (Nq,))
+        ell = mem.scratch("l", (Nq,))
+        mx = mem.scratch("m", (Nq,))
         # line 2: initialise O, l, m in slow memory
         for qb in mem.blocks(Nq, Br):
             z = mem.alloc((qb.size, d), 0.0, label="O_init")
@@ -126,9 +132,12 @@ class Flash1(Algorithm):
             mem.store(zm, mx, qb)
             mem.free(z, zl, zm)
         for kb in mem.blocks(shape.Nkv, Bc, uniform=not causal):  # line 5
+            qlo, qhi = q_range(shape, kb.start, kb.stop, causal)
+            if qhi <= qlo:  # no query sees this block (sliding window): skip it
+                continue
             Kj = mem.load(K, kb, label="K_j")  # line 6
             Vj = mem.load(V, kb, label="V_j")
-            for qb in mem.blocks(Nq, Br, lo=kv_visible_lo(shape, kb.start, causal)):  # line 7
+            for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi):  # line 7
                 Qi = mem.load(Q, qb, label="Q_i")  # line 8
                 Oi = mem.load(O, qb, label="O_i")
                 li = mem.load(ell, qb, label="l_i")
@@ -137,10 +146,7 @@ class Flash1(Algorithm):
                 t1 = mem.alloc((qb.size,), label="m_new")
                 t2 = mem.alloc((qb.size,), label="l_new")
                 mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)  # line 9
-                if K_.tile_needs_mask(shape, qb.start, kb.stop, causal):
-                    r0, c0 = qb.start, kb.start
-                    mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), S,
-                                writes=1)
+                K_.mask_tile(mem, S, shape, qb, kb, causal)
                 mem.compute(K_.online_update_fa1, S, mi, li, t1, t2, Oi, Vj, writes=6)  # lines 10-12
                 mem.store(Oi, O, qb)  # lines 12-13
                 mem.store(li, ell, qb)

@@ -24,6 +24,17 @@ Fast memory: Q_i, O_i (2·Br·d), K_j, V_j (2·Bc·d), S_ij (Br·Bc) and the vec
 temporary (3·Br): ``footprint = 2·Br·d + 2·Bc·d + Br·Bc + 3·Br`` with Br, Bc clamped to Nq, Nkv,
 so the least workable M is 4d + 4 (Br = Bc = 1).
 
+Grouped-query attention.  With ``heads = g·kv_heads``, a tiling with ``group = G`` (G divides g)
+runs the G query heads of a group together: each K/V tile is loaded once for all of them, so the
+group moves ``sum_i [hi_i > 0]·(G·Br_i·d + 2·d·cov_i)`` reads and ``G·Nq·d`` writes, and there are
+``batch·heads/G`` groups; fast memory then holds ``G·(2·Br·d + 3·Br) + 2·Bc·d + Br·Bc`` words
+(one score tile at a time).  ``group = 1`` is the per-head schedule.  The default tiling scores
+every divisor G.
+
+Sliding window.  With ``window = W`` (causal), block i sees keys ``[lo_i, hi_i)`` with
+``lo_i = max(0, r0_i + offset - W + 1)``; ``cov_i`` is then the width of the Bc blocks meeting
+``[lo_i, hi_i)``.  Skipped tiles are neither loaded nor counted.
+
 Tiling.  Unmasked, the count depends on Tr only, so the best tiling takes the largest Br that fits
 with Bc = 1, then the fewest query blocks' smallest Br, then the largest Bc that still fits (fewer,
 larger steps at equal I/O).  Causal counts depend on Bc too; a small grid of candidates is scored.
@@ -35,108 +46,181 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ParameterError
 from ..memory import SlowArray, TwoLevelMemory
 from . import _kernels as K_
-from .base import Algorithm, IOCount, Shape, cdiv, kv_visible_hi
+from .base import Algorithm, IOCount, Shape, cdiv, head_views, kv_range
+from .flash2_backward import BACKWARD
 
 
 @dataclass(frozen=True)
 class Flash2Tiling:
-    """Br query rows and Bc key/value rows per block."""
+    """Br query rows and Bc key/value rows per block; ``group`` query heads share each K/V tile."""
 
     Br: int
     Bc: int
+    group: int = 1
 
 
-def _fp(d: int, Br: int, Bc: int) -> int:
-    return 2 * Br * d + 2 * Bc * d + Br * Bc + 3 * Br
+def _fp(d: int, Br: int, Bc: int, G: int = 1) -> int:
+    return G * (2 * Br * d + 3 * Br) + 2 * Bc * d + Br * Bc
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
 
 
 class Flash2(Algorithm):
     name = "flash2"
     summary = "FlashAttention-2: Q blocks outer, O, l, m kept in fast memory, O written once"
     Tiling = Flash2Tiling
+    supports_window = True
+    supports_backward = True
+    backward = BACKWARD  # the backward schedule (flash2_backward.py)
 
     def footprint(self, shape: Shape, tiling: Flash2Tiling, causal: bool = False) -> int:
-        return _fp(shape.d, min(tiling.Br, shape.Nq), min(tiling.Bc, shape.Nkv))
+        return _fp(shape.d, min(tiling.Br, shape.Nq), min(tiling.Bc, shape.Nkv), tiling.group)
 
     def min_M(self, shape: Shape, causal: bool = False) -> int:
         return _fp(shape.d, 1, 1)
 
-    def _bc_max(self, shape: Shape, M: int, Br: int) -> int:
+    def validate_tiling(self, shape: Shape, tiling: Flash2Tiling) -> None:
+        super().validate_tiling(shape, tiling)
+        if shape.group % tiling.group:
+            raise ParameterError(
+                f"tiling.group must divide heads/kv_heads = {shape.group}, got {tiling.group}"
+            )
+
+    def _bc_max(self, shape: Shape, M: int, Br: int, G: int) -> int:
         d = shape.d
-        return min(shape.Nkv, (M - Br * (2 * d + 3)) // (2 * d + Br))
+        return min(shape.Nkv, (M - G * Br * (2 * d + 3)) // (2 * d + Br))
 
     def candidate_tilings(self, shape: Shape, M: int, causal: bool = False):
         d, Nq = shape.d, shape.Nq
-        br_max = min(Nq, (M - 2 * d) // (2 * d + 4))
-        if br_max < 1:
-            return []
-        tr_min = cdiv(Nq, br_max)
-        brs = {cdiv(Nq, t) for t in range(tr_min, min(Nq, tr_min + 8) + 1)}
-        b = 1
-        while b <= br_max:
-            brs.add(b)
-            b *= 2
-        brs.add(br_max)
+        masked = causal
         out = []
-        for Br in sorted(brs):
-            if Br > br_max:
+        for G in _divisors(shape.group):
+            br_max = min(Nq, (M - 2 * d) // (G * (2 * d + 3) + 1))
+            while br_max >= 1 and self._bc_max(shape, M, br_max, G) < 1:
+                br_max -= 1
+            if br_max < 1:
                 continue
-            bc = self._bc_max(shape, M, Br)
-            if bc < 1:
-                continue
-            bcs = {bc}
-            if causal:
-                c = 1
-                while c < bc:
-                    bcs.add(c)
-                    c *= 2
-                bcs.update({min(bc, Br), min(bc, max(1, Br // 2))})
-            out.extend(Flash2Tiling(Br, c) for c in sorted(bcs))
+            tr_min = cdiv(Nq, br_max)
+            brs = {cdiv(Nq, t) for t in range(tr_min, min(Nq, tr_min + 8) + 1)}
+            b = 1
+            while b <= br_max:
+                brs.add(b)
+                b *= 2
+            brs.add(br_max)
+            for Br in sorted(brs):
+                if Br > br_max:
+                    continue
+                bc = self._bc_max(shape, M, Br, G)
+                if bc < 1:
+                    continue
+                bcs = {bc}
+                if masked:
+                    c = 1
+                    while c < bc:
+                        bcs.add(c)
+                        c *= 2
+                    bcs.update({min(bc, Br), min(bc, max(1, Br // 2))})
+                out.extend(Flash2Tiling(Br, c, G) for c in sorted(bcs))
         return out
 
     def steps(self, shape: Shape, tiling: Flash2Tiling, causal: bool = False) -> int:
         return cdiv(shape.Nq, tiling.Br) * cdiv(shape.Nkv, tiling.Bc)
 
-    def _predict(self, shape: Shape, tiling: Flash2Tiling, causal: bool) -> IOCount:
-        d = shape.d
+    def _group_count(self, shape: Shape, tiling: Flash2Tiling, causal: bool) -> IOCount:
+        """Words moved for one group of ``tiling.group`` query heads sharing K/V tiles."""
+        d, G = shape.d, tiling.group
         starts, stops = K_.block_counts(shape.Nq, tiling.Br)
-        hi = K_.visible_hi(shape, stops, causal)
-        _, cov = K_.covered(hi, tiling.Bc, shape.Nkv)
-        seen = hi > 0
-        reads = int(np.sum(np.where(seen, (stops - starts) * d + 2 * d * cov, 0)))
-        return IOCount(reads=reads, writes=shape.Nq * d)
+        lo, hi = K_.kv_ranges(shape, starts, stops, causal)
+        _, _, cov = K_.meeting(lo, hi, tiling.Bc, shape.Nkv)
+        seen = hi > lo
+        reads = int(np.sum(np.where(seen, G * (stops - starts) * d + 2 * d * cov, 0)))
+        return IOCount(reads=reads, writes=G * shape.Nq * d)
 
-    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: Flash2Tiling, causal: bool,
-                 scale: float) -> None:
-        d, off = shape.d, shape.offset
+    def _predict(self, shape: Shape, tiling: Flash2Tiling, causal: bool) -> IOCount:
+        return self._group_count(shape, Flash2Tiling(tiling.Br, tiling.Bc, 1), causal)
+
+    def predict_total(self, shape: Shape, tiling: Flash2Tiling, causal: bool = False) -> IOCount:
+        c = self._group_count(shape, tiling, causal)
+        n = shape.n_heads // tiling.group
+        return IOCount(n * c.reads, n * c.writes)
+
+    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                     O: SlowArray, *, shape: Shape, tiling: Flash2Tiling, causal: bool,
+                     scale: float, lse: SlowArray | None = None) -> None:
+        """Every group of ``tiling.group`` query heads against its K/V head; ``lse`` (stacked by
+        head, Nq words each) receives the logsumexp of every row when given."""
+        G, Nq = tiling.group, shape.Nq
+        if shape.n_heads == 1:
+            self.schedule_group(mem, [Q], K, V, [O], shape=shape, tiling=tiling, causal=causal,
+                                scale=scale, lse=None if lse is None else [lse])
+            return
+        for gb in mem.blocks(shape.n_heads // G, 1):
+            heads = [gb.start * G + g for g in range(G)]
+            views = [head_views(mem, shape, h, Q, K, V, O) for h in heads]
+            lses = None
+            if lse is not None:
+                lses = [mem.view(lse, slice(h * Nq, (h + 1) * Nq)) for h in heads]
+            self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
+                                [v[3] for v in views], shape=shape, tiling=tiling,
+                                causal=causal, scale=scale, lse=lses)
+
+    def predict_with_lse(self, shape: Shape, tiling: Flash2Tiling, causal: bool = False) -> IOCount:
+        """The forward pass that also writes the logsumexp (Nq words a head) for the backward."""
+        return self.predict_total(shape, tiling, causal) + IOCount(0, shape.n_heads * shape.Nq)
+
+    def schedule(self, mem, Q, K, V, O, *, shape, tiling, causal, scale) -> None:
+        self.schedule_group(mem, [Q], K, V, [O], shape=shape,
+                            tiling=Flash2Tiling(tiling.Br, tiling.Bc, 1), causal=causal,
+                            scale=scale)
+
+    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
+                       V: SlowArray, Os: list[SlowArray], *, shape: Shape, tiling: Flash2Tiling,
+                       causal: bool, scale: float, lse: list[SlowArray] | None = None) -> None:
+        """Query heads ``Qs`` (one group) against one K/V head: each K/V tile is loaded once for
+        the whole group.  ``lse`` (optional) receives each row's logsumexp, for the backward."""
+        d = shape.d
         for qb in mem.blocks(shape.Nq, tiling.Br, uniform=not causal):
-            hi = kv_visible_hi(shape, qb.stop, causal)
-            Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
-            if hi == 0:  # every row of the block is masked: its output is 0
-                mem.store(Oi, O, qb)
-                mem.free(Oi)
+            lo, hi = kv_range(shape, qb.start, qb.stop, causal)
+            if hi <= lo:  # every row of the block is masked: its output is 0
+                for g, O in enumerate(Os):
+                    Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
+                    mem.store(Oi, O, qb)
+                    mem.free(Oi)
+                    if lse is not None:
+                        z = mem.alloc((qb.size,), -np.inf, label="lse_i")
+                        mem.store(z, lse[g], qb)
+                        mem.free(z)
                 continue
-            Qi = mem.load(Q, qb, label="Q_i")
-            m = mem.alloc((qb.size,), -np.inf, label="m_i")
-            l = mem.alloc((qb.size,), 0.0, label="l_i")
-            t = mem.alloc((qb.size,), 0.0, label="tmp")
-            for kb in mem.blocks(shape.Nkv, tiling.Bc, hi=hi):
+            heads = []
+            for Q in Qs:
+                Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
+                Qi = mem.load(Q, qb, label="Q_i")
+                m = mem.alloc((qb.size,), -np.inf, label="m_i")
+                l = mem.alloc((qb.size,), 0.0, label="l_i")
+                t = mem.alloc((qb.size,), 0.0, label="tmp")
+                heads.append((Qi, Oi, m, l, t))
+            for kb in mem.blocks(shape.Nkv, tiling.Bc, lo=lo, hi=hi):
                 Kj = mem.load(K, kb, label="K_j")
                 Vj = mem.load(V, kb, label="V_j")
-                S = mem.alloc((qb.size, kb.size), label="S_ij")
-                mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
-                if K_.tile_needs_mask(shape, qb.start, kb.stop, causal):
-                    r0, c0 = qb.start, kb.start
-                    mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), S,
-                                writes=1)
-                mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj, writes=5)
-                mem.free(S, Kj, Vj)
-            mem.compute(K_.normalise_rows, Oi, l, writes=1)
-            mem.store(Oi, O, qb)
-            mem.free(Qi, m, l, t, Oi)
+                for Qi, Oi, m, l, t in heads:
+                    S = mem.alloc((qb.size, kb.size), label="S_ij")
+                    mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
+                    K_.mask_tile(mem, S, shape, qb, kb, causal)
+                    mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj, writes=5)
+                    mem.free(S)
+                mem.free(Kj, Vj)
+            for g, (Qi, Oi, m, l, t) in enumerate(heads):
+                if lse is not None:  # logsumexp = m + log l, written for the backward pass
+                    mem.compute(K_.logsumexp, t, m, l, writes=1)
+                    mem.store(t, lse[g], qb)
+                mem.compute(K_.normalise_rows, Oi, l, writes=1)
+                mem.store(Oi, Os[g], qb)
+                mem.free(Qi, m, l, t, Oi)
 
 
 ALGORITHM = Flash2()

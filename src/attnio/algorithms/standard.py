@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import ParameterError
 from ..memory import SlowArray, TwoLevelMemory
 from . import _kernels as K_
-from .base import Algorithm, IOCount, Shape, cdiv, kv_visible_hi
+from .base import Algorithm, IOCount, Shape, cdiv, kv_range
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,15 @@ class Standard(Algorithm):
     name = "standard"
     summary = "standard attention: S = QKᵀ and P = softmax(S) materialised in slow memory"
     Tiling = StandardTiling
+    supports_window = True
 
     def _dims(self, shape: Shape, t: StandardTiling) -> tuple[int, int, int]:
         return min(t.bm, shape.Nq), min(t.bn, shape.Nkv), min(t.bk, shape.d)
 
     def _row_widths(self, shape: Shape, t: StandardTiling, causal: bool):
         starts, stops = K_.block_counts(shape.Nq, t.bm)
-        hi = K_.visible_hi(shape, stops, causal)
-        nvis, cov = K_.covered(hi, t.bn, shape.Nkv)
+        lo, hi = K_.kv_ranges(shape, starts, stops, causal)
+        nvis, _, cov = K_.meeting(lo, hi, t.bn, shape.Nkv)
         return stops - starts, nvis, cov
 
     def footprint(self, shape: Shape, tiling: StandardTiling, causal: bool = False) -> int:
@@ -133,49 +134,46 @@ class Standard(Algorithm):
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                  O: SlowArray, *, shape: Shape, tiling: StandardTiling, causal: bool,
                  scale: float) -> None:
-        Nq, Nkv, d, off = shape.Nq, shape.Nkv, shape.d, shape.offset
+        Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
         bm, bn, bk = tiling.bm, tiling.bn, tiling.bk
-        S = mem.slow("S", (Nq, Nkv))
-        P = mem.slow("P", (Nq, Nkv))
+        S = mem.scratch("S", (Nq, Nkv))
+        P = mem.scratch("P", (Nq, Nkv))
         u = not causal
 
         # phase 1: S = scale * Q K^T on the visible tiles
         for qb in mem.blocks(Nq, bm, uniform=u):
-            hi = kv_visible_hi(shape, qb.stop, causal)
-            for kb in mem.blocks(Nkv, bn, hi=hi):
+            lo, hi = kv_range(shape, qb.start, qb.stop, causal)
+            for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi):
                 acc = mem.alloc((qb.size, kb.size), 0.0, label="S_ij")
                 for lb in mem.blocks(d, bk):
                     Qt = mem.load(Q, qb, lb, label="Q_il")
                     Kt = mem.load(K, kb, lb, label="K_jl")
                     mem.matmul(acc, Qt, Kt, transpose_b=True, alpha=scale, accumulate=True)
                     mem.free(Qt, Kt)
-                if K_.tile_needs_mask(shape, qb.start, kb.stop, causal):
-                    r0, c0 = qb.start, kb.start
-                    mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), acc,
-                                writes=1)
+                K_.mask_tile(mem, acc, shape, qb, kb, causal)
                 mem.store(acc, S, qb, kb)
                 mem.free(acc)
 
         # phase 2: P = softmax(S) row block by row block
         for qb in mem.blocks(Nq, bm, uniform=u):
-            hi = kv_visible_hi(shape, qb.stop, causal)
-            if hi == 0:
+            lo, hi = kv_range(shape, qb.start, qb.stop, causal)
+            if hi <= lo:
                 continue
             m = mem.alloc((qb.size,), -np.inf, label="m_i")
             l = mem.alloc((qb.size,), 0.0, label="l_i")
             t = mem.alloc((qb.size,), 0.0, label="tmp")
             if tiling.onepass:
-                cov = min(Nkv, cdiv(hi, bn) * bn)
-                row = mem.load(S, qb, slice(0, cov), label="S_i")
+                cols = slice((lo // bn) * bn, min(Nkv, cdiv(hi, bn) * bn))
+                row = mem.load(S, qb, cols, label="S_i")
                 mem.compute(_softmax_full, row, m, l, t, writes=4)
-                mem.store(row, P, qb, slice(0, cov))
+                mem.store(row, P, qb, cols)
                 mem.free(row)
             else:
-                for kb in mem.blocks(Nkv, bn, hi=hi):  # pass A
+                for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi):  # pass A
                     St = mem.load(S, qb, kb, label="S_ij")
                     mem.compute(_softmax_rows, St, m, l, t, writes=4)
                     mem.free(St)
-                for kb in mem.blocks(Nkv, bn, hi=hi):  # pass B
+                for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi):  # pass B
                     St = mem.load(S, qb, kb, label="S_ij")
                     mem.compute(_probabilities, St, m, l, writes=1)
                     mem.store(St, P, qb, kb)
@@ -184,10 +182,10 @@ class Standard(Algorithm):
 
         # phase 3: O = P V
         for qb in mem.blocks(Nq, bm, uniform=u):
-            hi = kv_visible_hi(shape, qb.stop, causal)
+            lo, hi = kv_range(shape, qb.start, qb.stop, causal)
             for cb in mem.blocks(d, bk):
                 acc = mem.alloc((qb.size, cb.size), 0.0, label="O_ic")
-                for kb in mem.blocks(Nkv, bn, hi=hi):
+                for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi):
                     Pt = mem.load(P, qb, kb, label="P_ij")
                     Vt = mem.load(V, kb, cb, label="V_jc")
                     mem.matmul(acc, Pt, Vt, accumulate=True)
