@@ -441,10 +441,10 @@ class SquareTiling(Algorithm):
                  scale: float) -> None:
         t = tiling
         Nq, Nkv = shape.Nq, shape.Nkv
-        A = mem.slow("A", (Nq, Nkv))  # exp(S) (stable: exp(S - m_ij)), written once
-        rowvec = mem.slow("g" if t.stable else "l", (Nq,))  # log-sum-exp g, or row sums l
+        A = mem.scratch("A", (Nq, Nkv))  # exp(S) (stable: exp(S - m_ij)), written once
+        rowvec = mem.scratch("g" if t.stable else "l", (Nq,))  # log-sum-exp g, or row sums l
         Tc = cdiv(Nkv, t.Bc)
-        mx = mem.slow("m_tile", (Tc * Nq,)) if t.stable else None  # block j, rows r: j*Nq + r
+        mx = mem.scratch("m_tile", (Tc * Nq,)) if t.stable else None  # block j, rows r: j*Nq + r
         self._phase1(mem, Q, K, A, rowvec, mx, shape, t, causal, scale)
         self._phase2(mem, V, A, rowvec, mx, O, shape, t, causal)
 

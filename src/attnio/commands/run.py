@@ -19,7 +19,17 @@ def add_arguments(p) -> None:
     p.add_argument("--Nkv", type=int, default=None, help="number of keys/values (overrides --N)")
     p.add_argument("--d", type=int, default=64, help="head dimension")
     p.add_argument("--M", type=int, default=16384, help="fast-memory capacity in words")
-    p.add_argument("--causal", action="store_true", help="causal (bottom-right aligned) mask")
+    p.add_argument("--causal", nargs="?", const="bottom_right", default=None,
+                   choices=["bottom_right", "top_left"],
+                   help="causal mask, bottom-right aligned (default) or top_left")
+    p.add_argument("--window", type=int, default=None,
+                   help="sliding window: each query sees its W most recent keys (needs --causal)")
+    p.add_argument("--batch", type=int, default=1, help="batch size")
+    p.add_argument("--heads", type=int, default=1, help="query heads")
+    p.add_argument("--kv-heads", type=int, default=None,
+                   help="key/value heads (default: --heads; fewer = grouped-query attention)")
+    p.add_argument("--backward", action="store_true",
+                   help="also run the backward pass (flash2) and count it separately")
     p.add_argument("--scale", type=float, default=None, help="softmax scale (default 1/sqrt(d))")
     p.add_argument("--count-only", action="store_true", help="count mode: shapes only, no arithmetic")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
@@ -109,38 +119,57 @@ def main(args) -> int:
     if alg.kind == "matmul":
         return main_matmul(args)
     tiling = parse_tiling(args.tiling)
+    from ..algorithms.base import Shape
+
     Nq = args.Nq if args.Nq is not None else args.N
     Nkv = args.Nkv if args.Nkv is not None else args.N
-    shape = (Nq, Nkv, args.d)
-    err = None
+    kvh = args.kv_heads if args.kv_heads is not None else args.heads
+    shape = Shape(Nq, Nkv, args.d, batch=args.batch, heads=args.heads, kv_heads=kvh)
+    causal = args.causal or False
+    opts = dict(M=args.M, causal=causal, window=args.window, scale=args.scale, tiling=tiling,
+                backward=args.backward)
+    err = grad_err = None
     if args.count_only:
-        res = run(alg.name, shape=shape, M=args.M, mode="count", causal=args.causal,
-                  scale=args.scale, tiling=tiling)
+        res = run(alg.name, shape=shape, mode="count", **opts)
     else:
-        from ..algorithms.base import Shape
-
-        Shape.coerce(shape)  # validate sizes before drawing inputs
         rng = np.random.default_rng(args.seed)
-        Q = rng.standard_normal((Nq, args.d))
-        K = rng.standard_normal((Nkv, args.d))
-        V = rng.standard_normal((Nkv, args.d))
-        res = run(alg.name, Q, K, V, M=args.M, causal=args.causal, scale=args.scale,
-                  tiling=tiling)
-        ref = reference.attention(Q, K, V, causal=args.causal, scale=args.scale)
+        four = shape.n_heads > 1
+        qs = (args.batch, args.heads, Nq, args.d) if four else (Nq, args.d)
+        ks = (args.batch, kvh, Nkv, args.d) if four else (Nkv, args.d)
+        Q, K, V = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
+        dO = rng.standard_normal(qs) if args.backward else None
+        res = run(alg.name, Q, K, V, grad_output=dO, **opts)
+        ref = reference.attention(Q, K, V, causal=causal, scale=args.scale, window=args.window)
         err = float(np.abs(res.output - ref).max())
+        if args.backward:
+            refg = reference.attention_backward(Q, K, V, dO, causal=causal, scale=args.scale,
+                                                window=args.window)
+            grad_err = max(float(np.abs(res.grads[k] - g).max())
+                           for k, g in zip(("dQ", "dK", "dV"), refg))
     io = res.io
     if args.json:
         obj = {
             "algorithm": alg.name, "N": Nq, "Nq": Nq, "Nkv": Nkv, "d": args.d, "M": args.M,
-            "causal": args.causal, "reads": io.reads, "writes": io.writes, "total": io.total,
+            "causal": bool(causal), "causal_align": shape.causal_align if causal else None,
+            "window": args.window, "batch": args.batch, "heads": args.heads, "kv_heads": kvh,
+            "reads": io.reads, "writes": io.writes, "total": io.total,
             "peak": io.peak, "max_abs_err": err, "tiling": tiling_dict(res.tiling),
             "mode": res.mode,
         }
+        if args.backward:
+            b = res.backward_io
+            obj["backward"] = {"reads": b.reads, "writes": b.writes, "total": b.total,
+                               "peak": b.peak, "tiling": tiling_dict(res.backward_tiling),
+                               "max_abs_grad_err": grad_err}
         print(json.dumps(obj, sort_keys=True))
         return 0
     size = f"N={Nq}" if Nq == Nkv else f"Nq={Nq} Nkv={Nkv}"
-    print(f"{alg.name}  {size} d={args.d} M={args.M}{' causal' if args.causal else ''}"
-          f"  ({res.mode} mode)")
+    heads = ""
+    if shape.n_heads > 1:
+        heads = f" batch={args.batch} heads={args.heads} kv_heads={kvh}"
+    mask = f" causal={causal}" if causal else ""
+    mask += f" window={args.window}" if args.window else ""
+    print(f"{alg.name}  {size} d={args.d}{heads} M={args.M}{mask}  ({res.mode} mode)")
     print(f"  tiling   {tiling_dict(res.tiling)}")
     print(f"  reads    {io.reads:,}")
     print(f"  writes   {io.writes:,}")
@@ -148,4 +177,11 @@ def main(args) -> int:
     print(f"  peak     {io.peak:,} of M={args.M:,} words")
     if err is not None:
         print(f"  max |O - reference| = {err:.3e}")
+    if args.backward:
+        b = res.backward_io
+        print(f"  backward tiling {tiling_dict(res.backward_tiling)}")
+        print(f"  backward reads {b.reads:,}  writes {b.writes:,}  total {b.total:,}  "
+              f"peak {b.peak:,}  (forward + backward {io.total + b.total:,})")
+        if grad_err is not None:
+            print(f"  max |grad - reference| = {grad_err:.3e}")
     return 0

@@ -1,0 +1,200 @@
+"""Split-KV attention (FlashDecoding): partial results per KV split, then a reduction.
+
+For decoding (few queries, a long KV cache) one query block cannot keep a GPU busy, so
+FlashDecoding splits the keys into ``splits`` ranges processed independently; each writes a
+partial output and its logsumexp to slow memory, and a reduction combines them.  Under the
+sequential I/O model the split buys no I/O, it costs some: this module counts exactly how much.
+
+Schedule, per head and query block i (Br rows), with the keys cut into ``splits`` ranges of
+``L = ceil(Nkv/splits)`` keys::
+
+    for each split p that block i sees (keys [lo, hi) of the split after the mask):
+        load Q_i;  O = 0, m = -inf, l = 0           # FlashAttention-2 over the split's keys,
+        for each Bc block of the split meeting [lo, hi): load K_j, V_j; online softmax update
+        write O_p = O / l  (Br·d words) and lse_p = m + log l  (Br words)
+    reduction: for each such split: load O_p, lse_p and fold them (online softmax over splits)
+    write O_i
+
+With ``splits = 1`` there is nothing to reduce: the partial is the output, written once, and the
+schedule is FlashAttention-2's.
+
+Closed form.  Query block i sees keys ``[lo_i, hi_i)`` (all keys unmasked; causal/window as in
+``flash2``).  For split p, ``[lo_ip, hi_ip) = [lo_i, hi_i) ∩ [p·L, (p+1)·L)`` and ``cov_ip`` is the
+width of the Bc blocks of the split (blocks start at p·L) meeting it; ``n_i`` is the number of
+splits with ``hi_ip > lo_ip``.  Then with ``splits > 1``
+
+    reads  = sum_i [ n_i·Br_i·d + 2·d·sum_p cov_ip  +  n_i·Br_i·(d + 1) ]
+    writes = sum_i [ n_i·Br_i·(d + 1) + Br_i·d ]
+
+(a block that sees no key writes zeros: Br_i·d).  With ``splits = 1`` it is ``flash2``'s count.
+So the split costs, against ``flash2`` with the same Br, ``(n_i - 1)·Br_i·d`` extra Q reads plus
+``2·n_i·Br_i·(d + 1)`` partial words: for decoding (Nq small) against a long cache this is
+``2·s·Nq·(d + 1) + (s-1)·Nq·d`` words next to the ``2·Nkv·d`` of reading the cache, negligible while
+``s·Nq << Nkv``, and it is all the I/O the split costs.
+
+Fast memory: the split phase holds Q_i, O_i, K_j, V_j, S_ij and three vectors
+(``2·Br·d + 2·Bc·d + Br·Bc + 3·Br``, as ``flash2``); the reduction holds the accumulator, one
+partial O_p and lse_p, and three vectors (``2·Br·d + 4·Br``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ParameterError
+from ..memory import Block, SlowArray, TwoLevelMemory
+from . import _kernels as K_
+from .base import Algorithm, IOCount, Shape, cdiv, kv_range
+
+
+@dataclass(frozen=True)
+class SplitKVTiling:
+    """Br query rows, Bc key rows per block, and the number of KV splits."""
+
+    Br: int
+    Bc: int
+    splits: int = 1
+
+
+def _fp(d: int, Br: int, Bc: int, splits: int) -> int:
+    main = 2 * Br * d + 2 * Bc * d + Br * Bc + 3 * Br
+    return main if splits == 1 else max(main, 2 * Br * d + 4 * Br)
+
+
+def _fold_partial(acc, m, l, t, Op, lse) -> None:
+    """Fold a normalised partial output O_p with logsumexp lse_p into (acc, m, l)."""
+    np.maximum(m, lse, out=t)
+    ts = K_.safe_max(t)
+    alpha = np.exp(m - ts)
+    beta = np.exp(lse - ts)
+    acc *= alpha[:, None]
+    acc += beta[:, None] * Op
+    l *= alpha
+    l += beta
+    m[:] = t
+
+
+class FlashDecoding(Algorithm):
+    name = "flash_decoding"
+    summary = "split-KV (FlashDecoding): partials per KV split written, then reduced"
+    Tiling = SplitKVTiling
+    supports_window = True
+
+    def footprint(self, shape: Shape, tiling: SplitKVTiling, causal: bool = False) -> int:
+        L = cdiv(shape.Nkv, tiling.splits)
+        return _fp(shape.d, min(tiling.Br, shape.Nq), min(tiling.Bc, L), tiling.splits)
+
+    def min_M(self, shape: Shape, causal: bool = False) -> int:
+        return _fp(shape.d, 1, 1, 1)
+
+    def validate_tiling(self, shape: Shape, tiling: SplitKVTiling) -> None:
+        super().validate_tiling(shape, tiling)
+        if tiling.splits > shape.Nkv:
+            raise ParameterError(
+                f"tiling.splits must be in [1, Nkv={shape.Nkv}], got {tiling.splits}"
+            )
+
+    def candidate_tilings(self, shape: Shape, M: int, causal: bool = False):
+        from .flash2 import ALGORITHM as F2
+
+        out = []
+        for t in F2.candidate_tilings(shape.head(), M, causal):
+            for s in (1, 2, 4, 8, 16):
+                if s <= shape.Nkv:
+                    c = SplitKVTiling(t.Br, min(t.Bc, cdiv(shape.Nkv, s)), s)
+                    if self.footprint(shape, c, causal) <= M:
+                        out.append(c)
+        return out
+
+    def steps(self, shape: Shape, tiling: SplitKVTiling, causal: bool = False) -> int:
+        L = cdiv(shape.Nkv, tiling.splits)
+        return cdiv(shape.Nq, tiling.Br) * tiling.splits * cdiv(L, tiling.Bc)
+
+    def _predict(self, shape: Shape, tiling: SplitKVTiling, causal: bool) -> IOCount:
+        d, Bc, s = shape.d, tiling.Bc, tiling.splits
+        L = cdiv(shape.Nkv, s)
+        starts, stops = K_.block_counts(shape.Nq, tiling.Br)
+        rows = stops - starts
+        lo, hi = K_.kv_ranges(shape, starts, stops, causal)
+        n_vis = np.zeros_like(rows)
+        cov = np.zeros_like(rows)
+        for p in range(cdiv(shape.Nkv, L)):
+            p0, p1 = p * L, min(shape.Nkv, (p + 1) * L)
+            slo, shi = np.maximum(lo, p0) - p0, np.minimum(hi, p1) - p0
+            _, _, width = K_.meeting(slo, shi, Bc, p1 - p0)
+            n_vis += shi > slo
+            cov += width
+        seen = hi > lo
+        if s == 1:
+            reads = int(np.sum(np.where(seen, rows * d + 2 * d * cov, 0)))
+            return IOCount(reads, shape.Nq * d)
+        reads = int(np.sum(n_vis * rows * d + 2 * d * cov + n_vis * rows * (d + 1)))
+        writes = int(np.sum(n_vis * rows * (d + 1))) + shape.Nq * d
+        return IOCount(reads, writes)
+
+    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                 O: SlowArray, *, shape: Shape, tiling: SplitKVTiling, causal: bool,
+                 scale: float) -> None:
+        d, Nq, s = shape.d, shape.Nq, tiling.splits
+        L = cdiv(shape.Nkv, s)
+        nsplit = cdiv(shape.Nkv, L)
+        if s > 1:
+            Op = mem.scratch("O_part", (nsplit * Nq, d))
+            Lp = mem.scratch("lse_part", (nsplit * Nq,))
+        for qb in mem.blocks(Nq, tiling.Br, uniform=not causal):
+            lo, hi = kv_range(shape, qb.start, qb.stop, causal)
+            visible = []
+            for sp in mem.blocks(shape.Nkv, L, uniform=False):
+                slo, shi = max(lo, sp.start), min(hi, sp.stop)
+                if shi <= slo:
+                    continue
+                visible.append(sp)
+                Qi = mem.load(Q, qb, label="Q_i")
+                Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
+                m = mem.alloc((qb.size,), -np.inf, label="m_i")
+                l = mem.alloc((qb.size,), 0.0, label="l_i")
+                t = mem.alloc((qb.size,), 0.0, label="tmp")
+                Ks, Vs = mem.view(K, sp.slice), mem.view(V, sp.slice)
+                for kb in mem.blocks(sp.size, tiling.Bc, lo=slo - sp.start, hi=shi - sp.start):
+                    Kj = mem.load(Ks, kb, label="K_j")
+                    Vj = mem.load(Vs, kb, label="V_j")
+                    S = mem.alloc((qb.size, kb.size), label="S_ij")
+                    mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
+                    absolute = Block(kb.index, kb.start + sp.start, kb.stop + sp.start)
+                    K_.mask_tile(mem, S, shape, qb, absolute, causal)
+                    mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj, writes=5)
+                    mem.free(S, Kj, Vj)
+                mem.compute(K_.normalise_rows, Oi, l, writes=1)
+                if s == 1:
+                    mem.store(Oi, O, qb)
+                else:
+                    rows = slice(sp.index * Nq + qb.start, sp.index * Nq + qb.stop)
+                    mem.compute(K_.logsumexp, t, m, l, writes=1)
+                    mem.store(Oi, Op, rows)
+                    mem.store(t, Lp, rows)
+                mem.free(Qi, Oi, m, l, t)
+            if not visible:  # every row of the block is masked: its output is 0
+                z = mem.alloc((qb.size, d), 0.0, label="O_i")
+                mem.store(z, O, qb)
+                mem.free(z)
+                continue
+            if s == 1:
+                continue
+            acc = mem.alloc((qb.size, d), 0.0, label="O_i")
+            m = mem.alloc((qb.size,), -np.inf, label="m_i")
+            l = mem.alloc((qb.size,), 0.0, label="l_i")
+            t = mem.alloc((qb.size,), 0.0, label="tmp")
+            for sp in visible:  # the reduction
+                rows = slice(sp.index * Nq + qb.start, sp.index * Nq + qb.stop)
+                Opt = mem.load(Op, rows, label="O_p")
+                lse = mem.load(Lp, rows, label="lse_p")
+                mem.compute(_fold_partial, acc, m, l, t, Opt, lse, writes=4)
+                mem.free(Opt, lse)
+            mem.compute(K_.normalise_rows, acc, l, writes=1)
+            mem.store(acc, O, qb)
+            mem.free(acc, m, l, t)
+
+
+ALGORITHM = FlashDecoding()
