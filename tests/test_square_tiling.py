@@ -1,0 +1,274 @@
+"""Square tiling (Saha & Ye Algorithm 1): output, exact counts, capacity, stability, tilings.
+
+The registry-wide spine (tests/test_exact_algorithms.py) already holds square_tiling's default
+tiling to the reference and to its closed form; here every tiling knob is exercised: both
+``stable`` values, both Phase-1 orders, the paper's rule, square sides, hand-made rectangular
+tiles, rectangular and causal shapes, and the overflow behaviour of the literal version.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import attnio
+from attnio import CapacityError
+from attnio.algorithms.base import Shape
+from attnio.algorithms.square_tiling import ExpOverflowError, SquareTilingTiling, paper_side
+from attnio.errors import ParameterError
+from conftest import random_qkv
+
+ALG = attnio.algorithms.get("square_tiling")
+SHAPES = [(1, 1, 1), (7, 7, 3), (33, 33, 8), (64, 64, 16), (29, 50, 5), (50, 29, 5), (40, 1, 4),
+          (100, 100, 64)]
+
+
+def _tilings(shape: Shape):
+    """(M, tiling) pairs: auto (both stabilities), paper, square sides, orders, odd rectangles."""
+    lo = ALG.min_M(shape)
+    Ms = sorted({lo, 3 * lo + 1, 60, 250, 999})
+    out = []
+    for M in Ms:
+        if M < lo:
+            continue
+        out.append((M, None))
+        if M >= ALG.min_M(shape, stable=False):
+            out.append((M, {"stable": False}))
+        out.append((M, "paper"))
+    out += [(200, SquareTilingTiling(5, 3, 2, 4, 1, 3, "tile", True)),
+            (200, SquareTilingTiling(5, 3, 2, 4, 3, 3, "tile", False)),
+            (400, SquareTilingTiling(3, 6, 2, 7, 3, 5, "row", True)),
+            (400, SquareTilingTiling(2, 9, 4, 7, 9, 5, "row", False)),
+            (300, {"B": 4, "stable": False}), (300, 6)]
+    return out
+
+
+def _compute_cases():
+    cases = []
+    for (Nq, Nkv, d), causal in itertools.product(SHAPES, (False, True)):
+        shape = Shape(Nq, Nkv, d)
+        for M, t in _tilings(shape):
+            try:
+                tiling = ALG.coerce_tiling(shape, M, t, causal)
+            except (CapacityError, ParameterError):
+                continue  # e.g. a "row" tile that needs a whole query row of a large d
+            if ALG.steps(shape, tiling) <= 4000:
+                cases.append((Nq, Nkv, d, M, causal, tiling))
+    return cases
+
+
+COMPUTE_CASES = _compute_cases()
+
+
+def test_compute_grid_is_large_and_covers_every_knob():
+    assert len(COMPUTE_CASES) >= 200
+    tilings = [c[5] for c in COMPUTE_CASES]
+    for stable, order, causal in itertools.product((True, False), ("tile", "row"), (True, False)):
+        assert any(t.stable == stable and t.order == order and c[4] == causal
+                   for c, t in zip(COMPUTE_CASES, tilings)), (stable, order, causal)
+
+
+@pytest.mark.parametrize("Nq,Nkv,d,M,causal,tiling", COMPUTE_CASES)
+def test_square_tiling_output_and_counts_equal_reference_and_closed_form(Nq, Nkv, d, M, causal,
+                                                                         tiling):
+    Q, K, V = random_qkv(Nq, Nkv, d, seed=Nq * 7 + Nkv + d)
+    res = attnio.run("square_tiling", Q, K, V, M=M, causal=causal, tiling=tiling)
+    ref = attnio.reference.attention(Q, K, V, causal=causal)
+    assert np.abs(res.output - ref).max() <= 1e-10
+    pred = ALG.predicted_io(Shape(Nq, Nkv, d), M, causal=causal, tiling=tiling)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+    assert res.io.peak <= M
+    if not causal:
+        assert res.io.peak == ALG.footprint(Shape(Nq, Nkv, d), tiling)
+    for bulk in (True, False):
+        cnt = attnio.run("square_tiling", shape=(Nq, Nkv, d), M=M, mode="count", causal=causal,
+                         tiling=tiling, bulk=bulk)
+        assert (cnt.io.reads, cnt.io.writes, cnt.io.peak) == (res.io.reads, res.io.writes,
+                                                              res.io.peak)
+
+
+def _count_cases():
+    out = []
+    for N, d, causal, f in itertools.product((64, 257, 1000), (16, 64, 256), (False, True),
+                                             (1 / 16, 1 / 4, 1, 4)):
+        M = max(ALG.min_M(Shape(N, N, d)), round(f * d * d))
+        for stable in (True, False):
+            out.append((N, d, M, causal, stable))
+    return out
+
+
+COUNT_CASES = _count_cases()
+
+
+def test_count_mode_bulk_and_step_by_step_equal_closed_form_at_larger_sizes():
+    assert len(COUNT_CASES) >= 140  # with COMPUTE_CASES: well over 200 configurations
+    stepped = 0
+    for N, d, M, causal, stable in COUNT_CASES:
+        bulk = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", causal=causal,
+                          tiling={"stable": stable})
+        pred = ALG.predicted_io((N, d), M, causal=causal, tiling=bulk.tiling)
+        assert (bulk.io.reads, bulk.io.writes) == (pred.reads, pred.writes), (N, d, M, causal)
+        assert bulk.io.peak <= M
+        assert bulk.tiling.stable == stable
+        if ALG.steps(Shape(N, N, d), bulk.tiling) <= 3000:
+            step = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", causal=causal,
+                              tiling=bulk.tiling, bulk=False)
+            assert (step.io.reads, step.io.writes, step.io.peak, step.io.steps) == (
+                bulk.io.reads, bulk.io.writes, bulk.io.peak, bulk.io.steps)
+            stepped += 1
+    assert stepped >= 40
+
+
+# ---------------------------------------------------------------------- the paper's rule
+@pytest.mark.parametrize("M", [4, 15, 16, 100, 1000, 4096, 65536])
+def test_paper_rule_side_and_cache_use(M):
+    B = paper_side(M)
+    assert B == math.isqrt(M // 4) and 4 * B * B <= M < 4 * (B + 1) ** 2
+    shape = Shape(10**6, 10**6, 10**4)  # nothing clamps
+    literal = SquareTilingTiling.square(B, stable=False)
+    assert ALG.footprint(shape, literal) == 3 * B * B + B <= M  # the paper's cache use
+
+
+@pytest.mark.parametrize("N,d,M", [(1024, 256, 4096), (4096, 128, 1024), (300, 64, 900)])
+def test_paper_tiles_count_matches_its_formula(N, d, M):
+    B = paper_side(M)
+    t = SquareTilingTiling.square(B, stable=False)
+    T, Td = -(-N // B), -(-d // B)
+    p1 = 2 * T * N * d + N * N + N
+    p2 = Td * N * N + Td * N + T * N * d + N * d
+    res = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=t)
+    assert res.io.total == p1 + p2
+    # the design notes' estimate: ~4N²d/√M + N² (Phase 1) and ~4N²d/√M (Phase 2)
+    est = 8 * N * N * d / math.sqrt(M) + N * N
+    assert abs(res.io.total - est) / est < 0.15
+
+
+def test_auto_is_never_worse_than_the_paper_rule_nor_any_candidate():
+    for N, d, M, causal in itertools.product((100, 1000), (32, 256), (64, 1000, 16384),
+                                             (False, True)):
+        shape = Shape(N, N, d)
+        auto = ALG.default_tiling(shape, M, causal)
+        best = ALG._predict(shape, auto, causal).total
+        paper = ALG.paper_tiling(shape, M)
+        assert best <= ALG._predict(shape, paper, causal).total
+        for c in ALG.candidate_tilings(shape, M, causal):
+            if ALG.footprint(shape, c) <= M:
+                assert ALG._predict(shape, c, causal).total >= best
+
+
+def test_stable_variant_counts_every_extra_word():
+    """Same sides, stable vs literal: exactly the per-tile maxima (written, then read per
+    output slice); l is replaced by g word for word."""
+    N, d, M = 500, 64, 2000
+    shape = Shape(N, N, d)
+    t = ALG.default_tiling(shape, M)
+    lit = SquareTilingTiling(*[getattr(t, f) for f in ("Br", "Bc", "Bd", "Br2", "Bk2", "Bd2")],
+                             order=t.order, stable=False)
+    a = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=t).io
+    b = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=lit).io
+    Tc, Td = -(-N // t.Bc), -(-d // t.Bd2)
+    assert a.writes - b.writes == N * Tc
+    assert a.reads - b.reads == Td * Tc * N
+    assert a.per_array["m_tile"].writes == N * Tc and a.per_array["m_tile"].reads == Td * Tc * N
+    assert a.per_array["g"].writes == b.per_array["l"].writes == N
+
+
+def test_causal_skips_fully_masked_tiles():
+    N, d, M = 512, 64, 1400
+    t = SquareTilingTiling(32, 32, 4, 32, 4, 32, "tile", True)
+    full = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=t).io
+    caus = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=t, causal=True).io
+    T = N // 32
+    # A is written only on the T(T+1)/2 tiles on or below the diagonal
+    assert caus.per_array["A"].writes == 32 * 32 * T * (T + 1) // 2
+    assert full.per_array["A"].writes == N * N
+    assert caus.total < 0.6 * full.total
+
+
+# ---------------------------------------------------------------------- numerical stability
+def _big_logits(N, d, top, seed=3, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    Q, K, V = (rng.standard_normal((N, d)) for _ in range(3))
+    s = top / (Q @ K.T).max()  # the largest logit is +top, the smallest about -top
+    return Q.astype(dtype), K.astype(dtype), V.astype(dtype), s
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tiling", [None, "paper", SquareTilingTiling(3, 4, 2, 5, 2, 3, "row")])
+def test_stable_handles_logits_of_1e3(causal, tiling):
+    Q, K, V, s = _big_logits(41, 6, 1e3)
+    res = attnio.run("square_tiling", Q, K, V, M=120, causal=causal, scale=s, tiling=tiling)
+    ref = attnio.reference.attention(Q, K, V, causal=causal, scale=s)
+    assert np.isfinite(res.output).all()
+    assert np.abs(res.output - ref).max() <= 1e-10
+
+
+def test_literal_version_reports_overflow_instead_of_nan():
+    Q, K, V, s = _big_logits(41, 6, 1e3)
+    with pytest.raises(ExpOverflowError, match="overflowed.*use stable=True"):
+        attnio.run("square_tiling", Q, K, V, M=120, scale=s, tiling={"stable": False})
+    # a logit of 700 still fits in float64 exp: the literal version is exact there
+    Q, K, V, s = _big_logits(20, 4, 700.0)
+    res = attnio.run("square_tiling", Q, K, V, M=120, scale=s, tiling={"stable": False})
+    assert np.abs(res.output - attnio.reference.attention(Q, K, V, scale=s)).max() <= 1e-10
+
+
+def test_literal_version_overflows_in_float32_above_88():
+    Q, K, V, s = _big_logits(20, 4, 100.0, dtype=np.float32)
+    with pytest.raises(ExpOverflowError, match="float32"):
+        attnio.run("square_tiling", Q, K, V, M=120, scale=s, tiling={"stable": False})
+    res = attnio.run("square_tiling", Q, K, V, M=120, scale=s)  # stable
+    assert np.isfinite(res.output).all()
+
+
+def test_literal_version_reports_a_row_that_underflows():
+    rng = np.random.default_rng(5)
+    Q = rng.standard_normal((8, 2))
+    K = np.array([[1.0, 0.0]] * 8)
+    Q[3] = [-1000.0, 0.0]  # every score of row 3 is -1000·scale-free: exp underflows to 0
+    V = rng.standard_normal((8, 2))
+    with pytest.raises(ExpOverflowError, match="row 3 underflowed"):
+        attnio.run("square_tiling", Q, K, V, M=60, scale=1.0, tiling={"stable": False})
+    res = attnio.run("square_tiling", Q, K, V, M=60, scale=1.0)
+    assert np.abs(res.output - attnio.reference.attention(Q, K, V, scale=1.0)).max() <= 1e-10
+
+
+# ---------------------------------------------------------------------- parameters
+def test_tiling_errors_name_the_parameter():
+    shape = (64, 16)
+    with pytest.raises(ParameterError, match="Bk2=3 must divide tiling.Bc=4"):
+        attnio.run("square_tiling", shape=shape, M=500, mode="count",
+                   tiling=SquareTilingTiling(4, 4, 4, 4, 3, 4))
+    with pytest.raises(ParameterError, match="unknown field"):
+        attnio.run("square_tiling", shape=shape, M=500, mode="count", tiling={"Bx": 3})
+    with pytest.raises(ParameterError, match="missing"):
+        attnio.run("square_tiling", shape=shape, M=500, mode="count", tiling={"Br": 3})
+    with pytest.raises(ParameterError, match="order"):
+        attnio.run("square_tiling", shape=shape, M=500, mode="count",
+                   tiling=SquareTilingTiling(4, 4, 4, 4, 4, 4, "diagonal"))
+    with pytest.raises(CapacityError):
+        attnio.run("square_tiling", shape=shape, M=100, mode="count", tiling=16)
+    with pytest.raises(ParameterError, match="needs M >= 6"):
+        attnio.run("square_tiling", shape=shape, M=5, mode="count")
+    with pytest.raises(ParameterError, match="needs M >= 4"):
+        attnio.run("square_tiling", shape=shape, M=3, mode="count", tiling={"stable": False})
+    # the literal version runs where the stable one cannot
+    r = attnio.run("square_tiling", shape=shape, M=4, mode="count", tiling={"stable": False})
+    assert r.io.peak <= 4
+
+
+def test_cli_runs_square_tiling_with_a_tiling(capsys):
+    from attnio.cli import main
+
+    assert main(["run", "square_tiling", "--N", "40", "--d", "8", "--M", "100", "--tiling",
+                 '{"stable": false}', "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["algorithm"] == "square_tiling" and out["tiling"]["stable"] is False
+    assert out["max_abs_err"] <= 1e-10 and out["peak"] <= 100
+    assert main(["run", "square_tiling", "--N", "40", "--d", "8", "--M", "100", "--tiling",
+                 "{bad"]) == 2
