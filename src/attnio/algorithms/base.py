@@ -42,7 +42,8 @@ class Shape:
     """Problem size and mask geometry.
 
     ``Nq`` queries and ``Nkv`` keys/values per head, head dimension ``d``; ``batch`` x ``heads``
-    query heads and ``batch`` x ``kv_heads`` key/value heads (``heads % kv_heads == 0``: grouped-query
+    query heads and ``batch`` x ``kv_heads`` key/value heads (default: as many as query heads;
+    ``heads % kv_heads == 0``: grouped-query
     attention, multi-query when ``kv_heads == 1``).  ``causal_align`` says where the causal
     diagonal lies when masking is on: ``"bottom_right"`` (query r sees keys c <= r + Nkv - Nq, as
     flash-attn >= 2.1) or ``"top_left"`` (c <= r, as ``scaled_dot_product_attention(is_causal=True)``).
@@ -56,11 +57,13 @@ class Shape:
     d: int
     batch: int = 1
     heads: int = 1
-    kv_heads: int = 1
+    kv_heads: int | None = None  # None: as many as query heads (no grouping)
     causal_align: str = "bottom_right"
     window: int | None = None
 
     def __post_init__(self):
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
         for name in ("Nq", "Nkv", "d", "batch", "heads", "kv_heads"):
             object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=1))
         if self.heads % self.kv_heads:

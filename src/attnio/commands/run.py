@@ -150,7 +150,7 @@ def main(args) -> int:
     if args.json:
         obj = {
             "algorithm": alg.name, "N": Nq, "Nq": Nq, "Nkv": Nkv, "d": args.d, "M": args.M,
-            "causal": bool(causal), "causal_align": shape.causal_align if causal else None,
+            "causal": bool(causal), "causal_align": res.shape.causal_align if causal else None,
             "window": args.window, "batch": args.batch, "heads": args.heads, "kv_heads": kvh,
             "reads": io.reads, "writes": io.writes, "total": io.total,
             "peak": io.peak, "max_abs_err": err, "tiling": tiling_dict(res.tiling),
