@@ -46,13 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # usage errors (exit 2), --help and --version (exit 0)
+        return int(e.code or 0)
     if not getattr(args, "_main", None):
         parser.print_help()
         return 2
     try:
         return int(args._main(args) or 0)
-    except (AttnioError, ValueError) as e:
+    except (AttnioError, ValueError, OSError) as e:
         if getattr(args, "debug", False):
             raise
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -8,7 +8,9 @@ Masks: ``causal=True`` (or ``"bottom_right"``) lets query r see keys c <= r + Nk
 flash-attn >= 2.1 and ``torch.nn.attention.bias.causal_lower_right``; ``causal="top_left"`` lets it
 see c <= r, as ``scaled_dot_product_attention(is_causal=True)``.  ``window=W`` (with a causal mask)
 keeps only the W most recent keys: c > r + offset - W.  A query row that sees no key gets output 0
-(flash-attn's convention; PyTorch's SDPA returns NaN there) and zero gradients.
+and zero gradients, as flash-attn and PyTorch's ``scaled_dot_product_attention`` (2.5 and later,
+checked on 2.13) return.  Non-finite inputs propagate: a NaN in a row of Q makes that output row
+NaN, a NaN in a visible key or value makes every row that sees it NaN.
 """
 
 from __future__ import annotations

@@ -52,28 +52,62 @@ class Result:
     grads: dict[str, np.ndarray] | None = None
 
 
-def _as_array(name: str, x: Any) -> np.ndarray:
-    a = np.asarray(x)
+DEFAULT_BUDGET_S = 300.0  # refuse compute-mode runs estimated to take longer (force=True skips)
+_STEP_SECONDS = 2.5e-5  # measured per-tile-step cost of the simulator's Python loop (conservative)
+_FLOPS_PER_SECOND = 2.0e9  # numpy float64 matmul throughput on small tiles, 2 cores (conservative)
+
+
+def _to_numpy(name: str, x: Any) -> tuple[np.ndarray, str | None]:
+    """numpy arrays pass; torch tensors are converted (bfloat16 upcast exactly to float32)."""
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        import torch
+
+        dt = str(x.dtype).replace("torch.", "")
+        t = x.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.to(torch.float32)
+        return t.numpy(), dt
+    return np.asarray(x), None
+
+
+def _as_array(name: str, x: Any, allow_nonfinite: bool = False) -> np.ndarray:
+    a, _ = _to_numpy(name, x)
     if a.ndim not in (2, 4):
         raise ParameterError(
             f"{name} must be 2-D (N, d) or 4-D (batch, heads, N, d), got {a.ndim}-D with shape {a.shape}"
         )
     if not np.issubdtype(a.dtype, np.floating):
-        raise ParameterError(f"{name} must have a floating dtype (float16/32/64), got {a.dtype}")
-    if a.size == 0:
-        raise ParameterError(f"{name} must have every dimension >= 1, got shape {a.shape}")
-    bad = ~np.isfinite(a)
-    if bad.any():
-        pos = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ParameterError(
-            f"{name} has a non-finite entry {a[pos]} at index {pos}; entries must be finite"
+            f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got {a.dtype}"
         )
+    if a.shape[-1] == 0:
+        raise ParameterError(f"{name} must have head dimension d >= 1, got shape {a.shape}")
+    if a.size == 0:
+        raise ParameterError(f"{name} must have every dimension >= 1 (N >= 1), got shape {a.shape}")
+    if not allow_nonfinite:
+        bad = ~np.isfinite(a)
+        if bad.any():
+            pos = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ParameterError(
+                f"{name} has a non-finite entry {a[pos]} at index {pos}; entries must be finite "
+                "(allow_nonfinite=True, or --allow-nonfinite, propagates them as the reference does)"
+            )
     return a
 
 
-def check_inputs(Q, K, V) -> tuple[np.ndarray, np.ndarray, np.ndarray, Shape]:
+def estimate_compute_seconds(alg, shape: Shape, tiling: Any, causal: bool) -> tuple[float, int, int]:
+    """(seconds, flops, tile steps) a compute-mode run is expected to take, from closed forms."""
+    flops = 4 * shape.n_heads * shape.Nq * shape.Nkv * shape.d
+    if causal:
+        flops //= 2
+    steps = shape.n_heads * max(0, int(alg.steps(shape, tiling, causal)))
+    return flops / _FLOPS_PER_SECOND + steps * _STEP_SECONDS, flops, steps
+
+
+def check_inputs(Q, K, V, allow_nonfinite: bool = False):
     """Validate Q (Nq x d or B x H x Nq x d), K and V; return them and their Shape."""
-    Q, K, V = _as_array("Q", Q), _as_array("K", K), _as_array("V", V)
+    Q, K, V = (_as_array(n, x, allow_nonfinite) for n, x in (("Q", Q), ("K", K), ("V", V)))
     if K.shape != V.shape:
         raise ParameterError(f"K and V must have the same shape, got K {K.shape} and V {V.shape}")
     if Q.ndim != K.ndim:
@@ -124,6 +158,9 @@ def run(
     backward: bool = False,
     grad_output=None,
     backward_tiling: Any = None,
+    allow_nonfinite: bool = False,
+    budget_s: float | None = DEFAULT_BUDGET_S,
+    force: bool = False,
 ) -> Result:
     """Run algorithm ``name`` with a fast memory of ``M`` words.
 
@@ -133,6 +170,12 @@ def run(
     ``tiling`` is the algorithm's Tiling (or a mapping of its fields); None picks the default.
     ``backward=True`` also runs the backward pass with ``grad_output`` (dO; random in count mode
     is not needed) and returns its counts and gradients.
+
+    Inputs may be numpy arrays (float16/32/64) or torch tensors (bfloat16 too); arithmetic
+    accumulates in float32 at least, and the output has the inputs' precision (bfloat16 outputs
+    are rounded to bfloat16 and returned as float32 arrays).  Non-finite entries are refused with
+    their position unless ``allow_nonfinite=True``.  A compute-mode run whose closed-form estimate
+    exceeds ``budget_s`` seconds is refused with the estimate unless ``force=True``.
     """
     alg = _alg.get(name)
     if alg.kind != "attention":
@@ -162,7 +205,8 @@ def run(
     else:
         if Q is None or K is None or V is None:
             raise ParameterError("give all three of Q, K, V (or none, with shape= and mode='count')")
-        Qa, Ka, Va, shp = check_inputs(Q, K, V)
+        low = {_to_numpy(n, x)[1] for n, x in (("Q", Q), ("K", K), ("V", V))}
+        Qa, Ka, Va, shp = check_inputs(Q, K, V, allow_nonfinite)
         if shape is not None and _sizes(Shape.coerce(shape)) != _sizes(shp):
             raise ParameterError(f"shape={shape!r} does not match the inputs' shape {shp}")
         mode = mode or "compute"
@@ -172,7 +216,7 @@ def run(
         if backward and mode == "compute":
             if grad_output is None:
                 raise ParameterError("backward=True in compute mode needs grad_output (dO, like Q)")
-            grad_output = _as_array("grad_output", grad_output)
+            grad_output = _as_array("grad_output", grad_output, allow_nonfinite)
             if grad_output.shape != Qa.shape:
                 raise ParameterError(
                     f"grad_output must have Q's shape {Qa.shape}, got {grad_output.shape}"
@@ -183,6 +227,14 @@ def run(
         raise ParameterError("shape.window needs a causal mask: pass causal=True")
     s = default_scale(shp.d, scale)
     t = alg.coerce_tiling(shp, M, tiling, masked, inputs=data)
+    if mode == "compute" and budget_s is not None and not force:
+        est, flops, steps = estimate_compute_seconds(alg, shp, t, masked)
+        if est > budget_s:
+            raise ParameterError(
+                f"compute mode would take about {est:,.0f} s ({flops:.3g} flops, {steps:,} tile "
+                f"steps) > budget_s={budget_s:g} s; use mode='count' (same counts), raise "
+                "budget_s (--budget), or force=True (--force)"
+            )
     dtype = np.float64
     if data is not None:
         dtype = np.result_type(np.float32, *(a.dtype for a in data))
@@ -195,7 +247,11 @@ def run(
     else:
         alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t, causal=masked,
                          scale=s)
-    output = _unstack(mem._peek(h["O"]), shp, data) if mode == "compute" else None
+    output = None
+    if mode == "compute":
+        output = _unstack(mem._peek(h["O"]), shp, data)
+        if "bfloat16" in low:
+            output = _round_bf16(output)
     res = Result(alg.name, shp, M, masked, t, mem.stats(), output, mode)
     if not backward:
         return res
@@ -208,14 +264,23 @@ def _sizes(s: Shape) -> tuple[int, ...]:
 
 
 def _place(mem: TwoLevelMemory, shp: Shape, data) -> dict:
-    """Put Q, K, V (stacked by head) and an empty O into slow memory."""
+    """Put Q, K, V (stacked by head) and an empty O into slow memory (O in Q's precision)."""
     nq, nkv = shp.n_heads * shp.Nq, shp.batch * shp.kv_heads * shp.Nkv
     h = {}
     for name, rows, i in (("Q", nq, 0), ("K", nkv, 1), ("V", nkv, 2)):
         arr = None if data is None else data[i].reshape(rows, shp.d)
         h[name] = mem.slow(name, (rows, shp.d), arr)
-    h["O"] = mem.slow("O", (nq, shp.d))
+    # NaN until written: an output word a schedule never stores shows up in every check
+    unset = None if data is None else np.full((nq, shp.d), np.nan, dtype=data[0].dtype)
+    h["O"] = mem.slow("O", (nq, shp.d), unset)
     return h
+
+
+def _round_bf16(x: np.ndarray) -> np.ndarray:
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(torch.bfloat16).to(
+        torch.float32).numpy()
 
 
 def _unstack(flat, shp: Shape, data):

@@ -28,6 +28,13 @@ def add_arguments(p) -> None:
     p.add_argument("--heads", type=int, default=1, help="query heads")
     p.add_argument("--kv-heads", type=int, default=None,
                    help="key/value heads (default: --heads; fewer = grouped-query attention)")
+    p.add_argument("--inputs", default=None, metavar="FILE.npz",
+                   help="take Q, K, V (and dO) from an .npz file instead of random inputs")
+    p.add_argument("--allow-nonfinite", action="store_true",
+                   help="accept NaN/inf inputs and propagate them as the reference does")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="refuse compute-mode runs estimated to take longer (default 300)")
+    p.add_argument("--force", action="store_true", help="run even beyond --budget")
     p.add_argument("--backward", action="store_true",
                    help="also run the backward pass (flash2) and count it separately")
     p.add_argument("--scale", type=float, default=None, help="softmax scale (default 1/sqrt(d))")
@@ -62,6 +69,26 @@ def parse_tiling(text):
             raise ParameterError(f"--tiling is not valid JSON ({e.msg}): {text!r}") from None
         return obj
     return t
+
+
+def load_inputs(path: str, need_grad: bool):
+    """Q, K, V (and dO) from an .npz file; clear errors for a missing file or array."""
+    from ..errors import ParameterError
+
+    try:
+        with np.load(path) as f:
+            missing = [k for k in ("Q", "K", "V") + (("dO",) if need_grad else ()) if k not in f]
+            if missing:
+                raise ParameterError(
+                    f"--inputs {path}: missing array(s) {missing}; it holds {sorted(f.files)}"
+                )
+            return f["Q"], f["K"], f["V"], (f["dO"] if need_grad else None)
+    except OSError as e:
+        raise ParameterError(f"--inputs {path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        if isinstance(e, ParameterError):
+            raise
+        raise ParameterError(f"--inputs {path}: not an .npz file ({e})") from None
 
 
 def main_matmul(args) -> int:
@@ -120,27 +147,45 @@ def main(args) -> int:
         return main_matmul(args)
     tiling = parse_tiling(args.tiling)
     from ..algorithms.base import Shape
+    from ..errors import check_int
+    from ..runner import DEFAULT_BUDGET_S
 
+    for flag in ("N", "Nq", "Nkv", "d", "M", "batch", "heads", "kv_heads"):
+        if getattr(args, flag) is not None:
+            check_int("--" + flag.replace("_", "-"), getattr(args, flag), minimum=1)
     Nq = args.Nq if args.Nq is not None else args.N
     Nkv = args.Nkv if args.Nkv is not None else args.N
     kvh = args.kv_heads if args.kv_heads is not None else args.heads
     shape = Shape(Nq, Nkv, args.d, batch=args.batch, heads=args.heads, kv_heads=kvh)
     causal = args.causal or False
+    budget = DEFAULT_BUDGET_S if args.budget is None else args.budget
     opts = dict(M=args.M, causal=causal, window=args.window, scale=args.scale, tiling=tiling,
-                backward=args.backward)
+                backward=args.backward, allow_nonfinite=args.allow_nonfinite, budget_s=budget,
+                force=args.force)
     err = grad_err = None
     if args.count_only:
+        if args.inputs:
+            raise ParameterError("--inputs gives data: drop --count-only to run on it")
+        opts = {k: v for k, v in opts.items() if k not in ("allow_nonfinite",)}
         res = run(alg.name, shape=shape, mode="count", **opts)
     else:
-        rng = np.random.default_rng(args.seed)
-        four = shape.n_heads > 1
-        qs = (args.batch, args.heads, Nq, args.d) if four else (Nq, args.d)
-        ks = (args.batch, kvh, Nkv, args.d) if four else (Nkv, args.d)
-        Q, K, V = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
-        dO = rng.standard_normal(qs) if args.backward else None
+        if args.inputs:
+            Q, K, V, dO = load_inputs(args.inputs, args.backward)
+        else:
+            rng = np.random.default_rng(args.seed)
+            four = shape.n_heads > 1
+            qs = (args.batch, args.heads, Nq, args.d) if four else (Nq, args.d)
+            ks = (args.batch, kvh, Nkv, args.d) if four else (Nkv, args.d)
+            Q, K, V = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
+            dO = rng.standard_normal(qs) if args.backward else None
         res = run(alg.name, Q, K, V, grad_output=dO, **opts)
+        shape = res.shape
+        Nq, Nkv = shape.Nq, shape.Nkv
+        args.d, args.batch, args.heads, kvh = shape.d, shape.batch, shape.heads, shape.kv_heads
         ref = reference.attention(Q, K, V, causal=causal, scale=args.scale, window=args.window)
-        err = float(np.abs(res.output - ref).max())
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(res.output - ref)
+        err = float(np.nanmax(diff)) if np.isfinite(diff).any() else float("nan")
         if args.backward:
             refg = reference.attention_backward(Q, K, V, dO, causal=causal, scale=args.scale,
                                                 window=args.window)
