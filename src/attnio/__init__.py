@@ -4,10 +4,11 @@ Run attention schedules on a simulated two-level memory that counts every word m
 (:func:`run`), list them (:func:`algorithms`), and check outputs against :mod:`attnio.reference`.
 """
 
-from . import algorithms, reference
+from . import algorithms, bounds, reference
 from .algorithms.base import Algorithm, IOCount, Shape
 from .errors import AttnioError, CapacityError, ParameterError, ScheduleError, UnknownNameError
 from .memory import Block, FastTile, IOStats, SlowArray, TwoLevelMemory
+from .planner import Plan, plan
 from .runner import Result, run
 
 __version__ = "0.1.0"
@@ -21,6 +22,7 @@ __all__ = [
     "IOCount",
     "IOStats",
     "ParameterError",
+    "Plan",
     "Result",
     "ScheduleError",
     "Shape",
@@ -28,6 +30,8 @@ __all__ = [
     "TwoLevelMemory",
     "UnknownNameError",
     "algorithms",
+    "bounds",
+    "plan",
     "reference",
     "run",
 ]

@@ -107,10 +107,11 @@ class Flash2(Algorithm):
                 continue
             tr_min = cdiv(Nq, br_max)
             brs = {cdiv(Nq, t) for t in range(tr_min, min(Nq, tr_min + 8) + 1)}
-            b = 1
-            while b <= br_max:
-                brs.add(b)
-                b *= 2
+            if masked:  # unmasked, reads fall with Tr only: smaller Br are dominated (speed)
+                b = 1
+                while b <= br_max:
+                    brs.add(b)
+                    b *= 2
             brs.add(br_max)
             for Br in sorted(brs):
                 if Br > br_max:

@@ -101,9 +101,11 @@ class Standard(Algorithm):
         return 4
 
     def candidate_tilings(self, shape: Shape, M: int, causal: bool = False):
-        out = []
         sides = sorted({min(s, max(shape.Nq, shape.Nkv)) for s in _pow2_upto(M)})
         bks = sorted({min(shape.d, b) for b in _pow2_upto(shape.d)} | {shape.d})
+        if not causal:
+            return self._unmasked_candidates(shape, M, sides, bks)
+        out = []
         for bk in bks:
             for bm in sides:
                 for bn in sides:
@@ -112,6 +114,38 @@ class Standard(Algorithm):
                         if self.footprint(shape, t, causal) <= M:
                             out.append(t)
         return out
+
+    def _unmasked_candidates(self, shape: Shape, M: int, sides: list[int], bks: list[int]):
+        """The best tiling of the (bk, bm, bn, onepass) grid for each (bk, onepass), found in
+        O(|bks|·|sides|) without evaluating every grid point (the planner needs N = 2^20 fast).
+
+        Unmasked, the closed form is ``d·Tc·Nq + 2d·Tr·Nkv + (p + Tk + 2)·Nq·Nkv + Nq·d``
+        (Tr, Tc, Tk the block counts): for fixed (bk, bm, onepass) it and the step count are
+        non-increasing in bn while the footprint grows, so the largest fitting bn is best, and
+        the least-(I/O, steps) point of the full grid is among the returned tilings.
+        """
+        import bisect
+
+        Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
+        best: dict = {}
+        for bk in bks:
+            bkc, tk = min(bk, d), cdiv(d, bk)
+            for bm in sides:
+                bmc = min(bm, Nq)
+                lim = min((M - bmc * bkc) // (bmc + bkc), (M - 3 * bmc) // bmc)
+                if lim < 1:
+                    continue
+                bn = sides[-1] if lim >= Nkv else sides[bisect.bisect_right(sides, lim) - 1]
+                for onepass in (False, True):
+                    if onepass and bmc * Nkv + 3 * bmc > M:
+                        continue
+                    tc, tr = cdiv(Nkv, bn), cdiv(Nq, bm)
+                    p = 1 if onepass else 2
+                    total = d * tc * Nq + 2 * d * tr * Nkv + (p + tk + 2) * Nq * Nkv + Nq * d
+                    key = (total, tr * tc * tk)
+                    if (bk, onepass) not in best or key < best[bk, onepass][0]:
+                        best[bk, onepass] = (key, StandardTiling(bm, bn, bk, onepass))
+        return [t for _, t in best.values() if self.footprint(shape, t, False) <= M]
 
     def steps(self, shape: Shape, tiling: StandardTiling, causal: bool = False) -> int:
         return cdiv(shape.Nq, tiling.bm) * cdiv(shape.Nkv, tiling.bn) * cdiv(shape.d, tiling.bk)

@@ -1,0 +1,196 @@
+"""Lower bounds: preconditions, exact values, monotonicity, and every exact algorithm above them."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attnio
+from attnio import bounds as B
+from attnio.algorithms.base import Shape
+
+
+# ---------------------------------------------------------------- preconditions
+@pytest.mark.parametrize("call, needle", [
+    (lambda: B.fast_matmul_field(64, 8, 256, q=64), "q must be > N"),
+    (lambda: B.fast_matmul_field(16, 8, 256, q=18), "prime power"),
+    (lambda: B.fast_matmul_field(16, 8, 256, q=17.0), "q must be an integer"),
+    (lambda: B.binary_inputs(1, 8, 256), "N must be >= 2"),
+    (lambda: B.standard_matmul(0, 8, 256), "N must be an integer >= 1"),
+    (lambda: B.standard_matmul(16, 0, 256), "d must be an integer >= 1"),
+    (lambda: B.standard_matmul_large_cache(16, 8, 0), "M must be an integer >= 1"),
+    (lambda: B.standard_matmul_small_cache(16, 8, 64, causal="yes"), "causal must be True or False"),
+    (lambda: B.trivial(16, 16, 8, heads=0), "heads must be an integer >= 1"),
+    (lambda: B.trivial(16, -1, 8), "Nkv must be an integer >= 1"),
+    (lambda: B.matmul(4, 0, 4, 16), "k must be an integer >= 1"),
+    (lambda: B.applicable(16, 8, 64, causal=True, q=17), "Theorem 4.8 is stated for square unmasked"),
+    (lambda: B.applicable(16, 8, 64, Nkv=8, binary=True), "Theorem 4.14 is stated for square"),
+    (lambda: B.best([B.standard_matmul(16, 8, 64)]), "no explicit bound"),
+])
+def test_precondition_violation_raises_value_error_naming_it(call, needle):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert isinstance(e.value, attnio.ParameterError)
+    assert needle in str(e.value)
+
+
+def test_65_is_rejected_as_not_a_prime_power_not_as_too_small():
+    with pytest.raises(ValueError, match="prime power"):
+        B.fast_matmul_field(64, 8, 256, q=65)
+    assert B.fast_matmul_field(64, 8, 256, q=67).value == min(64**2 * 64 / 256, 64**2)
+    assert B.fast_matmul_field(64, 8, 256, q=128).theorem.endswith("Theorem 4.8")
+
+
+# ---------------------------------------------------------------- exact values
+def test_trivial_counts_inputs_and_output_exactly():
+    assert B.trivial(4096, 4096, 64).value == 4 * 4096 * 64
+    assert B.trivial(100, 37, 8).value == (100 + 2 * 37) * 8 + 100 * 8
+    # one key: the output is V's row whatever Q and K are, so neither is read
+    assert B.trivial(50, 1, 8).value == 1 * 8 + 50 * 8
+    # causal, Nq = Nkv = 4: row 0 sees one key (its Q row is not needed)
+    assert B.trivial(4, 4, 2, causal=True).value == (3 + 4 + 4) * 2 + 4 * 2
+    assert B.trivial(4, 4, 2, heads=3).value == 3 * B.trivial(4, 4, 2).value
+
+
+def brute_pairs(Nq, Nkv, causal):
+    tot = 0
+    for r in range(Nq):
+        v = Nkv if not causal else max(0, min(Nkv, r + 1 + Nkv - Nq))
+        tot += v if v >= 2 else 0
+    return tot
+
+
+@pytest.mark.parametrize("Nq, Nkv", [(1, 1), (1, 5), (5, 1), (7, 7), (7, 3), (3, 9), (16, 16)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_required_pairs_matches_brute_force(Nq, Nkv, causal):
+    assert B.required_pairs(Nq, Nkv, causal) == brute_pairs(Nq, Nkv, causal)
+
+
+def test_asymptotic_forms_and_regimes():
+    b = B.standard_matmul(1024, 64, 1024)
+    assert b.regime == "small cache (M < d^2)" and not b.explicit and b.constant == 1.0
+    assert b.value == pytest.approx(1024**2 * 64 / 32)
+    b = B.standard_matmul(1024, 64, 8192)
+    assert b.regime == "large cache (M >= d^2)"
+    assert b.value == pytest.approx(1024**2 * 64**2 / 8192)
+    assert B.binary_inputs(1024, 64, 8192).value == pytest.approx(
+        min(1024**2 * 64**2 / (8192 * 100), 1024**2))
+
+
+def test_large_cache_bound_meets_its_closed_form():
+    # K = M gives M·(⌈N²d²/M²⌉ - 1) >= N²d²/M - M when M >= 2d²; the grid maximum is at least that
+    for N, d, M in [(4096, 64, 8192), (4096, 64, 65536), (2**20, 128, 2**16)]:
+        assert B.standard_matmul_large_cache(N, d, M).value >= N * N * d * d / M - M - 1
+
+
+def test_small_cache_bound_is_about_root2_n2d_over_root_m():
+    # for M << d² the Loomis-Whitney bound tends to √2·N²d/√M - 4M (docs/bounds.md §4)
+    N, d, M = 4096, 1024, 256
+    v = B.standard_matmul_small_cache(N, d, M).value
+    assert 1.35 * N * N * d / M**0.5 <= v <= 1.42 * N * N * d / M**0.5
+
+
+def test_cosma_statement_fails_for_small_k_and_the_explicit_matmul_bound_does_not():
+    # m = n = 100, k = 1, M = 100: hold 98 entries of A, stream B twice -> 300 reads + 10,000 writes
+    schedule = 100 + 2 * 100 + 100 * 100
+    assert B.matmul_cosma(100, 1, 100, 100).value == 12000 > schedule
+    assert not B.matmul_cosma(100, 1, 100, 100).explicit
+    assert B.matmul(100, 1, 100, 100).explicit and B.matmul(100, 1, 100, 100).value <= schedule
+
+
+# ---------------------------------------------------------------- monotonicity
+ATTN = {
+    "trivial": lambda N, d, M: B.trivial(N, N, d),
+    "standard_matmul": B.standard_matmul,
+    "standard_matmul_large_cache": B.standard_matmul_large_cache,
+    "standard_matmul_small_cache": B.standard_matmul_small_cache,
+    "standard_matmul_large_cache causal": lambda N, d, M: B.standard_matmul_large_cache(
+        N, d, M, causal=True),
+    "standard_matmul_small_cache causal": lambda N, d, M: B.standard_matmul_small_cache(
+        N, d, M, causal=True),
+    "fast_matmul_field": lambda N, d, M: B.fast_matmul_field(N, d, M, q=4099),
+    "binary_inputs": B.binary_inputs,
+    "matmul": lambda N, d, M: B.matmul(N, d, N, M),
+}
+GRID_N = [3, 4, 8, 17, 64, 100, 512, 4096]
+GRID_D = [1, 2, 8, 16, 64, 128]
+GRID_M = [4, 16, 50, 256, 1000, 4096, 65536, 2**20]
+
+
+@pytest.mark.parametrize("name", sorted(ATTN))
+def test_bounds_are_monotone_on_a_grid(name):
+    f = ATTN[name]
+    v = {(N, d, M): f(N, d, M).value for N, d, M in itertools.product(GRID_N, GRID_D, GRID_M)}
+    for N, d, M in v:
+        for i, N2 in enumerate(GRID_N[:-1]):
+            if N2 == N:
+                assert v[GRID_N[i + 1], d, M] >= v[N, d, M], ("N", N, d, M)
+        for i, d2 in enumerate(GRID_D[:-1]):
+            if d2 == d:
+                assert v[N, GRID_D[i + 1], M] >= v[N, d, M], ("d", N, d, M)
+        for i, M2 in enumerate(GRID_M[:-1]):
+            if M2 == M:
+                assert v[N, d, GRID_M[i + 1]] <= v[N, d, M], ("M", N, d, M)
+
+
+# ---------------------------------------------------------------- measured counts >= bounds
+EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
+
+
+def explicit_bounds(N, Nkv, d, M, causal):
+    bs = [b for b in B.applicable(N, d, M, Nkv=Nkv, causal=causal) if b.explicit]
+    assert {b.name for b in bs} >= {"trivial", "standard_matmul_large_cache",
+                                    "standard_matmul_small_cache"}
+    return bs
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(N=st.integers(1, 40), dkv=st.integers(-8, 8), d=st.integers(1, 12),
+       M=st.integers(4, 3000), causal=st.booleans(), pick=st.integers(0, 10**6))
+def test_every_exact_algorithm_measured_count_is_above_every_explicit_bound(N, dkv, d, M, causal,
+                                                                           pick):
+    Nkv = max(1, N + dkv)
+    shape = Shape(N, Nkv, d)
+    bs = explicit_bounds(N, Nkv, d, M, causal)
+    ran = 0
+    for alg in EXACT:
+        if M < alg.min_M(shape, causal):
+            continue
+        cands = [t for t in alg.candidate_tilings(shape, M, causal)
+                 if alg.footprint(shape, t, causal) <= M]
+        for tiling in {None, cands[pick % len(cands)] if cands else None}:
+            try:
+                res = attnio.run(alg.name, shape=shape, M=M, mode="count", causal=causal,
+                                 tiling=tiling)
+            except attnio.ParameterError:
+                continue  # sizes this algorithm does not support
+            ran += 1
+            for b in bs:
+                assert res.io.total >= b.value, (alg.name, res.tiling, res.io.total, b)
+    if M >= 4 * d + 5:
+        assert ran >= 2  # flash2 and standard always run here
+
+
+@pytest.mark.skipif("matmul" not in attnio.algorithms.names(None), reason="matmul not registered")
+@settings(max_examples=200, deadline=None)
+@given(m=st.integers(1, 40), k=st.integers(1, 40), n=st.integers(1, 40), M=st.integers(3, 2000))
+def test_blocked_matmul_counts_are_above_the_explicit_matmul_bound(m, k, n, M):
+    from attnio.algorithms.matmul import run_matmul
+
+    alg = attnio.algorithms.get("matmul")
+    if M < alg.min_M((m, k, n)):
+        return
+    res = run_matmul(shape=(m, k, n), M=M, mode="count")
+    assert res.io.total >= B.matmul(m, k, n, M).value
+
+
+def test_bound_records_theorem_assumptions_and_explicitness():
+    b = B.standard_matmul_large_cache(1024, 64, 16384)
+    assert b.explicit and b.constant is None and "Lemma 3.3" in b.theorem
+    assert any("standard matmul" in a for a in b.assumptions)
+    d = b.to_dict()
+    assert d["name"] == "standard_matmul_large_cache" and isinstance(d["assumptions"], list)
+    assert "explicit" in str(b)

@@ -1,0 +1,186 @@
+"""The planner: least predicted I/O over the registry, reproducible by simulation, cached."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import statistics
+
+import pytest
+
+import attnio
+from attnio import bounds as B
+from attnio import devices
+from attnio.algorithms.base import Shape
+
+EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
+GRID = list(itertools.product([1, 7, 64, 200], [1, 8, 32], [40, 300, 2000, 20000], [False, True]))
+
+
+@pytest.mark.parametrize("N, d, M, causal", GRID)
+def test_plan_is_never_worse_than_any_algorithm_with_its_default_tiling(N, d, M, causal):
+    shape = Shape(N, N, d)
+    runnable = [a for a in EXACT if M >= a.min_M(shape, causal)]
+    if not runnable:
+        with pytest.raises(ValueError, match="no registered algorithm fits"):
+            attnio.plan(N, d, M, causal=causal)
+        return
+    p = attnio.plan(N, d, M, causal=causal)
+    for alg in runnable:
+        t = alg.default_tiling(shape, M, causal)
+        assert p.predicted.total <= alg.predict_total(shape, t, causal).total, alg.name
+    # and it is the least over what it scored, by predicted I/O
+    assert p.predicted.total == min(c.predicted.total for c in p.candidates)
+    assert p.candidates[0].algorithm == p.algorithm
+
+
+@pytest.mark.parametrize("N, Nkv, d, M, causal, heads", [
+    (64, 64, 8, 300, False, 1), (100, 37, 16, 2000, True, 1), (48, 48, 32, 900, False, 3),
+    (256, 256, 64, 1024, False, 1), (256, 256, 64, 16384, True, 2), (33, 90, 8, 100, True, 1),
+])
+def test_running_the_plan_reproduces_its_predicted_counts_exactly(N, Nkv, d, M, causal, heads):
+    p = attnio.plan(N, d, M, Nkv=Nkv, causal=causal, heads=heads)
+    res = attnio.run(p.algorithm, shape=Shape(N, Nkv, d, heads=heads, kv_heads=heads), M=M,
+                     mode="count", causal=causal, tiling=p.tiling)
+    assert (res.io.reads, res.io.writes) == (p.predicted.reads, p.predicted.writes)
+    assert res.io.peak <= M
+
+
+def test_plan_in_compute_mode_matches_the_reference():
+    import numpy as np
+
+    p = attnio.plan(96, 16, 700)
+    rng = np.random.default_rng(0)
+    Q, K, V = (rng.standard_normal((96, 16)) for _ in range(3))
+    res = attnio.run(p.algorithm, Q, K, V, M=700, tiling=p.tiling)
+    assert np.abs(res.output - attnio.reference.attention(Q, K, V)).max() < 1e-12
+    assert res.io.total == p.predicted.total
+
+
+@pytest.mark.skipif("square_tiling" not in attnio.algorithms.names(),
+                    reason="square_tiling not registered")
+@pytest.mark.parametrize("d", [16, 32, 64, 128])
+@pytest.mark.parametrize("N", [256, 1024, 4096])
+def test_regime_switch_square_tiling_small_cache_flash_large_cache(N, d):
+    dd = d * d
+    small = [m for m in (dd // 4, dd // 8, dd // 16) if m >= 4 * d + 5]
+    for M in small:
+        assert attnio.plan(N, d, M).algorithm == "square_tiling", (N, d, M)
+    for M in (4 * dd, 8 * dd, 16 * dd):
+        assert attnio.plan(N, d, M).algorithm.startswith("flash"), (N, d, M)
+
+
+@pytest.mark.skipif("square_tiling" not in attnio.algorithms.names(),
+                    reason="square_tiling not registered")
+def test_crossover_lies_between_quarter_and_four_d_squared():
+    # the least M at which a FlashAttention variant wins, found by bisection on predicted I/O
+    for N, d in [(1024, 32), (4096, 64), (4096, 128)]:
+        lo, hi = d * d // 4, 4 * d * d
+        assert attnio.plan(N, d, lo).algorithm == "square_tiling"
+        assert attnio.plan(N, d, hi).algorithm.startswith("flash")
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if attnio.plan(N, d, mid).algorithm.startswith("flash"):
+                hi = mid
+            else:
+                lo = mid
+        print(f"crossover N={N} d={d}: flash wins from M = {hi} = {hi / (d * d):.3f} d^2")
+        assert d * d // 4 < hi <= 4 * d * d
+
+
+def test_ratio_to_standard_matmul_bound_stays_within_factor_3_of_median():
+    rows = []
+    for e in range(8, 17):
+        N = 2**e
+        for d in (32, 64, 128, 256):
+            Ms = sorted({4 * d, N * d} | {2**k for k in range(60) if 4 * d < 2**k < N * d})
+            for M in Ms:
+                p = attnio.plan(N, d, M)
+                rows.append((p.predicted.total / B.standard_matmul(N, d, M).value, N, d, M,
+                             p.algorithm))
+    r = [x[0] for x in rows]
+    med = statistics.median(r)
+    lo, hi = min(rows), max(rows)
+    print(f"ratio total/standard_matmul over {len(rows)} configs: median {med:.3f}, "
+          f"min {lo[0]:.3f} at {lo[1:]}, max {hi[0]:.3f} at {hi[1:]}; "
+          f"max/median {hi[0] / med:.3f}, median/min {med / lo[0]:.3f}")
+    assert hi[0] <= 3 * med and lo[0] >= med / 3
+
+
+def test_plan_is_pure_cached_and_frozen():
+    a = attnio.plan(4096, 64, 65536)
+    assert attnio.plan(4096, 64, 65536) is a
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.algorithm = "standard"  # type: ignore[misc]
+    assert isinstance(hash((a.N, a.tiling)), int)
+
+
+def test_repr_is_a_report():
+    p = attnio.plan(4096, 64, 65536)
+    text = repr(p)
+    for line in ("Algorithm:  flash2", "Predicted total:", "Best lower bound:", "Ratio total/bound:",
+                 "Regime:  large cache", "Runner-up:", "standard_matmul_large_cache", "why:"):
+        assert line in text, line
+    assert p.ratio == pytest.approx(p.predicted.total / p.best_bound.value)
+    assert p.best_bound.explicit and p.best_bound.value == max(b.value for b in p.bounds
+                                                                if b.explicit)
+    d = p.to_dict()
+    assert d["algorithm"] == "flash2" and d["total"] == p.predicted.total
+
+
+def test_runner_up_is_the_second_least():
+    p = attnio.plan(1024, 64, 16384)
+    assert p.runner_up is not None and p.runner_up == p.candidates[1]
+    assert p.runner_up.predicted.total >= p.predicted.total
+
+
+def test_device_presets_and_byte_sizes():
+    p = attnio.plan(4096, 64, device="a100")
+    assert p.M == 164 * 1024 // 2 and p.device == "a100" and p.dtype_bytes == 2
+    assert attnio.plan(4096, 64, device="h100", dtype_bytes="float32").M == 228 * 1024 // 4
+    assert attnio.plan(4096, 64, M_bytes=48 * 1024, dtype_bytes=4).M == 12288
+    assert devices.get("cpu-l2").words("fp16") == 1024 * 1024
+    assert "bytes" in repr(p)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(M=1000, device="a100"), "exactly one of M"),
+    (dict(), "exactly one of M"),
+    (dict(M_bytes=4096), "M_bytes needs dtype_bytes"),
+    (dict(device="a10"), "unknown device 'a10'"),
+    (dict(device="a100", dtype_bytes="float12"), "unknown dtype"),
+    (dict(M=1000, causal=1), "causal must be True or False"),
+    (dict(M=1000, approx_eps=2.0), "approx_eps must be a number in (0, 1)"),
+    (dict(M=1000, heads=0), "heads must be an integer >= 1"),
+    (dict(M=3), "no registered algorithm fits"),
+])
+def test_bad_planner_arguments_raise_value_errors_naming_them(kwargs, needle):
+    with pytest.raises(ValueError) as e:
+        attnio.plan(64, 8, **kwargs)
+    assert needle in str(e.value)
+
+
+def test_heads_multiply_counts_and_bounds():
+    one, four = attnio.plan(512, 32, 4096), attnio.plan(512, 32, 4096, heads=4)
+    assert four.predicted.total == 4 * one.predicted.total
+    assert four.best_bound.value >= 4 * one.best_bound.value - 4 * 4096 * 8
+
+
+def test_without_approx_eps_only_exact_algorithms_are_scored():
+    p = attnio.plan(1024, 32, 4096)
+    assert all(c.exact for c in p.candidates)
+    assert p.error is None and p.ratio is not None
+
+
+APPROX = [a for k in ("attention", "approx") for a in attnio.algorithms.all_algorithms(k)
+          if not a.exact and hasattr(a, "approx_tilings")]
+
+
+@pytest.mark.skipif(not APPROX, reason="no approximate algorithm with approx_tilings registered")
+def test_with_approx_eps_approximate_algorithms_are_scored_with_their_error():
+    p = attnio.plan(4096, 16, 4096, approx_eps=1e-3)
+    approx = [c for c in p.candidates if not c.exact]
+    assert approx, p.skipped
+    assert all(c.error is not None for c in approx)
+    if not p.chosen.exact:
+        assert p.ratio is None and p.error is not None
