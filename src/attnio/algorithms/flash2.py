@@ -127,7 +127,35 @@ class Flash2(Algorithm):
                         c *= 2
                     bcs.update({min(bc, Br), min(bc, max(1, Br // 2))})
                 out.extend(Flash2Tiling(Br, c, G) for c in sorted(bcs))
+        if masked and len(out) > 1:
+            return self._least(shape, out)
         return out
+
+    def _least(self, shape: Shape, cands: list[Flash2Tiling]) -> list[Flash2Tiling]:
+        """The candidates of least (I/O, steps), by branch and bound (speed at large N).
+
+        With P visible pairs and n_seen rows that see a key, a group of G heads reads at least
+        ``G·d·n_seen + 2d·P/Br`` (sum_i cov_i >= P/Br) and writes ``G·Nq·d``; candidates are scored
+        exactly in order of that bound until it exceeds the least count found.
+        """
+        d = shape.d
+        r = np.arange(shape.Nq, dtype=np.int64)
+        lo, hi = K_.kv_ranges(shape, r, r + 1, True)
+        pall, nseen = int(np.sum(hi - lo)), int(np.sum(hi > lo))
+        keyed = []
+        for t in cands:
+            G = t.group
+            lb = (shape.n_heads // G) * (G * d * nseen + 2 * d * pall / t.Br + G * shape.Nq * d)
+            keyed.append((lb * (1 - 1e-9), t))
+        keyed.sort(key=lambda c: c[0])
+        best, scored = None, []
+        for lb, t in keyed:
+            if best is not None and lb > best[0]:
+                break
+            key = (self.predict_total(shape, t, True).total, self.steps(shape, t, True))
+            scored.append((key, t))
+            best = key if best is None else min(best, key)
+        return [t for key, t in scored if key[0] == best[0]]
 
     def steps(self, shape: Shape, tiling: Flash2Tiling, causal: bool = False) -> int:
         return cdiv(shape.Nq, tiling.Br) * cdiv(shape.Nkv, tiling.Bc)

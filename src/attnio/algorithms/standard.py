@@ -105,15 +105,55 @@ class Standard(Algorithm):
         bks = sorted({min(shape.d, b) for b in _pow2_upto(shape.d)} | {shape.d})
         if not causal:
             return self._unmasked_candidates(shape, M, sides, bks)
-        out = []
+        return self._masked_candidates(shape, M, sides, bks)
+
+    def _masked_candidates(self, shape: Shape, M: int, sides: list[int], bks: list[int]):
+        """The least-(I/O, steps) tilings of the full (bk, bm, bn, onepass) grid, by branch and
+        bound (the planner needs N = 2^20 fast; the exact count costs O(Nq/bm) per tiling).
+
+        With P the visible (query, key) pairs, every tiling moves at least
+        ``d·P/bn + 2d·P/bm + (p + Tk + 2)·P + Nq·d`` words (area >= P, n_i·bn >= cov_i,
+        sum_i cov_i >= P/bm, from the closed form above); tilings are scored exactly in order of
+        that lower bound until it exceeds the best count found, and the tilings attaining the
+        least count are returned.
+        """
+        Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
+        # widest visible row block is the last one (cov.max = Nkv) unless a window or a top-left
+        # diagonal with Nkv > Nq narrows it: then ask footprint
+        simple = shape.window is None and (shape.causal_align == "bottom_right" or Nkv <= Nq)
+        r = np.arange(Nq, dtype=np.int64)
+        lo, hi = K_.kv_ranges(shape, r, r + 1, True)
+        pall = int(np.sum(hi - lo))
+        cands = []
         for bk in bks:
+            bkc, tk = min(bk, d), cdiv(d, bk)
             for bm in sides:
+                bmc = min(bm, Nq)
                 for bn in sides:
+                    bnc = min(bn, Nkv)
+                    mm = bmc * bnc + bmc * bkc + bnc * bkc
                     for onepass in (False, True):
                         t = StandardTiling(bm, bn, bk, onepass)
-                        if self.footprint(shape, t, causal) <= M:
-                            out.append(t)
-        return out
+                        if not onepass:
+                            fp = max(mm, bmc * bnc + 3 * bmc)
+                        elif simple:
+                            fp = max(mm, bmc * Nkv + 3 * bmc)
+                        else:
+                            fp = self.footprint(shape, t, True)
+                        if fp > M:
+                            continue
+                        p = 1 if onepass else 2
+                        lb = d * pall / bn + 2 * d * pall / bm + (p + tk + 2) * pall + Nq * d
+                        cands.append((lb * (1 - 1e-9), t))
+        cands.sort(key=lambda c: c[0])
+        best, scored = None, []
+        for lb, t in cands:
+            if best is not None and lb > best:
+                break
+            tot = self._predict(shape, t, True).total
+            scored.append((tot, t))
+            best = tot if best is None else min(best, tot)
+        return [t for tot, t in scored if tot == best]
 
     def _unmasked_candidates(self, shape: Shape, M: int, sides: list[int], bks: list[int]):
         """The best tiling of the (bk, bm, bn, onepass) grid for each (bk, onepass), found in
