@@ -184,3 +184,48 @@ def test_with_approx_eps_approximate_algorithms_are_scored_with_their_error():
     assert all(c.error is not None for c in approx)
     if not p.chosen.exact:
         assert p.ratio is None and p.error is not None
+
+
+# ---------------------------------------------------------------- faster candidate sets
+def _full_standard_grid(shape, M, causal):
+    from attnio.algorithms.standard import ALGORITHM as S
+    from attnio.algorithms.standard import StandardTiling, _pow2_upto
+
+    sides = sorted({min(s, max(shape.Nq, shape.Nkv)) for s in _pow2_upto(M)})
+    bks = sorted({min(shape.d, b) for b in _pow2_upto(shape.d)} | {shape.d})
+    return S, [t for bk in bks for bm in sides for bn in sides for op in (False, True)
+               for t in [StandardTiling(bm, bn, bk, op)] if S.footprint(shape, t, causal) <= M]
+
+
+@pytest.mark.parametrize("Nq, Nkv, d, M, causal, align, window", [
+    (37, 37, 8, 300, False, "bottom_right", None), (100, 64, 3, 5000, False, "bottom_right", None),
+    (64, 64, 16, 2000, True, "bottom_right", None), (50, 90, 8, 900, True, "top_left", None),
+    (120, 120, 32, 20000, True, "bottom_right", 17), (9, 200, 1, 60, True, "bottom_right", None),
+])
+def test_standard_candidates_keep_the_least_count_of_the_full_grid(Nq, Nkv, d, M, causal, align,
+                                                                   window):
+    shape = Shape(Nq, Nkv, d, causal_align=align, window=window)
+    S, grid = _full_standard_grid(shape, M, causal)
+    best = min((S._predict(shape, t, causal).total, S.steps(shape, t)) for t in grid)
+    t = S.default_tiling(shape, M, causal)
+    assert (S._predict(shape, t, causal).total, S.steps(shape, t)) == best
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_bound_and_plan(capsys):
+    import json
+
+    from attnio.cli import main
+
+    assert main(["bound", "--N", "4096", "--d", "64", "--M", "16384", "--q", "4099"]) == 0
+    out = capsys.readouterr().out
+    assert "standard_matmul_large_cache" in out and "fast_matmul_field" in out and " yes " in out
+    assert main(["plan", "--N", "4096", "--d", "64", "--device", "a100", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["M"] == 83968 and obj["algorithm"] == "flash2" and obj["device"] == "a100"
+    assert main(["plan", "--N", "4096", "--d", "64", "--M-bytes", "65536", "--dtype", "bf16"]) == 0
+    assert "Algorithm:" in capsys.readouterr().out
+    assert main(["bound", "--N", "64", "--d", "8", "--M", "100", "--q", "64"]) == 2
+    assert "q must be > N" in capsys.readouterr().err
+    assert main(["plan", "--N", "64", "--d", "8", "--M-bytes", "100"]) == 2
+    assert "--M-bytes needs --dtype" in capsys.readouterr().err
