@@ -11,7 +11,7 @@ import pytest
 import attnio
 from attnio import bounds as B
 from attnio import devices
-from attnio.algorithms.base import Shape
+from attnio.algorithms.base import IOCount, Shape
 
 EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
 GRID = list(itertools.product([1, 7, 64, 200], [1, 8, 32], [40, 300, 2000, 20000], [False, True]))
@@ -229,3 +229,59 @@ def test_cli_bound_and_plan(capsys):
     assert "q must be > N" in capsys.readouterr().err
     assert main(["plan", "--N", "64", "--d", "8", "--M-bytes", "100"]) == 2
     assert "--M-bytes needs --dtype" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- approximate algorithms (a stand-in)
+@dataclasses.dataclass(frozen=True)
+class _FakeApproxTiling:
+    chunk: int
+    guaranteed_error: float
+
+
+class _FakeApprox(attnio.Algorithm):
+    """A stand-in approximate algorithm: reads Q, K, V once and writes O (4Nd words)."""
+
+    name = "fake_approx"
+    summary = "test stand-in for an approximate algorithm"
+    exact = False
+    Tiling = _FakeApproxTiling
+
+    def candidate_tilings(self, shape, M, causal=False):
+        return []
+
+    def approx_tilings(self, shape, M, causal, eps, entry_bound):
+        return [_FakeApproxTiling(c, eps / c) for c in (1, 2, 4)]
+
+    def footprint(self, shape, tiling, causal=False):
+        return 2 * shape.d * tiling.chunk
+
+    def min_M(self, shape, causal=False):
+        return 2 * shape.d
+
+    def steps(self, shape, tiling, causal=False):
+        return shape.Nq // tiling.chunk
+
+    def _predict(self, shape, tiling, causal):
+        return IOCount((shape.Nq + 2 * shape.Nkv) * shape.d, shape.Nq * shape.d)
+
+    def schedule(self, *a, **k):  # pragma: no cover - never run
+        raise NotImplementedError
+
+
+@pytest.fixture
+def fake_approx(monkeypatch):
+    from attnio.algorithms import _REGISTRY
+
+    monkeypatch.setitem(_REGISTRY, "fake_approx", _FakeApprox())
+    yield
+    attnio.planner._plan.cache_clear()
+
+
+def test_approximate_algorithms_only_with_approx_eps_and_never_against_exact_bounds(fake_approx):
+    exact = attnio.plan(1024, 32, 4096)
+    assert all(c.exact for c in exact.candidates) and exact.ratio is not None
+    p = attnio.plan(1024, 32, 4096, approx_eps=1e-3)
+    assert p.algorithm == "fake_approx" and not p.chosen.exact
+    assert p.error == pytest.approx(1e-3 / 4)  # chunk 4: same count, fewest steps
+    assert p.ratio is None and "approximate" in p.why and "Guaranteed error" in repr(p)
+    assert p.runner_up.exact  # the exact algorithms are still scored beside it

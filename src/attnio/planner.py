@@ -213,7 +213,10 @@ def _why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(N, d, M, Nkv, causal, heads, dtype_b, device, approx_eps, entry_bound) -> Plan:
+def _plan(N, d, M, Nkv, causal, heads, dtype_b, device, approx_eps, entry_bound,
+          registry: tuple) -> Plan:
+    # ``registry`` (the registered names) is part of the cache key: registering an algorithm
+    # after a call must not return a stale plan
     shape = Shape(N, Nkv, d, heads=heads, kv_heads=heads)
     algs = list(_alg.all_algorithms("attention"))
     if approx_eps is not None:
@@ -293,7 +296,8 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
         approx_eps = float(approx_eps)
     if entry_bound is not None:
         entry_bound = float(entry_bound)
-    return _plan(N, d, M, Nkv, causal, heads, db, dev_name, approx_eps, entry_bound)
+    return _plan(N, d, M, Nkv, causal, heads, db, dev_name, approx_eps, entry_bound,
+                 tuple(_alg.names(None)))
 
 
 def attnio_run_total(p: Plan) -> int:
