@@ -102,6 +102,15 @@ FlashAttention variant can run (M below 4d + 4: a row of Q, K, V and O does not 
     4096  256  60097   (0.917)   65536   (1.000)   yes
 
 .. crossover-table-end
+
+>>> import numpy as np, attnio
+>>> rng = np.random.default_rng(0)
+>>> Q, K, V = (rng.standard_normal((50, 16)) for _ in range(3))
+>>> r = attnio.run("square_tiling", Q, K, V, M=100)
+>>> bool(np.abs(r.output - attnio.reference.attention(Q, K, V)).max() < 1e-12), r.io.peak <= 100
+(True, True)
+>>> ALGORITHM.predicted_io((50, 16), 100, tiling=r.tiling).total == r.io.total
+True
 """
 
 from __future__ import annotations
