@@ -179,7 +179,10 @@ def run(
     """
     alg = _alg.get(name)
     if alg.kind != "attention":
-        raise ParameterError(f"{alg.name} is a {alg.kind} kernel, not attention: see its module")
+        raise ParameterError(
+            f"{alg.name} is a {alg.kind} kernel, not attention: use "
+            f"attnio.algorithms.{alg.name}.run_{alg.name}(...) or `attnio run {alg.name} ...`"
+        )
     M = check_int("M", M, minimum=1)
     masked, align = causal_mode(causal)
     if window is not None:
