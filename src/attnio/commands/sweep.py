@@ -1,0 +1,129 @@
+"""``attnio sweep``: run a grid of configurations into the results database; ``attnio sweep
+export``: write the database as csv, json or parquet."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+NAME = "sweep"
+HELP = "run a grid of configurations into a SQLite results database (resumable)"
+DESCRIPTION = (
+    "Run every configuration of a grid that the results database does not hold yet. "
+    "Value lists: START:STOP:xF (geometric), START:STOP:+S, or commas (e.g. --N 256:16384:x2 "
+    "--d 16,64,128). Configurations an algorithm cannot run are stored as skipped rows with the "
+    "reason. `attnio sweep export --format csv|json|parquet --out FILE` exports the database."
+)
+DEFAULT_DB = "attnio-results.sqlite"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
+    p.add_argument("--preset", default=None, help="a named sweep: paper (the reproduction sweep), smoke")
+    p.add_argument("--config", default=None, metavar="TOML", help="grid(s) from a TOML file")
+    p.add_argument("--N", default=None, help="sequence lengths (Nq = Nkv = N), e.g. 256:16384:x2")
+    p.add_argument("--Nq", default=None, help="query counts (with --Nkv, instead of --N)")
+    p.add_argument("--Nkv", default=None, help="key/value counts (with --Nq)")
+    p.add_argument("--d", default=None, help="head dimensions, e.g. 16,64,128 (default 64)")
+    p.add_argument("--M", default=None, help="fast-memory sizes in words, e.g. 256:1048576:x4")
+    p.add_argument("--algo", default=None, help="'all' (default), names, or kind:KIND")
+    p.add_argument("--causal", default=None, help="false (default), true or both")
+    p.add_argument("--mode", default=None, choices=("count", "compute"),
+                   help="count (shapes only, default) or compute (random data, max error)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the compute-mode inputs")
+    p.add_argument("--eps", type=float, default=None,
+                   help="error target for approximate algorithms (else they are skipped)")
+    p.add_argument("--jobs", type=int, default=None, help="local worker processes (default all cores)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                   help="run on this Dask distributed scheduler")
+    p.add_argument("--dask", action="store_true", help="run on a local Dask distributed cluster")
+    p.add_argument("--dry-run", action="store_true", help="print what would run; write nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    e = sub.add_parser("export", help="export the results database")
+    e.add_argument("--db", default=argparse.SUPPRESS, help=f"results database (default {DEFAULT_DB})")
+    e.add_argument("--format", dest="format", default=None, choices=("csv", "json", "parquet"),
+                   help="output format (default: from --out's extension)")
+    e.add_argument("--out", default=None, help="output file (default attnio-results.FORMAT)")
+    e.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS)
+
+
+def _grids(args):
+    from ..errors import ParameterError
+    from ..sweep import PRESETS, Grid, grid_from_mapping, grids_from_toml
+
+    flags = {k: getattr(args, k) for k in ("N", "Nq", "Nkv", "d", "M", "algo", "causal", "mode",
+                                           "seed", "eps") if getattr(args, k) is not None}
+    if args.preset and args.config:
+        raise ParameterError("give --preset or --config, not both")
+    if args.preset:
+        if args.preset not in PRESETS:
+            raise ParameterError(f"preset: unknown {args.preset!r} (known: {', '.join(PRESETS)})")
+        grids = PRESETS[args.preset]
+        over = {k: v for k, v in flags.items() if k in ("algo", "mode", "seed", "eps")}
+        if set(flags) - set(over):
+            raise ParameterError("--preset fixes the sizes; drop --N/--d/--M/--causal or use --config")
+        return [_override(g, over) for g in grids]
+    if args.config:
+        grids = grids_from_toml(args.config)
+        return [_override(g, flags) for g in grids] if flags else grids
+    if "N" not in flags and "Nq" not in flags:
+        raise ParameterError("give --N (or --Nq and --Nkv), a --config TOML or a --preset")
+    return [grid_from_mapping(flags, where="flags")] if flags else [Grid()]
+
+
+def _override(g, flags):
+    import dataclasses
+
+    from ..sweep import parse_causal, parse_values
+
+    kw = {}
+    for k, v in flags.items():
+        if k in ("N", "Nq", "Nkv", "d", "M"):
+            kw[k] = parse_values(k, v)
+        elif k == "algo":
+            kw["algorithms"] = tuple(v.split(","))
+        elif k == "causal":
+            kw["causal"] = parse_causal(v)
+        else:
+            kw[k] = v
+    return dataclasses.replace(g, **kw)
+
+
+def main(args) -> int:
+    if getattr(args, "action", None) == "export":
+        return _export(args)
+    from ..sweep import expand, run_sweep
+
+    grids = _grids(args)
+    if args.dry_run:
+        exp = expand(grids)
+        print(f"{len(exp)} configurations: {len(exp.configs)} to run, "
+              f"{len(exp.skipped)} skipped with a reason")
+        for cfg, why in exp.skipped[:10]:
+            print(f"  skip {cfg.algorithm} N={cfg.Nq} d={cfg.d} M={cfg.M}: {why}")
+        return 0
+    summary = run_sweep(grids, args.db, jobs=args.jobs, scheduler=args.scheduler, dask=args.dask,
+                        progress=not args.quiet)
+    if not args.quiet:
+        print(summary)
+    return 1 if summary.errors else 0
+
+
+def _export(args) -> int:
+    from ..store import ResultsStore
+
+    fmt = args.format
+    out = args.out
+    if out is None:
+        fmt = fmt or "csv"
+        out = f"attnio-results.{fmt}"
+    if os.path.exists(out) and os.path.isdir(out):
+        from ..errors import ParameterError
+
+        raise ParameterError(f"out: {out!r} is a directory")
+    with ResultsStore(args.db, readonly=True) as st:
+        n = st.export(out, fmt)
+    if not getattr(args, "quiet", False):
+        print(f"wrote {n} rows to {out}")
+    return 0
