@@ -173,17 +173,21 @@ def test_without_approx_eps_only_exact_algorithms_are_scored():
 
 
 APPROX = [a for k in ("attention", "approx") for a in attnio.algorithms.all_algorithms(k)
-          if not a.exact and hasattr(a, "approx_tilings")]
+          if not a.exact and attnio.planner._approx_tilings_of(a) is not None]
 
 
 @pytest.mark.skipif(not APPROX, reason="no approximate algorithm with approx_tilings registered")
-def test_with_approx_eps_approximate_algorithms_are_scored_with_their_error():
-    p = attnio.plan(4096, 16, 4096, approx_eps=1e-3)
+def test_with_approx_eps_registered_approximate_algorithms_are_scored_with_their_error():
+    # d = 4, entries <= 0.5: the polynomial features fit, and the approximation moves ~4Nd words
+    p = attnio.plan(2**16, 4, 4096, approx_eps=1e-2, entry_bound=0.5)
     approx = [c for c in p.candidates if not c.exact]
     assert approx, p.skipped
-    assert all(c.error is not None for c in approx)
+    assert all(c.error is not None and 0 < c.error for c in approx)
     if not p.chosen.exact:
-        assert p.ratio is None and p.error is not None
+        assert p.ratio is None and p.error is not None and "exact algorithms only" in repr(p)
+        res = attnio.run(p.algorithm, shape=(2**16, 4), M=4096, mode="count", tiling=p.tiling)
+        assert res.io.total == p.predicted.total
+    assert all(c.exact for c in attnio.plan(2**16, 4, 4096).candidates)
 
 
 # ---------------------------------------------------------------- faster candidate sets

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +122,8 @@ class Plan:
         if self.error is not None:
             lines.append(f"  Guaranteed error:  {self.error:.3g} (approximate)")
         b = self.best_bound
-        lines.append(f"  Best lower bound:  {b.value:,.0f} ({b.name}, explicit)")
+        scope = "" if self.chosen.exact else "; for exact algorithms only"
+        lines.append(f"  Best lower bound:  {b.value:,.0f} ({b.name}, explicit{scope})")
         ratio = f"{self.ratio:.3f}" if self.ratio is not None else "n/a (approximate algorithm)"
         lines.append(f"  Ratio total/bound:  {ratio}")
         lines.append(f"            Regime:  {self.regime}")
@@ -135,8 +137,9 @@ class Plan:
                   "-" * 88]
         for c in self.candidates:
             x = c.predicted.total / self.predicted.total if self.predicted.total else 1.0
+            err = "" if c.exact else f"  (approximate, error <= {c.error:.3g})"
             lines.append(f"{c.algorithm:<{w}}  {c.predicted.reads:>20,}  {c.predicted.writes:>18,}"
-                         f"  {c.predicted.total:>20,}  {x:>7.3f}")
+                         f"  {c.predicted.total:>20,}  {x:>7.3f}{err}")
         for name, reason in self.skipped:
             lines.append(f"{name:<{w}}  (skipped: {reason})")
         lines += ["-" * 88, f"{'bound':<28} {'value':>20}  {'explicit':>8}  theorem", "-" * 88]
@@ -157,6 +160,15 @@ def _error_of(tiling: Any) -> float | None:
     return None
 
 
+def _approx_tilings_of(alg):
+    """``approx_tilings(shape, M, causal, eps, entry_bound)``: a method of the algorithm, or a
+    function of the module that defines it."""
+    fn = getattr(alg, "approx_tilings", None)
+    if fn is None:
+        fn = getattr(sys.modules.get(type(alg).__module__), "approx_tilings", None)
+    return fn if callable(fn) else None
+
+
 def _score(alg, shape: Shape, M: int, causal: bool, approx_eps, entry_bound):
     """The best (key, Candidate) of one algorithm, or (None, reason)."""
     if M < alg.min_M(shape, causal):
@@ -164,7 +176,7 @@ def _score(alg, shape: Shape, M: int, causal: bool, approx_eps, entry_bound):
     if alg.exact:
         tilings = alg.candidate_tilings(shape, M, causal)
     else:
-        fn = getattr(alg, "approx_tilings", None)
+        fn = _approx_tilings_of(alg)
         if fn is None:
             return None, "approximate, without approx_tilings"
         tilings = fn(shape, M, causal, approx_eps, entry_bound)
@@ -227,8 +239,10 @@ def _plan(N, d, M, Nkv, causal, heads, dtype_b, device, approx_eps, entry_bound,
     for i, alg in enumerate(algs):
         try:
             key, res = _score(alg, shape, M, causal, approx_eps, entry_bound)
-        except AttnioError as e:  # an algorithm that does not support these sizes or this mask
-            key, res = None, str(e).splitlines()[0]
+        except (AttnioError, ValueError, ArithmeticError) as e:
+            # an algorithm that does not support these sizes, this mask or this error target
+            key, res = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
         if key is None:
             skipped.append((alg.name, res))
         else:
