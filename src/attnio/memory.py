@@ -207,7 +207,7 @@ class TwoLevelMemory:
         The dtype of fast tiles (the accumulation precision) in compute mode.
     tracer : object, optional
         Observer of every step (used by :mod:`attnio.trace`): its methods ``slow(arr)``,
-        ``load(tile, src, idx)``, ``store(tile, dst, idx)``, ``alloc(tile)``, ``free(tile)`` and
+        ``load(tile, src, idx)``, ``store(tile, dst, idx)``, ``alloc(tile, filled)``, ``free(tile)`` and
         ``compute(tiles, writes)`` are called after each step is checked.  A tracer needs every
         step, so it turns bulk counting off.  None (the default) changes nothing.
     """
@@ -369,7 +369,10 @@ class TwoLevelMemory:
                 data = np.empty(shape, dtype=self.dtype)
             else:
                 data = np.full(shape, fill, dtype=self.dtype)
-        return FastTile(shape, label, data, self)
+        tile = FastTile(shape, label, data, self)
+        if self.tracer is not None:
+            self.tracer.alloc(tile, fill is not None)
+        return tile
 
     def free(self, *tiles: FastTile) -> None:
         """Drop tiles from fast memory (free: no I/O)."""
