@@ -46,9 +46,9 @@ def all_algorithms(kind: str | None = "attention") -> list[Algorithm]:
 
 
 def _register_builtins() -> None:
-    from . import flash1, flash2, flash_decoding, matmul, square_tiling, standard
+    from . import approx_poly, flash1, flash2, flash_decoding, matmul, square_tiling, standard
 
-    for mod in (standard, flash1, flash2, flash_decoding, matmul, square_tiling):
+    for mod in (standard, flash1, flash2, flash_decoding, matmul, square_tiling, approx_poly):
         register(mod.ALGORITHM)
 
 

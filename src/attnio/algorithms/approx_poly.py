@@ -1,0 +1,441 @@
+"""``approx_poly``: the polynomial method (Alman & Song, arXiv 2302.13214), streamed.
+
+Approximate ``exp(s)`` on the score range [-R, R] by a polynomial P of degree g with proven
+relative error ``delta <= eps`` (:mod:`attnio.approx.poly`), factor ``P(s<q,k>) = <phi(q), psi(k)>``
+through ``r = C(d+g, g)`` monomial features (:mod:`attnio.approx.features`), and compute::
+
+    O = diag(U1 z)^-1 U1 W,    W = U2^T V (r x d),  z = U2^T 1 (r),  U1 = phi(Q), U2 = psi(K)
+
+without ever forming an n x n matrix.  Output error: ``|O - O_exact| <= delta/(1-delta) * range``
+of each column of V (derived in :func:`attnio.approx.poly.output_error_factor`).
+
+Schedule (non-causal), features split into ``nb = ceil(r / rb)`` blocks of at most rb::
+
+    for each feature block b:                                  # r-blocking when r(d+1) > M
+        W_b = 0 (rb x d), z_b = 0 (rb) in fast memory
+        for each K/V block j (Bn rows):  load K_j, V_j;  U2 = psi_b(K_j);  W_b += U2^T V_j;  z_b += U2^T 1
+        for each Q block i (Bn rows):
+            load Q_i;  U1 = phi_b(Q_i)
+            num = (b > 0 ? load O_i : 0) + U1 W_b;   den = (b > 0 ? load D_i : 0) + U1 z_b
+            b < nb-1:  write num -> O_i, den -> D_i        (partial sums, D a scratch array)
+            b = nb-1:  write num / den -> O_i
+
+Causal (bottom-right aligned, query i sees keys j <= i + Nkv - Nq): the linear-attention
+recurrence with prefix sums.  Keys [0, Nkv - Nq) (if any) are folded into W_b, z_b first; then
+for each query block [a, b) the keys [a + off, b + off) (clipped) are loaded once, the in-block
+part is done with the masked Bn x Bn kernel tile ``S = (U1 U2^T) o mask`` and the earlier keys
+through the prefix sums: ``num = U1 W_b + S V,  den = U1 z_b + S 1``, then ``W_b += U2^T V``,
+``z_b += U2^T 1``.  Every K/V row is loaded once per feature block; query blocks that see no key
+load nothing and write zeros.
+
+Closed form.  With ``Qv`` the number of query rows in blocks that see at least one key (= Nq
+without a mask)::
+
+    reads  = nb (2 Nkv d + Qv d) + (nb - 1) Qv (d + 1)
+    writes = (nb - 1) Qv (d + 1) + Nq d
+
+For nb = 1 (``r (d+1)`` plus the tiles fit in M) this is ``2 (Nq + Nkv) d``, exactly the
+trivial lower bound: I/O linear in n.  Fast memory (rb, Bn clamped to r and the row counts)::
+
+    non-causal:  rb (d+1) + max(Bk (2d + rb), Bq (2d + rb + 1))
+    causal:      rb (d+1) + max(Bk (2d + rb), Bq (4d + 2 rb + 1) + Bq^2)
+
+Tiling choice: the fewest feature blocks (rb as large as fits with Bn = 1, then balanced), then
+the largest Bn that still fits (fewer steps at equal I/O; for causal Nq > Nkv a few Bn are scored).
+
+Parameters live in :class:`ApproxPolyTiling`: ``eps`` (relative error of P), ``entry_bound`` B
+(``|Q|, |K| <= B``, R = |scale| B^2 d) or ``radius`` R directly, ``variant``, ``degree`` (None:
+the least that meets eps), ``Bn``, ``rb``, ``scale`` (None: 1/sqrt(d); it must match the run's
+scale because R depends on it) and ``allow_unbounded``.  Resolved tilings also carry ``r``,
+``kernel_error`` (delta) and expose ``guaranteed_error`` = delta/(1-delta).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from ..approx.features import FeatureMap, feature_dim
+from ..approx.poly import check_eps, output_error_factor, polynomial
+from ..approx.radius import check_entries, score_radius
+from ..errors import CapacityError, ParameterError
+from ..memory import SlowArray, TwoLevelMemory
+from . import _kernels as K_
+from .base import Algorithm, IOCount, Shape, cdiv, default_scale, kv_visible_hi
+
+__all__ = ["ALGORITHM", "ApproxPoly", "ApproxPolyTiling", "approx_tilings", "predicted_io"]
+
+
+@dataclass(frozen=True)
+class ApproxPolyTiling:
+    """Parameters of ``approx_poly``; ``r``, ``kernel_error`` and ``radius`` are filled in."""
+
+    eps: float = 1e-3
+    entry_bound: float | None = None
+    variant: str = "chebyshev"
+    degree: int | None = None
+    Bn: int | None = None
+    rb: int | None = None
+    scale: float | None = None
+    allow_unbounded: bool = False
+    radius: float | None = None
+    r: int | None = None
+    kernel_error: float | None = None
+
+    @property
+    def r_blocks(self) -> int:
+        """Number of feature blocks nb = ceil(r / rb) (passes over K, V and Q)."""
+        return cdiv(self.r, self.rb)
+
+    @property
+    def guaranteed_error(self) -> float:
+        """delta/(1-delta): |O - O_exact| <= this * (max - min) of each column of V."""
+        return output_error_factor(self.kernel_error)
+
+    def error_bound_for(self, V) -> float:
+        """The guaranteed max |O - O_exact| for these values V (Nkv x d)."""
+        V = np.asarray(V, dtype=np.float64)
+        return self.guaranteed_error * float(np.max(V.max(axis=0) - V.min(axis=0)))
+
+    @cached_property
+    def feature_map(self) -> FeatureMap:
+        raise AttributeError("feature_map needs d: use ApproxPoly.feature_map(shape, tiling)")
+
+
+def _fp(d: int, rb: int, Bq: int, Bk: int, causal: bool) -> int:
+    if causal:
+        return rb * (d + 1) + max(Bk * (2 * d + rb), Bq * (4 * d + 2 * rb + 1) + Bq * Bq)
+    return rb * (d + 1) + max(Bk * (2 * d + rb), Bq * (2 * d + rb + 1))
+
+
+def _visible_rows(shape: Shape, Bq: int, causal: bool) -> int:
+    starts, stops = K_.block_counts(shape.Nq, Bq)
+    hi = K_.visible_hi(shape, stops, causal)
+    return int(np.sum(np.where(hi > 0, stops - starts, 0)))
+
+
+class ApproxPoly(Algorithm):
+    name = "approx_poly"
+    summary = "polynomial method (Alman-Song): O = D^-1 phi(Q) (psi(K)^T V), streamed; approximate"
+    exact = False
+    Tiling = ApproxPolyTiling
+
+    # ------------------------------------------------------------ tilings
+    def _clamp(self, shape: Shape, t: ApproxPolyTiling) -> tuple[int, int, int]:
+        return min(t.rb, t.r), min(t.Bn, shape.Nq), min(t.Bn, shape.Nkv)
+
+    def footprint(self, shape: Shape, tiling: ApproxPolyTiling, causal: bool = False) -> int:
+        rb, Bq, Bk = self._clamp(shape, tiling)
+        return _fp(shape.d, rb, Bq, Bk, causal)
+
+    def min_M(self, shape: Shape, causal: bool = False) -> int:
+        return _fp(shape.d, 1, 1, 1, causal)
+
+    def steps(self, shape: Shape, tiling: ApproxPolyTiling, causal: bool = False) -> int:
+        return tiling.r_blocks * (cdiv(shape.Nq, tiling.Bn) + cdiv(shape.Nkv, tiling.Bn))
+
+    def _resolve(self, shape: Shape, t: ApproxPolyTiling, inputs) -> ApproxPolyTiling:
+        """Fill in scale, radius, degree, r and kernel_error (checking the preconditions)."""
+        d = shape.d
+        eps = check_eps(t.eps)
+        if not isinstance(t.allow_unbounded, bool):
+            raise ParameterError(f"allow_unbounded must be True or False, got {t.allow_unbounded!r}")
+        s = default_scale(d, t.scale)
+        B, R = t.entry_bound, t.radius
+        if R is not None:
+            R = float(R)
+            if not (math.isfinite(R) and R >= 0):
+                raise ParameterError(f"radius must be a finite real number >= 0, got {t.radius!r}")
+        if inputs is not None:
+            Q = np.asarray(inputs[0], dtype=np.float64)
+            Kx = np.asarray(inputs[1], dtype=np.float64)
+            aq, ak = float(np.abs(Q).max()), float(np.abs(Kx).max())
+            nq = float(np.sqrt((Q * Q).sum(axis=-1)).max())
+            nk = float(np.sqrt((Kx * Kx).sum(axis=-1)).max())
+            data_R = score_radius(d, s, max_norm_q=nq, max_norm_k=nk)
+            if B is not None:
+                check_entries(aq, ak, B, t.allow_unbounded)
+            if R is not None and data_R > R * (1 + 1e-12):
+                check_entries(data_R, 0.0, R, t.allow_unbounded)  # same refusal, for the radius
+            if R is None:
+                R = score_radius(d, s, B) if B is not None else data_R
+            if B is None:
+                B = max(aq, ak)
+        elif R is None:
+            if B is None:
+                raise ParameterError(
+                    "entry_bound: approx_poly in count mode (no inputs) needs the entry bound B "
+                    "(|Q|, |K| entries <= B), e.g. tiling={'entry_bound': 1.0}, or radius=R"
+                )
+            R = score_radius(d, s, B)
+        p = polynomial(eps, R, t.variant, t.degree)
+        return dataclasses.replace(
+            t, eps=eps, scale=s, entry_bound=None if B is None else float(B), radius=float(R),
+            degree=p.degree, r=feature_dim(d, p.degree), kernel_error=p.bound,
+        )
+
+    def _best_blocks(self, shape: Shape, M: int, r: int, causal: bool) -> list[tuple[int, int]]:
+        d = shape.d
+        if _fp(d, 1, 1, 1, causal) > M:
+            return []
+        lo, hi = 1, r  # largest rb with Bn = 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if _fp(d, mid, 1, 1, causal) <= M else (lo, mid - 1)
+        nb = cdiv(r, lo)
+        rb = cdiv(r, nb)
+        nmax = max(shape.Nq, shape.Nkv)
+
+        def fits(bn: int) -> bool:
+            return _fp(d, rb, min(bn, shape.Nq), min(bn, shape.Nkv), causal) <= M
+
+        lo, hi = 1, nmax
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        bns = {lo}
+        if causal and shape.Nq > shape.Nkv:
+            b = 1
+            while b < lo:
+                bns.add(b)
+                b *= 2
+        return [(rb, bn) for bn in sorted(bns)]
+
+    def _with_blocks(self, shape: Shape, M: int, t: ApproxPolyTiling, causal: bool) -> ApproxPolyTiling:
+        if t.rb is None or t.Bn is None:
+            best, key = None, None
+            for rb, bn in self._best_blocks(shape, M, t.r, causal):
+                c = dataclasses.replace(t, rb=t.rb or rb, Bn=t.Bn or bn)
+                if self.footprint(shape, c, causal) > M:
+                    continue
+                k = (self._predict(shape, c, causal).total, self.steps(shape, c, causal))
+                if key is None or k < key:
+                    best, key = c, k
+            if best is None:
+                if t.rb is not None or t.Bn is not None:  # a user block size that cannot fit
+                    c = dataclasses.replace(t, rb=t.rb or 1, Bn=t.Bn or 1)
+                    raise CapacityError(f"{self.name} with tiling {c}", 0,
+                                        self.footprint(shape, c, causal), M)
+                self._check_min_M(shape, M, causal)
+            t = best
+        return t
+
+    def validate_tiling(self, shape: Shape, tiling: ApproxPolyTiling) -> None:
+        from ..errors import check_int
+
+        for f in ("Bn", "rb"):
+            v = getattr(tiling, f)
+            if v is not None:
+                check_int(f"tiling.{f}", v, minimum=1)
+
+    def coerce_tiling(self, shape, M, tiling=None, causal=False, inputs=None) -> ApproxPolyTiling:
+        shape = Shape.coerce(shape)
+        if tiling is None or tiling == "auto":
+            tiling = ApproxPolyTiling()
+        elif isinstance(tiling, Mapping):
+            names = {f.name for f in dataclasses.fields(ApproxPolyTiling)}
+            unknown = set(tiling) - names
+            if unknown:
+                raise ParameterError(
+                    f"tiling for {self.name} has unknown field(s) {sorted(unknown)}; "
+                    f"its fields are {sorted(names)}"
+                )
+            tiling = ApproxPolyTiling(**tiling)
+        if not isinstance(tiling, ApproxPolyTiling):
+            raise ParameterError(f"tiling for {self.name} must be an ApproxPolyTiling or a mapping")
+        self.validate_tiling(shape, tiling)
+        t = self._resolve(shape, tiling, inputs)
+        t = self._with_blocks(shape, M, t, causal)
+        need = self.footprint(shape, t, causal)
+        if need > M:
+            raise CapacityError(f"{self.name} with tiling {t}", 0, need, M)
+        return t
+
+    def candidate_tilings(self, shape: Shape, M: int, causal: bool = False, *, eps: float = 1e-3,
+                          entry_bound: float | None = None, radius: float | None = None):
+        """Resolved tilings (both variants) for an entry bound (or radius); [] if none fits."""
+        out = []
+        for variant in ("chebyshev", "taylor"):
+            base = self._resolve(shape, ApproxPolyTiling(eps=eps, entry_bound=entry_bound,
+                                                         radius=radius, variant=variant), None)
+            for rb, bn in self._best_blocks(shape, M, base.r, causal):
+                out.append(dataclasses.replace(base, rb=rb, Bn=bn))
+        return out
+
+    def default_tiling(self, shape, M, causal=False):
+        return self.coerce_tiling(shape, M, None, causal)
+
+    def feature_map(self, shape: Shape, tiling: ApproxPolyTiling) -> FeatureMap:
+        p = polynomial(tiling.eps, tiling.radius, tiling.variant, tiling.degree)
+        return FeatureMap(shape.d, p.degree, p.coefficients, float(tiling.scale))
+
+    def regime(self, shape, M: int, tiling: ApproxPolyTiling) -> str:
+        """A one-line description of which regime the tiling is in (derived; docs/approximate.md)."""
+        nb = tiling.r_blocks
+        if nb == 1:
+            return (f"one pass: W, z (r(d+1) = {tiling.r * (shape.d + 1):,} words) fit in M = {M:,}; "
+                    "I/O = 2(Nq + Nkv)d, the trivial lower bound")
+        return (f"r-blocked: r(d+1) = {tiling.r * (shape.d + 1):,} > M = {M:,}, {nb} passes over "
+                "K, V, Q with partial sums of O and D in slow memory")
+
+    # ------------------------------------------------------------ counts
+    def _predict(self, shape: Shape, tiling: ApproxPolyTiling, causal: bool) -> IOCount:
+        d, nb = shape.d, tiling.r_blocks
+        Qv = _visible_rows(shape, min(tiling.Bn, shape.Nq), causal)
+        reads = nb * (2 * shape.Nkv * d + Qv * d) + (nb - 1) * Qv * (d + 1)
+        writes = (nb - 1) * Qv * (d + 1) + shape.Nq * d
+        return IOCount(reads=reads, writes=writes)
+
+    # ------------------------------------------------------------ schedule
+    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                 O: SlowArray, *, shape: Shape, tiling: ApproxPolyTiling, causal: bool,
+                 scale: float) -> None:
+        if tiling.scale is None or abs(scale - tiling.scale) > 1e-12 * max(1.0, abs(scale)):
+            raise ParameterError(
+                f"scale={scale!r} but this approx_poly tiling was planned for scale={tiling.scale!r} "
+                "(the score range R depends on it); pass tiling={'scale': ...} with the same value"
+            )
+        fm = self.feature_map(shape, tiling) if mem.computing else None
+        d, r, nb = shape.d, tiling.r, tiling.r_blocks
+        D = mem.slow(f"D_partial({O.name})", (shape.Nq,)) if nb > 1 else None
+        for fb in mem.blocks(r, tiling.rb, uniform=False):
+            ctx = _Pass(mem, fm, fb.start, fb.stop, fb.index == 0, fb.index == nb - 1, D)
+            W = mem.alloc((fb.size, d), 0.0, label="W_b")
+            z = mem.alloc((fb.size,), 0.0, label="z_b")
+            if causal:
+                self._causal_pass(ctx, Q, K, V, O, W, z, shape, tiling)
+            else:
+                for kb in mem.blocks(shape.Nkv, tiling.Bn):
+                    ctx.absorb(K, V, kb.slice, W, z)
+                for qb in mem.blocks(shape.Nq, tiling.Bn):
+                    ctx.emit(Q, O, qb.slice, W, z)
+            mem.free(W, z)
+
+    def _causal_pass(self, ctx, Q, K, V, O, W, z, shape: Shape, tiling: ApproxPolyTiling) -> None:
+        mem, off, Bn = ctx.mem, shape.offset, tiling.Bn
+        if off > 0:  # keys every query sees
+            for kb in mem.blocks(off, Bn):
+                ctx.absorb(K, V, kb.slice, W, z)
+        for qb in mem.blocks(shape.Nq, Bn, uniform=False):
+            hi = kv_visible_hi(shape, qb.stop, True)
+            if hi == 0:  # no row of the block sees a key: output 0, written once
+                if ctx.last:
+                    Oi = mem.alloc((qb.size, shape.d), 0.0, label="O_i")
+                    mem.store(Oi, O, qb)
+                    mem.free(Oi)
+                continue
+            klo = max(0, qb.start + off)
+            ctx.emit(Q, O, qb.slice, W, z, keys=(K, V, slice(klo, hi), qb.start, off))
+
+
+class _Pass:
+    """The tile steps of one feature block [lo, hi): absorb keys into (W, z), emit outputs."""
+
+    def __init__(self, mem, fm, lo, hi, first, last, D):
+        self.mem, self.fm, self.lo, self.hi = mem, fm, lo, hi
+        self.first, self.last, self.D = first, last, D
+
+    def _features(self, X, key: bool):
+        mem, fm, lo, hi = self.mem, self.fm, self.lo, self.hi
+        U = mem.alloc((X.shape[0], hi - lo), label="U2" if key else "U1")
+
+        def f(u, x):
+            u[...] = fm.psi(x, lo, hi) if key else fm.phi(x, lo, hi)
+
+        mem.compute(f, U, X, writes=1)
+        return U
+
+    def absorb(self, K, V, rows, W, z) -> None:
+        """W += psi(K_rows)^T V_rows;  z += psi(K_rows)^T 1."""
+        mem = self.mem
+        Kj = mem.load(K, rows, label="K_j")
+        Vj = mem.load(V, rows, label="V_j")
+        U = self._features(Kj, True)
+        mem.free(Kj)
+        mem.compute(_accumulate, W, z, U, Vj, writes=2)
+        mem.free(U, Vj)
+
+    def emit(self, Q, O, rows, W, z, keys=None) -> None:
+        mem = self.mem
+        n = rows.stop - rows.start
+        Qi = mem.load(Q, rows, label="Q_i")
+        U1 = self._features(Qi, False)
+        mem.free(Qi)
+        if self.first:
+            num = mem.alloc((n, W.shape[1]), 0.0, label="num")
+            den = mem.alloc((n,), 0.0, label="den")
+        else:
+            num = mem.load(O, rows, label="num")
+            den = mem.load(self.D, rows, label="den")
+        mem.compute(_project, num, den, U1, W, z, writes=2)
+        if keys is not None:  # causal: in-block keys through the masked kernel tile
+            K, V, krows, r0, off = keys
+            Kj = mem.load(K, krows, label="K_j")
+            Vj = mem.load(V, krows, label="V_j")
+            U2 = self._features(Kj, True)
+            mem.free(Kj)
+            S = mem.alloc((n, krows.stop - krows.start), label="S")
+            c0 = krows.start
+            mem.compute(lambda s, a, b: _masked_kernel(s, a, b, r0, c0, off), S, U1, U2, writes=1)
+            mem.compute(_project_local, num, den, S, Vj, writes=2)
+            mem.free(S)
+            mem.compute(_accumulate, W, z, U2, Vj, writes=2)
+            mem.free(U2, Vj)
+        mem.free(U1)
+        if self.last:
+            mem.compute(_divide, num, den, writes=1)
+            mem.store(num, O, rows)
+        else:
+            mem.store(num, O, rows)
+            mem.store(den, self.D, rows)
+        mem.free(num, den)
+
+
+def _accumulate(W, z, U, V) -> None:
+    W += U.T @ V
+    z += U.sum(axis=0)
+
+
+def _project(num, den, U, W, z) -> None:
+    num += U @ W
+    den += U @ z
+
+
+def _masked_kernel(S, U1, U2, r0, c0, off) -> None:
+    np.matmul(U1, U2.T, out=S)
+    rows = np.arange(r0, r0 + S.shape[0])[:, None]
+    cols = np.arange(c0, c0 + S.shape[1])[None, :]
+    S[cols > rows + off] = 0.0
+
+
+def _project_local(num, den, S, V) -> None:
+    num += S @ V
+    den += S.sum(axis=1)
+
+
+def _divide(num, den) -> None:
+    """num <- num / den; rows that saw no key (den = 0) stay 0."""
+    safe = np.where(den != 0, den, 1.0)
+    num /= safe[:, None]
+
+
+ALGORITHM = ApproxPoly()
+
+
+def approx_tilings(shape, M: int, causal: bool = False, eps: float = 1e-3,
+                   entry_bound: float | None = None, *, radius: float | None = None):
+    """Resolved ``approx_poly`` tilings for the planner (each shows ``r``, ``kernel_error`` and
+    ``guaranteed_error``); [] when none fits in M.  Needs ``entry_bound`` (or ``radius``)."""
+    return ALGORITHM.candidate_tilings(Shape.coerce(shape), M, causal, eps=eps,
+                                       entry_bound=entry_bound, radius=radius)
+
+
+def predicted_io(N, d, M, *, eps=1e-3, entry_bound=1.0, causal=False, Nkv=None, **tiling) -> IOCount:
+    """Closed-form count of ``approx_poly`` for Nq = N (Nkv = N unless given)."""
+    t = dict(eps=eps, entry_bound=entry_bound, **tiling)
+    return ALGORITHM.predicted_io(Shape(N, N if Nkv is None else Nkv, d), M, tiling=t, causal=causal)
