@@ -51,6 +51,8 @@ def add_arguments(p) -> None:
     p.add_argument("--heads", type=int, default=1, help="independent heads (counts multiply)")
     p.add_argument("--eps", type=float, default=None,
                    help="also score approximate algorithms with this error target")
+    p.add_argument("--entry-bound", type=float, default=None, dest="entry_bound",
+                   help="with --eps: bound B on the entries of Q and K (|q|, |k| <= B)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -60,10 +62,11 @@ def main(args) -> int:
     M, db, device = resolve_M(args)
     if device is not None:
         p = plan(args.N, args.d, Nkv=args.Nkv, causal=args.causal, heads=args.heads,
-                 device=device, dtype_bytes=db, approx_eps=args.eps)
+                 device=device, dtype_bytes=db, approx_eps=args.eps,
+                 entry_bound=args.entry_bound)
     else:
         p = plan(args.N, args.d, M, Nkv=args.Nkv, causal=args.causal, heads=args.heads,
-                 dtype_bytes=db, approx_eps=args.eps)
+                 dtype_bytes=db, approx_eps=args.eps, entry_bound=args.entry_bound)
     if args.json:
         print(json.dumps(p.to_dict(), sort_keys=True, default=str))
     else:
