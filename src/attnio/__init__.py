@@ -6,10 +6,12 @@ Run attention schedules on a simulated two-level memory that counts every word m
 
 from . import algorithms, bounds, reference
 from .algorithms.base import Algorithm, IOCount, Shape
+from .cache import replay
 from .errors import AttnioError, CapacityError, ParameterError, ScheduleError, UnknownNameError
 from .memory import Block, FastTile, IOStats, SlowArray, TwoLevelMemory
 from .planner import Plan, plan
 from .runner import Result, run
+from .trace import trace  # the function; use `from attnio.trace import ...` for the rest
 
 __version__ = "0.1.0"
 
@@ -33,5 +35,7 @@ __all__ = [
     "bounds",
     "plan",
     "reference",
+    "replay",
     "run",
+    "trace",
 ]

@@ -125,12 +125,14 @@ def _live_lines(tr, line_words: int):
 
 def replay(trace, capacity_words: int, policy: str = "lru", *, line_words: int = 1,
            write_allocate: bool = False, ways: int | None = None,
-           chunk: int = 1 << 20) -> ReplayResult:
+           write_hit_refresh: bool = True, chunk: int = 1 << 20) -> ReplayResult:
     """Replay ``trace`` through a write-back cache of ``capacity_words`` words.
 
     ``trace`` is an :class:`attnio.trace.Trace` or a pair ``(addresses, kinds)`` (kinds 0/1 or
     "read"/"write"; every array live-out).  ``policy`` is "lru", "fifo" or "opt"; ``ways=None`` is
-    fully associative.  Returns a :class:`ReplayResult` (``reads``, ``writes``, ``total`` in words).
+    fully associative.  ``write_hit_refresh=False`` makes LRU ignore write hits for recency, as
+    pycachesim does (its stores that hit only mark the line dirty); the default counts every
+    access as a use.  Returns a :class:`ReplayResult` (``reads``, ``writes``, ``total`` in words).
     """
     tr = _as_trace(trace)
     capacity_words = check_int("capacity_words", capacity_words, minimum=1)
@@ -163,9 +165,10 @@ def replay(trace, capacity_words: int, policy: str = "lru", *, line_words: int =
     else:
         gen = ((a // line_words if line_words > 1 else a, k) for a, k in tr.raw_chunks(chunk))
         if ways is None or ways == lines:
-            counts = _fa(gen, lines, policy == "lru", is_live)
+            counts = _fa(gen, lines, policy == "lru", is_live, bool(write_hit_refresh))
         else:
-            counts = _sa(gen, lines // ways, ways, policy == "lru", is_live)
+            counts = _sa(gen, lines // ways, ways, policy == "lru", is_live,
+                         bool(write_hit_refresh))
     return ReplayResult(policy, capacity_words, line_words, ways, write_allocate, *counts)
 
 
@@ -177,7 +180,7 @@ def _flush(dirty_lines: list[int], is_live) -> int:
     return int(is_live(np.array(dirty_lines, dtype=np.int64)).sum())
 
 
-def _fa(chunks, C: int, lru: bool, is_live):
+def _fa(chunks, C: int, lru: bool, is_live, wref: bool = True):
     """Fully associative LRU / FIFO: one OrderedDict line -> dirty, oldest first."""
     od: OrderedDict[int, bool] = OrderedDict()
     get, move, pop = od.get, od.move_to_end, od.popitem
@@ -188,7 +191,7 @@ def _fa(chunks, C: int, lru: bool, is_live):
             d = get(a)
             if d is not None:
                 hits += 1
-                if lru:
+                if lru and (wref or not w):
                     move(a)
                 if w and not d:
                     od[a] = True
@@ -205,7 +208,7 @@ def _fa(chunks, C: int, lru: bool, is_live):
     return n, hits, rm, wm, dev, flushed
 
 
-def _sa(chunks, nsets: int, ways: int, lru: bool, is_live):
+def _sa(chunks, nsets: int, ways: int, lru: bool, is_live, wref: bool = True):
     """Set-associative LRU / FIFO: one OrderedDict per set (set = line % nsets)."""
     sets = [OrderedDict() for _ in range(nsets)]
     n = hits = rm = wm = dev = 0
@@ -216,7 +219,7 @@ def _sa(chunks, nsets: int, ways: int, lru: bool, is_live):
             d = od.get(a)
             if d is not None:
                 hits += 1
-                if lru:
+                if lru and (wref or not w):
                     od.move_to_end(a)
                 if w and not d:
                     od[a] = True
