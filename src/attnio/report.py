@@ -33,6 +33,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+
 import numpy as np
 
 from .errors import ParameterError
@@ -258,7 +259,7 @@ def claims(rows: Iterable[dict], fits: list[Fit] | None = None,
             within = all(1 / 16 <= m / (d * d) <= 16 for _, d, m in found)
             measured = "; ".join(f"M*/d² = {m / (d * d):.3f} (N={N}, d={d})" for N, d, m in found)
             ds = {}
-            for N, d, m in found:
+            for _N, d, m in found:
                 ds.setdefault(d, m)
             grow_ok = True
             if len(ds) >= 2:
@@ -373,7 +374,7 @@ def _fig_io_vs_N(rows, fits, d, M, causal, style, out) -> str:
     ax.set_ylabel("total I/O (words)")
     ax.set_title(f"I/O vs N, d={d}, M={M}{', causal' if causal else ''}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, out, f"io_vs_N_d{d}_M{M}{'_causal' if causal else ''}")
 
 
@@ -391,7 +392,7 @@ def _bound_curves(sub: list[dict]) -> dict[str, list[tuple[int, float, bool]]]:
 
 def _fig_io_vs_M(rows, fits, N, d, causal, style, out) -> str:
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.8, 4.8))
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
     sub = [r for r in rows if r["Nq"] == N and r["Nkv"] == N and r["d"] == d
            and bool(r["causal"]) == causal and r["mode"] == "count"]
     for alg in sorted({r["algorithm"] for r in sub}):
@@ -409,17 +410,21 @@ def _fig_io_vs_M(rows, fits, N, d, causal, style, out) -> str:
         xs = [p[0] for p in pts]
         ys = [p[1] for p in pts]
         explicit = all(p[2] for p in pts)
-        s = fit_slope(xs, ys)[0]
+        parts = []
+        for reg, sel in (("M<d²", [p for p in pts if p[0] < d * d]),
+                         ("M≥d²", [p for p in pts if p[0] >= d * d])):
+            if len(sel) >= 2:
+                parts.append(f"{reg} {fit_slope([p[0] for p in sel], [p[1] for p in sel])[0]:+.2f}")
         ax.loglog(xs, ys, "--" if explicit else ":", color=str(0.15 + 0.15 * (i % 5)), lw=1.2,
-                  label=f"bound: {name}{'' if explicit else ' (asymptotic, no constant)'} "
-                        f"(slope {s:+.2f})")
+                  label=f"bound: {name}{'' if explicit else ' (asymptotic, constant 1)'} "
+                        f"(slope {', '.join(parts) or 'n/a'})")
     ax.axvline(d * d, color="k", lw=0.8, alpha=0.6)
     ax.text(d * d, ax.get_ylim()[1], " M = d²", va="top", fontsize=8)
     ax.set_xlabel("M (fast-memory words)")
     ax.set_ylabel("total I/O (words)")
     ax.set_title(f"I/O vs M, N={N}, d={d}{', causal' if causal else ''}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, out, f"io_vs_M_N{N}_d{d}{'_causal' if causal else ''}")
 
 
@@ -436,15 +441,15 @@ def _fig_ratio_vs_M(rows, N, d, causal, style, out) -> str | None:
             continue
         c, m = style[alg]
         ax.loglog([r["M"] for r in rs], [r["ratio"] for r in rs], marker=m, color=c, ms=4,
-                  label=f"{alg} (best bound: {rs[-1]['bound_name']})")
+                  label=alg)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axvline(d * d, color="k", lw=0.8, alpha=0.6)
     ax.text(d * d, ax.get_ylim()[1], " M = d²", va="top", fontsize=8)
     ax.set_xlabel("M (fast-memory words)")
-    ax.set_ylabel("total I/O / best explicit lower bound")
+    ax.set_ylabel("total I/O / largest explicit bound at that point")
     ax.set_title(f"Ratio to the bound, N={N}, d={d}{', causal' if causal else ''}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, out, f"ratio_vs_M_N{N}_d{d}{'_causal' if causal else ''}")
 
 

@@ -57,6 +57,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("mode", "TEXT"),         # count | compute
     ("seed", "INTEGER"),
     ("eps", "REAL"),
+    ("entry_bound", "REAL"),  # approximate algorithms: |Q|, |K| <= entry_bound
     ("reads", "INTEGER"),
     ("writes", "INTEGER"),
     ("total", "INTEGER"),

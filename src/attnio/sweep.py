@@ -25,13 +25,13 @@ import json
 import math
 import os
 import time
-import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
+import tomllib
 
 from . import algorithms as _alg
 from .algorithms.base import Shape
@@ -177,6 +177,7 @@ class Grid:
     mode: str = "count"
     seed: int = 0
     eps: float | None = None
+    entry_bound: float = 1.0
     Nq: tuple[int, ...] = ()
     Nkv: tuple[int, ...] = ()
 
@@ -201,6 +202,7 @@ class Config:
     mode: str = "count"
     seed: int = 0
     eps: float | None = None
+    entry_bound: float | None = None
 
     def key(self) -> dict:
         k = {"algorithm": self.algorithm, "Nq": self.Nq, "Nkv": self.Nkv, "d": self.d,
@@ -209,6 +211,8 @@ class Config:
             k["seed"] = self.seed
         if self.eps is not None:
             k["eps"] = float(self.eps)
+        if self.entry_bound is not None:
+            k["entry_bound"] = float(self.entry_bound)
         return k
 
     def hash(self) -> str:
@@ -250,16 +254,18 @@ def expand(grids: Grid | Iterable[Grid]) -> Expansion:
             raise ParameterError(f"grid: no values for {', '.join(empty)} (an empty grid)")
         if g.eps is not None and not (0 < g.eps < 1):
             raise ParameterError(f"eps must be in (0, 1), got {g.eps}")
+        if not (isinstance(g.entry_bound, (int, float)) and 0 < g.entry_bound < math.inf):
+            raise ParameterError(f"entry_bound must be a positive number, got {g.entry_bound!r}")
         for name in names:
             alg = _alg.get(name)
             for (nq, nkv) in sizes:
                 for d in g.d:
                     for causal in g.causal:
-                        shape = Shape(nq, nkv, d)
-                        min_m, why = _min_M(alg, shape, causal)
+                        min_m, why = _min_M(alg, _alg_shape(alg, (nq, nkv, d)), causal)
                         for M in g.M:
                             eps = None if alg.exact else g.eps
-                            cfg = Config(alg.name, nq, nkv, d, M, causal, g.mode, g.seed, eps)
+                            eb = None if alg.exact else float(g.entry_bound)
+                            cfg = Config(alg.name, nq, nkv, d, M, causal, g.mode, g.seed, eps, eb)
                             h = cfg.hash()
                             if h in seen:
                                 continue
@@ -284,6 +290,10 @@ def _min_M(alg, shape: Shape, causal: bool) -> tuple[int | None, str | None]:
 def _skip_reason(alg, cfg: Config, min_m: int | None) -> str | None:
     if min_m is not None and cfg.M < min_m:
         return f"M={cfg.M} < min_M={min_m} of {alg.name} for d={cfg.d}"
+    if alg.kind == "matmul" and cfg.causal:
+        return f"{alg.name} is a matmul building block (S = Q·Kᵀ): it has no causal mask"
+    if alg.kind not in ("attention", "matmul"):
+        return f"{alg.name} has kind {alg.kind!r}, which the sweep does not know how to run"
     if not alg.exact and cfg.eps is None:
         return f"{alg.name} is approximate and needs an error target: give --eps"
     return None
@@ -308,9 +318,12 @@ def _g(**kw) -> Grid:
 #: registered.  ``smoke`` is a seconds-long subset for trying the pipeline.
 PRESETS: dict[str, list[Grid]] = {
     "paper": [
-        _g(N="1024:65536:x2", d="64", M="4096,16384", causal="both"),
+        _g(N="1024:65536:x2", d="64", M="4096,16384", causal="false"),
+        _g(N="1024:16384:x2", d="64", M="4096", causal="true"),
         _g(N="16384", d="32,64,128", M="64:1048576:x2", causal="false"),
-        _g(N="1024:65536:x2", d="8", M="65536", eps=1e-2, causal="false"),
+        _g(N="1024:65536:x2", d="8", M="65536,262144", eps=1e-2, causal="false"),
+        *(_g(N="256,512", d="8", M="16384,262144", eps=e, causal="false", mode="compute",
+             algorithms="approx_poly,flash2") for e in (1e-1, 1e-2, 1e-3)),
     ],
     "smoke": [
         _g(N="256:2048:x2", d="16", M="1024", causal="both"),
@@ -335,7 +348,8 @@ def grids_from_toml(path: str) -> list[Grid]:
     return [grid_from_mapping(t, where=path) for t in tables]
 
 
-_GRID_KEYS = {"N", "Nq", "Nkv", "d", "M", "algo", "algorithms", "causal", "mode", "seed", "eps"}
+_GRID_KEYS = {"N", "Nq", "Nkv", "d", "M", "algo", "algorithms", "causal", "mode", "seed", "eps",
+              "entry_bound"}
 
 
 def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
@@ -350,62 +364,61 @@ def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
     kw["algorithms"] = tuple(algo.split(",")) if isinstance(algo, str) else tuple(algo)
     if "causal" in t:
         kw["causal"] = parse_causal(t["causal"])
-    for k in ("mode", "seed", "eps"):
+    for k in ("mode", "seed", "eps", "entry_bound"):
         if k in t:
             kw[k] = t[k]
     return Grid(**kw)
 
 
 # ----------------------------------------------------------------------------- bounds
-def _trivial(cfg: Config) -> dict:
-    """Every needed input word is read once and O written once (derived, explicit).
+def _alg_shape(alg, cfg_or_sizes) -> Any:
+    """The algorithm's own shape: attention ``Shape(Nq, Nkv, d)``; for a ``matmul`` algorithm the
+    score product S = Q·Kᵀ of the same sizes, ``(m, k, n) = (Nq, d, Nkv)``."""
+    nq, nkv, d = cfg_or_sizes
+    if alg.kind == "matmul":
+        return (nq, d, nkv)
+    return Shape(nq, nkv, d)
 
-    Q row r matters when it sees >= 2 keys and K row c when some such row sees it (a softmax over
-    one key returns its V row whatever Q and K hold); every V row is seen by the last query.
-    """
-    Nq, Nkv, d = cfg.Nq, cfg.Nkv, cfg.d
-    if cfg.causal:
-        q_rows = max(0, min(Nq, Nkv - 1))  # rows r with r + (Nkv - Nq) >= 1
-    else:
-        q_rows = Nq if Nkv >= 2 else 0
-    k_rows = Nkv if q_rows else 0
-    value = (q_rows + k_rows + Nkv) * d + Nq * d
-    return {"value": value, "theorem": "read-once floor: inputs read once, O written once",
-            "assumptions": "any algorithm", "explicit": True}
+
+def _bound_dict(b) -> dict:
+    return {"value": float(b.value), "theorem": str(b.theorem),
+            "assumptions": _jsonable(getattr(b, "assumptions", None)),
+            "explicit": bool(b.explicit), "regime": str(getattr(b, "regime", "") or "")}
 
 
 def bounds_for(cfg: Config, kind: str = "attention") -> dict[str, dict]:
     """Lower bounds applicable to a configuration, ``{name: {value, theorem, explicit, ...}}``.
 
-    Uses :mod:`attnio.bounds` when it is available (its ``applicable`` list), else the read-once
-    floor computed here.  Bounds whose preconditions fail are left out.
+    Attention: :func:`attnio.bounds.applicable` (every bound whose preconditions hold); a
+    ``matmul`` row (S = Q·Kᵀ, m×k×n = Nq×d×Nkv): :func:`attnio.bounds.matmul` and
+    :func:`attnio.bounds.matmul_cosma`.  Bounds whose preconditions fail are left out.
     """
+    from . import bounds as _b
+
     out: dict[str, dict] = {}
-    try:
-        from . import bounds as _b
-    except ImportError:
-        _b = None
-    if _b is not None and hasattr(_b, "applicable"):
-        try:
-            found = _b.applicable(cfg.shape, cfg.M, causal=cfg.causal, kind=kind)
-        except (TypeError, ValueError):
-            found = []
-        for name, b in _iter_bounds(found):
-            out[name] = {"value": float(b.value), "theorem": str(b.theorem),
-                         "assumptions": _jsonable(getattr(b, "assumptions", None)),
-                         "explicit": bool(b.explicit)}
-    if kind == "attention" and "trivial" not in out:
-        out["trivial"] = _trivial(cfg)
+    if kind == "attention":
+        found = _b.applicable(cfg.Nq, cfg.d, cfg.M, Nkv=cfg.Nkv, causal=cfg.causal)
+    elif kind == "matmul":
+        found = []
+        for fn in (_b.matmul, _b.matmul_cosma):
+            try:
+                found.append(fn(cfg.Nq, cfg.d, cfg.Nkv, cfg.M))
+            except ValueError:
+                continue
+    else:
+        found = []
+    for i, b in enumerate(found):
+        out[str(getattr(b, "name", "") or f"bound{i}")] = _bound_dict(b)
     return out
 
 
-def _iter_bounds(found) -> Iterator[tuple[str, Any]]:
-    items = found.items() if isinstance(found, Mapping) else (
-        (getattr(b, "name", None) or f"bound{i}", b) for i, b in enumerate(found))
-    for name, b in items:
-        if getattr(b, "value", None) is None:
-            continue
-        yield str(name), b
+def _floor(cfg: Config, kind: str) -> int | None:
+    """Read-once floor: every input word read once and the output written once."""
+    if kind == "attention":
+        return (cfg.Nq + 2 * cfg.Nkv) * cfg.d + cfg.Nq * cfg.d
+    if kind == "matmul":
+        return cfg.Nq * cfg.d + cfg.d * cfg.Nkv + cfg.Nq * cfg.Nkv
+    return None
 
 
 def _jsonable(x: Any) -> Any:
@@ -426,7 +439,7 @@ def _base_row(cfg: Config, alg) -> dict:
         "config_hash": cfg.hash(), "algorithm": cfg.algorithm, "kind": alg.kind,
         "exact": bool(alg.exact), "Nq": cfg.Nq, "Nkv": cfg.Nkv, "d": cfg.d, "M": cfg.M,
         "causal": cfg.causal, "mode": cfg.mode, "seed": cfg.seed if cfg.mode == "compute" else None,
-        "eps": cfg.eps, "version": __version__,
+        "eps": cfg.eps, "entry_bound": cfg.entry_bound, "version": __version__,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -438,19 +451,26 @@ def skipped_row(cfg: Config, reason: str) -> dict:
 
 
 def _tiling_for(alg, cfg: Config):
-    """The default tiling, or for an approximate algorithm its tiling built with ``eps``."""
-    if cfg.eps is None or alg.exact:
+    """None (the default tiling) for exact algorithms; for approximate ones the mapping
+    ``{"eps": eps, "entry_bound": B}`` of their Tiling (|Q|, |K| <= B fixes the score range)."""
+    if alg.exact:
         return None
     fields = {f.name for f in dataclasses.fields(alg.Tiling)}
-    if "eps" in fields and hasattr(alg, "tiling_for_eps"):
-        return alg.tiling_for_eps(cfg.shape, cfg.M, cfg.eps, causal=cfg.causal)
-    if hasattr(alg, "tiling_for_eps"):
-        return alg.tiling_for_eps(cfg.shape, cfg.M, cfg.eps, causal=cfg.causal)
-    raise ParameterError(f"{alg.name}: no way to pass eps={cfg.eps} to it (no tiling_for_eps)")
+    if not {"eps", "entry_bound"} <= fields:
+        raise ParameterError(f"{alg.name}: its Tiling has no eps/entry_bound fields to pass "
+                             f"eps={cfg.eps} to")
+    return {"eps": cfg.eps, "entry_bound": cfg.entry_bound}
 
 
 def _data(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compute-mode inputs, seeded by (seed, sizes): standard normal; for an approximate
+    algorithm Q and K uniform in [-B, B] (B = entry_bound, the range its guarantee assumes)."""
     rng = np.random.default_rng([cfg.seed, cfg.Nq, cfg.Nkv, cfg.d])
+    if cfg.entry_bound is not None:
+        B = cfg.entry_bound
+        Q = rng.uniform(-B, B, (cfg.Nq, cfg.d))
+        K = rng.uniform(-B, B, (cfg.Nkv, cfg.d))
+        return Q, K, rng.standard_normal((cfg.Nkv, cfg.d))
     return (rng.standard_normal((cfg.Nq, cfg.d)), rng.standard_normal((cfg.Nkv, cfg.d)),
             rng.standard_normal((cfg.Nkv, cfg.d)))
 
@@ -467,19 +487,30 @@ def run_config(cfg: Config | Mapping) -> dict:
     t0 = time.perf_counter()
     try:
         tiling = _tiling_for(alg, cfg)
-        if cfg.mode == "count":
-            res = run(alg.name, shape=cfg.shape, M=cfg.M, mode="count", causal=cfg.causal,
-                      tiling=tiling)
-            err = None
+        shape = _alg_shape(alg, (cfg.Nq, cfg.Nkv, cfg.d))
+        err = None
+        if alg.kind == "matmul":
+            from .algorithms.matmul import run_matmul
+
+            if cfg.mode == "count":
+                res = run_matmul(shape=shape, M=cfg.M, mode="count", tiling=tiling)
+            else:
+                Q, K, _ = _data(cfg)
+                res = run_matmul(Q, K.T.copy(), M=cfg.M, tiling=tiling)
+                err = float(np.abs(res.output - Q @ K.T).max())
+            wall = time.perf_counter() - t0
+            pred = alg.predicted_io(shape, cfg.M, tiling=res.tiling)
         else:
-            Q, K, V = _data(cfg)
-            res = run(alg.name, Q, K, V, M=cfg.M, causal=cfg.causal, tiling=tiling)
-            err = None
-            if alg.kind == "attention":
+            if cfg.mode == "count":
+                res = run(alg.name, shape=shape, M=cfg.M, mode="count", causal=cfg.causal,
+                          tiling=tiling)
+            else:
+                Q, K, V = _data(cfg)
+                res = run(alg.name, Q, K, V, M=cfg.M, causal=cfg.causal, tiling=tiling)
                 ref = reference.attention(Q, K, V, causal=cfg.causal)
                 err = float(np.abs(res.output - ref).max())
-        wall = time.perf_counter() - t0
-        pred = alg.predicted_io(cfg.shape, cfg.M, tiling=res.tiling, causal=cfg.causal)
+            wall = time.perf_counter() - t0
+            pred = alg.predicted_io(shape, cfg.M, tiling=res.tiling, causal=cfg.causal)
     except CapacityError as e:  # the algorithm's own tiling rule broke the capacity: a bug
         row.update(status="error", reason=f"CapacityError: {e}", wall_s=time.perf_counter() - t0)
         return row
@@ -494,7 +525,7 @@ def run_config(cfg: Config | Mapping) -> dict:
     explicit = {k: v for k, v in bounds.items() if v["explicit"]}
     best = max(explicit, key=lambda k: explicit[k]["value"]) if explicit else None
     bound = explicit[best]["value"] if best else None
-    floor = (cfg.Nq + 2 * cfg.Nkv) * cfg.d + cfg.Nq * cfg.d if alg.kind == "attention" else None
+    floor = _floor(cfg, alg.kind)
     row.update(
         status="ok", reason=None, reads=io.reads, writes=io.writes, total=io.total, peak=io.peak,
         steps=io.steps, per_array={k: [v.reads, v.writes] for k, v in io.per_array.items()},
@@ -529,8 +560,8 @@ class SweepSummary:
 
     def __str__(self) -> str:
         return (f"{self.total} configurations: {self.already} already in {self.db}, "
-                f"{self.ran} run, {self.skipped} skipped with a reason, {self.errors} errors "
-                f"({self.wall_s:.1f} s)")
+                f"{self.ran} run now, {self.skipped} stored as skipped with a reason, "
+                f"{self.errors} errors ({self.wall_s:.1f} s)")
 
 
 def _batches(items: list, size: int) -> list[list]:
@@ -686,13 +717,21 @@ class _Progress:
     def __enter__(self) -> _Progress:
         if self.enabled:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn,
-                                       TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                ProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
             from rich.text import Text
 
             class Rate(ProgressColumn):
                 def render(self, task):
-                    s = task.finished_speed or task.speed
+                    el = task.elapsed
+                    s = task.completed / el if el else None
                     return Text(f"{s:,.1f} cfg/s" if s else "- cfg/s")
 
             self._p = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), Rate(),

@@ -33,6 +33,8 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the compute-mode inputs")
     p.add_argument("--eps", type=float, default=None,
                    help="error target for approximate algorithms (else they are skipped)")
+    p.add_argument("--entry-bound", dest="entry_bound", type=float, default=None,
+                   help="approximate algorithms: entry bound B with |Q|, |K| <= B (default 1)")
     p.add_argument("--jobs", type=int, default=None, help="local worker processes (default all cores)")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                    help="run on this Dask distributed scheduler")
@@ -53,14 +55,15 @@ def _grids(args):
     from ..sweep import PRESETS, Grid, grid_from_mapping, grids_from_toml
 
     flags = {k: getattr(args, k) for k in ("N", "Nq", "Nkv", "d", "M", "algo", "causal", "mode",
-                                           "seed", "eps") if getattr(args, k) is not None}
+                                           "seed", "eps", "entry_bound") if getattr(args, k) is not None}
     if args.preset and args.config:
         raise ParameterError("give --preset or --config, not both")
     if args.preset:
         if args.preset not in PRESETS:
             raise ParameterError(f"preset: unknown {args.preset!r} (known: {', '.join(PRESETS)})")
         grids = PRESETS[args.preset]
-        over = {k: v for k, v in flags.items() if k in ("algo", "mode", "seed", "eps")}
+        over = {k: v for k, v in flags.items()
+                if k in ("algo", "mode", "seed", "eps", "entry_bound")}
         if set(flags) - set(over):
             raise ParameterError("--preset fixes the sizes; drop --N/--d/--M/--causal or use --config")
         return [_override(g, over) for g in grids]
