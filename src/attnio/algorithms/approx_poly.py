@@ -62,7 +62,7 @@ import numpy as np
 
 from ..approx.features import FeatureMap, feature_dim
 from ..approx.poly import check_eps, output_error_factor, polynomial
-from ..approx.radius import check_entries, score_radius
+from ..approx.radius import check_entries, check_radius, score_radius
 from ..errors import CapacityError, ParameterError
 from ..memory import SlowArray, TwoLevelMemory
 from . import _kernels as K_
@@ -160,8 +160,8 @@ class ApproxPoly(Algorithm):
             data_R = score_radius(d, s, max_norm_q=nq, max_norm_k=nk)
             if B is not None:
                 check_entries(aq, ak, B, t.allow_unbounded)
-            if R is not None and data_R > R * (1 + 1e-12):
-                check_entries(data_R, 0.0, R, t.allow_unbounded)  # same refusal, for the radius
+            if R is not None:
+                check_radius(data_R, R, t.allow_unbounded)
             if R is None:
                 R = score_radius(d, s, B) if B is not None else data_R
             if B is None:

@@ -78,7 +78,7 @@ VARIANTS = ("chebyshev", "taylor")
 EPS_MIN = 1e-12  # below this float64 rounding of the feature sums dominates the proven bound
 EPS_MAX = 0.5  # delta <= 1/2 keeps P >= e^x / 2 > 0 and the output factor delta/(1-delta) <= 1
 MAX_DEGREE = 200
-_U = np.finfo(np.float64).eps / 2  # unit roundoff
+_U = float(np.finfo(np.float64).eps) / 2  # unit roundoff
 
 
 def check_eps(eps: object) -> float:

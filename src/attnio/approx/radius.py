@@ -19,7 +19,7 @@ import warnings
 
 from ..errors import ParameterError
 
-__all__ = ["UnboundedWarning", "check_entries", "score_radius"]
+__all__ = ["UnboundedWarning", "check_entries", "check_radius", "score_radius"]
 
 
 class UnboundedWarning(UserWarning):
@@ -70,3 +70,16 @@ def check_entries(max_abs_q: float, max_abs_k: float, entry_bound, allow_unbound
         UnboundedWarning,
         stacklevel=3,
     )
+
+
+def check_radius(data_R: float, radius: float, allow_unbounded: bool) -> None:
+    """Refuse (or warn about) scores whose Cauchy-Schwarz range ``data_R`` exceeds ``radius``."""
+    if data_R <= radius * (1 + 1e-12):
+        return
+    msg = (f"radius={radius:g}: the inputs' scores reach |scale| max|q| max|k| = {data_R:.6g} > "
+           f"{radius:g}, outside the range [-radius, radius] the polynomial was chosen for")
+    if not allow_unbounded:
+        raise ParameterError(msg + "; raise radius, or pass allow_unbounded=True to run without "
+                             "the error guarantee")
+    warnings.warn(msg + ": running anyway (allow_unbounded=True); the guaranteed error bound is "
+                  "LOST", UnboundedWarning, stacklevel=3)

@@ -44,6 +44,15 @@ def add_arguments(p) -> None:
     p.add_argument("--tiling", default=None,
                    help="tiling: a rule name (auto, paper, square, outer), a side B, or JSON fields "
                         "such as '{\"stable\": false}'")
+    p.add_argument("--eps", type=float, default=None,
+                   help="approximate algorithms (approx_poly): relative error of the polynomial "
+                        "approximation of exp (default 1e-3)")
+    p.add_argument("--entry-bound", type=float, default=None, metavar="B",
+                   help="approx_poly: bound on |Q|, |K| entries (random inputs are drawn in "
+                        "[-B, B]; default for drawing: 1)")
+    p.add_argument("--allow-unbounded", action="store_true",
+                   help="approx_poly: run on entries beyond --entry-bound (the error guarantee "
+                        "is lost; a warning says so)")
     p.add_argument("--m", type=int, default=None, help="matmul: rows of A and C")
     p.add_argument("--k", type=int, default=None, help="matmul: columns of A, rows of B")
     p.add_argument("--n", type=int, default=None, help="matmul: columns of B and C")
@@ -146,6 +155,17 @@ def main(args) -> int:
     if alg.kind == "matmul":
         return main_matmul(args)
     tiling = parse_tiling(args.tiling)
+    approx_opts = {}
+    if not alg.exact:  # approx_poly: --eps, --entry-bound, --allow-unbounded go into its tiling
+        approx_opts = {k: v for k, v in (("eps", args.eps), ("entry_bound", args.entry_bound))
+                       if v is not None}
+        if args.allow_unbounded:
+            approx_opts["allow_unbounded"] = True
+        if tiling is None or isinstance(tiling, dict):
+            tiling = {**(tiling or {}), **approx_opts}
+    elif args.eps is not None or args.entry_bound is not None or args.allow_unbounded:
+        raise ParameterError(f"--eps/--entry-bound/--allow-unbounded apply to approximate "
+                             f"algorithms; {alg.name} is exact")
     from ..algorithms.base import Shape
     from ..errors import check_int
     from ..runner import DEFAULT_BUDGET_S
@@ -177,6 +197,9 @@ def main(args) -> int:
             qs = (args.batch, args.heads, Nq, args.d) if four else (Nq, args.d)
             ks = (args.batch, kvh, Nkv, args.d) if four else (Nkv, args.d)
             Q, K, V = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
+            if not alg.exact:  # inputs inside the method's precondition |Q|, |K| <= B
+                eb = args.entry_bound if args.entry_bound is not None else 1.0
+                Q, K = rng.uniform(-eb, eb, qs), rng.uniform(-eb, eb, ks)
             dO = rng.standard_normal(qs) if args.backward else None
         res = run(alg.name, Q, K, V, grad_output=dO, **opts)
         shape = res.shape
@@ -201,6 +224,8 @@ def main(args) -> int:
             "peak": io.peak, "max_abs_err": err, "tiling": tiling_dict(res.tiling),
             "mode": res.mode,
         }
+        if not alg.exact and err is not None:
+            obj["guaranteed_error"] = res.tiling.error_bound_for(V)
         if args.backward:
             b = res.backward_io
             obj["backward"] = {"reads": b.reads, "writes": b.writes, "total": b.total,
@@ -222,6 +247,13 @@ def main(args) -> int:
     print(f"  peak     {io.peak:,} of M={args.M:,} words")
     if err is not None:
         print(f"  max |O - reference| = {err:.3e}")
+    if not alg.exact:
+        t = res.tiling
+        line = (f"  approx   degree {t.degree} ({t.variant}), r = {t.r:,}, R = {t.radius:.4g}, "
+                f"kernel error <= {t.kernel_error:.3g}")
+        if err is not None:
+            line += f"; guaranteed max |O - reference| <= {t.error_bound_for(V):.3e}"
+        print(line)
     if args.backward:
         b = res.backward_io
         print(f"  backward tiling {tiling_dict(res.backward_tiling)}")
