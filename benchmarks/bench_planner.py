@@ -19,6 +19,7 @@ import time
 import attnio
 from attnio import bounds as B
 from attnio import planner
+from attnio.algorithms import flash_decoding
 from attnio.algorithms.base import Shape
 
 CASES = [(2**12, 64, 65536), (2**16, 64, 65536), (2**20, 64, 65536), (2**20, 64, 16384),
@@ -27,7 +28,7 @@ CASES = [(2**12, 64, 65536), (2**16, 64, 65536), (2**20, 64, 65536), (2**20, 64,
 
 def clear():
     planner._plan.cache_clear()
-    for f in (B._large_cache, B._small_cache, B._matmul_lw):
+    for f in (B._large_cache, B._small_cache, B._matmul_lw, flash_decoding._flash2_best):
         f.cache_clear()
 
 

@@ -106,11 +106,14 @@ class Flash1(Algorithm):
 
     def _predict(self, shape: Shape, tiling: Flash1Tiling, causal: bool) -> IOCount:
         d, Nq = shape.d, shape.Nq
-        starts, stops = K_.block_counts(shape.Nkv, tiling.Bc)
-        lo, hi = K_.q_ranges(shape, starts, stops, causal)
-        _, _, rows = K_.meeting(lo, hi, tiling.Br, Nq)
-        visits = int(rows.sum())
-        kv_words = int(np.sum(np.where(hi > lo, stops - starts, 0)))
+        if causal:
+            starts, stops = K_.block_counts(shape.Nkv, tiling.Bc)
+            lo, hi = K_.q_ranges(shape, starts, stops, causal)
+            _, _, rows = K_.meeting(lo, hi, tiling.Br, Nq)
+            visits = int(rows.sum())
+            kv_words = int(np.sum(np.where(hi > lo, stops - starts, 0)))
+        else:  # every key block visits every query row
+            visits, kv_words = cdiv(shape.Nkv, tiling.Bc) * Nq, shape.Nkv
         reads = 2 * kv_words * d + visits * (2 * d + 2)
         writes = Nq * (d + 2) + visits * (d + 2)
         return IOCount(reads, writes)

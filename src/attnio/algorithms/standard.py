@@ -91,8 +91,12 @@ class Standard(Algorithm):
         bm, bn, bk = self._dims(shape, tiling)
         mm = bm * bn + bm * bk + bn * bk
         if tiling.onepass:
-            _, _, cov = self._row_widths(shape, tiling, causal)
-            sm = bm * int(cov.max()) + 3 * bm
+            if causal:
+                _, _, cov = self._row_widths(shape, tiling, causal)
+                width = int(cov.max())
+            else:
+                width = shape.Nkv
+            sm = bm * width + 3 * bm
         else:
             sm = bm * bn + 3 * bm
         return max(mm, sm)
@@ -197,10 +201,16 @@ class Standard(Algorithm):
 
     def _predict(self, shape: Shape, tiling: StandardTiling, causal: bool) -> IOCount:
         d = shape.d
-        rows, nvis, cov = self._row_widths(shape, tiling, causal)
-        area = int(np.sum(rows * cov))
         tk = cdiv(d, tiling.bk)
         p = 1 if tiling.onepass else 2
+        if not causal:  # every block row sees every key block: the sums in closed form
+            Nq, Nkv = shape.Nq, shape.Nkv
+            tr, tc = cdiv(Nq, tiling.bm), cdiv(Nkv, tiling.bn)
+            area = Nq * Nkv
+            reads = d * (tc * Nq + tr * Nkv) + p * area + tk * area + d * tr * Nkv
+            return IOCount(reads, 2 * area + Nq * d)
+        rows, nvis, cov = self._row_widths(shape, tiling, causal)
+        area = int(np.sum(rows * cov))
         reads = d * int(np.sum(nvis * rows + cov)) + p * area + tk * area + d * int(cov.sum())
         writes = area + area + shape.Nq * d
         return IOCount(reads, writes)
