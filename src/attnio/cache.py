@@ -4,8 +4,8 @@
 >>> scan = Trace.from_arrays(list(range(5)) * 3, [0] * 15)   # a cyclic scan of 5 words
 >>> replay(scan, 4, "lru").reads      # LRU misses on every access of a scan longer than the cache
 15
->>> replay(scan, 4, "opt").reads      # OPT: 5 cold misses, then 2 per later round (5 + 2 + 2)
-9
+>>> replay(scan, 4, "opt").reads      # OPT: 5 cold misses, then one per later round
+7
 
 The cache
 ---------

@@ -1,0 +1,62 @@
+"""The explicit model against cache replays on every exact algorithm: OPT(M) <= explicit,
+OPT <= LRU and FIFO, LRU(2M) <= 2·OPT(M) + M; the verify table and CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import attnio
+from attnio.algorithms.base import Shape
+from attnio.verify import verify
+from conftest import exact_attention_names
+
+GRID = [(32, 8, 100), (32, 8, 300), (32, 8, 1200), (48, 4, 64), (40, 16, 2000)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", exact_attention_names())
+def test_cache_replays_respect_opt_explicit_and_sleator_tarjan(name, causal):
+    alg = attnio.algorithms.get(name)
+    checked = 0
+    for N, d, M in GRID:
+        if M < alg.min_M(Shape(N, N, d), causal):
+            continue
+        v = verify(name, N, d, M, causal=causal)
+        opt, lru, fifo = v.count("opt", M), v.count("lru", M), v.count("fifo", M)
+        print(name, N, d, M, causal, v.explicit.total, lru, fifo, opt, v.count("lru", 2 * M))
+        assert opt <= v.explicit.total  # the explicit schedule is one valid strategy
+        assert opt <= lru and opt <= fifo
+        assert v.count("opt", 2 * M) <= opt
+        assert v.count("lru", 2 * M) <= 2 * opt + M  # Sleator–Tarjan
+        r = v.replays[("opt", M)]
+        assert r.reads >= 0 and r.accesses == v.events
+        checked += 1
+    assert checked >= 2
+
+
+def test_verify_table_and_json_cli(capsys):
+    from attnio.cli import main
+
+    v = verify("flash2", 32, 8, 300)
+    txt = v.table()
+    for word in ("explicit", "lru", "fifo", "opt", "/explicit"):
+        assert word in txt
+    assert [r["model"] for r in v.rows()] == ["explicit", "lru", "fifo", "opt"] * 1 + [
+        "lru", "fifo", "opt"]
+    assert main(["verify", "flash2", "--N", "32", "--d", "8", "--M", "300", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["rows"][0]["total"] == v.explicit.total
+    assert main(["verify", "flash2", "--N", "32", "--d", "8", "--M", "300",
+                 "--policies", "lru,mru"]) == 2
+
+
+def test_explicit_column_equals_the_simulator_count():
+    for name in exact_attention_names():
+        alg = attnio.algorithms.get(name)
+        if 300 < alg.min_M(Shape(32, 32, 8)):
+            continue
+        v = verify(name, 32, 8, 300, policies=("lru",), factors=(1,))
+        io = attnio.run(name, shape=(32, 8), M=300, mode="count").io
+        assert (v.explicit.reads, v.explicit.writes) == (io.reads, io.writes)
