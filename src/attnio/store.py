@@ -115,9 +115,18 @@ def _check_writable(path: str) -> None:
         raise StoreError(f"db path {path!r}: directory {parent!r} is not writable")
 
 
+def _ro_uri(path: str) -> str:
+    """A read-only URI that leaves no -wal/-shm files behind: ``immutable=1`` when no WAL file
+    exists (nothing is being written), else ``mode=ro`` (the WAL's content must be seen)."""
+    wal = path + "-wal"
+    if os.path.exists(wal) and os.path.getsize(wal) > 0:
+        return "file:" + os.path.abspath(path) + "?mode=ro"
+    return "file:" + os.path.abspath(path) + "?mode=ro&immutable=1"
+
+
 def _inspect(path: str) -> None:
     """Check an existing, non-empty SQLite file is an attnio store of our schema (read-only)."""
-    uri = "file:" + os.path.abspath(path) + "?mode=ro"
+    uri = _ro_uri(path)
     try:
         con = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as e:
@@ -164,8 +173,7 @@ class ResultsStore:
             _inspect(path)
         try:
             if readonly:
-                uri = "file:" + os.path.abspath(path) + "?mode=ro"
-                self._con = sqlite3.connect(uri, uri=True, timeout=30)
+                self._con = sqlite3.connect(_ro_uri(path), uri=True, timeout=30)
             else:
                 self._con = sqlite3.connect(path, timeout=30)
                 self._con.execute("PRAGMA journal_mode=WAL")

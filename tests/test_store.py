@@ -1,0 +1,177 @@
+"""The SQLite results store: keys, transactions, refusal of foreign/old/unwritable databases,
+exports that round-trip."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+
+import pytest
+
+from attnio.errors import ParameterError
+from attnio.store import COLUMN_NAMES, SCHEMA_VERSION, ResultsStore, StoreError, read_export
+from attnio.sweep import Grid, parse_values, run_sweep
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _row(h, status="ok", **kw):
+    r = {"config_hash": h, "status": status, "algorithm": "flash2", "Nq": 8, "Nkv": 8, "d": 4,
+         "M": 64, "causal": False, "mode": "count", "total": 100, "reads": 90, "writes": 10}
+    r.update(kw)
+    return r
+
+
+def test_insert_keeps_one_row_per_hash_and_replaces_only_errors(tmp_path):
+    with ResultsStore(tmp_path / "r.sqlite") as st:
+        assert st.insert([_row("a"), _row("b", status="error", reason="boom")]) == 2
+        st.insert([_row("a", total=999)])  # an ok row is never overwritten or duplicated
+        st.insert([_row("b", total=7)])    # an error row is retried
+        rows = {r["config_hash"]: r for r in st.rows()}
+        assert st.count() == 2
+        assert rows["a"]["total"] == 100
+        assert rows["b"]["status"] == "ok" and rows["b"]["total"] == 7
+        assert st.done_hashes() == {"a", "b"}
+        assert st.meta()["schema_version"] == str(SCHEMA_VERSION)
+
+
+def test_insert_of_a_bad_batch_writes_nothing(tmp_path):
+    with ResultsStore(tmp_path / "r.sqlite") as st:
+        with pytest.raises(ParameterError, match="config_hash"):
+            st.insert([_row("a"), {"status": "ok"}])
+        assert st.count() == 0
+
+
+def test_wal_mode(tmp_path):
+    p = tmp_path / "r.sqlite"
+    ResultsStore(p).close()
+    con = sqlite3.connect(p)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    con.close()
+
+
+def test_foreign_file_is_refused_and_not_overwritten(tmp_path):
+    p = tmp_path / "notes.sqlite"
+    p.write_text("my thesis, do not delete\n")
+    before = _digest(p)
+    with pytest.raises(StoreError, match="not an SQLite database"):
+        ResultsStore(p)
+    assert _digest(p) == before
+
+
+def test_foreign_sqlite_database_is_refused_and_untouched(tmp_path):
+    p = tmp_path / "other.sqlite"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE customers (id INTEGER)")
+    con.commit()
+    con.close()
+    before = _digest(p)
+    with pytest.raises(StoreError, match="not an attnio results store"):
+        ResultsStore(p)
+    assert _digest(p) == before
+
+
+def test_corrupted_database_is_refused_and_untouched(tmp_path):
+    p = tmp_path / "r.sqlite"
+    with ResultsStore(p) as st:
+        st.insert([_row("a")])
+    data = bytearray(p.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # keep the magic header, destroy the schema page
+    p.write_bytes(bytes(data))
+    before = _digest(p)
+    with pytest.raises(StoreError):
+        ResultsStore(p)
+    assert _digest(p) == before
+
+
+def test_incompatible_schema_version_is_refused_and_untouched(tmp_path):
+    p = tmp_path / "old.sqlite"
+    ResultsStore(p).close()
+    con = sqlite3.connect(p)
+    con.execute("UPDATE attnio_meta SET value = '999' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    before = _digest(p)
+    with pytest.raises(StoreError, match="schema version 999"):
+        ResultsStore(p)
+    assert _digest(p) == before
+
+
+def test_unwritable_paths_are_refused_before_anything_is_created(tmp_path):
+    with pytest.raises(StoreError, match="does not exist"):
+        ResultsStore(tmp_path / "missing" / "r.sqlite")
+    f = tmp_path / "plainfile"
+    f.write_text("x")
+    with pytest.raises(StoreError):
+        ResultsStore(f / "r.sqlite")
+    with pytest.raises(StoreError, match="directory"):
+        ResultsStore(tmp_path)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["plainfile"]
+
+
+def test_readonly_needs_an_existing_database(tmp_path):
+    with pytest.raises(StoreError, match="no results database"):
+        ResultsStore(tmp_path / "none.sqlite", readonly=True)
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    db = tmp_path_factory.mktemp("store") / "r.sqlite"
+    g = Grid(N=(64, 128), d=(8,), M=parse_values("M", "64:1024:x4"),
+             algorithms=("flash2", "standard", "matmul"), causal=(False, True))
+    run_sweep(g, db, jobs=1)
+    return db
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_export_round_trips(swept, tmp_path, fmt):
+    out = tmp_path / f"rows.{fmt}"
+    with ResultsStore(swept, readonly=True) as st:
+        n = st.export(out)
+        rows = st.rows()
+    assert n == len(rows) > 0
+    assert {r["status"] for r in rows} == {"ok", "skipped"}
+    back = read_export(out)
+    assert back == rows
+    # floats survive exactly, JSON columns parse
+    assert any(r["wall_s"] is not None for r in back)
+    assert all(json.loads(r["tiling"]) for r in back if r["status"] == "ok")
+
+
+def test_parquet_export_round_trips_or_names_the_missing_engine(swept, tmp_path):
+    out = tmp_path / "rows.parquet"
+    try:
+        import pyarrow  # noqa: F401
+        have = True
+    except ImportError:
+        try:
+            import fastparquet  # noqa: F401
+            have = True
+        except ImportError:
+            have = False
+    with ResultsStore(swept, readonly=True) as st:
+        if not have:
+            with pytest.raises(ParameterError, match="pyarrow"):
+                st.export(out)
+            assert not out.exists()
+            return
+        st.export(out)
+        assert read_export(out) == st.rows()
+
+
+def test_export_rejects_unknown_format(swept, tmp_path):
+    with ResultsStore(swept, readonly=True) as st, pytest.raises(ParameterError, match="format"):
+        st.export(tmp_path / "rows.xlsx")
+
+
+def test_columns_cover_every_row_key(swept):
+    with ResultsStore(swept, readonly=True) as st:
+        r = st.rows("ok")[0]
+    assert tuple(r) == COLUMN_NAMES
+    for c in ("reads", "writes", "total", "peak", "tiling", "bounds", "bound", "ratio",
+              "wall_s", "version", "config_hash"):
+        assert r[c] is not None, c

@@ -1,0 +1,338 @@
+"""Sweeps: grid expansion, skip reasons, resumability after SIGKILL, the local pool and a Dask
+LocalCluster giving the same rows, and one-line errors for bad input from the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+import attnio
+from attnio.cli import main as cli_main
+from attnio.errors import ParameterError, UnknownNameError
+from attnio.store import ResultsStore
+from attnio.sweep import (
+    PRESETS,
+    Config,
+    Grid,
+    expand,
+    grids_from_toml,
+    parse_causal,
+    parse_values,
+    run_config,
+    run_sweep,
+)
+
+VOLATILE = ("wall_s", "created_at")  # the only columns that differ between two runs
+
+
+def _stable(rows):
+    return [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]
+
+
+def _rows(db):
+    with ResultsStore(db, readonly=True) as st:
+        return st.rows()
+
+
+SMALL = Grid(N=(64, 128), d=(8, 16), M=parse_values("M", "64:1024:x4"),
+             algorithms=("flash2", "standard", "square_tiling", "matmul"), causal=(False, True))
+
+
+# ----------------------------------------------------------------------------- grids
+@pytest.mark.parametrize("spec, want", [
+    ("256:2048:x2", (256, 512, 1024, 2048)),
+    ("256:1048576:x4", (256, 1024, 4096, 16384, 65536, 262144, 1048576)),
+    ("16,64,128", (16, 64, 128)),
+    ("10:30:+10", (10, 20, 30)),
+    ("64,16:64:x2", (16, 32, 64)),
+    ("100:300:x2", (100, 200)),
+    (7, (7,)),
+    ([4, "8:16:x2"], (4, 8, 16)),
+])
+def test_parse_values(spec, want):
+    assert parse_values("N", spec) == want
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("2048:256:x2", "empty grid"), ("", "no values"), ("0,4", ">= 1"), ("4:8:x1", "factor"),
+    ("4:8:y2", "step"), ("a:8", "not an integer"), ("1:2:3:4", "START:STOP"),
+])
+def test_parse_values_rejects_bad_specs_naming_the_parameter(spec, match):
+    with pytest.raises(ParameterError, match=match) as e:
+        parse_values("M", spec)
+    assert str(e.value).startswith("M:")
+
+
+def test_parse_causal():
+    assert parse_causal("both") == (False, True)
+    assert parse_causal("true") == (True,)
+    assert parse_causal("false") == (False,)
+    with pytest.raises(ParameterError, match="causal"):
+        parse_causal("sometimes")
+
+
+def test_expand_is_the_full_product_deduplicated_with_skip_reasons():
+    exp = expand([SMALL, SMALL])  # the same grid twice: no duplicate configuration
+    assert len(exp) == 4 * 2 * 2 * 3 * 2
+    assert len({c.hash() for c in exp.configs} | {c.hash() for c, _ in exp.skipped}) == len(exp)
+    reasons = {(c.algorithm, c.d, c.M, c.causal): why for c, why in exp.skipped}
+    # flash2 needs M >= 4d + 4: M = 64 is too small for d = 16 (68) but fine for d = 8 (36)
+    assert reasons[("flash2", 16, 64, False)] == "M=64 < min_M=68 of flash2 for d=16"
+    assert ("flash2", 8, 64, False) not in reasons
+    # the matmul building block has no mask
+    assert "no causal mask" in reasons[("matmul", 8, 256, True)]
+    for c, why in exp.skipped:
+        alg = attnio.algorithms.get(c.algorithm)
+        assert why and (c.causal and alg.kind == "matmul" or c.M < alg.min_M(c.shape, c.causal))
+
+
+def test_expand_all_covers_every_registered_algorithm():
+    exp = expand(Grid(N=(64,), d=(8,), M=(4096,), algorithms=("all",)))
+    names = {c.algorithm for c in exp.configs} | {c.algorithm for c, _ in exp.skipped}
+    assert names == set(attnio.algorithms.names(None))
+
+
+def test_approximate_algorithms_are_skipped_without_eps():
+    approx = [a.name for a in attnio.algorithms.all_algorithms(None) if not a.exact]
+    if not approx:
+        pytest.skip("no approximate algorithm registered")
+    exp = expand(Grid(N=(64,), d=(8,), M=(65536,), algorithms=tuple(approx)))
+    assert not exp.configs and all("--eps" in why for _, why in exp.skipped)
+    exp = expand(Grid(N=(64,), d=(8,), M=(65536,), algorithms=tuple(approx), eps=0.01))
+    assert exp.configs and all(c.eps == 0.01 for c in exp.configs)
+    row = run_config(exp.configs[0])
+    assert row["status"] == "ok" and row["total"] >= row["bound"]
+
+
+def test_unknown_algorithm_suggests_close_names():
+    with pytest.raises(UnknownNameError, match="flash2"):
+        expand(Grid(N=(64,), algorithms=("flash3",)))
+
+
+def test_empty_grid_is_an_error():
+    with pytest.raises(ParameterError, match="empty grid"):
+        expand(Grid(N=()))
+    with pytest.raises(ParameterError, match="empty grid"):
+        expand([])
+
+
+def test_toml_grids(tmp_path):
+    p = tmp_path / "g.toml"
+    p.write_text('algo = "flash2"\nN = "64:128:x2"\nd = [8]\nM = 1024\n\n'
+                 '[[grid]]\nalgo = ["standard"]\nN = 64\nd = "8,16"\nM = "256:1024:x4"\n'
+                 'causal = "both"\n')
+    grids = grids_from_toml(str(p))
+    assert [g.algorithms for g in grids] == [("flash2",), ("standard",)]
+    assert len(expand(grids)) == 2 + 2 * 2 * 2
+    p.write_text('N = 64\nsize = 3\n')
+    with pytest.raises(ParameterError, match="unknown key"):
+        grids_from_toml(str(p))
+
+
+def test_config_hash_depends_on_what_was_asked_only():
+    a = Config("flash2", 64, 64, 8, 256, False)
+    assert a.hash() == Config("flash2", 64, 64, 8, 256, False, seed=5).hash()  # seed: compute only
+    assert a.hash() != Config("flash2", 64, 64, 8, 256, True).hash()
+    assert a.hash() != Config("flash2", 64, 64, 8, 256, False, mode="compute").hash()
+
+
+# ----------------------------------------------------------------------------- rows
+def test_count_row_holds_every_count_and_matches_the_run_api():
+    cfg = Config("flash2", 128, 128, 16, 1024, True)
+    row = run_config(cfg)
+    res = attnio.run("flash2", shape=(128, 128, 16), M=1024, mode="count", causal=True)
+    assert row["status"] == "ok"
+    assert (row["reads"], row["writes"], row["total"], row["peak"]) == (
+        res.io.reads, res.io.writes, res.io.total, res.io.peak)
+    assert (row["predicted_reads"], row["predicted_writes"]) == (row["reads"], row["writes"])
+    assert row["tiling"] == dataclasses.asdict(res.tiling)
+    assert row["bounds"]["trivial"]["explicit"] is True
+    assert row["bound"] == max(b["value"] for b in row["bounds"].values() if b["explicit"])
+    assert row["ratio"] == pytest.approx(row["total"] / row["bound"])
+    assert row["total"] >= row["bound"]
+    assert row["version"] == attnio.__version__ and row["config_hash"] == cfg.hash()
+
+
+def test_compute_row_has_the_error_against_the_reference():
+    row = run_config(Config("flash2", 96, 80, 8, 512, True, mode="compute", seed=3))
+    assert row["status"] == "ok"
+    print("max error", row["max_err"])
+    assert row["max_err"] < 1e-12
+    count = run_config(Config("flash2", 96, 80, 8, 512, True))
+    assert (row["reads"], row["writes"]) == (count["reads"], count["writes"])
+
+
+def test_matmul_row_is_the_score_product():
+    row = run_config(Config("matmul", 64, 48, 8, 256, False, mode="compute"))
+    assert row["status"] == "ok" and row["max_err"] < 1e-12
+    assert row["floor"] == 64 * 8 + 8 * 48 + 64 * 48
+    assert row["total"] >= row["bounds"]["matmul"]["value"]
+
+
+# ----------------------------------------------------------------------------- sweeps
+@pytest.fixture(scope="module")
+def serial_db(tmp_path_factory):
+    db = tmp_path_factory.mktemp("serial") / "r.sqlite"
+    s = run_sweep(SMALL, db, jobs=1)
+    assert s.total == len(expand(SMALL)) and s.errors == 0
+    return db
+
+
+def test_sweep_stores_one_row_per_configuration_and_resumes(serial_db):
+    rows = _rows(serial_db)
+    exp = expand(SMALL)
+    assert sorted(r["config_hash"] for r in rows) == sorted(
+        [c.hash() for c in exp.configs] + [c.hash() for c, _ in exp.skipped])
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    assert skipped and all(r["reason"] for r in skipped)
+    again = run_sweep(SMALL, serial_db, jobs=1)
+    assert (again.already, again.ran, again.skipped) == (len(exp), 0, 0)
+    assert _rows(serial_db) == rows
+
+
+def test_local_pool_gives_the_same_rows(serial_db, tmp_path):
+    s = run_sweep(SMALL, tmp_path / "pool.sqlite", jobs=2)
+    assert s.errors == 0
+    assert _stable(_rows(tmp_path / "pool.sqlite")) == _stable(_rows(serial_db))
+
+
+def test_dask_local_cluster_gives_the_same_rows(serial_db, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp",
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        s = run_sweep(SMALL, tmp_path / "dask.sqlite", scheduler=cluster.scheduler_address)
+    assert s.errors == 0
+    assert _stable(_rows(tmp_path / "dask.sqlite")) == _stable(_rows(serial_db))
+
+
+KILL_ARGS = ["--algo", "square_tiling,standard", "--N", "1024:2048:x2", "--d", "32,64",
+             "--M", "1024:16384:x2", "--causal", "true"]
+
+
+def _count(db) -> int:
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_sigkill_mid_sweep_then_restart_loses_and_duplicates_nothing(tmp_path):
+    db = tmp_path / "killed.sqlite"
+    cmd = [sys.executable, "-m", "attnio", "sweep", "--db", str(db), "--jobs", "2", "--quiet",
+           *KILL_ARGS]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    total = 2 * 2 * 2 * 5
+    deadline = time.monotonic() + 60
+    while _count(db) < 4 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, mid-transaction or not
+    proc.wait()
+    at_kill = _count(db)
+    assert proc.returncode == -signal.SIGKILL
+    assert 0 < at_kill < total, f"kill came too late or too early ({at_kill} of {total} rows)"
+    restart = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert restart.returncode == 0, restart.stderr
+    ref = tmp_path / "uninterrupted.sqlite"
+    assert cli_main(["sweep", "--db", str(ref), "--jobs", "2", "--quiet", *KILL_ARGS]) == 0
+    rows, want = _rows(db), _rows(ref)
+    assert len(rows) == len(want) == total
+    assert len({r["config_hash"] for r in rows}) == total
+    assert _stable(rows) == _stable(want)
+
+
+# ----------------------------------------------------------------------------- CLI errors
+def _cli(capsys, *argv):
+    code = cli_main(list(argv))
+    err = capsys.readouterr().err
+    return code, err
+
+
+def test_cli_sweep_runs_and_exports(tmp_path, capsys):
+    db, out = tmp_path / "r.sqlite", tmp_path / "r.json"
+    code = cli_main(["sweep", "--db", str(db), "--N", "64:128:x2", "--d", "8", "--M", "256",
+                     "--algo", "flash2", "--quiet", "--jobs", "1"])
+    assert code == 0 and len(_rows(db)) == 2
+    assert cli_main(["sweep", "export", "--db", str(db), "--out", str(out)]) == 0
+    assert "wrote 2 rows" in capsys.readouterr().out
+    assert cli_main(["sweep", "--db", str(db), "--dry-run", "--preset", "smoke"]) == 0
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--N", "64", "--algo", "flash3"], "unknown algorithm 'flash3'"),
+    (["--N", "128:64:x2"], "empty grid"),
+    (["--N", "64", "--d", ""], "empty grid"),
+    (["--N", "64", "--M", "0"], "M: values must be integers >= 1"),
+    (["--preset", "nope"], "preset"),
+])
+def test_cli_bad_grid_is_one_line_exit_2_nothing_written(tmp_path, capsys, argv, match):
+    db = tmp_path / "r.sqlite"
+    code, err = _cli(capsys, "sweep", "--db", str(db), "--quiet", *argv)
+    assert code == 2 and match in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_unwritable_db_path_is_one_line_exit_2(tmp_path, capsys):
+    db = tmp_path / "no" / "such" / "dir" / "r.sqlite"
+    code, err = _cli(capsys, "sweep", "--db", str(db), "--N", "64", "--quiet")
+    assert code == 2 and "does not exist" in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["old-version", "foreign-text", "foreign-sqlite"])
+def test_cli_incompatible_or_foreign_db_is_refused_untouched(tmp_path, capsys, kind):
+    db = tmp_path / "r.sqlite"
+    if kind == "old-version":
+        ResultsStore(db).close()
+        con = sqlite3.connect(db)
+        con.execute("UPDATE attnio_meta SET value = '0' WHERE key = 'schema_version'")
+        con.commit()
+        con.close()
+    elif kind == "foreign-text":
+        db.write_text("precious\n")
+    else:
+        con = sqlite3.connect(db)
+        con.execute("CREATE TABLE t (x)")
+        con.commit()
+        con.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    code, err = _cli(capsys, "sweep", "--db", str(db), "--N", "64", "--algo", "flash2", "--quiet")
+    assert code == 2 and err.count("\n") == 1, err
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
+    code, err = _cli(capsys, "sweep", "export", "--db", str(db), "--out", str(tmp_path / "x.csv"))
+    assert code == 2 and not (tmp_path / "x.csv").exists()
+
+
+def test_cli_parquet_without_engine_names_the_extra(tmp_path, capsys):
+    try:
+        import pyarrow  # noqa: F401
+        pytest.skip("pyarrow installed")
+    except ImportError:
+        pass
+    db = tmp_path / "r.sqlite"
+    run_sweep(Grid(N=(64,), d=(8,), M=(256,), algorithms=("flash2",)), db, jobs=1)
+    code, err = _cli(capsys, "sweep", "export", "--db", str(db), "--format", "parquet",
+                     "--out", str(tmp_path / "r.parquet"))
+    assert code == 2 and "pyarrow" in err and not (tmp_path / "r.parquet").exists()
+
+
+def test_presets_expand():
+    for name, grids in PRESETS.items():
+        exp = expand(grids)
+        assert exp.configs, name
