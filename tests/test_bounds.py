@@ -22,7 +22,7 @@ from attnio.algorithms.base import Shape
     (lambda: B.standard_matmul(0, 8, 256), "N must be an integer >= 1"),
     (lambda: B.standard_matmul(16, 0, 256), "d must be an integer >= 1"),
     (lambda: B.standard_matmul_large_cache(16, 8, 0), "M must be an integer >= 1"),
-    (lambda: B.standard_matmul_small_cache(16, 8, 64, causal="yes"), "causal must be True or False"),
+    (lambda: B.standard_matmul_small_cache(16, 8, 64, causal="yes"), "causal must be True, False"),
     (lambda: B.trivial(16, 16, 8, heads=0), "heads must be an integer >= 1"),
     (lambda: B.trivial(16, -1, 8), "Nkv must be an integer >= 1"),
     (lambda: B.matmul(4, 0, 4, 16), "k must be an integer >= 1"),

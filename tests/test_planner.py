@@ -149,7 +149,7 @@ def test_device_presets_and_byte_sizes():
     (dict(M_bytes=4096), "M_bytes needs dtype_bytes"),
     (dict(device="a10"), "unknown device 'a10'"),
     (dict(device="a100", dtype_bytes="float12"), "unknown dtype"),
-    (dict(M=1000, causal=1), "causal must be True or False"),
+    (dict(M=1000, causal=1), "causal must be True, False"),
     (dict(M=1000, approx_eps=2.0), "approx_eps must be a number in (0, 1)"),
     (dict(M=1000, heads=0), "heads must be an integer >= 1"),
     (dict(M=3), "no registered algorithm fits"),

@@ -250,3 +250,53 @@ def test_cli_heads_window_backward(capsys):
     assert obj["kv_heads"] == 1 and obj["causal_align"] == "top_left"
     assert main(["run", "flash2", "--heads", "3", "--kv-heads", "2"]) == 2
     assert "heads must be a multiple" in capsys.readouterr().err
+
+
+def _explicit(shape: Shape, M: int, causal, window):
+    from attnio import bounds
+
+    return [b for b in bounds.applicable(
+        shape.Nq, shape.d, M, Nkv=shape.Nkv, causal=causal, heads=shape.n_heads,
+        kv_heads=shape.batch * shape.kv_heads, window=window) if b.explicit]
+
+
+@pytest.mark.parametrize("Nq,Nkv", [(64, 64), (48, 200), (200, 48), (1, 500)])
+@pytest.mark.parametrize("causal,window", MASKS + [("top_left", 9)])
+@pytest.mark.parametrize("heads,kv_heads", [(1, 1), (4, 1), (4, 2)])
+def test_every_count_respects_every_explicit_bound_with_masks_and_gqa(Nq, Nkv, causal, window,
+                                                                      heads, kv_heads):
+    shape = Shape(Nq, Nkv, 16, batch=2, heads=heads, kv_heads=kv_heads)
+    for name in ALGS:
+        alg = attnio.algorithms.get(name)
+        if window is not None and not alg.supports_window:
+            continue
+        for M in (alg.min_M(shape), 300, 5000, 100000):
+            if M < alg.min_M(shape):
+                continue
+            io = attnio.run(name, shape=shape, M=M, mode="count", causal=causal,
+                            window=window).io
+            for b in _explicit(shape, M, causal, window):
+                assert io.total >= b.value, (name, M, b.name, io.total, b.value)
+
+
+@pytest.mark.parametrize("causal,window", MASKS)
+@pytest.mark.parametrize("backward", [False, True])
+def test_planner_covers_heads_masks_and_backward(causal, window, backward):
+    p = attnio.plan(300, 16, 4000, Nkv=500, batch=2, heads=4, kv_heads=2, causal=causal,
+                    window=window, backward=backward)
+    res = attnio.run(p.algorithm, shape=p.shape, M=p.M, mode="count", causal=causal,
+                     window=window, tiling=p.tiling, backward=backward,
+                     backward_tiling=p.backward_tiling)
+    assert res.io.total == p.predicted.total
+    if backward:
+        assert res.backward_io.total == p.backward.total
+    for alg in attnio.algorithms.all_algorithms():
+        if not alg.exact or (window and not alg.supports_window):
+            continue
+        if backward and not alg.supports_backward:
+            continue
+        own = attnio.run(alg.name, shape=p.shape, M=p.M, mode="count", causal=causal,
+                         window=window, backward=backward)
+        own_total = own.io.total + (own.backward_io.total if backward else 0)
+        mine = p.predicted.total + (p.backward.total if backward else 0)
+        assert mine <= own_total

@@ -86,12 +86,6 @@ class Bound:
 
 
 # ---------------------------------------------------------------- helpers
-def _check_bool(name: str, v: object) -> bool:
-    if not isinstance(v, bool):
-        raise ParameterError(f"{name} must be True or False, got {v!r}")
-    return v
-
-
 def _sizes(N, d, M=None, Nkv=None, heads=1):
     N = check_int("N", N, minimum=1)
     d = check_int("d", d, minimum=1)
@@ -102,27 +96,51 @@ def _sizes(N, d, M=None, Nkv=None, heads=1):
     return N, d, check_int("M", M, minimum=1), Nkv, heads
 
 
-def _visible(Nq: int, Nkv: int, causal: bool) -> tuple[int, int, int]:
+def _mask(causal, window=None) -> tuple[str | None, int | None]:
+    """(alignment or None, window): ``causal`` is a bool or "bottom_right"/"top_left"."""
+    if causal is True or causal == "bottom_right":
+        align = "bottom_right"
+    elif causal == "top_left":
+        align = "top_left"
+    elif causal is False:
+        align = None
+    else:
+        raise ParameterError(
+            f"causal must be True, False, 'bottom_right' or 'top_left', got {causal!r}")
+    if window is not None:
+        window = check_int("window", window, minimum=1)
+        if align is None:
+            raise ParameterError("window needs a causal mask (causal=True)")
+    return align, window
+
+
+@functools.lru_cache(maxsize=4096)
+def _rows(Nq: int, Nkv: int, align: str | None, window: int | None) -> tuple[int, ...]:
+    """(rows seeing >= 2 keys, their pairs, all visible pairs, K rows needed, V rows needed).
+
+    Row r sees keys [lo_r, hi_r): hi_r = min(Nkv, r + 1 + off), lo_r = max(0, r + off - W + 1)
+    (off = Nkv - Nq bottom-right, 0 top-left).  The keys a set of consecutive rows sees form one
+    interval, so the K (V) rows needed are the span of the rows that see >= 2 (>= 1) keys.
+    """
+    if align is None:
+        two = Nkv >= 2
+        return (Nq if two else 0, Nq * Nkv if two else 0, Nq * Nkv, Nkv if two else 0, Nkv)
+    off = Nkv - Nq if align == "bottom_right" else 0
+    r = np.arange(Nq, dtype=np.int64)
+    hi = np.clip(r + 1 + off, 0, Nkv)
+    lo = np.zeros_like(hi) if window is None else np.clip(r + off - window + 1, 0, Nkv)
+    v = np.maximum(hi - lo, 0)
+    two, one = v >= 2, v >= 1
+    span = lambda m: int(hi[m].max() - lo[m].min()) if m.any() else 0  # noqa: E731
+    return (int(two.sum()), int(v[two].sum()), int(v.sum()), span(two), span(one))
+
+
+def _visible(Nq: int, Nkv: int, causal, window=None) -> tuple[int, int, int]:
     """(query rows that see >= 2 keys, their (query, key) pairs, all visible pairs)."""
-    if not causal:
-        if Nkv >= 2:
-            return Nq, Nq * Nkv, Nq * Nkv
-        return 0, 0, Nq * Nkv
-    off = Nkv - Nq  # row r sees keys c <= r + off: v_r = clip(r + 1 + off, 0, Nkv)
-
-    def tail(vmin: int) -> tuple[int, int]:
-        r0 = max(0, vmin - 1 - off)  # first row with v_r >= vmin
-        if r0 > Nq - 1:
-            return 0, 0
-        a, b = r0 + 1 + off, Nkv  # v runs a, a+1, ..., b over rows r0..Nq-1
-        return Nq - r0, (a + b) * (b - a + 1) // 2
-
-    rows2, pairs2 = tail(2)
-    _, pairs1 = tail(1)
-    return rows2, pairs2, pairs1
+    return _rows(Nq, Nkv, *_mask(causal, window))[:3]
 
 
-def required_pairs(Nq: int, Nkv: int, causal: bool = False) -> int:
+def required_pairs(Nq: int, Nkv: int, causal=False, window: int | None = None) -> int:
     """Scores S_ij an exact algorithm must compute: visible pairs of rows that see >= 2 keys.
 
     A row that sees exactly one key outputs that key's value whatever the score, so its score
@@ -130,7 +148,7 @@ def required_pairs(Nq: int, Nkv: int, causal: bool = False) -> int:
     """
     Nq = check_int("Nq", Nq, minimum=1)
     Nkv = check_int("Nkv", Nkv, minimum=1)
-    return _visible(Nq, Nkv, _check_bool("causal", causal))[1]
+    return _visible(Nq, Nkv, causal, window)[1]
 
 
 # A fixed grid of segment lengths K (ratio 2^(1/8)); the same grid for every input keeps every
@@ -161,18 +179,22 @@ def _segment_max(term, approx, limit: int) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------- the bounds
-def trivial(Nq: int, Nkv: int, d: int, *, causal: bool = False, heads: int = 1) -> Bound:
+def trivial(Nq: int, Nkv: int, d: int, *, causal=False, heads: int = 1,
+            kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Read every input word the output depends on once, write every output word once.
 
-    Unmasked with Nkv >= 2 this is ``(Nq + 2·Nkv)·d + Nq·d``.  Exceptions (exact): a query row
-    that sees fewer than two keys outputs a value independent of its query, so its Q row need not
-    be read, and K is not needed at all when no row sees two keys (Nkv = 1).
+    Unmasked with Nkv >= 2 this is ``(Nq + 2·Nkv)·d + Nq·d`` per head.  Exceptions (exact): a
+    query row that sees fewer than two keys outputs a value independent of its query, so its Q row
+    need not be read; a key no row with two or more visible keys sees need not be read from K, and
+    a key no row sees at all not from V.  ``heads`` query heads share ``kv_heads`` key/value heads
+    (grouped-query attention; default ``kv_heads = heads``), so K and V count once per kv head.
     """
     Nq, d, Nkv, heads = _sizes(Nq, d, Nkv=Nkv, heads=heads)
-    causal = _check_bool("causal", causal)
-    rows2, _, _ = _visible(Nq, Nkv, causal)
-    k_rows = Nkv if rows2 > 0 else 0  # the last query row sees every key
-    value = heads * ((rows2 + k_rows + Nkv) * d + Nq * d)
+    kv_heads = heads if kv_heads is None else check_int("kv_heads", kv_heads, minimum=1)
+    if heads % kv_heads:
+        raise ParameterError(f"heads must be a multiple of kv_heads, got {heads} and {kv_heads}")
+    rows2, _, _, k_rows, v_rows = _rows(Nq, Nkv, *_mask(causal, window))
+    value = heads * (rows2 * d + Nq * d) + kv_heads * (k_rows + v_rows) * d
     return Bound(
         value, "trivial: inputs read once, output written once",
         ("every word of O is written at least once",
@@ -181,8 +203,8 @@ def trivial(Nq: int, Nkv: int, d: int, *, causal: bool = False, heads: int = 1) 
     )
 
 
-def standard_matmul(N: int, d: int, M: int, *, Nkv: int | None = None, causal: bool = False,
-                    heads: int = 1) -> Bound:
+def standard_matmul(N: int, d: int, M: int, *, Nkv: int | None = None, causal=False,
+                    heads: int = 1, window: int | None = None) -> Bound:
     """Saha & Ye Theorem 3.1: Θ(min(N²d/√M, N²d²/M)) for attention with standard matmul.
 
     The large-cache part (M >= d²) is Lemmas 3.3/3.4 (red-blue pebbling, Hong–Kung); the small-cache
@@ -191,12 +213,12 @@ def standard_matmul(N: int, d: int, M: int, *, Nkv: int | None = None, causal: b
     read as the number of scores that must be computed (derived extension, not the paper's).
     """
     N, d, M, Nkv, heads = _sizes(N, d, M, Nkv, heads)
-    P = _visible(N, Nkv, _check_bool("causal", causal))[1]
+    P = _visible(N, Nkv, causal, window)[1]
     small, large = P * d / math.sqrt(M), P * d * d / M
     regime = "large cache (M >= d^2)" if M >= d * d else "small cache (M < d^2)"
     assumptions = ["S = QKᵀ computed with the standard algorithm (sums of d products)",
                    "red-blue pebble game, recomputation allowed"]
-    if Nkv != N or causal:
+    if Nkv != N or causal is not False:
         assumptions.append("N² read as the number of scores computed (derived extension)")
     return Bound(heads * min(small, large), f"{SAHA_YE}, Theorem 3.1 (Lemmas 3.3-3.4, Thm 3.7)",
                  tuple(assumptions), False, name="standard_matmul", regime=regime, constant=1.0)
@@ -220,7 +242,8 @@ def _large_cache(P: int, d: int, M: int) -> tuple[int, int]:
 
 
 def standard_matmul_large_cache(N: int, d: int, M: int, *, Nkv: int | None = None,
-                                causal: bool = False, heads: int = 1) -> Bound:
+                                causal=False, heads: int = 1,
+                                window: int | None = None) -> Bound:
     """Explicit form of Saha & Ye's large-cache bound (Lemma 3.3's argument on I/O segments).
 
     ``Q >= max_K K·(⌈P/T(M+K)⌉ - 1)`` with ``T(m) = max(m, ⌊m²/(4d²)⌋)``, P the number of scores
@@ -228,7 +251,7 @@ def standard_matmul_large_cache(N: int, d: int, M: int, *, Nkv: int | None = Non
     M >= 2d².  Valid for every M (it is tight only for M >= d²).  Derivation: docs/bounds.md.
     """
     N, d, M, Nkv, heads = _sizes(N, d, M, Nkv, heads)
-    P = heads * _visible(N, Nkv, _check_bool("causal", causal))[1]
+    P = heads * _visible(N, Nkv, causal, window)[1]
     value, K = _large_cache(P, d, M)
     return Bound(
         value, f"derived from {SAHA_YE}, Lemma 3.3 (docs/bounds.md §3)",
@@ -269,7 +292,8 @@ def _small_cache(P: int, d: int, M: int) -> tuple[int, int]:
 
 
 def standard_matmul_small_cache(N: int, d: int, M: int, *, Nkv: int | None = None,
-                                causal: bool = False, heads: int = 1) -> Bound:
+                                causal=False, heads: int = 1,
+                                window: int | None = None) -> Bound:
     """Explicit small-cache bound, derived (Loomis–Whitney on I/O segments; cf. Theorem 3.7).
 
     ``Q >= max_K K·(⌈P·d/E(K)⌉ - 1)`` with ``E(K)² = max_{0<=X<=M+K} X²/4·(2M+K-X+X²/(4d²))`` the
@@ -278,7 +302,7 @@ def standard_matmul_small_cache(N: int, d: int, M: int, *, Nkv: int | None = Non
     segment boundary (a word imported or exported) or has all its 2d inputs imported.
     """
     N, d, M, Nkv, heads = _sizes(N, d, M, Nkv, heads)
-    P = heads * _visible(N, Nkv, _check_bool("causal", causal))[1]
+    P = heads * _visible(N, Nkv, causal, window)[1]
     value, K = _small_cache(P, d, M)
     return Bound(
         value, "derived: Loomis–Whitney segment argument (docs/bounds.md §4; cf. "
@@ -398,22 +422,25 @@ def matmul_cosma(m: int, k: int, n: int, M: int) -> Bound:
         name="matmul_cosma", regime="any M", constant=1.0)
 
 
-def applicable(N: int, d: int, M: int, *, Nkv: int | None = None, causal: bool = False,
-               heads: int = 1, q: int | None = None, binary: bool = False) -> list[Bound]:
+def applicable(N: int, d: int, M: int, *, Nkv: int | None = None, causal=False,
+               heads: int = 1, kv_heads: int | None = None, window: int | None = None,
+               q: int | None = None, binary: bool = False) -> list[Bound]:
     """Every attention bound whose preconditions hold for these sizes.
 
-    The fast-matmul bounds are stated for square, unmasked attention and need their input model:
-    Theorem 4.8 only when ``q`` (a prime power > N) is given, Theorem 4.14 only when
-    ``binary=True`` (and N >= 2).
+    ``causal`` is False, True / "bottom_right" or "top_left"; ``window`` a sliding window; the
+    score-counting bounds hold for grouped-query attention too (a score still needs its query
+    row and key row), the trivial bound counts K and V once per ``kv_heads``.  The fast-matmul
+    bounds are stated for square, unmasked attention and need their input model: Theorem 4.8
+    only when ``q`` (a prime power > N) is given, Theorem 4.14 only when ``binary=True`` (N >= 2).
     """
     N, d, M, Nkv, heads = _sizes(N, d, M, Nkv, heads)
-    causal = _check_bool("causal", causal)
-    kw = dict(Nkv=Nkv, causal=causal, heads=heads)
-    out = [trivial(N, Nkv, d, causal=causal, heads=heads),
+    _mask(causal, window)
+    kw = dict(Nkv=Nkv, causal=causal, heads=heads, window=window)
+    out = [trivial(N, Nkv, d, causal=causal, heads=heads, kv_heads=kv_heads, window=window),
            standard_matmul_large_cache(N, d, M, **kw),
            standard_matmul_small_cache(N, d, M, **kw),
            standard_matmul(N, d, M, **kw)]
-    square = Nkv == N and not causal
+    square = Nkv == N and causal is False
     if q is not None:
         if not square:
             raise ParameterError("q: Theorem 4.8 is stated for square unmasked attention (Nkv = N, "

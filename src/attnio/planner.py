@@ -79,6 +79,19 @@ class Plan:
     dtype_bytes: int | None = None
     device: str | None = None
     approx_eps: float | None = None
+    batch: int = 1
+    kv_heads: int | None = None
+    window: int | None = None
+    causal_align: str | None = None
+    backward: IOCount | None = None
+    backward_tiling: Any = None
+
+    @property
+    def shape(self) -> Shape:
+        """The problem as :func:`attnio.run` takes it."""
+        return Shape(self.N, self.Nkv, self.d, batch=self.batch, heads=self.heads,
+                     kv_heads=self.kv_heads, causal_align=self.causal_align or "bottom_right",
+                     window=self.window)
 
     @property
     def chosen(self) -> Candidate:
@@ -88,7 +101,13 @@ class Plan:
         c = self.chosen.to_dict()
         return {
             "N": self.N, "Nkv": self.Nkv, "d": self.d, "M": self.M, "causal": self.causal,
-            "heads": self.heads, "device": self.device, "dtype_bytes": self.dtype_bytes,
+            "heads": self.heads, "batch": self.batch, "kv_heads": self.kv_heads,
+            "window": self.window, "causal_align": self.causal_align,
+            "backward": None if self.backward is None else {
+                "reads": self.backward.reads, "writes": self.backward.writes,
+                "total": self.backward.total,
+                "tiling": dataclasses.asdict(self.backward_tiling)},
+            "device": self.device, "dtype_bytes": self.dtype_bytes,
             "approx_eps": self.approx_eps,
             "algorithm": self.algorithm, "tiling": c["tiling"],
             "reads": self.predicted.reads, "writes": self.predicted.writes,
@@ -108,7 +127,11 @@ class Plan:
             mem += f" ({self.M * self.dtype_bytes:,} bytes at {self.dtype_bytes} B/word)"
         if self.device:
             mem += f", device {self.device}"
-        extra = (" causal" if self.causal else "") + (f" heads={self.heads}" if self.heads > 1 else "")
+        extra = (f" causal={self.causal_align}" if self.causal else "")
+        extra += f" window={self.window}" if self.window else ""
+        extra += f" batch={self.batch}" if self.batch > 1 else ""
+        extra += f" heads={self.heads}" if self.heads > 1 else ""
+        extra += f" kv_heads={self.kv_heads}" if self.kv_heads not in (None, self.heads) else ""
         lines = [
             f"  Plan for attention {size} d={self.d}{extra}, {mem}",
             f"         Algorithm:  {self.algorithm}",
@@ -117,6 +140,9 @@ class Plan:
             f"  Predicted writes:  {self.predicted.writes:,}",
             f"   Predicted total:  {self.predicted.total:,} words",
         ]
+        if self.backward is not None:
+            lines.append(f"  Backward (flash2-style, tiling {self.backward_tiling}): "
+                         f"{self.backward.total:,} words; forward above includes the logsumexp")
         if self.dtype_bytes:
             lines.append(f"  Predicted traffic:  {self.predicted.total * self.dtype_bytes:,} bytes")
         if self.error is not None:
@@ -169,8 +195,12 @@ def _approx_tilings_of(alg):
     return fn if callable(fn) else None
 
 
-def _score(alg, shape: Shape, M: int, causal: bool, approx_eps, entry_bound):
+def _score(alg, shape: Shape, M: int, causal: bool, approx_eps, entry_bound, backward=False):
     """The best (key, Candidate) of one algorithm, or (None, reason)."""
+    if shape.window is not None and not alg.supports_window:
+        return None, "no sliding-window support"
+    if backward and not alg.supports_backward:
+        return None, "no backward pass"
     if M < alg.min_M(shape, causal):
         return None, f"needs M >= {alg.min_M(shape, causal):,}"
     if alg.exact:
@@ -192,6 +222,13 @@ def _score(alg, shape: Shape, M: int, causal: bool, approx_eps, entry_bound):
     if best is None:
         return None, "no candidate tiling fits in M"
     t, io = best
+    if backward:  # the forward also writes the logsumexp; the backward is scored on its own
+        bwd = alg.backward
+        bt = bwd.coerce_tiling(shape, M, None, causal)
+        bio = bwd.predict(shape, bt, causal)
+        io = alg.predict_with_lse(shape, t, causal)
+        best_key = (io.total + bio.total, best_key[1])
+        return best_key, (Candidate(alg.name, t, io, best_key[1], alg.exact, None, tried), bio, bt)
     return best_key, Candidate(alg.name, t, io, best_key[1], alg.exact,
                                None if alg.exact else _error_of(t), tried)
 
@@ -226,10 +263,13 @@ def _why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
 
 @functools.lru_cache(maxsize=1024)
 def _plan(N, d, M, Nkv, causal, heads, dtype_b, device, approx_eps, entry_bound,
-          registry: tuple) -> Plan:
+          registry: tuple, batch=1, kv_heads=None, window=None, align=None,
+          backward=False) -> Plan:
     # ``registry`` (the registered names) is part of the cache key: registering an algorithm
     # after a call must not return a stale plan
-    shape = Shape(N, Nkv, d, heads=heads, kv_heads=heads)
+    kv_heads = heads if kv_heads is None else kv_heads
+    shape = Shape(N, Nkv, d, batch=batch, heads=heads, kv_heads=kv_heads,
+                  causal_align=align or "bottom_right", window=window)
     algs = list(_alg.all_algorithms("attention"))
     if approx_eps is not None:
         algs += [a for a in _alg.all_algorithms("approx") if a not in algs]
@@ -238,7 +278,7 @@ def _plan(N, d, M, Nkv, causal, heads, dtype_b, device, approx_eps, entry_bound,
     scored, skipped = [], []
     for i, alg in enumerate(algs):
         try:
-            key, res = _score(alg, shape, M, causal, approx_eps, entry_bound)
+            key, res = _score(alg, shape, M, causal, approx_eps, entry_bound, backward)
         except (AttnioError, ValueError, ArithmeticError) as e:
             # an algorithm that does not support these sizes, this mask or this error target
             key, res = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -251,10 +291,16 @@ def _plan(N, d, M, Nkv, causal, heads, dtype_b, device, approx_eps, entry_bound,
         raise ParameterError(f"M={M}: no registered algorithm fits in M words for N={N}, d={d} "
                              f"({'; '.join(f'{a}: {r}' for a, r in skipped)})")
     scored.sort(key=lambda kr: kr[0])
+    bwd = bt = None
+    if backward:
+        _, (_, bwd, bt) = scored[0]
+        scored = [(k, c[0]) for k, c in scored]
     cands = tuple(c for _, c in scored)
     chosen = cands[0]
     runner = cands[1] if len(cands) > 1 else None
-    bnds = tuple(_bounds.applicable(N, d, M, Nkv=Nkv, causal=causal, heads=heads))
+    bnds = tuple(_bounds.applicable(N, d, M, Nkv=Nkv, causal=(align or False) if causal else False,
+                                    heads=batch * heads, kv_heads=batch * kv_heads,
+                                    window=window))
     best = _bounds.best(bnds)
     total = chosen.predicted.total
     ratio = total / best.value if chosen.exact and best.value > 0 else None
@@ -262,20 +308,29 @@ def _plan(N, d, M, Nkv, causal, heads, dtype_b, device, approx_eps, entry_bound,
     theta = total / theta_b.value if chosen.exact and theta_b.value > 0 else None
     regime = "large cache (M >= d^2)" if M >= d * d else "small cache (M < d^2)"
     why = _why(chosen, runner, len(cands), d, M, best, ratio, theta)
+    if backward:
+        why += (f" With the backward pass: the forward writes the logsumexp too, and the backward "
+                f"moves {bwd.total:,} more words (tiling {bt}); the bounds above are the "
+                "forward's.")
     return Plan(N, Nkv, d, M, causal, heads, chosen.algorithm, chosen.tiling, chosen.predicted,
                 runner, bnds, best, ratio, regime, why, cands, tuple(skipped), chosen.error,
-                dtype_b, device, approx_eps)
+                dtype_b, device, approx_eps, batch, kv_heads, window,
+                (align if causal else None), bwd, bt)
 
 
-def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal: bool = False,
+def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal=False,
          heads: int = 1, dtype_bytes: int | str | None = None, device: str | None = None,
          M_bytes: int | None = None, approx_eps: float | None = None,
-         entry_bound: float | None = None) -> Plan:
+         entry_bound: float | None = None, batch: int = 1, kv_heads: int | None = None,
+         window: int | None = None, backward: bool = False) -> Plan:
     """The least-I/O registered algorithm and tiling for attention of these sizes.
 
     Give the fast memory as ``M`` (words), ``M_bytes`` (bytes, with ``dtype_bytes``) or
     ``device`` (a preset of :mod:`attnio.devices`, words of ``dtype_bytes``, default 2 = fp16).
-    ``heads`` independent heads multiply every count and bound.  With ``approx_eps`` the
+    ``batch`` x ``heads`` query heads (``kv_heads`` key/value heads: grouped-query attention,
+    default as many as ``heads``); ``causal`` is False, True / "bottom_right" or "top_left";
+    ``window`` a sliding window; ``backward=True`` plans forward + backward (algorithms with a
+    backward pass only).  With ``approx_eps`` the
     approximate algorithms (``exact=False``) are scored too, through their ``approx_tilings``,
     and the plan reports their guaranteed error; without it only exact algorithms are considered.
 
@@ -285,8 +340,21 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
     d = check_int("d", d, minimum=1)
     Nkv = N if Nkv is None else check_int("Nkv", Nkv, minimum=1)
     heads = check_int("heads", heads, minimum=1)
-    if not isinstance(causal, bool):
-        raise ParameterError(f"causal must be True or False, got {causal!r}")
+    from .runner import causal_mode
+
+    causal, align = causal_mode(causal)
+    batch = check_int("batch", batch, minimum=1)
+    if kv_heads is not None:
+        kv_heads = check_int("kv_heads", kv_heads, minimum=1)
+        if heads % kv_heads:
+            raise ParameterError(f"heads must be a multiple of kv_heads, got heads={heads} and "
+                                 f"kv_heads={kv_heads}")
+    if window is not None:
+        window = check_int("window", window, minimum=1)
+        if not causal:
+            raise ParameterError("window needs a causal mask: pass causal=True")
+    if not isinstance(backward, bool):
+        raise ParameterError(f"backward must be True or False, got {backward!r}")
     given = [n for n, v in (("M", M), ("M_bytes", M_bytes), ("device", device)) if v is not None]
     if len(given) != 1:
         raise ParameterError("give exactly one of M (words), M_bytes (with dtype_bytes) or device, "
@@ -311,12 +379,13 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
     if entry_bound is not None:
         entry_bound = float(entry_bound)
     return _plan(N, d, M, Nkv, causal, heads, db, dev_name, approx_eps, entry_bound,
-                 tuple(_alg.names(None)))
+                 tuple(_alg.names(None)), batch, kv_heads, window, align, backward)
 
 
 def attnio_run_total(p: Plan) -> int:
     """Simulate the plan in count mode and return the total I/O (used by the doctest)."""
     from .runner import run
 
-    return run(p.algorithm, shape=Shape(p.N, p.Nkv, p.d, heads=p.heads, kv_heads=p.heads),
-               M=p.M, mode="count", causal=p.causal, tiling=p.tiling).io.total
+    return run(p.algorithm, shape=p.shape, M=p.M, mode="count",
+               causal=(p.causal_align if p.causal else False), window=p.window,
+               tiling=p.tiling).io.total

@@ -47,8 +47,15 @@ def add_arguments(p) -> None:
     p.add_argument("--Nkv", type=int, default=None, help="keys/values (default N)")
     p.add_argument("--d", type=int, required=True, help="head dimension")
     add_memory_arguments(p)
-    p.add_argument("--causal", action="store_true", help="causal (bottom-right aligned) mask")
-    p.add_argument("--heads", type=int, default=1, help="independent heads (counts multiply)")
+    p.add_argument("--causal", nargs="?", const="bottom_right", default=None,
+                   choices=["bottom_right", "top_left"],
+                   help="causal mask, bottom-right aligned (default) or top_left")
+    p.add_argument("--window", type=int, default=None, help="sliding window (needs --causal)")
+    p.add_argument("--batch", type=int, default=1, help="batch size (counts multiply)")
+    p.add_argument("--heads", type=int, default=1, help="query heads (counts multiply)")
+    p.add_argument("--kv-heads", type=int, default=None, dest="kv_heads",
+                   help="key/value heads (default --heads; fewer: grouped-query attention)")
+    p.add_argument("--backward", action="store_true", help="plan forward + backward")
     p.add_argument("--eps", type=float, default=None,
                    help="also score approximate algorithms with this error target")
     p.add_argument("--entry-bound", type=float, default=None, dest="entry_bound",
@@ -60,13 +67,13 @@ def main(args) -> int:
     from .. import plan
 
     M, db, device = resolve_M(args)
+    kw = dict(Nkv=args.Nkv, causal=args.causal or False, heads=args.heads, batch=args.batch,
+              kv_heads=args.kv_heads, window=args.window, backward=args.backward,
+              dtype_bytes=db, approx_eps=args.eps, entry_bound=args.entry_bound)
     if device is not None:
-        p = plan(args.N, args.d, Nkv=args.Nkv, causal=args.causal, heads=args.heads,
-                 device=device, dtype_bytes=db, approx_eps=args.eps,
-                 entry_bound=args.entry_bound)
+        p = plan(args.N, args.d, device=device, **kw)
     else:
-        p = plan(args.N, args.d, M, Nkv=args.Nkv, causal=args.causal, heads=args.heads,
-                 dtype_bytes=db, approx_eps=args.eps, entry_bound=args.entry_bound)
+        p = plan(args.N, args.d, M, **kw)
     if args.json:
         print(json.dumps(p.to_dict(), sort_keys=True, default=str))
     else:
