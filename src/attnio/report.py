@@ -464,6 +464,12 @@ def _fig_error_vs_io(rows, style, out) -> str | None:
         c, m = style[alg]
         ax.loglog([r["total"] for r in rs], [r["max_err"] for r in rs], marker=m, color=c,
                   ls="none", label=alg)
+        labels: dict[tuple, list[str]] = defaultdict(list)
+        for r in rs:  # one label per point: runs that moved the same words with the same error
+            labels[(r["total"], float(f"{r['max_err']:.4g}"), r["eps"], r["Nq"])].append(str(r["M"]))
+        for (tot, err, eps, n), Ms in labels.items():
+            ax.annotate(f"eps={eps:g}, N={n}, M={'/'.join(Ms)}", (tot, err), fontsize=6,
+                        xytext=(4, 2), textcoords="offset points")
     ax.set_xlabel("total I/O (words)")
     ax.set_ylabel("max |O - reference|")
     ax.set_title("Approximate attention: error vs I/O")
