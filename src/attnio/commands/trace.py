@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
     p.add_argument("--M", type=int, default=1024, help="fast-memory words of the explicit schedule")
     p.add_argument("--causal", action="store_true", help="causal (bottom-right aligned) mask")
     p.add_argument("--out", default=None,
-                   help="write the trace: FILE.npz (compressed, attnio.trace.load reads it) or "
+                   help="write the trace: FILE.npz (compressed; from attnio.trace import load) or "
                         "FILE.din (Dinero text: '0|1 hexaddr', byte addresses)")
     p.add_argument("--din", default=None, help="also write Dinero din text to this file")
     p.add_argument("--word-bytes", type=int, default=8,
