@@ -175,3 +175,11 @@ def test_columns_cover_every_row_key(swept):
     for c in ("reads", "writes", "total", "peak", "tiling", "bounds", "bound", "ratio",
               "wall_s", "version", "config_hash"):
         assert r[c] is not None, c
+
+
+def test_module_docstring_examples_run():
+    import doctest
+
+    import attnio.store
+
+    assert doctest.testmod(attnio.store).failed == 0

@@ -206,7 +206,8 @@ def test_local_pool_gives_the_same_rows(serial_db, tmp_path):
 
 def test_dask_local_cluster_gives_the_same_rows(serial_db, tmp_path):
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp",
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  protocol="tcp",
                                   host="127.0.0.1", dashboard_address=None) as cluster:
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
         s = run_sweep(SMALL, tmp_path / "dask.sqlite", scheduler=cluster.scheduler_address)
@@ -336,3 +337,11 @@ def test_presets_expand():
     for name, grids in PRESETS.items():
         exp = expand(grids)
         assert exp.configs, name
+
+
+def test_module_docstring_examples_run():
+    import doctest
+
+    import attnio.sweep
+
+    assert doctest.testmod(attnio.sweep).failed == 0

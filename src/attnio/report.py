@@ -365,7 +365,8 @@ def _fig_io_vs_N(rows, fits, d, M, causal, style, out) -> str:
         c, m = style[alg]
         ax.loglog([r["Nq"] for r in rs], [r["total"] for r in rs], marker=m, color=c,
                   label=f"{alg} (slope {f.label if f else 'n/a'})")
-    ref = sorted({r["Nq"]: r for r in sub}.values(), key=lambda r: r["Nq"])
+    ref = sorted({r["Nq"]: r for r in sub if r["kind"] == "attention" and r.get("floor")}.values(),
+                 key=lambda r: r["Nq"])
     if ref:
         ax.loglog([r["Nq"] for r in ref], [r["floor"] for r in ref], ":", color="0.4",
                   label=f"read-once floor (slope {fit_slope([r['Nq'] for r in ref], [r['floor'] for r in ref])[0]:+.2f})"

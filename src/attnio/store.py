@@ -21,6 +21,7 @@ another schema version, and a path it cannot write.  It never overwrites an exis
 >>> with ResultsStore(path) as st:
 ...     st.insert([{"config_hash": "ab", "status": "skipped", "reason": "demo", "algorithm": "x"}])
 ...     [r["reason"] for r in st.rows()]
+1
 ['demo']
 """
 
