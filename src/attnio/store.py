@@ -184,6 +184,18 @@ class ResultsStore:
             raise StoreError(f"cannot open results database {path!r}: {e}") from None
         self._con.row_factory = sqlite3.Row
 
+    @staticmethod
+    def check(path: str | os.PathLike) -> None:
+        """Raise StoreError if ``path`` could not be opened for writing; creates nothing."""
+        path = os.fspath(path)
+        if not path:
+            raise ParameterError("db must be a file path, got ''")
+        if os.path.exists(path):
+            _check_file(path)
+        _check_writable(path)
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            _inspect(path)
+
     def _init_schema(self) -> None:
         from . import __version__
 

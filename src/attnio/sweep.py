@@ -19,6 +19,7 @@ commas: ``"256:16384:x2"``, ``"16,64,128"``, ``"64,256:1024:x4"``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -594,34 +595,55 @@ def run_sweep(
     if scheduler is not None and not str(scheduler).startswith(("tcp://", "tls://", "inproc://",
                                                                   "ucx://", "ws://", "wss://")):
         raise ParameterError(f"scheduler must be an address like tcp://HOST:PORT, got {scheduler!r}")
-    store = ResultsStore(db)
-    try:
-        done = store.done_hashes()
-        already = sum(1 for c in exp.configs if c.hash() in done)
-        already += sum(1 for c, _ in exp.skipped if c.hash() in done)
-        skip_rows = [skipped_row(c, r) for c, r in exp.skipped if c.hash() not in done]
-        store.insert(skip_rows)
-        todo = [c for c in exp.configs if c.hash() not in done]
-        counts = {"ran": 0, "skipped": len(skip_rows), "errors": 0}
+    ResultsStore.check(db)  # refuse a foreign/old/unwritable db before connecting anywhere
+    with _dask_client(scheduler, jobs, dask) as client:
+        store = ResultsStore(db)
+        try:
+            done = store.done_hashes()
+            already = sum(1 for c in exp.configs if c.hash() in done)
+            already += sum(1 for c, _ in exp.skipped if c.hash() in done)
+            skip_rows = [skipped_row(c, r) for c, r in exp.skipped if c.hash() not in done]
+            store.insert(skip_rows)
+            todo = [c for c in exp.configs if c.hash() not in done]
+            counts = {"ran": 0, "skipped": len(skip_rows), "errors": 0}
 
-        def accept(rows: list[dict], writer: _Writer) -> None:
-            for r in rows:
-                counts["ran"] += 1
-                counts["skipped"] += r["status"] == "skipped"
-                counts["errors"] += r["status"] == "error"
-                if on_row:
-                    on_row(r)
-            writer.add(rows)
-
-        with _Writer(store) as writer, _Progress(len(todo), progress) as bar:
-            if todo:
-                for rows in _execute(todo, jobs=jobs, scheduler=scheduler, dask=dask):
-                    accept(rows, writer)
+            with _Writer(store) as writer, _Progress(len(todo), progress) as bar:
+                for rows in (_execute(todo, jobs=jobs, client=client) if todo else ()):
+                    for r in rows:
+                        counts["ran"] += 1
+                        counts["skipped"] += r["status"] == "skipped"
+                        counts["errors"] += r["status"] == "error"
+                        if on_row:
+                            on_row(r)
+                    writer.add(rows)
                     bar.advance(len(rows))
-    finally:
-        store.close()
+        finally:
+            store.close()
     return SweepSummary(len(exp), already, counts["ran"], counts["skipped"], counts["errors"],
                         time.perf_counter() - t0, os.fspath(db))
+
+
+@contextlib.contextmanager
+def _dask_client(scheduler: str | None, jobs: int, dask: bool) -> Iterator[Any]:
+    """A Dask distributed client (remote scheduler or a local cluster), or None."""
+    if not (scheduler or dask):
+        yield None
+        return
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:  # pragma: no cover - distributed is installed here
+        raise ParameterError("--dask/--scheduler need Dask distributed: pip install 'attnio[dask]'") from None
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as e:
+            raise AttnioError(f"cannot reach Dask scheduler {scheduler}: {e}") from None
+        with client:
+            yield client
+        return
+    with LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        yield client
 
 
 class _Writer:
@@ -656,12 +678,17 @@ def _cost(c: Config) -> float:
     return work * (50.0 if c.mode == "compute" else 1.0) * (8.0 if c.causal else 1.0)
 
 
-def _execute(todo: list[Config], *, jobs: int, scheduler: str | None, dask: bool
-             ) -> Iterator[list[dict]]:
-    todo = sorted(todo, key=_cost, reverse=True) if jobs > 1 or scheduler or dask else todo
+def _execute(todo: list[Config], *, jobs: int, client: Any = None) -> Iterator[list[dict]]:
+    todo = sorted(todo, key=_cost, reverse=True) if jobs > 1 or client is not None else todo
     payload = [dataclasses.asdict(c) for c in todo]
-    if scheduler or dask:
-        yield from _execute_dask(payload, jobs=jobs, scheduler=scheduler)
+    if client is not None:
+        from distributed import as_completed
+
+        workers = max(1, len(client.scheduler_info().get("workers", {})) or jobs)
+        size = max(1, min(32, math.ceil(len(payload) / (workers * 16))))
+        futures = client.map(run_batch, _batches(payload, size), pure=False)
+        for fut in as_completed(futures):
+            yield fut.result()
         return
     if jobs == 1 or len(payload) == 1:
         for p in payload:
@@ -683,35 +710,6 @@ def _execute(todo: list[Config], *, jobs: int, scheduler: str | None, dask: bool
         finally:
             for f in pending:
                 f.cancel()
-
-
-def _execute_dask(payload: list[dict], *, jobs: int, scheduler: str | None) -> Iterator[list[dict]]:
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError:  # pragma: no cover - distributed is installed here
-        raise ParameterError("--dask/--scheduler need Dask distributed: pip install 'attnio[dask]'") from None
-    cluster = None
-    try:
-        if scheduler:
-            try:
-                client = Client(scheduler, timeout="10s")
-            except (OSError, TimeoutError) as e:
-                raise AttnioError(f"cannot reach Dask scheduler {scheduler}: {e}") from None
-        else:
-            cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
-            client = Client(cluster)
-        try:
-            workers = max(1, len(client.scheduler_info().get("workers", {})) or jobs)
-            size = max(1, min(32, math.ceil(len(payload) / (workers * 16))))
-            futures = client.map(run_batch, _batches(payload, size), pure=False)
-            for fut in as_completed(futures):
-                yield fut.result()
-        finally:
-            client.close()
-    finally:
-        if cluster is not None:
-            cluster.close()
 
 
 class _Progress:
