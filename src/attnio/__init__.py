@@ -4,7 +4,7 @@ Run attention schedules on a simulated two-level memory that counts every word m
 (:func:`run`), list them (:func:`algorithms`), and check outputs against :mod:`attnio.reference`.
 """
 
-from . import algorithms, bounds, reference, report, store, sweep
+from . import algorithms, bounds, dag, pebble, reference, report, store, sweep
 from .algorithms.base import Algorithm, IOCount, Shape
 from .cache import replay
 from .errors import AttnioError, CapacityError, ParameterError, ScheduleError, UnknownNameError
@@ -33,6 +33,8 @@ __all__ = [
     "UnknownNameError",
     "algorithms",
     "bounds",
+    "dag",
+    "pebble",
     "plan",
     "reference",
     "replay",

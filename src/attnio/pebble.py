@@ -780,7 +780,7 @@ def search(dag: DAG, M: int, *, time_limit: float = 60.0, max_states: int = 5_00
 
 def solve(dag: DAG, M: int, *, time_limit: float = 60.0, method: str = "auto",
           horizon: int | str | None = None, workers: int = 2, recompute: bool = True,
-          sliding: bool = False, search_share: float = 0.75, seed: int = 0) -> PebbleResult:
+          sliding: bool = False, search_share: float = 0.6, seed: int = 0) -> PebbleResult:
     """The minimum I/O (reads + writes) of the red-blue pebble game on ``dag`` with ``M`` pebbles.
 
     ``method="auto"`` (default): (1) a greedy schedule; if it meets the trivial bound it is
