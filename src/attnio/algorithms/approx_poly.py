@@ -56,7 +56,6 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -101,10 +100,6 @@ class ApproxPolyTiling:
         """The guaranteed max |O - O_exact| for these values V (Nkv x d)."""
         V = np.asarray(V, dtype=np.float64)
         return self.guaranteed_error * float(np.max(V.max(axis=0) - V.min(axis=0)))
-
-    @cached_property
-    def feature_map(self) -> FeatureMap:
-        raise AttributeError("feature_map needs d: use ApproxPoly.feature_map(shape, tiling)")
 
 
 def _fp(d: int, rb: int, Bq: int, Bk: int, causal: bool) -> int:

@@ -21,8 +21,8 @@ variable) pair, for building them degree by degree (the torch kernel does that).
 6
 >>> import numpy as np
 >>> q, k = np.array([[0.3, -0.2]]), np.array([[0.1, 0.4]])
->>> x = float(q @ k.T)
->>> bool(abs(float(fm.phi(q) @ fm.psi(k).T) - (1 + x + x * x / 2)) < 1e-15)
+>>> x = float((q @ k.T)[0, 0])
+>>> bool(abs(float((fm.phi(q) @ fm.psi(k).T)[0, 0]) - (1 + x + x * x / 2)) < 1e-15)
 True
 """
 
