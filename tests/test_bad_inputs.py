@@ -168,6 +168,11 @@ def test_cli_nonfinite_inputs_file(tmp_path, capsys):
     np.savez(path, Q=Q, K=K)
     assert main(["run", "flash2", "--inputs", str(path), "--M", "100"]) == 2
     assert "missing array(s) ['V']" in capsys.readouterr().err
+    empty = tmp_path / "empty.npz"
+    empty.write_bytes(b"")
+    assert main(["run", "flash2", "--inputs", str(empty), "--M", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "not an .npz file" in err and err.count("\n") == 1
 
 
 def test_cli_debug_shows_the_traceback_and_plain_run_does_not():

@@ -460,3 +460,16 @@ def best(bounds) -> Bound:
     if not ex:
         raise ParameterError("best: no explicit bound among the given bounds")
     return max(ex, key=lambda b: b.value)
+
+
+# The approximate-attention bounds live beside the polynomial method (attnio.approx.bounds); they
+# are re-exported here so that every bound is reachable from one module.  Imported last: that
+# module builds on Bound above.
+from .approx.bounds import (  # noqa: E402
+    alman_song_degree,
+    approx_trivial,
+    approx_w_stationary,
+    seth_entry_threshold,
+)
+
+__all__ += ["alman_song_degree", "approx_trivial", "approx_w_stationary", "seth_entry_threshold"]

@@ -98,9 +98,13 @@ def _as_array(name: str, x: Any, allow_nonfinite: bool = False) -> np.ndarray:
 
 def estimate_compute_seconds(alg, shape: Shape, tiling: Any, causal: bool) -> tuple[float, int, int]:
     """(seconds, flops, tile steps) a compute-mode run is expected to take, from closed forms."""
-    flops = 4 * shape.n_heads * shape.Nq * shape.Nkv * shape.d
-    if causal:
-        flops //= 2
+    r = getattr(tiling, "r", None)
+    if not alg.exact and isinstance(r, int):  # feature-space methods: O(n·r·d), not O(n²·d)
+        flops = 4 * shape.n_heads * (shape.Nq + shape.Nkv) * r * shape.d
+    else:
+        flops = 4 * shape.n_heads * shape.Nq * shape.Nkv * shape.d
+        if causal:
+            flops //= 2
     steps = shape.n_heads * max(0, int(alg.steps(shape, tiling, causal)))
     return flops / _FLOPS_PER_SECOND + steps * _STEP_SECONDS, flops, steps
 

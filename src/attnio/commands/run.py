@@ -94,10 +94,10 @@ def load_inputs(path: str, need_grad: bool):
             return f["Q"], f["K"], f["V"], (f["dO"] if need_grad else None)
     except OSError as e:
         raise ParameterError(f"--inputs {path}: cannot read it ({e.strerror or e})") from None
-    except ValueError as e:
+    except (ValueError, EOFError) as e:
         if isinstance(e, ParameterError):
             raise
-        raise ParameterError(f"--inputs {path}: not an .npz file ({e})") from None
+        raise ParameterError(f"--inputs {path}: not an .npz file ({e or 'empty file'})") from None
 
 
 def main_matmul(args) -> int:
