@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -55,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._main(args) or 0)
+    except BrokenPipeError:  # `attnio ... | head`: the reader left; not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return 0
     except (AttnioError, ValueError, OSError) as e:
         if getattr(args, "debug", False):
             raise
