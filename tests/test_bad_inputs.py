@@ -99,6 +99,18 @@ API_CASES = [
      "mode must be 'compute' or 'count'"),
     ("no data no shape", lambda: attnio.run("flash2", M=100), ParameterError,
      "give Q, K, V"),
+    ("approx eps zero", lambda: attnio.run("approx_poly", *qkv(16, 4), M=2000,
+                                            tiling={"eps": 0.0}), ParameterError,
+     "eps must be in [1e-12, 0.5]"),
+    ("approx entry bound negative", lambda: attnio.run("approx_poly", *qkv(16, 4), M=2000,
+                                                        tiling={"eps": 1e-3, "entry_bound": -1}),
+     ParameterError, "entry_bound must be a finite real number > 0"),
+    ("approx entries beyond the bound", lambda: attnio.run(
+        "approx_poly", *qkv(16, 4), M=2000, tiling={"eps": 1e-3, "entry_bound": 0.1}),
+     ParameterError, "outside the precondition |entries| <= entry_bound"),
+    ("approx count mode without a bound", lambda: attnio.run(
+        "approx_poly", shape=(16, 4), M=2000, tiling={"eps": 1e-3}), ParameterError,
+     "needs the entry bound B"),
 ]
 
 
@@ -146,6 +158,11 @@ CLI_CASES = [
     (["run", "flash2", "--window", "4"], "window needs a causal mask"),
     (["run", "flash2", "--inputs", "/nonexistent/x.npz"], "cannot read it"),
     (["run", "flash1", "--backward"], "no backward pass"),
+    (["run", "approx_poly", "--N", "16", "--d", "4", "--M", "2000", "--eps", "0"],
+     "eps must be in [1e-12, 0.5]"),
+    (["run", "approx_poly", "--N", "16", "--d", "4", "--M", "2000", "--eps", "1e-3",
+      "--entry-bound", "-2"], "--entry-bound must be a finite real number > 0"),
+    (["run", "flash2", "--eps", "1e-3"], "apply to approximate algorithms"),
 ]
 
 

@@ -156,6 +156,8 @@ def main(args) -> int:
         return main_matmul(args)
     tiling = parse_tiling(args.tiling)
     approx_opts = {}
+    if args.entry_bound is not None and not (args.entry_bound > 0 and np.isfinite(args.entry_bound)):
+        raise ParameterError(f"--entry-bound must be a finite real number > 0, got {args.entry_bound}")
     if not alg.exact:  # approx_poly: --eps, --entry-bound, --allow-unbounded go into its tiling
         approx_opts = {k: v for k, v in (("eps", args.eps), ("entry_bound", args.entry_bound))
                        if v is not None}
