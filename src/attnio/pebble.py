@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .dag import DAG
-from .errors import ParameterError, ScheduleError, check_int
+from .errors import AttnioError, ParameterError, ScheduleError, check_int
 
 __all__ = [
     "IllegalMoveError",
@@ -390,7 +390,10 @@ class PebbleResult:
 
 def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit: float,
                    workers: int, recompute: bool, upper: int | None, seed: int):
-    from ortools.sat.python import cp_model
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError:
+        raise AttnioError("the CP-SAT model needs OR-Tools: pip install 'attnio[pebble]'") from None
 
     n = len(dag)
     inputs = {v for v in range(n) if dag.is_input(v)}
