@@ -39,7 +39,7 @@ from .errors import AttnioError, ParameterError
 
 __all__ = ["COLUMNS", "SCHEMA_VERSION", "ResultsStore", "StoreError", "read_export"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: workload columns (heads, mask alignment, window) and verify columns
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 #: (name, SQLite type) of every column of the ``results`` table, in order.
@@ -54,7 +54,12 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("Nkv", "INTEGER"),
     ("d", "INTEGER"),
     ("M", "INTEGER"),
-    ("causal", "INTEGER"),
+    ("causal", "INTEGER"),    # 1 masked (see causal_align), 0 not
+    ("causal_align", "TEXT"), # bottom_right | top_left | NULL (unmasked)
+    ("batch", "INTEGER"),
+    ("heads", "INTEGER"),     # query heads per batch element
+    ("kv_heads", "INTEGER"),  # key/value heads per batch element (heads % kv_heads == 0)
+    ("window", "INTEGER"),    # sliding window (NULL: none)
     ("mode", "TEXT"),         # count | compute
     ("seed", "INTEGER"),
     ("eps", "REAL"),
@@ -74,11 +79,21 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("ratio", "REAL"),        # total / bound
     ("floor", "INTEGER"),     # read-once floor: inputs read once + output written once
     ("max_err", "REAL"),      # compute mode: max |O - reference|
+    ("lru_M", "INTEGER"),     # --verify: LRU replay of the element trace with M words
+    ("opt_M", "INTEGER"),     # --verify: Belady-optimal replay with M words
+    ("lru_2M", "INTEGER"),    # --verify: LRU with 2M words
+    ("opt_2M", "INTEGER"),    # --verify: OPT with 2M words
+    ("trace_events", "INTEGER"),   # --verify: events in the trace
+    ("verify_reason", "TEXT"),     # --verify: why the replay columns are null (else NULL)
     ("wall_s", "REAL"),
     ("version", "TEXT"),      # attnio version that produced the row
     ("created_at", "TEXT"),
 )
 COLUMN_NAMES = tuple(c for c, _ in COLUMNS)
+# an ok row whose verify columns were never attempted (a sweep without --verify wrote it): a run
+# with --verify fills them in (the only case besides an error row where a stored row is replaced)
+_UNVERIFIED = ("({t}.status = 'ok' AND {t}.lru_M IS NULL AND {t}.verify_reason IS NULL "
+               "AND {t}.trace_events IS NULL)")
 _TYPES = dict(COLUMNS)
 
 
@@ -240,7 +255,8 @@ class ResultsStore:
         sql = (f"INSERT INTO results ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders}) "
                "ON CONFLICT(config_hash) DO UPDATE SET "
                + ", ".join(f"{c}=excluded.{c}" for c in COLUMN_NAMES if c != "config_hash")
-               + " WHERE results.status = 'error'")
+               + " WHERE results.status = 'error' OR (" + _UNVERIFIED.format(t="results")
+               + " AND excluded.status = 'ok' AND NOT " + _UNVERIFIED.format(t="excluded") + ")")
         values = [tuple(_to_sql(r.get(c)) for c in COLUMN_NAMES) for r in rows]
         before = self._con.total_changes
         with self._con:  # one transaction: all the rows or none
@@ -248,10 +264,13 @@ class ResultsStore:
         return self._con.total_changes - before
 
     # ---------------------------------------------------------------- reading
-    def done_hashes(self) -> set[str]:
-        """Hashes that a rerun must not repeat (status ok or skipped)."""
-        cur = self._con.execute("SELECT config_hash FROM results WHERE status != 'error'")
-        return {r[0] for r in cur}
+    def done_hashes(self, verify: bool = False) -> set[str]:
+        """Hashes that a rerun must not repeat (status ok or skipped); with ``verify``, ok rows
+        count as done only when their verify columns were filled (or their absence explained)."""
+        q = "SELECT config_hash FROM results WHERE status != 'error'"
+        if verify:
+            q += " AND NOT (" + _UNVERIFIED.format(t="results") + ")"
+        return {r[0] for r in self._con.execute(q)}
 
     def count(self, status: str | None = None) -> int:
         if status is None:

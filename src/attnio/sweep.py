@@ -1,9 +1,12 @@
 """Sweeps: grids of configurations run into a results database (:mod:`attnio.store`).
 
 A :class:`Grid` names value lists for ``N`` (or ``Nq`` x ``Nkv``), ``d``, ``M``, the algorithms
-(``"all"`` = every registered one, whatever its kind), the mask (``causal`` False/True/both), the
-mode (``count``: shapes only; ``compute``: random standard-normal data, max error against
-:func:`attnio.reference.attention`), a seed and an optional ``eps`` for approximate algorithms.
+(``"all"`` = every registered one, whatever its kind), the mask (``causal``: none, bottom-right
+aligned ``True``, ``"top_left"``), the workload (``batch``, ``heads``, ``kv_heads`` for
+grouped-query attention, a sliding ``window``), the mode (``count``: shapes only; ``compute``:
+random standard-normal data, max error against :func:`attnio.reference.attention`), a seed, an
+optional ``eps`` for approximate algorithms and ``verify`` (replay each exact schedule's element
+trace through LRU and Belady's OPT at M and 2M: columns ``lru_M opt_M lru_2M opt_2M``).
 :func:`expand` turns grids into :class:`Config` s and records, for each configuration an algorithm
 cannot run, a *skipped* row with the reason (``M < min_M``, an approximate algorithm without
 ``eps``, an error of its parameters).  :func:`run_sweep` runs what the database does not hold yet
@@ -48,8 +51,10 @@ __all__ = [
     "bounds_for",
     "expand",
     "grids_from_toml",
+    "VERIFY_MAX_EVENTS",
     "parse_causal",
     "parse_values",
+    "parse_window",
     "run_config",
     "run_sweep",
 ]
@@ -127,20 +132,57 @@ def _guard(name: str, out: set) -> None:
         raise ParameterError(f"{name}: more than {_MAX_VALUES} values; use a coarser step")
 
 
-def parse_causal(spec: Any) -> tuple[bool, ...]:
-    """``"both"`` -> (False, True); ``"true"/"yes"/"1"`` -> (True,); ``"false"/"no"/"0"`` -> (False,)."""
+_CAUSAL_ORDER = {False: 0, True: 1, "top_left": 2}
+
+
+def parse_causal(spec: Any) -> tuple:
+    """Masks of a grid: ``False`` (none), ``True`` (causal, bottom-right aligned) or ``"top_left"``.
+
+    ``"both"`` -> (False, True) (as before); ``"all"`` -> (False, True, "top_left");
+    ``"true"/"yes"/"1"/"bottom_right"`` -> (True,); ``"false"/"no"/"0"/"none"`` -> (False,);
+    ``"top_left"`` -> ("top_left",); commas combine: ``"none,top_left"``.
+    """
     if isinstance(spec, bool):
         return (spec,)
     if isinstance(spec, (list, tuple)):
-        return tuple(sorted({b for s in spec for b in parse_causal(s)}))
+        return tuple(sorted({b for s in spec for b in parse_causal(s)}, key=_CAUSAL_ORDER.get))
     s = str(spec).strip().lower()
+    if "," in s:
+        return parse_causal([p for p in s.split(",") if p.strip()])
     if s == "both":
         return (False, True)
-    if s in ("true", "yes", "1", "causal", "on"):
+    if s == "all":
+        return (False, True, "top_left")
+    if s in ("true", "yes", "1", "causal", "on", "bottom_right", "bottom-right"):
         return (True,)
+    if s in ("top_left", "top-left"):
+        return ("top_left",)
     if s in ("false", "no", "0", "none", "off"):
         return (False,)
-    raise ParameterError(f"causal must be 'both', 'true' or 'false', got {spec!r}")
+    raise ParameterError(
+        "causal must be none, bottom_right (= true), top_left, both (none + bottom_right) or all "
+        f"(none + bottom_right + top_left), got {spec!r}")
+
+
+def parse_window(spec: Any) -> tuple:
+    """Sliding windows of a grid: ``"none"`` (no window) and/or integers >= 1, e.g.
+    ``"none,64,256"`` or ``"64:1024:x4"``."""
+    if spec is None:
+        return (None,)
+    if isinstance(spec, (list, tuple)):
+        out: set = set()
+        for s in spec:
+            out.update(parse_window(s))
+        return tuple(sorted(out, key=lambda w: -1 if w is None else w))
+    if isinstance(spec, str):
+        parts = [p.strip() for p in spec.split(",") if p.strip()]
+        has_none = any(p.lower() in ("none", "off") for p in parts)
+        rest = [p for p in parts if p.lower() not in ("none", "off")]
+        vals = parse_values("window", ",".join(rest)) if rest else ()
+        if not has_none and not vals:
+            raise ParameterError(f"window: {spec!r} gives no values (an empty grid)")
+        return ((None,) if has_none else ()) + vals
+    return parse_values("window", spec)
 
 
 def parse_algorithms(spec: Any) -> tuple[str, ...]:
@@ -174,13 +216,18 @@ class Grid:
     d: tuple[int, ...] = (64,)
     M: tuple[int, ...] = (16384,)
     algorithms: tuple[str, ...] = ("all",)
-    causal: tuple[bool, ...] = (False,)
+    causal: tuple = (False,)        # False | True (bottom-right aligned) | "top_left"
     mode: str = "count"
     seed: int = 0
     eps: float | None = None
     entry_bound: float = 1.0
     Nq: tuple[int, ...] = ()
     Nkv: tuple[int, ...] = ()
+    batch: tuple[int, ...] = (1,)
+    heads: tuple[int, ...] = (1,)
+    kv_heads: tuple[int, ...] = ()  # empty: as many key/value heads as query heads
+    window: tuple = (None,)         # None (no window) and/or sliding windows W >= 1
+    verify: bool = False            # replay each trace through LRU and OPT (see run_config)
 
     def sizes(self) -> list[tuple[int, int]]:
         if self.Nq or self.Nkv:
@@ -192,18 +239,37 @@ class Grid:
 
 @dataclass(frozen=True)
 class Config:
-    """One configuration of a sweep; :meth:`hash` is its primary key in the store."""
+    """One configuration of a sweep; :meth:`hash` is its primary key in the store.
+
+    ``causal`` is False, True (bottom-right aligned) or ``"top_left"``; ``batch`` x ``heads`` query
+    heads share ``batch`` x ``kv_heads`` key/value heads (``kv_heads=None``: as many as ``heads``);
+    ``window`` a sliding window (with a causal mask).  The hash holds only what was asked, and the
+    workload fields only when they differ from a single head without a window, so the rows of a
+    single-head sweep keep their hashes.  ``verify`` (replay the trace through LRU and OPT) adds
+    columns to the same configuration's row and is not part of the hash.
+    """
 
     algorithm: str
     Nq: int
     Nkv: int
     d: int
     M: int
-    causal: bool
+    causal: Any
     mode: str = "count"
     seed: int = 0
     eps: float | None = None
     entry_bound: float | None = None
+    batch: int = 1
+    heads: int = 1
+    kv_heads: int | None = None
+    window: int | None = None
+    verify: bool = False
+
+    def __post_init__(self):
+        if self.causal == "bottom_right":
+            object.__setattr__(self, "causal", True)
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
 
     def key(self) -> dict:
         k = {"algorithm": self.algorithm, "Nq": self.Nq, "Nkv": self.Nkv, "d": self.d,
@@ -214,6 +280,10 @@ class Config:
             k["eps"] = float(self.eps)
         if self.entry_bound is not None:
             k["entry_bound"] = float(self.entry_bound)
+        if (self.batch, self.heads, self.kv_heads) != (1, 1, 1):
+            k.update(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads)
+        if self.window is not None:
+            k["window"] = self.window
         return k
 
     def hash(self) -> str:
@@ -221,8 +291,26 @@ class Config:
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     @property
+    def masked(self) -> bool:
+        return self.causal is not False
+
+    @property
+    def align(self) -> str | None:
+        """The causal alignment (None when unmasked)."""
+        if self.causal is False:
+            return None
+        return "top_left" if self.causal == "top_left" else "bottom_right"
+
+    @property
+    def n_heads(self) -> int:
+        return self.batch * self.heads
+
+    @property
     def shape(self) -> Shape:
-        return Shape(self.Nq, self.Nkv, self.d)
+        """The attention shape with its mask geometry (alignment, window)."""
+        return Shape(self.Nq, self.Nkv, self.d, batch=self.batch, heads=self.heads,
+                     kv_heads=self.kv_heads, causal_align=self.align or "bottom_right",
+                     window=self.window if self.masked else None)
 
 
 @dataclass
@@ -257,33 +345,80 @@ def expand(grids: Grid | Iterable[Grid]) -> Expansion:
             raise ParameterError(f"eps must be in (0, 1), got {g.eps}")
         if not (isinstance(g.entry_bound, (int, float)) and 0 < g.entry_bound < math.inf):
             raise ParameterError(f"entry_bound must be a positive number, got {g.entry_bound!r}")
+        workloads = _workloads(g)
         for name in names:
             alg = _alg.get(name)
             for (nq, nkv) in sizes:
                 for d in g.d:
-                    for causal in g.causal:
-                        min_m, why = _min_M(alg, _alg_shape(alg, (nq, nkv, d)), causal)
-                        for M in g.M:
-                            eps = None if alg.exact else g.eps
-                            eb = None if alg.exact else float(g.entry_bound)
-                            cfg = Config(alg.name, nq, nkv, d, M, causal, g.mode, g.seed, eps, eb)
-                            h = cfg.hash()
-                            if h in seen:
-                                continue
-                            seen.add(h)
-                            reason = why or _skip_reason(alg, cfg, min_m)
-                            if reason:
-                                out.skipped.append((cfg, reason))
-                            else:
-                                out.configs.append(cfg)
+                    for (batch, heads, kvh, window) in workloads:
+                        for causal in g.causal:
+                            base = Config(alg.name, nq, nkv, d, 1, causal, g.mode, g.seed,
+                                          None, None, batch, heads, kvh, window, bool(g.verify))
+                            pre = _pre_reason(alg, base)
+                            min_m, why = (None, pre) if pre else _min_M(alg, base)
+                            for M in g.M:
+                                eps = None if alg.exact else g.eps
+                                eb = None if alg.exact else float(g.entry_bound)
+                                cfg = dataclasses.replace(base, M=M, eps=eps, entry_bound=eb)
+                                h = cfg.hash()
+                                if h in seen:
+                                    continue
+                                seen.add(h)
+                                reason = why or _skip_reason(alg, cfg, min_m)
+                                if reason:
+                                    out.skipped.append((cfg, reason))
+                                else:
+                                    out.configs.append(cfg)
     if not out.configs and not out.skipped:
         raise ParameterError("grid: it expands to no configuration (an empty grid)")
     return out
 
 
-def _min_M(alg, shape: Shape, causal: bool) -> tuple[int | None, str | None]:
+def _workloads(g: Grid) -> list[tuple[int, int, int, int | None]]:
+    """(batch, heads, kv_heads, window) combinations of a grid, validated."""
+    for name in ("batch", "heads", "kv_heads"):
+        vals = getattr(g, name)
+        if name != "kv_heads" and not vals:
+            raise ParameterError(f"grid: no values for {name} (an empty grid)")
+        for v in vals:
+            _positive(name, v) if isinstance(v, int) and not isinstance(v, bool) else _bad(name, v)
+    if not g.window:
+        raise ParameterError("grid: no values for window (an empty grid); use (None,) for none")
+    for w in g.window:
+        if w is not None:
+            _positive("window", w) if isinstance(w, int) and not isinstance(w, bool) else _bad(
+                "window", w)
+    out = []
+    for b in g.batch:
+        for h in g.heads:
+            for kvh in (g.kv_heads or (h,)):
+                for w in g.window:
+                    out.append((b, h, kvh, w))
+    return out
+
+
+def _bad(name: str, v: Any):
+    raise ParameterError(f"{name}: values must be integers >= 1, got {v!r}")
+
+
+def _pre_reason(alg, cfg: Config) -> str | None:
+    """Why a workload (heads, mask, window) cannot run with ``alg``, before any size check."""
+    if cfg.heads % cfg.kv_heads:
+        return (f"heads={cfg.heads} is not a multiple of kv_heads={cfg.kv_heads} "
+                "(grouped-query attention needs heads % kv_heads == 0)")
+    if cfg.window is not None:
+        if not cfg.masked:
+            return f"window={cfg.window} needs a causal mask (causal bottom_right or top_left)"
+        if not alg.supports_window:
+            return f"{alg.name} does not support a sliding window (supports_window is False)"
+    if alg.kind == "matmul" and (cfg.batch, cfg.heads, cfg.kv_heads) != (1, 1, 1):
+        return f"{alg.name} is a matmul building block: the sweep runs it on one head only"
+    return None
+
+
+def _min_M(alg, cfg: Config) -> tuple[int | None, str | None]:
     try:
-        return alg.min_M(shape, causal), None
+        return alg.min_M(_alg_shape(alg, cfg), cfg.masked), None
     except (ParameterError, ValueError) as e:
         return None, f"{alg.name} cannot run this shape: {e}"
 
@@ -291,7 +426,7 @@ def _min_M(alg, shape: Shape, causal: bool) -> tuple[int | None, str | None]:
 def _skip_reason(alg, cfg: Config, min_m: int | None) -> str | None:
     if min_m is not None and cfg.M < min_m:
         return f"M={cfg.M} < min_M={min_m} of {alg.name} for d={cfg.d}"
-    if alg.kind == "matmul" and cfg.causal:
+    if alg.kind == "matmul" and cfg.masked:
         return f"{alg.name} is a matmul building block (S = Q·Kᵀ): it has no causal mask"
     if alg.kind not in ("attention", "matmul"):
         return f"{alg.name} has kind {alg.kind!r}, which the sweep does not know how to run"
@@ -302,12 +437,15 @@ def _skip_reason(alg, cfg: Config, min_m: int | None) -> str | None:
 
 # ----------------------------------------------------------------------------- presets
 def _g(**kw) -> Grid:
-    conv = {"N": "N", "d": "d", "M": "M", "Nq": "Nq", "Nkv": "Nkv"}
+    conv = {"N": "N", "d": "d", "M": "M", "Nq": "Nq", "Nkv": "Nkv", "batch": "batch",
+            "heads": "heads", "kv_heads": "kv_heads"}
     for k in conv:
         if k in kw:
             kw[k] = parse_values(k, kw[k])
     if "causal" in kw:
         kw["causal"] = parse_causal(kw["causal"])
+    if "window" in kw:
+        kw["window"] = parse_window(kw["window"])
     if "algorithms" in kw:
         kw["algorithms"] = tuple(kw["algorithms"].split(","))
     return Grid(**kw)
@@ -335,7 +473,8 @@ PRESETS: dict[str, list[Grid]] = {
 
 def grids_from_toml(path: str) -> list[Grid]:
     """Grids from a TOML file: top-level keys (one grid) and/or ``[[grid]]`` tables, keys
-    ``N Nq Nkv d M algo causal mode seed eps`` (values as on the command line or TOML lists)."""
+    ``N Nq Nkv d M algo causal mode seed eps entry_bound batch heads kv_heads window verify``
+    (values as on the command line or TOML lists)."""
     try:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
@@ -350,7 +489,7 @@ def grids_from_toml(path: str) -> list[Grid]:
 
 
 _GRID_KEYS = {"N", "Nq", "Nkv", "d", "M", "algo", "algorithms", "causal", "mode", "seed", "eps",
-              "entry_bound"}
+              "entry_bound", "batch", "heads", "kv_heads", "window", "verify"}
 
 
 def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
@@ -358,9 +497,15 @@ def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
     if unknown:
         raise ParameterError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(_GRID_KEYS)}")
     kw: dict[str, Any] = {}
-    for k in ("N", "Nq", "Nkv", "d", "M"):
+    for k in ("N", "Nq", "Nkv", "d", "M", "batch", "heads", "kv_heads"):
         if k in t:
             kw[k] = parse_values(k, t[k])
+    if "window" in t:
+        kw["window"] = parse_window(t["window"])
+    if "verify" in t:
+        if not isinstance(t["verify"], bool):
+            raise ParameterError(f"{where}: verify must be true or false, got {t['verify']!r}")
+        kw["verify"] = t["verify"]
     algo = t.get("algo", t.get("algorithms", "all"))
     kw["algorithms"] = tuple(algo.split(",")) if isinstance(algo, str) else tuple(algo)
     if "causal" in t:
@@ -372,13 +517,12 @@ def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
 
 
 # ----------------------------------------------------------------------------- bounds
-def _alg_shape(alg, cfg_or_sizes) -> Any:
-    """The algorithm's own shape: attention ``Shape(Nq, Nkv, d)``; for a ``matmul`` algorithm the
-    score product S = Q·Kᵀ of the same sizes, ``(m, k, n) = (Nq, d, Nkv)``."""
-    nq, nkv, d = cfg_or_sizes
+def _alg_shape(alg, cfg: Config) -> Any:
+    """The algorithm's own shape: attention ``cfg.shape`` (heads, mask geometry); for a ``matmul``
+    algorithm the score product S = Q·Kᵀ of the same sizes, ``(m, k, n) = (Nq, d, Nkv)``."""
     if alg.kind == "matmul":
-        return (nq, d, nkv)
-    return Shape(nq, nkv, d)
+        return (cfg.Nq, cfg.d, cfg.Nkv)
+    return cfg.shape
 
 
 def _bound_dict(b) -> dict:
@@ -398,7 +542,9 @@ def bounds_for(cfg: Config, kind: str = "attention") -> dict[str, dict]:
 
     out: dict[str, dict] = {}
     if kind == "attention":
-        found = _b.applicable(cfg.Nq, cfg.d, cfg.M, Nkv=cfg.Nkv, causal=cfg.causal)
+        found = _b.applicable(cfg.Nq, cfg.d, cfg.M, Nkv=cfg.Nkv, causal=cfg.causal,
+                              heads=cfg.batch * cfg.heads, kv_heads=cfg.batch * cfg.kv_heads,
+                              window=cfg.window)
     elif kind == "matmul":
         found = []
         for fn in (_b.matmul, _b.matmul_cosma):
@@ -416,7 +562,8 @@ def bounds_for(cfg: Config, kind: str = "attention") -> dict[str, dict]:
 def _floor(cfg: Config, kind: str) -> int | None:
     """Read-once floor: every input word read once and the output written once."""
     if kind == "attention":
-        return (cfg.Nq + 2 * cfg.Nkv) * cfg.d + cfg.Nq * cfg.d
+        q, kv = cfg.n_heads * cfg.Nq, cfg.batch * cfg.kv_heads * cfg.Nkv
+        return (q + 2 * kv) * cfg.d + q * cfg.d
     if kind == "matmul":
         return cfg.Nq * cfg.d + cfg.d * cfg.Nkv + cfg.Nq * cfg.Nkv
     return None
@@ -439,7 +586,9 @@ def _base_row(cfg: Config, alg) -> dict:
     return {
         "config_hash": cfg.hash(), "algorithm": cfg.algorithm, "kind": alg.kind,
         "exact": bool(alg.exact), "Nq": cfg.Nq, "Nkv": cfg.Nkv, "d": cfg.d, "M": cfg.M,
-        "causal": cfg.causal, "mode": cfg.mode, "seed": cfg.seed if cfg.mode == "compute" else None,
+        "causal": cfg.masked, "causal_align": cfg.align, "batch": cfg.batch, "heads": cfg.heads,
+        "kv_heads": cfg.kv_heads, "window": cfg.window,
+        "mode": cfg.mode, "seed": cfg.seed if cfg.mode == "compute" else None,
         "eps": cfg.eps, "entry_bound": cfg.entry_bound, "version": __version__,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -464,16 +613,62 @@ def _tiling_for(alg, cfg: Config):
 
 
 def _data(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Compute-mode inputs, seeded by (seed, sizes): standard normal; for an approximate
-    algorithm Q and K uniform in [-B, B] (B = entry_bound, the range its guarantee assumes)."""
-    rng = np.random.default_rng([cfg.seed, cfg.Nq, cfg.Nkv, cfg.d])
+    """Compute-mode inputs, seeded by (seed, sizes[, batch, heads, kv_heads]): standard normal;
+    for an approximate algorithm Q and K uniform in [-B, B] (B = entry_bound, the range its
+    guarantee assumes).  One head: (N, d) matrices; several: (B, H, N, d) and (B, Hkv, Nkv, d)."""
+    multi = (cfg.batch, cfg.heads, cfg.kv_heads) != (1, 1, 1)
+    seed = [cfg.seed, cfg.Nq, cfg.Nkv, cfg.d] + ([cfg.batch, cfg.heads, cfg.kv_heads] if multi else [])
+    rng = np.random.default_rng(seed)
+    qs = (cfg.batch, cfg.heads, cfg.Nq, cfg.d) if multi else (cfg.Nq, cfg.d)
+    ks = (cfg.batch, cfg.kv_heads, cfg.Nkv, cfg.d) if multi else (cfg.Nkv, cfg.d)
     if cfg.entry_bound is not None:
         B = cfg.entry_bound
-        Q = rng.uniform(-B, B, (cfg.Nq, cfg.d))
-        K = rng.uniform(-B, B, (cfg.Nkv, cfg.d))
-        return Q, K, rng.standard_normal((cfg.Nkv, cfg.d))
-    return (rng.standard_normal((cfg.Nq, cfg.d)), rng.standard_normal((cfg.Nkv, cfg.d)),
-            rng.standard_normal((cfg.Nkv, cfg.d)))
+        Q = rng.uniform(-B, B, qs)
+        K = rng.uniform(-B, B, ks)
+        return Q, K, rng.standard_normal(ks)
+    return rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
+
+
+#: ``verify``: a trace longer than this many events is not replayed (its columns stay null and
+#: ``verify_reason`` says why).  About 2-4 s of replay (LRU and OPT, at M and 2M) on this machine.
+VERIFY_MAX_EVENTS = 2_000_000
+
+
+def verify_columns(cfg: Config, alg, tiling: Any) -> dict:
+    """``lru_M, opt_M, lru_2M, opt_2M`` (total words: reads + writes of a write-back cache of M
+    and 2M words, 1-word lines) from replaying the schedule's element trace
+    (:func:`attnio.trace`, recorded with the tiling the explicit run used), ``trace_events``, and
+    ``verify_reason`` (None when replayed; else why the columns are null).  Exact attention
+    algorithms in count mode only, traces of at most :data:`VERIFY_MAX_EVENTS` events."""
+    out = {"lru_M": None, "opt_M": None, "lru_2M": None, "opt_2M": None, "trace_events": None}
+    if alg.kind != "attention" or not alg.exact:
+        out["verify_reason"] = f"verify replays exact attention algorithms only ({alg.name} is not)"
+        return out
+    if cfg.mode != "count":
+        out["verify_reason"] = "verify runs in count mode only (the trace does not depend on data)"
+        return out
+    # every visible (query, key) score is touched at least once: a cheap lower bound on the events
+    from .bounds import _visible
+
+    least = cfg.n_heads * _visible(cfg.Nq, cfg.Nkv, cfg.causal, cfg.window)[2]
+    if least > VERIFY_MAX_EVENTS:
+        out["verify_reason"] = (f"trace longer than VERIFY_MAX_EVENTS={VERIFY_MAX_EVENTS:,} "
+                                f"(at least {least:,} score events)")
+        return out
+    from .cache import replay
+    from .trace import trace
+
+    tr = trace(alg.name, shape=cfg.shape, M=cfg.M, tiling=tiling, causal=cfg.causal)
+    n = len(tr)
+    out["trace_events"] = n
+    if n > VERIFY_MAX_EVENTS:
+        out["verify_reason"] = f"trace of {n:,} events > VERIFY_MAX_EVENTS={VERIFY_MAX_EVENTS:,}"
+        return out
+    for f, tag in ((1, "M"), (2, "2M")):
+        for p in ("lru", "opt"):
+            out[f"{p}_{tag}"] = replay(tr, f * cfg.M, p).total
+    out["verify_reason"] = None
+    return out
 
 
 def run_config(cfg: Config | Mapping) -> dict:
@@ -488,7 +683,7 @@ def run_config(cfg: Config | Mapping) -> dict:
     t0 = time.perf_counter()
     try:
         tiling = _tiling_for(alg, cfg)
-        shape = _alg_shape(alg, (cfg.Nq, cfg.Nkv, cfg.d))
+        shape = _alg_shape(alg, cfg)
         err = None
         if alg.kind == "matmul":
             from .algorithms.matmul import run_matmul
@@ -504,14 +699,16 @@ def run_config(cfg: Config | Mapping) -> dict:
         else:
             if cfg.mode == "count":
                 res = run(alg.name, shape=shape, M=cfg.M, mode="count", causal=cfg.causal,
-                          tiling=tiling)
+                          window=cfg.window, tiling=tiling)
             else:
                 Q, K, V = _data(cfg)
-                res = run(alg.name, Q, K, V, M=cfg.M, causal=cfg.causal, tiling=tiling)
-                ref = reference.attention(Q, K, V, causal=cfg.causal)
+                res = run(alg.name, Q, K, V, M=cfg.M, causal=cfg.causal, window=cfg.window,
+                          tiling=tiling)
+                ref = reference.attention(Q, K, V, causal=cfg.causal, window=cfg.window)
                 err = float(np.abs(res.output - ref).max())
             wall = time.perf_counter() - t0
-            pred = alg.predicted_io(shape, cfg.M, tiling=res.tiling, causal=cfg.causal)
+            pred = alg.predicted_io(res.shape, cfg.M, tiling=res.tiling, causal=cfg.masked)
+        verify = verify_columns(cfg, alg, res.tiling) if cfg.verify else {}
     except CapacityError as e:  # the algorithm's own tiling rule broke the capacity: a bug
         row.update(status="error", reason=f"CapacityError: {e}", wall_s=time.perf_counter() - t0)
         return row
@@ -533,6 +730,7 @@ def run_config(cfg: Config | Mapping) -> dict:
         predicted_reads=pred.reads, predicted_writes=pred.writes,
         tiling=_tiling_json(res.tiling), bounds=bounds, bound=bound, bound_name=best,
         ratio=(io.total / bound) if bound else None, floor=floor, max_err=err, wall_s=wall,
+        **verify,
     )
     return row
 
@@ -599,12 +797,17 @@ def run_sweep(
     with _dask_client(scheduler, jobs, dask) as client:
         store = ResultsStore(db)
         try:
-            done = store.done_hashes()
-            already = sum(1 for c in exp.configs if c.hash() in done)
-            already += sum(1 for c, _ in exp.skipped if c.hash() in done)
-            skip_rows = [skipped_row(c, r) for c, r in exp.skipped if c.hash() not in done]
+            plain = store.done_hashes()
+            verified = store.done_hashes(verify=True) if any(c.verify for c in exp.configs) else plain
+
+            def is_done(c: Config) -> bool:
+                return c.hash() in (verified if c.verify else plain)
+
+            already = sum(1 for c in exp.configs if is_done(c))
+            already += sum(1 for c, _ in exp.skipped if c.hash() in plain)
+            skip_rows = [skipped_row(c, r) for c, r in exp.skipped if c.hash() not in plain]
             store.insert(skip_rows)
-            todo = [c for c in exp.configs if c.hash() not in done]
+            todo = [c for c in exp.configs if not is_done(c)]
             counts = {"ran": 0, "skipped": len(skip_rows), "errors": 0}
 
             with _Writer(store) as writer, _Progress(len(todo), progress) as bar:
@@ -674,7 +877,7 @@ class _Writer:
 
 def _cost(c: Config) -> float:
     """A rough cost estimate, to start the slowest configurations first (shorter tail)."""
-    work = c.Nq * c.Nkv * c.d / math.sqrt(c.M)
+    work = c.n_heads * c.Nq * c.Nkv * c.d / math.sqrt(c.M)
     return work * (50.0 if c.mode == "compute" else 1.0) * (8.0 if c.causal else 1.0)
 
 

@@ -27,7 +27,18 @@ def add_arguments(p) -> None:
     p.add_argument("--d", default=None, help="head dimensions, e.g. 16,64,128 (default 64)")
     p.add_argument("--M", default=None, help="fast-memory sizes in words, e.g. 256:1048576:x4")
     p.add_argument("--algo", default=None, help="'all' (default), names, or kind:KIND")
-    p.add_argument("--causal", default=None, help="false (default), true or both")
+    p.add_argument("--causal", default=None,
+                   help="none/false (default), bottom_right/true, top_left, both (none + "
+                        "bottom_right), all (none + bottom_right + top_left), or a comma list")
+    p.add_argument("--batch", default=None, help="batch sizes (default 1), e.g. 1,4")
+    p.add_argument("--heads", default=None, help="query heads per batch element (default 1)")
+    p.add_argument("--kv-heads", dest="kv_heads", default=None,
+                   help="key/value heads (grouped-query attention; default: as many as --heads)")
+    p.add_argument("--window", default=None,
+                   help="sliding windows (need a causal mask), e.g. none,64,256 (default none)")
+    p.add_argument("--verify", action="store_true", default=None,
+                   help="also replay each exact schedule's element trace through LRU and OPT at "
+                        "M and 2M (count mode; traces of at most 2e6 events)")
     p.add_argument("--mode", default=None, choices=("count", "compute"),
                    help="count (shapes only, default) or compute (random data, max error)")
     p.add_argument("--seed", type=int, default=None, help="seed of the compute-mode inputs")
@@ -55,7 +66,9 @@ def _grids(args):
     from ..sweep import PRESETS, Grid, grid_from_mapping, grids_from_toml
 
     flags = {k: getattr(args, k) for k in ("N", "Nq", "Nkv", "d", "M", "algo", "causal", "mode",
-                                           "seed", "eps", "entry_bound") if getattr(args, k) is not None}
+                                           "seed", "eps", "entry_bound", "batch", "heads",
+                                           "kv_heads", "window", "verify")
+             if getattr(args, k, None) is not None}
     if args.preset and args.config:
         raise ParameterError("give --preset or --config, not both")
     if args.preset:
@@ -63,9 +76,10 @@ def _grids(args):
             raise ParameterError(f"preset: unknown {args.preset!r} (known: {', '.join(PRESETS)})")
         grids = PRESETS[args.preset]
         over = {k: v for k, v in flags.items()
-                if k in ("algo", "mode", "seed", "eps", "entry_bound")}
+                if k in ("algo", "mode", "seed", "eps", "entry_bound", "verify")}
         if set(flags) - set(over):
-            raise ParameterError("--preset fixes the sizes; drop --N/--d/--M/--causal or use --config")
+            raise ParameterError("--preset fixes the sizes; drop --N/--d/--M/--causal/--batch/"
+                                 "--heads/--kv-heads/--window or use --config")
         return [_override(g, over) for g in grids]
     if args.config:
         grids = grids_from_toml(args.config)
@@ -78,12 +92,14 @@ def _grids(args):
 def _override(g, flags):
     import dataclasses
 
-    from ..sweep import parse_causal, parse_values
+    from ..sweep import parse_causal, parse_values, parse_window
 
     kw = {}
     for k, v in flags.items():
-        if k in ("N", "Nq", "Nkv", "d", "M"):
+        if k in ("N", "Nq", "Nkv", "d", "M", "batch", "heads", "kv_heads"):
             kw[k] = parse_values(k, v)
+        elif k == "window":
+            kw[k] = parse_window(v)
         elif k == "algo":
             kw["algorithms"] = tuple(v.split(","))
         elif k == "causal":
@@ -104,7 +120,7 @@ def main(args) -> int:
         print(f"{len(exp)} configurations: {len(exp.configs)} to run, "
               f"{len(exp.skipped)} skipped with a reason")
         for cfg, why in exp.skipped[:10]:
-            print(f"  skip {cfg.algorithm} N={cfg.Nq} d={cfg.d} M={cfg.M}: {why}")
+            print(f"  skip {cfg.algorithm} Nq={cfg.Nq} Nkv={cfg.Nkv} d={cfg.d} M={cfg.M}: {why}")
         return 0
     summary = run_sweep(grids, args.db, jobs=args.jobs, scheduler=args.scheduler, dask=args.dask,
                         progress=not args.quiet)
