@@ -353,7 +353,10 @@ _MARKERS = "os^Dv<>ph*"
 
 
 def _plt():
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise ParameterError("attnio report draws with matplotlib: pip install 'attnio[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
