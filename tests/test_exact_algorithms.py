@@ -72,7 +72,7 @@ def test_output_equals_reference_and_counts_equal_closed_form(name, N, d, M, cau
 ODD_SHAPES = [(113, 203, 8), (128, 37, 16), (239, 1, 4), (5, 80, 3), (64, 64, 1)]
 
 
-@pytest.mark.parametrize("name", ["standard", "flash1", "flash2"])
+@pytest.mark.parametrize("name", ALGS)
 @pytest.mark.parametrize("Nq,Nkv,d", ODD_SHAPES)
 @pytest.mark.parametrize("causal", [False, True])
 def test_rectangular_shapes_bottom_right_causal(name, Nq, Nkv, d, causal):
@@ -129,11 +129,14 @@ def test_count_mode_equals_closed_form_and_step_by_step(name):
 
 @pytest.mark.parametrize("name", ALGS)
 def test_never_below_trivial_bound(name):
+    from attnio import bounds
+
     for alg_name, N, d, M, causal in COUNT_GRID:
         if alg_name != name:
             continue
         io = attnio.run(name, shape=(N, d), M=M, mode="count", causal=causal).io
-        assert io.reads >= 3 * N * d and io.writes >= N * d
+        assert io.writes >= N * d  # O written once
+        assert io.total >= bounds.trivial(N, N, d, causal=causal).value
 
 
 @pytest.mark.parametrize("name", ALGS)

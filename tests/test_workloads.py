@@ -300,3 +300,37 @@ def test_planner_covers_heads_masks_and_backward(causal, window, backward):
         own_total = own.io.total + (own.backward_io.total if backward else 0)
         mine = p.predicted.total + (p.backward.total if backward else 0)
         assert mine <= own_total
+
+
+def test_mask_carried_by_the_shape_is_honoured():
+    w = attnio.run("flash2", shape=Shape(64, 64, 4, window=2), M=500, mode="count", causal=True)
+    assert w.io.total == attnio.run("flash2", shape=(64, 4), M=500, mode="count", causal=True,
+                                    window=2).io.total
+    t = attnio.run("flash2", shape=Shape(40, 64, 4, causal_align="top_left"), M=500,
+                   mode="count", causal=True)
+    assert t.shape.causal_align == "top_left"
+    with pytest.raises(ParameterError, match="conflicts with shape.window"):
+        attnio.run("flash2", shape=Shape(64, 64, 4, window=2), M=500, mode="count", causal=True,
+                   window=3)
+    with pytest.raises(ParameterError, match="does not support window"):
+        attnio.run("square_tiling", shape=Shape(64, 64, 4, window=2), M=500, mode="count",
+                   causal=True)
+
+
+def test_approx_measured_radius_pass_is_counted_and_4d_guarantee_holds():
+    rng = np.random.default_rng(9)
+    Q = rng.uniform(-0.5, 0.5, (2, 2, 64, 4))
+    K = rng.uniform(-0.5, 0.5, (2, 1, 64, 4))
+    V = rng.standard_normal((2, 1, 64, 4))
+    res = attnio.run("approx_poly", Q, K, V, M=4000, tiling={"eps": 1e-3})
+    assert res.tiling.radius_pass  # no bound given: R was measured, the pass is paid
+    alg = attnio.algorithms.get("approx_poly")
+    pred = alg.predicted_io(res.shape, 4000, tiling=res.tiling)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+    bounded = attnio.run("approx_poly", Q, K, V, M=4000,
+                         tiling={"eps": 1e-3, "radius": res.tiling.radius})
+    assert not bounded.tiling.radius_pass
+    # each head of the per-head schedule measures its own Q and K rows: (Nq + Nkv)·d a head
+    assert res.io.reads - bounded.io.reads == res.shape.n_heads * (64 + 64) * 4
+    err = np.abs(res.output - attnio.reference.attention(Q, K, V)).max()
+    assert 0 < err <= res.tiling.error_bound_for(V)

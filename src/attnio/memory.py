@@ -49,7 +49,6 @@ import numpy as np
 from .errors import CapacityError, ParameterError, ScheduleError, check_int
 
 Mode = Literal["compute", "count"]
-Index = "slice | Block | int | None"
 
 __all__ = [
     "ArrayIO",
@@ -310,9 +309,6 @@ class TwoLevelMemory:
             idx = (slice(r.start + arr._row0, r.stop + arr._row0),) + idx[1:]
         return base, idx
 
-    def _index(self, arr: SlowArray, rows, cols) -> tuple[slice, ...]:
-        return self._resolve(arr, rows, cols)[1]
-
     # ------------------------------------------------------------------ fast memory
     def _claim(self, words: int, step) -> None:
         if self._occ + words > self.M:
@@ -489,9 +485,6 @@ class TwoLevelMemory:
     @property
     def occupancy(self) -> int:
         """Words resident in fast memory now."""
-        return self._occ
-
-    def resident(self) -> int:
         return self._occ
 
     def stats(self) -> IOStats:

@@ -271,9 +271,7 @@ def _plan(N, d, M, Nkv, causal, heads, dtype_b, device, approx_eps, entry_bound,
     shape = Shape(N, Nkv, d, batch=batch, heads=heads, kv_heads=kv_heads,
                   causal_align=align or "bottom_right", window=window)
     algs = list(_alg.all_algorithms("attention"))
-    if approx_eps is not None:
-        algs += [a for a in _alg.all_algorithms("approx") if a not in algs]
-    else:
+    if approx_eps is None:  # approximate algorithms only when an error target is given
         algs = [a for a in algs if a.exact]
     scored, skipped = [], []
     for i, alg in enumerate(algs):
@@ -377,7 +375,15 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
             raise ParameterError(f"approx_eps must be a number in (0, 1), got {approx_eps!r}")
         approx_eps = float(approx_eps)
     if entry_bound is not None:
-        entry_bound = float(entry_bound)
+        try:
+            entry_bound = float(entry_bound)
+        except (TypeError, ValueError):
+            entry_bound = float("nan")
+        if not (entry_bound > 0 and entry_bound < float("inf")):
+            raise ParameterError(f"entry_bound must be a finite real number > 0, got {entry_bound}")
+        if approx_eps is None:
+            raise ParameterError("entry_bound applies to approximate attention: give approx_eps "
+                                 "(CLI: --eps) too")
     return _plan(N, d, M, Nkv, causal, heads, db, dev_name, approx_eps, entry_bound,
                  tuple(_alg.names(None)), batch, kv_heads, window, align, backward)
 

@@ -18,6 +18,7 @@ Inputs are ``(N, d)`` matrices or ``(B, H, N, d)`` batches of heads, with K and 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,11 @@ def _to_numpy(name: str, x: Any) -> tuple[np.ndarray, str | None]:
 
 
 def _as_array(name: str, x: Any, allow_nonfinite: bool = False) -> np.ndarray:
-    a, _ = _to_numpy(name, x)
+    try:
+        a, _ = _to_numpy(name, x)
+    except (ValueError, TypeError) as e:
+        raise ParameterError(f"{name} must be an array of numbers (N, d), got {type(x).__name__}: "
+                             f"{str(e).splitlines()[0]}") from None
     if a.ndim not in (2, 4):
         raise ParameterError(
             f"{name} must be 2-D (N, d) or 4-D (batch, heads, N, d), got {a.ndim}-D with shape {a.shape}"
@@ -192,10 +197,7 @@ def run(
     if window is not None:
         window = check_int("window", window, minimum=1)
         if not masked:
-            raise ParameterError("window needs a causal mask: pass causal=True (or an alignment)")
-        if not alg.supports_window:
-            ok = [a.name for a in _alg.all_algorithms(None) if a.supports_window]
-            raise ParameterError(f"{alg.name} does not support window=; algorithms that do: {ok}")
+            raise ParameterError("window needs a causal mask: pass causal=True (CLI: --causal)")
     if backward and not alg.supports_backward:
         ok = [a.name for a in _alg.all_algorithms(None) if a.supports_backward]
         raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}")
@@ -203,6 +205,8 @@ def run(
         if shape is None:
             raise ParameterError("give Q, K, V (compute mode) or shape=(N, d) with mode='count'")
         mode = mode or "count"
+        if mode not in ("compute", "count"):
+            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
         if mode != "count":
             raise ParameterError(f"mode={mode!r} needs Q, K, V; without data only mode='count' runs")
         shp = Shape.coerce(shape)
@@ -212,8 +216,8 @@ def run(
     else:
         if Q is None or K is None or V is None:
             raise ParameterError("give all three of Q, K, V (or none, with shape= and mode='count')")
-        low = {_to_numpy(n, x)[1] for n, x in (("Q", Q), ("K", K), ("V", V))}
         Qa, Ka, Va, shp = check_inputs(Q, K, V, allow_nonfinite)
+        low = {str(x.dtype) for x in (Q, K, V) if type(x).__module__.startswith("torch")}
         if shape is not None and _sizes(Shape.coerce(shape)) != _sizes(shp):
             raise ParameterError(f"shape={shape!r} does not match the inputs' shape {shp}")
         mode = mode or "compute"
@@ -228,12 +232,33 @@ def run(
                 raise ParameterError(
                     f"grad_output must have Q's shape {Qa.shape}, got {grad_output.shape}"
                 )
+    if shape is not None and data is not None:  # the inputs gave the sizes; keep shape's mask
+        given = Shape.coerce(shape)
+        shp = dataclasses.replace(shp, causal_align=given.causal_align, window=given.window)
+    if shp.window is not None and window is not None and shp.window != window:
+        raise ParameterError(f"window={window} conflicts with shape.window={shp.window}")
+    window = shp.window if window is None else window
     if masked:
+        if causal is True:  # True: the shape's alignment (bottom-right unless it says otherwise)
+            align = shp.causal_align
+        elif shp.causal_align != "bottom_right" and shp.causal_align != align:
+            raise ParameterError(
+                f"causal={causal!r} conflicts with shape.causal_align={shp.causal_align!r}")
         shp = dataclasses.replace(shp, causal_align=align, window=window)
-    elif shp.window is not None:
-        raise ParameterError("shape.window needs a causal mask: pass causal=True")
+    elif window is not None:
+        raise ParameterError("window needs a causal mask: pass causal=True (CLI: --causal)")
+    if window is not None and not alg.supports_window:
+        ok = [a.name for a in _alg.all_algorithms(None) if a.supports_window]
+        raise ParameterError(f"{alg.name} does not support window=; algorithms that do: {ok}")
     s = default_scale(shp.d, scale)
     t = alg.coerce_tiling(shp, M, tiling, masked, inputs=data)
+    if budget_s is not None:
+        try:
+            budget_s = float(budget_s)
+        except (TypeError, ValueError):
+            raise ParameterError(f"budget_s must be a number of seconds >= 0, got {budget_s!r}") from None
+        if not (budget_s >= 0 and math.isfinite(budget_s)):
+            raise ParameterError(f"budget_s must be a finite number of seconds >= 0, got {budget_s}")
     if mode == "compute" and budget_s is not None and not force:
         est, flops, steps = estimate_compute_seconds(alg, shp, t, masked)
         if est > budget_s:
@@ -257,7 +282,7 @@ def run(
     output = None
     if mode == "compute":
         output = _unstack(mem._peek(h["O"]), shp, data)
-        if "bfloat16" in low:
+        if "torch.bfloat16" in low:
             output = _round_bf16(output)
     res = Result(alg.name, shp, M, masked, t, mem.stats(), output, mode)
     if not backward:

@@ -85,6 +85,8 @@ class ApproxPolyTiling:
     radius: float | None = None
     r: int | None = None
     kernel_error: float | None = None
+    #: the score range was measured from the data: the schedule pays a counted pass over Q and K
+    radius_pass: bool = False
 
     @property
     def r_blocks(self) -> int:
@@ -98,8 +100,8 @@ class ApproxPolyTiling:
 
     def error_bound_for(self, V) -> float:
         """The guaranteed max |O - O_exact| for these values V (Nkv x d)."""
-        V = np.asarray(V, dtype=np.float64)
-        return self.guaranteed_error * float(np.max(V.max(axis=0) - V.min(axis=0)))
+        V = np.asarray(V, dtype=np.float64)  # (..., Nkv, d): the range of each column, per head
+        return self.guaranteed_error * float(np.max(V.max(axis=-2) - V.min(axis=-2)))
 
 
 def _fp(d: int, rb: int, Bq: int, Bk: int, causal: bool) -> int:
@@ -157,10 +159,13 @@ class ApproxPoly(Algorithm):
                 check_entries(aq, ak, B, t.allow_unbounded)
             if R is not None:
                 check_radius(data_R, R, t.allow_unbounded)
+            measured = R is None and B is None  # the degree then depends on a pass over Q, K
             if R is None:
                 R = score_radius(d, s, B) if B is not None else data_R
             if B is None:
                 B = max(aq, ak)
+            if measured:
+                t = dataclasses.replace(t, radius_pass=True)
         elif R is None:
             if B is None:
                 raise ParameterError(
@@ -283,6 +288,8 @@ class ApproxPoly(Algorithm):
         d, nb = shape.d, tiling.r_blocks
         Qv = _visible_rows(shape, min(tiling.Bn, shape.Nq), causal)
         reads = nb * (2 * shape.Nkv * d + Qv * d) + (nb - 1) * Qv * (d + 1)
+        if tiling.radius_pass:  # measuring max|q|, max|k| and the row norms: Q and K once
+            reads += (shape.Nq + shape.Nkv) * d
         writes = (nb - 1) * Qv * (d + 1) + shape.Nq * d
         return IOCount(reads=reads, writes=writes)
 
@@ -297,6 +304,10 @@ class ApproxPoly(Algorithm):
             )
         fm = self.feature_map(shape, tiling) if mem.computing else None
         d, r, nb = shape.d, tiling.r, tiling.r_blocks
+        if tiling.radius_pass:  # the pass that measured the score range R (see _resolve)
+            for X, n in ((Q, shape.Nq), (K, shape.Nkv)):
+                for b in mem.blocks(n, tiling.Bn):
+                    mem.free(mem.load(X, b, label="radius"))
         D = mem.slow(f"D_partial({O.name})", (shape.Nq,)) if nb > 1 else None
         for fb in mem.blocks(r, tiling.rb, uniform=False):
             ctx = _Pass(mem, fm, fb.start, fb.stop, fb.index == 0, fb.index == nb - 1, D)

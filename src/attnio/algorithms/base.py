@@ -83,6 +83,14 @@ class Shape:
         if isinstance(shape, Shape):
             return shape
         if isinstance(shape, Mapping):
+            names = {f.name for f in dataclasses.fields(cls)}
+            unknown = set(shape) - names
+            if unknown:
+                raise ParameterError(f"shape has unknown field(s) {sorted(unknown)}; its fields are "
+                                     f"{sorted(names)}")
+            missing = {"Nq", "Nkv", "d"} - set(shape)
+            if missing:
+                raise ParameterError(f"shape is missing field(s) {sorted(missing)}")
             return cls(**shape)
         try:
             parts = tuple(shape)
@@ -116,10 +124,6 @@ class Shape:
     def head(self) -> Shape:
         """The single-head problem every head of this shape solves."""
         return dataclasses.replace(self, batch=1, heads=1, kv_heads=1)
-
-    def with_mask(self, causal_align: str | None = None, window: int | None = None) -> Shape:
-        return dataclasses.replace(self, causal_align=causal_align or self.causal_align,
-                                   window=window)
 
 
 def kv_visible_hi(shape: Shape, row_stop: int, causal: bool) -> int:
@@ -243,10 +247,16 @@ class Algorithm(ABC):
                     f"tiling for {self.name} has unknown field(s) {sorted(unknown)}; "
                     f"its fields are {sorted(names)}"
                 )
-            try:
-                tiling = self.Tiling(**tiling)
-            except TypeError as e:
-                raise ParameterError(f"tiling for {self.name}: {e}") from None
+            required = [f.name for f in dataclasses.fields(self.Tiling)
+                        if f.default is dataclasses.MISSING
+                        and f.default_factory is dataclasses.MISSING]
+            missing = [n for n in required if n not in tiling]
+            if missing:
+                raise ParameterError(
+                    f"tiling for {self.name} is missing field(s) {missing}; its fields are "
+                    f"{sorted(names)}"
+                )
+            tiling = self.Tiling(**tiling)
         if not isinstance(tiling, self.Tiling):
             raise ParameterError(f"tiling for {self.name} must be a {self.Tiling.__name__} or a mapping")
         self.validate_tiling(shape, tiling)
@@ -256,11 +266,16 @@ class Algorithm(ABC):
         return tiling
 
     def validate_tiling(self, shape: Shape, tiling: Any) -> None:
-        """Check tile sizes are positive integers (subclasses add their own rules)."""
+        """Check every integer field (tile sizes, counts) is a positive integer (None allowed
+        where the field is optional); subclasses add their own rules."""
         for f in dataclasses.fields(tiling):
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+            if not kind.startswith("int"):
+                continue
             v = getattr(tiling, f.name)
-            if isinstance(v, int) and not isinstance(v, bool):
-                check_int(f"tiling.{f.name}", v, minimum=1)
+            if v is None and "None" in kind:
+                continue
+            check_int(f"tiling.{f.name}", v, minimum=1)
 
     # -------------------------------------------------------------- counts
     def predicted_io(

@@ -175,6 +175,7 @@ def main(args) -> int:
     for flag in ("N", "Nq", "Nkv", "d", "M", "batch", "heads", "kv_heads"):
         if getattr(args, flag) is not None:
             check_int("--" + flag.replace("_", "-"), getattr(args, flag), minimum=1)
+    check_int("--seed", args.seed, minimum=0)
     Nq = args.Nq if args.Nq is not None else args.N
     Nkv = args.Nkv if args.Nkv is not None else args.N
     kvh = args.kv_heads if args.kv_heads is not None else args.heads
