@@ -29,6 +29,7 @@ The least workable M is 4 (all tiles 1 x 1, two-pass).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,8 +93,7 @@ class Standard(Algorithm):
         mm = bm * bn + bm * bk + bn * bk
         if tiling.onepass:
             if causal:
-                _, _, cov = self._row_widths(shape, tiling, causal)
-                width = int(cov.max())
+                width = _max_width(shape, tiling.bm, tiling.bn)
             else:
                 width = shape.Nkv
             sm = bm * width + 3 * bm
@@ -276,6 +276,14 @@ class Standard(Algorithm):
                     mem.free(Pt, Vt)
                 mem.store(acc, O, qb, cb)
                 mem.free(acc)
+
+
+@functools.lru_cache(maxsize=4096)
+def _max_width(shape: Shape, bm: int, bn: int) -> int:
+    """Widest visible row block under the mask (the one-pass softmax holds it): cached, because
+    the planner asks for it on every candidate and it costs O(Nq/bm)."""
+    _, _, cov = ALGORITHM._row_widths(shape, StandardTiling(bm, bn, 1), True)
+    return int(cov.max())
 
 
 def _pow2_upto(n: int) -> list[int]:
