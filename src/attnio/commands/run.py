@@ -42,8 +42,9 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--tiling", default=None,
-                   help="tiling: a rule name (auto, paper, square, outer), a side B, or JSON fields "
-                        "such as '{\"stable\": false}'")
+                   help="tiling: JSON fields of the algorithm's tiling, e.g. '{\"Br\": 64, \"Bc\": 8}' "
+                        "(flash2); square_tiling and matmul also take a rule name (auto, paper, "
+                        "square, outer) or a side B")
     p.add_argument("--eps", type=float, default=None,
                    help="approximate algorithms (approx_poly): relative error of the polynomial "
                         "approximation of exp (default 1e-3)")
