@@ -163,6 +163,11 @@ CLI_CASES = [
     (["run", "approx_poly", "--N", "16", "--d", "4", "--M", "2000", "--eps", "1e-3",
       "--entry-bound", "-2"], "--entry-bound must be a finite real number > 0"),
     (["run", "flash2", "--eps", "1e-3"], "apply to approximate algorithms"),
+    (["trace", "flash2", "--N", "100000", "--d", "64"], "--max-products"),
+    (["trace", "flash2", "--N", "32", "--d", "8", "--out", "/nonexistent/t.npz"],
+     "--out /nonexistent/t.npz: its folder"),
+    (["trace", "flash2", "--N", "32", "--word-bytes", "0"], "--word-bytes must be an integer >= 1"),
+    (["verify", "flash2", "--policies", ","], "--policies must name at least one"),
 ]
 
 

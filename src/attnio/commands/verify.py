@@ -22,6 +22,11 @@ def main(args) -> int:
     from ..verify import verify
 
     pol = tuple(x.strip() for x in args.policies.split(",") if x.strip())
+    if not pol:
+        from ..errors import ParameterError
+
+        raise ParameterError(f"--policies must name at least one of lru, fifo, opt, got "
+                             f"{args.policies!r}")
     v = verify(args.algorithm, args.N, args.d, args.M, causal=args.causal, policies=pol)
     if args.json:
         print(json.dumps(v.as_dict(), sort_keys=True))
