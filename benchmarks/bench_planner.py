@@ -20,7 +20,7 @@ import attnio
 from attnio import bounds as B
 from attnio import planner
 from attnio.algorithms import flash_decoding
-from attnio.algorithms.base import Shape
+from attnio.core.workload import Shape
 
 CASES = [(2**12, 64, 65536), (2**16, 64, 65536), (2**20, 64, 65536), (2**20, 64, 16384),
          (2**20, 128, 83968), (2**20, 64, 4096), (2**20, 64, 1024), (2**20, 64, 65536, True)]

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import attnio
-from attnio.trace import Trace
+from attnio.cachesim.tracing import Trace
 
 
 def main() -> None:
@@ -59,7 +59,7 @@ def main() -> None:
         print(f"{label:16s} {dt:8.2f} s  {len(addr) / dt:12,.0f} acc/s  reads {r.reads:,} "
               f"writes {r.writes:,}", flush=True)
     try:
-        from attnio.verify import pycachesim_replay
+        from attnio.cachesim.validation import pycachesim_replay
 
         for pol in ("lru", "fifo"):
             t0 = time.perf_counter()

@@ -19,8 +19,9 @@ import sys
 import numpy as np
 
 import attnio
-from attnio.algorithms import square_tiling as st
-from attnio.algorithms.matmul import run_matmul
+from attnio.algorithms import square_tiling
+from attnio.experiments import crossover as st
+from attnio.blocks.matmul import run_matmul
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "small_cache.md"

@@ -36,7 +36,7 @@ from bench_planner import clear as clear_planner_caches  # noqa: E402
 
 import attnio  # noqa: E402
 from attnio import planner  # noqa: E402
-from attnio.sweep import Grid, parse_values, run_sweep  # noqa: E402
+from attnio.experiments.sweep import Grid, parse_values, run_sweep  # noqa: E402
 
 EXACT = ("standard", "flash1", "flash2", "flash_decoding", "square_tiling")
 SWEEP_GRID = Grid(N=parse_values("N", "512:4096:x2"), d=(16, 32, 64),
@@ -69,7 +69,7 @@ def machine() -> dict:
 def count_throughput() -> dict:
     out = {}
     for name in EXACT:
-        if name not in attnio.algorithms.names(None):
+        if name not in attnio.algorithms.names():
             continue
         t, r = best_of(lambda: attnio.run(name, shape=(4096, 64), M=16384, mode="count",
                                           bulk=False))

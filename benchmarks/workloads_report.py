@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 import attnio
-from attnio.algorithms.base import Shape
+from attnio.core.workload import Shape
 
 
 def fmt(x: int) -> str:

@@ -13,7 +13,7 @@ import json
 import os
 import time
 
-from attnio.verify import grid, write_report
+from attnio.cachesim.validation import grid, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = [(64, 8), (64, 32), (128, 16)]

@@ -10,7 +10,7 @@ import attnio
 
 def exact_attention_names() -> list[str]:
     """Every registered exact attention algorithm (new schedules join the tests automatically)."""
-    return [a.name for a in attnio.algorithms.all_algorithms("attention") if a.exact]
+    return [a.name for a in attnio.algorithms.all_algorithms(exact=True)]
 
 
 def random_qkv(Nq: int, Nkv: int, d: int, seed: int = 0, scale: float = 1.0):

@@ -14,9 +14,9 @@ import pytest
 import attnio
 from attnio import reference
 from attnio.algorithms.approx_poly import approx_tilings
-from attnio.approx.bounds import approx_w_stationary
 from attnio.approx.radius import UnboundedWarning
-from attnio.errors import ParameterError
+from attnio.bounds.approximate import approx_w_stationary
+from attnio.core.errors import ParameterError
 
 ALG = attnio.algorithms.get("approx_poly")
 
@@ -157,7 +157,7 @@ def test_multihead_inputs_and_counts():
     assert np.abs(res.output - ref).max() <= res.tiling.guaranteed_error * float(np.ptp(V))
     c = attnio.run("approx_poly", shape=res.shape, M=500, mode="count", causal=True,
                    tiling=res.tiling)
-    assert c.io.total == res.io.total == ALG.predict_total(res.shape, res.tiling, True).total
+    assert c.io.total == res.io.total == ALG.predict_total(res.shape, res.tiling).total
 
 
 def test_cli_reports_guaranteed_next_to_measured_error():

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from attnio.approx import degree_for, feature_dim, feature_map, polynomial
-from attnio.approx.bounds import (
+from attnio.approx.poly import bessel_i, relative_error_bound
+from attnio.bounds.approximate import (
     alman_song_degree,
     approx_trivial,
     approx_w_stationary,
     seth_entry_threshold,
 )
-from attnio.approx.poly import bessel_i, relative_error_bound
-from attnio.errors import ParameterError
+from attnio.core.errors import ParameterError
 
 
 @pytest.mark.parametrize("variant", ["chebyshev", "taylor"])

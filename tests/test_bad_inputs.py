@@ -15,8 +15,8 @@ import pytest
 
 import attnio
 from attnio import CapacityError, ParameterError, UnknownNameError
-from attnio.algorithms.base import Shape
 from attnio.cli import main
+from attnio.core.workload import Shape
 
 
 def qkv(N=8, d=4, seed=0):

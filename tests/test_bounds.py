@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import attnio
 from attnio import bounds as B
-from attnio.algorithms.base import Shape
+from attnio.core.workload import Shape
 
 
 # ---------------------------------------------------------------- preconditions
@@ -153,18 +153,16 @@ def explicit_bounds(N, Nkv, d, M, causal):
 def test_every_exact_algorithm_measured_count_is_above_every_explicit_bound(N, dkv, d, M, causal,
                                                                            pick):
     Nkv = max(1, N + dkv)
-    shape = Shape(N, Nkv, d)
+    shape = Shape(N, Nkv, d, causal=causal)
     bs = explicit_bounds(N, Nkv, d, M, causal)
     ran = 0
     for alg in EXACT:
-        if M < alg.min_M(shape, causal):
+        if M < alg.min_M(shape):
             continue
-        cands = [t for t in alg.candidate_tilings(shape, M, causal)
-                 if alg.footprint(shape, t, causal) <= M]
+        cands = [t for t in alg.candidate_tilings(shape, M) if alg.footprint(shape, t) <= M]
         for tiling in {None, cands[pick % len(cands)] if cands else None}:
             try:
-                res = attnio.run(alg.name, shape=shape, M=M, mode="count", causal=causal,
-                                 tiling=tiling)
+                res = attnio.run(alg.name, shape=shape, M=M, mode="count", tiling=tiling)
             except attnio.ParameterError:
                 continue  # sizes this algorithm does not support
             ran += 1
@@ -174,14 +172,12 @@ def test_every_exact_algorithm_measured_count_is_above_every_explicit_bound(N, d
         assert ran >= 2  # flash2 and standard always run here
 
 
-@pytest.mark.skipif("matmul" not in attnio.algorithms.names(None), reason="matmul not registered")
 @settings(max_examples=200, deadline=None)
 @given(m=st.integers(1, 40), k=st.integers(1, 40), n=st.integers(1, 40), M=st.integers(3, 2000))
 def test_blocked_matmul_counts_are_above_the_explicit_matmul_bound(m, k, n, M):
-    from attnio.algorithms.matmul import run_matmul
+    from attnio.blocks.matmul import ALGORITHM, run_matmul
 
-    alg = attnio.algorithms.get("matmul")
-    if M < alg.min_M((m, k, n)):
+    if M < ALGORITHM.min_M((m, k, n)):
         return
     res = run_matmul(shape=(m, k, n), M=M, mode="count")
     assert res.io.total >= B.matmul(m, k, n, M).value

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import attnio
-from attnio.cache import replay
-from attnio.errors import ParameterError
-from attnio.trace import ArrayInfo, Trace
+from attnio.cachesim.caches import replay
+from attnio.cachesim.tracing import ArrayInfo, Trace
+from attnio.core.errors import ParameterError
 
 
 def reads_only(addrs):
@@ -198,7 +198,7 @@ CONFIGS = [  # (capacity words, line words, ways): fully associative and set ass
 @pytest.mark.parametrize("policy", ["lru", "fifo"])
 def test_replay_agrees_with_pycachesim_on_random_traces(policy):
     _pycachesim()
-    from attnio.verify import pycachesim_replay
+    from attnio.cachesim.validation import pycachesim_replay
 
     for a, k, _ in itertools.islice(random_traces(seed=11), 15):
         for cap, L, ways in CONFIGS:
@@ -213,7 +213,7 @@ def test_replay_agrees_with_pycachesim_on_random_traces(policy):
 @pytest.mark.parametrize("name", ["standard", "flash2"])
 def test_replay_agrees_with_pycachesim_on_algorithm_traces(policy, name):
     _pycachesim()
-    from attnio.verify import pycachesim_replay
+    from attnio.cachesim.validation import pycachesim_replay
 
     t = attnio.trace(name, 32, 8, 300)
     plain = Trace.from_arrays(*t.to_arrays())  # every array flushed, as pycachesim does
@@ -226,7 +226,7 @@ def test_replay_agrees_with_pycachesim_on_algorithm_traces(policy, name):
 
 def test_pycachesim_store_hits_do_not_refresh_lru_which_our_default_does():
     _pycachesim()
-    from attnio.verify import pycachesim_replay
+    from attnio.cachesim.validation import pycachesim_replay
 
     addr, kind = [0, 1, 0, 2, 0], [0, 0, 1, 0, 0]
     assert pycachesim_replay((addr, kind), 2, "lru").reads == 4

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from attnio.cli import main as cli_main
-from attnio.store import ResultsStore, StoreError
+from attnio.experiments.store import ResultsStore, StoreError
 
 GRID = ["--algo", "flash2,standard,square_tiling,flash1", "--N", "256:1024:x2", "--d", "16,32,64",
         "--M", "256:16384:x4", "--causal", "both"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnio import dag, reference
-from attnio.errors import ParameterError
+from attnio import reference
+from attnio.core.errors import ParameterError
+from attnio.pebble import dag
 
 
 def _attention_nodes(Nq, Nkv, d, rowmax, normalize):

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from attnio.store import ResultsStore
-from attnio.sweep import Grid, run_sweep
+from attnio.experiments.store import ResultsStore
+from attnio.experiments.sweep import Grid, run_sweep
 
 VOLATILE = ("wall_s", "created_at")
 
@@ -65,7 +65,7 @@ def serial(tmp_path_factory):
 
 def test_sweep_twice_in_fresh_dbs_gives_identical_rows(serial, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), PYTHONHASHSEED="99")
-    code = ("import sys; from attnio.sweep import run_sweep; "
+    code = ("import sys; from attnio.experiments.sweep import run_sweep; "
             "from tests.test_determinism import GRIDS; "
             "sys.exit(run_sweep(GRIDS, sys.argv[1], jobs=1).errors)")
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "b.sqlite")], env=env,

@@ -14,8 +14,8 @@ import pytest
 
 import attnio
 from attnio import CapacityError
-from attnio.algorithms.base import Shape
-from attnio.errors import ParameterError
+from attnio.core.errors import ParameterError
+from attnio.core.workload import Shape
 from conftest import exact_attention_names, random_qkv
 
 ALGS = exact_attention_names()
@@ -117,7 +117,7 @@ def test_count_mode_equals_closed_form_and_step_by_step(name):
         pred = alg.predicted_io((N, d), M, causal=causal, tiling=bulk.tiling)
         assert (bulk.io.reads, bulk.io.writes) == (pred.reads, pred.writes), (N, d, M, causal)
         assert bulk.io.peak <= M
-        assert bulk.io.peak == alg.footprint(Shape(N, N, d), bulk.tiling, causal) or causal
+        assert bulk.io.peak == alg.footprint(Shape(N, N, d), bulk.tiling) or causal
         if bulk.io.steps <= 5000:
             step = attnio.run(name, shape=(N, d), M=M, mode="count", causal=causal, bulk=False,
                               tiling=bulk.tiling)
@@ -157,13 +157,13 @@ def test_tiling_that_overflows_M_raises_capacity_error():
 def test_simulator_refuses_an_overflowing_schedule_itself():
     """Bypass the up-front footprint check: the memory must still refuse the step."""
     from attnio.algorithms.flash2 import ALGORITHM, Flash2Tiling
-    from attnio.memory import TwoLevelMemory
+    from attnio.core.memory import TwoLevelMemory
 
     mem = TwoLevelMemory(500, mode="count")
     Q, K, V, O = (mem.slow(n, (64, 16)) for n in "QKVO")
     with pytest.raises(CapacityError, match="M=500"):
         ALGORITHM.schedule(mem, Q, K, V, O, shape=Shape(64, 64, 16), tiling=Flash2Tiling(16, 16),
-                           causal=False, scale=0.25)
+                           scale=0.25)
 
 
 def test_flash1_total_near_published_estimate():
@@ -218,9 +218,9 @@ def test_default_tiling_is_least_io_with_fewest_steps_on_ties():
     alg = attnio.algorithms.get("flash2")
     shape = Shape(1000, 1000, 32)
     t = alg.default_tiling(shape, 20000)
-    best = alg._predict(shape, t, False).total
+    best = alg._predict(shape, t).total
     for c in alg.candidate_tilings(shape, 20000):
-        io = alg._predict(shape, c, False).total
+        io = alg._predict(shape, c).total
         assert io >= best
         if io == best:
             assert alg.steps(shape, c) >= alg.steps(shape, t)

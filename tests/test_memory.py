@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from attnio import CapacityError, ScheduleError, TwoLevelMemory
-from attnio.errors import ParameterError
-from attnio.memory import FastTile, SlowArray
+from attnio.core.errors import ParameterError
+from attnio.core.memory import FastTile, SlowArray
 
 
 def test_load_store_counts_words_per_array():
@@ -23,7 +23,7 @@ def test_load_store_counts_words_per_array():
     assert (s.reads, s.writes, s.total, s.peak) == (10, 20, 30, 10)
     assert s.per_array["A"].reads == 10 and s.per_array["A"].writes == 0
     assert s.per_array["B"].writes == 20 and s.per_array["B"].reads == 0
-    np.testing.assert_array_equal(mem._peek(B), np.vstack([np.arange(5.0, 15).reshape(2, 5)] * 2))
+    np.testing.assert_array_equal(mem.contents(B), np.vstack([np.arange(5.0, 15).reshape(2, 5)] * 2))
 
 
 def test_alloc_counts_occupancy_but_no_io():
@@ -97,7 +97,7 @@ def test_count_mode_has_no_numbers_and_same_counts():
         s = mem.stats()
         assert (s.reads, s.writes, s.peak) == (12, 12, 4)
         assert len(calls) == (3 if mode == "compute" else 0)
-        assert (mem._peek(A) is None) == (mode == "count")
+        assert (mem.contents(A) is None) == (mode == "count")
 
 
 @pytest.mark.parametrize("total,size,lo,hi", [(10, 3, 0, None), (10, 5, 0, None), (7, 7, 0, None),

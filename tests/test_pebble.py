@@ -7,10 +7,10 @@ import pathlib
 
 import pytest
 
-from attnio import dag, pebble
+from attnio import pebble
 from attnio.cli import main as cli_main
-from attnio.errors import ParameterError
-from attnio.pebble import IllegalMoveError, Instance, Move, replay
+from attnio.core.errors import ParameterError
+from attnio.pebble import IllegalMoveError, Instance, Move, dag, replay
 
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "pebbling.md"
 

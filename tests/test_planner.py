@@ -9,9 +9,9 @@ import statistics
 import pytest
 
 import attnio
+from attnio import IOCount, Shape
 from attnio import bounds as B
-from attnio import devices
-from attnio.algorithms.base import IOCount, Shape
+from attnio.hardware import devices
 
 EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
 GRID = list(itertools.product([1, 7, 64, 200], [1, 8, 32], [40, 300, 2000, 20000], [False, True]))
@@ -19,16 +19,16 @@ GRID = list(itertools.product([1, 7, 64, 200], [1, 8, 32], [40, 300, 2000, 20000
 
 @pytest.mark.parametrize("N, d, M, causal", GRID)
 def test_plan_is_never_worse_than_any_algorithm_with_its_default_tiling(N, d, M, causal):
-    shape = Shape(N, N, d)
-    runnable = [a for a in EXACT if M >= a.min_M(shape, causal)]
+    shape = Shape(N, N, d, causal=causal)
+    runnable = [a for a in EXACT if M >= a.min_M(shape)]
     if not runnable:
         with pytest.raises(ValueError, match="no registered algorithm fits"):
             attnio.plan(N, d, M, causal=causal)
         return
     p = attnio.plan(N, d, M, causal=causal)
     for alg in runnable:
-        t = alg.default_tiling(shape, M, causal)
-        assert p.predicted.total <= alg.predict_total(shape, t, causal).total, alg.name
+        t = alg.default_tiling(shape, M)
+        assert p.predicted.total <= alg.predict_total(shape, t).total, alg.name
     # and it is the least over what it scored, by predicted I/O
     assert p.predicted.total == min(c.predicted.total for c in p.candidates)
     assert p.candidates[0].algorithm == p.algorithm
@@ -150,7 +150,7 @@ def test_device_presets_and_byte_sizes():
     (dict(device="a10"), "unknown device 'a10'"),
     (dict(device="a100", dtype_bytes="float12"), "unknown dtype"),
     (dict(M=1000, causal=1), "causal must be True, False"),
-    (dict(M=1000, approx_eps=2.0), "approx_eps must be a number in (0, 1)"),
+    (dict(M=1000, approx_eps=2.0), "approx_eps must be a real number in (0, 1)"),
     (dict(M=1000, heads=0), "heads must be an integer >= 1"),
     (dict(M=3), "no registered algorithm fits"),
 ])
@@ -172,8 +172,7 @@ def test_without_approx_eps_only_exact_algorithms_are_scored():
     assert p.error is None and p.ratio is not None
 
 
-APPROX = [a for k in ("attention", "approx") for a in attnio.algorithms.all_algorithms(k)
-          if not a.exact and attnio.planner._approx_tilings_of(a) is not None]
+APPROX = attnio.algorithms.all_algorithms(exact=False)
 
 
 @pytest.mark.skipif(not APPROX, reason="no approximate algorithm with approx_tilings registered")
@@ -191,14 +190,14 @@ def test_with_approx_eps_registered_approximate_algorithms_are_scored_with_their
 
 
 # ---------------------------------------------------------------- faster candidate sets
-def _full_standard_grid(shape, M, causal):
+def _full_standard_grid(shape, M):
     from attnio.algorithms.standard import ALGORITHM as S
     from attnio.algorithms.standard import StandardTiling, _pow2_upto
 
     sides = sorted({min(s, max(shape.Nq, shape.Nkv)) for s in _pow2_upto(M)})
     bks = sorted({min(shape.d, b) for b in _pow2_upto(shape.d)} | {shape.d})
     return S, [t for bk in bks for bm in sides for bn in sides for op in (False, True)
-               for t in [StandardTiling(bm, bn, bk, op)] if S.footprint(shape, t, causal) <= M]
+               for t in [StandardTiling(bm, bn, bk, op)] if S.footprint(shape, t) <= M]
 
 
 @pytest.mark.parametrize("Nq, Nkv, d, M, causal, align, window", [
@@ -208,11 +207,11 @@ def _full_standard_grid(shape, M, causal):
 ])
 def test_standard_candidates_keep_the_least_count_of_the_full_grid(Nq, Nkv, d, M, causal, align,
                                                                    window):
-    shape = Shape(Nq, Nkv, d, causal_align=align, window=window)
-    S, grid = _full_standard_grid(shape, M, causal)
-    best = min((S._predict(shape, t, causal).total, S.steps(shape, t)) for t in grid)
-    t = S.default_tiling(shape, M, causal)
-    assert (S._predict(shape, t, causal).total, S.steps(shape, t)) == best
+    shape = Shape(Nq, Nkv, d, causal=causal, causal_align=align, window=window)
+    S, grid = _full_standard_grid(shape, M)
+    best = min((S._predict(shape, t).total, S.steps(shape, t)) for t in grid)
+    t = S.default_tiling(shape, M)
+    assert (S._predict(shape, t).total, S.steps(shape, t)) == best
 
 
 # ---------------------------------------------------------------- CLI
@@ -250,22 +249,22 @@ class _FakeApprox(attnio.Algorithm):
     exact = False
     Tiling = _FakeApproxTiling
 
-    def candidate_tilings(self, shape, M, causal=False):
+    def candidate_tilings(self, shape, M):
         return []
 
-    def approx_tilings(self, shape, M, causal, eps, entry_bound):
+    def planner_tilings(self, shape, M, *, eps=None, entry_bound=None):
         return [_FakeApproxTiling(c, eps / c) for c in (1, 2, 4)]
 
-    def footprint(self, shape, tiling, causal=False):
+    def footprint(self, shape, tiling):
         return 2 * shape.d * tiling.chunk
 
-    def min_M(self, shape, causal=False):
+    def min_M(self, shape):
         return 2 * shape.d
 
-    def steps(self, shape, tiling, causal=False):
+    def steps(self, shape, tiling):
         return shape.Nq // tiling.chunk
 
-    def _predict(self, shape, tiling, causal):
+    def _predict(self, shape, tiling):
         return IOCount((shape.Nq + 2 * shape.Nkv) * shape.d, shape.Nq * shape.d)
 
     def schedule(self, *a, **k):  # pragma: no cover - never run
@@ -278,7 +277,7 @@ def fake_approx(monkeypatch):
 
     monkeypatch.setitem(_REGISTRY, "fake_approx", _FakeApprox())
     yield
-    attnio.planner._plan.cache_clear()
+    attnio.planner.planner._plan.cache_clear()
 
 
 def test_approximate_algorithms_only_with_approx_eps_and_never_against_exact_bounds(fake_approx):

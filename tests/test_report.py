@@ -11,9 +11,9 @@ import pytest
 
 import attnio
 from attnio.cli import main as cli_main
-from attnio.report import build_report, claims, fit_slope, series_fits
-from attnio.store import ResultsStore
-from attnio.sweep import Grid, parse_values, run_sweep
+from attnio.experiments.report import build_report, claims, fit_slope, series_fits
+from attnio.experiments.store import ResultsStore
+from attnio.experiments.sweep import Grid, parse_values, run_sweep
 
 D_N, M_N = 16, 1024            # N-series: d = 16, M = 1024, N = 1024 .. 8192
 N_M, D_M = 2048, 32            # M-series: N = 2048, d = 32, M = 64 .. 65536 (d² = 1024)

@@ -16,9 +16,9 @@ import pytest
 
 import attnio
 from attnio import CapacityError
-from attnio.algorithms.base import Shape
 from attnio.algorithms.square_tiling import ExpOverflowError, SquareTilingTiling, paper_side
-from attnio.errors import ParameterError
+from attnio.core.errors import ParameterError
+from attnio.core.workload import Shape
 from conftest import random_qkv
 
 ALG = attnio.algorithms.get("square_tiling")
@@ -49,10 +49,10 @@ def _tilings(shape: Shape):
 def _compute_cases():
     cases = []
     for (Nq, Nkv, d), causal in itertools.product(SHAPES, (False, True)):
-        shape = Shape(Nq, Nkv, d)
+        shape = Shape(Nq, Nkv, d, causal=causal)
         for M, t in _tilings(shape):
             try:
-                tiling = ALG.coerce_tiling(shape, M, t, causal)
+                tiling = ALG.coerce_tiling(shape, M, t)
             except (CapacityError, ParameterError):
                 continue  # e.g. a "row" tile that needs a whole query row of a large d
             if ALG.steps(shape, tiling) <= 4000:
@@ -149,14 +149,14 @@ def test_paper_tiles_count_matches_its_formula(N, d, M):
 def test_auto_is_never_worse_than_the_paper_rule_nor_any_candidate():
     for N, d, M, causal in itertools.product((100, 1000), (32, 256), (64, 1000, 16384),
                                              (False, True)):
-        shape = Shape(N, N, d)
-        auto = ALG.default_tiling(shape, M, causal)
-        best = ALG._predict(shape, auto, causal).total
+        shape = Shape(N, N, d, causal=causal)
+        auto = ALG.default_tiling(shape, M)
+        best = ALG._predict(shape, auto).total
         paper = ALG.paper_tiling(shape, M)
-        assert best <= ALG._predict(shape, paper, causal).total
-        for c in ALG.candidate_tilings(shape, M, causal):
+        assert best <= ALG._predict(shape, paper).total
+        for c in ALG.candidate_tilings(shape, M):
             if ALG.footprint(shape, c) <= M:
-                assert ALG._predict(shape, c, causal).total >= best
+                assert ALG._predict(shape, c).total >= best
 
 
 def test_stable_variant_counts_every_extra_word():

@@ -16,9 +16,9 @@ import pytest
 
 import attnio
 from attnio.cli import main as cli_main
-from attnio.errors import ParameterError, UnknownNameError
-from attnio.store import ResultsStore
-from attnio.sweep import (
+from attnio.core.errors import ParameterError, UnknownNameError
+from attnio.experiments.store import ResultsStore
+from attnio.experiments.sweep import (
     PRESETS,
     Config,
     Grid,
@@ -43,7 +43,7 @@ def _rows(db):
 
 
 SMALL = Grid(N=(64, 128), d=(8, 16), M=parse_values("M", "64:1024:x4"),
-             algorithms=("flash2", "standard", "square_tiling", "matmul"), causal=(False, True))
+             algorithms=("flash2", "standard", "square_tiling", "flash1"), causal=(False, True))
 
 
 # ----------------------------------------------------------------------------- grids
@@ -87,21 +87,19 @@ def test_expand_is_the_full_product_deduplicated_with_skip_reasons():
     # flash2 needs M >= 4d + 4: M = 64 is too small for d = 16 (68) but fine for d = 8 (36)
     assert reasons[("flash2", 16, 64, False)] == "M=64 < min_M=68 of flash2 for d=16"
     assert ("flash2", 8, 64, False) not in reasons
-    # the matmul building block has no mask
-    assert "no causal mask" in reasons[("matmul", 8, 256, True)]
     for c, why in exp.skipped:
         alg = attnio.algorithms.get(c.algorithm)
-        assert why and (c.causal and alg.kind == "matmul" or c.M < alg.min_M(c.shape, c.causal))
+        assert why and c.M < alg.min_M(c.shape)
 
 
 def test_expand_all_covers_every_registered_algorithm():
     exp = expand(Grid(N=(64,), d=(8,), M=(4096,), algorithms=("all",)))
     names = {c.algorithm for c in exp.configs} | {c.algorithm for c, _ in exp.skipped}
-    assert names == set(attnio.algorithms.names(None))
+    assert names == set(attnio.algorithms.names())
 
 
 def test_approximate_algorithms_are_skipped_without_eps():
-    approx = [a.name for a in attnio.algorithms.all_algorithms(None) if not a.exact]
+    approx = [a.name for a in attnio.algorithms.all_algorithms() if not a.exact]
     if not approx:
         pytest.skip("no approximate algorithm registered")
     exp = expand(Grid(N=(64,), d=(8,), M=(65536,), algorithms=tuple(approx)))
@@ -170,11 +168,10 @@ def test_compute_row_has_the_error_against_the_reference():
     assert (row["reads"], row["writes"]) == (count["reads"], count["writes"])
 
 
-def test_matmul_row_is_the_score_product():
-    row = run_config(Config("matmul", 64, 48, 8, 256, False, mode="compute"))
-    assert row["status"] == "ok" and row["max_err"] < 1e-12
-    assert row["floor"] == 64 * 8 + 8 * 48 + 64 * 48
-    assert row["total"] >= row["bounds"]["matmul"]["value"]
+@pytest.mark.parametrize("spec", ["matmul", "flash2,matmul", "kind:matmul"])
+def test_the_matmul_building_block_is_not_a_sweep_algorithm(spec):
+    with pytest.raises(ParameterError, match="matmul is a building block"):
+        expand(Grid(N=(64,), d=(8,), M=(256,), algorithms=tuple(spec.split(","))))
 
 
 # ----------------------------------------------------------------------------- sweeps
@@ -342,6 +339,6 @@ def test_presets_expand():
 def test_module_docstring_examples_run():
     import doctest
 
-    import attnio.sweep
+    import attnio.experiments.sweep
 
-    assert doctest.testmod(attnio.sweep).failed == 0
+    assert doctest.testmod(attnio.experiments.sweep).failed == 0

@@ -7,12 +7,20 @@ import pytest
 
 import attnio
 from attnio.bounds import applicable
-from attnio.cache import replay
+from attnio.cachesim.caches import replay
+from attnio.cachesim.tracing import trace
 from attnio.cli import main as cli_main
-from attnio.errors import ParameterError
-from attnio.store import ResultsStore
-from attnio.sweep import Config, Grid, expand, parse_causal, parse_window, run_config, run_sweep
-from attnio.trace import trace
+from attnio.core.errors import ParameterError
+from attnio.experiments.store import ResultsStore
+from attnio.experiments.sweep import (
+    Config,
+    Grid,
+    expand,
+    parse_causal,
+    parse_window,
+    run_config,
+    run_sweep,
+)
 
 
 def test_parse_causal_alignments_and_windows():
@@ -40,14 +48,13 @@ def test_default_workload_keeps_single_head_hashes():
 
 
 def test_expand_records_workload_skip_reasons():
-    g = Grid(N=(64,), d=(8,), M=(1024,), algorithms=("flash2", "square_tiling", "matmul"),
+    g = Grid(N=(64,), d=(8,), M=(1024,), algorithms=("flash2", "square_tiling"),
              causal=(False, True), heads=(4,), kv_heads=(1, 3), window=(None, 16))
     exp = expand(g)
     why = {(c.algorithm, c.kv_heads, c.window, c.causal): r for c, r in exp.skipped}
-    assert "not a multiple of kv_heads=3" in why[("flash2", 3, None, True)]
+    assert "heads must be a multiple of kv_heads" in why[("flash2", 3, None, True)]
     assert "needs a causal mask" in why[("flash2", 1, 16, False)]
     assert "supports_window is False" in why[("square_tiling", 1, 16, True)]
-    assert "one head only" in why[("matmul", 1, None, False)]
     assert {(c.algorithm, c.window, c.causal) for c in exp.configs} == {
         ("flash2", None, False), ("flash2", None, True), ("flash2", 16, True),
         ("square_tiling", None, False), ("square_tiling", None, True)}
@@ -89,7 +96,7 @@ def test_cli_workload_flags_and_verify(tmp_path):
     # flash2: 2 kv_heads x (none + top_left + top_left/window 8); square_tiling: 2 x 2
     assert len(ok) == 6 + 4 and all(r["lru_M"] is None for r in ok)
     assert {r["reason"] for r in skipped} == {
-        "window=8 needs a causal mask (causal bottom_right or top_left)",
+        "window needs a causal mask: pass causal=True",
         "square_tiling does not support a sliding window (supports_window is False)"}
     # rerun with --verify fills in the replay columns of the same rows (no duplicates)
     assert cli_main([*argv, "--verify"]) == 0
@@ -118,7 +125,7 @@ def test_verify_columns_equal_direct_replays(algorithm, causal):
 
 
 def test_verify_limits_are_recorded_as_reasons(monkeypatch):
-    import attnio.sweep as sw
+    import attnio.experiments.sweep as sw
 
     monkeypatch.setattr(sw, "VERIFY_MAX_EVENTS", 1000)
     big = run_config(Config("flash2", 64, 64, 8, 512, False, verify=True))
@@ -126,8 +133,9 @@ def test_verify_limits_are_recorded_as_reasons(monkeypatch):
     assert "VERIFY_MAX_EVENTS=1,000" in big["verify_reason"]
     comp = run_config(Config("flash2", 16, 16, 4, 256, False, mode="compute", verify=True))
     assert comp["opt_M"] is None and "count mode only" in comp["verify_reason"]
-    mm = run_config(Config("matmul", 16, 16, 4, 256, False, verify=True))
-    assert mm["opt_M"] is None and "exact attention" in mm["verify_reason"]
+    approx = run_config(Config("approx_poly", 16, 16, 4, 20000, False, eps=1e-2, entry_bound=1.0,
+                               verify=True))
+    assert approx["opt_M"] is None and "exact algorithms only" in approx["verify_reason"]
 
 
 def test_run_sweep_with_verify_grid_field(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 import attnio
 from attnio import reference
-from attnio.errors import ParameterError
+from attnio.core.errors import ParameterError
 
 torch = pytest.importorskip("torch")
 from attnio.torch_ops import favor_attention, poly_attention, poly_plan  # noqa: E402

@@ -7,39 +7,39 @@ import numpy as np
 import pytest
 
 import attnio
-from attnio.algorithms.base import Shape
-from attnio.errors import ParameterError
-from attnio.memory import TwoLevelMemory
-from attnio.trace import Event, _build, _Recorder, load
+from attnio.cachesim.tracing import Event, _build, _Recorder, load
+from attnio.core.errors import ParameterError
+from attnio.core.memory import TwoLevelMemory
+from attnio.core.workload import Shape
 from conftest import exact_attention_names, random_qkv
 
 CONFIGS = [(32, 8, 300, False), (24, 4, 700, True)]
 
 
 def _fits(name, N, d, M, causal):
-    return M >= attnio.algorithms.get(name).min_M(Shape(N, N, d), causal)
+    return M >= attnio.algorithms.get(name).min_M(Shape(N, N, d, causal=causal))
 
 
 @pytest.mark.parametrize("name", exact_attention_names())
 def test_tracing_changes_no_count_and_no_output(name):
-    from attnio.runner import _place
+    from attnio.runner import place_inputs as _place
 
     alg = attnio.algorithms.get(name)
     for N, d, M, causal in CONFIGS:
         if not _fits(name, N, d, M, causal):
             continue
         plain = attnio.run(name, shape=(N, d), M=M, mode="count", causal=causal, bulk=False)
-        shp = Shape(N, N, d)
-        t = alg.coerce_tiling(shp, M, None, causal)
+        shp = Shape(N, N, d, causal=causal)
+        t = alg.coerce_tiling(shp, M, None)
         Q, K, V = random_qkv(N, N, d, seed=3)
         mem = TwoLevelMemory(M, mode="compute", tracer=_Recorder())
         h = _place(mem, shp, (Q, K, V))
         alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t,
-                         causal=causal, scale=1.0 / np.sqrt(d))
+                         scale=1.0 / np.sqrt(d))
         st = mem.stats()
         assert (st.reads, st.writes, st.peak) == (plain.io.reads, plain.io.writes, plain.io.peak)
         ref = attnio.run(name, Q, K, V, M=M, causal=causal).output
-        assert np.array_equal(mem._peek(h["O"]), ref)
+        assert np.array_equal(mem.contents(h["O"]), ref)
 
 
 @pytest.mark.parametrize("name", exact_attention_names())

@@ -8,8 +8,8 @@ import json
 import pytest
 
 import attnio
-from attnio.algorithms.base import Shape
-from attnio.verify import verify
+from attnio.cachesim.validation import verify
+from attnio.core.workload import Shape
 from conftest import exact_attention_names
 
 GRID = [(32, 8, 100), (32, 8, 300), (32, 8, 1200), (48, 4, 64), (40, 16, 2000)]
@@ -21,7 +21,7 @@ def test_cache_replays_respect_opt_explicit_and_sleator_tarjan(name, causal):
     alg = attnio.algorithms.get(name)
     checked = 0
     for N, d, M in GRID:
-        if M < alg.min_M(Shape(N, N, d), causal):
+        if M < alg.min_M(Shape(N, N, d, causal=causal)):
             continue
         v = verify(name, N, d, M, causal=causal)
         opt, lru, fifo = v.count("opt", M), v.count("lru", M), v.count("fifo", M)

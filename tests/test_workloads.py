@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import attnio
-from attnio.algorithms.base import Shape
-from attnio.errors import ParameterError
+from attnio.core.errors import ParameterError
+from attnio.core.workload import Shape
 from conftest import exact_attention_names
 
 ALGS = exact_attention_names()
@@ -61,10 +61,10 @@ def test_backward_gradients_equal_reference(Hkv, causal, window):
         assert res.grads[name].shape == g.shape
         assert np.abs(res.grads[name] - g).max() <= 1e-10, name
     bwd = attnio.algorithms.get("flash2").backward
-    pred = bwd.predict(res.shape, res.backward_tiling, bool(causal))
+    pred = bwd.predict(res.shape, res.backward_tiling)
     assert (res.backward_io.reads, res.backward_io.writes) == (pred.reads, pred.writes)
     assert res.backward_io.peak <= 3000
-    fwd = attnio.algorithms.get("flash2").predict_with_lse(res.shape, res.tiling, bool(causal))
+    fwd = attnio.algorithms.get("flash2").predict_with_lse(res.shape, res.tiling)
     assert (res.io.reads, res.io.writes) == (fwd.reads, fwd.writes)
     cnt = attnio.run("flash2", shape=res.shape, M=3000, mode="count", causal=causal,
                      window=window, backward=True, tiling=res.tiling,
@@ -303,18 +303,21 @@ def test_planner_covers_heads_masks_and_backward(causal, window, backward):
 
 
 def test_mask_carried_by_the_shape_is_honoured():
-    w = attnio.run("flash2", shape=Shape(64, 64, 4, window=2), M=500, mode="count", causal=True)
+    w = attnio.run("flash2", shape=Shape(64, 64, 4, causal=True, window=2), M=500, mode="count")
     assert w.io.total == attnio.run("flash2", shape=(64, 4), M=500, mode="count", causal=True,
                                     window=2).io.total
     t = attnio.run("flash2", shape=Shape(40, 64, 4, causal_align="top_left"), M=500,
                    mode="count", causal=True)
     assert t.shape.causal_align == "top_left"
-    with pytest.raises(ParameterError, match="conflicts with shape.window"):
-        attnio.run("flash2", shape=Shape(64, 64, 4, window=2), M=500, mode="count", causal=True,
+    with pytest.raises(ParameterError, match="conflicts with the shape's window"):
+        attnio.run("flash2", shape=Shape(64, 64, 4, causal=True, window=2), M=500, mode="count",
                    window=3)
+    with pytest.raises(ParameterError, match="conflicts with the shape's causal mask"):
+        attnio.run("flash2", shape=Shape(64, 64, 4, causal=True), M=500, mode="count",
+                   causal=False)
     with pytest.raises(ParameterError, match="does not support window"):
-        attnio.run("square_tiling", shape=Shape(64, 64, 4, window=2), M=500, mode="count",
-                   causal=True)
+        attnio.run("square_tiling", shape=Shape(64, 64, 4, causal=True, window=2), M=500,
+                   mode="count")
 
 
 def test_approx_measured_radius_pass_is_counted_and_4d_guarantee_holds():

@@ -1,19 +1,41 @@
 """attnio: the I/O complexity of attention.
 
 Run attention schedules on a simulated two-level memory that counts every word moved
-(:func:`run`), list them (:func:`algorithms`), and check outputs against :mod:`attnio.reference`.
+(:func:`run`), list them (:mod:`attnio.algorithms`), bound them (:mod:`attnio.bounds`), plan the
+least-I/O one (:func:`plan`), and check outputs against :mod:`attnio.reference`.
+
+The package tree is the architecture (README, "Architecture"): ``core`` (the referee and the
+vocabulary) at the bottom, then ``approx``, then ``algorithms``/``blocks``/``bounds``, ``runner``,
+``hardware``/``cachesim``/``pebble``/``torch_ops``, ``planner``, ``experiments`` and ``cli`` on
+top; imports point down only.  ``import attnio`` loads the core API (numpy only); the layers
+above it load on first use.
 """
 
-from . import algorithms, bounds, dag, pebble, reference, report, store, sweep
-from .algorithms.base import Algorithm, IOCount, Shape
-from .cache import replay
-from .errors import AttnioError, CapacityError, ParameterError, ScheduleError, UnknownNameError
-from .memory import Block, FastTile, IOStats, SlowArray, TwoLevelMemory
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from . import algorithms, bounds
+from .algorithms import Algorithm
+from .core import reference
+from .core.errors import (
+    AttnioError,
+    CapacityError,
+    MissingExtraError,
+    ParameterError,
+    ScheduleError,
+    UnknownNameError,
+)
+from .core.memory import Block, FastTile, IOCount, IOStats, SlowArray, TwoLevelMemory
+from .core.version import __version__
+from .core.workload import Shape
 from .planner import Plan, plan
 from .runner import Result, run
-from .trace import trace  # the function; use `from attnio.trace import ...` for the rest
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:  # the lazily loaded names, for type checkers and editors
+    from . import cachesim, experiments, hardware, pebble, torch_ops
+    from .cachesim import replay, trace
 
 __all__ = [
     "Algorithm",
@@ -23,6 +45,7 @@ __all__ = [
     "FastTile",
     "IOCount",
     "IOStats",
+    "MissingExtraError",
     "ParameterError",
     "Plan",
     "Result",
@@ -31,16 +54,48 @@ __all__ = [
     "SlowArray",
     "TwoLevelMemory",
     "UnknownNameError",
+    "__version__",
     "algorithms",
     "bounds",
-    "dag",
+    "cachesim",
+    "experiments",
+    "hardware",
     "pebble",
     "plan",
     "reference",
     "replay",
-    "report",
     "run",
-    "store",
-    "sweep",
+    "torch_ops",
     "trace",
 ]
+
+#: Names loaded on first access: ``attnio.trace(...)`` imports the cache simulator only then.
+_LAZY = {
+    "cachesim": ("attnio.cachesim", None),
+    "experiments": ("attnio.experiments", None),
+    "hardware": ("attnio.hardware", None),
+    "pebble": ("attnio.pebble", None),
+    "torch_ops": ("attnio.torch_ops", None),
+    "replay": ("attnio.cachesim.caches", "replay"),
+    "trace": ("attnio.cachesim.tracing", "trace"),
+}
+
+#: Modules of the first layout, kept for one release as deprecated aliases (gone in 0.3): each
+#: is a small module of this package that warns when imported and re-exports the new module.
+_DEPRECATED = ("cache", "dag", "devices", "errors", "memory", "report", "store", "sweep", "verify")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        mod = importlib.import_module(module)
+        value = mod if attr is None else getattr(mod, attr)
+        globals()[name] = value
+        return value
+    if name in _DEPRECATED:
+        return importlib.import_module(f"attnio.{name}")
+    raise AttributeError(f"module 'attnio' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

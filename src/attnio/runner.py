@@ -18,18 +18,20 @@ Inputs are ``(N, d)`` matrices or ``(B, H, N, d)`` batches of heads, with K and 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import algorithms as _alg
-from .algorithms.base import Shape, default_scale
-from .errors import ParameterError, check_int
-from .memory import IOStats, TwoLevelMemory
+from .algorithms.base import Algorithm, default_scale
+from .core.checks import check_bool, check_choice, check_int, check_real
+from .core.errors import ParameterError
+from .core.memory import IOStats, SlowArray, TwoLevelMemory
+from .core.workload import Shape
 
-__all__ = ["Result", "run", "check_inputs", "causal_mode"]
+__all__ = ["DEFAULT_BUDGET_S", "Result", "check_inputs", "estimate_compute_seconds",
+           "place_inputs", "run"]
 
 
 @dataclass(frozen=True)
@@ -101,20 +103,21 @@ def _as_array(name: str, x: Any, allow_nonfinite: bool = False) -> np.ndarray:
     return a
 
 
-def estimate_compute_seconds(alg, shape: Shape, tiling: Any, causal: bool) -> tuple[float, int, int]:
+def estimate_compute_seconds(alg: Algorithm, shape: Shape, tiling: Any) -> tuple[float, int, int]:
     """(seconds, flops, tile steps) a compute-mode run is expected to take, from closed forms."""
     r = getattr(tiling, "r", None)
     if not alg.exact and isinstance(r, int):  # feature-space methods: O(n·r·d), not O(n²·d)
         flops = 4 * shape.n_heads * (shape.Nq + shape.Nkv) * r * shape.d
     else:
         flops = 4 * shape.n_heads * shape.Nq * shape.Nkv * shape.d
-        if causal:
+        if shape.causal:
             flops //= 2
-    steps = shape.n_heads * max(0, int(alg.steps(shape, tiling, causal)))
+    steps = shape.n_heads * max(0, int(alg.steps(shape, tiling)))
     return flops / _FLOPS_PER_SECOND + steps * _STEP_SECONDS, flops, steps
 
 
-def check_inputs(Q, K, V, allow_nonfinite: bool = False):
+def check_inputs(Q: Any, K: Any, V: Any, allow_nonfinite: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Shape]:
     """Validate Q (Nq x d or B x H x Nq x d), K and V; return them and their Shape."""
     Q, K, V = (_as_array(n, x, allow_nonfinite) for n, x in (("Q", Q), ("K", K), ("V", V)))
     if K.shape != V.shape:
@@ -129,43 +132,26 @@ def check_inputs(Q, K, V, allow_nonfinite: bool = False):
         return Q, K, V, Shape(Q.shape[0], K.shape[0], Q.shape[1])
     if Q.shape[0] != K.shape[0]:
         raise ParameterError(f"Q and K must have the same batch size, got Q {Q.shape} and K {K.shape}")
-    if Q.shape[1] % K.shape[1]:
-        raise ParameterError(
-            f"heads must be a multiple of kv_heads: Q has {Q.shape[1]} heads, K and V {K.shape[1]}"
-        )
     B, H, Nq, d = Q.shape
     return Q, K, V, Shape(Nq, K.shape[2], d, batch=B, heads=H, kv_heads=K.shape[1])
 
 
-def causal_mode(causal) -> tuple[bool, str | None]:
-    """``causal`` as (masked?, alignment): True/'bottom_right', 'top_left', or False."""
-    if causal is False or causal is None:
-        return False, None
-    if causal is True or causal == "bottom_right":
-        return True, "bottom_right"
-    if causal == "top_left":
-        return True, "top_left"
-    raise ParameterError(
-        f"causal must be True, False, 'bottom_right' or 'top_left', got {causal!r}"
-    )
-
-
 def run(
-    name: str,
-    Q=None,
-    K=None,
-    V=None,
+    name: str | Algorithm,
+    Q: Any = None,
+    K: Any = None,
+    V: Any = None,
     *,
     M: int,
-    shape=None,
+    shape: Any = None,
     mode: str | None = None,
-    causal=False,
+    causal: object = None,
     window: int | None = None,
     scale: float | None = None,
     tiling: Any = None,
     bulk: bool = True,
     backward: bool = False,
-    grad_output=None,
+    grad_output: Any = None,
     backward_tiling: Any = None,
     allow_nonfinite: bool = False,
     budget_s: float | None = DEFAULT_BUDGET_S,
@@ -175,10 +161,12 @@ def run(
 
     Either pass ``Q, K, V`` (compute mode: the output is returned) or ``shape`` with
     ``mode="count"`` (shapes only, same counts).  ``causal``: False, True (bottom-right aligned),
-    ``"bottom_right"`` or ``"top_left"``; ``window=W`` keeps each query's W most recent keys.
+    ``"bottom_right"`` or ``"top_left"`` (None: the shape's mask, unmasked by default);
+    ``window=W`` keeps each query's W most recent keys.  ``shape`` may carry the mask itself
+    (:class:`~attnio.core.workload.Shape`); with inputs it gives only the mask.
     ``tiling`` is the algorithm's Tiling (or a mapping of its fields); None picks the default.
-    ``backward=True`` also runs the backward pass with ``grad_output`` (dO; random in count mode
-    is not needed) and returns its counts and gradients.
+    ``backward=True`` also runs the backward pass with ``grad_output`` (dO; not needed in count
+    mode) and returns its counts and gradients.
 
     Inputs may be numpy arrays (float16/32/64) or torch tensors (bfloat16 too); arithmetic
     accumulates in float32 at least, and the output has the inputs' precision (bfloat16 outputs
@@ -187,116 +175,95 @@ def run(
     exceeds ``budget_s`` seconds is refused with the estimate unless ``force=True``.
     """
     alg = _alg.get(name)
-    if alg.kind != "attention":
-        raise ParameterError(
-            f"{alg.name} is a {alg.kind} kernel, not attention: use "
-            f"attnio.algorithms.{alg.name}.run_{alg.name}(...) or `attnio run {alg.name} ...`"
-        )
     M = check_int("M", M, minimum=1)
-    masked, align = causal_mode(causal)
-    if window is not None:
-        window = check_int("window", window, minimum=1)
-        if not masked:
-            raise ParameterError("window needs a causal mask: pass causal=True (CLI: --causal)")
+    check_bool("backward", backward)
+    if mode is not None:
+        check_choice("mode", mode, ("compute", "count"))
+    if budget_s is not None:
+        budget_s = check_real("budget_s", budget_s, lo=0, what="seconds")
     if backward and not alg.supports_backward:
-        ok = [a.name for a in _alg.all_algorithms(None) if a.supports_backward]
-        raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}")
+        ok = [a.name for a in _alg.all_algorithms() if a.supports_backward]
+        raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}",
+                             param="backward")
+    data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    low: set[str] = set()
     if Q is None and K is None and V is None:
         if shape is None:
-            raise ParameterError("give Q, K, V (compute mode) or shape=(N, d) with mode='count'")
+            raise ParameterError("give Q, K, V (compute mode) or shape=(N, d) with mode='count'",
+                                 param="shape")
         mode = mode or "count"
-        if mode not in ("compute", "count"):
-            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
         if mode != "count":
-            raise ParameterError(f"mode={mode!r} needs Q, K, V; without data only mode='count' runs")
-        shp = Shape.coerce(shape)
-        data = None
+            raise ParameterError(f"mode={mode!r} needs Q, K, V; without data only mode='count' "
+                                 "runs", param="mode")
         if grad_output is not None:
-            raise ParameterError("grad_output needs Q, K, V (compute mode)")
+            raise ParameterError("grad_output needs Q, K, V (compute mode)", param="grad_output")
+        shp = Shape.coerce(shape)
     else:
         if Q is None or K is None or V is None:
-            raise ParameterError("give all three of Q, K, V (or none, with shape= and mode='count')")
+            raise ParameterError("give all three of Q, K, V (or none, with shape= and "
+                                 "mode='count')", param="Q")
         Qa, Ka, Va, shp = check_inputs(Q, K, V, allow_nonfinite)
         low = {str(x.dtype) for x in (Q, K, V) if type(x).__module__.startswith("torch")}
-        if shape is not None and _sizes(Shape.coerce(shape)) != _sizes(shp):
-            raise ParameterError(f"shape={shape!r} does not match the inputs' shape {shp}")
+        if shape is not None:  # the inputs gave the sizes; shape may add the mask
+            given = Shape.coerce(shape)
+            if _sizes(given) != _sizes(shp):
+                raise ParameterError(f"shape={shape!r} does not match the inputs' shape {shp}",
+                                     param="shape")
+            shp = given
         mode = mode or "compute"
-        if mode not in ("compute", "count"):
-            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
         data = (Qa, Ka, Va)
         if backward and mode == "compute":
             if grad_output is None:
-                raise ParameterError("backward=True in compute mode needs grad_output (dO, like Q)")
+                raise ParameterError("backward=True in compute mode needs grad_output (dO, like "
+                                     "Q)", param="grad_output")
             grad_output = _as_array("grad_output", grad_output, allow_nonfinite)
             if grad_output.shape != Qa.shape:
-                raise ParameterError(
-                    f"grad_output must have Q's shape {Qa.shape}, got {grad_output.shape}"
-                )
-    if shape is not None and data is not None:  # the inputs gave the sizes; keep shape's mask
-        given = Shape.coerce(shape)
-        shp = dataclasses.replace(shp, causal_align=given.causal_align, window=given.window)
-    if shp.window is not None and window is not None and shp.window != window:
-        raise ParameterError(f"window={window} conflicts with shape.window={shp.window}")
-    window = shp.window if window is None else window
-    if masked:
-        if causal is True:  # True: the shape's alignment (bottom-right unless it says otherwise)
-            align = shp.causal_align
-        elif shp.causal_align != "bottom_right" and shp.causal_align != align:
-            raise ParameterError(
-                f"causal={causal!r} conflicts with shape.causal_align={shp.causal_align!r}")
-        shp = dataclasses.replace(shp, causal_align=align, window=window)
-    elif window is not None:
-        raise ParameterError("window needs a causal mask: pass causal=True (CLI: --causal)")
-    if window is not None and not alg.supports_window:
-        ok = [a.name for a in _alg.all_algorithms(None) if a.supports_window]
-        raise ParameterError(f"{alg.name} does not support window=; algorithms that do: {ok}")
+                raise ParameterError(f"grad_output must have Q's shape {Qa.shape}, got "
+                                     f"{grad_output.shape}", param="grad_output")
+    shp = shp.with_mask(causal, window)
+    if shp.window is not None and not alg.supports_window:
+        ok = [a.name for a in _alg.all_algorithms() if a.supports_window]
+        raise ParameterError(f"{alg.name} does not support window=; algorithms that do: {ok}",
+                             param="window")
     s = default_scale(shp.d, scale)
-    t = alg.coerce_tiling(shp, M, tiling, masked, inputs=data)
-    if budget_s is not None:
-        try:
-            budget_s = float(budget_s)
-        except (TypeError, ValueError):
-            raise ParameterError(f"budget_s must be a number of seconds >= 0, got {budget_s!r}") from None
-        if not (budget_s >= 0 and math.isfinite(budget_s)):
-            raise ParameterError(f"budget_s must be a finite number of seconds >= 0, got {budget_s}")
+    t = alg.coerce_tiling(shp, M, tiling, inputs=data)
     if mode == "compute" and budget_s is not None and not force:
-        est, flops, steps = estimate_compute_seconds(alg, shp, t, masked)
+        est, flops, steps = estimate_compute_seconds(alg, shp, t)
         if est > budget_s:
             raise ParameterError(
                 f"compute mode would take about {est:,.0f} s ({flops:.3g} flops, {steps:,} tile "
                 f"steps) > budget_s={budget_s:g} s; use mode='count' (same counts), raise "
-                "budget_s (--budget), or force=True (--force)"
-            )
-    dtype = np.float64
+                "budget_s, or force=True", param="budget_s")
+    dtype = np.dtype(np.float64)
     if data is not None:
         dtype = np.result_type(np.float32, *(a.dtype for a in data))
     mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype)
-    h = _place(mem, shp, data if mode == "compute" else None)
+    h = place_inputs(mem, shp, data if mode == "compute" else None)
     if backward:
         h["L"] = mem.slow("L", (shp.n_heads * shp.Nq,))
-        alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t, causal=masked,
-                         scale=s, lse=h["L"])
-    else:
-        alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t, causal=masked,
-                         scale=s)
+    alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t, scale=s,
+                     lse=h.get("L"))
     output = None
     if mode == "compute":
-        output = _unstack(mem._peek(h["O"]), shp, data)
-        if "torch.bfloat16" in low:
+        output = _unstack(mem.contents(h["O"]), shp, data)
+        if "torch.bfloat16" in low and output is not None:
             output = _round_bf16(output)
-    res = Result(alg.name, shp, M, masked, t, mem.stats(), output, mode)
+    res = Result(alg.name, shp, M, shp.causal, t, mem.stats(), output, mode)
     if not backward:
         return res
-    return _run_backward(alg, res, mem, h, shp, M, masked, s, mode, bulk, dtype, data,
-                         grad_output, backward_tiling)
+    return _run_backward(alg, res, mem, h, shp, M, s, mode, bulk, dtype, data, grad_output,
+                         backward_tiling)
 
 
 def _sizes(s: Shape) -> tuple[int, ...]:
     return (s.Nq, s.Nkv, s.d, s.batch, s.heads, s.kv_heads)
 
 
-def _place(mem: TwoLevelMemory, shp: Shape, data) -> dict:
-    """Put Q, K, V (stacked by head) and an empty O into slow memory (O in Q's precision)."""
+def place_inputs(mem: TwoLevelMemory, shp: Shape,
+                 data: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> dict[str, SlowArray]:
+    """Put Q, K, V (stacked by head) and an empty O into slow memory (O in Q's precision).
+
+    ``data`` is ``(Q, K, V)`` in compute mode (2-D or 4-D arrays), None in count mode."""
     nq, nkv = shp.n_heads * shp.Nq, shp.batch * shp.kv_heads * shp.Nkv
     h = {}
     for name, rows, i in (("Q", nq, 0), ("K", nkv, 1), ("V", nkv, 2)):
@@ -323,28 +290,29 @@ def _unstack(flat, shp: Shape, data):
     return flat
 
 
-def _run_backward(alg, fwd: Result, fmem, h, shp, M, masked, s, mode, bulk, dtype, data, dO,
-                  backward_tiling) -> Result:
+def _run_backward(alg: Any, fwd: Result, fmem: TwoLevelMemory, h: dict[str, SlowArray],
+                  shp: Shape, M: int, s: float, mode: str, bulk: bool, dtype: Any,
+                  data: Any, dO: Any, backward_tiling: Any) -> Result:
     bwd = alg.backward
-    bt = bwd.coerce_tiling(shp, M, backward_tiling, masked)
+    bt = bwd.coerce_tiling(shp, M, backward_tiling)
     mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype)
     nq, nkv = shp.n_heads * shp.Nq, shp.batch * shp.kv_heads * shp.Nkv
     arrays = {}
     # the backward's inputs are where the forward left them, in slow memory (no I/O)
     for name, rows in (("Q", nq), ("K", nkv), ("V", nkv), ("O", nq)):
-        arrays[name] = mem.slow(name, (rows, shp.d), fmem._peek(h[name]))
-    arrays["L"] = mem.slow("L", (nq,), fmem._peek(h["L"]))
+        arrays[name] = mem.slow(name, (rows, shp.d), fmem.contents(h[name]))
+    arrays["L"] = mem.slow("L", (nq,), fmem.contents(h["L"]))
     arrays["dO"] = mem.slow("dO", (nq, shp.d), None if dO is None else dO.reshape(nq, shp.d))
     arrays["dQ"] = mem.slow("dQ", (nq, shp.d))
     arrays["dK"] = mem.slow("dK", (nkv, shp.d))
     arrays["dV"] = mem.slow("dV", (nkv, shp.d))
-    bwd.run_schedule(mem, arrays, shape=shp, tiling=bt, causal=masked, scale=s)
+    bwd.run_schedule(mem, arrays, shape=shp, tiling=bt, scale=s)
     grads = None
     if mode == "compute":
         four = data[0].ndim == 4
         grads = {}
         for name in ("dQ", "dK", "dV"):
-            g = mem._peek(arrays[name])
+            g = mem.contents(arrays[name])
             if four:
                 heads = shp.heads if name == "dQ" else shp.kv_heads
                 n = shp.Nq if name == "dQ" else shp.Nkv

@@ -33,7 +33,7 @@ import numpy as np
 from .approx.features import FeatureMap, monomials
 from .approx.poly import polynomial
 from .approx.radius import check_entries, score_radius
-from .errors import ParameterError
+from .core.errors import ParameterError
 
 __all__ = ["favor_attention", "poly_attention", "poly_plan"]
 

@@ -1,32 +1,39 @@
-"""The algorithm registry: name -> :class:`Algorithm`.
+"""The attention schedules, one per module, and their registry: name -> :class:`Algorithm`.
 
 The CLI, the planner and the sweeps iterate this registry instead of naming algorithms.  A new
-schedule registers itself with :func:`register` (see ``base.py`` for the protocol).
+schedule registers itself with :func:`register` (see ``base.py`` for the protocol).  Building
+blocks that are not attention (the blocked matmul) live in :mod:`attnio.blocks`, not here.
 
->>> sorted(names())[:3]
-['flash1', 'flash2', 'standard']
+>>> names()[:3]
+['standard', 'flash1', 'flash2']
+>>> get("flash2").summary.startswith("FlashAttention-2")
+True
 """
 
 from __future__ import annotations
 
-import sys
-import types
+import warnings
 
-from ..errors import UnknownNameError
-from .base import Algorithm, IOCount, Shape
+from ..core.errors import UnknownNameError
+from . import approx_poly, flash1, flash2, flash_decoding, square_tiling, standard
+from .base import Algorithm, Choice
+
+__all__ = ["Algorithm", "Choice", "all_algorithms", "get", "names", "register"]
 
 _REGISTRY: dict[str, Algorithm] = {}
 
 
 def register(alg: Algorithm) -> Algorithm:
     """Add an algorithm to the registry under ``alg.name`` (replacing none)."""
+    if not isinstance(alg, Algorithm):
+        raise TypeError(f"register takes an Algorithm instance, got {alg!r}")
     if alg.name in _REGISTRY:
         raise ValueError(f"algorithm {alg.name!r} is already registered")
     _REGISTRY[alg.name] = alg
     return alg
 
 
-def get(name: str) -> Algorithm:
+def get(name: str | Algorithm) -> Algorithm:
     """The registered algorithm called ``name`` (UnknownNameError suggests close names)."""
     if isinstance(name, Algorithm):
         return name
@@ -36,32 +43,32 @@ def get(name: str) -> Algorithm:
         raise UnknownNameError("algorithm", str(name), _REGISTRY) from None
 
 
-def names(kind: str | None = "attention") -> list[str]:
-    """Registered names, of one kind ("attention", "matmul") or all (kind=None)."""
-    return [n for n, a in _REGISTRY.items() if kind is None or a.kind == kind]
+def _kind(kind: str | None) -> None:
+    if kind not in (None, "attention"):
+        warnings.warn(f"names(kind={kind!r}): the registry holds attention algorithms only; the "
+                      "blocked matmul is attnio.blocks.matmul (the kind argument goes in 0.3)",
+                      DeprecationWarning, stacklevel=3)
+    elif kind is not None:
+        warnings.warn("the kind argument of names()/all_algorithms() goes in 0.3: every "
+                      "registered algorithm is attention", DeprecationWarning, stacklevel=3)
 
 
-def all_algorithms(kind: str | None = "attention") -> list[Algorithm]:
-    return [_REGISTRY[n] for n in names(kind)]
+def names(kind: str | None = None, *, exact: bool | None = None) -> list[str]:
+    """Registered names in registration order (``exact=True``/``False``: only those)."""
+    _kind(kind)
+    if kind not in (None, "attention"):
+        return []
+    return [n for n, a in _REGISTRY.items() if exact is None or a.exact == exact]
 
 
-def _register_builtins() -> None:
-    from . import approx_poly, flash1, flash2, flash_decoding, matmul, square_tiling, standard
-
-    for mod in (standard, flash1, flash2, flash_decoding, matmul, square_tiling, approx_poly):
-        register(mod.ALGORITHM)
-
-
-_register_builtins()
+def all_algorithms(kind: str | None = None, *, exact: bool | None = None) -> list[Algorithm]:
+    """Registered algorithms in registration order (``exact=True``/``False``: only those)."""
+    _kind(kind)
+    if kind not in (None, "attention"):
+        return []
+    return [_REGISTRY[n] for n in names(exact=exact)]
 
 
-class _CallableModule(types.ModuleType):
-    """Lets ``attnio.algorithms()`` list the names while ``attnio.algorithms.get`` stays a module."""
-
-    def __call__(self, kind: str | None = "attention") -> list[str]:
-        return names(kind)
-
-
-sys.modules[__name__].__class__ = _CallableModule
-
-__all__ = ["Algorithm", "IOCount", "Shape", "all_algorithms", "get", "names", "register"]
+for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly):
+    register(_mod.ALGORITHM)
+del _mod

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Shape, cdiv
+from ..core.memory import Block, FastTile, TwoLevelMemory
+from ..core.workload import Shape
 
 NEG_INF = -np.inf
 
@@ -24,10 +25,10 @@ def apply_causal_mask(S: np.ndarray, r0: int, c0: int, offset: int, window: int 
     S[masked] = NEG_INF
 
 
-def tile_needs_mask(shape: Shape, r0: int, c1: int, causal: bool, r1: int | None = None,
+def tile_needs_mask(shape: Shape, r0: int, c1: int, r1: int | None = None,
                     c0: int | None = None) -> bool:
     """True when the tile of rows [r0, r1) x cols [c0, c1) has masked entries."""
-    if not causal:
+    if not shape.causal:
         return False
     if (c1 - 1) > r0 + shape.offset:
         return True
@@ -36,9 +37,9 @@ def tile_needs_mask(shape: Shape, r0: int, c1: int, causal: bool, r1: int | None
     return False
 
 
-def mask_tile(mem, S, shape: Shape, qb, kb, causal: bool) -> None:
+def mask_tile(mem: TwoLevelMemory, S: FastTile, shape: Shape, qb: Block, kb: Block) -> None:
     """Mask the score tile of query block ``qb`` x key block ``kb`` in fast memory, if needed."""
-    if tile_needs_mask(shape, qb.start, kb.stop, causal, qb.stop, kb.start):
+    if tile_needs_mask(shape, qb.start, kb.stop, qb.stop, kb.start):
         r0, c0, off, w = qb.start, kb.start, shape.offset, shape.window
         mem.compute(lambda s: apply_causal_mask(s, r0, c0, off, w), S, writes=1)
 
@@ -91,55 +92,3 @@ def online_update_fa1(S, m, l, t1, t2, O, V) -> None:
     O /= safe[:, None]
     m[:] = t1
     l[:] = t2
-
-
-def block_counts(total: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Starts and stops of the partition of [0, total) into blocks of ``size`` (int64 arrays)."""
-    n = cdiv(total, size)
-    starts = np.arange(n, dtype=np.int64) * size
-    stops = np.minimum(starts + size, total)
-    return starts, stops
-
-
-def visible_hi(shape: Shape, stops: np.ndarray, causal: bool) -> np.ndarray:
-    """For row blocks ending at ``stops``: keys [0, hi) are visible to some row of the block."""
-    if not causal:
-        return np.full_like(stops, shape.Nkv)
-    return np.clip(stops + shape.offset, 0, shape.Nkv)
-
-
-def covered(hi: np.ndarray, size: int, total: int) -> tuple[np.ndarray, np.ndarray]:
-    """Number and total width of the ``size``-blocks of [0, total) that meet [0, hi)."""
-    nblk = -(-hi // size)
-    width = np.minimum(nblk * size, total)
-    return nblk, width
-
-
-def kv_ranges(shape: Shape, starts: np.ndarray, stops: np.ndarray, causal: bool):
-    """Vectorised :func:`base.kv_range`: visible keys [lo, hi) per query block."""
-    hi = visible_hi(shape, stops, causal)
-    lo = np.zeros_like(hi)
-    if causal and shape.window is not None:
-        lo = np.clip(starts + shape.offset - shape.window + 1, 0, shape.Nkv)
-    return lo, np.maximum(lo, hi)
-
-
-def q_ranges(shape: Shape, starts: np.ndarray, stops: np.ndarray, causal: bool):
-    """Vectorised :func:`base.q_range`: query rows [lo, hi) that see each key block."""
-    if not causal:
-        return np.zeros_like(starts), np.full_like(starts, shape.Nq)
-    lo = np.clip(starts - shape.offset, 0, shape.Nq)
-    hi = np.full_like(starts, shape.Nq)
-    if shape.window is not None:
-        hi = np.clip(stops - 1 + shape.window - shape.offset, 0, shape.Nq)
-    return lo, np.maximum(lo, hi)
-
-
-def meeting(lo: np.ndarray, hi: np.ndarray, size: int, total: int):
-    """Number, first start and total width of the ``size``-blocks of [0, total) meeting [lo, hi)."""
-    empty = hi <= lo
-    first = lo // size
-    last = np.maximum(hi - 1, 0) // size
-    count = np.where(empty, 0, last - first + 1)
-    width = np.where(empty, 0, np.minimum(total, (last + 1) * size) - first * size)
-    return count, first * size, width

@@ -53,19 +53,21 @@ scale because R depends on it) and ``allow_unbounded``.  Resolved tilings also c
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..approx.features import FeatureMap, feature_dim
 from ..approx.poly import check_eps, output_error_factor, polynomial
 from ..approx.radius import check_entries, check_radius, score_radius
-from ..errors import CapacityError, ParameterError
-from ..memory import SlowArray, TwoLevelMemory
-from . import _kernels as K_
-from .base import Algorithm, IOCount, Shape, cdiv, default_scale, kv_visible_hi
+from ..core import masks
+from ..core.checks import check_bool, check_int, check_real
+from ..core.errors import CapacityError, ParameterError
+from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, cdiv, kv_visible_hi
+from .base import Algorithm, default_scale
 
 __all__ = ["ALGORITHM", "ApproxPoly", "ApproxPolyTiling", "approx_tilings", "predicted_io"]
 
@@ -110,9 +112,9 @@ def _fp(d: int, rb: int, Bq: int, Bk: int, causal: bool) -> int:
     return rb * (d + 1) + max(Bk * (2 * d + rb), Bq * (2 * d + rb + 1))
 
 
-def _visible_rows(shape: Shape, Bq: int, causal: bool) -> int:
-    starts, stops = K_.block_counts(shape.Nq, Bq)
-    hi = K_.visible_hi(shape, stops, causal)
+def _visible_rows(shape: Shape, Bq: int) -> int:
+    starts, stops = masks.block_counts(shape.Nq, Bq)
+    hi = masks.visible_hi(shape, stops)
     return int(np.sum(np.where(hi > 0, stops - starts, 0)))
 
 
@@ -126,28 +128,25 @@ class ApproxPoly(Algorithm):
     def _clamp(self, shape: Shape, t: ApproxPolyTiling) -> tuple[int, int, int]:
         return min(t.rb, t.r), min(t.Bn, shape.Nq), min(t.Bn, shape.Nkv)
 
-    def footprint(self, shape: Shape, tiling: ApproxPolyTiling, causal: bool = False) -> int:
+    def footprint(self, shape: Shape, tiling: ApproxPolyTiling) -> int:
         rb, Bq, Bk = self._clamp(shape, tiling)
-        return _fp(shape.d, rb, Bq, Bk, causal)
+        return _fp(shape.d, rb, Bq, Bk, shape.causal)
 
-    def min_M(self, shape: Shape, causal: bool = False) -> int:
-        return _fp(shape.d, 1, 1, 1, causal)
+    def min_M(self, shape: Shape) -> int:
+        return _fp(shape.d, 1, 1, 1, shape.causal)
 
-    def steps(self, shape: Shape, tiling: ApproxPolyTiling, causal: bool = False) -> int:
+    def steps(self, shape: Shape, tiling: ApproxPolyTiling) -> int:
         return tiling.r_blocks * (cdiv(shape.Nq, tiling.Bn) + cdiv(shape.Nkv, tiling.Bn))
 
     def _resolve(self, shape: Shape, t: ApproxPolyTiling, inputs) -> ApproxPolyTiling:
         """Fill in scale, radius, degree, r and kernel_error (checking the preconditions)."""
         d = shape.d
         eps = check_eps(t.eps)
-        if not isinstance(t.allow_unbounded, bool):
-            raise ParameterError(f"allow_unbounded must be True or False, got {t.allow_unbounded!r}")
+        check_bool("allow_unbounded", t.allow_unbounded)
         s = default_scale(d, t.scale)
         B, R = t.entry_bound, t.radius
         if R is not None:
-            R = float(R)
-            if not (math.isfinite(R) and R >= 0):
-                raise ParameterError(f"radius must be a finite real number >= 0, got {t.radius!r}")
+            R = check_real("radius", R, lo=0)
         if inputs is not None:
             Q = np.asarray(inputs[0], dtype=np.float64)
             Kx = np.asarray(inputs[1], dtype=np.float64)
@@ -179,8 +178,8 @@ class ApproxPoly(Algorithm):
             degree=p.degree, r=feature_dim(d, p.degree), kernel_error=p.bound,
         )
 
-    def _best_blocks(self, shape: Shape, M: int, r: int, causal: bool) -> list[tuple[int, int]]:
-        d = shape.d
+    def _best_blocks(self, shape: Shape, M: int, r: int) -> list[tuple[int, int]]:
+        d, causal = shape.d, shape.causal
         if _fp(d, 1, 1, 1, causal) > M:
             return []
         lo, hi = 1, r  # largest rb with Bn = 1
@@ -206,69 +205,66 @@ class ApproxPoly(Algorithm):
                 b *= 2
         return [(rb, bn) for bn in sorted(bns)]
 
-    def _with_blocks(self, shape: Shape, M: int, t: ApproxPolyTiling, causal: bool) -> ApproxPolyTiling:
+    def _with_blocks(self, shape: Shape, M: int, t: ApproxPolyTiling) -> ApproxPolyTiling:
         if t.rb is None or t.Bn is None:
-            best, key = None, None
-            for rb, bn in self._best_blocks(shape, M, t.r, causal):
-                c = dataclasses.replace(t, rb=t.rb or rb, Bn=t.Bn or bn)
-                if self.footprint(shape, c, causal) > M:
-                    continue
-                k = (self._predict(shape, c, causal).total, self.steps(shape, c, causal))
-                if key is None or k < key:
-                    best, key = c, k
-            if best is None:
+            assert t.r is not None
+            found = self.search(shape, M, [dataclasses.replace(t, rb=t.rb or rb, Bn=t.Bn or bn)
+                                           for rb, bn in self._best_blocks(shape, M, t.r)])
+            if found is None:
                 if t.rb is not None or t.Bn is not None:  # a user block size that cannot fit
                     c = dataclasses.replace(t, rb=t.rb or 1, Bn=t.Bn or 1)
                     raise CapacityError(f"{self.name} with tiling {c}", 0,
-                                        self.footprint(shape, c, causal), M)
-                self._check_min_M(shape, M, causal)
-            t = best
+                                        self.footprint(shape, c), M)
+                self._check_min_M(shape, M)
+                raise ParameterError(f"{self.name}: no tiling fits in M={M}", param="M")
+            t = found.tiling
         return t
 
     def validate_tiling(self, shape: Shape, tiling: ApproxPolyTiling) -> None:
-        from ..errors import check_int
-
         for f in ("Bn", "rb"):
             v = getattr(tiling, f)
             if v is not None:
                 check_int(f"tiling.{f}", v, minimum=1)
 
-    def coerce_tiling(self, shape, M, tiling=None, causal=False, inputs=None) -> ApproxPolyTiling:
-        shape = Shape.coerce(shape)
+    def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None,
+                      inputs: Any = None) -> ApproxPolyTiling:
         if tiling is None or tiling == "auto":
             tiling = ApproxPolyTiling()
         elif isinstance(tiling, Mapping):
-            names = {f.name for f in dataclasses.fields(ApproxPolyTiling)}
-            unknown = set(tiling) - names
-            if unknown:
-                raise ParameterError(
-                    f"tiling for {self.name} has unknown field(s) {sorted(unknown)}; "
-                    f"its fields are {sorted(names)}"
-                )
-            tiling = ApproxPolyTiling(**tiling)
+            tiling = self._tiling_from_mapping(tiling, required=False)
         if not isinstance(tiling, ApproxPolyTiling):
-            raise ParameterError(f"tiling for {self.name} must be an ApproxPolyTiling or a mapping")
+            raise ParameterError(f"tiling for {self.name} must be an ApproxPolyTiling or a "
+                                 f"mapping of its fields {self._tiling_fields()}", param="tiling")
         self.validate_tiling(shape, tiling)
         t = self._resolve(shape, tiling, inputs)
-        t = self._with_blocks(shape, M, t, causal)
-        need = self.footprint(shape, t, causal)
+        t = self._with_blocks(shape, M, t)
+        need = self.footprint(shape, t)
         if need > M:
             raise CapacityError(f"{self.name} with tiling {t}", 0, need, M)
         return t
 
-    def candidate_tilings(self, shape: Shape, M: int, causal: bool = False, *, eps: float = 1e-3,
-                          entry_bound: float | None = None, radius: float | None = None):
+    def candidate_tilings(self, shape: Shape, M: int, *, eps: float = 1e-3,
+                          entry_bound: float | None = None,
+                          radius: float | None = None) -> list[ApproxPolyTiling]:
         """Resolved tilings (both variants) for an entry bound (or radius); [] if none fits."""
         out = []
         for variant in ("chebyshev", "taylor"):
             base = self._resolve(shape, ApproxPolyTiling(eps=eps, entry_bound=entry_bound,
                                                          radius=radius, variant=variant), None)
-            for rb, bn in self._best_blocks(shape, M, base.r, causal):
+            assert base.r is not None
+            for rb, bn in self._best_blocks(shape, M, base.r):
                 out.append(dataclasses.replace(base, rb=rb, Bn=bn))
         return out
 
-    def default_tiling(self, shape, M, causal=False):
-        return self.coerce_tiling(shape, M, None, causal)
+    def planner_tilings(self, shape: Shape, M: int, *, eps: float | None = None,
+                        entry_bound: float | None = None) -> list[ApproxPolyTiling]:
+        """The planner scores approximate attention only for an error target ``eps``."""
+        if eps is None:
+            raise ParameterError("approximate: give an error target eps", param="eps")
+        return self.candidate_tilings(shape, M, eps=eps, entry_bound=entry_bound)
+
+    def default_tiling(self, shape: Any, M: int, causal: object = None) -> ApproxPolyTiling:
+        return self.coerce_tiling(Shape.coerce(shape).with_mask(causal), M, None)
 
     def feature_map(self, shape: Shape, tiling: ApproxPolyTiling) -> FeatureMap:
         p = polynomial(tiling.eps, tiling.radius, tiling.variant, tiling.degree)
@@ -284,9 +280,10 @@ class ApproxPoly(Algorithm):
                 "K, V, Q with partial sums of O and D in slow memory")
 
     # ------------------------------------------------------------ counts
-    def _predict(self, shape: Shape, tiling: ApproxPolyTiling, causal: bool) -> IOCount:
+    def _predict(self, shape: Shape, tiling: ApproxPolyTiling) -> IOCount:
         d, nb = shape.d, tiling.r_blocks
-        Qv = _visible_rows(shape, min(tiling.Bn, shape.Nq), causal)
+        assert tiling.Bn is not None
+        Qv = _visible_rows(shape, min(tiling.Bn, shape.Nq))
         reads = nb * (2 * shape.Nkv * d + Qv * d) + (nb - 1) * Qv * (d + 1)
         if tiling.radius_pass:  # measuring max|q|, max|k| and the row norms: Q and K once
             reads += (shape.Nq + shape.Nkv) * d
@@ -295,8 +292,7 @@ class ApproxPoly(Algorithm):
 
     # ------------------------------------------------------------ schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: ApproxPolyTiling, causal: bool,
-                 scale: float) -> None:
+                 O: SlowArray, *, shape: Shape, tiling: ApproxPolyTiling, scale: float) -> None:
         if tiling.scale is None or abs(scale - tiling.scale) > 1e-12 * max(1.0, abs(scale)):
             raise ParameterError(
                 f"scale={scale!r} but this approx_poly tiling was planned for scale={tiling.scale!r} "
@@ -313,7 +309,7 @@ class ApproxPoly(Algorithm):
             ctx = _Pass(mem, fm, fb.start, fb.stop, fb.index == 0, fb.index == nb - 1, D)
             W = mem.alloc((fb.size, d), 0.0, label="W_b")
             z = mem.alloc((fb.size,), 0.0, label="z_b")
-            if causal:
+            if shape.causal:
                 self._causal_pass(ctx, Q, K, V, O, W, z, shape, tiling)
             else:
                 for kb in mem.blocks(shape.Nkv, tiling.Bn):
@@ -328,7 +324,7 @@ class ApproxPoly(Algorithm):
             for kb in mem.blocks(off, Bn):
                 ctx.absorb(K, V, kb.slice, W, z)
         for qb in mem.blocks(shape.Nq, Bn, uniform=False):
-            hi = kv_visible_hi(shape, qb.stop, True)
+            hi = kv_visible_hi(shape, qb.stop)
             if hi == 0:  # no row of the block sees a key: output 0, written once
                 if ctx.last:
                     Oi = mem.alloc((qb.size, shape.d), 0.0, label="O_i")
@@ -433,15 +429,17 @@ def _divide(num, den) -> None:
 ALGORITHM = ApproxPoly()
 
 
-def approx_tilings(shape, M: int, causal: bool = False, eps: float = 1e-3,
-                   entry_bound: float | None = None, *, radius: float | None = None):
-    """Resolved ``approx_poly`` tilings for the planner (each shows ``r``, ``kernel_error`` and
+def approx_tilings(shape: Any, M: int, causal: object = None, eps: float = 1e-3,
+                   entry_bound: float | None = None, *,
+                   radius: float | None = None) -> list[ApproxPolyTiling]:
+    """Resolved ``approx_poly`` tilings (each shows ``r``, ``kernel_error`` and
     ``guaranteed_error``); [] when none fits in M.  Needs ``entry_bound`` (or ``radius``)."""
-    return ALGORITHM.candidate_tilings(Shape.coerce(shape), M, causal, eps=eps,
+    return ALGORITHM.candidate_tilings(Shape.coerce(shape).with_mask(causal), M, eps=eps,
                                        entry_bound=entry_bound, radius=radius)
 
 
-def predicted_io(N, d, M, *, eps=1e-3, entry_bound=1.0, causal=False, Nkv=None, **tiling) -> IOCount:
+def predicted_io(N: int, d: int, M: int, *, eps: float = 1e-3, entry_bound: float = 1.0,
+                 causal: object = False, Nkv: int | None = None, **tiling: Any) -> IOCount:
     """Closed-form count of ``approx_poly`` for Nq = N (Nkv = N unless given)."""
     t = dict(eps=eps, entry_bound=entry_bound, **tiling)
-    return ALGORITHM.predicted_io(Shape(N, N if Nkv is None else Nkv, d), M, tiling=t, causal=causal)
+    return ALGORITHM.predicted_io(Shape.make(N, d, Nkv=Nkv, causal=causal), M, tiling=t)

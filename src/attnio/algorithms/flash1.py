@@ -45,9 +45,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..memory import SlowArray, TwoLevelMemory
+from ..core import masks
+from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, cdiv, q_range
 from . import _kernels as K_
-from .base import Algorithm, IOCount, Shape, cdiv, q_range
+from .base import Algorithm
 
 
 @dataclass(frozen=True)
@@ -75,10 +77,10 @@ class Flash1(Algorithm):
     Tiling = Flash1Tiling
     supports_window = True
 
-    def footprint(self, shape: Shape, tiling: Flash1Tiling, causal: bool = False) -> int:
+    def footprint(self, shape: Shape, tiling: Flash1Tiling) -> int:
         return _fp(shape.d, min(tiling.Br, shape.Nq), min(tiling.Bc, shape.Nkv))
 
-    def min_M(self, shape: Shape, causal: bool = False) -> int:
+    def min_M(self, shape: Shape) -> int:
         return _fp(shape.d, 1, 1)
 
     def rule_tiling(self, shape: Shape, M: int) -> Flash1Tiling:
@@ -86,7 +88,7 @@ class Flash1(Algorithm):
 
         def fits(mp: int) -> bool:
             Br, Bc = published_rule(mp, shape.d)
-            return self.footprint(shape, Flash1Tiling(Br, Bc), False) <= M
+            return self.footprint(shape, Flash1Tiling(Br, Bc)) <= M
 
         lo, hi = 1, M  # fits(lo) holds when M >= min_M; footprint grows with M'
         while lo < hi:
@@ -98,18 +100,18 @@ class Flash1(Algorithm):
         Br, Bc = published_rule(lo, shape.d)
         return Flash1Tiling(Br, Bc, lo)
 
-    def candidate_tilings(self, shape: Shape, M: int, causal: bool = False):
+    def candidate_tilings(self, shape: Shape, M: int):
         return [self.rule_tiling(shape, M)]
 
-    def steps(self, shape: Shape, tiling: Flash1Tiling, causal: bool = False) -> int:
+    def steps(self, shape: Shape, tiling: Flash1Tiling) -> int:
         return cdiv(shape.Nq, tiling.Br) * cdiv(shape.Nkv, tiling.Bc)
 
-    def _predict(self, shape: Shape, tiling: Flash1Tiling, causal: bool) -> IOCount:
+    def _predict(self, shape: Shape, tiling: Flash1Tiling) -> IOCount:
         d, Nq = shape.d, shape.Nq
-        if causal:
-            starts, stops = K_.block_counts(shape.Nkv, tiling.Bc)
-            lo, hi = K_.q_ranges(shape, starts, stops, causal)
-            _, _, rows = K_.meeting(lo, hi, tiling.Br, Nq)
+        if shape.causal:
+            starts, stops = masks.block_counts(shape.Nkv, tiling.Bc)
+            lo, hi = masks.q_ranges(shape, starts, stops)
+            _, _, rows = masks.meeting(lo, hi, tiling.Br, Nq)
             visits = int(rows.sum())
             kv_words = int(np.sum(np.where(hi > lo, stops - starts, 0)))
         else:  # every key block visits every query row
@@ -119,8 +121,7 @@ class Flash1(Algorithm):
         return IOCount(reads, writes)
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: Flash1Tiling, causal: bool,
-                 scale: float) -> None:
+                 O: SlowArray, *, shape: Shape, tiling: Flash1Tiling, scale: float) -> None:
         d, Nq = shape.d, shape.Nq
         Br, Bc = tiling.Br, tiling.Bc
         ell = mem.scratch("l", (Nq,))
@@ -134,8 +135,8 @@ class Flash1(Algorithm):
             mem.store(zl, ell, qb)
             mem.store(zm, mx, qb)
             mem.free(z, zl, zm)
-        for kb in mem.blocks(shape.Nkv, Bc, uniform=not causal):  # line 5
-            qlo, qhi = q_range(shape, kb.start, kb.stop, causal)
+        for kb in mem.blocks(shape.Nkv, Bc, uniform=not shape.causal):  # line 5
+            qlo, qhi = q_range(shape, kb.start, kb.stop)
             if qhi <= qlo:  # no query sees this block (sliding window): skip it
                 continue
             Kj = mem.load(K, kb, label="K_j")  # line 6
@@ -149,7 +150,7 @@ class Flash1(Algorithm):
                 t1 = mem.alloc((qb.size,), label="m_new")
                 t2 = mem.alloc((qb.size,), label="l_new")
                 mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)  # line 9
-                K_.mask_tile(mem, S, shape, qb, kb, causal)
+                K_.mask_tile(mem, S, shape, qb, kb)
                 mem.compute(K_.online_update_fa1, S, mi, li, t1, t2, Oi, Vj, writes=6)  # lines 10-12
                 mem.store(Oi, O, qb)  # lines 12-13
                 mem.store(li, ell, qb)
@@ -161,7 +162,7 @@ class Flash1(Algorithm):
 ALGORITHM = Flash1()
 
 
-def predicted_io(N, d, M, causal=False, tiling=None, Nkv=None) -> IOCount:
+def predicted_io(N: int, d: int, M: int, causal: object = False, tiling: object = None,
+                 Nkv: int | None = None) -> IOCount:
     """Closed-form count of ``flash1`` for Nq = N (Nkv = N unless given)."""
-    return ALGORITHM.predicted_io(Shape(N, N if Nkv is None else Nkv, d), M, tiling=tiling,
-                                  causal=causal)
+    return ALGORITHM.predicted_io(Shape.make(N, d, Nkv=Nkv, causal=causal), M, tiling=tiling)

@@ -46,10 +46,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ParameterError
-from ..memory import SlowArray, TwoLevelMemory
+from ..core import masks
+from ..core.errors import ParameterError
+from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
-from .base import Algorithm, IOCount, Shape, cdiv, head_views, kv_range
+from .base import Algorithm, head_views
 from .flash2_backward import BACKWARD
 
 
@@ -78,10 +80,10 @@ class Flash2(Algorithm):
     supports_backward = True
     backward = BACKWARD  # the backward schedule (flash2_backward.py)
 
-    def footprint(self, shape: Shape, tiling: Flash2Tiling, causal: bool = False) -> int:
+    def footprint(self, shape: Shape, tiling: Flash2Tiling) -> int:
         return _fp(shape.d, min(tiling.Br, shape.Nq), min(tiling.Bc, shape.Nkv), tiling.group)
 
-    def min_M(self, shape: Shape, causal: bool = False) -> int:
+    def min_M(self, shape: Shape) -> int:
         return _fp(shape.d, 1, 1)
 
     def validate_tiling(self, shape: Shape, tiling: Flash2Tiling) -> None:
@@ -95,9 +97,9 @@ class Flash2(Algorithm):
         d = shape.d
         return min(shape.Nkv, (M - G * Br * (2 * d + 3)) // (2 * d + Br))
 
-    def candidate_tilings(self, shape: Shape, M: int, causal: bool = False):
+    def candidate_tilings(self, shape: Shape, M: int):
         d, Nq = shape.d, shape.Nq
-        masked = causal
+        masked = shape.causal
         out = []
         for G in _divisors(shape.group):
             br_max = min(Nq, (M - 2 * d) // (G * (2 * d + 3) + 1))
@@ -140,7 +142,7 @@ class Flash2(Algorithm):
         """
         d = shape.d
         r = np.arange(shape.Nq, dtype=np.int64)
-        lo, hi = K_.kv_ranges(shape, r, r + 1, True)
+        lo, hi = masks.kv_ranges(shape, r, r + 1)
         pall, nseen = int(np.sum(hi - lo)), int(np.sum(hi > lo))
         keyed = []
         for t in cands:
@@ -152,44 +154,42 @@ class Flash2(Algorithm):
         for lb, t in keyed:
             if best is not None and lb > best[0]:
                 break
-            key = (self.predict_total(shape, t, True).total, self.steps(shape, t, True))
+            key = (self.predict_total(shape, t).total, self.steps(shape, t))
             scored.append((key, t))
             best = key if best is None else min(best, key)
         return [t for key, t in scored if key[0] == best[0]]
 
-    def steps(self, shape: Shape, tiling: Flash2Tiling, causal: bool = False) -> int:
+    def steps(self, shape: Shape, tiling: Flash2Tiling) -> int:
         return cdiv(shape.Nq, tiling.Br) * cdiv(shape.Nkv, tiling.Bc)
 
-    def _group_count(self, shape: Shape, tiling: Flash2Tiling, causal: bool) -> IOCount:
+    def _group_count(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:
         """Words moved for one group of ``tiling.group`` query heads sharing K/V tiles."""
         d, G = shape.d, tiling.group
-        if not causal:  # every block sees every key: the sum has a closed form
+        if not shape.causal:  # every block sees every key: the sum has a closed form
             reads = G * shape.Nq * d + 2 * d * shape.Nkv * cdiv(shape.Nq, tiling.Br)
             return IOCount(reads=reads, writes=G * shape.Nq * d)
-        starts, stops = K_.block_counts(shape.Nq, tiling.Br)
-        lo, hi = K_.kv_ranges(shape, starts, stops, causal)
-        _, _, cov = K_.meeting(lo, hi, tiling.Bc, shape.Nkv)
+        starts, stops = masks.block_counts(shape.Nq, tiling.Br)
+        lo, hi = masks.kv_ranges(shape, starts, stops)
+        _, _, cov = masks.meeting(lo, hi, tiling.Bc, shape.Nkv)
         seen = hi > lo
         reads = int(np.sum(np.where(seen, G * (stops - starts) * d + 2 * d * cov, 0)))
         return IOCount(reads=reads, writes=G * shape.Nq * d)
 
-    def _predict(self, shape: Shape, tiling: Flash2Tiling, causal: bool) -> IOCount:
-        return self._group_count(shape, Flash2Tiling(tiling.Br, tiling.Bc, 1), causal)
+    def _predict(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:
+        return self._group_count(shape, Flash2Tiling(tiling.Br, tiling.Bc, 1))
 
-    def predict_total(self, shape: Shape, tiling: Flash2Tiling, causal: bool = False) -> IOCount:
-        c = self._group_count(shape, tiling, causal)
-        n = shape.n_heads // tiling.group
-        return IOCount(n * c.reads, n * c.writes)
+    def predict_total(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:
+        return self._group_count(shape, tiling).scaled(shape.n_heads // tiling.group)
 
     def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                     O: SlowArray, *, shape: Shape, tiling: Flash2Tiling, causal: bool,
-                     scale: float, lse: SlowArray | None = None) -> None:
+                     O: SlowArray, *, shape: Shape, tiling: Flash2Tiling, scale: float,
+                     lse: SlowArray | None = None) -> None:
         """Every group of ``tiling.group`` query heads against its K/V head; ``lse`` (stacked by
         head, Nq words each) receives the logsumexp of every row when given."""
         G, Nq = tiling.group, shape.Nq
         if shape.n_heads == 1:
-            self.schedule_group(mem, [Q], K, V, [O], shape=shape, tiling=tiling, causal=causal,
-                                scale=scale, lse=None if lse is None else [lse])
+            self.schedule_group(mem, [Q], K, V, [O], shape=shape, tiling=tiling, scale=scale,
+                                lse=None if lse is None else [lse])
             return
         for gb in mem.blocks(shape.n_heads // G, 1):
             heads = [gb.start * G + g for g in range(G)]
@@ -198,26 +198,26 @@ class Flash2(Algorithm):
             if lse is not None:
                 lses = [mem.view(lse, slice(h * Nq, (h + 1) * Nq)) for h in heads]
             self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
-                                [v[3] for v in views], shape=shape, tiling=tiling,
-                                causal=causal, scale=scale, lse=lses)
+                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale,
+                                lse=lses)
 
-    def predict_with_lse(self, shape: Shape, tiling: Flash2Tiling, causal: bool = False) -> IOCount:
+    def predict_with_lse(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:
         """The forward pass that also writes the logsumexp (Nq words a head) for the backward."""
-        return self.predict_total(shape, tiling, causal) + IOCount(0, shape.n_heads * shape.Nq)
+        return self.predict_total(shape, tiling) + IOCount(0, shape.n_heads * shape.Nq)
 
-    def schedule(self, mem, Q, K, V, O, *, shape, tiling, causal, scale) -> None:
+    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                 O: SlowArray, *, shape: Shape, tiling: Flash2Tiling, scale: float) -> None:
         self.schedule_group(mem, [Q], K, V, [O], shape=shape,
-                            tiling=Flash2Tiling(tiling.Br, tiling.Bc, 1), causal=causal,
-                            scale=scale)
+                            tiling=Flash2Tiling(tiling.Br, tiling.Bc, 1), scale=scale)
 
     def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
                        V: SlowArray, Os: list[SlowArray], *, shape: Shape, tiling: Flash2Tiling,
-                       causal: bool, scale: float, lse: list[SlowArray] | None = None) -> None:
+                       scale: float, lse: list[SlowArray] | None = None) -> None:
         """Query heads ``Qs`` (one group) against one K/V head: each K/V tile is loaded once for
         the whole group.  ``lse`` (optional) receives each row's logsumexp, for the backward."""
         d = shape.d
-        for qb in mem.blocks(shape.Nq, tiling.Br, uniform=not causal):
-            lo, hi = kv_range(shape, qb.start, qb.stop, causal)
+        for qb in mem.blocks(shape.Nq, tiling.Br, uniform=not shape.causal):
+            lo, hi = kv_range(shape, qb.start, qb.stop)
             if hi <= lo:  # every row of the block is masked: its output is 0
                 for g, O in enumerate(Os):
                     Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
@@ -242,7 +242,7 @@ class Flash2(Algorithm):
                 for Qi, Oi, m, l, t in heads:
                     S = mem.alloc((qb.size, kb.size), label="S_ij")
                     mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
-                    K_.mask_tile(mem, S, shape, qb, kb, causal)
+                    K_.mask_tile(mem, S, shape, qb, kb)
                     mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj, writes=5)
                     mem.free(S)
                 mem.free(Kj, Vj)
@@ -258,7 +258,7 @@ class Flash2(Algorithm):
 ALGORITHM = Flash2()
 
 
-def predicted_io(N, d, M, causal=False, tiling=None, Nkv=None) -> IOCount:
+def predicted_io(N: int, d: int, M: int, causal: object = False, tiling: object = None,
+                 Nkv: int | None = None) -> IOCount:
     """Closed-form count of ``flash2`` for Nq = N (Nkv = N unless given)."""
-    return ALGORITHM.predicted_io(Shape(N, N if Nkv is None else Nkv, d), M, tiling=tiling,
-                                  causal=causal)
+    return ALGORITHM.predicted_io(Shape.make(N, d, Nkv=Nkv, causal=causal), M, tiling=tiling)

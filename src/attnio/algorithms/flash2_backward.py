@@ -35,10 +35,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ParameterError, check_int
-from ..memory import SlowArray, TwoLevelMemory
+from ..core import masks
+from ..core.checks import check_int
+from ..core.errors import CapacityError, ParameterError
+from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, cdiv, q_range
 from . import _kernels as K_
-from .base import IOCount, Shape, cdiv, q_range
 
 
 @dataclass(frozen=True)
@@ -96,24 +98,24 @@ class Flash2Backward:
             br *= 2
         return out
 
-    def _visible(self, shape: Shape, t: BackwardTiling, causal: bool):
-        starts, stops = K_.block_counts(shape.Nkv, t.Bc)
-        lo, hi = K_.q_ranges(shape, starts, stops, causal)
-        _, _, rows = K_.meeting(lo, hi, t.Br, shape.Nq)
+    def _visible(self, shape: Shape, t: BackwardTiling):
+        starts, stops = masks.block_counts(shape.Nkv, t.Bc)
+        lo, hi = masks.q_ranges(shape, starts, stops)
+        _, _, rows = masks.meeting(lo, hi, t.Br, shape.Nq)
         return stops - starts, hi > lo, rows
 
-    def predict(self, shape: Shape, t: BackwardTiling, causal: bool) -> IOCount:
+    def predict(self, shape: Shape, t: BackwardTiling) -> IOCount:
         d, g, Nq = shape.d, shape.group, shape.Nq
-        size, vis, rows = self._visible(shape, t, causal)
+        size, vis, rows = self._visible(shape, t)
         R = int(rows.sum())
         reads = g * 2 * Nq * d + 2 * d * int(np.sum(np.where(vis, size, 0))) + g * (3 * d + 2) * R
         writes = g * Nq + g * Nq * d + 2 * shape.Nkv * d + g * d * R
-        n = shape.batch * shape.kv_heads
-        return IOCount(n * reads, n * writes)
+        return IOCount(reads, writes).scaled(shape.n_kv_heads)
 
-    def coerce_tiling(self, shape: Shape, M: int, tiling=None, causal: bool = False):
-        from ..errors import CapacityError
+    def steps(self, shape: Shape, t: BackwardTiling) -> int:
+        return cdiv(shape.Nq, t.Br) * cdiv(shape.Nkv, t.Bc)
 
+    def coerce_tiling(self, shape: Shape, M: int, tiling: object = None) -> BackwardTiling:
         if tiling is None:
             if M < self.min_M(shape):
                 raise ParameterError(
@@ -121,10 +123,16 @@ class Flash2Backward:
                     f"M >= {self.min_M(shape)} words"
                 )
             cands = self.candidate_tilings(shape, M)
-            return min(cands, key=lambda t: (self.predict(shape, t, causal).total,
-                                             cdiv(shape.Nq, t.Br) * cdiv(shape.Nkv, t.Bc)))
+            return min(cands, key=lambda t: (self.predict(shape, t).total, self.steps(shape, t)))
         if isinstance(tiling, dict):
+            unknown = set(tiling) - {"Br", "Bc"}
+            if unknown or set(tiling) != {"Br", "Bc"}:
+                raise ParameterError(f"backward tiling needs exactly the fields Br and Bc, got "
+                                     f"{sorted(tiling)}", param="backward_tiling")
             tiling = BackwardTiling(**tiling)
+        if not isinstance(tiling, BackwardTiling):
+            raise ParameterError(f"backward tiling must be a BackwardTiling or a mapping of Br, "
+                                 f"Bc, got {tiling!r}", param="backward_tiling")
         check_int("backward_tiling.Br", tiling.Br)
         check_int("backward_tiling.Bc", tiling.Bc)
         need = self.footprint(shape, tiling)
@@ -133,7 +141,7 @@ class Flash2Backward:
         return tiling
 
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
-                     tiling: BackwardTiling, causal: bool, scale: float) -> None:
+                     tiling: BackwardTiling, scale: float) -> None:
         """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
         Nq, Nkv = shape.Nq, shape.Nkv
         D = mem.scratch("D", (shape.n_heads * Nq,))
@@ -146,9 +154,11 @@ class Flash2Backward:
                               ("dQ", arrays["dQ"]), ("L", arrays["L"]), ("D", D)):
                 qv[name] = [mem.view(arr, slice(h * Nq, (h + 1) * Nq)) for h in q_heads]
             kv = {n: mem.view(arrays[n], ks) for n in ("K", "V", "dK", "dV")}
-            self._one_kv_head(mem, qv, kv, shape=shape, tiling=tiling, causal=causal, scale=scale)
+            self._one_kv_head(mem, qv, kv, shape=shape, tiling=tiling, scale=scale)
 
-    def _one_kv_head(self, mem, qv, kv, *, shape, tiling, causal, scale) -> None:
+    def _one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
+                     kv: dict[str, SlowArray], *, shape: Shape, tiling: BackwardTiling,
+                     scale: float) -> None:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         Br, Bc = tiling.Br, tiling.Bc
         for g in range(len(qv["Q"])):  # preprocessing: D = rowsum(dO ∘ O); dQ = 0
@@ -163,8 +173,8 @@ class Flash2Backward:
                 z = mem.alloc((qb.size, d), 0.0, label="dQ_init")
                 mem.store(z, qv["dQ"][g], qb)
                 mem.free(z)
-        for kb in mem.blocks(Nkv, Bc, uniform=not causal):
-            qlo, qhi = q_range(shape, kb.start, kb.stop, causal)
+        for kb in mem.blocks(Nkv, Bc, uniform=not shape.causal):
+            qlo, qhi = q_range(shape, kb.start, kb.stop)
             dKj = mem.alloc((kb.size, d), 0.0, label="dK_j")
             dVj = mem.alloc((kb.size, d), 0.0, label="dV_j")
             if qhi > qlo:
@@ -180,8 +190,7 @@ class Flash2Backward:
                         P = mem.alloc((qb.size, kb.size), label="P_ij")
                         dS = mem.alloc((qb.size, kb.size), label="dS_ij")
                         mask = None
-                        if K_.tile_needs_mask(shape, qb.start, kb.stop, causal, qb.stop,
-                                              kb.start):
+                        if K_.tile_needs_mask(shape, qb.start, kb.stop, qb.stop, kb.start):
                             mask = (qb.start, kb.start, shape.offset, shape.window)
                         mem.compute(lambda *a, mask=mask: _backward_step(*a, scale=scale,
                                                                          mask=mask),

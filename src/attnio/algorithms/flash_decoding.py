@@ -44,10 +44,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ParameterError
-from ..memory import Block, SlowArray, TwoLevelMemory
+from ..core import masks
+from ..core.errors import ParameterError
+from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
-from .base import Algorithm, IOCount, Shape, cdiv, kv_range
+from .base import Algorithm
+from .flash2 import ALGORITHM as FLASH2
 
 
 @dataclass(frozen=True)
@@ -83,11 +86,11 @@ class FlashDecoding(Algorithm):
     Tiling = SplitKVTiling
     supports_window = True
 
-    def footprint(self, shape: Shape, tiling: SplitKVTiling, causal: bool = False) -> int:
+    def footprint(self, shape: Shape, tiling: SplitKVTiling) -> int:
         L = cdiv(shape.Nkv, tiling.splits)
         return _fp(shape.d, min(tiling.Br, shape.Nq), min(tiling.Bc, L), tiling.splits)
 
-    def min_M(self, shape: Shape, causal: bool = False) -> int:
+    def min_M(self, shape: Shape) -> int:
         return _fp(shape.d, 1, 1, 1)
 
     def validate_tiling(self, shape: Shape, tiling: SplitKVTiling) -> None:
@@ -97,45 +100,45 @@ class FlashDecoding(Algorithm):
                 f"tiling.splits must be in [1, Nkv={shape.Nkv}], got {tiling.splits}"
             )
 
-    def candidate_tilings(self, shape: Shape, M: int, causal: bool = False):
+    def candidate_tilings(self, shape: Shape, M: int):
         """FlashAttention-2's least-I/O (Br, Bc) with 1, 2, 4, 8 and 16 splits.
 
         A split never lowers the count (module docstring): with ``splits = 1`` this schedule is
         flash2's, so flash2's best tile is the best here too and the other splits are there to be
         compared, not searched over every tile.
         """
-        t = _flash2_best(shape.head(), M, causal)
+        t = _flash2_best(shape.head(), M)
         out = []
         for s in (1, 2, 4, 8, 16):
             if s <= shape.Nkv:
                 c = SplitKVTiling(t.Br, min(t.Bc, cdiv(shape.Nkv, s)), s)
-                if self.footprint(shape, c, causal) <= M:
+                if self.footprint(shape, c) <= M:
                     out.append(c)
         return out
 
-    def steps(self, shape: Shape, tiling: SplitKVTiling, causal: bool = False) -> int:
+    def steps(self, shape: Shape, tiling: SplitKVTiling) -> int:
         L = cdiv(shape.Nkv, tiling.splits)
         return cdiv(shape.Nq, tiling.Br) * tiling.splits * cdiv(L, tiling.Bc)
 
-    def _predict(self, shape: Shape, tiling: SplitKVTiling, causal: bool) -> IOCount:
+    def _predict(self, shape: Shape, tiling: SplitKVTiling) -> IOCount:
         d, Bc, s = shape.d, tiling.Bc, tiling.splits
         L = cdiv(shape.Nkv, s)
-        if not causal:  # every query block sees every split whole
+        if not shape.causal:  # every query block sees every split whole
             nsplit, Tr = cdiv(shape.Nkv, L), cdiv(shape.Nq, tiling.Br)
             cov = shape.Nkv  # each split's Bc blocks tile it exactly
             if s == 1:
                 return IOCount(shape.Nq * d + 2 * d * cov * Tr, shape.Nq * d)
             reads = nsplit * shape.Nq * d + 2 * d * cov * Tr + nsplit * shape.Nq * (d + 1)
             return IOCount(reads, nsplit * shape.Nq * (d + 1) + shape.Nq * d)
-        starts, stops = K_.block_counts(shape.Nq, tiling.Br)
+        starts, stops = masks.block_counts(shape.Nq, tiling.Br)
         rows = stops - starts
-        lo, hi = K_.kv_ranges(shape, starts, stops, causal)
+        lo, hi = masks.kv_ranges(shape, starts, stops)
         n_vis = np.zeros_like(rows)
         cov = np.zeros_like(rows)
         for p in range(cdiv(shape.Nkv, L)):
             p0, p1 = p * L, min(shape.Nkv, (p + 1) * L)
             slo, shi = np.maximum(lo, p0) - p0, np.minimum(hi, p1) - p0
-            _, _, width = K_.meeting(slo, shi, Bc, p1 - p0)
+            _, _, width = masks.meeting(slo, shi, Bc, p1 - p0)
             n_vis += shi > slo
             cov += width
         seen = hi > lo
@@ -147,16 +150,15 @@ class FlashDecoding(Algorithm):
         return IOCount(reads, writes)
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: SplitKVTiling, causal: bool,
-                 scale: float) -> None:
+                 O: SlowArray, *, shape: Shape, tiling: SplitKVTiling, scale: float) -> None:
         d, Nq, s = shape.d, shape.Nq, tiling.splits
         L = cdiv(shape.Nkv, s)
         nsplit = cdiv(shape.Nkv, L)
         if s > 1:
             Op = mem.scratch("O_part", (nsplit * Nq, d))
             Lp = mem.scratch("lse_part", (nsplit * Nq,))
-        for qb in mem.blocks(Nq, tiling.Br, uniform=not causal):
-            lo, hi = kv_range(shape, qb.start, qb.stop, causal)
+        for qb in mem.blocks(Nq, tiling.Br, uniform=not shape.causal):
+            lo, hi = kv_range(shape, qb.start, qb.stop)
             visible = []
             for sp in mem.blocks(shape.Nkv, L, uniform=False):
                 slo, shi = max(lo, sp.start), min(hi, sp.stop)
@@ -175,7 +177,7 @@ class FlashDecoding(Algorithm):
                     S = mem.alloc((qb.size, kb.size), label="S_ij")
                     mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
                     absolute = Block(kb.index, kb.start + sp.start, kb.stop + sp.start)
-                    K_.mask_tile(mem, S, shape, qb, absolute, causal)
+                    K_.mask_tile(mem, S, shape, qb, absolute)
                     mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj, writes=5)
                     mem.free(S, Kj, Vj)
                 mem.compute(K_.normalise_rows, Oi, l, writes=1)
@@ -210,10 +212,8 @@ class FlashDecoding(Algorithm):
 
 
 @functools.lru_cache(maxsize=256)
-def _flash2_best(shape: Shape, M: int, causal: bool):
-    from .flash2 import ALGORITHM as F2
-
-    return F2.default_tiling(shape, M, causal)
+def _flash2_best(shape: Shape, M: int):
+    return FLASH2.default_tiling(shape, M)
 
 
 ALGORITHM = FlashDecoding()

@@ -34,10 +34,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ParameterError
-from ..memory import SlowArray, TwoLevelMemory
+from ..core import masks
+from ..core.errors import ParameterError
+from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
-from .base import Algorithm, IOCount, Shape, cdiv, kv_range
+from .base import Algorithm
 
 
 @dataclass(frozen=True)
@@ -82,17 +84,17 @@ class Standard(Algorithm):
     def _dims(self, shape: Shape, t: StandardTiling) -> tuple[int, int, int]:
         return min(t.bm, shape.Nq), min(t.bn, shape.Nkv), min(t.bk, shape.d)
 
-    def _row_widths(self, shape: Shape, t: StandardTiling, causal: bool):
-        starts, stops = K_.block_counts(shape.Nq, t.bm)
-        lo, hi = K_.kv_ranges(shape, starts, stops, causal)
-        nvis, _, cov = K_.meeting(lo, hi, t.bn, shape.Nkv)
+    def _row_widths(self, shape: Shape, t: StandardTiling):
+        starts, stops = masks.block_counts(shape.Nq, t.bm)
+        lo, hi = masks.kv_ranges(shape, starts, stops)
+        nvis, _, cov = masks.meeting(lo, hi, t.bn, shape.Nkv)
         return stops - starts, nvis, cov
 
-    def footprint(self, shape: Shape, tiling: StandardTiling, causal: bool = False) -> int:
+    def footprint(self, shape: Shape, tiling: StandardTiling) -> int:
         bm, bn, bk = self._dims(shape, tiling)
         mm = bm * bn + bm * bk + bn * bk
         if tiling.onepass:
-            if causal:
+            if shape.causal:
                 width = _max_width(shape, tiling.bm, tiling.bn)
             else:
                 width = shape.Nkv
@@ -101,13 +103,13 @@ class Standard(Algorithm):
             sm = bm * bn + 3 * bm
         return max(mm, sm)
 
-    def min_M(self, shape: Shape, causal: bool = False) -> int:
+    def min_M(self, shape: Shape) -> int:
         return 4
 
-    def candidate_tilings(self, shape: Shape, M: int, causal: bool = False):
+    def candidate_tilings(self, shape: Shape, M: int):
         sides = sorted({min(s, max(shape.Nq, shape.Nkv)) for s in _pow2_upto(M)})
         bks = sorted({min(shape.d, b) for b in _pow2_upto(shape.d)} | {shape.d})
-        if not causal:
+        if not shape.causal:
             return self._unmasked_candidates(shape, M, sides, bks)
         return self._masked_candidates(shape, M, sides, bks)
 
@@ -126,7 +128,7 @@ class Standard(Algorithm):
         # diagonal with Nkv > Nq narrows it: then ask footprint
         simple = shape.window is None and (shape.causal_align == "bottom_right" or Nkv <= Nq)
         r = np.arange(Nq, dtype=np.int64)
-        lo, hi = K_.kv_ranges(shape, r, r + 1, True)
+        lo, hi = masks.kv_ranges(shape, r, r + 1)
         pall = int(np.sum(hi - lo))
         cands = []
         for bk in bks:
@@ -143,7 +145,7 @@ class Standard(Algorithm):
                         elif simple:
                             fp = max(mm, bmc * Nkv + 3 * bmc)
                         else:
-                            fp = self.footprint(shape, t, True)
+                            fp = self.footprint(shape, t)
                         if fp > M:
                             continue
                         p = 1 if onepass else 2
@@ -154,7 +156,7 @@ class Standard(Algorithm):
         for lb, t in cands:
             if best is not None and lb > best:
                 break
-            tot = self._predict(shape, t, True).total
+            tot = self._predict(shape, t).total
             scored.append((tot, t))
             best = tot if best is None else min(best, tot)
         return [t for tot, t in scored if tot == best]
@@ -189,9 +191,9 @@ class Standard(Algorithm):
                     key = (total, tr * tc * tk)
                     if (bk, onepass) not in best or key < best[bk, onepass][0]:
                         best[bk, onepass] = (key, StandardTiling(bm, bn, bk, onepass))
-        return [t for _, t in best.values() if self.footprint(shape, t, False) <= M]
+        return [t for _, t in best.values() if self.footprint(shape, t) <= M]
 
-    def steps(self, shape: Shape, tiling: StandardTiling, causal: bool = False) -> int:
+    def steps(self, shape: Shape, tiling: StandardTiling) -> int:
         return cdiv(shape.Nq, tiling.bm) * cdiv(shape.Nkv, tiling.bn) * cdiv(shape.d, tiling.bk)
 
     def validate_tiling(self, shape: Shape, tiling: StandardTiling) -> None:
@@ -199,34 +201,33 @@ class Standard(Algorithm):
         if not isinstance(tiling.onepass, bool):
             raise ParameterError(f"tiling.onepass must be True or False, got {tiling.onepass!r}")
 
-    def _predict(self, shape: Shape, tiling: StandardTiling, causal: bool) -> IOCount:
+    def _predict(self, shape: Shape, tiling: StandardTiling) -> IOCount:
         d = shape.d
         tk = cdiv(d, tiling.bk)
         p = 1 if tiling.onepass else 2
-        if not causal:  # every block row sees every key block: the sums in closed form
+        if not shape.causal:  # every block row sees every key block: the sums in closed form
             Nq, Nkv = shape.Nq, shape.Nkv
             tr, tc = cdiv(Nq, tiling.bm), cdiv(Nkv, tiling.bn)
             area = Nq * Nkv
             reads = d * (tc * Nq + tr * Nkv) + p * area + tk * area + d * tr * Nkv
             return IOCount(reads, 2 * area + Nq * d)
-        rows, nvis, cov = self._row_widths(shape, tiling, causal)
+        rows, nvis, cov = self._row_widths(shape, tiling)
         area = int(np.sum(rows * cov))
         reads = d * int(np.sum(nvis * rows + cov)) + p * area + tk * area + d * int(cov.sum())
         writes = area + area + shape.Nq * d
         return IOCount(reads, writes)
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: StandardTiling, causal: bool,
-                 scale: float) -> None:
+                 O: SlowArray, *, shape: Shape, tiling: StandardTiling, scale: float) -> None:
         Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
         bm, bn, bk = tiling.bm, tiling.bn, tiling.bk
         S = mem.scratch("S", (Nq, Nkv))
         P = mem.scratch("P", (Nq, Nkv))
-        u = not causal
+        u = not shape.causal
 
         # phase 1: S = scale * Q K^T on the visible tiles
         for qb in mem.blocks(Nq, bm, uniform=u):
-            lo, hi = kv_range(shape, qb.start, qb.stop, causal)
+            lo, hi = kv_range(shape, qb.start, qb.stop)
             for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi):
                 acc = mem.alloc((qb.size, kb.size), 0.0, label="S_ij")
                 for lb in mem.blocks(d, bk):
@@ -234,13 +235,13 @@ class Standard(Algorithm):
                     Kt = mem.load(K, kb, lb, label="K_jl")
                     mem.matmul(acc, Qt, Kt, transpose_b=True, alpha=scale, accumulate=True)
                     mem.free(Qt, Kt)
-                K_.mask_tile(mem, acc, shape, qb, kb, causal)
+                K_.mask_tile(mem, acc, shape, qb, kb)
                 mem.store(acc, S, qb, kb)
                 mem.free(acc)
 
         # phase 2: P = softmax(S) row block by row block
         for qb in mem.blocks(Nq, bm, uniform=u):
-            lo, hi = kv_range(shape, qb.start, qb.stop, causal)
+            lo, hi = kv_range(shape, qb.start, qb.stop)
             if hi <= lo:
                 continue
             m = mem.alloc((qb.size,), -np.inf, label="m_i")
@@ -266,7 +267,7 @@ class Standard(Algorithm):
 
         # phase 3: O = P V
         for qb in mem.blocks(Nq, bm, uniform=u):
-            lo, hi = kv_range(shape, qb.start, qb.stop, causal)
+            lo, hi = kv_range(shape, qb.start, qb.stop)
             for cb in mem.blocks(d, bk):
                 acc = mem.alloc((qb.size, cb.size), 0.0, label="O_ic")
                 for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi):
@@ -282,7 +283,7 @@ class Standard(Algorithm):
 def _max_width(shape: Shape, bm: int, bn: int) -> int:
     """Widest visible row block under the mask (the one-pass softmax holds it): cached, because
     the planner asks for it on every candidate and it costs O(Nq/bm)."""
-    _, _, cov = ALGORITHM._row_widths(shape, StandardTiling(bm, bn, 1), True)
+    _, _, cov = ALGORITHM._row_widths(shape, StandardTiling(bm, bn, 1))
     return int(cov.max())
 
 
@@ -297,7 +298,7 @@ def _pow2_upto(n: int) -> list[int]:
 ALGORITHM = Standard()
 
 
-def predicted_io(N, d, M, causal=False, tiling=None, Nkv=None) -> IOCount:
+def predicted_io(N: int, d: int, M: int, causal: object = False, tiling: object = None,
+                 Nkv: int | None = None) -> IOCount:
     """Closed-form count of ``standard`` for Nq = N (Nkv = N unless given)."""
-    return ALGORITHM.predicted_io(Shape(N, N if Nkv is None else Nkv, d), M, tiling=tiling,
-                                  causal=causal)
+    return ALGORITHM.predicted_io(Shape.make(N, d, Nkv=Nkv, causal=causal), M, tiling=tiling)

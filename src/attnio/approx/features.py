@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 
 __all__ = ["FeatureMap", "MAX_R_COMPUTE", "feature_dim", "feature_map", "monomials"]
 

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 
 __all__ = [
     "EPS_MAX",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import warnings
 
-from ..errors import ParameterError
+from ..core.errors import ParameterError
 
 __all__ = ["UnboundedWarning", "check_entries", "check_radius", "score_radius"]
 

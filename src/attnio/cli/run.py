@@ -74,7 +74,7 @@ def parse_tiling(text):
         try:
             obj = json.loads(t)
         except json.JSONDecodeError as e:
-            from ..errors import ParameterError
+            from ..core.errors import ParameterError
 
             raise ParameterError(f"--tiling is not valid JSON ({e.msg}): {text!r}") from None
         return obj
@@ -83,7 +83,7 @@ def parse_tiling(text):
 
 def load_inputs(path: str, need_grad: bool):
     """Q, K, V (and dO) from an .npz file; clear errors for a missing file or array."""
-    from ..errors import ParameterError
+    from ..core.errors import ParameterError
 
     try:
         with np.load(path) as f:
@@ -103,8 +103,8 @@ def load_inputs(path: str, need_grad: bool):
 
 def main_matmul(args) -> int:
     """``attnio run matmul --m --k --n --M``: C = A·B on the simulator, with the COSMA ratio."""
-    from ..algorithms.matmul import run_matmul
-    from ..errors import ParameterError
+    from ..blocks.matmul import run_matmul
+    from ..core.errors import ParameterError
 
     missing = [f"--{x}" for x in ("m", "k", "n") if getattr(args, x) is None]
     if missing:
@@ -114,7 +114,7 @@ def main_matmul(args) -> int:
         res = run_matmul(shape=(args.m, args.k, args.n), M=args.M, tiling=tiling)
         err = None
     else:
-        from ..algorithms.matmul import MatmulShape
+        from ..blocks.matmul import MatmulShape
 
         MatmulShape(args.m, args.k, args.n)  # validate sizes before drawing inputs
         rng = np.random.default_rng(args.seed)
@@ -143,18 +143,21 @@ def main_matmul(args) -> int:
 
 
 def main(args) -> int:
-    from .. import algorithms, reference, run
-    from ..errors import ParameterError
+    from .. import algorithms, run
+    from ..blocks.matmul import ALGORITHM as MATMUL
+    from ..core import reference
+    from ..core.errors import ParameterError
 
     if args.list:
-        for name in algorithms.names(None):
+        for name in algorithms.names():
             print(f"{name:16s} {algorithms.get(name).summary}")
+        print(f"{MATMUL.name:16s} {MATMUL.summary} (a building block, not attention)")
         return 0
     if not args.algorithm:
-        raise ParameterError("algorithm: name one of " + ", ".join(algorithms.names(None)))
-    alg = algorithms.get(args.algorithm)
-    if alg.kind == "matmul":
+        raise ParameterError("algorithm: name one of " + ", ".join(algorithms.names() + ["matmul"]))
+    if args.algorithm == "matmul":
         return main_matmul(args)
+    alg = algorithms.get(args.algorithm)
     tiling = parse_tiling(args.tiling)
     approx_opts = {}
     if args.entry_bound is not None and not (args.entry_bound > 0 and np.isfinite(args.entry_bound)):
@@ -169,8 +172,8 @@ def main(args) -> int:
     elif args.eps is not None or args.entry_bound is not None or args.allow_unbounded:
         raise ParameterError(f"--eps/--entry-bound/--allow-unbounded apply to approximate "
                              f"algorithms; {alg.name} is exact")
-    from ..algorithms.base import Shape
-    from ..errors import check_int
+    from ..core.checks import check_int
+    from ..core.workload import Shape
     from ..runner import DEFAULT_BUDGET_S
 
     for flag in ("N", "Nq", "Nkv", "d", "M", "batch", "heads", "kv_heads"):

@@ -61,7 +61,7 @@ A* proves the matmul 2x2x2 optima (M = 3..6) in 0.5-18 s, where CP-SAT alone, wi
 60 s, finds the same values but proves none of them (docs/pebbling.md); CP-SAT is kept for the
 instances A* cannot finish, where it finds better schedules than greedy.
 
->>> from attnio import dag
+>>> from attnio.pebble import dag
 >>> r = solve(dag.binary_tree(4), M=3, time_limit=10)
 >>> (r.io, r.globally_optimal, r.lower_bound, r.method)
 (7, True, 7, 'search')
@@ -78,8 +78,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..core.checks import check_int
+from ..core.errors import ParameterError, ScheduleError
+from ..core.extras import require
 from .dag import DAG
-from .errors import AttnioError, ParameterError, ScheduleError, check_int
 
 __all__ = [
     "IllegalMoveError",
@@ -390,10 +392,7 @@ class PebbleResult:
 
 def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit: float,
                    workers: int, recompute: bool, upper: int | None, seed: int):
-    try:
-        from ortools.sat.python import cp_model
-    except ImportError:
-        raise AttnioError("the CP-SAT model needs OR-Tools: pip install 'attnio[pebble]'") from None
+    cp_model = require("ortools.sat.python.cp_model", "pebble", "the CP-SAT pebbling model")
 
     n = len(dag)
     inputs = {v for v in range(n) if dag.is_input(v)}
@@ -850,154 +849,3 @@ def solve(dag: DAG, M: int, *, time_limit: float = 60.0, method: str = "auto",
     scope = cp.scope if not glob or cp.globally_optimal else "global: CP-SAT schedule meets A*'s bound"
     return dataclasses.replace(cp, lower_bound=max(cp.lower_bound, search_lb), globally_optimal=glob,
                                scope=scope, seconds=time.perf_counter() - t0, method="search+cpsat")
-
-
-# ---------------------------------------------------------------------- comparison and table
-@dataclass(frozen=True)
-class Instance:
-    """A tiny problem: ``kind`` "attention" (sizes (Nq, Nkv, d)) or "matmul" (sizes (m, k, n))."""
-
-    kind: str
-    sizes: tuple[int, ...]
-    rowmax: bool = True
-    normalize: str = "P"
-
-    def dag(self) -> DAG:
-        from . import dag as dag_
-
-        if self.kind == "matmul":
-            return dag_.matmul(*self.sizes)
-        if self.kind == "attention":
-            Nq, Nkv, d = self.sizes
-            return dag_.attention(Nq, d, Nkv=Nkv, rowmax=self.rowmax, normalize=self.normalize)
-        raise ParameterError(f"kind must be 'attention' or 'matmul', got {self.kind!r}")
-
-    @property
-    def label(self) -> str:
-        if self.kind == "matmul":
-            return "matmul {}x{}x{}".format(*self.sizes)
-        Nq, Nkv, d = self.sizes
-        size = f"N={Nq}" if Nq == Nkv else f"Nq={Nq} Nkv={Nkv}"
-        extra = ("" if self.rowmax else " no-max") + ("" if self.normalize == "P" else " norm=O")
-        return f"attention {size} d={d}{extra}"
-
-
-def simulated(inst: Instance, M: int) -> list[tuple[str, int | None, str]]:
-    """Every exact registered algorithm of the instance's kind run in count mode at this M.
-
-    Returns ``(name, total I/O or None, note)``; None with ``"cannot run: needs M >= m"`` when the
-    algorithm's least M exceeds M.
-    """
-    from . import algorithms, run
-    from .algorithms.base import Shape
-
-    out: list[tuple[str, int | None, str]] = []
-    for alg in algorithms.all_algorithms(inst.kind):
-        if not alg.exact:
-            continue
-        if inst.kind == "matmul":
-            from .algorithms.matmul import MatmulShape, run_matmul
-
-            shape = MatmulShape.coerce(inst.sizes)
-            need = alg.min_M(shape)
-            if M < need:
-                out.append((alg.name, None, f"cannot run: needs M >= {need}"))
-                continue
-            out.append((alg.name, run_matmul(shape=inst.sizes, M=M, mode="count").io.total, ""))
-        else:
-            shape = Shape(*inst.sizes)
-            need = alg.min_M(shape)
-            if M < need:
-                out.append((alg.name, None, f"cannot run: needs M >= {need}"))
-                continue
-            out.append((alg.name, run(alg.name, shape=shape, M=M, mode="count").io.total, ""))
-    return out
-
-
-def seed_bounds(inst: Instance, M: int) -> list[tuple[str, float, bool]]:
-    """The seed bounds of :mod:`attnio.bounds` at this size: ``(name, value, explicit)``."""
-    try:
-        from . import bounds
-    except ImportError:  # pragma: no cover - bounds.py is part of the package
-        return []
-    if inst.kind == "matmul":
-        m, k, n = inst.sizes
-        bs = [bounds.matmul(m, k, n, M), bounds.matmul_cosma(m, k, n, M)]
-    else:
-        Nq, Nkv, d = inst.sizes
-        if Nq == Nkv:
-            bs = bounds.applicable(Nq, d, M)
-        else:
-            bs = bounds.applicable(Nq, d, M, Nkv=Nkv)
-    return [(b.name, float(b.value), bool(b.explicit)) for b in bs]
-
-
-def compare(inst: Instance, M: int, *, time_limit: float = 60.0, sliding: bool = True,
-            sliding_time_limit: float | None = None, workers: int = 2) -> dict:
-    """The optimum (standard game, and the sliding variant) next to simulated counts and bounds."""
-    g = inst.dag()
-    res = solve(g, M, time_limit=time_limit, workers=workers)
-    sl = None
-    if sliding:
-        sl = solve(g, M, time_limit=sliding_time_limit or time_limit, sliding=True)
-    return {"instance": inst, "dag": g, "M": M, "result": res, "sliding": sl,
-            "simulated": simulated(inst, M), "bounds": seed_bounds(inst, M)}
-
-
-def _fmt_opt(r: PebbleResult | None) -> str:
-    if r is None:
-        return "—"
-    if r.globally_optimal:
-        return str(r.io)
-    best = "none" if r.io is None else str(r.io)
-    return f"[{r.lower_bound}, {best}]"
-
-
-_SHORT = {"standard": "std", "flash1": "fa1", "flash2": "fa2", "flash_decoding": "fdec",
-          "square_tiling": "sq", "matmul": "mm"}
-
-
-def table_row(c: dict) -> dict:
-    """One row of the docs table (strings), from :func:`compare`."""
-    r = c["result"]
-    sims = ", ".join(f"{_SHORT.get(n, n)} {v}" for n, v, _ in c["simulated"] if v is not None)
-    explicit = [(n, v) for n, v, e in c["bounds"] if e]
-    best_b = max(explicit, key=lambda x: x[1]) if explicit else None
-    return {
-        "instance": c["instance"].label,
-        "M": str(c["M"]),
-        "nodes": str(len(c["dag"])),
-        "OPT": _fmt_opt(r),
-        "how": r.method,
-        "OPT sliding": _fmt_opt(c["sliding"]),
-        "simulated (runnable)": sims or "none runnable",
-        "trivial (DAG)": str(c["dag"].trivial_bound()),
-        "best explicit bound": f"{best_b[1]:g} ({best_b[0]})" if best_b else "—",
-        "s": f"{r.seconds + (c['sliding'].seconds if c['sliding'] else 0):.1f}",
-    }
-
-
-TABLE_COLUMNS = ("instance", "M", "nodes", "OPT", "how", "OPT sliding", "simulated (runnable)",
-                 "trivial (DAG)", "best explicit bound", "s")
-
-
-def format_table(rows: Sequence[dict]) -> str:
-    """A Markdown table of :func:`table_row` rows."""
-    lines = ["| " + " | ".join(TABLE_COLUMNS) + " |",
-             "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(row[k] for k in TABLE_COLUMNS) + " |")
-    return "\n".join(lines)
-
-
-#: The instances of docs/pebbling.md, smallest first (``benchmarks/pebble_table.py`` runs them).
-TABLE_INSTANCES: tuple[tuple[Instance, int], ...] = (
-    *((Instance("matmul", (2, 2, 2)), M) for M in (7, 6, 5, 4, 3)),
-    *((Instance("attention", (2, 2, 1)), M) for M in (8, 6, 5, 4, 3)),
-    *((Instance("attention", (2, 2, 1), normalize="O"), M) for M in (5, 4)),
-    *((Instance("attention", (2, 2, 1), rowmax=False), M) for M in (5, 4)),
-    *((Instance("attention", (2, 2, 2)), M) for M in (12, 8, 6, 4)),
-    *((Instance("attention", (3, 3, 1)), M) for M in (12, 8, 6, 4)),
-    *((Instance("matmul", (3, 3, 3)), M) for M in (12, 8, 6)),
-    *((Instance("attention", (3, 3, 2)), M) for M in (16, 12, 8)),
-)

@@ -62,8 +62,8 @@ def add_arguments(p) -> None:
 
 
 def _grids(args):
-    from ..errors import ParameterError
-    from ..sweep import PRESETS, Grid, grid_from_mapping, grids_from_toml
+    from ..core.errors import ParameterError
+    from ..experiments.sweep import PRESETS, Grid, grid_from_mapping, grids_from_toml
 
     flags = {k: getattr(args, k) for k in ("N", "Nq", "Nkv", "d", "M", "algo", "causal", "mode",
                                            "seed", "eps", "entry_bound", "batch", "heads",
@@ -92,7 +92,7 @@ def _grids(args):
 def _override(g, flags):
     import dataclasses
 
-    from ..sweep import parse_causal, parse_values, parse_window
+    from ..experiments.sweep import parse_causal, parse_values, parse_window
 
     kw = {}
     for k, v in flags.items():
@@ -112,7 +112,7 @@ def _override(g, flags):
 def main(args) -> int:
     if getattr(args, "action", None) == "export":
         return _export(args)
-    from ..sweep import expand, run_sweep
+    from ..experiments.sweep import expand, run_sweep
 
     grids = _grids(args)
     if args.dry_run:
@@ -130,7 +130,7 @@ def main(args) -> int:
 
 
 def _export(args) -> int:
-    from ..store import ResultsStore
+    from ..experiments.store import ResultsStore
 
     fmt = args.format
     out = args.out
@@ -138,7 +138,7 @@ def _export(args) -> int:
         fmt = fmt or "csv"
         out = f"attnio-results.{fmt}"
     if os.path.exists(out) and os.path.isdir(out):
-        from ..errors import ParameterError
+        from ..core.errors import ParameterError
 
         raise ParameterError(f"out: {out!r} is a directory")
     with ResultsStore(args.db, readonly=True) as st:

@@ -14,7 +14,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..report import build_report
+    from ..experiments.report import build_report
 
     rep = build_report(args.db, args.out)
     if not args.quiet:

@@ -1,29 +1,24 @@
-"""The ``attnio`` command line.  Each subcommand lives in a module of :mod:`attnio.commands`.
+"""The ``attnio`` command line: argument parsing and printing only.
 
-A command module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``main(args) -> int``;
-modules are discovered, so a new subcommand needs no edit here.  Errors of the library print one
-line on stderr and exit with code 2 (``--debug`` shows the traceback).
+Each verb lives in a module of this package that defines ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``main(args) -> int``, and calls one library function; the verbs
+are listed in :data:`COMMANDS`.  Errors of the library print one line on stderr and exit with
+code 2 (``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
-import pkgutil
 import sys
+from types import ModuleType
 
-from . import __version__, commands
-from .errors import AttnioError
+from ..core.errors import AttnioError
+from ..core.version import __version__
+from . import bound, pebble, plan, report, run, sweep, trace, verify
 
-
-def _command_modules():
-    mods = []
-    for info in pkgutil.iter_modules(commands.__path__):
-        if info.name.startswith("_"):
-            continue
-        mods.append(importlib.import_module(f"{commands.__name__}.{info.name}"))
-    return sorted(mods, key=lambda m: m.NAME)
+#: The verbs, in the order ``attnio --help`` lists them.
+COMMANDS: tuple[ModuleType, ...] = (bound, pebble, plan, report, run, sweep, trace, verify)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"attnio {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for mod in _command_modules():
+    for mod in COMMANDS:
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks on errors")

@@ -20,15 +20,15 @@ def add_memory_arguments(p) -> None:
 
 
 def _device_names():
-    from ..devices import names
+    from ..hardware.devices import names
 
     return names()
 
 
 def resolve_M(args) -> tuple[int, int | None, str | None]:
     """(M in words, bytes per word or None, device name or None) from the CLI arguments."""
-    from .. import devices
-    from ..errors import ParameterError
+    from ..core.errors import ParameterError
+    from ..hardware import devices
 
     db = devices.dtype_bytes(args.dtype) if args.dtype is not None else None
     if args.device is not None:

@@ -30,8 +30,8 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..errors import check_int
-    from ..pebble import Instance, compare
+    from ..core.checks import check_int
+    from ..pebble.comparison import Instance, compare
 
     if args.matmul:
         inst = Instance("matmul", tuple(check_int(n, v, minimum=1, maximum=4)

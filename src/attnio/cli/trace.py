@@ -26,8 +26,9 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     import os
 
-    from ..errors import ParameterError, check_int
-    from ..trace import trace
+    from ..cachesim.tracing import trace
+    from ..core.checks import check_int
+    from ..core.errors import ParameterError
 
     check_int("--N", args.N, minimum=1)
     check_int("--d", args.d, minimum=1)

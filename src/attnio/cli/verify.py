@@ -19,11 +19,11 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..verify import verify
+    from ..cachesim.validation import verify
 
     pol = tuple(x.strip() for x in args.policies.split(",") if x.strip())
     if not pol:
-        from ..errors import ParameterError
+        from ..core.errors import ParameterError
 
         raise ParameterError(f"--policies must name at least one of lru, fifo, opt, got "
                              f"{args.policies!r}")

@@ -67,10 +67,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import algorithms as _alg
-from .algorithms.base import Shape, default_scale
-from .errors import ParameterError, check_int
-from .memory import SlowArray, TwoLevelMemory
+from .. import algorithms as _alg
+from ..algorithms.base import default_scale
+from ..core.checks import check_int
+from ..core.errors import ParameterError
+from ..core.memory import SlowArray, TwoLevelMemory
+from ..core.workload import Shape
+from ..runner import place_inputs
 
 __all__ = ["ALIGN", "ArrayInfo", "Chunk", "Event", "Trace", "load", "trace"]
 
@@ -322,40 +325,35 @@ def load(path) -> Trace:
 
 # --------------------------------------------------------------------------- from a schedule
 def trace(name: str, N: int | None = None, d: int | None = None, M: int | None = None, *,
-          shape=None, tiling: Any = None, causal: bool = False, scale: float | None = None,
-          chunk: int = CHUNK) -> Trace:
+          shape: Any = None, tiling: Any = None, causal: object = None,
+          window: int | None = None, scale: float | None = None, chunk: int = CHUNK) -> Trace:
     """The element trace of algorithm ``name`` on ``N x d`` inputs with ``M`` fast words.
 
-    ``shape`` (a Shape or (Nq, Nkv, d)) replaces N and d for non-square problems; ``tiling`` is as
-    in :func:`attnio.run` (None: the default tiling for M).  The schedule runs once in count mode
-    to record its tile steps; events are generated from that log each time the trace is read.
+    ``shape`` (a :class:`~attnio.core.workload.Shape`, ``(Nq, Nkv, d)`` or ``(N, d)``) replaces N
+    and d for non-square, multi-head or masked problems; ``causal``/``window`` add a mask;
+    ``tiling`` is as in :func:`attnio.run` (None: the default tiling for M).  The schedule runs
+    once in count mode to record its tile steps; events are generated from that log each time the
+    trace is read.
     """
-    from .runner import _place, causal_mode
-
     alg = _alg.get(name)
-    if alg.kind != "attention":
-        raise ParameterError(f"trace: {alg.name} is a {alg.kind} kernel; trace runs attention "
-                             "algorithms (attnio.algorithms.names())")
     if shape is None:
         if N is None or d is None:
-            raise ParameterError("trace: give N and d (or shape=(Nq, Nkv, d))")
+            raise ParameterError("trace: give N and d (or shape=(Nq, Nkv, d))", param="N")
         shape = (check_int("N", N, minimum=1), check_int("d", d, minimum=1))
-    shp = Shape.coerce(shape)
+    shp = Shape.coerce(shape).with_mask(causal, window)
     if M is None:
-        raise ParameterError("trace: M (fast-memory words) is required")
+        raise ParameterError("trace: M (fast-memory words) is required", param="M")
     M = check_int("M", M, minimum=1)
-    masked, align = causal_mode(causal)
-    if masked:
-        shp = dataclasses.replace(shp, causal_align=align)
-    t = alg.coerce_tiling(shp, M, tiling, masked)
+    t = alg.coerce_tiling(shp, M, tiling)
     rec = _Recorder()
     mem = TwoLevelMemory(M, mode="count", tracer=rec)
-    h = _place(mem, shp, None)
-    alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t, causal=masked,
+    h = place_inputs(mem, shp, None)
+    alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t,
                      scale=default_scale(shp.d, scale))
     st = mem.stats()
     meta = {"algorithm": alg.name, "Nq": shp.Nq, "Nkv": shp.Nkv, "d": shp.d, "M": M,
-            "causal": causal if isinstance(causal, (bool, str)) else bool(masked),
+            "causal": shp.mask, "window": shp.window, "batch": shp.batch, "heads": shp.heads,
+            "kv_heads": shp.kv_heads,
             "tiling": _tiling_dict(t),
             "explicit": {"reads": st.reads, "writes": st.writes, "peak": st.peak}}
     return _build(rec, meta, chunk)

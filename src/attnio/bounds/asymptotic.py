@@ -1,0 +1,97 @@
+"""Asymptotic lower bounds (Θ/Ω forms reported with constant 1, ``explicit=False``).
+
+They say how the cost scales, never that a count must exceed the number: no test compares a
+count with them.
+
+>>> b = standard_matmul(4096, 64, 65536)
+>>> b.regime, b.explicit, int(b.value)
+('large cache (M >= d^2)', False, 1048576)
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..core import masks
+from ..core.errors import ParameterError
+from ..core.workload import Shape
+from .base import SAHA_YE, Bound, attention_shape, check_M, regime_of
+
+__all__ = ["binary_inputs", "fast_matmul_field", "standard_matmul", "standard_matmul_for"]
+
+
+def standard_matmul(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+                    heads: int = 1, window: int | None = None) -> Bound:
+    """Saha & Ye Theorem 3.1: Θ(min(N²d/√M, N²d²/M)) for attention with standard matmul.
+
+    The large-cache part (M >= d²) is Lemmas 3.3/3.4 (red-blue pebbling, Hong–Kung); the small-cache
+    part (M < d²) is Theorem 3.7 (reduction to Hong–Kung's matmul bound, Corollary 6.2, paying N²
+    to write QKᵀ).  Reported with constant 1 (asymptotic).  With ``Nkv`` or ``causal`` the N² is
+    read as the number of scores that must be computed (derived extension, not the paper's).
+    """
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, window=window)
+    return standard_matmul_for(shape, check_M(M))
+
+
+def standard_matmul_for(shape: Shape, M: int) -> Bound:
+    """:func:`standard_matmul` of a Shape (all its query heads)."""
+    d = shape.d
+    P = masks.row_counts(shape).pairs2
+    small, large = P * d / math.sqrt(M), P * d * d / M
+    assumptions = ["S = QKᵀ computed with the standard algorithm (sums of d products)",
+                   "red-blue pebble game, recomputation allowed"]
+    if shape.Nkv != shape.Nq or shape.causal:
+        assumptions.append("N² read as the number of scores computed (derived extension)")
+    return Bound(shape.n_heads * min(small, large),
+                 f"{SAHA_YE}, Theorem 3.1 (Lemmas 3.3-3.4, Thm 3.7)", tuple(assumptions), False,
+                 name="standard_matmul", regime=regime_of(d, M), constant=1.0)
+
+
+def _is_prime_power(q: int) -> bool:
+    p = 2
+    while p * p <= q:
+        if q % p == 0:
+            while q % p == 0:
+                q //= p
+            return q == 1
+        p += 1
+    return q >= 2
+
+
+def fast_matmul_field(N: int, d: int, M: int, q: int, *, heads: int = 1) -> Bound:
+    """Saha & Ye Theorem 4.8: Ω(min(N²d²/M, N²)) with any matrix multiplication, Q, K over F_q.
+
+    Precondition: q is a prime power (a finite field F_q exists) and q > N (the Vandermonde
+    construction of Lemma 4.7).  Asymptotic; words are field elements, not reals.
+    """
+    shape = attention_shape(N, d, heads=heads)
+    N, d, M, heads = shape.Nq, shape.d, check_M(M), shape.n_heads
+    if isinstance(q, bool) or not isinstance(q, int):
+        raise ParameterError(f"q must be an integer prime power > N={N}, got {q!r}")
+    if q <= N:
+        raise ParameterError(f"q must be > N (Theorem 4.8 needs a field F_q with q > N={N}), got q={q}")
+    if not _is_prime_power(q):
+        raise ParameterError(f"q must be a prime power (F_q must be a field), got q={q}")
+    value = heads * min(N * N * d * d / M, float(N * N))
+    return Bound(value, f"{SAHA_YE}, Theorem 4.8", (
+        f"Q, K have entries in the finite field F_q, q = {q} > N", "any matrix multiplication",
+        "the algorithm computes every entry of QKᵀ (not necessarily writes it)",
+        "I/O counted in field elements"), False, name="fast_matmul_field",
+        regime=regime_of(d, M), constant=1.0)
+
+
+def binary_inputs(N: int, d: int, M: int, *, heads: int = 1) -> Bound:
+    """Saha & Ye Theorem 4.14: Ω(min(N²d²/(M log²N), N²)) with any matmul, binary Q, K.
+
+    Precondition: N >= 2 (log N > 0; log base 2).  Asymptotic.
+    """
+    shape = attention_shape(N, d, heads=heads)
+    N, d, M, heads = shape.Nq, shape.d, check_M(M), shape.n_heads
+    if N < 2:
+        raise ParameterError(f"N must be >= 2 for Theorem 4.14 (its bound divides by log²N), got N={N}")
+    lg = math.log2(N)
+    value = heads * min(N * N * d * d / (M * lg * lg), float(N * N))
+    return Bound(value, f"{SAHA_YE}, Theorem 4.14", (
+        "Q, K in {0, 1}^{N×d}", "any matrix multiplication",
+        "the algorithm computes every entry of QKᵀ", "I/O counted in bits"), False,
+        name="binary_inputs", regime=regime_of(d, M), constant=1.0)

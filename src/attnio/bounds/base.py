@@ -1,0 +1,96 @@
+"""The :class:`Bound` every bound function returns, and what the bound families share.
+
+A bound function takes the workload's sizes (validated by :class:`~attnio.core.workload.Shape`,
+the one place they are checked), returns a :class:`Bound`, and raises
+:class:`~attnio.core.errors.ParameterError` (a ``ValueError``) naming the violated precondition
+when called outside it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.checks import check_int
+from ..core.workload import Shape
+
+__all__ = ["SAHA_YE", "Bound", "attention_shape", "check_M", "regime_of", "segment_max"]
+
+SAHA_YE = "Saha & Ye, arXiv 2402.07443"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A lower bound: its value (words), where it comes from, under which assumptions.
+
+    ``explicit``: a proven bound with explicit constants (safe to compare a count with);
+    otherwise an asymptotic form with ``constant`` 1.  ``regime`` names the cache regime when the
+    result distinguishes one; ``name`` is the function that produced it.
+    """
+
+    value: float
+    theorem: str
+    assumptions: tuple[str, ...]
+    explicit: bool
+    name: str = ""
+    regime: str = ""
+    constant: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["assumptions"] = list(self.assumptions)
+        return d
+
+    def __str__(self) -> str:
+        kind = "explicit" if self.explicit else "asymptotic, constant 1"
+        reg = f", {self.regime}" if self.regime else ""
+        return f"{self.name} >= {self.value:,.0f} ({self.theorem}; {kind}{reg})"
+
+
+def attention_shape(N: int, d: int, *, Nkv: int | None = None, causal: object = False,
+                    heads: int = 1, kv_heads: int | None = None,
+                    window: int | None = None) -> Shape:
+    """The workload the attention bounds speak of: ``heads`` independent query heads (batch
+    folded in) sharing ``kv_heads`` key/value heads, with the mask of ``causal``/``window``."""
+    return Shape.make(N, d, Nkv=Nkv, heads=heads, kv_heads=kv_heads, causal=causal,
+                      window=window)
+
+
+def check_M(M: int) -> int:
+    return check_int("M", M, minimum=1)
+
+
+def regime_of(d: int, M: int) -> str:
+    return "large cache (M >= d^2)" if M >= d * d else "small cache (M < d^2)"
+
+
+# A fixed grid of segment lengths K (ratio 2^(1/8)); the same grid for every input keeps every
+# explicit bound monotone (each term is monotone in N, d, M for a fixed K).
+_KGRID = tuple(sorted({math.ceil(2 ** (j / 8)) for j in range(0, 8 * 64)}))
+
+
+_KARR = np.array(_KGRID, dtype=float)
+
+
+def segment_max(term: Callable[[int], float], approx: Callable[[np.ndarray], np.ndarray],
+                limit: int) -> tuple[int, int]:
+    """max over the fixed grid of K <= limit of ``term(K)`` (a valid bound for every K).
+
+    ``approx`` evaluates the term in floating point over the whole grid at once to find the best
+    few K; the value returned is ``term`` (exact integer arithmetic where it matters) at those.
+    """
+    n = int(np.searchsorted(_KARR, limit, side="right"))
+    if n == 0:
+        return 0, 0
+    vals = approx(_KARR[:n])
+    best, arg = 0, 0
+    for i in np.argsort(vals)[-3:]:
+        K = _KGRID[int(i)]
+        v = max(0, int(term(K)))
+        if v > best:
+            best, arg = v, K
+    return best, arg

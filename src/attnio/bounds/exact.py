@@ -1,0 +1,176 @@
+"""Explicit lower bounds on the I/O of exact attention (every constant proven: docs/bounds.md).
+
+``explicit=True`` means the value is a proven lower bound with every constant spelled out, so a
+measured count may be compared with it (``tests/test_bounds.py`` holds every exact algorithm to
+it).  Counts are in words (reads + writes between slow and fast memory), as the simulator counts
+them.
+
+* :func:`trivial`: every input word the output depends on is read, every output word written;
+* :func:`standard_matmul_large_cache`: Saha & Ye's Lemma 3.3 argument (dominator sets of
+  summation trees), redone on segments of K I/Os: ``Q >= max_K K·(⌈P/T(M+K)⌉ - 1)`` with
+  ``T(m) = max(m, ⌊m²/(4d²)⌋)`` score trees finished per segment; about ``N²d²/M - M`` for
+  M >= 2d²;
+* :func:`standard_matmul_small_cache`: a Loomis–Whitney segment argument that needs no
+  reduction to matmul (the scores need not be written): about ``√2·N²d/√M - 4M`` for M << d².
+
+>>> trivial(4096, 4096, 64).value
+1048576
+>>> standard_matmul_large_cache(4096, 64, 65536).value >= 4096 ** 2 * 64 ** 2 // 65536 - 2 * 65536
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ..core import masks
+from ..core.checks import check_int
+from ..core.workload import Shape
+from .base import SAHA_YE, Bound, attention_shape, check_M, regime_of, segment_max
+
+__all__ = ["large_cache_for", "required_pairs", "small_cache_for", "standard_matmul_large_cache",
+           "standard_matmul_small_cache", "trivial", "trivial_for"]
+
+
+def required_pairs(Nq: int, Nkv: int, causal: object = False, window: int | None = None) -> int:
+    """Scores S_ij an exact algorithm must compute: visible pairs of rows that see >= 2 keys.
+
+    A row that sees exactly one key outputs that key's value whatever the score, so its score
+    need not be computed (and a row that sees none outputs 0).
+    """
+    Nq = check_int("Nq", Nq, minimum=1)
+    return masks.row_counts(Shape.make(Nq, 1, Nkv=Nkv, causal=causal, window=window)).pairs2
+
+
+def trivial(Nq: int, Nkv: int, d: int, *, causal: object = False, heads: int = 1,
+            kv_heads: int | None = None, window: int | None = None) -> Bound:
+    """Read every input word the output depends on once, write every output word once.
+
+    Unmasked with Nkv >= 2 this is ``(Nq + 2·Nkv)·d + Nq·d`` per head.  Exceptions (exact): a
+    query row that sees fewer than two keys outputs a value independent of its query, so its Q row
+    need not be read; a key no row with two or more visible keys sees need not be read from K, and
+    a key no row sees at all not from V.  ``heads`` query heads share ``kv_heads`` key/value heads
+    (grouped-query attention; default ``kv_heads = heads``), so K and V count once per kv head.
+    """
+    shape = attention_shape(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+                            window=window)
+    return trivial_for(shape)
+
+
+def trivial_for(shape: Shape) -> Bound:
+    """:func:`trivial` of a :class:`~attnio.core.workload.Shape` (all its heads)."""
+    rc = masks.row_counts(shape)
+    d, Nq = shape.d, shape.Nq
+    value = shape.n_heads * (rc.rows2 * d + Nq * d) + shape.n_kv_heads * (rc.k_rows + rc.v_rows) * d
+    return Bound(
+        value, "trivial: inputs read once, output written once",
+        ("every word of O is written at least once",
+         "every input word O depends on (generic inputs) is read at least once"),
+        True, name="trivial", regime="any M",
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _large_cache(P: int, d: int, M: int) -> tuple[int, int]:
+    dd4 = 4 * d * d
+
+    def term(K: int) -> int:
+        m = M + K
+        T = max(m, m * m // dd4)  # score trees a segment can finish (docs/bounds.md, step 4)
+        return K * (-(-P // T) - 1)
+
+    def approx(K: np.ndarray) -> np.ndarray:  # the same term in floats, to locate the best K
+        m = M + K
+        T = np.maximum(m, np.floor(m * m / dd4))
+        return K * (np.ceil(P / T) - 1)
+
+    return segment_max(term, approx, P + 1)
+
+
+def standard_matmul_large_cache(N: int, d: int, M: int, *, Nkv: int | None = None,
+                                causal: object = False, heads: int = 1,
+                                window: int | None = None) -> Bound:
+    """Explicit form of Saha & Ye's large-cache bound (Lemma 3.3's argument on I/O segments).
+
+    ``Q >= max_K K·(⌈P/T(M+K)⌉ - 1)`` with ``T(m) = max(m, ⌊m²/(4d²)⌋)``, P the number of scores
+    that must be computed (N² unmasked).  With K = M this is at least ``N²d²/M - M`` whenever
+    M >= 2d².  Valid for every M (it is tight only for M >= d²).  Derivation: docs/bounds.md.
+    """
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, window=window)
+    return large_cache_for(shape, check_M(M))
+
+
+def large_cache_for(shape: Shape, M: int) -> Bound:
+    """:func:`standard_matmul_large_cache` of a Shape (all its query heads)."""
+    d = shape.d
+    P = shape.n_heads * masks.row_counts(shape).pairs2
+    value, K = _large_cache(P, d, M)
+    return Bound(
+        value, f"derived from {SAHA_YE}, Lemma 3.3 (docs/bounds.md §3)",
+        ("each score S_ij is a sum of the d products q_il·k_jl (standard matmul), any order",
+         "recomputation allowed; fast memory holds <= M words between operations",
+         f"segments of K = {K} I/Os"),
+        True, name="standard_matmul_large_cache",
+        regime=regime_of(d, M),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _small_cache(P: int, d: int, M: int) -> tuple[int, int]:
+    work = P * d  # products q_il·k_jl that must be computed
+    dd = float(d * d)
+
+    def products(K):
+        # max over X in [0, M+K] of f(X) = X²/4 · (2M + K - X + X²/(4d²))   (docs/bounds.md §4):
+        # at X = M+K or at a root of f'(X) ∝ X·(X²/d² - 3X + 2c) inside the interval
+        K = np.asarray(K, dtype=float)
+        c, xmax = 2.0 * M + K, M + K
+        disc = 9.0 - 8.0 * c / dd
+        r = np.sqrt(np.maximum(disc, 0.0))
+        f = xmax * xmax / 4.0 * (c - xmax + xmax * xmax / (4 * dd))
+        for x in ((3 - r) * dd / 2, (3 + r) * dd / 2):
+            ok = (disc >= 0) & (x > 0) & (x < xmax)
+            fx = x * x / 4.0 * (c - x + x * x / (4 * dd))
+            f = np.where(ok, np.maximum(f, fx), f)
+        return np.sqrt(f) * (1 + 1e-12)
+
+    def term(K: int) -> int:
+        return K * (math.ceil(work / float(products(K))) - 1)
+
+    def approx(K: np.ndarray) -> np.ndarray:
+        return K * (np.ceil(work / products(K)) - 1)
+
+    return segment_max(term, approx, 2 * work + 2)
+
+
+def standard_matmul_small_cache(N: int, d: int, M: int, *, Nkv: int | None = None,
+                                causal: object = False, heads: int = 1,
+                                window: int | None = None) -> Bound:
+    """Explicit small-cache bound, derived (Loomis–Whitney on I/O segments; cf. Theorem 3.7).
+
+    ``Q >= max_K K·(⌈P·d/E(K)⌉ - 1)`` with ``E(K)² = max_{0<=X<=M+K} X²/4·(2M+K-X+X²/(4d²))`` the
+    most products a segment of K I/Os can compute; for M << d² this is about ``√2·N²d/√M - 4M``
+    (K = 4M).  Unlike Theorem 3.7 it needs no reduction to matmul: a score tree either crosses a
+    segment boundary (a word imported or exported) or has all its 2d inputs imported.
+    """
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, window=window)
+    return small_cache_for(shape, check_M(M))
+
+
+def small_cache_for(shape: Shape, M: int) -> Bound:
+    """:func:`standard_matmul_small_cache` of a Shape (all its query heads)."""
+    d = shape.d
+    P = shape.n_heads * masks.row_counts(shape).pairs2
+    value, K = _small_cache(P, d, M)
+    return Bound(
+        value, "derived: Loomis–Whitney segment argument (docs/bounds.md §4; cf. "
+        f"{SAHA_YE}, Theorem 3.7)",
+        ("each score S_ij is a sum of the d products q_il·k_jl (standard matmul), any order",
+         "recomputation allowed; fast memory holds <= M words between operations",
+         f"segments of K = {K} I/Os"),
+        True, name="standard_matmul_small_cache",
+        regime=regime_of(d, M),
+    )

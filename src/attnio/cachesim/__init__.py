@@ -1,0 +1,13 @@
+"""The explicit model against hardware-like caches.
+
+* :mod:`.trace`: element traces (the word addresses a schedule's arithmetic touches, in order);
+* :mod:`.replay`: replay of a trace through LRU, FIFO or Belady's OPT (write-back);
+* :mod:`.verify`: the explicit count next to the replays, the pycachesim cross-check, the
+  validation report.
+"""
+
+from .caches import POLICIES, ReplayResult, replay
+from .tracing import Trace, trace
+from .validation import Verification, verify
+
+__all__ = ["POLICIES", "ReplayResult", "Trace", "Verification", "replay", "trace", "verify"]

@@ -1,1 +1,0 @@
-"""Subcommands of the ``attnio`` CLI, one module each (discovered by :mod:`attnio.cli`)."""

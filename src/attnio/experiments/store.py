@@ -1,0 +1,418 @@
+"""The results store: one SQLite database of sweep rows, keyed by a configuration hash.
+
+A row is one configuration (algorithm, sizes, M, mask, mode, seed, eps) and what became of it:
+``status`` is ``"ok"`` (it ran: every count, the tiling, the bounds, the ratio, the error in compute
+mode, the wall time), ``"skipped"`` (the algorithm cannot run this configuration; ``reason`` says
+why, e.g. ``M=64 < min_M=260``) or ``"error"`` (it raised; ``reason`` holds the message, and a rerun
+tries it again).  Skipped configurations live in the same table as the results, so a sweep's
+coverage is one query away.
+
+The key is :func:`attnio.sweep.Config.hash` (what was asked, not the library version, which every
+row records in ``version``).  The database is opened in WAL mode and every batch of rows is written
+in one transaction, so a sweep killed at any instant leaves only whole rows, and a restart skips the
+rows already present: no lost and no duplicated row.
+
+Safety: the store refuses, with one line and without writing anything, a file that is not SQLite
+(a foreign or corrupted file), an SQLite database that is not an attnio results store, a store of
+another schema version, and a path it cannot write.  It never overwrites an existing file.
+
+>>> import tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "r.sqlite")
+>>> with ResultsStore(path) as st:
+...     st.insert([{"config_hash": "ab", "status": "skipped", "reason": "demo", "algorithm": "x"}])
+...     [r["reason"] for r in st.rows()]
+1
+['demo']
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..core.errors import AttnioError, ParameterError
+
+__all__ = ["COLUMNS", "SCHEMA_VERSION", "ResultsStore", "StoreError", "read_export"]
+
+SCHEMA_VERSION = 2  # 2: workload columns (heads, mask alignment, window) and verify columns
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+#: (name, SQLite type) of every column of the ``results`` table, in order.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("config_hash", "TEXT"),
+    ("status", "TEXT"),       # ok | skipped | error
+    ("reason", "TEXT"),       # why skipped / the error message
+    ("algorithm", "TEXT"),
+    ("kind", "TEXT"),         # attention | matmul | ...
+    ("exact", "INTEGER"),     # 1 exact, 0 approximate
+    ("Nq", "INTEGER"),
+    ("Nkv", "INTEGER"),
+    ("d", "INTEGER"),
+    ("M", "INTEGER"),
+    ("causal", "INTEGER"),    # 1 masked (see causal_align), 0 not
+    ("causal_align", "TEXT"), # bottom_right | top_left | NULL (unmasked)
+    ("batch", "INTEGER"),
+    ("heads", "INTEGER"),     # query heads per batch element
+    ("kv_heads", "INTEGER"),  # key/value heads per batch element (heads % kv_heads == 0)
+    ("window", "INTEGER"),    # sliding window (NULL: none)
+    ("mode", "TEXT"),         # count | compute
+    ("seed", "INTEGER"),
+    ("eps", "REAL"),
+    ("entry_bound", "REAL"),  # approximate algorithms: |Q|, |K| <= entry_bound
+    ("reads", "INTEGER"),
+    ("writes", "INTEGER"),
+    ("total", "INTEGER"),
+    ("peak", "INTEGER"),
+    ("steps", "INTEGER"),
+    ("per_array", "TEXT"),    # JSON {array: [reads, writes]}
+    ("predicted_reads", "INTEGER"),   # the algorithm's closed form
+    ("predicted_writes", "INTEGER"),
+    ("tiling", "TEXT"),       # JSON of the Tiling dataclass
+    ("bounds", "TEXT"),       # JSON {name: {value, theorem, explicit, assumptions}}
+    ("bound", "REAL"),        # the largest applicable explicit bound
+    ("bound_name", "TEXT"),
+    ("ratio", "REAL"),        # total / bound
+    ("floor", "INTEGER"),     # read-once floor: inputs read once + output written once
+    ("max_err", "REAL"),      # compute mode: max |O - reference|
+    ("lru_M", "INTEGER"),     # --verify: LRU replay of the element trace with M words
+    ("opt_M", "INTEGER"),     # --verify: Belady-optimal replay with M words
+    ("lru_2M", "INTEGER"),    # --verify: LRU with 2M words
+    ("opt_2M", "INTEGER"),    # --verify: OPT with 2M words
+    ("trace_events", "INTEGER"),   # --verify: events in the trace
+    ("verify_reason", "TEXT"),     # --verify: why the replay columns are null (else NULL)
+    ("wall_s", "REAL"),
+    ("version", "TEXT"),      # attnio version that produced the row
+    ("created_at", "TEXT"),
+)
+COLUMN_NAMES = tuple(c for c, _ in COLUMNS)
+# an ok row whose verify columns were never attempted (a sweep without --verify wrote it): a run
+# with --verify fills them in (the only case besides an error row where a stored row is replaced)
+_UNVERIFIED = ("({t}.status = 'ok' AND {t}.lru_M IS NULL AND {t}.verify_reason IS NULL "
+               "AND {t}.trace_events IS NULL)")
+_TYPES = dict(COLUMNS)
+
+
+class StoreError(AttnioError):
+    """The results database cannot be used (foreign, corrupted, other version, unwritable)."""
+
+
+def _check_file(path: str) -> None:
+    """Refuse a path that exists but is not an SQLite file (never overwrite it)."""
+    if os.path.isdir(path):
+        raise StoreError(f"db path {path!r} is a directory, not a results database file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except PermissionError:
+        raise StoreError(f"db path {path!r} is not readable") from None
+    if head and head != _SQLITE_MAGIC:
+        raise StoreError(
+            f"{path!r} is not an SQLite database (a foreign or corrupted file); "
+            "refusing to use or overwrite it"
+        )
+
+
+def _check_writable(path: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise StoreError(f"db path {path!r} is not writable")
+        if not os.access(parent, os.W_OK):  # SQLite needs the directory for its WAL/journal files
+            raise StoreError(f"db directory {parent!r} is not writable (SQLite needs it for its WAL)")
+        return
+    if not os.path.isdir(parent):
+        raise StoreError(f"db path {path!r}: directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise StoreError(f"db path {path!r}: directory {parent!r} is not writable")
+
+
+def _ro_uri(path: str) -> str:
+    """A read-only URI that leaves no -wal/-shm files behind: ``immutable=1`` when no WAL file
+    exists (nothing is being written), else ``mode=ro`` (the WAL's content must be seen)."""
+    wal = path + "-wal"
+    if os.path.exists(wal) and os.path.getsize(wal) > 0:
+        return "file:" + os.path.abspath(path) + "?mode=ro"
+    return "file:" + os.path.abspath(path) + "?mode=ro&immutable=1"
+
+
+def _inspect(path: str) -> None:
+    """Check an existing, non-empty SQLite file is an attnio store of our schema (read-only)."""
+    uri = _ro_uri(path)
+    try:
+        con = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as e:
+        raise StoreError(f"cannot open {path!r}: {e}") from None
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            return  # an empty SQLite database: safe to initialise
+        if "attnio_meta" not in tables:
+            raise StoreError(
+                f"{path!r} is an SQLite database but not an attnio results store "
+                f"(tables: {', '.join(sorted(tables))}); refusing to use it"
+            )
+        meta = dict(con.execute("SELECT key, value FROM attnio_meta").fetchall())
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"{path!r} is not a readable SQLite database ({e}); refusing to use it") from None
+    finally:
+        con.close()
+    version = meta.get("schema_version")
+    if version != str(SCHEMA_VERSION):
+        raise StoreError(
+            f"{path!r} has results schema version {version}, this attnio reads version "
+            f"{SCHEMA_VERSION}; use another --db or export it with the attnio that wrote it"
+        )
+
+
+class ResultsStore:
+    """An open results database.  ``readonly=True`` never creates or changes anything."""
+
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False):
+        path = os.fspath(path)
+        if not path:
+            raise ParameterError("db must be a file path, got ''")
+        self.path = path
+        self.readonly = readonly
+        exists = os.path.exists(path)
+        if exists:
+            _check_file(path)
+        elif readonly:
+            raise StoreError(f"no results database at {path!r} (run `attnio sweep --db {path}` first)")
+        if not readonly:
+            _check_writable(path)
+        if exists and os.path.getsize(path) > 0:
+            _inspect(path)
+        try:
+            if readonly:
+                self._con = sqlite3.connect(_ro_uri(path), uri=True, timeout=30)
+            else:
+                self._con = sqlite3.connect(path, timeout=30)
+                self._con.execute("PRAGMA journal_mode=WAL")
+                self._con.execute("PRAGMA synchronous=NORMAL")
+                self._init_schema()
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open results database {path!r}: {e}") from None
+        self._con.row_factory = sqlite3.Row
+
+    @staticmethod
+    def check(path: str | os.PathLike) -> None:
+        """Raise StoreError if ``path`` could not be opened for writing; creates nothing."""
+        path = os.fspath(path)
+        if not path:
+            raise ParameterError("db must be a file path, got ''")
+        if os.path.exists(path):
+            _check_file(path)
+        _check_writable(path)
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            _inspect(path)
+
+    def _init_schema(self) -> None:
+        from ..core.version import __version__
+
+        cols = ",\n  ".join(
+            f"{name} {typ}{' PRIMARY KEY' if name == 'config_hash' else ''}" for name, typ in COLUMNS
+        )
+        with self._con:
+            self._con.execute(
+                "CREATE TABLE IF NOT EXISTS attnio_meta (key TEXT PRIMARY KEY, value TEXT)"
+            )
+            self._con.execute(
+                "INSERT OR IGNORE INTO attnio_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+            self._con.execute("INSERT OR IGNORE INTO attnio_meta VALUES ('created_by', ?)",
+                              (f"attnio {__version__}",))
+            self._con.execute(f"CREATE TABLE IF NOT EXISTS results (\n  {cols}\n)")
+
+    # ---------------------------------------------------------------- context
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- writing
+    def insert(self, rows: Iterable[dict]) -> int:
+        """Write rows in one transaction.  A hash already stored as ok/skipped is kept (never
+        duplicated); an ``error`` row is replaced by the new attempt.  Returns rows written."""
+        rows = list(rows)
+        if not rows:
+            return 0
+        for r in rows:
+            unknown = set(r) - set(COLUMN_NAMES)
+            if unknown:
+                raise ParameterError(f"row has unknown column(s) {sorted(unknown)}")
+            if not r.get("config_hash"):
+                raise ParameterError("row needs a config_hash")
+        placeholders = ", ".join("?" for _ in COLUMN_NAMES)
+        sql = (f"INSERT INTO results ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders}) "
+               "ON CONFLICT(config_hash) DO UPDATE SET "
+               + ", ".join(f"{c}=excluded.{c}" for c in COLUMN_NAMES if c != "config_hash")
+               + " WHERE results.status = 'error' OR (" + _UNVERIFIED.format(t="results")
+               + " AND excluded.status = 'ok' AND NOT " + _UNVERIFIED.format(t="excluded") + ")")
+        values = [tuple(_to_sql(r.get(c)) for c in COLUMN_NAMES) for r in rows]
+        before = self._con.total_changes
+        with self._con:  # one transaction: all the rows or none
+            self._con.executemany(sql, values)
+        return self._con.total_changes - before
+
+    # ---------------------------------------------------------------- reading
+    def done_hashes(self, verify: bool = False) -> set[str]:
+        """Hashes that a rerun must not repeat (status ok or skipped); with ``verify``, ok rows
+        count as done only when their verify columns were filled (or their absence explained)."""
+        q = "SELECT config_hash FROM results WHERE status != 'error'"
+        if verify:
+            q += " AND NOT (" + _UNVERIFIED.format(t="results") + ")"
+        return {r[0] for r in self._con.execute(q)}
+
+    def count(self, status: str | None = None) -> int:
+        if status is None:
+            return self._con.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        return self._con.execute("SELECT COUNT(*) FROM results WHERE status = ?", (status,)).fetchone()[0]
+
+    def rows(self, status: str | None = None, *, decode: bool = False) -> list[dict]:
+        """All rows (optionally of one status), ordered by hash; ``decode`` parses the JSON
+        columns and turns ``exact``/``causal`` into bools."""
+        q = f"SELECT {', '.join(COLUMN_NAMES)} FROM results"
+        args: tuple = ()
+        if status is not None:
+            q += " WHERE status = ?"
+            args = (status,)
+        q += " ORDER BY config_hash"
+        out = [dict(r) for r in self._con.execute(q, args)]
+        return [decode_row(r) for r in out] if decode else out
+
+    def meta(self) -> dict[str, str]:
+        return dict(self._con.execute("SELECT key, value FROM attnio_meta").fetchall())
+
+    # ---------------------------------------------------------------- export
+    def export(self, path: str | os.PathLike, fmt: str | None = None) -> int:
+        """Write every row to ``path`` as csv, json or parquet; returns the number of rows."""
+        path = os.fspath(path)
+        fmt = _format(path, fmt)
+        rows = self.rows()
+        if fmt == "parquet":
+            pd = _parquet_engine()
+            df = pd.DataFrame(rows, columns=list(COLUMN_NAMES))
+            _check_out(path)
+            df.to_parquet(path, index=False)
+            return len(rows)
+        _check_out(path)
+        if fmt == "csv":
+            with open(path, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(COLUMN_NAMES)
+                for r in rows:
+                    w.writerow(["" if r[c] is None else _csv_value(r[c]) for c in COLUMN_NAMES])
+        else:
+            with open(path, "w") as f:
+                json.dump({"schema_version": SCHEMA_VERSION, "rows": rows}, f, indent=1)
+                f.write("\n")
+        return len(rows)
+
+
+def _to_sql(v: Any) -> Any:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v, sort_keys=True)
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _csv_value(v: Any) -> str:
+    return repr(v) if isinstance(v, float) else str(v)  # repr: floats round-trip exactly
+
+
+def decode_row(r: dict) -> dict:
+    r = dict(r)
+    for c in ("tiling", "bounds", "per_array"):
+        if r.get(c) is not None:
+            r[c] = json.loads(r[c])
+    for c in ("exact", "causal"):
+        if r.get(c) is not None:
+            r[c] = bool(r[c])
+    return r
+
+
+_FORMATS = ("csv", "json", "parquet")
+
+
+def _format(path: str, fmt: str | None) -> str:
+    if fmt is None:
+        fmt = os.path.splitext(path)[1].lstrip(".").lower()
+    if fmt not in _FORMATS:
+        raise ParameterError(f"format must be one of {', '.join(_FORMATS)}, got {fmt!r}")
+    return fmt
+
+
+def _check_out(path: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise ParameterError(f"out: cannot write {path!r} (directory missing or not writable)")
+
+
+def _parquet_engine():
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - pandas comes with dask here
+        raise ParameterError("parquet export needs pandas and pyarrow: pip install pandas pyarrow") from None
+    for engine in ("pyarrow", "fastparquet"):
+        try:
+            __import__(engine)
+            return pd
+        except ImportError:
+            continue
+    raise ParameterError(
+        "parquet export needs a parquet engine and none is installed: pip install pyarrow "
+        "(or use --format csv or json)"
+    )
+
+
+def read_export(path: str | os.PathLike, fmt: str | None = None) -> list[dict]:
+    """Read rows back from an export, with the store's types (ints, floats, None), ordered by
+    hash: ``read_export(p) == store.rows()`` for a faithful export."""
+    path = os.fspath(path)
+    fmt = _format(path, fmt)
+    if fmt == "parquet":
+        pd = _parquet_engine()
+        df = pd.read_parquet(path)
+        raw = df.astype(object).where(df.notna(), None).to_dict("records")
+        rows = [{c: _typed(c, r.get(c)) for c in COLUMN_NAMES} for r in raw]
+    elif fmt == "csv":
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            rows = [{c: _typed(c, None if r[c] == "" else r[c]) for c in COLUMN_NAMES} for r in reader]
+    else:
+        with open(path) as f:
+            obj = json.load(f)
+        if not isinstance(obj, dict) or obj.get("schema_version") != SCHEMA_VERSION:
+            raise StoreError(f"{path!r} is not an attnio export of schema version {SCHEMA_VERSION}")
+        rows = [{c: _typed(c, r.get(c)) for c in COLUMN_NAMES} for r in obj["rows"]]
+    return sorted(rows, key=lambda r: r["config_hash"])
+
+
+def _typed(col: str, v: Any) -> Any:
+    if v is None:
+        return None
+    t = _TYPES[col]
+    if t == "INTEGER":
+        return int(v)
+    if t == "REAL":
+        return float(v)
+    return str(v)
+
+
+def summarize(rows: Sequence[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r["status"]] = out.get(r["status"], 0) + 1
+    return out

@@ -1,0 +1,912 @@
+"""Sweeps: grids of configurations run into a results database (:mod:`attnio.store`).
+
+A :class:`Grid` names value lists for ``N`` (or ``Nq`` x ``Nkv``), ``d``, ``M``, the algorithms
+(``"all"`` = every registered one), the mask (``causal``: none, bottom-right
+aligned ``True``, ``"top_left"``), the workload (``batch``, ``heads``, ``kv_heads`` for
+grouped-query attention, a sliding ``window``), the mode (``count``: shapes only; ``compute``:
+random standard-normal data, max error against :func:`attnio.reference.attention`), a seed, an
+optional ``eps`` for approximate algorithms and ``verify`` (replay each exact schedule's element
+trace through LRU and Belady's OPT at M and 2M: columns ``lru_M opt_M lru_2M opt_2M``).
+:func:`expand` turns grids into :class:`Config` s and records, for each configuration an algorithm
+cannot run, a *skipped* row with the reason (``M < min_M``, an approximate algorithm without
+``eps``, an error of its parameters).  :func:`run_sweep` runs what the database does not hold yet
+(local processes, or a Dask distributed cluster), writing each batch of rows in one transaction.
+
+Value lists use ``START:STOP:xF`` (geometric, factor F), ``START:STOP:+S`` (arithmetic), or
+commas: ``"256:16384:x2"``, ``"16,64,128"``, ``"64,256:1024:x4"``.
+
+>>> [c.M for c in expand(Grid(N=(64,), d=(8,), M=parse_values("M", "64:256:x2"),
+...                          algorithms=("flash2",))).configs]
+[64, 128, 256]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from .. import algorithms as _alg
+from .. import bounds as _bounds
+from ..core import masks, reference
+from ..core.checks import check_real
+from ..core.errors import AttnioError, CapacityError, ParameterError
+from ..core.workload import Shape
+from ..runner import run
+from .store import ResultsStore
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the tomli backport
+    import tomli as tomllib
+
+__all__ = [
+    "PRESETS",
+    "Config",
+    "Expansion",
+    "Grid",
+    "SweepSummary",
+    "bounds_for",
+    "expand",
+    "grids_from_toml",
+    "VERIFY_MAX_EVENTS",
+    "parse_causal",
+    "parse_values",
+    "parse_window",
+    "run_config",
+    "run_sweep",
+]
+
+_MAX_VALUES = 100_000
+
+
+# ----------------------------------------------------------------------------- value lists
+def parse_values(name: str, spec: Any) -> tuple[int, ...]:
+    """Expand ``"a:b:xF"``, ``"a:b:+S"``, ``"a,b,c"`` (or an int / a list) into sorted ints."""
+    if isinstance(spec, bool):
+        raise ParameterError(f"{name}: expected integers, got {spec!r}")
+    if isinstance(spec, (int, np.integer)):
+        return (_positive(name, int(spec)),)
+    if isinstance(spec, (list, tuple)):
+        out: set[int] = set()
+        for s in spec:
+            out.update(parse_values(name, s))
+        return tuple(sorted(out))
+    if not isinstance(spec, str):
+        raise ParameterError(f"{name}: expected a value list like '256:16384:x2', got {spec!r}")
+    out = set()
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if ":" not in part:
+            out.add(_positive(name, _int(name, part)))
+            continue
+        bits = part.split(":")
+        if len(bits) not in (2, 3):
+            raise ParameterError(f"{name}: range {part!r} must be START:STOP[:xF|:+S]")
+        lo, hi = _int(name, bits[0]), _int(name, bits[1])
+        step = bits[2].strip() if len(bits) == 3 else "x2"
+        _positive(name, lo)
+        if hi < lo:
+            raise ParameterError(f"{name}: range {part!r} has STOP {hi} < START {lo} (an empty grid)")
+        if step.startswith(("x", "*")):
+            f = _int(name, step[1:])
+            if f < 2:
+                raise ParameterError(f"{name}: geometric factor in {part!r} must be >= 2, got {f}")
+            v = lo
+            while v <= hi:
+                out.add(v)
+                v *= f
+                _guard(name, out)
+        elif step.startswith("+") or step.lstrip("-").isdigit():
+            s = _int(name, step.lstrip("+"))
+            if s < 1:
+                raise ParameterError(f"{name}: arithmetic step in {part!r} must be >= 1, got {s}")
+            for v in range(lo, hi + 1, s):
+                out.add(v)
+                _guard(name, out)
+        else:
+            raise ParameterError(f"{name}: step {step!r} in {part!r} must be xF (geometric) or +S")
+    if not out:
+        raise ParameterError(f"{name}: {spec!r} gives no values (an empty grid)")
+    return tuple(sorted(out))
+
+
+def _int(name: str, s: str) -> int:
+    try:
+        return int(s.strip())
+    except ValueError:
+        raise ParameterError(f"{name}: {s.strip()!r} is not an integer") from None
+
+
+def _positive(name: str, v: int) -> int:
+    if v < 1:
+        raise ParameterError(f"{name}: values must be integers >= 1, got {v}")
+    return v
+
+
+def _guard(name: str, out: set) -> None:
+    if len(out) > _MAX_VALUES:
+        raise ParameterError(f"{name}: more than {_MAX_VALUES} values; use a coarser step")
+
+
+_CAUSAL_ORDER = {False: 0, True: 1, "top_left": 2}
+
+
+def parse_causal(spec: Any) -> tuple:
+    """Masks of a grid: ``False`` (none), ``True`` (causal, bottom-right aligned) or ``"top_left"``.
+
+    ``"both"`` -> (False, True) (as before); ``"all"`` -> (False, True, "top_left");
+    ``"true"/"yes"/"1"/"bottom_right"`` -> (True,); ``"false"/"no"/"0"/"none"`` -> (False,);
+    ``"top_left"`` -> ("top_left",); commas combine: ``"none,top_left"``.
+    """
+    if isinstance(spec, bool):
+        return (spec,)
+    if isinstance(spec, (list, tuple)):
+        return tuple(sorted({b for s in spec for b in parse_causal(s)}, key=_CAUSAL_ORDER.get))
+    s = str(spec).strip().lower()
+    if "," in s:
+        return parse_causal([p for p in s.split(",") if p.strip()])
+    if s == "both":
+        return (False, True)
+    if s == "all":
+        return (False, True, "top_left")
+    if s in ("true", "yes", "1", "causal", "on", "bottom_right", "bottom-right"):
+        return (True,)
+    if s in ("top_left", "top-left"):
+        return ("top_left",)
+    if s in ("false", "no", "0", "none", "off"):
+        return (False,)
+    raise ParameterError(
+        "causal must be none, bottom_right (= true), top_left, both (none + bottom_right) or all "
+        f"(none + bottom_right + top_left), got {spec!r}")
+
+
+def parse_window(spec: Any) -> tuple:
+    """Sliding windows of a grid: ``"none"`` (no window) and/or integers >= 1, e.g.
+    ``"none,64,256"`` or ``"64:1024:x4"``."""
+    if spec is None:
+        return (None,)
+    if isinstance(spec, (list, tuple)):
+        out: set = set()
+        for s in spec:
+            out.update(parse_window(s))
+        return tuple(sorted(out, key=lambda w: -1 if w is None else w))
+    if isinstance(spec, str):
+        parts = [p.strip() for p in spec.split(",") if p.strip()]
+        has_none = any(p.lower() in ("none", "off") for p in parts)
+        rest = [p for p in parts if p.lower() not in ("none", "off")]
+        vals = parse_values("window", ",".join(rest)) if rest else ()
+        if not has_none and not vals:
+            raise ParameterError(f"window: {spec!r} gives no values (an empty grid)")
+        return ((None,) if has_none else ()) + vals
+    return parse_values("window", spec)
+
+
+def parse_algorithms(spec: Any) -> tuple[str, ...]:
+    """``"all"`` (every registered algorithm), ``"exact"``, ``"approximate"``, or a comma list
+    of names."""
+    if isinstance(spec, str):
+        parts = [p.strip() for p in spec.split(",") if p.strip()]
+    else:
+        parts = [str(p).strip() for p in spec]
+    if not parts:
+        raise ParameterError("algo: no algorithm named (an empty grid); use 'all' or names")
+    out: list[str] = []
+    for p in parts:
+        if p in ("all", "kind:attention"):
+            new = _alg.names()
+        elif p in ("exact", "approximate"):
+            new = _alg.names(exact=p == "exact")
+        elif p in ("matmul", "kind:matmul"):
+            raise ParameterError("algo: matmul is a building block (attnio.blocks.matmul, "
+                                 "`attnio run matmul`), not an attention algorithm: sweeps run "
+                                 "the attention registry", param="algo")
+        elif p.startswith("kind:"):
+            raise ParameterError(f"algo: {p!r}: every registered algorithm is attention; use "
+                                 "'all', 'exact', 'approximate' or names", param="algo")
+        else:
+            new = [_alg.get(p).name]  # UnknownNameError suggests close names
+        out.extend(n for n in new if n not in out)
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- grids
+@dataclass(frozen=True)
+class Grid:
+    """One rectangular grid.  ``Nq``/``Nkv`` (both given) replace the square ``N`` list."""
+
+    N: tuple[int, ...] = ()
+    d: tuple[int, ...] = (64,)
+    M: tuple[int, ...] = (16384,)
+    algorithms: tuple[str, ...] = ("all",)
+    causal: tuple = (False,)        # False | True (bottom-right aligned) | "top_left"
+    mode: str = "count"
+    seed: int = 0
+    eps: float | None = None
+    entry_bound: float = 1.0
+    Nq: tuple[int, ...] = ()
+    Nkv: tuple[int, ...] = ()
+    batch: tuple[int, ...] = (1,)
+    heads: tuple[int, ...] = (1,)
+    kv_heads: tuple[int, ...] = ()  # empty: as many key/value heads as query heads
+    window: tuple = (None,)         # None (no window) and/or sliding windows W >= 1
+    verify: bool = False            # replay each trace through LRU and OPT (see run_config)
+
+    def sizes(self) -> list[tuple[int, int]]:
+        if self.Nq or self.Nkv:
+            if not (self.Nq and self.Nkv):
+                raise ParameterError("give both Nq and Nkv (or N for square problems)")
+            return [(q, k) for q in self.Nq for k in self.Nkv]
+        return [(n, n) for n in self.N]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration of a sweep; :meth:`hash` is its primary key in the store.
+
+    ``causal`` is False, True (bottom-right aligned) or ``"top_left"``; ``batch`` x ``heads`` query
+    heads share ``batch`` x ``kv_heads`` key/value heads (``kv_heads=None``: as many as ``heads``);
+    ``window`` a sliding window (with a causal mask).  The hash holds only what was asked, and the
+    workload fields only when they differ from a single head without a window, so the rows of a
+    single-head sweep keep their hashes.  ``verify`` (replay the trace through LRU and OPT) adds
+    columns to the same configuration's row and is not part of the hash.
+    """
+
+    algorithm: str
+    Nq: int
+    Nkv: int
+    d: int
+    M: int
+    causal: Any
+    mode: str = "count"
+    seed: int = 0
+    eps: float | None = None
+    entry_bound: float | None = None
+    batch: int = 1
+    heads: int = 1
+    kv_heads: int | None = None
+    window: int | None = None
+    verify: bool = False
+
+    def __post_init__(self):
+        if self.causal == "bottom_right":
+            object.__setattr__(self, "causal", True)
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+
+    def key(self) -> dict:
+        k = {"algorithm": self.algorithm, "Nq": self.Nq, "Nkv": self.Nkv, "d": self.d,
+             "M": self.M, "causal": self.causal, "mode": self.mode}
+        if self.mode == "compute":
+            k["seed"] = self.seed
+        if self.eps is not None:
+            k["eps"] = float(self.eps)
+        if self.entry_bound is not None:
+            k["entry_bound"] = float(self.entry_bound)
+        if (self.batch, self.heads, self.kv_heads) != (1, 1, 1):
+            k.update(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads)
+        if self.window is not None:
+            k["window"] = self.window
+        return k
+
+    def hash(self) -> str:
+        blob = json.dumps(self.key(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+    @property
+    def masked(self) -> bool:
+        return self.causal is not False
+
+    @property
+    def align(self) -> str | None:
+        """The causal alignment (None when unmasked)."""
+        if self.causal is False:
+            return None
+        return "top_left" if self.causal == "top_left" else "bottom_right"
+
+    @property
+    def n_heads(self) -> int:
+        return self.batch * self.heads
+
+    @property
+    def shape(self) -> Shape:
+        """The workload: sizes, heads and mask (raises ParameterError if they do not fit)."""
+        return Shape(self.Nq, self.Nkv, self.d, batch=self.batch, heads=self.heads,
+                     kv_heads=self.kv_heads, causal=self.masked,
+                     causal_align=self.align or "bottom_right", window=self.window)
+
+
+@dataclass
+class Expansion:
+    """Configurations to run, and (configuration, reason) pairs that cannot run."""
+
+    configs: list[Config] = field(default_factory=list)
+    skipped: list[tuple[Config, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.configs) + len(self.skipped)
+
+
+def expand(grids: Grid | Iterable[Grid]) -> Expansion:
+    """All configurations of the grids (deduplicated, in grid order), with skip reasons."""
+    if isinstance(grids, Grid):
+        grids = [grids]
+    grids = list(grids)
+    if not grids:
+        raise ParameterError("grid: no grid given (an empty grid)")
+    out = Expansion()
+    seen: set[str] = set()
+    for g in grids:
+        if g.mode not in ("count", "compute"):
+            raise ParameterError(f"mode must be 'count' or 'compute', got {g.mode!r}")
+        names = parse_algorithms(g.algorithms)
+        sizes = g.sizes()
+        if not sizes or not g.d or not g.M or not g.causal:
+            empty = [n for n, v in (("N", sizes), ("d", g.d), ("M", g.M), ("causal", g.causal)) if not v]
+            raise ParameterError(f"grid: no values for {', '.join(empty)} (an empty grid)")
+        if g.eps is not None:
+            check_real("eps", g.eps, lo=0, hi=1, lo_open=True, hi_open=True)
+        check_real("entry_bound", g.entry_bound, lo=0, lo_open=True)
+        workloads = _workloads(g)
+        for name in names:
+            alg = _alg.get(name)
+            for (nq, nkv) in sizes:
+                for d in g.d:
+                    for (batch, heads, kvh, window) in workloads:
+                        for causal in g.causal:
+                            base = Config(alg.name, nq, nkv, d, 1, causal, g.mode, g.seed,
+                                          None, None, batch, heads, kvh, window, bool(g.verify))
+                            pre = _pre_reason(alg, base)
+                            min_m, why = (None, pre) if pre else _min_M(alg, base)
+                            for M in g.M:
+                                eps = None if alg.exact else g.eps
+                                eb = None if alg.exact else float(g.entry_bound)
+                                cfg = dataclasses.replace(base, M=M, eps=eps, entry_bound=eb)
+                                h = cfg.hash()
+                                if h in seen:
+                                    continue
+                                seen.add(h)
+                                reason = why or _skip_reason(alg, cfg, min_m)
+                                if reason:
+                                    out.skipped.append((cfg, reason))
+                                else:
+                                    out.configs.append(cfg)
+    if not out.configs and not out.skipped:
+        raise ParameterError("grid: it expands to no configuration (an empty grid)")
+    return out
+
+
+def _workloads(g: Grid) -> list[tuple[int, int, int, int | None]]:
+    """(batch, heads, kv_heads, window) combinations of a grid, validated."""
+    for name in ("batch", "heads", "kv_heads"):
+        vals = getattr(g, name)
+        if name != "kv_heads" and not vals:
+            raise ParameterError(f"grid: no values for {name} (an empty grid)")
+        for v in vals:
+            _positive(name, v) if isinstance(v, int) and not isinstance(v, bool) else _bad(name, v)
+    if not g.window:
+        raise ParameterError("grid: no values for window (an empty grid); use (None,) for none")
+    for w in g.window:
+        if w is not None:
+            _positive("window", w) if isinstance(w, int) and not isinstance(w, bool) else _bad(
+                "window", w)
+    out = []
+    for b in g.batch:
+        for h in g.heads:
+            for kvh in (g.kv_heads or (h,)):
+                for w in g.window:
+                    out.append((b, h, kvh, w))
+    return out
+
+
+def _bad(name: str, v: Any):
+    raise ParameterError(f"{name}: values must be integers >= 1, got {v!r}")
+
+
+def _pre_reason(alg: _alg.Algorithm, cfg: Config) -> str | None:
+    """Why a workload (heads, mask, window) cannot run with ``alg``, before any size check."""
+    try:
+        _ = cfg.shape  # the workload's own checks: heads % kv_heads, a window needs a mask
+    except ParameterError as e:
+        return str(e)
+    if cfg.window is not None and not alg.supports_window:
+        return f"{alg.name} does not support a sliding window (supports_window is False)"
+    return None
+
+
+def _min_M(alg: _alg.Algorithm, cfg: Config) -> tuple[int | None, str | None]:
+    try:
+        return alg.min_M(cfg.shape), None
+    except (ParameterError, ValueError) as e:
+        return None, f"{alg.name} cannot run this shape: {e}"
+
+
+def _skip_reason(alg: _alg.Algorithm, cfg: Config, min_m: int | None) -> str | None:
+    if min_m is not None and cfg.M < min_m:
+        return f"M={cfg.M} < min_M={min_m} of {alg.name} for d={cfg.d}"
+    if not alg.exact and cfg.eps is None:
+        return f"{alg.name} is approximate and needs an error target: give --eps"
+    return None
+
+
+# ----------------------------------------------------------------------------- presets
+def _g(**kw) -> Grid:
+    conv = {"N": "N", "d": "d", "M": "M", "Nq": "Nq", "Nkv": "Nkv", "batch": "batch",
+            "heads": "heads", "kv_heads": "kv_heads"}
+    for k in conv:
+        if k in kw:
+            kw[k] = parse_values(k, kw[k])
+    if "causal" in kw:
+        kw["causal"] = parse_causal(kw["causal"])
+    if "window" in kw:
+        kw["window"] = parse_window(kw["window"])
+    if "algorithms" in kw:
+        kw["algorithms"] = tuple(kw["algorithms"].split(","))
+    return Grid(**kw)
+
+
+#: Named sweeps.  ``paper`` is the default reproduction sweep of the seed papers (count mode):
+#: N-scaling at fixed d, M (both masks); M-scaling across the M = d^2 crossover for three head
+#: dimensions; approximate attention on a small head dimension when an approximate algorithm is
+#: registered.  ``smoke`` is a seconds-long subset for trying the pipeline.
+PRESETS: dict[str, list[Grid]] = {
+    "paper": [
+        _g(N="1024:65536:x2", d="64", M="4096,16384", causal="false"),
+        _g(N="1024:16384:x2", d="64", M="4096", causal="true"),
+        _g(N="16384", d="32,64,128", M="64:1048576:x2", causal="false"),
+        _g(N="1024:65536:x2", d="8", M="65536,262144", eps=1e-2, causal="false"),
+        *(_g(N="256", d="8", M="65536,262144", eps=e, causal="false", mode="compute",
+             algorithms="approx_poly,flash2") for e in (1e-1, 1e-2, 1e-3)),
+    ],
+    "smoke": [
+        _g(N="256:2048:x2", d="16", M="1024", causal="both"),
+        _g(N="1024", d="16", M="64:16384:x2", causal="false"),
+    ],
+}
+
+
+def grids_from_toml(path: str) -> list[Grid]:
+    """Grids from a TOML file: top-level keys (one grid) and/or ``[[grid]]`` tables, keys
+    ``N Nq Nkv d M algo causal mode seed eps entry_bound batch heads kv_heads window verify``
+    (values as on the command line or TOML lists)."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise ParameterError(f"config: no such file {path!r}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ParameterError(f"config: {path!r} is not valid TOML ({e})") from None
+    tables = list(doc.pop("grid", []))
+    if doc:
+        tables.insert(0, doc)
+    return [grid_from_mapping(t, where=path) for t in tables]
+
+
+_GRID_KEYS = {"N", "Nq", "Nkv", "d", "M", "algo", "algorithms", "causal", "mode", "seed", "eps",
+              "entry_bound", "batch", "heads", "kv_heads", "window", "verify"}
+
+
+def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
+    unknown = set(t) - _GRID_KEYS
+    if unknown:
+        raise ParameterError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(_GRID_KEYS)}")
+    kw: dict[str, Any] = {}
+    for k in ("N", "Nq", "Nkv", "d", "M", "batch", "heads", "kv_heads"):
+        if k in t:
+            kw[k] = parse_values(k, t[k])
+    if "window" in t:
+        kw["window"] = parse_window(t["window"])
+    if "verify" in t:
+        if not isinstance(t["verify"], bool):
+            raise ParameterError(f"{where}: verify must be true or false, got {t['verify']!r}")
+        kw["verify"] = t["verify"]
+    algo = t.get("algo", t.get("algorithms", "all"))
+    kw["algorithms"] = tuple(algo.split(",")) if isinstance(algo, str) else tuple(algo)
+    if "causal" in t:
+        kw["causal"] = parse_causal(t["causal"])
+    for k in ("mode", "seed", "eps", "entry_bound"):
+        if k in t:
+            kw[k] = t[k]
+    return Grid(**kw)
+
+
+# ----------------------------------------------------------------------------- bounds
+def _bound_dict(b) -> dict:
+    return {"value": float(b.value), "theorem": str(b.theorem),
+            "assumptions": _jsonable(getattr(b, "assumptions", None)),
+            "explicit": bool(b.explicit), "regime": str(getattr(b, "regime", "") or "")}
+
+
+def bounds_for(cfg: Config) -> dict[str, dict[str, Any]]:
+    """Lower bounds applicable to a configuration, ``{name: {value, theorem, explicit, ...}}``:
+    :func:`attnio.bounds.applicable_to` (every bound whose preconditions hold)."""
+    return {b.name: _bound_dict(b) for b in _bounds.applicable_to(cfg.shape, cfg.M)}
+
+
+def _floor(cfg: Config) -> int:
+    """Read-once floor: every input word read once and the output written once."""
+    q, kv = cfg.n_heads * cfg.Nq, cfg.batch * cfg.kv_heads * cfg.Nkv
+    return (q + 2 * kv) * cfg.d + q * cfg.d
+
+
+def _jsonable(x: Any) -> Any:
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set)):
+        return [_jsonable(v) for v in x]
+    return str(x)
+
+
+# ----------------------------------------------------------------------------- one configuration
+def _base_row(cfg: Config, alg) -> dict:
+    from ..core.version import __version__
+
+    return {
+        "config_hash": cfg.hash(), "algorithm": cfg.algorithm, "kind": "attention",
+        "exact": bool(alg.exact), "Nq": cfg.Nq, "Nkv": cfg.Nkv, "d": cfg.d, "M": cfg.M,
+        "causal": cfg.masked, "causal_align": cfg.align, "batch": cfg.batch, "heads": cfg.heads,
+        "kv_heads": cfg.kv_heads, "window": cfg.window,
+        "mode": cfg.mode, "seed": cfg.seed if cfg.mode == "compute" else None,
+        "eps": cfg.eps, "entry_bound": cfg.entry_bound, "version": __version__,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def skipped_row(cfg: Config, reason: str) -> dict:
+    row = _base_row(cfg, _alg.get(cfg.algorithm))
+    row.update(status="skipped", reason=reason)
+    return row
+
+
+def _tiling_for(alg, cfg: Config):
+    """None (the default tiling) for exact algorithms; for approximate ones the mapping
+    ``{"eps": eps, "entry_bound": B}`` of their Tiling (|Q|, |K| <= B fixes the score range)."""
+    if alg.exact:
+        return None
+    fields = {f.name for f in dataclasses.fields(alg.Tiling)}
+    if not {"eps", "entry_bound"} <= fields:
+        raise ParameterError(f"{alg.name}: its Tiling has no eps/entry_bound fields to pass "
+                             f"eps={cfg.eps} to")
+    return {"eps": cfg.eps, "entry_bound": cfg.entry_bound}
+
+
+def _data(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compute-mode inputs, seeded by (seed, sizes[, batch, heads, kv_heads]): standard normal;
+    for an approximate algorithm Q and K uniform in [-B, B] (B = entry_bound, the range its
+    guarantee assumes).  One head: (N, d) matrices; several: (B, H, N, d) and (B, Hkv, Nkv, d)."""
+    multi = (cfg.batch, cfg.heads, cfg.kv_heads) != (1, 1, 1)
+    seed = [cfg.seed, cfg.Nq, cfg.Nkv, cfg.d] + ([cfg.batch, cfg.heads, cfg.kv_heads] if multi else [])
+    rng = np.random.default_rng(seed)
+    qs = (cfg.batch, cfg.heads, cfg.Nq, cfg.d) if multi else (cfg.Nq, cfg.d)
+    ks = (cfg.batch, cfg.kv_heads, cfg.Nkv, cfg.d) if multi else (cfg.Nkv, cfg.d)
+    if cfg.entry_bound is not None:
+        B = cfg.entry_bound
+        Q = rng.uniform(-B, B, qs)
+        K = rng.uniform(-B, B, ks)
+        return Q, K, rng.standard_normal(ks)
+    return rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
+
+
+#: ``verify``: a trace longer than this many events is not replayed (its columns stay null and
+#: ``verify_reason`` says why).  Recording the trace and the four replays (LRU and OPT at M and 2M)
+#: cost about 1.5 µs per event on the 2-core development machine: ~3 s per configuration at the
+#: limit (flash2 N=160 d=16 M=1024: 1.5e6 events, 2.3 s).
+VERIFY_MAX_EVENTS = 2_000_000
+
+
+def verify_columns(cfg: Config, alg, tiling: Any) -> dict:
+    """``lru_M, opt_M, lru_2M, opt_2M`` (total words: reads + writes of a write-back cache of M
+    and 2M words, 1-word lines) from replaying the schedule's element trace
+    (:func:`attnio.trace`, recorded with the tiling the explicit run used), ``trace_events``, and
+    ``verify_reason`` (None when replayed; else why the columns are null).  Exact attention
+    algorithms in count mode only, traces of at most :data:`VERIFY_MAX_EVENTS` events."""
+    out = {"lru_M": None, "opt_M": None, "lru_2M": None, "opt_2M": None, "trace_events": None}
+    if not alg.exact:
+        out["verify_reason"] = f"verify replays exact algorithms only ({alg.name} is not)"
+        return out
+    if cfg.mode != "count":
+        out["verify_reason"] = "verify runs in count mode only (the trace does not depend on data)"
+        return out
+    # every visible (query, key) score is touched at least once: a cheap lower bound on the events
+    least = cfg.n_heads * masks.row_counts(cfg.shape).pairs
+    if least > VERIFY_MAX_EVENTS:
+        out["verify_reason"] = (f"trace longer than VERIFY_MAX_EVENTS={VERIFY_MAX_EVENTS:,} "
+                                f"(at least {least:,} score events)")
+        return out
+    from ..cachesim.caches import replay
+    from ..cachesim.tracing import trace
+
+    tr = trace(alg.name, shape=cfg.shape, M=cfg.M, tiling=tiling)
+    n = len(tr)
+    out["trace_events"] = n
+    if n > VERIFY_MAX_EVENTS:
+        out["verify_reason"] = f"trace of {n:,} events > VERIFY_MAX_EVENTS={VERIFY_MAX_EVENTS:,}"
+        return out
+    for f, tag in ((1, "M"), (2, "2M")):
+        for p in ("lru", "opt"):
+            out[f"{p}_{tag}"] = replay(tr, f * cfg.M, p).total
+    out["verify_reason"] = None
+    return out
+
+
+def run_config(cfg: Config | Mapping) -> dict:
+    """Run one configuration and return its row (status ok, or skipped/error with a reason)."""
+    if isinstance(cfg, Mapping):
+        cfg = Config(**cfg)
+    alg = _alg.get(cfg.algorithm)
+    row = _base_row(cfg, alg)
+    t0 = time.perf_counter()
+    try:
+        tiling = _tiling_for(alg, cfg)
+        shape = cfg.shape
+        err = None
+        if cfg.mode == "count":
+            res = run(alg.name, shape=shape, M=cfg.M, mode="count", tiling=tiling)
+        else:
+            Q, K, V = _data(cfg)
+            res = run(alg.name, Q, K, V, M=cfg.M, shape=shape, tiling=tiling)
+            ref = reference.attention(Q, K, V, causal=cfg.causal, window=cfg.window)
+            err = float(np.abs(res.output - ref).max())
+        wall = time.perf_counter() - t0
+        pred = alg.predicted_io(res.shape, cfg.M, tiling=res.tiling)
+        verify = verify_columns(cfg, alg, res.tiling) if cfg.verify else {}
+    except CapacityError as e:  # the algorithm's own tiling rule broke the capacity: a bug
+        row.update(status="error", reason=f"CapacityError: {e}", wall_s=time.perf_counter() - t0)
+        return row
+    except (ParameterError, ValueError) as e:  # it cannot run this configuration
+        row.update(status="skipped", reason=f"{alg.name}: {e}", wall_s=time.perf_counter() - t0)
+        return row
+    except Exception as e:  # noqa: BLE001 - recorded on the row, retried on the next run
+        row.update(status="error", reason=f"{type(e).__name__}: {e}", wall_s=time.perf_counter() - t0)
+        return row
+    io = res.io
+    bounds = bounds_for(cfg)
+    explicit = {k: v for k, v in bounds.items() if v["explicit"]}
+    best = max(explicit, key=lambda k: explicit[k]["value"]) if explicit else None
+    bound = explicit[best]["value"] if best else None
+    floor = _floor(cfg)
+    row.update(
+        status="ok", reason=None, reads=io.reads, writes=io.writes, total=io.total, peak=io.peak,
+        steps=io.steps, per_array={k: [v.reads, v.writes] for k, v in io.per_array.items()},
+        predicted_reads=pred.reads, predicted_writes=pred.writes,
+        tiling=_tiling_json(res.tiling), bounds=bounds, bound=bound, bound_name=best,
+        ratio=(io.total / bound) if bound else None, floor=floor, max_err=err, wall_s=wall,
+        **verify,
+    )
+    return row
+
+
+def _tiling_json(t: Any) -> dict:
+    if dataclasses.is_dataclass(t):
+        return _jsonable(dataclasses.asdict(t))
+    return _jsonable(t) if isinstance(t, Mapping) else {"value": _jsonable(t)}
+
+
+def run_batch(cfgs: Sequence[Mapping]) -> list[dict]:
+    """Run several configurations (one task of a pool or a Dask worker)."""
+    return [run_config(c) for c in cfgs]
+
+
+# ----------------------------------------------------------------------------- the sweep
+@dataclass
+class SweepSummary:
+    total: int          # configurations in the grid
+    already: int        # present in the database before this run
+    ran: int            # run now (ok, skipped at run time or error)
+    skipped: int        # skipped rows written now (expansion + run time)
+    errors: int
+    wall_s: float
+    db: str
+
+    def __str__(self) -> str:
+        return (f"{self.total} configurations: {self.already} already in {self.db}, "
+                f"{self.ran} run now, {self.skipped} stored as skipped with a reason, "
+                f"{self.errors} errors ({self.wall_s:.1f} s)")
+
+
+def _batches(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def run_sweep(
+    grids: Grid | Iterable[Grid],
+    db: str | os.PathLike = "attnio-results.sqlite",
+    *,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    dask: bool = False,
+    progress: bool = False,
+    on_row: Callable[[dict], None] | None = None,
+) -> SweepSummary:
+    """Run every configuration of ``grids`` that ``db`` does not hold yet.
+
+    ``jobs``: local worker processes (default: all cores; 1 runs in this process).
+    ``scheduler="tcp://HOST:PORT"``: run on that Dask distributed scheduler; ``dask=True``: start a
+    local Dask cluster of ``jobs`` workers.  Rows are written as they arrive, in transactions.
+    Invalid input (unknown algorithm, empty grid, unusable db) raises before anything is written.
+    """
+    t0 = time.perf_counter()
+    exp = expand(grids)
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ParameterError(f"jobs must be an integer >= 1, got {jobs!r}")
+    if scheduler is not None and not str(scheduler).startswith(("tcp://", "tls://", "inproc://",
+                                                                  "ucx://", "ws://", "wss://")):
+        raise ParameterError(f"scheduler must be an address like tcp://HOST:PORT, got {scheduler!r}")
+    ResultsStore.check(db)  # refuse a foreign/old/unwritable db before connecting anywhere
+    with _dask_client(scheduler, jobs, dask) as client:
+        store = ResultsStore(db)
+        try:
+            plain = store.done_hashes()
+            verified = store.done_hashes(verify=True) if any(c.verify for c in exp.configs) else plain
+
+            def is_done(c: Config) -> bool:
+                return c.hash() in (verified if c.verify else plain)
+
+            already = sum(1 for c in exp.configs if is_done(c))
+            already += sum(1 for c, _ in exp.skipped if c.hash() in plain)
+            skip_rows = [skipped_row(c, r) for c, r in exp.skipped if c.hash() not in plain]
+            store.insert(skip_rows)
+            todo = [c for c in exp.configs if not is_done(c)]
+            counts = {"ran": 0, "skipped": len(skip_rows), "errors": 0}
+
+            with _Writer(store) as writer, _Progress(len(todo), progress) as bar:
+                for rows in (_execute(todo, jobs=jobs, client=client) if todo else ()):
+                    for r in rows:
+                        counts["ran"] += 1
+                        counts["skipped"] += r["status"] == "skipped"
+                        counts["errors"] += r["status"] == "error"
+                        if on_row:
+                            on_row(r)
+                    writer.add(rows)
+                    bar.advance(len(rows))
+        finally:
+            store.close()
+    return SweepSummary(len(exp), already, counts["ran"], counts["skipped"], counts["errors"],
+                        time.perf_counter() - t0, os.fspath(db))
+
+
+@contextlib.contextmanager
+def _dask_client(scheduler: str | None, jobs: int, dask: bool) -> Iterator[Any]:
+    """A Dask distributed client (remote scheduler or a local cluster), or None."""
+    if not (scheduler or dask):
+        yield None
+        return
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:  # pragma: no cover - distributed is installed here
+        raise ParameterError("--dask/--scheduler need Dask distributed: pip install 'attnio[dask]'") from None
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as e:
+            raise AttnioError(f"cannot reach Dask scheduler {scheduler}: {e}") from None
+        with client:
+            yield client
+        return
+    with LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        yield client
+
+
+class _Writer:
+    """Buffers rows and commits them in one transaction at least every 0.2 s."""
+
+    def __init__(self, store: ResultsStore, every_s: float = 0.2):
+        self.store, self.every_s = store, every_s
+        self.buf: list[dict] = []
+        self.last = time.monotonic()
+
+    def add(self, rows: list[dict]) -> None:
+        self.buf.extend(rows)
+        if time.monotonic() - self.last >= self.every_s or len(self.buf) >= 512:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buf:
+            self.store.insert(self.buf)
+            self.buf = []
+        self.last = time.monotonic()
+
+    def __enter__(self) -> _Writer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.flush()  # rows that arrived are written even when the loop was interrupted
+
+
+def _cost(c: Config) -> float:
+    """A rough cost estimate, to start the slowest configurations first (shorter tail)."""
+    work = c.n_heads * c.Nq * c.Nkv * c.d / math.sqrt(c.M)
+    return work * (50.0 if c.mode == "compute" else 1.0) * (8.0 if c.causal else 1.0)
+
+
+def _execute(todo: list[Config], *, jobs: int, client: Any = None) -> Iterator[list[dict]]:
+    todo = sorted(todo, key=_cost, reverse=True) if jobs > 1 or client is not None else todo
+    payload = [dataclasses.asdict(c) for c in todo]
+    if client is not None:
+        from distributed import as_completed
+
+        workers = max(1, len(client.scheduler_info().get("workers", {})) or jobs)
+        size = max(1, min(32, math.ceil(len(payload) / (workers * 16))))
+        futures = client.map(run_batch, _batches(payload, size), pure=False)
+        for fut in as_completed(futures):
+            yield fut.result()
+        return
+    if jobs == 1 or len(payload) == 1:
+        for p in payload:
+            yield [run_config(p)]
+        return
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    size = 1 if len(payload) <= 20_000 else 32  # one task each: the slow ones do not queue up
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["attnio.experiments.sweep"])
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
+        pending = {ex.submit(run_batch, b) for b in _batches(payload, size)}
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    yield f.result()
+        finally:
+            for f in pending:
+                f.cancel()
+
+
+class _Progress:
+    """A rich progress bar with rate and ETA on stderr (nothing when disabled)."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled and total > 0
+        self._p = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                ProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.text import Text
+
+            class Rate(ProgressColumn):
+                def render(self, task):
+                    el = task.elapsed
+                    s = task.completed / el if el else None
+                    return Text(f"{s:,.1f} cfg/s" if s else "- cfg/s")
+
+            self._p = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), Rate(),
+                               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                               console=Console(stderr=True))
+            self._p.start()
+            self._task = self._p.add_task("sweep", total=self.total)
+        return self
+
+    def advance(self, n: int) -> None:
+        if self._p is not None:
+            self._p.advance(self._task, n)
+
+    def __exit__(self, *exc) -> None:
+        if self._p is not None:
+            self._p.stop()

@@ -1,0 +1,58 @@
+"""The red-blue pebble game on attention's computation DAG, solved exactly on tiny instances.
+
+* :mod:`.dag`: the computation DAGs (attention with or without the row max, matmul, trees);
+* :mod:`.game`: the rules, a move checker, and the solvers (greedy, A* search, CP-SAT);
+* :mod:`.compare`: optima next to simulated schedules and bounds (docs/pebbling.md).
+"""
+
+from . import dag
+from .comparison import (
+    TABLE_COLUMNS,
+    TABLE_INSTANCES,
+    Instance,
+    compare,
+    format_table,
+    seed_bounds,
+    simulated,
+    table_row,
+)
+from .dag import DAG
+from .game import (
+    IllegalMoveError,
+    Move,
+    PebbleResult,
+    Replay,
+    SearchResult,
+    cpsat,
+    greedy,
+    parse_moves,
+    replay,
+    safe_horizon,
+    search,
+    solve,
+)
+
+__all__ = [
+    "DAG",
+    "TABLE_COLUMNS",
+    "TABLE_INSTANCES",
+    "IllegalMoveError",
+    "Instance",
+    "Move",
+    "PebbleResult",
+    "Replay",
+    "SearchResult",
+    "compare",
+    "cpsat",
+    "dag",
+    "format_table",
+    "greedy",
+    "parse_moves",
+    "replay",
+    "safe_horizon",
+    "search",
+    "seed_bounds",
+    "simulated",
+    "solve",
+    "table_row",
+]

@@ -1,0 +1,467 @@
+"""``attnio.plan``: the least-I/O algorithm and tiling for given sizes, and its distance to the bound.
+
+Like opt_einsum's ``contract_path``: sizes in, a readable report out.  Every registered attention
+algorithm is scored with its closed form on each of its candidate tilings that fits in M
+(:meth:`Algorithm.search <attnio.algorithms.base.Algorithm.search>`, the same loop that picks a
+default tiling); nothing is simulated.  The least predicted I/O wins, ties broken toward fewer
+steps and then registry order.  The choice is made by predicted I/O alone, never by a rule on M.
+
+>>> import attnio
+>>> p = plan(4096, 64, 65536)
+>>> p.algorithm, p.regime
+('flash2', 'large cache (M >= d^2)')
+>>> r = attnio.run(p.algorithm, shape=p.shape, M=p.M, mode="count", tiling=p.tiling)
+>>> p.predicted.total == r.io.total
+True
+>>> p.ratio < 10
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from .. import algorithms as _alg
+from .. import bounds as _bounds
+from ..algorithms.base import Algorithm
+from ..core.checks import check_bool, check_int, check_real
+from ..core.errors import AttnioError, ParameterError
+from ..core.memory import IOCount
+from ..core.workload import Shape
+from ..hardware import devices as _devices
+
+__all__ = ["Backward", "Candidate", "Certificate", "FastMemory", "Plan", "plan", "plan_shape"]
+
+_ERROR_FIELDS = ("guaranteed_error", "error", "error_bound", "eps")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An algorithm's best tiling for the sizes, and its closed-form count."""
+
+    algorithm: str
+    tiling: Any
+    predicted: IOCount
+    steps: int
+    exact: bool = True
+    error: float | None = None
+    tried: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        t = dataclasses.asdict(self.tiling) if dataclasses.is_dataclass(self.tiling) else self.tiling
+        return {"algorithm": self.algorithm, "tiling": t, "reads": self.predicted.reads,
+                "writes": self.predicted.writes, "total": self.predicted.total,
+                "steps": self.steps, "exact": self.exact, "error": self.error,
+                "tilings_scored": self.tried}
+
+
+@dataclass(frozen=True)
+class FastMemory:
+    """How the fast memory was given: ``M`` words, and the device and word size it came from."""
+
+    M: int
+    dtype_bytes: int | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """How far from optimal a plan can be: the bounds that apply, the best explicit one, the ratio."""
+
+    bounds: tuple[_bounds.Bound, ...]
+    best_bound: _bounds.Bound
+    ratio: float | None  # chosen total / best explicit bound (None for approximate algorithms)
+    regime: str
+
+
+@dataclass(frozen=True)
+class Backward:
+    """The backward pass of a plan made with ``backward=True``: its count and tiling."""
+
+    predicted: IOCount
+    tiling: Any
+
+    # an IOCount's fields, so that ``plan.backward.total`` reads as before
+    @property
+    def reads(self) -> int:
+        return self.predicted.reads
+
+    @property
+    def writes(self) -> int:
+        return self.predicted.writes
+
+    @property
+    def total(self) -> int:
+        return self.predicted.total
+
+
+@dataclass(frozen=True, repr=False)
+class Plan:
+    """What :func:`plan` returns; ``repr`` prints the report.
+
+    Made of the workload (:attr:`shape`), the fast memory (:attr:`memory`), the scored candidates
+    (the chosen one first), the :attr:`certificate` and the one-paragraph :attr:`why`.
+    """
+
+    shape: Shape
+    memory: FastMemory
+    candidates: tuple[Candidate, ...]
+    skipped: tuple[tuple[str, str], ...]
+    certificate: Certificate
+    why: str
+    approx_eps: float | None = None
+    backward: Backward | None = None
+
+    # ------------------------------------------------------------------ the chosen schedule
+    @property
+    def chosen(self) -> Candidate:
+        return self.candidates[0]
+
+    @property
+    def runner_up(self) -> Candidate | None:
+        return self.candidates[1] if len(self.candidates) > 1 else None
+
+    @property
+    def algorithm(self) -> str:
+        return self.chosen.algorithm
+
+    @property
+    def tiling(self) -> Any:
+        return self.chosen.tiling
+
+    @property
+    def predicted(self) -> IOCount:
+        return self.chosen.predicted
+
+    @property
+    def error(self) -> float | None:
+        return self.chosen.error
+
+    @property
+    def backward_tiling(self) -> Any:
+        return None if self.backward is None else self.backward.tiling
+
+    # ------------------------------------------------------------------ the certificate
+    @property
+    def bounds(self) -> tuple[_bounds.Bound, ...]:
+        return self.certificate.bounds
+
+    @property
+    def best_bound(self) -> _bounds.Bound:
+        return self.certificate.best_bound
+
+    @property
+    def ratio(self) -> float | None:
+        return self.certificate.ratio
+
+    @property
+    def regime(self) -> str:
+        return self.certificate.regime
+
+    # ------------------------------------------------------------------ the workload
+    @property
+    def M(self) -> int:
+        return self.memory.M
+
+    @property
+    def dtype_bytes(self) -> int | None:
+        return self.memory.dtype_bytes
+
+    @property
+    def device(self) -> str | None:
+        return self.memory.device
+
+    @property
+    def N(self) -> int:
+        return self.shape.Nq
+
+    @property
+    def Nkv(self) -> int:
+        return self.shape.Nkv
+
+    @property
+    def d(self) -> int:
+        return self.shape.d
+
+    @property
+    def causal(self) -> bool:
+        return self.shape.causal
+
+    @property
+    def causal_align(self) -> str | None:
+        return self.shape.causal_align if self.shape.causal else None
+
+    @property
+    def window(self) -> int | None:
+        return self.shape.window
+
+    @property
+    def batch(self) -> int:
+        return self.shape.batch
+
+    @property
+    def heads(self) -> int:
+        return self.shape.heads
+
+    @property
+    def kv_heads(self) -> int | None:
+        return self.shape.kv_heads
+
+    # ------------------------------------------------------------------ output
+    def to_dict(self) -> dict[str, Any]:
+        c = self.chosen.to_dict()
+        bwd = self.backward
+        return {
+            "N": self.N, "Nkv": self.Nkv, "d": self.d, "M": self.M, "causal": self.causal,
+            "heads": self.heads, "batch": self.batch, "kv_heads": self.kv_heads,
+            "window": self.window, "causal_align": self.causal_align,
+            "backward": None if bwd is None else {
+                "reads": bwd.reads, "writes": bwd.writes, "total": bwd.total,
+                "tiling": dataclasses.asdict(bwd.tiling)},
+            "device": self.device, "dtype_bytes": self.dtype_bytes,
+            "approx_eps": self.approx_eps,
+            "algorithm": self.algorithm, "tiling": c["tiling"],
+            "reads": self.predicted.reads, "writes": self.predicted.writes,
+            "total": self.predicted.total, "error": self.error,
+            "runner_up": self.runner_up.to_dict() if self.runner_up else None,
+            "bounds": [b.to_dict() for b in self.bounds],
+            "best_bound": self.best_bound.to_dict(), "ratio": self.ratio,
+            "regime": self.regime, "why": self.why,
+            "candidates": [x.to_dict() for x in self.candidates],
+            "skipped": [{"algorithm": a, "reason": r} for a, r in self.skipped],
+        }
+
+    def __repr__(self) -> str:
+        size = f"N={self.N}" if self.N == self.Nkv else f"Nq={self.N} Nkv={self.Nkv}"
+        mem = f"M={self.M:,} words"
+        if self.dtype_bytes:
+            mem += f" ({self.M * self.dtype_bytes:,} bytes at {self.dtype_bytes} B/word)"
+        if self.device:
+            mem += f", device {self.device}"
+        extra = (f" causal={self.causal_align}" if self.causal else "")
+        extra += f" window={self.window}" if self.window else ""
+        extra += f" batch={self.batch}" if self.batch > 1 else ""
+        extra += f" heads={self.heads}" if self.heads > 1 else ""
+        extra += f" kv_heads={self.kv_heads}" if self.kv_heads not in (None, self.heads) else ""
+        lines = [
+            f"  Plan for attention {size} d={self.d}{extra}, {mem}",
+            f"         Algorithm:  {self.algorithm}",
+            f"            Tiling:  {self.tiling}",
+            f"   Predicted reads:  {self.predicted.reads:,}",
+            f"  Predicted writes:  {self.predicted.writes:,}",
+            f"   Predicted total:  {self.predicted.total:,} words",
+        ]
+        if self.backward is not None:
+            lines.append(f"  Backward (flash2-style, tiling {self.backward.tiling}): "
+                         f"{self.backward.total:,} words; forward above includes the logsumexp")
+        if self.dtype_bytes:
+            lines.append(f"  Predicted traffic:  {self.predicted.total * self.dtype_bytes:,} bytes")
+        if self.error is not None:
+            lines.append(f"  Guaranteed error:  {self.error:.3g} (approximate)")
+        b = self.best_bound
+        scope = "" if self.chosen.exact else "; for exact algorithms only"
+        lines.append(f"  Best lower bound:  {b.value:,.0f} ({b.name}, explicit{scope})")
+        ratio = f"{self.ratio:.3f}" if self.ratio is not None else "n/a (approximate algorithm)"
+        lines.append(f"  Ratio total/bound:  {ratio}")
+        lines.append(f"            Regime:  {self.regime}")
+        if self.runner_up:
+            r = self.runner_up
+            pct = 100.0 * (r.predicted.total / self.predicted.total - 1) if self.predicted.total else 0
+            lines.append(f"         Runner-up:  {r.algorithm} {r.predicted.total:,} (+{pct:.1f}%)")
+        w = max([len(c.algorithm) for c in self.candidates] + [9])
+        lines += ["-" * 88,
+                  f"{'algorithm':<{w}}  {'reads':>20}  {'writes':>18}  {'total':>20}  {'x best':>7}",
+                  "-" * 88]
+        for c in self.candidates:
+            x = c.predicted.total / self.predicted.total if self.predicted.total else 1.0
+            err = "" if c.exact else f"  (approximate, error <= {c.error:.3g})"
+            lines.append(f"{c.algorithm:<{w}}  {c.predicted.reads:>20,}  {c.predicted.writes:>18,}"
+                         f"  {c.predicted.total:>20,}  {x:>7.3f}{err}")
+        for name, reason in self.skipped:
+            lines.append(f"{name:<{w}}  (skipped: {reason})")
+        lines += ["-" * 88, f"{'bound':<28} {'value':>20}  {'explicit':>8}  theorem", "-" * 88]
+        for bd in self.bounds:
+            lines.append(f"{bd.name:<28} {bd.value:>20,.0f}  {'yes' if bd.explicit else 'no':>8}"
+                         f"  {bd.theorem}")
+        lines += ["", "why: " + self.why]
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+
+def _error_of(tiling: Any) -> float | None:
+    for f in _ERROR_FIELDS:
+        v = getattr(tiling, f, None)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
+           entry_bound: float | None, backward: bool) -> tuple[Candidate, Backward | None] | str:
+    """An algorithm's best candidate (and backward pass), or the reason it cannot run."""
+    if shape.window is not None and not alg.supports_window:
+        return "no sliding-window support"
+    if backward and not alg.supports_backward:
+        return "no backward pass"
+    need = alg.min_M(shape)
+    if M < need:
+        return f"needs M >= {need:,}"
+    tilings = alg.planner_tilings(shape, M, eps=approx_eps, entry_bound=entry_bound)
+    found = alg.search(shape, M, tilings)
+    if found is None:
+        return "no candidate tiling fits in M"
+    error = None if alg.exact else _error_of(found.tiling)
+    if not backward:
+        return Candidate(alg.name, found.tiling, found.predicted, found.steps, alg.exact, error,
+                         found.tried), None
+    # the forward also writes the logsumexp; the backward is scored on its own
+    bwd = alg.backward  # type: ignore[attr-defined]
+    bt = bwd.coerce_tiling(shape, M, None)
+    fwd = alg.predict_with_lse(shape, found.tiling)  # type: ignore[attr-defined]
+    return (Candidate(alg.name, found.tiling, fwd, found.steps, alg.exact, error, found.tried),
+            Backward(bwd.predict(shape, bt), bt))
+
+
+_REGIMES = {True: "large cache (M >= d^2)", False: "small cache (M < d^2)"}
+
+
+def _why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
+         best_bound: _bounds.Bound, ratio: float | None, theta: float | None) -> str:
+    dd = d * d
+    if M >= dd:
+        reg = (f"M = {M:,} >= d² = {dd:,}: the large-cache regime, where Saha & Ye prove "
+               "Θ(N²d²/M) (FlashAttention's order) for standard matmul")
+    else:
+        reg = (f"M = {M:,} < d² = {dd:,}: the small-cache regime, where Saha & Ye prove Θ(N²d/√M) "
+               "(square tiling's order) for standard matmul")
+    s = (f"{chosen.algorithm} moves the fewest words ({chosen.predicted.total:,}) of the {n} "
+         f"algorithm(s) scored, each on its candidate tilings by closed form (chosen by predicted "
+         f"I/O, no rule on M)")
+    if runner:
+        pct = 100.0 * (runner.predicted.total / chosen.predicted.total - 1)
+        s += f"; runner-up {runner.algorithm} moves {pct:.1f}% more"
+    s += f". {reg}. "
+    if ratio is not None:
+        s += (f"The best explicit lower bound ({best_bound.name}) is {best_bound.value:,.0f}, so "
+              f"this plan is within {ratio:.2f}x of optimal")
+        if theta is not None:
+            s += f" (and {theta:.2f}x the Θ-form with constant 1)"
+        s += "."
+    else:
+        s += (f"The chosen algorithm is approximate (guaranteed error {chosen.error}); exact "
+              "lower bounds do not apply to it.")
+    return s
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
+          entry_bound: float | None, backward: bool, registry: tuple[str, ...]) -> Plan:
+    # ``registry`` (the registered names) is part of the cache key: registering an algorithm
+    # after a call must not return a stale plan
+    M = memory.M
+    algs = _alg.all_algorithms()
+    if approx_eps is None:  # approximate algorithms only when an error target is given
+        algs = [a for a in algs if a.exact]
+    scored: list[tuple[tuple[int, int, int], tuple[Candidate, Backward | None]]] = []
+    skipped: list[tuple[str, str]] = []
+    for i, alg in enumerate(algs):
+        try:
+            res = _score(alg, shape, M, approx_eps, entry_bound, backward)
+        except (AttnioError, ValueError, ArithmeticError) as e:
+            # an algorithm that does not support these sizes, this mask or this error target
+            res = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if isinstance(res, str):
+            skipped.append((alg.name, res))
+            continue
+        cand, bwd = res
+        total = cand.predicted.total + (bwd.total if bwd is not None else 0)
+        scored.append(((total, cand.steps, i), res))
+    if not scored:
+        raise ParameterError(f"M={M}: no registered algorithm fits in M words for "
+                             f"{shape.describe()} "
+                             f"({'; '.join(f'{a}: {r}' for a, r in skipped)})", param="M")
+    scored.sort(key=lambda kr: kr[0])
+    cands = tuple(c for _, (c, _) in scored)
+    bwd_best = scored[0][1][1]
+    chosen = cands[0]
+    runner = cands[1] if len(cands) > 1 else None
+    bnds = tuple(_bounds.applicable_to(shape, M))
+    best = _bounds.best(bnds)
+    total = chosen.predicted.total
+    ratio = total / best.value if chosen.exact and best.value > 0 else None
+    theta_b = next(b for b in bnds if b.name == "standard_matmul")
+    theta = total / theta_b.value if chosen.exact and theta_b.value > 0 else None
+    regime = _REGIMES[M >= shape.d * shape.d]
+    why = _why(chosen, runner, len(cands), shape.d, M, best, ratio, theta)
+    if bwd_best is not None:
+        why += (f" With the backward pass: the forward writes the logsumexp too, and the backward "
+                f"moves {bwd_best.total:,} more words (tiling {bwd_best.tiling}); the bounds above "
+                "are the forward's.")
+    return Plan(shape, memory, cands, tuple(skipped), Certificate(bnds, best, ratio, regime), why,
+                approx_eps, bwd_best)
+
+
+def fast_memory(M: int | None = None, *, M_bytes: int | None = None,
+                dtype_bytes: int | str | None = None, device: str | None = None) -> FastMemory:
+    """The fast memory from exactly one of ``M`` (words), ``M_bytes`` (with ``dtype_bytes``) or
+    ``device`` (a preset of :mod:`attnio.hardware.devices`, words of ``dtype_bytes``, default 2)."""
+    given = [n for n, v in (("M", M), ("M_bytes", M_bytes), ("device", device)) if v is not None]
+    if len(given) != 1:
+        raise ParameterError("give exactly one of M (words), M_bytes (with dtype_bytes) or device, "
+                             f"got {', '.join(given) or 'none'}", param="M")
+    db = None if dtype_bytes is None else _devices.dtype_bytes(dtype_bytes)
+    if device is not None:
+        dev = _devices.get(device)
+        db = db or 2
+        return FastMemory(dev.words(db), db, dev.name)
+    if M_bytes is not None:
+        if db is None:
+            raise ParameterError("M_bytes needs dtype_bytes (bytes per word, e.g. 2 for fp16)",
+                                 param="dtype_bytes")
+        return FastMemory(_devices.words_for(M_bytes, db), db, None)
+    return FastMemory(check_int("M", M, minimum=1), db, None)
+
+
+def plan_shape(shape: Shape, memory: FastMemory | int, *, approx_eps: float | None = None,
+               entry_bound: float | None = None, backward: bool = False) -> Plan:
+    """:func:`plan` for a :class:`~attnio.core.workload.Shape` (the workload, mask included)."""
+    if not isinstance(memory, FastMemory):
+        memory = FastMemory(check_int("M", memory, minimum=1))
+    check_bool("backward", backward)
+    if approx_eps is not None:
+        approx_eps = check_real("approx_eps", approx_eps, lo=0, hi=1, lo_open=True, hi_open=True)
+    if entry_bound is not None:
+        entry_bound = check_real("entry_bound", entry_bound, lo=0, lo_open=True)
+        if approx_eps is None:
+            raise ParameterError("entry_bound applies to approximate attention: give approx_eps "
+                                 "too", param="entry_bound")
+    return _plan(shape, memory, approx_eps, entry_bound, backward, tuple(_alg.names()))
+
+
+def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal: object = False,
+         heads: int = 1, dtype_bytes: int | str | None = None, device: str | None = None,
+         M_bytes: int | None = None, approx_eps: float | None = None,
+         entry_bound: float | None = None, batch: int = 1, kv_heads: int | None = None,
+         window: int | None = None, backward: bool = False) -> Plan:
+    """The least-I/O registered algorithm and tiling for attention of these sizes.
+
+    Give the fast memory as ``M`` (words), ``M_bytes`` (bytes, with ``dtype_bytes``) or
+    ``device`` (a preset of :mod:`attnio.hardware.devices`, words of ``dtype_bytes``, default 2 =
+    fp16).  ``batch`` x ``heads`` query heads (``kv_heads`` key/value heads: grouped-query
+    attention, default as many as ``heads``); ``causal`` is False, True / "bottom_right" or
+    "top_left"; ``window`` a sliding window; ``backward=True`` plans forward + backward
+    (algorithms with a backward pass only).  With ``approx_eps`` the approximate algorithms
+    (``exact=False``) are scored too, and the plan reports their guaranteed error; without it
+    only exact algorithms are considered.
+
+    Pure and cached: the same arguments return the same :class:`Plan` object.
+    """
+    shape = Shape.make(N, d, Nkv=Nkv, batch=batch, heads=heads, kv_heads=kv_heads,
+                       causal=causal, window=window)
+    memory = fast_memory(M, M_bytes=M_bytes, dtype_bytes=dtype_bytes, device=device)
+    return plan_shape(shape, memory, approx_eps=approx_eps, entry_bound=entry_bound,
+                      backward=backward)
