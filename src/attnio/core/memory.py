@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Union
 
 import numpy as np
 
@@ -50,6 +50,9 @@ from .checks import check_int
 from .errors import CapacityError, ParameterError, ScheduleError
 
 Mode = Literal["compute", "count"]
+#: What selects rows or columns of a slow array: a Block, a contiguous slice, an index, or None
+#: (the whole dimension).
+Index = Union["Block", slice, int, np.integer, None]
 
 __all__ = [
     "ArrayIO",
@@ -103,7 +106,8 @@ class SlowArray:
 
     __slots__ = ("_base", "_key", "_row0", "name", "shape")
 
-    def __init__(self, name: str, shape: tuple[int, ...], key: int, base=None, row0: int = 0):
+    def __init__(self, name: str, shape: tuple[int, ...], key: int,
+                 base: SlowArray | None = None, row0: int = 0):
         self.name = name
         self.shape = shape
         self._key = key
@@ -123,7 +127,8 @@ class FastTile:
 
     __slots__ = ("_alive", "_data", "_owner", "label", "origin", "shape", "size")
 
-    def __init__(self, shape, label, data, owner, origin=None):
+    def __init__(self, shape: tuple[int, ...], label: str, data: np.ndarray | None,
+                 owner: TwoLevelMemory, origin: tuple[str, tuple[slice, ...]] | None = None):
         self.shape = shape
         self.size = _words(shape)
         self.label = label
@@ -168,7 +173,7 @@ class IOStats:
     def total(self) -> int:
         return self.reads + self.writes
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "reads": self.reads,
             "writes": self.writes,
@@ -187,7 +192,7 @@ def _words(shape: tuple[int, ...]) -> int:
     return n
 
 
-def _norm_index(idx, dim: int) -> slice:
+def _norm_index(idx: Index, dim: int) -> slice:
     if type(idx) is Block:
         start, stop = idx.start, idx.stop
         if 0 <= start <= stop <= dim:
@@ -205,7 +210,7 @@ def _norm_index(idx, dim: int) -> slice:
     return slice(start, stop)
 
 
-def _fmt_index(shape, idx: tuple[slice, ...]) -> str:
+def _fmt_index(shape: tuple[int, ...], idx: tuple[slice, ...]) -> str:
     parts = []
     for s, dim in zip(idx, shape):
         parts.append(":" if (s.start, s.stop) == (0, dim) else f"{s.start}:{s.stop}")
@@ -232,8 +237,8 @@ class TwoLevelMemory:
         step, so it turns bulk counting off.  None (the default) changes nothing.
     """
 
-    def __init__(self, M: int, mode: Mode = "compute", *, bulk: bool = True, dtype=np.float64,
-                 tracer=None):
+    def __init__(self, M: int, mode: Mode = "compute", *, bulk: bool = True,
+                 dtype: Any = np.float64, tracer: Any = None):
         self.M = check_int("M", M, minimum=1)
         if mode not in ("compute", "count"):
             raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
@@ -300,7 +305,7 @@ class TwoLevelMemory:
         self._scratch.add(name)
         return self.slow(name, shape)
 
-    def view(self, arr: SlowArray, rows: slice, name: str | None = None) -> SlowArray:
+    def view(self, arr: SlowArray, rows: Index, name: str | None = None) -> SlowArray:
         """A handle to the rows ``rows`` of ``arr`` (one head of a stacked batch, say).
 
         Accesses through a view are counted against the base array and reach its words.
@@ -314,11 +319,13 @@ class TwoLevelMemory:
         label = name or f"{base.name}[{row0}:{row0 + shape[0]}]"
         return SlowArray(label, shape, base._key, base=base, row0=row0)
 
-    def _resolve(self, arr: SlowArray, rows, cols) -> tuple[SlowArray, tuple[slice, ...]]:
+    def _resolve(self, arr: SlowArray, rows: Index,
+                 cols: Index) -> tuple[SlowArray, tuple[slice, ...]]:
         """The base array and the absolute index of ``arr[rows, cols]``."""
         base = arr._base or arr
         if self._slow.get(base._key) is not base:
             raise ScheduleError(f"{arr!r} does not belong to this memory")
+        idx: tuple[slice, ...]
         if len(arr.shape) == 1:
             if cols is not None:
                 raise ScheduleError(f"{arr.name} is one-dimensional: no column index")
@@ -331,13 +338,14 @@ class TwoLevelMemory:
         return base, idx
 
     # ------------------------------------------------------------------ fast memory
-    def _claim(self, words: int, step) -> None:
+    def _claim(self, words: int, step: str | Callable[[], str]) -> None:
         if self._occ + words > self.M:
             raise CapacityError(step() if callable(step) else step, self._occ, words, self.M)
         self._occ += words
         self._peak = max(self._peak, self._occ)
 
-    def load(self, src: SlowArray, rows=None, cols=None, *, label: str | None = None) -> FastTile:
+    def load(self, src: SlowArray, rows: Index = None, cols: Index = None, *,
+             label: str | None = None) -> FastTile:
         """Read ``src[rows, cols]`` into a new fast tile; counts one read per word."""
         src, idx = self._resolve(src, rows, cols)
         shape = tuple(s.stop - s.start for s in idx)
@@ -348,13 +356,15 @@ class TwoLevelMemory:
         self._per_array[src.name][0] += n
         data = None
         if self.computing:
-            data = np.array(self._slow_data[src._key][idx], dtype=self.dtype)
+            slow = self._slow_data[src._key]
+            assert slow is not None  # compute mode keeps every slow array's data
+            data = np.array(slow[idx], dtype=self.dtype)
         tile = FastTile(shape, label or src.name, data, self, origin=(src.name, idx))
         if self.tracer is not None:
             self.tracer.load(tile, src, idx)
         return tile
 
-    def store(self, tile: FastTile, dst: SlowArray, rows=None, cols=None) -> None:
+    def store(self, tile: FastTile, dst: SlowArray, rows: Index = None, cols: Index = None) -> None:
         """Write ``tile`` to ``dst[rows, cols]``; counts one write per word.  The tile stays resident."""
         self._check_alive(tile, "store")
         dst, idx = self._resolve(dst, rows, cols)
@@ -369,6 +379,7 @@ class TwoLevelMemory:
         self._per_array[dst.name][1] += n
         if self.computing:
             target = self._slow_data[dst._key]
+            assert target is not None and tile._data is not None  # compute mode
             target[idx] = tile._data.astype(target.dtype, copy=False)
         if self.tracer is not None:
             self.tracer.store(tile, dst, idx)
@@ -441,7 +452,7 @@ class TwoLevelMemory:
         if a.shape[1] != bs[0] or out.shape != (a.shape[0], bs[1]):
             raise ScheduleError(f"matmul shapes {out.shape} = {a.shape} @ {bs}")
 
-        def _mm(o, x, y):
+        def _mm(o: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
             y = y.T if transpose_b else y
             if accumulate:
                 o += alpha * (x @ y) if alpha != 1.0 else x @ y

@@ -16,6 +16,7 @@ NaN, a NaN in a visible key or value makes every row that sees it NaN.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from .workload import parse_causal
 __all__ = ["attention", "attention_backward", "mask", "logsumexp"]
 
 
-def mask(Nq: int, Nkv: int, causal=False, window: int | None = None) -> np.ndarray:
+def mask(Nq: int, Nkv: int, causal: object = False, window: int | None = None) -> np.ndarray:
     """Boolean (Nq, Nkv) array, True where query r may NOT see key c."""
     masked, align = parse_causal(causal)
     out = np.zeros((Nq, Nkv), dtype=bool)
@@ -42,7 +43,7 @@ def mask(Nq: int, Nkv: int, causal=False, window: int | None = None) -> np.ndarr
     return out
 
 
-def _expand_kv(Q, K, V):
+def _expand_kv(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if Q.ndim == 4 and K.shape[1] != Q.shape[1]:
         g = Q.shape[1] // K.shape[1]
         K = np.repeat(K, g, axis=1)
@@ -50,7 +51,8 @@ def _expand_kv(Q, K, V):
     return K, V
 
 
-def _probs(Q, K, causal, scale, window):
+def _probs(Q: np.ndarray, K: np.ndarray, causal: object, scale: float | None,
+           window: int | None) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
     d = Q.shape[-1]
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     S = s * (Q @ np.swapaxes(K, -1, -2))
@@ -64,7 +66,7 @@ def _probs(Q, K, causal, scale, window):
     return P, s, m, l
 
 
-def attention(Q, K, V, causal=False, scale: float | None = None,
+def attention(Q: Any, K: Any, V: Any, causal: object = False, scale: float | None = None,
               window: int | None = None) -> np.ndarray:
     """softmax(scale · Q Kᵀ [+ mask]) V in float64, numerically stable.
 
@@ -77,10 +79,12 @@ def attention(Q, K, V, causal=False, scale: float | None = None,
     V = np.asarray(V, dtype=np.float64)
     K, V = _expand_kv(Q, K, V)
     P, _, _, _ = _probs(Q, K, causal, scale, window)
-    return P @ V
+    out: np.ndarray = P @ V
+    return out
 
 
-def logsumexp(Q, K, causal=False, scale: float | None = None, window: int | None = None):
+def logsumexp(Q: Any, K: Any, causal: object = False, scale: float | None = None,
+              window: int | None = None) -> np.ndarray:
     """Per query row, log sum_c exp(scale·q·k_c) over visible keys (-inf for a row that sees none)."""
     Q = np.asarray(Q, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
@@ -90,8 +94,9 @@ def logsumexp(Q, K, causal=False, scale: float | None = None, window: int | None
         return np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)[..., 0]
 
 
-def attention_backward(Q, K, V, dO, causal=False, scale: float | None = None,
-                       window: int | None = None):
+def attention_backward(Q: Any, K: Any, V: Any, dO: Any, causal: object = False,
+                       scale: float | None = None,
+                       window: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Analytic float64 gradients (dQ, dK, dV) of ``sum(attention(Q, K, V) * dO)``.
 
     With P = softmax(S): dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − rowsum(dO ∘ O)),
