@@ -602,8 +602,8 @@ def _data(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 #: ``verify``: a trace longer than this many events is not replayed (its columns stay null and
 #: ``verify_reason`` says why).  Recording the trace and the four replays (LRU and OPT at M and 2M)
-#: cost about 1.5 µs per event on the 2-core development machine: ~3 s per configuration at the
-#: limit (flash2 N=160 d=16 M=1024: 1.5e6 events, 2.3 s).
+#: cost a few seconds per configuration at the limit (`python benchmarks/bench_replay.py` measures
+#: the replay throughput).
 VERIFY_MAX_EVENTS = 2_000_000
 
 

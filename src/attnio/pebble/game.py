@@ -56,10 +56,9 @@ the first horizon that does not improve is evidence, not proof, and every horizo
 listed in ``history``.  ``lower_bound`` is always a bound valid for every schedule (trivial or
 A*'s); ``horizon_bound`` is CP-SAT's bound for its horizon only.
 
-Measured (``python benchmarks/pebble_table.py --first 5 --compare-cpsat``, a 2-core machine):
-A* proves the matmul 2x2x2 optima (M = 3..6) in 0.5-18 s, where CP-SAT alone, with 2 workers and
-60 s, finds the same values but proves none of them (docs/pebbling.md); CP-SAT is kept for the
-instances A* cannot finish, where it finds better schedules than greedy.
+How the solvers compare on the instances of docs/pebbling.md (A* proving optima that CP-SAT
+alone finds but cannot prove; CP-SAT kept for the instances A* cannot finish) is measured there,
+by ``python benchmarks/pebble_table.py --first 5 --compare-cpsat``.
 
 >>> from attnio.pebble import dag
 >>> r = solve(dag.binary_tree(4), M=3, time_limit=10)
