@@ -179,9 +179,9 @@ class BlockedMatmul:
             bn = cdiv(s.n, cdiv(s.n, bn))  # the smallest bn with the same number of blocks
             bm2 = cdiv(s.m, cdiv(s.m, bm))
             out.append(MatmulTiling(bm2, bn, self._fill_bk(s, M, bm2, bn)))
-        for t in (self.square_tiling(s, M), self.outer_tiling(s, M)):
-            if self.footprint(s, t) <= M:
-                out.append(t)
+        for rule in (self.square_tiling(s, M), self.outer_tiling(s, M)):
+            if self.footprint(s, rule) <= M:
+                out.append(rule)
         return out
 
     def steps(self, shape: Any, tiling: MatmulTiling) -> int:
@@ -328,7 +328,8 @@ def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None,
         data = (A, B)
     t = ALGORITHM.coerce_tiling(s, M, tiling)
     dtype = np.float64 if data is None else np.result_type(np.float32, A.dtype, B.dtype)
-    mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype)
+    mem = TwoLevelMemory(M, mode="compute" if mode == "compute" else "count", bulk=bulk,
+                         dtype=dtype)
     if data is not None and mode == "compute":
         Ah, Bh = mem.slow("A", A.shape, A), mem.slow("B", B.shape, B)
     else:

@@ -51,7 +51,9 @@ class Candidate:
     tried: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        t = dataclasses.asdict(self.tiling) if dataclasses.is_dataclass(self.tiling) else self.tiling
+        t = (dataclasses.asdict(self.tiling)
+             if dataclasses.is_dataclass(self.tiling) and not isinstance(self.tiling, type)
+             else self.tiling)
         return {"algorithm": self.algorithm, "tiling": t, "reads": self.predicted.reads,
                 "writes": self.predicted.writes, "total": self.predicted.total,
                 "steps": self.steps, "exact": self.exact, "error": self.error,
