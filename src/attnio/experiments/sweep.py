@@ -46,7 +46,7 @@ from ..runner import run
 from .store import ResultsStore
 
 try:  # Python 3.11+
-    import tomllib
+    import tomllib  # novermin (guarded: the tomli backport below on 3.10)
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the tomli backport
     import tomli as tomllib
 
