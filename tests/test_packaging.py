@@ -6,13 +6,16 @@
   pycachesim, pandas, pyarrow; nor rich or sqlite3, which only the CLI and the store use);
 * with every optional package blocked, every module of attnio still imports, and each feature
   that needs one raises :class:`MissingExtraError` with the one message (the extra, the pip
-  command).
+  command);
+* no module imports a ``_private`` name (or module) of another package: the part of the layer
+  contract that import-linter (pyproject.toml, checked by ``.ci/run``) cannot express.
 
 How long ``import attnio`` takes is measured by ``benchmarks/bench_import.py``, not asserted here.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -178,3 +181,40 @@ def test_every_module_imports_and_every_feature_names_its_extra_without_the_extr
         msg = out["features"][feature]
         assert msg.endswith(f"needs {module}, which is not installed: "
                             f"pip install 'attnio[{extra}]'"), (feature, msg)
+
+
+def _private_imports_across_packages() -> list[tuple[str, str]]:
+    """(importer, imported name) for each ``from X import _y`` (or ``X._y`` a module) in src/
+    whose private part belongs to another package than the importer's (``attnio.core`` and
+    ``attnio.runner`` count as packages; the deprecated aliases re-export with ``*``)."""
+    src = ROOT / "src"
+    found = []
+    for path in sorted((src / "attnio").rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        module = ".".join(parts[:-1] if is_pkg else parts)
+        package = module if is_pkg else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("attnio"):
+                continue
+            for alias in node.names:
+                name = f"{target}.{alias.name}".split(".")
+                private = [i for i, p in enumerate(name) if p.startswith("_")
+                           and not p.startswith("__")]
+                if not private:
+                    continue
+                owner = name[:private[0]]
+                if owner[:2] != module.split(".")[:2]:
+                    found.append((module, ".".join(name)))
+    return found
+
+
+def test_no_private_name_is_imported_across_packages():
+    assert _private_imports_across_packages() == []
