@@ -86,7 +86,7 @@ class Event(NamedTuple):
     """One access: ``array`` (name), ``index`` (flat, row-major, within the array), ``kind``."""
 
     array: str
-    index: int
+    index: int  # type: ignore[assignment]  # (the field shadows tuple.index, as it always has)
     kind: str
 
     @property
@@ -360,7 +360,7 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
 
 
 def _tiling_dict(t) -> dict:
-    return dataclasses.asdict(t) if dataclasses.is_dataclass(t) else {}
+    return dataclasses.asdict(t) if dataclasses.is_dataclass(t) and not isinstance(t, type) else {}
 
 
 def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
