@@ -14,6 +14,7 @@ from attnio.cli import main as cli_main
 from attnio.experiments.report import build_report, claims, fit_slope, series_fits
 from attnio.experiments.store import ResultsStore
 from attnio.experiments.sweep import Grid, parse_values, run_sweep
+from conftest import need
 
 D_N, M_N = 16, 1024            # N-series: d = 16, M = 1024, N = 1024 .. 8192
 N_M, D_M = 2048, 32            # M-series: N = 2048, d = 32, M = 64 .. 65536 (d² = 1024)
@@ -23,6 +24,7 @@ MS = parse_values("M", "64:65536:x2")
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
+    need("matplotlib")  # the report draws its figures
     base = tmp_path_factory.mktemp("report")
     db = base / "r.sqlite"
     run_sweep([Grid(N=NS, d=(D_N,), M=(M_N,), algorithms=("flash2", "standard")),

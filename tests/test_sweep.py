@@ -29,6 +29,7 @@ from attnio.experiments.sweep import (
     run_config,
     run_sweep,
 )
+from conftest import block_parquet_engines, need
 
 VOLATILE = ("wall_s", "created_at")  # the only columns that differ between two runs
 
@@ -202,7 +203,7 @@ def test_local_pool_gives_the_same_rows(serial_db, tmp_path):
 
 
 def test_dask_local_cluster_gives_the_same_rows(serial_db, tmp_path):
-    distributed = pytest.importorskip("distributed")
+    distributed = need("distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
                                   protocol="tcp",
                                   host="127.0.0.1", dashboard_address=None) as cluster:
@@ -317,17 +318,15 @@ def test_cli_incompatible_or_foreign_db_is_refused_untouched(tmp_path, capsys, k
     assert code == 2 and not (tmp_path / "x.csv").exists()
 
 
-def test_cli_parquet_without_engine_names_the_extra(tmp_path, capsys):
-    try:
-        import pyarrow  # noqa: F401
-        pytest.skip("pyarrow installed")
-    except ImportError:
-        pass
+def test_cli_parquet_without_engine_names_the_extra(tmp_path, capsys, monkeypatch):
+    block_parquet_engines(monkeypatch)
     db = tmp_path / "r.sqlite"
     run_sweep(Grid(N=(64,), d=(8,), M=(256,), algorithms=("flash2",)), db, jobs=1)
     code, err = _cli(capsys, "sweep", "export", "--db", str(db), "--format", "parquet",
                      "--out", str(tmp_path / "r.parquet"))
-    assert code == 2 and "pyarrow" in err and not (tmp_path / "r.parquet").exists()
+    assert code == 2 and err.count("\n") == 1, err
+    assert "pip install 'attnio[parquet]'" in err
+    assert not (tmp_path / "r.parquet").exists()
 
 
 def test_presets_expand():

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..core.errors import AttnioError, ParameterError
+from ..core.extras import available, require
 
 __all__ = ["COLUMNS", "SCHEMA_VERSION", "ResultsStore", "StoreError", "read_export"]
 
@@ -361,20 +362,10 @@ def _check_out(path: str) -> None:
 
 
 def _parquet_engine():
-    try:
-        import pandas as pd
-    except ImportError:  # pragma: no cover - pandas comes with dask here
-        raise ParameterError("parquet export needs pandas and pyarrow: pip install pandas pyarrow") from None
-    for engine in ("pyarrow", "fastparquet"):
-        try:
-            __import__(engine)
-            return pd
-        except ImportError:
-            continue
-    raise ParameterError(
-        "parquet export needs a parquet engine and none is installed: pip install pyarrow "
-        "(or use --format csv or json)"
-    )
+    pd = require("pandas", "parquet", "parquet export (or --format csv/json)")
+    if not available("fastparquet"):  # pandas' other engine, if someone has it
+        require("pyarrow", "parquet", "parquet export (or --format csv/json)")
+    return pd
 
 
 def read_export(path: str | os.PathLike, fmt: str | None = None) -> list[dict]:

@@ -41,12 +41,13 @@ from .. import bounds as _bounds
 from ..core import masks, reference
 from ..core.checks import check_real
 from ..core.errors import AttnioError, CapacityError, ParameterError
+from ..core.extras import require
 from ..core.workload import Shape
 from ..runner import run
 from .store import ResultsStore
 
 try:  # Python 3.11+
-    import tomllib
+    import tomllib  # novermin (guarded: the tomli backport below on 3.10)
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the tomli backport
     import tomli as tomllib
 
@@ -786,10 +787,8 @@ def _dask_client(scheduler: str | None, jobs: int, dask: bool) -> Iterator[Any]:
     if not (scheduler or dask):
         yield None
         return
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:  # pragma: no cover - distributed is installed here
-        raise ParameterError("--dask/--scheduler need Dask distributed: pip install 'attnio[dask]'") from None
+    distributed = require("distributed", "dask", "a Dask sweep (--dask/--scheduler)")
+    Client, LocalCluster = distributed.Client, distributed.LocalCluster
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")
