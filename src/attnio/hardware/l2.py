@@ -21,10 +21,14 @@ Tests hold :class:`LRU` on tiles equal to :class:`LRU` on 32-byte sectors and to
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
 
 from ..core.checks import check_int
+from .traffic import Traffic, address, wave_events
 
-__all__ = ["LRU"]
+__all__ = ["LRU", "Replay", "replay"]
 
 
 class LRU:
@@ -52,22 +56,27 @@ class LRU:
     def _evict(self, need: int, stop_at: object = None) -> bool:
         """Free ``need`` bytes from the LRU end; True if ``stop_at`` was reached first."""
         od = self._od
+        popitem = od.popitem
         while need > 0 and od:
-            key = next(iter(od))
+            key, ent = popitem(last=False)
             if key == stop_at:
+                od[key] = ent
+                od.move_to_end(key, last=False)
                 return True
-            ent = od[key]
-            take = need if need < ent[0] else ent[0]
-            clean = ent[0] - ent[1]
-            if take > clean:          # the oldest bytes go first: clean ones, then dirty
-                wb = take - clean
-                self.written += wb
-                ent[1] -= wb
-            ent[0] -= take
-            self.occ -= take
-            need -= take
-            if ent[0] == 0:
-                del od[key]
+            r = ent[0]
+            if need < r:           # a partial eviction: the tile stays, least recently used
+                clean = r - ent[1]
+                if need > clean:   # the oldest bytes go first: clean ones, then dirty
+                    self.written += need - clean
+                    ent[1] -= need - clean
+                ent[0] = r - need
+                self.occ -= need
+                od[key] = ent
+                od.move_to_end(key, last=False)
+                return False
+            self.written += ent[1]
+            self.occ -= r
+            need -= r
         return False
 
     def access(self, key: object, nbytes: int, store: bool = False) -> int:
@@ -129,3 +138,93 @@ class LRU:
     def resident(self) -> dict:
         """Resident bytes per key (for tests)."""
         return {k: v[0] for k, v in self._od.items()}
+
+
+# ---------------------------------------------------------------------- the parallel replay
+@dataclass
+class Replay:
+    """HBM traffic of one replay, per phase and wave (bytes)."""
+
+    hbm_read: int
+    hbm_write: int
+    wave_read: list          # per phase: np.ndarray of bytes read from HBM in each wave
+    wave_write: list         # per phase: bytes written back during each wave
+    events: int              # requests replayed
+    extrapolated: bool       # waves past the request budget were estimated (docs/hardware.md)
+    granularity: str
+
+
+def _replay_events(lru: LRU, keys, nbytes, stores) -> None:
+    od = lru._od
+    get, mte, access = od.get, od.move_to_end, lru.access
+    for k, n, s in zip(keys.tolist(), nbytes.tolist(), stores.tolist()):
+        ent = get(k)
+        if ent is not None and ent[0] >= n:   # the common case: a hit
+            mte(k)
+            if s:
+                ent[1] = ent[0]
+        else:
+            access(k, n, s)
+
+
+def _sectors(ph, keys, nbytes, stores, sector: int):
+    """Tile requests expanded into the sectors they cover, in address order."""
+    addr = address(ph, keys)
+    s0 = addr // sector
+    s1 = (addr + nbytes + sector - 1) // sector
+    cnt = s1 - s0
+    rep = np.repeat(np.arange(len(keys)), cnt)
+    off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    return s0[rep] + off, np.full(len(rep), sector, dtype=np.int64), stores[rep]
+
+
+def replay(traffic: Traffic, capacity: int, waves_of: list[int], *, granularity: str = "tile",
+           sector: int = 32, budget: int | None = 400_000) -> Replay:
+    """Replay every phase's CTAs, ``waves_of[i]`` at a time, through one LRU of ``capacity``.
+
+    Within a wave the CTAs advance in lockstep (:func:`~.traffic.wave_events`); waves follow one
+    another; phases (kernel launches) follow one another with the L2 as the last left it.  With
+    ``granularity="sector"`` every tile is split into its ``sector``-byte sectors (validation).
+
+    ``budget`` (requests): past it, the remaining waves of a phase are estimated from the waves
+    replayed so far (their mean HBM reads per CTA over the later half, as the grid is periodic
+    in heads; each stored tile written back once), and the result says ``extrapolated``.
+    """
+    lru = LRU(capacity)
+    wave_read, wave_write = [], []
+    events = 0
+    extrapolated = False
+    for ph, P in zip(traffic.phases, waves_of):
+        nw = -(-ph.n // P) if ph.n else 0
+        wr = np.zeros(nw, dtype=np.float64)
+        ww = np.zeros(nw, dtype=np.float64)
+        for w in range(nw):
+            i0, i1 = w * P, min(ph.n, (w + 1) * P)
+            if budget is not None and events > budget and w >= 2:
+                done = np.arange(w // 2, w)
+                ctas = sum(min(ph.n, (x + 1) * P) - x * P for x in done)
+                rate = wr[done].sum() / max(ctas, 1)
+                for x in range(w, nw):
+                    j0, j1 = x * P, min(ph.n, (x + 1) * P)
+                    wr[x] = rate * (j1 - j0)
+                    ww[x] = float(ph.store_bytes[j0:j1].sum())
+                extrapolated = True
+                break
+            k, nb, st = wave_events(ph, i0, i1)
+            if granularity == "sector":
+                k, nb, st = _sectors(ph, k, nb, st, sector)
+            r0, w0 = lru.read, lru.written
+            _replay_events(lru, k, nb, st)
+            events += len(k)
+            wr[w] = lru.read - r0
+            ww[w] = lru.written - w0
+        wave_read.append(wr)
+        wave_write.append(ww)
+    flushed = lru.flush()
+    for ww in reversed(wave_write):
+        if len(ww):
+            ww[-1] += flushed
+            break
+    total_r = int(round(sum(float(x.sum()) for x in wave_read)))
+    total_w = int(round(sum(float(x.sum()) for x in wave_write)))
+    return Replay(total_r, total_w, wave_read, wave_write, events, extrapolated, granularity)

@@ -42,8 +42,8 @@ from ..runner import place_inputs
 from .devices import Device
 from .kernels import KernelConfig, head_dim_rounded
 
-__all__ = ["ARRAYS", "Op", "Phase", "Template", "Traffic", "build", "compulsory_bytes",
-           "template"]
+__all__ = ["ARRAYS", "FEATURES", "Op", "Phase", "Template", "Traffic", "build",
+           "byte_coefficients", "compulsory_bytes", "features", "template", "work_coefficients"]
 
 #: Array name -> code in a tile key (``code << 56 | head << 32 | row``).
 ARRAYS = {"Q": 1, "K": 2, "V": 3, "O": 4, "L": 5, "O_part": 6, "lse_part": 7, "dO": 8, "D": 9,
@@ -448,49 +448,63 @@ def _backward_phases(cfg, shape, d, tpls, ctas_per_sm) -> list[Phase]:
 
 
 # ---------------------------------------------------------------------- per-CTA amounts
-def _op_rows(ph: Phase, op: Op, part: str) -> np.ndarray:
-    """Rows one op moves over the whole CTA (summed over the inner loop for body ops).
-
-    A CTA whose inner loop is empty (every key masked) skips its loads and only stores, as the
-    schedule does (it writes zeros)."""
-    outer = (ph.o1 - ph.o0).astype(np.int64)
-    if part != "body":
-        return outer if op.store or not ph.template.body else np.where(ph.i_n > 0, outer, 0)
-    if op.rows == "inner":
-        return ph.inner_rows() * ph.inner_heads
-    return outer * ph.i_n * ph.inner_heads
+#: Per-CTA features every amount is linear in (``Phase.features``).
+FEATURES = ("one", "outer", "outer_live", "steps", "inner_rows", "outer_steps")
 
 
-def _amounts(ph: Phase, cfg: KernelConfig, d: int, G: int) -> None:
-    """Per-CTA bytes loaded/stored, tensor FLOPs, exponentials, shared-memory bytes."""
-    rb = ph.row_bytes
-    load = np.zeros(ph.n, dtype=np.int64)
-    store = np.zeros(ph.n, dtype=np.int64)
-    tpl = ph.template
-    for part, ops in (("prologue", tpl.prologue), ("body", tpl.body),
-                      ("epilogue", tpl.epilogue)):
-        for op in ops:
-            nb = _op_rows(ph, op, part) * rb[op.array]
-            if op.store:
-                store += nb
-            else:
-                load += nb
-    ph.load_bytes, ph.store_bytes = load, store
+def features(ph: Phase) -> np.ndarray:
+    """(CTAs, 6) array of :data:`FEATURES`: 1, the CTA's own rows, its rows if it runs its loop
+    (a CTA whose every key is masked skips its loads, as the schedule does: it writes zeros),
+    inner steps (blocks x inner heads), rows of all inner blocks, own rows x steps."""
+    outer = (ph.o1 - ph.o0).astype(np.float64)
+    live = (ph.i_n > 0) | (not ph.template.body)
     steps = (ph.i_n * ph.inner_heads).astype(np.float64)
-    e = cfg.elem_bytes
-    Br, Bc = cfg.Br, cfg.Bc
+    return np.stack([np.ones(ph.n), outer, np.where(live, outer, 0.0), steps,
+                     ph.inner_rows().astype(np.float64) * ph.inner_heads, outer * steps],
+                    axis=1)
+
+
+def byte_coefficients(ph: Phase) -> tuple[np.ndarray, np.ndarray]:
+    """(load, store) byte coefficients over :data:`FEATURES`, from the CTA program."""
+    load, store = np.zeros(6), np.zeros(6)
+    tpl = ph.template
+    for part, ops in (("edge", tpl.prologue), ("body", tpl.body), ("edge", tpl.epilogue)):
+        for op in ops:
+            if part == "edge":
+                f = 1 if op.store or not tpl.body else 2
+            else:
+                f = 4 if op.rows == "inner" else 5
+            (store if op.store else load)[f] += ph.row_bytes[op.array]
+    return load, store
+
+
+def work_coefficients(ph: Phase, cfg: KernelConfig, d: int) -> tuple[np.ndarray, ...]:
+    """(tensor FLOPs, exponentials, shared-memory bytes) coefficients over :data:`FEATURES`."""
+    flops, exps, smem = np.zeros(6), np.zeros(6), np.zeros(6)
+    e, Br, Bc = cfg.elem_bytes, cfg.Br, cfg.Bc
     if ph.name in ("main", "split") and cfg.forward:
-        ph.flops = steps * (4.0 * Br * Bc * d)
-        ph.exps = steps * (Br * Bc + Br)
-        ph.smem = steps * _fwd_smem_step(cfg, d) + (Br * d * e + 2 * Br * d * cfg.out_bytes)
+        flops[3] = 4.0 * Br * Bc * d
+        exps[3] = Br * Bc + Br
+        smem[3] = _fwd_smem_step(cfg, d)
+        smem[0] = Br * d * e + 2 * Br * d * cfg.out_bytes
     elif ph.name == "main":   # backward
-        ph.flops = steps * (10.0 * Br * Bc * d)
-        ph.exps = steps * (Br * Bc)
-        ph.smem = steps * _bwd_smem_step(cfg, d) + 2.0 * Bc * d * e
+        flops[3] = 10.0 * Br * Bc * d
+        exps[3] = Br * Bc
+        smem[3] = _bwd_smem_step(cfg, d)
+        smem[0] = 2.0 * Bc * d * e
     else:                     # combine and preprocessing: no MMA
-        ph.flops = np.zeros(ph.n)
-        ph.exps = (ph.o1 - ph.o0) * np.maximum(ph.i_n, 1).astype(np.float64)
-        ph.smem = np.zeros(ph.n)
+        exps[5] = 1.0
+    return flops, exps, smem
+
+
+def _amounts(ph: Phase, cfg: KernelConfig, d: int) -> None:
+    """Per-CTA bytes loaded/stored, tensor FLOPs, exponentials, shared-memory bytes."""
+    F = features(ph)
+    lc, sc = byte_coefficients(ph)
+    fc, ec, mc = work_coefficients(ph, cfg, d)
+    ph.load_bytes = np.rint(F @ lc).astype(np.int64)
+    ph.store_bytes = np.rint(F @ sc).astype(np.int64)
+    ph.flops, ph.exps, ph.smem = F @ fc, F @ ec, F @ mc
 
 
 def _fwd_smem_step(cfg: KernelConfig, d: int) -> float:
@@ -597,7 +611,7 @@ def build(cfg: KernelConfig, shape: Shape, device: Device | None = None,
     for ph in phases:
         ph.row_bytes = rb
         ph.rows_per_head = rows_per_head
-        _amounts(ph, cfg, d_pad, G)
+        _amounts(ph, cfg, d_pad)
         total += int(ph.load_bytes.sum() + ph.store_bytes.sum())
     return Traffic(cfg, shape, d_pad, phases, compulsory_bytes(cfg, shape), total)
 
