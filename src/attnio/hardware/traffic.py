@@ -43,7 +43,7 @@ from .devices import Device
 from .kernels import KernelConfig, head_dim_rounded
 
 __all__ = ["ARRAYS", "FEATURES", "Op", "Phase", "Template", "Traffic", "build",
-           "byte_coefficients", "compulsory_bytes", "features", "template", "work_coefficients"]
+           "byte_coefficients", "compulsory_bytes", "compulsory_rw", "features", "template", "work_coefficients"]
 
 #: Array name -> code in a tile key (``code << 56 | head << 32 | row``).
 ARRAYS = {"Q": 1, "K": 2, "V": 3, "O": 4, "L": 5, "O_part": 6, "lse_part": 7, "dO": 8, "D": 9,
@@ -485,12 +485,12 @@ def work_coefficients(ph: Phase, cfg: KernelConfig, d: int) -> tuple[np.ndarray,
     if ph.name in ("main", "split") and cfg.forward:
         flops[3] = 4.0 * Br * Bc * d
         exps[3] = Br * Bc + Br
-        smem[3] = _fwd_smem_step(cfg, d)
+        smem[3] = fwd_smem_step(cfg, d)
         smem[0] = Br * d * e + 2 * Br * d * cfg.out_bytes
     elif ph.name == "main":   # backward
         flops[3] = 10.0 * Br * Bc * d
         exps[3] = Br * Bc
-        smem[3] = _bwd_smem_step(cfg, d)
+        smem[3] = bwd_smem_step(cfg, d)
         smem[0] = 2.0 * Bc * d * e
     else:                     # combine and preprocessing: no MMA
         exps[5] = 1.0
@@ -507,7 +507,7 @@ def _amounts(ph: Phase, cfg: KernelConfig, d: int) -> None:
     ph.flops, ph.exps, ph.smem = F @ fc, F @ ec, F @ mc
 
 
-def _fwd_smem_step(cfg: KernelConfig, d: int) -> float:
+def fwd_smem_step(cfg: KernelConfig, d: int) -> float:
     """Shared-memory bytes moved per inner (K/V) step of a forward CTA.
 
     K and V are written once (cp.async or TMA) and read by every MMA unit that needs them: each
@@ -531,7 +531,7 @@ def _fwd_smem_step(cfg: KernelConfig, d: int) -> float:
     return float(t)
 
 
-def _bwd_smem_step(cfg: KernelConfig, d: int) -> float:
+def bwd_smem_step(cfg: KernelConfig, d: int) -> float:
     """Per inner (Q) step of the backward: Q and dO written; P and dS written; the five GEMMs
     (S = QKᵀ, dP = dO Vᵀ, dV += Pᵀ dO, dK += dSᵀ Q, dQ = dS K) read their shared operands."""
     e, Br, Bc = cfg.elem_bytes, cfg.Br, cfg.Bc
@@ -553,23 +553,30 @@ def _rows_seeing(shape: Shape) -> tuple[int, int]:
     return int(seen.sum()), rc.v_rows
 
 
-def compulsory_bytes(cfg: KernelConfig, shape: Shape) -> int:
-    """Bytes any schedule must move: inputs that matter read once, outputs written once.
+def compulsory_rw(cfg: KernelConfig, shape: Shape) -> tuple[int, int]:
+    """(bytes read, bytes written) any schedule must move: the inputs that matter read once,
+    the outputs written once.
 
-    Forward: the query rows that see a key, the key/value rows some query sees, the output and
+    Forward: the query rows that see a key, the key/value rows some query sees; the output and
     (when the schedule writes it) the logsumexp (fp32).  Backward: Q, K, V, O, dO and L read,
-    dQ, dK and dV written.
+    dQ (fp32), dK and dV written.
     """
     e, eo = cfg.elem_bytes, cfg.out_bytes
     d = shape.d
-    qrows, kvrows = _rows_seeing(shape)
     if cfg.algorithm == "fa2_bwd":
         q = shape.n_heads * shape.Nq
         kv = shape.n_kv_heads * shape.Nkv
-        return q * d * e * 3 + q * 4 + kv * d * e * 2 + q * d * e + kv * d * e * 2
+        return q * d * e * 3 + q * 4 + kv * d * e * 2, q * d * 4 + kv * d * e * 2
+    qrows, kvrows = _rows_seeing(shape)
     lse = 4 * shape.n_heads * shape.Nq if cfg.splits == 1 else 0
-    return (shape.n_heads * qrows * d * e + shape.n_kv_heads * kvrows * 2 * d * e
-            + shape.n_heads * shape.Nq * d * eo + lse)
+    reads = shape.n_heads * qrows * d * e + shape.n_kv_heads * kvrows * 2 * d * e
+    return reads, shape.n_heads * shape.Nq * d * eo + lse
+
+
+def compulsory_bytes(cfg: KernelConfig, shape: Shape) -> int:
+    """Read plus written bytes of :func:`compulsory_rw`."""
+    r, w = compulsory_rw(cfg, shape)
+    return r + w
 
 
 # ---------------------------------------------------------------------- build
