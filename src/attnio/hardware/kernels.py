@@ -164,9 +164,9 @@ class KernelConfig:
         a = self.algorithm
         if a == "fa3":
             if self.Br not in (64, 128, 192):
-                raise ParameterError(f"Br={self.Br} is not a multiple of the MMA shape: fa3 "
-                                     "gives each consumer warp group 64 rows (wgmma m64), with 1-3 "
-                                     "of them: Br in {64, 128, 192}", param="Br")
+                raise ParameterError(f"Br={self.Br} is not a multiple of the MMA tile (fa3 gives "
+                                     "each consumer warp group 64 rows, wgmma m64, with 1-3 of "
+                                     "them): Br in {64, 128, 192}", param="Br")
             want = 4 * (self.Br // 64 + 1)
             if self.warps != want:
                 raise ParameterError(f"warps={self.warps}: fa3 with Br={self.Br} has "
@@ -187,9 +187,9 @@ class KernelConfig:
                                      f"{self.warps}", param="warps")
             m = 16 * self.warps if a != "fa2_bwd" else 16
             if self.Br % m:
-                raise ParameterError(f"Br={self.Br} is not a multiple of the MMA shape: {a} "
+                raise ParameterError(f"Br={self.Br} is not a multiple of the MMA tile ({a} "
                                      f"stacks its {self.warps} warps along M in 16-row mma.sync "
-                                     f"tiles, so Br must be a multiple of {m}", param="Br")
+                                     f"tiles): Br must be a multiple of {m}", param="Br")
             if self.elem_bytes == 1:
                 raise ParameterError(f"dtype={self.dtype}: {a} kernels are fp16/bf16 only",
                                      param="dtype")
@@ -197,7 +197,7 @@ class KernelConfig:
                 raise ParameterError("q=regs: the split-KV kernel keeps Q in shared memory "
                                      "(flash-attn static_asserts !Is_Q_in_regs)", param="q")
         if self.Bc % 16:
-            raise ParameterError(f"Bc={self.Bc} is not a multiple of the MMA shape (16 key "
+            raise ParameterError(f"Bc={self.Bc} is not a multiple of the MMA tile (16 key "
                                  "rows per MMA step)", param="Bc")
         if self.Br > 256 or self.Bc > 256:
             raise ParameterError(f"Br and Bc must be at most 256, got {self.Br}x{self.Bc}",
@@ -228,14 +228,13 @@ def parse_config(text: str, **defaults: Any) -> KernelConfig:
     fields: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in str(text).split(","))):
         if "=" not in part:
-            raise ParameterError(f"config item {part!r} is not key=value (keys: "
-                                 f"{', '.join(k for k in _KEYS if k not in ('alg', 's', 'pack'))})",
+            raise ParameterError(f"config item {part!r} is not key=value; keys are Br Bc "
+                                 "warps stages q p o pack splits overlap algorithm dtype",
                                  param="config")
         key, val = (x.strip() for x in part.split("=", 1))
         if key not in _KEYS:
-            raise ParameterError(f"config key {key!r} is unknown (keys: Br, Bc, warps, stages, "
-                                 "q, p, o, pack, splits, overlap, algorithm, dtype)",
-                                 param="config")
+            raise ParameterError(f"config key {key!r} is unknown; keys are Br Bc warps stages "
+                                 "q p o pack splits overlap algorithm dtype", param="config")
         typ = _KEYS[key]
         name = {"alg": "algorithm", "s": "p", "pack": "pack_gqa"}.get(key, key)
         if typ is int:
@@ -414,8 +413,8 @@ def fa3_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfi
     """The config flash-attn's FA3 forward runs for ``shape`` on ``device`` (Hopper only)."""
     if not device.wgmma:
         raise ParameterError(f"kernel fa3 needs Hopper (compute capability 9.0, wgmma); "
-                             f"device {device.name} is {device.compute_capability or 'not'} "
-                             "an sm90 part", param="kernel")
+                             f"device {device.name} is compute capability "
+                             f"{device.compute_capability or 'n/a'}", param="kernel")
     d = head_dim_rounded("fa3", shape.d)
     e = dtype_bytes(dtype)
     local = shape.window is not None
@@ -450,14 +449,17 @@ def named_config(kernel: str, device: Device, shape: Shape, dtype: str = "bf16")
     return fn(device, shape, dtype)
 
 
-def kernel_table(kernel: str, device: Device, dtype: str = "bf16") -> list[dict[str, Any]]:
+def kernel_table(kernel: str, device: Device, dtype: str = "bf16", *, N: int = 8192,
+                 batch: int = 4, heads: int = 32) -> list[dict[str, Any]]:
     """The named kernel's forward tile choice for every head dimension it covers, causal and
-    not (for ``attnio gpu kernels``)."""
+    not, on a prefill workload large enough that no KV split is chosen (``attnio gpu
+    kernels``)."""
     check_choice("kernel", kernel, tuple(KERNELS))
     fam = "fa3" if kernel == "fa3" else "fa2"
     rows = []
     for d in _HEAD_DIMS[fam]:
         for causal in (False, True):
-            c = named_config(kernel, device, Shape(8192, 8192, d, causal=causal), dtype)
-            rows.append({"d": d, "causal": causal, "config": c})
+            shp = Shape(N, N, d, causal=causal, batch=batch, heads=heads)
+            c = named_config(kernel, device, shp, dtype)
+            rows.append({"d": d, "causal": causal, "config": c, "shape": shp})
     return rows
