@@ -610,7 +610,9 @@ def build(cfg: KernelConfig, shape: Shape, device: Device | None = None,
     else:
         tpls = template(cfg, d, G, Brh, smem)
         phases = [_forward_phase(cfg, shape, d, G, Brh, tpls["main"], ctas_per_sm)]
-    rows_per_head = {"Q": shape.Nq, "O": shape.Nq, "L": shape.Nq, "dO": shape.Nq,
+    # split kernels with packing run a per-KV-head problem of Nq·G rows
+    qrows = shape.Nq * G if cfg.splits > 1 else shape.Nq
+    rows_per_head = {"Q": qrows, "O": qrows, "L": qrows, "dO": shape.Nq,
                      "D": shape.Nq, "dQ": shape.Nq, "K": shape.Nkv, "V": shape.Nkv,
                      "dK": shape.Nkv, "dV": shape.Nkv, "O_part": shape.Nq * G,
                      "lse_part": shape.Nq * G}
@@ -759,8 +761,9 @@ def wave_events(ph: Phase, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray, np
 
 
 def address(ph: Phase, keys: np.ndarray) -> np.ndarray:
-    """Byte addresses of tile keys: each array in its own region, heads stacked, rows
-    row-major (for sector-granular replays)."""
+    """Byte addresses of tile keys: each array in its own 4 GiB region, heads stacked, rows
+    row-major (for sector-granular replays of validation-sized workloads; the regions keep
+    sector numbers below 2^32, which pycachesim's tags need)."""
     keys = np.asarray(keys, dtype=np.int64)
     code = keys >> 56
     head = (keys >> 32) & ((1 << 24) - 1)
@@ -770,5 +773,5 @@ def address(ph: Phase, keys: np.ndarray) -> np.ndarray:
         m = code == c
         if m.any():
             rph = ph.rows_per_head[name]
-            out[m] = (np.int64(c) << 44) + (head[m] * rph + row[m]) * ph.row_bytes[name]
+            out[m] = (np.int64(c) << 32) + (head[m] * rph + row[m]) * ph.row_bytes[name]
     return out
