@@ -29,14 +29,14 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-
-import numpy as np
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from ..core import masks
 from ..core.checks import check_choice, check_int
 from ..core.errors import ParameterError
-from ..core import masks
 from ..core.workload import Shape, cdiv
 from . import devices as _devices
 from .devices import Device
@@ -45,8 +45,7 @@ from .kernels import KernelConfig, head_dim_rounded, named_config
 from .l2 import replay
 from .model import Score, _scored, resolve, waves_of
 from .roofline import RESOURCES, Timing, phase_times
-from .traffic import (Traffic, build, bwd_smem_step, compulsory_bytes, compulsory_rw,
-                      fwd_smem_step)
+from .traffic import Traffic, build, bwd_smem_step, compulsory_bytes, compulsory_rw, fwd_smem_step
 
 __all__ = ["SPLITS", "TuneReport", "best_splits", "candidates", "explain", "tune",
            "tune_report"]
