@@ -109,6 +109,13 @@ SOURCES: dict[str, tuple[str, str, bool]] = {
     "rocm_specs": ("ROCm documentation, AMD GPU specifications, MI300X row: 304 CUs, LDS 64 KiB, "
                    "L2 32 MiB (4 per XCD), VGPR file 512 KiB", "https://rocm.docs.amd.com/en/"
                    "latest/reference/gpu-specs.html", True),
+    "rocm_workload": ("ROCm documentation, AMD Instinct MI300X workload optimization (512 VGPRs "
+                      "per lane, 4 MB L2 per XCD, 256 MB Infinity Cache)",
+                      "https://rocm.docs.amd.com/en/latest/how-to/rocm-for-ai/"
+                      "inference-optimization/workload.html", False),
+    "cdna3_wp": ("AMD CDNA 3 Architecture white paper (L2: 4 MB per XCD, 16-way, 128 B lines)",
+                 "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/"
+                 "white-papers/amd-cdna-3-white-paper.pdf", False),
     "intel_orm": ("Intel 64 and IA-32 Architectures Optimization Reference Manual, Golden Cove: "
                   "48 KiB L1d, 2 MiB L2 per core", "https://www.intel.com/content/www/us/en/"
                   "developer/articles/technical/intel-sdm.html", False),
@@ -223,7 +230,10 @@ class Device:
         return self
 
     def cite(self, fig: str) -> str:
-        """The source keys of one figure, e.g. ``"cuda_cc, h100_blog"``."""
+        """The source keys of one figure, e.g. ``"cuda_cc, h100_blog"`` ("" when the figure is
+        not public)."""
+        if getattr(self, fig, None) is None:
+            return ""
         keys = self.provenance.get(fig) or ()
         if fig in self.assumed:
             keys = (*keys, "assumed")
@@ -381,6 +391,7 @@ _MI300X = Device(
     provenance={"sm_count": ("rocm_specs", "mi300x_ds"), "regs_per_sm": ("rocm_specs",),
                 "smem_per_sm": ("rocm_specs",), "smem_per_block": ("rocm_specs",),
                 "l2_bytes": ("rocm_specs",), "hbm_bytes": ("mi300x_ds", "rocm_specs"),
+                "max_regs_per_thread": ("rocm_workload",), "l2_line_bytes": ("cdna3_wp",),
                 "hbm_bw": ("mi300x_ds",), "tensor_flops": ("mi300x_ds",),
                 "clock_hz": ("mi300x_ds",)},
     notes=("'SMs' are compute units (wavefront 64). The L2 is 8 private 4 MiB caches, one per "
