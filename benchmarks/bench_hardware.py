@@ -56,10 +56,13 @@ def bench_speed():
               for d in (64, 128, 256) for c in (False, True)]
     shapes += [Shape(1, 65536, 128, heads=32, kv_heads=8), Shape(32768, 32768, 128, heads=8)]
     for shp in shapes:
-        r, best, med = timed(lambda shp=shp: tune_report(H100, shp, top=5), repeat=1)
-        rows.append({"what": "tune", "device": "h100-sxm", "workload": shp.describe(),
-                     "best_s": best, "median_s": med, "feasible": r.feasible,
-                     "searched": r.searched, "replays": r.replays, "exhausted": r.exhausted})
+        for kernel in (None, "auto"):
+            r, best, med = timed(lambda shp=shp, k=kernel: tune_report(H100, shp, top=5,
+                                                                       kernel=k), repeat=1)
+            rows.append({"what": "tune" if kernel is None else "tune + rank of fa3",
+                         "device": "h100-sxm", "workload": shp.describe(), "best_s": best,
+                         "median_s": med, "feasible": r.feasible, "searched": r.searched,
+                         "replays": r.replays, "exhausted": r.exhausted})
     return rows
 
 

@@ -62,8 +62,9 @@ def add_arguments(p) -> None:
                    help="kernel family to search (default fa3 on Hopper, else fa2)")
     t.add_argument("--kernel", default="auto", choices=["auto", "fa2", "fa3", "sdpa", "none"],
                    help="named kernel to rank against the oracle (default: the family's)")
-    t.add_argument("--max-replays", type=int, default=24, dest="max_replays",
-                   help="L2 replays the search may spend (default 24)")
+    t.add_argument("--max-replays", type=int, default=12, dest="max_replays",
+                   help="L2 replays the search (and the named kernel's rank) may spend "
+                        "(default 12)")
     add_output_arguments(t)
 
 

@@ -414,7 +414,7 @@ def _default_algorithm(dev: Device, shape: Shape) -> str:
 
 def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = None,
                 dtype: str = "bf16", top: int = 5, kernel: str | None = "auto",
-                max_replays: int = 24,
+                max_replays: int = 12,
                 where: Callable[[KernelConfig], bool] | None = None) -> TuneReport:
     """Search ``algorithm``'s configs (default: ``fa3`` on Hopper, else ``fa2`` with its
     split-KV kernel) for ``workload`` on ``device``; score the named kernel (``kernel``: a name
@@ -459,7 +459,7 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
 
 
 def tune(device: str | Device, workload: Any, *, algorithm: str | None = None,
-         dtype: str = "bf16", top: int = 5, max_replays: int = 24,
+         dtype: str = "bf16", top: int = 5, max_replays: int = 12,
          where: Callable[[KernelConfig], bool] | None = None) -> list[Score]:
     """The ``top`` configs of least predicted time, best first (see :func:`tune_report`)."""
     return tune_report(device, workload, algorithm=algorithm, dtype=dtype, top=top,
