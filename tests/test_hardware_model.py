@@ -151,3 +151,12 @@ def test_api_is_reachable_from_the_package():
     assert attnio.hardware.score is score
     s = attnio.hardware.score("a100", (2048, 64), "fa2")
     assert isinstance(s, attnio.hardware.Score) and s.feasible
+
+
+@pytest.mark.parametrize("module", ["devices", "kernels", "l2", "model"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"attnio.hardware.{module}")
+    assert doctest.testmod(mod).failed == 0

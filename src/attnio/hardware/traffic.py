@@ -711,7 +711,7 @@ def wave_events(ph: Phase, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray, np
         if uses_q:
             cols += [ph.qhead[idx], ph.o0[idx]]
         mat = np.stack(cols, axis=1)
-        _, rep, inv = np.unique(mat, axis=0, return_index=True, return_inverse=True)
+        _, rep = np.unique(mat, axis=0, return_index=True)
         rep = np.asarray(rep)
         ccta = idx[rep]
         T = n[rep] * G
@@ -736,7 +736,6 @@ def wave_events(ph: Phase, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray, np
                                 g=g if op.head == "q" else None)
                 emit(P + j * b + q, order[rep][cls], key(op.array, h, r0), rows * rb[op.array],
                      op.store)
-        del inv
     base = P + n * G * b
     for i, op in enumerate(tpl.epilogue):
         sel = slice(None) if op.store or not b else n > 0
