@@ -43,7 +43,8 @@ from .devices import Device
 from .kernels import KernelConfig, head_dim_rounded
 
 __all__ = ["ARRAYS", "FEATURES", "Op", "Phase", "Template", "Traffic", "build",
-           "byte_coefficients", "compulsory_bytes", "compulsory_rw", "features", "template", "work_coefficients"]
+           "byte_coefficients", "compulsory_bytes", "compulsory_rw", "features", "inflight_bytes",
+           "template", "work_coefficients"]
 
 #: Array name -> code in a tile key (``code << 56 | head << 32 | row``).
 ARRAYS = {"Q": 1, "K": 2, "V": 3, "O": 4, "L": 5, "O_part": 6, "lse_part": 7, "dO": 8, "D": 9,
@@ -495,6 +496,21 @@ def work_coefficients(ph: Phase, cfg: KernelConfig, d: int) -> tuple[np.ndarray,
     else:                     # combine and preprocessing: no MMA
         exps[5] = 1.0
     return flops, exps, smem
+
+
+def inflight_bytes(ph: Phase, cfg: KernelConfig) -> float | None:
+    """Bytes one CTA of the phase can have in flight: its multi-buffered tiles in shared memory.
+
+    Forward CTAs (``main``, ``split``) keep ``stages`` K/V tiles outstanding (cp.async or TMA
+    fills them while the consumers work on another), ``stages·Bc`` rows of K and of V; the
+    backward's CTAs ``stages`` Q and dO tiles.  The light kernels (the split combine, the
+    backward's preprocessing) issue all their loads at once: None (one round trip).
+    """
+    if ph.name in ("main", "split") and cfg.forward:
+        return float(cfg.stages * cfg.Bc * (ph.row_bytes["K"] + ph.row_bytes["V"]))
+    if ph.name == "main":
+        return float(cfg.stages * cfg.Br * (ph.row_bytes["Q"] + ph.row_bytes["dO"]))
+    return None
 
 
 def _amounts(ph: Phase, cfg: KernelConfig, d: int) -> None:
