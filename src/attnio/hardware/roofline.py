@@ -32,8 +32,7 @@ import numpy as np
 from .devices import Device
 from .kernels import KernelConfig
 from .l2 import Replay
-from .traffic import (Phase, Traffic, byte_coefficients, features, inflight_bytes,
-                      work_coefficients)
+from .traffic import Phase, Traffic, byte_coefficients, features, inflight_bytes, work_coefficients
 
 __all__ = ["RESOURCES", "Timing", "cells", "latency_rounds", "phase_times", "roofline"]
 
