@@ -34,7 +34,8 @@ from .kernels import KernelConfig
 from .l2 import Replay
 from .traffic import Phase, Traffic, byte_coefficients, features, inflight_bytes, work_coefficients
 
-__all__ = ["RESOURCES", "Timing", "cells", "latency_rounds", "phase_times", "roofline"]
+__all__ = ["RESOURCES", "Timing", "cells", "latency_rounds", "phase_times", "phase_total",
+           "roofline"]
 
 RESOURCES = ("hbm", "l2", "sm_port", "smem", "tensor", "sfu", "latency")
 
@@ -90,20 +91,17 @@ def latency_rounds(ph: Phase, P: int, inflight: float | None) -> np.ndarray:
     return cache[key]
 
 
-def phase_times(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int,
-                hbm_read: np.ndarray | None = None, hbm_write: np.ndarray | None = None
-                ) -> np.ndarray:
-    """Per-wave time of each resource: an array (waves, 7) in :data:`RESOURCES` order.
-
-    ``hbm_read``/``hbm_write``: bytes per wave from the L2 replay (None: the HBM term is zero
-    and every load is an L2 hit for the latency term, a lower bound without a replay).  Every
-    per-SM amount is linear in the CTA features, so the per-SM sums are the features' sums times
-    coefficients."""
+def _sm_times(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per wave, the times of the resources that need no replay (l2, sm_port, smem, tensor,
+    sfu; shape (waves, 5)), their maximum and the bytes the wave loads; cached on the phase
+    (configs that differ only in stages or overlap share them)."""
+    cache = ph.__dict__.setdefault("_sm_times", {})
+    key = (device.name, P, cfg.algorithm, cfg.q, cfg.p, cfg.o, cfg.warps, cfg.dtype, d)
+    if key in cache:
+        return cache[key]
     S = device.sm_count
     C, nw = cells(ph, S, P)
-    out = np.zeros((nw, len(RESOURCES)))
-    if not nw:
-        return out
     lc, sc = byte_coefficients(ph)
     fc, ec, mc = work_coefficients(ph, cfg, d)
     load = C @ lc
@@ -114,25 +112,69 @@ def phase_times(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int,
     else:
         frac = np.minimum(1.0, C[:, 0] * cfg.warps / 4.0)
         frac = np.where(frac > 0, frac, 1.0)
-    sm_times = np.stack([
-        req / device.sm_l2_bw,
-        (C @ mc) / device.smem_bw_per_sm,
-        (C @ fc) / (peak_sm * frac),
-        (C @ ec) / device.sfu_rate_per_sm,
-    ], axis=1).reshape(nw, S, 4)
-    out[:, 2:6] = sm_times.max(axis=1)
-    out[:, 1] = req.reshape(nw, S).sum(axis=1) / device.l2_bandwidth
-    lat = np.full(nw, device.l2_hit_latency_s)
+    out = np.zeros((nw, 5))
+    if nw:
+        sm = np.stack([req / device.sm_l2_bw, (C @ mc) / device.smem_bw_per_sm,
+                       (C @ fc) / (peak_sm * frac), (C @ ec) / device.sfu_rate_per_sm],
+                      axis=1).reshape(nw, S, 4)
+        out[:, 1:] = sm.max(axis=1)
+        out[:, 0] = req.reshape(nw, S).sum(axis=1) / device.l2_bandwidth
+    cache[key] = (out, out.max(axis=1) if nw else np.zeros(0),
+                  load.reshape(nw, S).sum(axis=1) if nw else np.zeros(0))
+    return cache[key]
+
+
+def _latency(ph: Phase, device: Device, cfg: KernelConfig, P: int, miss: np.ndarray | None
+             ) -> np.ndarray:
+    lat = np.full(len(miss) if miss is not None else 1, device.l2_hit_latency_s)
+    if miss is not None:
+        lat = lat + miss * (device.dram_latency_s - device.l2_hit_latency_s)
+    if cfg.algorithm == "fa3" and ph.name in ("main", "split"):
+        lat = lat + device.tma_latency_s
+    return lat * latency_rounds(ph, P, inflight_bytes(ph, cfg))
+
+
+def phase_total(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int,
+                hbm_read: np.ndarray | None = None, hbm_write: np.ndarray | None = None
+                ) -> float:
+    """``phase_times(...).max(axis=1).sum()`` (the same floating-point result), computed from
+    the cached per-wave maxima: the oracle's bounds call it for thousands of configs.  With
+    ``hbm_read`` (and no replay) lower or upper bounds on the wave's HBM reads give lower or
+    upper bounds on the phase's time (every term grows with the reads)."""
+    _, bmax, wave_load = _sm_times(ph, device, cfg, d, P)
+    if not len(bmax):
+        return 0.0
+    if hbm_read is None:
+        return float(np.maximum(bmax, _latency(ph, device, cfg, P, None)).sum())
+    rd = np.asarray(hbm_read, dtype=np.float64)
+    wr = np.zeros(len(bmax)) if hbm_write is None else np.asarray(hbm_write, dtype=np.float64)
+    miss = np.minimum(1.0, rd / np.maximum(wave_load, 1.0))
+    return float(np.maximum(np.maximum(bmax, (rd + wr) / device.hbm_bw),
+                            _latency(ph, device, cfg, P, miss)).sum())
+
+
+def phase_times(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int,
+                hbm_read: np.ndarray | None = None, hbm_write: np.ndarray | None = None
+                ) -> np.ndarray:
+    """Per-wave time of each resource: an array (waves, 7) in :data:`RESOURCES` order.
+
+    ``hbm_read``/``hbm_write``: bytes per wave from the L2 replay (None: the HBM term is zero
+    and every load is an L2 hit for the latency term, a lower bound without a replay).  Every
+    per-SM amount is linear in the CTA features, so the per-SM sums are the features' sums times
+    coefficients."""
+    base, _, wave_load = _sm_times(ph, device, cfg, d, P)
+    nw = len(base)
+    out = np.zeros((nw, len(RESOURCES)))
+    if not nw:
+        return out
+    out[:, 1:6] = base
+    miss = None
     if hbm_read is not None:
         rd = np.asarray(hbm_read, dtype=np.float64)
         wr = np.zeros(nw) if hbm_write is None else np.asarray(hbm_write, dtype=np.float64)
         out[:, 0] = (rd + wr) / device.hbm_bw
-        wave_load = load.reshape(nw, S).sum(axis=1)
         miss = np.minimum(1.0, rd / np.maximum(wave_load, 1.0))
-        lat = lat + miss * (device.dram_latency_s - device.l2_hit_latency_s)
-    if cfg.algorithm == "fa3" and ph.name in ("main", "split"):
-        lat = lat + device.tma_latency_s
-    out[:, 6] = lat * latency_rounds(ph, P, inflight_bytes(ph, cfg))
+    out[:, 6] = _latency(ph, device, cfg, P, miss)
     return out
 
 

@@ -23,6 +23,7 @@ per-CTA bytes, tensor-core FLOPs, exponentials and shared-memory traffic.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -195,14 +196,24 @@ def _periodic(ops: list, idx: list, what: str) -> tuple[Op, ...]:
     return tuple(ops[:L])
 
 
-@functools.lru_cache(maxsize=512)
 def template(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None = None
              ) -> dict[str, Template]:
     """The CTA programs of ``cfg`` (phase name -> Template), read off the schedule's trace.
 
     ``G`` query heads per CTA (packing), ``Brh`` query rows per head and CTA, ``smem`` the
-    CTA's shared-memory bytes (None: unlimited) for the simulator's capacity check.
+    CTA's shared-memory bytes (None: unlimited) for the simulator's capacity check.  The trace
+    depends only on the family, the tile, Q's and O's placement and the element type (not on
+    stages, P's placement, overlap or the split count), so configs differing in those share it.
     """
+    key = dataclasses.replace(cfg, Br=cfg.Br if cfg.algorithm == "fa2_bwd" else 0, warps=1,
+                              stages=1, p="regs", pack_gqa=False, splits=min(cfg.splits, 2),
+                              overlap=False, label="")
+    return _template(key, d, G, Brh, smem)
+
+
+@functools.lru_cache(maxsize=1024)
+def _template(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None
+              ) -> dict[str, Template]:
     if cfg.algorithm == "fa2_bwd":
         ops, shp = _trace_backward(cfg, d, smem)
         first_k = next(i for i, o in enumerate(ops) if o[1] == "K")
@@ -612,8 +623,8 @@ def build(cfg: KernelConfig, shape: Shape, device: Device | None = None,
         tpls = template(cfg, d, 1, cfg.Br, smem)
         phases = _backward_phases(cfg, shape, d, tpls, ctas_per_sm)
     elif cfg.splits > 1:
-        if cfg.pack_gqa and shape.causal and not (shape.Nq == 1 and shape.offset >= 0
-                                                 and shape.window is None):
+        if cfg.pack_gqa and G > 1 and shape.causal and not (shape.Nq == 1 and shape.offset >= 0
+                                                           and shape.window is None):
             raise ParameterError("pack_gqa with splits > 1 needs an unmasked shape or Nq = 1 "
                                  "(bottom-right causal, no window)", param="pack_gqa")
         if cfg.splits > shape.Nkv:
