@@ -25,6 +25,7 @@ SMALL_L2 = dataclasses.replace(H100, name="h100-small-l2", l2_bytes=256 * 1024)
 DECODE = Shape(1, 4096, 128, heads=8, kv_heads=2)
 PREFILL = Shape(1024, 1024, 64, heads=4, causal=True)
 WINDOW = Shape(1024, 1024, 64, heads=2, causal=True, window=200)
+WAVES = Shape(4096, 4096, 64, heads=8, causal=True)     # several waves, several CTAs per SM
 
 CASES = [
     (H100, DECODE, KernelConfig("fa3", 64, 64, 8, 1, pack_gqa=True, splits=4, overlap=True)),
@@ -39,6 +40,9 @@ CASES = [
     (A100, PREFILL, KernelConfig("fa2_bwd", 64, 64, 4, 1)),
     (SMALL_L2, PREFILL, KernelConfig("fa3", 128, 64, 12, 1, overlap=True)),
     (SMALL_L2, DECODE, KernelConfig("fa3", 64, 32, 8, 1, pack_gqa=True, splits=4, overlap=True)),
+    (A100, WAVES, KernelConfig("fa2", 64, 32, 4, 2)),
+    (H100, WAVES, KernelConfig("fa3", 128, 96, 12, 2, overlap=True)),
+    (SMALL_L2, WAVES, KernelConfig("fa3", 128, 64, 12, 2, overlap=True)),
     (SMALL_L2, WINDOW, KernelConfig("fa2", 64, 32, 4, 1)),
 ]
 
@@ -57,7 +61,7 @@ def test_bounds_bracket_the_model_time(dev, shape, cfg):
     assert s.time_s <= b.upper + eps
 
 
-@pytest.mark.parametrize("dev, shape, cfg", CASES[-5:] + CASES[:2], ids=_id)
+@pytest.mark.parametrize("dev, shape, cfg", CASES[-8:] + CASES[:2], ids=_id)
 def test_hbm_bounds_bracket_each_waves_replay(dev, shape, cfg):
     f = check(dev, cfg, shape)
     tr = traffic.build(cfg, shape, dev, f.ctas_per_sm)
