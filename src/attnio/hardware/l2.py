@@ -367,10 +367,9 @@ def replay(traffic: Traffic, capacity: int, waves_of: list[int], *, granularity:
                 done = np.arange(w // 2, w)
                 ctas = sum(min(ph.n, (x + 1) * P) - x * P for x in done)
                 rate = wr[done].sum() / max(ctas, 1)
-                cap_r = read_bound(ph, P, capacity)   # never above what a wave can read
                 for x in range(w, nw):
                     j0, j1 = x * P, min(ph.n, (x + 1) * P)
-                    wr[x] = min(rate * (j1 - j0), float(cap_r[x]))
+                    wr[x] = rate * (j1 - j0)
                     ww[x] = float(ph.store_bytes[j0:j1].sum())
                 extrapolated = True
                 break

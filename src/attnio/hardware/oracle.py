@@ -349,23 +349,27 @@ class _Search:
             if ck not in comp:
                 comp[ck] = compulsory_rw(cfg, self.shape)
             lb = _cheap_bound(self.dev, self.shape, cfg, f, comp[ck])
-            heapq.heappush(self.heap, (lb, 0, i, cfg, f))
+            heapq.heappush(self.heap, (_round(lb), 1, lb, i, cfg, f))
             self.feasible += 1
 
     def pop(self) -> _Cand | None:
-        """The config of least bound whose bound is exact (tightening cheap bounds on the way)."""
+        """A config of least bound (to the model's 3-figure resolution, :func:`_round`) whose
+        bound is exact, tightening cheap bounds on the way; within one rounded bound exact ones
+        come first (the search's stopping rules compare rounded bounds only)."""
         while self.heap:
-            lb, exact, i, cfg, f = heapq.heappop(self.heap)
-            if exact:
+            _, cheap, lb, i, cfg, f = heapq.heappop(self.heap)
+            if not cheap:
                 c = self.bounds[cfg]
                 self.cands.append(c)
                 return c
             c = self.bound(cfg, f)
             self.bounds[cfg] = c
-            heapq.heappush(self.heap, (max(c.lb, lb), 1, i, cfg, f))
+            lb = max(c.lb, lb)
+            heapq.heappush(self.heap, (_round(lb), 0, lb, i, cfg, f))
         return None
 
     def peek(self) -> float:
+        """The least bound left, rounded (:func:`_round`)."""
         return self.heap[0][0] if self.heap else math.inf
 
     def finish(self, c: _Cand) -> Score:
@@ -422,11 +426,14 @@ class _Search:
         better, exact = 0, True
         tol = t * (1 - rel)
         todo = [c for c in self.cands if c.lb < tol]
-        while self.peek() < tol:
-            c = self.pop()
-            if c is None:
-                break
+        while self.peek() <= _round(tol):    # every config left rounds above: none is below
+            _, cheap, lb, i, cfg, f = heapq.heappop(self.heap)   # (rank comes last: it drains)
+            if lb >= tol:
+                continue
+            c = self.bound(cfg, f) if cheap else self.bounds[cfg]
+            self.bounds[cfg] = c
             if c.lb < tol:
+                self.cands.append(c)
                 todo.append(c)
         unsure = []
         for c in todo:
@@ -513,7 +520,8 @@ def explain(named: Score, best: Score) -> str:
 class Bounds:
     """The search's bounds on one config's predicted time (seconds): ``cheap`` (closed form, no
     grid), ``lower`` (per wave, no replay), ``upper`` (no replay); ``cheap <= lower <=
-    score(...).time_s <= upper`` (tested)."""
+    score(...).time_s <= upper`` for an exact replay (tested; an extrapolated one, past the
+    request budget, is an estimate and may stray outside)."""
 
     cheap: float
     lower: float
