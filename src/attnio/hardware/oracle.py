@@ -138,6 +138,12 @@ def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
     return out
 
 
+def _time_class(cfg: KernelConfig, P: list[int]) -> tuple:
+    """What the model's time depends on beyond the tile geometry: configs equal here (FA3's
+    overlap variants: overlap changes only registers) have equal times and bounds."""
+    return (_geometry(cfg), tuple(P), cfg.warps, cfg.stages, cfg.q, cfg.p, cfg.o)
+
+
 def _geometry(cfg: KernelConfig) -> tuple:
     """What the tile streams depend on: configs equal here share traffic and replays."""
     return (cfg.algorithm, cfg.Br, cfg.Bc, cfg.pack_gqa, cfg.splits, cfg.dtype)
@@ -202,33 +208,37 @@ def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
     compulsory bytes plus the split partials (every stored tile is written back); with splits,
     the compulsory reads (all in the split kernel, from an empty L2) plus the combine kernel's
     one round trip to the L2."""
-    d = head_dim_rounded(cfg.algorithm, shape.d)
+    a, Br, Bc = cfg.algorithm, cfg.Br, cfg.Bc
+    d = head_dim_rounded(a, shape.d)
     G = shape.group if cfg.pack_gqa else 1
-    ctas, steps, prow, kvrows = _steps(shape, cfg.algorithm, cfg.Br, cfg.Bc, G, cfg.splits)
+    ctas, steps, prow, kvrows = _steps(shape, a, Br, Bc, G, cfg.splits)
+    e, hit = cfg.elem_bytes, dev.l2_hit_latency_s
     compulsory = comp_rw[0] + comp_rw[1] + prow * (4 * shape.d + 4)
-    split = comp_rw[0] / dev.hbm_bw + dev.l2_hit_latency_s if cfg.splits > 1 else 0.0
+    split = comp_rw[0] / dev.hbm_bw + hit if cfg.splits > 1 else 0.0
     # SMs (and resident CTAs) that can share the work: no more than there are CTAs
-    S = max(1, min(dev.sm_count, ctas))
-    R = max(1, min(dev.sm_count * f.ctas_per_sm, ctas))
-    per_sm = f.ctas_per_sm if ctas > dev.sm_count else 1
-    frac = 1.0 if cfg.algorithm == "fa3" else min(1.0, cfg.warps * per_sm / 4.0)
+    n_sm = dev.sm_count
+    S = max(1, min(n_sm, ctas))
+    R = max(1, min(n_sm * f.ctas_per_sm, ctas))
+    per_sm = f.ctas_per_sm if ctas > n_sm else 1
+    frac = 1.0 if a == "fa3" else min(1.0, cfg.warps * per_sm / 4.0)
     if cfg.forward:
-        flops = steps * 4.0 * cfg.Br * cfg.Bc * d
-        exps = steps * (cfg.Br * cfg.Bc + cfg.Br)
+        flops = steps * 4.0 * Br * Bc * d
+        exps = steps * (Br * Bc + Br)
         smem = steps * fwd_smem_step(cfg, d)
     else:
-        flops = steps * 10.0 * cfg.Br * cfg.Bc * d
-        exps = steps * cfg.Br * cfg.Bc
+        flops = steps * 10.0 * Br * Bc * d
+        exps = steps * Br * Bc
         smem = steps * bwd_smem_step(cfg, d)
-    kv = kvrows * 2 * shape.d * cfg.elem_bytes
-    lat = dev.l2_hit_latency_s + (dev.tma_latency_s if cfg.algorithm == "fa3" else 0.0)
-    inflight = cfg.stages * cfg.Bc * 2 * shape.d * cfg.elem_bytes
+    row = 2 * shape.d * e                      # one K row and one V row
+    kv = kvrows * row
+    lat = hit + (dev.tma_latency_s if a == "fa3" else 0.0)
+    inflight = cfg.stages * Bc * row
     # the waves' misses weight the latency: over all waves, the K/V bytes taken at the DRAM
     # latency are at least the compulsory reads less every other load (two Q-sized tiles per
     # CTA at most)
-    missed = max(0.0, comp_rw[0] - 2.0 * ctas * cfg.Br * shape.d * cfg.elem_bytes)
-    lat_bytes = lat * kv + (dev.dram_latency_s - dev.l2_hit_latency_s) * min(kv, missed)
-    peak_sm = dev.flops(cfg.dtype) / dev.sm_count
+    missed = max(0.0, comp_rw[0] - ctas * Br * row)
+    lat_bytes = lat * kv + (dev.dram_latency_s - hit) * min(kv, missed)
+    peak_sm = dev.flops(cfg.dtype) / n_sm
     return max(flops / (S * peak_sm * frac), exps / (S * dev.sfu_rate_per_sm),
                smem / (S * dev.smem_bw_per_sm), compulsory / dev.hbm_bw,
                kv / (S * dev.sm_l2_bw), lat_bytes / inflight / R, split)
@@ -277,6 +287,8 @@ class _Search:
         self.searched = 0
         self.feasible = 0
         self._hbm_floor: dict[tuple, float] = {}
+        self._lb: dict[tuple, tuple[float, float]] = {}
+        self._ub: dict[tuple, float] = {}
 
     def _traffic(self, cfg: KernelConfig, f: Feasibility) -> Traffic:
         g = _geometry(cfg)
@@ -290,6 +302,10 @@ class _Search:
         the kernel at least the compulsory reads plus every stored byte."""
         tr = self._traffic(cfg, f)
         wv = waves_of(tr, self.dev, f.ctas_per_sm)
+        key = _time_class(cfg, wv)
+        if key in self._lb:
+            lb, t = self._lb[key]
+            return _Cand(cfg, f, lb, _geometry(cfg), wv, waves_lb=t)
         t = tf = 0.0
         last = len(tr.phases) - 1
         cap = self.dev.l2_bytes
@@ -306,13 +322,18 @@ class _Search:
             comp_r, _ = compulsory_rw(cfg, self.shape)
             stores = sum(int(ph.store_bytes.sum()) for ph in tr.phases)
             self._hbm_floor[key] = (comp_r + stores) / self.dev.hbm_bw
-        return _Cand(cfg, f, max(tf, self._hbm_floor[key]), _geometry(cfg), wv, waves_lb=t)
+        lb = max(tf, self._hbm_floor[key])
+        self._lb[_time_class(cfg, wv)] = (lb, t)
+        return _Cand(cfg, f, lb, _geometry(cfg), wv, waves_lb=t)
 
     def upper(self, c: _Cand) -> float:
         """An upper bound on ``c``'s predicted time without a replay: each wave's HBM reads and
         writes at most :func:`~.l2.hbm_bound` (and the latency term at that miss fraction).
         Equal to the exact lower bound when neither HBM nor the latency can bind: then the
         config's time is known without a replay."""
+        key = _time_class(c.cfg, c.P)
+        if c.ub is None and key in self._ub:
+            c.ub = self._ub[key]
         if c.ub is None:
             tr = self.traffic[c.geo]
             cap = self.dev.l2_bytes
@@ -324,7 +345,7 @@ class _Search:
                 rb, wb = hbm_bound(ph, P, cap, min(float(cap), sum(stores[:k])),
                                    min(float(cap), sum(stores)) if last else 0.0)
                 t += phase_total(ph, self.dev, c.cfg, tr.d_pad, P, rb, wb)
-            c.ub = max(t, c.lb)
+            c.ub = self._ub[key] = max(t, c.lb)
         return c.ub
 
     def run(self) -> None:

@@ -126,31 +126,33 @@ def _sm_times(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int
 
 def _latency(ph: Phase, device: Device, cfg: KernelConfig, P: int, miss: np.ndarray | None
              ) -> np.ndarray:
-    lat = np.full(len(miss) if miss is not None else 1, device.l2_hit_latency_s)
+    """Per wave, the latency term: the wave's latency (L2 hit, DRAM for its ``miss`` fraction,
+    plus TMA's for FA3-style loads) times its CTAs' most round trips."""
+    rounds = latency_rounds(ph, P, inflight_bytes(ph, cfg))
+    lat = device.l2_hit_latency_s
     if miss is not None:
         lat = lat + miss * (device.dram_latency_s - device.l2_hit_latency_s)
     if cfg.algorithm == "fa3" and ph.name in ("main", "split"):
         lat = lat + device.tma_latency_s
-    return lat * latency_rounds(ph, P, inflight_bytes(ph, cfg))
+    return lat * rounds
 
 
 def phase_total(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int,
                 hbm_read: np.ndarray | None = None, hbm_write: np.ndarray | None = None
                 ) -> float:
-    """``phase_times(...).max(axis=1).sum()`` (the same floating-point result), computed from
-    the cached per-wave maxima: the oracle's bounds call it for thousands of configs.  With
-    ``hbm_read`` (and no replay) lower or upper bounds on the wave's HBM reads give lower or
-    upper bounds on the phase's time (every term grows with the reads)."""
+    """``phase_times(...).max(axis=1).sum()`` computed from the cached per-wave maxima: the
+    oracle's bounds call it for thousands of configs.  With ``hbm_read`` (and no replay) lower
+    or upper bounds on the wave's HBM reads give lower or upper bounds on the phase's time
+    (every term grows with the reads)."""
     _, bmax, wave_load = _sm_times(ph, device, cfg, d, P)
     if not len(bmax):
         return 0.0
     if hbm_read is None:
         return float(np.maximum(bmax, _latency(ph, device, cfg, P, None)).sum())
-    rd = np.asarray(hbm_read, dtype=np.float64)
-    wr = np.zeros(len(bmax)) if hbm_write is None else np.asarray(hbm_write, dtype=np.float64)
+    rd = hbm_read
     miss = np.minimum(1.0, rd / np.maximum(wave_load, 1.0))
-    return float(np.maximum(np.maximum(bmax, (rd + wr) / device.hbm_bw),
-                            _latency(ph, device, cfg, P, miss)).sum())
+    hbm = rd / device.hbm_bw if hbm_write is None else (rd + hbm_write) / device.hbm_bw
+    return float(np.maximum(np.maximum(bmax, hbm), _latency(ph, device, cfg, P, miss)).sum())
 
 
 def phase_times(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int,
