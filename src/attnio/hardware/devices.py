@@ -346,8 +346,9 @@ _NOTE_GA100 = ("Memory system (microbenchmarks, docs/hardware.md): one SM's L2 p
 _NOTE_GH100 = ("Memory system (microbenchmarks on H800 PCIe, the same GH100 die; "
                "docs/hardware.md): one SM's L2 port = 4,472.3 B/clk (luo2025 Table 5) / 114 SMs "
                "= 39.2 B/clk (gpu_benches: 7.02 TB/s / (114 x 1.755 GHz) = 35.1 on H100 PCIe, "
-               "44.2 at the 1.395 GHz cc_h100 saw under L2 load; 10.16 TB/s / (132 x 1.98 GHz) = "
-               "38.9 on H200); L2 hit (258.0 + 414.1) / 2 = 336.1 and miss (555.5 + 743.7) / 2 = "
+               "44.2 at the 1.395 GHz cc_h100 saw under L2 load; 10.16 TB/s / (132 x 1.98 GHz, "
+               "GH100 SXM boost, not in these sources) = 38.9 on H200); L2 hit (258.0 + 414.1) / "
+               "2 = 336.1 and miss (555.5 + 743.7) / 2 = "
                "649.6 cycles (luo2025 Table 4; gpu_benches H100 PCIe: 265.5 near, ~655 DRAM); a "
                "TMA load ~170 cycles more (luo2025 Fig. 2).")
 
