@@ -113,9 +113,8 @@ def _fp(d: int, rb: int, Bq: int, Bk: int, causal: bool) -> int:
 
 
 def _visible_rows(shape: Shape, Bq: int) -> int:
-    starts, stops = masks.block_counts(shape.Nq, Bq)
-    hi = masks.visible_hi(shape, stops)
-    return int(np.sum(np.where(hi > 0, stops - starts, 0)))
+    """Rows of the Bq-row blocks whose last row sees a key (no window), in O(log N)."""
+    return masks.covered_sums(shape.Nq, shape.Nkv, Bq, 1, shape.offset, shape.causal).size_seen
 
 
 class ApproxPoly(Algorithm):

@@ -109,11 +109,9 @@ class Flash1(Algorithm):
     def _predict(self, shape: Shape, tiling: Flash1Tiling) -> IOCount:
         d, Nq = shape.d, shape.Nq
         if shape.causal:
-            starts, stops = masks.block_counts(shape.Nkv, tiling.Bc)
-            lo, hi = masks.q_ranges(shape, starts, stops)
-            _, _, rows = masks.meeting(lo, hi, tiling.Br, Nq)
-            visits = int(rows.sum())
-            kv_words = int(np.sum(np.where(hi > lo, stops - starts, 0)))
+            s = masks.key_block_sums(Nq, shape.Nkv, tiling.Br, tiling.Bc, shape.offset,
+                                     shape.window)  # O(log N)
+            visits, kv_words = s.width, s.size_seen  # sum_j rows_j, sum_j [vis_j]·Bc_j
         else:  # every key block visits every query row
             visits, kv_words = cdiv(shape.Nkv, tiling.Bc) * Nq, shape.Nkv
         reads = 2 * kv_words * d + visits * (2 * d + 2)

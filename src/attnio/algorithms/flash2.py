@@ -141,9 +141,8 @@ class Flash2(Algorithm):
         exactly in order of that bound until it exceeds the least count found.
         """
         d = shape.d
-        r = np.arange(shape.Nq, dtype=np.int64)
-        lo, hi = masks.kv_ranges(shape, r, r + 1)
-        pall, nseen = int(np.sum(hi - lo)), int(np.sum(hi > lo))
+        rc = masks.row_counts(shape)  # O(1)
+        pall, nseen = rc.pairs, rc.rows1
         keyed = []
         for t in cands:
             G = t.group
@@ -168,11 +167,10 @@ class Flash2(Algorithm):
         if not shape.causal:  # every block sees every key: the sum has a closed form
             reads = G * shape.Nq * d + 2 * d * shape.Nkv * cdiv(shape.Nq, tiling.Br)
             return IOCount(reads=reads, writes=G * shape.Nq * d)
-        starts, stops = masks.block_counts(shape.Nq, tiling.Br)
-        lo, hi = masks.kv_ranges(shape, starts, stops)
-        _, _, cov = masks.meeting(lo, hi, tiling.Bc, shape.Nkv)
-        seen = hi > lo
-        reads = int(np.sum(np.where(seen, G * (stops - starts) * d + 2 * d * cov, 0)))
+        # O(log N): sum_i [seen_i]·rows_i and sum_i cov_i (cov_i = 0 where block i sees nothing)
+        s = masks.query_block_sums(shape.Nq, shape.Nkv, tiling.Br, tiling.Bc, shape.offset,
+                                   shape.window)
+        reads = G * d * s.size_seen + 2 * d * s.width
         return IOCount(reads=reads, writes=G * shape.Nq * d)
 
     def _predict(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:

@@ -98,17 +98,12 @@ class Flash2Backward:
             br *= 2
         return out
 
-    def _visible(self, shape: Shape, t: BackwardTiling):
-        starts, stops = masks.block_counts(shape.Nkv, t.Bc)
-        lo, hi = masks.q_ranges(shape, starts, stops)
-        _, _, rows = masks.meeting(lo, hi, t.Br, shape.Nq)
-        return stops - starts, hi > lo, rows
-
     def predict(self, shape: Shape, t: BackwardTiling) -> IOCount:
         d, g, Nq = shape.d, shape.group, shape.Nq
-        size, vis, rows = self._visible(shape, t)
-        R = int(rows.sum())
-        reads = g * 2 * Nq * d + 2 * d * int(np.sum(np.where(vis, size, 0))) + g * (3 * d + 2) * R
+        s = masks.key_block_sums(Nq, shape.Nkv, t.Br, t.Bc, shape.offset, shape.window,
+                                 shape.causal)
+        R = s.width  # sum_j rows_j, in O(log N)
+        reads = g * 2 * Nq * d + 2 * d * s.size_seen + g * (3 * d + 2) * R
         writes = g * Nq + g * Nq * d + 2 * shape.Nkv * d + g * d * R
         return IOCount(reads, writes).scaled(shape.n_kv_heads)
 

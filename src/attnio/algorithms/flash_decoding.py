@@ -130,23 +130,14 @@ class FlashDecoding(Algorithm):
                 return IOCount(shape.Nq * d + 2 * d * cov * Tr, shape.Nq * d)
             reads = nsplit * shape.Nq * d + 2 * d * cov * Tr + nsplit * shape.Nq * (d + 1)
             return IOCount(reads, nsplit * shape.Nq * (d + 1) + shape.Nq * d)
-        starts, stops = masks.block_counts(shape.Nq, tiling.Br)
-        rows = stops - starts
-        lo, hi = masks.kv_ranges(shape, starts, stops)
-        n_vis = np.zeros_like(rows)
-        cov = np.zeros_like(rows)
-        for p in range(cdiv(shape.Nkv, L)):
-            p0, p1 = p * L, min(shape.Nkv, (p + 1) * L)
-            slo, shi = np.maximum(lo, p0) - p0, np.minimum(hi, p1) - p0
-            _, _, width = masks.meeting(slo, shi, Bc, p1 - p0)
-            n_vis += shi > slo
-            cov += width
-        seen = hi > lo
-        if s == 1:
-            reads = int(np.sum(np.where(seen, rows * d + 2 * d * cov, 0)))
-            return IOCount(reads, shape.Nq * d)
-        reads = int(np.sum(n_vis * rows * d + 2 * d * cov + n_vis * rows * (d + 1)))
-        writes = int(np.sum(n_vis * rows * (d + 1))) + shape.Nq * d
+        if s == 1:  # one split: flash2's count, O(log N)
+            q = masks.query_block_sums(shape.Nq, shape.Nkv, tiling.Br, Bc, shape.offset,
+                                       shape.window)
+            return IOCount(q.size_seen * d + 2 * d * q.width, shape.Nq * d)
+        # O(min(#splits, #query blocks)·log N)
+        ss = masks.split_sums(shape.Nq, shape.Nkv, tiling.Br, Bc, s, shape.offset, shape.window)
+        reads = ss.rows_n_vis * d + 2 * d * ss.cov + ss.rows_n_vis * (d + 1)
+        writes = ss.rows_n_vis * (d + 1) + shape.Nq * d
         return IOCount(reads, writes)
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,

@@ -82,6 +82,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -175,6 +176,14 @@ def _ladder(total: int, vmax: int) -> list[int]:
 
 
 # ---------------------------------------------------------------------- closed forms
+@functools.lru_cache(maxsize=8192)
+def _covered(shape: Shape, B: int, S: int) -> masks.BlockSums:
+    """Sums over the B-row blocks of ``n_i = ceil(hi_i/S)``, ``w_i = min(Nkv, n_i·S)`` (hi_i from
+    the block's last row, no window; n_i = w_i = 0 where hi_i = 0): O(log N), cached because the
+    candidate tilings the search scores repeat (B, S) pairs."""
+    return masks.covered_sums(shape.Nq, shape.Nkv, B, S, shape.offset)
+
+
 def _phase1_io(shape: Shape, Br: int, Bc: int, order: str, stable: bool) -> tuple[int, int]:
     d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
     if not shape.causal:
@@ -183,14 +192,10 @@ def _phase1_io(shape: Shape, Br: int, Bc: int, order: str, stable: bool) -> tupl
         reads = q + Tr * Nkv * d
         writes = Nq * Nkv + Nq + (Tc * Nq if stable else 0)
         return reads, writes
-    starts, stops = masks.block_counts(Nq, Br)
-    r = stops - starts
-    hi = masks.visible_hi(shape, stops)
-    n, w = masks.covered(hi, Bc, Nkv)
-    seen = hi > 0
-    q = r * d if order == "row" else n * r * d
-    reads = int(np.sum(np.where(seen, q + w * d, 0)))
-    writes = int(np.sum(r * w)) + Nq + (int(np.sum(n * r)) if stable else 0)
+    s = _covered(shape, Br, Bc)  # hi_i only (no window), O(log N)
+    q = s.size_seen * d if order == "row" else s.size_count * d
+    reads = q + s.width * d
+    writes = s.size_width + Nq + (s.size_count if stable else 0)
     return reads, writes
 
 
@@ -204,16 +209,11 @@ def _phase2_io(shape: Shape, Br2: int, Bk2: int, Bd2: int, Bc: int,
         if stable:
             reads += Td * cdiv(Nkv, Bc) * Nq
         return reads, Nq * d
-    starts, stops = masks.block_counts(Nq, Br2)
-    r = stops - starts
-    hi = masks.visible_hi(shape, stops)
-    _, w = masks.covered(hi, Bk2, Nkv)
-    seen = hi > 0
-    per = Td * r + Td * r * w + w * d
+    s = _covered(shape, Br2, Bk2)  # O(log N)
+    reads = Td * s.size_seen + Td * s.size_width + s.width * d
     if stable:
-        nc, _ = masks.covered(hi, Bc, Nkv)
-        per = per + Td * nc * r
-    return int(np.sum(np.where(seen, per, 0))), Nq * d
+        reads += Td * _covered(shape, Br2, Bc).size_count
+    return reads, Nq * d
 
 
 class SquareTiling(Algorithm):

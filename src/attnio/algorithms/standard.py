@@ -84,11 +84,11 @@ class Standard(Algorithm):
     def _dims(self, shape: Shape, t: StandardTiling) -> tuple[int, int, int]:
         return min(t.bm, shape.Nq), min(t.bn, shape.Nkv), min(t.bk, shape.d)
 
-    def _row_widths(self, shape: Shape, t: StandardTiling):
-        starts, stops = masks.block_counts(shape.Nq, t.bm)
-        lo, hi = masks.kv_ranges(shape, starts, stops)
-        nvis, _, cov = masks.meeting(lo, hi, t.bn, shape.Nkv)
-        return stops - starts, nvis, cov
+    def _row_sums(self, shape: Shape, t: StandardTiling) -> masks.BlockSums:
+        """Sums over the bm-row blocks of rows_i·n_i, cov_i and rows_i·cov_i (n_i, cov_i: number
+        and width of the bn key blocks block i sees), in O(log N)."""
+        return masks.query_block_sums(shape.Nq, shape.Nkv, t.bm, t.bn, shape.offset,
+                                      shape.window, shape.causal)
 
     def footprint(self, shape: Shape, tiling: StandardTiling) -> int:
         bm, bn, bk = self._dims(shape, tiling)
@@ -127,9 +127,7 @@ class Standard(Algorithm):
         # widest visible row block is the last one (cov.max = Nkv) unless a window or a top-left
         # diagonal with Nkv > Nq narrows it: then ask footprint
         simple = shape.window is None and (shape.causal_align == "bottom_right" or Nkv <= Nq)
-        r = np.arange(Nq, dtype=np.int64)
-        lo, hi = masks.kv_ranges(shape, r, r + 1)
-        pall = int(np.sum(hi - lo))
+        pall = masks.row_counts(shape).pairs  # O(1)
         cands = []
         for bk in bks:
             bkc, tk = min(bk, d), cdiv(d, bk)
@@ -211,9 +209,9 @@ class Standard(Algorithm):
             area = Nq * Nkv
             reads = d * (tc * Nq + tr * Nkv) + p * area + tk * area + d * tr * Nkv
             return IOCount(reads, 2 * area + Nq * d)
-        rows, nvis, cov = self._row_widths(shape, tiling)
-        area = int(np.sum(rows * cov))
-        reads = d * int(np.sum(nvis * rows + cov)) + p * area + tk * area + d * int(cov.sum())
+        s = self._row_sums(shape, tiling)
+        area = s.size_width
+        reads = d * (s.size_count + s.width) + p * area + tk * area + d * s.width
         writes = area + area + shape.Nq * d
         return IOCount(reads, writes)
 
@@ -281,10 +279,10 @@ class Standard(Algorithm):
 
 @functools.lru_cache(maxsize=4096)
 def _max_width(shape: Shape, bm: int, bn: int) -> int:
-    """Widest visible row block under the mask (the one-pass softmax holds it): cached, because
-    the planner asks for it on every candidate and it costs O(Nq/bm)."""
-    _, _, cov = ALGORITHM._row_widths(shape, StandardTiling(bm, bn, 1))
-    return int(cov.max())
+    """Widest visible row block under the mask (the one-pass softmax holds it), in O(log N);
+    cached, because the planner asks for it on many candidates."""
+    return masks.query_block_max_width(shape.Nq, shape.Nkv, bm, bn, shape.offset, shape.window,
+                                       shape.causal)
 
 
 def _pow2_upto(n: int) -> list[int]:
