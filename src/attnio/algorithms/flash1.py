@@ -133,13 +133,14 @@ class Flash1(Algorithm):
             mem.store(zl, ell, qb)
             mem.store(zm, mx, qb)
             mem.free(z, zl, zm)
-        for kb in mem.blocks(shape.Nkv, Bc, uniform=not shape.causal):  # line 5
+        band = masks.Band.keys(shape) if shape.causal else None  # the queries each block meets
+        for kb in mem.blocks(shape.Nkv, Bc, band=band):  # line 5
             qlo, qhi = q_range(shape, kb.start, kb.stop)
             if qhi <= qlo:  # no query sees this block (sliding window): skip it
                 continue
             Kj = mem.load(K, kb, label="K_j")  # line 6
             Vj = mem.load(V, kb, label="V_j")
-            for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi):  # line 7
+            for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi, band=band):  # line 7
                 Qi = mem.load(Q, qb, label="Q_i")  # line 8
                 Oi = mem.load(O, qb, label="O_i")
                 li = mem.load(ell, qb, label="l_i")

@@ -214,7 +214,8 @@ class Flash2(Algorithm):
         """Query heads ``Qs`` (one group) against one K/V head: each K/V tile is loaded once for
         the whole group.  ``lse`` (optional) receives each row's logsumexp, for the backward."""
         d = shape.d
-        for qb in mem.blocks(shape.Nq, tiling.Br, uniform=not shape.causal):
+        band = masks.Band.queries(shape) if shape.causal else None  # the keys each block sees
+        for qb in mem.blocks(shape.Nq, tiling.Br, band=band):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             if hi <= lo:  # every row of the block is masked: its output is 0
                 for g, O in enumerate(Os):
@@ -234,7 +235,7 @@ class Flash2(Algorithm):
                 l = mem.alloc((qb.size,), 0.0, label="l_i")
                 t = mem.alloc((qb.size,), 0.0, label="tmp")
                 heads.append((Qi, Oi, m, l, t))
-            for kb in mem.blocks(shape.Nkv, tiling.Bc, lo=lo, hi=hi):
+            for kb in mem.blocks(shape.Nkv, tiling.Bc, lo=lo, hi=hi, band=band):
                 Kj = mem.load(K, kb, label="K_j")
                 Vj = mem.load(V, kb, label="V_j")
                 for Qi, Oi, m, l, t in heads:

@@ -168,7 +168,8 @@ class Flash2Backward:
                 z = mem.alloc((qb.size, d), 0.0, label="dQ_init")
                 mem.store(z, qv["dQ"][g], qb)
                 mem.free(z)
-        for kb in mem.blocks(Nkv, Bc, uniform=not shape.causal):
+        band = masks.Band.keys(shape) if shape.causal else None  # the queries each block meets
+        for kb in mem.blocks(Nkv, Bc, band=band):
             qlo, qhi = q_range(shape, kb.start, kb.stop)
             dKj = mem.alloc((kb.size, d), 0.0, label="dK_j")
             dVj = mem.alloc((kb.size, d), 0.0, label="dV_j")
@@ -176,7 +177,7 @@ class Flash2Backward:
                 Kj = mem.load(kv["K"], kb, label="K_j")
                 Vj = mem.load(kv["V"], kb, label="V_j")
                 for g in range(len(qv["Q"])):
-                    for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi):
+                    for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi, band=band):
                         Qi = mem.load(qv["Q"][g], qb, label="Q_i")
                         dOi = mem.load(qv["dO"][g], qb, label="dO_i")
                         Li = mem.load(qv["L"][g], qb, label="L_i")

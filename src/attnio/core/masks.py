@@ -622,6 +622,13 @@ class Band:
         """Key blocks against the query rows that see them (``q_range``)."""
         return cls(shape.Nkv, shape.Nq, *_key_bounds(shape.offset, shape.window, shape.causal))
 
+    def within(self, start: int, stop: int) -> Band:
+        """The same blocks against the part ``[start, stop)`` of the other axis, in coordinates
+        relative to ``start`` (``clip(clip(x, 0, Z), start, stop) = clip(x, start, stop)``)."""
+        return Band(self.total, stop - start,
+                    None if self.lo_start is None else self.lo_start - start,
+                    None if self.hi_stop is None else self.hi_stop - start)
+
     def range(self, start: int, stop: int) -> tuple[int, int]:
         """``[lo, hi)`` of the other axis that block ``[start, stop)`` sees."""
         Z = self.Z
