@@ -100,7 +100,7 @@ class Flash2(Algorithm):
     def candidate_tilings(self, shape: Shape, M: int):
         d, Nq = shape.d, shape.Nq
         masked = shape.causal
-        out = []
+        out = []  # (Br, Bc, group): tilings are built only for the candidates returned
         for G in _divisors(shape.group):
             br_max = min(Nq, (M - 2 * d) // (G * (2 * d + 3) + 1))
             while br_max >= 1 and self._bc_max(shape, M, br_max, G) < 1:
@@ -128,12 +128,12 @@ class Flash2(Algorithm):
                         bcs.add(c)
                         c *= 2
                     bcs.update({min(bc, Br), min(bc, max(1, Br // 2))})
-                out.extend(Flash2Tiling(Br, c, G) for c in sorted(bcs))
+                out.extend((Br, c, G) for c in sorted(bcs))
         if masked and len(out) > 1:
             return self._least(shape, out)
-        return out
+        return [Flash2Tiling(*c) for c in out]
 
-    def _least(self, shape: Shape, cands: list[Flash2Tiling]) -> list[Flash2Tiling]:
+    def _least(self, shape: Shape, cands: list[tuple[int, int, int]]) -> list[Flash2Tiling]:
         """The candidates of least (I/O, steps), by branch and bound (speed at large N).
 
         With P visible pairs and n_seen rows that see a key, a group of G heads reads at least
@@ -144,15 +144,15 @@ class Flash2(Algorithm):
         rc = masks.row_counts(shape)  # O(1)
         pall, nseen = rc.pairs, rc.rows1
         keyed = []
-        for t in cands:
-            G = t.group
-            lb = (shape.n_heads // G) * (G * d * nseen + 2 * d * pall / t.Br + G * shape.Nq * d)
-            keyed.append((lb * (1 - 1e-9), t))
+        for Br, Bc, G in cands:
+            lb = (shape.n_heads // G) * (G * d * nseen + 2 * d * pall / Br + G * shape.Nq * d)
+            keyed.append((lb * (1 - 1e-9), Br, Bc, G))
         keyed.sort(key=lambda c: c[0])
         best, scored = None, []
-        for lb, t in keyed:
+        for lb, Br, Bc, G in keyed:
             if best is not None and lb > best[0]:
                 break
+            t = Flash2Tiling(Br, Bc, G)
             key = (self.predict_total(shape, t).total, self.steps(shape, t))
             scored.append((key, t))
             best = key if best is None else min(best, key)

@@ -341,22 +341,34 @@ class SquareTiling(Algorithm):
 
     def _phase2_candidates(self, shape: Shape, M: int, stable: bool, bc: int,
                            ladder: list | None = None):
-        Nkv = shape.Nkv
-        bc_eff = min(bc, Nkv)
-        snap = stable and bc_eff < Nkv
+        """Phase 2's (Br2, Bk2, Bd2) choices for a Phase 1 of key blocks ``bc``, sorted."""
+        ladder = self._phase2_ladder(shape, M, stable) if ladder is None else ladder
+        snap: dict[int, int] = {}
+        return sorted((br2, k, bd2) for bd2, br2, ks in ladder
+                      for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snap))
+
+    @staticmethod
+    def _slices(shape: Shape, M: int, stable: bool, bc: int, br2: int, bd2: int, ks: list,
+                snap: dict) -> list[int]:
+        """The key-slice sizes Bk2 of one (Br2, Bd2) choice, ascending: the stable variant
+        snaps each to the largest divisor of Bc below it; those whose tiles fit in M."""
+        bc_eff = min(bc, shape.Nkv)
         out = set()
-        for bd2, br2, ks in ladder if ladder is not None else self._phase2_ladder(shape, M,
-                                                                                  stable):
-            for k in ks:
-                if snap:
-                    k = _largest_divisor(bc_eff, k)
-                if _fp2(br2, k, bd2, stable) <= M:
-                    out.add((br2, k, bd2))
+        for k in ks:
+            if stable and bc_eff < shape.Nkv:
+                if k not in snap:
+                    snap[k] = _largest_divisor(bc_eff, k)
+                k = snap[k]
+            if _fp2(br2, k, bd2, stable) <= M:
+                out.add(k)
         return sorted(out)
 
     def _search(self, shape: Shape, M: int, stable: bool) -> list[SquareTilingTiling]:
-        """Every (Phase 1 x Phase 2) combination worth scoring, best Phase-1 choices first;
-        with a mask, only those of least I/O (:meth:`_least`)."""
+        """The least of every (Phase 1 x Phase 2) combination worth scoring (the best Phase-1
+        choices, each with every Phase-2 choice, then the paper's tiling), in that order: the
+        combinations of least I/O with a mask (:meth:`_least`), the first of least (I/O, steps)
+        without (:meth:`_least_unmasked`).  The combinations are never listed: a Phase-2 choice
+        is (Br2, Bd2) with its key slices Bk2 (:meth:`_slices`), expanded only when scored."""
         p1 = self._phase1_candidates(shape, M, stable)
         if shape.causal and len(p1) > 24:
             # pre-rank by the O(1) unmasked count (the mask keeps about half of every tiling's
@@ -368,72 +380,111 @@ class SquareTiling(Algorithm):
         scored = sorted(p1, key=lambda c: (exact[c], cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))
         # the stable variant couples the phases through Bc (the per-tile maxima): keep a few
         top = scored[:12] if stable else scored[:1]
+        groups = [(c, exact[c]) for c in top]  # (phase 1 choice, its exact Phase-1 count)
         ladder = self._phase2_ladder(shape, M, stable)
-        seen_bc: dict[int, list] = {}
-        groups = []  # (phase 1 choice, its exact Phase-1 count, Phase-2 choices), in order
-        for c in top:
-            key = min(c[1], shape.Nkv)
-            if key not in seen_bc:
-                seen_bc[key] = self._phase2_candidates(shape, M, stable, c[1], ladder)
-            groups.append((c, exact[c], seen_bc[key]))
         paper = self.paper_tiling(shape, M, stable)
         if self.footprint(shape, paper) > M:
             paper = None
         if shape.causal:
-            return self._least(shape, M, stable, groups, paper)
-        out = [SquareTilingTiling(br, bc, bd, br2, bk2, bd2, order, stable)
-               for (br, bc, bd, order), _, p2 in groups for br2, bk2, bd2 in p2]
-        return out + ([paper] if paper is not None else [])
+            return self._least(shape, M, stable, groups, ladder, paper)
+        return self._least_unmasked(shape, M, stable, groups, ladder, paper)
 
-    def _least(self, shape: Shape, M: int, stable: bool, groups: list,
+    def _least_unmasked(self, shape: Shape, M: int, stable: bool, groups: list, ladder: list,
+                        paper: SquareTilingTiling | None) -> list[SquareTilingTiling]:
+        """The first combination of least (I/O, steps), in the order of the full list.
+
+        Unmasked, Phase 2's count does not depend on Bk2 and the count is a Phase-1 term plus a
+        Phase-2 term that depends on Phase 1 only through Bc (the stable maxima): each
+        (group, Br2, Bd2) is scored with plain integers, and only those of least count are
+        expanded into their key slices to compare steps.  Every combination fits in M by
+        construction (each phase's footprint was checked, and clamping only shrinks it).
+        """
+        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+        scored = []
+        for g, ((_, bc, _, _), e1) in enumerate(groups):
+            tc = cdiv(Nkv, bc) * Nq if stable else 0
+            for e, (bd2, br2, _) in enumerate(ladder):
+                td = -(-d // bd2)
+                total = e1 + td * (Nq + Nq * Nkv + tc) + (-(-Nq // br2)) * Nkv * d + Nq * d
+                scored.append((total, g, e))
+        scored.sort()
+        best_key, best_at = None, None
+        snaps: dict[int, dict] = {}
+        for total, g, e in scored:
+            if best_key is not None and total > best_key[0]:
+                break
+            (br, bc, bd, _), _ = groups[g]
+            bd2, br2, ks = ladder[e]
+            s1 = cdiv(Nq, br) * cdiv(Nkv, bc) * cdiv(d, bd)
+            td = -(-d // bd2)
+            for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snaps.setdefault(bc, {})):
+                key = (total, s1 + (-(-Nq // br2)) * td * (-(-Nkv // k)))
+                at = (g, br2, k, bd2)  # the combination's place in the full list
+                if best_key is None or key < best_key or (key == best_key and at < best_at):
+                    best_key, best_at = key, at
+        out = []
+        if best_at is not None:
+            g, br2, k, bd2 = best_at
+            (br, bc, bd, order), _ = groups[g]
+            out = [SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable)]
+        if paper is not None:  # last in the list: chosen only when strictly better
+            key = (self._predict(shape, paper).total, self.steps(shape, paper))
+            if best_key is None or key < best_key:
+                out = [paper]
+        return out
+
+    def _least(self, shape: Shape, M: int, stable: bool, groups: list, ladder: list,
                paper: SquareTilingTiling | None) -> list[SquareTilingTiling]:
-        """The candidates of least I/O among ``groups`` (and ``paper``), in the order the full
-        list would have them (so :meth:`search` breaks ties by steps exactly as over the whole
-        list), by branch and bound: a causal plan at N = 10^9 in milliseconds.
+        """The combinations of least I/O, in the order the full list would have them (so
+        :meth:`search` breaks ties by steps exactly as over the whole list), by branch and
+        bound: a causal plan at N = 10^9 in milliseconds.
 
-        Phase 1 is scored exactly (O(log N)); Phase 2 is bounded below without a mask-dependent
-        sum: with P visible pairs and n1 rows that see a key (no window here),
-        ``sum_i [seen_i]·r_i >= n1``, ``sum_i r_i·w_i >= P`` (w_i covers every key a row of block
-        i sees), ``sum_i w_i >= P/Br2`` and ``sum_i nc_i·r_i >= P/Bc``, so Phase 2 moves at least
-        ``Td·n1 + Td·P + d·ceil(P/Br2) (+ Td·ceil(P/Bc) stable) + Nq·d`` words.  Candidates are
-        scored exactly in order of the bound (then of position) until it exceeds the least
-        count found.
+        Phase 1 is scored exactly (O(log N)); Phase 2 is bounded below by its count with the
+        key slices shrunk to single keys: block i of Br2 rows (r_i of them) sees keys [0, hi_i),
+        and ``w_i >= hi_i``, ``nc_i >= hi_i/Bc``, so with ``H = sum_i r_i·hi_i`` and
+        ``h = sum_i hi_i`` (one O(log N) sum per Br2) Phase 2 moves at least
+        ``Td·sum_i [seen_i]·r_i + Td·H + d·h (+ Td·ceil(H/Bc) stable) + Nq·d`` words, whatever
+        Bk2.  Each (group, Br2, Bd2) is bounded once; they are expanded into their key slices
+        and scored exactly in order of the bound until it exceeds the least count found.
         """
         d, Nq = shape.d, shape.Nq
-        rc = masks.row_counts(shape)
-        P, n1 = rc.pairs, rc.rows1
-        keyed = []
-        idx = 0
-        for g, (c, e1, p2) in enumerate(groups):
-            bc = c[1]
-            extra = cdiv(P, bc) if stable else 0
-            for j, (br2, _, bd2) in enumerate(p2):
-                td = -(-d // bd2)
-                keyed.append((e1 + td * (n1 + P + extra) + d * (-(-P // br2)) + Nq * d, idx, g, j))
-                idx += 1
+        sums: dict[int, masks.BlockSums] = {}
+
+        def lower(e1: int, br2: int, bd2: int, bc: int) -> int:
+            if br2 not in sums:
+                sums[br2] = _covered(shape, br2, 1)  # hi_i itself: width 1 slices
+            s = sums[br2]
+            td = -(-d // bd2)
+            extra = -(-s.size_width // bc) if stable else 0
+            return e1 + td * (s.size_seen + s.size_width + extra) + d * s.width + Nq * d
+
+        buckets = [(lower(e1, br2, bd2, c[1]), g, e) for g, (c, e1) in enumerate(groups)
+                   for e, (bd2, br2, _) in enumerate(ladder)]
         if paper is not None:
             e1 = sum(_phase1_io(shape, paper.Br, paper.Bc, paper.order, paper.stable))
-            td = cdiv(d, paper.Bd2)
-            extra = cdiv(P, paper.Bc) if stable else 0
-            keyed.append((e1 + td * (n1 + P + extra) + d * cdiv(P, paper.Br2) + Nq * d, idx,
-                          -1, -1))
-        keyed.sort()
+            buckets.append((lower(e1, paper.Br2, paper.Bd2, paper.Bc), len(groups), -1))
+        buckets.sort()
         best, scored = None, []
-        for lb, idx, g, j in keyed:
+        snaps: dict[int, dict] = {}
+        for lb, g, e in buckets:
             if best is not None and lb > best:
                 break
-            if g < 0:
-                t = paper
+            if g == len(groups):
+                members = [((g,), paper)]
             else:
-                (br, bc, bd, order), _, p2 = groups[g]
-                br2, bk2, bd2 = p2[j]
-                t = SquareTilingTiling(br, bc, bd, br2, bk2, bd2, order, stable)
-            if self.footprint(shape, t) > M:
-                continue
-            tot = self.predict_total(shape, t).total
-            scored.append((idx, tot, t))
-            best = tot if best is None else min(best, tot)
-        return [t for idx, tot, t in sorted(scored, key=lambda c: c[0]) if tot == best]
+                (br, bc, bd, order), _ = groups[g]
+                bd2, br2, ks = ladder[e]
+                members = [((g, br2, k, bd2),
+                            SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable))
+                           for k in self._slices(shape, M, stable, bc, br2, bd2, ks,
+                                                 snaps.setdefault(bc, {}))]
+            for at, t in members:
+                if self.footprint(shape, t) > M:
+                    continue
+                tot = self._predict(shape, t).total  # per head, as the bound
+                scored.append((at, tot, t))
+                best = tot if best is None else min(best, tot)
+        return [t for at, tot, t in sorted(scored, key=lambda c: c[0]) if tot == best]
 
     def candidate_tilings(self, shape: Shape, M: int,
                           stable: bool = True) -> list[SquareTilingTiling]:
