@@ -112,7 +112,7 @@ class StoreError(AttnioError):
 #: (a concurrent sweep's transaction lasts milliseconds; an open transaction in a shell does not).
 LOCK_TIMEOUT_S = 10.0
 #: The same when the store is opened: the first check that the database can be written.
-OPEN_LOCK_TIMEOUT_S = 1.0
+OPEN_LOCK_TIMEOUT_S = 0.5
 
 
 def _locked(e: sqlite3.Error) -> bool:
@@ -127,11 +127,14 @@ def _db_error(path: str, e: sqlite3.Error) -> StoreError:
         return StoreError(f"{path!r} is locked by another process (a sweep still writing to it, "
                           "or an open sqlite3 transaction); wait for it to finish or close it, "
                           "or use another --db")
-    if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError) or \
-            "malformed" in msg or "not a database" in msg or "corrupt" in msg:
-        return StoreError(f"{path!r} is damaged ({msg}); move it aside and rerun the sweep into a "
-                          "new --db (`sqlite3 FILE .recover` salvages the readable rows)")
-    return StoreError(f"results database {path!r}: {msg}")
+    low = msg.lower()
+    if (isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)
+            or any(w in low for w in ("malformed", "not a database", "corrupt", "decode",
+                                      "disk image"))):
+        return StoreError(f"{path!r} is damaged ({msg[:80]}); move it aside and rerun the sweep "
+                          "into a new --db (`sqlite3 FILE .recover` salvages the readable rows)")
+    return StoreError(f"results database {path!r} cannot be used ({msg[:80]}); check the file "
+                      "or use another --db")
 
 
 def _guarded(fn: Callable) -> Callable:

@@ -622,12 +622,29 @@ def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
             raise ParameterError(f"{where}: verify must be true or false, got {t['verify']!r}")
         kw["verify"] = t["verify"]
     algo = t.get("algo", t.get("algorithms", "all"))
-    kw["algorithms"] = tuple(algo.split(",")) if isinstance(algo, str) else tuple(algo)
+    if isinstance(algo, str):
+        kw["algorithms"] = tuple(algo.split(","))
+    elif isinstance(algo, (list, tuple)) and all(isinstance(a, str) for a in algo):
+        kw["algorithms"] = tuple(algo)
+    else:
+        raise ParameterError(f"{where}: algo must be a name, a comma list or a list of names, "
+                             f"got {algo!r}", param="algo")
     if "causal" in t:
         kw["causal"] = parse_causal(t["causal"])
-    for k in ("mode", "seed", "eps", "entry_bound"):
-        if k in t:
-            kw[k] = t[k]
+    if "mode" in t:
+        if t["mode"] not in ("count", "compute"):
+            raise ParameterError(f"{where}: mode must be 'count' or 'compute', got "
+                                 f"{t['mode']!r}", param="mode")
+        kw["mode"] = t["mode"]
+    if "seed" in t:
+        seed = t["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ParameterError(f"{where}: seed must be an integer, got {seed!r}", param="seed")
+        kw["seed"] = seed
+    if "eps" in t:
+        kw["eps"] = check_real("eps", t["eps"], lo=0, hi=1, lo_open=True, hi_open=True)
+    if "entry_bound" in t:
+        kw["entry_bound"] = check_real("entry_bound", t["entry_bound"], lo=0, lo_open=True)
     return Grid(**kw)
 
 
