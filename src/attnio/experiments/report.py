@@ -526,7 +526,8 @@ def _slug(s: tuple) -> str:
 _AXES = {"N": ("d", "M"), "M": ("N", "d"), "d": ("N", "M")}
 
 
-def _axis_groups(rows: list[dict], axis: str) -> list[tuple[tuple, list[dict]]]:
+def _axis_groups(rows: list[dict], axis: str, per_axis: int = FIGS_PER_AXIS
+                 ) -> list[tuple[tuple, list[dict]]]:
     """Groups of square-problem count rows that vary along ``axis`` (>= 2 values) with the other
     two sizes fixed: at most :data:`FIGS_PER_AXIS`, the ones with the most points, spread over
     the fixed values."""
@@ -544,10 +545,10 @@ def _axis_groups(rows: list[dict], axis: str) -> list[tuple[tuple, list[dict]]]:
                   key=lambda kv: kv[0])
     rest = sorted((kv for kv in groups if len({r[axis] for r in kv[1]}) < most),
                   key=lambda kv: (-len({r[axis] for r in kv[1]}), kv[0]))
-    if len(best) > FIGS_PER_AXIS:  # evenly spread over the fixed values
-        step = (len(best) - 1) / (FIGS_PER_AXIS - 1)
-        best = [best[round(i * step)] for i in range(FIGS_PER_AXIS)]
-    return (best + rest)[:FIGS_PER_AXIS]
+    if len(best) > per_axis:  # evenly spread over the fixed values
+        step = (len(best) - 1) / max(1, per_axis - 1)
+        best = [best[round(i * step)] for i in range(per_axis)]
+    return (best + rest)[:per_axis]
 
 
 def _count_rows(rows: list[dict]) -> list[dict]:
@@ -603,14 +604,14 @@ def _fig_axis(rows, axis, fixed, setting, style, out) -> str:
     return _save(fig, out, stem)
 
 
-def _figures_for_setting(rows, setting, style, out, budget) -> list[str]:
+def _figures_for_setting(rows, setting, style, out, budget, per_axis) -> list[str]:
     """The figures of one setting: I/O against each swept axis (N, M, d)."""
     rows = _count_rows(rows)
     fits = _fits_over(rows)  # this setting's series (the legends' slopes)
     causal = setting[0] is not None
     made: list[str] = []
     for axis in ("N", "M", "d"):
-        for fixed, rs in _axis_groups(rows, axis):
+        for fixed, rs in _axis_groups(rows, axis, per_axis):
             if len(made) >= budget:
                 return made
             if axis == "M":
@@ -697,12 +698,13 @@ class Report:
 
 
 def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool = True,
-                 html_page: bool = True) -> Report:
+                 html_page: bool = True, figs_per_axis: int = FIGS_PER_AXIS) -> Report:
     """Read ``db`` and write to ``out``: figures (PNG, and SVG unless ``svg=False``) for every
     setting present (mask, window, heads) and every swept axis, ``best.csv`` (the best
     configuration of every workload point), ``fits.json``, ``REPORT.md`` and (unless
     ``html_page=False``) ``index.html``.  Any sweep gets a report: a database of one row, or of
-    skipped rows only, gets a short one."""
+    skipped rows only, gets a short one.  ``figs_per_axis``: figures per setting and swept
+    axis (the fixed values with the most points first)."""
     out = os.fspath(out)
     with ResultsStore(db, readonly=True) as st:
         rows = st.rows(decode=True)
@@ -718,12 +720,13 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool = T
     global _SVG
     saved, _SVG = _SVG, svg
     try:
-        return _build(rows, meta, os.fspath(db), out, html_page)
+        return _build(rows, meta, os.fspath(db), out, html_page, figs_per_axis)
     finally:
         _SVG = saved
 
 
-def _build(rows: list[dict], meta: dict, db: str, out: str, html_page: bool) -> Report:
+def _build(rows: list[dict], meta: dict, db: str, out: str, html_page: bool,
+           figs_per_axis: int) -> Report:
     ok = _ok_rows(rows)
     fits = series_fits(ok)
     table = claims(rows, fits)
@@ -735,7 +738,8 @@ def _build(rows: list[dict], meta: dict, db: str, out: str, html_page: bool) -> 
     order = sorted(by_setting, key=lambda s: (s != _DEFAULT_SETTING, str(s)))
     figures: list[str] = []
     for s in order:
-        figures += _figures_for_setting(by_setting[s], s, style, out, MAX_FIGURES - len(figures))
+        figures += _figures_for_setting(by_setting[s], s, style, out, MAX_FIGURES - len(figures),
+                                        figs_per_axis)
     e = _fig_error_vs_io(every, style, out)
     if e:
         figures.append(e)

@@ -444,10 +444,14 @@ _INSERT_SQL = (
     + " AND excluded.status = 'ok' AND NOT " + _UNVERIFIED.format(t="excluded") + ")")
 
 
+_PLAIN = (int, str, type(None))
+
+
 def row_values(r: dict) -> tuple:
     """A row (a mapping of column names) as the tuple :meth:`ResultsStore.insert_values` takes:
     JSON columns encoded (strings pass as they are), booleans as 0/1, non-finite floats NULL."""
-    return tuple(_to_sql(r.get(c)) for c in COLUMN_NAMES)
+    get = r.get
+    return tuple(v if type(v) in _PLAIN else _to_sql(v) for v in map(get, COLUMN_NAMES))
 
 
 def _to_sql(v: Any) -> Any:

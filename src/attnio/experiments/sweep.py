@@ -46,6 +46,7 @@ from .. import bounds as _bounds
 from ..core import masks, reference
 from ..core.checks import check_real
 from ..core.errors import AttnioError, CapacityError, ParameterError
+from ..core.version import __version__ as _VERSION
 from ..core.workload import Shape
 from ..runner import run
 from .store import COLUMN_NAMES, ResultsStore, decode_row, row_values
@@ -306,8 +307,12 @@ class Config:
         return k
 
     def hash(self) -> str:
-        blob = json.dumps(self.key(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+        h = self.__dict__.get("_hash")
+        if h is None:  # computed once per configuration (the sweep asks more than once)
+            blob = json.dumps(self.key(), sort_keys=True, separators=(",", ":"))
+            h = hashlib.sha256(blob.encode()).hexdigest()[:32]
+            object.__setattr__(self, "_hash", h)
+        return h
 
     @property
     def masked(self) -> bool:
@@ -405,7 +410,8 @@ class _GridPlan:
                             pre = _pre_reason(alg, base)
                             min_m, why = (None, pre) if pre else _min_M(alg, base)
                             for M in self.M:
-                                cfg = dataclasses.replace(base, M=M)
+                                cfg = Config(alg.name, nq, nkv, d, M, causal, g.mode, self.seed,
+                                             eps, eb, batch, heads, kvh, window, bool(g.verify))
                                 yield cfg, why or _skip_reason(alg, cfg, min_m)
 
     def holds(self, cfg: Config) -> bool:
@@ -679,15 +685,13 @@ def _jsonable(x: Any) -> Any:
 
 # ----------------------------------------------------------------------------- one configuration
 def _base_row(cfg: Config, alg) -> dict:
-    from ..core.version import __version__
-
     return {
         "config_hash": cfg.hash(), "algorithm": cfg.algorithm, "kind": "attention",
         "exact": bool(alg.exact), "Nq": cfg.Nq, "Nkv": cfg.Nkv, "d": cfg.d, "M": cfg.M,
         "causal": cfg.masked, "causal_align": cfg.align, "batch": cfg.batch, "heads": cfg.heads,
         "kv_heads": cfg.kv_heads, "window": cfg.window,
         "mode": cfg.mode, "seed": cfg.seed if cfg.mode == "compute" else None,
-        "eps": cfg.eps, "entry_bound": cfg.entry_bound, "version": __version__,
+        "eps": cfg.eps, "entry_bound": cfg.entry_bound, "version": _VERSION,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -1123,8 +1127,10 @@ _WINDOW = 4096  # configurations sorted by cost at a time (slowest first) with s
 def _tasks(todo: Iterator[Config], ordered: bool) -> Iterator[list[tuple]]:
     """Batches of configuration tuples from the stream; with ``ordered``, each window of
     :data:`_WINDOW` configurations slowest first."""
+    size = 2 * _TASK_COUNT  # a small first window: the workers start at once
     while True:
-        window = list(itertools.islice(todo, _WINDOW))
+        window = list(itertools.islice(todo, size))
+        size = min(_WINDOW, 4 * size)
         if not window:
             return
         if ordered:
