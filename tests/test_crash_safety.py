@@ -56,8 +56,11 @@ def _check_whole_rows(db) -> int:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        tables = con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
     finally:
         con.close()
+    if not tables:  # killed before the schema was created: no row yet (a rerun initialises it)
+        return 0
     with ResultsStore(db, readonly=True) as st:
         rows = st.rows()
     for r in rows:
