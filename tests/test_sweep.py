@@ -213,8 +213,11 @@ def test_dask_local_cluster_gives_the_same_rows(serial_db, tmp_path):
     assert _stable(_rows(tmp_path / "dask.sqlite")) == _stable(_rows(serial_db))
 
 
-KILL_ARGS = ["--algo", "square_tiling,standard", "--N", "1024:2048:x2", "--d", "32,64",
-             "--M", "1024:16384:x2", "--causal", "true"]
+# count mode runs about a thousand configurations a second: a grid large enough that the kill
+# lands mid-sweep (as soon as the first rows are committed)
+KILL_ARGS = ["--algo", "flash2,flash1", "--N", "256:16384:x2", "--d", "16,64",
+             "--M", "256:1048576:x2", "--causal", "both"]
+KILL_TOTAL = 2 * 7 * 2 * 13 * 2
 
 
 def _count(db) -> int:
@@ -235,9 +238,9 @@ def test_sigkill_mid_sweep_then_restart_loses_and_duplicates_nothing(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen(cmd, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    total = 2 * 2 * 2 * 5
+    total = KILL_TOTAL
     deadline = time.monotonic() + 60
-    while _count(db) < 4 and proc.poll() is None and time.monotonic() < deadline:
+    while _count(db) < 1 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, mid-transaction or not
     proc.wait()

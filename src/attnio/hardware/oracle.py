@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core import masks
 from ..core.checks import check_choice, check_int
 from ..core.errors import ParameterError
 from ..core.workload import Shape, cdiv
 from . import devices as _devices
+from . import geometry
 from .devices import Device
 from .feasibility import Feasibility, check
 from .kernels import KernelConfig, head_dim_rounded, named_config
@@ -172,26 +172,26 @@ def _steps(shape: Shape, algorithm: str, Br: int, Bc: int, G: int, splits: int
     """(CTAs, inner steps, rows of split partials, K/V rows the CTAs' inner loops load) of the
     main/split phase, from the mask geometry alone (the backward's K/V rows: 0, not used)."""
     if algorithm == "fa2_bwd":
-        ks, ke = masks.block_counts(shape.Nkv, Bc)
-        lo, hi = masks.q_ranges(shape, ks, ke)
-        cnt, _, _ = masks.meeting(lo, hi, Br, shape.Nq)
+        ks, ke = geometry.block_counts(shape.Nkv, Bc)
+        lo, hi = geometry.q_ranges(shape, ks, ke)
+        cnt, _, _ = geometry.meeting(lo, hi, Br, shape.Nq)
         units = shape.n_kv_heads
         return units * len(ks), units * shape.group * int(cnt.sum()), 0, 0
     units = shape.batch * (shape.kv_heads if G > 1 else shape.heads)
     if splits == 1:
         Brh = max(1, Br // G)
-        st, sp = masks.block_counts(shape.Nq, Brh)
-        lo, hi = masks.kv_ranges(shape, st, sp)
-        cnt, _, width = masks.meeting(lo, hi, Bc, shape.Nkv)
+        st, sp = geometry.block_counts(shape.Nq, Brh)
+        lo, hi = geometry.kv_ranges(shape, st, sp)
+        cnt, _, width = geometry.meeting(lo, hi, Bc, shape.Nkv)
         return units * len(st), units * int(cnt.sum()), 0, units * int(width.sum())
-    st, sp = masks.block_counts(shape.Nq * G, Br)
-    lo, hi = masks.kv_ranges(shape, st // G, (sp + G - 1) // G)
+    st, sp = geometry.block_counts(shape.Nq * G, Br)
+    lo, hi = geometry.kv_ranges(shape, st // G, (sp + G - 1) // G)
     L = cdiv(shape.Nkv, splits)
     p0 = np.arange(cdiv(shape.Nkv, L), dtype=np.int64)[None, :] * L
     p1 = np.minimum(shape.Nkv, p0 + L)
     slo = np.maximum(lo[:, None], p0) - p0
     shi = np.minimum(hi[:, None], p1) - p0
-    cnt, _, width = masks.meeting(slo, shi, Bc, p1 - p0)
+    cnt, _, width = geometry.meeting(slo, shi, Bc, p1 - p0)
     seen = cnt > 0
     ctas, steps = int(seen.sum()), int(cnt.sum())
     rows = int(((sp - st)[:, None] * seen).sum())

@@ -40,6 +40,7 @@ from ..core.errors import ParameterError, ScheduleError
 from ..core.memory import TwoLevelMemory
 from ..core.workload import Shape, cdiv
 from ..runner import place_inputs
+from . import geometry
 from .devices import Device
 from .kernels import KernelConfig, head_dim_rounded
 
@@ -364,10 +365,10 @@ def _fa3_swizzle(cfg: KernelConfig, shape: Shape, d: int, G: int) -> int:
 def _forward_phase(cfg, shape, d, G, Brh, tpl, ctas_per_sm) -> Phase:
     B = shape.batch
     H = shape.kv_heads if cfg.pack_gqa else shape.heads
-    starts, stops = masks.block_counts(shape.Nq, Brh)
+    starts, stops = geometry.block_counts(shape.Nq, Brh)
     M = len(starts)
-    lo, hi = masks.kv_ranges(shape, starts, stops)
-    cnt, first_start, _ = masks.meeting(lo, hi, cfg.Bc, shape.Nkv)
+    lo, hi = geometry.kv_ranges(shape, starts, stops)
+    cnt, first_start, _ = geometry.meeting(lo, hi, cfg.Bc, shape.Nkv)
     if cfg.algorithm == "fa3":
         kind = "lpt" if shape.causal else "m,h,b"
     else:
@@ -397,12 +398,12 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
     B = shape.batch
     L = cdiv(shape.Nkv, S)
     nsplit = cdiv(shape.Nkv, L)
-    starts, stops = masks.block_counts(Nq, rows)
+    starts, stops = geometry.block_counts(Nq, rows)
     M = len(starts)
     # query rows of the packed problem see the keys of their own query position
     pos_lo, pos_hi = starts // G, (stops + G - 1) // G
     sub = shape if G == 1 else shape  # same mask geometry per position
-    lo, hi = masks.kv_ranges(sub, pos_lo, pos_hi)
+    lo, hi = geometry.kv_ranges(sub, pos_lo, pos_hi)
     order = _order("m,s,h,b", B, H, M, nsplit)
     rest, m = np.divmod(order, M)
     unit, s = np.divmod(rest, nsplit)
@@ -412,7 +413,7 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
     p1 = np.minimum(shape.Nkv, p0 + L)
     slo = np.maximum(lo[m], p0) - p0
     shi = np.minimum(hi[m], p1) - p0
-    cnt, first_start, _ = masks.meeting(slo, shi, Bc, p1 - p0)
+    cnt, first_start, _ = geometry.meeting(slo, shi, Bc, p1 - p0)
     keep = cnt > 0   # the schedule skips splits a block does not see
     kvhead = (b * shape.kv_heads + h) if cfg.pack_gqa else (b * shape.kv_heads + h // shape.group)
     split = Phase("split", tpls["split"], head[keep], kvhead[keep], s[keep], starts[m][keep],
@@ -438,7 +439,7 @@ def _backward_phases(cfg, shape, d, tpls, ctas_per_sm) -> list[Phase]:
     Br, Bc = cfg.Br, cfg.Bc
     B, Hk, G = shape.batch, shape.kv_heads, shape.group
     # preprocessing: one CTA per (query head, query block)
-    qs, qe = masks.block_counts(shape.Nq, Br)
+    qs, qe = geometry.block_counts(shape.Nq, Br)
     Mq = len(qs)
     order = _order("m,b,h", B, shape.heads, Mq)
     unit, m = np.divmod(order, Mq)
@@ -446,10 +447,10 @@ def _backward_phases(cfg, shape, d, tpls, ctas_per_sm) -> list[Phase]:
     z = np.zeros_like(m)
     pre = Phase("pre", tpls["pre"], b * shape.heads + h, z, z, qs[m], qe[m], z, z, z,
                 np.full_like(m, shape.Nq), Br, 1, False, 8, 4, {}, {})
-    ks, ke = masks.block_counts(shape.Nkv, Bc)
+    ks, ke = geometry.block_counts(shape.Nkv, Bc)
     Mk = len(ks)
-    qlo, qhi = masks.q_ranges(shape, ks, ke)
-    cnt, first_start, _ = masks.meeting(qlo, qhi, Br, shape.Nq)
+    qlo, qhi = geometry.q_ranges(shape, ks, ke)
+    cnt, first_start, _ = geometry.meeting(qlo, qhi, Br, shape.Nq)
     order = _order("m,b,h", B, Hk, Mk)
     unit, n = np.divmod(order, Mk)
     b, h = np.divmod(unit, Hk)
@@ -574,7 +575,7 @@ def _rows_seeing(shape: Shape) -> tuple[int, int]:
     if not shape.causal:
         return shape.Nq, shape.Nkv
     r = np.arange(shape.Nq, dtype=np.int64)
-    lo, hi = masks.kv_ranges(shape, r, r + 1)
+    lo, hi = geometry.kv_ranges(shape, r, r + 1)
     seen = hi > lo
     rc = masks.row_counts(shape)
     return int(seen.sum()), rc.v_rows
