@@ -59,7 +59,7 @@ import numpy as np
 
 from .checks import check_int
 from .errors import CapacityError, ParameterError, ScheduleError
-from .masks import Band
+from .masks import Band, Run
 
 Mode = Literal["compute", "count"]
 #: What selects rows or columns of a slow array: a Block, a contiguous slice, an index, or None
@@ -111,6 +111,19 @@ class Block:
     @property
     def slice(self) -> slice:
         return slice(self.start, self.stop)
+
+
+@dataclass
+class _BandFrame:
+    """An active run of a masked outer loop (bulk count mode): its band, block size, run and
+    representative block ``j``; ``inner`` is the enclosing inner loop's (per, mult, size, short)
+    while one runs."""
+
+    band: Band
+    size: int
+    run: Run
+    j: int
+    inner: tuple[int, int, int, bool] | None = None
 
 
 class SlowArray:
@@ -270,7 +283,7 @@ class TwoLevelMemory:
         self._peak = 0
         self._mult = 1
         self._next_key = 0
-        self._bands: list[list] = []  # active runs of masked loops: [band, B, run, j, inner]
+        self._bands: list[_BandFrame] = []  # active runs of masked loops
 
     # ------------------------------------------------------------------ slow memory
     @property
@@ -510,7 +523,7 @@ class TwoLevelMemory:
         if size < 1:
             raise ScheduleError(f"block size must be >= 1, got {size}")
         if band is not None and self.bulk:
-            if self._bands and self._bands[-1][0] is band and total == band.Z:
+            if self._bands and self._bands[-1].band is band and total == band.Z:
                 yield from self._band_inner(total, size, lo, hi, within is not None)
                 return
             if total == band.total and lo == 0 and hi is None:
@@ -563,7 +576,7 @@ class TwoLevelMemory:
             saved, occ = self._mult, self._occ
             self._mult = saved * run.blocks
             self._steps += self._mult
-            self._bands.append([band, size, run, j, None])
+            self._bands.append(_BandFrame(band, size, run, j))
             try:
                 yield Block(j, j * size, min(total, (j + 1) * size))
             finally:
@@ -580,7 +593,7 @@ class TwoLevelMemory:
         """Bulk count of the inner loop of a masked pair inside a run of the outer loop: one full
         and one short block of this axis, each with the run's total number of visits."""
         frame = self._bands[-1]
-        band, B, run, j, inner = frame
+        band, B, run, j, inner = frame.band, frame.size, frame.run, frame.j, frame.inner
         want = band.range(j * B, min(band.total, (j + 1) * B))
         if (lo, total if hi is None else min(hi, total)) != want:
             raise ScheduleError(f"the inner loop of a masked pair walks [{lo}, {hi}) but its band "
@@ -609,12 +622,12 @@ class TwoLevelMemory:
             saved, occ = self._mult, self._occ
             self._mult = per * count
             self._steps += self._mult
-            frame[4] = (per, self._mult, size, stop is not None)
+            frame.inner = (per, self._mult, size, stop is not None)
             try:
                 yield Block(j2, j2 * size, stop if stop is not None else (j2 + 1) * size)
             finally:
                 self._mult = saved
-                frame[4] = inner
+                frame.inner = inner
             if self._occ != occ:
                 raise ScheduleError(
                     f"a masked inner loop body changed fast-memory occupancy from {occ} to "
