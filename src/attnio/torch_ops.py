@@ -152,7 +152,8 @@ def _forward(torch, spec, q, k, v):
 
 
 def _make_function():
-    torch = _torch()
+    _torch()  # MissingExtraError naming the extra when torch is not installed
+    import torch  # a static import, so that the base class below is a known type
 
     class _LinearAttention(torch.autograd.Function):
         @staticmethod
