@@ -214,25 +214,31 @@ class Device:
                                  param="dtype")
         return float(v)
 
+    # The GPU model's figures below are read only from a device that passed require_model():
+    # the asserts state that (and narrow the optional figures for the type checker).
     @property
     def sm_l2_bw(self) -> float:
         """One SM's load bandwidth from the L2, bytes/s: its share of the measured L2 bandwidth
         (derived; docs/hardware.md, "Assumptions")."""
+        assert self.sm_l2_bytes_per_clk is not None and self.clock_hz is not None
         return float(self.sm_l2_bytes_per_clk * self.clock_hz)
 
     @property
     def l2_hit_latency_s(self) -> float:
         """Load-to-use latency of an L2 hit, seconds (the mean of near and far partitions)."""
+        assert self.l2_hit_latency_clk is not None and self.clock_hz is not None
         return float(self.l2_hit_latency_clk / self.clock_hz)
 
     @property
     def dram_latency_s(self) -> float:
         """Load-to-use latency of an L2 miss served by DRAM, seconds."""
+        assert self.dram_latency_clk is not None and self.clock_hz is not None
         return float(self.dram_latency_clk / self.clock_hz)
 
     @property
     def tma_latency_s(self) -> float:
         """What a TMA load adds to a load's latency (FA3-style kernels), seconds."""
+        assert self.clock_hz is not None
         return float(self.tma_latency_clk / self.clock_hz)
 
     @property
@@ -240,15 +246,19 @@ class Device:
         """L2 bandwidth in bytes/s: the published figure, else every SM's port together."""
         if self.l2_bw is not None:
             return float(self.l2_bw)
+        assert (self.sm_count is not None and self.sm_l2_bytes_per_clk is not None
+                and self.clock_hz is not None)
         return float(self.sm_count * self.sm_l2_bytes_per_clk * self.clock_hz)
 
     @property
     def smem_bw_per_sm(self) -> float:
+        assert self.smem_bytes_per_clk is not None and self.clock_hz is not None
         return float(self.smem_bytes_per_clk * self.clock_hz)
 
     @property
     def sfu_rate_per_sm(self) -> float:
         """Exponentials per second per SM (special-function units)."""
+        assert self.sfu_per_clk is not None and self.clock_hz is not None
         return float(self.sfu_per_clk * self.clock_hz)
 
     #: Figures the GPU model needs; a device lacking one cannot be scored.
@@ -355,7 +365,7 @@ _NOTE_GH100 = ("Memory system (microbenchmarks on H800 PCIe, the same GH100 die;
 
 def _nv(name, description, cc, *, sources, arch, **kw) -> Device:
     lim = _cc_limits(cc)
-    prov = {f: ("cuda_cc",) for f in _LIMITS}
+    prov: dict[str, tuple[str, ...]] = {f: ("cuda_cc",) for f in _LIMITS}
     prov.update({"l2_line_bytes": ("ncu_sector",), "l2_sector_bytes": ("ncu_sector",),
                  "smem_bytes_per_clk": ("cuda_smem_banks",), "sfu_per_clk": ("cuda_arith",),
                  "smem_reserved_per_block": ("cuda_smem_banks",)})

@@ -48,7 +48,8 @@ class LRU:
 
     def __init__(self, capacity: int):
         self.capacity = check_int("capacity", capacity, minimum=1)
-        self._od: OrderedDict = OrderedDict()   # key -> [resident bytes, dirty bytes]
+        # key -> [resident bytes, dirty bytes]
+        self._od: OrderedDict[object, list[int]] = OrderedDict()
         self.occ = 0
         self.read = 0          # bytes read from HBM (load misses)
         self.store_alloc = 0   # bytes allocated by store misses (no HBM read)
@@ -88,6 +89,7 @@ class LRU:
         r = ent[0] if ent is not None else 0
         if r >= nbytes:
             od.move_to_end(key)
+            assert ent is not None  # resident (move_to_end raised KeyError otherwise)
             if store:
                 ent[1] = ent[0]
             return 0
@@ -109,6 +111,7 @@ class LRU:
         if need > 0 and self._evict(need, stop_at=key):
             # cascade: the tile's resident bytes were the least recently used; they are evicted
             # by its own misses and every byte of the tile misses
+            assert ent is not None  # _evict stopped at the key: it was resident
             self.written += ent[1]
             self.occ -= r
             del od[key]
@@ -136,7 +139,7 @@ class LRU:
         self.written += wb
         return wb
 
-    def resident(self) -> dict:
+    def resident(self) -> dict[object, int]:
         """Resident bytes per key (for tests)."""
         return {k: v[0] for k, v in self._od.items()}
 
@@ -148,8 +151,8 @@ class Replay:
 
     hbm_read: int
     hbm_write: int
-    wave_read: list          # per phase: np.ndarray of bytes read from HBM in each wave
-    wave_write: list         # per phase: bytes written back during each wave
+    wave_read: list[np.ndarray]   # per phase: bytes read from HBM in each wave
+    wave_write: list[np.ndarray]  # per phase: bytes written back during each wave
     events: int              # requests replayed
     extrapolated: bool       # waves past the request budget were estimated (docs/hardware.md)
     granularity: str

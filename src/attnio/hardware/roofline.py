@@ -101,12 +101,14 @@ def _sm_times(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int
     if key in cache:
         return cache[key]
     S = device.sm_count
+    assert S is not None  # (a device that passed require_model())
     C, nw = cells(ph, S, P)
     lc, sc = byte_coefficients(ph)
     fc, ec, mc = work_coefficients(ph, cfg, d)
     load = C @ lc
     req = load + C @ sc
     peak_sm = device.flops(cfg.dtype) / S
+    frac: float | np.ndarray
     if cfg.algorithm == "fa3" or ph.name in ("combine", "pre"):
         frac = 1.0
     else:
@@ -129,7 +131,7 @@ def _latency(ph: Phase, device: Device, cfg: KernelConfig, P: int, miss: np.ndar
     """Per wave, the latency term: the wave's latency (L2 hit, DRAM for its ``miss`` fraction,
     plus TMA's for FA3-style loads) times its CTAs' most round trips."""
     rounds = latency_rounds(ph, P, inflight_bytes(ph, cfg))
-    lat = device.l2_hit_latency_s
+    lat: float | np.ndarray = device.l2_hit_latency_s
     if miss is not None:
         lat = lat + miss * (device.dram_latency_s - device.l2_hit_latency_s)
     if cfg.algorithm == "fa3" and ph.name in ("main", "split"):
@@ -150,6 +152,7 @@ def phase_total(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int,
     if hbm_read is None:
         return float(np.maximum(bmax, _latency(ph, device, cfg, P, None)).sum())
     rd = hbm_read
+    assert device.hbm_bw is not None  # (a device that passed require_model())
     miss = np.minimum(1.0, rd / np.maximum(wave_load, 1.0))
     hbm = rd / device.hbm_bw if hbm_write is None else (rd + hbm_write) / device.hbm_bw
     return float(np.maximum(np.maximum(bmax, hbm), _latency(ph, device, cfg, P, miss)).sum())
@@ -174,6 +177,7 @@ def phase_times(ph: Phase, device: Device, cfg: KernelConfig, d: int, P: int,
     if hbm_read is not None:
         rd = np.asarray(hbm_read, dtype=np.float64)
         wr = np.zeros(nw) if hbm_write is None else np.asarray(hbm_write, dtype=np.float64)
+        assert device.hbm_bw is not None  # (a device that passed require_model())
         out[:, 0] = (rd + wr) / device.hbm_bw
         miss = np.minimum(1.0, rd / np.maximum(wave_load, 1.0))
     out[:, 6] = _latency(ph, device, cfg, P, miss)

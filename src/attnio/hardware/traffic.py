@@ -619,7 +619,10 @@ def build(cfg: KernelConfig, shape: Shape, device: Device | None = None,
                              "KV head", param="pack_gqa")
     Brh = max(1, cfg.Br // G)
     rb = _row_bytes(cfg, d)
-    smem = None if device is None else int(device.smem_per_block)
+    smem = None
+    if device is not None:
+        assert device.smem_per_block is not None  # (a device that passed require_model())
+        smem = int(device.smem_per_block)
     if cfg.algorithm == "fa2_bwd":
         tpls = template(cfg, d, 1, cfg.Br, smem)
         phases = _backward_phases(cfg, shape, d, tpls, ctas_per_sm)
