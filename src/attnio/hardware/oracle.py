@@ -49,7 +49,7 @@ from . import geometry
 from .devices import Device
 from .feasibility import Feasibility, check
 from .kernels import KernelConfig, head_dim_rounded, named_config
-from .l2 import hbm_bound, read_floor, read_floor_waves, replay
+from .l2 import Replay, hbm_bound, read_floor, read_floor_waves, replay
 from .model import Score, _scored, resolve, waves_of
 from .roofline import RESOURCES, Timing, phase_total
 from .traffic import Traffic, build, bwd_smem_step, compulsory_rw, fwd_smem_step
@@ -65,8 +65,9 @@ def _split_options(dev: Device, shape: Shape, algorithm: str, Br: int, Bc: int, 
                    e: int) -> list[int]:
     if algorithm not in ("fa3", "fa2", "splitkv"):
         return [1]
+    assert dev.sm_count is not None and dev.l2_bytes is not None  # require_model()
     rows = shape.Nq * G
-    units = shape.batch * (shape.kv_heads if G > 1 else shape.heads)
+    units = shape.n_kv_heads if G > 1 else shape.n_heads
     c1 = units * cdiv(rows, Br)
     nblk = cdiv(shape.Nkv, Bc)
     out = {1} if algorithm != "splitkv" else set()
@@ -177,7 +178,7 @@ def _steps(shape: Shape, algorithm: str, Br: int, Bc: int, G: int, splits: int
         cnt, _, _ = geometry.meeting(lo, hi, Br, shape.Nq)
         units = shape.n_kv_heads
         return units * len(ks), units * shape.group * int(cnt.sum()), 0, 0
-    units = shape.batch * (shape.kv_heads if G > 1 else shape.heads)
+    units = shape.n_kv_heads if G > 1 else shape.n_heads
     if splits == 1:
         Brh = max(1, Br // G)
         st, sp = geometry.block_counts(shape.Nq, Brh)
@@ -212,6 +213,7 @@ def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
     d = head_dim_rounded(a, shape.d)
     G = shape.group if cfg.pack_gqa else 1
     ctas, steps, prow, kvrows = _steps(shape, a, Br, Bc, G, cfg.splits)
+    assert dev.hbm_bw is not None and dev.sm_count is not None  # require_model()
     e, hit = cfg.elem_bytes, dev.l2_hit_latency_s
     compulsory = comp_rw[0] + comp_rw[1] + prow * (4 * shape.d + 4)
     split = comp_rw[0] / dev.hbm_bw + hit if cfg.splits > 1 else 0.0
@@ -280,7 +282,7 @@ class _Search:
         self.algorithm, self.dtype = algorithm, dtype
         self.max_replays = max_replays
         self.traffic: dict[tuple, Traffic] = {}
-        self.replays: dict[tuple, Any] = {}
+        self.replays: dict[tuple, Replay] = {}
         self.final: dict[KernelConfig, Score] = {}
         self.cands: list[_Cand] = []
         self.bounds: dict[KernelConfig, _Cand] = {}
@@ -308,7 +310,8 @@ class _Search:
             return _Cand(cfg, f, lb, _geometry(cfg), wv, waves_lb=t)
         t = tf = 0.0
         last = len(tr.phases) - 1
-        cap = self.dev.l2_bytes
+        cap, hbm_bw = self.dev.l2_bytes, self.dev.hbm_bw
+        assert cap is not None and hbm_bw is not None  # require_model()
         for k, (ph, P) in enumerate(zip(tr.phases, wv)):
             w = phase_total(ph, self.dev, cfg, tr.d_pad, P,
                             read_floor_waves(ph, P, cap, k == 0) if ph.n else None)
@@ -316,12 +319,12 @@ class _Search:
             floor = read_floor(ph, cap if k else 0)
             if k == last:   # the last phase writes back its own stores (evicted or flushed)
                 floor += float(ph.store_bytes.sum())
-            tf += max(w, floor / self.dev.hbm_bw)
+            tf += max(w, floor / hbm_bw)
         key = (cfg.algorithm, cfg.splits, _geometry(cfg))
         if key not in self._hbm_floor:
             comp_r, _ = compulsory_rw(cfg, self.shape)
             stores = sum(int(ph.store_bytes.sum()) for ph in tr.phases)
-            self._hbm_floor[key] = (comp_r + stores) / self.dev.hbm_bw
+            self._hbm_floor[key] = (comp_r + stores) / hbm_bw
         lb = max(tf, self._hbm_floor[key])
         self._lb[_time_class(cfg, wv)] = (lb, t)
         return _Cand(cfg, f, lb, _geometry(cfg), wv, waves_lb=t)
@@ -337,6 +340,7 @@ class _Search:
         if c.ub is None:
             tr = self.traffic[c.geo]
             cap = self.dev.l2_bytes
+            assert cap is not None  # require_model()
             live = [(ph, P) for ph, P in zip(tr.phases, c.P) if ph.n]
             stores = [float(ph.store_bytes.sum()) for ph, _ in live]
             t = 0.0
@@ -399,6 +403,7 @@ class _Search:
         key = (c.geo, tuple(c.P))
         tr = dataclasses.replace(self.traffic[c.geo], config=c.cfg)
         if key not in self.replays:
+            assert self.dev.l2_bytes is not None and self.dev.l2_sector_bytes is not None
             self.replays[key] = replay(tr, self.dev.l2_bytes, c.P,
                                        sector=self.dev.l2_sector_bytes)
         rep = self.replays[key]
@@ -425,7 +430,7 @@ class _Search:
             if c is None:
                 break
             if c.cfg in self.final or (c.geo, tuple(c.P)) in self.replays:
-                known.append((c, self.finish(c).time_s))
+                known.append((c, _time(self.finish(c))))
                 continue
             self.upper(c)
             if c.determined:
@@ -434,7 +439,7 @@ class _Search:
             if len(self.replays) >= self.max_replays:
                 exhausted = False
                 break
-            known.append((c, self.finish(c).time_s))
+            known.append((c, _time(self.finish(c))))
         known.sort(key=lambda x: _key(x[1], self.traffic[x[0].geo].two_level, x[0].cfg))
         return sorted((self.finish(c) for c, _ in known[:top]), key=_order_key), exhausted
 
@@ -475,12 +480,18 @@ class _Search:
         """Whether ``c`` is faster than ``tol``; None when only a replay could tell and none is
         allowed (``replay_now`` False, or the replay budget is spent)."""
         if c.cfg in self.final or (c.geo, tuple(c.P)) in self.replays:
-            return self.finish(c).time_s < tol
+            return _time(self.finish(c)) < tol
         if not replay_now:
             return True if self.upper(c) < tol else None
         if len(self.replays) >= self.max_replays:
             return None
-        return self.finish(c).time_s < tol
+        return _time(self.finish(c)) < tol
+
+
+def _time(s: Score) -> float:
+    """The predicted time of a scored (feasible) config."""
+    assert s.time_s is not None
+    return s.time_s
 
 
 def _round(time_s: float) -> float:
@@ -498,7 +509,8 @@ def _order_key(s: Score) -> tuple:
     among ties fewer bytes requested from the L2 (GQA packing), then (where the latency term
     does not bind, stages and FA3's overlap tie) more stages, P in registers and overlap first,
     as real kernels choose."""
-    return _key(s.time_s, s.l2_bytes, s.config)
+    assert s.l2_bytes is not None  # a scored (feasible) config
+    return _key(_time(s), s.l2_bytes, s.config)
 
 
 def explain(named: Score, best: Score) -> str:
@@ -508,13 +520,14 @@ def explain(named: Score, best: Score) -> str:
         return f"{named.config.short()} is infeasible: {named.why}"
     if named.config == best.config:
         return f"the oracle picks {named.config.label or 'the named kernel'}'s config itself"
-    dt = named.time_s - best.time_s
-    rel = dt / best.time_s if best.time_s else 0.0
+    t_named, t_best = _time(named), _time(best)
+    dt = t_named - t_best
+    rel = dt / t_best if t_best else 0.0
     diffs = {r: named.alone.get(r, 0.0) - best.alone.get(r, 0.0) for r in RESOURCES}
     r = max(diffs, key=lambda k: diffs[k])
     lines = [f"{named.config.short()} ({named.config.label}) is predicted "
-             f"{named.time_s * 1e6:.1f} us, {rel:+.1%} against the oracle's "
-             f"{best.config.short()} ({best.time_s * 1e6:.1f} us)."]
+             f"{t_named * 1e6:.1f} us, {rel:+.1%} against the oracle's "
+             f"{best.config.short()} ({t_best * 1e6:.1f} us)."]
     if abs(rel) < 0.005:
         lines.append("Within 0.5%: the model sees no material difference.")
     words = {"hbm": "HBM traffic", "l2": "L2 bandwidth", "sm_port": "each SM's L2 port",
@@ -601,7 +614,7 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
         if f.feasible:
             c = s.bounds.get(ncfg) or s.bound(ncfg, f)
             named = s.finish(c)
-            rank, exact = s.rank(named.time_s)
+            rank, exact = s.rank(_time(named))
             exhausted = exhausted and exact
         else:
             from .model import _infeasible
