@@ -40,6 +40,7 @@ block by block.  Tests hold bulk counts to equal step-by-step counts (``bulk=Fal
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
@@ -235,10 +236,15 @@ class TwoLevelMemory:
         ``load(tile, src, idx)``, ``store(tile, dst, idx)``, ``alloc(tile, filled)``, ``free(tile)`` and
         ``compute(tiles, writes)`` are called after each step is checked.  A tracer needs every
         step, so it turns bulk counting off.  None (the default) changes nothing.
+    progress : callable, optional
+        ``progress(steps, progress_total)`` is called about 500 times over ``progress_total``
+        tile steps (:mod:`attnio.core.progress`); None (the default) costs one integer
+        comparison per block.
     """
 
     def __init__(self, M: int, mode: Mode = "compute", *, bulk: bool = True,
-                 dtype: Any = np.float64, tracer: Any = None):
+                 dtype: Any = np.float64, tracer: Any = None,
+                 progress: Callable[[int, int], None] | None = None, progress_total: int = 0):
         self.M = check_int("M", M, minimum=1)
         if mode not in ("compute", "count"):
             raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
@@ -258,6 +264,10 @@ class TwoLevelMemory:
         self._peak = 0
         self._mult = 1
         self._next_key = 0
+        self._progress = progress
+        self._progress_total = int(progress_total)
+        self._stride = max(1, self._progress_total // 500) if progress_total else 1024
+        self._tick_at = self._stride if progress is not None else sys.maxsize
 
     # ------------------------------------------------------------------ slow memory
     @property
@@ -491,6 +501,8 @@ class TwoLevelMemory:
         if not (self.bulk and uniform):
             for j in range(first, last + 1):
                 self._steps += self._mult
+                if self._steps >= self._tick_at:
+                    self._tick()
                 yield Block(j, j * size, min(total, (j + 1) * size))
             return
         runs = []
@@ -503,6 +515,8 @@ class TwoLevelMemory:
             saved, occ = self._mult, self._occ
             self._mult = saved * count
             self._steps += self._mult
+            if self._steps >= self._tick_at:
+                self._tick()
             try:
                 yield Block(j, j * size, min(total, (j + 1) * size))
             finally:
@@ -512,6 +526,11 @@ class TwoLevelMemory:
                     f"a uniform loop body changed fast-memory occupancy from {occ} to {self._occ};"
                     " free what the body allocates, or pass uniform=False"
                 )
+
+    def _tick(self) -> None:
+        assert self._progress is not None
+        self._progress(self._steps, self._progress_total)
+        self._tick_at = self._steps + self._stride
 
     # ------------------------------------------------------------------ results
     @property
