@@ -31,11 +31,19 @@ from ..core.checks import check_int
 from ..core.errors import ParameterError
 from ..core.extras import figure, require
 from ..core.memory import IOCount
+from ..core.progress import ProgressCallback
+from ..core.resources import DEFAULT_BUDGET_S, Cost, check_cost
 from ..core.workload import Shape
 from .caches import POLICIES, ReplayResult, replay
-from .tracing import Trace, trace
+from .tracing import (
+    OPT_BYTES_PER_EVENT,
+    REPLAY_SECONDS_PER_EVENT,
+    Trace,
+    estimate_trace,
+    trace,
+)
 
-__all__ = ["Verification", "grid", "pycachesim_replay", "verify", "write_report"]
+__all__ = ["Verification", "estimate_verify", "grid", "pycachesim_replay", "verify", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -86,16 +94,39 @@ class Verification:
         return self.table()
 
 
+def estimate_verify(name: str, shape: Any, M: int, *, tiling: Any = None,
+                    policies: Sequence[str] = POLICIES, factors: Sequence[float] = (1, 2)
+                    ) -> tuple[int, Cost]:
+    """(events, cost) of :func:`verify`: recording the trace, then one replay per policy and
+    capacity (an OPT replay holds every event at once); from closed forms."""
+    alg = _alg.get(name)
+    shp = Shape.coerce(shape)
+    t = alg.coerce_tiling(shp, check_int("M", M, minimum=1), tiling)
+    events, rec = estimate_trace(alg, shp, M, t)
+    per_event = sum(REPLAY_SECONDS_PER_EVENT[p] for p in policies)
+    seconds = rec.seconds + len(tuple(factors)) * per_event * events
+    peak = rec.bytes + (OPT_BYTES_PER_EVENT * events if "opt" in policies else 0)
+    return events, Cost(peak, seconds, "the trace and its replays")
+
+
 def verify(name: str, N: int | None = None, d: int | None = None, M: int | None = None, *,
            shape: Any = None, tiling: Any = None, causal: object = None,
            window: int | None = None, policies: Sequence[str] = POLICIES,
-           factors: Sequence[float] = (1, 2), trace_obj: Trace | None = None) -> Verification:
+           factors: Sequence[float] = (1, 2), trace_obj: Trace | None = None,
+           budget_s: float | None = DEFAULT_BUDGET_S, force: bool = False,
+           max_memory: int | None = None,
+           progress: ProgressCallback | None = None) -> Verification:
     """Explicit count of ``name`` at (N, d, M) and replays of its trace at ``factor * M`` words.
 
     ``shape`` (a :class:`~attnio.core.workload.Shape` or a tuple) replaces N and d for
     non-square, multi-head or masked workloads.  The trace is recorded with the tiling the
     explicit schedule uses at M; each policy in ``policies`` replays it (word lines, write-back,
     write-no-fetch) at every capacity ``factor * M``.
+
+    The memory and time are estimated first (:func:`estimate_verify`) and refused beyond
+    ``max_memory`` (default: what the machine has available) or, unless ``force``, beyond
+    ``budget_s`` seconds.  ``progress(done, total)`` reports the recording's tile steps, then the
+    events replayed.
     """
     if shape is None:
         if N is None or d is None:
@@ -106,17 +137,35 @@ def verify(name: str, N: int | None = None, d: int | None = None, M: int | None 
     if M is None:
         raise ParameterError("verify: M (fast-memory words) is required", param="M")
     M = check_int("M", M, minimum=1)
+    policies = tuple(policies)
+    if not policies:
+        raise ParameterError("policies must name at least one of " + ", ".join(POLICIES),
+                             param="policies")
     for p in policies:
         if p not in POLICIES:
             raise ParameterError(f"policy must be one of {', '.join(POLICIES)}, got {p!r}",
                                  param="policies")
-    tr = trace_obj if trace_obj is not None else trace(name, M=M, shape=shp, tiling=tiling)
+    if trace_obj is None:
+        _, cost = estimate_verify(name, shp, M, tiling=tiling, policies=policies,
+                                  factors=factors)
+        check_cost(cost, subject=f"verifying {_alg.get(name).name} on {shp.describe()}",
+                   budget_s=budget_s, force=force, max_memory=max_memory,
+                   instead="use a smaller N (or attnio.run mode='count' for the explicit count)")
+    tr = trace_obj if trace_obj is not None else trace(
+        name, M=M, shape=shp, tiling=tiling, budget_s=None, max_memory=max_memory,
+        progress=progress)
     ex = tr.meta["explicit"]
     reps: dict = {}
+    n_rep = len(tuple(factors)) * len(policies)
+    k = 0
     for f in factors:
         cap = int(round(f * M))
         for p in policies:
-            reps[(p, cap)] = replay(tr, cap, p)
+            done = k * len(tr)
+            cb = None if progress is None else (
+                lambda i, _t, done=done: progress(done + i, n_rep * len(tr)))
+            reps[(p, cap)] = replay(tr, cap, p, progress=cb)
+            k += 1
     return Verification(tr.meta["algorithm"], N, d, M, shp.causal, tr.meta["tiling"],
                         IOCount(ex["reads"], ex["writes"]), len(tr), reps)
 

@@ -22,7 +22,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from .checks import check_real
+from .checks import check_int, check_real
 from .errors import ParameterError
 
 __all__ = ["DEFAULT_BUDGET_S", "FLOPS_PER_SECOND", "STEP_SECONDS", "Cost", "ResourceError", "available_memory", "check_cost",
@@ -140,6 +140,10 @@ def check_cost(cost: Cost, *, subject: str, instead: str, max_memory: int | None
     """Refuse ``cost`` in one line if it needs more memory than ``max_memory`` (default: what
     the machine has available) or, unless ``force``, more seconds than ``budget_s`` (None: no
     time limit).  ``subject`` says what would run, ``instead`` what to do instead."""
+    if max_memory is not None:
+        max_memory = check_int("max_memory", max_memory, minimum=1)
+    if budget_s is not None:
+        budget_s = check_real("budget_s", budget_s, lo=0, what="seconds")
     limit = available_memory() if max_memory is None else max_memory
     where = f"max_memory={fmt_bytes(limit)}" if max_memory is not None else \
         f"the {fmt_bytes(limit)} this machine has available"
