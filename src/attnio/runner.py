@@ -36,7 +36,7 @@ from .core.resources import (
     Cost,
     check_cost,
 )
-from .core.workload import Shape
+from .core.workload import MAX_M, Shape
 
 __all__ = ["DEFAULT_BUDGET_S", "Result", "check_inputs", "check_logits", "estimate",
            "estimate_compute_seconds", "place_inputs", "run"]
@@ -135,7 +135,7 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     alg = _alg.get(name)
     shp = Shape.coerce(shape)
     t = tiling if tiling is not None and not isinstance(tiling, (dict, str, int)) else \
-        alg.coerce_tiling(shp, check_int("M", M, minimum=1), tiling)
+        alg.coerce_tiling(shp, check_int("M", M, minimum=1, maximum=MAX_M), tiling)
     if mode == "count":
         return Cost(0, 0.0, "count mode")
     seconds, _, _ = estimate_compute_seconds(alg, shp, t)
@@ -242,7 +242,7 @@ def run(
     times over the run's tile steps (:class:`attnio.core.progress.Progress` draws a bar).
     """
     alg = _alg.get(name)
-    M = check_int("M", M, minimum=1)
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
     check_bool("backward", backward)
     if mode is not None:
         check_choice("mode", mode, ("compute", "count"))

@@ -73,7 +73,7 @@ from ..core.resources import (
     Cost,
     check_cost,
 )
-from ..core.workload import cdiv
+from ..core.workload import MAX_M, cdiv
 
 __all__ = [
     "ALGORITHM",
@@ -205,7 +205,7 @@ class BlockedMatmul:
         return min(fits, key=lambda t: (self.predict(s, t).total, self.steps(s, t)))
 
     def _check_M(self, M: int) -> int:
-        M = check_int("M", M, minimum=1)
+        M = check_int("M", M, minimum=1, maximum=MAX_M)
         if M < self.min_M():
             raise ParameterError(f"M={M} is too small for matmul: it needs M >= {self.min_M()} "
                                  "words", param="M")
@@ -338,7 +338,7 @@ def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None,
     so is a compute-mode run estimated to take more than ``budget_s`` seconds unless ``force``;
     ``progress(steps, total)`` reports the tile steps.
     """
-    M = check_int("M", M, minimum=1)
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
     if budget_s is not None:
         budget_s = check_real("budget_s", budget_s, lo=0, what="seconds")
     if A is None and B is None:
@@ -368,7 +368,7 @@ def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None,
     check_cost(estimate_matmul(s, M, tiling=t, mode=mode), subject=f"{mode} mode on m={s.m} "
                f"k={s.k} n={s.n}", budget_s=budget_s if mode == "compute" else None,
                force=force, max_memory=max_memory,
-               instead="use mode='count' (same counts) or smaller m, k, n")
+               instead="use mode='count' (same counts), or smaller m, k and n (sizes)")
     dtype = np.float64 if data is None else np.result_type(np.float32, A.dtype, B.dtype)
     mem = TwoLevelMemory(M, mode="compute" if mode == "compute" else "count", bulk=bulk,
                          dtype=dtype, progress=progress,

@@ -74,7 +74,7 @@ from ..core.errors import ParameterError
 from ..core.memory import SlowArray, TwoLevelMemory
 from ..core.progress import ProgressCallback
 from ..core.resources import DEFAULT_BUDGET_S, Cost, check_cost
-from ..core.workload import Shape
+from ..core.workload import MAX_M, Shape
 from ..runner import place_inputs
 
 __all__ = ["ALIGN", "ArrayInfo", "Chunk", "Event", "Trace", "estimate_trace", "load", "trace"]
@@ -377,7 +377,7 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
     shp = Shape.coerce(shape).with_mask(causal, window)
     if M is None:
         raise ParameterError("trace: M (fast-memory words) is required", param="M")
-    M = check_int("M", M, minimum=1)
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
     t = alg.coerce_tiling(shp, M, tiling)
     _, cost = estimate_trace(alg, shp, M, t)
     check_cost(cost, subject=f"the trace of {alg.name} on {shp.describe()}",

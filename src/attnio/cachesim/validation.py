@@ -33,7 +33,7 @@ from ..core.extras import figure, require
 from ..core.memory import IOCount
 from ..core.progress import ProgressCallback
 from ..core.resources import DEFAULT_BUDGET_S, Cost, check_cost
-from ..core.workload import Shape
+from ..core.workload import MAX_M, Shape
 from .caches import POLICIES, ReplayResult, replay
 from .tracing import (
     OPT_BYTES_PER_EVENT,
@@ -101,7 +101,7 @@ def estimate_verify(name: str, shape: Any, M: int, *, tiling: Any = None,
     capacity (an OPT replay holds every event at once); from closed forms."""
     alg = _alg.get(name)
     shp = Shape.coerce(shape)
-    t = alg.coerce_tiling(shp, check_int("M", M, minimum=1), tiling)
+    t = alg.coerce_tiling(shp, check_int("M", M, minimum=1, maximum=MAX_M), tiling)
     events, rec = estimate_trace(alg, shp, M, t)
     per_event = sum(REPLAY_SECONDS_PER_EVENT[p] for p in policies)
     seconds = rec.seconds + len(tuple(factors)) * per_event * events
@@ -136,7 +136,7 @@ def verify(name: str, N: int | None = None, d: int | None = None, M: int | None 
     N, d = shp.Nq, shp.d
     if M is None:
         raise ParameterError("verify: M (fast-memory words) is required", param="M")
-    M = check_int("M", M, minimum=1)
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
     policies = tuple(policies)
     if not policies:
         raise ParameterError("policies must name at least one of " + ", ".join(POLICIES),

@@ -245,7 +245,7 @@ class TwoLevelMemory:
     def __init__(self, M: int, mode: Mode = "compute", *, bulk: bool = True,
                  dtype: Any = np.float64, tracer: Any = None,
                  progress: Callable[[int, int], None] | None = None, progress_total: int = 0):
-        self.M = check_int("M", M, minimum=1)
+        self.M = check_int("M", M, minimum=1, maximum=1 << 60)
         if mode not in ("compute", "count"):
             raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
         self.mode: Mode = mode

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-__all__ = ["Progress", "ProgressCallback", "every"]
+__all__ = ["Progress", "ProgressCallback"]
 
 #: A progress report: ``report(done, total)``; ``total`` may be 0 when unknown.
 ProgressCallback = Callable[[int, int], None]
@@ -46,12 +46,14 @@ class Progress:
     Call the object (``p(done)`` or ``p(done, total)``) to report; :meth:`describe` changes the
     label (a new phase).  ``total=None`` (or 0) draws a spinner with the elapsed time instead of
     a bar.  ``enabled=None`` shows the bar when ``stream`` (default stderr) is a terminal;
-    ``ATTNIO_PROGRESS=0`` in the environment turns every bar off.
+    ``ATTNIO_PROGRESS=0`` in the environment turns every bar off.  ``clock=True`` makes the bar
+    show the seconds elapsed out of ``total`` seconds (work with a time limit that cannot report,
+    such as a solver running in C).
     """
 
     def __init__(self, description: str, total: float | None = None, *,
                  enabled: bool | None = None, delay: float = 1.0, unit: str = "",
-                 stream: IO[str] | None = None):
+                 stream: IO[str] | None = None, clock: bool = False):
         self.description = description
         self.total = total or None
         self.unit = unit
@@ -68,9 +70,12 @@ class Progress:
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._clock = clock
+        self._t0 = time.monotonic()
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> Progress:
+        self._t0 = time.monotonic()
         if self.enabled:
             if self.delay <= 0:
                 self._start()
@@ -141,34 +146,11 @@ class Progress:
                                             completed=self.done)
             self._bar.start()
             self.shown = True
+            if self._clock:
+                threading.Thread(target=self._tick_clock, daemon=True).start()
 
-
-def every(callback: ProgressCallback | None, total: int, *, reports: int = 500
-          ) -> tuple[Callable[[int], None], int]:
-    """``(tick, stride)``: call ``tick(done)`` when ``done`` passes a multiple of ``stride``.
-
-    A helper for loops that count items: ``stride`` makes about ``reports`` reports over
-    ``total`` items; with no callback ``tick`` does nothing and ``stride`` is huge, so the loop's
-    test ``if i >= next_report`` almost never fires.
-    """
-    if callback is None:
-        return (lambda done: None), sys.maxsize
-    stride = max(1, int(total) // reports) if total else 1024
-
-    def tick(done: int) -> None:
-        callback(done, total)
-
-    return tick, stride
-
-
-def timed(callback: ProgressCallback | None, seconds: float) -> Callable[[], None]:
-    """A ``tick()`` that reports elapsed time out of ``seconds`` (for a search with a time limit)."""
-    t0 = time.monotonic()
-    if callback is None:
-        return lambda: None
-    total = max(1, int(seconds))
-
-    def tick() -> None:
-        callback(min(total, int(time.monotonic() - t0)), total)
-
-    return tick
+    def _tick_clock(self) -> None:
+        while not self._closed:
+            elapsed = time.monotonic() - self._t0
+            self(min(elapsed, self.total) if self.total else elapsed)
+            time.sleep(0.25)
