@@ -53,7 +53,7 @@ PHRASES = (
     ("allow_nonfinite=True", "--allow-nonfinite"),
     ("allow_unbounded=True", "--allow-unbounded"), ("backward=True", "--backward"),
     ("raise budget_s", "raise --budget"), ("attnio.run ", "attnio run "),
-    ("tiling={'entry_bound': 1.0}", "--entry-bound 1"),
+    ("tiling={'entry_bound': 1.0}", "--entry-bound 1"), (" with tiling ", " with --tiling "),
 )
 
 _DEFAULTS = "_workload_defaults"
@@ -181,7 +181,7 @@ def memory_from_args(args: argparse.Namespace) -> Memory:
     if getattr(args, "M_bytes", None) is not None:
         if db is None:
             raise ParameterError("--M-bytes needs --dtype (e.g. --dtype float16)", param="M_bytes")
-        return Memory(devices.words_for(args.M_bytes, db), db, None)
+        return Memory(devices.words_for(args.M_bytes, args.dtype), db, None)
     if args.M is None:
         raise ParameterError("give --M (words), --M-bytes with --dtype, or --device", param="M")
     return Memory(check_int("M", args.M, minimum=1, maximum=MAX_M), db, None)
@@ -258,7 +258,7 @@ def flag_message(err: BaseException, flags: dict[str, str] | None = None) -> str
 
     names = "|".join(sorted((re.escape(k) for k in table), key=len, reverse=True))
     pattern = (rf"(?<![\w.\-/'\"])({names})(=(?!=)| must\b| is\b| needs\b| conflicts\b|:| \(|,"
-               rf"| and\b| or\b| above\b| exceeds\b)")
+               rf"| and\b| or\b| above\b| exceeds\b| >=| <=| > | < )")
     out = re.sub(pattern, sub, msg)
     out = re.sub(rf"\b(a smaller|smaller) ({names})\b",
                  lambda m: f"{m.group(1)} {table.get(m.group(2), m.group(2))}", out)

@@ -101,7 +101,7 @@ def fmt_count(x: float | int) -> str:
     ('1,234,567', '1,234,567', '1.23e+30')
     """
     if isinstance(x, int) and not isinstance(x, bool):
-        return f"{x:,}" if abs(x) < 10**21 else f"{x:.3e}"
+        return f"{x:,}"
     if not math.isfinite(x):
         return str(x)
     if abs(x) < 2**53:
