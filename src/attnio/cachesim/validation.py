@@ -59,6 +59,7 @@ class Verification:
     explicit: IOCount
     events: int
     replays: dict = field(default_factory=dict)  # (policy, capacity) -> ReplayResult
+    workload: str = ""  # Shape.describe() of the workload (heads and mask included)
 
     def count(self, policy: str, capacity: int) -> int:
         return self.replays[(policy, capacity)].total
@@ -76,12 +77,12 @@ class Verification:
 
     def as_dict(self) -> dict:
         return {"algorithm": self.algorithm, "N": self.N, "d": self.d, "M": self.M,
-                "causal": self.causal, "tiling": self.tiling, "events": self.events,
-                "rows": self.rows()}
+                "causal": self.causal, "workload": self.workload, "tiling": self.tiling,
+                "events": self.events, "rows": self.rows()}
 
     def table(self) -> str:
-        head = (f"{self.algorithm}  N={self.N} d={self.d} M={self.M}"
-                f"{' causal' if self.causal else ''}  tiling {self.tiling}  "
+        size = self.workload or f"N={self.N} d={self.d}{' causal' if self.causal else ''}"
+        head = (f"{self.algorithm}  {size} M={self.M}  tiling {self.tiling}  "
                 f"trace {self.events:,} events")
         lines = [head, f"  {'model':9s} {'capacity':>9s} {'reads':>12s} {'writes':>12s} "
                        f"{'total':>12s} {'/explicit':>9s}"]
@@ -167,7 +168,7 @@ def verify(name: str, N: int | None = None, d: int | None = None, M: int | None 
             reps[(p, cap)] = replay(tr, cap, p, progress=cb)
             k += 1
     return Verification(tr.meta["algorithm"], N, d, M, shp.causal, tr.meta["tiling"],
-                        IOCount(ex["reads"], ex["writes"]), len(tr), reps)
+                        IOCount(ex["reads"], ex["writes"]), len(tr), reps, shp.describe())
 
 
 # --------------------------------------------------------------------------- pycachesim

@@ -389,6 +389,11 @@ class PebbleResult:
                 f"greedy {self.greedy_io}, {self.seconds:.1f} s ({self.method})")
 
 
+#: Measured cost of building the CP-SAT model, per node and time step (2 cores, ortools 9):
+#: a horizon whose model cannot be built within the time left is not tried.
+BUILD_SECONDS_PER_NODE_STEP = 4e-4
+
+
 def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit: float,
                    workers: int, recompute: bool, upper: int | None, seed: int):
     cp_model = require("ortools.sat.python.cp_model", "pebble", "the CP-SAT pebbling model")
@@ -449,7 +454,9 @@ def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit
     active = []
     for t in range(T):
         a = m.NewBoolVar(f"a{t}")
-        mv = [x for (v, tt), x in list(comp.items()) + list(rd.items()) + list(wr.items()) if tt == t]
+        mv = ([comp[v, t] for v in range(n) if (v, t) in comp]
+              + [rd[v, t] for v in range(n) if (v, t) in rd]
+              + [wr[v, t] for v in range(n) if (v, t) in wr])  # the moves of step t
         for x in mv:
             m.AddImplication(x, a)
         m.AddBoolOr(mv + [a.Not()])
@@ -557,7 +564,8 @@ def cpsat(dag: DAG, M: int, *, horizon: int | str | None = None, time_limit: flo
     last_optimal, last_bound, last_T = False, lb, T
     while True:
         remaining = time_limit - (time.perf_counter() - t0)
-        if remaining <= 0.05:
+        # building the time-expanded model is itself slow (outside CP-SAT's own time limit)
+        if remaining <= 0.05 or BUILD_SECONDS_PER_NODE_STEP * len(dag) * T > remaining:
             break
         hint = best_steps if len(best_steps) <= T else None
         ts = time.perf_counter()
@@ -735,8 +743,8 @@ def search(dag: DAG, M: int, *, time_limit: float = 60.0, max_states: int = 5_00
             return SearchResult(dag.title, M, rep.io, tuple(moves), True, rep.io,
                                 len(g_best), time.perf_counter() - t0)
         expanded += 1
-        if expanded % 2048 == 0 and (time.perf_counter() - t0 > time_limit
-                                     or len(g_best) > max_states):
+        if expanded % 64 == 0 and (time.perf_counter() - t0 > time_limit
+                                   or len(g_best) > max_states):
             break
         dead = dead_of(bo)
         nred = bin(red).count("1")
