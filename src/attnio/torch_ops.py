@@ -52,24 +52,34 @@ def _check(q, k, v, is_causal, causal_align):
     torch = _torch()
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
-            raise ParameterError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+            raise ParameterError(f"{name} must be a torch.Tensor, got {type(x).__name__}",
+                                 param=name)
         if x.dtype not in (torch.float32, torch.float64):
-            raise ParameterError(f"{name} must be float32 or float64, got {x.dtype}")
+            raise ParameterError(f"{name} must be float32 or float64, got {x.dtype}", param=name)
         if x.dim() < 2:
-            raise ParameterError(f"{name} must have shape (..., n, E), got {tuple(x.shape)}")
+            raise ParameterError(f"{name} must have shape (..., n, E), got {tuple(x.shape)}",
+                                 param=name)
     if not (q.dtype == k.dtype == v.dtype):
-        raise ParameterError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ParameterError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}",
+                             param="k")
     if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
         raise ParameterError(
             f"shapes must be q (..., L, E), k (..., S, E), v (..., S, Ev) with equal leading "
-            f"dimensions, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
+            f"dimensions, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}",
+            param="k")
     if q.shape[-1] != k.shape[-1]:
-        raise ParameterError(f"q and k must have the same E, got {q.shape[-1]} and {k.shape[-1]}")
+        raise ParameterError(f"q and k must have the same E, got {q.shape[-1]} and {k.shape[-1]}",
+                             param="k")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if any(int(n) == 0 for n in x.shape):
+            raise ParameterError(f"{name} must have every dimension >= 1 (a sequence of at least "
+                                 f"one token, E >= 1), got shape {tuple(x.shape)}", param=name)
     if not isinstance(is_causal, bool):
-        raise ParameterError(f"is_causal must be True or False, got {is_causal!r}")
+        raise ParameterError(f"is_causal must be True or False, got {is_causal!r}",
+                             param="is_causal")
     if causal_align not in _ALIGN:
-        raise ParameterError(f"causal_align must be one of {_ALIGN}, got {causal_align!r}")
+        raise ParameterError(f"causal_align must be one of {_ALIGN}, got {causal_align!r}",
+                             param="causal_align")
     L, S = q.shape[-2], k.shape[-2]
     return (S - L if causal_align == "bottom_right" else 0) if is_causal else None
 
