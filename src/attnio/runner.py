@@ -84,27 +84,28 @@ def _as_array(name: str, x: Any, allow_nonfinite: bool = False) -> np.ndarray:
         a, _ = _to_numpy(name, x)
     except (ValueError, TypeError) as e:
         raise ParameterError(f"{name} must be an array of numbers (N, d), got {type(x).__name__}: "
-                             f"{str(e).splitlines()[0]}") from None
+                             f"{str(e).splitlines()[0]}", param=name) from None
     if a.ndim not in (2, 4):
         raise ParameterError(
-            f"{name} must be 2-D (N, d) or 4-D (batch, heads, N, d), got {a.ndim}-D with shape {a.shape}"
-        )
+            f"{name} must be 2-D (N, d) or 4-D (batch, heads, N, d), got {a.ndim}-D with shape "
+            f"{a.shape}", param=name)
     if not np.issubdtype(a.dtype, np.floating):
         raise ParameterError(
-            f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got {a.dtype}"
-        )
+            f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got "
+            f"{a.dtype}", param=name)
     if a.shape[-1] == 0:
-        raise ParameterError(f"{name} must have head dimension d >= 1, got shape {a.shape}")
+        raise ParameterError(f"{name} must have head dimension d >= 1, got shape {a.shape}",
+                             param=name)
     if a.size == 0:
-        raise ParameterError(f"{name} must have every dimension >= 1 (N >= 1), got shape {a.shape}")
+        raise ParameterError(f"{name} must have every dimension >= 1 (N >= 1), got shape {a.shape}",
+                             param=name)
     if not allow_nonfinite:
         bad = ~np.isfinite(a)
         if bad.any():
             pos = tuple(int(i) for i in np.argwhere(bad)[0])
             raise ParameterError(
                 f"{name} has a non-finite entry {a[pos]} at index {pos}; entries must be finite "
-                "(allow_nonfinite=True, or --allow-nonfinite, propagates them as the reference does)"
-            )
+                "(allow_nonfinite=True propagates them as the reference does)", param=name)
     return a
 
 
@@ -188,17 +189,20 @@ def check_inputs(Q: Any, K: Any, V: Any, allow_nonfinite: bool = False
     """Validate Q (Nq x d or B x H x Nq x d), K and V; return them and their Shape."""
     Q, K, V = (_as_array(n, x, allow_nonfinite) for n, x in (("Q", Q), ("K", K), ("V", V)))
     if K.shape != V.shape:
-        raise ParameterError(f"K and V must have the same shape, got K {K.shape} and V {V.shape}")
+        raise ParameterError(f"K and V must have the same shape, got K {K.shape} and V {V.shape}",
+                             param="V")
     if Q.ndim != K.ndim:
-        raise ParameterError(f"Q and K must both be 2-D or both 4-D, got Q {Q.shape} and K {K.shape}")
+        raise ParameterError(f"Q and K must both be 2-D or both 4-D, got Q {Q.shape} and K "
+                             f"{K.shape}", param="K")
     if Q.shape[-1] != K.shape[-1]:
         raise ParameterError(
-            f"Q and K must have the same head dimension d, got Q {Q.shape} and K {K.shape}"
-        )
+            f"Q and K must have the same head dimension d, got Q {Q.shape} and K {K.shape}",
+            param="K")
     if Q.ndim == 2:
         return Q, K, V, Shape(Q.shape[0], K.shape[0], Q.shape[1])
     if Q.shape[0] != K.shape[0]:
-        raise ParameterError(f"Q and K must have the same batch size, got Q {Q.shape} and K {K.shape}")
+        raise ParameterError(f"Q and K must have the same batch size, got Q {Q.shape} and K "
+                             f"{K.shape}", param="K")
     B, H, Nq, d = Q.shape
     return Q, K, V, Shape(Nq, K.shape[2], d, batch=B, heads=H, kv_heads=K.shape[1])
 

@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             msg = f"{type(e).__name__}: {flag_message(e)} (--debug shows where)"
         else:
             msg = flag_message(e)
+        note = getattr(args, "memory_note", None)  # --M came from --device or --M-bytes
+        if note and "--M " in msg:
+            msg += f" ({note})"
         print(f"attnio {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -177,11 +177,14 @@ def memory_from_args(args: argparse.Namespace) -> Memory:
     if getattr(args, "device", None) is not None:
         dev = devices.get(args.device)
         db = db or 2
+        args.memory_note = f"--M here: {dev.words(db):,} words from --device {dev.name}"
         return Memory(dev.words(db), db, dev.name)
     if getattr(args, "M_bytes", None) is not None:
         if db is None:
             raise ParameterError("--M-bytes needs --dtype (e.g. --dtype float16)", param="M_bytes")
-        return Memory(devices.words_for(args.M_bytes, args.dtype), db, None)
+        words = devices.words_for(args.M_bytes, args.dtype)
+        args.memory_note = f"--M here: {words:,} words from --M-bytes {args.M_bytes}"
+        return Memory(words, db, None)
     if args.M is None:
         raise ParameterError("give --M (words), --M-bytes with --dtype, or --device", param="M")
     return Memory(check_int("M", args.M, minimum=1, maximum=MAX_M), db, None)
@@ -250,6 +253,7 @@ def flag_message(err: BaseException, flags: dict[str, str] | None = None) -> str
         msg = msg.replace(api, cli)
     msg = _TILING_TYPE.sub(lambda m: f"--tiling{m.group(1) or ''} must be a JSON object of "
                            "the fields ", msg)
+    msg = re.sub(r"(?<![\w.\-])tiling\.(\w+)", r"--tiling's \1", msg)
 
     def sub(m: re.Match[str]) -> str:
         name, tail = m.group(1), m.group(2)
@@ -258,7 +262,7 @@ def flag_message(err: BaseException, flags: dict[str, str] | None = None) -> str
 
     names = "|".join(sorted((re.escape(k) for k in table), key=len, reverse=True))
     pattern = (rf"(?<![\w.\-/'\"])({names})(=(?!=)| must\b| is\b| needs\b| conflicts\b|:| \(|,"
-               rf"| and\b| or\b| above\b| exceeds\b| >=| <=| > | < )")
+               rf"| and\b| or\b| for\b| above\b| exceeds\b| >=| <=| > | < )")
     out = re.sub(pattern, sub, msg)
     out = re.sub(rf"\b(a smaller|smaller) ({names})\b",
                  lambda m: f"{m.group(1)} {table.get(m.group(2), m.group(2))}", out)
