@@ -30,6 +30,7 @@ from .core.errors import ParameterError
 from .core.memory import IOStats, SlowArray, TwoLevelMemory
 from .core.progress import ProgressCallback
 from .core.resources import (
+    COPY_SECONDS_PER_WORD,
     DEFAULT_BUDGET_S,
     FLOPS_PER_SECOND,
     STEP_SECONDS,
@@ -151,14 +152,18 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     kv = shp.n_kv_heads * shp.Nkv * shp.d
     writes = alg.predict_total(shp, t).writes // max(1, shp.n_heads)
     words = 2 * (q + 2 * kv) + q + writes + 2 * M  # slow copies and O, workspace, output, tiles
-    if backward:
+    bwd = getattr(alg, "backward", None) if backward else None
+    if bwd is not None:
         words += 2 * (3 * q + 2 * kv) + 2 * shp.n_heads * shp.Nq + writes
-        seconds *= 3.5
+        bt = bwd.coerce_tiling(shp, M, None)
+        _, flops, _ = estimate_compute_seconds(alg, shp, t)
+        bwd_steps = shp.n_heads * max(0, int(bwd.steps(shp, bt)))
+        seconds += 2.5 * flops / FLOPS_PER_SECOND + 1.5 * bwd_steps * STEP_SECONDS
     what = "the simulator's slow memory"
     if inputs:
         words += (q + 2 * kv) * (2 if backward else 1)
-        seconds += (q + 2 * kv) * 2e-8  # drawing them
         what = "the inputs and the simulator's slow memory"
+    seconds += words * COPY_SECONDS_PER_WORD  # creating, filling and copying the arrays
     return Cost(int(words) * max(8, int(itemsize)), seconds, what)
 
 

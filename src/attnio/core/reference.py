@@ -33,12 +33,22 @@ def mask(Nq: int, Nkv: int, causal: object = False, window: int | None = None) -
     return np.zeros((Nq, Nkv), dtype=bool) if out is None else out
 
 
-def _expand_kv(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _group(Q: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, int]:
+    """Q with the query heads of each key/value head stacked along the rows, and the group size.
+
+    Query head h uses key/value head h // g; in ``(B, Hkv, g·Nq, d)`` each key/value head meets
+    all its queries at once, so K and V are never repeated (and the gradients of a shared
+    key/value head come out summed over its query heads)."""
     if Q.ndim == 4 and K.shape[1] != Q.shape[1]:
-        g = Q.shape[1] // K.shape[1]
-        K = np.repeat(K, g, axis=1)
-        V = np.repeat(V, g, axis=1)
-    return K, V
+        B, Hq, Nq, d = Q.shape
+        g = Hq // K.shape[1]
+        return Q.reshape(B, K.shape[1], g * Nq, d), g
+    return Q, 1
+
+
+def _ungroup(X: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_group` for an array with the stacked rows of ``Q``."""
+    return X.reshape(Q.shape[:-1] + X.shape[-1:]) if X.shape[:-1] != Q.shape[:-1] else X
 
 
 #: Score elements per chunk of query rows (all heads together): the reference's working memory
@@ -48,14 +58,15 @@ CHUNK_ELEMENTS = 1 << 22
 
 def _rows_mask(Nq: int, Nkv: int, r0: int, r1: int, causal: object,
                window: int | None) -> np.ndarray | None:
-    """The mask of query rows [r0, r1) (True: not seen), or None when nothing is masked."""
+    """The mask of stacked query rows [r0, r1) (row R is query R mod Nq; True: not seen), or
+    None when nothing is masked."""
     masked, align = parse_causal(causal)
     if not masked:
         if window is not None:
             raise ParameterError("window needs a causal mask: pass causal=True", param="window")
         return None
     off = Nkv - Nq if align == "bottom_right" else 0
-    rows = np.arange(r0, r1)[:, None] + off
+    rows = (np.arange(r0, r1) % Nq)[:, None] + off
     cols = np.arange(Nkv)[None, :]
     out = cols > rows
     if window is not None:
@@ -75,7 +86,7 @@ def _probs(Q: np.ndarray, K: np.ndarray, causal: object, scale: float | None,
            window: int | None, rows: tuple[int, int, int] | None = None
            ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
     """Softmax probabilities of the rows of ``Q``; ``rows = (r0, r1, Nq)`` places a chunk of
-    query rows in the full problem (for the mask)."""
+    (stacked) query rows in the full problem, for the mask."""
     d = Q.shape[-1]
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     S = s * (Q @ np.swapaxes(K, -1, -2))
@@ -115,31 +126,31 @@ def attention(Q: Any, K: Any, V: Any, causal: object = False, scale: float | Non
     >>> attention(Q, K, V, scale=0.0).tolist()
     [[0.5, 0.5], [0.5, 0.5]]
     """
-    Q = np.asarray(Q, dtype=np.float64)
+    Q0 = np.asarray(Q, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
     V = np.asarray(V, dtype=np.float64)
-    K, V = _expand_kv(Q, K, V)
-    Nq = Q.shape[-2]
+    Q, _ = _group(Q0, K)
+    Nq = Q0.shape[-2]
     out = np.empty(Q.shape[:-1] + (V.shape[-1],), dtype=np.float64)
     for r0, r1 in _chunks(Q, K.shape[-2]):
         P, _, _, _ = _probs(Q[..., r0:r1, :], K, causal, scale, window, (r0, r1, Nq))
         out[..., r0:r1, :] = P @ V
-    return out
+    return _ungroup(out, Q0)
 
 
 def logsumexp(Q: Any, K: Any, causal: object = False, scale: float | None = None,
               window: int | None = None) -> np.ndarray:
     """Per query row, log sum_c exp(scale·q·k_c) over visible keys (-inf for a row that sees none)."""
-    Q = np.asarray(Q, dtype=np.float64)
+    Q0 = np.asarray(Q, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
-    K, _ = _expand_kv(Q, K, K)
-    Nq = Q.shape[-2]
+    Q, _ = _group(Q0, K)
+    Nq = Q0.shape[-2]
     out = np.empty(Q.shape[:-1], dtype=np.float64)
     for r0, r1 in _chunks(Q, K.shape[-2]):
         _, _, m, l = _probs(Q[..., r0:r1, :], K, causal, scale, window, (r0, r1, Nq))
         with np.errstate(divide="ignore"):
             out[..., r0:r1] = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)[..., 0]
-    return out
+    return out.reshape(Q0.shape[:-1])
 
 
 def attention_backward(Q: Any, K: Any, V: Any, dO: Any, causal: object = False,
@@ -151,12 +162,12 @@ def attention_backward(Q: Any, K: Any, V: Any, dO: Any, causal: object = False,
     dQ = scale · dS K, dK = scale · dSᵀ Q.  For grouped-query inputs the gradients of a shared
     key/value head are summed over its query heads.  Computed in chunks of query rows.
     """
-    Q = np.asarray(Q, dtype=np.float64)
-    K0 = np.asarray(K, dtype=np.float64)
-    V0 = np.asarray(V, dtype=np.float64)
-    dO = np.asarray(dO, dtype=np.float64)
-    K, V = _expand_kv(Q, K0, V0)
-    Nq = Q.shape[-2]
+    Q0 = np.asarray(Q, dtype=np.float64)
+    K = np.asarray(K, dtype=np.float64)
+    V = np.asarray(V, dtype=np.float64)
+    Q, _ = _group(Q0, K)
+    dO, _ = _group(np.asarray(dO, dtype=np.float64), K)
+    Nq = Q0.shape[-2]
     dQ = np.empty_like(Q)
     dK = np.zeros_like(K)
     dV = np.zeros_like(V)
@@ -170,9 +181,4 @@ def attention_backward(Q: Any, K: Any, V: Any, dO: Any, causal: object = False,
         dS = P * (dP - D)
         dQ[..., r0:r1, :] = s * (dS @ K)
         dK += s * (np.swapaxes(dS, -1, -2) @ q)
-    if Q.ndim == 4 and K0.shape[1] != Q.shape[1]:
-        g = Q.shape[1] // K0.shape[1]
-        B, Hq = Q.shape[:2]
-        dK = dK.reshape(B, Hq // g, g, *dK.shape[2:]).sum(axis=2)
-        dV = dV.reshape(B, Hq // g, g, *dV.shape[2:]).sum(axis=2)
-    return dQ, dK, dV
+    return _ungroup(dQ, Q0), dK, dV

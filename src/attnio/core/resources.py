@@ -25,15 +25,18 @@ from dataclasses import dataclass
 from .checks import check_int, check_real
 from .errors import ParameterError
 
-__all__ = ["DEFAULT_BUDGET_S", "FLOPS_PER_SECOND", "STEP_SECONDS", "Cost", "ResourceError", "available_memory", "check_cost",
+__all__ = ["COPY_SECONDS_PER_WORD", "DEFAULT_BUDGET_S", "FLOPS_PER_SECOND", "STEP_SECONDS", "Cost", "ResourceError", "available_memory", "check_cost",
            "fmt_bytes", "fmt_count", "fmt_seconds", "parse_bytes"]
 
 #: Work estimated to take longer than this many seconds is refused unless forced.
 DEFAULT_BUDGET_S = 300.0
-#: The simulator's measured cost of one tile step in Python (conservative), in seconds.
-STEP_SECONDS = 2.5e-5
+#: The simulator's cost of one tile step in compute mode, in seconds (measured 25-150 us on the
+#: project's 2-core machine, idle to loaded).
+STEP_SECONDS = 6e-5
 #: numpy float64 matmul throughput on small tiles, 2 cores (conservative), per second.
 FLOPS_PER_SECOND = 2.0e9
+#: Creating, filling and copying a word of a large array (page faults included), in seconds.
+COPY_SECONDS_PER_WORD = 3e-8
 
 
 class ResourceError(ParameterError):
