@@ -40,7 +40,7 @@ FLAGS = {
     "dtype_bytes": "--dtype", "M_bytes": "--M-bytes", "tiling": "--tiling", "eps": "--eps",
     "approx_eps": "--eps", "entry_bound": "--entry-bound", "scale": "--scale",
     "seed": "--seed", "budget_s": "--budget", "backward": "--backward",
-    "backward_tiling": "--tiling", "mode": "--count-only", "shape": "--N/--d",
+    "backward_tiling": "--tiling", "shape": "--N/--d",
     "max_memory": "--max-memory", "time_limit": "--time-limit", "policies": "--policies",
     "m": "--m", "k": "--k", "n": "--n", "q": "--q", "binary": "--binary",
 }
