@@ -345,7 +345,7 @@ API_CASES: list[tuple[str, object, str]] = [
     ("matmul absurd memory", lambda: attnio.blocks.matmul.run_matmul(
         np.ones((2, 2)), np.ones((2, 2)), M=12, max_memory=1), "max_memory"),
     ("matmul shapes", lambda: attnio.blocks.matmul.run_matmul(np.ones((2, 3)), np.ones((2, 3)),
-                                                               M=12), "A"),
+                                                               M=12), "B"),
     ("plan N huge", lambda: attnio.plan(10**200, 64, 1000), "N"),
     ("plan M huge", lambda: attnio.plan(100, 64, 10**200), "M"),
     ("plan d huge", lambda: attnio.plan(100, 10**200, 1000), "d"),

@@ -88,7 +88,7 @@ def _chunk(chunk, r: int) -> int:
     if chunk is None:
         return int(min(4096, max(16, (1 << 22) // max(r, 1))))
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ParameterError(f"chunk must be an integer >= 1, got {chunk!r}")
+        raise ParameterError(f"chunk must be an integer >= 1, got {chunk!r}", param="chunk")
     return chunk
 
 
@@ -288,7 +288,7 @@ def poly_plan(q, k, *, eps=1e-3, entry_bound=None, scale=None, variant="chebyshe
     E = q.shape[-1]
     s = 1.0 / math.sqrt(E) if scale is None else float(scale)
     if not math.isfinite(s):
-        raise ParameterError(f"scale must be a finite real number, got {scale!r}")
+        raise ParameterError(f"scale must be a finite real number, got {scale!r}", param="scale")
     with torch.no_grad():
         if entry_bound is not None:
             check_entries(float(q.abs().max()), float(k.abs().max()), entry_bound, allow_unbounded)
@@ -354,10 +354,10 @@ def favor_attention(q, k, v, *, features: int | None = None, seed: int = 0,
     E = q.shape[-1]
     s = 1.0 / math.sqrt(E) if scale is None else float(scale)
     if not (math.isfinite(s) and s > 0):
-        raise ParameterError(f"scale must be a finite number > 0 for FAVOR+, got {scale!r}")
+        raise ParameterError(f"scale must be a finite number > 0 for FAVOR+, got {scale!r}", param="scale")
     m = max(1, round(E * math.log(E))) if features is None else features
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ParameterError(f"features must be an integer >= 1, got {features!r}")
+        raise ParameterError(f"features must be an integer >= 1, got {features!r}", param="features")
     gen = torch.Generator().manual_seed(int(seed))
     Wr = _orthogonal_gaussian(torch, m, E, gen, q.dtype).to(q.device)
     rs = math.sqrt(s)

@@ -86,12 +86,11 @@ def check_eps(eps: object) -> float:
     try:
         e = float(eps)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ParameterError(f"eps must be a real number in [{EPS_MIN:g}, {EPS_MAX:g}], got {eps!r}") from None
+        raise ParameterError(f"eps must be a real number in [{EPS_MIN:g}, {EPS_MAX:g}], got {eps!r}", param="eps") from None
     if not (math.isfinite(e) and EPS_MIN <= e <= EPS_MAX):
         raise ParameterError(
             f"eps must be in [{EPS_MIN:g}, {EPS_MAX:g}] (the relative error of the polynomial "
-            f"approximation of exp), got {eps!r}"
-        )
+            f"approximation of exp), got {eps!r}", param="eps")
     return e
 
 
@@ -99,9 +98,9 @@ def _check_R(R: object) -> float:
     try:
         r = float(R)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ParameterError(f"R must be a finite real number >= 0, got {R!r}") from None
+        raise ParameterError(f"R must be a finite real number >= 0, got {R!r}", param="R") from None
     if not (math.isfinite(r) and r >= 0):
-        raise ParameterError(f"R (the radius of the score range [-R, R]) must be finite and >= 0, got {R!r}")
+        raise ParameterError(f"R (the radius of the score range [-R, R]) must be finite and >= 0, got {R!r}", param="R")
     return r
 
 
@@ -154,7 +153,7 @@ def relative_error_bound(g: int, R: float, variant: str = "chebyshev") -> float:
 
 def _check_variant(variant: object) -> str:
     if variant not in VARIANTS:
-        raise ParameterError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+        raise ParameterError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}", param="variant")
     return str(variant)
 
 
@@ -229,7 +228,7 @@ def polynomial(eps: float, R: float, variant: str = "chebyshev", degree: int | N
     variant = _check_variant(variant)
     if degree is not None:
         if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or not 0 <= degree <= MAX_DEGREE:
-            raise ParameterError(f"degree must be an integer in [0, {MAX_DEGREE}], got {degree!r}")
+            raise ParameterError(f"degree must be an integer in [0, {MAX_DEGREE}], got {degree!r}", param="degree")
         if not _representable(int(degree), R):
             raise ParameterError(f"degree={degree} on [-{R:.4g}, {R:.4g}] overflows float64; the "
                                  "score range is too large for the polynomial method",
@@ -239,8 +238,7 @@ def polynomial(eps: float, R: float, variant: str = "chebyshev", degree: int | N
             least = polynomial(eps, R, variant).degree
             raise ParameterError(
                 f"degree={degree} gives a proven relative error {p.bound:.3g} > eps={eps:g} on "
-                f"[-{R:g}, {R:g}] ({variant}); the least degree that meets eps is {least}"
-            )
+                f"[-{R:g}, {R:g}] ({variant}); the least degree that meets eps is {least}", param="degree")
         return p
     too_large = ParameterError(
         f"no degree <= {MAX_DEGREE} reaches eps={eps:g} on [-{R:.4g}, {R:.4g}]: the score range "

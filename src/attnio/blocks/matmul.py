@@ -343,24 +343,24 @@ def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None,
         budget_s = check_real("budget_s", budget_s, lo=0, what="seconds")
     if A is None and B is None:
         if shape is None:
-            raise ParameterError("give A and B (compute mode) or shape=(m, k, n) with mode='count'")
+            raise ParameterError("give A and B (compute mode) or shape=(m, k, n) with mode='count'", param="shape")
         mode = mode or "count"
         if mode != "count":
-            raise ParameterError(f"mode={mode!r} needs A and B; without data only mode='count' runs")
+            raise ParameterError(f"mode={mode!r} needs A and B; without data only mode='count' runs", param="mode")
         s = MatmulShape.coerce(shape)
         data = None
     else:
         if A is None or B is None:
-            raise ParameterError("give both A and B (or neither, with shape= and mode='count')")
+            raise ParameterError("give both A and B (or neither, with shape= and mode='count')", param="B")
         A, B = _as_matrix("A", A), _as_matrix("B", B)
         if A.shape[1] != B.shape[0]:
-            raise ParameterError(f"A's columns must equal B's rows, got A {A.shape} and B {B.shape}")
+            raise ParameterError(f"A's columns must equal B's rows, got A {A.shape} and B {B.shape}", param="B")
         s = MatmulShape(A.shape[0], A.shape[1], B.shape[1])
         if shape is not None and MatmulShape.coerce(shape) != s:
-            raise ParameterError(f"shape={shape!r} does not match the inputs' shape {s}")
+            raise ParameterError(f"shape={shape!r} does not match the inputs' shape {s}", param="shape")
         mode = mode or "compute"
         if mode not in ("compute", "count"):
-            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
+            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}", param="mode")
         data = (A, B)
     t = ALGORITHM.coerce_tiling(s, M, tiling)
     if max_memory is not None:

@@ -107,7 +107,7 @@ def _as_trace(trace):
     if isinstance(trace, tuple) and len(trace) == 2:
         return Trace.from_arrays(trace[0], trace[1])
     raise ParameterError(
-        f"trace must be an attnio Trace or a pair (addresses, kinds), got {type(trace).__name__}")
+        f"trace must be an attnio Trace or a pair (addresses, kinds), got {type(trace).__name__}", param="trace")
 
 
 def _live_lines(tr, line_words: int):
@@ -142,25 +142,25 @@ def replay(trace, capacity_words: int, policy: str = "lru", *, line_words: int =
     capacity_words = check_int("capacity_words", capacity_words, minimum=1)
     line_words = check_int("line_words", line_words, minimum=1)
     if policy not in POLICIES:
-        raise ParameterError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        raise ParameterError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}", param="policy")
     if not isinstance(write_allocate, bool):
-        raise ParameterError(f"write_allocate must be True or False, got {write_allocate!r}")
+        raise ParameterError(f"write_allocate must be True or False, got {write_allocate!r}", param="write_allocate")
     if line_words > 1 and not write_allocate:
         raise ParameterError(
             f"line_words={line_words} needs write_allocate=True (a write miss on a longer line "
-            "must read the rest of the line); with write_allocate=False use line_words=1")
+            "must read the rest of the line); with write_allocate=False use line_words=1", param="line_words")
     if capacity_words % line_words:
         raise ParameterError(
-            f"capacity_words={capacity_words} must be a multiple of line_words={line_words}")
+            f"capacity_words={capacity_words} must be a multiple of line_words={line_words}", param="capacity_words")
     lines = capacity_words // line_words
     if ways is not None:
         ways = check_int("ways", ways, minimum=1, maximum=lines)
         if lines % ways:
             raise ParameterError(
                 f"ways={ways} must divide the number of lines, {lines} "
-                f"(capacity_words/line_words)")
+                f"(capacity_words/line_words)", param="ways")
         if policy == "opt":
-            raise ParameterError("policy='opt' is fully associative only: use ways=None")
+            raise ParameterError("policy='opt' is fully associative only: use ways=None", param="ways")
     is_live = _live_lines(tr, line_words)
     if policy == "opt":
         addr, kind = tr.to_arrays()

@@ -216,7 +216,7 @@ class Trace:
         addr = np.asarray(addr, dtype=np.int64).ravel()
         kind = _as_kind(kind, len(addr))
         if len(addr) and addr.min() < 0:
-            raise ParameterError(f"trace addresses must be >= 0, got {int(addr.min())}")
+            raise ParameterError(f"trace addresses must be >= 0, got {int(addr.min())}", param="addr")
         if arrays is None:
             size = int(addr.max()) + 1 if len(addr) else 0
             arrays = [ArrayInfo("mem", size, 0, True, "input")]
@@ -307,13 +307,13 @@ def _as_kind(kind, n: int) -> np.ndarray:
         low = np.char.lower(k.astype(str))
         bad = ~np.isin(low, ["r", "w", "read", "write", "0", "1"])
         if bad.any():
-            raise ParameterError(f"trace kind must be 'read' or 'write', got {k[bad][0]!r}")
+            raise ParameterError(f"trace kind must be 'read' or 'write', got {k[bad][0]!r}", param="kind")
         k = np.isin(low, ["w", "write", "1"])
     k = np.asarray(k).ravel()
     if k.dtype != bool and len(k) and not np.isin(k, [0, 1]).all():
-        raise ParameterError("trace kinds must be 0 (read) or 1 (write)")
+        raise ParameterError("trace kinds must be 0 (read) or 1 (write)", param="kind")
     if len(k) != n:
-        raise ParameterError(f"trace has {n} addresses but {len(k)} kinds")
+        raise ParameterError(f"trace has {n} addresses but {len(k)} kinds", param="kind")
     return k.astype(np.uint8)
 
 

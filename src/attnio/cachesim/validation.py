@@ -184,14 +184,14 @@ def pycachesim_replay(trace_obj, capacity_words: int, policy: str = "lru", *,
     Cache, CacheSimulator, MainMemory = pcs.Cache, pcs.CacheSimulator, pcs.MainMemory
     if policy not in ("lru", "fifo"):
         raise ParameterError(f"pycachesim cross-check policy must be 'lru' or 'fifo', got {policy!r}"
-                             " (its MRU is broken and it has no OPT)")
+                             " (its MRU is broken and it has no OPT)", param="policy")
     capacity_words = check_int("capacity_words", capacity_words, minimum=1)
     line_words = check_int("line_words", line_words, minimum=1)
     lines = capacity_words // line_words
     ways = lines if ways is None else check_int("ways", ways, minimum=1)
     sets = lines // ways
     if sets * ways * line_words != capacity_words:
-        raise ParameterError(f"capacity_words={capacity_words} is not sets*ways*line_words")
+        raise ParameterError(f"capacity_words={capacity_words} is not sets*ways*line_words", param="capacity_words")
     mem = MainMemory()
     l1 = Cache("L1", sets, ways, line_words, policy.upper(), write_back=True,
                write_allocate=True)

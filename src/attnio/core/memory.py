@@ -247,7 +247,7 @@ class TwoLevelMemory:
                  progress: Callable[[int, int], None] | None = None, progress_total: int = 0):
         self.M = check_int("M", M, minimum=1, maximum=1 << 60)
         if mode not in ("compute", "count"):
-            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
+            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}", param="mode")
         self.mode: Mode = mode
         self.tracer = tracer
         self.bulk = bool(bulk) and mode == "count" and tracer is None

@@ -40,7 +40,7 @@ class Instance:
         if self.kind == "attention":
             Nq, Nkv, d = self.sizes
             return dag_.attention(Nq, d, Nkv=Nkv, rowmax=self.rowmax, normalize=self.normalize)
-        raise ParameterError(f"kind must be 'attention' or 'matmul', got {self.kind!r}")
+        raise ParameterError(f"kind must be 'attention' or 'matmul', got {self.kind!r}", param="kind")
 
     @property
     def label(self) -> str:

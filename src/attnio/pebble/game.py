@@ -336,7 +336,7 @@ def _check_M(dag: DAG, M: int, sliding: bool = False) -> None:
         what = "its operands (sliding game)" if sliding else "operands + result"
         raise ParameterError(
             f"M={M} is too small for {dag.title}: a node with {dag.max_indegree} operands needs "
-            f"M >= {need} red pebbles ({what})")
+            f"M >= {need} red pebbles ({what})", param="M")
 
 
 def safe_horizon(dag: DAG) -> int:
@@ -546,7 +546,7 @@ def cpsat(dag: DAG, M: int, *, horizon: int | str | None = None, time_limit: flo
     _check_M(dag, M)
     workers = check_int("workers", workers, minimum=1)
     if not (isinstance(time_limit, (int, float)) and time_limit > 0):
-        raise ParameterError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+        raise ParameterError(f"time_limit must be a positive number of seconds, got {time_limit!r}", param="time_limit")
     t0 = time.perf_counter()
     g_moves = greedy(dag, M)
     g_io = replay(dag, g_moves, M).io
@@ -806,12 +806,12 @@ def solve(dag: DAG, M: int, *, time_limit: float = 60.0, method: str = "auto",
     """
     M = check_int("M", M, minimum=1)
     if method not in ("auto", "search", "cpsat"):
-        raise ParameterError(f"method must be 'auto', 'search' or 'cpsat', got {method!r}")
+        raise ParameterError(f"method must be 'auto', 'search' or 'cpsat', got {method!r}", param="method")
     if not (isinstance(time_limit, (int, float)) and time_limit > 0):
-        raise ParameterError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+        raise ParameterError(f"time_limit must be a positive number of seconds, got {time_limit!r}", param="time_limit")
     if sliding and (method == "cpsat" or not recompute):
         raise ParameterError("sliding=True is solved by search only (method='auto' or 'search', "
-                             "recompute=True)")
+                             "recompute=True)", param="sliding")
     _check_M(dag, M, sliding)
     if method == "cpsat" or not recompute:  # search and greedy shortcuts assume recomputation
         return cpsat(dag, M, horizon=horizon, time_limit=time_limit, workers=workers,
