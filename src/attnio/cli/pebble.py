@@ -53,7 +53,7 @@ def main(args) -> int:
     with progress_from_args(args, f"pebbling {inst.label}, M={M}", limit, unit="s of the limit",
                             clock=True) as bar:
         c = compare(inst, M, time_limit=limit, sliding=not args.no_sliding,
-                    on_phase=lambda text: bar.describe(text, limit))
+                    on_phase=lambda text: bar.describe(text, limit, "s of the limit"))
     r, sl, g = c["result"], c["sliding"], c["dag"]
     if args.json:
         obj = {

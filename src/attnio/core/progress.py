@@ -110,14 +110,15 @@ class Progress:
     def advance(self, n: float = 1) -> None:
         self(self.done + n)
 
-    def describe(self, description: str, total: float | None = None) -> None:
-        """A new phase: another label (and total), the count starting again at 0."""
+    def describe(self, description: str, total: float | None = None, unit: str = "") -> None:
+        """A new phase: another label (and total and unit), the count starting again at 0."""
         self.description = description
         self.done = 0
         self.total = total or None
+        self.unit = unit
         bar = self._bar
         if bar is not None:
-            bar.reset(self._task, total=self.total, description=description)
+            bar.reset(self._task, total=self.total, description=description, unit=unit)
 
     # ------------------------------------------------------------------ drawing
     def _start(self) -> None:
@@ -140,10 +141,10 @@ class Progress:
             console = Console(file=self._stream, force_terminal=True if self.enabled else None)
             self._bar = RichProgress(
                 SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                MofNCompleteColumn(), TextColumn(self.unit), TimeElapsedColumn(),
+                MofNCompleteColumn(), TextColumn("{task.fields[unit]}"), TimeElapsedColumn(),
                 TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True)
             self._task = self._bar.add_task(self.description, total=self.total,
-                                            completed=self.done)
+                                            completed=self.done, unit=self.unit)
             self._bar.start()
             self.shown = True
             if self._clock:
