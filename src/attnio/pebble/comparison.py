@@ -108,12 +108,12 @@ def compare(inst: Instance, M: int, *, time_limit: float = 60.0, sliding: bool =
     first = time_limit if not sliding else (
         time_limit - sliding_time_limit if sliding_time_limit else time_limit * 2 / 3)
     if on_phase is not None:
-        on_phase(f"solving the red-blue game on {g.title} (M={M})")
+        on_phase(f"red-blue game, M={M}")
     res = solve(g, M, time_limit=max(0.1, first), workers=workers)
     sl = None
     if sliding:
         if on_phase is not None:
-            on_phase(f"solving the sliding variant (M={M})")
+            on_phase(f"sliding variant, M={M}")
         rest = max(0.1, time_limit - (time.perf_counter() - t0))
         sl = solve(g, M, time_limit=rest, sliding=True)
     return {"instance": inst, "dag": g, "M": M, "result": res, "sliding": sl,
