@@ -3,8 +3,9 @@ time goes (per algorithm's candidate search).
 
 Run:  python benchmarks/bench_planner.py  [--out benchmarks/results/planner.json]
 
-Target (issue 5): <= 10 ms per call at N = 2^20.  Cold = every lru_cache of the planner and of the
-bounds cleared before the call (best of 3); cached = the same call again (best of 1000).  The
+Targets: <= 10 ms per cold call at N = 2^20 (issue 5), and for causal shapes up to N = 10^9
+(issue 18; ``bench_speed.py`` has the medians of the causal cases).  Cold = every lru_cache of attnio cleared before the
+call (best of 3); cached = the same call again (best of 1000).  The
 per-algorithm column is the time of that algorithm's candidate generation + footprint filter +
 closed-form scoring inside one cold plan.
 """
@@ -17,19 +18,28 @@ import platform
 import time
 
 import attnio
-from attnio import bounds as B
 from attnio import planner
-from attnio.algorithms import flash_decoding
 from attnio.core.workload import Shape
+from attnio.planner import planner as _planner_module
 
 CASES = [(2**12, 64, 65536), (2**16, 64, 65536), (2**20, 64, 65536), (2**20, 64, 16384),
-         (2**20, 128, 83968), (2**20, 64, 4096), (2**20, 64, 1024), (2**20, 64, 65536, True)]
+         (2**20, 128, 83968), (2**20, 64, 4096), (2**20, 64, 1024), (2**20, 64, 65536, True),
+         (10**9, 128, 65536, True)]
 
 
-def clear():
-    planner._plan.cache_clear()
-    for f in (B._large_cache, B._small_cache, B._matmul_lw, flash_decoding._flash2_best):
-        f.cache_clear()
+def clear() -> int:
+    """Clear every functools.lru_cache of the attnio modules (a cold call)."""
+    import functools
+    import sys
+
+    n = 0
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("attnio"):
+            for v in list(vars(mod).values()):
+                if isinstance(v, functools._lru_cache_wrapper):
+                    v.cache_clear()
+                    n += 1
+    return n
 
 
 def cold(N, d, M, causal, repeat=3):
@@ -51,20 +61,21 @@ def cached(N, d, M, causal, repeat=1000):
 
 
 def per_algorithm(N, d, M, causal):
-    shape = Shape(N, N, d)
+    shape = Shape(N, N, d, causal=causal)
     out = {}
     for alg in attnio.algorithms.all_algorithms():
         if not alg.exact:
             continue
+        clear()
         t0 = time.perf_counter()
         try:
-            planner._score(alg, shape, M, causal, None, None)
+            _planner_module._score(alg, shape, M, None, None, False)
         except attnio.AttnioError:
             pass
         out[alg.name] = time.perf_counter() - t0
     clear()
     t0 = time.perf_counter()
-    B.applicable(N, d, M, causal=causal)
+    attnio.bounds.applicable_to(shape, M)
     out["(bounds)"] = time.perf_counter() - t0
     return out
 
@@ -84,9 +95,9 @@ def main(argv=None):
         parts = per_algorithm(N, d, M, causal)
         p = planner.plan(N, d, M, causal=causal)
         slow = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
-        print(f"{N:>8} {d:>4} {M:>7} {str(causal):>6} {p.algorithm:>14} {1e3 * c:>8.1f} "
+        print(f"{N:>8} {d:>4} {M:>7} {str(causal):>6} {p.chosen.algorithm:>14} {1e3 * c:>8.1f} "
               f"{1e6 * h:>9.1f}  " + ", ".join(f"{k} {1e3 * v:.1f}" for k, v in slow))
-        rows.append({"N": N, "d": d, "M": M, "causal": causal, "algorithm": p.algorithm,
+        rows.append({"N": N, "d": d, "M": M, "causal": causal, "algorithm": p.chosen.algorithm,
                      "cold_s": c, "cached_s": h, "per_algorithm_s": parts})
     if args.out:
         with open(args.out, "w") as f:

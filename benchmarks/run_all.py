@@ -11,9 +11,10 @@ Figures (all measured in this one process, nothing asserted):
   without accounting (``plain_flash2`` of ``bench_foundation.py``), best of 3 each, as a ratio;
 * ``planner``: ``attnio.plan(2**20, 64, 65536)`` cold (every planner/bounds cache cleared, as in
   ``bench_planner.py``; best of 5) and cached (mean of 1000 calls);
-* ``sweep``: configurations per second of the same count-mode grid (384 configurations) with
-  ``--jobs 1`` and ``--jobs 2``, each into a fresh database (the whole ``run_sweep`` call:
-  expansion, process start-up, writes).
+* ``speed`` (from ``bench_speed.py``, fewer repeats): causal plans cold up to N = 10^9, counts
+  at N = 10^9 causal for every exact algorithm, and sweep throughput in count mode with
+  ``--jobs 1`` and ``--jobs 2`` on its two grids (the whole ``run_sweep`` call: expansion,
+  process start-up, writes).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -31,18 +31,14 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import bench_speed  # noqa: E402
 from bench_foundation import plain_flash2  # noqa: E402
 from bench_planner import clear as clear_planner_caches  # noqa: E402
 
 import attnio  # noqa: E402
 from attnio import planner  # noqa: E402
-from attnio.experiments.sweep import Grid, parse_values, run_sweep  # noqa: E402
 
 EXACT = ("standard", "flash1", "flash2", "flash_decoding", "square_tiling")
-SWEEP_GRID = Grid(N=parse_values("N", "512:4096:x2"), d=(16, 32, 64),
-                  M=parse_values("M", "256:16384:x4"),
-                  algorithms=("flash2", "standard", "square_tiling", "flash1"),
-                  causal=(False, True))
 
 
 def best_of(fn, repeat=3):
@@ -120,24 +116,6 @@ def planner_latency(N=2**20, d=64, M=65536) -> dict:
             "best": str(getattr(best, "algorithm", best))}
 
 
-def sweep_throughput() -> dict:
-    out = {}
-    for jobs in (1, 2):
-        with tempfile.TemporaryDirectory() as tmp:
-            db = os.path.join(tmp, "bench.sqlite")
-            t0 = time.perf_counter()
-            s = run_sweep(SWEEP_GRID, db, jobs=jobs)
-            t = time.perf_counter() - t0
-        assert s.errors == 0 and s.already == 0
-        out[f"jobs{jobs}"] = {"configurations": s.total, "ran": s.ran,
-                              "stored_skipped": s.skipped, "seconds": t,
-                              "configs_per_s": s.total / t}
-        print(f"sweep --jobs {jobs}: {s.total} configurations in {t:.2f} s = "
-              f"{s.total / t:.1f} cfg/s")
-    out["speedup_2_over_1"] = out["jobs2"]["configs_per_s"] / out["jobs1"]["configs_per_s"]
-    return out
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(HERE, "results", "suite.json"))
@@ -145,7 +123,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res = {"machine": machine(), "count_throughput": count_throughput(),
            "compute_overhead": compute_overhead(), "planner": planner_latency(),
-           "sweep": sweep_throughput()}
+           "speed": {"planner": bench_speed.planner(5), "count": bench_speed.counts(3),
+                     "sweep": bench_speed.sweeps(1)}}
     res["suite_seconds"] = time.perf_counter() - t0
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1, sort_keys=True)

@@ -2,10 +2,54 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+from types import ModuleType
+
 import numpy as np
 import pytest
 
 import attnio
+from attnio.core.errors import MissingExtraError
+from attnio.core.extras import EXTRAS, available
+
+
+def _missing_reason(modules: tuple[str, ...]) -> str | None:
+    """The library's own message for the first of ``modules`` that is not installed, or None."""
+    for m in modules:
+        if not available(m):
+            top = m.split(".")[0]
+            return str(MissingExtraError(top, EXTRAS.get(top, f"{top}_extra"), "this test"))
+    return None
+
+
+def needs(*modules: str) -> pytest.MarkDecorator:
+    """Skip the test, with the extra and its pip command as the reason, unless every optional
+    package in ``modules`` (import names: ``"torch"``, ``"cachesim"``, ...) is installed.
+
+    >>> @needs("torch")          # or, for a whole module: pytestmark = needs("torch")
+    ... def test_something(): ...
+    """
+    reason = _missing_reason(modules)
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def block_parquet_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make pyarrow and fastparquet look not installed for one test (None in ``sys.modules``);
+    pandas, when installed, is imported first so that it does not remember them missing."""
+    if available("pandas"):
+        importlib.import_module("pandas")
+    for engine in ("pyarrow", "fastparquet"):
+        monkeypatch.setitem(sys.modules, engine, None)
+
+
+def need(module: str) -> ModuleType:
+    """Import the optional ``module`` or skip (the test, or the whole test module when called at
+    its top level) with the same reason as :func:`needs`."""
+    reason = _missing_reason((module,))
+    if reason is not None:
+        pytest.skip(reason, allow_module_level=True)
+    return importlib.import_module(module)
 
 
 def exact_attention_names() -> list[str]:

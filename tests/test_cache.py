@@ -12,6 +12,7 @@ import attnio
 from attnio.cachesim.caches import replay
 from attnio.cachesim.tracing import ArrayInfo, Trace
 from attnio.core.errors import ParameterError
+from conftest import need
 
 
 def reads_only(addrs):
@@ -185,8 +186,7 @@ def test_bad_parameters_name_the_parameter():
 
 # ------------------------------------------------------------------ pycachesim
 def _pycachesim():
-    return pytest.importorskip(
-        "cachesim", reason="pycachesim (the optional extra attnio[validate]) is not installed")
+    return need("cachesim")
 
 
 CONFIGS = [  # (capacity words, line words, ways): fully associative and set associative

@@ -18,9 +18,9 @@ import pytest
 from attnio.cli import main as cli_main
 from attnio.experiments.store import ResultsStore, StoreError
 
-GRID = ["--algo", "flash2,standard,square_tiling,flash1", "--N", "256:1024:x2", "--d", "16,32,64",
-        "--M", "256:16384:x4", "--causal", "both"]
-TOTAL = 4 * 3 * 3 * 4 * 2
+GRID = ["--algo", "flash2,standard,square_tiling,flash1", "--N", "256:4096:x2", "--d", "16,64",
+        "--M", "256:1048576:x4", "--causal", "both"]
+TOTAL = 4 * 5 * 2 * 7 * 2
 VOLATILE = ("wall_s", "created_at")
 TRIALS = 20
 # columns every row of a status must hold (an interrupted write would leave some of them null)
@@ -39,14 +39,28 @@ def _stable(rows):
     return [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]
 
 
+def _count(db) -> int:
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
 def _check_whole_rows(db) -> int:
     if not os.path.exists(db):
         return 0
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        tables = con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
     finally:
         con.close()
+    if not tables:  # killed before the schema was created: no row yet (a rerun initialises it)
+        return 0
     with ResultsStore(db, readonly=True) as st:
         rows = st.rows()
     for r in rows:
@@ -58,13 +72,17 @@ def _check_whole_rows(db) -> int:
 
 
 def test_sigkill_at_20_random_points_never_leaves_a_partial_row(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     ref = tmp_path / "ref.sqlite"
-    assert cli_main(["sweep", "--db", str(ref), "--jobs", "1", "--quiet", *GRID]) == 0
+    t0 = time.monotonic()  # the uninterrupted run, timed: the kills land inside its duration
+    done = subprocess.run([sys.executable, "-m", "attnio", "sweep", "--db", str(ref), "--jobs",
+                           "1", "--quiet", *GRID], env=env, capture_output=True, timeout=300)
+    span = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr
     with ResultsStore(ref, readonly=True) as st:
         want = _stable(st.rows())
     assert len(want) == TOTAL
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     rng = random.Random(20)
     t_start = time.monotonic()
     db, generation, mid, finished, comparisons = None, 0, 0, 0, 0
@@ -78,7 +96,14 @@ def test_sigkill_at_20_random_points_never_leaves_a_partial_row(tmp_path):
         before = _check_whole_rows(db)
         proc = subprocess.Popen(cmd, env=env, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(0.05, 1.5))
+        if trial % 2:  # any instant of the run, start-up included
+            time.sleep(rng.uniform(0.05, 1.1) * span)
+        else:  # once this run has committed rows: inside the sweep proper
+            deadline = time.monotonic() + span
+            while (_count(db) <= before and proc.poll() is None
+                   and time.monotonic() < deadline):
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0.0, 0.5))
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, wherever they are
         proc.wait()

@@ -12,6 +12,7 @@ import pytest
 
 from attnio.experiments.store import ResultsStore
 from attnio.experiments.sweep import Grid, run_sweep
+from conftest import needs
 
 VOLATILE = ("wall_s", "created_at")
 
@@ -77,8 +78,8 @@ def test_sweep_twice_in_fresh_dbs_gives_identical_rows(serial, tmp_path):
     assert any(r["max_err"] is not None for r in rows) and any(r["opt_M"] for r in rows)
 
 
+@needs("distributed")
 def test_local_pool_and_dask_cluster_give_identical_rows(serial, tmp_path):
-    pytest.importorskip("distributed")
     assert run_sweep(GRIDS, tmp_path / "pool.sqlite", jobs=2).errors == 0
     assert _stable(tmp_path / "pool.sqlite") == serial
     assert run_sweep(GRIDS, tmp_path / "dask.sqlite", jobs=2, dask=True).errors == 0

@@ -9,22 +9,17 @@ import numpy as np
 import pytest
 
 import attnio
-from attnio import CapacityError
+from attnio import CapacityError, bounds
 from attnio.blocks.matmul import ALGORITHM, MatmulTiling, cosma_bound, run_matmul
 from attnio.core.errors import ParameterError
 
 
 def _bound(m, k, n, M) -> float:
-    """COSMA Theorem 1 through attnio.bounds.matmul_cosma when that exists, else locally."""
-    try:
-        from attnio.bounds import matmul_cosma
-    except ImportError:
-        return cosma_bound(m, k, n, M)
-    return float(matmul_cosma(m, k, n, M).value)
+    """COSMA Theorem 1, as attnio.bounds states it."""
+    return float(bounds.matmul_cosma(m, k, n, M).value)
 
 
 def test_never_below_the_explicit_matmul_bound_of_the_bounds_module():
-    bounds = pytest.importorskip("attnio.bounds")
     for m, k, n, M in BOUND_GRID[::7]:
         b = bounds.matmul(m, k, n, M)
         assert b.explicit

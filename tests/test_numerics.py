@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import attnio
-from conftest import exact_attention_names
+from conftest import exact_attention_names, need
 
 ALGS = exact_attention_names()
 
@@ -46,7 +46,7 @@ def test_all_equal_rows_give_the_mean_of_the_values(name):
 
 @pytest.mark.parametrize("name", ALGS)
 def test_fully_masked_rows_output_zero_like_sdpa(name):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     rng = np.random.default_rng(4)
     Nq, Nkv, d = 30, 12, 4  # bottom-right causal: rows 0..17 see no key
     Q = rng.standard_normal((Nq, d))
@@ -74,7 +74,7 @@ def _naive_low(Q, K, V, dtype, causal):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_low_precision_error_within_twice_naive(name, dtype, causal):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     tdt = getattr(torch, dtype)
     rng = np.random.default_rng(5)
     N, d = 97, 16

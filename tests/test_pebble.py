@@ -11,6 +11,7 @@ from attnio import pebble
 from attnio.cli import main as cli_main
 from attnio.core.errors import ParameterError
 from attnio.pebble import IllegalMoveError, Instance, Move, dag, replay
+from conftest import needs
 
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "pebbling.md"
 
@@ -154,6 +155,7 @@ def test_standard_game_on_matmul_2x2x2_with_three_pebbles_exceeds_the_simulator(
 
 
 # ---------------------------------------------------------------------- the solvers agree
+@needs("ortools")
 def test_cpsat_model_schedules_replay_and_match_known_optima():
     t = dag.binary_tree(4)
     r = pebble.cpsat(t, 3, time_limit=20)
@@ -164,6 +166,7 @@ def test_cpsat_model_schedules_replay_and_match_known_optima():
     assert m.io == 12 and m.globally_optimal
 
 
+@needs("ortools")
 def test_cpsat_never_beats_the_exact_optimum():
     g = dag.matmul(2, 2, 2)
     r = pebble.cpsat(g, 5, time_limit=4)
@@ -238,6 +241,7 @@ def test_docs_table_reproduces_on_the_two_smallest_instances():
 
 
 # ---------------------------------------------------------------------- CLI
+@needs("ortools")
 def test_cli_pebble_prints_optimum_simulated_counts_and_bounds(capsys):
     assert cli_main(["pebble", "--matmul", "2", "2", "2", "--M", "7", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)

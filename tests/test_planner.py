@@ -135,9 +135,12 @@ def test_runner_up_is_the_second_least():
 
 
 def test_device_presets_and_byte_sizes():
+    # the two-level presets come from the GPU device table: M = one CTA's shared memory
+    # (163 KiB per block on an A100, 227 KiB on an H100; "a100"/"h100" are aliases)
     p = attnio.plan(4096, 64, device="a100")
-    assert p.M == 164 * 1024 // 2 and p.device == "a100" and p.dtype_bytes == 2
-    assert attnio.plan(4096, 64, device="h100", dtype_bytes="float32").M == 228 * 1024 // 4
+    assert p.M == 163 * 1024 // 2 and p.device == "a100-80gb" and p.dtype_bytes == 2
+    assert p.M == devices.get("a100").smem_per_block // 2
+    assert attnio.plan(4096, 64, device="h100", dtype_bytes="float32").M == 227 * 1024 // 4
     assert attnio.plan(4096, 64, M_bytes=48 * 1024, dtype_bytes=4).M == 12288
     assert devices.get("cpu-l2").words("fp16") == 1024 * 1024
     assert "bytes" in repr(p)
@@ -225,7 +228,7 @@ def test_cli_bound_and_plan(capsys):
     assert "standard_matmul_large_cache" in out and "fast_matmul_field" in out and " yes " in out
     assert main(["plan", "--N", "4096", "--d", "64", "--device", "a100", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert obj["M"] == 83968 and obj["algorithm"] == "flash2" and obj["device"] == "a100"
+    assert obj["M"] == 83456 and obj["algorithm"] == "flash2" and obj["device"] == "a100-80gb"
     assert main(["plan", "--N", "4096", "--d", "64", "--M-bytes", "65536", "--dtype", "bf16"]) == 0
     assert "Algorithm:" in capsys.readouterr().out
     assert main(["bound", "--N", "64", "--d", "8", "--M", "100", "--q", "64"]) == 2

@@ -14,6 +14,7 @@ from attnio.cli import main as cli_main
 from attnio.experiments.report import build_report, claims, fit_slope, series_fits
 from attnio.experiments.store import ResultsStore
 from attnio.experiments.sweep import Grid, parse_values, run_sweep
+from conftest import need
 
 D_N, M_N = 16, 1024            # N-series: d = 16, M = 1024, N = 1024 .. 8192
 N_M, D_M = 2048, 32            # M-series: N = 2048, d = 32, M = 64 .. 65536 (d² = 1024)
@@ -23,6 +24,7 @@ MS = parse_values("M", "64:65536:x2")
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
+    need("matplotlib")  # the report draws its figures
     base = tmp_path_factory.mktemp("report")
     db = base / "r.sqlite"
     run_sweep([Grid(N=NS, d=(D_N,), M=(M_N,), algorithms=("flash2", "standard")),
@@ -162,3 +164,76 @@ def test_cli_report(tmp_path, capsys, report):
     err = capsys.readouterr().err
     assert "no results database" in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- any sweep
+@pytest.fixture(scope="module")
+def user_report(tmp_path_factory):
+    """A user's own small grid: two algorithms, two head dims, a few N and M, with and without
+    the causal mask, grouped-query heads: every setting gets figures and a best table."""
+    base = tmp_path_factory.mktemp("user")
+    db = base / "u.sqlite"
+    run_sweep([Grid(N=parse_values("N", "256:1024:x2"), d=(16, 32), M=(1024, 4096, 16384),
+                    algorithms=("flash2", "standard"), causal=(True,), heads=(4,),
+                    kv_heads=(1, 4)),
+               Grid(N=(256, 512), d=(16,), M=(1024, 4096), algorithms=("flash2",))], db, jobs=1)
+    return (build_report(db, base / "out", svg=False, html_page=False, figs_per_axis=1),
+            base / "out")
+
+
+def test_any_sweep_gets_figures_for_every_setting_and_axis(user_report):
+    rep, out = user_report
+    assert len(rep.settings) == 3  # causal MQA 4/1, causal MHA 4/4, one head unmasked
+    for slug in ("_causal_h4kv1", "_causal_h4kv4"):
+        for axis in ("N", "M", "d"):
+            assert any(f.startswith(f"io_vs_{axis}_") and f.endswith(f"{slug}.png")
+                       for f in rep.figures), (axis, slug)
+    assert {"io_vs_N_d16_M1024.png", "io_vs_M_N256_d16.png"} <= set(rep.figures)
+    assert not list(out.glob("*.svg")) and not (out / "index.html").exists()
+    md = (out / "REPORT.md").read_text()
+    assert "causal (bottom-right), 4 heads / 1 KV heads (multi-query)" in md
+
+
+def test_best_configuration_table_keeps_multi_head_rows(user_report):
+    rep, out = user_report
+    with ResultsStore(out.parent / "u.sqlite", readonly=True) as st:
+        rows = [r for r in st.rows(decode=True) if r["status"] == "ok"]
+    points = {(r["heads"], r["kv_heads"], r["causal"], r["Nq"], r["d"], r["M"]) for r in rows}
+    assert len(rep.best) == len(points)
+    labels = {(4, 1, True): "causal (bottom-right), 4 heads / 1 KV heads (multi-query)",
+              (4, 4, True): "causal (bottom-right), 4 heads / 4 KV heads",
+              (1, 1, False): "no mask"}
+    for b in rep.best:
+        same = [r for r in rows if (r["Nq"], r["d"], r["M"]) == (b["Nq"], b["d"], b["M"])
+                and labels[r["heads"], r["kv_heads"], bool(r["causal"])] == b["setting"]]
+        assert same and b["total"] == min(r["total"] for r in same)
+    csv_rows = (out / "best.csv").read_text().splitlines()
+    assert len(csv_rows) == len(rep.best) + 1
+    assert "## Best configuration per setting" in (out / "REPORT.md").read_text()
+
+
+def test_claims_section_lists_what_the_grid_covers_and_what_it_does_not(user_report):
+    rep, out = user_report
+    md = (out / "REPORT.md").read_text()
+    covered = {c.claim for c in rep.covered}
+    assert "standard: I/O grows as N^2 at fixed d, M" in covered  # multi-head series count
+    assert all(c.status != "not available" for c in rep.covered)
+    assert any("square_tiling" in c.claim for c in rep.not_covered)
+    table = md.split("## Claims this grid covers")[1].split("Not covered")[0]
+    assert "square_tiling" not in table and "Not covered by this grid" in md
+
+
+@pytest.mark.parametrize("kind", ["one-row", "skipped-only"])
+def test_a_tiny_database_gets_a_short_report(tmp_path, kind, capsys):
+    db = tmp_path / "t.sqlite"
+    M = 4096 if kind == "one-row" else 16  # M=16 is below flash2's min_M for d=16: skipped
+    run_sweep(Grid(N=(256,), d=(16,), M=(M,), algorithms=("flash2",)), db, jobs=1)
+    assert cli_main(["report", "--db", str(db), "--out", str(tmp_path / "o")]) == 0
+    md = (tmp_path / "o" / "REPORT.md").read_text()
+    assert "## Claims this grid covers" in md
+    if kind == "skipped-only":
+        assert "No configuration ran" in md and "M &lt; min_M" in md
+    else:
+        assert "| 256 | 256 | 16 | 4096 | flash2 |" in md
+    out = capsys.readouterr().out
+    assert "covered claims pass" in out

@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from attnio.core.errors import ParameterError
+from attnio.core.errors import MissingExtraError, ParameterError
 from attnio.experiments.store import (
     COLUMN_NAMES,
     SCHEMA_VERSION,
@@ -18,6 +18,7 @@ from attnio.experiments.store import (
     read_export,
 )
 from attnio.experiments.sweep import Grid, parse_values, run_sweep
+from conftest import block_parquet_engines, needs
 
 
 def _digest(path) -> str:
@@ -148,25 +149,21 @@ def test_export_round_trips(swept, tmp_path, fmt):
     assert all(json.loads(r["tiling"]) for r in back if r["status"] == "ok")
 
 
-def test_parquet_export_round_trips_or_names_the_missing_engine(swept, tmp_path):
+@needs("pandas", "pyarrow")
+def test_parquet_export_round_trips(swept, tmp_path):
     out = tmp_path / "rows.parquet"
-    try:
-        import pyarrow  # noqa: F401
-        have = True
-    except ImportError:
-        try:
-            import fastparquet  # noqa: F401
-            have = True
-        except ImportError:
-            have = False
     with ResultsStore(swept, readonly=True) as st:
-        if not have:
-            with pytest.raises(ParameterError, match="pyarrow"):
-                st.export(out)
-            assert not out.exists()
-            return
         st.export(out)
         assert read_export(out) == st.rows()
+
+
+def test_parquet_export_without_an_engine_names_the_extra(swept, tmp_path, monkeypatch):
+    block_parquet_engines(monkeypatch)
+    out = tmp_path / "rows.parquet"
+    with ResultsStore(swept, readonly=True) as st:
+        with pytest.raises(MissingExtraError, match=r"pip install 'attnio\[parquet\]'"):
+            st.export(out)
+    assert not out.exists()
 
 
 def test_export_rejects_unknown_format(swept, tmp_path):

@@ -29,6 +29,7 @@ from attnio.experiments.sweep import (
     run_config,
     run_sweep,
 )
+from conftest import block_parquet_engines, need
 
 VOLATILE = ("wall_s", "created_at")  # the only columns that differ between two runs
 
@@ -202,7 +203,7 @@ def test_local_pool_gives_the_same_rows(serial_db, tmp_path):
 
 
 def test_dask_local_cluster_gives_the_same_rows(serial_db, tmp_path):
-    distributed = pytest.importorskip("distributed")
+    distributed = need("distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
                                   protocol="tcp",
                                   host="127.0.0.1", dashboard_address=None) as cluster:
@@ -212,8 +213,11 @@ def test_dask_local_cluster_gives_the_same_rows(serial_db, tmp_path):
     assert _stable(_rows(tmp_path / "dask.sqlite")) == _stable(_rows(serial_db))
 
 
-KILL_ARGS = ["--algo", "square_tiling,standard", "--N", "1024:2048:x2", "--d", "32,64",
-             "--M", "1024:16384:x2", "--causal", "true"]
+# count mode runs about a thousand configurations a second: a grid large enough that the kill
+# lands mid-sweep (as soon as the first rows are committed)
+KILL_ARGS = ["--algo", "flash2,flash1", "--N", "256:16384:x2", "--d", "16,64",
+             "--M", "256:1048576:x2", "--causal", "both"]
+KILL_TOTAL = 2 * 7 * 2 * 13 * 2
 
 
 def _count(db) -> int:
@@ -234,9 +238,9 @@ def test_sigkill_mid_sweep_then_restart_loses_and_duplicates_nothing(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen(cmd, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    total = 2 * 2 * 2 * 5
+    total = KILL_TOTAL
     deadline = time.monotonic() + 60
-    while _count(db) < 4 and proc.poll() is None and time.monotonic() < deadline:
+    while _count(db) < 1 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, mid-transaction or not
     proc.wait()
@@ -317,17 +321,15 @@ def test_cli_incompatible_or_foreign_db_is_refused_untouched(tmp_path, capsys, k
     assert code == 2 and not (tmp_path / "x.csv").exists()
 
 
-def test_cli_parquet_without_engine_names_the_extra(tmp_path, capsys):
-    try:
-        import pyarrow  # noqa: F401
-        pytest.skip("pyarrow installed")
-    except ImportError:
-        pass
+def test_cli_parquet_without_engine_names_the_extra(tmp_path, capsys, monkeypatch):
+    block_parquet_engines(monkeypatch)
     db = tmp_path / "r.sqlite"
     run_sweep(Grid(N=(64,), d=(8,), M=(256,), algorithms=("flash2",)), db, jobs=1)
     code, err = _cli(capsys, "sweep", "export", "--db", str(db), "--format", "parquet",
                      "--out", str(tmp_path / "r.parquet"))
-    assert code == 2 and "pyarrow" in err and not (tmp_path / "r.parquet").exists()
+    assert code == 2 and err.count("\n") == 1, err
+    assert "pip install 'attnio[parquet]'" in err
+    assert not (tmp_path / "r.parquet").exists()
 
 
 def test_presets_expand():

@@ -8,8 +8,9 @@ import pytest
 import attnio
 from attnio import reference
 from attnio.core.errors import ParameterError
+from conftest import need
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 from attnio.torch_ops import favor_attention, poly_attention, poly_plan  # noqa: E402
 
 

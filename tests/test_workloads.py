@@ -10,7 +10,7 @@ import pytest
 import attnio
 from attnio.core.errors import ParameterError
 from attnio.core.workload import Shape
-from conftest import exact_attention_names
+from conftest import exact_attention_names, need
 
 ALGS = exact_attention_names()
 WINDOWED = [n for n in ALGS if attnio.algorithms.get(n).supports_window]
@@ -96,7 +96,7 @@ ODD = [(113, 203), (128, 217), (1023, 1024), (239, 1), (799, 3)]
 @pytest.mark.parametrize("Nq,Nkv", ODD)
 @pytest.mark.parametrize("align", ["bottom_right", "top_left"])
 def test_against_pytorch_sdpa(Nq, Nkv, align):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from torch.nn.attention.bias import causal_lower_right
 
     d, Hq, Hkv = 8, 4, 2

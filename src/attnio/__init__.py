@@ -14,6 +14,7 @@ above it load on first use.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from . import algorithms, bounds
@@ -93,7 +94,14 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     if name in _DEPRECATED:
-        return importlib.import_module(f"attnio.{name}")
+        # the alias warns when first imported; say it again at the caller's line (``attnio.sweep``
+        # or ``from attnio import sweep``), where Python's default filters show it
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DeprecationWarning)
+            mod = importlib.import_module(f"attnio.{name}")
+        for w in caught:
+            warnings.warn(w.message, w.category, stacklevel=2)
+        return mod
     raise AttributeError(f"module 'attnio' has no attribute {name!r}")
 
 

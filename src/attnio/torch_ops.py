@@ -34,6 +34,7 @@ from .approx.features import FeatureMap, monomials
 from .approx.poly import polynomial
 from .approx.radius import check_entries, score_radius
 from .core.errors import ParameterError
+from .core.extras import require
 
 __all__ = ["favor_attention", "poly_attention", "poly_plan"]
 
@@ -41,11 +42,7 @@ _ALIGN = ("bottom_right", "top_left")
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError as e:  # pragma: no cover - torch is installed in dev
-        raise ImportError("attnio.torch_ops needs PyTorch: pip install 'attnio[torch]'") from e
-    return torch
+    return require("torch", "torch", "attnio.torch_ops")
 
 
 def _check(q, k, v, is_causal, causal_align):

@@ -29,9 +29,10 @@ through the prefix sums: ``num = U1 W_b + S V,  den = U1 z_b + S 1``, then ``W_b
 load nothing and write zeros.
 
 Closed form.  With ``Qv`` the number of query rows in blocks that see at least one key (= Nq
-without a mask)::
+without a mask) and ``Kv`` the keys some query sees (``Nkv``, or ``min(Nkv, Nq)`` top-left
+aligned: the keys after the last query's diagonal are never loaded)::
 
-    reads  = nb (2 Nkv d + Qv d) + (nb - 1) Qv (d + 1)
+    reads  = nb (2 Kv d + Qv d) + (nb - 1) Qv (d + 1)
     writes = (nb - 1) Qv (d + 1) + Nq d
 
 For nb = 1 (``r (d+1)`` plus the tiles fit in M) this is ``2 (Nq + Nkv) d``, exactly the
@@ -113,9 +114,8 @@ def _fp(d: int, rb: int, Bq: int, Bk: int, causal: bool) -> int:
 
 
 def _visible_rows(shape: Shape, Bq: int) -> int:
-    starts, stops = masks.block_counts(shape.Nq, Bq)
-    hi = masks.visible_hi(shape, stops)
-    return int(np.sum(np.where(hi > 0, stops - starts, 0)))
+    """Rows of the Bq-row blocks whose last row sees a key (no window), in O(log N)."""
+    return masks.covered_sums(shape.Nq, shape.Nkv, Bq, 1, shape.offset, shape.causal).size_seen
 
 
 class ApproxPoly(Algorithm):
@@ -284,7 +284,8 @@ class ApproxPoly(Algorithm):
         d, nb = shape.d, tiling.r_blocks
         assert tiling.Bn is not None
         Qv = _visible_rows(shape, min(tiling.Bn, shape.Nq))
-        reads = nb * (2 * shape.Nkv * d + Qv * d) + (nb - 1) * Qv * (d + 1)
+        keys = kv_visible_hi(shape, shape.Nq)  # keys some row sees (top-left, Nq < Nkv: Nq)
+        reads = nb * (2 * keys * d + Qv * d) + (nb - 1) * Qv * (d + 1)
         if tiling.radius_pass:  # measuring max|q|, max|k| and the row norms: Q and K once
             reads += (shape.Nq + shape.Nkv) * d
         writes = (nb - 1) * Qv * (d + 1) + shape.Nq * d
@@ -323,7 +324,7 @@ class ApproxPoly(Algorithm):
         if off > 0:  # keys every query sees
             for kb in mem.blocks(off, Bn):
                 ctx.absorb(K, V, kb.slice, W, z)
-        for qb in mem.blocks(shape.Nq, Bn, uniform=False):
+        for qb in _alike_blocks(mem, shape, Bn):
             hi = kv_visible_hi(shape, qb.stop)
             if hi == 0:  # no row of the block sees a key: output 0, written once
                 if ctx.last:
@@ -333,6 +334,30 @@ class ApproxPoly(Algorithm):
                 continue
             klo = max(0, qb.start + off)
             ctx.emit(Q, O, qb.slice, W, z, keys=(K, V, slice(klo, hi), qb.start, off))
+
+
+def _alike_blocks(mem: TwoLevelMemory, shape: Shape, Bn: int):
+    """The query blocks of the causal pass, as runs whose bodies move the same words.
+
+    A block's body depends on its position only through its in-block keys
+    ``[max(0, r0 + off), clip(r1 + off, 0, Nkv))``; only the blocks holding row ``-off`` (where
+    that range starts to be clipped at 0) or row ``Nkv - off`` (clipped at Nkv), and the short
+    last block, differ from their neighbours.  Those are iterated one by one; the runs between
+    them are uniform (one executed block each in bulk count mode).
+    """
+    Nq, off = shape.Nq, shape.offset
+    nblk = cdiv(Nq, Bn)
+    edges = {nblk - 1} if Nq % Bn else set()
+    for x in (-off, shape.Nkv - off):
+        if 0 <= x < Nq:
+            edges.add(x // Bn)
+    start = 0
+    for e in sorted(edges) + [nblk]:
+        if e > start:
+            yield from mem.blocks(Nq, Bn, lo=start * Bn, hi=e * Bn)
+        if e < nblk:
+            yield from mem.blocks(Nq, Bn, lo=e * Bn, hi=min(Nq, (e + 1) * Bn), uniform=False)
+        start = e + 1
 
 
 class _Pass:

@@ -109,11 +109,9 @@ class Flash1(Algorithm):
     def _predict(self, shape: Shape, tiling: Flash1Tiling) -> IOCount:
         d, Nq = shape.d, shape.Nq
         if shape.causal:
-            starts, stops = masks.block_counts(shape.Nkv, tiling.Bc)
-            lo, hi = masks.q_ranges(shape, starts, stops)
-            _, _, rows = masks.meeting(lo, hi, tiling.Br, Nq)
-            visits = int(rows.sum())
-            kv_words = int(np.sum(np.where(hi > lo, stops - starts, 0)))
+            s = masks.key_block_sums(Nq, shape.Nkv, tiling.Br, tiling.Bc, shape.offset,
+                                     shape.window)  # O(log N)
+            visits, kv_words = s.width, s.size_seen  # sum_j rows_j, sum_j [vis_j]·Bc_j
         else:  # every key block visits every query row
             visits, kv_words = cdiv(shape.Nkv, tiling.Bc) * Nq, shape.Nkv
         reads = 2 * kv_words * d + visits * (2 * d + 2)
@@ -135,13 +133,14 @@ class Flash1(Algorithm):
             mem.store(zl, ell, qb)
             mem.store(zm, mx, qb)
             mem.free(z, zl, zm)
-        for kb in mem.blocks(shape.Nkv, Bc, uniform=not shape.causal):  # line 5
+        band = masks.Band.keys(shape) if shape.causal else None  # the queries each block meets
+        for kb in mem.blocks(shape.Nkv, Bc, band=band):  # line 5
             qlo, qhi = q_range(shape, kb.start, kb.stop)
             if qhi <= qlo:  # no query sees this block (sliding window): skip it
                 continue
             Kj = mem.load(K, kb, label="K_j")  # line 6
             Vj = mem.load(V, kb, label="V_j")
-            for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi):  # line 7
+            for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi, band=band):  # line 7
                 Qi = mem.load(Q, qb, label="Q_i")  # line 8
                 Oi = mem.load(O, qb, label="O_i")
                 li = mem.load(ell, qb, label="l_i")

@@ -100,7 +100,7 @@ class Flash2(Algorithm):
     def candidate_tilings(self, shape: Shape, M: int):
         d, Nq = shape.d, shape.Nq
         masked = shape.causal
-        out = []
+        out = []  # (Br, Bc, group): tilings are built only for the candidates returned
         for G in _divisors(shape.group):
             br_max = min(Nq, (M - 2 * d) // (G * (2 * d + 3) + 1))
             while br_max >= 1 and self._bc_max(shape, M, br_max, G) < 1:
@@ -128,12 +128,12 @@ class Flash2(Algorithm):
                         bcs.add(c)
                         c *= 2
                     bcs.update({min(bc, Br), min(bc, max(1, Br // 2))})
-                out.extend(Flash2Tiling(Br, c, G) for c in sorted(bcs))
+                out.extend((Br, c, G) for c in sorted(bcs))
         if masked and len(out) > 1:
             return self._least(shape, out)
-        return out
+        return [Flash2Tiling(*c) for c in out]
 
-    def _least(self, shape: Shape, cands: list[Flash2Tiling]) -> list[Flash2Tiling]:
+    def _least(self, shape: Shape, cands: list[tuple[int, int, int]]) -> list[Flash2Tiling]:
         """The candidates of least (I/O, steps), by branch and bound (speed at large N).
 
         With P visible pairs and n_seen rows that see a key, a group of G heads reads at least
@@ -141,19 +141,18 @@ class Flash2(Algorithm):
         exactly in order of that bound until it exceeds the least count found.
         """
         d = shape.d
-        r = np.arange(shape.Nq, dtype=np.int64)
-        lo, hi = masks.kv_ranges(shape, r, r + 1)
-        pall, nseen = int(np.sum(hi - lo)), int(np.sum(hi > lo))
+        rc = masks.row_counts(shape)  # O(1)
+        pall, nseen = rc.pairs, rc.rows1
         keyed = []
-        for t in cands:
-            G = t.group
-            lb = (shape.n_heads // G) * (G * d * nseen + 2 * d * pall / t.Br + G * shape.Nq * d)
-            keyed.append((lb * (1 - 1e-9), t))
+        for Br, Bc, G in cands:
+            lb = (shape.n_heads // G) * (G * d * nseen + 2 * d * pall / Br + G * shape.Nq * d)
+            keyed.append((lb * (1 - 1e-9), Br, Bc, G))
         keyed.sort(key=lambda c: c[0])
         best, scored = None, []
-        for lb, t in keyed:
+        for lb, Br, Bc, G in keyed:
             if best is not None and lb > best[0]:
                 break
+            t = Flash2Tiling(Br, Bc, G)
             key = (self.predict_total(shape, t).total, self.steps(shape, t))
             scored.append((key, t))
             best = key if best is None else min(best, key)
@@ -168,11 +167,10 @@ class Flash2(Algorithm):
         if not shape.causal:  # every block sees every key: the sum has a closed form
             reads = G * shape.Nq * d + 2 * d * shape.Nkv * cdiv(shape.Nq, tiling.Br)
             return IOCount(reads=reads, writes=G * shape.Nq * d)
-        starts, stops = masks.block_counts(shape.Nq, tiling.Br)
-        lo, hi = masks.kv_ranges(shape, starts, stops)
-        _, _, cov = masks.meeting(lo, hi, tiling.Bc, shape.Nkv)
-        seen = hi > lo
-        reads = int(np.sum(np.where(seen, G * (stops - starts) * d + 2 * d * cov, 0)))
+        # O(log N): sum_i [seen_i]·rows_i and sum_i cov_i (cov_i = 0 where block i sees nothing)
+        s = masks.query_block_sums(shape.Nq, shape.Nkv, tiling.Br, tiling.Bc, shape.offset,
+                                   shape.window)
+        reads = G * d * s.size_seen + 2 * d * s.width
         return IOCount(reads=reads, writes=G * shape.Nq * d)
 
     def _predict(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:
@@ -216,7 +214,8 @@ class Flash2(Algorithm):
         """Query heads ``Qs`` (one group) against one K/V head: each K/V tile is loaded once for
         the whole group.  ``lse`` (optional) receives each row's logsumexp, for the backward."""
         d = shape.d
-        for qb in mem.blocks(shape.Nq, tiling.Br, uniform=not shape.causal):
+        band = masks.Band.queries(shape) if shape.causal else None  # the keys each block sees
+        for qb in mem.blocks(shape.Nq, tiling.Br, band=band):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             if hi <= lo:  # every row of the block is masked: its output is 0
                 for g, O in enumerate(Os):
@@ -236,7 +235,7 @@ class Flash2(Algorithm):
                 l = mem.alloc((qb.size,), 0.0, label="l_i")
                 t = mem.alloc((qb.size,), 0.0, label="tmp")
                 heads.append((Qi, Oi, m, l, t))
-            for kb in mem.blocks(shape.Nkv, tiling.Bc, lo=lo, hi=hi):
+            for kb in mem.blocks(shape.Nkv, tiling.Bc, lo=lo, hi=hi, band=band):
                 Kj = mem.load(K, kb, label="K_j")
                 Vj = mem.load(V, kb, label="V_j")
                 for Qi, Oi, m, l, t in heads:

@@ -98,17 +98,12 @@ class Flash2Backward:
             br *= 2
         return out
 
-    def _visible(self, shape: Shape, t: BackwardTiling):
-        starts, stops = masks.block_counts(shape.Nkv, t.Bc)
-        lo, hi = masks.q_ranges(shape, starts, stops)
-        _, _, rows = masks.meeting(lo, hi, t.Br, shape.Nq)
-        return stops - starts, hi > lo, rows
-
     def predict(self, shape: Shape, t: BackwardTiling) -> IOCount:
         d, g, Nq = shape.d, shape.group, shape.Nq
-        size, vis, rows = self._visible(shape, t)
-        R = int(rows.sum())
-        reads = g * 2 * Nq * d + 2 * d * int(np.sum(np.where(vis, size, 0))) + g * (3 * d + 2) * R
+        s = masks.key_block_sums(Nq, shape.Nkv, t.Br, t.Bc, shape.offset, shape.window,
+                                 shape.causal)
+        R = s.width  # sum_j rows_j, in O(log N)
+        reads = g * 2 * Nq * d + 2 * d * s.size_seen + g * (3 * d + 2) * R
         writes = g * Nq + g * Nq * d + 2 * shape.Nkv * d + g * d * R
         return IOCount(reads, writes).scaled(shape.n_kv_heads)
 
@@ -173,7 +168,8 @@ class Flash2Backward:
                 z = mem.alloc((qb.size, d), 0.0, label="dQ_init")
                 mem.store(z, qv["dQ"][g], qb)
                 mem.free(z)
-        for kb in mem.blocks(Nkv, Bc, uniform=not shape.causal):
+        band = masks.Band.keys(shape) if shape.causal else None  # the queries each block meets
+        for kb in mem.blocks(Nkv, Bc, band=band):
             qlo, qhi = q_range(shape, kb.start, kb.stop)
             dKj = mem.alloc((kb.size, d), 0.0, label="dK_j")
             dVj = mem.alloc((kb.size, d), 0.0, label="dV_j")
@@ -181,7 +177,7 @@ class Flash2Backward:
                 Kj = mem.load(kv["K"], kb, label="K_j")
                 Vj = mem.load(kv["V"], kb, label="V_j")
                 for g in range(len(qv["Q"])):
-                    for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi):
+                    for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi, band=band):
                         Qi = mem.load(qv["Q"][g], qb, label="Q_i")
                         dOi = mem.load(qv["dO"][g], qb, label="dO_i")
                         Li = mem.load(qv["L"][g], qb, label="L_i")

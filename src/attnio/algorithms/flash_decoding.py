@@ -5,15 +5,16 @@ FlashDecoding splits the keys into ``splits`` ranges processed independently; ea
 partial output and its logsumexp to slow memory, and a reduction combines them.  Under the
 sequential I/O model the split buys no I/O, it costs some: this module counts exactly how much.
 
-Schedule, per head and query block i (Br rows), with the keys cut into ``splits`` ranges of
-``L = ceil(Nkv/splits)`` keys::
+Schedule, per head, with the keys cut into ``splits`` ranges of ``L = ceil(Nkv/splits)`` keys
+(as a GPU runs the splits in parallel, then the reduction)::
 
-    for each split p that block i sees (keys [lo, hi) of the split after the mask):
+    for each split p, each query block i (Br rows) that sees some key of p ([lo, hi) after the mask):
         load Q_i;  O = 0, m = -inf, l = 0           # FlashAttention-2 over the split's keys,
         for each Bc block of the split meeting [lo, hi): load K_j, V_j; online softmax update
         write O_p = O / l  (Br·d words) and lse_p = m + log l  (Br words)
-    reduction: for each such split: load O_p, lse_p and fold them (online softmax over splits)
-    write O_i
+    for each query block i:  # the reduction
+        for each split p it sees: load O_p, lse_p and fold them (online softmax over splits)
+        write O_i
 
 With ``splits = 1`` there is nothing to reduce: the partial is the output, written once, and the
 schedule is FlashAttention-2's.
@@ -130,23 +131,14 @@ class FlashDecoding(Algorithm):
                 return IOCount(shape.Nq * d + 2 * d * cov * Tr, shape.Nq * d)
             reads = nsplit * shape.Nq * d + 2 * d * cov * Tr + nsplit * shape.Nq * (d + 1)
             return IOCount(reads, nsplit * shape.Nq * (d + 1) + shape.Nq * d)
-        starts, stops = masks.block_counts(shape.Nq, tiling.Br)
-        rows = stops - starts
-        lo, hi = masks.kv_ranges(shape, starts, stops)
-        n_vis = np.zeros_like(rows)
-        cov = np.zeros_like(rows)
-        for p in range(cdiv(shape.Nkv, L)):
-            p0, p1 = p * L, min(shape.Nkv, (p + 1) * L)
-            slo, shi = np.maximum(lo, p0) - p0, np.minimum(hi, p1) - p0
-            _, _, width = masks.meeting(slo, shi, Bc, p1 - p0)
-            n_vis += shi > slo
-            cov += width
-        seen = hi > lo
-        if s == 1:
-            reads = int(np.sum(np.where(seen, rows * d + 2 * d * cov, 0)))
-            return IOCount(reads, shape.Nq * d)
-        reads = int(np.sum(n_vis * rows * d + 2 * d * cov + n_vis * rows * (d + 1)))
-        writes = int(np.sum(n_vis * rows * (d + 1))) + shape.Nq * d
+        if s == 1:  # one split: flash2's count, O(log N)
+            q = masks.query_block_sums(shape.Nq, shape.Nkv, tiling.Br, Bc, shape.offset,
+                                       shape.window)
+            return IOCount(q.size_seen * d + 2 * d * q.width, shape.Nq * d)
+        # O(min(#splits, #query blocks)·log N)
+        ss = masks.split_sums(shape.Nq, shape.Nkv, tiling.Br, Bc, s, shape.offset, shape.window)
+        reads = ss.rows_n_vis * d + 2 * d * ss.cov + ss.rows_n_vis * (d + 1)
+        writes = ss.rows_n_vis * (d + 1) + shape.Nq * d
         return IOCount(reads, writes)
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
@@ -154,53 +146,31 @@ class FlashDecoding(Algorithm):
         d, Nq, s = shape.d, shape.Nq, tiling.splits
         L = cdiv(shape.Nkv, s)
         nsplit = cdiv(shape.Nkv, L)
-        if s > 1:
-            Op = mem.scratch("O_part", (nsplit * Nq, d))
-            Lp = mem.scratch("lse_part", (nsplit * Nq,))
-        for qb in mem.blocks(Nq, tiling.Br, uniform=not shape.causal):
+        band = masks.Band.queries(shape) if shape.causal else None  # the keys each block sees
+        if s == 1:  # one split: the partial is the output
+            self._split(mem, Q, K, V, O, None, shape=shape, tiling=tiling, scale=scale, band=band,
+                        sp=Block(0, 0, shape.Nkv))
+            return
+        Op = mem.scratch("O_part", (nsplit * Nq, d))
+        Lp = mem.scratch("lse_part", (nsplit * Nq,))
+        # the splits' partials, each split against the query blocks that see part of it (the
+        # body depends on the split's position: iterated split by split)
+        for sp in mem.blocks(shape.Nkv, L, uniform=not shape.causal):
+            self._split(mem, Q, K, V, Op, Lp, shape=shape, tiling=tiling, scale=scale, band=band,
+                        sp=sp)
+        # the reduction: each query block folds the partials of the splits it sees
+        for qb in mem.blocks(Nq, tiling.Br, band=band):
             lo, hi = kv_range(shape, qb.start, qb.stop)
-            visible = []
-            for sp in mem.blocks(shape.Nkv, L, uniform=False):
-                slo, shi = max(lo, sp.start), min(hi, sp.stop)
-                if shi <= slo:
-                    continue
-                visible.append(sp)
-                Qi = mem.load(Q, qb, label="Q_i")
-                Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
-                m = mem.alloc((qb.size,), -np.inf, label="m_i")
-                l = mem.alloc((qb.size,), 0.0, label="l_i")
-                t = mem.alloc((qb.size,), 0.0, label="tmp")
-                Ks, Vs = mem.view(K, sp.slice), mem.view(V, sp.slice)
-                for kb in mem.blocks(sp.size, tiling.Bc, lo=slo - sp.start, hi=shi - sp.start):
-                    Kj = mem.load(Ks, kb, label="K_j")
-                    Vj = mem.load(Vs, kb, label="V_j")
-                    S = mem.alloc((qb.size, kb.size), label="S_ij")
-                    mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
-                    absolute = Block(kb.index, kb.start + sp.start, kb.stop + sp.start)
-                    K_.mask_tile(mem, S, shape, qb, absolute)
-                    mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj, writes=5)
-                    mem.free(S, Kj, Vj)
-                mem.compute(K_.normalise_rows, Oi, l, writes=1)
-                if s == 1:
-                    mem.store(Oi, O, qb)
-                else:
-                    rows = slice(sp.index * Nq + qb.start, sp.index * Nq + qb.stop)
-                    mem.compute(K_.logsumexp, t, m, l, writes=1)
-                    mem.store(Oi, Op, rows)
-                    mem.store(t, Lp, rows)
-                mem.free(Qi, Oi, m, l, t)
-            if not visible:  # every row of the block is masked: its output is 0
+            if hi <= lo:  # every row of the block is masked: its output is 0
                 z = mem.alloc((qb.size, d), 0.0, label="O_i")
                 mem.store(z, O, qb)
                 mem.free(z)
-                continue
-            if s == 1:
                 continue
             acc = mem.alloc((qb.size, d), 0.0, label="O_i")
             m = mem.alloc((qb.size,), -np.inf, label="m_i")
             l = mem.alloc((qb.size,), 0.0, label="l_i")
             t = mem.alloc((qb.size,), 0.0, label="tmp")
-            for sp in visible:  # the reduction
+            for sp in mem.blocks(shape.Nkv, L, lo=lo, hi=hi, band=band):  # the visible splits
                 rows = slice(sp.index * Nq + qb.start, sp.index * Nq + qb.stop)
                 Opt = mem.load(Op, rows, label="O_p")
                 lse = mem.load(Lp, rows, label="lse_p")
@@ -209,6 +179,47 @@ class FlashDecoding(Algorithm):
             mem.compute(K_.normalise_rows, acc, l, writes=1)
             mem.store(acc, O, qb)
             mem.free(acc, m, l, t)
+
+    def _split(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+               O: SlowArray, Lp: SlowArray | None, *, shape: Shape, tiling: SplitKVTiling,
+               scale: float, band: masks.Band | None, sp: Block) -> None:
+        """One split's partial outputs (and logsumexps into ``Lp``), or, with ``Lp`` None (one
+        split), the output itself (zeros for query blocks that see no key)."""
+        d, Nq = shape.d, shape.Nq
+        sband = None if band is None else band.within(sp.start, sp.stop)
+        Ks, Vs = mem.view(K, sp.slice), mem.view(V, sp.slice)
+        for qb in mem.blocks(Nq, tiling.Br, band=sband):
+            lo, hi = kv_range(shape, qb.start, qb.stop)
+            slo, shi = max(lo, sp.start) - sp.start, min(hi, sp.stop) - sp.start
+            if shi <= slo:  # the block sees no key of this split
+                if Lp is None:  # nor any other: its output is 0
+                    z = mem.alloc((qb.size, d), 0.0, label="O_i")
+                    mem.store(z, O, qb)
+                    mem.free(z)
+                continue
+            Qi = mem.load(Q, qb, label="Q_i")
+            Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
+            m = mem.alloc((qb.size,), -np.inf, label="m_i")
+            l = mem.alloc((qb.size,), 0.0, label="l_i")
+            t = mem.alloc((qb.size,), 0.0, label="tmp")
+            for kb in mem.blocks(sp.size, tiling.Bc, lo=slo, hi=shi, band=sband):
+                Kj = mem.load(Ks, kb, label="K_j")
+                Vj = mem.load(Vs, kb, label="V_j")
+                S = mem.alloc((qb.size, kb.size), label="S_ij")
+                mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
+                absolute = Block(kb.index, kb.start + sp.start, kb.stop + sp.start)
+                K_.mask_tile(mem, S, shape, qb, absolute)
+                mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj, writes=5)
+                mem.free(S, Kj, Vj)
+            mem.compute(K_.normalise_rows, Oi, l, writes=1)
+            if Lp is None:
+                mem.store(Oi, O, qb)
+            else:
+                rows = slice(sp.index * Nq + qb.start, sp.index * Nq + qb.stop)
+                mem.compute(K_.logsumexp, t, m, l, writes=1)
+                mem.store(Oi, O, rows)
+                mem.store(t, Lp, rows)
+            mem.free(Qi, Oi, m, l, t)
 
 
 @functools.lru_cache(maxsize=256)

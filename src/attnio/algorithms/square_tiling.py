@@ -81,7 +81,9 @@ True
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -152,12 +154,32 @@ def _fp2(br2: int, bk2: int, bd2: int, stable: bool) -> int:
     return max(br2 * bd2 + bk2 * (br2 + bd2), br2 * bd2 + br2)
 
 
-def _ladder(total: int, vmax: int) -> list[int]:
+@functools.lru_cache(maxsize=1024)
+def _divisors(n: int) -> tuple[int, ...]:
+    """The divisors of n >= 1, ascending, in O(sqrt(n))."""
+    small, large, i = [], [], 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i != n // i:
+                large.append(n // i)
+        i += 1
+    return tuple(small + large[::-1])
+
+
+def _largest_divisor(n: int, k: int) -> int:
+    """The largest divisor of n that is <= k (k >= 1)."""
+    ds = _divisors(n)
+    return ds[bisect.bisect_right(ds, k) - 1]
+
+
+@functools.lru_cache(maxsize=1024)
+def _ladder(total: int, vmax: int) -> tuple[int, ...]:
     """Block sizes worth trying in [1, min(total, vmax)]: a geometric spread and the largest few,
-    each snapped down to the smallest size with the same number of blocks."""
+    each snapped down to the smallest size with the same number of blocks (cached)."""
     vmax = min(total, vmax)
     if vmax < 1:
-        return []
+        return ()
     vals = {vmax}
     b = 1.0
     while b <= vmax:
@@ -171,10 +193,18 @@ def _ladder(total: int, vmax: int) -> list[int]:
         if 1 <= v <= vmax:
             out.add(v)
             out.add(cdiv(total, cdiv(total, v)))
-    return sorted(out)
+    return tuple(sorted(out))
 
 
 # ---------------------------------------------------------------------- closed forms
+@functools.lru_cache(maxsize=8192)
+def _covered(shape: Shape, B: int, S: int) -> masks.BlockSums:
+    """Sums over the B-row blocks of ``n_i = ceil(hi_i/S)``, ``w_i = min(Nkv, n_i·S)`` (hi_i from
+    the block's last row, no window; n_i = w_i = 0 where hi_i = 0): O(log N), cached because the
+    candidate tilings the search scores repeat (B, S) pairs."""
+    return masks.covered_sums(shape.Nq, shape.Nkv, B, S, shape.offset)
+
+
 def _phase1_io(shape: Shape, Br: int, Bc: int, order: str, stable: bool) -> tuple[int, int]:
     d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
     if not shape.causal:
@@ -183,14 +213,10 @@ def _phase1_io(shape: Shape, Br: int, Bc: int, order: str, stable: bool) -> tupl
         reads = q + Tr * Nkv * d
         writes = Nq * Nkv + Nq + (Tc * Nq if stable else 0)
         return reads, writes
-    starts, stops = masks.block_counts(Nq, Br)
-    r = stops - starts
-    hi = masks.visible_hi(shape, stops)
-    n, w = masks.covered(hi, Bc, Nkv)
-    seen = hi > 0
-    q = r * d if order == "row" else n * r * d
-    reads = int(np.sum(np.where(seen, q + w * d, 0)))
-    writes = int(np.sum(r * w)) + Nq + (int(np.sum(n * r)) if stable else 0)
+    s = _covered(shape, Br, Bc)  # hi_i only (no window), O(log N)
+    q = s.size_seen * d if order == "row" else s.size_count * d
+    reads = q + s.width * d
+    writes = s.size_width + Nq + (s.size_count if stable else 0)
     return reads, writes
 
 
@@ -204,16 +230,11 @@ def _phase2_io(shape: Shape, Br2: int, Bk2: int, Bd2: int, Bc: int,
         if stable:
             reads += Td * cdiv(Nkv, Bc) * Nq
         return reads, Nq * d
-    starts, stops = masks.block_counts(Nq, Br2)
-    r = stops - starts
-    hi = masks.visible_hi(shape, stops)
-    _, w = masks.covered(hi, Bk2, Nkv)
-    seen = hi > 0
-    per = Td * r + Td * r * w + w * d
+    s = _covered(shape, Br2, Bk2)  # O(log N)
+    reads = Td * s.size_seen + Td * s.size_width + s.width * d
     if stable:
-        nc, _ = masks.covered(hi, Bc, Nkv)
-        per = per + Td * nc * r
-    return int(np.sum(np.where(seen, per, 0))), Nq * d
+        reads += Td * _covered(shape, Br2, Bc).size_count
+    return reads, Nq * d
 
 
 class SquareTiling(Algorithm):
@@ -298,9 +319,10 @@ class SquareTiling(Algorithm):
                         out.append((br, c, bd, order))
         return out
 
-    def _phase2_candidates(self, shape: Shape, M: int, stable: bool, bc: int):
+    def _phase2_ladder(self, shape: Shape, M: int, stable: bool) -> list[tuple[int, int, list]]:
+        """(bd2, br2, key-slice sizes to try) per head-dimension slice: what Phase 2's candidates
+        are built from before the stable variant snaps Bk2 to a divisor of Bc."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        bc_eff = min(bc, Nkv)
         e = 2 if stable else 0
         out = []
         for bd2 in _ladder(d, (M - 1 - e) // 2):
@@ -314,40 +336,155 @@ class SquareTiling(Algorithm):
                 continue
             ks = ({kmax} if not shape.causal
                   else {kmax, 1, *(2 ** i for i in range(kmax.bit_length()))})
-            for k in sorted(ks):
-                if k > kmax:
-                    continue
-                if stable and bc_eff < Nkv:
-                    k = max(x for x in range(1, k + 1) if bc_eff % x == 0) if k > 1 else 1
-                if _fp2(br2, k, bd2, stable) <= M:
-                    out.append((br2, k, bd2))
-        return sorted(set(out))
+            out.append((bd2, br2, sorted(k for k in ks if k <= kmax)))
+        return out
+
+    def _phase2_candidates(self, shape: Shape, M: int, stable: bool, bc: int,
+                           ladder: list | None = None):
+        """Phase 2's (Br2, Bk2, Bd2) choices for a Phase 1 of key blocks ``bc``, sorted."""
+        ladder = self._phase2_ladder(shape, M, stable) if ladder is None else ladder
+        snap: dict[int, int] = {}
+        return sorted((br2, k, bd2) for bd2, br2, ks in ladder
+                      for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snap))
+
+    @staticmethod
+    def _slices(shape: Shape, M: int, stable: bool, bc: int, br2: int, bd2: int, ks: list,
+                snap: dict) -> list[int]:
+        """The key-slice sizes Bk2 of one (Br2, Bd2) choice, ascending: the stable variant
+        snaps each to the largest divisor of Bc below it; those whose tiles fit in M."""
+        bc_eff = min(bc, shape.Nkv)
+        out = set()
+        for k in ks:
+            if stable and bc_eff < shape.Nkv:
+                if k not in snap:
+                    snap[k] = _largest_divisor(bc_eff, k)
+                k = snap[k]
+            if _fp2(br2, k, bd2, stable) <= M:
+                out.add(k)
+        return sorted(out)
 
     def _search(self, shape: Shape, M: int, stable: bool) -> list[SquareTilingTiling]:
-        """Every (Phase 1 x Phase 2) combination worth scoring, best Phase-1 choices first."""
+        """The least of every (Phase 1 x Phase 2) combination worth scoring (the best Phase-1
+        choices, each with every Phase-2 choice, then the paper's tiling), in that order: the
+        combinations of least I/O with a mask (:meth:`_least`), the first of least (I/O, steps)
+        without (:meth:`_least_unmasked`).  The combinations are never listed: a Phase-2 choice
+        is (Br2, Bd2) with its key slices Bk2 (:meth:`_slices`), expanded only when scored."""
         p1 = self._phase1_candidates(shape, M, stable)
         if shape.causal and len(p1) > 24:
-            # a causal count costs O(N/Br) to evaluate: pre-rank by the O(1) unmasked count
-            # (the mask keeps about half of every tiling's tiles) and score the best 24 exactly
+            # pre-rank by the O(1) unmasked count (the mask keeps about half of every tiling's
+            # tiles) and score the best 24 exactly
             plain = shape.unmasked()
             p1 = sorted(p1, key=lambda c: (sum(_phase1_io(plain, c[0], c[1], c[3], stable)),
                                            cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))[:24]
-        scored = sorted(p1, key=lambda c: (sum(_phase1_io(shape, c[0], c[1], c[3], stable)),
-                                           cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))
+        exact = {c: sum(_phase1_io(shape, c[0], c[1], c[3], stable)) for c in p1}
+        scored = sorted(p1, key=lambda c: (exact[c], cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))
         # the stable variant couples the phases through Bc (the per-tile maxima): keep a few
         top = scored[:12] if stable else scored[:1]
-        out = []
-        seen_bc = {}
-        for br, bc, bd, order in top:
-            key = min(bc, shape.Nkv)
-            if key not in seen_bc:
-                seen_bc[key] = self._phase2_candidates(shape, M, stable, bc)
-            for br2, bk2, bd2 in seen_bc[key]:
-                out.append(SquareTilingTiling(br, bc, bd, br2, bk2, bd2, order, stable))
+        groups = [(c, exact[c]) for c in top]  # (phase 1 choice, its exact Phase-1 count)
+        ladder = self._phase2_ladder(shape, M, stable)
         paper = self.paper_tiling(shape, M, stable)
-        if self.footprint(shape, paper) <= M:
-            out.append(paper)
+        if self.footprint(shape, paper) > M:
+            paper = None
+        if shape.causal:
+            return self._least(shape, M, stable, groups, ladder, paper)
+        return self._least_unmasked(shape, M, stable, groups, ladder, paper)
+
+    def _least_unmasked(self, shape: Shape, M: int, stable: bool, groups: list, ladder: list,
+                        paper: SquareTilingTiling | None) -> list[SquareTilingTiling]:
+        """The first combination of least (I/O, steps), in the order of the full list.
+
+        Unmasked, Phase 2's count does not depend on Bk2 and the count is a Phase-1 term plus a
+        Phase-2 term that depends on Phase 1 only through Bc (the stable maxima): each
+        (group, Br2, Bd2) is scored with plain integers, and only those of least count are
+        expanded into their key slices to compare steps.  Every combination fits in M by
+        construction (each phase's footprint was checked, and clamping only shrinks it).
+        """
+        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+        scored = []
+        for g, ((_, bc, _, _), e1) in enumerate(groups):
+            tc = cdiv(Nkv, bc) * Nq if stable else 0
+            for e, (bd2, br2, _) in enumerate(ladder):
+                td = -(-d // bd2)
+                total = e1 + td * (Nq + Nq * Nkv + tc) + (-(-Nq // br2)) * Nkv * d + Nq * d
+                scored.append((total, g, e))
+        scored.sort()
+        best_key, best_at = None, None
+        snaps: dict[int, dict] = {}
+        for total, g, e in scored:
+            if best_key is not None and total > best_key[0]:
+                break
+            (br, bc, bd, _), _ = groups[g]
+            bd2, br2, ks = ladder[e]
+            s1 = cdiv(Nq, br) * cdiv(Nkv, bc) * cdiv(d, bd)
+            td = -(-d // bd2)
+            for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snaps.setdefault(bc, {})):
+                key = (total, s1 + (-(-Nq // br2)) * td * (-(-Nkv // k)))
+                at = (g, br2, k, bd2)  # the combination's place in the full list
+                if best_key is None or key < best_key or (key == best_key and at < best_at):
+                    best_key, best_at = key, at
+        out = []
+        if best_at is not None:
+            g, br2, k, bd2 = best_at
+            (br, bc, bd, order), _ = groups[g]
+            out = [SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable)]
+        if paper is not None:  # last in the list: chosen only when strictly better
+            key = (self._predict(shape, paper).total, self.steps(shape, paper))
+            if best_key is None or key < best_key:
+                out = [paper]
         return out
+
+    def _least(self, shape: Shape, M: int, stable: bool, groups: list, ladder: list,
+               paper: SquareTilingTiling | None) -> list[SquareTilingTiling]:
+        """The combinations of least I/O, in the order the full list would have them (so
+        :meth:`search` breaks ties by steps exactly as over the whole list), by branch and
+        bound: a causal plan at N = 10^9 in milliseconds.
+
+        Phase 1 is scored exactly (O(log N)); Phase 2 is bounded below by its count with the
+        key slices shrunk to single keys: block i of Br2 rows (r_i of them) sees keys [0, hi_i),
+        and ``w_i >= hi_i``, ``nc_i >= hi_i/Bc``, so with ``H = sum_i r_i·hi_i`` and
+        ``h = sum_i hi_i`` (one O(log N) sum per Br2) Phase 2 moves at least
+        ``Td·sum_i [seen_i]·r_i + Td·H + d·h (+ Td·ceil(H/Bc) stable) + Nq·d`` words, whatever
+        Bk2.  Each (group, Br2, Bd2) is bounded once; they are expanded into their key slices
+        and scored exactly in order of the bound until it exceeds the least count found.
+        """
+        d, Nq = shape.d, shape.Nq
+        sums: dict[int, masks.BlockSums] = {}
+
+        def lower(e1: int, br2: int, bd2: int, bc: int) -> int:
+            if br2 not in sums:
+                sums[br2] = _covered(shape, br2, 1)  # hi_i itself: width 1 slices
+            s = sums[br2]
+            td = -(-d // bd2)
+            extra = -(-s.size_width // bc) if stable else 0
+            return e1 + td * (s.size_seen + s.size_width + extra) + d * s.width + Nq * d
+
+        buckets = [(lower(e1, br2, bd2, c[1]), g, e) for g, (c, e1) in enumerate(groups)
+                   for e, (bd2, br2, _) in enumerate(ladder)]
+        if paper is not None:
+            e1 = sum(_phase1_io(shape, paper.Br, paper.Bc, paper.order, paper.stable))
+            buckets.append((lower(e1, paper.Br2, paper.Bd2, paper.Bc), len(groups), -1))
+        buckets.sort()
+        best, scored = None, []
+        snaps: dict[int, dict] = {}
+        for lb, g, e in buckets:
+            if best is not None and lb > best:
+                break
+            if g == len(groups):
+                members = [((g,), paper)]
+            else:
+                (br, bc, bd, order), _ = groups[g]
+                bd2, br2, ks = ladder[e]
+                members = [((g, br2, k, bd2),
+                            SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable))
+                           for k in self._slices(shape, M, stable, bc, br2, bd2, ks,
+                                                 snaps.setdefault(bc, {}))]
+            for at, t in members:
+                if self.footprint(shape, t) > M:
+                    continue
+                tot = self._predict(shape, t).total  # per head, as the bound
+                scored.append((at, tot, t))
+                best = tot if best is None else min(best, tot)
+        return [t for at, tot, t in sorted(scored, key=lambda c: c[0]) if tot == best]
 
     def candidate_tilings(self, shape: Shape, M: int,
                           stable: bool = True) -> list[SquareTilingTiling]:
@@ -434,8 +571,8 @@ class SquareTiling(Algorithm):
                 rowvec: SlowArray, mx: SlowArray | None, shape: Shape, t: SquareTilingTiling,
                 scale: float) -> None:
         d, Nq, Nkv, off = shape.d, shape.Nq, shape.Nkv, shape.offset
-        causal = shape.causal
-        for ib in mem.blocks(Nq, t.Br, uniform=not causal):
+        band = masks.Band.queries(shape) if shape.causal else None  # keys [0, hi) per block
+        for ib in mem.blocks(Nq, t.Br, band=band):
             hi = kv_visible_hi(shape, ib.stop)
             if t.stable:
                 m = mem.alloc((ib.size,), -np.inf, label="m_i")
@@ -446,7 +583,7 @@ class SquareTiling(Algorithm):
                 l = mem.alloc((ib.size,), 0.0, label="l_i")
                 vecs = (l,)
             Qi = mem.load(Q, ib, label="Q_i") if (t.order == "row" and hi > 0) else None
-            for jb in mem.blocks(Nkv, t.Bc, hi=hi):
+            for jb in mem.blocks(Nkv, t.Bc, hi=hi, band=band):
                 S = mem.alloc((ib.size, jb.size), 0.0, label="S_ij")
                 for lb in mem.blocks(d, t.Bd):
                     Kt = mem.load(K, jb, lb, label="K_jl")
@@ -489,8 +626,8 @@ class SquareTiling(Algorithm):
     def _phase2(self, mem: TwoLevelMemory, V: SlowArray, A: SlowArray, rowvec: SlowArray,
                 mx: SlowArray | None, O: SlowArray, shape: Shape, t: SquareTilingTiling) -> None:
         d, Nq, Nkv, off = shape.d, shape.Nq, shape.Nkv, shape.offset
-        causal = shape.causal
-        for ib in mem.blocks(Nq, t.Br2, uniform=not causal):
+        band = masks.Band.queries(shape) if shape.causal else None  # keys [0, hi) per block
+        for ib in mem.blocks(Nq, t.Br2, band=band):
             hi = kv_visible_hi(shape, ib.stop)
             for db in mem.blocks(d, t.Bd2):
                 Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
@@ -500,17 +637,18 @@ class SquareTiling(Algorithm):
                     continue
                 if t.stable:
                     g = mem.load(rowvec, ib, label="g_i")
-                    for cb in mem.blocks(Nkv, t.Bc, hi=hi, uniform=not causal):
+                    for cb in mem.blocks(Nkv, t.Bc, hi=hi, band=band):
                         c0 = cb.index * Nq
                         w = mem.load(mx, slice(c0 + ib.start, c0 + ib.stop), label="m_ij")
                         mem.compute(_weights, w, g, writes=1)  # w = exp(m_ij - g_i)
-                        for kb in mem.blocks(Nkv, t.Bk2, lo=cb.start, hi=min(cb.stop, hi)):
+                        # the Bk2 slices of [0, hi) inside cb (Bk2 divides Bc)
+                        for kb in mem.blocks(Nkv, t.Bk2, hi=hi, band=band, within=cb):
                             self._accumulate(mem, A, V, Oc, w, ib, kb, db, shape, off)
                         mem.free(w)
                     mem.store(Oc, O, ib, db)
                     mem.free(Oc, g)
                 else:
-                    for kb in mem.blocks(Nkv, t.Bk2, hi=hi):
+                    for kb in mem.blocks(Nkv, t.Bk2, hi=hi, band=band):
                         self._accumulate(mem, A, V, Oc, None, ib, kb, db, shape, off)
                     l = mem.load(rowvec, ib, label="l_i")
                     r0 = ib.start

@@ -84,11 +84,11 @@ class Standard(Algorithm):
     def _dims(self, shape: Shape, t: StandardTiling) -> tuple[int, int, int]:
         return min(t.bm, shape.Nq), min(t.bn, shape.Nkv), min(t.bk, shape.d)
 
-    def _row_widths(self, shape: Shape, t: StandardTiling):
-        starts, stops = masks.block_counts(shape.Nq, t.bm)
-        lo, hi = masks.kv_ranges(shape, starts, stops)
-        nvis, _, cov = masks.meeting(lo, hi, t.bn, shape.Nkv)
-        return stops - starts, nvis, cov
+    def _row_sums(self, shape: Shape, t: StandardTiling) -> masks.BlockSums:
+        """Sums over the bm-row blocks of rows_i·n_i, cov_i and rows_i·cov_i (n_i, cov_i: number
+        and width of the bn key blocks block i sees), in O(log N)."""
+        return masks.query_block_sums(shape.Nq, shape.Nkv, t.bm, t.bn, shape.offset,
+                                      shape.window, shape.causal)
 
     def footprint(self, shape: Shape, tiling: StandardTiling) -> int:
         bm, bn, bk = self._dims(shape, tiling)
@@ -115,51 +115,75 @@ class Standard(Algorithm):
 
     def _masked_candidates(self, shape: Shape, M: int, sides: list[int], bks: list[int]):
         """The least-(I/O, steps) tilings of the full (bk, bm, bn, onepass) grid, by branch and
-        bound (the planner needs N = 2^20 fast; the exact count costs O(Nq/bm) per tiling).
+        bound (the planner needs N = 10^9 in milliseconds).
 
         With P the visible (query, key) pairs, every tiling moves at least
         ``d·P/bn + 2d·P/bm + (p + Tk + 2)·P + Nq·d`` words (area >= P, n_i·bn >= cov_i,
         sum_i cov_i >= P/bm, from the closed form above); tilings are scored exactly in order of
-        that lower bound until it exceeds the best count found, and the tilings attaining the
-        least count are returned.
+        that lower bound (ties in grid order) until it exceeds the best count found, and the
+        tilings attaining the least count are returned.
+
+        The grid is walked lazily: for each (bk, bm, onepass) the bound falls as bn grows, so
+        its points come in bound order from the largest bn whose matmul (and two-pass) tiles fit
+        down; a heap merges these runs.  A point's footprint is checked only when it is reached
+        (the one-pass width costs O(log N)), so the grid is never built.
         """
+        import bisect
+        import heapq
+
         Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
         # widest visible row block is the last one (cov.max = Nkv) unless a window or a top-left
         # diagonal with Nkv > Nq narrows it: then ask footprint
         simple = shape.window is None and (shape.causal_align == "bottom_right" or Nkv <= Nq)
-        r = np.arange(Nq, dtype=np.int64)
-        lo, hi = masks.kv_ranges(shape, r, r + 1)
-        pall = int(np.sum(hi - lo))
-        cands = []
-        for bk in bks:
+        pall = masks.row_counts(shape).pairs  # O(1)
+        ns = len(sides)
+        heap = []
+        for ik, bk in enumerate(bks):
             bkc, tk = min(bk, d), cdiv(d, bk)
-            for bm in sides:
+            for im, bm in enumerate(sides):
                 bmc = min(bm, Nq)
-                for bn in sides:
-                    bnc = min(bn, Nkv)
-                    mm = bmc * bnc + bmc * bkc + bnc * bkc
-                    for onepass in (False, True):
-                        t = StandardTiling(bm, bn, bk, onepass)
-                        if not onepass:
-                            fp = max(mm, bmc * bnc + 3 * bmc)
-                        elif simple:
-                            fp = max(mm, bmc * Nkv + 3 * bmc)
-                        else:
-                            fp = self.footprint(shape, t)
-                        if fp > M:
-                            continue
-                        p = 1 if onepass else 2
-                        lb = d * pall / bn + 2 * d * pall / bm + (p + tk + 2) * pall + Nq * d
-                        cands.append((lb * (1 - 1e-9), t))
-        cands.sort(key=lambda c: c[0])
+                # largest bn whose matmul tiles fit (the footprint grows with bn)
+                lim = (M - bmc * bkc) // (bmc + bkc)
+                top = ns - 1 if Nkv <= lim else bisect.bisect_right(sides, lim) - 1
+                for onepass in (False, True):
+                    t2 = top
+                    if not onepass:  # the two-pass softmax tile bm x bn + 3 bm must fit too
+                        while t2 >= 0 and bmc * min(sides[t2], Nkv) + 3 * bmc > M:
+                            t2 -= 1
+                    if t2 < 0:
+                        continue
+                    heapq.heappush(heap, self._grid_point(shape, pall, tk, ik, im, t2, ns,
+                                                          onepass, sides, bk, bm))
         best, scored = None, []
-        for lb, t in cands:
+        while heap:
+            lb, idx, ik, im, ib, onepass = heapq.heappop(heap)
             if best is not None and lb > best:
                 break
+            bk, bm, bn = bks[ik], sides[im], sides[ib]
+            if ib > 0:  # the next point of this run: the next smaller bn
+                heapq.heappush(heap, self._grid_point(shape, pall, cdiv(d, bk), ik, im, ib - 1,
+                                                      ns, onepass, sides, bk, bm))
+            t = StandardTiling(bm, bn, bk, onepass)
+            if onepass:
+                bmc = min(bm, Nq)
+                width = Nkv if simple else _max_width(shape, bm, bn)
+                if bmc * width + 3 * bmc > M:
+                    continue
             tot = self._predict(shape, t).total
             scored.append((tot, t))
             best = tot if best is None else min(best, tot)
         return [t for tot, t in scored if tot == best]
+
+    @staticmethod
+    def _grid_point(shape: Shape, pall: int, tk: int, ik: int, im: int, ib: int, ns: int,
+                    onepass: bool, sides: list[int], bk: int, bm: int) -> tuple:
+        """A heap entry: (lower bound, grid order, indices, onepass)."""
+        bn = sides[ib]
+        p = 1 if onepass else 2
+        d = shape.d
+        lb = d * pall / bn + 2 * d * pall / bm + (p + tk + 2) * pall + shape.Nq * d
+        idx = ((ik * ns + im) * ns + ib) * 2 + int(onepass)
+        return (lb * (1 - 1e-9), idx, ik, im, ib, onepass)
 
     def _unmasked_candidates(self, shape: Shape, M: int, sides: list[int], bks: list[int]):
         """The best tiling of the (bk, bm, bn, onepass) grid for each (bk, onepass), found in
@@ -211,9 +235,9 @@ class Standard(Algorithm):
             area = Nq * Nkv
             reads = d * (tc * Nq + tr * Nkv) + p * area + tk * area + d * tr * Nkv
             return IOCount(reads, 2 * area + Nq * d)
-        rows, nvis, cov = self._row_widths(shape, tiling)
-        area = int(np.sum(rows * cov))
-        reads = d * int(np.sum(nvis * rows + cov)) + p * area + tk * area + d * int(cov.sum())
+        s = self._row_sums(shape, tiling)
+        area = s.size_width
+        reads = d * (s.size_count + s.width) + p * area + tk * area + d * s.width
         writes = area + area + shape.Nq * d
         return IOCount(reads, writes)
 
@@ -223,12 +247,12 @@ class Standard(Algorithm):
         bm, bn, bk = tiling.bm, tiling.bn, tiling.bk
         S = mem.scratch("S", (Nq, Nkv))
         P = mem.scratch("P", (Nq, Nkv))
-        u = not shape.causal
+        band = masks.Band.queries(shape) if shape.causal else None  # the keys each block sees
 
         # phase 1: S = scale * Q K^T on the visible tiles
-        for qb in mem.blocks(Nq, bm, uniform=u):
+        for qb in mem.blocks(Nq, bm, band=band):
             lo, hi = kv_range(shape, qb.start, qb.stop)
-            for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi):
+            for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi, band=band):
                 acc = mem.alloc((qb.size, kb.size), 0.0, label="S_ij")
                 for lb in mem.blocks(d, bk):
                     Qt = mem.load(Q, qb, lb, label="Q_il")
@@ -239,8 +263,10 @@ class Standard(Algorithm):
                 mem.store(acc, S, qb, kb)
                 mem.free(acc)
 
-        # phase 2: P = softmax(S) row block by row block
-        for qb in mem.blocks(Nq, bm, uniform=u):
+        # phase 2: P = softmax(S) row block by row block (the one-pass row's width varies with
+        # the block's position: that loop is iterated block by block)
+        b2 = None if tiling.onepass else band
+        for qb in mem.blocks(Nq, bm, band=b2, uniform=not shape.causal):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             if hi <= lo:
                 continue
@@ -254,11 +280,11 @@ class Standard(Algorithm):
                 mem.store(row, P, qb, cols)
                 mem.free(row)
             else:
-                for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi):  # pass A
+                for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi, band=b2):  # pass A
                     St = mem.load(S, qb, kb, label="S_ij")
                     mem.compute(_softmax_rows, St, m, l, t, writes=4)
                     mem.free(St)
-                for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi):  # pass B
+                for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi, band=b2):  # pass B
                     St = mem.load(S, qb, kb, label="S_ij")
                     mem.compute(_probabilities, St, m, l, writes=1)
                     mem.store(St, P, qb, kb)
@@ -266,11 +292,11 @@ class Standard(Algorithm):
             mem.free(m, l, t)
 
         # phase 3: O = P V
-        for qb in mem.blocks(Nq, bm, uniform=u):
+        for qb in mem.blocks(Nq, bm, band=band):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             for cb in mem.blocks(d, bk):
                 acc = mem.alloc((qb.size, cb.size), 0.0, label="O_ic")
-                for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi):
+                for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi, band=band):
                     Pt = mem.load(P, qb, kb, label="P_ij")
                     Vt = mem.load(V, kb, cb, label="V_jc")
                     mem.matmul(acc, Pt, Vt, accumulate=True)
@@ -281,10 +307,10 @@ class Standard(Algorithm):
 
 @functools.lru_cache(maxsize=4096)
 def _max_width(shape: Shape, bm: int, bn: int) -> int:
-    """Widest visible row block under the mask (the one-pass softmax holds it): cached, because
-    the planner asks for it on every candidate and it costs O(Nq/bm)."""
-    _, _, cov = ALGORITHM._row_widths(shape, StandardTiling(bm, bn, 1))
-    return int(cov.max())
+    """Widest visible row block under the mask (the one-pass softmax holds it), in O(log N);
+    cached, because the planner asks for it on many candidates."""
+    return masks.query_block_max_width(shape.Nq, shape.Nkv, bm, bn, shape.offset, shape.window,
+                                       shape.causal)
 
 
 def _pow2_upto(n: int) -> list[int]:

@@ -19,7 +19,7 @@ registered schedule to its explicit bounds.
 
 >>> [b.name for b in applicable(4096, 64, 65536)]
 ['trivial', 'standard_matmul_large_cache', 'standard_matmul_small_cache', 'standard_matmul']
->>> best(applicable(4096, 64, 65536)).name
+>>> best(applicable(4096, 64, 16384)).name
 'standard_matmul_large_cache'
 """
 

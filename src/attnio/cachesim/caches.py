@@ -1,6 +1,6 @@
 """Replay an element trace through a cache: LRU, FIFO or Belady's OPT, write-back.
 
->>> from attnio.trace import Trace
+>>> from attnio.cachesim.tracing import Trace
 >>> scan = Trace.from_arrays(list(range(5)) * 3, [0] * 15)   # a cyclic scan of 5 words
 >>> replay(scan, 4, "lru").reads      # LRU misses on every access of a scan longer than the cache
 15
@@ -169,11 +169,9 @@ def replay(trace, capacity_words: int, policy: str = "lru", *, line_words: int =
     else:
         gen = _reported(((a // line_words if line_words > 1 else a, k)
                          for a, k in tr.raw_chunks(chunk)), len(tr), progress)
-        if ways is None or ways == lines:
-            counts = _fa(gen, lines, policy == "lru", is_live, bool(write_hit_refresh))
-        else:
-            counts = _sa(gen, lines // ways, ways, policy == "lru", is_live,
-                         bool(write_hit_refresh))
+        per_set = lines if ways is None else ways
+        counts = _lru_fifo(gen, lines // per_set, per_set, policy == "lru", is_live,
+                           bool(write_hit_refresh))
     return ReplayResult(policy, capacity_words, line_words, ways, write_allocate, *counts)
 
 
@@ -198,64 +196,57 @@ def _flush(dirty_lines: list[int], is_live) -> int:
     return int(is_live(np.array(dirty_lines, dtype=np.int64)).sum())
 
 
-def _fa(chunks, C: int, lru: bool, is_live, wref: bool = True):
-    """Fully associative LRU / FIFO: one OrderedDict line -> dirty, oldest first.
+def _lru_fifo(chunks, nsets: int, ways: int, lru: bool, is_live, wref: bool = True):
+    """LRU / FIFO in ``nsets`` sets of ``ways`` lines (one set: fully associative).
 
-    This is :func:`_sa` with one set, kept separate on purpose: it is the replay benchmark's hot
-    loop, and binding the dict's methods once (no per-access set lookup) makes it faster.
+    Each set is one OrderedDict line -> dirty, oldest first.  Sets never interact, so each chunk
+    is split by set (``line % nsets``, access order kept within a set) and every part runs the
+    same loop, :func:`_replay_set`, on its set's dict.
     """
-    od: OrderedDict[int, bool] = OrderedDict()
-    get, move, pop = od.get, od.move_to_end, od.popitem
+    sets: list[OrderedDict[int, bool]] = [OrderedDict() for _ in range(nsets)]
     n = hits = rm = wm = dev = 0
     for lines, kinds in chunks:
         n += len(lines)
-        for a, w in zip(lines.tolist(), kinds.tolist()):
-            d = get(a)
-            if d is not None:
-                hits += 1
-                if lru and (wref or not w):
-                    move(a)
-                if w and not d:
-                    od[a] = True
-                continue
-            if w:
-                wm += 1
-            else:
-                rm += 1
-            if len(od) >= C:
-                if pop(last=False)[1]:
-                    dev += 1
-            od[a] = bool(w)
-    flushed = _flush([a for a, d in od.items() if d], is_live)
-    return n, hits, rm, wm, dev, flushed
-
-
-def _sa(chunks, nsets: int, ways: int, lru: bool, is_live, wref: bool = True):
-    """Set-associative LRU / FIFO: one OrderedDict per set (set = line % nsets)."""
-    sets = [OrderedDict() for _ in range(nsets)]
-    n = hits = rm = wm = dev = 0
-    for lines, kinds in chunks:
-        n += len(lines)
-        for a, w in zip(lines.tolist(), kinds.tolist()):
-            od = sets[a % nsets]
-            d = od.get(a)
-            if d is not None:
-                hits += 1
-                if lru and (wref or not w):
-                    od.move_to_end(a)
-                if w and not d:
-                    od[a] = True
-                continue
-            if w:
-                wm += 1
-            else:
-                rm += 1
-            if len(od) >= ways:
-                if od.popitem(last=False)[1]:
-                    dev += 1
-            od[a] = bool(w)
+        if nsets == 1:
+            parts = [(0, lines, kinds)]
+        else:
+            set_of = lines % nsets
+            order = np.argsort(set_of, kind="stable")
+            cuts = np.flatnonzero(np.diff(set_of[order])) + 1
+            parts = [(int(set_of[idx[0]]), lines[idx], kinds[idx])
+                     for idx in np.split(order, cuts) if len(idx)]
+        for s, part_lines, part_kinds in parts:
+            h, r, w, e = _replay_set(sets[s], part_lines.tolist(), part_kinds.tolist(), ways,
+                                     lru, wref)
+            hits, rm, wm, dev = hits + h, rm + r, wm + w, dev + e
     flushed = _flush([a for od in sets for a, d in od.items() if d], is_live)
     return n, hits, rm, wm, dev, flushed
+
+
+def _replay_set(od: OrderedDict[int, bool], lines: list[int], kinds: list[int], C: int,
+                lru: bool, wref: bool) -> tuple[int, int, int, int]:
+    """Replay accesses of one set of ``C`` lines on its dict: (hits, read misses, write misses,
+    dirty evictions).  The replay's hot loop: the dict's methods are bound once."""
+    get, move, pop = od.get, od.move_to_end, od.popitem
+    hits = rm = wm = dev = 0
+    for a, w in zip(lines, kinds):
+        d = get(a)
+        if d is not None:
+            hits += 1
+            if lru and (wref or not w):
+                move(a)
+            if w and not d:
+                od[a] = True
+            continue
+        if w:
+            wm += 1
+        else:
+            rm += 1
+        if len(od) >= C:
+            if pop(last=False)[1]:
+                dev += 1
+        od[a] = bool(w)
+    return hits, rm, wm, dev
 
 
 def _next_access(lines: np.ndarray) -> np.ndarray:

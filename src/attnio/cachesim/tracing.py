@@ -88,7 +88,7 @@ class Event(NamedTuple):
     """One access: ``array`` (name), ``index`` (flat, row-major, within the array), ``kind``."""
 
     array: str
-    index: int
+    index: int  # type: ignore[assignment]  # (the field shadows tuple.index, as it always has)
     kind: str
 
     @property
@@ -399,7 +399,7 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
 
 
 def _tiling_dict(t) -> dict:
-    return dataclasses.asdict(t) if dataclasses.is_dataclass(t) else {}
+    return dataclasses.asdict(t) if dataclasses.is_dataclass(t) and not isinstance(t, type) else {}
 
 
 def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
@@ -504,47 +504,41 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
                 dst[t] = backing_addr(epochs[t][epoch[t]], t)
             return dst[t]
 
+        def emit(addr: np.ndarray, kind: int) -> None:  # accesses to addr (0 read, 1 write)
+            nonlocal pending
+            buf_a.append(addr)
+            buf_k.append(np.full(len(addr), kind, np.uint8))
+            pending += len(addr)
+
+        def write(t) -> None:  # tile t writes every word of its destination
+            emit(dest(t), 1)
+            wrote[t] = True
+
         for op in ops:
             c = op[0]
             if c == "C":
                 tiles, k = op[1], op[2]
                 for t in tiles:
                     a = dest(t) if wrote[t] else src[t]
-                    if a is None:  # uninitialised scratch: nothing to read yet
-                        continue
-                    buf_a.append(a)
-                    buf_k.append(np.zeros(len(a), np.uint8))
-                    pending += len(a)
+                    if a is not None:  # (uninitialised scratch: nothing to read yet)
+                        emit(a, 0)
                 for t in tiles[:k]:
-                    a = dest(t)
-                    wrote[t] = True
-                    buf_a.append(a)
-                    buf_k.append(np.ones(len(a), np.uint8))
-                    pending += len(a)
+                    write(t)
             elif c == "L":
                 t = op[1]
                 b0, shp = by_key[op[2]]
                 src[t] = _flat(shp, op[3]) + b0
             elif c == "A":
-                t = op[1]
                 if op[2]:  # the fill writes every word
-                    a = dest(t)
-                    wrote[t] = True
-                    buf_a.append(a)
-                    buf_k.append(np.ones(len(a), np.uint8))
-                    pending += len(a)
+                    write(op[1])
             elif c == "S":
                 t = op[1]
                 b0, shp = by_key[op[2]]
                 y = _flat(shp, op[3]) + b0
                 if not wrote[t]:  # a copy: read the source words, write Y's
                     if src[t] is not None:
-                        buf_a.append(src[t])
-                        buf_k.append(np.zeros(len(y), np.uint8))
-                        pending += len(y)
-                    buf_a.append(y)
-                    buf_k.append(np.ones(len(y), np.uint8))
-                    pending += len(y)
+                        emit(src[t], 0)
+                    emit(y, 1)
                 epoch[t] += 1
                 wrote[t] = False
                 src[t], dst[t] = y, None

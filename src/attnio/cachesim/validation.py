@@ -369,5 +369,5 @@ def write_report(rows: list[dict], md_path, img_path, img_rel: str, command: str
 
 
 def _jsonable(rows) -> str:
-    return json.dumps(rows, default=lambda o: dataclasses.asdict(o) if dataclasses.is_dataclass(o)
-                      else str(o))
+    return json.dumps(rows, default=lambda o: dataclasses.asdict(o)
+                      if dataclasses.is_dataclass(o) and not isinstance(o, type) else str(o))

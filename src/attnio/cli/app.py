@@ -16,11 +16,12 @@ from types import ModuleType
 
 from ..core.errors import AttnioError
 from ..core.version import __version__
-from . import bound, pebble, plan, report, run, sweep, trace, verify
+from . import bound, gpu, pebble, plan, report, run, sweep, trace, verify
 from .common import flag_message
 
 #: The verbs, in the order ``attnio --help`` lists them.
-COMMANDS: tuple[ModuleType, ...] = (bound, pebble, plan, report, run, sweep, trace, verify)
+COMMANDS: tuple[ModuleType, ...] = (bound, gpu, pebble, plan, report, run, sweep, trace,
+                                    verify)
 
 
 class _Parser(argparse.ArgumentParser):

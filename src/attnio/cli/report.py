@@ -18,9 +18,12 @@ def main(args) -> int:
 
     rep = build_report(args.db, args.out)
     if not args.quiet:
-        for c in rep.claims:
-            print(f"  {c.status.upper():13s} {c.claim}: {c.measured}")
-        npass = sum(c.status == "pass" for c in rep.claims)
-        print(f"{npass} of {len(rep.claims)} claims pass; {len(rep.figures)} figures, "
-              f"REPORT.md and index.html in {rep.out}")
+        for c in rep.covered:
+            print(f"  {c.status.upper():4s} {c.claim}: {c.measured}")
+        if rep.not_covered:
+            print(f"  not covered by this grid: {len(rep.not_covered)} claims (see REPORT.md)")
+        npass = sum(c.status == "pass" for c in rep.covered)
+        print(f"{npass} of {len(rep.covered)} covered claims pass; {len(rep.figures)} figures, "
+              f"best configurations for {len(rep.settings)} setting(s), REPORT.md, best.csv "
+              f"and index.html in {rep.out}")
     return 0

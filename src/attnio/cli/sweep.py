@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 NAME = "sweep"
 HELP = "run a grid of configurations into a SQLite results database (resumable)"
@@ -50,7 +51,10 @@ def add_arguments(p) -> None:
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                    help="run on this Dask distributed scheduler")
     p.add_argument("--dask", action="store_true", help="run on a local Dask distributed cluster")
-    p.add_argument("--dry-run", action="store_true", help="print what would run; write nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would run (counting what --db already holds); write nothing")
+    p.add_argument("--max-configs", dest="max_configs", type=int, default=None,
+                   help="refuse a grid of more configurations than this (default 1,000,000)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     e = sub.add_parser("export", help="export the results database")
@@ -112,18 +116,25 @@ def _override(g, flags):
 def main(args) -> int:
     if getattr(args, "action", None) == "export":
         return _export(args)
-    from ..experiments.sweep import expand, run_sweep
+    from ..experiments.sweep import DEFAULT_MAX_CONFIGS, SweepInterrupted, dry_run, run_sweep
 
     grids = _grids(args)
+    limit = DEFAULT_MAX_CONFIGS if args.max_configs is None else args.max_configs
     if args.dry_run:
-        exp = expand(grids)
-        print(f"{len(exp)} configurations: {len(exp.configs)} to run, "
-              f"{len(exp.skipped)} skipped with a reason")
-        for cfg, why in exp.skipped[:10]:
+        plan = dry_run(grids, args.db, max_configs=limit)
+        print(plan)
+        for cfg, why in plan.examples:
             print(f"  skip {cfg.algorithm} Nq={cfg.Nq} Nkv={cfg.Nkv} d={cfg.d} M={cfg.M}: {why}")
         return 0
-    summary = run_sweep(grids, args.db, jobs=args.jobs, scheduler=args.scheduler, dask=args.dask,
-                        progress=not args.quiet)
+    try:
+        summary = run_sweep(grids, args.db, jobs=args.jobs, scheduler=args.scheduler,
+                            dask=args.dask, progress=not args.quiet, max_configs=limit)
+    except SweepInterrupted as e:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: the exit is under way
+        print(f"attnio sweep: {e.line()}", file=sys.stderr)
+        return 130
     if not args.quiet:
         print(summary)
     return 1 if summary.errors else 0

@@ -4,7 +4,7 @@
 >>> require("no_such_module_xyz", "plot", "a report's figures")
 Traceback (most recent call last):
 ...
-attnio.core.errors.MissingExtraError: a report's figures needs no_such_module_xyz, which is not installed: pip install 'attnio[no_such_module_xyz_extra]'
+attnio.core.errors.MissingExtraError: a report's figures needs no_such_module_xyz, which is not installed: pip install 'attnio[plot]'
 """
 
 from __future__ import annotations

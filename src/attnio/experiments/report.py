@@ -76,6 +76,7 @@ class Fit:
     points: list[tuple[int, int]] = field(default_factory=list)   # (x, total) used in the fit
     excluded: int = 0                                              # points left out (floor)
     rule: str = ""
+    setting: tuple = (None, None, 1, 1, 1)  # (mask alignment, window, batch, heads, kv_heads)
 
     @property
     def label(self) -> str:
@@ -83,19 +84,14 @@ class Fit:
 
 
 def _ok_rows(rows: Iterable[dict]) -> list[dict]:
-    """Rows that ran, in the seed papers' setting: one head, no sliding window, no mask or the
-    bottom-right one (what the fits, figures and claims 1-4 and 7 use)."""
-    return [r for r in _all_ok(rows) if _paper_setting(r)]
+    """Rows that ran, in a setting of the seed papers' claims: no sliding window (a window makes
+    the count linear in N); any heads, batch and grouping (every head is the same problem) and
+    either mask alignment.  Fits and claims 1-4 and 7 use them, each series within one setting."""
+    return [r for r in _all_ok(rows) if r.get("window") is None]
 
 
 def _all_ok(rows: Iterable[dict]) -> list[dict]:
     return [r for r in rows if r["status"] == "ok" and r.get("total")]
-
-
-def _paper_setting(r: dict) -> bool:
-    return ((r.get("batch") or 1) == 1 and (r.get("heads") or 1) == 1
-            and (r.get("kv_heads") or 1) == 1 and r.get("window") is None
-            and r.get("causal_align") in (None, "bottom_right"))
 
 
 def _fit_points(rows: list[dict], var: str, exact: bool) -> tuple[list[tuple[int, int]], int]:
@@ -113,7 +109,7 @@ def _N_series(rows: list[dict]) -> dict[tuple, list[dict]]:
     for r in rows:
         if r["Nq"] != r["Nkv"]:
             continue
-        g[(r["algorithm"], r["d"], r["M"], bool(r["causal"]), r["mode"], r["eps"])].append(
+        g[(r["algorithm"], r["d"], r["M"], _setting(r), r["mode"], r["eps"])].append(
             dict(r, N=r["Nq"]))
     return {k: v for k, v in g.items() if len({r["N"] for r in v}) >= MIN_POINTS}
 
@@ -123,40 +119,45 @@ def _M_series(rows: list[dict]) -> dict[tuple, list[dict]]:
     for r in rows:
         if r["Nq"] != r["Nkv"]:
             continue
-        g[(r["algorithm"], r["Nq"], r["d"], bool(r["causal"]), r["mode"], r["eps"])].append(r)
+        g[(r["algorithm"], r["Nq"], r["d"], _setting(r), r["mode"], r["eps"])].append(r)
     return {k: v for k, v in g.items() if len({r["M"] for r in v}) >= MIN_POINTS}
 
 
-def _make_fit(alg, var, region, d, N, M, causal, mode, eps, rows, exact) -> Fit:
+def _make_fit(alg, var, region, d, N, M, setting, mode, eps, rows, exact) -> Fit:
     pts, excl = _fit_points(rows, var, exact)
     rule = (f"points with read-once floor < {FLOOR_SHARE:.0%} of total" if exact
             else "all points (approximate: the count is meant to approach the floor)")
     slope = None
     if len({p[0] for p in pts}) >= 2:
         slope = fit_slope([p[0] for p in pts], [p[1] for p in pts])[0]
-    return Fit(alg, var, region, d, N, M, causal, mode, eps, slope, pts, excl, rule)
+    return Fit(alg, var, region, d, N, M, setting[0] is not None, mode, eps, slope, pts, excl,
+               rule, setting)
 
 
 def series_fits(rows: Iterable[dict]) -> list[Fit]:
     """Every series' fit: N-series at fixed (d, M) and M-series at fixed (N, d), the latter
-    split at M = d² (each side fitted alone)."""
-    ok = _ok_rows(rows)
+    split at M = d² (each side fitted alone); rows of the seed papers' setting only."""
+    return _fits_over(_ok_rows(rows))
+
+
+def _fits_over(ok: list[dict]) -> list[Fit]:
     fits: list[Fit] = []
-    for (alg, d, M, causal, mode, eps), rs in sorted(_N_series(ok).items(), key=_key):
+    for (alg, d, M, setting, mode, eps), rs in sorted(_N_series(ok).items(), key=_key):
         exact = bool(rs[0]["exact"])
-        fits.append(_make_fit(alg, "N", "all", d, None, M, causal, mode, eps, rs, exact))
-    for (alg, N, d, causal, mode, eps), rs in sorted(_M_series(ok).items(), key=_key):
+        fits.append(_make_fit(alg, "N", "all", d, None, M, setting, mode, eps, rs, exact))
+    for (alg, N, d, setting, mode, eps), rs in sorted(_M_series(ok).items(), key=_key):
         exact = bool(rs[0]["exact"])
         for region, sel in (("M<d2", [r for r in rs if r["M"] < d * d]),
                             ("M>=d2", [r for r in rs if r["M"] >= d * d])):
             if sel:
-                fits.append(_make_fit(alg, "M", region, d, N, None, causal, mode, eps, sel, exact))
+                fits.append(_make_fit(alg, "M", region, d, N, None, setting, mode, eps, sel,
+                                      exact))
     return fits
 
 
 def _key(item):
     k = item[0]
-    return tuple((0, "") if v is None else (1, v) for v in k)
+    return tuple((0, "") if v is None else (1, str(v) if isinstance(v, tuple) else v) for v in k)
 
 
 # ----------------------------------------------------------------------------- claims
@@ -182,7 +183,8 @@ _N_SOURCES = {
 def _fmt_slopes(fits: list[Fit]) -> str:
     return "; ".join(
         f"{f.slope:+.3f} ({f.algorithm}, d={f.d}, {'M=' + str(f.M) if f.var == 'N' else 'N=' + str(f.N)}"
-        f"{', causal' if f.causal else ''}, {len(f.points)} pts)" for f in fits)
+        f"{'' if f.setting == _DEFAULT_SETTING else ', ' + setting_label(f.setting)}, "
+        f"{len(f.points)} pts)" for f in fits)
 
 
 def _exponent_claim(fits, target, claim, source, crit_extra, na_why) -> Claim:
@@ -194,13 +196,16 @@ def _exponent_claim(fits, target, claim, source, crit_extra, na_why) -> Claim:
     return Claim(claim, source, criterion, _fmt_slopes(usable), "pass" if ok else "fail")
 
 
-def _crossover(rows: list[dict], N: int, d: int) -> float | None:
-    """M* where the best FlashAttention count drops below square tiling's (log-log interpolated)."""
+def _crossover(rows: list[dict], N: int, d: int, setting: tuple = (None, None, 1, 1, 1)
+               ) -> float | None:
+    """M* where the best FlashAttention count drops below square tiling's (log-log interpolated),
+    unmasked, in one setting."""
+    rows = [r for r in rows if _setting(r) == setting and not r["causal"]]
     sq = {r["M"]: r["total"] for r in rows if r["algorithm"] == SQUARE and r["Nq"] == N
-          and r["d"] == d and not r["causal"]}
+          and r["Nkv"] == N and r["d"] == d}
     fl: dict[int, int] = {}
     for r in rows:
-        if r["algorithm"] in FLASH and r["Nq"] == N and r["d"] == d and not r["causal"]:
+        if r["algorithm"] in FLASH and r["Nq"] == N and r["Nkv"] == N and r["d"] == d:
             fl[r["M"]] = min(fl.get(r["M"], r["total"]), r["total"])
     Ms = sorted(set(sq) & set(fl))
     if len(Ms) < 2:
@@ -270,8 +275,9 @@ def claims(rows: Iterable[dict], fits: list[Fit] | None = None,
                          "not available"))
     else:
         found = []
-        for N, d in sorted({(r["Nq"], r["d"]) for r in ok if r["algorithm"] == SQUARE}):
-            m = _crossover(ok, N, d)
+        for N, d, st in sorted({(r["Nq"], r["d"], _setting(r)) for r in ok
+                                if r["algorithm"] == SQUARE and not r["causal"]}, key=str):
+            m = _crossover(ok, N, d, st)
             if m is not None:
                 found.append((N, d, m))
         if not found:
@@ -353,43 +359,19 @@ def claims(rows: Iterable[dict], fits: list[Fit] | None = None,
 _MARKERS = "os^Dv<>ph*"
 
 
+_SVG = True  # build_report(svg=False) writes PNG figures only
+
+
 def _save(fig, out: str, stem: str) -> str:
     png = os.path.join(out, stem + ".png")
     fig.savefig(png, dpi=110, bbox_inches="tight", metadata={"Software": None})
-    fig.savefig(os.path.join(out, stem + ".svg"), bbox_inches="tight", metadata={"Date": None})
+    if _SVG:
+        fig.savefig(os.path.join(out, stem + ".svg"), bbox_inches="tight", metadata={"Date": None})
     return stem + ".png"
 
 
 def _style(algs: Iterable[str]) -> dict[str, tuple[str, str]]:
     return {a: (f"C{i % 10}", _MARKERS[i % len(_MARKERS)]) for i, a in enumerate(sorted(algs))}
-
-
-def _fig_io_vs_N(rows, fits, d, M, causal, style, out) -> str:
-    fig = figure((6.4, 4.6), "attnio report's figures")
-    ax = fig.subplots()
-    sub = [r for r in rows if r["d"] == d and r["M"] == M and bool(r["causal"]) == causal
-           and r["Nq"] == r["Nkv"] and r["mode"] == "count"]
-    for alg in sorted({r["algorithm"] for r in sub}):
-        rs = sorted((r for r in sub if r["algorithm"] == alg), key=lambda r: r["Nq"])
-        if len(rs) < 2:
-            continue
-        f = next((f for f in fits if f.algorithm == alg and f.var == "N" and f.d == d and f.M == M
-                  and f.causal == causal and f.mode == "count"), None)
-        c, m = style[alg]
-        ax.loglog([r["Nq"] for r in rs], [r["total"] for r in rs], marker=m, color=c,
-                  label=f"{alg} (slope {f.label if f else 'n/a'})")
-    ref = sorted({r["Nq"]: r for r in sub if r["kind"] == "attention" and r.get("floor")}.values(),
-                 key=lambda r: r["Nq"])
-    if ref:
-        ax.loglog([r["Nq"] for r in ref], [r["floor"] for r in ref], ":", color="0.4",
-                  label=f"read-once floor (slope {fit_slope([r['Nq'] for r in ref], [r['floor'] for r in ref])[0]:+.2f})"
-                  if len(ref) >= 2 else "read-once floor")
-    ax.set_xlabel("N (= Nq = Nkv)")
-    ax.set_ylabel("total I/O (words)")
-    ax.set_title(f"I/O vs N, d={d}, M={M}{', causal' if causal else ''}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    return _save(fig, out, f"io_vs_N_d{d}_M{M}{'_causal' if causal else ''}")
 
 
 def _bound_curves(sub: list[dict]) -> dict[str, list[tuple[int, float, bool]]]:
@@ -404,7 +386,7 @@ def _bound_curves(sub: list[dict]) -> dict[str, list[tuple[int, float, bool]]]:
     return {k: sorted((m, *vv) for m, vv in v.items()) for k, v in curves.items() if len(v) >= 2}
 
 
-def _fig_io_vs_M(rows, fits, N, d, causal, style, out) -> str:
+def _fig_io_vs_M(rows, fits, N, d, causal, style, out, setting=None) -> str:
     fig = figure((6.4, 4.8), "attnio report's figures")
     ax = fig.subplots()
     sub = [r for r in rows if r["Nq"] == N and r["Nkv"] == N and r["d"] == d
@@ -436,13 +418,15 @@ def _fig_io_vs_M(rows, fits, N, d, causal, style, out) -> str:
     ax.text(d * d, ax.get_ylim()[1], " M = d²", va="top", fontsize=8)
     ax.set_xlabel("M (fast-memory words)")
     ax.set_ylabel("total I/O (words)")
-    ax.set_title(f"I/O vs M, N={N}, d={d}{', causal' if causal else ''}")
+    if setting is None:
+        setting = ("bottom_right" if causal else None, None, 1, 1, 1)
+    ax.set_title(f"I/O vs M, N={N}, d={d}\n{setting_label(setting)}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    return _save(fig, out, f"io_vs_M_N{N}_d{d}{'_causal' if causal else ''}")
+    return _save(fig, out, f"io_vs_M_N{N}_d{d}{_slug(setting)}")
 
 
-def _fig_ratio_vs_M(rows, N, d, causal, style, out) -> str | None:
+def _fig_ratio_vs_M(rows, N, d, causal, style, out, setting=None) -> str | None:
     sub = [r for r in rows if r["Nq"] == N and r["Nkv"] == N and r["d"] == d
            and bool(r["causal"]) == causal and r.get("ratio") and r["mode"] == "count"]
     if not sub:
@@ -461,10 +445,12 @@ def _fig_ratio_vs_M(rows, N, d, causal, style, out) -> str | None:
     ax.text(d * d, ax.get_ylim()[1], " M = d²", va="top", fontsize=8)
     ax.set_xlabel("M (fast-memory words)")
     ax.set_ylabel("total I/O / largest explicit bound at that point")
-    ax.set_title(f"Ratio to the bound, N={N}, d={d}{', causal' if causal else ''}")
+    if setting is None:
+        setting = ("bottom_right" if causal else None, None, 1, 1, 1)
+    ax.set_title(f"Ratio to the bound, N={N}, d={d}\n{setting_label(setting)}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    return _save(fig, out, f"ratio_vs_M_N{N}_d{d}{'_causal' if causal else ''}")
+    return _save(fig, out, f"ratio_vs_M_N{N}_d{d}{_slug(setting)}")
 
 
 def _fig_error_vs_io(rows, style, out) -> str | None:
@@ -492,8 +478,199 @@ def _fig_error_vs_io(rows, style, out) -> str | None:
     return _save(fig, out, "error_vs_io")
 
 
+# ----------------------------------------------------------------------------- any sweep
+#: Figures drawn per setting and per swept axis (the fixed values with the most points first).
+FIGS_PER_AXIS = 2
+#: Rows of each best-configuration table in REPORT.md (all of them are in best.csv).
+BEST_ROWS = 40
+
+_DEFAULT_SETTING = (None, None, 1, 1, 1)
+
+
+def _setting(r: dict) -> tuple:
+    """(mask alignment or None, window, batch, heads, kv_heads) of a row: what a figure and a
+    best-configuration table hold fixed besides the sizes."""
+    heads = r.get("heads") or 1
+    return (r.get("causal_align") if r.get("causal") else None, r.get("window"),
+            r.get("batch") or 1, heads, r.get("kv_heads") or heads)
+
+
+def setting_label(s: tuple) -> str:
+    """A setting in words: ``causal (bottom-right), window 256, 8 heads / 2 KV heads (GQA)``."""
+    mask, window, batch, heads, kvh = s
+    parts = ["no mask" if mask is None else
+             f"causal ({'bottom-right' if mask == 'bottom_right' else 'top-left'})"]
+    if window is not None:
+        parts.append(f"window {window}")
+    if batch > 1:
+        parts.append(f"batch {batch}")
+    if heads > 1 or kvh != heads:
+        kind = "" if kvh == heads else (" (multi-query)" if kvh == 1 else " (GQA)")
+        parts.append(f"{heads} heads / {kvh} KV heads{kind}")
+    return ", ".join(parts)
+
+
+def _slug(s: tuple) -> str:
+    """File-name suffix of a setting ('' and '_causal' for the seed papers' two settings)."""
+    mask, window, batch, heads, kvh = s
+    out = "" if mask is None else ("_causal" if mask == "bottom_right" else "_topleft")
+    if window is not None:
+        out += f"_w{window}"
+    if batch > 1:
+        out += f"_b{batch}"
+    if heads > 1 or kvh != heads:
+        out += f"_h{heads}kv{kvh}"
+    return out
+
+
+_AXES = {"N": ("d", "M"), "M": ("N", "d"), "d": ("N", "M")}
+
+
+def _axis_groups(rows: list[dict], axis: str, per_axis: int = FIGS_PER_AXIS
+                 ) -> list[tuple[tuple, list[dict]]]:
+    """Groups of square-problem count rows that vary along ``axis`` (>= 2 values) with the other
+    two sizes fixed: at most :data:`FIGS_PER_AXIS`, the ones with the most points, spread over
+    the fixed values."""
+    g: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r["Nq"] != r["Nkv"]:
+            continue
+        v = {"N": r["Nq"], "d": r["d"], "M": r["M"]}
+        g[tuple(v[k] for k in _AXES[axis])].append(dict(r, N=r["Nq"]))
+    groups = [(k, v) for k, v in g.items() if len({r[axis] for r in v}) >= 2]
+    if not groups:
+        return []
+    most = max(len({r[axis] for r in v}) for _, v in groups)
+    best = sorted((kv for kv in groups if len({r[axis] for r in kv[1]}) == most),
+                  key=lambda kv: kv[0])
+    rest = sorted((kv for kv in groups if len({r[axis] for r in kv[1]}) < most),
+                  key=lambda kv: (-len({r[axis] for r in kv[1]}), kv[0]))
+    if len(best) > per_axis:  # evenly spread over the fixed values
+        step = (len(best) - 1) / max(1, per_axis - 1)
+        best = [best[round(i * step)] for i in range(per_axis)]
+    return (best + rest)[:per_axis]
+
+
+def _count_rows(rows: list[dict]) -> list[dict]:
+    """The rows a figure draws: count mode, or compute mode where a point has no count row."""
+    have = {(r["algorithm"], r["Nq"], r["Nkv"], r["d"], r["M"]) for r in rows
+            if r["mode"] == "count"}
+    return [r for r in rows if r["mode"] == "count"
+            or (r["algorithm"], r["Nq"], r["Nkv"], r["d"], r["M"]) not in have]
+
+
+def _best_bound(r: dict) -> float | None:
+    b = r["bounds"] if isinstance(r["bounds"], dict) else json.loads(r["bounds"] or "{}")
+    vals = [float(v["value"]) for v in b.values() if v.get("explicit") and v.get("value")]
+    return max(vals) if vals else None
+
+
+def _fig_axis(rows, axis, fixed, setting, style, out) -> str:
+    """Total I/O against N or d, one line per algorithm (slope in the legend), with the largest
+    explicit lower bound at each point (and, against N, the read-once floor)."""
+    fig = figure((6.4, 4.6), "attnio report's figures")
+    ax = fig.subplots()
+    names = _AXES[axis]
+    for alg in sorted({r["algorithm"] for r in rows}):
+        rs = sorted((r for r in rows if r["algorithm"] == alg), key=lambda r: r[axis])
+        f = _make_fit(alg, axis, "all", rs[0]["d"], None, None, setting, rs[0]["mode"],
+                      rs[0]["eps"], rs, bool(rs[0]["exact"]))
+        c, m = style[alg]
+        ax.loglog([r[axis] for r in rs], [r["total"] for r in rs], marker=m, color=c, ms=4,
+                  label=f"{alg} (slope {f.label})")
+    xs = sorted({r[axis] for r in rows})
+    bound = {}
+    for r in rows:
+        b = _best_bound(r)
+        if b:
+            bound[r[axis]] = max(bound.get(r[axis], 0.0), b)
+    pts = [(x, bound[x]) for x in xs if x in bound]
+    if len(pts) >= 2:
+        sl = fit_slope([p[0] for p in pts], [p[1] for p in pts])[0]
+        ax.loglog([p[0] for p in pts], [p[1] for p in pts], "--", color="k", lw=1.2,
+                  label=f"largest explicit lower bound (slope {sl:+.2f})")
+    if axis == "N":
+        fl = sorted({r["N"]: r["floor"] for r in rows if r.get("floor")}.items())
+        if len(fl) >= 2:
+            ax.loglog([p[0] for p in fl], [p[1] for p in fl], ":", color="0.4",
+                      label="read-once floor")
+    fixed_txt = ", ".join(f"{k}={v}" for k, v in zip(names, fixed))
+    ax.set_xlabel("N (= Nq = Nkv)" if axis == "N" else "d (head dimension)")
+    ax.set_ylabel("total I/O (words)")
+    ax.set_title(f"I/O vs {axis}, {fixed_txt}\n{setting_label(setting)}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    stem = f"io_vs_{axis}_" + "_".join(f"{k}{v}" for k, v in zip(names, fixed)) + _slug(setting)
+    return _save(fig, out, stem)
+
+
+def _figures_for_setting(rows, setting, style, out, budget, per_axis) -> list[str]:
+    """The figures of one setting: I/O against each swept axis (N, M, d)."""
+    rows = _count_rows(rows)
+    fits = _fits_over(rows)  # this setting's series (the legends' slopes)
+    causal = setting[0] is not None
+    made: list[str] = []
+    for axis in ("N", "M", "d"):
+        for fixed, rs in _axis_groups(rows, axis, per_axis):
+            if len(made) >= budget:
+                return made
+            if axis == "M":
+                N, d = fixed
+                made.append(_fig_io_vs_M(rs, fits, N, d, causal, style, out, setting))
+                if setting[1:] == _DEFAULT_SETTING[1:]:  # one head: the ratio to the bound too
+                    r = _fig_ratio_vs_M(rs, N, d, causal, style, out, setting)
+                    if r:
+                        made.append(r)
+            else:
+                made.append(_fig_axis(rs, axis, fixed, setting, style, out))
+    return made
+
+
+def best_configurations(rows: Iterable[dict]) -> list[dict]:
+    """Per setting and workload point (Nq, Nkv, d, M, mode, eps): the row of least total I/O,
+    with the runner-up and its excess, and the ratio to the largest explicit bound."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in _all_ok(rows):
+        groups[(_setting(r), r["Nq"], r["Nkv"], r["d"], r["M"], r["mode"], r["eps"])].append(r)
+    out = []
+    for key, rs in groups.items():
+        rs = sorted(rs, key=lambda r: (r["total"], r["algorithm"]))
+        b, second = rs[0], (rs[1] if len(rs) > 1 else None)
+        tiling = b["tiling"] if isinstance(b["tiling"], dict) else json.loads(b["tiling"] or "{}")
+        out.append({
+            "setting": setting_label(key[0]), "Nq": b["Nq"], "Nkv": b["Nkv"], "d": b["d"],
+            "M": b["M"], "mode": b["mode"], "eps": b["eps"], "algorithm": b["algorithm"],
+            "tiling": _tiling_text(tiling), "total": b["total"],
+            "ratio": b["ratio"], "bound_name": b["bound_name"],
+            "runner_up": second["algorithm"] if second else None,
+            "runner_up_excess": (second["total"] / b["total"] - 1) if second else None,
+            "algorithms": len(rs), "_key": (key[0] != _DEFAULT_SETTING, str(key[0]), key[1:5]),
+        })
+    out.sort(key=lambda r: r.pop("_key"))
+    return out
+
+
+def _tiling_text(t: dict) -> str:
+    keep = {k: v for k, v in t.items() if v is not None and not isinstance(v, (dict, list))
+            and k not in ("M_rule", "scale", "kernel_error", "radius", "allow_unbounded",
+                          "radius_pass", "variant")}
+    return " ".join(f"{k}={v}" for k, v in keep.items())
+
+
+def _write_best_csv(best: list[dict], path: str) -> None:
+    import csv
+
+    cols = ["setting", "Nq", "Nkv", "d", "M", "mode", "eps", "algorithm", "tiling", "total",
+            "ratio", "bound_name", "runner_up", "runner_up_excess", "algorithms"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for r in best:
+            w.writerow(["" if r[c] is None else r[c] for c in cols])
+
+
 # ----------------------------------------------------------------------------- the report
-MAX_FIGURES = 40
+MAX_FIGURES = 30
 
 
 @dataclass
@@ -503,53 +680,84 @@ class Report:
     claims: list[Claim]
     fits: list[Fit]
     rows: int
+    best: list[dict] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)
+
+    @property
+    def covered(self) -> list[Claim]:
+        """The claims this sweep's grid has data for (pass or fail)."""
+        return [c for c in self.claims if c.status != "not available"]
+
+    @property
+    def not_covered(self) -> list[Claim]:
+        return [c for c in self.claims if c.status == "not available"]
 
     @property
     def all_pass(self) -> bool:
         return all(c.status == "pass" for c in self.claims)
 
 
-def build_report(db: str | os.PathLike, out: str | os.PathLike) -> Report:
-    """Read ``db`` and write the figures, ``fits.json``, ``REPORT.md`` and ``index.html`` to ``out``."""
+def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool = True,
+                 html_page: bool = True, figs_per_axis: int = FIGS_PER_AXIS) -> Report:
+    """Read ``db`` and write to ``out``: figures (PNG, and SVG unless ``svg=False``) for every
+    setting present (mask, window, heads) and every swept axis, ``best.csv`` (the best
+    configuration of every workload point), ``fits.json``, ``REPORT.md`` and (unless
+    ``html_page=False``) ``index.html``.  Any sweep gets a report: a database of one row, or of
+    skipped rows only, gets a short one.  ``figs_per_axis``: figures per setting and swept
+    axis (the fixed values with the most points first)."""
     out = os.fspath(out)
     with ResultsStore(db, readonly=True) as st:
         rows = st.rows(decode=True)
         meta = st.meta()
     if not rows:
-        raise ParameterError(f"db {os.fspath(db)!r} holds no rows; run `attnio sweep` first")
+        raise ParameterError(f"db {os.fspath(db)!r} holds no rows; run `attnio sweep --db "
+                             f"{os.fspath(db)}` first", param="db")
     if os.path.exists(out) and not os.path.isdir(out):
-        raise ParameterError(f"out: {out!r} exists and is not a directory")
+        raise ParameterError(f"out: {out!r} exists and is not a directory", param="out")
     os.makedirs(out, exist_ok=True)
     if not os.access(out, os.W_OK):
-        raise ParameterError(f"out: directory {out!r} is not writable")
+        raise ParameterError(f"out: directory {out!r} is not writable", param="out")
+    global _SVG
+    saved, _SVG = _SVG, svg
+    try:
+        return _build(rows, meta, os.fspath(db), out, html_page, figs_per_axis)
+    finally:
+        _SVG = saved
+
+
+def _build(rows: list[dict], meta: dict, db: str, out: str, html_page: bool,
+           figs_per_axis: int) -> Report:
     ok = _ok_rows(rows)
     fits = series_fits(ok)
     table = claims(rows, fits)
-    style = _style({r["algorithm"] for r in ok})
+    every = _all_ok(rows)
+    style = _style({r["algorithm"] for r in every})
+    by_setting: dict[tuple, list[dict]] = defaultdict(list)
+    for r in every:
+        by_setting[_setting(r)].append(r)
+    order = sorted(by_setting, key=lambda s: (s != _DEFAULT_SETTING, str(s)))
     figures: list[str] = []
-    Ncombos = sorted({(f.d, f.M, f.causal) for f in fits if f.var == "N" and f.mode == "count"})
-    for d, M, causal in Ncombos[:MAX_FIGURES]:
-        figures.append(_fig_io_vs_N(ok, fits, d, M, causal, style, out))
-    Mcombos = sorted({(f.N, f.d, f.causal) for f in fits if f.var == "M" and f.mode == "count"})
-    for N, d, causal in Mcombos[:MAX_FIGURES]:
-        figures.append(_fig_io_vs_M(ok, fits, N, d, causal, style, out))
-        r = _fig_ratio_vs_M(ok, N, d, causal, style, out)
-        if r:
-            figures.append(r)
-    e = _fig_error_vs_io(ok, style, out)
+    for s in order:
+        figures += _figures_for_setting(by_setting[s], s, style, out, MAX_FIGURES - len(figures),
+                                        figs_per_axis)
+    e = _fig_error_vs_io(every, style, out)
     if e:
         figures.append(e)
+    best = best_configurations(rows)
+    _write_best_csv(best, os.path.join(out, "best.csv"))
     with open(os.path.join(out, "fits.json"), "w") as f:
         json.dump({"floor_share": FLOOR_SHARE, "fits": [asdict(x) for x in fits],
                    "claims": [asdict(c) for c in table]}, f, indent=1)
         f.write("\n")
-    summary = _summary(rows, meta, os.fspath(db))
+    summary = _summary(rows, meta, db)
     skipped = _skips(rows)
+    settings = [setting_label(s) for s in order]
     with open(os.path.join(out, "REPORT.md"), "w") as f:
-        f.write(_markdown(summary, table, fits, figures, skipped))
-    with open(os.path.join(out, "index.html"), "w") as f:
-        f.write(_html(summary, table, fits, figures, skipped, out))
-    return Report(out, figures, table, fits, len(rows))
+        f.write(_markdown(summary, table, fits, figures, skipped, best, settings))
+    if html_page:
+        with open(os.path.join(out, "index.html"), "w") as f:
+            f.write(_html(summary, table, fits, figures, skipped, out, best))
+    return Report(out, figures, table, fits, len(rows), best, settings)
 
 
 def _summary(rows, meta, db) -> dict:
@@ -576,35 +784,76 @@ def _skips(rows) -> list[tuple[str, int]]:
 _MARK = {"pass": "PASS", "fail": "FAIL", "not available": "not available"}
 
 
-def _markdown(summary, table, fits, figures, skipped) -> str:
+def _best_md(best: list[dict]) -> list[str]:
+    lines: list[str] = []
+    if not best:
+        return ["No configuration ran, so there is no best configuration to show.", ""]
+    for setting in dict.fromkeys(b["setting"] for b in best):
+        rs = [b for b in best if b["setting"] == setting]
+        lines += [f"### {setting}", "",
+                  "| Nq | Nkv | d | M | best | tiling | total I/O | × bound | runner-up |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for b in rs[:BEST_ROWS]:
+            ratio = f"{b['ratio']:.2f}" if b["ratio"] else "–"
+            ru = (f"{b['runner_up']} (+{100 * b['runner_up_excess']:.1f}%)" if b["runner_up"]
+                  else "–")
+            mode = "" if b["mode"] == "count" else f" ({b['mode']})"
+            lines.append(f"| {b['Nq']} | {b['Nkv']} | {b['d']} | {b['M']} | {b['algorithm']}"
+                         f"{mode} | {b['tiling']} | {b['total']:,} | {ratio} | {ru} |")
+        if len(rs) > BEST_ROWS:
+            lines.append(f"| … {len(rs) - BEST_ROWS} more rows in best.csv | | | | | | | | |")
+        lines.append("")
+    return lines
+
+
+def _markdown(summary, table, fits, figures, skipped, best=(), settings=()) -> str:
     s = summary
-    lines = ["# attnio reproduction report", "",
+    covered = [c for c in table if c.status != "not available"]
+    missing = [c for c in table if c.status == "not available"]
+    lines = ["# attnio report", "",
              f"Database `{s['db']}`: {s['rows']} rows "
              f"({', '.join(f'{v} {k}' for k, v in sorted(s['status'].items()))}), "
              f"attnio {', '.join(s['versions'])}, schema {s['schema']}; "
-             f"algorithms: {', '.join(s['algorithms'])}.", "",
-             "## Reproduction table", "",
-             "| claim | source | criterion | measured | result |", "|---|---|---|---|---|"]
-    for c in table:
-        lines.append(f"| {c.claim} | {c.source} | {c.criterion} | {c.measured} | "
-                     f"**{_MARK[c.status]}** |")
-    npass = sum(c.status == "pass" for c in table)
-    lines += ["", f"{npass} of {len(table)} claims pass.", "",
-              f"Fits: least squares of log(total I/O) on log(N) or log(M); exact algorithms only "
-              f"on points whose read-once floor (Nq + 2Nkv)·d + Nq·d is below {FLOOR_SHARE:.0%} of "
-              "the total; M-series fitted separately on M < d² and M ≥ d².", "",
-              "## Fitted slopes", "",
-              "| algorithm | variable | fixed | region | slope | points used | left out (floor) |",
-              "|---|---|---|---|---|---|---|"]
-    for f in fits:
-        fixed = (f"d={f.d}, M={f.M}" if f.var == "N" else f"N={f.N}, d={f.d}") + (
-            ", causal" if f.causal else "") + (f", eps={f.eps}" if f.eps is not None else "") + (
-            f", {f.mode}" if f.mode != "count" else "")
-        lines.append(f"| {f.algorithm} | {f.var} | {fixed} | {f.region.replace('d2', 'd²')} | "
-                     f"{f.label} | {len(f.points)} | {f.excluded} |")
-    lines += ["", "## Figures", ""]
-    for fig in figures:
-        lines += [f"![{fig}]({fig})", ""]
+             f"algorithms: {', '.join(s['algorithms'])}.", ""]
+    if settings:
+        lines += ["Settings present: " + "; ".join(settings) + ".", ""]
+    lines += ["## Claims this grid covers", ""]
+    if covered:
+        lines += ["| claim | source | criterion | measured | result |", "|---|---|---|---|---|"]
+        for c in covered:
+            lines.append(f"| {c.claim} | {c.source} | {c.criterion} | {c.measured} | "
+                         f"**{_MARK[c.status]}** |")
+        npass = sum(c.status == "pass" for c in covered)
+        lines += ["", f"{npass} of {len(covered)} covered claims pass."]
+    else:
+        lines.append("None: the grid has no data for any claim of the seed papers.")
+    if missing:
+        lines += ["", "Not covered by this grid (no data, so neither passed nor failed):", ""]
+        lines += [f"- {c.claim}: {c.measured}" for c in missing]
+    lines += ["", "## Best configuration per setting", "",
+              "For every workload point, the algorithm (and tiling) of least total I/O, its ratio "
+              "to the largest explicit lower bound, and the runner-up; every point is in "
+              "`best.csv`.", ""]
+    lines += _best_md(list(best))
+    if fits:
+        lines += [f"Fits: least squares of log(total I/O) on log(N) or log(M); exact algorithms "
+                  f"only on points whose read-once floor (Nq + 2Nkv)·d + Nq·d is below "
+                  f"{FLOOR_SHARE:.0%} of the total; M-series fitted separately on M < d² and "
+                  "M ≥ d² (one head, no window, no mask or the bottom-right one).", "",
+                  "## Fitted slopes", "",
+                  "| algorithm | variable | fixed | region | slope | points used | left out (floor) |",
+                  "|---|---|---|---|---|---|---|"]
+        for f in fits:
+            fixed = (f"d={f.d}, M={f.M}" if f.var == "N" else f"N={f.N}, d={f.d}") + (
+                ", causal" if f.causal else "") + (f", eps={f.eps}" if f.eps is not None else "") + (
+                f", {f.mode}" if f.mode != "count" else "")
+            lines.append(f"| {f.algorithm} | {f.var} | {fixed} | {f.region.replace('d2', 'd²')} | "
+                         f"{f.label} | {len(f.points)} | {f.excluded} |")
+        lines.append("")
+    if figures:
+        lines += ["## Figures", ""]
+        for fig in figures:
+            lines += [f"![{fig}]({fig})", ""]
     if skipped:
         lines += ["## Skipped and failed configurations", "", "| what | rows |", "|---|---|"]
         lines += [f"| {html.escape(k)} | {v} |" for k, v in skipped]
@@ -612,25 +861,46 @@ def _markdown(summary, table, fits, figures, skipped) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _html(summary, table, fits, figures, skipped, out) -> str:
+def _html(summary, table, fits, figures, skipped, out, best=()) -> str:
     e = html.escape
     s = summary
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>attnio reproduction report"
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>attnio report"
              "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em}"
              "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
              ".pass{color:#060;font-weight:bold}.fail{color:#a00;font-weight:bold}"
              ".na{color:#777;font-weight:bold}img{max-width:100%}</style></head><body>",
-             "<h1>attnio reproduction report</h1>",
+             "<h1>attnio report</h1>",
              f"<p>Database <code>{e(s['db'])}</code>: {s['rows']} rows ("
              + e(", ".join(f"{v} {k}" for k, v in sorted(s["status"].items())))
              + f"), attnio {e(', '.join(s['versions']))}; algorithms: {e(', '.join(s['algorithms']))}.</p>",
-             "<h2>Reproduction table</h2><table><tr><th>claim</th><th>source</th><th>criterion</th>"
-             "<th>measured</th><th>result</th></tr>"]
+             "<h2>Claims this grid covers</h2><table><tr><th>claim</th><th>source</th>"
+             "<th>criterion</th><th>measured</th><th>result</th></tr>"]
     cls = {"pass": "pass", "fail": "fail", "not available": "na"}
     for c in table:
+        if c.status == "not available":
+            continue
         parts.append(f"<tr><td>{e(c.claim)}</td><td>{e(c.source)}</td><td>{e(c.criterion)}</td>"
                      f"<td>{e(c.measured)}</td><td class='{cls[c.status]}'>{_MARK[c.status]}</td></tr>")
-    parts.append("</table><h2>Figures</h2>")
+    parts.append("</table>")
+    missing = [c for c in table if c.status == "not available"]
+    if missing:
+        parts.append("<p>Not covered by this grid:</p><ul>")
+        parts += [f"<li>{e(c.claim)}: {e(c.measured)}</li>" for c in missing]
+        parts.append("</ul>")
+    parts.append("<h2>Best configuration per setting</h2>")
+    for setting in dict.fromkeys(b["setting"] for b in best):
+        parts.append(f"<h3>{e(setting)}</h3><table><tr><th>Nq</th><th>Nkv</th><th>d</th>"
+                     "<th>M</th><th>best</th><th>tiling</th><th>total I/O</th><th>× bound</th>"
+                     "<th>runner-up</th></tr>")
+        for b in [b for b in best if b["setting"] == setting][:BEST_ROWS]:
+            ratio = f"{b['ratio']:.2f}" if b["ratio"] else "–"
+            ru = (f"{b['runner_up']} (+{100 * b['runner_up_excess']:.1f}%)" if b["runner_up"]
+                  else "–")
+            parts.append(f"<tr><td>{b['Nq']}</td><td>{b['Nkv']}</td><td>{b['d']}</td>"
+                         f"<td>{b['M']}</td><td>{e(b['algorithm'])}</td><td>{e(b['tiling'])}</td>"
+                         f"<td>{b['total']:,}</td><td>{ratio}</td><td>{e(ru)}</td></tr>")
+        parts.append("</table>")
+    parts.append("<h2>Figures</h2>")
     for fig in figures:
         with open(os.path.join(out, fig), "rb") as f:
             b64 = base64.b64encode(f.read()).decode()
@@ -648,4 +918,3 @@ def _html(summary, table, fits, figures, skipped, out) -> str:
         parts.append("</table>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
-

@@ -14,7 +14,11 @@ rows already present: no lost and no duplicated row.
 
 Safety: the store refuses, with one line and without writing anything, a file that is not SQLite
 (a foreign or corrupted file), an SQLite database that is not an attnio results store, a store of
-another schema version, and a path it cannot write.  It never overwrites an existing file.
+another schema version, and a path it cannot write.  It never overwrites an existing file.  A
+database damaged inside (a malformed page) or locked by another process (an open transaction, a
+sweep still writing) raises :class:`StoreError` naming the file and what to do, whatever call
+meets it, instead of sqlite3's own exception; a lock is waited on for a short while only
+(``lock_timeout``), in small interruptible steps.
 
 >>> import tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "r.sqlite")
@@ -28,14 +32,17 @@ another schema version, and a path it cannot write.  It never overwrites an exis
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..core.errors import AttnioError, ParameterError
+from ..core.extras import available, require
 
 __all__ = ["COLUMNS", "SCHEMA_VERSION", "ResultsStore", "StoreError", "read_export"]
 
@@ -98,7 +105,56 @@ _TYPES = dict(COLUMNS)
 
 
 class StoreError(AttnioError):
-    """The results database cannot be used (foreign, corrupted, other version, unwritable)."""
+    """The results database cannot be used (foreign, corrupted, other version, unwritable,
+    locked)."""
+
+
+#: Seconds a store waits for a lock another process holds before it gives up with a StoreError
+#: (a concurrent sweep's transaction lasts milliseconds; an open transaction in a shell does not).
+LOCK_TIMEOUT_S = 10.0
+#: The same when the store is opened: the first check that the database can be written.
+OPEN_LOCK_TIMEOUT_S = 0.5
+
+
+def _locked(e: sqlite3.Error) -> bool:
+    msg = str(e).lower()
+    return isinstance(e, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg)
+
+
+def _db_error(path: str, e: sqlite3.Error) -> StoreError:
+    """One line naming the file, what is wrong and what to do."""
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if _locked(e):
+        return StoreError(f"{path!r} is locked by another process (a sweep still writing to it, "
+                          "or an open sqlite3 transaction); wait for it to finish or close it, "
+                          "or use another --db")
+    low = msg.lower()
+    if (isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)
+            or any(w in low for w in ("malformed", "not a database", "corrupt", "decode",
+                                      "disk image"))):
+        return StoreError(f"{path!r} is damaged ({msg[:80]}); move it aside and rerun the sweep "
+                          "into a new --db (`sqlite3 FILE .recover` salvages the readable rows)")
+    return StoreError(f"results database {path!r} cannot be used ({msg[:80]}); check the file "
+                      "or use another --db")
+
+
+def _guarded(fn: Callable) -> Callable:
+    """Run a store method, turning sqlite3 errors into one-line StoreErrors; a lock is retried
+    in small steps (Ctrl-C stays responsive) until ``lock_timeout`` seconds have passed."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                return fn(self, *args, **kwargs)
+            except sqlite3.Error as e:
+                if _locked(e) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise _db_error(self.path, e) from None
+
+    return wrapper
 
 
 def _check_file(path: str) -> None:
@@ -140,27 +196,45 @@ def _ro_uri(path: str) -> str:
     return "file:" + os.path.abspath(path) + "?mode=ro&immutable=1"
 
 
-def _inspect(path: str) -> None:
-    """Check an existing, non-empty SQLite file is an attnio store of our schema (read-only)."""
+def _inspect(path: str, *, need_results: bool = False) -> None:
+    """Check an existing, non-empty SQLite file is an attnio store of our schema (read-only);
+    ``need_results``: it must hold the results table (a reader has nothing to read otherwise)."""
     uri = _ro_uri(path)
-    try:
-        con = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error as e:
-        raise StoreError(f"cannot open {path!r}: {e}") from None
-    try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not tables:
-            return  # an empty SQLite database: safe to initialise
-        if "attnio_meta" not in tables:
-            raise StoreError(
-                f"{path!r} is an SQLite database but not an attnio results store "
-                f"(tables: {', '.join(sorted(tables))}); refusing to use it"
-            )
-        meta = dict(con.execute("SELECT key, value FROM attnio_meta").fetchall())
-    except sqlite3.DatabaseError as e:
-        raise StoreError(f"{path!r} is not a readable SQLite database ({e}); refusing to use it") from None
-    finally:
-        con.close()
+    deadline = time.monotonic() + OPEN_LOCK_TIMEOUT_S
+    while True:
+        try:
+            con = sqlite3.connect(uri, uri=True, timeout=0.05)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open {path!r}: {e}") from None
+        try:
+            tables = {r[0] for r in con.execute(
+                "SELECT name FROM sqlite_master WHERE type='table'")}
+            meta = (dict(con.execute("SELECT key, value FROM attnio_meta").fetchall())
+                    if "attnio_meta" in tables else {})
+            break
+        except sqlite3.Error as e:
+            if _locked(e) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            if _locked(e):
+                raise _db_error(path, e) from None
+            raise StoreError(f"{path!r} is not a readable SQLite database ({e}); refusing to use "
+                             "it") from None
+        finally:
+            con.close()
+    if not tables:
+        if need_results:
+            raise StoreError(f"{path!r} is an empty SQLite database, not a results database: "
+                             f"run `attnio sweep --db {path}` first")
+        return  # an empty SQLite database: safe to initialise
+    if "attnio_meta" not in tables:
+        raise StoreError(
+            f"{path!r} is an SQLite database but not an attnio results store "
+            f"(tables: {', '.join(sorted(tables))}); refusing to use it"
+        )
+    if need_results and "results" not in tables:
+        raise StoreError(f"{path!r} has no results table (a sweep was never run into it): run "
+                         f"`attnio sweep --db {path}` first")
     version = meta.get("schema_version")
     if version != str(SCHEMA_VERSION):
         raise StoreError(
@@ -170,34 +244,73 @@ def _inspect(path: str) -> None:
 
 
 class ResultsStore:
-    """An open results database.  ``readonly=True`` never creates or changes anything."""
+    """An open results database.  ``readonly=True`` never creates or changes anything.
 
-    def __init__(self, path: str | os.PathLike, *, readonly: bool = False):
+    ``lock_timeout`` (seconds): how long a call waits for a lock another process holds before
+    it raises :class:`StoreError` (default :data:`LOCK_TIMEOUT_S` for a writer,
+    :data:`OPEN_LOCK_TIMEOUT_S` for a reader; opening waits at most the latter).
+    ``check``: when opening an existing database for writing, run SQLite's ``quick_check`` first
+    (databases up to 1 GB), so that a damaged file is refused before a row is added to it.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False,
+                 lock_timeout: float | None = None, check: bool = True):
         path = os.fspath(path)
         if not path:
             raise ParameterError("db must be a file path, got ''")
         self.path = path
         self.readonly = readonly
+        if lock_timeout is None:  # a reader (report, export) does not wait long
+            lock_timeout = OPEN_LOCK_TIMEOUT_S if readonly else LOCK_TIMEOUT_S
+        self.lock_timeout = float(lock_timeout)
         exists = os.path.exists(path)
         if exists:
             _check_file(path)
         elif readonly:
             raise StoreError(f"no results database at {path!r} (run `attnio sweep --db {path}` first)")
+        if readonly and os.path.getsize(path) == 0:
+            raise StoreError(f"{path!r} is empty (0 bytes), not a results database: run "
+                             f"`attnio sweep --db {path}` first")
         if not readonly:
             _check_writable(path)
         if exists and os.path.getsize(path) > 0:
-            _inspect(path)
+            _inspect(path, need_results=readonly)
+        self._con = None
         try:
             if readonly:
-                self._con = sqlite3.connect(_ro_uri(path), uri=True, timeout=30)
+                self._con = sqlite3.connect(_ro_uri(path), uri=True, timeout=0.05)
             else:
-                self._con = sqlite3.connect(path, timeout=30)
-                self._con.execute("PRAGMA journal_mode=WAL")
-                self._con.execute("PRAGMA synchronous=NORMAL")
-                self._init_schema()
-        except sqlite3.Error as e:
-            raise StoreError(f"cannot open results database {path!r}: {e}") from None
+                self._con = sqlite3.connect(path, timeout=0.05)
+            self._open(check and exists and not readonly and 0 < os.path.getsize(path) <= 2**30)
+        except (StoreError, KeyboardInterrupt):
+            if self._con is not None:
+                self._con.close()
+            raise
         self._con.row_factory = sqlite3.Row
+
+    def _open(self, quick_check: bool) -> None:
+        """Set the database up (WAL, the schema) and make sure it can be written now: a lock
+        held elsewhere is waited on for :data:`OPEN_LOCK_TIMEOUT_S` at most."""
+        saved, self.lock_timeout = self.lock_timeout, min(self.lock_timeout, OPEN_LOCK_TIMEOUT_S)
+        try:
+            self._setup(quick_check)
+        finally:
+            self.lock_timeout = saved
+
+    @_guarded
+    def _setup(self, quick_check: bool) -> None:
+        if self.readonly:
+            self._con.execute("SELECT COUNT(*) FROM attnio_meta").fetchone()
+            return
+        if quick_check:
+            res = self._con.execute("PRAGMA quick_check(1)").fetchone()[0]
+            if res != "ok":
+                raise sqlite3.DatabaseError(f"database disk image is malformed ({res})")
+        self._con.execute("PRAGMA journal_mode=WAL")
+        self._con.execute("PRAGMA synchronous=NORMAL")
+        self._init_schema()
+        self._con.execute("BEGIN IMMEDIATE")  # the write lock is free now (else: locked)
+        self._con.execute("ROLLBACK")
 
     @staticmethod
     def check(path: str | os.PathLike) -> None:
@@ -230,7 +343,8 @@ class ResultsStore:
 
     # ---------------------------------------------------------------- context
     def close(self) -> None:
-        self._con.close()
+        if self._con is not None:
+            self._con.close()
 
     def __enter__(self) -> ResultsStore:
         return self
@@ -251,19 +365,21 @@ class ResultsStore:
                 raise ParameterError(f"row has unknown column(s) {sorted(unknown)}")
             if not r.get("config_hash"):
                 raise ParameterError("row needs a config_hash")
-        placeholders = ", ".join("?" for _ in COLUMN_NAMES)
-        sql = (f"INSERT INTO results ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders}) "
-               "ON CONFLICT(config_hash) DO UPDATE SET "
-               + ", ".join(f"{c}=excluded.{c}" for c in COLUMN_NAMES if c != "config_hash")
-               + " WHERE results.status = 'error' OR (" + _UNVERIFIED.format(t="results")
-               + " AND excluded.status = 'ok' AND NOT " + _UNVERIFIED.format(t="excluded") + ")")
-        values = [tuple(_to_sql(r.get(c)) for c in COLUMN_NAMES) for r in rows]
+        return self.insert_values([row_values(r) for r in rows])
+
+    @_guarded
+    def insert_values(self, values: Sequence[tuple]) -> int:
+        """:meth:`insert` for rows already as tuples of :data:`COLUMN_NAMES` values
+        (:func:`row_values`): one transaction, all the rows or none."""
+        if not values:
+            return 0
         before = self._con.total_changes
         with self._con:  # one transaction: all the rows or none
-            self._con.executemany(sql, values)
+            self._con.executemany(_INSERT_SQL, values)
         return self._con.total_changes - before
 
     # ---------------------------------------------------------------- reading
+    @_guarded
     def done_hashes(self, verify: bool = False) -> set[str]:
         """Hashes that a rerun must not repeat (status ok or skipped); with ``verify``, ok rows
         count as done only when their verify columns were filled (or their absence explained)."""
@@ -272,11 +388,13 @@ class ResultsStore:
             q += " AND NOT (" + _UNVERIFIED.format(t="results") + ")"
         return {r[0] for r in self._con.execute(q)}
 
+    @_guarded
     def count(self, status: str | None = None) -> int:
         if status is None:
             return self._con.execute("SELECT COUNT(*) FROM results").fetchone()[0]
         return self._con.execute("SELECT COUNT(*) FROM results WHERE status = ?", (status,)).fetchone()[0]
 
+    @_guarded
     def rows(self, status: str | None = None, *, decode: bool = False) -> list[dict]:
         """All rows (optionally of one status), ordered by hash; ``decode`` parses the JSON
         columns and turns ``exact``/``causal`` into bools."""
@@ -289,6 +407,7 @@ class ResultsStore:
         out = [dict(r) for r in self._con.execute(q, args)]
         return [decode_row(r) for r in out] if decode else out
 
+    @_guarded
     def meta(self) -> dict[str, str]:
         return dict(self._con.execute("SELECT key, value FROM attnio_meta").fetchall())
 
@@ -316,6 +435,24 @@ class ResultsStore:
                 json.dump({"schema_version": SCHEMA_VERSION, "rows": rows}, f, indent=1)
                 f.write("\n")
         return len(rows)
+
+
+_INSERT_SQL = (
+    f"INSERT INTO results ({', '.join(COLUMN_NAMES)}) VALUES ({', '.join('?' for _ in COLUMN_NAMES)}) "
+    "ON CONFLICT(config_hash) DO UPDATE SET "
+    + ", ".join(f"{c}=excluded.{c}" for c in COLUMN_NAMES if c != "config_hash")
+    + " WHERE results.status = 'error' OR (" + _UNVERIFIED.format(t="results")
+    + " AND excluded.status = 'ok' AND NOT " + _UNVERIFIED.format(t="excluded") + ")")
+
+
+_PLAIN = (int, str, type(None))
+
+
+def row_values(r: dict) -> tuple:
+    """A row (a mapping of column names) as the tuple :meth:`ResultsStore.insert_values` takes:
+    JSON columns encoded (strings pass as they are), booleans as 0/1, non-finite floats NULL."""
+    get = r.get
+    return tuple(v if type(v) in _PLAIN else _to_sql(v) for v in map(get, COLUMN_NAMES))
 
 
 def _to_sql(v: Any) -> Any:
@@ -361,20 +498,10 @@ def _check_out(path: str) -> None:
 
 
 def _parquet_engine():
-    try:
-        import pandas as pd
-    except ImportError:  # pragma: no cover - pandas comes with dask here
-        raise ParameterError("parquet export needs pandas and pyarrow: pip install pandas pyarrow") from None
-    for engine in ("pyarrow", "fastparquet"):
-        try:
-            __import__(engine)
-            return pd
-        except ImportError:
-            continue
-    raise ParameterError(
-        "parquet export needs a parquet engine and none is installed: pip install pyarrow "
-        "(or use --format csv or json)"
-    )
+    pd = require("pandas", "parquet", "parquet export (or --format csv/json)")
+    if not available("fastparquet"):  # pandas' other engine, if someone has it
+        require("pyarrow", "parquet", "parquet export (or --format csv/json)")
+    return pd
 
 
 def read_export(path: str | os.PathLike, fmt: str | None = None) -> list[dict]:

@@ -23,11 +23,16 @@ commas: ``"256:16384:x2"``, ``"16,64,128"``, ``"64,256:1024:x4"``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
+import functools
 import hashlib
+import itertools
 import json
 import math
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,12 +46,14 @@ from .. import bounds as _bounds
 from ..core import masks, reference
 from ..core.checks import check_real
 from ..core.errors import AttnioError, CapacityError, ParameterError
+from ..core.extras import require
+from ..core.version import __version__ as _VERSION
 from ..core.workload import Shape
 from ..runner import run
-from .store import ResultsStore
+from .store import COLUMN_NAMES, ResultsStore, decode_row, row_values
 
 try:  # Python 3.11+
-    import tomllib
+    import tomllib  # novermin (guarded: the tomli backport below on 3.10)
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the tomli backport
     import tomli as tomllib
 
@@ -301,8 +308,12 @@ class Config:
         return k
 
     def hash(self) -> str:
-        blob = json.dumps(self.key(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+        h = self.__dict__.get("_hash")
+        if h is None:  # computed once per configuration (the sweep asks more than once)
+            blob = json.dumps(self.key(), sort_keys=True, separators=(",", ":"))
+            h = hashlib.sha256(blob.encode()).hexdigest()[:32]
+            object.__setattr__(self, "_hash", h)
+        return h
 
     @property
     def masked(self) -> bool:
@@ -338,50 +349,156 @@ class Expansion:
         return len(self.configs) + len(self.skipped)
 
 
-def expand(grids: Grid | Iterable[Grid]) -> Expansion:
-    """All configurations of the grids (deduplicated, in grid order), with skip reasons."""
+#: A sweep refuses a grid of more configurations than this (``max_configs=``, ``--max-configs``):
+#: about 17 minutes at 1,000 count-mode configurations a second.
+DEFAULT_MAX_CONFIGS = 1_000_000
+
+
+def _unique(vals: Iterable) -> tuple:
+    return tuple(dict.fromkeys(vals))
+
+
+class _GridPlan:
+    """One grid, validated and resolved (algorithms, workloads), that can count its
+    configurations arithmetically, yield them one at a time, and tell whether it holds one."""
+
+    def __init__(self, g: Grid):
+        if g.mode not in ("count", "compute"):
+            raise ParameterError(f"mode must be 'count' or 'compute', got {g.mode!r}",
+                                 param="mode")
+        if isinstance(g.seed, bool) or not isinstance(g.seed, (int, np.integer)):
+            raise ParameterError(f"seed must be an integer, got {g.seed!r}", param="seed")
+        self.names = parse_algorithms(g.algorithms)
+        self.algs = [_alg.get(n) for n in self.names]
+        sizes = _unique(g.sizes())
+        if not sizes or not g.d or not g.M or not g.causal:
+            empty = [n for n, v in (("N", sizes), ("d", g.d), ("M", g.M), ("causal", g.causal))
+                     if not v]
+            raise ParameterError(f"grid: no values for {', '.join(empty)} (an empty grid)")
+        for name, vals in (("d", g.d), ("M", g.M)):
+            for v in vals:
+                _positive(name, v) if isinstance(v, (int, np.integer)) and not isinstance(
+                    v, bool) else _bad(name, v)
+        self.eps = None if g.eps is None else check_real("eps", g.eps, lo=0, hi=1, lo_open=True,
+                                                         hi_open=True)
+        self.entry_bound = check_real("entry_bound", g.entry_bound, lo=0, lo_open=True)
+        self.g = g
+        self.sizes = sizes
+        self.d = _unique(int(v) for v in g.d)
+        self.M = _unique(int(v) for v in g.M)
+        self.causal = _unique(True if c == "bottom_right" else c for c in g.causal)
+        self.workloads = _unique(_workloads(g))
+        self.seed = int(g.seed)
+        self._members = None
+
+    def size(self) -> int:
+        """Configurations of this grid (the product of its value lists), in O(1)."""
+        return (len(self.algs) * len(self.sizes) * len(self.d) * len(self.workloads)
+                * len(self.causal) * len(self.M))
+
+    def configs(self) -> Iterator[tuple[Config, str | None]]:
+        """(configuration, skip reason or None), in grid order, one at a time."""
+        g = self.g
+        for alg in self.algs:
+            eps = None if alg.exact else self.eps
+            eb = None if alg.exact else float(self.entry_bound)
+            for (nq, nkv) in self.sizes:
+                for d in self.d:
+                    for (batch, heads, kvh, window) in self.workloads:
+                        for causal in self.causal:
+                            base = Config(alg.name, nq, nkv, d, 1, causal, g.mode, self.seed,
+                                          eps, eb, batch, heads, kvh, window, bool(g.verify))
+                            pre = _pre_reason(alg, base)
+                            min_m, why = (None, pre) if pre else _min_M(alg, base)
+                            for M in self.M:
+                                cfg = Config(alg.name, nq, nkv, d, M, causal, g.mode, self.seed,
+                                             eps, eb, batch, heads, kvh, window, bool(g.verify))
+                                yield cfg, why or _skip_reason(alg, cfg, min_m)
+
+    def holds(self, cfg: Config) -> bool:
+        """Whether this grid has a configuration of the same key (the same row) as ``cfg``."""
+        if self._members is None:
+            self._members = (set(self.names), set(self.sizes), set(self.d), set(self.M),
+                             set(self.workloads), {_causal_key(c) for c in self.causal})
+        names, sizes, ds, Ms, wls, causals = self._members
+        if cfg.algorithm not in names or cfg.mode != self.g.mode:
+            return False
+        alg = _alg.get(cfg.algorithm)
+        eps = None if alg.exact else self.eps
+        eb = None if alg.exact else float(self.entry_bound)
+        if cfg.mode == "compute" and cfg.seed != self.seed:
+            return False
+        return ((cfg.Nq, cfg.Nkv) in sizes and cfg.d in ds and cfg.M in Ms
+                and (cfg.batch, cfg.heads, cfg.kv_heads, cfg.window) in wls
+                and _causal_key(cfg.causal) in causals
+                and (None if cfg.eps is None else float(cfg.eps)) == eps
+                and (None if cfg.entry_bound is None else float(cfg.entry_bound)) == eb)
+
+
+def _causal_key(c: Any) -> Any:
+    return True if c == "bottom_right" else c
+
+
+def _plans(grids: Grid | Iterable[Grid]) -> list[_GridPlan]:
     if isinstance(grids, Grid):
         grids = [grids]
     grids = list(grids)
     if not grids:
         raise ParameterError("grid: no grid given (an empty grid)")
+    return [_GridPlan(g) for g in grids]
+
+
+def grid_size(grids: Grid | Iterable[Grid]) -> int:
+    """Configurations of the grids counted arithmetically (duplicates across grids included),
+    without expanding them: instant for a grid of 10^15."""
+    return sum(p.size() for p in _plans(grids))
+
+
+def check_grid_size(grids: Grid | Iterable[Grid], max_configs: int | None) -> int:
+    """The grids' size; ParameterError (naming the value lists) when it exceeds
+    ``max_configs``, before anything is expanded."""
+    plans = _plans(grids)
+    n = sum(p.size() for p in plans)
+    if max_configs is not None and n > max_configs:
+        biggest = max(plans, key=lambda p: p.size())
+        dims = [("algorithms", len(biggest.algs)), ("N", len(biggest.sizes)),
+                ("d", len(biggest.d)), ("M", len(biggest.M)),
+                ("workloads", len(biggest.workloads)), ("causal", len(biggest.causal))]
+        parts = " x ".join(f"{v:,} {k}" for k, v in dims if v > 1)
+        raise ParameterError(
+            f"grid: {n:.3g} configurations ({parts}) is more than max_configs={max_configs:,}; "
+            "use coarser value lists (e.g. --N 256:65536:x2), or raise --max-configs",
+            param="max_configs")
+    return n
+
+
+def iter_expand(grids: Grid | Iterable[Grid]) -> Iterator[tuple[Config, str | None]]:
+    """Every configuration of the grids, one at a time and in grid order, with its skip reason
+    (None: it can run); a configuration an earlier grid already has is not repeated.  Memory
+    does not grow with the grid (no set of seen configurations is kept)."""
+    return _iter_plans(_plans(grids))
+
+
+def _iter_plans(plans: list[_GridPlan]) -> Iterator[tuple[Config, str | None]]:
+    for k, plan in enumerate(plans):
+        earlier = plans[:k]
+        for cfg, why in plan.configs():
+            if earlier and any(p.holds(cfg) for p in earlier):
+                continue
+            yield cfg, why
+
+
+def expand(grids: Grid | Iterable[Grid], *, max_configs: int | None = DEFAULT_MAX_CONFIGS
+           ) -> Expansion:
+    """All configurations of the grids (deduplicated, in grid order), with skip reasons, in
+    memory: for grids of at most ``max_configs`` (checked arithmetically first)."""
+    check_grid_size(grids, max_configs)
     out = Expansion()
-    seen: set[str] = set()
-    for g in grids:
-        if g.mode not in ("count", "compute"):
-            raise ParameterError(f"mode must be 'count' or 'compute', got {g.mode!r}")
-        names = parse_algorithms(g.algorithms)
-        sizes = g.sizes()
-        if not sizes or not g.d or not g.M or not g.causal:
-            empty = [n for n, v in (("N", sizes), ("d", g.d), ("M", g.M), ("causal", g.causal)) if not v]
-            raise ParameterError(f"grid: no values for {', '.join(empty)} (an empty grid)")
-        if g.eps is not None:
-            check_real("eps", g.eps, lo=0, hi=1, lo_open=True, hi_open=True)
-        check_real("entry_bound", g.entry_bound, lo=0, lo_open=True)
-        workloads = _workloads(g)
-        for name in names:
-            alg = _alg.get(name)
-            for (nq, nkv) in sizes:
-                for d in g.d:
-                    for (batch, heads, kvh, window) in workloads:
-                        for causal in g.causal:
-                            base = Config(alg.name, nq, nkv, d, 1, causal, g.mode, g.seed,
-                                          None, None, batch, heads, kvh, window, bool(g.verify))
-                            pre = _pre_reason(alg, base)
-                            min_m, why = (None, pre) if pre else _min_M(alg, base)
-                            for M in g.M:
-                                eps = None if alg.exact else g.eps
-                                eb = None if alg.exact else float(g.entry_bound)
-                                cfg = dataclasses.replace(base, M=M, eps=eps, entry_bound=eb)
-                                h = cfg.hash()
-                                if h in seen:
-                                    continue
-                                seen.add(h)
-                                reason = why or _skip_reason(alg, cfg, min_m)
-                                if reason:
-                                    out.skipped.append((cfg, reason))
-                                else:
-                                    out.configs.append(cfg)
+    for cfg, why in iter_expand(grids):
+        if why:
+            out.skipped.append((cfg, why))
+        else:
+            out.configs.append(cfg)
     if not out.configs and not out.skipped:
         raise ParameterError("grid: it expands to no configuration (an empty grid)")
     return out
@@ -512,12 +629,29 @@ def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
             raise ParameterError(f"{where}: verify must be true or false, got {t['verify']!r}")
         kw["verify"] = t["verify"]
     algo = t.get("algo", t.get("algorithms", "all"))
-    kw["algorithms"] = tuple(algo.split(",")) if isinstance(algo, str) else tuple(algo)
+    if isinstance(algo, str):
+        kw["algorithms"] = tuple(algo.split(","))
+    elif isinstance(algo, (list, tuple)) and all(isinstance(a, str) for a in algo):
+        kw["algorithms"] = tuple(algo)
+    else:
+        raise ParameterError(f"{where}: algo must be a name, a comma list or a list of names, "
+                             f"got {algo!r}", param="algo")
     if "causal" in t:
         kw["causal"] = parse_causal(t["causal"])
-    for k in ("mode", "seed", "eps", "entry_bound"):
-        if k in t:
-            kw[k] = t[k]
+    if "mode" in t:
+        if t["mode"] not in ("count", "compute"):
+            raise ParameterError(f"{where}: mode must be 'count' or 'compute', got "
+                                 f"{t['mode']!r}", param="mode")
+        kw["mode"] = t["mode"]
+    if "seed" in t:
+        seed = t["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ParameterError(f"{where}: seed must be an integer, got {seed!r}", param="seed")
+        kw["seed"] = seed
+    if "eps" in t:
+        kw["eps"] = check_real("eps", t["eps"], lo=0, hi=1, lo_open=True, hi_open=True)
+    if "entry_bound" in t:
+        kw["entry_bound"] = check_real("entry_bound", t["entry_bound"], lo=0, lo_open=True)
     return Grid(**kw)
 
 
@@ -552,15 +686,13 @@ def _jsonable(x: Any) -> Any:
 
 # ----------------------------------------------------------------------------- one configuration
 def _base_row(cfg: Config, alg) -> dict:
-    from ..core.version import __version__
-
     return {
         "config_hash": cfg.hash(), "algorithm": cfg.algorithm, "kind": "attention",
         "exact": bool(alg.exact), "Nq": cfg.Nq, "Nkv": cfg.Nkv, "d": cfg.d, "M": cfg.M,
         "causal": cfg.masked, "causal_align": cfg.align, "batch": cfg.batch, "heads": cfg.heads,
         "kv_heads": cfg.kv_heads, "window": cfg.window,
         "mode": cfg.mode, "seed": cfg.seed if cfg.mode == "compute" else None,
-        "eps": cfg.eps, "entry_bound": cfg.entry_bound, "version": __version__,
+        "eps": cfg.eps, "entry_bound": cfg.entry_bound, "version": _VERSION,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -642,8 +774,24 @@ def verify_columns(cfg: Config, alg, tiling: Any) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _bounds_of(shape: Shape, M: int) -> tuple[dict, str, str | None, float | None]:
+    """(bounds, their JSON, the best explicit bound's name and value) of a workload: the bounds
+    do not depend on the algorithm, so a grid over several algorithms computes them once."""
+    bounds = {b.name: _bound_dict(b) for b in _bounds.applicable_to(shape, M)}
+    explicit = {k: v for k, v in bounds.items() if v["explicit"]}
+    best = max(explicit, key=lambda k: explicit[k]["value"]) if explicit else None
+    return bounds, json.dumps(bounds, sort_keys=True), best, (explicit[best]["value"] if best
+                                                             else None)
+
+
 def run_config(cfg: Config | Mapping) -> dict:
     """Run one configuration and return its row (status ok, or skipped/error with a reason)."""
+    return _run_row(cfg, encoded=False)
+
+
+def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
+    """The row of one configuration; ``encoded``: the JSON columns as strings (for the store)."""
     if isinstance(cfg, Mapping):
         cfg = Config(**cfg)
     alg = _alg.get(cfg.algorithm)
@@ -661,7 +809,7 @@ def run_config(cfg: Config | Mapping) -> dict:
             ref = reference.attention(Q, K, V, causal=cfg.causal, window=cfg.window)
             err = float(np.abs(res.output - ref).max())
         wall = time.perf_counter() - t0
-        pred = alg.predicted_io(res.shape, cfg.M, tiling=res.tiling)
+        pred = alg.predict_total(res.shape, res.tiling)  # the tiling was validated by the run
         verify = verify_columns(cfg, alg, res.tiling) if cfg.verify else {}
     except CapacityError as e:  # the algorithm's own tiling rule broke the capacity: a bug
         row.update(status="error", reason=f"CapacityError: {e}", wall_s=time.perf_counter() - t0)
@@ -673,18 +821,19 @@ def run_config(cfg: Config | Mapping) -> dict:
         row.update(status="error", reason=f"{type(e).__name__}: {e}", wall_s=time.perf_counter() - t0)
         return row
     io = res.io
-    bounds = bounds_for(cfg)
-    explicit = {k: v for k, v in bounds.items() if v["explicit"]}
-    best = max(explicit, key=lambda k: explicit[k]["value"]) if explicit else None
-    bound = explicit[best]["value"] if best else None
-    floor = _floor(cfg)
+    bounds, bounds_json, best, bound = _bounds_of(shape, cfg.M)
+    per_array = {k: [v.reads, v.writes] for k, v in io.per_array.items()}
+    tiling_doc = _tiling_json(res.tiling)
+    if encoded:
+        per_array = json.dumps(per_array, sort_keys=True)
+        tiling_doc = json.dumps(tiling_doc, sort_keys=True)
     row.update(
         status="ok", reason=None, reads=io.reads, writes=io.writes, total=io.total, peak=io.peak,
-        steps=io.steps, per_array={k: [v.reads, v.writes] for k, v in io.per_array.items()},
+        steps=io.steps, per_array=per_array,
         predicted_reads=pred.reads, predicted_writes=pred.writes,
-        tiling=_tiling_json(res.tiling), bounds=bounds, bound=bound, bound_name=best,
-        ratio=(io.total / bound) if bound else None, floor=floor, max_err=err, wall_s=wall,
-        **verify,
+        tiling=tiling_doc, bounds=bounds_json if encoded else copy.deepcopy(bounds), bound=bound,
+        bound_name=best, ratio=(io.total / bound) if bound else None, floor=_floor(cfg),
+        max_err=err, wall_s=wall, **verify,
     )
     return row
 
@@ -696,8 +845,21 @@ def _tiling_json(t: Any) -> dict:
 
 
 def run_batch(cfgs: Sequence[Mapping]) -> list[dict]:
-    """Run several configurations (one task of a pool or a Dask worker)."""
+    """Run several configurations (one task of a Dask worker)."""
     return [run_config(c) for c in cfgs]
+
+
+_CFG_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
+
+
+def _cfg_tuple(c: Config) -> tuple:
+    return tuple(getattr(c, f) for f in _CFG_FIELDS)
+
+
+def _run_values(cfgs: Sequence[tuple]) -> list[tuple]:
+    """One task of the local pool: configurations as field tuples in, store rows as value tuples
+    out (compact to send between processes, ready for one ``executemany``)."""
+    return [row_values(_run_row(Config(*c), encoded=True)) for c in cfgs]
 
 
 # ----------------------------------------------------------------------------- the sweep
@@ -717,8 +879,69 @@ class SweepSummary:
                 f"{self.errors} errors ({self.wall_s:.1f} s)")
 
 
-def _batches(items: list, size: int) -> list[list]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a sweep: every row that had arrived is in the database (``summary`` says
+    how many), the workers are gone, and rerunning the same sweep resumes it."""
+
+    def __init__(self, summary: SweepSummary, written: int = 0):
+        super().__init__(str(summary))
+        self.summary = summary
+        self.written = written
+
+    def line(self) -> str:
+        """One line for the command line."""
+        s = self.summary
+        return (f"interrupted: {self.written:,} rows written to {s.db} by this run "
+                f"({s.already:,} were there before); rerun the same command to resume")
+
+
+@dataclass
+class DryRun:
+    """What :func:`run_sweep` would do (:func:`dry_run`): nothing is written."""
+
+    total: int       # configurations of the grids
+    already: int     # rows the database already holds (ok or skipped): not run again
+    to_run: int      # configurations that would run
+    skipped: int     # configurations that would be stored as skipped (new ones)
+    db: str
+    examples: list[tuple[Config, str]] = field(default_factory=list)  # a few skip reasons
+
+    def __str__(self) -> str:
+        held = f"{self.already:,} already in {self.db}" if self.already else \
+            f"none in {self.db} yet"
+        return (f"{self.total:,} configurations: {held}, {self.to_run:,} to run, "
+                f"{self.skipped:,} to store as skipped with a reason")
+
+
+def _done_sets(store: ResultsStore, any_verify: bool) -> tuple[set, set]:
+    plain = store.done_hashes()
+    return plain, (store.done_hashes(verify=True) if any_verify else plain)
+
+
+def dry_run(grids: Grid | Iterable[Grid], db: str | os.PathLike | None = None, *,
+            max_configs: int | None = DEFAULT_MAX_CONFIGS, examples: int = 10) -> DryRun:
+    """Count what :func:`run_sweep` would run against ``db`` (read, never written; None or a
+    missing file: an empty database), streaming the grid (memory does not grow with it)."""
+    plans = _plans(grids)
+    check_grid_size(plans_to_grids(plans), max_configs)
+    any_verify = any(p.g.verify for p in plans)
+    plain = verified = set()
+    path = "(no database)" if db is None else os.fspath(db)
+    if db is not None and os.path.exists(path) and os.path.getsize(path) > 0:
+        with ResultsStore(path, readonly=True) as st:
+            plain, verified = _done_sets(st, any_verify)
+    out = DryRun(0, 0, 0, 0, path)
+    for cfg, why in _iter_plans(plans):
+        out.total += 1
+        if (plain or verified) and cfg.hash() in (verified if cfg.verify and not why else plain):
+            out.already += 1
+        elif why:
+            out.skipped += 1
+            if len(out.examples) < examples:
+                out.examples.append((cfg, why))
+        else:
+            out.to_run += 1
+    return out
 
 
 def run_sweep(
@@ -730,54 +953,118 @@ def run_sweep(
     dask: bool = False,
     progress: bool = False,
     on_row: Callable[[dict], None] | None = None,
+    max_configs: int | None = DEFAULT_MAX_CONFIGS,
 ) -> SweepSummary:
     """Run every configuration of ``grids`` that ``db`` does not hold yet.
 
     ``jobs``: local worker processes (default: all cores; 1 runs in this process).
     ``scheduler="tcp://HOST:PORT"``: run on that Dask distributed scheduler; ``dask=True``: start a
-    local Dask cluster of ``jobs`` workers.  Rows are written as they arrive, in transactions.
-    Invalid input (unknown algorithm, empty grid, unusable db) raises before anything is written.
+    local Dask cluster of ``jobs`` workers.  The grid is streamed (never held in memory) and the
+    rows are written as they arrive, many per transaction, so a sweep killed at any instant loses
+    no row that had arrived and a rerun resumes it.  Ctrl-C stops the workers at once, writes the
+    rows that had arrived and raises :class:`SweepInterrupted`.  Invalid input (unknown
+    algorithm, empty grid, a grid of more than ``max_configs`` configurations, an unusable db)
+    raises before anything is written.  ``progress``: a progress bar on stderr when it is a
+    terminal.
     """
     t0 = time.perf_counter()
-    exp = expand(grids)
+    plans = _plans(grids)
+    total = check_grid_size(plans_to_grids(plans), max_configs)
     if jobs is None:
         jobs = os.cpu_count() or 1
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-        raise ParameterError(f"jobs must be an integer >= 1, got {jobs!r}")
+        raise ParameterError(f"jobs must be an integer >= 1, got {jobs!r}", param="jobs")
     if scheduler is not None and not str(scheduler).startswith(("tcp://", "tls://", "inproc://",
                                                                   "ucx://", "ws://", "wss://")):
         raise ParameterError(f"scheduler must be an address like tcp://HOST:PORT, got {scheduler!r}")
+    # the first configuration: an expansion error (a bad workload) raises before anything is open
+    stream = _iter_plans(plans)
+    first = next(stream, None)
+    if first is None:
+        raise ParameterError("grid: it expands to no configuration (an empty grid)")
     ResultsStore.check(db)  # refuse a foreign/old/unwritable db before connecting anywhere
+    counts = {"total": 0, "already": 0, "ran": 0, "skipped": 0, "errors": 0}
+
+    def summary() -> SweepSummary:
+        return SweepSummary(counts["total"], counts["already"], counts["ran"], counts["skipped"],
+                            counts["errors"], time.perf_counter() - t0, os.fspath(db))
+
+    pool = None
     with _dask_client(scheduler, jobs, dask) as client:
         store = ResultsStore(db)
+        writer = _Writer(store)
+        bar = _Progress(total, progress)
         try:
-            plain = store.done_hashes()
-            verified = store.done_hashes(verify=True) if any(c.verify for c in exp.configs) else plain
+            plain, verified = _done_sets(store, any(p.g.verify for p in plans))
+            if client is None and jobs > 1:
+                pool = _Pool(jobs)  # before the progress bar's thread: workers are forked
+            bar.start()
 
-            def is_done(c: Config) -> bool:
-                return c.hash() in (verified if c.verify else plain)
+            def todo() -> Iterator[Config]:
+                for cfg, why in itertools.chain([first], stream):
+                    counts["total"] += 1
+                    if cfg.hash() in (verified if cfg.verify and not why else plain):
+                        counts["already"] += 1
+                        bar.advance(1)
+                    elif why:
+                        writer.add([row_values(skipped_row(cfg, why))])
+                        counts["skipped"] += 1
+                        bar.advance(1)
+                    else:
+                        yield cfg
 
-            already = sum(1 for c in exp.configs if is_done(c))
-            already += sum(1 for c, _ in exp.skipped if c.hash() in plain)
-            skip_rows = [skipped_row(c, r) for c, r in exp.skipped if c.hash() not in plain]
-            store.insert(skip_rows)
-            todo = [c for c in exp.configs if not is_done(c)]
-            counts = {"ran": 0, "skipped": len(skip_rows), "errors": 0}
-
-            with _Writer(store) as writer, _Progress(len(todo), progress) as bar:
-                for rows in (_execute(todo, jobs=jobs, client=client) if todo else ()):
-                    for r in rows:
-                        counts["ran"] += 1
-                        counts["skipped"] += r["status"] == "skipped"
-                        counts["errors"] += r["status"] == "error"
-                        if on_row:
-                            on_row(r)
-                    writer.add(rows)
-                    bar.advance(len(rows))
+            for rows in _execute(todo(), jobs=jobs, client=client, pool=pool):
+                for r in rows:
+                    status = r[_STATUS]
+                    counts["ran"] += 1
+                    counts["skipped"] += status == "skipped"
+                    counts["errors"] += status == "error"
+                    if on_row:
+                        on_row(_row_dict(r))
+                writer.add(rows)
+                bar.advance(len(rows))
+            writer.flush()
+        except KeyboardInterrupt:
+            with _no_interrupts():  # a second Ctrl-C does not break the clean-up
+                if pool is not None:
+                    pool.terminate()
+                    pool = None
+                bar.stop()
+                writer.flush()  # the rows that had arrived
+                store.close()
+            raise SweepInterrupted(summary(), writer.written) from None
         finally:
+            if pool is not None:
+                pool.terminate()
+            bar.stop()
             store.close()
-    return SweepSummary(len(exp), already, counts["ran"], counts["skipped"], counts["errors"],
-                        time.perf_counter() - t0, os.fspath(db))
+    return summary()
+
+
+def plans_to_grids(plans: list[_GridPlan]) -> list[Grid]:
+    return [p.g for p in plans]
+
+
+_STATUS = COLUMN_NAMES.index("status")
+
+
+def _row_dict(values: tuple) -> dict:
+    return decode_row(dict(zip(COLUMN_NAMES, values)))
+
+
+@contextlib.contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """SIGINT ignored inside (main thread only): the clean-up after a Ctrl-C runs to its end."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 @contextlib.contextmanager
@@ -786,10 +1073,8 @@ def _dask_client(scheduler: str | None, jobs: int, dask: bool) -> Iterator[Any]:
     if not (scheduler or dask):
         yield None
         return
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:  # pragma: no cover - distributed is installed here
-        raise ParameterError("--dask/--scheduler need Dask distributed: pip install 'attnio[dask]'") from None
+    distributed = require("distributed", "dask", "a Dask sweep (--dask/--scheduler)")
+    Client, LocalCluster = distributed.Client, distributed.LocalCluster
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")
@@ -804,29 +1089,26 @@ def _dask_client(scheduler: str | None, jobs: int, dask: bool) -> Iterator[Any]:
 
 
 class _Writer:
-    """Buffers rows and commits them in one transaction at least every 0.2 s."""
+    """Buffers rows (value tuples) and commits them, many per transaction, at least every
+    0.2 s; ``written`` counts the rows committed."""
 
     def __init__(self, store: ResultsStore, every_s: float = 0.2):
         self.store, self.every_s = store, every_s
-        self.buf: list[dict] = []
+        self.buf: list[tuple] = []
         self.last = time.monotonic()
+        self.written = 0
 
-    def add(self, rows: list[dict]) -> None:
+    def add(self, rows: list[tuple]) -> None:
         self.buf.extend(rows)
-        if time.monotonic() - self.last >= self.every_s or len(self.buf) >= 512:
+        if time.monotonic() - self.last >= self.every_s or len(self.buf) >= 2048:
             self.flush()
 
     def flush(self) -> None:
         if self.buf:
-            self.store.insert(self.buf)
+            self.store.insert_values(self.buf)  # interrupted: rolled back, and still buffered
+            self.written += len(self.buf)
             self.buf = []
         self.last = time.monotonic()
-
-    def __enter__(self) -> _Writer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.flush()  # rows that arrived are written even when the loop was interrupted
 
 
 def _cost(c: Config) -> float:
@@ -835,49 +1117,199 @@ def _cost(c: Config) -> float:
     return work * (50.0 if c.mode == "compute" else 1.0) * (8.0 if c.causal else 1.0)
 
 
-def _execute(todo: list[Config], *, jobs: int, client: Any = None) -> Iterator[list[dict]]:
-    todo = sorted(todo, key=_cost, reverse=True) if jobs > 1 or client is not None else todo
-    payload = [dataclasses.asdict(c) for c in todo]
+#: Configurations per task of the local pool: count mode runs a configuration in about a
+#: millisecond, so tasks of 64 keep the pipes quiet; compute mode sends them one at a time.
+_TASK_COUNT, _TASK_COMPUTE = 64, 1
+_WINDOW = 4096  # configurations sorted by cost at a time (slowest first) with several workers
+
+
+def _tasks(todo: Iterator[Config], ordered: bool) -> Iterator[list[tuple]]:
+    """Batches of configuration tuples from the stream; with ``ordered``, each window of
+    :data:`_WINDOW` configurations slowest first."""
+    size = 2 * _TASK_COUNT  # a small first window: the workers start at once
+    while True:
+        window = list(itertools.islice(todo, size))
+        size = min(_WINDOW, 4 * size)
+        if not window:
+            return
+        if ordered:
+            window.sort(key=_cost, reverse=True)
+        batch: list[tuple] = []
+        for c in window:
+            batch.append(_cfg_tuple(c))
+            if len(batch) >= (_TASK_COMPUTE if c.mode == "compute" else _TASK_COUNT):
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+
+def _execute(todo: Iterator[Config], *, jobs: int, client: Any = None,
+             pool: _Pool | None = None) -> Iterator[list[tuple]]:
+    """Rows (value tuples) of the configurations, as they arrive."""
     if client is not None:
         from distributed import as_completed
 
+        payload = [dataclasses.asdict(c) for c in todo]
         workers = max(1, len(client.scheduler_info().get("workers", {})) or jobs)
         size = max(1, min(32, math.ceil(len(payload) / (workers * 16))))
+        payload.sort(key=lambda p: _cost(Config(**p)), reverse=True)
         futures = client.map(run_batch, _batches(payload, size), pure=False)
         for fut in as_completed(futures):
-            yield fut.result()
+            yield [row_values(_encode(r)) for r in fut.result()]
         return
-    if jobs == 1 or len(payload) == 1:
-        for p in payload:
-            yield [run_config(p)]
+    if pool is None:  # in this process, one configuration at a time
+        for c in todo:
+            yield [row_values(_run_row(c, encoded=True))]
         return
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    yield from pool.map(_tasks(todo, ordered=True))
 
-    size = 1 if len(payload) <= 20_000 else 32  # one task each: the slow ones do not queue up
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["attnio.experiments.sweep"])
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
-        pending = {ex.submit(run_batch, b) for b in _batches(payload, size)}
+
+def _encode(row: dict) -> dict:
+    return {k: (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v)
+            for k, v in row.items()}
+
+
+def _batches(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _worker(conn) -> None:
+    """A pool worker: tasks in, rows out, over one pipe, until the pipe closes.  It ignores
+    SIGINT: Ctrl-C reaches the whole process group, and only the parent acts on it (it
+    terminates the workers), so a worker never prints a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    while True:
         try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    yield f.result()
+            task = conn.recv()
+        except (EOFError, OSError):  # the parent is gone (killed): so is the work
+            return
+        if task is None:
+            return
+        try:
+            conn.send(("ok", _run_values(task)))
+        except (BrokenPipeError, OSError):
+            return
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
+            try:
+                conn.send(("error", f"{type(e).__name__}: {e}"))
+            except OSError:
+                return
+
+
+class _Pool:
+    """``jobs`` worker processes, each on its own pipe (no queues, locks or semaphores, so
+    nothing leaks when they are terminated).  Workers are forked where the platform allows it
+    (this process has imported everything already), with SIGINT blocked while they start so a
+    Ctrl-C at that instant reaches only the parent; a worker keeps two tasks in flight."""
+
+    def __init__(self, jobs: int):
+        import multiprocessing as mp
+        import threading
+
+        fork = ("fork" in mp.get_all_start_methods() and threading.active_count() == 1)
+        self.ctx = mp.get_context("fork" if fork else "spawn")
+        self.procs: list = []
+        self.conns: list = []
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        masked = hasattr(signal, "pthread_sigmask")
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if masked else None
+        try:
+            for _ in range(jobs):
+                parent, child = self.ctx.Pipe(duplex=True)
+                proc = self.ctx.Process(target=_worker, args=(child,), daemon=True)
+                proc.start()
+                child.close()
+                self.procs.append(proc)
+                self.conns.append(parent)
+        except BaseException:
+            self.terminate()
+            raise
         finally:
-            for f in pending:
-                f.cancel()
+            if masked:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def map(self, tasks: Iterator[list[tuple]]) -> Iterator[list[tuple]]:
+        """The rows of every task, as they arrive (not in task order)."""
+        from multiprocessing.connection import wait
+
+        inflight = {c: 0 for c in self.conns}
+        exhausted = False
+
+        def feed(c) -> None:
+            nonlocal exhausted
+            while not exhausted and inflight[c] < 2:
+                task = next(tasks, None)
+                if task is None:
+                    exhausted = True
+                    return
+                c.send(task)
+                inflight[c] += 1
+
+        for c in self.conns:
+            feed(c)
+        while any(inflight.values()):
+            for c in wait([c for c, n in inflight.items() if n]):
+                try:
+                    kind, payload = c.recv()
+                except (EOFError, OSError):
+                    proc = self.procs[self.conns.index(c)]
+                    proc.join(0.5)
+                    raise AttnioError(f"a sweep worker died (exit code {proc.exitcode}); the rows "
+                                      "that arrived are saved: rerun the sweep to resume") from None
+                inflight[c] -= 1
+                if kind != "ok":
+                    raise AttnioError(f"a sweep worker failed: {payload}")
+                feed(c)
+                yield payload
+        self.close()
+
+    def close(self) -> None:
+        """Let the workers finish (they exit when their pipe closes)."""
+        for c in self.conns:
+            with contextlib.suppress(OSError):
+                c.send(None)
+            c.close()
+        for p in self.procs:
+            p.join(2)
+            if p.is_alive():
+                p.terminate()
+        self.procs, self.conns = [], []
+
+    def terminate(self) -> None:
+        """Stop every worker now (SIGTERM, then SIGKILL after 1 s): their work in progress is
+        not in the database and runs again on resume."""
+        for p in self.procs:
+            with contextlib.suppress(Exception):
+                p.terminate()
+        for c in self.conns:
+            with contextlib.suppress(Exception):
+                c.close()
+        deadline = time.monotonic() + 1.0
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                with contextlib.suppress(Exception):
+                    p.kill()
+                    p.join(0.5)
+        self.procs, self.conns = [], []
 
 
 class _Progress:
-    """A rich progress bar with rate and ETA on stderr (nothing when disabled)."""
+    """A rich progress bar with rate and ETA on stderr, shown only when stderr is a terminal
+    (and ``enabled``)."""
 
     def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled = total, enabled and total > 0
+        self.total = total
+        self.enabled = enabled and total > 0 and _isatty(sys.stderr)
         self._p = None
 
-    def __enter__(self) -> _Progress:
-        if self.enabled:
+    def start(self) -> None:
+        if self.enabled and self._p is None:
             from rich.console import Console
             from rich.progress import (
                 BarColumn,
@@ -898,15 +1330,22 @@ class _Progress:
 
             self._p = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), Rate(),
                                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                               console=Console(stderr=True))
+                               console=Console(stderr=True), transient=True)
             self._p.start()
             self._task = self._p.add_task("sweep", total=self.total)
-        return self
 
     def advance(self, n: int) -> None:
         if self._p is not None:
             self._p.advance(self._task, n)
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
         if self._p is not None:
-            self._p.stop()
+            p, self._p = self._p, None
+            p.stop()
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False

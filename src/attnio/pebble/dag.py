@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..core.checks import check_int
+from ..core.checks import check_bool, check_choice, check_int
 from ..core.errors import ParameterError
 
 __all__ = ["DAG", "attention", "binary_tree", "chain", "evaluate", "from_preds", "matmul"]
@@ -158,6 +158,12 @@ class _Builder:
         self.ops.append(op)
         return name
 
+    def inputs(self, name: str, rows: int, cols: int) -> None:
+        """The input nodes ``name[i,j]`` of a rows × cols matrix, row by row."""
+        for i in range(rows):
+            for j in range(cols):
+                self.add(f"{name}[{i},{j}]")
+
     def chain(self, name: str, terms: Sequence[str], op: str) -> str:
         """Left-to-right chain of binary ``op``; the last node is called ``name``.
 
@@ -220,12 +226,8 @@ def matmul(m: int, k: int, n: int) -> DAG:
     """C = A·B, A m×k, B k×n: products and left-to-right summation chains; C is the output."""
     m, k, n = check_int("m", m), check_int("k", k), check_int("n", n)
     b = _Builder(f"matmul {m}x{k}x{n}")
-    for i in range(m):
-        for l_ in range(k):
-            b.add(f"A[{i},{l_}]")
-    for l_ in range(k):
-        for j in range(n):
-            b.add(f"B[{l_},{j}]")
+    b.inputs("A", m, k)
+    b.inputs("B", k, n)
     outs = []
     for i in range(m):
         for j in range(n):
@@ -244,22 +246,14 @@ def attention(Nq: int, d: int, *, Nkv: int | None = None, rowmax: bool = True,
     Nq = check_int("Nq", Nq)
     Nkv = Nq if Nkv is None else check_int("Nkv", Nkv)
     d = check_int("d", d)
-    if normalize not in ("P", "O"):
-        raise ParameterError(f"normalize must be 'P' or 'O', got {normalize!r}", param="normalize")
-    if not isinstance(rowmax, bool):
-        raise ParameterError(f"rowmax must be True or False, got {rowmax!r}", param="rowmax")
+    normalize = check_choice("normalize", normalize, ("P", "O"))
+    rowmax = check_bool("rowmax", rowmax)
     title = (f"attention Nq={Nq} Nkv={Nkv} d={d} {'rowmax' if rowmax else 'no-max'} "
              f"normalize={normalize}")
     b = _Builder(title)
-    for i in range(Nq):
-        for k in range(d):
-            b.add(f"Q[{i},{k}]")
-    for j in range(Nkv):
-        for k in range(d):
-            b.add(f"K[{j},{k}]")
-    for j in range(Nkv):
-        for c in range(d):
-            b.add(f"V[{j},{c}]")
+    b.inputs("Q", Nq, d)
+    b.inputs("K", Nkv, d)
+    b.inputs("V", Nkv, d)
     outs = []
     for i in range(Nq):
         s = []

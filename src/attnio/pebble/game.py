@@ -75,7 +75,7 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..core.checks import check_int
 from ..core.errors import ParameterError, ScheduleError
@@ -404,9 +404,9 @@ def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit
     m = cp_model.CpModel()
     red = [[m.NewBoolVar(f"r{v}_{t}") for t in range(T + 1)] for v in range(n)]
     blue: list[list] = [[None] * (T + 1) for _ in range(n)]
-    comp: dict[tuple[int, int], object] = {}
-    rd: dict[tuple[int, int], object] = {}
-    wr: dict[tuple[int, int], object] = {}
+    comp: dict[tuple[int, int], Any] = {}  # CP-SAT Boolean variables (ortools is untyped)
+    rd: dict[tuple[int, int], Any] = {}
+    wr: dict[tuple[int, int], Any] = {}
     for v in range(n):
         m.Add(red[v][0] == 0)
         if v not in inputs:
@@ -734,11 +734,11 @@ def search(dag: DAG, M: int, *, time_limit: float = 60.0, max_states: int = 5_00
         red, blue, bo = cur
         if bo == all_out:
             moves: list[Move] = []
-            s = cur
-            while parent[s][0] is not None:
-                p, mv = parent[s]
+            st = cur
+            while parent[st][0] is not None:
+                p, mv = parent[st]
                 moves[:0] = mv
-                s = p
+                st = p
             rep = replay(dag, moves, M, sliding=sliding)
             return SearchResult(dag.title, M, rep.io, tuple(moves), True, rep.io,
                                 len(g_best), time.perf_counter() - t0)
@@ -852,7 +852,7 @@ def solve(dag: DAG, M: int, *, time_limit: float = 60.0, method: str = "auto",
     rest = max(0.5, time_limit - (time.perf_counter() - t0))
     cp = cpsat(dag, M, horizon=horizon, time_limit=rest, workers=workers, recompute=recompute,
                seed=seed)
-    glob = cp.globally_optimal or cp.io <= search_lb
+    glob = cp.globally_optimal or (cp.io is not None and cp.io <= search_lb)
     scope = cp.scope if not glob or cp.globally_optimal else "global: CP-SAT schedule meets A*'s bound"
     return dataclasses.replace(cp, lower_bound=max(cp.lower_bound, search_lb), globally_optimal=glob,
                                scope=scope, seconds=time.perf_counter() - t0, method="search+cpsat")

@@ -1,0 +1,195 @@
+"""The GPU model's public functions: score one kernel config, tune over many.
+
+``score(device, workload, config)`` is pure (Timeloop's model): the device's figures, the
+workload (a :class:`~attnio.core.workload.Shape`) and a :class:`~.kernels.KernelConfig` in; a
+:class:`Score` out: feasibility (and why not), shared memory, registers, CTAs per SM, waves,
+HBM bytes read and written after the parallel L2 replay, the compulsory bytes, the bytes the
+CTAs request from the L2 (= the two-level count of the same tiles), executed tensor FLOPs, the
+predicted time and the resource that binds.  ``tune`` (in :mod:`.oracle`) searches configs and
+calls ``score``.
+
+>>> from attnio.hardware import score
+>>> s = score("h100", (8192, 128), "fa3")
+>>> s.config.short(), s.feasible
+('fa3 128x176 w12 s2 RS overlap pack splits=2', True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import ParameterError
+from ..core.workload import Shape
+from . import devices as _devices
+from .devices import Device
+from .feasibility import Feasibility, check
+from .kernels import KERNELS, KernelConfig, named_config, parse_config
+from .l2 import Replay, replay
+from .roofline import Timing, roofline
+from .traffic import Traffic, build
+
+__all__ = ["Score", "lower_bound", "resolve", "score", "waves_of"]
+
+#: Resident CTAs per SM assumed for the light kernels (split-KV combine, backward preprocessing).
+LIGHT_CTAS_PER_SM = 16
+
+
+@dataclass(frozen=True)
+class Score:
+    """The model's verdict on one config (see the module docstring); ``to_dict`` is the JSON of
+    ``attnio gpu score --json``."""
+
+    config: KernelConfig
+    device: str
+    shape: Shape
+    feasible: bool
+    why: str | None
+    smem_bytes: int
+    smem_limit_bytes: int
+    regs_per_thread: int
+    regs_limit: int
+    ctas_per_sm: int
+    compulsory_bytes: int
+    waves: int | None = None
+    hbm_read_bytes: int | None = None
+    hbm_write_bytes: int | None = None
+    l2_bytes: int | None = None
+    flops: float | None = None
+    time_s: float | None = None
+    bound_by: str | None = None
+    by_resource: dict[str, float] = field(default_factory=dict)
+    alone: dict[str, float] = field(default_factory=dict)
+    extrapolated: bool = False
+    granularity: str = "tile"
+
+    @property
+    def hbm_bytes(self) -> int | None:
+        return None if self.hbm_read_bytes is None else self.hbm_read_bytes + self.hbm_write_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "config": {**self.config.as_dict(), "short": self.config.short()},
+            "feasible": self.feasible,
+        }
+        if not self.feasible:
+            out["why"] = self.why
+        out.update({
+            "smem_bytes": self.smem_bytes, "smem_limit_bytes": self.smem_limit_bytes,
+            "regs_per_thread": self.regs_per_thread, "regs_limit": self.regs_limit,
+            "ctas_per_sm": self.ctas_per_sm, "waves": self.waves,
+            "hbm_read_bytes": self.hbm_read_bytes, "hbm_write_bytes": self.hbm_write_bytes,
+            "compulsory_bytes": self.compulsory_bytes, "l2_bytes": self.l2_bytes,
+            "flops": self.flops, "time_s": self.time_s, "bound_by": self.bound_by,
+            "time_by_resource_s": self.by_resource, "time_alone_s": self.alone,
+            "extrapolated": self.extrapolated, "device": self.device,
+            "workload": self.shape.describe(),
+        })
+        return out
+
+    def line(self) -> str:
+        """One line for tables: config, time, binding resource, HBM/compulsory."""
+        if not self.feasible:
+            return f"{self.config.short():<40} infeasible: {self.why}"
+        ratio = self.hbm_bytes / self.compulsory_bytes if self.compulsory_bytes else 0.0
+        return (f"{self.config.short():<40} {self.time_s * 1e6:10.1f} us  bound by "
+                f"{self.bound_by:<7}  HBM {self.hbm_bytes / 1e6:9.2f} MB "
+                f"({ratio:.2f}x compulsory)  waves {self.waves}")
+
+
+def resolve(device: str | Device, workload: Any, config: Any,
+            dtype: str | None = None) -> tuple[Device, Shape, KernelConfig]:
+    """(device, Shape, KernelConfig) from the forms the public functions accept.
+
+    ``config``: a KernelConfig, a named kernel (``"fa2"``, ``"fa3"``, ``"sdpa"``), a
+    ``"Br=..,Bc=.."`` string or a mapping of KernelConfig fields.  ``dtype`` (default bf16)
+    sets a named or parsed config's element type.
+    """
+    dev = _devices.get(device).require_model()
+    shape = Shape.coerce(workload)
+    dt = _devices.dtype_name(dtype or (config.dtype if isinstance(config, KernelConfig)
+                                       else "bf16"))
+    if isinstance(config, KernelConfig):
+        cfg = config if dtype is None else dataclasses.replace(config, dtype=dt)
+    elif isinstance(config, str) and config in KERNELS:
+        cfg = named_config(config, dev, shape, dt)
+    elif isinstance(config, str):
+        cfg = parse_config(config, algorithm="fa3" if dev.wgmma else "fa2", dtype=dt)
+    elif isinstance(config, Mapping):
+        base = {"algorithm": "fa3" if dev.wgmma else "fa2", "dtype": dt}
+        try:
+            cfg = KernelConfig(**{**base, **config})
+        except TypeError as e:
+            raise ParameterError(f"config: {e}", param="config") from None
+    else:
+        raise ParameterError(f"config must be a KernelConfig, a kernel name ({', '.join(KERNELS)})"
+                             f" or 'Br=..,Bc=..', got {config!r}", param="config")
+    cfg.validate(shape.d)
+    return dev, shape, cfg
+
+
+def waves_of(traffic: Traffic, device: Device, ctas_per_sm: int) -> list[int]:
+    """CTAs resident at once in each phase: SMs x CTAs per SM."""
+    out = []
+    for ph in traffic.phases:
+        occ = ctas_per_sm if ph.name in ("main", "split") else LIGHT_CTAS_PER_SM
+        out.append(device.sm_count * max(1, occ))
+    return out
+
+
+def _infeasible(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
+                compulsory: int) -> Score:
+    return Score(cfg, dev.name, shape, False, f.why, f.smem_bytes, f.smem_limit_bytes,
+                 f.regs_per_thread, f.regs_limit, 0, compulsory)
+
+
+def score(device: str | Device, workload: Any, config: Any, *, dtype: str | None = None,
+          l2_bytes: int | None = None, granularity: str = "tile",
+          budget: int | None = 400_000) -> Score:
+    """Score ``config`` running ``workload`` on ``device`` (module docstring).
+
+    ``l2_bytes`` overrides the device's L2 size (what-if studies; the monotonicity test);
+    ``granularity="sector"`` replays 32-byte sectors instead of tiles (validation, slow);
+    ``budget`` caps the requests replayed before the remaining waves are extrapolated.
+    """
+    dev, shape, cfg = resolve(device, workload, config, dtype)
+    f = check(dev, cfg, shape)
+    from .traffic import compulsory_bytes
+
+    if not f.feasible:
+        return _infeasible(dev, shape, cfg, f, compulsory_bytes(cfg, shape))
+    tr = build(cfg, shape, dev, f.ctas_per_sm)
+    wv = waves_of(tr, dev, f.ctas_per_sm)
+    cap = dev.l2_bytes if l2_bytes is None else int(l2_bytes)
+    rep = replay(tr, cap, wv, granularity=granularity, sector=dev.l2_sector_bytes,
+                 budget=budget)
+    t = roofline(tr, dev, wv, rep)
+    return _scored(dev, shape, cfg, f, tr, rep, t)
+
+
+def _scored(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Traffic,
+            rep: Replay, t: Timing) -> Score:
+    flops = float(sum(float(ph.flops.sum()) for ph in tr.phases))
+    return Score(cfg, dev.name, shape, True, None, f.smem_bytes, f.smem_limit_bytes,
+                 f.regs_per_thread, f.regs_limit, f.ctas_per_sm, tr.compulsory, t.waves,
+                 rep.hbm_read, rep.hbm_write, tr.two_level, flops, t.time_s, t.bound_by,
+                 t.by_resource, t.alone, rep.extrapolated, rep.granularity)
+
+
+def lower_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility
+                ) -> tuple[float, Traffic, list[int]]:
+    """A lower bound on ``score(...).time_s`` without the L2 replay: every other resource per
+    wave, and HBM at least the compulsory bytes (the replay never reads or writes less)."""
+    tr = build(cfg, shape, dev, f.ctas_per_sm)
+    wv = waves_of(tr, dev, f.ctas_per_sm)
+    t = roofline(tr, dev, wv, None)
+    return max(t.time_s, tr.compulsory / dev.hbm_bw), tr, wv
+
+
+def finish(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Traffic,
+           wv: list[int], *, budget: int | None = 400_000) -> Score:
+    """Replay and time a config whose traffic is already built (the oracle's finalists)."""
+    rep = replay(tr, dev.l2_bytes, wv, sector=dev.l2_sector_bytes, budget=budget)
+    return _scored(dev, shape, cfg, f, tr, rep, roofline(tr, dev, wv, rep))

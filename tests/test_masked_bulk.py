@@ -1,0 +1,116 @@
+"""Bulk counting of masked loops (``TwoLevelMemory.blocks(band=...)``): equal to the step-by-step
+run and to the closed form, and independent of N.
+
+Step by step (``bulk=False``) every block of every loop executes; in bulk count mode a masked
+loop executes one block per run of alike blocks, its inner loop one full and one short block with
+the run's total visits.  The two must agree on reads, writes, peak, steps and the per-array
+breakdown, on every mask (causal both alignments, windows), Nq != Nkv both ways, grouped-query
+heads and tile sizes that do not divide the lengths.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attnio
+from attnio.core.errors import ScheduleError
+from attnio.core.masks import Band
+from attnio.core.memory import TwoLevelMemory
+from attnio.core.workload import Shape
+
+EXACT = ("flash2", "flash1", "standard", "flash_decoding", "square_tiling")
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+sizes = st.one_of(st.integers(1, 12), st.integers(1, 120))
+windows = st.one_of(st.none(), st.integers(1, 6), st.integers(1, 150))
+
+
+def _same(a, b):
+    return ((a.reads, a.writes, a.peak, a.steps, a.per_array)
+            == (b.reads, b.writes, b.peak, b.steps, b.per_array))
+
+
+@pytest.mark.parametrize("name", EXACT)
+@SETTINGS
+@given(Nq=sizes, Nkv=sizes, d=st.integers(1, 4), align=st.sampled_from(["bottom_right", "top_left"]),
+       W=windows, heads=st.sampled_from([(1, 1), (2, 1), (4, 2)]), data=st.data())
+def test_masked_bulk_count_equals_step_by_step_and_closed_form(name, Nq, Nkv, d, align, W, heads,
+                                                                data):
+    alg = attnio.algorithms.get(name)
+    if not alg.supports_window:
+        W = None
+    shape = Shape(Nq, Nkv, d, causal=True, causal_align=align, window=W, heads=heads[0],
+                  kv_heads=heads[1])
+    M = max(alg.min_M(shape), data.draw(st.sampled_from([60, 300, 2000, 30000])))
+    cands = [t for t in alg.candidate_tilings(shape, M) if alg.footprint(shape, t) <= M]
+    tiling = data.draw(st.sampled_from(cands)) if cands else None
+    bulk = attnio.run(name, shape=shape, M=M, mode="count", tiling=tiling)
+    step = attnio.run(name, shape=shape, M=M, mode="count", tiling=bulk.tiling, bulk=False)
+    assert _same(bulk.io, step.io)
+    pred = alg.predict_total(shape, bulk.tiling)
+    assert (bulk.io.reads, bulk.io.writes) == (pred.reads, pred.writes)
+
+
+@SETTINGS
+@given(Nq=sizes, Nkv=sizes, d=st.integers(1, 3), align=st.sampled_from(["bottom_right", "top_left"]),
+       W=windows, data=st.data())
+def test_masked_bulk_backward_equals_step_by_step_and_closed_form(Nq, Nkv, d, align, W, data):
+    shape = Shape(Nq, Nkv, d, causal=True, causal_align=align, window=W)
+    bwd = attnio.algorithms.get("flash2").backward
+    M = max(bwd.min_M(shape), 200)
+    bt = data.draw(st.sampled_from(bwd.candidate_tilings(shape, M)))
+    a = attnio.run("flash2", shape=shape, M=M, mode="count", backward=True, backward_tiling=bt)
+    b = attnio.run("flash2", shape=shape, M=M, mode="count", backward=True, backward_tiling=bt,
+                   bulk=False)
+    assert _same(a.backward_io, b.backward_io)
+    p = bwd.predict(shape, bt)
+    assert (a.backward_io.reads, a.backward_io.writes) == (p.reads, p.writes)
+
+
+@pytest.mark.parametrize("align", ["bottom_right", "top_left"])
+@pytest.mark.parametrize("Nq,Nkv", [(7, 300), (300, 7), (64, 64)])
+def test_approx_poly_causal_runs_equal_step_by_step_and_closed_form(align, Nq, Nkv):
+    shape = Shape(Nq, Nkv, 2, causal=True, causal_align=align)
+    til = {"entry_bound": 0.5, "eps": 1e-2, "Bn": 5}
+    a = attnio.run("approx_poly", shape=shape, M=2000, mode="count", tiling=til)
+    b = attnio.run("approx_poly", shape=shape, M=2000, mode="count", tiling=til, bulk=False)
+    assert _same(a.io, b.io)
+    p = attnio.algorithms.get("approx_poly").predict_total(shape, a.tiling)
+    assert (a.io.reads, a.io.writes) == (p.reads, p.writes)
+
+
+@pytest.mark.parametrize("name,window", [("flash2", 4096), ("flash2", None), ("flash1", 4096),
+                                         ("standard", 4096), ("flash_decoding", 4096),
+                                         ("square_tiling", None)])
+def test_masked_count_at_a_billion_equals_the_closed_form(name, window):
+    """N = 10^9: bulk count executes a few dozen blocks (step by step it would be ~10^7)."""
+    shape = Shape(10**9, 10**9, 128, causal=True, window=window)
+    alg = attnio.algorithms.get(name)
+    M = 65536 if name != "square_tiling" else 4096
+    tiling = None
+    if name == "standard":  # the one-pass softmax iterates its (position-dependent) rows
+        tiling = {"bm": 64, "bn": 64, "bk": 64, "onepass": False}
+    r = attnio.run(name, shape=shape, M=M, mode="count", tiling=tiling)
+    p = alg.predict_total(shape, r.tiling)
+    assert (r.io.reads, r.io.writes) == (p.reads, p.writes)
+    assert r.io.peak <= M
+
+
+def test_band_inner_loop_must_walk_the_bands_range():
+    mem = TwoLevelMemory(100, mode="count")
+    band = Band.queries(Shape(16, 16, 1, causal=True))
+    X = mem.slow("X", (16, 1))
+    with pytest.raises(ScheduleError, match="band gives"):
+        for _qb in mem.blocks(16, 4, band=band):
+            for kb in mem.blocks(16, 4, lo=0, hi=16, band=band):  # not kv_range of _qb
+                mem.free(mem.load(X, kb))
+
+
+def test_band_loop_body_must_free_what_it_allocates():
+    mem = TwoLevelMemory(100, mode="count")
+    band = Band.queries(Shape(16, 16, 1, causal=True))
+    with pytest.raises(ScheduleError, match="occupancy"):
+        for _ in mem.blocks(16, 4, band=band):
+            mem.alloc((1,))

@@ -1,0 +1,220 @@
+"""Packaging and hygiene: the version in one place, the optional extras lazy and named alike.
+
+* pyproject's version is the library's ``__version__``; every extra that
+  :data:`attnio.core.extras.EXTRAS` names exists in pyproject's optional dependencies;
+* ``import attnio`` loads no heavy or optional package (matplotlib, torch, Dask, OR-Tools,
+  pycachesim, pandas, pyarrow; nor rich or sqlite3, which only the CLI and the store use);
+* with every optional package blocked, every module of attnio still imports, and each feature
+  that needs one raises :class:`MissingExtraError` with the one message (the extra, the pip
+  command);
+* no module imports a ``_private`` name (or module) of another package: the part of the layer
+  contract that import-linter (pyproject.toml, checked by ``.ci/run``) cannot express.
+
+How long ``import attnio`` takes is measured by ``benchmarks/bench_import.py``, not asserted here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import attnio
+from attnio.core.errors import MissingExtraError
+from attnio.core.extras import EXTRAS, require
+
+ROOT = Path(__file__).resolve().parent.parent
+
+try:
+    import tomllib  # novermin (guarded: the tomli backport below on 3.10)
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+#: import names of the optional packages (each installed by an extra) and of the standard or
+#: required modules that only some commands use
+OPTIONAL = ("matplotlib", "torch", "distributed", "dask", "ortools", "cachesim", "pandas",
+            "pyarrow")
+NOT_AT_IMPORT = OPTIONAL + ("rich", "sqlite3")
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_pyproject_version_is_the_library_version():
+    assert _pyproject()["project"]["version"] == attnio.__version__
+
+
+def test_license_is_an_spdx_expression():
+    assert _pyproject()["project"]["license"] == "MIT"
+
+
+def test_every_extra_named_by_the_library_exists_in_pyproject():
+    extras = _pyproject()["project"]["optional-dependencies"]
+    for module, extra in EXTRAS.items():
+        assert extra in extras, (module, extra)
+        # and the dev extra (what the README installs) includes it, so the tests that need it run
+        assert set(extras[extra]) <= set(extras["dev"]), extra
+
+
+def test_missing_extra_message_names_the_extra_and_the_pip_command():
+    with pytest.raises(MissingExtraError) as e:
+        require("no_such_module_xyz.sub", "plot", "drawing the figures")
+    assert str(e.value) == ("drawing the figures needs no_such_module_xyz, which is not "
+                            "installed: pip install 'attnio[plot]'")
+    assert isinstance(e.value, ImportError) and e.value.extra == "plot"
+
+
+def test_import_attnio_loads_no_optional_package():
+    proc = _python("import sys, attnio; print(' '.join(sorted(sys.modules)))")
+    assert proc.returncode == 0, proc.stderr
+    loaded = {m.split(".")[0] for m in proc.stdout.split()}
+    assert "attnio" in loaded and "numpy" in loaded
+    assert loaded.isdisjoint(NOT_AT_IMPORT), sorted(loaded & set(NOT_AT_IMPORT))
+
+
+# Runs in a fresh interpreter in which every optional package fails to import as if it were not
+# installed.  It imports every module of attnio, then calls each feature that needs an extra.
+BLOCKED = textwrap.dedent('''
+    import importlib, json, pkgutil, sys, tempfile, warnings
+
+    BLOCKED = set(sys.argv[1].split(","))
+
+    class NotInstalled:
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, NotInstalled())
+    warnings.simplefilter("ignore", DeprecationWarning)  # the aliases import too
+    import attnio
+    from attnio.core.errors import MissingExtraError
+
+    out = {"import_errors": {}, "features": {}}
+    for info in pkgutil.walk_packages(attnio.__path__, "attnio."):
+        if info.name == "attnio.__main__":  # runs the CLI
+            continue
+        try:
+            importlib.import_module(info.name)
+        except Exception as e:
+            out["import_errors"][info.name] = repr(e)
+    out["leaked"] = sorted(m for m in sys.modules if m.partition(".")[0] in BLOCKED)
+
+    def feature(name, call):
+        try:
+            call()
+            out["features"][name] = "no error"
+        except MissingExtraError as e:
+            out["features"][name] = str(e)
+        except Exception as e:
+            out["features"][name] = "wrong error: " + repr(e)
+
+    def store_parquet():
+        from attnio.experiments.store import ResultsStore
+        from attnio.experiments.sweep import Grid, run_sweep
+        with tempfile.TemporaryDirectory() as tmp:
+            run_sweep(Grid(N=(64,), d=(8,), M=(256,), algorithms=("flash2",)), tmp + "/r.sqlite",
+                      jobs=1, progress=False)
+            with ResultsStore(tmp + "/r.sqlite", readonly=True) as st:
+                st.export(tmp + "/r.parquet")
+
+    def sweep_dask():
+        from attnio.experiments.sweep import Grid, run_sweep
+        with tempfile.TemporaryDirectory() as tmp:
+            run_sweep(Grid(N=(64,), d=(8,), M=(256,), algorithms=("flash2",)), tmp + "/r.sqlite",
+                      jobs=1, dask=True, progress=False)
+
+    def pebble_cpsat():
+        from attnio.pebble import dag, game
+        game.cpsat(dag.chain(3), 2, time_limit=1.0)
+
+    def figure():
+        from attnio.core.extras import figure
+        figure()
+
+    import numpy as np
+    feature("torch", lambda: attnio.torch_ops.poly_attention(np.ones((4, 2)), np.ones((4, 2)),
+                                                           np.ones((4, 2))))
+    feature("pycachesim", lambda: attnio.cachesim.validation.pycachesim_replay(
+        ([0, 1], [0, 0]), 2))
+    feature("ortools", pebble_cpsat)
+    feature("matplotlib", figure)
+    feature("dask", sweep_dask)
+    feature("parquet", store_parquet)
+    print(json.dumps(out))
+''')
+
+#: what each feature must say when its extra is missing (the one message of MissingExtraError)
+EXPECTED = {
+    "torch": ("torch", "torch"),
+    "pycachesim": ("cachesim", "validate"),
+    "ortools": ("ortools", "pebble"),
+    "matplotlib": ("matplotlib", "plot"),
+    "dask": ("distributed", "dask"),
+    "parquet": ("pandas", "parquet"),
+}
+
+
+def test_every_module_imports_and_every_feature_names_its_extra_without_the_extras():
+    proc = subprocess.run([sys.executable, "-c", BLOCKED, ",".join(OPTIONAL)],
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["import_errors"] == {}
+    assert out["leaked"] == []
+    assert set(out["features"]) == set(EXPECTED)
+    for feature, (module, extra) in EXPECTED.items():
+        msg = out["features"][feature]
+        assert msg.endswith(f"needs {module}, which is not installed: "
+                            f"pip install 'attnio[{extra}]'"), (feature, msg)
+
+
+def _private_imports_across_packages() -> list[tuple[str, str]]:
+    """(importer, imported name) for each ``from X import _y`` (or ``X._y`` a module) in src/
+    whose private part belongs to another package than the importer's (``attnio.core`` and
+    ``attnio.runner`` count as packages; the deprecated aliases re-export with ``*``)."""
+    src = ROOT / "src"
+    found = []
+    for path in sorted((src / "attnio").rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        module = ".".join(parts[:-1] if is_pkg else parts)
+        package = module if is_pkg else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("attnio"):
+                continue
+            for alias in node.names:
+                name = f"{target}.{alias.name}".split(".")
+                private = [i for i, p in enumerate(name) if p.startswith("_")
+                           and not p.startswith("__")]
+                if not private:
+                    continue
+                owner = name[:private[0]]
+                if owner[:2] != module.split(".")[:2]:
+                    found.append((module, ".".join(name)))
+    return found
+
+
+def test_no_private_name_is_imported_across_packages():
+    assert _private_imports_across_packages() == []
