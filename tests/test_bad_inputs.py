@@ -151,7 +151,7 @@ CLI_CASES = [
     (["run", "flash2", "--M", "0"], "--M must be an integer >= 1, got 0"),
     (["run", "flash2", "--d", "64", "--M", "100"], "it needs --M >= 260 words"),
     (["run", "flahs2"], "did you mean 'flash2'"),
-    (["run", "flash2", "--tiling", '{"Br": 1024, "Bc": 1024}'], "more than --M 16384"),
+    (["run", "flash2", "--tiling", '{"Br": 1024, "Bc": 1024}'], "more than --M=16384"),
     (["run", "flash2", "--tiling", "{oops"], "--tiling is not valid JSON"),
     (["run", "standard", "--N", "20000", "--M", "64"], "would take about"),
     (["run", "flash2", "--heads", "3", "--kv-heads", "2"],

@@ -79,7 +79,7 @@ CLI_CASES: list[tuple[list[str], str]] = [
     # ---- run: algorithm and tiling
     (["run"], "algorithm"),
     (["run", "flahs2"], "did you mean 'flash2'"),
-    (["run", "flash2", "--tiling", '{"Br": 1024, "Bc": 1024}'], "more than --M 16384"),
+    (["run", "flash2", "--tiling", '{"Br": 1024, "Bc": 1024}'], "more than --M=16384"),
     (["run", "flash2", "--tiling", "{oops"], "--tiling is not valid JSON"),
     (["run", "flash2", "--tiling", "5"], "--tiling"),
     (["run", "flash2", "--tiling", "[1, 2]"], "must be a JSON object"),
@@ -124,7 +124,7 @@ CLI_CASES: list[tuple[list[str], str]] = [
     (["run", "matmul", "--m", "100000", "--k", "100000", "--n", "100000", "--M", "4096"],
      "--count-only"),
     (["run", "matmul", "--m", "2000", "--k", "2000", "--n", "2000", "--M", "64", "--budget", "5"],
-     "--budget 5"),
+     "--budget (5 s)"),
     (["run", "matmul", "--m", "10", "--k", "10", "--n", "10", "--M", "0"], "--M"),
     (["run", "matmul", "--m", "10", "--k", "10", "--n", HUGE], "--n"),
     # ---- plan

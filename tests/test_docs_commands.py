@@ -39,6 +39,12 @@ SLOW = (
     "attnio pebble --N 2 --d 1 --M 6",
 )
 
+#: Documented commands that exit non-zero on purpose (the doc's comment says why), and the code.
+EXIT_CODES = {
+    # docs/hardware.md: "-> infeasible, why" (gpu score exits 1 on an infeasible config)
+    "attnio gpu score --N 8192 --d 256 --config Br=128,Bc=96,stages=2,warps=12": 1,
+}
+
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 _INLINE = re.compile(r"`(attnio [^`]+)`")
 
@@ -95,7 +101,8 @@ def collect() -> tuple[list[tuple[str, str, list[str]]], list[str], list[tuple[s
             words = span.split()
             if len(words) > 1 and not words[1].startswith("-"):
                 verbs.add(words[1])
-            if "--" in span and not any(t in span for t in ("...", "[", "|", "FILE", "COMMAND")):
+            whole = re.search(r"--[\w-]+ [^-\s]", span) or span.endswith(("--list", "--help"))
+            if whole and not any(t in span for t in ("...", "[", "|", "FILE", "COMMAND")):
                 commands.append((where, span, []))
     best: dict[str, tuple[str, str, list[str]]] = {}
     for c in commands:  # one test per command; the copy that shows its output wins
@@ -115,13 +122,13 @@ def test_the_docs_have_commands_to_run():
     assert len(COMMANDS) >= 20 and "run" in VERBS and len(PYTHON) >= 3
 
 
-def _check_output(shown: list[str], out: str, err: str, code: int) -> None:
+def _check_output(shown: list[str], out: str, err: str, code: int, expect: int = 0) -> None:
     errors = [ln for ln in shown if re.match(r"attnio \w+: error:", ln)]
     if errors:
         assert code == 2, (code, out, err)
         assert err.strip() == errors[0].strip()
         return
-    assert code == 0, (code, out[-2000:], err[-2000:])
+    assert code == expect, (code, out[-2000:], err[-2000:])
     for ln in shown:
         if not ln.strip() or "max |" in ln:
             continue
@@ -156,7 +163,7 @@ def test_documented_command_runs(where, cmd, shown, doc_folder, monkeypatch, cap
     code = main(argv)
     assert time.perf_counter() - t0 < GUARD_S
     out, err = capsys.readouterr()
-    _check_output(shown, out, err, code)
+    _check_output(shown, out, err, code, EXIT_CODES.get(cmd, 0))
 
 
 @pytest.mark.parametrize("verb", VERBS)

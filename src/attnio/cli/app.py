@@ -24,6 +24,11 @@ COMMANDS: tuple[ModuleType, ...] = (bound, gpu, pebble, plan, report, run, sweep
                                     verify)
 
 
+#: Verbs whose errors are worded for where the value came from (a TOML key, a database file),
+#: printed as they are rather than rewritten in flags.
+OWN_WORDS = frozenset({"sweep", "report"})
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit code 2
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -67,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             msg = ("ran out of memory; try --count-only or a smaller --N (--debug shows where)")
         elif isinstance(e, ArithmeticError) and not isinstance(e, AttnioError):
             msg = f"{type(e).__name__}: {flag_message(e)} (--debug shows where)"
+        elif args.command in OWN_WORDS:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         else:
             msg = flag_message(e)
         note = getattr(args, "memory_note", None)  # --M came from --device or --M-bytes

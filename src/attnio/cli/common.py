@@ -15,7 +15,7 @@ algorithm is named, ``--budget --force --max-memory`` where work is allocated, `
 >>> from attnio.core.errors import ParameterError
 >>> flag_message(ParameterError("heads must be a multiple of kv_heads, got heads=3 and "
 ...                             "kv_heads=2", param="kv_heads"))
-'--heads must be a multiple of --kv-heads, got --heads 3 and --kv-heads 2'
+'--heads must be a multiple of --kv-heads, got --heads=3 and --kv-heads=2'
 """
 
 from __future__ import annotations
@@ -242,9 +242,9 @@ _TILING_TYPE = re.compile(r"tiling( for \w+)? must be an? \w+ or a mapping( of (
 def flag_message(err: BaseException, flags: dict[str, str] | None = None) -> str:
     """The first line of ``err`` with API argument names replaced by the flags that set them.
 
-    ``name=value`` becomes ``--flag value``; a name followed by `` must``, `` is``,
-    `` needs``, `` conflicts``, ``:``, `` (`` or ``,`` becomes ``--flag``; so a ``d`` in prose
-    is left alone.  Whole API phrases (``mode='count'``, ``force=True``) become their flags.
+    A name followed by ``=``, `` must``, `` is``, `` needs``, `` conflicts``, ``:``, `` (``,
+    ``,``, `` and``, `` or``, `` for`` or a comparison becomes its flag (``N=4096`` reads
+    ``--N=4096``, which the command line accepts as typed); so a ``d`` in prose is left alone.  Whole API phrases (``mode='count'``, ``force=True``) become their flags.
     """
     msg = str(err).splitlines()[0] if str(err) else type(err).__name__
     table = FLAGS if flags is None else {**FLAGS, **flags}
@@ -256,9 +256,7 @@ def flag_message(err: BaseException, flags: dict[str, str] | None = None) -> str
     msg = re.sub(r"(?<![\w.\-])tiling\.(\w+)", r"--tiling's \1", msg)
 
     def sub(m: re.Match[str]) -> str:
-        name, tail = m.group(1), m.group(2)
-        flag = table.get(name, name)
-        return flag + " " if tail == "=" else flag + tail
+        return table.get(m.group(1), m.group(1)) + m.group(2)
 
     names = "|".join(sorted((re.escape(k) for k in table), key=len, reverse=True))
     pattern = (rf"(?<![\w.\-/'\"])({names})(=(?!=)| must\b| is\b| needs\b| conflicts\b|:| \(|,"

@@ -9,7 +9,7 @@ closed forms, and refuses in one line when that exceeds what the machine has (or
 >>> check_cost(need, subject="N=10000000", instead="use mode='count'", max_memory=10**9)
 Traceback (most recent call last):
 ...
-attnio.core.resources.ResourceError: N=10000000 would need about 3 TB of memory (Q, K, V and O), more than max_memory=1 GB; use mode='count'
+attnio.core.resources.ResourceError: N=10000000 would need about 3 TB of memory (Q, K, V and O), more than max_memory (1 GB); use mode='count'
 
 The refusal is a :class:`ResourceError`, a :class:`~attnio.core.errors.ParameterError` whose
 ``param`` names the limit that refused (``max_memory`` or ``budget_s``), so the command line
@@ -148,7 +148,7 @@ def check_cost(cost: Cost, *, subject: str, instead: str, max_memory: int | None
     if budget_s is not None:
         budget_s = check_real("budget_s", budget_s, lo=0, what="seconds")
     limit = available_memory() if max_memory is None else max_memory
-    where = f"max_memory={fmt_bytes(limit)}" if max_memory is not None else \
+    where = f"max_memory ({fmt_bytes(limit)})" if max_memory is not None else \
         f"the {fmt_bytes(limit)} this machine has available"
     if cost.bytes > limit:
         what = f" ({cost.what})" if cost.what else ""
@@ -156,5 +156,5 @@ def check_cost(cost: Cost, *, subject: str, instead: str, max_memory: int | None
                             f" more than {where}; {instead}", param="max_memory")
     if budget_s is not None and not force and cost.seconds > budget_s:
         raise ResourceError(f"{subject} would take about {fmt_seconds(cost.seconds)}, more than "
-                            f"budget_s={budget_s:g} s; {instead}, raise budget_s, or force=True",
+                            f"budget_s ({budget_s:g} s); {instead}, raise budget_s, or force=True",
                             param="budget_s")
