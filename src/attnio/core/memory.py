@@ -51,6 +51,7 @@ block; tests hold the two equal.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
@@ -260,13 +261,18 @@ class TwoLevelMemory:
         ``load(tile, src, idx)``, ``store(tile, dst, idx)``, ``alloc(tile, filled)``, ``free(tile)`` and
         ``compute(tiles, writes)`` are called after each step is checked.  A tracer needs every
         step, so it turns bulk counting off.  None (the default) changes nothing.
+    progress : callable, optional
+        ``progress(steps, progress_total)`` is called about 500 times over ``progress_total``
+        tile steps (:mod:`attnio.core.progress`); None (the default) costs one integer
+        comparison per block.
     """
 
     def __init__(self, M: int, mode: Mode = "compute", *, bulk: bool = True,
-                 dtype: Any = np.float64, tracer: Any = None):
-        self.M = check_int("M", M, minimum=1)
+                 dtype: Any = np.float64, tracer: Any = None,
+                 progress: Callable[[int, int], None] | None = None, progress_total: int = 0):
+        self.M = check_int("M", M, minimum=1, maximum=1 << 60)
         if mode not in ("compute", "count"):
-            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
+            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}", param="mode")
         self.mode: Mode = mode
         self.tracer = tracer
         self.bulk = bool(bulk) and mode == "count" and tracer is None
@@ -283,6 +289,10 @@ class TwoLevelMemory:
         self._peak = 0
         self._mult = 1
         self._next_key = 0
+        self._progress = progress
+        self._progress_total = int(progress_total)
+        self._stride = max(1, self._progress_total // 500) if progress_total else 1024
+        self._tick_at = self._stride if progress is not None else sys.maxsize
         self._bands: list[_BandFrame] = []  # active runs of masked loops
 
     # ------------------------------------------------------------------ slow memory
@@ -545,6 +555,8 @@ class TwoLevelMemory:
         if not (self.bulk and uniform):
             for j in range(first, last + 1):
                 self._steps += self._mult
+                if self._steps >= self._tick_at:
+                    self._tick()
                 yield Block(j, j * size, min(total, (j + 1) * size))
             return
         runs = []
@@ -557,6 +569,8 @@ class TwoLevelMemory:
             saved, occ = self._mult, self._occ
             self._mult = saved * count
             self._steps += self._mult
+            if self._steps >= self._tick_at:
+                self._tick()
             try:
                 yield Block(j, j * size, min(total, (j + 1) * size))
             finally:
@@ -567,6 +581,11 @@ class TwoLevelMemory:
                     " free what the body allocates, or pass uniform=False"
                 )
 
+    def _tick(self) -> None:
+        assert self._progress is not None
+        self._progress(self._steps, self._progress_total)
+        self._tick_at = self._steps + self._stride
+
     def _band_outer(self, band: Band, size: int) -> Iterator[Block]:
         """Bulk count of a masked outer loop: one representative block per run of alike blocks,
         its counts multiplied by the run's length."""
@@ -576,6 +595,8 @@ class TwoLevelMemory:
             saved, occ = self._mult, self._occ
             self._mult = saved * run.blocks
             self._steps += self._mult
+            if self._steps >= self._tick_at:
+                self._tick()
             self._bands.append(_BandFrame(band, size, run, j))
             try:
                 yield Block(j, j * size, min(total, (j + 1) * size))
@@ -622,6 +643,8 @@ class TwoLevelMemory:
             saved, occ = self._mult, self._occ
             self._mult = per * count
             self._steps += self._mult
+            if self._steps >= self._tick_at:
+                self._tick()
             frame.inner = (per, self._mult, size, stop is not None)
             try:
                 yield Block(j2, j2 * size, stop if stop is not None else (j2 + 1) * size)

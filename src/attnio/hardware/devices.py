@@ -561,7 +561,10 @@ def dtype_name(dtype: str) -> str:
 def words_for(M_bytes: int, dtype: int | str = 2) -> int:
     """Words of ``dtype`` in ``M_bytes`` bytes (at least one word must fit)."""
     M_bytes = check_int("M_bytes", M_bytes, minimum=1)
-    w = M_bytes // dtype_bytes(dtype)
+    size = dtype_bytes(dtype)
+    w = M_bytes // size
     if w < 1:
-        raise ParameterError(f"M_bytes={M_bytes} holds no {dtype} word; give M_bytes >= {dtype_bytes(dtype)}")
+        what = f"{dtype} word" if isinstance(dtype, str) else "word"
+        raise ParameterError(f"M_bytes={M_bytes} is less than one {what} ({size} bytes); give "
+                             f"M_bytes >= {size}", param="M_bytes")
     return w
