@@ -49,7 +49,8 @@ def safe_max(t: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(t), t, 0.0)
 
 
-def online_update_fa2(S, m, l, t, O, V) -> None:
+def online_update_fa2(S: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray, O: np.ndarray,
+                      V: np.ndarray) -> None:
     """FlashAttention-2 inner step: fold the score tile S into (m, l, unnormalised O)."""
     np.max(S, axis=1, out=t)
     np.maximum(t, m, out=t)  # t = new row max
@@ -64,19 +65,20 @@ def online_update_fa2(S, m, l, t, O, V) -> None:
     m[:] = t
 
 
-def logsumexp(out, m, l) -> None:
+def logsumexp(out: np.ndarray, m: np.ndarray, l: np.ndarray) -> None:
     """out = m + log(l) per row (-inf where the row saw no key)."""
     with np.errstate(divide="ignore"):
         out[:] = np.where(l > 0, safe_max(m) + np.log(np.where(l > 0, l, 1.0)), -np.inf)
 
 
-def normalise_rows(O, l) -> None:
+def normalise_rows(O: np.ndarray, l: np.ndarray) -> None:
     """O <- diag(l)^-1 O, with rows of l = 0 (fully masked) left at 0."""
     safe = np.where(l > 0, l, 1.0)
     O /= safe[:, None]
 
 
-def online_update_fa1(S, m, l, t1, t2, O, V) -> None:
+def online_update_fa1(S: np.ndarray, m: np.ndarray, l: np.ndarray, t1: np.ndarray,
+                      t2: np.ndarray, O: np.ndarray, V: np.ndarray) -> None:
     """FlashAttention-1 inner step (Algorithm 1, lines 10-12) on a normalised O block."""
     np.max(S, axis=1, out=t1)
     np.maximum(t1, m, out=t1)  # m_new

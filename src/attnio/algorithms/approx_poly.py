@@ -54,7 +54,7 @@ scale because R depends on it) and ``allow_unbounded``.  Resolved tilings also c
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,7 @@ from ..approx.radius import check_entries, check_radius, score_radius
 from ..core import masks
 from ..core.checks import check_bool, check_int, check_real
 from ..core.errors import CapacityError, ParameterError
-from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from .base import Algorithm, default_scale
 
@@ -94,14 +94,16 @@ class ApproxPolyTiling:
     @property
     def r_blocks(self) -> int:
         """Number of feature blocks nb = ceil(r / rb) (passes over K, V and Q)."""
+        assert self.r is not None and self.rb is not None, "a resolved tiling (coerce_tiling)"
         return cdiv(self.r, self.rb)
 
     @property
     def guaranteed_error(self) -> float:
         """delta/(1-delta): |O - O_exact| <= this * (max - min) of each column of V."""
+        assert self.kernel_error is not None, "a resolved tiling (coerce_tiling)"
         return output_error_factor(self.kernel_error)
 
-    def error_bound_for(self, V) -> float:
+    def error_bound_for(self, V: object) -> float:
         """The guaranteed max |O - O_exact| for these values V (Nkv x d)."""
         V = np.asarray(V, dtype=np.float64)  # (..., Nkv, d): the range of each column, per head
         return self.guaranteed_error * float(np.max(V.max(axis=-2) - V.min(axis=-2)))
@@ -126,6 +128,7 @@ class ApproxPoly(Algorithm):
 
     # ------------------------------------------------------------ tilings
     def _clamp(self, shape: Shape, t: ApproxPolyTiling) -> tuple[int, int, int]:
+        assert t.rb is not None and t.r is not None and t.Bn is not None, "a resolved tiling"
         return min(t.rb, t.r), min(t.Bn, shape.Nq), min(t.Bn, shape.Nkv)
 
     def footprint(self, shape: Shape, tiling: ApproxPolyTiling) -> int:
@@ -136,9 +139,10 @@ class ApproxPoly(Algorithm):
         return _fp(shape.d, 1, 1, 1, shape.causal)
 
     def steps(self, shape: Shape, tiling: ApproxPolyTiling) -> int:
+        assert tiling.Bn is not None, "a resolved tiling"
         return tiling.r_blocks * (cdiv(shape.Nq, tiling.Bn) + cdiv(shape.Nkv, tiling.Bn))
 
-    def _resolve(self, shape: Shape, t: ApproxPolyTiling, inputs) -> ApproxPolyTiling:
+    def _resolve(self, shape: Shape, t: ApproxPolyTiling, inputs: Any) -> ApproxPolyTiling:
         """Fill in scale, radius, degree, r and kernel_error (checking the preconditions)."""
         d = shape.d
         eps = check_eps(t.eps)
@@ -267,12 +271,14 @@ class ApproxPoly(Algorithm):
         return self.coerce_tiling(Shape.coerce(shape).with_mask(causal), M, None)
 
     def feature_map(self, shape: Shape, tiling: ApproxPolyTiling) -> FeatureMap:
+        assert tiling.radius is not None and tiling.scale is not None, "a resolved tiling"
         p = polynomial(tiling.eps, tiling.radius, tiling.variant, tiling.degree)
         return FeatureMap(shape.d, p.degree, p.coefficients, float(tiling.scale))
 
-    def regime(self, shape, M: int, tiling: ApproxPolyTiling) -> str:
+    def regime(self, shape: Shape, M: int, tiling: ApproxPolyTiling) -> str:
         """A one-line description of which regime the tiling is in (derived; docs/approximate.md)."""
         nb = tiling.r_blocks
+        assert tiling.r is not None  # r_blocks checked it
         if nb == 1:
             return (f"one pass: W, z (r(d+1) = {tiling.r * (shape.d + 1):,} words) fit in M = {M:,}; "
                     "I/O = 2(Nq + Nkv)d, the trivial lower bound")
@@ -301,26 +307,30 @@ class ApproxPoly(Algorithm):
             )
         fm = self.feature_map(shape, tiling) if mem.computing else None
         d, r, nb = shape.d, tiling.r, tiling.r_blocks
+        rb, Bn = tiling.rb, tiling.Bn
+        assert r is not None and rb is not None and Bn is not None, "a resolved tiling"
         if tiling.radius_pass:  # the pass that measured the score range R (see _resolve)
             for X, n in ((Q, shape.Nq), (K, shape.Nkv)):
-                for b in mem.blocks(n, tiling.Bn):
+                for b in mem.blocks(n, Bn):
                     mem.free(mem.load(X, b, label="radius"))
         D = mem.slow(f"D_partial({O.name})", (shape.Nq,)) if nb > 1 else None
-        for fb in mem.blocks(r, tiling.rb, uniform=False):
+        for fb in mem.blocks(r, rb, uniform=False):
             ctx = _Pass(mem, fm, fb.start, fb.stop, fb.index == 0, fb.index == nb - 1, D)
             W = mem.alloc((fb.size, d), 0.0, label="W_b")
             z = mem.alloc((fb.size,), 0.0, label="z_b")
             if shape.causal:
                 self._causal_pass(ctx, Q, K, V, O, W, z, shape, tiling)
             else:
-                for kb in mem.blocks(shape.Nkv, tiling.Bn):
+                for kb in mem.blocks(shape.Nkv, Bn):
                     ctx.absorb(K, V, kb.slice, W, z)
-                for qb in mem.blocks(shape.Nq, tiling.Bn):
+                for qb in mem.blocks(shape.Nq, Bn):
                     ctx.emit(Q, O, qb.slice, W, z)
             mem.free(W, z)
 
-    def _causal_pass(self, ctx, Q, K, V, O, W, z, shape: Shape, tiling: ApproxPolyTiling) -> None:
+    def _causal_pass(self, ctx: _Pass, Q: SlowArray, K: SlowArray, V: SlowArray, O: SlowArray,
+                     W: FastTile, z: FastTile, shape: Shape, tiling: ApproxPolyTiling) -> None:
         mem, off, Bn = ctx.mem, shape.offset, tiling.Bn
+        assert Bn is not None, "a resolved tiling"
         if off > 0:  # keys every query sees
             for kb in mem.blocks(off, Bn):
                 ctx.absorb(K, V, kb.slice, W, z)
@@ -336,7 +346,7 @@ class ApproxPoly(Algorithm):
             ctx.emit(Q, O, qb.slice, W, z, keys=(K, V, slice(klo, hi), qb.start, off))
 
 
-def _alike_blocks(mem: TwoLevelMemory, shape: Shape, Bn: int):
+def _alike_blocks(mem: TwoLevelMemory, shape: Shape, Bn: int) -> Iterator[Block]:
     """The query blocks of the causal pass, as runs whose bodies move the same words.
 
     A block's body depends on its position only through its in-block keys
@@ -363,21 +373,23 @@ def _alike_blocks(mem: TwoLevelMemory, shape: Shape, Bn: int):
 class _Pass:
     """The tile steps of one feature block [lo, hi): absorb keys into (W, z), emit outputs."""
 
-    def __init__(self, mem, fm, lo, hi, first, last, D):
+    def __init__(self, mem: TwoLevelMemory, fm: FeatureMap | None, lo: int, hi: int, first: bool,
+                 last: bool, D: SlowArray | None) -> None:
         self.mem, self.fm, self.lo, self.hi = mem, fm, lo, hi
         self.first, self.last, self.D = first, last, D
 
-    def _features(self, X, key: bool):
+    def _features(self, X: FastTile, key: bool) -> FastTile:
         mem, fm, lo, hi = self.mem, self.fm, self.lo, self.hi
         U = mem.alloc((X.shape[0], hi - lo), label="U2" if key else "U1")
 
-        def f(u, x):
+        def f(u: np.ndarray, x: np.ndarray) -> None:
+            assert fm is not None  # compute runs f only when computing, and then fm is made
             u[...] = fm.psi(x, lo, hi) if key else fm.phi(x, lo, hi)
 
         mem.compute(f, U, X, writes=1)
         return U
 
-    def absorb(self, K, V, rows, W, z) -> None:
+    def absorb(self, K: SlowArray, V: SlowArray, rows: slice, W: FastTile, z: FastTile) -> None:
         """W += psi(K_rows)^T V_rows;  z += psi(K_rows)^T 1."""
         mem = self.mem
         Kj = mem.load(K, rows, label="K_j")
@@ -387,7 +399,8 @@ class _Pass:
         mem.compute(_accumulate, W, z, U, Vj, writes=2)
         mem.free(U, Vj)
 
-    def emit(self, Q, O, rows, W, z, keys=None) -> None:
+    def emit(self, Q: SlowArray, O: SlowArray, rows: slice, W: FastTile, z: FastTile,
+             keys: tuple[SlowArray, SlowArray, slice, int, int] | None = None) -> None:
         mem = self.mem
         n = rows.stop - rows.start
         Qi = mem.load(Q, rows, label="Q_i")
@@ -397,6 +410,7 @@ class _Pass:
             num = mem.alloc((n, W.shape[1]), 0.0, label="num")
             den = mem.alloc((n,), 0.0, label="den")
         else:
+            assert self.D is not None  # a later feature block: nb > 1, so schedule made D
             num = mem.load(O, rows, label="num")
             den = mem.load(self.D, rows, label="den")
         mem.compute(_project, num, den, U1, W, z, writes=2)
@@ -418,34 +432,37 @@ class _Pass:
             mem.compute(_divide, num, den, writes=1)
             mem.store(num, O, rows)
         else:
+            assert self.D is not None  # not the last feature block: nb > 1, so schedule made D
             mem.store(num, O, rows)
             mem.store(den, self.D, rows)
         mem.free(num, den)
 
 
-def _accumulate(W, z, U, V) -> None:
+def _accumulate(W: np.ndarray, z: np.ndarray, U: np.ndarray, V: np.ndarray) -> None:
     W += U.T @ V
     z += U.sum(axis=0)
 
 
-def _project(num, den, U, W, z) -> None:
+def _project(num: np.ndarray, den: np.ndarray, U: np.ndarray, W: np.ndarray,
+             z: np.ndarray) -> None:
     num += U @ W
     den += U @ z
 
 
-def _masked_kernel(S, U1, U2, r0, c0, off) -> None:
+def _masked_kernel(S: np.ndarray, U1: np.ndarray, U2: np.ndarray, r0: int, c0: int,
+                   off: int) -> None:
     np.matmul(U1, U2.T, out=S)
     rows = np.arange(r0, r0 + S.shape[0])[:, None]
     cols = np.arange(c0, c0 + S.shape[1])[None, :]
     S[cols > rows + off] = 0.0
 
 
-def _project_local(num, den, S, V) -> None:
+def _project_local(num: np.ndarray, den: np.ndarray, S: np.ndarray, V: np.ndarray) -> None:
     num += S @ V
     den += S.sum(axis=1)
 
 
-def _divide(num, den) -> None:
+def _divide(num: np.ndarray, den: np.ndarray) -> None:
     """num <- num / den; rows that saw no key (den = 0) stay 0."""
     safe = np.where(den != 0, den, 1.0)
     num /= safe[:, None]

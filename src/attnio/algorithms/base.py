@@ -216,11 +216,12 @@ def head_views(mem: TwoLevelMemory, shape: Shape, qh: int, Q: SlowArray, K: Slow
                V: SlowArray, O: SlowArray) -> tuple[SlowArray, SlowArray, SlowArray, SlowArray]:
     """Views of query head ``qh`` (0 <= qh < batch*heads) and of its key/value head."""
     b, h = divmod(qh, shape.heads)
-    kvh = b * shape.kv_heads + h // shape.group
+    kv_per_batch = shape.heads // shape.group  # = shape.kv_heads, as an int
+    kvh = b * kv_per_batch + h // shape.group
     qs = slice(qh * shape.Nq, (qh + 1) * shape.Nq)
     ks = slice(kvh * shape.Nkv, (kvh + 1) * shape.Nkv)
-    return (mem.view(Q, qs, f"Q[{b},{h}]"), mem.view(K, ks, f"K[{b},{kvh % shape.kv_heads}]"),
-            mem.view(V, ks, f"V[{b},{kvh % shape.kv_heads}]"), mem.view(O, qs, f"O[{b},{h}]"))
+    return (mem.view(Q, qs, f"Q[{b},{h}]"), mem.view(K, ks, f"K[{b},{kvh % kv_per_batch}]"),
+            mem.view(V, ks, f"V[{b},{kvh % kv_per_batch}]"), mem.view(O, qs, f"O[{b},{h}]"))
 
 
 def default_scale(d: int, scale: object | None) -> float:

@@ -100,7 +100,7 @@ class Flash1(Algorithm):
         Br, Bc = published_rule(lo, shape.d)
         return Flash1Tiling(Br, Bc, lo)
 
-    def candidate_tilings(self, shape: Shape, M: int):
+    def candidate_tilings(self, shape: Shape, M: int) -> list[Flash1Tiling]:
         return [self.rule_tiling(shape, M)]
 
     def steps(self, shape: Shape, tiling: Flash1Tiling) -> int:

@@ -97,10 +97,10 @@ class Flash2(Algorithm):
         d = shape.d
         return min(shape.Nkv, (M - G * Br * (2 * d + 3)) // (2 * d + Br))
 
-    def candidate_tilings(self, shape: Shape, M: int):
+    def candidate_tilings(self, shape: Shape, M: int) -> list[Flash2Tiling]:
         d, Nq = shape.d, shape.Nq
         masked = shape.causal
-        out = []  # (Br, Bc, group): tilings are built only for the candidates returned
+        out: list[tuple[int, int, int]] = []  # (Br, Bc, group): tilings are built only for the candidates returned
         for G in _divisors(shape.group):
             br_max = min(Nq, (M - 2 * d) // (G * (2 * d + 3) + 1))
             while br_max >= 1 and self._bc_max(shape, M, br_max, G) < 1:
@@ -156,6 +156,8 @@ class Flash2(Algorithm):
             key = (self.predict_total(shape, t).total, self.steps(shape, t))
             scored.append((key, t))
             best = key if best is None else min(best, key)
+        if best is None:  # no candidates (scored is empty too)
+            return []
         return [t for key, t in scored if key[0] == best[0]]
 
     def steps(self, shape: Shape, tiling: Flash2Tiling) -> int:

@@ -55,11 +55,14 @@ def _fp(d: int, Br: int, Bc: int) -> int:
     return 4 * Bc * d + 3 * Br * d + 2 * Br * Bc + 2 * Br
 
 
-def _row_sum_dot(D, dO, O) -> None:
+def _row_sum_dot(D: np.ndarray, dO: np.ndarray, O: np.ndarray) -> None:
     D[:] = np.sum(dO * O, axis=1)
 
 
-def _backward_step(P, dS, dQ, dK, dV, Q, dO, L, D, Kj, Vj, *, scale, mask=None) -> None:
+def _backward_step(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, dK: np.ndarray, dV: np.ndarray,
+                   Q: np.ndarray, dO: np.ndarray, L: np.ndarray, D: np.ndarray, Kj: np.ndarray,
+                   Vj: np.ndarray, *, scale: float,
+                   mask: tuple[int, int, int, int | None] | None = None) -> None:
     """One (i, j) step: P from the saved logsumexp, then dV, dS, dQ, dK (Algorithm 2, l. 11-20)."""
     np.matmul(Q, Kj.T, out=P)
     P *= scale
@@ -87,9 +90,9 @@ class Flash2Backward:
     def min_M(self, shape: Shape) -> int:
         return _fp(shape.d, 1, 1)
 
-    def candidate_tilings(self, shape: Shape, M: int):
+    def candidate_tilings(self, shape: Shape, M: int) -> list[BackwardTiling]:
         d = shape.d
-        out = []
+        out: list[BackwardTiling] = []
         br = 1
         while br <= shape.Nq:
             bc = min(shape.Nkv, (M - 3 * br * d - 2 * br) // (4 * d + 2 * br))
@@ -140,7 +143,7 @@ class Flash2Backward:
         """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
         Nq, Nkv = shape.Nq, shape.Nkv
         D = mem.scratch("D", (shape.n_heads * Nq,))
-        for kvb in mem.blocks(shape.batch * shape.kv_heads, 1):
+        for kvb in mem.blocks(shape.n_kv_heads, 1):
             kvh = kvb.start
             ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
             q_heads = range(kvh * shape.group, (kvh + 1) * shape.group)

@@ -52,6 +52,7 @@ from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from .base import Algorithm
 from .flash2 import ALGORITHM as FLASH2
+from .flash2 import Flash2Tiling
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ def _fp(d: int, Br: int, Bc: int, splits: int) -> int:
     return main if splits == 1 else max(main, 2 * Br * d + 4 * Br)
 
 
-def _fold_partial(acc, m, l, t, Op, lse) -> None:
+def _fold_partial(acc: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray, Op: np.ndarray,
+                  lse: np.ndarray) -> None:
     """Fold a normalised partial output O_p with logsumexp lse_p into (acc, m, l)."""
     np.maximum(m, lse, out=t)
     ts = K_.safe_max(t)
@@ -101,7 +103,7 @@ class FlashDecoding(Algorithm):
                 f"tiling.splits must be in [1, Nkv={shape.Nkv}], got {tiling.splits}"
             )
 
-    def candidate_tilings(self, shape: Shape, M: int):
+    def candidate_tilings(self, shape: Shape, M: int) -> list[SplitKVTiling]:
         """FlashAttention-2's least-I/O (Br, Bc) with 1, 2, 4, 8 and 16 splits.
 
         A split never lowers the count (module docstring): with ``splits = 1`` this schedule is
@@ -223,8 +225,9 @@ class FlashDecoding(Algorithm):
 
 
 @functools.lru_cache(maxsize=256)
-def _flash2_best(shape: Shape, M: int):
-    return FLASH2.default_tiling(shape, M)
+def _flash2_best(shape: Shape, M: int) -> Flash2Tiling:
+    best: Flash2Tiling = FLASH2.default_tiling(shape, M)
+    return best
 
 
 ALGORITHM = FlashDecoding()

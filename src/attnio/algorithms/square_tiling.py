@@ -94,7 +94,7 @@ import numpy as np
 from ..core import masks
 from ..core.checks import check_int
 from ..core.errors import AttnioError, CapacityError, ParameterError
-from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
 from .base import Algorithm
@@ -102,6 +102,12 @@ from .base import Algorithm
 __all__ = ["ALGORITHM", "ExpOverflowError", "SquareTiling", "SquareTilingTiling", "paper_side"]
 
 ORDERS = ("tile", "row")
+
+# the search's pieces: a Phase-1 choice (Br, Bc, Bd, order); a Phase-2 rung (Bd2, Br2, the key
+# slices Bk2 to try); a Phase-1 choice with its exact Phase-1 count
+_Phase1 = tuple[int, int, int, str]
+_Rung = tuple[int, int, list[int]]
+_Group = tuple[_Phase1, int]
 _SIZE_FIELDS = ("Br", "Bc", "Bd", "Br2", "Bk2", "Bd2")
 
 
@@ -296,9 +302,9 @@ class SquareTiling(Algorithm):
         """The paper's rule: every side B = ⌊√(M/4)⌋ (at least 1)."""
         return SquareTilingTiling.square(max(1, paper_side(M)), stable=stable)
 
-    def _phase1_candidates(self, shape: Shape, M: int, stable: bool):
+    def _phase1_candidates(self, shape: Shape, M: int, stable: bool) -> list[_Phase1]:
         d, Nq, Nkv, e = shape.d, shape.Nq, shape.Nkv, _e1(stable)
-        out = []
+        out: list[_Phase1] = []
         for order in ORDERS:
             per_row = (d if order == "row" else 1) + 1 + e  # Bc = Bd = 1
             for br in _ladder(Nq, (M - 1) // per_row):
@@ -319,12 +325,12 @@ class SquareTiling(Algorithm):
                         out.append((br, c, bd, order))
         return out
 
-    def _phase2_ladder(self, shape: Shape, M: int, stable: bool) -> list[tuple[int, int, list]]:
+    def _phase2_ladder(self, shape: Shape, M: int, stable: bool) -> list[_Rung]:
         """(bd2, br2, key-slice sizes to try) per head-dimension slice: what Phase 2's candidates
         are built from before the stable variant snaps Bk2 to a divisor of Bc."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         e = 2 if stable else 0
-        out = []
+        out: list[_Rung] = []
         for bd2 in _ladder(d, (M - 1 - e) // 2):
             br2 = (M - bd2) // (bd2 + 1 + e)
             br2 = min(Nq, br2)
@@ -340,7 +346,7 @@ class SquareTiling(Algorithm):
         return out
 
     def _phase2_candidates(self, shape: Shape, M: int, stable: bool, bc: int,
-                           ladder: list | None = None):
+                           ladder: list[_Rung] | None = None) -> list[tuple[int, int, int]]:
         """Phase 2's (Br2, Bk2, Bd2) choices for a Phase 1 of key blocks ``bc``, sorted."""
         ladder = self._phase2_ladder(shape, M, stable) if ladder is None else ladder
         snap: dict[int, int] = {}
@@ -348,8 +354,8 @@ class SquareTiling(Algorithm):
                       for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snap))
 
     @staticmethod
-    def _slices(shape: Shape, M: int, stable: bool, bc: int, br2: int, bd2: int, ks: list,
-                snap: dict) -> list[int]:
+    def _slices(shape: Shape, M: int, stable: bool, bc: int, br2: int, bd2: int, ks: list[int],
+                snap: dict[int, int]) -> list[int]:
         """The key-slice sizes Bk2 of one (Br2, Bd2) choice, ascending: the stable variant
         snaps each to the largest divisor of Bc below it; those whose tiles fit in M."""
         bc_eff = min(bc, shape.Nkv)
@@ -382,6 +388,7 @@ class SquareTiling(Algorithm):
         top = scored[:12] if stable else scored[:1]
         groups = [(c, exact[c]) for c in top]  # (phase 1 choice, its exact Phase-1 count)
         ladder = self._phase2_ladder(shape, M, stable)
+        paper: SquareTilingTiling | None
         paper = self.paper_tiling(shape, M, stable)
         if self.footprint(shape, paper) > M:
             paper = None
@@ -389,7 +396,8 @@ class SquareTiling(Algorithm):
             return self._least(shape, M, stable, groups, ladder, paper)
         return self._least_unmasked(shape, M, stable, groups, ladder, paper)
 
-    def _least_unmasked(self, shape: Shape, M: int, stable: bool, groups: list, ladder: list,
+    def _least_unmasked(self, shape: Shape, M: int, stable: bool, groups: list[_Group],
+                        ladder: list[_Rung],
                         paper: SquareTilingTiling | None) -> list[SquareTilingTiling]:
         """The first combination of least (I/O, steps), in the order of the full list.
 
@@ -408,8 +416,9 @@ class SquareTiling(Algorithm):
                 total = e1 + td * (Nq + Nq * Nkv + tc) + (-(-Nq // br2)) * Nkv * d + Nq * d
                 scored.append((total, g, e))
         scored.sort()
-        best_key, best_at = None, None
-        snaps: dict[int, dict] = {}
+        best_key: tuple[int, int] | None = None
+        best_at: tuple[int, int, int, int] | None = None  # set together with best_key
+        snaps: dict[int, dict[int, int]] = {}
         for total, g, e in scored:
             if best_key is not None and total > best_key[0]:
                 break
@@ -420,7 +429,8 @@ class SquareTiling(Algorithm):
             for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snaps.setdefault(bc, {})):
                 key = (total, s1 + (-(-Nq // br2)) * td * (-(-Nkv // k)))
                 at = (g, br2, k, bd2)  # the combination's place in the full list
-                if best_key is None or key < best_key or (key == best_key and at < best_at):
+                if (best_key is None or best_at is None or key < best_key
+                        or (key == best_key and at < best_at)):
                     best_key, best_at = key, at
         out = []
         if best_at is not None:
@@ -433,7 +443,7 @@ class SquareTiling(Algorithm):
                 out = [paper]
         return out
 
-    def _least(self, shape: Shape, M: int, stable: bool, groups: list, ladder: list,
+    def _least(self, shape: Shape, M: int, stable: bool, groups: list[_Group], ladder: list[_Rung],
                paper: SquareTilingTiling | None) -> list[SquareTilingTiling]:
         """The combinations of least I/O, in the order the full list would have them (so
         :meth:`search` breaks ties by steps exactly as over the whole list), by branch and
@@ -464,12 +474,15 @@ class SquareTiling(Algorithm):
             e1 = sum(_phase1_io(shape, paper.Br, paper.Bc, paper.order, paper.stable))
             buckets.append((lower(e1, paper.Br2, paper.Bd2, paper.Bc), len(groups), -1))
         buckets.sort()
-        best, scored = None, []
-        snaps: dict[int, dict] = {}
+        best: int | None = None
+        scored: list[tuple[tuple[int, ...], int, SquareTilingTiling]] = []
+        snaps: dict[int, dict[int, int]] = {}
         for lb, g, e in buckets:
             if best is not None and lb > best:
                 break
+            members: list[tuple[tuple[int, ...], SquareTilingTiling]]
             if g == len(groups):
+                assert paper is not None  # its bucket is there only when paper is
                 members = [((g,), paper)]
             else:
                 (br, bc, bd, order), _ = groups[g]
@@ -501,7 +514,8 @@ class SquareTiling(Algorithm):
                                  f"d={shape.d}: it needs M >= {need} words", param="M")
         found = self.search(shape, M, self._search(shape, M, stable))
         assert found is not None  # min_M guarantees the square tiling of side 1
-        return found.tiling
+        best: SquareTilingTiling = found.tiling
+        return best
 
     def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None,
                       inputs: Any = None) -> SquareTilingTiling:
@@ -578,7 +592,7 @@ class SquareTiling(Algorithm):
                 m = mem.alloc((ib.size,), -np.inf, label="m_i")
                 l = mem.alloc((ib.size,), 0.0, label="l_i")
                 tmp = mem.alloc((ib.size,), 0.0, label="m_tile")
-                vecs = (m, l, tmp)
+                vecs: tuple[FastTile, ...] = (m, l, tmp)
             else:
                 l = mem.alloc((ib.size,), 0.0, label="l_i")
                 vecs = (l,)
@@ -603,6 +617,7 @@ class SquareTiling(Algorithm):
                                 writes=1)
                 if t.stable:
                     mem.compute(_exp_stable, S, m, l, tmp, writes=4)
+                    assert mx is not None  # schedule makes it for the stable variant
                     j0 = jb.index * Nq
                     mem.store(tmp, mx, slice(j0 + ib.start, j0 + ib.stop))
                 else:
@@ -639,6 +654,7 @@ class SquareTiling(Algorithm):
                     g = mem.load(rowvec, ib, label="g_i")
                     for cb in mem.blocks(Nkv, t.Bc, hi=hi, band=band):
                         c0 = cb.index * Nq
+                        assert mx is not None  # schedule makes it for the stable variant
                         w = mem.load(mx, slice(c0 + ib.start, c0 + ib.stop), label="m_ij")
                         mem.compute(_weights, w, g, writes=1)  # w = exp(m_ij - g_i)
                         # the Bk2 slices of [0, hi) inside cb (Bk2 divides Bc)
@@ -658,13 +674,15 @@ class SquareTiling(Algorithm):
                     mem.free(Oc, l)
 
     @staticmethod
-    def _accumulate(mem, A, V, Oc, w, ib, kb, db, shape, off):
+    def _accumulate(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, Oc: FastTile,
+                    w: FastTile | None, ib: Block, kb: Block, db: Block, shape: Shape,
+                    off: int) -> None:
         At = mem.load(A, ib, kb, label="A_ik")
         Vt = mem.load(V, kb, db, label="V_kc")
         masked = K_.tile_needs_mask(shape, ib.start, kb.stop)
         r0, c0 = ib.start, kb.start
 
-        def step(o, a, v, *ws):
+        def step(o: np.ndarray, a: np.ndarray, v: np.ndarray, *ws: np.ndarray) -> None:
             if ws:
                 a *= ws[0][:, None]
             if masked:  # entries never written (skipped tiles) are NaN: overwrite, not multiply
@@ -679,11 +697,12 @@ class SquareTiling(Algorithm):
 
 
 # ---------------------------------------------------------------------- tile arithmetic
-def _acc_slice(S, Q, K, l0, l1, scale) -> None:
+def _acc_slice(S: np.ndarray, Q: np.ndarray, K: np.ndarray, l0: int, l1: int,
+               scale: float) -> None:
     S += scale * (Q[:, l0:l1] @ K.T)
 
 
-def _exp_stable(S, m, l, t) -> None:
+def _exp_stable(S: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray) -> None:
     """S <- exp(S - m_new) with the running max m_new; l rescaled and accumulated; t <- m_new used."""
     np.max(S, axis=1, out=t)
     np.maximum(t, m, out=t)
@@ -696,24 +715,24 @@ def _exp_stable(S, m, l, t) -> None:
     t[:] = ts
 
 
-def _log_sum_exp(t, m, l) -> None:
+def _log_sum_exp(t: np.ndarray, m: np.ndarray, l: np.ndarray) -> None:
     """t <- m + log l per row (+inf where the row saw no key, so its weights become 0)."""
     with np.errstate(divide="ignore"):
         t[:] = np.where(l > 0, K_.safe_max(m) + np.log(np.where(l > 0, l, 1.0)), np.inf)
 
 
-def _weights(w, g) -> None:
+def _weights(w: np.ndarray, g: np.ndarray) -> None:
     with np.errstate(invalid="ignore"):
         np.exp(w - g, out=w)
 
 
-def _zero_masked(a, r0: int, c0: int, offset: int) -> None:
+def _zero_masked(a: np.ndarray, r0: int, c0: int, offset: int) -> None:
     rows = np.arange(r0, r0 + a.shape[0])[:, None]
     cols = np.arange(c0, c0 + a.shape[1])[None, :]
     a[cols > rows + offset] = 0.0
 
 
-def _exp_literal(S, l, r0: int, c0: int) -> None:
+def _exp_literal(S: np.ndarray, l: np.ndarray, r0: int, c0: int) -> None:
     """The paper's A = exp(S) (no max subtracted), refusing to write an overflowed tile."""
     with np.errstate(over="ignore"):
         np.exp(S, out=S)
@@ -726,7 +745,7 @@ def _exp_literal(S, l, r0: int, c0: int) -> None:
     l += S.sum(axis=1)
 
 
-def _check_row_sums(l, r0: int, shape: Shape) -> None:
+def _check_row_sums(l: np.ndarray, r0: int, shape: Shape) -> None:
     rows = np.arange(r0, r0 + l.shape[0])
     if shape.causal:
         sees = np.minimum(shape.Nkv, rows + 1 + shape.offset) > 0
@@ -746,7 +765,7 @@ def _check_row_sums(l, r0: int, shape: Shape) -> None:
             "stable=True")
 
 
-def _normalise_literal(O, l, r0: int) -> None:
+def _normalise_literal(O: np.ndarray, l: np.ndarray, r0: int) -> None:
     O /= np.where(l > 0, l, 1.0)[:, None]
     if not np.isfinite(O).all():
         r = int(np.argwhere(~np.isfinite(O))[0][0])

@@ -52,7 +52,11 @@ class StandardTiling:
     onepass: bool = False
 
 
-def _softmax_rows(S, m, l, t) -> None:
+# a heap entry of the masked tiling search: (lower bound, grid order, ik, im, ib, onepass)
+_GridPoint = tuple[float, int, int, int, int, bool]
+
+
+def _softmax_rows(S: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray) -> None:
     """Pass A step of the two-pass softmax: fold a tile into the row max m and row sum l."""
     np.max(S, axis=1, out=t)
     np.maximum(t, m, out=t)
@@ -63,14 +67,14 @@ def _softmax_rows(S, m, l, t) -> None:
     m[:] = t
 
 
-def _probabilities(S, m, l) -> None:
+def _probabilities(S: np.ndarray, m: np.ndarray, l: np.ndarray) -> None:
     """P = exp(S - m) / l in place (rows with l = 0 are fully masked: P = 0)."""
     S -= K_.safe_max(m)[:, None]
     np.exp(S, out=S)
     S /= np.where(l > 0, l, 1.0)[:, None]
 
 
-def _softmax_full(S, m, l, t) -> None:
+def _softmax_full(S: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray) -> None:
     _softmax_rows(S, m, l, t)
     _probabilities(S, m, l)
 
@@ -106,14 +110,15 @@ class Standard(Algorithm):
     def min_M(self, shape: Shape) -> int:
         return 4
 
-    def candidate_tilings(self, shape: Shape, M: int):
+    def candidate_tilings(self, shape: Shape, M: int) -> list[StandardTiling]:
         sides = sorted({min(s, max(shape.Nq, shape.Nkv)) for s in _pow2_upto(M)})
         bks = sorted({min(shape.d, b) for b in _pow2_upto(shape.d)} | {shape.d})
         if not shape.causal:
             return self._unmasked_candidates(shape, M, sides, bks)
         return self._masked_candidates(shape, M, sides, bks)
 
-    def _masked_candidates(self, shape: Shape, M: int, sides: list[int], bks: list[int]):
+    def _masked_candidates(self, shape: Shape, M: int, sides: list[int],
+                           bks: list[int]) -> list[StandardTiling]:
         """The least-(I/O, steps) tilings of the full (bk, bm, bn, onepass) grid, by branch and
         bound (the planner needs N = 10^9 in milliseconds).
 
@@ -137,7 +142,7 @@ class Standard(Algorithm):
         simple = shape.window is None and (shape.causal_align == "bottom_right" or Nkv <= Nq)
         pall = masks.row_counts(shape).pairs  # O(1)
         ns = len(sides)
-        heap = []
+        heap: list[_GridPoint] = []
         for ik, bk in enumerate(bks):
             bkc, tk = min(bk, d), cdiv(d, bk)
             for im, bm in enumerate(sides):
@@ -176,7 +181,7 @@ class Standard(Algorithm):
 
     @staticmethod
     def _grid_point(shape: Shape, pall: int, tk: int, ik: int, im: int, ib: int, ns: int,
-                    onepass: bool, sides: list[int], bk: int, bm: int) -> tuple:
+                    onepass: bool, sides: list[int], bk: int, bm: int) -> _GridPoint:
         """A heap entry: (lower bound, grid order, indices, onepass)."""
         bn = sides[ib]
         p = 1 if onepass else 2
@@ -185,7 +190,8 @@ class Standard(Algorithm):
         idx = ((ik * ns + im) * ns + ib) * 2 + int(onepass)
         return (lb * (1 - 1e-9), idx, ik, im, ib, onepass)
 
-    def _unmasked_candidates(self, shape: Shape, M: int, sides: list[int], bks: list[int]):
+    def _unmasked_candidates(self, shape: Shape, M: int, sides: list[int],
+                             bks: list[int]) -> list[StandardTiling]:
         """The best tiling of the (bk, bm, bn, onepass) grid for each (bk, onepass), found in
         O(|bks|·|sides|) without evaluating every grid point (the planner needs N = 2^20 fast).
 
@@ -197,7 +203,7 @@ class Standard(Algorithm):
         import bisect
 
         Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
-        best: dict = {}
+        best: dict[tuple[int, bool], tuple[tuple[int, int], StandardTiling]] = {}
         for bk in bks:
             bkc, tk = min(bk, d), cdiv(d, bk)
             for bm in sides:
