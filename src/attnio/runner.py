@@ -27,7 +27,7 @@ from . import algorithms as _alg
 from .algorithms.base import Algorithm, default_scale
 from .core.checks import check_bool, check_choice, check_int, check_real
 from .core.errors import ParameterError
-from .core.memory import IOStats, SlowArray, TwoLevelMemory
+from .core.memory import IOStats, Mode, SlowArray, TwoLevelMemory
 from .core.progress import ProgressCallback
 from .core.resources import (
     COPY_SECONDS_PER_WORD,
@@ -323,7 +323,8 @@ def run(
     if data is not None and mode == "compute":
         check_logits(data, s, dtype)
     total_steps = shp.n_heads * max(0, int(alg.steps(shp, t))) if progress is not None else 0
-    mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype, progress=progress,
+    mem_mode: Mode = "count" if mode == "count" else "compute"  # mode was checked above
+    mem = TwoLevelMemory(M, mode=mem_mode, bulk=bulk, dtype=dtype, progress=progress,
                          progress_total=total_steps)
     h = place_inputs(mem, shp, data if mode == "compute" else None)
     if backward:
@@ -338,12 +339,12 @@ def run(
     res = Result(alg.name, shp, M, shp.causal, t, mem.stats(), output, mode)
     if not backward:
         return res
-    return _run_backward(alg, res, mem, h, shp, M, s, mode, bulk, dtype, data, grad_output,
+    return _run_backward(alg, res, mem, h, shp, M, s, mem_mode, bulk, dtype, data, grad_output,
                          backward_tiling, progress)
 
 
 def _sizes(s: Shape) -> tuple[int, ...]:
-    return (s.Nq, s.Nkv, s.d, s.batch, s.heads, s.kv_heads)
+    return (s.Nq, s.Nkv, s.d, s.batch, s.heads, s.n_kv_heads)
 
 
 def place_inputs(mem: TwoLevelMemory, shp: Shape,
@@ -351,7 +352,7 @@ def place_inputs(mem: TwoLevelMemory, shp: Shape,
     """Put Q, K, V (stacked by head) and an empty O into slow memory (O in Q's precision).
 
     ``data`` is ``(Q, K, V)`` in compute mode (2-D or 4-D arrays), None in count mode."""
-    nq, nkv = shp.n_heads * shp.Nq, shp.batch * shp.kv_heads * shp.Nkv
+    nq, nkv = shp.n_heads * shp.Nq, shp.n_kv_heads * shp.Nkv
     h = {}
     for name, rows, i in (("Q", nq, 0), ("K", nkv, 1), ("V", nkv, 2)):
         arr = None if data is None else data[i].reshape(rows, shp.d)
@@ -378,7 +379,7 @@ def _unstack(flat, shp: Shape, data):
 
 
 def _run_backward(alg: Any, fwd: Result, fmem: TwoLevelMemory, h: dict[str, SlowArray],
-                  shp: Shape, M: int, s: float, mode: str, bulk: bool, dtype: Any,
+                  shp: Shape, M: int, s: float, mode: Mode, bulk: bool, dtype: Any,
                   data: Any, dO: Any, backward_tiling: Any,
                   progress: ProgressCallback | None = None) -> Result:
     bwd = alg.backward
@@ -386,7 +387,7 @@ def _run_backward(alg: Any, fwd: Result, fmem: TwoLevelMemory, h: dict[str, Slow
     total = shp.n_heads * max(0, int(bwd.steps(shp, bt))) if progress is not None else 0
     mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype, progress=progress,
                          progress_total=total)
-    nq, nkv = shp.n_heads * shp.Nq, shp.batch * shp.kv_heads * shp.Nkv
+    nq, nkv = shp.n_heads * shp.Nq, shp.n_kv_heads * shp.Nkv
     arrays = {}
     # the backward's inputs are where the forward left them, in slow memory (no I/O)
     for name, rows in (("Q", nq), ("K", nkv), ("V", nkv), ("O", nq)):
@@ -403,8 +404,9 @@ def _run_backward(alg: Any, fwd: Result, fmem: TwoLevelMemory, h: dict[str, Slow
         grads = {}
         for name in ("dQ", "dK", "dV"):
             g = mem.contents(arrays[name])
+            assert g is not None  # compute mode: slow arrays hold data
             if four:
-                heads = shp.heads if name == "dQ" else shp.kv_heads
+                heads = shp.heads if name == "dQ" else shp.n_kv_heads // shp.batch
                 n = shp.Nq if name == "dQ" else shp.Nkv
                 g = g.reshape(shp.batch, heads, n, shp.d)
             grads[name] = g
