@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
+from typing import TypedDict
 
 from ..core.errors import ParameterError
 from ..core.workload import ALIGNMENTS, MAX_M, Shape
@@ -152,7 +153,7 @@ def workload_from_args(args: argparse.Namespace) -> Shape:
                       window=getattr(args, "window", None))
 
 
-def _or(x: object, default: int) -> object:
+def _or(x: int | None, default: int) -> int:
     return default if x is None else x
 
 
@@ -190,12 +191,21 @@ def memory_from_args(args: argparse.Namespace) -> Memory:
     return Memory(check_int("M", args.M, minimum=1, maximum=MAX_M), db, None)
 
 
-def resources_from_args(args: argparse.Namespace) -> dict[str, object]:
+class Resources(TypedDict, total=False):
+    """The keyword arguments :func:`resources_from_args` gives (budget_s and force only where
+    the command has --budget)."""
+
+    budget_s: float
+    force: bool
+    max_memory: int | None
+
+
+def resources_from_args(args: argparse.Namespace) -> Resources:
     """``budget_s``, ``force``, ``max_memory`` keyword arguments from the resource flags."""
     from ..core.checks import check_real
     from ..core.resources import DEFAULT_BUDGET_S, parse_bytes
 
-    out: dict[str, object] = {}
+    out: Resources = {}
     if hasattr(args, "budget"):
         budget = DEFAULT_BUDGET_S if args.budget is None else args.budget
         out["budget_s"] = check_real("budget_s", budget, lo=0, what="seconds")

@@ -149,12 +149,15 @@ def _score(args) -> int:
     if not s.feasible:
         print(f"  INFEASIBLE  {s.why}")
         return 1
+    hbm, l2, flops, time_s = s.hbm_bytes, s.l2_bytes, s.flops, s.time_s
+    # a feasible config's score has them (as in Score.line)
+    assert hbm is not None and l2 is not None and flops is not None and time_s is not None
     print(f"  traffic     HBM {s.hbm_read_bytes:,} B read + {s.hbm_write_bytes:,} B written "
-          f"({s.hbm_bytes / s.compulsory_bytes:.2f}x the compulsory {s.compulsory_bytes:,} B); "
-          f"L2 requests {s.l2_bytes:,} B (= the two-level count of these tiles, "
-          f"{s.l2_bytes / s.compulsory_bytes:.1f}x)" + (" [extrapolated]" if s.extrapolated else ""))
-    print(f"  time        {s.time_s * 1e6:,.1f} us over {s.waves} waves, bound by {s.bound_by}; "
-          f"{s.flops / s.time_s / 1e12:,.0f} TFLOP/s executed")
+          f"({hbm / s.compulsory_bytes:.2f}x the compulsory {s.compulsory_bytes:,} B); "
+          f"L2 requests {l2:,} B (= the two-level count of these tiles, "
+          f"{l2 / s.compulsory_bytes:.1f}x)" + (" [extrapolated]" if s.extrapolated else ""))
+    print(f"  time        {time_s * 1e6:,.1f} us over {s.waves} waves, bound by {s.bound_by}; "
+          f"{flops / time_s / 1e12:,.0f} TFLOP/s executed")
     alone = ", ".join(f"{k} {v * 1e6:,.1f}" for k, v in s.alone.items())
     print(f"  per resource alone (us): {alone}")
     return 0

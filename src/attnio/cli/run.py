@@ -65,7 +65,9 @@ def add_arguments(p) -> None:
 
 
 def tiling_dict(t: Any) -> dict:
-    return dataclasses.asdict(t) if dataclasses.is_dataclass(t) else dict(t or {})
+    if dataclasses.is_dataclass(t) and not isinstance(t, type):  # an instance: a tiling
+        return dataclasses.asdict(t)
+    return dict(t or {})
 
 
 # ---------------------------------------------------------------------- --inputs
@@ -180,7 +182,7 @@ def main_matmul(args) -> int:
     check_cost(estimate_matmul(shape, M, tiling=tiling, mode=mode, inputs=True),
                subject=f"{mode} mode on m={args.m} k={args.k} n={args.n}",
                budget_s=res_kw["budget_s"] if mode == "compute" else None,
-               force=bool(res_kw["force"]), max_memory=res_kw["max_memory"],  # type: ignore[arg-type]
+               force=bool(res_kw["force"]), max_memory=res_kw["max_memory"],
                instead="use --count-only (same counts), or smaller --m, --k and --n")
     with progress_from_args(args, f"matmul m={args.m} k={args.k} n={args.n}",
                             unit="tile steps") as bar:
@@ -191,7 +193,8 @@ def main_matmul(args) -> int:
             rng = np.random.default_rng(args.seed)
             A = rng.standard_normal((args.m, args.k))
             B = rng.standard_normal((args.k, args.n))
-            res = run_matmul(A, B, M=M, tiling=tiling, progress=bar, **res_kw)  # type: ignore[arg-type]
+            res = run_matmul(A, B, M=M, tiling=tiling, progress=bar, **res_kw)
+            assert res.output is not None  # compute mode returns the product
             err = float(np.abs(res.output - A @ B).max())
     io = res.io
     if args.json:
@@ -271,8 +274,9 @@ def main(args) -> int:
             approx_opts["allow_unbounded"] = True
         if tiling is None or isinstance(tiling, dict):
             tiling = {**(tiling or {}), **approx_opts}
-        if args.count_only and args.entry_bound is None and "entry_bound" not in tiling \
-                and "radius" not in tiling:
+        if args.count_only and args.entry_bound is None and (
+                not isinstance(tiling, dict)
+                or ("entry_bound" not in tiling and "radius" not in tiling)):
             raise ParameterError(f"{alg.name} in count mode needs --entry-bound B (|Q|, |K| "
                                  "entries <= B; there are no inputs to measure), e.g. "
                                  "--entry-bound 1", param="entry_bound")
@@ -305,7 +309,7 @@ def main(args) -> int:
                                      backward=args.backward)
     check_cost(cost, subject=f"{mode} mode on {shape.describe()}",
                budget_s=res_kw["budget_s"] if mode == "compute" else None,
-               force=bool(res_kw["force"]), max_memory=res_kw["max_memory"],  # type: ignore[arg-type]
+               force=bool(res_kw["force"]), max_memory=res_kw["max_memory"],
                instead="use --count-only (same counts) or a smaller --N")
 
     opts: dict[str, Any] = dict(M=M, scale=args.scale, tiling=tiling, backward=args.backward,
@@ -323,7 +327,8 @@ def main(args) -> int:
                 rng = np.random.default_rng(args.seed)
                 four = shape.n_heads > 1
                 qs = (shape.batch, shape.heads, shape.Nq, shape.d) if four else (shape.Nq, shape.d)
-                ks = (shape.batch, shape.kv_heads, shape.Nkv, shape.d) if four else \
+                kv_heads = shape.heads // shape.group  # per batch entry
+                ks = (shape.batch, kv_heads, shape.Nkv, shape.d) if four else \
                     (shape.Nkv, shape.d)
                 Q, K, V = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
                 if not alg.exact:  # inputs inside the method's precondition |Q|, |K| <= B
@@ -341,6 +346,7 @@ def main(args) -> int:
             if args.backward:
                 refg = reference.attention_backward(Q, K, V, dO, causal=causal,
                                                     scale=args.scale, window=window)
+                assert res.grads is not None  # backward=True in compute mode
                 grad_err = max(float(np.abs(res.grads[k] - g).max())
                                for k, g in zip(("dQ", "dK", "dV"), refg))
     return _report(args, alg, res, mem, err, grad_err, V if not args.count_only else None)

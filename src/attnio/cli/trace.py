@@ -80,7 +80,7 @@ def main(args) -> int:
     with progress_from_args(args, f"recording the trace of {alg.name} {shape.describe()}",
                             unit="tile steps") as bar:
         t = trace(alg.name, M=M, shape=shape, tiling=parse_tiling(args.tiling), progress=bar,
-                  **res_kw)  # type: ignore[arg-type]
+                  **res_kw)
         outs = []
         if args.out:
             outs.append(("din" if args.out.endswith(".din") else "npz", args.out))

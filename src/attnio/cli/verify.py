@@ -46,7 +46,7 @@ def main(args) -> int:
     with progress_from_args(args, f"verifying {alg.name} {shape.describe()}",
                             unit="steps, then events") as bar:
         v = verify(alg.name, M=M, shape=shape, tiling=parse_tiling(args.tiling), policies=pol,
-                   progress=bar, **resources_from_args(args))  # type: ignore[arg-type]
+                   progress=bar, **resources_from_args(args))
     if args.json:
         print(json.dumps(v.as_dict(), sort_keys=True))
     else:
