@@ -30,8 +30,8 @@ def flash_comparison(N: int, d: int, M: int, causal: bool = False) -> dict[str, 
             out[name] = run(name, shape=(N, d), M=M, mode="count", causal=causal).io.total
         except ParameterError:  # M below its min_M: a row of Q, K, V and O does not fit
             out[name] = None
-    runnable = {n: out[n] for n in ("flash1", "flash2") if out[n] is not None}
-    out["best_flash"] = min(runnable, key=runnable.get) if runnable else None
+    runnable: dict[str, int] = {n: out[n] for n in ("flash1", "flash2") if out[n] is not None}
+    out["best_flash"] = min(runnable, key=lambda n: runnable[n]) if runnable else None
     best = runnable.get(out["best_flash"]) if runnable else None
     out["ratio_best_flash"] = out["square_tiling"] / best if best else None
     out["ratio_flash2"] = out["square_tiling"] / out["flash2"] if out["flash2"] else None
@@ -47,7 +47,9 @@ def crossover(N: int, d: int, causal: bool = False, per_octave: int = 8) -> dict
     wins = []
     for M in Ms:
         c = flash_comparison(N, d, M, causal)
-        wins.append(c["ratio_best_flash"] is None or c["ratio_best_flash"] < 1.0)
+        ratio = c["ratio_best_flash"]
+        assert ratio is None or isinstance(ratio, float)  # a total over a total (true division)
+        wins.append(ratio is None or ratio < 1.0)
     last_sq = max((M for M, w in zip(Ms, wins) if w), default=None)
     first_fa = None
     for i in range(len(Ms)):

@@ -287,7 +287,7 @@ def claims(rows: Iterable[dict], fits: list[Fit] | None = None,
         else:
             within = all(1 / 16 <= m / (d * d) <= 16 for _, d, m in found)
             measured = "; ".join(f"M*/d² = {m / (d * d):.3f} (N={N}, d={d})" for N, d, m in found)
-            ds = {}
+            ds: dict[int, float] = {}
             for _N, d, m in found:
                 ds.setdefault(d, m)
             grow_ok = True
@@ -315,6 +315,7 @@ def claims(rows: Iterable[dict], fits: list[Fit] | None = None,
                          "attnio.bounds", "total >= bound, no tolerance", "no explicit bounds",
                          "not available"))
     else:
+        assert worst_row is not None  # pairs > 0: the first finite total/bound < inf set it
         r, name = worst_row
         out.append(Claim(
             "every measured count >= every applicable explicit lower bound", "attnio.bounds",
@@ -348,7 +349,7 @@ def claims(rows: Iterable[dict], fits: list[Fit] | None = None,
             out.append(Claim(f"{alg}: I/O near-linear in N", "arXiv 2605.23751", "slope within 0.15 of 1",
                              "no N-series with >= 3 points", "not available"))
         else:
-            okk = all(abs(f.slope - 1) <= 0.15 for f in usable)
+            okk = all(f.slope is not None and abs(f.slope - 1) <= 0.15 for f in usable)
             out.append(Claim(f"{alg}: I/O near-linear in N (regime where its features fit in M)",
                              "arXiv 2605.23751 (abstract; derived regime)", "slope within 0.15 of 1",
                              _fmt_slopes(usable), "pass" if okk else "fail"))
@@ -579,7 +580,7 @@ def _fig_axis(rows, axis, fixed, setting, style, out) -> str:
         ax.loglog([r[axis] for r in rs], [r["total"] for r in rs], marker=m, color=c, ms=4,
                   label=f"{alg} (slope {f.label})")
     xs = sorted({r[axis] for r in rows})
-    bound = {}
+    bound: dict[int, float] = {}
     for r in rows:
         b = _best_bound(r)
         if b:

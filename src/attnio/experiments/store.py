@@ -275,16 +275,17 @@ class ResultsStore:
             _check_writable(path)
         if exists and os.path.getsize(path) > 0:
             _inspect(path, need_results=readonly)
-        self._con = None
+        con: sqlite3.Connection | None = None
         try:
             if readonly:
-                self._con = sqlite3.connect(_ro_uri(path), uri=True, timeout=0.05)
+                con = sqlite3.connect(_ro_uri(path), uri=True, timeout=0.05)
             else:
-                self._con = sqlite3.connect(path, timeout=0.05)
+                con = sqlite3.connect(path, timeout=0.05)
+            self._con: sqlite3.Connection = con
             self._open(check and exists and not readonly and 0 < os.path.getsize(path) <= 2**30)
         except (StoreError, KeyboardInterrupt):
-            if self._con is not None:
-                self._con.close()
+            if con is not None:
+                con.close()
             raise
         self._con.row_factory = sqlite3.Row
 

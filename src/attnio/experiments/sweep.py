@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -51,6 +51,11 @@ from ..core.version import __version__ as _VERSION
 from ..core.workload import Shape
 from ..runner import run
 from .store import COLUMN_NAMES, ResultsStore, decode_row, row_values
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from rich.progress import Progress
 
 try:  # Python 3.11+
     import tomllib  # novermin (guarded: the tomli backport below on 3.10)
@@ -160,7 +165,8 @@ def parse_causal(spec: Any) -> tuple:
     if isinstance(spec, bool):
         return (spec,)
     if isinstance(spec, (list, tuple)):
-        return tuple(sorted({b for s in spec for b in parse_causal(s)}, key=_CAUSAL_ORDER.get))
+        return tuple(sorted({b for s in spec for b in parse_causal(s)},
+                            key=lambda b: _CAUSAL_ORDER[b]))
     s = str(spec).strip().lower()
     if "," in s:
         return parse_causal([p for p in s.split(",") if p.strip()])
@@ -389,7 +395,7 @@ class _GridPlan:
         self.causal = _unique(True if c == "bottom_right" else c for c in g.causal)
         self.workloads = _unique(_workloads(g))
         self.seed = int(g.seed)
-        self._members = None
+        self._members: tuple[set[Any], ...] | None = None
 
     def size(self) -> int:
         """Configurations of this grid (the product of its value lists), in O(1)."""
@@ -670,6 +676,7 @@ def bounds_for(cfg: Config) -> dict[str, dict[str, Any]]:
 
 def _floor(cfg: Config) -> int:
     """Read-once floor: every input word read once and the output written once."""
+    assert cfg.kv_heads is not None  # Config.__post_init__ fills it in
     q, kv = cfg.n_heads * cfg.Nq, cfg.batch * cfg.kv_heads * cfg.Nkv
     return (q + 2 * kv) * cfg.d + q * cfg.d
 
@@ -719,6 +726,7 @@ def _data(cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Compute-mode inputs, seeded by (seed, sizes[, batch, heads, kv_heads]): standard normal;
     for an approximate algorithm Q and K uniform in [-B, B] (B = entry_bound, the range its
     guarantee assumes).  One head: (N, d) matrices; several: (B, H, N, d) and (B, Hkv, Nkv, d)."""
+    assert cfg.kv_heads is not None  # Config.__post_init__ fills it in
     multi = (cfg.batch, cfg.heads, cfg.kv_heads) != (1, 1, 1)
     seed = [cfg.seed, cfg.Nq, cfg.Nkv, cfg.d] + ([cfg.batch, cfg.heads, cfg.kv_heads] if multi else [])
     rng = np.random.default_rng(seed)
@@ -745,7 +753,8 @@ def verify_columns(cfg: Config, alg, tiling: Any) -> dict:
     (:func:`attnio.trace`, recorded with the tiling the explicit run used), ``trace_events``, and
     ``verify_reason`` (None when replayed; else why the columns are null).  Exact attention
     algorithms in count mode only, traces of at most :data:`VERIFY_MAX_EVENTS` events."""
-    out = {"lru_M": None, "opt_M": None, "lru_2M": None, "opt_2M": None, "trace_events": None}
+    out: dict[str, Any] = {"lru_M": None, "opt_M": None, "lru_2M": None, "opt_2M": None,
+                           "trace_events": None}
     if not alg.exact:
         out["verify_reason"] = f"verify replays exact algorithms only ({alg.name} is not)"
         return out
@@ -822,8 +831,9 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
         return row
     io = res.io
     bounds, bounds_json, best, bound = _bounds_of(shape, cfg.M)
-    per_array = {k: [v.reads, v.writes] for k, v in io.per_array.items()}
-    tiling_doc = _tiling_json(res.tiling)
+    per_array: dict[str, list[int]] | str = {k: [v.reads, v.writes]
+                                             for k, v in io.per_array.items()}
+    tiling_doc: dict[str, Any] | str = _tiling_json(res.tiling)
     if encoded:
         per_array = json.dumps(per_array, sort_keys=True)
         tiling_doc = json.dumps(tiling_doc, sort_keys=True)
@@ -839,7 +849,7 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
 
 
 def _tiling_json(t: Any) -> dict:
-    if dataclasses.is_dataclass(t):
+    if dataclasses.is_dataclass(t) and not isinstance(t, type):  # an instance: a tiling
         return _jsonable(dataclasses.asdict(t))
     return _jsonable(t) if isinstance(t, Mapping) else {"value": _jsonable(t)}
 
@@ -925,6 +935,8 @@ def dry_run(grids: Grid | Iterable[Grid], db: str | os.PathLike | None = None, *
     plans = _plans(grids)
     check_grid_size(plans_to_grids(plans), max_configs)
     any_verify = any(p.g.verify for p in plans)
+    plain: set[str]
+    verified: set[str]
     plain = verified = set()
     path = "(no database)" if db is None else os.fspath(db)
     if db is not None and os.path.exists(path) and os.path.getsize(path) > 0:
@@ -1210,7 +1222,7 @@ class _Pool:
         import threading
 
         fork = ("fork" in mp.get_all_start_methods() and threading.active_count() == 1)
-        self.ctx = mp.get_context("fork" if fork else "spawn")
+        self.ctx = mp.get_context("fork") if fork else mp.get_context("spawn")
         self.procs: list = []
         self.conns: list = []
         for stream in (sys.stdout, sys.stderr):
@@ -1230,7 +1242,7 @@ class _Pool:
             self.terminate()
             raise
         finally:
-            if masked:
+            if old is not None:  # set exactly when masked
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def map(self, tasks: Iterator[list[tuple]]) -> Iterator[list[tuple]]:
@@ -1253,7 +1265,8 @@ class _Pool:
         for c in self.conns:
             feed(c)
         while any(inflight.values()):
-            for c in wait([c for c, n in inflight.items() if n]):
+            # wait returns the objects it was given: the pipe ends in self.conns
+            for c in cast("list[Connection]", wait([c for c, n in inflight.items() if n])):
                 try:
                     kind, payload = c.recv()
                 except (EOFError, OSError):
@@ -1306,7 +1319,7 @@ class _Progress:
     def __init__(self, total: int, enabled: bool):
         self.total = total
         self.enabled = enabled and total > 0 and _isatty(sys.stderr)
-        self._p = None
+        self._p: Progress | None = None
 
     def start(self) -> None:
         if self.enabled and self._p is None:
