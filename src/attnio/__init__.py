@@ -40,7 +40,7 @@ from .planner import Plan, plan
 from .runner import Result, run
 
 if TYPE_CHECKING:  # the lazily loaded names, for type checkers and editors
-    from . import cachesim, experiments, hardware, pebble, torch_ops
+    from . import blocks, cachesim, experiments, hardware, pebble, torch_ops
     from .cachesim import replay, trace
 
 __all__ = [
@@ -51,11 +51,12 @@ __all__ = [
     # the layers above it: schedules, bounds, runs and plans (loaded with attnio)
     "algorithms", "Algorithm", "bounds", "run", "Result", "plan", "Plan",
     # loaded on first access (see _LAZY)
-    "cachesim", "trace", "replay", "experiments", "hardware", "pebble", "torch_ops",
+    "blocks", "cachesim", "trace", "replay", "experiments", "hardware", "pebble", "torch_ops",
 ]
 
 #: Names loaded on first access: ``attnio.trace(...)`` imports the cache simulator only then.
 _LAZY = {
+    "blocks": ("attnio.blocks", None),
     "cachesim": ("attnio.cachesim", None),
     "experiments": ("attnio.experiments", None),
     "hardware": ("attnio.hardware", None),
