@@ -1,5 +1,5 @@
-"""Crash safety of the results store: a sweep SIGKILLed at 20 random instants never leaves a
-partial row, and resuming gives exactly the uninterrupted run's rows; corrupted or foreign
+"""Crash safety of the results store: a sweep SIGKILLed at random instants (8 in the default run,
+20 in the slow one) never leaves a partial row, and resuming gives exactly the uninterrupted run's rows; corrupted or foreign
 database files are refused with one line and left byte-for-byte unchanged."""
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ GRID = ["--algo", "flash2,standard,square_tiling,flash1", "--N", "256:4096:x2", 
         "--M", "256:1048576:x4", "--causal", "both"]
 TOTAL = 4 * 5 * 2 * 7 * 2
 VOLATILE = ("wall_s", "created_at")
-TRIALS = 20
 # columns every row of a status must hold (an interrupted write would leave some of them null)
 BASE = ("config_hash", "status", "algorithm", "kind", "exact", "Nq", "Nkv", "d", "M", "causal",
         "batch", "heads", "kv_heads", "mode", "version", "created_at")
@@ -71,7 +70,19 @@ def _check_whole_rows(db) -> int:
     return len(rows)
 
 
+def test_sigkill_at_8_random_points_never_leaves_a_partial_row(tmp_path):
+    _kill_and_resume(tmp_path, trials=8, min_mid=2)
+
+
+@pytest.mark.slow
 def test_sigkill_at_20_random_points_never_leaves_a_partial_row(tmp_path):
+    _kill_and_resume(tmp_path, trials=20, min_mid=5)
+
+
+def _kill_and_resume(tmp_path, *, trials: int, min_mid: int) -> None:
+    """Kill a sweep ``trials`` times at random instants (its process group: workers too), check
+    after each kill that only whole rows exist, resume, and compare every completed database
+    with an uninterrupted run's rows; at least ``min_mid`` kills must land mid-sweep."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     ref = tmp_path / "ref.sqlite"
     t0 = time.monotonic()  # the uninterrupted run, timed: the kills land inside its duration
@@ -86,7 +97,7 @@ def test_sigkill_at_20_random_points_never_leaves_a_partial_row(tmp_path):
     rng = random.Random(20)
     t_start = time.monotonic()
     db, generation, mid, finished, comparisons = None, 0, 0, 0, 0
-    for trial in range(TRIALS):
+    for trial in range(trials):
         if db is None:
             generation += 1
             db = tmp_path / f"killed{generation}.sqlite"
@@ -127,10 +138,10 @@ def test_sigkill_at_20_random_points_never_leaves_a_partial_row(tmp_path):
         with ResultsStore(db, readonly=True) as st:
             assert _stable(st.rows()) == want
         comparisons += 1
-    print(f"{TRIALS}/{TRIALS} kills left only whole rows; {mid} landed mid-sweep, {finished} "
+    print(f"{trials}/{trials} kills left only whole rows; {mid} landed mid-sweep, {finished} "
           f"after completion; {comparisons} resumed databases equal the uninterrupted run "
           f"({time.monotonic() - t_start:.1f} s)")
-    assert mid >= 5, "too few kills landed mid-sweep to test anything"
+    assert mid >= min_mid, "too few kills landed mid-sweep to test anything"
 
 
 def _digest(p) -> str:

@@ -218,3 +218,14 @@ def _private_imports_across_packages() -> list[tuple[str, str]]:
 
 def test_no_private_name_is_imported_across_packages():
     assert _private_imports_across_packages() == []
+
+
+def test_every_public_subpackage_is_reachable_from_a_bare_import_attnio():
+    """``import attnio`` then ``attnio.X`` for each name of ``__all__`` (the lazy ones load on
+    first access): a fresh interpreter, so no other import has loaded them first."""
+    r = _python("import attnio\n"
+                "for n in attnio.__all__:\n"
+                "    getattr(attnio, n)\n"
+                "print(attnio.blocks.matmul.run_matmul.__name__)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["run_matmul"]

@@ -19,59 +19,44 @@ from typing import TYPE_CHECKING, Any
 
 from . import algorithms, bounds
 from .algorithms import Algorithm
-from .core import reference
-from .core.errors import (
+from .core import (
     AttnioError,
+    Block,
     CapacityError,
+    FastTile,
+    IOCount,
+    IOStats,
     MissingExtraError,
     ParameterError,
     ScheduleError,
+    Shape,
+    SlowArray,
+    TwoLevelMemory,
     UnknownNameError,
+    reference,
 )
-from .core.memory import Block, FastTile, IOCount, IOStats, SlowArray, TwoLevelMemory
 from .core.version import __version__
-from .core.workload import Shape
 from .planner import Plan, plan
 from .runner import Result, run
 
 if TYPE_CHECKING:  # the lazily loaded names, for type checkers and editors
-    from . import cachesim, experiments, hardware, pebble, torch_ops
+    from . import blocks, cachesim, experiments, hardware, pebble, torch_ops
     from .cachesim import replay, trace
 
 __all__ = [
-    "Algorithm",
-    "AttnioError",
-    "Block",
-    "CapacityError",
-    "FastTile",
-    "IOCount",
-    "IOStats",
-    "MissingExtraError",
-    "ParameterError",
-    "Plan",
-    "Result",
-    "ScheduleError",
-    "Shape",
-    "SlowArray",
-    "TwoLevelMemory",
-    "UnknownNameError",
-    "__version__",
-    "algorithms",
-    "bounds",
-    "cachesim",
-    "experiments",
-    "hardware",
-    "pebble",
-    "plan",
-    "reference",
-    "replay",
-    "run",
-    "torch_ops",
-    "trace",
+    # the core vocabulary (attnio.core): the referee, the workload, the errors, the reference
+    "TwoLevelMemory", "FastTile", "SlowArray", "Block", "IOStats", "IOCount", "Shape",
+    "AttnioError", "CapacityError", "MissingExtraError", "ParameterError", "ScheduleError",
+    "UnknownNameError", "reference", "__version__",
+    # the layers above it: schedules, bounds, runs and plans (loaded with attnio)
+    "algorithms", "Algorithm", "bounds", "run", "Result", "plan", "Plan",
+    # loaded on first access (see _LAZY)
+    "blocks", "cachesim", "trace", "replay", "experiments", "hardware", "pebble", "torch_ops",
 ]
 
 #: Names loaded on first access: ``attnio.trace(...)`` imports the cache simulator only then.
 _LAZY = {
+    "blocks": ("attnio.blocks", None),
     "cachesim": ("attnio.cachesim", None),
     "experiments": ("attnio.experiments", None),
     "hardware": ("attnio.hardware", None),

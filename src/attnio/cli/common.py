@@ -117,6 +117,15 @@ def add_tiling_argument(p: argparse.ArgumentParser) -> None:
                         "rule name (auto, paper, square, outer) or a side B")
 
 
+def add_schedule_arguments(p: argparse.ArgumentParser, *, N: int, d: int, default_M: int) -> None:
+    """The arguments of a verb that runs one schedule: ``ALGO``, the workload flags (defaults
+    ``--N N --d d``), ``--M`` (default ``default_M``) and ``--tiling``."""
+    p.add_argument("algorithm", help="a registered attention algorithm")
+    add_workload_arguments(p, N=N, d=d)
+    add_memory_arguments(p, default_M=default_M)
+    add_tiling_argument(p)
+
+
 def add_resource_arguments(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
     """``--budget SECONDS``, ``--force`` and ``--max-memory SIZE``."""
     if budget:

@@ -4,28 +4,14 @@ from __future__ import annotations
 
 import json
 
-from .common import (
-    add_memory_arguments,
-    add_output_arguments,
-    add_resource_arguments,
-    add_tiling_argument,
-    add_workload_arguments,
-    memory_from_args,
-    parse_tiling,
-    progress_from_args,
-    resources_from_args,
-    workload_from_args,
-)
+from . import common
 
 NAME = "trace"
 HELP = "record the element trace of a schedule (the addresses a cache would see) and write it"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("algorithm", help="a registered attention algorithm")
-    add_workload_arguments(p, N=64, d=16)
-    add_memory_arguments(p, default_M=1024)
-    add_tiling_argument(p)
+    common.add_schedule_arguments(p, N=64, d=16, default_M=1024)
     p.add_argument("--out", default=None,
                    help="write the trace: FILE.npz (compressed; attnio.cachesim.tracing.load reads "
                         "it) or FILE.din (Dinero text: '0|1 hexaddr', byte addresses)")
@@ -35,8 +21,8 @@ def add_arguments(p) -> None:
     p.add_argument("--max-products", type=float, default=2e8,
                    help="refuse traces whose score products Nq·Nkv·d (all heads) exceed this "
                         "(default 2e8; a trace has several events per product)")
-    add_resource_arguments(p)
-    add_output_arguments(p)
+    common.add_resource_arguments(p)
+    common.add_output_arguments(p)
 
 
 def check_out_path(flag: str, path: str | None) -> None:
@@ -62,8 +48,8 @@ def main(args) -> int:
     from ..core.errors import ParameterError
 
     alg = algorithms.get(args.algorithm)
-    shape = workload_from_args(args)
-    M = memory_from_args(args).M
+    shape = common.workload_from_args(args)
+    M = common.memory_from_args(args).M
     check_int("--word-bytes", args.word_bytes, minimum=1)
     check_real("--max-products", args.max_products, lo=1)
     for flag, path in (("--out", args.out), ("--din", args.din)):
@@ -76,11 +62,11 @@ def main(args) -> int:
             f"--N {shape.Nq} --d {shape.d}: the trace would hold more than {products:,} events "
             f"(Nq·Nkv·d·heads > --max-products {args.max_products:g}); use `attnio run "
             "--count-only` for counts, or raise --max-products", param="N")
-    res_kw = resources_from_args(args)
-    with progress_from_args(args, f"recording the trace of {alg.name} {shape.describe()}",
+    res_kw = common.resources_from_args(args)
+    with common.progress_from_args(args, f"recording the trace of {alg.name} {shape.describe()}",
                             unit="tile steps") as bar:
-        t = trace(alg.name, M=M, shape=shape, tiling=parse_tiling(args.tiling), progress=bar,
-                  **res_kw)
+        t = trace(alg.name, M=M, shape=shape, tiling=common.parse_tiling(args.tiling),
+                  progress=bar, **res_kw)
         outs = []
         if args.out:
             outs.append(("din" if args.out.endswith(".din") else "npz", args.out))

@@ -4,31 +4,17 @@ from __future__ import annotations
 
 import json
 
-from .common import (
-    add_memory_arguments,
-    add_output_arguments,
-    add_resource_arguments,
-    add_tiling_argument,
-    add_workload_arguments,
-    memory_from_args,
-    parse_tiling,
-    progress_from_args,
-    resources_from_args,
-    workload_from_args,
-)
+from . import common
 
 NAME = "verify"
 HELP = "replay a schedule's element trace through LRU, FIFO and OPT caches at M and 2M"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("algorithm", help="a registered attention algorithm")
-    add_workload_arguments(p, N=128, d=16)
-    add_memory_arguments(p, default_M=2048)
-    add_tiling_argument(p)
+    common.add_schedule_arguments(p, N=128, d=16, default_M=2048)
     p.add_argument("--policies", default="lru,fifo,opt", help="comma-separated: lru,fifo,opt")
-    add_resource_arguments(p)
-    add_output_arguments(p)
+    common.add_resource_arguments(p)
+    common.add_output_arguments(p)
 
 
 def main(args) -> int:
@@ -41,12 +27,12 @@ def main(args) -> int:
     if not pol:
         raise ParameterError(f"--policies must name at least one of lru, fifo, opt, got "
                              f"{args.policies!r}", param="policies")
-    shape = workload_from_args(args)
-    M = memory_from_args(args).M
-    with progress_from_args(args, f"verifying {alg.name} {shape.describe()}",
+    shape = common.workload_from_args(args)
+    M = common.memory_from_args(args).M
+    with common.progress_from_args(args, f"verifying {alg.name} {shape.describe()}",
                             unit="steps, then events") as bar:
-        v = verify(alg.name, M=M, shape=shape, tiling=parse_tiling(args.tiling), policies=pol,
-                   progress=bar, **resources_from_args(args))
+        v = verify(alg.name, M=M, shape=shape, tiling=common.parse_tiling(args.tiling),
+                   policies=pol, progress=bar, **common.resources_from_args(args))
     if args.json:
         print(json.dumps(v.as_dict(), sort_keys=True))
     else:

@@ -138,6 +138,11 @@ def parse_bytes(text: str | int | float, name: str = "max_memory") -> int:
     return int(value * _UNITS[unit])
 
 
+#: Without ``max_memory``, a cost under this many bytes is taken to fit without asking the
+#: machine (every machine attnio runs on has 64 MiB to spare).
+_NEVER_SHORT = 1 << 26
+
+
 def check_cost(cost: Cost, *, subject: str, instead: str, max_memory: int | None = None,
                budget_s: float | None = None, force: bool = False) -> None:
     """Refuse ``cost`` in one line if it needs more memory than ``max_memory`` (default: what
@@ -147,7 +152,10 @@ def check_cost(cost: Cost, *, subject: str, instead: str, max_memory: int | None
         max_memory = check_int("max_memory", max_memory, minimum=1)
     if budget_s is not None:
         budget_s = check_real("budget_s", budget_s, lo=0, what="seconds")
-    limit = available_memory() if max_memory is None else max_memory
+    if max_memory is None and cost.bytes < _NEVER_SHORT:
+        limit = _NEVER_SHORT  # no need to read /proc/meminfo (sweeps check every row)
+    else:
+        limit = available_memory() if max_memory is None else max_memory
     where = f"max_memory ({fmt_bytes(limit)})" if max_memory is not None else \
         f"the {fmt_bytes(limit)} this machine has available"
     if cost.bytes > limit:

@@ -38,20 +38,14 @@ LIGHT_CTAS_PER_SM = 16
 
 
 @dataclass(frozen=True)
-class Score:
-    """The model's verdict on one config (see the module docstring); ``to_dict`` is the JSON of
+class Score(Feasibility):
+    """The model's verdict on one config (see the module docstring): its resources (the
+    :class:`Feasibility` fields), then its traffic and time; ``to_dict`` is the JSON of
     ``attnio gpu score --json``."""
 
     config: KernelConfig
     device: str
     shape: Shape
-    feasible: bool
-    why: str | None
-    smem_bytes: int
-    smem_limit_bytes: int
-    regs_per_thread: int
-    regs_limit: int
-    ctas_per_sm: int
     compulsory_bytes: int
     waves: int | None = None
     hbm_read_bytes: int | None = None
@@ -147,8 +141,8 @@ def waves_of(traffic: Traffic, device: Device, ctas_per_sm: int) -> list[int]:
 
 def _infeasible(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
                 compulsory: int) -> Score:
-    return Score(cfg, dev.name, shape, False, f.why, f.smem_bytes, f.smem_limit_bytes,
-                 f.regs_per_thread, f.regs_limit, 0, compulsory)
+    return Score(**vars(f), config=cfg, device=dev.name, shape=shape,
+                 compulsory_bytes=compulsory)
 
 
 def score(device: str | Device, workload: Any, config: Any, *, dtype: str | None = None,
@@ -179,10 +173,11 @@ def score(device: str | Device, workload: Any, config: Any, *, dtype: str | None
 def _scored(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Traffic,
             rep: Replay, t: Timing) -> Score:
     flops = float(sum(float(ph.flops.sum()) for ph in tr.phases))
-    return Score(cfg, dev.name, shape, True, None, f.smem_bytes, f.smem_limit_bytes,
-                 f.regs_per_thread, f.regs_limit, f.ctas_per_sm, tr.compulsory, t.waves,
-                 rep.hbm_read, rep.hbm_write, tr.two_level, flops, t.time_s, t.bound_by,
-                 t.by_resource, t.alone, rep.extrapolated, rep.granularity)
+    return Score(**vars(f), config=cfg, device=dev.name, shape=shape,
+                 compulsory_bytes=tr.compulsory, waves=t.waves, hbm_read_bytes=rep.hbm_read,
+                 hbm_write_bytes=rep.hbm_write, l2_bytes=tr.two_level, flops=flops,
+                 time_s=t.time_s, bound_by=t.bound_by, by_resource=t.by_resource, alone=t.alone,
+                 extrapolated=rep.extrapolated, granularity=rep.granularity)
 
 
 def lower_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility
