@@ -260,11 +260,8 @@ class Standard(Algorithm):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi, band=band):
                 acc = mem.alloc((qb.size, kb.size), 0.0, label="S_ij")
-                for lb in mem.blocks(d, bk):
-                    Qt = mem.load(Q, qb, lb, label="Q_il")
-                    Kt = mem.load(K, kb, lb, label="K_jl")
-                    mem.matmul(acc, Qt, Kt, transpose_b=True, alpha=scale, accumulate=True)
-                    mem.free(Qt, Kt)
+                mem.accumulate_products(acc, Q, K, qb, kb, mem.blocks(d, bk), transpose_b=True,
+                                        alpha=scale, labels=("Q_il", "K_jl"))
                 K_.mask_tile(mem, acc, shape, qb, kb)
                 mem.store(acc, S, qb, kb)
                 mem.free(acc)
@@ -302,11 +299,9 @@ class Standard(Algorithm):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             for cb in mem.blocks(d, bk):
                 acc = mem.alloc((qb.size, cb.size), 0.0, label="O_ic")
-                for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi, band=band):
-                    Pt = mem.load(P, qb, kb, label="P_ij")
-                    Vt = mem.load(V, kb, cb, label="V_jc")
-                    mem.matmul(acc, Pt, Vt, accumulate=True)
-                    mem.free(Pt, Vt)
+                mem.accumulate_products(acc, P, V, qb, cb,
+                                        mem.blocks(Nkv, bn, lo=lo, hi=hi, band=band),
+                                        labels=("P_ij", "V_jc"))
                 mem.store(acc, O, qb, cb)
                 mem.free(acc)
 

@@ -261,11 +261,8 @@ class BlockedMatmul:
         for ib in mem.blocks(s.m, tiling.bm):
             for jb in mem.blocks(s.n, tiling.bn):
                 Ct = mem.alloc((ib.size, jb.size), 0.0, label="C_ij")
-                for kb in mem.blocks(s.k, tiling.bk):
-                    At = mem.load(A, ib, kb, label="A_il")
-                    Bt = mem.load(B, kb, jb, label="B_lj")
-                    mem.matmul(Ct, At, Bt, accumulate=True)
-                    mem.free(At, Bt)
+                mem.accumulate_products(Ct, A, B, ib, jb, mem.blocks(s.k, tiling.bk),
+                                        labels=("A_il", "B_lj"))
                 mem.store(Ct, C, ib, jb)
                 mem.free(Ct)
 

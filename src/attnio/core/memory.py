@@ -52,7 +52,7 @@ block; tests hold the two equal.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
@@ -498,6 +498,20 @@ class TwoLevelMemory:
                     o *= alpha
 
         self.compute(_mm, out, a, b, writes=1)
+
+    def accumulate_products(self, out: FastTile, a: SlowArray, b: SlowArray, rows: Index,
+                            cols: Index, inner: Iterable[Block], *, transpose_b: bool = False,
+                            alpha: float = 1.0, labels: tuple[str, str] = ("A", "B")) -> None:
+        """``out += alpha · Σ_k a[rows, k] · b[k, cols]`` (``b[cols, k]ᵀ`` with ``transpose_b``)
+        over the blocks k of ``inner``, one pair of tiles at a time: each pair loaded (``a``'s
+        tile first), multiplied into ``out`` and freed.  The inner loop of an output-stationary
+        blocked matmul."""
+        for kb in inner:
+            at = self.load(a, rows, kb, label=labels[0])
+            bt = self.load(b, cols, kb, label=labels[1]) if transpose_b else \
+                self.load(b, kb, cols, label=labels[1])
+            self.matmul(out, at, bt, transpose_b=transpose_b, alpha=alpha, accumulate=True)
+            self.free(at, bt)
 
     # ------------------------------------------------------------------ loops
     def blocks(
