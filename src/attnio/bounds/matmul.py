@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from ..core.checks import check_bool, check_int
+from ..core.workload import MAX_M
 from . import params as _params
 from .base import Bound, segment_max
 from .segments import potential_lambdas, segments_bound
@@ -30,7 +31,7 @@ SMITH = "Smith, Lowery, Langou & van de Geijn, arXiv 1702.02017"
 
 def _sizes(m: int, k: int, n: int, M: int) -> tuple[int, int, int, int]:
     return (check_int("m", m, minimum=1), check_int("k", k, minimum=1),
-            check_int("n", n, minimum=1), check_int("M", M, minimum=1))
+            check_int("n", n, minimum=1), check_int("M", M, minimum=1, maximum=MAX_M))
 
 
 @functools.lru_cache(maxsize=4096)
