@@ -164,12 +164,17 @@ def report(rows: list[dict], res: dict) -> str:
         "",
         table(old, "ratio"),
         "",
-        "Backward (information): the planner's backward schedule / the best explicit backward "
-        "bound (`backward_trivial`, Theorems D, E), where a backward schedule fits "
-        f"({back['all']['n']} points):",
-        "",
-        table(back, "ratio"),
-        "",
+    ]
+    if back:
+        out += [
+            "Backward (information): the planner's backward schedule / the best explicit backward "
+            "bound (`backward_trivial`, Theorems D, E), where a backward schedule fits "
+            f"({back['all']['n']} points):",
+            "",
+            table(back, "ratio"),
+            "",
+        ]
+    out += [
         "Cold `applicable_to` + `backward_applicable_to` (every attnio cache cleared, median of "
         f"{res['timing_repeat']}): " + ", ".join(f"{k}: {v:.2f} ms" for k, v in
                                                  res["timing_ms"].items()) + ".",

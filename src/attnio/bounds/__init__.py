@@ -44,7 +44,13 @@ from .approximate import (
     approx_w_stationary,
     seth_entry_threshold,
 )
-from .asymptotic import binary_inputs, fast_matmul_field, standard_matmul, standard_matmul_for
+from .asymptotic import (
+    binary_inputs,
+    binary_min_d,
+    fast_matmul_field,
+    standard_matmul,
+    standard_matmul_for,
+)
 from .backward import (
     backward_accum,
     backward_applicable,
@@ -89,6 +95,7 @@ __all__ = [
     "backward_trivial",
     "best",
     "binary_inputs",
+    "binary_min_d",
     "block_sparse_applicable",
     "fast_matmul_field",
     "flash_block_sparse",

@@ -19,10 +19,10 @@ segment length K and multiplier (μ, ν) give a valid bound.  The parameters com
 ``benchmarks/bound_params.py``), plus a few more segment lengths when the execution has few
 segments, so a call costs O(1) (a few dozen closed-form evaluations), whatever N.
 
->>> pv_segment(4096, 64, 16384).value >= 3.3 * 4096**2 * 64**2 / 16384
-True
->>> qkpv_pooled(4096, 256, 1024).value >= 2.7 * 4096**2 * 256 / 1024**0.5
-True
+>>> round(pv_segment(4096, 64, 65536).value / (4096**2 * 64**2 / 65536), 2)  # M = 16d²
+3.37
+>>> round(qkpv_pooled(4096, 256, 1024).value / (4096**2 * 256 / 1024**0.5), 2)  # M = d²/64
+2.7
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def matmul_potential(m: int, k: int, n: int, M: int) -> Bound:
     accumulator held at a segment boundary telescopes.  About ``1.925·mnk/√M``.
 
     >>> round(matmul_potential(512, 512, 512, 1024).value / (512**3 / 1024**0.5), 2)
-    1.91
+    1.93
     """
     m, k, n, M = _sizes(m, k, n, M)
     seg, K, mu = _potential(m, k, n, M)
