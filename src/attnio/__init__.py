@@ -28,6 +28,7 @@ from .core.errors import (
     ScheduleError,
     UnknownNameError,
 )
+from .core.blockmask import BlockMask
 from .core.memory import Block, FastTile, IOCount, IOStats, SlowArray, TwoLevelMemory
 from .core.version import __version__
 from .core.workload import Shape
@@ -42,6 +43,7 @@ __all__ = [
     "Algorithm",
     "AttnioError",
     "Block",
+    "BlockMask",
     "CapacityError",
     "FastTile",
     "IOCount",

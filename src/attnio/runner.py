@@ -26,6 +26,7 @@ import numpy as np
 from . import algorithms as _alg
 from .algorithms.base import Algorithm, default_scale
 from .core.checks import check_bool, check_choice, check_int, check_real
+from .core.blockmask import BlockMask
 from .core.errors import ParameterError
 from .core.memory import IOStats, SlowArray, TwoLevelMemory
 from .core.workload import Shape
@@ -39,7 +40,8 @@ class Result:
     """What a run returns: the output (None in count mode), the counts and the tiling used.
 
     With ``backward=True``: ``io`` counts the forward pass (which then also writes the logsumexp),
-    ``backward_io`` the backward pass, ``grads`` holds ``dQ, dK, dV`` (compute mode).
+    ``backward_io`` the backward pass (the schedule ``backward_algorithm``), ``grads`` holds
+    ``dQ, dK, dV`` (compute mode).
     """
 
     algorithm: str
@@ -53,6 +55,7 @@ class Result:
     backward_io: IOStats | None = None
     backward_tiling: Any = None
     grads: dict[str, np.ndarray] | None = None
+    backward_algorithm: str | None = None
 
 
 DEFAULT_BUDGET_S = 300.0  # refuse compute-mode runs estimated to take longer (force=True skips)
@@ -153,6 +156,8 @@ def run(
     backward: bool = False,
     grad_output: Any = None,
     backward_tiling: Any = None,
+    backward_algorithm: str | None = None,
+    block_mask: BlockMask | None = None,
     allow_nonfinite: bool = False,
     budget_s: float | None = DEFAULT_BUDGET_S,
     force: bool = False,
@@ -162,11 +167,15 @@ def run(
     Either pass ``Q, K, V`` (compute mode: the output is returned) or ``shape`` with
     ``mode="count"`` (shapes only, same counts).  ``causal``: False, True (bottom-right aligned),
     ``"bottom_right"`` or ``"top_left"`` (None: the shape's mask, unmasked by default);
-    ``window=W`` keeps each query's W most recent keys.  ``shape`` may carry the mask itself
+    ``window=W`` keeps each query's W most recent keys; ``block_mask`` (a
+    :class:`~attnio.core.blockmask.BlockMask`) makes the attention block-sparse (algorithms with
+    ``supports_block_mask`` only).  ``shape`` may carry the mask itself
     (:class:`~attnio.core.workload.Shape`); with inputs it gives only the mask.
     ``tiling`` is the algorithm's Tiling (or a mapping of its fields); None picks the default.
     ``backward=True`` also runs the backward pass with ``grad_output`` (dO; not needed in count
-    mode) and returns its counts and gradients.
+    mode) and returns its counts and gradients: ``backward_algorithm`` names the backward
+    schedule (:func:`attnio.algorithms.backward_names`; None: the least-I/O one for the shape
+    and M, by closed form), ``backward_tiling`` its tiling.
 
     Inputs may be numpy arrays (float16/32/64) or torch tensors (bfloat16 too); arithmetic
     accumulates in float32 at least, and the output has the inputs' precision (bfloat16 outputs
@@ -185,6 +194,12 @@ def run(
         ok = [a.name for a in _alg.all_algorithms() if a.supports_backward]
         raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}",
                              param="backward")
+    if not backward and (backward_algorithm is not None or backward_tiling is not None):
+        which = "backward_algorithm" if backward_algorithm is not None else "backward_tiling"
+        raise ParameterError(f"{which} applies to the backward pass: pass backward=True too",
+                             param=which)
+    if backward_algorithm is not None:
+        _alg.get_backward(backward_algorithm)  # an unknown name fails before anything runs
     data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     low: set[str] = set()
     if Q is None and K is None and V is None:
@@ -220,13 +235,20 @@ def run(
             if grad_output.shape != Qa.shape:
                 raise ParameterError(f"grad_output must have Q's shape {Qa.shape}, got "
                                      f"{grad_output.shape}", param="grad_output")
-    shp = shp.with_mask(causal, window)
+    shp = shp.with_mask(causal, window, block_mask)
     if shp.window is not None and not alg.supports_window:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_window]
         raise ParameterError(f"{alg.name} does not support window=; algorithms that do: {ok}",
                              param="window")
+    if shp.block_mask is not None and not alg.supports_block_mask:
+        ok = [a.name for a in _alg.all_algorithms() if a.supports_block_mask]
+        raise ParameterError(f"{alg.name} does not support block-sparse attention (block_mask); "
+                             f"algorithms that do: {ok}", param="block_mask")
     s = default_scale(shp.d, scale)
     t = alg.coerce_tiling(shp, M, tiling, inputs=data)
+    bwd = None
+    if backward:  # chosen and validated before anything runs
+        bwd, bt = _alg.choose_backward(shp, M, backward_algorithm, backward_tiling)
     if mode == "compute" and budget_s is not None and not force:
         est, flops, steps = estimate_compute_seconds(alg, shp, t)
         if est > budget_s:
@@ -251,8 +273,7 @@ def run(
     res = Result(alg.name, shp, M, shp.causal, t, mem.stats(), output, mode)
     if not backward:
         return res
-    return _run_backward(alg, res, mem, h, shp, M, s, mode, bulk, dtype, data, grad_output,
-                         backward_tiling)
+    return _run_backward(bwd, bt, res, mem, h, shp, M, s, mode, bulk, dtype, data, grad_output)
 
 
 def _sizes(s: Shape) -> tuple[int, ...]:
@@ -290,11 +311,9 @@ def _unstack(flat, shp: Shape, data):
     return flat
 
 
-def _run_backward(alg: Any, fwd: Result, fmem: TwoLevelMemory, h: dict[str, SlowArray],
-                  shp: Shape, M: int, s: float, mode: str, bulk: bool, dtype: Any,
-                  data: Any, dO: Any, backward_tiling: Any) -> Result:
-    bwd = alg.backward
-    bt = bwd.coerce_tiling(shp, M, backward_tiling)
+def _run_backward(bwd: Any, bt: Any, fwd: Result, fmem: TwoLevelMemory,
+                  h: dict[str, SlowArray], shp: Shape, M: int, s: float, mode: str, bulk: bool,
+                  dtype: Any, data: Any, dO: Any) -> Result:
     mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype)
     nq, nkv = shp.n_heads * shp.Nq, shp.batch * shp.kv_heads * shp.Nkv
     arrays = {}
@@ -318,4 +337,5 @@ def _run_backward(alg: Any, fwd: Result, fmem: TwoLevelMemory, h: dict[str, Slow
                 n = shp.Nq if name == "dQ" else shp.Nkv
                 g = g.reshape(shp.batch, heads, n, shp.d)
             grads[name] = g
-    return dataclasses.replace(fwd, backward_io=mem.stats(), backward_tiling=bt, grads=grads)
+    return dataclasses.replace(fwd, backward_io=mem.stats(), backward_tiling=bt, grads=grads,
+                               backward_algorithm=bwd.name)

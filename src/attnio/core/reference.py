@@ -9,7 +9,9 @@ flash-attn >= 2.1 and ``torch.nn.attention.bias.causal_lower_right``; ``causal="
 see c <= r, as ``scaled_dot_product_attention(is_causal=True)``.  ``window=W`` (with a causal mask)
 keeps only the W most recent keys: c > r + offset - W.  A query row that sees no key gets output 0
 and zero gradients, as flash-attn and PyTorch's ``scaled_dot_product_attention`` (2.5 and later,
-checked on 2.13) return.  Non-finite inputs propagate: a NaN in a row of Q makes that output row
+checked on 2.13) return.  ``block_mask`` (a :class:`~attnio.core.blockmask.BlockMask`) makes the
+attention block-sparse: a masked-out block's scores are -inf (it cannot be combined with
+``causal``).  Non-finite inputs propagate: a NaN in a row of Q makes that output row
 NaN, a NaN in a visible key or value makes every row that sees it NaN.
 """
 
@@ -20,15 +22,25 @@ from typing import Any
 
 import numpy as np
 
+from .blockmask import BlockMask
 from .errors import ParameterError
 from .workload import parse_causal
 
 __all__ = ["attention", "attention_backward", "mask", "logsumexp"]
 
 
-def mask(Nq: int, Nkv: int, causal: object = False, window: int | None = None) -> np.ndarray:
+def mask(Nq: int, Nkv: int, causal: object = False, window: int | None = None,
+         block_mask: BlockMask | None = None) -> np.ndarray:
     """Boolean (Nq, Nkv) array, True where query r may NOT see key c."""
     masked, align = parse_causal(causal)
+    if block_mask is not None:
+        if not isinstance(block_mask, BlockMask):
+            raise ParameterError(f"block_mask must be a BlockMask, got "
+                                 f"{type(block_mask).__name__}", param="block_mask")
+        if masked or window is not None:
+            raise ParameterError("block_mask and causal cannot be combined: the layout is the "
+                                 "mask", param="block_mask")
+        return ~block_mask.element_mask(Nq, Nkv)
     out = np.zeros((Nq, Nkv), dtype=bool)
     if not masked:
         if window is not None:
@@ -52,11 +64,12 @@ def _expand_kv(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray,
 
 
 def _probs(Q: np.ndarray, K: np.ndarray, causal: object, scale: float | None,
-           window: int | None) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+           window: int | None, block_mask: BlockMask | None = None
+           ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
     d = Q.shape[-1]
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     S = s * (Q @ np.swapaxes(K, -1, -2))
-    msk = mask(S.shape[-2], S.shape[-1], causal, window)
+    msk = mask(S.shape[-2], S.shape[-1], causal, window, block_mask)
     S = np.where(msk, -np.inf, S)
     m = S.max(axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
@@ -67,7 +80,7 @@ def _probs(Q: np.ndarray, K: np.ndarray, causal: object, scale: float | None,
 
 
 def attention(Q: Any, K: Any, V: Any, causal: object = False, scale: float | None = None,
-              window: int | None = None) -> np.ndarray:
+              window: int | None = None, block_mask: BlockMask | None = None) -> np.ndarray:
     """softmax(scale · Q Kᵀ [+ mask]) V in float64, numerically stable.
 
     >>> Q = K = V = np.eye(2)
@@ -78,25 +91,26 @@ def attention(Q: Any, K: Any, V: Any, causal: object = False, scale: float | Non
     K = np.asarray(K, dtype=np.float64)
     V = np.asarray(V, dtype=np.float64)
     K, V = _expand_kv(Q, K, V)
-    P, _, _, _ = _probs(Q, K, causal, scale, window)
+    P, _, _, _ = _probs(Q, K, causal, scale, window, block_mask)
     out: np.ndarray = P @ V
     return out
 
 
 def logsumexp(Q: Any, K: Any, causal: object = False, scale: float | None = None,
-              window: int | None = None) -> np.ndarray:
+              window: int | None = None, block_mask: BlockMask | None = None) -> np.ndarray:
     """Per query row, log sum_c exp(scale·q·k_c) over visible keys (-inf for a row that sees none)."""
     Q = np.asarray(Q, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
     K, _ = _expand_kv(Q, K, K)
-    _, _, m, l = _probs(Q, K, causal, scale, window)
+    _, _, m, l = _probs(Q, K, causal, scale, window, block_mask)
     with np.errstate(divide="ignore"):
         return np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)[..., 0]
 
 
 def attention_backward(Q: Any, K: Any, V: Any, dO: Any, causal: object = False,
-                       scale: float | None = None,
-                       window: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       scale: float | None = None, window: int | None = None,
+                       block_mask: BlockMask | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Analytic float64 gradients (dQ, dK, dV) of ``sum(attention(Q, K, V) * dO)``.
 
     With P = softmax(S): dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − rowsum(dO ∘ O)),
@@ -108,7 +122,7 @@ def attention_backward(Q: Any, K: Any, V: Any, dO: Any, causal: object = False,
     V0 = np.asarray(V, dtype=np.float64)
     dO = np.asarray(dO, dtype=np.float64)
     K, V = _expand_kv(Q, K0, V0)
-    P, s, _, _ = _probs(Q, K, causal, scale, window)
+    P, s, _, _ = _probs(Q, K, causal, scale, window, block_mask)
     O = P @ V
     dV = np.swapaxes(P, -1, -2) @ dO
     dP = dO @ np.swapaxes(V, -1, -2)
