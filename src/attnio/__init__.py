@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from . import algorithms, bounds
 from .algorithms import Algorithm
 from .core import reference
+from .core.blockmask import BlockMask
 from .core.errors import (
     AttnioError,
     CapacityError,
@@ -28,7 +29,6 @@ from .core.errors import (
     ScheduleError,
     UnknownNameError,
 )
-from .core.blockmask import BlockMask
 from .core.memory import Block, FastTile, IOCount, IOStats, SlowArray, TwoLevelMemory
 from .core.version import __version__
 from .core.workload import Shape

@@ -25,8 +25,8 @@ import numpy as np
 
 from . import algorithms as _alg
 from .algorithms.base import Algorithm, default_scale
-from .core.checks import check_bool, check_choice, check_int, check_real
 from .core.blockmask import BlockMask
+from .core.checks import check_bool, check_choice, check_int, check_real
 from .core.errors import ParameterError
 from .core.memory import IOStats, SlowArray, TwoLevelMemory
 from .core.workload import Shape
