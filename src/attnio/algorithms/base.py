@@ -293,7 +293,7 @@ class BackwardSchedule(ABC):
             need = self.min_M(shape)
             if M < need:
                 raise ParameterError(
-                    f"M={M} is too small for the {self.name} backward pass with d={shape.d}: it "
+                    f"M={M} is too small for the backward schedule {self.name} with d={shape.d}: it "
                     f"needs M >= {need} words", param="M")
             found = self.search(shape, M)
             if found is None:  # pragma: no cover - min_M guarantees a candidate
