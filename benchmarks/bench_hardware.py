@@ -33,13 +33,15 @@ MIB = 1 << 20
 
 
 def timed(fn, repeat=3):
-    ts = []
+    """(result, best wall s, median wall s, median CPU s of this process)."""
+    ts, cs = [], []
     out = None
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
         ts.append(time.perf_counter() - t0)
-    return out, min(ts), statistics.median(ts)
+        cs.append(time.process_time() - c0)
+    return out, min(ts), statistics.median(ts), statistics.median(cs)
 
 
 def bench_speed():
@@ -48,21 +50,22 @@ def bench_speed():
                            (H100, "fa2", Shape(131072, 131072, 128)),
                            (A100, "fa2", Shape(131072, 131072, 128, causal=True)),
                            (H100, "fa3", Shape(131072, 131072, 128, causal=True))):
-        s, best, med = timed(lambda dev=dev, kern=kern, shp=shp: score(dev, shp, kern))
+        s, best, med, cpu = timed(lambda dev=dev, kern=kern, shp=shp: score(dev, shp, kern))
         rows.append({"what": "score", "device": dev.name, "kernel": kern,
                      "workload": shp.describe(), "best_s": best, "median_s": med,
-                     "config": s.config.short(), "extrapolated": s.extrapolated})
+                     "cpu_s": cpu, "config": s.config.short(), "extrapolated": s.extrapolated})
     shapes = [Shape(8192, 8192, d, batch=2, heads=2048 // d, causal=c)
               for d in (64, 128, 256) for c in (False, True)]
     shapes += [Shape(1, 65536, 128, heads=32, kv_heads=8), Shape(32768, 32768, 128, heads=8)]
     for shp in shapes:
         for kernel in (None, "auto"):
-            r, best, med = timed(lambda shp=shp, k=kernel: tune_report(H100, shp, top=5,
-                                                                       kernel=k), repeat=1)
+            r, best, med, cpu = timed(lambda shp=shp, k=kernel: tune_report(H100, shp, top=5,
+                                                                            kernel=k), repeat=5)
             rows.append({"what": "tune" if kernel is None else "tune + rank of fa3",
                          "device": "h100-sxm", "workload": shp.describe(), "best_s": best,
-                         "median_s": med, "feasible": r.feasible, "searched": r.searched,
-                         "replays": r.replays, "exhausted": r.exhausted})
+                         "median_s": med, "cpu_s": cpu, "feasible": r.feasible,
+                         "searched": r.searched, "replays": r.replays,
+                         "exhausted": r.exhausted, "rank": r.named_rank})
     return rows
 
 
@@ -133,6 +136,7 @@ def bench_decode():
                            where=lambda c: c.splits > 1 and not c.pack_gqa)[0]
         named = score(H100, shp, fam)
         out[fam] = {"best": best.config.short(), "best_time_s": best.time_s,
+                    "unsplit_latency_s": unsplit.alone["latency"],
                     "best_bound_by": best.bound_by, "unsplit": unsplit.config.short(),
                     "unsplit_time_s": unsplit.time_s, "unsplit_bound_by": unsplit.bound_by,
                     "unsplit_alone_s": unsplit.alone, "best_alone_s": best.alone,
@@ -140,7 +144,37 @@ def bench_decode():
                     "split_unpacked_time_s": nosplitpack.time_s,
                     "speedup": unsplit.time_s / best.time_s, "named": named.config.short(),
                     "named_time_s": named.time_s}
+    # what sets the ratio: one SM's L2 port, over the range the microbenchmarks allow and the
+    # former assumption
+    sens = []
+    for port in (35.1, 39.2, 44.2, 64.0):
+        dev = dataclasses.replace(H100, sm_l2_bytes_per_clk=port)
+        best = tune(dev, shp, top=1, algorithm="fa3")[0]
+        unsplit = tune(dev, shp, top=1, algorithm="fa3", where=lambda c: c.splits == 1)[0]
+        sens.append({"port_b_per_clk": port, "best": best.config.short(),
+                     "best_time_s": best.time_s, "best_bound_by": best.bound_by,
+                     "unsplit": unsplit.config.short(), "unsplit_time_s": unsplit.time_s,
+                     "unsplit_bound_by": unsplit.bound_by, "unsplit_alone_s": unsplit.alone,
+                     "speedup": unsplit.time_s / best.time_s})
+    out["port_sensitivity"] = sens
     return out
+
+
+def bench_stages():
+    """Stages at a fixed tile: the latency term (decode, H100, bf16)."""
+    shp = Shape(1, 65536, 128, heads=32, kv_heads=8)
+    rows = []
+    for cfg in (KernelConfig("fa3", 64, 16, 8, 1, pack_gqa=True, splits=8, overlap=True),
+                KernelConfig("fa3", 64, 64, 8, 1, pack_gqa=True, overlap=True),
+                KernelConfig("splitkv", 16, 16, 1, 1, pack_gqa=True, splits=8),
+                KernelConfig("fa2", 16, 16, 1, 1, pack_gqa=True)):
+        for st in (1, 2, 3):
+            s = score(H100, shp, dataclasses.replace(cfg, stages=st))
+            rows.append({"config": s.config.short(), "stages": st, "time_s": s.time_s,
+                         "bound_by": s.bound_by, "latency_s": s.alone["latency"],
+                         "inflight_bytes": st * cfg.Bc * 2 * 128 * 2,
+                         "ctas_per_sm": s.ctas_per_sm})
+    return rows
 
 
 def bench_splits():
@@ -201,17 +235,28 @@ def _us(t):
 def render(res) -> str:
     L = [f"Generated by `python benchmarks/bench_hardware.py` on {res['machine']['date']} "
          f"({res['machine']['platform']}, {res['machine']['cpus']} CPUs, load average "
-         f"{res['machine']['load']}).  All figures are model predictions; the seconds are the "
-         "model's own run time.", ""]
+         f"{res['machine']['load']} at the start, {res['machine']['load_end']} at the end: the "
+         "machine is shared with other jobs, so wall-clock medians vary with their load; the "
+         "CPU column is this process's own time).  All figures are model predictions; the "
+         "seconds are the model's own run time.", ""]
+    tunes = [r for r in res["speed"] if r["what"] != "score"]
     L += ["### Speed of the model", "",
-          "| call | device | workload | best s | median s | notes |", "|---|---|---|---:|---:|---|"]
+          f"`gpu tune` (with or without the named kernel's rank), {len(tunes)} runs of 5: "
+          f"median wall {statistics.median(r['median_s'] for r in tunes):.2f} s, slowest "
+          f"median {max(r['median_s'] for r in tunes):.2f} s, slowest best "
+          f"{max(r['best_s'] for r in tunes):.2f} s; CPU median "
+          f"{statistics.median(r['cpu_s'] for r in tunes):.2f} s, slowest "
+          f"{max(r['cpu_s'] for r in tunes):.2f} s.", "",
+          "| call | device | workload | best s | median s | CPU s | notes |",
+          "|---|---|---|---:|---:|---:|---|"]
     for r in res["speed"]:
         note = (f"{r['config']}{' (extrapolated)' if r.get('extrapolated') else ''}"
                 if r["what"] == "score" else
                 f"{r['feasible']:,} feasible / {r['searched']:,}, {r['replays']} replays"
-                + ("" if r["exhausted"] else ", replay budget spent"))
+                + ("" if r["exhausted"] else ", replay budget spent")
+                + (f", rank {r['rank']:,}" if r.get("rank") else ""))
         L.append(f"| gpu {r['what']} | {r['device']} | {r['workload']} | {r['best_s']:.2f} | "
-                 f"{r['median_s']:.2f} | {note} |")
+                 f"{r['median_s']:.2f} | {r['cpu_s']:.2f} | {note} |")
     L += ["", "### HBM bytes against N (the plot)", "",
           "![HBM/compulsory and two-level/compulsory against N](img/hardware_l2_ratio.png)", "",
           "| N | K+V of one head | HBM / compulsory | two-level / compulsory | time us | bound by |"
@@ -248,6 +293,23 @@ def render(res) -> str:
                  f"{x['unsplit']} | {_us(x['unsplit_time_s'])} | {x['unsplit_bound_by']} | "
                  f"{x['speedup']:.2f}x | {x['split_unpacked']} | "
                  f"{_us(x['split_unpacked_time_s'])} | {x['named']} | {_us(x['named_time_s'])} |")
+    L += ["", "The best unsplit FA3 config, resource by resource (us, each alone): " + ", ".join(
+        f"{k} {v * 1e6:,.1f}" for k, v in dec["fa3"]["unsplit_alone_s"].items()) + ".", "",
+        "What sets the ratio: the same search with one SM's L2 port at the ends of what the "
+        "microbenchmarks allow (35.1 and 44.2 B/clk), the model's figure (39.2) and the former "
+        "assumption (64):", "",
+        "| port B/clk | oracle's best | time us | bound | best unsplit | time us | bound | "
+        "speedup |", "|---:|---|---:|---|---|---:|---|---:|"]
+    for x in dec["port_sensitivity"]:
+        L.append(f"| {x['port_b_per_clk']:g} | {x['best']} | {_us(x['best_time_s'])} | "
+                 f"{x['best_bound_by']} | {x['unsplit']} | {_us(x['unsplit_time_s'])} | "
+                 f"{x['unsplit_bound_by']} | {x['speedup']:.2f}x |")
+    L += ["", "### Stages at a fixed tile: the latency term (same decode, H100)", "",
+          "| config | stages | bytes in flight per CTA | time us | latency alone us | bound |",
+          "|---|---:|---:|---:|---:|---|"]
+    for r in res["stages"]:
+        L.append(f"| {r['config']} | {r['stages']} | {r['inflight_bytes']:,} | "
+                 f"{_us(r['time_s'])} | {_us(r['latency_s'])} | {r['bound_by']} |")
     L += ["", "### KV splits: the oracle's count next to flash-attn's heuristics (H100, d = 128, "
           "32 query heads on 8 KV heads, Nq = 1)", "",
           "| batch | Nkv | oracle | oracle us | FA3 splits | FA3 us | FA2 splits | FA2 us |",
@@ -293,11 +355,13 @@ def main(argv=None):
            "flash_attn_commit": kernels.FLASH_ATTN_COMMIT}
     for name, fn in (("speed", bench_speed), ("l2_ratio", bench_l2_ratio),
                      ("fa3_rank", bench_fa3_rank), ("tile_size_h", bench_tile_size_h),
-                     ("decode", bench_decode), ("splits", bench_splits)):
+                     ("decode", bench_decode), ("stages", bench_stages),
+                     ("splits", bench_splits)):
         t = time.time()
         res[name] = fn()
         print(f"{name}: {time.time() - t:.1f} s", flush=True)
     res["wall_s"] = time.time() - t0
+    res["machine"]["load_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1, sort_keys=True, default=str)

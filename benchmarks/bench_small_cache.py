@@ -19,9 +19,8 @@ import sys
 import numpy as np
 
 import attnio
-from attnio.algorithms import square_tiling
-from attnio.experiments import crossover as st
 from attnio.blocks.matmul import run_matmul
+from attnio.experiments import crossover as st
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "small_cache.md"

@@ -39,8 +39,14 @@ ROWS = [
     ("shared-memory bytes per clock per SM", "smem_bytes_per_clk", lambda v: str(v) if v
      else "not found"),
     ("exp2 per clock per SM (SFU)", "sfu_per_clk", lambda v: str(v) if v else "not found"),
-    ("one SM's port to the L2, bytes/clock", "sm_l2_bytes_per_clk", lambda v: str(v) if v
-     else "n/a"),
+    ("one SM's L2 port (its share of the measured L2 bandwidth), bytes/clock",
+     "sm_l2_bytes_per_clk", lambda v: f"{v:g}" if v else "not found"),
+    ("L2 hit latency (near/far mean), SM clocks", "l2_hit_latency_clk",
+     lambda v: f"{v:g}" if v else "not found"),
+    ("L2 miss (DRAM) latency, SM clocks", "dram_latency_clk",
+     lambda v: f"{v:g}" if v else "not found"),
+    ("extra latency of a TMA load, SM clocks", "tma_latency_clk",
+     lambda v: f"{v:g}" if v else "—"),
 ]
 
 
@@ -65,7 +71,10 @@ def render() -> str:
          "`python docs/gen_devices.py` from the table itself, so the page and the code cannot "
          "drift.  `assumed` marks a modelling assumption (no vendor publishes it; see "
          "docs/hardware.md, \"Assumptions\"), `inferred` a figure taken from a sibling part with "
-         "the same die, `derived` arithmetic on cited figures (shown in the device's notes).", "",
+         "the same die, `derived` arithmetic on cited figures (shown in the device's notes).  "
+         "The memory system's last four rows come from microbenchmarks, not from NVIDIA "
+         "(docs/hardware.md, \"Memory latency and each SM's L2 port\"): latencies in SM clocks "
+         "as the papers report them, converted to seconds at the clock row.", "",
          "Conventions: on-chip sizes are binary (NVIDIA's tables print the A100's 40 MB L2 as "
          "\"40960 KB\"); DRAM capacity and bandwidth are the decimal figures of the data sheets; "
          "tensor FLOP/s are dense (data sheets print 2:4-sparse figures, halved here), fp16/bf16 "

@@ -169,7 +169,7 @@ def test_cli_reports_guaranteed_next_to_measured_error():
     assert obj["tiling"]["eps"] == 1e-4 and obj["tiling"]["entry_bound"] == 0.8
     bad = subprocess.run([sys.executable, "-m", "attnio", "run", "approx_poly", "--N", "64",
                           "--d", "4", "--M", "5000", "--count-only"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "entry_bound" in bad.stderr
+    assert bad.returncode == 2 and "--entry-bound" in bad.stderr
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert "approx" in subprocess.run(

@@ -232,7 +232,7 @@ def test_cli_bound_and_plan(capsys):
     assert main(["plan", "--N", "4096", "--d", "64", "--M-bytes", "65536", "--dtype", "bf16"]) == 0
     assert "Algorithm:" in capsys.readouterr().out
     assert main(["bound", "--N", "64", "--d", "8", "--M", "100", "--q", "64"]) == 2
-    assert "q must be > N" in capsys.readouterr().err
+    assert "--q must be > --N" in capsys.readouterr().err
     assert main(["plan", "--N", "64", "--d", "8", "--M-bytes", "100"]) == 2
     assert "--M-bytes needs --dtype" in capsys.readouterr().err
 

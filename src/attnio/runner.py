@@ -29,10 +29,19 @@ from .core.blockmask import BlockMask
 from .core.checks import check_bool, check_choice, check_int, check_real
 from .core.errors import ParameterError
 from .core.memory import IOStats, SlowArray, TwoLevelMemory
-from .core.workload import Shape
+from .core.progress import ProgressCallback
+from .core.resources import (
+    COPY_SECONDS_PER_WORD,
+    DEFAULT_BUDGET_S,
+    FLOPS_PER_SECOND,
+    STEP_SECONDS,
+    Cost,
+    check_cost,
+)
+from .core.workload import MAX_M, Shape
 
-__all__ = ["DEFAULT_BUDGET_S", "Result", "check_inputs", "estimate_compute_seconds",
-           "place_inputs", "run"]
+__all__ = ["DEFAULT_BUDGET_S", "Result", "check_inputs", "check_logits", "estimate",
+           "estimate_compute_seconds", "place_inputs", "run"]
 
 
 @dataclass(frozen=True)
@@ -58,9 +67,6 @@ class Result:
     backward_algorithm: str | None = None
 
 
-DEFAULT_BUDGET_S = 300.0  # refuse compute-mode runs estimated to take longer (force=True skips)
-_STEP_SECONDS = 2.5e-5  # measured per-tile-step cost of the simulator's Python loop (conservative)
-_FLOPS_PER_SECOND = 2.0e9  # numpy float64 matmul throughput on small tiles, 2 cores (conservative)
 
 
 def _to_numpy(name: str, x: Any) -> tuple[np.ndarray, str | None]:
@@ -82,27 +88,28 @@ def _as_array(name: str, x: Any, allow_nonfinite: bool = False) -> np.ndarray:
         a, _ = _to_numpy(name, x)
     except (ValueError, TypeError) as e:
         raise ParameterError(f"{name} must be an array of numbers (N, d), got {type(x).__name__}: "
-                             f"{str(e).splitlines()[0]}") from None
+                             f"{str(e).splitlines()[0]}", param=name) from None
     if a.ndim not in (2, 4):
         raise ParameterError(
-            f"{name} must be 2-D (N, d) or 4-D (batch, heads, N, d), got {a.ndim}-D with shape {a.shape}"
-        )
+            f"{name} must be 2-D (N, d) or 4-D (batch, heads, N, d), got {a.ndim}-D with shape "
+            f"{a.shape}", param=name)
     if not np.issubdtype(a.dtype, np.floating):
         raise ParameterError(
-            f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got {a.dtype}"
-        )
+            f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got "
+            f"{a.dtype}", param=name)
     if a.shape[-1] == 0:
-        raise ParameterError(f"{name} must have head dimension d >= 1, got shape {a.shape}")
+        raise ParameterError(f"{name} must have head dimension d >= 1, got shape {a.shape}",
+                             param=name)
     if a.size == 0:
-        raise ParameterError(f"{name} must have every dimension >= 1 (N >= 1), got shape {a.shape}")
+        raise ParameterError(f"{name} must have every dimension >= 1 (N >= 1), got shape {a.shape}",
+                             param=name)
     if not allow_nonfinite:
         bad = ~np.isfinite(a)
         if bad.any():
             pos = tuple(int(i) for i in np.argwhere(bad)[0])
             raise ParameterError(
                 f"{name} has a non-finite entry {a[pos]} at index {pos}; entries must be finite "
-                "(allow_nonfinite=True, or --allow-nonfinite, propagates them as the reference does)"
-            )
+                "(allow_nonfinite=True propagates them as the reference does)", param=name)
     return a
 
 
@@ -111,12 +118,84 @@ def estimate_compute_seconds(alg: Algorithm, shape: Shape, tiling: Any) -> tuple
     r = getattr(tiling, "r", None)
     if not alg.exact and isinstance(r, int):  # feature-space methods: O(n·r·d), not O(n²·d)
         flops = 4 * shape.n_heads * (shape.Nq + shape.Nkv) * r * shape.d
+        # measured: each feature block evaluates the feature map, about 300 ns per feature,
+        # row and block (approx_poly on 2 cores, r = 1,287..125,970)
+        rb = getattr(tiling, "rb", None) or r
+        nb = -(-r // max(1, rb))
+        seconds = 3e-7 * nb * r * shape.n_heads * (shape.Nq + shape.Nkv)
+        steps = shape.n_heads * max(0, int(alg.steps(shape, tiling)))
+        return seconds + flops / FLOPS_PER_SECOND + steps * STEP_SECONDS, flops, steps
     else:
         flops = 4 * shape.n_heads * shape.Nq * shape.Nkv * shape.d
         if shape.causal:
             flops //= 2
     steps = shape.n_heads * max(0, int(alg.steps(shape, tiling)))
-    return flops / _FLOPS_PER_SECOND + steps * _STEP_SECONDS, flops, steps
+    return flops / FLOPS_PER_SECOND + steps * STEP_SECONDS, flops, steps
+
+
+def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
+             mode: str = "compute", backward: bool = False, itemsize: int = 8,
+             inputs: bool = False, backward_schedule: tuple[Any, Any] | None = None) -> Cost:
+    """The memory and time :func:`run` would spend, from closed forms (nothing is allocated).
+
+    Compute mode keeps a copy of Q, K, V and O in the simulator's slow memory, the slow
+    workspace the schedule writes (at most its writes for one head), and the output;
+    ``inputs=True`` adds the inputs themselves (float64), for a caller that has yet to create
+    them.  ``backward`` adds the backward pass (``backward_schedule``: the (schedule, tiling) to
+    run it with; None: the algorithm's own ``.backward``).  Count mode needs no arrays.
+    ``tiling`` is the algorithm's tiling for ``shape`` and ``M`` (None: the default one).
+    """
+    alg = _alg.get(name)
+    shp = Shape.coerce(shape)
+    t = tiling if tiling is not None and not isinstance(tiling, (dict, str, int)) else \
+        alg.coerce_tiling(shp, check_int("M", M, minimum=1, maximum=MAX_M), tiling)
+    if mode == "count":
+        return Cost(0, 0.0, "count mode")
+    seconds, _, _ = estimate_compute_seconds(alg, shp, t)
+    q = shp.n_heads * shp.Nq * shp.d
+    kv = shp.n_kv_heads * shp.Nkv * shp.d
+    writes = alg.predict_total(shp, t).writes // max(1, shp.n_heads)
+    words = 2 * (q + 2 * kv) + q + writes + 2 * M  # slow copies and O, workspace, output, tiles
+    bwd: Any = None
+    bt: Any = None
+    if backward and backward_schedule is not None:
+        bwd, bt = backward_schedule
+    elif backward and getattr(alg, "backward", None) is not None:
+        bwd = alg.backward
+        bt = bwd.coerce_tiling(shp, M, None)
+    if bwd is not None:
+        words += 2 * (3 * q + 2 * kv) + 2 * shp.n_heads * shp.Nq + writes + bwd.workspace(shp)
+        _, flops, _ = estimate_compute_seconds(alg, shp, t)
+        bwd_steps = shp.n_heads * max(0, int(bwd.steps(shp, bt)))
+        seconds += 2.5 * flops / FLOPS_PER_SECOND + 1.5 * bwd_steps * STEP_SECONDS
+    what = "the simulator's slow memory"
+    if inputs:
+        words += (q + 2 * kv) * (2 if backward else 1)
+        what = "the inputs and the simulator's slow memory"
+    seconds += words * COPY_SECONDS_PER_WORD  # creating, filling and copying the arrays
+    return Cost(int(words) * max(8, int(itemsize)), seconds, what)
+
+
+def check_logits(data: tuple[np.ndarray, ...], scale: float, dtype: Any) -> None:
+    """Refuse inputs whose logits ``scale · q·k`` could overflow the accumulation dtype.
+
+    |q·k| <= ||q||·||k|| bounds every logit; the online softmax subtracts two of them, so the
+    bound must stay below an eighth of the dtype's largest value.
+    """
+    def largest_norm(x: np.ndarray) -> float:  # over rows without a NaN/inf (allow_nonfinite)
+        rows = x[np.isfinite(x).all(axis=-1)]
+        if rows.size == 0:
+            return 0.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            return float(np.sqrt(np.max(np.sum(np.square(rows, dtype=np.float64), axis=-1))))
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = abs(scale) * largest_norm(data[0]) * largest_norm(data[1])
+    top = float(np.finfo(np.dtype(dtype)).max) / 8
+    if not bound <= top:  # also catches inf and NaN
+        raise ParameterError(
+            f"scale={scale:g} makes the logits overflow {np.dtype(dtype)}: |scale|·max|q|·max|k| "
+            f"= {bound:.3g} > {top:.3g}; use a smaller scale or smaller inputs", param="scale")
 
 
 def check_inputs(Q: Any, K: Any, V: Any, allow_nonfinite: bool = False
@@ -124,17 +203,20 @@ def check_inputs(Q: Any, K: Any, V: Any, allow_nonfinite: bool = False
     """Validate Q (Nq x d or B x H x Nq x d), K and V; return them and their Shape."""
     Q, K, V = (_as_array(n, x, allow_nonfinite) for n, x in (("Q", Q), ("K", K), ("V", V)))
     if K.shape != V.shape:
-        raise ParameterError(f"K and V must have the same shape, got K {K.shape} and V {V.shape}")
+        raise ParameterError(f"K and V must have the same shape, got K {K.shape} and V {V.shape}",
+                             param="V")
     if Q.ndim != K.ndim:
-        raise ParameterError(f"Q and K must both be 2-D or both 4-D, got Q {Q.shape} and K {K.shape}")
+        raise ParameterError(f"Q and K must both be 2-D or both 4-D, got Q {Q.shape} and K "
+                             f"{K.shape}", param="K")
     if Q.shape[-1] != K.shape[-1]:
         raise ParameterError(
-            f"Q and K must have the same head dimension d, got Q {Q.shape} and K {K.shape}"
-        )
+            f"Q and K must have the same head dimension d, got Q {Q.shape} and K {K.shape}",
+            param="K")
     if Q.ndim == 2:
         return Q, K, V, Shape(Q.shape[0], K.shape[0], Q.shape[1])
     if Q.shape[0] != K.shape[0]:
-        raise ParameterError(f"Q and K must have the same batch size, got Q {Q.shape} and K {K.shape}")
+        raise ParameterError(f"Q and K must have the same batch size, got Q {Q.shape} and K "
+                             f"{K.shape}", param="K")
     B, H, Nq, d = Q.shape
     return Q, K, V, Shape(Nq, K.shape[2], d, batch=B, heads=H, kv_heads=K.shape[1])
 
@@ -161,6 +243,8 @@ def run(
     allow_nonfinite: bool = False,
     budget_s: float | None = DEFAULT_BUDGET_S,
     force: bool = False,
+    max_memory: int | None = None,
+    progress: ProgressCallback | None = None,
 ) -> Result:
     """Run algorithm ``name`` with a fast memory of ``M`` words.
 
@@ -180,11 +264,16 @@ def run(
     Inputs may be numpy arrays (float16/32/64) or torch tensors (bfloat16 too); arithmetic
     accumulates in float32 at least, and the output has the inputs' precision (bfloat16 outputs
     are rounded to bfloat16 and returned as float32 arrays).  Non-finite entries are refused with
-    their position unless ``allow_nonfinite=True``.  A compute-mode run whose closed-form estimate
-    exceeds ``budget_s`` seconds is refused with the estimate unless ``force=True``.
+    their position unless ``allow_nonfinite=True``.
+
+    Before allocating, the run's memory and time are estimated from closed forms
+    (:func:`estimate`): more memory than ``max_memory`` bytes (default: what the machine has
+    available) is refused, and so is a compute-mode run estimated to take longer than
+    ``budget_s`` seconds unless ``force=True``.  ``progress(steps, total)`` is called about 500
+    times over the run's tile steps (:class:`attnio.core.progress.Progress` draws a bar).
     """
     alg = _alg.get(name)
-    M = check_int("M", M, minimum=1)
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
     check_bool("backward", backward)
     if mode is not None:
         check_choice("mode", mode, ("compute", "count"))
@@ -246,20 +335,26 @@ def run(
                              f"algorithms that do: {ok}", param="block_mask")
     s = default_scale(shp.d, scale)
     t = alg.coerce_tiling(shp, M, tiling, inputs=data)
-    bwd = None
+    bwd: Any = None
+    bt: Any = None
     if backward:  # chosen and validated before anything runs
         bwd, bt = _alg.choose_backward(shp, M, backward_algorithm, backward_tiling)
-    if mode == "compute" and budget_s is not None and not force:
-        est, flops, steps = estimate_compute_seconds(alg, shp, t)
-        if est > budget_s:
-            raise ParameterError(
-                f"compute mode would take about {est:,.0f} s ({flops:.3g} flops, {steps:,} tile "
-                f"steps) > budget_s={budget_s:g} s; use mode='count' (same counts), raise "
-                "budget_s, or force=True", param="budget_s")
     dtype = np.dtype(np.float64)
     if data is not None:
         dtype = np.result_type(np.float32, *(a.dtype for a in data))
-    mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype)
+    if max_memory is not None:
+        max_memory = check_int("max_memory", max_memory, minimum=1)
+    cost = estimate(alg, shp, M, tiling=t, mode=mode, backward=backward,
+                    backward_schedule=(bwd, bt) if backward else None,
+                    itemsize=dtype.itemsize)
+    check_cost(cost, subject=f"{mode} mode on {shp.describe()}", max_memory=max_memory,
+               budget_s=budget_s if mode == "compute" else None, force=force,
+               instead="use mode='count' (same counts) or a smaller N")
+    if data is not None and mode == "compute":
+        check_logits(data, s, dtype)
+    total_steps = shp.n_heads * max(0, int(alg.steps(shp, t))) if progress is not None else 0
+    mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype, progress=progress,
+                         progress_total=total_steps)
     h = place_inputs(mem, shp, data if mode == "compute" else None)
     if backward:
         h["L"] = mem.slow("L", (shp.n_heads * shp.Nq,))
@@ -273,7 +368,8 @@ def run(
     res = Result(alg.name, shp, M, shp.causal, t, mem.stats(), output, mode)
     if not backward:
         return res
-    return _run_backward(bwd, bt, res, mem, h, shp, M, s, mode, bulk, dtype, data, grad_output)
+    return _run_backward(bwd, bt, res, mem, h, shp, M, s, mode, bulk, dtype, data, grad_output,
+                         progress)
 
 
 def _sizes(s: Shape) -> tuple[int, ...]:
@@ -313,8 +409,11 @@ def _unstack(flat, shp: Shape, data):
 
 def _run_backward(bwd: Any, bt: Any, fwd: Result, fmem: TwoLevelMemory,
                   h: dict[str, SlowArray], shp: Shape, M: int, s: float, mode: str, bulk: bool,
-                  dtype: Any, data: Any, dO: Any) -> Result:
-    mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype)
+                  dtype: Any, data: Any, dO: Any,
+                  progress: ProgressCallback | None = None) -> Result:
+    total = shp.n_heads * max(0, int(bwd.steps(shp, bt))) if progress is not None else 0
+    mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype, progress=progress,
+                         progress_total=total)
     nq, nkv = shp.n_heads * shp.Nq, shp.batch * shp.kv_heads * shp.Nkv
     arrays = {}
     # the backward's inputs are where the forward left them, in slow memory (no I/O)

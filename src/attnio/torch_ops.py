@@ -49,24 +49,34 @@ def _check(q, k, v, is_causal, causal_align):
     torch = _torch()
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
-            raise ParameterError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+            raise ParameterError(f"{name} must be a torch.Tensor, got {type(x).__name__}",
+                                 param=name)
         if x.dtype not in (torch.float32, torch.float64):
-            raise ParameterError(f"{name} must be float32 or float64, got {x.dtype}")
+            raise ParameterError(f"{name} must be float32 or float64, got {x.dtype}", param=name)
         if x.dim() < 2:
-            raise ParameterError(f"{name} must have shape (..., n, E), got {tuple(x.shape)}")
+            raise ParameterError(f"{name} must have shape (..., n, E), got {tuple(x.shape)}",
+                                 param=name)
     if not (q.dtype == k.dtype == v.dtype):
-        raise ParameterError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ParameterError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}",
+                             param="k")
     if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
         raise ParameterError(
             f"shapes must be q (..., L, E), k (..., S, E), v (..., S, Ev) with equal leading "
-            f"dimensions, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
+            f"dimensions, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}",
+            param="k")
     if q.shape[-1] != k.shape[-1]:
-        raise ParameterError(f"q and k must have the same E, got {q.shape[-1]} and {k.shape[-1]}")
+        raise ParameterError(f"q and k must have the same E, got {q.shape[-1]} and {k.shape[-1]}",
+                             param="k")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if any(int(n) == 0 for n in x.shape):
+            raise ParameterError(f"{name} must have every dimension >= 1 (a sequence of at least "
+                                 f"one token, E >= 1), got shape {tuple(x.shape)}", param=name)
     if not isinstance(is_causal, bool):
-        raise ParameterError(f"is_causal must be True or False, got {is_causal!r}")
+        raise ParameterError(f"is_causal must be True or False, got {is_causal!r}",
+                             param="is_causal")
     if causal_align not in _ALIGN:
-        raise ParameterError(f"causal_align must be one of {_ALIGN}, got {causal_align!r}")
+        raise ParameterError(f"causal_align must be one of {_ALIGN}, got {causal_align!r}",
+                             param="causal_align")
     L, S = q.shape[-2], k.shape[-2]
     return (S - L if causal_align == "bottom_right" else 0) if is_causal else None
 
@@ -75,7 +85,7 @@ def _chunk(chunk, r: int) -> int:
     if chunk is None:
         return int(min(4096, max(16, (1 << 22) // max(r, 1))))
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ParameterError(f"chunk must be an integer >= 1, got {chunk!r}")
+        raise ParameterError(f"chunk must be an integer >= 1, got {chunk!r}", param="chunk")
     return chunk
 
 
@@ -152,7 +162,8 @@ def _forward(torch, spec, q, k, v):
 
 
 def _make_function():
-    torch = _torch()
+    _torch()  # MissingExtraError naming the extra when torch is not installed
+    import torch  # a static import, so that the base class below is a known type
 
     class _LinearAttention(torch.autograd.Function):
         @staticmethod
@@ -275,7 +286,7 @@ def poly_plan(q, k, *, eps=1e-3, entry_bound=None, scale=None, variant="chebyshe
     E = q.shape[-1]
     s = 1.0 / math.sqrt(E) if scale is None else float(scale)
     if not math.isfinite(s):
-        raise ParameterError(f"scale must be a finite real number, got {scale!r}")
+        raise ParameterError(f"scale must be a finite real number, got {scale!r}", param="scale")
     with torch.no_grad():
         if entry_bound is not None:
             check_entries(float(q.abs().max()), float(k.abs().max()), entry_bound, allow_unbounded)
@@ -341,10 +352,10 @@ def favor_attention(q, k, v, *, features: int | None = None, seed: int = 0,
     E = q.shape[-1]
     s = 1.0 / math.sqrt(E) if scale is None else float(scale)
     if not (math.isfinite(s) and s > 0):
-        raise ParameterError(f"scale must be a finite number > 0 for FAVOR+, got {scale!r}")
+        raise ParameterError(f"scale must be a finite number > 0 for FAVOR+, got {scale!r}", param="scale")
     m = max(1, round(E * math.log(E))) if features is None else features
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ParameterError(f"features must be an integer >= 1, got {features!r}")
+        raise ParameterError(f"features must be an integer >= 1, got {features!r}", param="features")
     gen = torch.Generator().manual_seed(int(seed))
     Wr = _orthogonal_gaussian(torch, m, E, gen, q.dtype).to(q.device)
     rs = math.sqrt(s)

@@ -255,6 +255,10 @@ class BackwardSchedule(ABC):
         """Tile steps of one head (ties are broken toward fewer)."""
         return 0
 
+    def workspace(self, shape: Shape) -> int:
+        """Words of slow-memory workspace the schedule allocates (every head)."""
+        return 0
+
     def unsupported(self, shape: Shape) -> str | None:
         """Why this schedule cannot run ``shape`` (None: it can)."""
         if shape.window is not None and not self.supports_window:

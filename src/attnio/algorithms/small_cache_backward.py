@@ -193,6 +193,10 @@ class SmallCacheBackward(BackwardSchedule):
         s = _sides(shape, t)
         return self._count(shape, s, self._sums(shape, s))
 
+    def workspace(self, shape: Shape) -> int:
+        """D, P and dS of every query head."""
+        return shape.n_heads * shape.Nq * (1 + 2 * shape.Nkv)
+
     def steps(self, shape: Shape, t: SmallCacheTiling) -> int:
         s = _sides(shape, t)
         Tm, Tn = cdiv(shape.Nq, s.bm), cdiv(shape.Nkv, s.bn)

@@ -55,8 +55,7 @@ def monomials(d: int, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     if r > MAX_R_COMPUTE:
         raise ParameterError(
             f"feature dimension r = C(d+g, g) = {r:,} for d={d}, degree={g} exceeds "
-            f"{MAX_R_COMPUTE:,}: too large to compute (count mode and the planner still work)"
-        )
+            f"{MAX_R_COMPUTE:,}: too large to compute (count mode and the planner still work)", param="degree")
     idx = np.full((r, max(g, 1)), d, dtype=np.int64)
     deg = np.zeros(r, dtype=np.int64)
     mult = np.ones(r, dtype=np.float64)
@@ -127,5 +126,5 @@ class FeatureMap:
 def feature_map(d: int, degree: int, coefficients, scale: float) -> FeatureMap:
     coeffs = tuple(float(c) for c in coefficients)
     if len(coeffs) != degree + 1:
-        raise ParameterError(f"coefficients must have degree+1 = {degree + 1} entries, got {len(coeffs)}")
+        raise ParameterError(f"coefficients must have degree+1 = {degree + 1} entries, got {len(coeffs)}", param="coefficients")
     return FeatureMap(int(d), int(degree), coeffs, float(scale))

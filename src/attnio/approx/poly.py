@@ -86,12 +86,11 @@ def check_eps(eps: object) -> float:
     try:
         e = float(eps)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ParameterError(f"eps must be a real number in [{EPS_MIN:g}, {EPS_MAX:g}], got {eps!r}") from None
+        raise ParameterError(f"eps must be a real number in [{EPS_MIN:g}, {EPS_MAX:g}], got {eps!r}", param="eps") from None
     if not (math.isfinite(e) and EPS_MIN <= e <= EPS_MAX):
         raise ParameterError(
             f"eps must be in [{EPS_MIN:g}, {EPS_MAX:g}] (the relative error of the polynomial "
-            f"approximation of exp), got {eps!r}"
-        )
+            f"approximation of exp), got {eps!r}", param="eps")
     return e
 
 
@@ -99,9 +98,9 @@ def _check_R(R: object) -> float:
     try:
         r = float(R)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ParameterError(f"R must be a finite real number >= 0, got {R!r}") from None
+        raise ParameterError(f"R must be a finite real number >= 0, got {R!r}", param="R") from None
     if not (math.isfinite(r) and r >= 0):
-        raise ParameterError(f"R (the radius of the score range [-R, R]) must be finite and >= 0, got {R!r}")
+        raise ParameterError(f"R (the radius of the score range [-R, R]) must be finite and >= 0, got {R!r}", param="R")
     return r
 
 
@@ -154,12 +153,20 @@ def relative_error_bound(g: int, R: float, variant: str = "chebyshev") -> float:
 
 def _check_variant(variant: object) -> str:
     if variant not in VARIANTS:
-        raise ParameterError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+        raise ParameterError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}", param="variant")
     return str(variant)
 
 
 def _monomial_coefficients(g: int, R: float, variant: str) -> tuple[np.ndarray, float]:
     """Monomial coefficients c_0..c_g of P(x) and the float64 slack of producing/evaluating them."""
+    c, slack, _ = _coefficients_and_slack(g, R, variant)
+    return c, slack
+
+
+def _coefficients_and_slack(g: int, R: float, variant: str) -> tuple[np.ndarray, float, float]:
+    """As :func:`_monomial_coefficients`, plus the part of the slack that grows with g (the
+    Chebyshev conversion's; the whole slack for Taylor): once it alone exceeds eps, no higher
+    degree meets eps."""
     if variant == "taylor":
         c = np.array([1.0 / math.factorial(j) for j in range(g + 1)])
         conv = 0.0
@@ -173,7 +180,8 @@ def _monomial_coefficients(g: int, R: float, variant: str) -> tuple[np.ndarray, 
     # evaluating sum_j c_j x^j through features: <= (g + 2) u sum_j |c_j| R^j (plus the feature
     # products, which add <= 2g u relative per term)
     ev = (3 * g + 4) * _U * float(np.sum(np.abs(c) * R ** np.arange(g + 1)))
-    return c, math.exp(R) * (conv + ev)
+    grows = conv if variant == "chebyshev" else ev
+    return c, math.exp(R) * (conv + ev), math.exp(R) * grows
 
 
 @dataclass(frozen=True)
@@ -220,23 +228,53 @@ def polynomial(eps: float, R: float, variant: str = "chebyshev", degree: int | N
     variant = _check_variant(variant)
     if degree is not None:
         if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or not 0 <= degree <= MAX_DEGREE:
-            raise ParameterError(f"degree must be an integer in [0, {MAX_DEGREE}], got {degree!r}")
+            raise ParameterError(f"degree must be an integer in [0, {MAX_DEGREE}], got {degree!r}", param="degree")
+        if not _representable(int(degree), R):
+            raise ParameterError(f"degree={degree} on [-{R:.4g}, {R:.4g}] overflows float64; the "
+                                 "score range is too large for the polynomial method",
+                                 param="degree")
         p = _approx(int(degree), R, variant)
         if p.bound > eps:
             least = polynomial(eps, R, variant).degree
             raise ParameterError(
                 f"degree={degree} gives a proven relative error {p.bound:.3g} > eps={eps:g} on "
-                f"[-{R:g}, {R:g}] ({variant}); the least degree that meets eps is {least}"
-            )
+                f"[-{R:g}, {R:g}] ({variant}); the least degree that meets eps is {least}", param="degree")
         return p
-    for g in range(MAX_DEGREE + 1):
-        p = _approx(g, R, variant)
-        if p.bound <= eps:
-            return p
-    raise ParameterError(
-        f"no degree <= {MAX_DEGREE} reaches eps={eps:g} on [-{R:g}, {R:g}]: the range R is too "
-        "large for the polynomial method (reduce the entry bound or raise eps)"
-    )
+    too_large = ParameterError(
+        f"no degree <= {MAX_DEGREE} reaches eps={eps:g} on [-{R:.4g}, {R:.4g}]: the score range "
+        "R = |scale|·entry_bound²·d is too large for the polynomial method (use a smaller "
+        "entry_bound, raise eps, or an exact algorithm)", param="entry_bound")
+    if not _representable(MAX_DEGREE if R <= 1 else 1, R):
+        raise too_large
+    def trunc_of(g: int) -> float:
+        return chebyshev_bound(g, R) if variant == "chebyshev" else taylor_bound(g, R)
+
+    top = MAX_DEGREE
+    while top > 0 and not _representable(top, R):  # R**g would overflow float64
+        top -= 1
+    # the truncation error decreases with g: the least degree it allows, by bisection
+    lo, hi = 0, top
+    if trunc_of(top) > eps:
+        raise too_large
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if trunc_of(mid) <= eps:
+            hi = mid
+        else:
+            lo = mid + 1
+    for g in range(lo, top + 1):
+        trunc = trunc_of(g)
+        c, slack, grows = _coefficients_and_slack(g, R, variant)
+        if trunc + slack <= eps:
+            return PolyApprox(variant, g, R, tuple(float(v) for v in c), trunc, slack)
+        if grows > eps:  # rounding only grows from here
+            break
+    raise too_large
+
+
+def _representable(g: int, R: float) -> bool:
+    """Whether exp(R), R**g and the conversion's (1 + sqrt 2)**g stay inside float64."""
+    return R < 700 and g * max(0.0, math.log(max(R, 1e-300))) < 600 and g < 800
 
 
 def output_error_factor(delta: float) -> float:

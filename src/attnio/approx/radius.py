@@ -30,9 +30,9 @@ def _check_bound(entry_bound) -> float:
     try:
         b = float(entry_bound)
     except (TypeError, ValueError):
-        raise ParameterError(f"entry_bound must be a finite real number > 0, got {entry_bound!r}") from None
+        raise ParameterError(f"entry_bound must be a finite real number > 0, got {entry_bound!r}", param="entry_bound") from None
     if not (math.isfinite(b) and b > 0):
-        raise ParameterError(f"entry_bound must be a finite real number > 0, got {entry_bound!r}")
+        raise ParameterError(f"entry_bound must be a finite real number > 0, got {entry_bound!r}", param="entry_bound")
     return b
 
 
@@ -44,8 +44,7 @@ def score_radius(d: int, scale: float, entry_bound=None, *, max_norm_q=None, max
     if max_norm_q is None or max_norm_k is None:
         raise ParameterError(
             "entry_bound is required when there are no inputs to measure (count mode, planner): "
-            "give entry_bound=B with |Q|, |K| entries <= B"
-        )
+            "give entry_bound=B with |Q|, |K| entries <= B", param="entry_bound")
     return abs(scale) * float(max_norm_q) * float(max_norm_k)
 
 
@@ -63,7 +62,7 @@ def check_entries(max_abs_q: float, max_abs_k: float, entry_bound, allow_unbound
     )
     if not allow_unbounded:
         raise ParameterError(msg + "; raise entry_bound, or pass allow_unbounded=True to run "
-                             "without the error guarantee")
+                             "without the error guarantee", param="entry_bound")
     warnings.warn(
         msg + ": running anyway (allow_unbounded=True); the guaranteed error bound is LOST, the "
         "polynomial may be far from exp on the larger scores (even negative)",
@@ -80,6 +79,6 @@ def check_radius(data_R: float, radius: float, allow_unbounded: bool) -> None:
            f"{radius:g}, outside the range [-radius, radius] the polynomial was chosen for")
     if not allow_unbounded:
         raise ParameterError(msg + "; raise radius, or pass allow_unbounded=True to run without "
-                             "the error guarantee")
+                             "the error guarantee", param="radius")
     warnings.warn(msg + ": running anyway (allow_unbounded=True); the guaranteed error bound is "
                   "LOST", UnboundedWarning, stacklevel=3)

@@ -62,10 +62,18 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checks import check_int
+from ..core.checks import check_int, check_real
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, IOStats, SlowArray, TwoLevelMemory
-from ..core.workload import cdiv
+from ..core.progress import ProgressCallback
+from ..core.resources import (
+    DEFAULT_BUDGET_S,
+    FLOPS_PER_SECOND,
+    STEP_SECONDS,
+    Cost,
+    check_cost,
+)
+from ..core.workload import MAX_M, cdiv
 
 __all__ = [
     "ALGORITHM",
@@ -74,6 +82,7 @@ __all__ = [
     "MatmulShape",
     "MatmulTiling",
     "cosma_bound",
+    "estimate_matmul",
     "run_matmul",
 ]
 
@@ -196,7 +205,7 @@ class BlockedMatmul:
         return min(fits, key=lambda t: (self.predict(s, t).total, self.steps(s, t)))
 
     def _check_M(self, M: int) -> int:
-        M = check_int("M", M, minimum=1)
+        M = check_int("M", M, minimum=1, maximum=MAX_M)
         if M < self.min_M():
             raise ParameterError(f"M={M} is too small for matmul: it needs M >= {self.min_M()} "
                                  "words", param="M")
@@ -296,40 +305,74 @@ def _as_matrix(name: str, x: Any) -> np.ndarray:
     return a
 
 
+def estimate_matmul(shape: Any, M: int, *, tiling: Any = None, mode: str = "compute",
+                    inputs: bool = False) -> Cost:
+    """Memory and time :func:`run_matmul` would spend (``inputs=True``: A and B too, and the
+    reference A @ B), from closed forms; nothing is allocated."""
+    s = MatmulShape.coerce(shape)
+    if mode == "count":
+        return Cost(0, 0.0, "count mode")
+    t = ALGORITHM.coerce_tiling(s, M, tiling)
+    words = 2 * (s.m * s.k + s.k * s.n) + 2 * s.m * s.n + 2 * M  # slow copies, C, output
+    flops = 2 * s.m * s.k * s.n
+    seconds = flops / FLOPS_PER_SECOND + ALGORITHM.steps(s, t) * STEP_SECONDS
+    what = "the simulator's slow memory"
+    if inputs:
+        words += s.m * s.k + s.k * s.n + s.m * s.n
+        seconds += flops / FLOPS_PER_SECOND
+        what = "A, B, A @ B and the simulator's slow memory"
+    return Cost(8 * words, seconds, what)
+
+
 def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None,
-               mode: str | None = None, tiling: Any = None, bulk: bool = True) -> MatmulResult:
+               mode: str | None = None, tiling: Any = None, bulk: bool = True,
+               budget_s: float | None = DEFAULT_BUDGET_S, force: bool = False,
+               max_memory: int | None = None,
+               progress: ProgressCallback | None = None) -> MatmulResult:
     """C = A·B on a simulated fast memory of ``M`` words.
 
     Pass ``A`` (m×k) and ``B`` (k×n) for compute mode (``output`` is C), or ``shape=(m, k, n)``
     for count mode.  ``tiling``: None/"auto", "square", "outer" (COSMA), a :class:`MatmulTiling`
-    or a mapping ``{"bm":, "bn":, "bk":}``.
+    or a mapping ``{"bm":, "bn":, "bk":}``.  As :func:`attnio.run`: more memory than
+    ``max_memory`` (default: what the machine has available) is refused before allocating, and
+    so is a compute-mode run estimated to take more than ``budget_s`` seconds unless ``force``;
+    ``progress(steps, total)`` reports the tile steps.
     """
-    M = check_int("M", M, minimum=1)
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
+    if budget_s is not None:
+        budget_s = check_real("budget_s", budget_s, lo=0, what="seconds")
     if A is None and B is None:
         if shape is None:
-            raise ParameterError("give A and B (compute mode) or shape=(m, k, n) with mode='count'")
+            raise ParameterError("give A and B (compute mode) or shape=(m, k, n) with mode='count'", param="shape")
         mode = mode or "count"
         if mode != "count":
-            raise ParameterError(f"mode={mode!r} needs A and B; without data only mode='count' runs")
+            raise ParameterError(f"mode={mode!r} needs A and B; without data only mode='count' runs", param="mode")
         s = MatmulShape.coerce(shape)
         data = None
     else:
         if A is None or B is None:
-            raise ParameterError("give both A and B (or neither, with shape= and mode='count')")
+            raise ParameterError("give both A and B (or neither, with shape= and mode='count')", param="B")
         A, B = _as_matrix("A", A), _as_matrix("B", B)
         if A.shape[1] != B.shape[0]:
-            raise ParameterError(f"A's columns must equal B's rows, got A {A.shape} and B {B.shape}")
+            raise ParameterError(f"A's columns must equal B's rows, got A {A.shape} and B {B.shape}", param="B")
         s = MatmulShape(A.shape[0], A.shape[1], B.shape[1])
         if shape is not None and MatmulShape.coerce(shape) != s:
-            raise ParameterError(f"shape={shape!r} does not match the inputs' shape {s}")
+            raise ParameterError(f"shape={shape!r} does not match the inputs' shape {s}", param="shape")
         mode = mode or "compute"
         if mode not in ("compute", "count"):
-            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
+            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}", param="mode")
         data = (A, B)
     t = ALGORITHM.coerce_tiling(s, M, tiling)
+    if max_memory is not None:
+        max_memory = check_int("max_memory", max_memory, minimum=1)
+    check_cost(estimate_matmul(s, M, tiling=t, mode=mode), subject=f"{mode} mode on m={s.m} "
+               f"k={s.k} n={s.n}", budget_s=budget_s if mode == "compute" else None,
+               force=force, max_memory=max_memory,
+               instead="use mode='count' (same counts), or smaller m, k and n (sizes)")
     dtype = np.float64 if data is None else np.result_type(np.float32, A.dtype, B.dtype)
     mem = TwoLevelMemory(M, mode="compute" if mode == "compute" else "count", bulk=bulk,
-                         dtype=dtype)
+                         dtype=dtype, progress=progress,
+                         progress_total=ALGORITHM.steps(s, t) if progress else 0)
     if data is not None and mode == "compute":
         Ah, Bh = mem.slow("A", A.shape, A), mem.slow("B", B.shape, B)
     else:

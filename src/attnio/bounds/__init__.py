@@ -113,5 +113,5 @@ def best(bounds: Iterable[Bound]) -> Bound:
     """The largest explicit bound among ``bounds`` (asymptotic ones have no usable constant)."""
     ex = [b for b in bounds if b.explicit]
     if not ex:
-        raise ParameterError("best: no explicit bound among the given bounds")
+        raise ParameterError("best: no explicit bound among the given bounds", param="bounds")
     return max(ex, key=lambda b: b.value)

@@ -51,8 +51,7 @@ def approx_trivial(Nq: int, Nkv: int, d: int, *, error: float, R: float,
     if error >= limit:
         raise ParameterError(
             f"approx_trivial needs error < v_bound e^(-2R)/Nkv = {limit:.3g} (every V word then "
-            f"moves some output by more than the error), got error={error:.3g}"
-        )
+            f"moves some output by more than the error), got error={error:.3g}", param="error")
     return Bound(float(Nkv * d + Nq * d), "derived adversary argument (docs/approximate.md)",
                  (f"error < v_bound e^(-2R)/Nkv = {limit:.3g}", "scores in [-R, R]",
                   "|V| <= v_bound", "the output is written to slow memory"),

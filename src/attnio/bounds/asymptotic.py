@@ -67,11 +67,11 @@ def fast_matmul_field(N: int, d: int, M: int, q: int, *, heads: int = 1) -> Boun
     shape = attention_shape(N, d, heads=heads)
     N, d, M, heads = shape.Nq, shape.d, check_M(M), shape.n_heads
     if isinstance(q, bool) or not isinstance(q, int):
-        raise ParameterError(f"q must be an integer prime power > N={N}, got {q!r}")
+        raise ParameterError(f"q must be an integer prime power > N={N}, got {q!r}", param="q")
     if q <= N:
-        raise ParameterError(f"q must be > N (Theorem 4.8 needs a field F_q with q > N={N}), got q={q}")
+        raise ParameterError(f"q must be > N (Theorem 4.8 needs a field F_q with q > N={N}), got q={q}", param="q")
     if not _is_prime_power(q):
-        raise ParameterError(f"q must be a prime power (F_q must be a field), got q={q}")
+        raise ParameterError(f"q must be a prime power (F_q must be a field), got q={q}", param="q")
     value = heads * min(N * N * d * d / M, float(N * N))
     return Bound(value, f"{SAHA_YE}, Theorem 4.8", (
         f"Q, K have entries in the finite field F_q, q = {q} > N", "any matrix multiplication",
@@ -88,7 +88,7 @@ def binary_inputs(N: int, d: int, M: int, *, heads: int = 1) -> Bound:
     shape = attention_shape(N, d, heads=heads)
     N, d, M, heads = shape.Nq, shape.d, check_M(M), shape.n_heads
     if N < 2:
-        raise ParameterError(f"N must be >= 2 for Theorem 4.14 (its bound divides by log²N), got N={N}")
+        raise ParameterError(f"N must be >= 2 for Theorem 4.14 (its bound divides by log²N), got N={N}", param="N")
     lg = math.log2(N)
     value = heads * min(N * N * d * d / (M * lg * lg), float(N * N))
     return Bound(value, f"{SAHA_YE}, Theorem 4.14", (

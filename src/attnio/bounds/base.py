@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..core.checks import check_int
-from ..core.workload import Shape
+from ..core.resources import fmt_count
+from ..core.workload import MAX_M, Shape
 
 __all__ = ["SAHA_YE", "Bound", "attention_shape", "check_M", "regime_of", "segment_max"]
 
@@ -48,7 +49,7 @@ class Bound:
     def __str__(self) -> str:
         kind = "explicit" if self.explicit else "asymptotic, constant 1"
         reg = f", {self.regime}" if self.regime else ""
-        return f"{self.name} >= {self.value:,.0f} ({self.theorem}; {kind}{reg})"
+        return f"{self.name} >= {fmt_count(self.value)} ({self.theorem}; {kind}{reg})"
 
 
 def attention_shape(N: int, d: int, *, Nkv: int | None = None, causal: object = False,
@@ -61,7 +62,7 @@ def attention_shape(N: int, d: int, *, Nkv: int | None = None, causal: object = 
 
 
 def check_M(M: int) -> int:
-    return check_int("M", M, minimum=1)
+    return check_int("M", M, minimum=1, maximum=MAX_M)
 
 
 def regime_of(d: int, M: int) -> str:

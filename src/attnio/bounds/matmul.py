@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ..core.checks import check_int
+from ..core.workload import MAX_M
 from .base import Bound, segment_max
 
 __all__ = ["matmul", "matmul_cosma"]
@@ -43,7 +44,7 @@ def matmul(m: int, k: int, n: int, M: int) -> Bound:
     m = check_int("m", m, minimum=1)
     k = check_int("k", k, minimum=1)
     n = check_int("n", n, minimum=1)
-    M = check_int("M", M, minimum=1)
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
     lw, K = _matmul_lw(m, k, n, M)
     floor = m * k + k * n + m * n
     return Bound(max(lw, floor), "derived: Loomis–Whitney segment argument (docs/bounds.md §5)", (
@@ -64,7 +65,7 @@ def matmul_cosma(m: int, k: int, n: int, M: int) -> Bound:
     m = check_int("m", m, minimum=1)
     k = check_int("k", k, minimum=1)
     n = check_int("n", n, minimum=1)
-    M = check_int("M", M, minimum=1)
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
     return Bound(2.0 * m * n * k / math.sqrt(M) + m * n, "COSMA (arXiv 1908.09606), Theorem 1", (
         "classical matmul CDAG, exactly mnk multiplications (no recomputation)", "C written",
         "fails for small k (docs/bounds.md §6): not used as an explicit bound"), False,

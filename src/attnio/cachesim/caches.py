@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,7 +107,7 @@ def _as_trace(trace):
     if isinstance(trace, tuple) and len(trace) == 2:
         return Trace.from_arrays(trace[0], trace[1])
     raise ParameterError(
-        f"trace must be an attnio Trace or a pair (addresses, kinds), got {type(trace).__name__}")
+        f"trace must be an attnio Trace or a pair (addresses, kinds), got {type(trace).__name__}", param="trace")
 
 
 def _live_lines(tr, line_words: int):
@@ -126,7 +127,8 @@ def _live_lines(tr, line_words: int):
 
 def replay(trace, capacity_words: int, policy: str = "lru", *, line_words: int = 1,
            write_allocate: bool = False, ways: int | None = None,
-           write_hit_refresh: bool = True, chunk: int = 1 << 20) -> ReplayResult:
+           write_hit_refresh: bool = True, chunk: int = 1 << 20,
+           progress: Callable[[int, int], None] | None = None) -> ReplayResult:
     """Replay ``trace`` through a write-back cache of ``capacity_words`` words.
 
     ``trace`` is an :class:`attnio.trace.Trace` or a pair ``(addresses, kinds)`` (kinds 0/1 or
@@ -134,41 +136,56 @@ def replay(trace, capacity_words: int, policy: str = "lru", *, line_words: int =
     fully associative.  ``write_hit_refresh=False`` makes LRU ignore write hits for recency, as
     pycachesim does (its stores that hit only mark the line dirty); the default counts every
     access as a use.  Returns a :class:`ReplayResult` (``reads``, ``writes``, ``total`` in words).
+    ``progress(events, total)`` is called as the replay goes (:mod:`attnio.core.progress`).
     """
     tr = _as_trace(trace)
     capacity_words = check_int("capacity_words", capacity_words, minimum=1)
     line_words = check_int("line_words", line_words, minimum=1)
     if policy not in POLICIES:
-        raise ParameterError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        raise ParameterError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}", param="policy")
     if not isinstance(write_allocate, bool):
-        raise ParameterError(f"write_allocate must be True or False, got {write_allocate!r}")
+        raise ParameterError(f"write_allocate must be True or False, got {write_allocate!r}", param="write_allocate")
     if line_words > 1 and not write_allocate:
         raise ParameterError(
             f"line_words={line_words} needs write_allocate=True (a write miss on a longer line "
-            "must read the rest of the line); with write_allocate=False use line_words=1")
+            "must read the rest of the line); with write_allocate=False use line_words=1", param="line_words")
     if capacity_words % line_words:
         raise ParameterError(
-            f"capacity_words={capacity_words} must be a multiple of line_words={line_words}")
+            f"capacity_words={capacity_words} must be a multiple of line_words={line_words}", param="capacity_words")
     lines = capacity_words // line_words
     if ways is not None:
         ways = check_int("ways", ways, minimum=1, maximum=lines)
         if lines % ways:
             raise ParameterError(
                 f"ways={ways} must divide the number of lines, {lines} "
-                f"(capacity_words/line_words)")
+                f"(capacity_words/line_words)", param="ways")
         if policy == "opt":
-            raise ParameterError("policy='opt' is fully associative only: use ways=None")
+            raise ParameterError("policy='opt' is fully associative only: use ways=None", param="ways")
     is_live = _live_lines(tr, line_words)
     if policy == "opt":
         addr, kind = tr.to_arrays()
         counts = _opt(addr // line_words if line_words > 1 else addr, kind.astype(bool), lines,
-                      write_allocate, line_words == 1, is_live)
+                      write_allocate, line_words == 1, is_live, progress)
     else:
-        gen = ((a // line_words if line_words > 1 else a, k) for a, k in tr.raw_chunks(chunk))
+        gen = _reported(((a // line_words if line_words > 1 else a, k)
+                         for a, k in tr.raw_chunks(chunk)), len(tr), progress)
         per_set = lines if ways is None else ways
         counts = _lru_fifo(gen, lines // per_set, per_set, policy == "lru", is_live,
                            bool(write_hit_refresh))
     return ReplayResult(policy, capacity_words, line_words, ways, write_allocate, *counts)
+
+
+def _reported(chunks, total: int, progress):
+    """The chunks, reporting the events passed before each one."""
+    if progress is None:
+        yield from chunks
+        return
+    done = 0
+    for a, k in chunks:
+        progress(done, total)
+        yield a, k
+        done += len(a)
+    progress(done, total)
 
 
 def _flush(dirty_lines: list[int], is_live) -> int:
@@ -244,7 +261,7 @@ def _next_access(lines: np.ndarray) -> np.ndarray:
 
 
 def _opt(lines: np.ndarray, w: np.ndarray, C: int, write_allocate: bool, word_lines: bool,
-         is_live):
+         is_live, progress=None):
     """Belady's MIN with next-use distances and a lazy max-heap (keys encoded as one int)."""
     n = len(lines)
     if n == 0:
@@ -276,7 +293,11 @@ def _opt(lines: np.ndarray, w: np.ndarray, C: int, write_allocate: bool, word_li
     push, pop = heapq.heappush, heapq.heappop
     hits = rm = wm = dev = 0
     limit = 4 * C + 1024
+    report = 1 << 16 if progress is not None else n + 1
     for i in range(n):
+        if i >= report:
+            progress(i, n)
+            report += 1 << 16
         a = L[i]
         if a in res:
             hits += 1

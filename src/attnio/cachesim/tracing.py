@@ -72,10 +72,12 @@ from ..algorithms.base import default_scale
 from ..core.checks import check_int
 from ..core.errors import ParameterError
 from ..core.memory import SlowArray, TwoLevelMemory
-from ..core.workload import Shape
+from ..core.progress import ProgressCallback
+from ..core.resources import DEFAULT_BUDGET_S, Cost, check_cost
+from ..core.workload import MAX_M, Shape
 from ..runner import place_inputs
 
-__all__ = ["ALIGN", "ArrayInfo", "Chunk", "Event", "Trace", "load", "trace"]
+__all__ = ["ALIGN", "ArrayInfo", "Chunk", "Event", "Trace", "estimate_trace", "load", "trace"]
 
 ALIGN = 64  # every array starts at a multiple of ALIGN words
 CHUNK = 1 << 20  # default events per chunk
@@ -214,7 +216,7 @@ class Trace:
         addr = np.asarray(addr, dtype=np.int64).ravel()
         kind = _as_kind(kind, len(addr))
         if len(addr) and addr.min() < 0:
-            raise ParameterError(f"trace addresses must be >= 0, got {int(addr.min())}")
+            raise ParameterError(f"trace addresses must be >= 0, got {int(addr.min())}", param="addr")
         if arrays is None:
             size = int(addr.max()) + 1 if len(addr) else 0
             arrays = [ArrayInfo("mem", size, 0, True, "input")]
@@ -305,13 +307,13 @@ def _as_kind(kind, n: int) -> np.ndarray:
         low = np.char.lower(k.astype(str))
         bad = ~np.isin(low, ["r", "w", "read", "write", "0", "1"])
         if bad.any():
-            raise ParameterError(f"trace kind must be 'read' or 'write', got {k[bad][0]!r}")
+            raise ParameterError(f"trace kind must be 'read' or 'write', got {k[bad][0]!r}", param="kind")
         k = np.isin(low, ["w", "write", "1"])
     k = np.asarray(k).ravel()
     if k.dtype != bool and len(k) and not np.isin(k, [0, 1]).all():
-        raise ParameterError("trace kinds must be 0 (read) or 1 (write)")
+        raise ParameterError("trace kinds must be 0 (read) or 1 (write)", param="kind")
     if len(k) != n:
-        raise ParameterError(f"trace has {n} addresses but {len(k)} kinds")
+        raise ParameterError(f"trace has {n} addresses but {len(k)} kinds", param="kind")
     return k.astype(np.uint8)
 
 
@@ -323,10 +325,37 @@ def load(path) -> Trace:
         return Trace.from_arrays(z["addr"], z["kind"], arrays, json.loads(str(z["meta"])))
 
 
+# --------------------------------------------------------------------------- what it costs
+#: Measured on this project's 2-core machine, rounded up (the exact schedules at N = 128..256):
+#: bytes of op log and seconds per recorded tile step, events per tile step and fast word (at
+#: most 5.4 measured), seconds per event of each replay policy (events generated included),
+#: and bytes per event of an OPT replay (it holds every event at once).
+RECORD_BYTES_PER_STEP = 5000
+RECORD_SECONDS_PER_STEP = 2.5e-4
+EVENTS_PER_STEP_AND_WORD = 6
+REPLAY_SECONDS_PER_EVENT = {"lru": 1.2e-6, "fifo": 1.5e-6, "opt": 2.5e-6}
+OPT_BYTES_PER_EVENT = 130
+
+
+def estimate_trace(alg: Any, shape: Shape, M: int, tiling: Any) -> tuple[int, Cost]:
+    """(events, cost) of recording the trace of ``alg`` on ``shape``, from closed forms: an
+    upper estimate of the events (every tile step touches at most a few times the fast memory's
+    words) and the memory and time of the op log."""
+    steps = shape.n_heads * max(1, int(alg.steps(shape, tiling)))
+    per_head = min(EVENTS_PER_STEP_AND_WORD * M * max(1, int(alg.steps(shape, tiling))),
+                   8 * shape.Nq * shape.Nkv * (shape.d + 1) + 4 * (shape.Nq + shape.Nkv) * shape.d)
+    events = shape.n_heads * per_head
+    return events, Cost(RECORD_BYTES_PER_STEP * steps,
+                        RECORD_SECONDS_PER_STEP * steps + 1e-8 * events,
+                        "the trace's log of tile steps")
+
+
 # --------------------------------------------------------------------------- from a schedule
 def trace(name: str, N: int | None = None, d: int | None = None, M: int | None = None, *,
           shape: Any = None, tiling: Any = None, causal: object = None,
-          window: int | None = None, scale: float | None = None, chunk: int = CHUNK) -> Trace:
+          window: int | None = None, scale: float | None = None, chunk: int = CHUNK,
+          budget_s: float | None = DEFAULT_BUDGET_S, force: bool = False,
+          max_memory: int | None = None, progress: ProgressCallback | None = None) -> Trace:
     """The element trace of algorithm ``name`` on ``N x d`` inputs with ``M`` fast words.
 
     ``shape`` (a :class:`~attnio.core.workload.Shape`, ``(Nq, Nkv, d)`` or ``(N, d)``) replaces N
@@ -334,6 +363,11 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
     ``tiling`` is as in :func:`attnio.run` (None: the default tiling for M).  The schedule runs
     once in count mode to record its tile steps; events are generated from that log each time the
     trace is read.
+
+    The recording's memory and time are estimated first (:func:`estimate_trace`): more than
+    ``max_memory`` bytes (default: what the machine has available) is refused, and so is more
+    than ``budget_s`` seconds unless ``force``.  ``progress(steps, total)`` reports the
+    recording's tile steps.
     """
     alg = _alg.get(name)
     if shape is None:
@@ -343,10 +377,15 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
     shp = Shape.coerce(shape).with_mask(causal, window)
     if M is None:
         raise ParameterError("trace: M (fast-memory words) is required", param="M")
-    M = check_int("M", M, minimum=1)
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
     t = alg.coerce_tiling(shp, M, tiling)
+    _, cost = estimate_trace(alg, shp, M, t)
+    check_cost(cost, subject=f"the trace of {alg.name} on {shp.describe()}",
+               budget_s=budget_s, force=force, max_memory=max_memory,
+               instead="count without a trace (attnio.run mode='count') or use a smaller N")
     rec = _Recorder()
-    mem = TwoLevelMemory(M, mode="count", tracer=rec)
+    steps = shp.n_heads * max(1, int(alg.steps(shp, t)))
+    mem = TwoLevelMemory(M, mode="count", tracer=rec, progress=progress, progress_total=steps)
     h = place_inputs(mem, shp, None)
     alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t,
                      scale=default_scale(shp.d, scale))

@@ -31,11 +31,19 @@ from ..core.checks import check_int
 from ..core.errors import ParameterError
 from ..core.extras import figure, require
 from ..core.memory import IOCount
-from ..core.workload import Shape
+from ..core.progress import ProgressCallback
+from ..core.resources import DEFAULT_BUDGET_S, Cost, check_cost
+from ..core.workload import MAX_M, Shape
 from .caches import POLICIES, ReplayResult, replay
-from .tracing import Trace, trace
+from .tracing import (
+    OPT_BYTES_PER_EVENT,
+    REPLAY_SECONDS_PER_EVENT,
+    Trace,
+    estimate_trace,
+    trace,
+)
 
-__all__ = ["Verification", "grid", "pycachesim_replay", "verify", "write_report"]
+__all__ = ["Verification", "estimate_verify", "grid", "pycachesim_replay", "verify", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class Verification:
     explicit: IOCount
     events: int
     replays: dict = field(default_factory=dict)  # (policy, capacity) -> ReplayResult
+    workload: str = ""  # Shape.describe() of the workload (heads and mask included)
 
     def count(self, policy: str, capacity: int) -> int:
         return self.replays[(policy, capacity)].total
@@ -68,12 +77,12 @@ class Verification:
 
     def as_dict(self) -> dict:
         return {"algorithm": self.algorithm, "N": self.N, "d": self.d, "M": self.M,
-                "causal": self.causal, "tiling": self.tiling, "events": self.events,
-                "rows": self.rows()}
+                "causal": self.causal, "workload": self.workload, "tiling": self.tiling,
+                "events": self.events, "rows": self.rows()}
 
     def table(self) -> str:
-        head = (f"{self.algorithm}  N={self.N} d={self.d} M={self.M}"
-                f"{' causal' if self.causal else ''}  tiling {self.tiling}  "
+        size = self.workload or f"N={self.N} d={self.d}{' causal' if self.causal else ''}"
+        head = (f"{self.algorithm}  {size} M={self.M}  tiling {self.tiling}  "
                 f"trace {self.events:,} events")
         lines = [head, f"  {'model':9s} {'capacity':>9s} {'reads':>12s} {'writes':>12s} "
                        f"{'total':>12s} {'/explicit':>9s}"]
@@ -86,16 +95,39 @@ class Verification:
         return self.table()
 
 
+def estimate_verify(name: str, shape: Any, M: int, *, tiling: Any = None,
+                    policies: Sequence[str] = POLICIES, factors: Sequence[float] = (1, 2)
+                    ) -> tuple[int, Cost]:
+    """(events, cost) of :func:`verify`: recording the trace, then one replay per policy and
+    capacity (an OPT replay holds every event at once); from closed forms."""
+    alg = _alg.get(name)
+    shp = Shape.coerce(shape)
+    t = alg.coerce_tiling(shp, check_int("M", M, minimum=1, maximum=MAX_M), tiling)
+    events, rec = estimate_trace(alg, shp, M, t)
+    per_event = sum(REPLAY_SECONDS_PER_EVENT[p] for p in policies)
+    seconds = rec.seconds + len(tuple(factors)) * per_event * events
+    peak = rec.bytes + (OPT_BYTES_PER_EVENT * events if "opt" in policies else 0)
+    return events, Cost(peak, seconds, "the trace and its replays")
+
+
 def verify(name: str, N: int | None = None, d: int | None = None, M: int | None = None, *,
            shape: Any = None, tiling: Any = None, causal: object = None,
            window: int | None = None, policies: Sequence[str] = POLICIES,
-           factors: Sequence[float] = (1, 2), trace_obj: Trace | None = None) -> Verification:
+           factors: Sequence[float] = (1, 2), trace_obj: Trace | None = None,
+           budget_s: float | None = DEFAULT_BUDGET_S, force: bool = False,
+           max_memory: int | None = None,
+           progress: ProgressCallback | None = None) -> Verification:
     """Explicit count of ``name`` at (N, d, M) and replays of its trace at ``factor * M`` words.
 
     ``shape`` (a :class:`~attnio.core.workload.Shape` or a tuple) replaces N and d for
     non-square, multi-head or masked workloads.  The trace is recorded with the tiling the
     explicit schedule uses at M; each policy in ``policies`` replays it (word lines, write-back,
     write-no-fetch) at every capacity ``factor * M``.
+
+    The memory and time are estimated first (:func:`estimate_verify`) and refused beyond
+    ``max_memory`` (default: what the machine has available) or, unless ``force``, beyond
+    ``budget_s`` seconds.  ``progress(done, total)`` reports the recording's tile steps, then the
+    events replayed.
     """
     if shape is None:
         if N is None or d is None:
@@ -105,20 +137,38 @@ def verify(name: str, N: int | None = None, d: int | None = None, M: int | None 
     N, d = shp.Nq, shp.d
     if M is None:
         raise ParameterError("verify: M (fast-memory words) is required", param="M")
-    M = check_int("M", M, minimum=1)
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
+    policies = tuple(policies)
+    if not policies:
+        raise ParameterError("policies must name at least one of " + ", ".join(POLICIES),
+                             param="policies")
     for p in policies:
         if p not in POLICIES:
             raise ParameterError(f"policy must be one of {', '.join(POLICIES)}, got {p!r}",
                                  param="policies")
-    tr = trace_obj if trace_obj is not None else trace(name, M=M, shape=shp, tiling=tiling)
+    if trace_obj is None:
+        _, cost = estimate_verify(name, shp, M, tiling=tiling, policies=policies,
+                                  factors=factors)
+        check_cost(cost, subject=f"verifying {_alg.get(name).name} on {shp.describe()}",
+                   budget_s=budget_s, force=force, max_memory=max_memory,
+                   instead="use a smaller N (or attnio.run mode='count' for the explicit count)")
+    tr = trace_obj if trace_obj is not None else trace(
+        name, M=M, shape=shp, tiling=tiling, budget_s=None, max_memory=max_memory,
+        progress=progress)
     ex = tr.meta["explicit"]
     reps: dict = {}
+    n_rep = len(tuple(factors)) * len(policies)
+    k = 0
     for f in factors:
         cap = int(round(f * M))
         for p in policies:
-            reps[(p, cap)] = replay(tr, cap, p)
+            done = k * len(tr)
+            cb = None if progress is None else (
+                lambda i, _t, done=done: progress(done + i, n_rep * len(tr)))
+            reps[(p, cap)] = replay(tr, cap, p, progress=cb)
+            k += 1
     return Verification(tr.meta["algorithm"], N, d, M, shp.causal, tr.meta["tiling"],
-                        IOCount(ex["reads"], ex["writes"]), len(tr), reps)
+                        IOCount(ex["reads"], ex["writes"]), len(tr), reps, shp.describe())
 
 
 # --------------------------------------------------------------------------- pycachesim
@@ -134,14 +184,14 @@ def pycachesim_replay(trace_obj, capacity_words: int, policy: str = "lru", *,
     Cache, CacheSimulator, MainMemory = pcs.Cache, pcs.CacheSimulator, pcs.MainMemory
     if policy not in ("lru", "fifo"):
         raise ParameterError(f"pycachesim cross-check policy must be 'lru' or 'fifo', got {policy!r}"
-                             " (its MRU is broken and it has no OPT)")
+                             " (its MRU is broken and it has no OPT)", param="policy")
     capacity_words = check_int("capacity_words", capacity_words, minimum=1)
     line_words = check_int("line_words", line_words, minimum=1)
     lines = capacity_words // line_words
     ways = lines if ways is None else check_int("ways", ways, minimum=1)
     sets = lines // ways
     if sets * ways * line_words != capacity_words:
-        raise ParameterError(f"capacity_words={capacity_words} is not sets*ways*line_words")
+        raise ParameterError(f"capacity_words={capacity_words} is not sets*ways*line_words", param="capacity_words")
     mem = MainMemory()
     l1 = Cache("L1", sets, ways, line_words, policy.upper(), write_back=True,
                write_allocate=True)

@@ -2,8 +2,9 @@
 
 Each verb lives in a module of this package that defines ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``main(args) -> int``, and calls one library function; the verbs
-are listed in :data:`COMMANDS`.  Errors of the library print one line on stderr and exit with
-code 2 (``--debug`` shows the traceback).
+are listed in :data:`COMMANDS`.  Errors of the library print one line on stderr, in the flags
+the user typed (:func:`~attnio.cli.common.flag_message`), and exit with code 2 (``--debug``
+shows the traceback).
 """
 
 from __future__ import annotations
@@ -16,10 +17,16 @@ from types import ModuleType
 from ..core.errors import AttnioError
 from ..core.version import __version__
 from . import bound, gpu, pebble, plan, report, run, sweep, trace, verify
+from .common import flag_message
 
 #: The verbs, in the order ``attnio --help`` lists them.
 COMMANDS: tuple[ModuleType, ...] = (bound, gpu, pebble, plan, report, run, sweep, trace,
                                     verify)
+
+
+#: Verbs whose errors are worded for where the value came from (a TOML key, a database file),
+#: printed as they are rather than rewritten in flags.
+OWN_WORDS = frozenset({"sweep", "report"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,10 +65,20 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 0
-    except (AttnioError, ValueError, OSError) as e:
+    except (AttnioError, ValueError, OSError, ArithmeticError, MemoryError) as e:
         if getattr(args, "debug", False):
             raise
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, MemoryError):  # an estimate fell short: say so, in one line
+            msg = ("ran out of memory; try --count-only or a smaller --N (--debug shows where)")
+        elif isinstance(e, ArithmeticError) and not isinstance(e, AttnioError):
+            msg = f"{type(e).__name__}: {flag_message(e)} (--debug shows where)"
+        elif args.command in OWN_WORDS:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        else:
+            msg = flag_message(e)
+        note = getattr(args, "memory_note", None)  # --M came from --device or --M-bytes
+        if note and "--M " in msg:
+            msg += f" ({note})"
         print(f"attnio {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,49 +1,56 @@
-"""``attnio bound``: every lower bound that applies to (N, d, M), with its theorem and status."""
+"""``attnio bound``: every lower bound that applies to a workload, with its theorem and status."""
 
 from __future__ import annotations
 
 import json
 
-from .plan import add_memory_arguments, resolve_M
+from .common import (
+    add_memory_arguments,
+    add_output_arguments,
+    add_workload_arguments,
+    memory_from_args,
+    workload_from_args,
+)
 
 NAME = "bound"
 HELP = "list every applicable I/O lower bound for attention of size (N, d, M)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--N", type=int, required=True, help="sequence length (queries)")
-    p.add_argument("--Nkv", type=int, default=None, help="keys/values (default N)")
-    p.add_argument("--d", type=int, required=True, help="head dimension")
+    add_workload_arguments(p)
     add_memory_arguments(p)
-    p.add_argument("--causal", action="store_true", help="causal (bottom-right aligned) mask")
-    p.add_argument("--heads", type=int, default=1, help="independent heads (bounds multiply)")
     p.add_argument("--q", type=int, default=None,
                    help="inputs over the finite field F_q (prime power q > N): adds Theorem 4.8")
     p.add_argument("--binary", action="store_true",
                    help="binary inputs Q, K in {0,1}: adds Theorem 4.14")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_output_arguments(p)
 
 
 def main(args) -> int:
     from .. import bounds
+    from ..bounds.base import regime_of
+    from ..core.resources import fmt_count
 
-    M, _, _ = resolve_M(args)
-    bs = bounds.applicable(args.N, args.d, M, Nkv=args.Nkv, causal=args.causal, heads=args.heads,
-                           q=args.q, binary=args.binary)
+    shape = workload_from_args(args)
+    M = memory_from_args(args).M
+    bs = bounds.applicable_to(shape, M, q=args.q, binary=args.binary)
     best = bounds.best(bs)
+    regime = regime_of(shape.d, M)
     if args.json:
-        print(json.dumps({"N": args.N, "Nkv": args.Nkv or args.N, "d": args.d, "M": M,
-                          "causal": args.causal, "heads": args.heads,
+        print(json.dumps({"N": shape.Nq, "Nq": shape.Nq, "Nkv": shape.Nkv, "d": shape.d, "M": M,
+                          "causal": shape.causal, "causal_align": shape.causal_align
+                          if shape.causal else None, "window": shape.window,
+                          "batch": shape.batch, "heads": shape.heads,
+                          "kv_heads": shape.kv_heads, "regime": regime,
                           "bounds": [b.to_dict() for b in bs], "best": best.name},
                          sort_keys=True))
         return 0
-    size = f"N={args.N}" if not args.Nkv or args.Nkv == args.N else f"Nq={args.N} Nkv={args.Nkv}"
-    print(f"lower bounds for attention {size} d={args.d} M={M:,}"
-          f"{' causal' if args.causal else ''}{f' heads={args.heads}' if args.heads > 1 else ''}")
-    print(f"{'bound':<28} {'value':>22}  {'explicit':>8}  {'regime':<22}  theorem")
+    print(f"lower bounds for attention {shape.describe()} M={M:,}: {regime}")
+    w = max(len(b.name) for b in bs)
+    print(f"{'bound':<{w}}  {'value':>30}  {'explicit':>8}  theorem")
     for b in bs:
         mark = " *" if b is best else ""
-        print(f"{b.name:<28} {b.value:>22,.0f}  {'yes' if b.explicit else 'no':>8}  "
-              f"{b.regime:<22}  {b.theorem}{mark}")
+        print(f"{b.name:<{w}}  {fmt_count(b.value):>30}  {'yes' if b.explicit else 'no':>8}  "
+              f"{b.theorem}{mark}")
     print("* the largest explicit bound; asymptotic bounds are Θ/Ω forms with constant 1")
     return 0

@@ -1,26 +1,36 @@
 """The one vocabulary of flags every verb that takes a workload shares.
 
 A verb calls :func:`add_workload_arguments` (and :func:`add_memory_arguments`,
-:func:`add_output_arguments` where they apply), then :func:`workload_from_args` to build the
-:class:`~attnio.core.workload.Shape`, the one place the workload is validated.  Errors the library
-raises name API arguments (``kv_heads``); :func:`flag_message` rewrites them with the flags the
-user typed (``--kv-heads``).
+:func:`add_resource_arguments`, :func:`add_output_arguments` where they apply), then
+:func:`workload_from_args` to build the :class:`~attnio.core.workload.Shape`, the one place the
+workload is validated, and :func:`memory_from_args` for the fast-memory size.  Errors the library
+raises name API arguments (``kv_heads``, ``mode='count'``); :func:`flag_message` rewrites them
+with the flags the user typed (``--kv-heads``, ``--count-only``).
 
-Flags: ``--N --Nq --Nkv --d --heads --kv-heads --batch --causal [bottom_right|top_left] --window
---dtype --device``, ``--tiling`` where an algorithm is named, ``--json`` and ``--quiet``
-everywhere.
+Flags: ``--N --Nq --Nkv --d --heads --kv-heads --batch --causal [bottom_right|top_left] --window``
+(workload), ``--M | --M-bytes | --device`` and ``--dtype`` (fast memory), ``--tiling`` where an
+algorithm is named, ``--budget --force --max-memory`` where work is allocated, ``--json`` and
+``--quiet`` everywhere.
+
+>>> from attnio.core.errors import ParameterError
+>>> flag_message(ParameterError("heads must be a multiple of kv_heads, got heads=3 and "
+...                             "kv_heads=2", param="kv_heads"))
+'--heads must be a multiple of --kv-heads, got --heads=3 and --kv-heads=2'
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 
 from ..core.errors import ParameterError
-from ..core.workload import ALIGNMENTS, Shape
+from ..core.workload import ALIGNMENTS, MAX_M, Shape
 
-__all__ = ["FLAGS", "add_memory_arguments", "add_output_arguments", "add_workload_arguments",
-           "flag_message", "workload_from_args"]
+__all__ = ["FLAGS", "Memory", "add_memory_arguments", "add_output_arguments",
+           "add_resource_arguments", "add_tiling_argument", "add_workload_arguments",
+           "flag_message", "memory_from_args", "parse_tiling", "progress_from_args",
+           "resources_from_args", "workload_from_args"]
 
 #: API argument name -> the flag that sets it (for error messages in the user's words).
 FLAGS = {
@@ -30,43 +40,91 @@ FLAGS = {
     "dtype_bytes": "--dtype", "M_bytes": "--M-bytes", "tiling": "--tiling", "eps": "--eps",
     "approx_eps": "--eps", "entry_bound": "--entry-bound", "scale": "--scale",
     "seed": "--seed", "budget_s": "--budget", "backward": "--backward",
-    "backward_tiling": "--tiling", "mode": "--count-only", "shape": "--N/--d",
+    "backward_tiling": "--tiling", "shape": "--N/--d",
+    "max_memory": "--max-memory", "time_limit": "--time-limit", "policies": "--policies",
+    "m": "--m", "k": "--k", "n": "--n", "q": "--q", "binary": "--binary",
 }
+
+#: Whole API phrases and the flags that say the same on the command line.
+PHRASES = (
+    ("mode='count'", "--count-only"), ('mode="count"', "--count-only"),
+    ("mode='compute'", "compute mode"), ("force=True", "--force"),
+    ("pass causal=True", "pass --causal"), ("causal=True", "--causal"),
+    ("allow_nonfinite=True", "--allow-nonfinite"),
+    ("allow_unbounded=True", "--allow-unbounded"), ("backward=True", "--backward"),
+    ("raise budget_s", "raise --budget"), ("attnio.run ", "attnio run "),
+    ("tiling={'entry_bound': 1.0}", "--entry-bound 1"), (" with tiling ", " with --tiling "),
+)
+
+_DEFAULTS = "_workload_defaults"
 
 
 def add_workload_arguments(p: argparse.ArgumentParser, *, N: int | None = None,
-                           d: int | None = None) -> None:
-    """The workload flags.  ``N``/``d``: defaults (None makes the flag required)."""
+                           d: int | None = None, heads: bool = True, mask: bool = True,
+                           Nq: bool = True) -> None:
+    """The workload flags.  ``N``/``d``: defaults (None: the flag is required).
+
+    ``heads=False`` leaves out ``--heads --kv-heads --batch``, ``mask=False`` ``--causal
+    --window``, ``Nq=False`` ``--Nq`` (for verbs whose solver is limited to what is left).  A flag
+    the user did not type reads None in the namespace; :func:`workload_from_args` fills in the
+    defaults, so a verb can tell what was typed.
+    """
     g = p.add_argument_group("workload")
-    g.add_argument("--N", type=int, default=N,
+    g.add_argument("--N", type=int, default=None,
                    help="sequence length (Nq = Nkv = N)" + (f"; default {N}" if N else ""))
-    g.add_argument("--Nq", type=int, default=None, help="queries per head (overrides --N)")
-    g.add_argument("--Nkv", type=int, default=None, help="keys/values per head (overrides --N)")
-    g.add_argument("--d", type=int, default=d,
+    if Nq:
+        g.add_argument("--Nq", type=int, default=None, help="queries per head (instead of --N)")
+    g.add_argument("--Nkv", type=int, default=None, help="keys/values per head (default: as --N)")
+    g.add_argument("--d", type=int, default=None,
                    help="head dimension" + (f"; default {d}" if d else ""))
-    g.add_argument("--heads", type=int, default=1, help="query heads per batch element")
-    g.add_argument("--kv-heads", dest="kv_heads", type=int, default=None,
-                   help="key/value heads (default --heads; fewer: grouped-query attention)")
-    g.add_argument("--batch", type=int, default=1, help="batch size")
-    g.add_argument("--causal", nargs="?", const="bottom_right", default=None, choices=ALIGNMENTS,
-                   help="causal mask, bottom-right aligned (default) or top_left")
-    g.add_argument("--window", type=int, default=None,
-                   help="sliding window: each query sees its W most recent keys (needs --causal)")
+    if heads:
+        g.add_argument("--heads", type=int, default=None, help="query heads (default 1)")
+        g.add_argument("--kv-heads", dest="kv_heads", type=int, default=None,
+                       help="key/value heads (default --heads; fewer: grouped-query attention)")
+        g.add_argument("--batch", type=int, default=None, help="batch size (default 1)")
+    if mask:
+        g.add_argument("--causal", nargs="?", const="bottom_right", default=None,
+                       choices=ALIGNMENTS,
+                       help="causal mask, bottom-right aligned (default) or top_left")
+        g.add_argument("--window", type=int, default=None,
+                       help="sliding window: each query sees its W most recent keys (needs "
+                            "--causal)")
+    p.set_defaults(**{_DEFAULTS: {"N": N, "d": d}})
 
 
 def add_memory_arguments(p: argparse.ArgumentParser, *, required: bool = True,
                          default_M: int | None = None) -> None:
     """``--M`` (words), ``--M-bytes`` (with ``--dtype``) or ``--device`` (a preset), and ``--dtype``."""
+    from ..hardware.devices import names
+
     g = p.add_mutually_exclusive_group(required=required and default_M is None)
     g.add_argument("--M", type=int, default=default_M,
                    help="fast-memory capacity in words" + (f" (default {default_M})"
                                                             if default_M else ""))
     g.add_argument("--M-bytes", type=int, dest="M_bytes",
                    help="fast-memory capacity in bytes (with --dtype)")
-    g.add_argument("--device", help="a device preset (`attnio gpu devices` lists them)")
+    g.add_argument("--device", help="a device preset: " + ", ".join(names()))
     p.add_argument("--dtype", default=None,
-                   help="element type for --M-bytes/--device (float16, bfloat16, float32, fp8; "
-                        "default float16 with --device)")
+                   help="element type: bytes per word for --M-bytes, --device and byte counts "
+                        "(float16, bfloat16, float32, float64, fp8; default float16 with --device)")
+
+
+def add_tiling_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tiling", default=None,
+                   help="the algorithm's tiling: a JSON object of its fields, e.g. "
+                        "'{\"Br\": 64, \"Bc\": 8}' (flash2); square_tiling and matmul also take a "
+                        "rule name (auto, paper, square, outer) or a side B")
+
+
+def add_resource_arguments(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
+    """``--budget SECONDS``, ``--force`` and ``--max-memory SIZE``."""
+    if budget:
+        p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                       help="refuse work estimated to take longer (default 300)")
+        p.add_argument("--force", action="store_true", help="run even beyond --budget")
+    p.add_argument("--max-memory", dest="max_memory", default=None, metavar="SIZE",
+                   help="refuse work estimated to need more memory, e.g. 8G (default: what the "
+                        "machine has available)")
 
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,34 +134,136 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 def workload_from_args(args: argparse.Namespace) -> Shape:
     """The :class:`Shape` the workload flags describe (validated once, by Shape itself)."""
-    if args.N is None and args.Nq is None:
+    defaults = getattr(args, _DEFAULTS, {}) or {}
+    N = args.N if args.N is not None else defaults.get("N")
+    Nq = getattr(args, "Nq", None)
+    d = args.d if args.d is not None else defaults.get("d")
+    if N is None and Nq is None:
         raise ParameterError("--N (or --Nq and --Nkv) is required", param="N")
-    if args.d is None:
+    if d is None:
         raise ParameterError("--d is required", param="d")
-    N = args.N if args.N is not None else args.Nq
-    return Shape.make(N, args.d, Nq=args.Nq, Nkv=args.Nkv if args.Nkv is not None else None,
-                      batch=args.batch, heads=args.heads, kv_heads=args.kv_heads,
-                      causal=args.causal or False, window=args.window)
+    if Nq is not None and args.N is not None and args.Nkv is not None:
+        raise ParameterError("give --N, or --Nq and --Nkv, not all three", param="Nq")
+    causal = getattr(args, "causal", None)
+    return Shape.make(N if Nq is None else None, d, Nq=Nq, Nkv=args.Nkv,
+                      batch=_or(getattr(args, "batch", None), 1),
+                      heads=_or(getattr(args, "heads", None), 1),
+                      kv_heads=getattr(args, "kv_heads", None), causal=causal or False,
+                      window=getattr(args, "window", None))
+
+
+def _or(x: object, default: int) -> object:
+    return default if x is None else x
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The fast memory the flags give: ``M`` words, bytes per word (None: not given), device."""
+
+    M: int
+    dtype_bytes: int | None
+    device: str | None
+
+    def bytes(self, words: int) -> int | None:
+        return None if self.dtype_bytes is None else words * self.dtype_bytes
+
+
+def memory_from_args(args: argparse.Namespace) -> Memory:
+    """``--M``, ``--M-bytes --dtype`` or ``--device [--dtype]`` as words of fast memory."""
+    from ..core.checks import check_int
+    from ..hardware import devices
+
+    db = devices.dtype_bytes(args.dtype) if getattr(args, "dtype", None) is not None else None
+    if getattr(args, "device", None) is not None:
+        dev = devices.get(args.device)
+        db = db or 2
+        args.memory_note = f"--M here: {dev.words(db):,} words from --device {dev.name}"
+        return Memory(dev.words(db), db, dev.name)
+    if getattr(args, "M_bytes", None) is not None:
+        if db is None:
+            raise ParameterError("--M-bytes needs --dtype (e.g. --dtype float16)", param="M_bytes")
+        words = devices.words_for(args.M_bytes, args.dtype)
+        args.memory_note = f"--M here: {words:,} words from --M-bytes {args.M_bytes}"
+        return Memory(words, db, None)
+    if args.M is None:
+        raise ParameterError("give --M (words), --M-bytes with --dtype, or --device", param="M")
+    return Memory(check_int("M", args.M, minimum=1, maximum=MAX_M), db, None)
+
+
+def resources_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """``budget_s``, ``force``, ``max_memory`` keyword arguments from the resource flags."""
+    from ..core.checks import check_real
+    from ..core.resources import DEFAULT_BUDGET_S, parse_bytes
+
+    out: dict[str, object] = {}
+    if hasattr(args, "budget"):
+        budget = DEFAULT_BUDGET_S if args.budget is None else args.budget
+        out["budget_s"] = check_real("budget_s", budget, lo=0, what="seconds")
+        out["force"] = bool(args.force)
+    mm = getattr(args, "max_memory", None)
+    out["max_memory"] = None if mm is None else parse_bytes(mm, "max_memory")
+    return out
+
+
+def progress_from_args(args: argparse.Namespace, description: str, total: float | None = None,
+                       **kw: object):
+    """A :class:`~attnio.core.progress.Progress` (off with ``--quiet`` or ``--json``)."""
+    from ..core.progress import Progress
+
+    quiet = getattr(args, "quiet", False) or getattr(args, "json", False)
+    return Progress(description, total, enabled=False if quiet else None, **kw)  # type: ignore[arg-type]
+
+
+def parse_tiling(text: str | None) -> object:
+    """--tiling: None, a rule name, an int side, or a JSON object of tiling fields."""
+    import json
+
+    if text is None:
+        return None
+    t = text.strip()
+    if t.lstrip("-").isdigit():
+        return int(t)
+    if t.startswith("{"):
+        try:
+            obj = json.loads(t)
+        except json.JSONDecodeError as e:
+            raise ParameterError(f"--tiling is not valid JSON ({e.msg}): {text!r}",
+                                 param="tiling") from None
+        if not isinstance(obj, dict):
+            raise ParameterError(f"--tiling must be a JSON object, got {text!r}", param="tiling")
+        return obj
+    return t
+
+
+_TILING_TYPE = re.compile(r"tiling( for \w+)? must be an? \w+ or a mapping( of (Br, )?"
+                          r"(its fields )?)?")
 
 
 def flag_message(err: BaseException, flags: dict[str, str] | None = None) -> str:
     """The first line of ``err`` with API argument names replaced by the flags that set them.
 
-    Only whole words followed by ``=``, `` must``, `` is``, `` needs``, `` conflicts``, ``:``,
-    `` (`` or ``,`` are rewritten, so a ``d`` in prose is left alone.
+    A name followed by ``=``, `` must``, `` is``, `` needs``, `` conflicts``, ``:``, `` (``,
+    ``,``, `` and``, `` or``, `` for`` or a comparison becomes its flag (``N=4096`` reads
+    ``--N=4096``, which the command line accepts as typed); so a ``d`` in prose is left alone.  Whole API phrases (``mode='count'``, ``force=True``) become their flags.
     """
     msg = str(err).splitlines()[0] if str(err) else type(err).__name__
     table = FLAGS if flags is None else {**FLAGS, **flags}
     param = getattr(err, "param", None)
+    for api, cli in PHRASES:
+        msg = msg.replace(api, cli)
+    msg = _TILING_TYPE.sub(lambda m: f"--tiling{m.group(1) or ''} must be a JSON object of "
+                           "the fields ", msg)
+    msg = re.sub(r"(?<![\w.\-])tiling\.(\w+)", r"--tiling's \1", msg)
 
     def sub(m: re.Match[str]) -> str:
-        name = m.group(1)
-        return table.get(name, name) + m.group(2)
+        return table.get(m.group(1), m.group(1)) + m.group(2)
 
     names = "|".join(sorted((re.escape(k) for k in table), key=len, reverse=True))
-    msg = msg.replace("pass causal=True", "pass --causal").replace("causal=True", "--causal")
-    pattern = rf"(?<![\w.\-])({names})(=| must\b| is\b| needs\b| conflicts\b|:| \(|,)"
+    pattern = (rf"(?<![\w.\-/'\"])({names})(=(?!=)| must\b| is\b| needs\b| conflicts\b|:| \(|,"
+               rf"| and\b| or\b| for\b| above\b| exceeds\b| >=| <=| > | < )")
     out = re.sub(pattern, sub, msg)
+    out = re.sub(rf"\b(a smaller|smaller) ({names})\b",
+                 lambda m: f"{m.group(1)} {table.get(m.group(2), m.group(2))}", out)
     if param in table and table[param] not in out:
         out = f"{table[param]}: {out}"
     return out

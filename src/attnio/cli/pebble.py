@@ -14,36 +14,46 @@ HELP = "exact red-blue pebbling optimum of a tiny attention or matmul instance"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--N", type=int, default=2, help="sequence length (Nq = Nkv = N)")
-    p.add_argument("--Nkv", type=int, default=None, help="number of keys/values (default N)")
-    p.add_argument("--d", type=int, default=1, help="head dimension")
-    p.add_argument("--M", type=int, default=4, help="red pebbles (fast-memory words)")
+    from .common import add_output_arguments, add_workload_arguments
+
+    add_workload_arguments(p, N=2, d=1, heads=False, mask=False, Nq=False)
+    p.add_argument("--M", type=int, default=4, help="red pebbles (fast-memory words); default 4")
     p.add_argument("--matmul", type=int, nargs=3, metavar=("m", "k", "n"), default=None,
                    help="solve C = A·B (A m×k, B k×n) instead of attention")
     p.add_argument("--no-rowmax", action="store_true", help="attention without the row max")
     p.add_argument("--normalize", choices=("P", "O"), default="P",
                    help="divide P by the row sum (P, default) or the output (O)")
-    p.add_argument("--time-limit", type=float, default=60.0, help="seconds per solve")
+    p.add_argument("--time-limit", type=float, default=60.0,
+                   help="seconds for all the solving together (default 60)")
     p.add_argument("--no-sliding", action="store_true", help="skip the sliding variant")
     p.add_argument("--moves", action="store_true", help="print the optimal schedule")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_output_arguments(p)
 
 
 def main(args) -> int:
-    from ..core.checks import check_int
+    from ..core.checks import check_int, check_real
     from ..pebble.comparison import Instance, compare
+    from .common import progress_from_args
 
     if args.matmul:
-        inst = Instance("matmul", tuple(check_int(n, v, minimum=1, maximum=4)
+        if args.N is not None or args.Nkv is not None or args.d is not None:
+            from ..core.errors import ParameterError
+
+            raise ParameterError("--matmul solves C = A·B: drop --N/--Nkv/--d", param="N")
+        inst = Instance("matmul", tuple(check_int(f"--matmul {n}", v, minimum=1, maximum=4)
                                         for n, v in zip("mkn", args.matmul)))
     else:
-        N = check_int("N", args.N, minimum=1, maximum=4)
+        N = check_int("N", 2 if args.N is None else args.N, minimum=1, maximum=4)
         Nkv = N if args.Nkv is None else check_int("Nkv", args.Nkv, minimum=1, maximum=4)
-        d = check_int("d", args.d, minimum=1, maximum=3)
+        d = check_int("d", 1 if args.d is None else args.d, minimum=1, maximum=3)
         inst = Instance("attention", (N, Nkv, d), rowmax=not args.no_rowmax,
                         normalize=args.normalize)
     M = check_int("M", args.M, minimum=1)
-    c = compare(inst, M, time_limit=args.time_limit, sliding=not args.no_sliding)
+    limit = check_real("time_limit", args.time_limit, lo=0, lo_open=True, what="seconds")
+    with progress_from_args(args, f"pebbling {inst.label}, M={M}", limit, unit="s of the limit",
+                            clock=True) as bar:
+        c = compare(inst, M, time_limit=limit, sliding=not args.no_sliding,
+                    on_phase=lambda text: bar.describe(text, limit, "s of the limit"))
     r, sl, g = c["result"], c["sliding"], c["dag"]
     if args.json:
         obj = {

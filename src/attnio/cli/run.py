@@ -1,152 +1,247 @@
-"""``attnio run ALGO``: run one algorithm on the simulator and print its counts."""
+"""``attnio run ALGO``: run one algorithm on the simulator and print its counts.
+
+Before anything is drawn or loaded, the memory and time of the run (and of the float64
+reference it is checked against) are estimated and refused in one line beyond the machine
+(``--max-memory``) or ``--budget``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import numpy as np
 
+from .common import (
+    add_memory_arguments,
+    add_output_arguments,
+    add_resource_arguments,
+    add_tiling_argument,
+    add_workload_arguments,
+    memory_from_args,
+    parse_tiling,
+    progress_from_args,
+    resources_from_args,
+    workload_from_args,
+)
+
 NAME = "run"
 HELP = "run an algorithm on the simulated two-level memory and print its I/O"
+
+DEFAULT_N, DEFAULT_D, DEFAULT_M = 1024, 64, 16384
 
 
 def add_arguments(p) -> None:
     p.add_argument("algorithm", help="a registered algorithm (see `attnio run --list`)", nargs="?")
     p.add_argument("--list", action="store_true", help="list the registered algorithms and exit")
-    p.add_argument("--N", type=int, default=1024, help="sequence length (Nq = Nkv = N)")
-    p.add_argument("--Nq", type=int, default=None, help="number of queries (overrides --N)")
-    p.add_argument("--Nkv", type=int, default=None, help="number of keys/values (overrides --N)")
-    p.add_argument("--d", type=int, default=64, help="head dimension")
-    p.add_argument("--M", type=int, default=16384, help="fast-memory capacity in words")
-    p.add_argument("--causal", nargs="?", const="bottom_right", default=None,
-                   choices=["bottom_right", "top_left"],
-                   help="causal mask, bottom-right aligned (default) or top_left")
-    p.add_argument("--window", type=int, default=None,
-                   help="sliding window: each query sees its W most recent keys (needs --causal)")
-    p.add_argument("--batch", type=int, default=1, help="batch size")
-    p.add_argument("--heads", type=int, default=1, help="query heads")
-    p.add_argument("--kv-heads", type=int, default=None,
-                   help="key/value heads (default: --heads; fewer = grouped-query attention)")
+    add_workload_arguments(p, N=DEFAULT_N, d=DEFAULT_D)
+    add_memory_arguments(p, default_M=DEFAULT_M)
+    add_tiling_argument(p)
+    p.add_argument("--count-only", action="store_true", help="count mode: shapes only, no arithmetic")
+    p.add_argument("--backward", action="store_true",
+                   help="also run the backward pass (flash2) and count it separately")
+    p.add_argument("--scale", type=float, default=None, help="softmax scale (default 1/sqrt(d))")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--inputs", default=None, metavar="FILE.npz",
                    help="take Q, K, V (and dO) from an .npz file instead of random inputs")
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="accept NaN/inf inputs and propagate them as the reference does")
-    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="refuse compute-mode runs estimated to take longer (default 300)")
-    p.add_argument("--force", action="store_true", help="run even beyond --budget")
-    p.add_argument("--backward", action="store_true",
-                   help="also run the backward pass (flash2) and count it separately")
-    p.add_argument("--scale", type=float, default=None, help="softmax scale (default 1/sqrt(d))")
-    p.add_argument("--count-only", action="store_true", help="count mode: shapes only, no arithmetic")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--tiling", default=None,
-                   help="tiling: JSON fields of the algorithm's tiling, e.g. '{\"Br\": 64, \"Bc\": 8}' "
-                        "(flash2); square_tiling and matmul also take a rule name (auto, paper, "
-                        "square, outer) or a side B")
-    p.add_argument("--eps", type=float, default=None,
-                   help="approximate algorithms (approx_poly): relative error of the polynomial "
-                        "approximation of exp (default 1e-3)")
-    p.add_argument("--entry-bound", type=float, default=None, metavar="B",
-                   help="approx_poly: bound on |Q|, |K| entries (random inputs are drawn in "
-                        "[-B, B]; default for drawing: 1)")
-    p.add_argument("--allow-unbounded", action="store_true",
-                   help="approx_poly: run on entries beyond --entry-bound (the error guarantee "
-                        "is lost; a warning says so)")
-    p.add_argument("--m", type=int, default=None, help="matmul: rows of A and C")
-    p.add_argument("--k", type=int, default=None, help="matmul: columns of A, rows of B")
-    p.add_argument("--n", type=int, default=None, help="matmul: columns of B and C")
+    a = p.add_argument_group("approximate algorithms (approx_poly)")
+    a.add_argument("--eps", type=float, default=None,
+                   help="relative error of the polynomial approximation of exp (default 1e-3)")
+    a.add_argument("--entry-bound", type=float, default=None, metavar="B",
+                   help="bound on |Q|, |K| entries (random inputs are drawn in [-B, B]; "
+                        "default for drawing: 1)")
+    a.add_argument("--allow-unbounded", action="store_true",
+                   help="run on entries beyond --entry-bound (the error guarantee is lost; a "
+                        "warning says so)")
+    m = p.add_argument_group("the matmul building block (attnio run matmul)")
+    m.add_argument("--m", type=int, default=None, help="rows of A and C")
+    m.add_argument("--k", type=int, default=None, help="columns of A, rows of B")
+    m.add_argument("--n", type=int, default=None, help="columns of B and C")
+    add_resource_arguments(p)
+    add_output_arguments(p)
 
 
-def tiling_dict(t) -> dict:
+def tiling_dict(t: Any) -> dict:
     return dataclasses.asdict(t) if dataclasses.is_dataclass(t) else dict(t or {})
 
 
-def parse_tiling(text):
-    """--tiling: None, a rule name, an int side, or a JSON object of tiling fields."""
-    if text is None:
-        return None
-    t = text.strip()
-    if t.lstrip("-").isdigit():
-        return int(t)
-    if t.startswith("{"):
-        try:
-            obj = json.loads(t)
-        except json.JSONDecodeError as e:
-            from ..core.errors import ParameterError
+# ---------------------------------------------------------------------- --inputs
+_KEYS = ("Q", "K", "V", "dO")
 
-            raise ParameterError(f"--tiling is not valid JSON ({e.msg}): {text!r}") from None
-        return obj
-    return t
+
+def read_npz_header(path: str, need_grad: bool) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The shapes and dtypes of Q, K, V (and dO) in an .npz file, read from the array headers
+    without loading the data; one clear error for a missing, unreadable or wrong file."""
+    import zipfile
+
+    from ..core.errors import ParameterError
+
+    want = _KEYS if need_grad else _KEYS[:3]
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+        if magic == b"\x93NUMPY":
+            raise ParameterError(
+                f"--inputs {path}: a single .npy array; save Q, K and V together: "
+                f"np.savez(FILE, Q=Q, K=K, V=V)", param="inputs")
+        with zipfile.ZipFile(path) as z:
+            members = {n[:-4]: n for n in z.namelist() if n.endswith(".npy")}
+            missing = [k for k in want if k not in members]
+            if missing:
+                raise ParameterError(f"--inputs {path}: missing array(s) {missing}; it holds "
+                                     f"{sorted(members)}", param="inputs")
+            out = {}
+            for k in want:
+                with z.open(members[k]) as f:
+                    version = np.lib.format.read_magic(f)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read(f)
+                out[k] = (tuple(int(s) for s in shape), np.dtype(dtype))
+            return out
+    except ParameterError:
+        raise
+    except (zipfile.BadZipFile, EOFError) as e:
+        raise ParameterError(f"--inputs {path}: not an .npz file ({e or 'empty file'}); write "
+                             "one with np.savez(FILE, Q=Q, K=K, V=V)", param="inputs") from None
+    except OSError as e:
+        raise ParameterError(f"--inputs {path}: cannot read it ({e.strerror or e})",
+                             param="inputs") from None
+    except ValueError as e:
+        raise ParameterError(f"--inputs {path}: an array in it cannot be read ({e})",
+                             param="inputs") from None
+
+
+def shape_of_inputs(path: str, header: dict, args) -> Any:
+    """The Shape the file's arrays give, with the mask flags; a typed size flag that disagrees
+    with the file is refused (the file decides the sizes)."""
+    from ..core.errors import ParameterError
+    from ..core.workload import Shape
+
+    q, kv = header["Q"][0], header["K"][0]
+    if len(q) not in (2, 4) or len(q) != len(kv) or header["V"][0] != kv or q[-1] != kv[-1]:
+        raise ParameterError(f"--inputs {path}: Q {q}, K {kv} and V {header['V'][0]} must be "
+                             "(N, d) or (batch, heads, N, d) with K and V alike and one d",
+                             param="inputs")
+    if len(q) == 2:
+        sizes = {"Nq": q[0], "Nkv": kv[0], "d": q[1], "batch": 1, "heads": 1, "kv_heads": 1}
+    else:
+        sizes = {"Nq": q[2], "Nkv": kv[2], "d": q[3], "batch": q[0], "heads": q[1],
+                 "kv_heads": kv[1]}
+    typed = {"N": args.N, "Nq": args.Nq, "Nkv": args.Nkv, "d": args.d, "batch": args.batch,
+             "heads": args.heads, "kv_heads": args.kv_heads}
+    for flag, value in typed.items():
+        if value is None:
+            continue
+        have = sizes["Nq"] if flag == "N" else sizes[flag]
+        if flag == "N" and sizes["Nkv"] != value:
+            have = sizes["Nkv"] if sizes["Nq"] == value else have
+        if value != have:
+            name = "--" + flag.replace("_", "-")
+            raise ParameterError(f"{name} {value} conflicts with --inputs {path}, whose arrays "
+                                 f"give {flag} = {have}: drop {name} (the file sets the sizes)",
+                                 param="inputs")
+    return Shape(sizes["Nq"], sizes["Nkv"], sizes["d"], batch=sizes["batch"],
+                 heads=sizes["heads"], kv_heads=sizes["kv_heads"],
+                 causal=args.causal or False, window=args.window)
 
 
 def load_inputs(path: str, need_grad: bool):
-    """Q, K, V (and dO) from an .npz file; clear errors for a missing file or array."""
+    """Q, K, V (and dO) from an .npz file (after :func:`read_npz_header` checked it)."""
     from ..core.errors import ParameterError
 
     try:
-        with np.load(path) as f:
-            missing = [k for k in ("Q", "K", "V") + (("dO",) if need_grad else ()) if k not in f]
-            if missing:
-                raise ParameterError(
-                    f"--inputs {path}: missing array(s) {missing}; it holds {sorted(f.files)}"
-                )
+        with np.load(path, allow_pickle=False) as f:
             return f["Q"], f["K"], f["V"], (f["dO"] if need_grad else None)
-    except OSError as e:
-        raise ParameterError(f"--inputs {path}: cannot read it ({e.strerror or e})") from None
-    except (ValueError, EOFError) as e:
-        if isinstance(e, ParameterError):
-            raise
-        raise ParameterError(f"--inputs {path}: not an .npz file ({e or 'empty file'})") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise ParameterError(f"--inputs {path}: cannot read it ({e})", param="inputs") from None
 
 
+# ---------------------------------------------------------------------- matmul
 def main_matmul(args) -> int:
     """``attnio run matmul --m --k --n --M``: C = A·B on the simulator, with the COSMA ratio."""
-    from ..blocks.matmul import run_matmul
+    from ..blocks.matmul import MatmulShape, estimate_matmul, run_matmul
     from ..core.errors import ParameterError
+    from ..core.resources import check_cost
 
     missing = [f"--{x}" for x in ("m", "k", "n") if getattr(args, x) is None]
     if missing:
-        raise ParameterError(f"matmul needs {', '.join(missing)} (C = A·B with A m×k, B k×n)")
+        raise ParameterError(f"matmul needs {', '.join(missing)} (C = A·B with A m×k, B k×n)",
+                             param=missing[0][2:])
+    mem = memory_from_args(args)
+    M = mem.M
     tiling = parse_tiling(args.tiling)
-    if args.count_only:
-        res = run_matmul(shape=(args.m, args.k, args.n), M=args.M, tiling=tiling)
-        err = None
-    else:
-        from ..blocks.matmul import MatmulShape
-
-        MatmulShape(args.m, args.k, args.n)  # validate sizes before drawing inputs
-        rng = np.random.default_rng(args.seed)
-        A = rng.standard_normal((args.m, args.k))
-        B = rng.standard_normal((args.k, args.n))
-        res = run_matmul(A, B, M=args.M, tiling=tiling)
-        err = float(np.abs(res.output - A @ B).max())
+    shape = MatmulShape(args.m, args.k, args.n)
+    res_kw = resources_from_args(args)
+    mode = "count" if args.count_only else "compute"
+    check_cost(estimate_matmul(shape, M, tiling=tiling, mode=mode, inputs=True),
+               subject=f"{mode} mode on m={args.m} k={args.k} n={args.n}",
+               budget_s=res_kw["budget_s"] if mode == "compute" else None,
+               force=bool(res_kw["force"]), max_memory=res_kw["max_memory"],  # type: ignore[arg-type]
+               instead="use --count-only (same counts), or smaller --m, --k and --n")
+    with progress_from_args(args, f"matmul m={args.m} k={args.k} n={args.n}",
+                            unit="tile steps") as bar:
+        if args.count_only:
+            res = run_matmul(shape=shape, M=M, tiling=tiling)
+            err = None
+        else:
+            rng = np.random.default_rng(args.seed)
+            A = rng.standard_normal((args.m, args.k))
+            B = rng.standard_normal((args.k, args.n))
+            res = run_matmul(A, B, M=M, tiling=tiling, progress=bar, **res_kw)  # type: ignore[arg-type]
+            err = float(np.abs(res.output - A @ B).max())
     io = res.io
     if args.json:
-        print(json.dumps({
-            "algorithm": "matmul", "m": args.m, "k": args.k, "n": args.n, "M": args.M,
-            "reads": io.reads, "writes": io.writes, "total": io.total, "peak": io.peak,
-            "bound": res.bound, "ratio": res.ratio, "max_abs_err": err,
-            "tiling": tiling_dict(res.tiling), "mode": res.mode}, sort_keys=True))
+        obj = {"algorithm": "matmul", "m": args.m, "k": args.k, "n": args.n, "M": M,
+               "reads": io.reads, "writes": io.writes, "total": io.total, "peak": io.peak,
+               "bound": res.bound, "ratio": res.ratio, "max_abs_err": err,
+               "tiling": tiling_dict(res.tiling), "mode": res.mode,
+               "per_array": _per_array(io)}
+        obj.update(_bytes(io, mem))
+        print(json.dumps(obj, sort_keys=True))
         return 0
-    print(f"matmul  m={args.m} k={args.k} n={args.n} M={args.M}  ({res.mode} mode)")
+    print(f"matmul  m={args.m} k={args.k} n={args.n} M={M}  ({res.mode} mode)")
     print(f"  tiling   {tiling_dict(res.tiling)}")
-    print(f"  reads    {io.reads:,}")
-    print(f"  writes   {io.writes:,}")
-    print(f"  total    {io.total:,}")
-    print(f"  peak     {io.peak:,} of M={args.M:,} words")
+    _print_counts(io, M, mem)
     print(f"  bound    {res.bound:,.0f}  (COSMA Thm 1: 2mnk/sqrt(M) + mn); ratio {res.ratio:.3f}")
     if err is not None:
         print(f"  max |C - A@B| = {err:.3e}")
     return 0
 
 
+def _per_array(io) -> dict:
+    return {k: {"reads": v.reads, "writes": v.writes} for k, v in io.per_array.items()}
+
+
+def _bytes(io, mem) -> dict:
+    """Byte counts when --dtype or --device says how wide a word is."""
+    if mem.dtype_bytes is None:
+        return {}
+    b = mem.dtype_bytes
+    return {"dtype_bytes": b, "device": mem.device, "M_bytes": mem.M * b,
+            "bytes": {"reads": io.reads * b, "writes": io.writes * b, "total": io.total * b}}
+
+
+def _print_counts(io, M: int, mem) -> None:
+    b = mem.dtype_bytes
+    print(f"  reads    {io.reads:,}" + (f"  ({io.reads * b:,} bytes)" if b else ""))
+    print(f"  writes   {io.writes:,}" + (f"  ({io.writes * b:,} bytes)" if b else ""))
+    print(f"  total    {io.total:,}" + (f"  ({io.total * b:,} bytes)" if b else ""))
+    print(f"  peak     {io.peak:,} of M={M:,} words")
+
+
+# ---------------------------------------------------------------------- attention
 def main(args) -> int:
     from .. import algorithms, run
     from ..blocks.matmul import ALGORITHM as MATMUL
     from ..core import reference
+    from ..core.checks import check_int, check_real
     from ..core.errors import ParameterError
+    from ..core.resources import check_cost
+    from ..runner import estimate
 
     if args.list:
         for name in algorithms.names():
@@ -154,14 +249,21 @@ def main(args) -> int:
         print(f"{MATMUL.name:16s} {MATMUL.summary} (a building block, not attention)")
         return 0
     if not args.algorithm:
-        raise ParameterError("algorithm: name one of " + ", ".join(algorithms.names() + ["matmul"]))
+        raise ParameterError("name an algorithm: " + ", ".join(algorithms.names() + ["matmul"]),
+                             param="algorithm")
     if args.algorithm == "matmul":
         return main_matmul(args)
     alg = algorithms.get(args.algorithm)
+    for flag in ("m", "k", "n"):
+        if getattr(args, flag) is not None:
+            raise ParameterError(f"--{flag} is for `attnio run matmul`; attention takes --N/--d",
+                                 param=flag)
+    check_int("seed", args.seed, minimum=0)
+    if args.scale is not None:
+        check_real("scale", args.scale)
     tiling = parse_tiling(args.tiling)
-    approx_opts = {}
-    if args.entry_bound is not None and not (args.entry_bound > 0 and np.isfinite(args.entry_bound)):
-        raise ParameterError(f"--entry-bound must be a finite real number > 0, got {args.entry_bound}")
+    if args.entry_bound is not None:
+        check_real("entry_bound", args.entry_bound, lo=0, lo_open=True)
     if not alg.exact:  # approx_poly: --eps, --entry-bound, --allow-unbounded go into its tiling
         approx_opts = {k: v for k, v in (("eps", args.eps), ("entry_bound", args.entry_bound))
                        if v is not None}
@@ -169,96 +271,114 @@ def main(args) -> int:
             approx_opts["allow_unbounded"] = True
         if tiling is None or isinstance(tiling, dict):
             tiling = {**(tiling or {}), **approx_opts}
+        if args.count_only and args.entry_bound is None and "entry_bound" not in tiling \
+                and "radius" not in tiling:
+            raise ParameterError(f"{alg.name} in count mode needs --entry-bound B (|Q|, |K| "
+                                 "entries <= B; there are no inputs to measure), e.g. "
+                                 "--entry-bound 1", param="entry_bound")
     elif args.eps is not None or args.entry_bound is not None or args.allow_unbounded:
         raise ParameterError(f"--eps/--entry-bound/--allow-unbounded apply to approximate "
-                             f"algorithms; {alg.name} is exact")
-    from ..core.checks import check_int
-    from ..core.workload import Shape
-    from ..runner import DEFAULT_BUDGET_S
+                             f"algorithms; {alg.name} is exact", param="eps")
+    if args.count_only and args.inputs:
+        raise ParameterError("--inputs gives data: drop --count-only to run on it",
+                             param="inputs")
+    if args.count_only and args.allow_nonfinite:
+        raise ParameterError("--allow-nonfinite is about input data: drop it with --count-only",
+                             param="allow_nonfinite")
+    header = read_npz_header(args.inputs, args.backward) if args.inputs else None
+    shape = shape_of_inputs(args.inputs, header, args) if header else workload_from_args(args)
+    mem = memory_from_args(args)
+    M = mem.M
+    res_kw = resources_from_args(args)
+    mode = "count" if args.count_only else "compute"
 
-    for flag in ("N", "Nq", "Nkv", "d", "M", "batch", "heads", "kv_heads"):
-        if getattr(args, flag) is not None:
-            check_int("--" + flag.replace("_", "-"), getattr(args, flag), minimum=1)
-    check_int("--seed", args.seed, minimum=0)
-    Nq = args.Nq if args.Nq is not None else args.N
-    Nkv = args.Nkv if args.Nkv is not None else args.N
-    kvh = args.kv_heads if args.kv_heads is not None else args.heads
-    shape = Shape(Nq, Nkv, args.d, batch=args.batch, heads=args.heads, kv_heads=kvh)
-    causal = args.causal or False
-    budget = DEFAULT_BUDGET_S if args.budget is None else args.budget
-    opts = dict(M=args.M, causal=causal, window=args.window, scale=args.scale, tiling=tiling,
-                backward=args.backward, allow_nonfinite=args.allow_nonfinite, budget_s=budget,
-                force=args.force)
+    # estimate before drawing or loading anything
+    est_tiling = tiling
+    if not alg.exact and isinstance(tiling, dict) and "entry_bound" not in tiling \
+            and "radius" not in tiling:
+        est_tiling = {**tiling, "entry_bound": 1.0}  # random inputs are drawn in [-1, 1]
+    t = alg.coerce_tiling(shape, M, est_tiling)
+    cost = estimate(alg, shape, M, tiling=t, mode=mode, backward=args.backward,
+                    inputs=header is None)
+    if mode == "compute":
+        cost = cost + reference.cost(shape.Nq, shape.Nkv, shape.d, shape.n_heads,
+                                     backward=args.backward)
+    check_cost(cost, subject=f"{mode} mode on {shape.describe()}",
+               budget_s=res_kw["budget_s"] if mode == "compute" else None,
+               force=bool(res_kw["force"]), max_memory=res_kw["max_memory"],  # type: ignore[arg-type]
+               instead="use --count-only (same counts) or a smaller --N")
+
+    opts: dict[str, Any] = dict(M=M, scale=args.scale, tiling=tiling, backward=args.backward,
+                                **res_kw)
     err = grad_err = None
-    if args.count_only:
-        if args.inputs:
-            raise ParameterError("--inputs gives data: drop --count-only to run on it")
-        opts = {k: v for k, v in opts.items() if k not in ("allow_nonfinite",)}
-        res = run(alg.name, shape=shape, mode="count", **opts)
-    else:
-        if args.inputs:
-            Q, K, V, dO = load_inputs(args.inputs, args.backward)
+    steps = shape.n_heads * max(1, int(alg.steps(shape, t)))
+    with progress_from_args(args, f"{alg.name} {shape.describe()}", steps,
+                            unit="tile steps") as bar:
+        if args.count_only:
+            res = run(alg.name, shape=shape, mode="count", progress=bar, **opts)
         else:
-            rng = np.random.default_rng(args.seed)
-            four = shape.n_heads > 1
-            qs = (args.batch, args.heads, Nq, args.d) if four else (Nq, args.d)
-            ks = (args.batch, kvh, Nkv, args.d) if four else (Nkv, args.d)
-            Q, K, V = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
-            if not alg.exact:  # inputs inside the method's precondition |Q|, |K| <= B
-                eb = args.entry_bound if args.entry_bound is not None else 1.0
-                Q, K = rng.uniform(-eb, eb, qs), rng.uniform(-eb, eb, ks)
-            dO = rng.standard_normal(qs) if args.backward else None
-        res = run(alg.name, Q, K, V, grad_output=dO, **opts)
-        shape = res.shape
-        Nq, Nkv = shape.Nq, shape.Nkv
-        args.d, args.batch, args.heads, kvh = shape.d, shape.batch, shape.heads, shape.kv_heads
-        ref = reference.attention(Q, K, V, causal=causal, scale=args.scale, window=args.window)
-        with np.errstate(invalid="ignore"):
-            diff = np.abs(res.output - ref)
-        err = float(np.nanmax(diff)) if np.isfinite(diff).any() else float("nan")
-        if args.backward:
-            refg = reference.attention_backward(Q, K, V, dO, causal=causal, scale=args.scale,
-                                                window=args.window)
-            grad_err = max(float(np.abs(res.grads[k] - g).max())
-                           for k, g in zip(("dQ", "dK", "dV"), refg))
-    io = res.io
+            if header is not None:
+                Q, K, V, dO = load_inputs(args.inputs, args.backward)
+            else:
+                rng = np.random.default_rng(args.seed)
+                four = shape.n_heads > 1
+                qs = (shape.batch, shape.heads, shape.Nq, shape.d) if four else (shape.Nq, shape.d)
+                ks = (shape.batch, shape.kv_heads, shape.Nkv, shape.d) if four else \
+                    (shape.Nkv, shape.d)
+                Q, K, V = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
+                if not alg.exact:  # inputs inside the method's precondition |Q|, |K| <= B
+                    eb = args.entry_bound if args.entry_bound is not None else 1.0
+                    Q, K = rng.uniform(-eb, eb, qs), rng.uniform(-eb, eb, ks)
+                dO = rng.standard_normal(qs) if args.backward else None
+            res = run(alg.name, Q, K, V, shape=shape, grad_output=dO, progress=bar,
+                      allow_nonfinite=args.allow_nonfinite, **opts)
+            bar.describe("checking against the float64 reference")
+            causal, window = shape.mask, shape.window
+            ref = reference.attention(Q, K, V, causal=causal, scale=args.scale, window=window)
+            with np.errstate(invalid="ignore"):
+                diff = np.abs(res.output - ref)
+            err = float(np.nanmax(diff)) if np.isfinite(diff).any() else float("nan")
+            if args.backward:
+                refg = reference.attention_backward(Q, K, V, dO, causal=causal,
+                                                    scale=args.scale, window=window)
+                grad_err = max(float(np.abs(res.grads[k] - g).max())
+                               for k, g in zip(("dQ", "dK", "dV"), refg))
+    return _report(args, alg, res, mem, err, grad_err, V if not args.count_only else None)
+
+
+def _report(args, alg, res, mem, err, grad_err, V) -> int:
+    shape, io, M = res.shape, res.io, res.M
     if args.json:
         obj = {
-            "algorithm": alg.name, "N": Nq, "Nq": Nq, "Nkv": Nkv, "d": args.d, "M": args.M,
-            "causal": bool(causal), "causal_align": res.shape.causal_align if causal else None,
-            "window": args.window, "batch": args.batch, "heads": args.heads, "kv_heads": kvh,
-            "reads": io.reads, "writes": io.writes, "total": io.total,
-            "peak": io.peak, "max_abs_err": err, "tiling": tiling_dict(res.tiling),
-            "mode": res.mode,
+            "algorithm": alg.name, "N": shape.Nq, "Nq": shape.Nq, "Nkv": shape.Nkv,
+            "d": shape.d, "M": M, "causal": shape.causal,
+            "causal_align": shape.causal_align if shape.causal else None,
+            "window": shape.window, "batch": shape.batch, "heads": shape.heads,
+            "kv_heads": shape.kv_heads, "reads": io.reads, "writes": io.writes,
+            "total": io.total, "peak": io.peak, "max_abs_err": err,
+            "tiling": tiling_dict(res.tiling), "mode": res.mode, "per_array": _per_array(io),
         }
-        if not alg.exact and err is not None:
+        obj.update(_bytes(io, mem))
+        if not alg.exact and V is not None:
             obj["guaranteed_error"] = res.tiling.error_bound_for(V)
         if args.backward:
             b = res.backward_io
             obj["backward"] = {"reads": b.reads, "writes": b.writes, "total": b.total,
                                "peak": b.peak, "tiling": tiling_dict(res.backward_tiling),
-                               "max_abs_grad_err": grad_err}
+                               "max_abs_grad_err": grad_err, "per_array": _per_array(b)}
+            obj["backward"].update(_bytes(b, mem))
         print(json.dumps(obj, sort_keys=True))
         return 0
-    size = f"N={Nq}" if Nq == Nkv else f"Nq={Nq} Nkv={Nkv}"
-    heads = ""
-    if shape.n_heads > 1:
-        heads = f" batch={args.batch} heads={args.heads} kv_heads={kvh}"
-    mask = f" causal={causal}" if causal else ""
-    mask += f" window={args.window}" if args.window else ""
-    print(f"{alg.name}  {size} d={args.d}{heads} M={args.M}{mask}  ({res.mode} mode)")
+    print(f"{alg.name}  {shape.describe()} M={M}  ({res.mode} mode)")
     print(f"  tiling   {tiling_dict(res.tiling)}")
-    print(f"  reads    {io.reads:,}")
-    print(f"  writes   {io.writes:,}")
-    print(f"  total    {io.total:,}")
-    print(f"  peak     {io.peak:,} of M={args.M:,} words")
+    _print_counts(io, M, mem)
     if err is not None:
         print(f"  max |O - reference| = {err:.3e}")
     if not alg.exact:
         t = res.tiling
         line = (f"  approx   degree {t.degree} ({t.variant}), r = {t.r:,}, R = {t.radius:.4g}, "
                 f"kernel error <= {t.kernel_error:.3g}")
-        if err is not None:
+        if V is not None:
             line += f"; guaranteed max |O - reference| <= {t.error_bound_for(V):.3e}"
         print(line)
     if args.backward:

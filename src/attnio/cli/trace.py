@@ -2,72 +2,108 @@
 
 from __future__ import annotations
 
+import json
+
+from .common import (
+    add_memory_arguments,
+    add_output_arguments,
+    add_resource_arguments,
+    add_tiling_argument,
+    add_workload_arguments,
+    memory_from_args,
+    parse_tiling,
+    progress_from_args,
+    resources_from_args,
+    workload_from_args,
+)
+
 NAME = "trace"
 HELP = "record the element trace of a schedule (the addresses a cache would see) and write it"
 
 
 def add_arguments(p) -> None:
     p.add_argument("algorithm", help="a registered attention algorithm")
-    p.add_argument("--N", type=int, default=64, help="sequence length (Nq = Nkv = N)")
-    p.add_argument("--d", type=int, default=16, help="head dimension")
-    p.add_argument("--M", type=int, default=1024, help="fast-memory words of the explicit schedule")
-    p.add_argument("--causal", action="store_true", help="causal (bottom-right aligned) mask")
+    add_workload_arguments(p, N=64, d=16)
+    add_memory_arguments(p, default_M=1024)
+    add_tiling_argument(p)
     p.add_argument("--out", default=None,
-                   help="write the trace: FILE.npz (compressed; from attnio.trace import load) or "
-                        "FILE.din (Dinero text: '0|1 hexaddr', byte addresses)")
+                   help="write the trace: FILE.npz (compressed; attnio.cachesim.tracing.load reads "
+                        "it) or FILE.din (Dinero text: '0|1 hexaddr', byte addresses)")
     p.add_argument("--din", default=None, help="also write Dinero din text to this file")
     p.add_argument("--word-bytes", type=int, default=8,
                    help="bytes per word for din byte addresses (default 8)")
     p.add_argument("--max-products", type=float, default=2e8,
-                   help="refuse traces whose score products Nq·Nkv·d exceed this (default 2e8; "
-                        "a trace has several events per product)")
+                   help="refuse traces whose score products Nq·Nkv·d (all heads) exceed this "
+                        "(default 2e8; a trace has several events per product)")
+    add_resource_arguments(p)
+    add_output_arguments(p)
+
+
+def check_out_path(flag: str, path: str | None) -> None:
+    """A file we are about to write: its folder must exist and be writable (checked first)."""
+    import os
+
+    from ..core.errors import ParameterError
+
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise ParameterError(f"{flag} {path} is a folder; give a file name", param=flag[2:])
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ParameterError(f"{flag} {path}: its folder {folder} does not exist or is not "
+                             "writable", param=flag[2:])
 
 
 def main(args) -> int:
-    import os
-
+    from .. import algorithms
     from ..cachesim.tracing import trace
-    from ..core.checks import check_int
+    from ..core.checks import check_int, check_real
     from ..core.errors import ParameterError
 
-    check_int("--N", args.N, minimum=1)
-    check_int("--d", args.d, minimum=1)
-    check_int("--M", args.M, minimum=1)
+    alg = algorithms.get(args.algorithm)
+    shape = workload_from_args(args)
+    M = memory_from_args(args).M
     check_int("--word-bytes", args.word_bytes, minimum=1)
+    check_real("--max-products", args.max_products, lo=1)
     for flag, path in (("--out", args.out), ("--din", args.din)):
-        if path:  # checked before the trace is recorded, not after
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-                raise ParameterError(f"{flag} {path}: its folder {folder} does not exist or is "
-                                     "not writable")
+        check_out_path(flag, path)  # before the trace is recorded, not after
     if args.out and not args.out.endswith((".npz", ".din")):
-        raise ParameterError(f"--out must end in .npz or .din, got {args.out!r}")
-    products = args.N * args.N * args.d
+        raise ParameterError(f"--out must end in .npz or .din, got {args.out!r}", param="out")
+    products = shape.n_heads * shape.Nq * shape.Nkv * shape.d
     if products > args.max_products:
         raise ParameterError(
-            f"--N {args.N} --d {args.d}: the trace would hold more than {products:,} events "
-            f"(N²·d > --max-products {args.max_products:g}); use `attnio run --count-only` for "
-            "counts, or raise --max-products"
-        )
-    t = trace(args.algorithm, args.N, args.d, args.M, causal=args.causal)
-    print(f"{t.meta['algorithm']}  N={args.N} d={args.d} M={args.M}"
-          f"{' causal' if args.causal else ''}  tiling {t.meta['tiling']}")
-    print(f"  events   {len(t):,}")
+            f"--N {shape.Nq} --d {shape.d}: the trace would hold more than {products:,} events "
+            f"(Nq·Nkv·d·heads > --max-products {args.max_products:g}); use `attnio run "
+            "--count-only` for counts, or raise --max-products", param="N")
+    res_kw = resources_from_args(args)
+    with progress_from_args(args, f"recording the trace of {alg.name} {shape.describe()}",
+                            unit="tile steps") as bar:
+        t = trace(alg.name, M=M, shape=shape, tiling=parse_tiling(args.tiling), progress=bar,
+                  **res_kw)  # type: ignore[arg-type]
+        outs = []
+        if args.out:
+            outs.append(("din" if args.out.endswith(".din") else "npz", args.out))
+        if args.din:
+            outs.append(("din", args.din))
+        for kind, path in outs:
+            bar.describe(f"writing {path}")
+            if kind == "npz":
+                t.save(path)
+            else:
+                t.write_din(path, word_bytes=args.word_bytes)
     ex = t.meta["explicit"]
+    if args.json:
+        print(json.dumps({"algorithm": t.meta["algorithm"], **{k: t.meta[k] for k in (
+            "Nq", "Nkv", "d", "M", "causal", "window", "batch", "heads", "kv_heads", "tiling")},
+            "events": len(t), "explicit": ex,
+            "arrays": {a.name: {"size": a.size, "base": a.base} for a in t.arrays.values()},
+            "written": [p for _, p in outs]}, sort_keys=True))
+        return 0
+    print(f"{t.meta['algorithm']}  {shape.describe()} M={M}  tiling {t.meta['tiling']}")
+    print(f"  events   {len(t):,}")
     print(f"  explicit reads {ex['reads']:,} writes {ex['writes']:,}")
     print("  arrays   " + ", ".join(f"{a.name}[{a.size}]@{a.base}" for a in t.arrays.values()))
-    outs = []
-    if args.out:
-        if args.out.endswith(".din"):
-            outs.append(("din", args.out))
-        else:
-            outs.append(("npz", args.out))
-    if args.din:
-        outs.append(("din", args.din))
     for kind, path in outs:
-        if kind == "npz":
-            t.save(path)
-        else:
-            t.write_din(path, word_bytes=args.word_bytes)
         print(f"  wrote    {path} ({kind})")
     return 0

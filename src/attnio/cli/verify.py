@@ -4,30 +4,49 @@ from __future__ import annotations
 
 import json
 
+from .common import (
+    add_memory_arguments,
+    add_output_arguments,
+    add_resource_arguments,
+    add_tiling_argument,
+    add_workload_arguments,
+    memory_from_args,
+    parse_tiling,
+    progress_from_args,
+    resources_from_args,
+    workload_from_args,
+)
+
 NAME = "verify"
 HELP = "replay a schedule's element trace through LRU, FIFO and OPT caches at M and 2M"
 
 
 def add_arguments(p) -> None:
     p.add_argument("algorithm", help="a registered attention algorithm")
-    p.add_argument("--N", type=int, default=128, help="sequence length (Nq = Nkv = N)")
-    p.add_argument("--d", type=int, default=16, help="head dimension")
-    p.add_argument("--M", type=int, default=2048, help="fast-memory words")
-    p.add_argument("--causal", action="store_true", help="causal (bottom-right aligned) mask")
+    add_workload_arguments(p, N=128, d=16)
+    add_memory_arguments(p, default_M=2048)
+    add_tiling_argument(p)
     p.add_argument("--policies", default="lru,fifo,opt", help="comma-separated: lru,fifo,opt")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_resource_arguments(p)
+    add_output_arguments(p)
 
 
 def main(args) -> int:
+    from .. import algorithms
     from ..cachesim.validation import verify
+    from ..core.errors import ParameterError
 
+    alg = algorithms.get(args.algorithm)
     pol = tuple(x.strip() for x in args.policies.split(",") if x.strip())
     if not pol:
-        from ..core.errors import ParameterError
-
         raise ParameterError(f"--policies must name at least one of lru, fifo, opt, got "
-                             f"{args.policies!r}")
-    v = verify(args.algorithm, args.N, args.d, args.M, causal=args.causal, policies=pol)
+                             f"{args.policies!r}", param="policies")
+    shape = workload_from_args(args)
+    M = memory_from_args(args).M
+    with progress_from_args(args, f"verifying {alg.name} {shape.describe()}",
+                            unit="steps, then events") as bar:
+        v = verify(alg.name, M=M, shape=shape, tiling=parse_tiling(args.tiling), policies=pol,
+                   progress=bar, **resources_from_args(args))  # type: ignore[arg-type]
     if args.json:
         print(json.dumps(v.as_dict(), sort_keys=True))
     else:

@@ -24,8 +24,19 @@ from .errors import ParameterError
 __all__ = ["check_bool", "check_choice", "check_int", "check_real", "int_range_text"]
 
 
+def _show_int(v: int) -> str:
+    """An int as a reader can take it in: ``2**50`` for a large power of two, ``1e+200 (201
+    digits)`` for a huge value."""
+    if v >= 1 << 20 and v & (v - 1) == 0:
+        return f"2**{v.bit_length() - 1}"
+    digits = len(str(abs(v)))
+    if digits > 20:
+        return f"{float(v):.0e} ({digits} digits)" if digits < 300 else f"a {digits}-digit number"
+    return str(v)
+
+
 def int_range_text(minimum: int, maximum: int | None) -> str:
-    return f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    return f">= {minimum}" if maximum is None else f"in [{minimum}, {_show_int(maximum)}]"
 
 
 def check_int(name: str, value: object, *, minimum: int = 1, maximum: int | None = None) -> int:
@@ -34,13 +45,17 @@ def check_int(name: str, value: object, *, minimum: int = 1, maximum: int | None
     Accepts Python and numpy integers (``numbers.Integral``), never bools or floats.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        shown = maximum if maximum is None or maximum < 1 << 40 else None
         raise ParameterError(
-            f"{name} must be an integer {int_range_text(minimum, maximum)}, got {value!r}",
+            f"{name} must be an integer {int_range_text(minimum, shown)}, got {value!r}",
             param=name)
     v = int(value)
     if v < minimum or (maximum is not None and v > maximum):
+        # a technical ceiling (2**40 and beyond) is named only to a value above it
+        shown = maximum if maximum is None or maximum < 1 << 40 or v > maximum else None
         raise ParameterError(
-            f"{name} must be an integer {int_range_text(minimum, maximum)}, got {v}", param=name)
+            f"{name} must be an integer {int_range_text(minimum, shown)}, got {_show_int(v)}",
+            param=name)
     return v
 
 

@@ -47,10 +47,12 @@ class CapacityError(AttnioError):
         self.occupancy = occupancy
         self.needed = needed
         self.M = M
-        super().__init__(
-            f"{step} needs {needed} more words but fast memory already holds {occupancy} "
-            f"of M={M} words ({occupancy + needed} > {M})"
-        )
+        if occupancy == 0:  # refused up front: nothing is resident yet
+            msg = f"{step} needs {needed:,} words of fast memory, more than M={M}"
+        else:
+            msg = (f"{step} needs {needed:,} more words but fast memory already holds "
+                   f"{occupancy:,} of M={M} words ({occupancy + needed:,} > {M})")
+        super().__init__(msg)
 
 
 class ScheduleError(AttnioError):
@@ -58,14 +60,17 @@ class ScheduleError(AttnioError):
 
 
 class UnknownNameError(ParameterError, KeyError):
-    """An unknown name (algorithm, bound, device); the message suggests the closest known ones."""
+    """An unknown name (algorithm, bound, device); the message suggests the closest known ones.
 
-    def __init__(self, kind: str, name: str, known: Iterable[str]):
+    ``param`` is the argument that took the name (default: ``kind``)."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str], *, param: str | None = None):
         known = sorted(known)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         self.name = name
         self.known = known
+        self.param = param or kind
         msg = f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})"
         ValueError.__init__(self, msg)
 

@@ -274,13 +274,17 @@ def _linear_max(n: int, a: int, bl: int, bh: int, Z: int, S: int) -> int:
     return mx
 
 
-class BlockSums(NamedTuple):
+@dataclass(frozen=True)
+class BlockSums:
     """Sums over the size-B blocks of one axis (``total`` long) of their visible ranges [lo, hi)
     on the other axis (``Z`` long), met by that axis' size-S blocks.
 
     ``size_i`` is the block's length (B, or the remainder for a last partial block), ``seen_i`` is
     ``[hi_i > lo_i]``, ``count_i`` / ``width_i`` are the number and total width of the S-blocks
-    meeting [lo_i, hi_i) (both 0 when not seen)."""
+    meeting [lo_i, hi_i) (both 0 when not seen).
+
+    A frozen dataclass, not a NamedTuple: a tuple's ``count`` method would clash with the
+    ``count`` field."""
 
     blocks: int  # ⌈total/B⌉
     seen: int  # Σ seen_i
@@ -346,13 +350,15 @@ def _block_max(total: int, B: int, Z: int, S: int, lo_start: int | None,
     return mx
 
 
-def _query_bounds(off: int, window: int | None, causal: bool):
+def _query_bounds(off: int, window: int | None, causal: bool
+                  ) -> tuple[int | None, int | None]:
     if not causal:
         return None, None
     return (None if window is None else off - window + 1), off
 
 
-def _key_bounds(off: int, window: int | None, causal: bool):
+def _key_bounds(off: int, window: int | None, causal: bool
+                ) -> tuple[int | None, int | None]:
     if not causal:
         return None, None
     return -off, (None if window is None else window - 1 - off)

@@ -51,6 +51,7 @@ block; tests hold the two equal.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
@@ -59,7 +60,7 @@ import numpy as np
 
 from .checks import check_int
 from .errors import CapacityError, ParameterError, ScheduleError
-from .masks import Band
+from .masks import Band, Run
 
 Mode = Literal["compute", "count"]
 #: What selects rows or columns of a slow array: a Block, a contiguous slice, an index, or None
@@ -111,6 +112,19 @@ class Block:
     @property
     def slice(self) -> slice:
         return slice(self.start, self.stop)
+
+
+@dataclass
+class _BandFrame:
+    """An active run of a masked outer loop (bulk count mode): its band, block size, run and
+    representative block ``j``; ``inner`` is the enclosing inner loop's (per, mult, size, short)
+    while one runs."""
+
+    band: Band
+    size: int
+    run: Run
+    j: int
+    inner: tuple[int, int, int, bool] | None = None
 
 
 class SlowArray:
@@ -247,13 +261,18 @@ class TwoLevelMemory:
         ``load(tile, src, idx)``, ``store(tile, dst, idx)``, ``alloc(tile, filled)``, ``free(tile)`` and
         ``compute(tiles, writes)`` are called after each step is checked.  A tracer needs every
         step, so it turns bulk counting off.  None (the default) changes nothing.
+    progress : callable, optional
+        ``progress(steps, progress_total)`` is called about 500 times over ``progress_total``
+        tile steps (:mod:`attnio.core.progress`); None (the default) costs one integer
+        comparison per block.
     """
 
     def __init__(self, M: int, mode: Mode = "compute", *, bulk: bool = True,
-                 dtype: Any = np.float64, tracer: Any = None):
-        self.M = check_int("M", M, minimum=1)
+                 dtype: Any = np.float64, tracer: Any = None,
+                 progress: Callable[[int, int], None] | None = None, progress_total: int = 0):
+        self.M = check_int("M", M, minimum=1, maximum=1 << 60)
         if mode not in ("compute", "count"):
-            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}")
+            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}", param="mode")
         self.mode: Mode = mode
         self.tracer = tracer
         self.bulk = bool(bulk) and mode == "count" and tracer is None
@@ -270,7 +289,11 @@ class TwoLevelMemory:
         self._peak = 0
         self._mult = 1
         self._next_key = 0
-        self._bands: list[list] = []  # active runs of masked loops: [band, B, run, j, inner]
+        self._progress = progress
+        self._progress_total = int(progress_total)
+        self._stride = max(1, self._progress_total // 500) if progress_total else 1024
+        self._tick_at = self._stride if progress is not None else sys.maxsize
+        self._bands: list[_BandFrame] = []  # active runs of masked loops
 
     # ------------------------------------------------------------------ slow memory
     @property
@@ -510,7 +533,7 @@ class TwoLevelMemory:
         if size < 1:
             raise ScheduleError(f"block size must be >= 1, got {size}")
         if band is not None and self.bulk:
-            if self._bands and self._bands[-1][0] is band and total == band.Z:
+            if self._bands and self._bands[-1].band is band and total == band.Z:
                 yield from self._band_inner(total, size, lo, hi, within is not None)
                 return
             if total == band.total and lo == 0 and hi is None:
@@ -532,6 +555,8 @@ class TwoLevelMemory:
         if not (self.bulk and uniform):
             for j in range(first, last + 1):
                 self._steps += self._mult
+                if self._steps >= self._tick_at:
+                    self._tick()
                 yield Block(j, j * size, min(total, (j + 1) * size))
             return
         runs = []
@@ -544,6 +569,8 @@ class TwoLevelMemory:
             saved, occ = self._mult, self._occ
             self._mult = saved * count
             self._steps += self._mult
+            if self._steps >= self._tick_at:
+                self._tick()
             try:
                 yield Block(j, j * size, min(total, (j + 1) * size))
             finally:
@@ -554,6 +581,11 @@ class TwoLevelMemory:
                     " free what the body allocates, or pass uniform=False"
                 )
 
+    def _tick(self) -> None:
+        assert self._progress is not None
+        self._progress(self._steps, self._progress_total)
+        self._tick_at = self._steps + self._stride
+
     def _band_outer(self, band: Band, size: int) -> Iterator[Block]:
         """Bulk count of a masked outer loop: one representative block per run of alike blocks,
         its counts multiplied by the run's length."""
@@ -563,7 +595,9 @@ class TwoLevelMemory:
             saved, occ = self._mult, self._occ
             self._mult = saved * run.blocks
             self._steps += self._mult
-            self._bands.append([band, size, run, j, None])
+            if self._steps >= self._tick_at:
+                self._tick()
+            self._bands.append(_BandFrame(band, size, run, j))
             try:
                 yield Block(j, j * size, min(total, (j + 1) * size))
             finally:
@@ -580,7 +614,7 @@ class TwoLevelMemory:
         """Bulk count of the inner loop of a masked pair inside a run of the outer loop: one full
         and one short block of this axis, each with the run's total number of visits."""
         frame = self._bands[-1]
-        band, B, run, j, inner = frame
+        band, B, run, j, inner = frame.band, frame.size, frame.run, frame.j, frame.inner
         want = band.range(j * B, min(band.total, (j + 1) * B))
         if (lo, total if hi is None else min(hi, total)) != want:
             raise ScheduleError(f"the inner loop of a masked pair walks [{lo}, {hi}) but its band "
@@ -609,12 +643,14 @@ class TwoLevelMemory:
             saved, occ = self._mult, self._occ
             self._mult = per * count
             self._steps += self._mult
-            frame[4] = (per, self._mult, size, stop is not None)
+            if self._steps >= self._tick_at:
+                self._tick()
+            frame.inner = (per, self._mult, size, stop is not None)
             try:
                 yield Block(j2, j2 * size, stop if stop is not None else (j2 + 1) * size)
             finally:
                 self._mult = saved
-                frame[4] = inner
+                frame.inner = inner
             if self._occ != occ:
                 raise ScheduleError(
                     f"a masked inner loop body changed fast-memory occupancy from {occ} to "

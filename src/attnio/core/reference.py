@@ -24,14 +24,46 @@ import numpy as np
 
 from .blockmask import BlockMask
 from .errors import ParameterError
+from .resources import Cost
 from .workload import parse_causal
 
-__all__ = ["attention", "attention_backward", "mask", "logsumexp"]
+__all__ = ["CHUNK_ELEMENTS", "attention", "attention_backward", "cost", "logsumexp", "mask"]
 
 
 def mask(Nq: int, Nkv: int, causal: object = False, window: int | None = None,
          block_mask: BlockMask | None = None) -> np.ndarray:
     """Boolean (Nq, Nkv) array, True where query r may NOT see key c."""
+    out = _rows_mask(Nq, Nkv, 0, Nq, causal, window, block_mask)
+    return np.zeros((Nq, Nkv), dtype=bool) if out is None else out
+
+
+def _group(Q: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, int]:
+    """Q with the query heads of each key/value head stacked along the rows, and the group size.
+
+    Query head h uses key/value head h // g; in ``(B, Hkv, g·Nq, d)`` each key/value head meets
+    all its queries at once, so K and V are never repeated (and the gradients of a shared
+    key/value head come out summed over its query heads)."""
+    if Q.ndim == 4 and K.shape[1] != Q.shape[1]:
+        B, Hq, Nq, d = Q.shape
+        g = Hq // K.shape[1]
+        return Q.reshape(B, K.shape[1], g * Nq, d), g
+    return Q, 1
+
+
+def _ungroup(X: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_group` for an array with the stacked rows of ``Q``."""
+    return X.reshape(Q.shape[:-1] + X.shape[-1:]) if X.shape[:-1] != Q.shape[:-1] else X
+
+
+#: Score elements per chunk of query rows (all heads together): the reference's working memory
+#: is a few arrays of this many float64s, however long the sequence.
+CHUNK_ELEMENTS = 1 << 22
+
+
+def _rows_mask(Nq: int, Nkv: int, r0: int, r1: int, causal: object,
+               window: int | None, block_mask: BlockMask | None = None) -> np.ndarray | None:
+    """The mask of stacked query rows [r0, r1) (row R is query R mod Nq; True: not seen), or
+    None when nothing is masked."""
     masked, align = parse_causal(causal)
     if block_mask is not None:
         if not isinstance(block_mask, BlockMask):
@@ -40,14 +72,17 @@ def mask(Nq: int, Nkv: int, causal: object = False, window: int | None = None,
         if masked or window is not None:
             raise ParameterError("block_mask and causal cannot be combined: the layout is the "
                                  "mask", param="block_mask")
-        return ~block_mask.element_mask(Nq, Nkv)
-    out = np.zeros((Nq, Nkv), dtype=bool)
+        block_mask.check(Nq, Nkv)
+        rows_b = (np.arange(r0, r1) % Nq) // block_mask.bq
+        cols_b = np.arange(Nkv) // block_mask.bk
+        seen: np.ndarray = block_mask.layout[rows_b][:, cols_b]
+        return ~seen
     if not masked:
         if window is not None:
             raise ParameterError("window needs a causal mask: pass causal=True", param="window")
-        return out
+        return None
     off = Nkv - Nq if align == "bottom_right" else 0
-    rows = np.arange(Nq)[:, None] + off
+    rows = (np.arange(r0, r1) % Nq)[:, None] + off
     cols = np.arange(Nkv)[None, :]
     out = cols > rows
     if window is not None:
@@ -55,22 +90,27 @@ def mask(Nq: int, Nkv: int, causal: object = False, window: int | None = None,
     return out
 
 
-def _expand_kv(Q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if Q.ndim == 4 and K.shape[1] != Q.shape[1]:
-        g = Q.shape[1] // K.shape[1]
-        K = np.repeat(K, g, axis=1)
-        V = np.repeat(V, g, axis=1)
-    return K, V
+def _chunks(Q: np.ndarray, Nkv: int) -> list[tuple[int, int]]:
+    """Row ranges of Q whose score blocks (all heads) hold at most CHUNK_ELEMENTS entries."""
+    Nq = Q.shape[-2]
+    heads = int(np.prod(Q.shape[:-2], dtype=np.int64)) if Q.ndim > 2 else 1
+    step = max(1, CHUNK_ELEMENTS // max(1, heads * Nkv))
+    return [(r, min(Nq, r + step)) for r in range(0, Nq, step)]
 
 
 def _probs(Q: np.ndarray, K: np.ndarray, causal: object, scale: float | None,
-           window: int | None, block_mask: BlockMask | None = None
+           window: int | None, rows: tuple[int, int, int] | None = None,
+           block_mask: BlockMask | None = None
            ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """Softmax probabilities of the rows of ``Q``; ``rows = (r0, r1, Nq)`` places a chunk of
+    (stacked) query rows in the full problem, for the mask."""
     d = Q.shape[-1]
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     S = s * (Q @ np.swapaxes(K, -1, -2))
-    msk = mask(S.shape[-2], S.shape[-1], causal, window, block_mask)
-    S = np.where(msk, -np.inf, S)
+    r0, r1, Nq = rows if rows is not None else (0, S.shape[-2], S.shape[-2])
+    msk = _rows_mask(Nq, S.shape[-1], r0, r1, causal, window, block_mask)
+    if msk is not None:
+        S = np.where(msk, -np.inf, S)
     m = S.max(axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     P = np.exp(S - m)
@@ -79,32 +119,57 @@ def _probs(Q: np.ndarray, K: np.ndarray, causal: object, scale: float | None,
     return P, s, m, l
 
 
+def cost(Nq: int, Nkv: int, d: int, n_heads: int = 1, *, backward: bool = False) -> Cost:
+    """Memory and time the reference takes (with ``backward``: its gradients too)."""
+    heads_rows = n_heads * min(Nq, max(1, CHUNK_ELEMENTS // max(1, n_heads * Nkv)))
+    work = 6 * heads_rows * Nkv  # S, the mask, P, exp and their temporaries
+    arrays = n_heads * (Nq + 2 * Nkv) * d + n_heads * Nq * d  # float64 copies + output
+    flops = 4 * n_heads * Nq * Nkv * d
+    if backward:
+        work *= 2
+        arrays *= 2
+        flops *= 3
+    return Cost(8 * (work + arrays), flops / 2.0e9, "the float64 reference")
+
+
 def attention(Q: Any, K: Any, V: Any, causal: object = False, scale: float | None = None,
               window: int | None = None, block_mask: BlockMask | None = None) -> np.ndarray:
     """softmax(scale · Q Kᵀ [+ mask]) V in float64, numerically stable.
+
+    Computed in chunks of query rows, so its working memory stays bounded however long the
+    sequence.
 
     >>> Q = K = V = np.eye(2)
     >>> attention(Q, K, V, scale=0.0).tolist()
     [[0.5, 0.5], [0.5, 0.5]]
     """
-    Q = np.asarray(Q, dtype=np.float64)
+    Q0 = np.asarray(Q, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
     V = np.asarray(V, dtype=np.float64)
-    K, V = _expand_kv(Q, K, V)
-    P, _, _, _ = _probs(Q, K, causal, scale, window, block_mask)
-    out: np.ndarray = P @ V
-    return out
+    Q, _ = _group(Q0, K)
+    Nq = Q0.shape[-2]
+    out = np.empty(Q.shape[:-1] + (V.shape[-1],), dtype=np.float64)
+    for r0, r1 in _chunks(Q, K.shape[-2]):
+        P, _, _, _ = _probs(Q[..., r0:r1, :], K, causal, scale, window, (r0, r1, Nq),
+                            block_mask)
+        out[..., r0:r1, :] = P @ V
+    return _ungroup(out, Q0)
 
 
 def logsumexp(Q: Any, K: Any, causal: object = False, scale: float | None = None,
               window: int | None = None, block_mask: BlockMask | None = None) -> np.ndarray:
     """Per query row, log sum_c exp(scale·q·k_c) over visible keys (-inf for a row that sees none)."""
-    Q = np.asarray(Q, dtype=np.float64)
+    Q0 = np.asarray(Q, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
-    K, _ = _expand_kv(Q, K, K)
-    _, _, m, l = _probs(Q, K, causal, scale, window, block_mask)
-    with np.errstate(divide="ignore"):
-        return np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)[..., 0]
+    Q, _ = _group(Q0, K)
+    Nq = Q0.shape[-2]
+    out = np.empty(Q.shape[:-1], dtype=np.float64)
+    for r0, r1 in _chunks(Q, K.shape[-2]):
+        _, _, m, l = _probs(Q[..., r0:r1, :], K, causal, scale, window, (r0, r1, Nq),
+                            block_mask)
+        with np.errstate(divide="ignore"):
+            out[..., r0:r1] = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)[..., 0]
+    return out.reshape(Q0.shape[:-1])
 
 
 def attention_backward(Q: Any, K: Any, V: Any, dO: Any, causal: object = False,
@@ -115,24 +180,25 @@ def attention_backward(Q: Any, K: Any, V: Any, dO: Any, causal: object = False,
 
     With P = softmax(S): dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − rowsum(dO ∘ O)),
     dQ = scale · dS K, dK = scale · dSᵀ Q.  For grouped-query inputs the gradients of a shared
-    key/value head are summed over its query heads.
+    key/value head are summed over its query heads.  Computed in chunks of query rows.
     """
-    Q = np.asarray(Q, dtype=np.float64)
-    K0 = np.asarray(K, dtype=np.float64)
-    V0 = np.asarray(V, dtype=np.float64)
-    dO = np.asarray(dO, dtype=np.float64)
-    K, V = _expand_kv(Q, K0, V0)
-    P, s, _, _ = _probs(Q, K, causal, scale, window, block_mask)
-    O = P @ V
-    dV = np.swapaxes(P, -1, -2) @ dO
-    dP = dO @ np.swapaxes(V, -1, -2)
-    D = np.sum(dO * O, axis=-1, keepdims=True)
-    dS = P * (dP - D)
-    dQ = s * (dS @ K)
-    dK = s * (np.swapaxes(dS, -1, -2) @ Q)
-    if Q.ndim == 4 and K0.shape[1] != Q.shape[1]:
-        g = Q.shape[1] // K0.shape[1]
-        B, Hq = Q.shape[:2]
-        dK = dK.reshape(B, Hq // g, g, *dK.shape[2:]).sum(axis=2)
-        dV = dV.reshape(B, Hq // g, g, *dV.shape[2:]).sum(axis=2)
-    return dQ, dK, dV
+    Q0 = np.asarray(Q, dtype=np.float64)
+    K = np.asarray(K, dtype=np.float64)
+    V = np.asarray(V, dtype=np.float64)
+    Q, _ = _group(Q0, K)
+    dO, _ = _group(np.asarray(dO, dtype=np.float64), K)
+    Nq = Q0.shape[-2]
+    dQ = np.empty_like(Q)
+    dK = np.zeros_like(K)
+    dV = np.zeros_like(V)
+    for r0, r1 in _chunks(Q, K.shape[-2]):
+        q, do = Q[..., r0:r1, :], dO[..., r0:r1, :]
+        P, s, _, _ = _probs(q, K, causal, scale, window, (r0, r1, Nq), block_mask)
+        O = P @ V
+        dV += np.swapaxes(P, -1, -2) @ do
+        dP = do @ np.swapaxes(V, -1, -2)
+        D = np.sum(do * O, axis=-1, keepdims=True)
+        dS = P * (dP - D)
+        dQ[..., r0:r1, :] = s * (dS @ K)
+        dK += s * (np.swapaxes(dS, -1, -2) @ q)
+    return _ungroup(dQ, Q0), dK, dV

@@ -35,7 +35,8 @@ from .blockmask import BlockMask
 from .checks import check_int
 from .errors import ParameterError
 
-__all__ = ["ALIGNMENTS", "BlockMask", "Shape", "cdiv", "kv_range", "kv_visible_hi", "kv_visible_lo",
+__all__ = ["ALIGNMENTS", "MAX_M", "MAX_SIZE", "BlockMask", "Shape", "cdiv", "kv_range",
+           "kv_visible_hi", "kv_visible_lo",
            "parse_causal", "q_range"]
 
 ALIGNMENTS = ("bottom_right", "top_left")
@@ -59,6 +60,11 @@ def parse_causal(causal: object, name: str = "causal") -> tuple[bool, str | None
 
 
 _SIZE_FIELDS = ("Nq", "Nkv", "d", "batch", "heads")
+#: The largest size of any dimension (2**50, about 1.1e15): products of a few sizes stay far
+#: inside float64, so every bound and estimate is a finite number.
+MAX_SIZE = 1 << 50
+#: The largest fast memory, in words (2**60): beyond every workload MAX_SIZE allows.
+MAX_M = 1 << 60
 
 
 @dataclass(frozen=True)
@@ -95,8 +101,10 @@ class Shape:
 
     def __post_init__(self) -> None:
         for name in _SIZE_FIELDS:
-            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=1))
-        kvh = self.heads if self.kv_heads is None else check_int("kv_heads", self.kv_heads)
+            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=1,
+                                                     maximum=MAX_SIZE))
+        kvh = self.heads if self.kv_heads is None else check_int("kv_heads", self.kv_heads,
+                                                                 maximum=MAX_SIZE)
         object.__setattr__(self, "kv_heads", kvh)
         if self.heads % kvh:
             raise ParameterError(
@@ -114,7 +122,8 @@ class Shape:
                 f"causal_align must be one of {ALIGNMENTS}, got {self.causal_align!r}",
                 param="causal_align")
         if self.window is not None:
-            object.__setattr__(self, "window", check_int("window", self.window, minimum=1))
+            object.__setattr__(self, "window", check_int("window", self.window, minimum=1,
+                                                         maximum=MAX_SIZE))
             if not self.causal:
                 raise ParameterError("window needs a causal mask: pass causal=True",
                                      param="window")
@@ -140,7 +149,7 @@ class Shape:
         if d is None:
             raise ParameterError("d (the head dimension) is required", param="d")
         if Nq is None and N is not None:
-            N = check_int("N", N)  # named as the caller named it
+            N = check_int("N", N, maximum=MAX_SIZE)  # named as the caller named it
         Nq = N if Nq is None else Nq
         if Nq is None:
             raise ParameterError("give N (or Nq and Nkv)", param="N")

@@ -6,8 +6,10 @@ the register limit per thread, threads and CTAs, shared memory per SM and per bl
 names its source in ``provenance`` (keys of :data:`SOURCES`); docs/devices.md prints the table.
 A figure no primary source publishes is ``None`` (the model then refuses the device, saying
 which figure is missing) or, where it is inferred, listed in ``inferred``; the model's own
-*assumptions* (figures no vendor publishes but a roofline needs, such as one SM's port to the
-L2) are listed in ``assumed`` and in docs/hardware.md.
+*assumptions* are listed in ``assumed`` and in docs/hardware.md.  The memory system's figures no
+vendor publishes (L2 hit and DRAM latency, a TMA load's extra latency, one SM's share of the L2
+bandwidth) come from microbenchmarks (``luo2025``, ``gpu_benches``, ``cc_h100``), marked
+``derived`` where arithmetic on a measurement (a mean, a division by the SM count) gives them.
 
 The two-level planner's presets (``attnio plan --device``) come from the same table: its fast
 memory M is what one CTA can use, the per-block shared memory (``fast_bytes``), in words of the
@@ -119,6 +121,29 @@ SOURCES: dict[str, tuple[str, str, bool]] = {
     "intel_orm": ("Intel 64 and IA-32 Architectures Optimization Reference Manual, Golden Cove: "
                   "48 KiB L1d, 2 MiB L2 per core", "https://www.intel.com/content/www/us/en/"
                   "developer/articles/technical/intel-sdm.html", False),
+    "gpu_benches": ("D. Ernst, gpu-benches (github.com/te42kyfo/gpu-benches, commit 1c36d509ee71): "
+                    "measured data files gpu-latency/{a100_80,h100_pcie}.txt (one warp's pointer "
+                    "chase: A100-80GB L2 211 cycles near / ~424 far / DRAM ~571; H100 PCIe at "
+                    "1755 MHz L2 265.5 near / ~475 far / DRAM ~655) and gpu-l2-cache/"
+                    "{a100_80,h100_pcie,h200}.txt (every SM reading L2-resident data: 5.40, 7.02 "
+                    "and 10.16 TB/s, medians over 4-16 MB data sets)",
+                    "https://github.com/te42kyfo/gpu-benches", True),
+    "luo2025": ("W. Luo et al., 'Dissecting the NVIDIA Hopper Architecture through "
+                "Microbenchmarking and Multiple Level Analysis', arXiv:2501.12084v2 (2025), A100 "
+                "PCIe / H800 PCIe / RTX 4090: Table 3 (P-chase: L2 273.0 and global 571 cycles on "
+                "RTX 4090; global 566 A100, 656 H800), Table 4 (fine-grained P-chase, cycles: "
+                "A100 L2 near hit 208.0, far hit 356.6, near miss 474.9, far miss 622.7; H800 "
+                "258.0, 414.1, 555.5, 743.7), Table 5 (H800 L2 throughput 4472.3 B/clk), Fig. 2 "
+                "(TMA loads ~170 cycles above ordinary global loads).  Figures taken from a "
+                "public full-text summary of the paper (read), the PDF itself not read here",
+                "https://arxiv.org/abs/2501.12084", False),
+    "cc_h100": ("C. Lam, 'Nvidia's H100: Funny L2, and Tons of Bandwidth', Chips and Cheese, "
+                "2023-07-02 (H100 PCIe): L2 read bandwidth 'over 5.5 TB/s' (near partition), 3.8 "
+                "TB/s over the whole 50 MB (A100: 4.5 TB/s), RTX 4090 'about 5 TB/s'; far-partition "
+                "L2 hits take 'nearly twice as long'; clocks fell to 1395 MHz under L2 load (text "
+                "read through a verbatim public copy; its latency charts are images, not read)",
+                "https://chipsandcheese.com/2023/07/02/nvidias-h100-funny-l2-and-tons-of-"
+                "bandwidth/", True),
     "derived": ("derived: arithmetic on the cited figures, shown in docs/devices.md", "", True),
     "assumed": ("a modelling assumption, not a published figure (docs/hardware.md, "
                 "'Assumptions')", "", True),
@@ -159,7 +184,10 @@ class Device:
     clock_hz: float | None = None
     smem_bytes_per_clk: int | None = None   # per SM
     sfu_per_clk: int | None = None          # exp2 results per clock per SM
-    sm_l2_bytes_per_clk: int | None = None  # one SM's port to the L2 (assumed)
+    sm_l2_bytes_per_clk: float | None = None  # one SM's share of the measured L2 bandwidth
+    l2_hit_latency_clk: float | None = None   # L2 hit latency, SM clocks (near/far mean)
+    dram_latency_clk: float | None = None     # L2 miss (DRAM) latency, SM clocks
+    tma_latency_clk: float = 0.0              # extra latency of a TMA load (fa3), SM clocks
     l2_bw: float | None = None              # L2 bandwidth, bytes/s (None: not public)
     wgmma: bool = False                     # warp-group MMA (FA3-style kernels) available
     source: str = ""
@@ -186,32 +214,58 @@ class Device:
                                  param="dtype")
         return float(v)
 
+    # The GPU model's figures below are read only from a device that passed require_model():
+    # the asserts state that (and narrow the optional figures for the type checker).
     @property
     def sm_l2_bw(self) -> float:
-        """One SM's load bandwidth from the L2, bytes/s (an assumption: see ``assumed``)."""
+        """One SM's load bandwidth from the L2, bytes/s: its share of the measured L2 bandwidth
+        (derived; docs/hardware.md, "Assumptions")."""
+        assert self.sm_l2_bytes_per_clk is not None and self.clock_hz is not None
         return float(self.sm_l2_bytes_per_clk * self.clock_hz)
+
+    @property
+    def l2_hit_latency_s(self) -> float:
+        """Load-to-use latency of an L2 hit, seconds (the mean of near and far partitions)."""
+        assert self.l2_hit_latency_clk is not None and self.clock_hz is not None
+        return float(self.l2_hit_latency_clk / self.clock_hz)
+
+    @property
+    def dram_latency_s(self) -> float:
+        """Load-to-use latency of an L2 miss served by DRAM, seconds."""
+        assert self.dram_latency_clk is not None and self.clock_hz is not None
+        return float(self.dram_latency_clk / self.clock_hz)
+
+    @property
+    def tma_latency_s(self) -> float:
+        """What a TMA load adds to a load's latency (FA3-style kernels), seconds."""
+        assert self.clock_hz is not None
+        return float(self.tma_latency_clk / self.clock_hz)
 
     @property
     def l2_bandwidth(self) -> float:
         """L2 bandwidth in bytes/s: the published figure, else every SM's port together."""
         if self.l2_bw is not None:
             return float(self.l2_bw)
+        assert (self.sm_count is not None and self.sm_l2_bytes_per_clk is not None
+                and self.clock_hz is not None)
         return float(self.sm_count * self.sm_l2_bytes_per_clk * self.clock_hz)
 
     @property
     def smem_bw_per_sm(self) -> float:
+        assert self.smem_bytes_per_clk is not None and self.clock_hz is not None
         return float(self.smem_bytes_per_clk * self.clock_hz)
 
     @property
     def sfu_rate_per_sm(self) -> float:
         """Exponentials per second per SM (special-function units)."""
+        assert self.sfu_per_clk is not None and self.clock_hz is not None
         return float(self.sfu_per_clk * self.clock_hz)
 
     #: Figures the GPU model needs; a device lacking one cannot be scored.
     MODEL_FIELDS = ("sm_count", "regs_per_sm", "max_regs_per_thread", "max_threads_per_sm",
                     "max_ctas_per_sm", "smem_per_sm", "smem_per_block", "l2_bytes",
                     "l2_sector_bytes", "hbm_bw", "clock_hz", "smem_bytes_per_clk", "sfu_per_clk",
-                    "sm_l2_bytes_per_clk")
+                    "sm_l2_bytes_per_clk", "l2_hit_latency_clk", "dram_latency_clk")
 
     def missing(self) -> list[str]:
         """The figures the GPU model needs that this device does not publish."""
@@ -248,7 +302,7 @@ class Device:
                   "max_threads_per_sm", "max_ctas_per_sm", "smem_per_sm", "smem_per_block",
                   "l2_bytes", "l2_line_bytes", "l2_sector_bytes", "hbm_bytes", "hbm_bw",
                   "clock_hz", "smem_bytes_per_clk", "sfu_per_clk", "sm_l2_bytes_per_clk",
-                  "l2_bw", "wgmma"):
+                  "l2_hit_latency_clk", "dram_latency_clk", "tma_latency_clk", "l2_bw", "wgmma"):
             out[k] = getattr(self, k)
         out["tensor_flops"] = dict(self.tensor_flops)
         out["provenance"] = {k: list(v) for k, v in self.provenance.items()}
@@ -276,23 +330,50 @@ def _cc_limits(cc: str) -> dict[str, Any]:
 _LIMITS = ("regs_per_sm", "max_regs_per_thread", "max_threads_per_sm", "max_ctas_per_sm",
            "smem_per_sm", "smem_per_block", "smem_reserved_per_block")
 
-#: The model's assumptions (docs/hardware.md, "Assumptions"): one SM's port to the L2, bytes per
-#: clock.  NVIDIA publishes no per-SM L2 bandwidth for these parts.
-SM_L2_BYTES_PER_CLK = 64
+#: The memory system's figures behind the model's latency and port terms (docs/hardware.md,
+#: "Memory latency and each SM's L2 port").  NVIDIA publishes none of them: they come from
+#: microbenchmarks.  Latencies are load-to-use, in SM clocks as the papers report them; an L2 hit
+#: is the mean of the near- and far-partition hits (a tile's lines spread over both partitions),
+#: an L2 miss the mean of the near and far misses (luo2025 Table 4).  One SM's L2 port is its
+#: share of the L2 bandwidth measured with every SM loading (aggregate / SMs / clock).
+_MEM_GA100 = dict(sm_l2_bytes_per_clk=35.5, l2_hit_latency_clk=282.3, dram_latency_clk=548.8)
+_MEM_GH100 = dict(sm_l2_bytes_per_clk=39.2, l2_hit_latency_clk=336.1, dram_latency_clk=649.6,
+                  tma_latency_clk=170.0)
+_MEM_AD102 = dict(sm_l2_bytes_per_clk=15.5, l2_hit_latency_clk=273.0, dram_latency_clk=571.0)
+_MEM_FIELDS = ("sm_l2_bytes_per_clk", "l2_hit_latency_clk", "dram_latency_clk",
+               "tma_latency_clk")
+_PROV_GA100 = {"sm_l2_bytes_per_clk": ("gpu_benches", "derived"),
+               "l2_hit_latency_clk": ("luo2025", "derived"),
+               "dram_latency_clk": ("luo2025", "derived")}
+_PROV_GH100 = {"sm_l2_bytes_per_clk": ("luo2025", "derived"),
+               "l2_hit_latency_clk": ("luo2025", "derived"),
+               "dram_latency_clk": ("luo2025", "derived"), "tma_latency_clk": ("luo2025",)}
+_NOTE_GA100 = ("Memory system (microbenchmarks, docs/hardware.md): one SM's L2 port = 5,404 GB/s "
+               "measured with every SM reading L2-resident data (gpu_benches, A100-80GB) / (108 "
+               "SMs x 1.41 GHz) = 35.5 B/clk; L2 hit latency (208.0 + 356.6) / 2 = 282.3 and L2 "
+               "miss (474.9 + 622.7) / 2 = 548.8 cycles, the near/far means of luo2025 Table 4 "
+               "(A100 PCIe 40GB; gpu_benches: 211 near, 571 DRAM on A100-80GB).")
+_NOTE_GH100 = ("Memory system (microbenchmarks on H800 PCIe, the same GH100 die; "
+               "docs/hardware.md): one SM's L2 port = 4,472.3 B/clk (luo2025 Table 5) / 114 SMs "
+               "= 39.2 B/clk (gpu_benches: 7.02 TB/s / (114 x 1.755 GHz) = 35.1 on H100 PCIe, "
+               "44.2 at the 1.395 GHz cc_h100 saw under L2 load; 10.16 TB/s / (132 x 1.98 GHz, "
+               "GH100 SXM boost, not in these sources) = 38.9 on H200); L2 hit (258.0 + 414.1) / "
+               "2 = 336.1 and miss (555.5 + 743.7) / 2 = "
+               "649.6 cycles (luo2025 Table 4; gpu_benches H100 PCIe: 265.5 near, ~655 DRAM); a "
+               "TMA load ~170 cycles more (luo2025 Fig. 2).")
 
 
 def _nv(name, description, cc, *, sources, arch, **kw) -> Device:
     lim = _cc_limits(cc)
-    prov = {f: ("cuda_cc",) for f in _LIMITS}
+    prov: dict[str, tuple[str, ...]] = {f: ("cuda_cc",) for f in _LIMITS}
     prov.update({"l2_line_bytes": ("ncu_sector",), "l2_sector_bytes": ("ncu_sector",),
                  "smem_bytes_per_clk": ("cuda_smem_banks",), "sfu_per_clk": ("cuda_arith",),
                  "smem_reserved_per_block": ("cuda_smem_banks",)})
     prov.update(kw.pop("provenance", {}))
-    assumed = ("sm_l2_bytes_per_clk", *kw.pop("assumed", ()))
+    assumed = tuple(kw.pop("assumed", ()))
     base = dict(kind="gpu", vendor="NVIDIA", arch=arch, compute_capability=cc,
                 l2_line_bytes=128, l2_sector_bytes=32, smem_bytes_per_clk=128, sfu_per_clk=16,
-                sm_l2_bytes_per_clk=SM_L2_BYTES_PER_CLK, wgmma=cc == "9.0",
-                source="; ".join(sources))
+                wgmma=cc == "9.0", source="; ".join(sources))
     base.update(lim)
     base.update(kw)
     return Device(name=name, description=description, fast_bytes=base["smem_per_block"],
@@ -308,28 +389,33 @@ _GPUS = (
         hbm_bw=1555e9, clock_hz=1410e6,
         tensor_flops={"fp16": 312e12, "bf16": 312e12, "tf32": 156e12, "fp8": None},
         provenance={**_A100_PROV, "hbm_bytes": ("a100_blog",), "hbm_bw": ("a100_blog",),
-                    "tensor_flops": ("a100_blog",)},
+                    "tensor_flops": ("a100_blog",), **_PROV_GA100},
+        inferred=("sm_l2_bytes_per_clk",), **_MEM_GA100,
         notes=("No FP8 tensor cores on CC 8.0 (cuda_cc Table 33).",
-               "312 TFLOPS = 108 SMs x 2048 FLOP/clk x 1.41 GHz (boost clock).")),
+               "312 TFLOPS = 108 SMs x 2048 FLOP/clk x 1.41 GHz (boost clock).", _NOTE_GA100,
+               "The L2 port share was measured on the 80GB part (same GA100 SMs and L2).")),
     _nv("a100-80gb", "NVIDIA A100 80GB SXM4 (Ampere GA100)", "8.0", arch="Ampere GA100",
         sources=("a100_ds", "a100_blog", "cuda_cc"), sm_count=108, l2_bytes=40 * MiB,
         hbm_bytes=80e9, hbm_bw=2039e9, clock_hz=1410e6,
         tensor_flops={"fp16": 312e12, "bf16": 312e12, "tf32": 156e12, "fp8": None},
         provenance={**_A100_PROV, "hbm_bytes": ("a100_ds",), "hbm_bw": ("a100_ds",),
-                    "tensor_flops": ("a100_ds", "a100_blog")},
-        inferred=("l2_bytes",),
+                    "tensor_flops": ("a100_ds", "a100_blog"), **_PROV_GA100},
+        inferred=("l2_bytes", "l2_hit_latency_clk", "dram_latency_clk"), **_MEM_GA100,
         notes=("Same GA100 SM/L2 configuration as the 40GB part; its datasheet lists memory and "
-               "TFLOPS only, so the 40 MB L2 is taken from the A100 architecture table.",)),
+               "TFLOPS only, so the 40 MB L2 is taken from the A100 architecture table.",
+               _NOTE_GA100, "The latencies were measured on the 40GB part (HBM2, not HBM2e).")),
     _nv("h100-sxm", "NVIDIA H100 SXM5 80GB (Hopper GH100)", "9.0", arch="Hopper GH100",
         sources=("h100_wp", "h100_page", "h100_blog", "cuda_cc"), sm_count=132,
         l2_bytes=50 * MiB, hbm_bytes=80e9, hbm_bw=3.35e12, clock_hz=1830e6,
         tensor_flops={"fp16": 989.4e12, "bf16": 989.4e12, "fp8": 1979e12, "tf32": 494.5e12},
         provenance={"sm_count": ("h100_blog",), "l2_bytes": ("h100_blog",),
                     "hbm_bytes": ("h100_page",), "hbm_bw": ("h100_page",),
-                    "tensor_flops": ("h100_wp", "h100_page"), "clock_hz": ("derived",)},
+                    "tensor_flops": ("h100_wp", "h100_page"), "clock_hz": ("derived",),
+                    **_PROV_GH100},
+        inferred=_MEM_FIELDS, **_MEM_GH100,
         notes=("Clock derived: 989.4e12 / (132 SMs x 4096 FLOP/clk) = 1.83 GHz.",
                "The L2 is partitioned (h100_blog: 'partitioned crossbar'); the model treats it "
-               "as one LRU cache.")),
+               "as one LRU cache.", _NOTE_GH100)),
     _nv("h100-pcie", "NVIDIA H100 PCIe 80GB (Hopper GH100)", "9.0", arch="Hopper GH100",
         sources=("h100_wp", "h100_blog", "h100_pcie_ds", "cuda_cc"), sm_count=114,
         l2_bytes=50 * MiB, hbm_bytes=80e9, hbm_bw=2.0e12, clock_hz=1620e6,
@@ -337,19 +423,22 @@ _GPUS = (
         provenance={"sm_count": ("h100_blog",), "l2_bytes": ("h100_blog",),
                     "hbm_bytes": ("h100_blog", "h100_pcie_ds"),
                     "hbm_bw": ("h100_blog", "h100_pcie_ds"),
-                    "tensor_flops": ("h100_wp", "h100_pcie_ds"), "clock_hz": ("derived",)},
-        notes=("Clock derived: 756e12 / (114 x 4096) = 1.62 GHz.",)),
+                    "tensor_flops": ("h100_wp", "h100_pcie_ds"), "clock_hz": ("derived",),
+                    **_PROV_GH100},
+        inferred=_MEM_FIELDS, **_MEM_GH100,
+        notes=("Clock derived: 756e12 / (114 x 4096) = 1.62 GHz.", _NOTE_GH100)),
     _nv("h200", "NVIDIA H200 SXM 141GB (Hopper GH100, HBM3e)", "9.0", arch="Hopper GH100",
         sources=("h200_page", "h100_blog", "cuda_cc"), sm_count=132, l2_bytes=50 * MiB,
         hbm_bytes=141e9, hbm_bw=4.8e12, clock_hz=1830e6,
         tensor_flops={"fp16": 989.5e12, "bf16": 989.5e12, "fp8": 1979e12, "tf32": 494.5e12},
         provenance={"sm_count": ("h100_blog",), "l2_bytes": ("h100_blog",),
                     "clock_hz": ("derived",), "hbm_bytes": ("h200_page",),
-                    "hbm_bw": ("h200_page",), "tensor_flops": ("h200_page",)},
-        inferred=("sm_count", "l2_bytes", "clock_hz"),
+                    "hbm_bw": ("h200_page",), "tensor_flops": ("h200_page",), **_PROV_GH100},
+        inferred=("sm_count", "l2_bytes", "clock_hz", *_MEM_FIELDS), **_MEM_GH100,
         notes=("NVIDIA publishes no SM count, L2 size or clock for H200; its FLOP/s equal H100 "
                "SXM's, consistent with the same 132-SM GH100 configuration and 50 MB L2 "
-               "(inferred; check with torch.cuda.get_device_properties on a real H200).",)),
+               "(inferred; check with torch.cuda.get_device_properties on a real H200).",
+               _NOTE_GH100, "H200's HBM3e DRAM latency is not measured in these sources.")),
     _nv("b200", "NVIDIA B200 (Blackwell, per GPU of an 8-GPU system)", "10.0",
         arch="Blackwell", sources=("dgx_b200", "hgx_page", "cuda_cc"), sm_count=None,
         l2_bytes=None, hbm_bytes=180e9, hbm_bw=8.0e12, clock_hz=None,
@@ -373,8 +462,13 @@ _GPUS = (
         tensor_flops={"fp16": 165.2e12, "bf16": 165.2e12, "fp8": 330.3e12, "tf32": 82.6e12},
         provenance={"sm_count": ("ada_wp",), "l2_bytes": ("ada_wp",), "hbm_bytes": ("ada_wp",),
                     "hbm_bw": ("ada_wp",), "tensor_flops": ("ada_wp",),
-                    "clock_hz": ("ada_wp",)},
+                    "clock_hz": ("ada_wp",), "sm_l2_bytes_per_clk": ("cc_h100", "derived"),
+                    "l2_hit_latency_clk": ("luo2025",), "dram_latency_clk": ("luo2025",)},
+        **_MEM_AD102,
         notes=("GDDR6X, not HBM: 'hbm' fields hold the DRAM figures.",
+               "Memory system: one SM's L2 port = cc_h100's 'about 5 TB/s' of RTX 4090 L2 "
+               "bandwidth / (128 SMs x 2.52 GHz) = 15.5 B/clk; L2 hit 273.0 and global memory "
+               "571 cycles (luo2025 Table 3, P-chase; one L2 partition).",
                "GeForce: FP16/BF16 tensor rate with FP32 accumulate is half the FP16-accumulate "
                "rate (165.2 vs 330.3 TFLOPS); attention accumulates in FP32.")),
 )
@@ -467,7 +561,10 @@ def dtype_name(dtype: str) -> str:
 def words_for(M_bytes: int, dtype: int | str = 2) -> int:
     """Words of ``dtype`` in ``M_bytes`` bytes (at least one word must fit)."""
     M_bytes = check_int("M_bytes", M_bytes, minimum=1)
-    w = M_bytes // dtype_bytes(dtype)
+    size = dtype_bytes(dtype)
+    w = M_bytes // size
     if w < 1:
-        raise ParameterError(f"M_bytes={M_bytes} holds no {dtype} word; give M_bytes >= {dtype_bytes(dtype)}")
+        what = f"{dtype} word" if isinstance(dtype, str) else "word"
+        raise ParameterError(f"M_bytes={M_bytes} is less than one {what} ({size} bytes); give "
+                             f"M_bytes >= {size}", param="M_bytes")
     return w

@@ -122,6 +122,10 @@ def _fmt_kib(b: int) -> str:
 
 def check(device: Device, cfg: KernelConfig, shape: Shape) -> Feasibility:
     """Shared memory, registers and occupancy of ``cfg`` for ``shape`` on ``device``."""
+    # figures every device that passed require_model() has
+    assert (device.smem_per_block is not None and device.max_regs_per_thread is not None
+            and device.max_threads_per_sm is not None and device.smem_per_sm is not None
+            and device.regs_per_sm is not None and device.max_ctas_per_sm is not None)
     smem = smem_bytes(cfg, shape)
     lim = int(device.smem_per_block)
     regs = registers_per_thread(cfg, shape)

@@ -46,8 +46,9 @@ def q_ranges(shape: Shape, starts: np.ndarray,
 
 
 def meeting(lo: np.ndarray, hi: np.ndarray, size: int,
-            total: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Number, first start and total width of the ``size``-blocks of [0, total) meeting [lo, hi)."""
+            total: int | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Number, first start and total width of the ``size``-blocks of [0, total) meeting [lo, hi)
+    (``total`` an int, or an array broadcast with ``lo`` and ``hi``)."""
     empty = hi <= lo
     first = lo // size
     last = np.maximum(hi - 1, 0) // size

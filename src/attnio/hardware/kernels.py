@@ -286,6 +286,7 @@ def _fa2_tile(d: int, causal: bool, fam: str, dev: Device) -> tuple[int, int, in
         return 128, 64, 8
     # d == 256: "For A100, we want to run with 128 x 64 (128KB smem). For H100 we want to run
     # with 64 x 64 (96KB smem) since then we can get 2 CTAs per SM."
+    assert dev.smem_per_block is not None and dev.smem_per_sm is not None
     if (dev.smem_per_block >= 2 * d * (128 + 2 * 64)
             and dev.smem_per_sm < 4 * d * (64 + 2 * 64)):
         return 128, 64, 8
@@ -330,12 +331,13 @@ def fa2_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfi
         raise ParameterError(f"dtype={dtype}: flash-attn FA2 kernels are fp16/bf16 only",
                              param="dtype")
     # seqlenq_ngroups_swapped: decode with GQA packs the query heads of a KV head into M
-    swapped = (shape.Nq == 1 and shape.heads > shape.kv_heads and shape.window is None
+    swapped = (shape.Nq == 1 and shape.group > 1 and shape.window is None
                and shape.d % 8 == 0)
     seqlen_q = shape.group if swapped else shape.Nq
-    nheads = shape.kv_heads if swapped else shape.heads
+    nheads = shape.n_kv_heads if swapped else shape.n_heads  # batch x heads
     block_n = 256 if d <= 64 else (128 if d <= 128 else 64)
-    splits = fa2_num_splits_heuristic(shape.batch * nheads * cdiv(seqlen_q, 64),
+    assert device.sm_count is not None  # (a device that passed require_model())
+    splits = fa2_num_splits_heuristic(nheads * cdiv(seqlen_q, 64),
                                       device.sm_count * 2, cdiv(shape.Nkv, block_n), 128)
     label = f"fa2_{fam} d={d}"
     if splits > 1:
@@ -422,15 +424,17 @@ def fa3_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfi
     Br, Bc, rs, overlap = fa3_tile_size(d, d, causal, local, e)
     g = shape.group
     # get_num_splits (hopper/flash_api.cpp): packed rows, KV heads, L2 rule
-    seqlen_k_loaded = shape.Nkv if not local else max(0, min(shape.Nkv, shape.window + Br))
+    seqlen_k_loaded = (shape.Nkv if shape.window is None
+                       else max(0, min(shape.Nkv, shape.window + Br)))
     num_n = cdiv(seqlen_k_loaded, Bc)
     num_m = cdiv(shape.Nq * g, Br)
     size_one_kv_head = shape.Nkv * (d + d) * e
-    splits = fa3_num_splits_heuristic(shape.batch * shape.kv_heads * num_m, device.sm_count,
+    assert device.sm_count is not None  # (a device that passed require_model())
+    splits = fa3_num_splits_heuristic(shape.n_kv_heads * num_m, device.sm_count,
                                       num_n, num_m, size_one_kv_head, shape.causal, 128)
     if splits > 1:
         pack = True
-    elif shape.heads == shape.kv_heads:
+    elif shape.group == 1:
         pack = False
     else:  # should_pack_gqa
         def eff(rows: int) -> float:

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.checks import check_int
-from .traffic import Traffic, address, wave_events
+from .traffic import Phase, Traffic, address, wave_events
 
-__all__ = ["LRU", "Replay", "replay"]
+__all__ = ["LRU", "Replay", "hbm_bound", "read_bound", "read_floor", "read_floor_waves",
+           "replay"]
 
 
 class LRU:
@@ -47,7 +48,8 @@ class LRU:
 
     def __init__(self, capacity: int):
         self.capacity = check_int("capacity", capacity, minimum=1)
-        self._od: OrderedDict = OrderedDict()   # key -> [resident bytes, dirty bytes]
+        # key -> [resident bytes, dirty bytes]
+        self._od: OrderedDict[object, list[int]] = OrderedDict()
         self.occ = 0
         self.read = 0          # bytes read from HBM (load misses)
         self.store_alloc = 0   # bytes allocated by store misses (no HBM read)
@@ -87,6 +89,7 @@ class LRU:
         r = ent[0] if ent is not None else 0
         if r >= nbytes:
             od.move_to_end(key)
+            assert ent is not None  # resident (move_to_end raised KeyError otherwise)
             if store:
                 ent[1] = ent[0]
             return 0
@@ -108,6 +111,7 @@ class LRU:
         if need > 0 and self._evict(need, stop_at=key):
             # cascade: the tile's resident bytes were the least recently used; they are evicted
             # by its own misses and every byte of the tile misses
+            assert ent is not None  # _evict stopped at the key: it was resident
             self.written += ent[1]
             self.occ -= r
             del od[key]
@@ -135,7 +139,7 @@ class LRU:
         self.written += wb
         return wb
 
-    def resident(self) -> dict:
+    def resident(self) -> dict[object, int]:
         """Resident bytes per key (for tests)."""
         return {k: v[0] for k, v in self._od.items()}
 
@@ -147,24 +151,55 @@ class Replay:
 
     hbm_read: int
     hbm_write: int
-    wave_read: list          # per phase: np.ndarray of bytes read from HBM in each wave
-    wave_write: list         # per phase: bytes written back during each wave
+    wave_read: list[np.ndarray]   # per phase: bytes read from HBM in each wave
+    wave_write: list[np.ndarray]  # per phase: bytes written back during each wave
     events: int              # requests replayed
     extrapolated: bool       # waves past the request budget were estimated (docs/hardware.md)
     granularity: str
 
 
 def _replay_events(lru: LRU, keys, nbytes, stores) -> None:
+    """``lru.access`` for each request, with its two common cases inlined: a hit, and a miss of
+    an absent tile no larger than the cache (the same counts, a few times faster)."""
     od = lru._od
-    get, mte, access = od.get, od.move_to_end, lru.access
+    get, mte, access, popitem = od.get, od.move_to_end, lru.access, od.popitem
+    cap = lru.capacity
     for k, n, s in zip(keys.tolist(), nbytes.tolist(), stores.tolist()):
         ent = get(k)
-        if ent is not None and ent[0] >= n:   # the common case: a hit
-            mte(k)
-            if s:
-                ent[1] = ent[0]
-        else:
+        if ent is not None:
+            if ent[0] >= n:        # a hit
+                mte(k)
+                if s:
+                    ent[1] = ent[0]
+                continue
             access(k, n, s)
+            continue
+        if n > cap:
+            access(k, n, s)
+            continue
+        need = lru.occ + n - cap
+        while need > 0:            # evict from the LRU end (as LRU._evict does)
+            k0, e = popitem(last=False)
+            r = e[0]
+            if need < r:           # a partial eviction: the oldest bytes, clean ones first
+                clean = r - e[1]
+                if need > clean:
+                    lru.written += need - clean
+                    e[1] -= need - clean
+                e[0] = r - need
+                lru.occ -= need
+                od[k0] = e
+                mte(k0, last=False)
+                break
+            lru.written += e[1]
+            lru.occ -= r
+            need -= r
+        od[k] = [n, n if s else 0]
+        lru.occ += n
+        if s:
+            lru.store_alloc += n
+        else:
+            lru.read += n
 
 
 def _sectors(ph, keys, nbytes, stores, sector: int):
@@ -176,6 +211,137 @@ def _sectors(ph, keys, nbytes, stores, sector: int):
     rep = np.repeat(np.arange(len(keys)), cnt)
     off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     return s0[rep] + off, np.full(len(rep), sector, dtype=np.int64), stores[rep]
+
+
+def hbm_bound(ph: Phase, P: int, capacity: int, dirty_before: float = 0.0,
+              flush: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Upper bounds on the HBM bytes each wave of ``P`` CTAs reads and writes, without replaying.
+
+    Reads: :func:`read_bound`.  Writes: a wave writes back only dirty bytes it evicts: at most
+    the dirty bytes present when it starts (at most ``min(capacity, ...)`` of the stores before
+    it, ``dirty_before`` of them from earlier phases) plus its own stores, and (while no tile is
+    larger than the L2) no more than it allocates (its read misses and its stores).  ``flush``
+    (the dirty bytes left at the end, at most ``min(capacity, every stored byte)``) is added to
+    the last wave, as the replay does.
+    """
+    rb = read_bound(ph, P, capacity)
+    n = ph.n
+    nw = len(rb)
+    wave = np.arange(n) // P
+    st = np.bincount(wave, weights=ph.store_bytes.astype(np.float64), minlength=nw)
+    before = np.minimum(float(capacity), dirty_before + np.cumsum(st) - st)
+    if n and max(int(ph.load_bytes.max()), int(ph.store_bytes.max())) >= capacity:
+        wb = before + st
+    else:
+        wb = st + np.minimum(rb, before)
+    if nw:
+        wb[-1] += flush
+    return rb, wb
+
+
+def read_floor_waves(ph: Phase, P: int, capacity: int, first: bool) -> np.ndarray:
+    """Lower bounds on the HBM bytes each wave of ``P`` CTAs reads: the distinct tiles it loads
+    (:func:`read_floor`'s count, per wave) less what the L2 may hold when the wave starts
+    (nothing before the first wave of a kernel's first phase, ``first``; ``capacity`` after).
+    Cached."""
+    cache = ph.__dict__.setdefault("_read_floor_waves", {})
+    key = (P, capacity, first)
+    if key not in cache:
+        n = ph.n
+        nw = -(-n // P) if n else 0
+        wave = np.arange(n) // P
+        _, union, kvb = _kv_union(ph, wave)
+        if kvb:
+            distinct = union * kvb
+        elif ph.name in ("combine", "pre"):
+            distinct = np.bincount(wave, weights=ph.load_bytes.astype(np.float64),
+                                   minlength=nw)
+        else:
+            distinct = np.zeros(nw)
+        resident = np.full(nw, float(capacity))
+        if first and nw:
+            resident[0] = 0.0
+        cache[key] = np.maximum(0.0, distinct - resident)
+    return cache[key]
+
+
+def _kv_union(ph: Phase, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Rows of the inner loop's K/V tiles per CTA and their union per ``group`` (an int array
+    per CTA, e.g. its wave), counted per (KV head, block origin): (rows per CTA, union rows per
+    group id, K/V bytes per row; 0 when the inner loop loads no K/V)."""
+    n = ph.n
+    kvb = sum(ph.row_bytes[op.array] for op in ph.template.body
+              if not op.store and op.head == "kv" and op.rows == "inner")
+    ng = int(group.max()) + 1 if n else 0
+    if not kvb or not n:
+        return np.zeros(n), np.zeros(ng), 0
+    B = ph.inner_block
+    start = ph.i_base + ph.i_first * B
+    stop = np.minimum(ph.i_end, ph.i_base + (ph.i_first + ph.i_n) * B)
+    stop = np.where(ph.i_n > 0, stop, start)
+    rows = (stop - start).astype(np.float64)
+    o = np.lexsort((start, ph.i_base, ph.kvhead, group))
+    g, h, b, s0, s1 = group[o], ph.kvhead[o], ph.i_base[o], start[o], stop[o]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (h[1:] != h[:-1]) | (b[1:] != b[:-1])
+    off = (np.cumsum(new) - 1).astype(np.int64) << 36   # rows < 2^36 per group
+    runmax = np.maximum.accumulate(s1 + off)
+    prev = np.empty(n, dtype=np.int64)
+    prev[0] = np.iinfo(np.int64).min
+    prev[1:] = runmax[:-1]
+    cover = np.maximum(0, (s1 + off) - np.maximum(s0 + off, prev)).astype(np.float64)
+    return rows, np.bincount(g, weights=cover, minlength=ng), kvb
+
+
+def read_floor(ph: Phase, resident: int) -> float:
+    """A lower bound on the HBM bytes the phase reads: the distinct tiles it loads, less the
+    ``resident`` bytes the L2 may hold when it starts (0 for a kernel's first phase: the replay
+    starts from an empty L2; its capacity for a later one); a tile not resident then misses at
+    least once.  Counted: the union of the inner loop's K/V rows, and for a phase without one
+    (the split combine, the backward's preprocessing: every CTA loads only its own tiles) every
+    loaded byte.  Cached."""
+    cache = ph.__dict__.setdefault("_read_floor", {})
+    if resident not in cache:
+        _, union, kvb = _kv_union(ph, np.zeros(ph.n, dtype=np.int64))
+        if kvb:
+            distinct = float(union.sum()) * kvb
+        elif ph.name in ("combine", "pre"):
+            distinct = float(ph.load_bytes.sum())
+        else:
+            distinct = 0.0
+        cache[resident] = max(0.0, distinct - resident)
+    return cache[resident]
+
+
+def read_bound(ph: Phase, P: int, capacity: int) -> np.ndarray:
+    """An upper bound on the HBM bytes each wave of ``P`` CTAs reads, without replaying.
+
+    A wave never reads more than it requests.  And if the tiles a wave touches (loads and stores)
+    fit in the L2 together, no tile it touches is evicted between two of its own requests (an LRU
+    evicts a tile only after ``capacity`` bytes of other tiles were touched since its last use),
+    so each of its tiles misses at most once: the wave reads at most the bytes of the distinct
+    tiles it loads.  Distinct K/V tiles are counted as the union of the CTAs' inner-loop row
+    ranges per (KV head, block origin); every other load counts in full (an over-count keeps the
+    bound).  Cached on the phase per (P, capacity).
+    """
+    cache = ph.__dict__.setdefault("_read_bound", {})
+    if (P, capacity) in cache:
+        return cache[(P, capacity)]
+    n = ph.n
+    nw = -(-n // P) if n else 0
+    wave = np.arange(n) // P
+    loads = ph.load_bytes.astype(np.float64)
+    wl = np.bincount(wave, weights=loads, minlength=nw)
+    ws = np.bincount(wave, weights=ph.store_bytes.astype(np.float64), minlength=nw)
+    rows, union, kvb = _kv_union(ph, wave)
+    if not kvb:
+        distinct = wl
+    else:
+        own = loads - rows * ph.inner_heads * kvb      # loads other than the inner K/V tiles
+        distinct = np.bincount(wave, weights=own, minlength=nw) + union * kvb
+    out = np.where(distinct + ws <= capacity, np.minimum(wl, distinct), wl)
+    cache[(P, capacity)] = out
+    return out
 
 
 def replay(traffic: Traffic, capacity: int, waves_of: list[int], *, granularity: str = "tile",

@@ -67,7 +67,10 @@ class Score:
 
     @property
     def hbm_bytes(self) -> int | None:
-        return None if self.hbm_read_bytes is None else self.hbm_read_bytes + self.hbm_write_bytes
+        if self.hbm_read_bytes is None:
+            return None
+        assert self.hbm_write_bytes is not None  # set together with hbm_read_bytes
+        return self.hbm_read_bytes + self.hbm_write_bytes
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -93,9 +96,11 @@ class Score:
         """One line for tables: config, time, binding resource, HBM/compulsory."""
         if not self.feasible:
             return f"{self.config.short():<40} infeasible: {self.why}"
-        ratio = self.hbm_bytes / self.compulsory_bytes if self.compulsory_bytes else 0.0
+        hbm = self.hbm_bytes
+        assert hbm is not None and self.time_s is not None  # a feasible config's score has them
+        ratio = hbm / self.compulsory_bytes if self.compulsory_bytes else 0.0
         return (f"{self.config.short():<40} {self.time_s * 1e6:10.1f} us  bound by "
-                f"{self.bound_by:<7}  HBM {self.hbm_bytes / 1e6:9.2f} MB "
+                f"{self.bound_by:<7}  HBM {hbm / 1e6:9.2f} MB "
                 f"({ratio:.2f}x compulsory)  waves {self.waves}")
 
 
@@ -132,6 +137,7 @@ def resolve(device: str | Device, workload: Any, config: Any,
 
 def waves_of(traffic: Traffic, device: Device, ctas_per_sm: int) -> list[int]:
     """CTAs resident at once in each phase: SMs x CTAs per SM."""
+    assert device.sm_count is not None  # (a device that passed require_model())
     out = []
     for ph in traffic.phases:
         occ = ctas_per_sm if ph.name in ("main", "split") else LIGHT_CTAS_PER_SM
@@ -162,6 +168,7 @@ def score(device: str | Device, workload: Any, config: Any, *, dtype: str | None
         return _infeasible(dev, shape, cfg, f, compulsory_bytes(cfg, shape))
     tr = build(cfg, shape, dev, f.ctas_per_sm)
     wv = waves_of(tr, dev, f.ctas_per_sm)
+    assert dev.l2_bytes is not None and dev.l2_sector_bytes is not None  # require_model()
     cap = dev.l2_bytes if l2_bytes is None else int(l2_bytes)
     rep = replay(tr, cap, wv, granularity=granularity, sector=dev.l2_sector_bytes,
                  budget=budget)
@@ -185,11 +192,13 @@ def lower_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility
     tr = build(cfg, shape, dev, f.ctas_per_sm)
     wv = waves_of(tr, dev, f.ctas_per_sm)
     t = roofline(tr, dev, wv, None)
+    assert dev.hbm_bw is not None  # (a device that passed require_model())
     return max(t.time_s, tr.compulsory / dev.hbm_bw), tr, wv
 
 
 def finish(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Traffic,
            wv: list[int], *, budget: int | None = 400_000) -> Score:
     """Replay and time a config whose traffic is already built (the oracle's finalists)."""
+    assert dev.l2_bytes is not None and dev.l2_sector_bytes is not None  # require_model()
     rep = replay(tr, dev.l2_bytes, wv, sector=dev.l2_sector_bytes, budget=budget)
     return _scored(dev, shape, cfg, f, tr, rep, roofline(tr, dev, wv, rep))

@@ -8,12 +8,19 @@ registers or shared memory; FA3's overlap; FA2's Q in registers), GQA packing, a
 The search is exact branch and bound over the model:
 
 1. **feasibility** by closed form (:mod:`.feasibility`) removes configs over a limit;
-2. a **lower bound** on every feasible config's time: the roofline of every resource but HBM,
-   per wave, exactly (the amounts are linear in per-CTA features that configs of one tile
-   geometry share), and HBM at least the compulsory bytes;
-3. configs in order of their bound are **finished** (the L2 replay, shared by every config of
-   one geometry and wave size) until the next bound exceeds the ``top``-th best time found, or
-   ``max_replays`` replays were spent (then the result says so: ``exhausted = False``).
+2. a closed-form **lower bound** on every feasible config's time (:func:`_cheap_bound`: each
+   resource's total spread over the SMs, the latency term over the resident CTAs, HBM at the
+   compulsory bytes) orders them; the **exact lower bound** (the roofline of every resource but
+   HBM, per wave, every load an L2 hit; each phase at least the distinct bytes it must read
+   past the L2's capacity) is computed lazily, best first;
+3. an **upper bound** without a replay (:meth:`_Search.upper`: each wave's HBM reads at most its
+   distinct tiles when they fit the L2, at most its requests otherwise; its write-backs at most
+   what it allocates) settles a config whose time no replay could change (the two bounds meet)
+   and, when ranking a named kernel, every config it already places;
+4. the rest are **finished** (the L2 replay, shared by every config of one geometry and wave
+   size) until the next lower bound rounds above the ``top``-th best time found, or
+   ``max_replays`` replays were spent (then the result says so: ``exhausted = False``); only the
+   winners are replayed when their bounds already placed them.
 
 Splits are searched where they can matter: up to four waves of CTAs, and the splits that make one
 KV head's share fit the L2.  flash-attn's ``num_splits`` heuristic is not used: the oracle's
@@ -42,18 +49,15 @@ from . import geometry
 from .devices import Device
 from .feasibility import Feasibility, check
 from .kernels import KernelConfig, head_dim_rounded, named_config
-from .l2 import replay
+from .l2 import Replay, hbm_bound, read_floor, read_floor_waves, replay
 from .model import Score, _scored, resolve, waves_of
-from .roofline import RESOURCES, Timing, phase_times
-from .traffic import Traffic, build, bwd_smem_step, compulsory_bytes, compulsory_rw, fwd_smem_step
+from .roofline import RESOURCES, Timing, phase_total
+from .traffic import Traffic, build, bwd_smem_step, compulsory_rw, fwd_smem_step
 
-__all__ = ["SPLITS", "TuneReport", "best_splits", "candidates", "explain", "tune",
-           "tune_report"]
+__all__ = ["SPLITS", "Bounds", "TuneReport", "best_splits", "bounds", "candidates", "explain",
+           "tune", "tune_report"]
 
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-#: Relative slack of the search's stopping rule: configs within it of the top-th best are
-#: finished too, so ties (:func:`_order_key`) are broken among all of them.
-TIE = 0.005
 _FAMILIES = ("fa3", "fa2", "splitkv", "fa2_bwd")
 
 
@@ -61,8 +65,9 @@ def _split_options(dev: Device, shape: Shape, algorithm: str, Br: int, Bc: int, 
                    e: int) -> list[int]:
     if algorithm not in ("fa3", "fa2", "splitkv"):
         return [1]
+    assert dev.sm_count is not None and dev.l2_bytes is not None  # require_model()
     rows = shape.Nq * G
-    units = shape.batch * (shape.kv_heads if G > 1 else shape.heads)
+    units = shape.n_kv_heads if G > 1 else shape.n_heads
     c1 = units * cdiv(rows, Br)
     nblk = cdiv(shape.Nkv, Bc)
     out = {1} if algorithm != "splitkv" else set()
@@ -134,6 +139,12 @@ def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
     return out
 
 
+def _time_class(cfg: KernelConfig, P: list[int]) -> tuple:
+    """What the model's time depends on beyond the tile geometry: configs equal here (FA3's
+    overlap variants: overlap changes only registers) have equal times and bounds."""
+    return (_geometry(cfg), tuple(P), cfg.warps, cfg.stages, cfg.q, cfg.p, cfg.o)
+
+
 def _geometry(cfg: KernelConfig) -> tuple:
     """What the tile streams depend on: configs equal here share traffic and replays."""
     return (cfg.algorithm, cfg.Br, cfg.Bc, cfg.pack_gqa, cfg.splits, cfg.dtype)
@@ -146,26 +157,34 @@ class _Cand:
     lb: float
     geo: tuple
     P: list[int]
+    ub: float | None = None
+    waves_lb: float = 0.0      # the per-wave part of lb (without the phases' HBM floors)
+
+    @property
+    def determined(self) -> bool:
+        """True when the bounds round to the same time (:func:`_round`): the config's place in
+        :func:`_order_key` is then known without a replay."""
+        return self.ub is not None and _round(self.ub) == _round(self.lb)
 
 
 @functools.lru_cache(maxsize=4096)
 def _steps(shape: Shape, algorithm: str, Br: int, Bc: int, G: int, splits: int
-           ) -> tuple[int, int, int]:
-    """(CTAs, inner steps, rows of split partials) of the main/split phase, from the mask
-    geometry alone."""
+           ) -> tuple[int, int, int, int]:
+    """(CTAs, inner steps, rows of split partials, K/V rows the CTAs' inner loops load) of the
+    main/split phase, from the mask geometry alone (the backward's K/V rows: 0, not used)."""
     if algorithm == "fa2_bwd":
         ks, ke = geometry.block_counts(shape.Nkv, Bc)
         lo, hi = geometry.q_ranges(shape, ks, ke)
         cnt, _, _ = geometry.meeting(lo, hi, Br, shape.Nq)
         units = shape.n_kv_heads
-        return units * len(ks), units * shape.group * int(cnt.sum()), 0
-    units = shape.batch * (shape.kv_heads if G > 1 else shape.heads)
+        return units * len(ks), units * shape.group * int(cnt.sum()), 0, 0
+    units = shape.n_kv_heads if G > 1 else shape.n_heads
     if splits == 1:
         Brh = max(1, Br // G)
         st, sp = geometry.block_counts(shape.Nq, Brh)
         lo, hi = geometry.kv_ranges(shape, st, sp)
-        cnt, _, _ = geometry.meeting(lo, hi, Bc, shape.Nkv)
-        return units * len(st), units * int(cnt.sum()), 0
+        cnt, _, width = geometry.meeting(lo, hi, Bc, shape.Nkv)
+        return units * len(st), units * int(cnt.sum()), 0, units * int(width.sum())
     st, sp = geometry.block_counts(shape.Nq * G, Br)
     lo, hi = geometry.kv_ranges(shape, st // G, (sp + G - 1) // G)
     L = cdiv(shape.Nkv, splits)
@@ -173,34 +192,58 @@ def _steps(shape: Shape, algorithm: str, Br: int, Bc: int, G: int, splits: int
     p1 = np.minimum(shape.Nkv, p0 + L)
     slo = np.maximum(lo[:, None], p0) - p0
     shi = np.minimum(hi[:, None], p1) - p0
-    cnt, _, _ = geometry.meeting(slo, shi, Bc, p1 - p0)
+    cnt, _, width = geometry.meeting(slo, shi, Bc, p1 - p0)
     seen = cnt > 0
     ctas, steps = int(seen.sum()), int(cnt.sum())
     rows = int(((sp - st)[:, None] * seen).sum())
-    return units * ctas, units * steps, units * rows
+    return units * ctas, units * steps, units * rows, units * int(width.sum())
 
 
 def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
-                 compulsory: int) -> float:
+                 comp_rw: tuple[int, int]) -> float:
     """A closed-form lower bound without building the grid: each SM-level resource's total
-    spread evenly over the SMs (no wave quantisation); HBM at the compulsory bytes plus the
-    split partials (every stored tile is written back)."""
-    d = head_dim_rounded(cfg.algorithm, shape.d)
+    spread evenly over the SMs that can hold a CTA (no wave quantisation; the L2 port over the
+    K/V bytes alone); the latency term's CTA times (K/V bytes x L2-hit latency / bytes in
+    flight) spread evenly over the CTAs resident at once (a wave lasts at least as long as its
+    mean CTA); HBM at the
+    compulsory bytes plus the split partials (every stored tile is written back); with splits,
+    the compulsory reads (all in the split kernel, from an empty L2) plus the combine kernel's
+    one round trip to the L2."""
+    a, Br, Bc = cfg.algorithm, cfg.Br, cfg.Bc
+    d = head_dim_rounded(a, shape.d)
     G = shape.group if cfg.pack_gqa else 1
-    ctas, steps, prow = _steps(shape, cfg.algorithm, cfg.Br, cfg.Bc, G, cfg.splits)
-    compulsory += prow * (4 * shape.d + 4)
-    S = dev.sm_count
-    frac = 1.0 if cfg.algorithm == "fa3" else min(1.0, cfg.warps * f.ctas_per_sm / 4.0)
+    ctas, steps, prow, kvrows = _steps(shape, a, Br, Bc, G, cfg.splits)
+    assert dev.hbm_bw is not None and dev.sm_count is not None  # require_model()
+    e, hit = cfg.elem_bytes, dev.l2_hit_latency_s
+    compulsory = comp_rw[0] + comp_rw[1] + prow * (4 * shape.d + 4)
+    split = comp_rw[0] / dev.hbm_bw + hit if cfg.splits > 1 else 0.0
+    # SMs (and resident CTAs) that can share the work: no more than there are CTAs
+    n_sm = dev.sm_count
+    S = max(1, min(n_sm, ctas))
+    R = max(1, min(n_sm * f.ctas_per_sm, ctas))
+    per_sm = f.ctas_per_sm if ctas > n_sm else 1
+    frac = 1.0 if a == "fa3" else min(1.0, cfg.warps * per_sm / 4.0)
     if cfg.forward:
-        flops = steps * 4.0 * cfg.Br * cfg.Bc * d
-        exps = steps * (cfg.Br * cfg.Bc + cfg.Br)
+        flops = steps * 4.0 * Br * Bc * d
+        exps = steps * (Br * Bc + Br)
         smem = steps * fwd_smem_step(cfg, d)
     else:
-        flops = steps * 10.0 * cfg.Br * cfg.Bc * d
-        exps = steps * cfg.Br * cfg.Bc
+        flops = steps * 10.0 * Br * Bc * d
+        exps = steps * Br * Bc
         smem = steps * bwd_smem_step(cfg, d)
-    return max(flops / (S * dev.flops(cfg.dtype) / S * frac), exps / (S * dev.sfu_rate_per_sm),
-               smem / (S * dev.smem_bw_per_sm), compulsory / dev.hbm_bw)
+    row = 2 * shape.d * e                      # one K row and one V row
+    kv = kvrows * row
+    lat = hit + (dev.tma_latency_s if a == "fa3" else 0.0)
+    inflight = cfg.stages * Bc * row
+    # the waves' misses weight the latency: over all waves, the K/V bytes taken at the DRAM
+    # latency are at least the compulsory reads less every other load (two Q-sized tiles per
+    # CTA at most)
+    missed = max(0.0, comp_rw[0] - ctas * Br * row)
+    lat_bytes = lat * kv + (dev.dram_latency_s - hit) * min(kv, missed)
+    peak_sm = dev.flops(cfg.dtype) / n_sm
+    return max(flops / (S * peak_sm * frac), exps / (S * dev.sfu_rate_per_sm),
+               smem / (S * dev.smem_bw_per_sm), compulsory / dev.hbm_bw,
+               kv / (S * dev.sm_l2_bw), lat_bytes / inflight / R, split)
 
 
 @dataclass
@@ -239,12 +282,15 @@ class _Search:
         self.algorithm, self.dtype = algorithm, dtype
         self.max_replays = max_replays
         self.traffic: dict[tuple, Traffic] = {}
-        self.replays: dict[tuple, Any] = {}
+        self.replays: dict[tuple, Replay] = {}
         self.final: dict[KernelConfig, Score] = {}
         self.cands: list[_Cand] = []
         self.bounds: dict[KernelConfig, _Cand] = {}
         self.searched = 0
         self.feasible = 0
+        self._hbm_floor: dict[tuple, float] = {}
+        self._lb: dict[tuple, tuple[float, float]] = {}
+        self._ub: dict[tuple, float] = {}
 
     def _traffic(self, cfg: KernelConfig, f: Feasibility) -> Traffic:
         g = _geometry(cfg)
@@ -253,18 +299,58 @@ class _Search:
         return self.traffic[g]
 
     def bound(self, cfg: KernelConfig, f: Feasibility) -> _Cand:
+        """The exact lower bound: every resource but HBM per wave (every load an L2 hit for the
+        latency term), each phase at least its :func:`~.l2.read_floor` over the HBM bandwidth,
+        the kernel at least the compulsory reads plus every stored byte."""
         tr = self._traffic(cfg, f)
-        tr = dataclasses.replace(tr, config=cfg)
         wv = waves_of(tr, self.dev, f.ctas_per_sm)
-        t = 0.0
-        for ph, P in zip(tr.phases, wv):
-            pt = phase_times(ph, self.dev, cfg, tr.d_pad, P, None)
-            if len(pt):
-                t += float(pt.max(axis=1).sum())
-        comp_r, _ = compulsory_rw(cfg, self.shape)
-        stores = sum(int(ph.store_bytes.sum()) for ph in tr.phases)
-        lb = max(t, (comp_r + stores) / self.dev.hbm_bw)
-        return _Cand(cfg, f, lb, _geometry(cfg), wv)
+        key = _time_class(cfg, wv)
+        if key in self._lb:
+            lb, t = self._lb[key]
+            return _Cand(cfg, f, lb, _geometry(cfg), wv, waves_lb=t)
+        t = tf = 0.0
+        last = len(tr.phases) - 1
+        cap, hbm_bw = self.dev.l2_bytes, self.dev.hbm_bw
+        assert cap is not None and hbm_bw is not None  # require_model()
+        for k, (ph, P) in enumerate(zip(tr.phases, wv)):
+            w = phase_total(ph, self.dev, cfg, tr.d_pad, P,
+                            read_floor_waves(ph, P, cap, k == 0) if ph.n else None)
+            t += w
+            floor = read_floor(ph, cap if k else 0)
+            if k == last:   # the last phase writes back its own stores (evicted or flushed)
+                floor += float(ph.store_bytes.sum())
+            tf += max(w, floor / hbm_bw)
+        key = (cfg.algorithm, cfg.splits, _geometry(cfg))
+        if key not in self._hbm_floor:
+            comp_r, _ = compulsory_rw(cfg, self.shape)
+            stores = sum(int(ph.store_bytes.sum()) for ph in tr.phases)
+            self._hbm_floor[key] = (comp_r + stores) / hbm_bw
+        lb = max(tf, self._hbm_floor[key])
+        self._lb[_time_class(cfg, wv)] = (lb, t)
+        return _Cand(cfg, f, lb, _geometry(cfg), wv, waves_lb=t)
+
+    def upper(self, c: _Cand) -> float:
+        """An upper bound on ``c``'s predicted time without a replay: each wave's HBM reads and
+        writes at most :func:`~.l2.hbm_bound` (and the latency term at that miss fraction).
+        Equal to the exact lower bound when neither HBM nor the latency can bind: then the
+        config's time is known without a replay."""
+        key = _time_class(c.cfg, c.P)
+        if c.ub is None and key in self._ub:
+            c.ub = self._ub[key]
+        if c.ub is None:
+            tr = self.traffic[c.geo]
+            cap = self.dev.l2_bytes
+            assert cap is not None  # require_model()
+            live = [(ph, P) for ph, P in zip(tr.phases, c.P) if ph.n]
+            stores = [float(ph.store_bytes.sum()) for ph, _ in live]
+            t = 0.0
+            for k, (ph, P) in enumerate(live):
+                last = k == len(live) - 1
+                rb, wb = hbm_bound(ph, P, cap, min(float(cap), sum(stores[:k])),
+                                   min(float(cap), sum(stores)) if last else 0.0)
+                t += phase_total(ph, self.dev, c.cfg, tr.d_pad, P, rb, wb)
+            c.ub = self._ub[key] = max(t, c.lb)
+        return c.ub
 
     def run(self) -> None:
         """Feasibility and the closed-form bound of every config; the exact bound is computed
@@ -274,7 +360,7 @@ class _Search:
             cfgs = [c for c in cfgs if self.where(c)]
         self.searched = len(cfgs)
         seen: dict[tuple, Feasibility] = {}
-        comp: dict[tuple, int] = {}
+        comp: dict[tuple, tuple[int, int]] = {}
         self.heap: list = []
         for i, cfg in enumerate(cfgs):
             base = (cfg.algorithm, cfg.Br, cfg.Bc, cfg.warps, cfg.stages, cfg.q, cfg.p, cfg.o,
@@ -286,25 +372,29 @@ class _Search:
                 continue
             ck = (cfg.algorithm, cfg.splits)
             if ck not in comp:
-                comp[ck] = compulsory_bytes(cfg, self.shape)
+                comp[ck] = compulsory_rw(cfg, self.shape)
             lb = _cheap_bound(self.dev, self.shape, cfg, f, comp[ck])
-            heapq.heappush(self.heap, (lb, 0, i, cfg, f))
+            heapq.heappush(self.heap, (_round(lb), 1, lb, i, cfg, f))
             self.feasible += 1
 
     def pop(self) -> _Cand | None:
-        """The config of least bound whose bound is exact (tightening cheap bounds on the way)."""
+        """A config of least bound (to the model's 3-figure resolution, :func:`_round`) whose
+        bound is exact, tightening cheap bounds on the way; within one rounded bound exact ones
+        come first (the search's stopping rules compare rounded bounds only)."""
         while self.heap:
-            lb, exact, i, cfg, f = heapq.heappop(self.heap)
-            if exact:
+            _, cheap, lb, i, cfg, f = heapq.heappop(self.heap)
+            if not cheap:
                 c = self.bounds[cfg]
                 self.cands.append(c)
                 return c
             c = self.bound(cfg, f)
             self.bounds[cfg] = c
-            heapq.heappush(self.heap, (max(c.lb, lb), 1, i, cfg, f))
+            lb = max(c.lb, lb)
+            heapq.heappush(self.heap, (_round(lb), 0, lb, i, cfg, f))
         return None
 
     def peek(self) -> float:
+        """The least bound left, rounded (:func:`_round`)."""
         return self.heap[0][0] if self.heap else math.inf
 
     def finish(self, c: _Cand) -> Score:
@@ -313,6 +403,7 @@ class _Search:
         key = (c.geo, tuple(c.P))
         tr = dataclasses.replace(self.traffic[c.geo], config=c.cfg)
         if key not in self.replays:
+            assert self.dev.l2_bytes is not None and self.dev.l2_sector_bytes is not None
             self.replays[key] = replay(tr, self.dev.l2_bytes, c.P,
                                        sector=self.dev.l2_sector_bytes)
         rep = self.replays[key]
@@ -324,52 +415,102 @@ class _Search:
         return s
 
     def best(self, top: int) -> tuple[list[Score], bool]:
-        done: list[Score] = []
+        """The ``top`` configs by :func:`_order_key`.  Configs are taken in order of their lower
+        bound until the next bound rounds (:func:`_round`) above the ``top``-th best time, so
+        that ties (:func:`_order_key`) are broken among every config that can tie;
+        a config whose time its bounds determine needs no replay to be placed, only the winners
+        are replayed (for their HBM bytes); the others are replayed while replays last."""
+        known: list[tuple[_Cand, float]] = []
         exhausted = True
         while True:
-            if len(done) >= top and \
-                    self.peek() > sorted(s.time_s for s in done)[top - 1] * (1 + TIE):
+            if len(known) >= top and \
+                    _round(self.peek()) > _round(sorted(t for _, t in known)[top - 1]):
                 break
             c = self.pop()
             if c is None:
                 break
-            if (c.geo, tuple(c.P)) not in self.replays and len(self.replays) >= self.max_replays:
+            if c.cfg in self.final or (c.geo, tuple(c.P)) in self.replays:
+                known.append((c, _time(self.finish(c))))
+                continue
+            self.upper(c)
+            if c.determined:
+                known.append((c, c.lb))
+                continue
+            if len(self.replays) >= self.max_replays:
                 exhausted = False
                 break
-            done.append(self.finish(c))
-        return sorted(done, key=_order_key)[:top], exhausted
+            known.append((c, _time(self.finish(c))))
+        known.sort(key=lambda x: _key(x[1], self.traffic[x[0].geo].two_level, x[0].cfg))
+        return sorted((self.finish(c) for c, _ in known[:top]), key=_order_key), exhausted
 
     def rank(self, t: float, rel: float = 1e-9) -> tuple[int, bool]:
-        """1 + the feasible configs faster than ``t·(1 - rel)`` (replaying those whose bound is
-        below it while replays last; past that they count as faster: ``exact`` False)."""
+        """1 + the feasible configs faster than ``t·(1 - rel)``.
+
+        A config whose lower bound is not below it is not faster; one whose upper bound
+        (:meth:`upper`, no replay) is below it is; the others are replayed while replays last,
+        and past that counted as faster (``exact`` False: the rank is then an upper bound)."""
         better, exact = 0, True
         tol = t * (1 - rel)
-        for c in list(self.cands):
-            if c.lb < tol and self._faster(c, tol):
-                better += 1
-        while self.peek() < tol:
-            if len(self.replays) >= self.max_replays:   # out of replays: count by the bound
-                n = sum(1 for entry in self.heap if entry[0] < tol)
-                return better + n + 1, n == 0
-            c = self.pop()
-            if c is None:
-                break
+        todo = [c for c in self.cands if c.lb < tol]
+        while self.peek() <= _round(tol):    # every config left rounds above: none is below
+            _, cheap, lb, i, cfg, f = heapq.heappop(self.heap)   # (rank comes last: it drains)
+            if lb >= tol:
+                continue
+            c = self.bound(cfg, f) if cheap else self.bounds[cfg]
+            self.bounds[cfg] = c
             if c.lb < tol:
-                better += self._faster(c, tol)
+                self.cands.append(c)
+                todo.append(c)
+        unsure = []
+        for c in todo:
+            r = self._faster(c, tol, replay_now=False)
+            if r is None:
+                unsure.append(c)
+            else:
+                better += r
+        for c in sorted(unsure, key=lambda c: c.lb):
+            r = self._faster(c, tol, replay_now=True)
+            if r is None:
+                exact = False
+                r = True
+            better += r
         return better + 1, exact
 
-    def _faster(self, c: _Cand, tol: float) -> bool:
-        return self.finish(c).time_s < tol
+    def _faster(self, c: _Cand, tol: float, replay_now: bool) -> bool | None:
+        """Whether ``c`` is faster than ``tol``; None when only a replay could tell and none is
+        allowed (``replay_now`` False, or the replay budget is spent)."""
+        if c.cfg in self.final or (c.geo, tuple(c.P)) in self.replays:
+            return _time(self.finish(c)) < tol
+        if not replay_now:
+            return True if self.upper(c) < tol else None
+        if len(self.replays) >= self.max_replays:
+            return None
+        return _time(self.finish(c)) < tol
+
+
+def _time(s: Score) -> float:
+    """The predicted time of a scored (feasible) config."""
+    assert s.time_s is not None
+    return s.time_s
+
+
+def _round(time_s: float) -> float:
+    """A time to 3 significant figures: the model's resolution (monotone, so a config whose
+    lower bound rounds above the top-th best time cannot tie with it)."""
+    return float(f"{time_s:.3g}") if math.isfinite(time_s) else time_s
+
+
+def _key(time_s: float, l2_bytes: int, c: KernelConfig) -> tuple:
+    return (_round(time_s), l2_bytes, -c.stages, c.p != "regs", not c.overlap, -c.Bc)
 
 
 def _order_key(s: Score) -> tuple:
     """Least time first (equal to 3 significant figures: a tie, as the model is no finer);
-    among ties fewer bytes requested from the L2 (GQA packing), then (the roofline does not see
-    latency, so stages and FA3's overlap often tie) more stages, P in registers and overlap
-    first, as real kernels choose."""
-    c = s.config
-    return (float(f"{s.time_s:.3g}"), s.l2_bytes, -c.stages, c.p != "regs", not c.overlap,
-            -c.Bc)
+    among ties fewer bytes requested from the L2 (GQA packing), then (where the latency term
+    does not bind, stages and FA3's overlap tie) more stages, P in registers and overlap first,
+    as real kernels choose."""
+    assert s.l2_bytes is not None  # a scored (feasible) config
+    return _key(_time(s), s.l2_bytes, s.config)
 
 
 def explain(named: Score, best: Score) -> str:
@@ -379,18 +520,19 @@ def explain(named: Score, best: Score) -> str:
         return f"{named.config.short()} is infeasible: {named.why}"
     if named.config == best.config:
         return f"the oracle picks {named.config.label or 'the named kernel'}'s config itself"
-    dt = named.time_s - best.time_s
-    rel = dt / best.time_s if best.time_s else 0.0
+    t_named, t_best = _time(named), _time(best)
+    dt = t_named - t_best
+    rel = dt / t_best if t_best else 0.0
     diffs = {r: named.alone.get(r, 0.0) - best.alone.get(r, 0.0) for r in RESOURCES}
     r = max(diffs, key=lambda k: diffs[k])
     lines = [f"{named.config.short()} ({named.config.label}) is predicted "
-             f"{named.time_s * 1e6:.1f} us, {rel:+.1%} against the oracle's "
-             f"{best.config.short()} ({best.time_s * 1e6:.1f} us)."]
+             f"{t_named * 1e6:.1f} us, {rel:+.1%} against the oracle's "
+             f"{best.config.short()} ({t_best * 1e6:.1f} us)."]
     if abs(rel) < 0.005:
         lines.append("Within 0.5%: the model sees no material difference.")
     words = {"hbm": "HBM traffic", "l2": "L2 bandwidth", "sm_port": "each SM's L2 port",
              "smem": "shared-memory bandwidth", "tensor": "tensor-core time", "sfu":
-             "exponentials (SFU)"}
+             "exponentials (SFU)", "latency": "memory latency (bytes in flight per CTA)"}
     lines.append(
         f"Largest difference: {words[r]}, {named.alone[r] * 1e6:.1f} us vs "
         f"{best.alone[r] * 1e6:.1f} us alone (named kernel bound by {named.bound_by}, oracle "
@@ -406,6 +548,33 @@ def explain(named: Score, best: Score) -> str:
                  f"{best.smem_bytes:,}/{best.smem_limit_bytes:,} B, "
                  f"{best.regs_per_thread}/{best.regs_limit}.")
     return " ".join(lines)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The search's bounds on one config's predicted time (seconds): ``cheap`` (closed form, no
+    grid), ``lower`` (per wave, no replay), ``upper`` (no replay); ``cheap <= lower <=
+    score(...).time_s <= upper`` for an exact replay (tested; an extrapolated one, past the
+    request budget, is an estimate and may stray outside)."""
+
+    cheap: float
+    lower: float
+    upper: float
+
+
+def bounds(device: str | Device, workload: Any, config: Any, *,
+           dtype: str | None = None) -> Bounds:
+    """The bounds the oracle prunes ``config`` with (:class:`Bounds`; ParameterError if the
+    config is infeasible)."""
+    dev, shape, cfg = resolve(device, workload, config, dtype)
+    dev.require_model()
+    f = check(dev, cfg, shape)
+    if not f.feasible:
+        raise ParameterError(f"config {cfg.short()} is infeasible: {f.why}", param="config")
+    s = _Search(dev, shape, cfg.algorithm, cfg.dtype, 1)
+    cheap = _cheap_bound(dev, shape, cfg, f, compulsory_rw(cfg, shape))
+    c = s.bound(cfg, f)
+    return Bounds(cheap, c.lb, s.upper(c))
 
 
 def _default_algorithm(dev: Device, shape: Shape) -> str:
@@ -445,7 +614,7 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
         if f.feasible:
             c = s.bounds.get(ncfg) or s.bound(ncfg, f)
             named = s.finish(c)
-            rank, exact = s.rank(named.time_s)
+            rank, exact = s.rank(_time(named))
             exhausted = exhausted and exact
         else:
             from .model import _infeasible

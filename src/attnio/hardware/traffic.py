@@ -23,6 +23,7 @@ per-CTA bytes, tensor-core FLOPs, exponentials and shared-memory traffic.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -44,7 +45,8 @@ from .devices import Device
 from .kernels import KernelConfig, head_dim_rounded
 
 __all__ = ["ARRAYS", "FEATURES", "Op", "Phase", "Template", "Traffic", "build",
-           "byte_coefficients", "compulsory_bytes", "compulsory_rw", "features", "template", "work_coefficients"]
+           "byte_coefficients", "compulsory_bytes", "compulsory_rw", "features", "inflight_bytes",
+           "template", "work_coefficients"]
 
 #: Array name -> code in a tile key (``code << 56 | head << 32 | row``).
 ARRAYS = {"Q": 1, "K": 2, "V": 3, "O": 4, "L": 5, "O_part": 6, "lse_part": 7, "dO": 8, "D": 9,
@@ -195,14 +197,24 @@ def _periodic(ops: list, idx: list, what: str) -> tuple[Op, ...]:
     return tuple(ops[:L])
 
 
-@functools.lru_cache(maxsize=512)
 def template(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None = None
              ) -> dict[str, Template]:
     """The CTA programs of ``cfg`` (phase name -> Template), read off the schedule's trace.
 
     ``G`` query heads per CTA (packing), ``Brh`` query rows per head and CTA, ``smem`` the
-    CTA's shared-memory bytes (None: unlimited) for the simulator's capacity check.
+    CTA's shared-memory bytes (None: unlimited) for the simulator's capacity check.  The trace
+    depends only on the family, the tile, Q's and O's placement and the element type (not on
+    stages, P's placement, overlap or the split count), so configs differing in those share it.
     """
+    key = dataclasses.replace(cfg, Br=cfg.Br if cfg.algorithm == "fa2_bwd" else 0, warps=1,
+                              stages=1, p="regs", pack_gqa=False, splits=min(cfg.splits, 2),
+                              overlap=False, label="")
+    return _template(key, d, G, Brh, smem)
+
+
+@functools.lru_cache(maxsize=1024)
+def _template(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None
+              ) -> dict[str, Template]:
     if cfg.algorithm == "fa2_bwd":
         ops, shp = _trace_backward(cfg, d, smem)
         first_k = next(i for i, o in enumerate(ops) if o[1] == "K")
@@ -498,6 +510,21 @@ def work_coefficients(ph: Phase, cfg: KernelConfig, d: int) -> tuple[np.ndarray,
     return flops, exps, smem
 
 
+def inflight_bytes(ph: Phase, cfg: KernelConfig) -> float | None:
+    """Bytes one CTA of the phase can have in flight: its multi-buffered tiles in shared memory.
+
+    Forward CTAs (``main``, ``split``) keep ``stages`` K/V tiles outstanding (cp.async or TMA
+    fills them while the consumers work on another), ``stages·Bc`` rows of K and of V; the
+    backward's CTAs ``stages`` Q and dO tiles.  The light kernels (the split combine, the
+    backward's preprocessing) issue all their loads at once: None (one round trip).
+    """
+    if ph.name in ("main", "split") and cfg.forward:
+        return float(cfg.stages * cfg.Bc * (ph.row_bytes["K"] + ph.row_bytes["V"]))
+    if ph.name == "main":
+        return float(cfg.stages * cfg.Br * (ph.row_bytes["Q"] + ph.row_bytes["dO"]))
+    return None
+
+
 def _amounts(ph: Phase, cfg: KernelConfig, d: int) -> None:
     """Per-CTA bytes loaded/stored, tensor FLOPs, exponentials, shared-memory bytes."""
     F = features(ph)
@@ -592,13 +619,16 @@ def build(cfg: KernelConfig, shape: Shape, device: Device | None = None,
                              "KV head", param="pack_gqa")
     Brh = max(1, cfg.Br // G)
     rb = _row_bytes(cfg, d)
-    smem = None if device is None else int(device.smem_per_block)
+    smem = None
+    if device is not None:
+        assert device.smem_per_block is not None  # (a device that passed require_model())
+        smem = int(device.smem_per_block)
     if cfg.algorithm == "fa2_bwd":
         tpls = template(cfg, d, 1, cfg.Br, smem)
         phases = _backward_phases(cfg, shape, d, tpls, ctas_per_sm)
     elif cfg.splits > 1:
-        if cfg.pack_gqa and shape.causal and not (shape.Nq == 1 and shape.offset >= 0
-                                                 and shape.window is None):
+        if cfg.pack_gqa and G > 1 and shape.causal and not (shape.Nq == 1 and shape.offset >= 0
+                                                           and shape.window is None):
             raise ParameterError("pack_gqa with splits > 1 needs an unmasked shape or Nq = 1 "
                                  "(bottom-right causal, no window)", param="pack_gqa")
         if cfg.splits > shape.Nkv:

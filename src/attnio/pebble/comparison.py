@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import algorithms, bounds
@@ -39,7 +40,7 @@ class Instance:
         if self.kind == "attention":
             Nq, Nkv, d = self.sizes
             return dag_.attention(Nq, d, Nkv=Nkv, rowmax=self.rowmax, normalize=self.normalize)
-        raise ParameterError(f"kind must be 'attention' or 'matmul', got {self.kind!r}")
+        raise ParameterError(f"kind must be 'attention' or 'matmul', got {self.kind!r}", param="kind")
 
     @property
     def label(self) -> str:
@@ -89,13 +90,32 @@ def seed_bounds(inst: Instance, M: int) -> list[tuple[str, float, bool]]:
 
 
 def compare(inst: Instance, M: int, *, time_limit: float = 60.0, sliding: bool = True,
-            sliding_time_limit: float | None = None, workers: int = 2) -> dict:
-    """The optimum (standard game, and the sliding variant) next to simulated counts and bounds."""
+            sliding_time_limit: float | None = None, workers: int = 2,
+            on_phase: Callable[[str], None] | None = None) -> dict:
+    """The optimum (standard game, and the sliding variant) next to simulated counts and bounds.
+
+    ``time_limit`` is the seconds for both solves together: the standard game gets two thirds
+    of it when the sliding variant is solved too, and the sliding variant what is left
+    (``sliding_time_limit`` sets its share instead).  ``on_phase(text)`` is told when each solve
+    starts (a progress display's label).
+    """
+    if not (isinstance(time_limit, (int, float)) and not isinstance(time_limit, bool)
+            and 0 < time_limit < float("inf")):
+        raise ParameterError(f"time_limit must be a positive number of seconds, got "
+                             f"{time_limit!r}", param="time_limit")
     g = inst.dag()
-    res = solve(g, M, time_limit=time_limit, workers=workers)
+    t0 = time.perf_counter()
+    first = time_limit if not sliding else (
+        time_limit - sliding_time_limit if sliding_time_limit else time_limit * 2 / 3)
+    if on_phase is not None:
+        on_phase(f"red-blue game, M={M}")
+    res = solve(g, M, time_limit=max(0.1, first), workers=workers)
     sl = None
     if sliding:
-        sl = solve(g, M, time_limit=sliding_time_limit or time_limit, sliding=True)
+        if on_phase is not None:
+            on_phase(f"sliding variant, M={M}")
+        rest = max(0.1, time_limit - (time.perf_counter() - t0))
+        sl = solve(g, M, time_limit=rest, sliding=True)
     return {"instance": inst, "dag": g, "M": M, "result": res, "sliding": sl,
             "simulated": simulated(inst, M), "bounds": seed_bounds(inst, M)}
 

@@ -74,24 +74,23 @@ class DAG:
 
     def __post_init__(self):
         if len(self.names) != len(self.preds) or len(self.names) != len(self.ops):
-            raise ParameterError("names, preds and ops must have the same length")
+            raise ParameterError("names, preds and ops must have the same length", param="names")
         index: dict[str, int] = {}
         for v, name in enumerate(self.names):
             if name in index:
-                raise ParameterError(f"node name {name!r} is used twice")
+                raise ParameterError(f"node name {name!r} is used twice", param="names")
             index[name] = v
             for u in self.preds[v]:
                 if not 0 <= u < v:
                     raise ParameterError(
-                        f"node {name!r}: predecessor index {u} must precede it (topological order)"
-                    )
+                        f"node {name!r}: predecessor index {u} must precede it (topological order)", param="preds")
         if not self.outputs:
-            raise ParameterError("a DAG needs at least one output")
+            raise ParameterError("a DAG needs at least one output", param="outputs")
         for o in self.outputs:
             if not 0 <= o < len(self.names):
-                raise ParameterError(f"output index {o} is not a node")
+                raise ParameterError(f"output index {o} is not a node", param="outputs")
             if not self.preds[o]:
-                raise ParameterError(f"output {self.names[o]!r} is an input: nothing to compute")
+                raise ParameterError(f"output {self.names[o]!r} is an input: nothing to compute", param="outputs")
         object.__setattr__(self, "_index", index)
 
     # ------------------------------------------------------------------ queries
@@ -102,7 +101,7 @@ class DAG:
         try:
             return self._index[name]
         except KeyError:
-            raise ParameterError(f"no node named {name!r} in {self.title}") from None
+            raise ParameterError(f"no node named {name!r} in {self.title}", param="name") from None
 
     def preds_of(self, name: str) -> tuple[str, ...]:
         return tuple(self.names[u] for u in self.preds[self.index(name)])
@@ -190,11 +189,11 @@ def from_preds(preds: dict[str, Sequence[str]], outputs: Sequence[str], *, title
     for name, ps in preds.items():
         for p in ps:
             if p not in b.index:
-                raise ParameterError(f"node {name!r}: operand {p!r} must be listed before it")
+                raise ParameterError(f"node {name!r}: operand {p!r} must be listed before it", param="nodes")
         b.add(name, tuple(ps), (ops or {}).get(name, "op" if ps else "input"))
     for o in outputs:
         if o not in b.index:
-            raise ParameterError(f"output {o!r} is not a node")
+            raise ParameterError(f"output {o!r} is not a node", param="outputs")
     return b.build(outputs)
 
 
@@ -212,7 +211,7 @@ def binary_tree(leaves: int) -> DAG:
     """A complete binary reduction tree over ``leaves`` inputs (a power of two); the root is the output."""
     leaves = check_int("leaves", leaves, minimum=2)
     if leaves & (leaves - 1):
-        raise ParameterError(f"leaves must be a power of two >= 2, got {leaves}")
+        raise ParameterError(f"leaves must be a power of two >= 2, got {leaves}", param="leaves")
     b = _Builder(f"binary tree leaves={leaves}")
     level = [b.add(f"leaf{i}") for i in range(leaves)]
     depth = 0
@@ -297,7 +296,7 @@ def evaluate(dag: DAG, inputs: dict[str, float], *, scale: float = 1.0) -> list[
         x = [val[u] for u in ps]
         if not ps:
             if name not in inputs:
-                raise ParameterError(f"no value given for input {name!r}")
+                raise ParameterError(f"no value given for input {name!r}", param="inputs")
             val[v] = float(inputs[name])
         elif op == "*":
             val[v] = x[0] * x[1]
@@ -316,5 +315,5 @@ def evaluate(dag: DAG, inputs: dict[str, float], *, scale: float = 1.0) -> list[
         elif op == "f":
             val[v] = x[0]
         else:
-            raise ParameterError(f"node {name!r}: no evaluation rule for operation {op!r}")
+            raise ParameterError(f"node {name!r}: no evaluation rule for operation {op!r}", param="nodes")
     return val

@@ -336,7 +336,7 @@ def _check_M(dag: DAG, M: int, sliding: bool = False) -> None:
         what = "its operands (sliding game)" if sliding else "operands + result"
         raise ParameterError(
             f"M={M} is too small for {dag.title}: a node with {dag.max_indegree} operands needs "
-            f"M >= {need} red pebbles ({what})")
+            f"M >= {need} red pebbles ({what})", param="M")
 
 
 def safe_horizon(dag: DAG) -> int:
@@ -387,6 +387,11 @@ class PebbleResult:
         return (f"{self.title}, M={self.M}: I/O {self.io} ({self.reads} R + {self.writes} W), "
                 f"{proof} [{self.scope}]; proven lower bound {self.lower_bound}, "
                 f"greedy {self.greedy_io}, {self.seconds:.1f} s ({self.method})")
+
+
+#: Measured cost of building the CP-SAT model, per node and time step (2 cores, ortools 9):
+#: a horizon whose model cannot be built within the time left is not tried.
+BUILD_SECONDS_PER_NODE_STEP = 4e-4
 
 
 def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit: float,
@@ -449,7 +454,9 @@ def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit
     active = []
     for t in range(T):
         a = m.NewBoolVar(f"a{t}")
-        mv = [x for (v, tt), x in list(comp.items()) + list(rd.items()) + list(wr.items()) if tt == t]
+        mv = ([comp[v, t] for v in range(n) if (v, t) in comp]
+              + [rd[v, t] for v in range(n) if (v, t) in rd]
+              + [wr[v, t] for v in range(n) if (v, t) in wr])  # the moves of step t
         for x in mv:
             m.AddImplication(x, a)
         m.AddBoolOr(mv + [a.Not()])
@@ -539,7 +546,7 @@ def cpsat(dag: DAG, M: int, *, horizon: int | str | None = None, time_limit: flo
     _check_M(dag, M)
     workers = check_int("workers", workers, minimum=1)
     if not (isinstance(time_limit, (int, float)) and time_limit > 0):
-        raise ParameterError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+        raise ParameterError(f"time_limit must be a positive number of seconds, got {time_limit!r}", param="time_limit")
     t0 = time.perf_counter()
     g_moves = greedy(dag, M)
     g_io = replay(dag, g_moves, M).io
@@ -557,7 +564,8 @@ def cpsat(dag: DAG, M: int, *, horizon: int | str | None = None, time_limit: flo
     last_optimal, last_bound, last_T = False, lb, T
     while True:
         remaining = time_limit - (time.perf_counter() - t0)
-        if remaining <= 0.05:
+        # building the time-expanded model is itself slow (outside CP-SAT's own time limit)
+        if remaining <= 0.05 or BUILD_SECONDS_PER_NODE_STEP * len(dag) * T > remaining:
             break
         hint = best_steps if len(best_steps) <= T else None
         ts = time.perf_counter()
@@ -735,8 +743,8 @@ def search(dag: DAG, M: int, *, time_limit: float = 60.0, max_states: int = 5_00
             return SearchResult(dag.title, M, rep.io, tuple(moves), True, rep.io,
                                 len(g_best), time.perf_counter() - t0)
         expanded += 1
-        if expanded % 2048 == 0 and (time.perf_counter() - t0 > time_limit
-                                     or len(g_best) > max_states):
+        if expanded % 64 == 0 and (time.perf_counter() - t0 > time_limit
+                                   or len(g_best) > max_states):
             break
         dead = dead_of(bo)
         nred = bin(red).count("1")
@@ -798,12 +806,12 @@ def solve(dag: DAG, M: int, *, time_limit: float = 60.0, method: str = "auto",
     """
     M = check_int("M", M, minimum=1)
     if method not in ("auto", "search", "cpsat"):
-        raise ParameterError(f"method must be 'auto', 'search' or 'cpsat', got {method!r}")
+        raise ParameterError(f"method must be 'auto', 'search' or 'cpsat', got {method!r}", param="method")
     if not (isinstance(time_limit, (int, float)) and time_limit > 0):
-        raise ParameterError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+        raise ParameterError(f"time_limit must be a positive number of seconds, got {time_limit!r}", param="time_limit")
     if sliding and (method == "cpsat" or not recompute):
         raise ParameterError("sliding=True is solved by search only (method='auto' or 'search', "
-                             "recompute=True)")
+                             "recompute=True)", param="sliding")
     _check_M(dag, M, sliding)
     if method == "cpsat" or not recompute:  # search and greedy shortcuts assume recomputation
         return cpsat(dag, M, horizon=horizon, time_limit=time_limit, workers=workers,

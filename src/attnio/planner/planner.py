@@ -32,7 +32,8 @@ from ..core.blockmask import BlockMask
 from ..core.checks import check_bool, check_int, check_real
 from ..core.errors import AttnioError, ParameterError
 from ..core.memory import IOCount
-from ..core.workload import Shape
+from ..core.resources import fmt_count
+from ..core.workload import MAX_M, Shape
 from ..hardware import devices as _devices
 
 __all__ = ["Backward", "Candidate", "Certificate", "FastMemory", "Plan", "backward_plan", "plan",
@@ -303,7 +304,7 @@ class Plan:
             lines.append(f"  Guaranteed error:  {self.error:.3g} (approximate)")
         b = self.best_bound
         scope = "" if self.chosen.exact else "; for exact algorithms only"
-        lines.append(f"  Best lower bound:  {b.value:,.0f} ({b.name}, explicit{scope})")
+        lines.append(f"  Best lower bound:  {fmt_count(b.value)} ({b.name}, explicit{scope})")
         ratio = f"{self.ratio:.3f}" if self.ratio is not None else "n/a (approximate algorithm)"
         lines.append(f"  Ratio total/bound:  {ratio}")
         lines.append(f"            Regime:  {self.regime}")
@@ -324,7 +325,7 @@ class Plan:
             lines.append(f"{name:<{w}}  (skipped: {reason})")
         lines += ["-" * 88, f"{'bound':<28} {'value':>20}  {'explicit':>8}  theorem", "-" * 88]
         for bd in self.bounds:
-            lines.append(f"{bd.name:<28} {bd.value:>20,.0f}  {'yes' if bd.explicit else 'no':>8}"
+            lines.append(f"{bd.name:<28} {fmt_count(bd.value):>20}  {'yes' if bd.explicit else 'no':>8}"
                          f"  {bd.theorem}")
         lines += ["", "why: " + self.why]
         return "\n".join(lines)
@@ -415,7 +416,7 @@ def _why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
         s += f"; runner-up {runner.algorithm} moves {pct:.1f}% more"
     s += f". {reg}. "
     if ratio is not None:
-        s += (f"The best explicit lower bound ({best_bound.name}) is {best_bound.value:,.0f}, so "
+        s += (f"The best explicit lower bound ({best_bound.name}) is {fmt_count(best_bound.value)}, so "
               f"this plan is within {ratio:.2f}x of optimal")
         if theta is not None:
             s += f" (and {theta:.2f}x the Θ-form with constant 1)"
@@ -495,14 +496,14 @@ def fast_memory(M: int | None = None, *, M_bytes: int | None = None,
             raise ParameterError("M_bytes needs dtype_bytes (bytes per word, e.g. 2 for fp16)",
                                  param="dtype_bytes")
         return FastMemory(_devices.words_for(M_bytes, db), db, None)
-    return FastMemory(check_int("M", M, minimum=1), db, None)
+    return FastMemory(check_int("M", M, minimum=1, maximum=MAX_M), db, None)
 
 
 def plan_shape(shape: Shape, memory: FastMemory | int, *, approx_eps: float | None = None,
                entry_bound: float | None = None, backward: bool = False) -> Plan:
     """:func:`plan` for a :class:`~attnio.core.workload.Shape` (the workload, mask included)."""
     if not isinstance(memory, FastMemory):
-        memory = FastMemory(check_int("M", memory, minimum=1))
+        memory = FastMemory(check_int("M", memory, minimum=1, maximum=MAX_M))
     check_bool("backward", backward)
     if approx_eps is not None:
         approx_eps = check_real("approx_eps", approx_eps, lo=0, hi=1, lo_open=True, hi_open=True)

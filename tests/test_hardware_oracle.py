@@ -1,0 +1,166 @@
+"""The oracle's pruning is exact: its bounds bracket the model's time, per wave and per kernel,
+the fast LRU path counts what the plain one counts, and the search returns what scoring every
+config would; the latency term makes stages matter where they should."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from attnio.core.workload import Shape
+from attnio.hardware import devices, l2, traffic
+from attnio.hardware.feasibility import check
+from attnio.hardware.kernels import KernelConfig
+from attnio.hardware.model import score, waves_of
+from attnio.hardware.oracle import bounds, candidates, tune, tune_report
+
+H100 = devices.get("h100")
+A100 = devices.get("a100")
+#: H100 with a 256 KiB L2: the small cases evict, write back and re-read.
+SMALL_L2 = dataclasses.replace(H100, name="h100-small-l2", l2_bytes=256 * 1024)
+
+DECODE = Shape(1, 4096, 128, heads=8, kv_heads=2)
+PREFILL = Shape(1024, 1024, 64, heads=4, causal=True)
+WINDOW = Shape(1024, 1024, 64, heads=2, causal=True, window=200)
+WAVES = Shape(4096, 4096, 64, heads=8, causal=True)     # several waves, several CTAs per SM
+
+CASES = [
+    (H100, DECODE, KernelConfig("fa3", 64, 64, 8, 1, pack_gqa=True, splits=4, overlap=True)),
+    (H100, DECODE, KernelConfig("fa3", 64, 16, 8, 1, pack_gqa=True, splits=2, overlap=True)),
+    (H100, DECODE, KernelConfig("fa3", 64, 128, 8, 2)),
+    (H100, DECODE, KernelConfig("splitkv", 16, 32, 1, 2, pack_gqa=True, splits=8)),
+    (H100, DECODE, KernelConfig("fa2", 16, 16, 1, 1, pack_gqa=True)),
+    (H100, PREFILL, KernelConfig("fa3", 128, 128, 12, 2, overlap=True)),
+    (H100, PREFILL, KernelConfig("fa3", 192, 64, 16, 3, p="smem")),
+    (A100, PREFILL, KernelConfig("fa2", 64, 32, 4, 2)),
+    (A100, WINDOW, KernelConfig("fa2", 128, 64, 4, 1, q="regs")),
+    (A100, PREFILL, KernelConfig("fa2_bwd", 64, 64, 4, 1)),
+    (SMALL_L2, PREFILL, KernelConfig("fa3", 128, 64, 12, 1, overlap=True)),
+    (SMALL_L2, DECODE, KernelConfig("fa3", 64, 32, 8, 1, pack_gqa=True, splits=4, overlap=True)),
+    (A100, WAVES, KernelConfig("fa2", 64, 32, 4, 2)),
+    (H100, WAVES, KernelConfig("fa3", 128, 96, 12, 2, overlap=True)),
+    (SMALL_L2, WAVES, KernelConfig("fa3", 128, 64, 12, 2, overlap=True)),
+    (SMALL_L2, WINDOW, KernelConfig("fa2", 64, 32, 4, 1)),
+]
+
+
+def _id(x):
+    return x.short() if isinstance(x, KernelConfig) else None
+
+
+@pytest.mark.parametrize("dev, shape, cfg", CASES, ids=_id)
+def test_bounds_bracket_the_model_time(dev, shape, cfg):
+    s = score(dev, shape, cfg, budget=None)
+    b = bounds(dev, shape, cfg)
+    eps = 1e-12 * s.time_s
+    assert b.cheap <= b.lower + eps
+    assert b.lower <= s.time_s + eps
+    assert s.time_s <= b.upper + eps
+
+
+@pytest.mark.parametrize("dev, shape, cfg", CASES[-8:] + CASES[:2], ids=_id)
+def test_hbm_bounds_bracket_each_waves_replay(dev, shape, cfg):
+    f = check(dev, cfg, shape)
+    tr = traffic.build(cfg, shape, dev, f.ctas_per_sm)
+    P = waves_of(tr, dev, f.ctas_per_sm)
+    rep = l2.replay(tr, dev.l2_bytes, P, budget=None)
+    stores = [float(ph.store_bytes.sum()) for ph in tr.phases]
+    for k, (ph, p) in enumerate(zip(tr.phases, P)):
+        if not ph.n:
+            continue
+        last = k == len(tr.phases) - 1
+        rb, wb = l2.hbm_bound(ph, p, dev.l2_bytes, min(dev.l2_bytes, sum(stores[:k])),
+                              min(dev.l2_bytes, sum(stores)) if last else 0.0)
+        floor = l2.read_floor_waves(ph, p, dev.l2_bytes, k == 0)
+        assert np.all(rep.wave_read[k] <= rb + 1e-6)
+        assert np.all(rep.wave_read[k] >= floor - 1e-6)
+        assert np.all(rep.wave_write[k] <= wb + 1e-6)
+        assert rep.wave_read[k].sum() >= l2.read_floor(ph, dev.l2_bytes if k else 0) - 1e-6
+
+
+def test_replay_fast_path_counts_what_the_plain_lru_counts():
+    """l2.replay inlines the LRU's hit and miss paths; the plain LRU.access gives the same."""
+    rng = random.Random(7)
+    for dev, shape, cfg in CASES[-3:] + CASES[:2]:
+        f = check(dev, cfg, shape)
+        tr = traffic.build(cfg, shape, dev, f.ctas_per_sm)
+        P = waves_of(tr, dev, f.ctas_per_sm)
+        for cap in (dev.l2_bytes, rng.randrange(20_000, 200_000)):
+            rep = l2.replay(tr, cap, P, budget=None)
+            ref = l2.LRU(cap)
+            for ph, p in zip(tr.phases, P):
+                for w in range(-(-ph.n // p) if ph.n else 0):
+                    k, nb, st = traffic.wave_events(ph, w * p, min(ph.n, (w + 1) * p))
+                    for key, n, s in zip(k.tolist(), nb.tolist(), st.tolist()):
+                        ref.access(key, n, s)
+            ref.flush()
+            assert (rep.hbm_read, rep.hbm_write) == (ref.read, ref.written)
+
+
+# ---------------------------------------------------------------------- exactness of the search
+def _brute(dev, shape, algorithm, where):
+    out = []
+    for c in candidates(dev, shape, algorithm):
+        if where(c) and check(dev, c, shape).feasible:
+            out.append(score(dev, shape, c))
+    return out
+
+
+@pytest.mark.parametrize("shape, where", [
+    (DECODE, lambda c: c.Br == 64 and c.Bc in (32, 128) and c.splits in (1, 2, 4)),
+    (PREFILL, lambda c: c.Br == 128 and c.Bc in (64, 112, 128) and c.p == "regs"),
+])
+def test_tune_returns_what_scoring_every_config_returns(shape, where):
+    from attnio.hardware.oracle import _order_key
+
+    every = sorted(_brute(H100, shape, "fa3", where), key=_order_key)
+    r = tune_report(H100, shape, algorithm="fa3", top=3, where=where, max_replays=1000)
+    assert [_order_key(s) for s in r.best] == [_order_key(s) for s in every[:3]]
+    assert r.named_rank == 1 + sum(s.time_s < r.named.time_s * (1 - 1e-9) for s in every)
+
+
+# ---------------------------------------------------------------------- stages and latency
+def test_more_stages_are_never_slower_and_faster_where_latency_binds():
+    """At a fixed tile and occupancy (or with every CTA in one wave) more stages put more bytes
+    in flight: never slower, and strictly faster where the latency term binds (a few
+    small-tile CTAs of a decode)."""
+    strictly = 0
+    for cfg in (KernelConfig("fa3", 64, 16, 8, 1, pack_gqa=True, splits=4, overlap=True),
+                KernelConfig("fa3", 64, 64, 8, 1, pack_gqa=True, overlap=True),
+                KernelConfig("splitkv", 16, 16, 1, 1, pack_gqa=True, splits=4),
+                KernelConfig("fa2", 16, 32, 1, 1, pack_gqa=True)):
+        prev = None
+        for st in (1, 2, 3):
+            c = dataclasses.replace(cfg, stages=st)
+            s = score(H100, DECODE, c)
+            if not s.feasible:
+                continue
+            if prev is not None and (prev.ctas_per_sm == s.ctas_per_sm      # occupancy moot:
+                                     or s.waves == prev.waves == 1 + (c.splits > 1)):
+                assert s.time_s <= prev.time_s
+                if prev.bound_by == "latency":
+                    assert s.time_s < prev.time_s
+                    strictly += 1
+            prev = s
+    assert strictly >= 3
+
+
+def test_the_latency_term_is_littles_law():
+    """One CTA per KV head, 16 key rows per stage: bytes x DRAM latency / bytes in flight."""
+    cfg = KernelConfig("fa2", 16, 16, 1, 1, pack_gqa=True)
+    s = score(H100, DECODE, cfg)
+    kv = 4096 * 2 * 128 * 2                         # one KV head's K and V, bf16
+    inflight = 16 * 2 * 128 * 2
+    assert s.bound_by == "latency"
+    assert s.alone["latency"] == pytest.approx(kv / inflight * H100.dram_latency_s, rel=0.01)
+
+
+def test_decode_split_speedup_is_set_by_one_sms_l2_port():
+    """Unsplit, one CTA per KV head draws its K and V through one SM's L2 port."""
+    unsplit = tune(H100, DECODE, top=1, where=lambda c: c.splits == 1)[0]
+    kv_head = 4096 * 2 * 128 * 2
+    assert unsplit.bound_by == "sm_port"
+    assert unsplit.time_s >= kv_head / H100.sm_l2_bw
