@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from . import algorithms, bounds
 from .algorithms import Algorithm
 from .core import reference
+from .core.blockmask import BlockMask
 from .core.errors import (
     AttnioError,
     CapacityError,
@@ -42,6 +43,7 @@ __all__ = [
     "Algorithm",
     "AttnioError",
     "Block",
+    "BlockMask",
     "CapacityError",
     "FastTile",
     "IOCount",

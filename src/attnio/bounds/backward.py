@@ -26,6 +26,7 @@ import functools
 import math
 
 from ..core import masks
+from ..core.blockmask import BlockMask
 from ..core.errors import ParameterError
 from ..core.workload import Shape
 from . import params as _params
@@ -222,8 +223,9 @@ def li_backward_for(shape: Shape, M: int) -> Bound:
                    "red-blue pebble game, recomputation allowed",
                    "its other preconditions could not be read (only the abstract, the v1 HTML's "
                    "first page and the reviews were readable)"]
-    if shape.masked or shape.Nkv != shape.Nq:
-        assumptions.append("N² read as the number of required pairs P (derived extension)")
+    if shape.masked or shape.sparse or shape.Nkv != shape.Nq:
+        assumptions.append("N² read as the number of required pairs P (derived extension; "
+                           "Li et al.'s own sparse statements could not be read)")
     return Bound(min(large, small), f"{LI_ET_AL}, Theorem 1.1", tuple(assumptions), False,
                  name="li_backward", regime=regime_of(d, M), constant=1.0)
 
@@ -244,7 +246,8 @@ def li_backward(N: int, d: int, M: int, *, Nkv: int | None = None, causal: objec
 def backward_applicable_to(shape: Shape, M: int) -> list[Bound]:
     """Every backward bound whose preconditions hold for ``shape`` with M fast words: the
     explicit :func:`backward_trivial`, :func:`backward_accum` (Theorem D),
-    :func:`backward_pooled` (Theorem E), then Li et al.'s asymptotic form."""
+    :func:`backward_pooled` (Theorem E), then Li et al.'s asymptotic form.  Every one reads the
+    mask (causal, window, or a block-sparse layout) through :func:`attnio.core.masks.row_counts`."""
     M = check_M(M)
     return [backward_trivial_for(shape), backward_accum_for(shape, M),
             backward_pooled_for(shape, M), li_backward_for(shape, M)]
@@ -252,8 +255,9 @@ def backward_applicable_to(shape: Shape, M: int) -> list[Bound]:
 
 def backward_applicable(N: int, d: int, M: int, *, Nkv: int | None = None,
                         causal: object = False, heads: int = 1, kv_heads: int | None = None,
-                        window: int | None = None) -> list[Bound]:
-    """:func:`backward_applicable_to` for these sizes."""
+                        window: int | None = None,
+                        block_mask: BlockMask | None = None) -> list[Bound]:
+    """:func:`backward_applicable_to` for these sizes (``block_mask``: a block-sparse layout)."""
     shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
-                            window=window)
+                            window=window, block_mask=block_mask)
     return backward_applicable_to(shape, M)
