@@ -72,7 +72,7 @@ def _polygon_max(poly: Sequence[tuple[float, float]], branches: Sequence[Branch]
     for i in range(n):
         (p0, q0), (p1, q1) = poly[i], poly[(i + 1) % n]
         if p0 == p1:
-            if mu > 0.0 and p0 > 0.0:
+            if 4.0 * mu * mu > 0.0 and p0 > 0.0:  # (μ so small that μ² underflows: no peak)
                 lo, hi = (q0, q1) if q0 < q1 else (q1, q0)
                 for c2, c3 in branches:
                     qs = (c2 * p0 * p0 + c3 * p0 ** 3) / (4.0 * mu * mu)
@@ -167,7 +167,7 @@ def _pooled_max(T: float, lo: float, hi: float, nu: float, J: Callable[[float], 
 
     def best_y(I: float) -> float:
         ylo, yhi = T - I, T - I + rho(I)
-        if nu <= 0.0:
+        if not 4.0 * nu * nu > 0.0:  # ν = 0 (or ν² underflows): the peak is beyond yhi
             return at(I, yhi)
         ys = J(I) / (4.0 * nu * nu)
         return at(I, min(max(ys, ylo), yhi))
