@@ -113,7 +113,7 @@ def timing(repeat: int) -> dict:
     return out
 
 
-def summarise(rows: list[dict], key: str) -> dict:
+def summarise(rows: list[dict], key: str, alg: str = "algorithm") -> dict:
     out = {}
     for g in (*REGIMES, "all"):
         rr = [r for r in rows if (g == "all" or r["regime"] == g) and key in r]
@@ -124,7 +124,8 @@ def summarise(rows: list[dict], key: str) -> dict:
         out[g] = {"n": len(rr), "median": float(statistics.median(ratios)),
                   "max": float(worst[0]), "max_exact": f"{worst[0].numerator}/{worst[0].denominator}",
                   "min": float(min(ratios)),
-                  "worst": {k: worst[1][k] for k in ("N", "d", "M", "algorithm", "tiling")}}
+                  "worst": {"N": worst[1]["N"], "d": worst[1]["d"], "M": worst[1]["M"],
+                            "algorithm": worst[1][alg]}}
     return out
 
 
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     res = {"machine": platform.platform(), "python": platform.python_version(),
            "seconds": time.time() - t0, "summary": summarise(rows, "ratio"),
            "summary_old": summarise(rows, "old_ratio"),
-           "summary_backward": summarise(rows, "backward_ratio"),
+           "summary_backward": summarise(rows, "backward_ratio", "backward_algorithm"),
            "timing_repeat": args.repeat, "timing_ms": timing(args.repeat), "rows": rows}
     text = report(rows, res)
     print(text)

@@ -5,7 +5,7 @@ multiplier (μ or ν); the bound functions evaluate them at tabulated values so 
 This script finds, for each x = d²/M on a grid (log2 x from -16 to 10 in steps of 1/4), the
 parameters that maximise the leading constant (the many-segment limit, where the bound is
 ``K·work/Λ``), by a coarse grid search refined by a pattern search, and writes the table.
-Scale invariance (docs/bounds.md, "Computing the bounds") makes the optimum a function of x only:
+Scale invariance (docs/bounds.md §12) makes the optimum a function of x only:
 K/M, μ/max(√M, M/d) and ν/√M.
 
 Run:  python benchmarks/bound_params.py [--write] [--check]

@@ -306,7 +306,7 @@ def test_few_segments_never_beat_the_trivial_bound_by_more_than_the_schedules():
             assert 0 <= b.value <= t
 
 
-# ---------------------------------------------------------------- corrections (docs/bounds.md §4)
+# ---------------------------------------------------------------- corrections (docs/bounds.md §3, §7)
 def test_binary_inputs_checks_its_precondition():
     N = 1000
     assert B.binary_min_d(N) == math.ceil(math.log2(N + 1)) == 10

@@ -65,7 +65,7 @@ def matmul(m: int, k: int, n: int, M: int) -> Bound:
     m, k, n, M = _sizes(m, k, n, M)
     lw, K = _matmul_lw(m, k, n, M)
     floor = m * k + k * n + m * n
-    return Bound(max(lw, floor), "derived: Loomis–Whitney segment argument (docs/bounds.md §5)", (
+    return Bound(max(lw, floor), "derived: Loomis–Whitney segment argument (docs/bounds.md §8)", (
         "standard algorithm: C_ij is a sum of the k products a_il·b_lj, any order",
         "C must end in slow memory; recomputation allowed",
         f"segments of K = {K} I/Os" if lw > floor else "the input/output floor mk + kn + mn",
@@ -131,19 +131,18 @@ def matmul_potential(m: int, k: int, n: int, M: int) -> Bound:
 def matmul_smith(m: int, k: int, n: int, M: int, *, accumulate: bool = False) -> Bound:
     """Smith, Lowery, Langou & van de Geijn (arXiv 1702.02017): ``2mnk/√M - 2M``.
 
-    Their statement (journal abstract): C := AB + C computed by scalar fused multiply-adds
-    ``c_ij += a_il·b_lj``, S = M fast words: ``Q >= 2mnk/√M - 2M``.  The argument: cut the
-    execution into phases of 2M I/Os; an FMA needs a_il, b_lj and the accumulator of c_ij, each
-    in fast memory at the phase's start or read in it, so ``|A_t| + |B_t| + |C_t| <= 3M`` and,
-    by Loomis–Whitney, a phase does at most ``√(|A_t||B_t||C_t|) <= M^{3/2}`` FMAs; so
-    ``Q >= 2M·(mnk/M^{3/2} - 1)``.
+    Only the paper's abstract could be read; the statement is proved in docs/bounds.md §8 in the
+    model where it holds: every C_ij is **one chain** of multiply-adds ``c += a_il·b_lj`` (partial
+    sums may be spilled and re-read).  Phases of 2M I/Os; a phase's multiply-adds use A, B entries
+    and, for each chain it touches, a chain value from before the phase (or the input C_ij), each
+    resident at its start or read in it: ``|A_t| + |B_t| + |C_t| <= 3M``, so by Loomis–Whitney it
+    does at most ``M^{3/2}`` of them and ``Q >= 2M·(mnk/M^{3/2} - 1)``.
 
-    ``accumulate=True`` (C := AB + C, C read): the statement as given, floor mk + kn + 2mn.
-    ``accumulate=False`` (C := AB, our blocked matmul): valid for schedules in which every C_ij is
-    one chain of multiply-adds (the first product starts it; partial sums may be spilled): reading
-    c_ij where the chain starts turns such a schedule into a C := AB + C one with mn more reads,
-    so ``Q >= 2mnk/√M - 2M - mn``; floor mk + kn + mn.  General summation trees are not covered
-    (a partial sum may be born in a phase without being read): :func:`matmul_potential` is.
+    ``accumulate=True`` (C := AB + C, C read): ``2mnk/√M - 2M``, floor mk + kn + 2mn.
+    ``accumulate=False`` (C := AB, our blocked matmul): each chain's start counted as a pseudo-read,
+    ``2mnk/√M - 2M - mn``; floor mk + kn + mn.  General summation trees are not covered (a partial
+    sum may be born in a phase from two products without any C value entering it):
+    :func:`matmul_potential` (Theorem C, about 1.925·mnk/√M) is.
     """
     m, k, n, M = _sizes(m, k, n, M)
     check_bool("accumulate", accumulate)
@@ -155,12 +154,12 @@ def matmul_smith(m: int, k: int, n: int, M: int, *, accumulate: bool = False) ->
         lead -= m * n
         floor = m * k + k * n + m * n
         model = ("C := AB with every C_ij one chain of multiply-adds (partial sums may be "
-                 "spilled and reloaded); reduced to C := AB + C at mn extra reads")
+                 "spilled and reloaded); each chain's start counted as a pseudo-read (mn)")
     return Bound(max(float(floor), lead), f"{SMITH} (journal abstract's statement; "
                  "docs/bounds.md §8)", (model, "S = M words of fast memory",
                                         "phases of 2M I/Os, Loomis–Whitney on each",
-                                        "the paper's body could not be read here: the statement is "
-                                        "the journal abstract's, the proof re-derived"),
+                                        "proved in docs/bounds.md §8 (the paper's body could not be "
+                                        "read here)"),
                  True, name="matmul_smith", regime="any M")
 
 
@@ -170,10 +169,10 @@ def matmul_cosma(m: int, k: int, n: int, M: int) -> Bound:
     Stated for the red-blue pebbling of the classical matmul CDAG with mnk multiplications (no
     recomputation).  Not marked explicit: the statement fails when k is small against √M (e.g.
     m = n = 100, k = 1, M = 100: a schedule with 10,300 I/Os exists, the formula says 12,000;
-    docs/bounds.md §6), so it is reported as an asymptotic form.
+    docs/bounds.md §9), so it is reported as an asymptotic form.
     """
     m, k, n, M = _sizes(m, k, n, M)
     return Bound(2.0 * m * n * k / math.sqrt(M) + m * n, "COSMA (arXiv 1908.09606), Theorem 1", (
         "classical matmul CDAG, exactly mnk multiplications (no recomputation)", "C written",
-        "fails for small k (docs/bounds.md §6): not used as an explicit bound"), False,
+        "fails for small k (docs/bounds.md §9): not used as an explicit bound"), False,
         name="matmul_cosma", regime="any M", constant=1.0)

@@ -1,4 +1,4 @@
-"""The machinery the segment bounds share (docs/bounds.md, §1 and "Computing the maxima").
+"""The machinery the segment bounds share (docs/bounds.md §1.2, Lemma A.3 in §5, §12).
 
 An execution is cut into h segments of K I/Os each (the last one shorter): ``Q >= K·(h - 1)``.
 Each bound caps what one segment can do by a per-segment maximum Λ (a middle segment), Λ_f (the
