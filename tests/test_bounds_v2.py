@@ -25,7 +25,6 @@ from attnio import bounds as B
 from attnio.algorithms import all_backwards
 from attnio.bounds import backward as BK
 from attnio.bounds import forward as F
-from attnio.bounds import matmul as MM
 from attnio.core import BlockMask
 from attnio.core.workload import Shape
 

@@ -178,7 +178,9 @@ def _bpooled(P: int, d: int, M: int) -> tuple[int, int, float]:
     nu = min(n * math.sqrt(M), 2.4 * d)
     K = max(1, round(kappa * M))
     best = (backward_pooled_value(P, d, M, K, nu), K, nu)
-    if best[0] < _FEW_SEGMENTS * K:
+    # few segments: try other K (not for M > 16d², where the potential bound is the
+    # stronger one by far and this one only costs time)
+    if best[0] < _FEW_SEGMENTS * K and M <= 16 * d * d:
         for f in _K_FACTORS:
             K2 = max(1, round(f * kappa * M))
             v = backward_pooled_value(P, d, M, K2, nu)

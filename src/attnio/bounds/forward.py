@@ -172,7 +172,9 @@ def _pooled(P: int, d: int, M: int) -> tuple[int, int, float]:
     nu = min(n * math.sqrt(M), 1.9 * d)
     K = max(1, round(kappa * M))
     best = (qkpv_pooled_value(P, d, M, K, nu), K, nu)
-    if best[0] < _FEW_SEGMENTS * K:
+    # few segments: try other K (not for M > 16d², where the potential bound is the
+    # stronger one by far and this one only costs time)
+    if best[0] < _FEW_SEGMENTS * K and M <= 16 * d * d:
         for f in _K_FACTORS:
             K2 = max(1, round(f * kappa * M))
             v = qkpv_pooled_value(P, d, M, K2, nu)
