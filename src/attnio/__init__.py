@@ -22,6 +22,7 @@ from .algorithms import Algorithm
 from .core import (
     AttnioError,
     Block,
+    BlockMask,
     CapacityError,
     FastTile,
     IOCount,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # the lazily loaded names, for type checkers and editors
 __all__ = [
     # the core vocabulary (attnio.core): the referee, the workload, the errors, the reference
     "TwoLevelMemory", "FastTile", "SlowArray", "Block", "IOStats", "IOCount", "Shape",
+    "BlockMask",
     "AttnioError", "CapacityError", "MissingExtraError", "ParameterError", "ScheduleError",
     "UnknownNameError", "reference", "__version__",
     # the layers above it: schedules, bounds, runs and plans (loaded with attnio)

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import algorithms as _alg
 from .algorithms.base import Algorithm, default_scale
+from .core.blockmask import BlockMask
 from .core.checks import check_bool, check_choice, check_int, check_real
 from .core.errors import ParameterError
 from .core.memory import IOStats, Mode, SlowArray, TwoLevelMemory
@@ -48,7 +49,8 @@ class Result:
     """What a run returns: the output (None in count mode), the counts and the tiling used.
 
     With ``backward=True``: ``io`` counts the forward pass (which then also writes the logsumexp),
-    ``backward_io`` the backward pass, ``grads`` holds ``dQ, dK, dV`` (compute mode).
+    ``backward_io`` the backward pass (the schedule ``backward_algorithm``), ``grads`` holds
+    ``dQ, dK, dV`` (compute mode).
     """
 
     algorithm: str
@@ -62,6 +64,7 @@ class Result:
     backward_io: IOStats | None = None
     backward_tiling: Any = None
     grads: dict[str, np.ndarray] | None = None
+    backward_algorithm: str | None = None
 
 
 
@@ -132,14 +135,15 @@ def estimate_compute_seconds(alg: Algorithm, shape: Shape, tiling: Any) -> tuple
 
 def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
              mode: str = "compute", backward: bool = False, itemsize: int = 8,
-             inputs: bool = False) -> Cost:
+             inputs: bool = False, backward_schedule: tuple[Any, Any] | None = None) -> Cost:
     """The memory and time :func:`run` would spend, from closed forms (nothing is allocated).
 
     Compute mode keeps a copy of Q, K, V and O in the simulator's slow memory, the slow
     workspace the schedule writes (at most its writes for one head), and the output;
     ``inputs=True`` adds the inputs themselves (float64), for a caller that has yet to create
-    them.  ``backward`` adds the backward pass.  Count mode needs no arrays.  ``tiling`` is
-    the algorithm's tiling for ``shape`` and ``M`` (None: the default one).
+    them.  ``backward`` adds the backward pass (``backward_schedule``: the (schedule, tiling) to
+    run it with; None: the algorithm's own ``.backward``).  Count mode needs no arrays.
+    ``tiling`` is the algorithm's tiling for ``shape`` and ``M`` (None: the default one).
     """
     alg = _alg.get(name)
     shp = Shape.coerce(shape)
@@ -152,10 +156,15 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     kv = shp.n_kv_heads * shp.Nkv * shp.d
     writes = alg.predict_total(shp, t).writes // max(1, shp.n_heads)
     words = 2 * (q + 2 * kv) + q + writes + 2 * M  # slow copies and O, workspace, output, tiles
-    bwd = getattr(alg, "backward", None) if backward else None
-    if bwd is not None:
-        words += 2 * (3 * q + 2 * kv) + 2 * shp.n_heads * shp.Nq + writes
+    bwd: Any = None
+    bt: Any = None
+    if backward and backward_schedule is not None:
+        bwd, bt = backward_schedule
+    elif backward and getattr(alg, "backward", None) is not None:
+        bwd = alg.backward
         bt = bwd.coerce_tiling(shp, M, None)
+    if bwd is not None:
+        words += 2 * (3 * q + 2 * kv) + 2 * shp.n_heads * shp.Nq + writes + bwd.workspace(shp)
         _, flops, _ = estimate_compute_seconds(alg, shp, t)
         bwd_steps = shp.n_heads * max(0, int(bwd.steps(shp, bt)))
         seconds += 2.5 * flops / FLOPS_PER_SECOND + 1.5 * bwd_steps * STEP_SECONDS
@@ -229,6 +238,8 @@ def run(
     backward: bool = False,
     grad_output: Any = None,
     backward_tiling: Any = None,
+    backward_algorithm: str | None = None,
+    block_mask: BlockMask | None = None,
     allow_nonfinite: bool = False,
     budget_s: float | None = DEFAULT_BUDGET_S,
     force: bool = False,
@@ -240,11 +251,15 @@ def run(
     Either pass ``Q, K, V`` (compute mode: the output is returned) or ``shape`` with
     ``mode="count"`` (shapes only, same counts).  ``causal``: False, True (bottom-right aligned),
     ``"bottom_right"`` or ``"top_left"`` (None: the shape's mask, unmasked by default);
-    ``window=W`` keeps each query's W most recent keys.  ``shape`` may carry the mask itself
+    ``window=W`` keeps each query's W most recent keys; ``block_mask`` (a
+    :class:`~attnio.core.blockmask.BlockMask`) makes the attention block-sparse (algorithms with
+    ``supports_block_mask`` only).  ``shape`` may carry the mask itself
     (:class:`~attnio.core.workload.Shape`); with inputs it gives only the mask.
     ``tiling`` is the algorithm's Tiling (or a mapping of its fields); None picks the default.
     ``backward=True`` also runs the backward pass with ``grad_output`` (dO; not needed in count
-    mode) and returns its counts and gradients.
+    mode) and returns its counts and gradients: ``backward_algorithm`` names the backward
+    schedule (:func:`attnio.algorithms.backward_names`; None: the least-I/O one for the shape
+    and M, by closed form), ``backward_tiling`` its tiling.
 
     Inputs may be numpy arrays (float16/32/64) or torch tensors (bfloat16 too); arithmetic
     accumulates in float32 at least, and the output has the inputs' precision (bfloat16 outputs
@@ -268,6 +283,12 @@ def run(
         ok = [a.name for a in _alg.all_algorithms() if a.supports_backward]
         raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}",
                              param="backward")
+    if not backward and (backward_algorithm is not None or backward_tiling is not None):
+        which = "backward_algorithm" if backward_algorithm is not None else "backward_tiling"
+        raise ParameterError(f"{which} applies to the backward pass: pass backward=True too",
+                             param=which)
+    if backward_algorithm is not None:
+        _alg.get_backward(backward_algorithm)  # an unknown name fails before anything runs
     data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     low: set[str] = set()
     if Q is None and K is None and V is None:
@@ -303,19 +324,28 @@ def run(
             if grad_output.shape != Qa.shape:
                 raise ParameterError(f"grad_output must have Q's shape {Qa.shape}, got "
                                      f"{grad_output.shape}", param="grad_output")
-    shp = shp.with_mask(causal, window)
+    shp = shp.with_mask(causal, window, block_mask)
     if shp.window is not None and not alg.supports_window:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_window]
         raise ParameterError(f"{alg.name} does not support window=; algorithms that do: {ok}",
                              param="window")
+    if shp.block_mask is not None and not alg.supports_block_mask:
+        ok = [a.name for a in _alg.all_algorithms() if a.supports_block_mask]
+        raise ParameterError(f"{alg.name} does not support block-sparse attention (block_mask); "
+                             f"algorithms that do: {ok}", param="block_mask")
     s = default_scale(shp.d, scale)
     t = alg.coerce_tiling(shp, M, tiling, inputs=data)
+    bwd: Any = None
+    bt: Any = None
+    if backward:  # chosen and validated before anything runs
+        bwd, bt = _alg.choose_backward(shp, M, backward_algorithm, backward_tiling)
     dtype = np.dtype(np.float64)
     if data is not None:
         dtype = np.result_type(np.float32, *(a.dtype for a in data))
     if max_memory is not None:
         max_memory = check_int("max_memory", max_memory, minimum=1)
     cost = estimate(alg, shp, M, tiling=t, mode=mode, backward=backward,
+                    backward_schedule=(bwd, bt) if backward else None,
                     itemsize=dtype.itemsize)
     check_cost(cost, subject=f"{mode} mode on {shp.describe()}", max_memory=max_memory,
                budget_s=budget_s if mode == "compute" else None, force=force,
@@ -339,8 +369,8 @@ def run(
     res = Result(alg.name, shp, M, shp.causal, t, mem.stats(), output, mode)
     if not backward:
         return res
-    return _run_backward(alg, res, mem, h, shp, M, s, mem_mode, bulk, dtype, data, grad_output,
-                         backward_tiling, progress)
+    return _run_backward(bwd, bt, res, mem, h, shp, M, s, mem_mode, bulk, dtype, data, grad_output,
+                         progress)
 
 
 def _sizes(s: Shape) -> tuple[int, ...]:
@@ -378,12 +408,10 @@ def _unstack(flat, shp: Shape, data):
     return flat
 
 
-def _run_backward(alg: Any, fwd: Result, fmem: TwoLevelMemory, h: dict[str, SlowArray],
-                  shp: Shape, M: int, s: float, mode: Mode, bulk: bool, dtype: Any,
-                  data: Any, dO: Any, backward_tiling: Any,
+def _run_backward(bwd: Any, bt: Any, fwd: Result, fmem: TwoLevelMemory,
+                  h: dict[str, SlowArray], shp: Shape, M: int, s: float, mode: Mode, bulk: bool,
+                  dtype: Any, data: Any, dO: Any,
                   progress: ProgressCallback | None = None) -> Result:
-    bwd = alg.backward
-    bt = bwd.coerce_tiling(shp, M, backward_tiling)
     total = shp.n_heads * max(0, int(bwd.steps(shp, bt))) if progress is not None else 0
     mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype, progress=progress,
                          progress_total=total)
@@ -410,4 +438,5 @@ def _run_backward(alg: Any, fwd: Result, fmem: TwoLevelMemory, h: dict[str, Slow
                 n = shp.Nq if name == "dQ" else shp.Nkv
                 g = g.reshape(shp.batch, heads, n, shp.d)
             grads[name] = g
-    return dataclasses.replace(fwd, backward_io=mem.stats(), backward_tiling=bt, grads=grads)
+    return dataclasses.replace(fwd, backward_io=mem.stats(), backward_tiling=bt, grads=grads,
+                               backward_algorithm=bwd.name)

@@ -4,10 +4,16 @@ The CLI, the planner and the sweeps iterate this registry instead of naming algo
 schedule registers itself with :func:`register` (see ``base.py`` for the protocol).  Building
 blocks that are not attention (the blocked matmul) live in :mod:`attnio.blocks`, not here.
 
+Backward schedules have their own registry (:func:`backward_names`, :func:`get_backward`): any
+of them runs after a forward that writes the logsumexp (``supports_backward``), and the runner
+and the planner pick the least-I/O one by closed form.
+
 >>> names()[:3]
 ['standard', 'flash1', 'flash2']
 >>> get("flash2").summary.startswith("FlashAttention-2")
 True
+>>> backward_names()
+['flash2_backward', 'small_cache_backward']
 """
 
 from __future__ import annotations
@@ -15,12 +21,24 @@ from __future__ import annotations
 import warnings
 
 from ..core.errors import UnknownNameError
-from . import approx_poly, flash1, flash2, flash_decoding, square_tiling, standard
-from .base import Algorithm, Choice
+from . import (
+    approx_poly,
+    flash1,
+    flash2,
+    flash2_backward,
+    flash_decoding,
+    small_cache_backward,
+    square_tiling,
+    standard,
+)
+from .base import Algorithm, BackwardSchedule, Choice
 
-__all__ = ["Algorithm", "Choice", "all_algorithms", "get", "names", "register"]
+__all__ = ["Algorithm", "BackwardSchedule", "Choice", "all_algorithms", "all_backwards",
+           "backward_names", "choose_backward", "get", "get_backward", "names", "register",
+           "register_backward"]
 
 _REGISTRY: dict[str, Algorithm] = {}
+_BACKWARDS: dict[str, BackwardSchedule] = {}
 
 
 def register(alg: Algorithm) -> Algorithm:
@@ -72,3 +90,81 @@ def all_algorithms(kind: str | None = None, *, exact: bool | None = None) -> lis
 for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly):
     register(_mod.ALGORITHM)
 del _mod
+
+
+# ----------------------------------------------------------------------------- backward schedules
+def register_backward(bwd: BackwardSchedule) -> BackwardSchedule:
+    """Add a backward schedule to the registry under ``bwd.name`` (replacing none)."""
+    if not isinstance(bwd, BackwardSchedule):
+        raise TypeError(f"register_backward takes a BackwardSchedule instance, got {bwd!r}")
+    if bwd.name in _BACKWARDS:
+        raise ValueError(f"backward schedule {bwd.name!r} is already registered")
+    _BACKWARDS[bwd.name] = bwd
+    return bwd
+
+
+def get_backward(name: str | BackwardSchedule) -> BackwardSchedule:
+    """The registered backward schedule called ``name`` (UnknownNameError suggests close names)."""
+    if isinstance(name, BackwardSchedule):
+        return name
+    try:
+        return _BACKWARDS[name]
+    except (KeyError, TypeError):
+        raise UnknownNameError("backward_algorithm", str(name), _BACKWARDS) from None
+
+
+def backward_names() -> list[str]:
+    """Registered backward schedules, in registration order."""
+    return list(_BACKWARDS)
+
+
+def all_backwards() -> list[BackwardSchedule]:
+    """Registered backward schedules, in registration order."""
+    return list(_BACKWARDS.values())
+
+
+for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD):
+    register_backward(_bwd)
+del _bwd
+
+
+def choose_backward(shape, M: int, name: str | BackwardSchedule | None = None,
+                    tiling: object = None) -> tuple[BackwardSchedule, object]:
+    """The backward schedule and tiling to run: ``name``'s (with ``tiling`` validated, or its
+    least-I/O tiling), or, when ``name`` is None, the schedule whose Tiling ``tiling`` is (a
+    Tiling instance, or a mapping of exactly its fields), or else the least-I/O registered
+    schedule (ties: registration order) by closed form."""
+    import dataclasses
+
+    from ..core.errors import ParameterError
+
+    if name is not None:
+        bwd = get_backward(name)
+        return bwd, bwd.coerce_tiling(shape, M, tiling)
+    if tiling is not None and tiling != "auto":
+        for bwd in all_backwards():
+            fields = {f.name for f in dataclasses.fields(bwd.Tiling)}
+            if isinstance(tiling, bwd.Tiling) or (isinstance(tiling, dict)
+                                                  and set(tiling) == fields):
+                return bwd, bwd.coerce_tiling(shape, M, tiling)
+        known = {b.name: sorted(f.name for f in dataclasses.fields(b.Tiling))
+                 for b in all_backwards()}
+        raise ParameterError(f"backward tiling {tiling!r} is no backward schedule's tiling; their "
+                             f"fields: {known}", param="backward_tiling")
+    best = None
+    reasons = []
+    for bwd in all_backwards():
+        why = bwd.unsupported(shape)
+        if why is None and M < bwd.min_M(shape):
+            why = f"needs M >= {bwd.min_M(shape)}"
+        found = None if why else bwd.search(shape, M)
+        if found is None:
+            reasons.append(f"{bwd.name}: {why or 'no tiling fits'}")
+            continue
+        key = (found[1].total, bwd.steps(shape, found[0]))
+        if best is None or key < best[0]:
+            best = (key, bwd, found[0])
+    if best is None:
+        raise ParameterError(f"M={M}: no backward schedule runs {shape.describe()} "
+                             f"({'; '.join(reasons)})", param="M")
+    return best[1], best[2]

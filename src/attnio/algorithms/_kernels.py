@@ -94,3 +94,40 @@ def online_update_fa1(S: np.ndarray, m: np.ndarray, l: np.ndarray, t1: np.ndarra
     O /= safe[:, None]
     m[:] = t1
     l[:] = t2
+
+
+def apply_block_mask(S: np.ndarray, layout: np.ndarray, bq: int, bk: int, r0: int,
+                     c0: int) -> None:
+    """Set ``S[r, c] = -inf`` where query ``r0 + r``'s block does not see key ``c0 + c``'s block
+    in a block-sparse ``layout`` of ``bq`` x ``bk`` blocks."""
+    rows = (r0 + np.arange(S.shape[0])) // bq
+    cols = (c0 + np.arange(S.shape[1])) // bk
+    S[~layout[rows][:, cols]] = NEG_INF
+
+
+def block_tile_is_full(shape: Shape, r0: int, r1: int, c0: int, c1: int) -> bool:
+    """True when every block of a block-sparse layout the tile [r0, r1) x [c0, c1) meets is kept
+    (the tile needs no masking)."""
+    bm = shape.block_mask
+    assert bm is not None
+    return bool(bm.layout[r0 // bm.bq:(r1 - 1) // bm.bq + 1,
+                          c0 // bm.bk:(c1 - 1) // bm.bk + 1].all())
+
+
+def mask_block_tile(mem: TwoLevelMemory, S: FastTile, shape: Shape, qb: Block, kb: Block) -> None:
+    """Mask the score tile of ``qb`` x ``kb`` by the shape's block-sparse layout, if needed."""
+    if block_tile_is_full(shape, qb.start, qb.stop, kb.start, kb.stop):
+        return
+    bm = shape.block_mask
+    assert bm is not None
+    lay, bq, bk, r0, c0 = bm.layout, bm.bq, bm.bk, qb.start, kb.start
+    mem.compute(lambda s: apply_block_mask(s, lay, bq, bk, r0, c0), S, writes=1)
+
+
+def sparse_blocks(mem: TwoLevelMemory, total: int, size: int, kept: np.ndarray):
+    """The blocks of size ``size`` of [0, total) whose flag in ``kept`` is True, each through
+    :meth:`TwoLevelMemory.blocks` (so it counts as a step), step by step."""
+    for j in np.flatnonzero(kept):
+        j = int(j)
+        yield from mem.blocks(total, size, lo=j * size, hi=min(total, (j + 1) * size),
+                              uniform=False)

@@ -31,7 +31,7 @@ from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
 
-__all__ = ["Algorithm", "default_scale", "head_views"]
+__all__ = ["Algorithm", "BackwardSchedule", "default_scale", "head_views"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ class Algorithm(ABC):
     summary: ClassVar[str]
     exact: ClassVar[bool] = True
     supports_window: ClassVar[bool] = False
-    supports_backward: ClassVar[bool] = False
+    supports_backward: ClassVar[bool] = False  # writes the logsumexp a backward schedule needs
+    supports_block_mask: ClassVar[bool] = False  # skips the blocks of a block-sparse layout
     Tiling: ClassVar[type]
 
     # -------------------------------------------------------------- tilings
@@ -210,6 +211,117 @@ class Algorithm(ABC):
 
     def __repr__(self) -> str:
         return f"<algorithm {self.name}: {self.summary}>"
+
+
+class BackwardSchedule(ABC):
+    """One schedule of attention's backward pass on the two-level memory.
+
+    Inputs in slow memory: Q, K, V, the forward output O, its gradient dO and the logsumexp L
+    that a forward with ``supports_backward`` writes; outputs dQ, dK, dV (all stacked by head,
+    as :func:`attnio.run` places them).  Every method takes the workload as a
+    :class:`~attnio.core.workload.Shape`, mask and heads included; :meth:`predict` counts every
+    head.  The registry (:func:`attnio.algorithms.backward_names`) lists the schedules; the
+    runner and the planner pick the least-I/O one by closed form.
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    supports_window: ClassVar[bool] = True
+    supports_block_mask: ClassVar[bool] = False
+    Tiling: ClassVar[type]
+
+    @abstractmethod
+    def candidate_tilings(self, shape: Shape, M: int) -> Iterable[Any]:
+        """Tilings worth considering (those that do not fit M are skipped by :meth:`search`)."""
+
+    @abstractmethod
+    def footprint(self, shape: Shape, tiling: Any) -> int:
+        """Peak fast-memory words the schedule needs with this tiling."""
+
+    @abstractmethod
+    def min_M(self, shape: Shape) -> int:
+        """The least M for which some tiling fits."""
+
+    @abstractmethod
+    def predict(self, shape: Shape, tiling: Any) -> IOCount:
+        """Closed-form count of every head, exactly as the simulator counts it."""
+
+    @abstractmethod
+    def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
+                     tiling: Any, scale: float) -> None:
+        """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
+
+    def steps(self, shape: Shape, tiling: Any) -> int:
+        """Tile steps of one head (ties are broken toward fewer)."""
+        return 0
+
+    def workspace(self, shape: Shape) -> int:
+        """Words of slow-memory workspace the schedule allocates (every head)."""
+        return 0
+
+    def unsupported(self, shape: Shape) -> str | None:
+        """Why this schedule cannot run ``shape`` (None: it can)."""
+        if shape.window is not None and not self.supports_window:
+            return "no sliding-window support"
+        if shape.block_mask is not None and not self.supports_block_mask:
+            return "no block-sparse support"
+        return None
+
+    def check_shape(self, shape: Shape) -> None:
+        """Raise a ParameterError naming the mask this schedule does not support."""
+        why = self.unsupported(shape)
+        if why is not None:
+            param = "window" if "window" in why else "block_mask"
+            raise ParameterError(f"backward_algorithm={self.name!r} has {why}", param=param)
+
+    def search(self, shape: Shape, M: int) -> tuple[Any, IOCount] | None:
+        """The least-(I/O, steps) candidate tiling that fits in M and its count, or None."""
+        best: tuple[Any, IOCount] | None = None
+        best_key: tuple[int, int] | None = None
+        if M < self.min_M(shape) or self.unsupported(shape) is not None:
+            return None
+        for t in self.candidate_tilings(shape, M):
+            if self.footprint(shape, t) > M:
+                continue
+            io = self.predict(shape, t)
+            key = (io.total, self.steps(shape, t))
+            if best_key is None or key < best_key:
+                best, best_key = (t, io), key
+        return best
+
+    def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None) -> Any:
+        """Validate a user tiling (a Tiling, a mapping of its fields, or None for the least-I/O
+        candidate) against the shape and the capacity M."""
+        self.check_shape(shape)
+        if tiling is None or tiling == "auto":
+            need = self.min_M(shape)
+            if M < need:
+                raise ParameterError(
+                    f"M={M} is too small for the backward schedule {self.name} with d={shape.d}: it "
+                    f"needs M >= {need} words", param="M")
+            found = self.search(shape, M)
+            if found is None:  # pragma: no cover - min_M guarantees a candidate
+                raise ParameterError(f"{self.name}: no tiling fits in M={M}", param="M")
+            return found[0]
+        fields = sorted(f.name for f in dataclasses.fields(self.Tiling))
+        if isinstance(tiling, Mapping):
+            if set(tiling) != set(fields):
+                raise ParameterError(f"backward tiling for {self.name} needs exactly the fields "
+                                     f"{fields}, got {sorted(tiling)}", param="backward_tiling")
+            tiling = self.Tiling(**tiling)
+        if not isinstance(tiling, self.Tiling):
+            raise ParameterError(f"backward tiling for {self.name} must be a "
+                                 f"{self.Tiling.__name__} or a mapping of its fields {fields}, "
+                                 f"got {tiling!r}", param="backward_tiling")
+        for f in fields:
+            check_int(f"backward_tiling.{f}", getattr(tiling, f), minimum=1)
+        need = self.footprint(shape, tiling)
+        if need > M:
+            raise CapacityError(f"{self.name} with tiling {tiling}", 0, need, M)
+        return tiling
+
+    def __repr__(self) -> str:
+        return f"<backward schedule {self.name}: {self.summary}>"
 
 
 def head_views(mem: TwoLevelMemory, shape: Shape, qh: int, Q: SlowArray, K: SlowArray,

@@ -35,6 +35,15 @@ Sliding window.  With ``window = W`` (causal), block i sees keys ``[lo_i, hi_i)`
 ``lo_i = max(0, r0_i + offset - W + 1)``; ``cov_i`` is then the width of the Bc blocks meeting
 ``[lo_i, hi_i)``.  Skipped tiles are neither loaded nor counted.
 
+Block-sparse attention (``shape.block_mask``, FlashAttention's block-sparse algorithm).  Query
+tile i visits only the key tiles j whose Br x Bc tile meets a kept block of the layout (masked
+blocks are neither loaded nor counted); inside a visited tile the entries of masked blocks are
+-inf.  So ``reads = sum_i [seen_i]·G·Br_i·d + 2·d·sum_i sum_j kept_ij·Bc_j``,
+``writes = G·Nq·d``, summed over the layout's tiles (:func:`attnio.core.masks.layout_sums`,
+O(tiles)): with tiles aligned with the layout's blocks (Br a multiple or a half/quarter of bq,
+Bc of bk, as the candidate tilings are) this is ``Θ(Nd + s·N²d²/M)`` for a layout of density s.
+Any tiling runs; a misaligned one visits every tile that meets a kept block.
+
 Tiling.  Unmasked, the count depends on Tr only, so the best tiling takes the largest Br that fits
 with Bc = 1, then the fewest query blocks' smallest Br, then the largest Bc that still fits (fewer,
 larger steps at equal I/O).  Causal counts depend on Bc too; a small grid of candidates is scored.
@@ -52,7 +61,7 @@ from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from .base import Algorithm, head_views
-from .flash2_backward import BACKWARD
+from .flash2_backward import BACKWARD, aligned_sizes
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,8 @@ class Flash2(Algorithm):
     Tiling = Flash2Tiling
     supports_window = True
     supports_backward = True
-    backward = BACKWARD  # the backward schedule (flash2_backward.py)
+    supports_block_mask = True
+    backward = BACKWARD  # its own backward schedule (flash2_backward.py; others in the registry)
 
     def footprint(self, shape: Shape, tiling: Flash2Tiling) -> int:
         return _fp(shape.d, min(tiling.Br, shape.Nq), min(tiling.Bc, shape.Nkv), tiling.group)
@@ -98,6 +108,8 @@ class Flash2(Algorithm):
         return min(shape.Nkv, (M - G * Br * (2 * d + 3)) // (2 * d + Br))
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[Flash2Tiling]:
+        if shape.block_mask is not None:
+            return self._sparse_tilings(shape, M)
         d, Nq = shape.d, shape.Nq
         masked = shape.causal
         out: list[tuple[int, int, int]] = []  # (Br, Bc, group): tilings are built only for the candidates returned
@@ -133,6 +145,25 @@ class Flash2(Algorithm):
             return self._least(shape, out)
         return [Flash2Tiling(*c) for c in out]
 
+    def _sparse_tilings(self, shape: Shape, M: int) -> list[Flash2Tiling]:
+        """Tilings aligned with the layout's blocks (multiples, halves, quarters of bq and bk),
+        and the largest Br, Bc that fit."""
+        bm = shape.block_mask
+        assert bm is not None
+        d, out = shape.d, []
+        for G in _divisors(shape.group):
+            br_max = min(shape.Nq, (M - 2 * d) // (G * (2 * d + 3) + 1))
+            while br_max >= 1 and self._bc_max(shape, M, br_max, G) < 1:
+                br_max -= 1
+            if br_max < 1:
+                continue
+            for Br in sorted(aligned_sizes(bm.bq, br_max) | {br_max}):
+                bc = self._bc_max(shape, M, Br, G)
+                if bc >= 1:
+                    out.extend(Flash2Tiling(Br, c, G)
+                               for c in sorted(aligned_sizes(bm.bk, bc) | {bc}))
+        return out
+
     def _least(self, shape: Shape, cands: list[tuple[int, int, int]]) -> list[Flash2Tiling]:
         """The candidates of least (I/O, steps), by branch and bound (speed at large N).
 
@@ -166,6 +197,9 @@ class Flash2(Algorithm):
     def _group_count(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:
         """Words moved for one group of ``tiling.group`` query heads sharing K/V tiles."""
         d, G = shape.d, tiling.group
+        if shape.block_mask is not None:  # O(tiles): the layout is explicit
+            s = masks.layout_sums(shape.block_mask, shape.Nq, shape.Nkv, tiling.Br, tiling.Bc)
+            return IOCount(reads=G * d * s.size_seen + 2 * d * s.width, writes=G * shape.Nq * d)
         if not shape.causal:  # every block sees every key: the sum has a closed form
             reads = G * shape.Nq * d + 2 * d * shape.Nkv * cdiv(shape.Nq, tiling.Br)
             return IOCount(reads=reads, writes=G * shape.Nq * d)
@@ -217,8 +251,12 @@ class Flash2(Algorithm):
         the whole group.  ``lse`` (optional) receives each row's logsumexp, for the backward."""
         d = shape.d
         band = masks.Band.queries(shape) if shape.causal else None  # the keys each block sees
-        for qb in mem.blocks(shape.Nq, tiling.Br, band=band):
+        bm = shape.block_mask
+        tiles = None if bm is None else bm.tiles(shape.Nq, shape.Nkv, tiling.Br, tiling.Bc)
+        for qb in mem.blocks(shape.Nq, tiling.Br, band=band, uniform=tiles is None):
             lo, hi = kv_range(shape, qb.start, qb.stop)
+            if tiles is not None:
+                lo, hi = 0, int(tiles[qb.index].any())
             if hi <= lo:  # every row of the block is masked: its output is 0
                 for g, O in enumerate(Os):
                     Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
@@ -237,13 +275,20 @@ class Flash2(Algorithm):
                 l = mem.alloc((qb.size,), 0.0, label="l_i")
                 t = mem.alloc((qb.size,), 0.0, label="tmp")
                 heads.append((Qi, Oi, m, l, t))
-            for kb in mem.blocks(shape.Nkv, tiling.Bc, lo=lo, hi=hi, band=band):
+            if tiles is not None:  # block-sparse: the kept key tiles only
+                kbs = K_.sparse_blocks(mem, shape.Nkv, tiling.Bc, tiles[qb.index])
+            else:
+                kbs = mem.blocks(shape.Nkv, tiling.Bc, lo=lo, hi=hi, band=band)
+            for kb in kbs:
                 Kj = mem.load(K, kb, label="K_j")
                 Vj = mem.load(V, kb, label="V_j")
                 for Qi, Oi, m, l, t in heads:
                     S = mem.alloc((qb.size, kb.size), label="S_ij")
                     mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
-                    K_.mask_tile(mem, S, shape, qb, kb)
+                    if tiles is not None:
+                        K_.mask_block_tile(mem, S, shape, qb, kb)
+                    else:
+                        K_.mask_tile(mem, S, shape, qb, kb)
                     mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj, writes=5)
                     mem.free(S)
                 mem.free(Kj, Vj)

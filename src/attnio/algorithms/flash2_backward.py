@@ -27,6 +27,11 @@ times ``batch·kv_heads``.  Unmasked, N = Nq = Nkv, one head: ``2Nd + 2Nd + N + 
 ceil(N/Bc)·N·(4d + 2)``, Θ(N²d²/M) when Bc ∝ M/d.  Fast memory: K_j, V_j, dK_j, dV_j (4·Bc·d), Q_i,
 dO_i, dQ_i (3·Br·d), L_i, D_i (2·Br), P and dS (2·Br·Bc):
 ``footprint = 4·Bc·d + 3·Br·d + 2·Br·Bc + 2·Br``, so M >= 7d + 4.
+
+Block-sparse (``shape.block_mask``): key tile j meets the query tiles i whose Br x Bc tile meets
+a kept block of the layout; the others are skipped (neither loaded nor counted), and ``rows_j``,
+``vis_j`` are summed over the layout's tiles (:func:`attnio.core.masks.layout_sums`), so the same
+closed form holds.
 """
 
 from __future__ import annotations
@@ -36,11 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import masks
-from ..core.checks import check_int
-from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, q_range
 from . import _kernels as K_
+from .base import BackwardSchedule
 
 
 @dataclass(frozen=True)
@@ -62,12 +66,15 @@ def _row_sum_dot(D: np.ndarray, dO: np.ndarray, O: np.ndarray) -> None:
 def _backward_step(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, dK: np.ndarray, dV: np.ndarray,
                    Q: np.ndarray, dO: np.ndarray, L: np.ndarray, D: np.ndarray, Kj: np.ndarray,
                    Vj: np.ndarray, *, scale: float,
-                   mask: tuple[int, int, int, int | None] | None = None) -> None:
+                   mask: tuple[int, int, int, int | None] | None = None,
+                   block: tuple[np.ndarray, int, int, int, int] | None = None) -> None:
     """One (i, j) step: P from the saved logsumexp, then dV, dS, dQ, dK (Algorithm 2, l. 11-20)."""
     np.matmul(Q, Kj.T, out=P)
     P *= scale
     if mask is not None:
         K_.apply_causal_mask(P, *mask)
+    if block is not None:
+        K_.apply_block_mask(P, *block)
     np.subtract(P, np.where(np.isfinite(L), L, np.inf)[:, None], out=P)  # L = -inf: P = 0
     np.exp(P, out=P)
     dV += P.T @ dO
@@ -78,11 +85,29 @@ def _backward_step(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, dK: np.ndarray
     dK += scale * (dS.T @ Q)
 
 
-class Flash2Backward:
-    """The backward schedule of ``flash2`` (not a registry entry: reached through flash2)."""
+def aligned_sizes(b: int, limit: int) -> set[int]:
+    """Tile sizes <= ``limit`` aligned with blocks of ``b``: b·2^k, the largest multiple of b,
+    and b/2, b/4 (a block split in halves or quarters)."""
+    out = set()
+    k = 1
+    while k * b <= limit:
+        out.add(k * b)
+        k *= 2
+    if limit >= b:
+        out.add((limit // b) * b)
+    out.update(c for c in (b // 2, b // 4) if 1 <= c <= limit)
+    return out
+
+
+class Flash2Backward(BackwardSchedule):
+    """FlashAttention-2's backward: key/value blocks outer, dK_j, dV_j kept in fast memory."""
 
     name = "flash2_backward"
+    summary = ("FlashAttention-2's backward: K/V blocks outer, dK, dV kept in fast memory, "
+               "dQ read and written per step")
     Tiling = BackwardTiling
+    supports_window = True
+    supports_block_mask = True
 
     def footprint(self, shape: Shape, t: BackwardTiling) -> int:
         return _fp(shape.d, min(t.Br, shape.Nq), min(t.Bc, shape.Nkv))
@@ -93,18 +118,31 @@ class Flash2Backward:
     def candidate_tilings(self, shape: Shape, M: int) -> list[BackwardTiling]:
         d = shape.d
         out: list[BackwardTiling] = []
+        brs: set[int] = set()
         br = 1
         while br <= shape.Nq:
-            bc = min(shape.Nkv, (M - 3 * br * d - 2 * br) // (4 * d + 2 * br))
-            if bc >= 1:
-                out.append(BackwardTiling(br, bc))
+            brs.add(br)
             br *= 2
+        bm = shape.block_mask
+        if bm is not None:  # tiles aligned with the layout's blocks skip exactly its zeros
+            brs.update(aligned_sizes(bm.bq, shape.Nq))
+        for br in sorted(brs):
+            bc = min(shape.Nkv, (M - 3 * br * d - 2 * br) // (4 * d + 2 * br))
+            if bc < 1:
+                continue
+            out.append(BackwardTiling(br, bc))
+            if bm is not None:
+                cs = aligned_sizes(bm.bk, bc)
+                out.extend(BackwardTiling(br, c) for c in sorted(cs) if c != bc)
         return out
 
     def predict(self, shape: Shape, t: BackwardTiling) -> IOCount:
         d, g, Nq = shape.d, shape.group, shape.Nq
-        s = masks.key_block_sums(Nq, shape.Nkv, t.Br, t.Bc, shape.offset, shape.window,
-                                 shape.causal)
+        if shape.block_mask is not None:
+            s = masks.layout_sums(shape.block_mask, Nq, shape.Nkv, t.Br, t.Bc, keys=True)
+        else:
+            s = masks.key_block_sums(Nq, shape.Nkv, t.Br, t.Bc, shape.offset, shape.window,
+                                     shape.causal)
         R = s.width  # sum_j rows_j, in O(log N)
         reads = g * 2 * Nq * d + 2 * d * s.size_seen + g * (3 * d + 2) * R
         writes = g * Nq + g * Nq * d + 2 * shape.Nkv * d + g * d * R
@@ -112,31 +150,6 @@ class Flash2Backward:
 
     def steps(self, shape: Shape, t: BackwardTiling) -> int:
         return cdiv(shape.Nq, t.Br) * cdiv(shape.Nkv, t.Bc)
-
-    def coerce_tiling(self, shape: Shape, M: int, tiling: object = None) -> BackwardTiling:
-        if tiling is None:
-            if M < self.min_M(shape):
-                raise ParameterError(
-                    f"M={M} is too small for the flash2 backward pass with d={shape.d}: it needs "
-                    f"M >= {self.min_M(shape)} words"
-                )
-            cands = self.candidate_tilings(shape, M)
-            return min(cands, key=lambda t: (self.predict(shape, t).total, self.steps(shape, t)))
-        if isinstance(tiling, dict):
-            unknown = set(tiling) - {"Br", "Bc"}
-            if unknown or set(tiling) != {"Br", "Bc"}:
-                raise ParameterError(f"backward tiling needs exactly the fields Br and Bc, got "
-                                     f"{sorted(tiling)}", param="backward_tiling")
-            tiling = BackwardTiling(**tiling)
-        if not isinstance(tiling, BackwardTiling):
-            raise ParameterError(f"backward tiling must be a BackwardTiling or a mapping of Br, "
-                                 f"Bc, got {tiling!r}", param="backward_tiling")
-        check_int("backward_tiling.Br", tiling.Br)
-        check_int("backward_tiling.Bc", tiling.Bc)
-        need = self.footprint(shape, tiling)
-        if need > M:
-            raise CapacityError(f"flash2 backward with tiling {tiling}", 0, need, M)
-        return tiling
 
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
                      tiling: BackwardTiling, scale: float) -> None:
@@ -172,15 +185,23 @@ class Flash2Backward:
                 mem.store(z, qv["dQ"][g], qb)
                 mem.free(z)
         band = masks.Band.keys(shape) if shape.causal else None  # the queries each block meets
-        for kb in mem.blocks(Nkv, Bc, band=band):
+        bm = shape.block_mask
+        tiles = None if bm is None else bm.tiles(Nq, Nkv, Br, Bc).T  # key tile -> query tiles
+        for kb in mem.blocks(Nkv, Bc, band=band, uniform=tiles is None):
             qlo, qhi = q_range(shape, kb.start, kb.stop)
+            if tiles is not None:
+                qlo, qhi = 0, int(tiles[kb.index].any())
             dKj = mem.alloc((kb.size, d), 0.0, label="dK_j")
             dVj = mem.alloc((kb.size, d), 0.0, label="dV_j")
             if qhi > qlo:
                 Kj = mem.load(kv["K"], kb, label="K_j")
                 Vj = mem.load(kv["V"], kb, label="V_j")
                 for g in range(len(qv["Q"])):
-                    for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi, band=band):
+                    if tiles is not None:
+                        qbs = K_.sparse_blocks(mem, Nq, Br, tiles[kb.index])
+                    else:
+                        qbs = mem.blocks(Nq, Br, lo=qlo, hi=qhi, band=band)
+                    for qb in qbs:
                         Qi = mem.load(qv["Q"][g], qb, label="Q_i")
                         dOi = mem.load(qv["dO"][g], qb, label="dO_i")
                         Li = mem.load(qv["L"][g], qb, label="L_i")
@@ -188,11 +209,14 @@ class Flash2Backward:
                         dQi = mem.load(qv["dQ"][g], qb, label="dQ_i")
                         P = mem.alloc((qb.size, kb.size), label="P_ij")
                         dS = mem.alloc((qb.size, kb.size), label="dS_ij")
-                        mask = None
+                        mask = block = None
                         if K_.tile_needs_mask(shape, qb.start, kb.stop, qb.stop, kb.start):
                             mask = (qb.start, kb.start, shape.offset, shape.window)
-                        mem.compute(lambda *a, mask=mask: _backward_step(*a, scale=scale,
-                                                                         mask=mask),
+                        if bm is not None and not K_.block_tile_is_full(
+                                shape, qb.start, qb.stop, kb.start, kb.stop):
+                            block = (bm.layout, bm.bq, bm.bk, qb.start, kb.start)
+                        mem.compute(lambda *a, mask=mask, block=block: _backward_step(
+                                        *a, scale=scale, mask=mask, block=block),
                                     P, dS, dQi, dKj, dVj, Qi, dOi, Li, Di, Kj, Vj, writes=5)
                         mem.store(dQi, qv["dQ"][g], qb)
                         mem.free(Qi, dOi, Li, Di, dQi, P, dS)

@@ -9,24 +9,35 @@ measured count may be compared with it; ``explicit=False`` means an asymptotic s
 Θ(f) reported as ``f`` with constant 1: it says how the cost scales, never that a count must
 exceed that number.  The derivations are in ``docs/bounds.md``.
 
-* :mod:`.exact`: the explicit bounds for exact attention (trivial, large cache, small cache);
+* :mod:`.forward`: the explicit forward bounds that charge the P·V products too (Theorem A,
+  ``pv_segment``, large cache; Theorem B, ``qkpv_pooled``, small cache);
+* :mod:`.exact`: the first explicit bounds (trivial; large and small cache, superseded by
+  :mod:`.forward` but still valid);
 * :mod:`.asymptotic`: Saha & Ye's Θ/Ω statements (standard matmul, fast matmul over F_q, binary);
-* :mod:`.matmul`: the matmul building block (C written);
-* :mod:`.approximate`: approximate attention (derived).
+* :mod:`.backward`: the backward pass (trivial, Theorems D and E, Li et al.'s Θ);
+* :mod:`.sparse`: block-sparse attention (FlashAttention's Prop. 4; every other bound reads a
+  Shape's block mask through :func:`attnio.core.masks.row_counts`);
+* :mod:`.matmul`: the matmul building block (C written): Theorem C, Smith et al., COSMA;
+* :mod:`.approximate`: approximate attention (derived);
+* :mod:`.segments`, :mod:`.params`: the machinery and tabulated parameters of Theorems A-E.
 
 This package never names an algorithm: it bounds every schedule, and the tests hold every
 registered schedule to its explicit bounds.
 
->>> [b.name for b in applicable(4096, 64, 65536)]
-['trivial', 'standard_matmul_large_cache', 'standard_matmul_small_cache', 'standard_matmul']
+>>> [b.name for b in applicable(4096, 64, 65536)]  # doctest: +NORMALIZE_WHITESPACE
+['trivial', 'pv_segment', 'qkpv_pooled', 'standard_matmul_large_cache',
+ 'standard_matmul_small_cache', 'standard_matmul']
 >>> best(applicable(4096, 64, 16384)).name
-'standard_matmul_large_cache'
+'pv_segment'
+>>> best(applicable(4096, 256, 1024)).name
+'qkpv_pooled'
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..core.blockmask import BlockMask
 from ..core.errors import ParameterError
 from ..core.workload import Shape
 from .approximate import (
@@ -35,7 +46,21 @@ from .approximate import (
     approx_w_stationary,
     seth_entry_threshold,
 )
-from .asymptotic import binary_inputs, fast_matmul_field, standard_matmul, standard_matmul_for
+from .asymptotic import (
+    binary_inputs,
+    binary_min_d,
+    fast_matmul_field,
+    standard_matmul,
+    standard_matmul_for,
+)
+from .backward import (
+    backward_accum,
+    backward_applicable,
+    backward_applicable_to,
+    backward_pooled,
+    backward_trivial,
+    li_backward,
+)
 from .base import SAHA_YE, Bound, attention_shape, check_M
 from .exact import (
     large_cache_for,
@@ -46,7 +71,16 @@ from .exact import (
     trivial,
     trivial_for,
 )
-from .matmul import matmul, matmul_cosma
+from .forward import (
+    pv_segment,
+    pv_segment_for,
+    pv_segment_pairs,
+    qkpv_pooled,
+    qkpv_pooled_for,
+    qkpv_pooled_pairs,
+)
+from .matmul import matmul, matmul_cosma, matmul_potential, matmul_smith
+from .sparse import flash_block_sparse_for
 
 __all__ = [
     "SAHA_YE",
@@ -56,11 +90,25 @@ __all__ = [
     "applicable_to",
     "approx_trivial",
     "approx_w_stationary",
+    "backward_accum",
+    "backward_applicable",
+    "backward_applicable_to",
+    "backward_pooled",
+    "backward_trivial",
     "best",
     "binary_inputs",
+    "binary_min_d",
     "fast_matmul_field",
+    "flash_block_sparse_for",
+    "li_backward",
     "matmul",
     "matmul_cosma",
+    "matmul_potential",
+    "matmul_smith",
+    "pv_segment",
+    "pv_segment_pairs",
+    "qkpv_pooled",
+    "qkpv_pooled_pairs",
     "required_pairs",
     "seth_entry_threshold",
     "standard_matmul",
@@ -74,38 +122,49 @@ def applicable_to(shape: Shape, M: int, *, q: int | None = None,
                   binary: bool = False) -> list[Bound]:
     """Every attention bound whose preconditions hold for the workload ``shape`` (all its heads).
 
-    The score-counting bounds hold for grouped-query attention too (a score still needs its query
-    row and key row); the trivial bound counts K and V once per key/value head.  The fast-matmul
-    bounds are stated for square, unmasked attention and need their input model: Theorem 4.8
-    only when ``q`` (a prime power > N) is given, Theorem 4.14 only when ``binary=True`` (N >= 2).
+    The explicit ones: :func:`trivial`, Theorems A (:func:`pv_segment`) and B
+    (:func:`qkpv_pooled`), and the first-generation large- and small-cache bounds (superseded,
+    still valid); then Saha & Ye's asymptotic Θ form.  The score-counting bounds depend on the
+    mask only through the required pairs and hold for grouped-query attention too (a product
+    still needs its query row and key row); the trivial bound counts K and V once per key/value
+    head.  A block-sparse Shape (``shape.block_mask``) is one more mask: the counts come from
+    its layout, and FlashAttention's Proposition 4 (asymptotic, :func:`flash_block_sparse_for`) is
+    added where d <= M <= N·d.  The fast-matmul bounds are stated for square, unmasked attention
+    and need their input model: Theorem 4.8 only when ``q`` (a prime power > N) is given, Theorem
+    4.14 only when ``binary=True`` (d >= ⌈log2(N + 1)⌉).  O(1) in N for the causal and window
+    masks (O(blocks) for a layout); each bound is cached on its pair count.
     """
     M = check_M(M)
-    out = [trivial_for(shape), large_cache_for(shape, M), small_cache_for(shape, M),
-           standard_matmul_for(shape, M)]
-    square = shape.Nkv == shape.Nq and not shape.causal
+    out = [trivial_for(shape), pv_segment_for(shape, M), qkpv_pooled_for(shape, M),
+           large_cache_for(shape, M), small_cache_for(shape, M), standard_matmul_for(shape, M)]
+    if shape.block_mask is not None and shape.d <= M <= shape.Nq * shape.d:
+        out.append(flash_block_sparse_for(shape, M))
+    square = shape.Nkv == shape.Nq and not shape.causal and shape.block_mask is None
     if q is not None:
         if not square:
             raise ParameterError("q: Theorem 4.8 is stated for square unmasked attention (Nkv = N, "
-                                 "causal=False)", param="q")
+                                 "causal=False, no block mask)", param="q")
         out.append(fast_matmul_field(shape.Nq, shape.d, M, q, heads=shape.n_heads))
     if binary:
         if not square:
             raise ParameterError("binary: Theorem 4.14 is stated for square unmasked attention "
-                                 "(Nkv = N, causal=False)", param="binary")
+                                 "(Nkv = N, causal=False, no block mask)", param="binary")
         out.append(binary_inputs(shape.Nq, shape.d, M, heads=shape.n_heads))
     return out
 
 
 def applicable(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
                heads: int = 1, kv_heads: int | None = None, window: int | None = None,
-               q: int | None = None, binary: bool = False) -> list[Bound]:
+               q: int | None = None, binary: bool = False,
+               block_mask: BlockMask | None = None) -> list[Bound]:
     """Every attention bound whose preconditions hold for these sizes (see :func:`applicable_to`).
 
     ``heads`` independent query heads (batch folded in) share ``kv_heads`` key/value heads;
-    ``causal`` is False, True / "bottom_right" or "top_left"; ``window`` a sliding window.
+    ``causal`` is False, True / "bottom_right" or "top_left"; ``window`` a sliding window;
+    ``block_mask`` a block-sparse layout (:class:`~attnio.core.BlockMask`).
     """
     shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
-                            window=window)
+                            window=window, block_mask=block_mask)
     return applicable_to(shape, M, q=q, binary=binary)
 
 

@@ -4,8 +4,8 @@ They say how the cost scales, never that a count must exceed the number: no test
 count with them.
 
 >>> b = standard_matmul(4096, 64, 65536)
->>> b.regime, b.explicit, int(b.value)
-('large cache (M >= d^2)', False, 1048576)
+>>> b.regime, b.explicit, int(b.value)  # 4Nd (reading Q, K, V, writing O) + N²d²/M
+('large cache (M >= d^2)', False, 2097152)
 """
 
 from __future__ import annotations
@@ -16,18 +16,22 @@ from ..core import masks
 from ..core.errors import ParameterError
 from ..core.workload import Shape
 from .base import SAHA_YE, Bound, attention_shape, check_M, regime_of
+from .exact import trivial_for
 
-__all__ = ["binary_inputs", "fast_matmul_field", "standard_matmul", "standard_matmul_for"]
+__all__ = ["binary_inputs", "binary_min_d", "fast_matmul_field", "standard_matmul",
+           "standard_matmul_for"]
 
 
 def standard_matmul(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
                     heads: int = 1, window: int | None = None) -> Bound:
-    """Saha & Ye Theorem 3.1: Θ(min(N²d/√M, N²d²/M)) for attention with standard matmul.
+    """Saha & Ye Theorem 3.1 with the input term: Θ(Nd + min(N²d/√M, N²d²/M)).
 
     The large-cache part (M >= d²) is Lemmas 3.3/3.4 (red-blue pebbling, Hong–Kung); the small-cache
     part (M < d²) is Theorem 3.7 (reduction to Hong–Kung's matmul bound, Corollary 6.2, paying N²
-    to write QKᵀ).  Reported with constant 1 (asymptotic).  With ``Nkv`` or ``causal`` the N² is
-    read as the number of scores that must be computed (derived extension, not the paper's).
+    to write QKᵀ).  The Nd term is reading the inputs and writing the output (the trivial bound;
+    the paper's Θ is stated where the quadratic term dominates it: without it the form fell below
+    4Nd when M > Nd).  Reported with constant 1 (asymptotic).  With ``Nkv`` or ``causal`` the N²
+    is read as the number of scores that must be computed (derived extension, not the paper's).
     """
     shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, window=window)
     return standard_matmul_for(shape, check_M(M))
@@ -39,10 +43,11 @@ def standard_matmul_for(shape: Shape, M: int) -> Bound:
     P = masks.row_counts(shape).pairs2
     small, large = P * d / math.sqrt(M), P * d * d / M
     assumptions = ["S = QKᵀ computed with the standard algorithm (sums of d products)",
-                   "red-blue pebble game, recomputation allowed"]
+                   "red-blue pebble game, recomputation allowed",
+                   "Nd term: the trivial bound (inputs read, output written)"]
     if shape.Nkv != shape.Nq or shape.causal:
         assumptions.append("N² read as the number of scores computed (derived extension)")
-    return Bound(shape.n_heads * min(small, large),
+    return Bound(trivial_for(shape).value + shape.n_heads * min(small, large),
                  f"{SAHA_YE}, Theorem 3.1 (Lemmas 3.3-3.4, Thm 3.7)", tuple(assumptions), False,
                  name="standard_matmul", regime=regime_of(d, M), constant=1.0)
 
@@ -80,18 +85,34 @@ def fast_matmul_field(N: int, d: int, M: int, q: int, *, heads: int = 1) -> Boun
         regime=regime_of(d, M), constant=1.0)
 
 
+def binary_min_d(N: int) -> int:
+    """The least head dimension for which Theorem 4.14's construction exists: ⌈log2(N + 1)⌉."""
+    return (N).bit_length()  # = ⌈log2(N + 1)⌉ for N >= 1
+
+
 def binary_inputs(N: int, d: int, M: int, *, heads: int = 1) -> Bound:
     """Saha & Ye Theorem 4.14: Ω(min(N²d²/(M log²N), N²)) with any matmul, binary Q, K.
 
-    Precondition: N >= 2 (log N > 0; log base 2).  Asymptotic.
+    Preconditions: N >= 2 (log N > 0; log base 2) and d >= ⌈log2(N + 1)⌉.  The proof needs a
+    binary K in which every ``2d/log2(N + 1) - 1`` rows are linearly independent (Lemma 4.9); its
+    construction takes the parity-check matrix of a binary BCH code of length 2^m - 1 >= N,
+    m = ⌈log2(N + 1)⌉, whose ⌈(s-1)/2⌉ blocks of m rows each make any s - 1 columns independent:
+    with fewer than m rows there is no block at all.  (``d > log2(N + 1)/2`` is only where the
+    count 2d/log2(N + 1) - 1 turns positive; d >= log2(N + 1) is where it reaches one.)  Asymptotic.
     """
     shape = attention_shape(N, d, heads=heads)
     N, d, M, heads = shape.Nq, shape.d, check_M(M), shape.n_heads
     if N < 2:
-        raise ParameterError(f"N must be >= 2 for Theorem 4.14 (its bound divides by log²N), got N={N}", param="N")
+        raise ParameterError(f"N must be >= 2 for Theorem 4.14 (its bound divides by log²N), got N={N}",
+                             param="N")
+    if d < binary_min_d(N):
+        raise ParameterError(f"d must be >= ⌈log2(N + 1)⌉ = {binary_min_d(N)} for Theorem 4.14 "
+                             f"(the BCH construction of Lemma 4.9 needs one block of "
+                             f"⌈log2(N + 1)⌉ rows), got d={d}", param="d")
     lg = math.log2(N)
     value = heads * min(N * N * d * d / (M * lg * lg), float(N * N))
     return Bound(value, f"{SAHA_YE}, Theorem 4.14", (
-        "Q, K in {0, 1}^{N×d}", "any matrix multiplication",
-        "the algorithm computes every entry of QKᵀ", "I/O counted in bits"), False,
+        "Q, K in {0, 1}^{N×d}", f"d >= ⌈log2(N + 1)⌉ = {binary_min_d(N)}",
+        "any matrix multiplication", "the algorithm computes every entry of QKᵀ",
+        "I/O counted in bits"), False,
         name="binary_inputs", regime=regime_of(d, M), constant=1.0)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.blockmask import BlockMask
 from ..core.checks import check_int
 from ..core.resources import fmt_count
 from ..core.workload import MAX_M, Shape
@@ -54,11 +55,12 @@ class Bound:
 
 def attention_shape(N: int, d: int, *, Nkv: int | None = None, causal: object = False,
                     heads: int = 1, kv_heads: int | None = None,
-                    window: int | None = None) -> Shape:
+                    window: int | None = None, block_mask: BlockMask | None = None) -> Shape:
     """The workload the attention bounds speak of: ``heads`` independent query heads (batch
-    folded in) sharing ``kv_heads`` key/value heads, with the mask of ``causal``/``window``."""
+    folded in) sharing ``kv_heads`` key/value heads, with the mask of ``causal``/``window`` or
+    the block-sparse layout ``block_mask``."""
     return Shape.make(N, d, Nkv=Nkv, heads=heads, kv_heads=kv_heads, causal=causal,
-                      window=window)
+                      window=window, block_mask=block_mask)
 
 
 def check_M(M: int) -> int:

@@ -8,10 +8,14 @@ them.
 * :func:`trivial`: every input word the output depends on is read, every output word written;
 * :func:`standard_matmul_large_cache`: Saha & Ye's Lemma 3.3 argument (dominator sets of
   summation trees), redone on segments of K I/Os: ``Q >= max_K K·(⌈P/T(M+K)⌉ - 1)`` with
-  ``T(m) = max(m, ⌊m²/(4d²)⌋)`` score trees finished per segment; about ``N²d²/M - M`` for
-  M >= 2d²;
+  ``T(m) = max(m, ⌊m²/(4d²)⌋)`` score trees finished per segment; at least ``N²d²/M - M`` for
+  M >= 2d² (K = M, always evaluated);
 * :func:`standard_matmul_small_cache`: a Loomis–Whitney segment argument that needs no
   reduction to matmul (the scores need not be written): about ``√2·N²d/√M - 4M`` for M << d².
+
+Both charge only the QKᵀ products; :mod:`attnio.bounds.forward` (Theorems A and B) charges the
+P·V products too and supersedes them (about 3.35·N²d²/M and 2.8·N²d/√M).  They are kept: still
+explicit and valid, and the planner reports the largest bound that applies.
 
 >>> trivial(4096, 4096, 64).value
 1048576
@@ -87,7 +91,14 @@ def _large_cache(P: int, d: int, M: int) -> tuple[int, int]:
         T = np.maximum(m, np.floor(m * m / dd4))
         return K * (np.ceil(P / T) - 1)
 
-    return segment_max(term, approx, P + 1)
+    best = segment_max(term, approx, P + 1)
+    # K = M (the closed form N²d²/M - M for M >= 2d²) and K = 4M are evaluated as well: the fixed
+    # grid holds them only when M is on it (docs/bounds.md §3, corrections)
+    for K in (M, 4 * M):
+        v = max(0, term(K))
+        if v > best[0]:
+            best = (v, K)
+    return best
 
 
 def standard_matmul_large_cache(N: int, d: int, M: int, *, Nkv: int | None = None,
@@ -96,8 +107,10 @@ def standard_matmul_large_cache(N: int, d: int, M: int, *, Nkv: int | None = Non
     """Explicit form of Saha & Ye's large-cache bound (Lemma 3.3's argument on I/O segments).
 
     ``Q >= max_K K·(⌈P/T(M+K)⌉ - 1)`` with ``T(m) = max(m, ⌊m²/(4d²)⌋)``, P the number of scores
-    that must be computed (N² unmasked).  With K = M this is at least ``N²d²/M - M`` whenever
-    M >= 2d².  Valid for every M (it is tight only for M >= d²).  Derivation: docs/bounds.md.
+    that must be computed (N² unmasked), K over a fixed grid plus K = M and K = 4M.  With K = M
+    this is at least ``N²d²/M - M`` whenever M >= 2d².  Valid for every M; for M <= 2d² it
+    degrades to about (N - √M)² ≈ N².  Superseded by :func:`attnio.bounds.pv_segment`
+    (Theorem A).  Derivation: docs/bounds.md §3.
     """
     shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, window=window)
     return large_cache_for(shape, check_M(M))
@@ -112,7 +125,7 @@ def large_cache_for(shape: Shape, M: int) -> Bound:
         value, f"derived from {SAHA_YE}, Lemma 3.3 (docs/bounds.md §3)",
         ("each score S_ij is a sum of the d products q_il·k_jl (standard matmul), any order",
          "recomputation allowed; fast memory holds <= M words between operations",
-         f"segments of K = {K} I/Os"),
+         f"segments of K = {K} I/Os", "superseded by pv_segment (Theorem A)"),
         True, name="standard_matmul_large_cache",
         regime="any M (tight for a large cache, M >= d^2)",
     )
@@ -170,7 +183,7 @@ def small_cache_for(shape: Shape, M: int) -> Bound:
         f"{SAHA_YE}, Theorem 3.7)",
         ("each score S_ij is a sum of the d products q_il·k_jl (standard matmul), any order",
          "recomputation allowed; fast memory holds <= M words between operations",
-         f"segments of K = {K} I/Os"),
+         f"segments of K = {K} I/Os", "superseded by qkpv_pooled (Theorem B)"),
         True, name="standard_matmul_small_cache",
         regime="any M (tight for a small cache, M < d^2)",
     )

@@ -1,4 +1,14 @@
-"""Lower bounds for the matmul building block C = A·B (C written), :mod:`attnio.blocks.matmul`."""
+"""Lower bounds for the matmul building block C = A·B (C written), :mod:`attnio.blocks.matmul`.
+
+* :func:`matmul_potential` (Theorem C, explicit): Loomis–Whitney on I/O segments with a potential
+  on the C accumulators held at segment boundaries, about ``1.925·mnk/√M``, floor mk + kn + mn;
+* :func:`matmul_smith` (explicit, under its precondition): Smith, Lowery, Langou & van de Geijn's
+  ``2mnk/√M - 2M`` for C := AB + C computed by fused multiply-adds (FMAs), and
+  ``2mnk/√M - 2M - mn`` for C := AB when every C_ij is one chain of multiply-adds;
+* :func:`matmul` (explicit, superseded by :func:`matmul_potential`): the first Loomis–Whitney
+  segment bound, about ``√2·mnk/√M - 4M``;
+* :func:`matmul_cosma` (asymptotic): COSMA's Theorem 1, false for small k (docs/bounds.md §9).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +17,21 @@ import math
 
 import numpy as np
 
-from ..core.checks import check_int
+from ..core.checks import check_bool, check_int
 from ..core.workload import MAX_M
+from . import params as _params
 from .base import Bound, segment_max
+from .segments import potential_lambdas, segments_bound
 
-__all__ = ["matmul", "matmul_cosma"]
+__all__ = ["SMITH", "matmul", "matmul_cosma", "matmul_potential", "matmul_potential_lambdas",
+           "matmul_potential_value", "matmul_smith"]
+
+SMITH = "Smith, Lowery, Langou & van de Geijn, arXiv 1702.02017"
+
+
+def _sizes(m: int, k: int, n: int, M: int) -> tuple[int, int, int, int]:
+    return (check_int("m", m, minimum=1), check_int("k", k, minimum=1),
+            check_int("n", n, minimum=1), check_int("M", M, minimum=1, maximum=MAX_M))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -37,21 +57,110 @@ def matmul(m: int, k: int, n: int, M: int) -> Bound:
     """C = A·B (A m×k, B k×n, standard algorithm, C written): explicit, derived.
 
     ``max(mk + kn + mn, max_K K·(⌈mnk/E(K)⌉ - 1))`` with ``E(K)`` the Loomis–Whitney count of
-    products per segment of K I/Os (docs/bounds.md §5); about ``√2·mnk/√M - 4M``.  COSMA's
+    products per segment of K I/Os (docs/bounds.md §8); about ``√2·mnk/√M - 4M``.  Superseded by
+    :func:`matmul_potential` (Theorem C), kept: it is still explicit and valid.  COSMA's
     Theorem 1 (``2mnk/√M + mn``) is :func:`matmul_cosma`: it is not marked explicit here because
-    its statement fails for small k (docs/bounds.md §6 gives a schedule that beats it).
+    its statement fails for small k (docs/bounds.md §9 gives a schedule that beats it).
     """
-    m = check_int("m", m, minimum=1)
-    k = check_int("k", k, minimum=1)
-    n = check_int("n", n, minimum=1)
-    M = check_int("M", M, minimum=1, maximum=MAX_M)
+    m, k, n, M = _sizes(m, k, n, M)
     lw, K = _matmul_lw(m, k, n, M)
     floor = m * k + k * n + m * n
-    return Bound(max(lw, floor), "derived: Loomis–Whitney segment argument (docs/bounds.md §5)", (
+    return Bound(max(lw, floor), "derived: Loomis–Whitney segment argument (docs/bounds.md §8)", (
         "standard algorithm: C_ij is a sum of the k products a_il·b_lj, any order",
         "C must end in slow memory; recomputation allowed",
-        f"segments of K = {K} I/Os" if lw > floor else "the input/output floor mk + kn + mn"),
+        f"segments of K = {K} I/Os" if lw > floor else "the input/output floor mk + kn + mn",
+        "superseded by matmul_potential (Theorem C)"),
         True, name="matmul", regime="any M")
+
+
+# ---------------------------------------------------------------------------- Theorem C
+_C_BRANCHES = ((0.25, 0.0),)
+
+
+def matmul_potential_lambdas(M: float, K: float, mu: float) -> tuple[float, float, float]:
+    """Theorem C's (Λ, Λ_f, Λ_l): products a middle, first and last segment can do."""
+    return potential_lambdas(M, K, mu, _C_BRANCHES)
+
+
+def matmul_potential_value(m: int, k: int, n: int, M: int, K: int, mu: float) -> int:
+    """Theorem C's segment term at segment length K and potential μ >= 0 (any values valid)."""
+    return segments_bound(m * n * k, K, *matmul_potential_lambdas(M, K, mu))
+
+
+@functools.lru_cache(maxsize=4096)
+def _potential(m: int, k: int, n: int, M: int) -> tuple[int, int, float]:
+    kappa, c = _params.C
+    mu = c * math.sqrt(M)
+    K = max(1, round(kappa * M))
+    best = (matmul_potential_value(m, k, n, M, K, mu), K, mu)
+    if best[0] < 64 * K:  # few segments: try other lengths
+        for f in (0.5, 0.7, 1.4, 2.0, 3.0):
+            K2 = max(1, round(f * kappa * M))
+            for mu2 in (mu, 0.0):
+                v = matmul_potential_value(m, k, n, M, K2, mu2)
+                if v > best[0]:
+                    best = (v, K2, mu2)
+    return best
+
+
+def matmul_potential(m: int, k: int, n: int, M: int) -> Bound:
+    """C = A·B (standard algorithm, C written), Theorem C of docs/bounds.md §8: explicit.
+
+    ``max(mk + kn + mn, K·(h - 1))``, h the least number of segments of K I/Os with
+    ``mnk <= Λ_f + Λ_l + (h - 2)·Λ``: a segment with p imported A/B words and q exported C
+    accumulators does at most ``(p/2)·√q`` products (Loomis–Whitney), and a potential μ per C
+    accumulator held at a segment boundary telescopes.  About ``1.925·mnk/√M``.
+
+    >>> round(matmul_potential(512, 512, 512, 1024).value / (512**3 / 1024**0.5), 2)
+    1.93
+    """
+    m, k, n, M = _sizes(m, k, n, M)
+    seg, K, mu = _potential(m, k, n, M)
+    floor = m * k + k * n + m * n
+    return Bound(max(seg, floor), "Theorem C: products with a potential on the C accumulators "
+                 "(docs/bounds.md §8)", (
+                     "standard algorithm: C_ij is a sum of the k products a_il·b_lj, any order "
+                     "(summation trees; partial sums may be spilled and reloaded)",
+                     "C must end in slow memory; recomputation allowed",
+                     f"segments of K = {K} I/Os, potential μ = {mu:.4g}" if seg > floor
+                     else "the input/output floor mk + kn + mn"),
+                 True, name="matmul_potential", regime="any M")
+
+
+# ---------------------------------------------------------------------------- Smith et al.
+def matmul_smith(m: int, k: int, n: int, M: int, *, accumulate: bool = False) -> Bound:
+    """Smith, Lowery, Langou & van de Geijn (arXiv 1702.02017): ``2mnk/√M - 2M``.
+
+    Only the paper's abstract could be read; the statement is proved in docs/bounds.md §8 in the
+    model where it holds: every C_ij is **one chain** of multiply-adds ``c += a_il·b_lj`` (partial
+    sums may be spilled and re-read).  Phases of 2M I/Os; a phase's multiply-adds use A, B entries
+    and, for each chain it touches, a chain value from before the phase (or the input C_ij), each
+    resident at its start or read in it: ``|A_t| + |B_t| + |C_t| <= 3M``, so by Loomis–Whitney it
+    does at most ``M^{3/2}`` of them and ``Q >= 2M·(mnk/M^{3/2} - 1)``.
+
+    ``accumulate=True`` (C := AB + C, C read): ``2mnk/√M - 2M``, floor mk + kn + 2mn.
+    ``accumulate=False`` (C := AB, our blocked matmul): each chain's start counted as a pseudo-read,
+    ``2mnk/√M - 2M - mn``; floor mk + kn + mn.  General summation trees are not covered (a partial
+    sum may be born in a phase from two products without any C value entering it):
+    :func:`matmul_potential` (Theorem C, about 1.925·mnk/√M) is.
+    """
+    m, k, n, M = _sizes(m, k, n, M)
+    check_bool("accumulate", accumulate)
+    lead = 2.0 * m * n * k / math.sqrt(M) - 2.0 * M
+    if accumulate:
+        floor = m * k + k * n + 2 * m * n
+        model = "C := AB + C by scalar FMAs c_ij += a_il·b_lj (C read and written)"
+    else:
+        lead -= m * n
+        floor = m * k + k * n + m * n
+        model = ("C := AB with every C_ij one chain of multiply-adds (partial sums may be "
+                 "spilled and reloaded); each chain's start counted as a pseudo-read (mn)")
+    return Bound(max(float(floor), lead), f"{SMITH} (journal abstract's statement; "
+                 "docs/bounds.md §8)", (model, "S = M words of fast memory",
+                                        "phases of 2M I/Os, Loomis–Whitney on each",
+                                        "proved in docs/bounds.md §8 (the paper's body could not be "
+                                        "read here)"),
+                 True, name="matmul_smith", regime="any M")
 
 
 def matmul_cosma(m: int, k: int, n: int, M: int) -> Bound:
@@ -60,13 +169,10 @@ def matmul_cosma(m: int, k: int, n: int, M: int) -> Bound:
     Stated for the red-blue pebbling of the classical matmul CDAG with mnk multiplications (no
     recomputation).  Not marked explicit: the statement fails when k is small against √M (e.g.
     m = n = 100, k = 1, M = 100: a schedule with 10,300 I/Os exists, the formula says 12,000;
-    docs/bounds.md §6), so it is reported as an asymptotic form.
+    docs/bounds.md §9), so it is reported as an asymptotic form.
     """
-    m = check_int("m", m, minimum=1)
-    k = check_int("k", k, minimum=1)
-    n = check_int("n", n, minimum=1)
-    M = check_int("M", M, minimum=1, maximum=MAX_M)
+    m, k, n, M = _sizes(m, k, n, M)
     return Bound(2.0 * m * n * k / math.sqrt(M) + m * n, "COSMA (arXiv 1908.09606), Theorem 1", (
         "classical matmul CDAG, exactly mnk multiplications (no recomputation)", "C written",
-        "fails for small k (docs/bounds.md §6): not used as an explicit bound"), False,
+        "fails for small k (docs/bounds.md §9): not used as an explicit bound"), False,
         name="matmul_cosma", regime="any M", constant=1.0)

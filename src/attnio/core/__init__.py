@@ -7,12 +7,14 @@ Everything else in attnio builds on this package, and it imports nothing else of
 * :mod:`.workload`: :class:`Shape`, the one description of an attention problem (sizes, heads,
   GQA, batch, mask), validated once, and the mask geometry;
 * :mod:`.masks`: the same geometry over blocks, for closed forms;
+* :mod:`.blockmask`: :class:`BlockMask`, a block-sparse layout (validated once, hashable);
 * :mod:`.errors` and :mod:`.checks`: the exceptions and the scalar validators;
 * :mod:`.reference`: float64 attention and its gradients, the oracle every output is checked
   against;
 * :mod:`.extras`: optional dependencies, with one message when one is missing.
 """
 
+from .blockmask import BlockMask
 from .checks import check_bool, check_choice, check_int, check_real
 from .errors import (
     AttnioError,
@@ -29,6 +31,7 @@ __all__ = [
     "ArrayIO",
     "AttnioError",
     "Block",
+    "BlockMask",
     "CapacityError",
     "FastTile",
     "IOCount",

@@ -67,6 +67,9 @@ import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
+from .blockmask import BlockMask
 from .workload import Shape, cdiv
 
 __all__ = [
@@ -413,6 +416,31 @@ def key_block_max_width(Nq: int, Nkv: int, Br: int, Bc: int, off: int,
     return _block_max(Nkv, Bc, Nq, Br, *_key_bounds(off, window, causal))
 
 
+def layout_sums(bm: BlockMask, Nq: int, Nkv: int, Br: int, Bc: int, *,
+                keys: bool = False) -> BlockSums:
+    """:class:`BlockSums` of the Br x Bc tiles that meet a kept block of a block-sparse layout.
+
+    Query tiles i (Br rows) against key tiles j (Bc keys), ``seen_i`` when tile row i meets a
+    kept block, ``count_i``/``width_i`` the number and width of its kept tiles; ``keys=True``
+    swaps the roles (key tiles against the query tiles that see them), as
+    :func:`key_block_sums` does for a causal mask.  O(number of tiles), from the layout.
+    """
+    t = bm.tiles(Nq, Nkv, Br, Bc)
+    total, B, Z, S = Nq, Br, Nkv, Bc
+    if keys:
+        t, total, B, Z, S = t.T, Nkv, Bc, Nq, Br
+    size = np.full(t.shape[0], B, dtype=np.int64)
+    size[-1] = total - (t.shape[0] - 1) * B
+    other = np.full(t.shape[1], S, dtype=np.int64)
+    other[-1] = Z - (t.shape[1] - 1) * S
+    seen = t.any(axis=1)
+    count = t.sum(axis=1, dtype=np.int64)
+    width = t.astype(np.int64) @ other
+    return BlockSums(int(t.shape[0]), int(seen.sum()), int((seen * size).sum()),
+                     int(count.sum()), int(width.sum()), int((size * count).sum()),
+                     int((size * width).sum()))
+
+
 class SplitSums(NamedTuple):
     """flash_decoding's split sums over query blocks i (Br rows) and KV splits p (L keys each)."""
 
@@ -582,13 +610,34 @@ def _row_counts(Nq: int, Nkv: int, causal: bool, offset: int, window: int | None
     return RowCounts(*row_totals(Nq, Nkv, offset, window))
 
 
+@functools.lru_cache(maxsize=256)
+def _block_row_counts(bm: BlockMask, Nq: int, Nkv: int) -> RowCounts:
+    lay = bm.layout
+    rows = np.full(bm.Tq, bm.bq, dtype=np.int64)
+    rows[-1] = Nq - (bm.Tq - 1) * bm.bq
+    width = np.full(bm.Tk, bm.bk, dtype=np.int64)
+    width[-1] = Nkv - (bm.Tk - 1) * bm.bk
+    v = lay.astype(np.int64) @ width  # keys each row of query block i sees
+    one, two = v >= 1, v >= 2
+    pairs = int((rows * v).sum())
+    pairs2 = int((rows * v * two).sum())
+    k_rows = int((width * lay[two].any(axis=0)).sum())  # keys seen by a row seeing >= 2
+    v_rows = int((width * lay[one].any(axis=0)).sum())
+    return RowCounts(int((rows * two).sum()), pairs2, pairs, k_rows, v_rows,
+                     int((rows * one).sum()))
+
+
 def row_counts(shape: Shape) -> RowCounts:
     """Rows and pairs one head of ``shape`` leaves visible (heads are not multiplied in), O(1).
 
     Row r sees keys ``[lo_r, hi_r)`` (:mod:`attnio.core.workload`); consecutive rows see
     overlapping or adjacent intervals, so the keys a set of consecutive rows sees form one
     interval, and the K (V) rows needed are the span over the rows that see >= 2 (>= 1) keys.
+    With a block mask every row of query block i sees the keys of its kept blocks: the counts
+    are summed over the layout (O(Tq·Tk), exact).
     """
+    if shape.block_mask is not None:
+        return _block_row_counts(shape.block_mask, shape.Nq, shape.Nkv)
     return _row_counts(shape.Nq, shape.Nkv, shape.causal, shape.offset,
                        shape.window if shape.causal else None)
 

@@ -9,7 +9,9 @@ flash-attn >= 2.1 and ``torch.nn.attention.bias.causal_lower_right``; ``causal="
 see c <= r, as ``scaled_dot_product_attention(is_causal=True)``.  ``window=W`` (with a causal mask)
 keeps only the W most recent keys: c > r + offset - W.  A query row that sees no key gets output 0
 and zero gradients, as flash-attn and PyTorch's ``scaled_dot_product_attention`` (2.5 and later,
-checked on 2.13) return.  Non-finite inputs propagate: a NaN in a row of Q makes that output row
+checked on 2.13) return.  ``block_mask`` (a :class:`~attnio.core.blockmask.BlockMask`) makes the
+attention block-sparse: a masked-out block's scores are -inf (it cannot be combined with
+``causal``).  Non-finite inputs propagate: a NaN in a row of Q makes that output row
 NaN, a NaN in a visible key or value makes every row that sees it NaN.
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .blockmask import BlockMask
 from .errors import ParameterError
 from .resources import Cost
 from .workload import parse_causal
@@ -27,9 +30,10 @@ from .workload import parse_causal
 __all__ = ["CHUNK_ELEMENTS", "attention", "attention_backward", "cost", "logsumexp", "mask"]
 
 
-def mask(Nq: int, Nkv: int, causal: object = False, window: int | None = None) -> np.ndarray:
+def mask(Nq: int, Nkv: int, causal: object = False, window: int | None = None,
+         block_mask: BlockMask | None = None) -> np.ndarray:
     """Boolean (Nq, Nkv) array, True where query r may NOT see key c."""
-    out = _rows_mask(Nq, Nkv, 0, Nq, causal, window)
+    out = _rows_mask(Nq, Nkv, 0, Nq, causal, window, block_mask)
     return np.zeros((Nq, Nkv), dtype=bool) if out is None else out
 
 
@@ -57,10 +61,22 @@ CHUNK_ELEMENTS = 1 << 22
 
 
 def _rows_mask(Nq: int, Nkv: int, r0: int, r1: int, causal: object,
-               window: int | None) -> np.ndarray | None:
+               window: int | None, block_mask: BlockMask | None = None) -> np.ndarray | None:
     """The mask of stacked query rows [r0, r1) (row R is query R mod Nq; True: not seen), or
     None when nothing is masked."""
     masked, align = parse_causal(causal)
+    if block_mask is not None:
+        if not isinstance(block_mask, BlockMask):
+            raise ParameterError(f"block_mask must be a BlockMask, got "
+                                 f"{type(block_mask).__name__}", param="block_mask")
+        if masked or window is not None:
+            raise ParameterError("block_mask and causal cannot be combined: the layout is the "
+                                 "mask", param="block_mask")
+        block_mask.check(Nq, Nkv)
+        rows_b = (np.arange(r0, r1) % Nq) // block_mask.bq
+        cols_b = np.arange(Nkv) // block_mask.bk
+        seen: np.ndarray = block_mask.layout[rows_b][:, cols_b]
+        return ~seen
     if not masked:
         if window is not None:
             raise ParameterError("window needs a causal mask: pass causal=True", param="window")
@@ -83,7 +99,8 @@ def _chunks(Q: np.ndarray, Nkv: int) -> list[tuple[int, int]]:
 
 
 def _probs(Q: np.ndarray, K: np.ndarray, causal: object, scale: float | None,
-           window: int | None, rows: tuple[int, int, int] | None = None
+           window: int | None, rows: tuple[int, int, int] | None = None,
+           block_mask: BlockMask | None = None
            ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
     """Softmax probabilities of the rows of ``Q``; ``rows = (r0, r1, Nq)`` places a chunk of
     (stacked) query rows in the full problem, for the mask."""
@@ -91,7 +108,7 @@ def _probs(Q: np.ndarray, K: np.ndarray, causal: object, scale: float | None,
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     S = s * (Q @ np.swapaxes(K, -1, -2))
     r0, r1, Nq = rows if rows is not None else (0, S.shape[-2], S.shape[-2])
-    msk = _rows_mask(Nq, S.shape[-1], r0, r1, causal, window)
+    msk = _rows_mask(Nq, S.shape[-1], r0, r1, causal, window, block_mask)
     if msk is not None:
         S = np.where(msk, -np.inf, S)
     m = S.max(axis=-1, keepdims=True)
@@ -116,7 +133,7 @@ def cost(Nq: int, Nkv: int, d: int, n_heads: int = 1, *, backward: bool = False)
 
 
 def attention(Q: Any, K: Any, V: Any, causal: object = False, scale: float | None = None,
-              window: int | None = None) -> np.ndarray:
+              window: int | None = None, block_mask: BlockMask | None = None) -> np.ndarray:
     """softmax(scale · Q Kᵀ [+ mask]) V in float64, numerically stable.
 
     Computed in chunks of query rows, so its working memory stays bounded however long the
@@ -133,13 +150,14 @@ def attention(Q: Any, K: Any, V: Any, causal: object = False, scale: float | Non
     Nq = Q0.shape[-2]
     out = np.empty(Q.shape[:-1] + (V.shape[-1],), dtype=np.float64)
     for r0, r1 in _chunks(Q, K.shape[-2]):
-        P, _, _, _ = _probs(Q[..., r0:r1, :], K, causal, scale, window, (r0, r1, Nq))
+        P, _, _, _ = _probs(Q[..., r0:r1, :], K, causal, scale, window, (r0, r1, Nq),
+                            block_mask)
         out[..., r0:r1, :] = P @ V
     return _ungroup(out, Q0)
 
 
 def logsumexp(Q: Any, K: Any, causal: object = False, scale: float | None = None,
-              window: int | None = None) -> np.ndarray:
+              window: int | None = None, block_mask: BlockMask | None = None) -> np.ndarray:
     """Per query row, log sum_c exp(scale·q·k_c) over visible keys (-inf for a row that sees none)."""
     Q0 = np.asarray(Q, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
@@ -147,15 +165,17 @@ def logsumexp(Q: Any, K: Any, causal: object = False, scale: float | None = None
     Nq = Q0.shape[-2]
     out = np.empty(Q.shape[:-1], dtype=np.float64)
     for r0, r1 in _chunks(Q, K.shape[-2]):
-        _, _, m, l = _probs(Q[..., r0:r1, :], K, causal, scale, window, (r0, r1, Nq))
+        _, _, m, l = _probs(Q[..., r0:r1, :], K, causal, scale, window, (r0, r1, Nq),
+                            block_mask)
         with np.errstate(divide="ignore"):
             out[..., r0:r1] = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)[..., 0]
     return out.reshape(Q0.shape[:-1])
 
 
 def attention_backward(Q: Any, K: Any, V: Any, dO: Any, causal: object = False,
-                       scale: float | None = None,
-                       window: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       scale: float | None = None, window: int | None = None,
+                       block_mask: BlockMask | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Analytic float64 gradients (dQ, dK, dV) of ``sum(attention(Q, K, V) * dO)``.
 
     With P = softmax(S): dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − rowsum(dO ∘ O)),
@@ -173,7 +193,7 @@ def attention_backward(Q: Any, K: Any, V: Any, dO: Any, causal: object = False,
     dV = np.zeros_like(V)
     for r0, r1 in _chunks(Q, K.shape[-2]):
         q, do = Q[..., r0:r1, :], dO[..., r0:r1, :]
-        P, s, _, _ = _probs(q, K, causal, scale, window, (r0, r1, Nq))
+        P, s, _, _ = _probs(q, K, causal, scale, window, (r0, r1, Nq), block_mask)
         O = P @ V
         dV += np.swapaxes(P, -1, -2) @ do
         dP = do @ np.swapaxes(V, -1, -2)

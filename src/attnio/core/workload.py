@@ -31,10 +31,12 @@ from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
+from .blockmask import BlockMask
 from .checks import check_int
 from .errors import ParameterError
 
-__all__ = ["ALIGNMENTS", "MAX_M", "MAX_SIZE", "Shape", "cdiv", "kv_range", "kv_visible_hi", "kv_visible_lo",
+__all__ = ["ALIGNMENTS", "MAX_M", "MAX_SIZE", "BlockMask", "Shape", "cdiv", "kv_range",
+           "kv_visible_hi", "kv_visible_lo",
            "parse_causal", "q_range"]
 
 ALIGNMENTS = ("bottom_right", "top_left")
@@ -76,7 +78,10 @@ class Shape:
     ``causal_align``); ``causal_align`` says where the diagonal lies: ``"bottom_right"`` (query r
     sees keys c <= r + Nkv - Nq, as flash-attn >= 2.1) or ``"top_left"`` (c <= r, as
     ``scaled_dot_product_attention(is_causal=True)``).  ``window`` (with a causal mask) limits each
-    query to its ``window`` most recent keys.
+    query to its ``window`` most recent keys.  ``block_mask`` (a
+    :class:`~attnio.core.blockmask.BlockMask`) makes the attention block-sparse instead: query
+    block i sees key block j iff the layout says so (no causal mask with it: a causal or windowed
+    layout is built with ``BlockMask.causal``/``BlockMask.window``).
 
     ``Shape.coerce`` accepts a Shape, ``(N, d)`` (square), ``(Nq, Nkv, d)`` or a mapping of
     fields; ``Shape.make`` builds one from the arguments the public functions take.
@@ -92,6 +97,7 @@ class Shape:
     causal: bool = False
     causal_align: str = "bottom_right"
     window: int | None = None
+    block_mask: BlockMask | None = None
 
     def __post_init__(self) -> None:
         for name in _SIZE_FIELDS:
@@ -121,13 +127,23 @@ class Shape:
             if not self.causal:
                 raise ParameterError("window needs a causal mask: pass causal=True",
                                      param="window")
+        if self.block_mask is not None:
+            if not isinstance(self.block_mask, BlockMask):
+                raise ParameterError(f"block_mask must be a BlockMask (attnio.BlockMask(layout, "
+                                     f"bq, bk)), got {type(self.block_mask).__name__}",
+                                     param="block_mask")
+            if self.causal:
+                raise ParameterError("block_mask and causal cannot be combined: the layout is the "
+                                     "mask (BlockMask.causal / BlockMask.window build causal and "
+                                     "windowed layouts)", param="block_mask")
+            self.block_mask.check(self.Nq, self.Nkv)
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def make(cls, N: int | None = None, d: int | None = None, *, Nq: int | None = None,
              Nkv: int | None = None, batch: int = 1, heads: int = 1,
              kv_heads: int | None = None, causal: object = False,
-             window: int | None = None) -> Shape:
+             window: int | None = None, block_mask: BlockMask | None = None) -> Shape:
         """A Shape from the public functions' arguments: ``N`` (square) or ``Nq``/``Nkv``, and
         ``causal`` as False, True (bottom-right) or an alignment name."""
         if d is None:
@@ -140,7 +156,7 @@ class Shape:
         Nkv = Nq if Nkv is None else Nkv
         masked, align = parse_causal(causal)
         return cls(Nq, Nkv, d, batch=batch, heads=heads, kv_heads=kv_heads, causal=masked,
-                   causal_align=align or "bottom_right", window=window)
+                   causal_align=align or "bottom_right", window=window, block_mask=block_mask)
 
     @classmethod
     def coerce(cls, shape: Any) -> Shape:
@@ -171,13 +187,20 @@ class Shape:
         raise ParameterError(f"shape must be (N, d), (Nq, Nkv, d) or a Shape, got {shape!r}",
                              param="shape")
 
-    def with_mask(self, causal: object = None, window: int | None = None) -> Shape:
-        """This shape with the mask of ``causal``/``window`` merged in (None: keep the shape's).
+    def with_mask(self, causal: object = None, window: int | None = None,
+                  block_mask: BlockMask | None = None) -> Shape:
+        """This shape with the mask of ``causal``/``window``/``block_mask`` merged in (None: keep
+        the shape's).
 
         ``causal`` is False, True (the shape's alignment, bottom-right by default) or an
         alignment name; it must not contradict a mask the shape already has, nor ``window`` the
-        shape's window.
+        shape's window, nor ``block_mask`` the shape's layout.
         """
+        if block_mask is not None and block_mask != self.block_mask:
+            if self.block_mask is not None:
+                raise ParameterError("block_mask conflicts with the shape's block_mask",
+                                     param="block_mask")
+            return dataclasses.replace(self, block_mask=block_mask).with_mask(causal, window)
         masked, align, win = self.causal, self.causal_align, self.window
         if causal is not None:
             c_masked, c_align = parse_causal(causal)
@@ -208,6 +231,11 @@ class Shape:
     def masked(self) -> bool:
         """Whether any score is masked (the causal mask, with or without a window)."""
         return self.causal
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the attention is block-sparse (a :class:`BlockMask` gives the mask)."""
+        return self.block_mask is not None
 
     @property
     def mask(self) -> str | bool:
@@ -242,7 +270,7 @@ class Shape:
 
     def unmasked(self) -> Shape:
         """The same sizes and heads without a mask."""
-        return dataclasses.replace(self, causal=False, window=None)
+        return dataclasses.replace(self, causal=False, window=None, block_mask=None)
 
     def describe(self) -> str:
         """A short human-readable form: ``N=1024 d=64 heads=32 kv_heads=8 causal=bottom_right``."""
@@ -258,6 +286,8 @@ class Shape:
             out += f" causal={self.causal_align}"
         if self.window is not None:
             out += f" window={self.window}"
+        if self.block_mask is not None:
+            out += " " + self.block_mask.describe()
         return out
 
 

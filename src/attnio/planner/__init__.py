@@ -12,10 +12,11 @@ from .planner import (
            Certificate,
            FastMemory,
            Plan,
+           backward_plan,
            fast_memory,
            plan,
            plan_shape,
 )
 
-__all__ = ["Backward", "Candidate", "Certificate", "FastMemory", "Plan", "fast_memory", "plan",
+__all__ = ["Backward", "Candidate", "Certificate", "FastMemory", "Plan", "backward_plan", "fast_memory", "plan",
            "plan_shape"]

@@ -27,6 +27,8 @@ from typing import Any
 from .. import algorithms as _alg
 from .. import bounds as _bounds
 from ..algorithms.base import Algorithm
+from ..bounds import backward as _bwd_bounds
+from ..core.blockmask import BlockMask
 from ..core.checks import check_bool, check_int, check_real
 from ..core.errors import AttnioError, ParameterError
 from ..core.memory import IOCount
@@ -34,7 +36,8 @@ from ..core.resources import fmt_count
 from ..core.workload import MAX_M, Shape
 from ..hardware import devices as _devices
 
-__all__ = ["Backward", "Candidate", "Certificate", "FastMemory", "Plan", "plan", "plan_shape"]
+__all__ = ["Backward", "Candidate", "Certificate", "FastMemory", "Plan", "backward_plan", "plan",
+           "plan_shape"]
 
 _ERROR_FIELDS = ("guaranteed_error", "error", "error_bound", "eps")
 
@@ -82,10 +85,34 @@ class Certificate:
 
 @dataclass(frozen=True)
 class Backward:
-    """The backward pass of a plan made with ``backward=True``: its count and tiling."""
+    """The backward pass of a plan made with ``backward=True``: the least-I/O backward schedule
+    (:attr:`algorithm`), its count and tiling, every backward schedule scored (chosen first) or
+    skipped, and the backward certificate (best explicit backward bound and the ratio)."""
 
     predicted: IOCount
     tiling: Any
+    algorithm: str = "flash2_backward"
+    candidates: tuple[Candidate, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+    certificate: Certificate | None = None
+
+    @property
+    def best_bound(self) -> _bounds.Bound | None:
+        return None if self.certificate is None else self.certificate.best_bound
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.certificate is None else self.certificate.ratio
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.certificate
+        return {"algorithm": self.algorithm, "reads": self.reads, "writes": self.writes,
+                "total": self.total, "tiling": dataclasses.asdict(self.tiling),
+                "candidates": [x.to_dict() for x in self.candidates],
+                "skipped": [{"algorithm": a, "reason": r} for a, r in self.skipped],
+                "bounds": [] if c is None else [b.to_dict() for b in c.bounds],
+                "best_bound": None if c is None else c.best_bound.to_dict(),
+                "ratio": None if c is None else c.ratio}
 
     # an IOCount's fields, so that ``plan.backward.total`` reads as before
     @property
@@ -221,9 +248,7 @@ class Plan:
             "N": self.N, "Nkv": self.Nkv, "d": self.d, "M": self.M, "causal": self.causal,
             "heads": self.heads, "batch": self.batch, "kv_heads": self.kv_heads,
             "window": self.window, "causal_align": self.causal_align,
-            "backward": None if bwd is None else {
-                "reads": bwd.reads, "writes": bwd.writes, "total": bwd.total,
-                "tiling": dataclasses.asdict(bwd.tiling)},
+            "backward": None if bwd is None else bwd.to_dict(),
             "device": self.device, "dtype_bytes": self.dtype_bytes,
             "approx_eps": self.approx_eps,
             "algorithm": self.algorithm, "tiling": c["tiling"],
@@ -257,9 +282,22 @@ class Plan:
             f"  Predicted writes:  {self.predicted.writes:,}",
             f"   Predicted total:  {self.predicted.total:,} words",
         ]
-        if self.backward is not None:
-            lines.append(f"  Backward (flash2-style, tiling {self.backward.tiling}): "
-                         f"{self.backward.total:,} words; forward above includes the logsumexp")
+        bwd = self.backward
+        if bwd is not None:
+            lines.append(f"          Backward:  {bwd.algorithm} {bwd.tiling}")
+            lines.append(f"    Backward total:  {bwd.total:,} words (reads {bwd.reads:,}, writes "
+                         f"{bwd.writes:,}); the forward above includes the logsumexp")
+            if bwd.best_bound is not None:
+                bb = bwd.best_bound
+                lines.append(f"  Backward bound:  {bb.value:,.0f} ({bb.name}, explicit); "
+                             f"ratio {bwd.ratio:.3f}" if bwd.ratio is not None else
+                             f"  Backward bound:  {bb.value:,.0f} ({bb.name}, explicit)")
+            for c in bwd.candidates[1:]:
+                pct = 100.0 * (c.predicted.total / bwd.total - 1) if bwd.total else 0.0
+                lines.append(f"   Backward runner-up:  {c.algorithm} {c.predicted.total:,} "
+                             f"(+{pct:.1f}%)")
+            for name, reason in bwd.skipped:
+                lines.append(f"   Backward skipped:  {name} ({reason})")
         if self.dtype_bytes:
             lines.append(f"  Predicted traffic:  {self.predicted.total * self.dtype_bytes:,} bytes")
         if self.error is not None:
@@ -304,10 +342,13 @@ def _error_of(tiling: Any) -> float | None:
 
 
 def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
-           entry_bound: float | None, backward: bool) -> tuple[Candidate, Backward | None] | str:
-    """An algorithm's best candidate (and backward pass), or the reason it cannot run."""
+           entry_bound: float | None, backward: bool) -> Candidate | str:
+    """An algorithm's best candidate (with the logsumexp when ``backward``), or the reason it
+    cannot run."""
     if shape.window is not None and not alg.supports_window:
         return "no sliding-window support"
+    if shape.block_mask is not None and not alg.supports_block_mask:
+        return "no block-sparse support"
     if backward and not alg.supports_backward:
         return "no backward pass"
     need = alg.min_M(shape)
@@ -318,15 +359,41 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
     if found is None:
         return "no candidate tiling fits in M"
     error = None if alg.exact else _error_of(found.tiling)
-    if not backward:
-        return Candidate(alg.name, found.tiling, found.predicted, found.steps, alg.exact, error,
-                         found.tried), None
-    # the forward also writes the logsumexp; the backward is scored on its own
-    bwd = alg.backward  # type: ignore[attr-defined]
-    bt = bwd.coerce_tiling(shape, M, None)
-    fwd = alg.predict_with_lse(shape, found.tiling)  # type: ignore[attr-defined]
-    return (Candidate(alg.name, found.tiling, fwd, found.steps, alg.exact, error, found.tried),
-            Backward(bwd.predict(shape, bt), bt))
+    io = found.predicted
+    if backward:  # the forward also writes the logsumexp the backward reads
+        io = alg.predict_with_lse(shape, found.tiling)  # type: ignore[attr-defined]
+    return Candidate(alg.name, found.tiling, io, found.steps, alg.exact, error, found.tried)
+
+
+def backward_plan(shape: Shape, M: int) -> Backward:
+    """Every registered backward schedule scored by closed form (its least-I/O tiling that fits
+    in M), the least-I/O one chosen (ties: fewer steps, then registry order), with the backward
+    certificate of :func:`attnio.bounds.backward_applicable_to`."""
+    scored, skipped = [], []
+    for i, bwd in enumerate(_alg.all_backwards()):
+        why = bwd.unsupported(shape)
+        if why is None and M < bwd.min_M(shape):
+            why = f"needs M >= {bwd.min_M(shape):,}"
+        found = None if why else bwd.search(shape, M)
+        if found is None:
+            skipped.append((bwd.name, why or "no candidate tiling fits in M"))
+            continue
+        t, io = found
+        steps = bwd.steps(shape, t)
+        scored.append(((io.total, steps, i), Candidate(bwd.name, t, io, steps)))
+    if not scored:
+        raise ParameterError(f"M={M}: no backward schedule fits in M words for "
+                             f"{shape.describe()} "
+                             f"({'; '.join(f'{a}: {r}' for a, r in skipped)})", param="M")
+    scored.sort(key=lambda kc: kc[0])
+    cands = tuple(c for _, c in scored)
+    chosen = cands[0]
+    bnds = tuple(_bwd_bounds.backward_applicable_to(shape, M))
+    best = _bounds.best(bnds)
+    ratio = chosen.predicted.total / best.value if best.value > 0 else None
+    cert = Certificate(bnds, best, ratio, _REGIMES[M >= shape.d * shape.d])
+    return Backward(chosen.predicted, chosen.tiling, chosen.algorithm, cands, tuple(skipped),
+                    cert)
 
 
 _REGIMES = {True: "large cache (M >= d^2)", False: "small cache (M < d^2)"}
@@ -369,7 +436,8 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     algs = _alg.all_algorithms()
     if approx_eps is None:  # approximate algorithms only when an error target is given
         algs = [a for a in algs if a.exact]
-    scored: list[tuple[tuple[int, int, int], tuple[Candidate, Backward | None]]] = []
+    bwd_best = backward_plan(shape, M) if backward else None
+    scored: list[tuple[tuple[int, int, int], Candidate]] = []
     skipped: list[tuple[str, str]] = []
     for i, alg in enumerate(algs):
         try:
@@ -380,16 +448,13 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
         if isinstance(res, str):
             skipped.append((alg.name, res))
             continue
-        cand, bwd = res
-        total = cand.predicted.total + (bwd.total if bwd is not None else 0)
-        scored.append(((total, cand.steps, i), res))
+        scored.append(((res.predicted.total, res.steps, i), res))
     if not scored:
         raise ParameterError(f"M={M}: no registered algorithm fits in M words for "
                              f"{shape.describe()} "
                              f"({'; '.join(f'{a}: {r}' for a, r in skipped)})", param="M")
     scored.sort(key=lambda kr: kr[0])
-    cands = tuple(c for _, (c, _) in scored)
-    bwd_best = scored[0][1][1]
+    cands = tuple(c for _, c in scored)
     chosen = cands[0]
     runner = cands[1] if len(cands) > 1 else None
     bnds = tuple(_bounds.applicable_to(shape, M))
@@ -402,8 +467,13 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     why = _why(chosen, runner, len(cands), shape.d, M, best, ratio, theta)
     if bwd_best is not None:
         why += (f" With the backward pass: the forward writes the logsumexp too, and the backward "
-                f"moves {bwd_best.total:,} more words (tiling {bwd_best.tiling}); the bounds above "
-                "are the forward's.")
+                f"schedule {bwd_best.algorithm} moves {bwd_best.total:,} more words (tiling "
+                f"{bwd_best.tiling}), the least of {len(bwd_best.candidates)} backward "
+                f"schedule(s) scored; the best explicit backward bound "
+                f"({bwd_best.best_bound.name}) is {bwd_best.best_bound.value:,.0f}")
+        if bwd_best.ratio is not None:
+            why += f", so the backward is within {bwd_best.ratio:.2f}x of optimal"
+        why += "; the bounds above are the forward's."
     return Plan(shape, memory, cands, tuple(skipped), Certificate(bnds, best, ratio, regime), why,
                 approx_eps, bwd_best)
 
@@ -449,22 +519,25 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
          heads: int = 1, dtype_bytes: int | str | None = None, device: str | None = None,
          M_bytes: int | None = None, approx_eps: float | None = None,
          entry_bound: float | None = None, batch: int = 1, kv_heads: int | None = None,
-         window: int | None = None, backward: bool = False) -> Plan:
+         window: int | None = None, backward: bool = False,
+         block_mask: BlockMask | None = None) -> Plan:
     """The least-I/O registered algorithm and tiling for attention of these sizes.
 
     Give the fast memory as ``M`` (words), ``M_bytes`` (bytes, with ``dtype_bytes``) or
     ``device`` (a preset of :mod:`attnio.hardware.devices`, words of ``dtype_bytes``, default 2 =
     fp16).  ``batch`` x ``heads`` query heads (``kv_heads`` key/value heads: grouped-query
     attention, default as many as ``heads``); ``causal`` is False, True / "bottom_right" or
-    "top_left"; ``window`` a sliding window; ``backward=True`` plans forward + backward
-    (algorithms with a backward pass only).  With ``approx_eps`` the approximate algorithms
+    "top_left"; ``window`` a sliding window; ``block_mask`` a block-sparse layout
+    (:class:`~attnio.core.blockmask.BlockMask`); ``backward=True`` plans forward + backward:
+    forwards that write the logsumexp, and every registered backward schedule, the least-I/O
+    one reported with the backward certificate.  With ``approx_eps`` the approximate algorithms
     (``exact=False``) are scored too, and the plan reports their guaranteed error; without it
     only exact algorithms are considered.
 
     Pure and cached: the same arguments return the same :class:`Plan` object.
     """
     shape = Shape.make(N, d, Nkv=Nkv, batch=batch, heads=heads, kv_heads=kv_heads,
-                       causal=causal, window=window)
+                       causal=causal, window=window, block_mask=block_mask)
     memory = fast_memory(M, M_bytes=M_bytes, dtype_bytes=dtype_bytes, device=device)
     return plan_shape(shape, memory, approx_eps=approx_eps, entry_bound=entry_bound,
                       backward=backward)

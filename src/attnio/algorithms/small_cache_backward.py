@@ -1,0 +1,387 @@
+"""The small-cache backward pass: five output-stationary blocked matmuls, P and dS written once.
+
+Li, Liang, Shi, Song et al. (*On Fine-Grained I/O Complexity of Attention Backward Passes*, arXiv
+2410.09397) prove the backward pass costs Θ(min((N²d² + Nd³)/M, (N²d + Nd²)/√M)) words: FlashAttention-2's
+backward attains the large-cache term, and their Theorem 4.3 (Algorithm 6) the small-cache one,
+through the equivalence of attention with matrix multiplication.  Their Algorithm 6 could not be
+read here; this schedule is our design along that route (docs/backward.md), and it attains the
+Θ(N²d/√M) term.
+
+Inputs in slow memory: Q, K, V, O, dO and the logsumexp L the forward wrote; outputs dQ, dK, dV;
+workspace in slow memory: D (Nq words a head), P and dS (Nq x Nkv words a head).  With
+s = scale and, per query head::
+
+    Phase 0  D_i = Σ_l dO_il O_il                        (rows in chunks, columns in slices)
+    Phase 1  for each visible tile (I, J) of bm x bn:    T = Σ_l Q[I,l] K[J,l]ᵀ  (bk-wide slices)
+                 load L_I;  T = exp(s·T − L_I) (masked entries 0);  write T to P[I,J]
+    Phase 2  for each visible tile (I, J):               T = Σ_l dO[I,l] V[J,l]ᵀ
+                 by chunks of rows: load P[rows,J], D_rows;  T = P ∘ (T − D);  write T to dS[I,J]
+    Phase 3  dV = Σ_h P_hᵀ dO_h     output-stationary: for each key block J, each sub-block of
+             ba keys of J, each column block of bc: accumulate over the query heads h of the key
+             head and the query blocks I that see J, in slices of br rows of I; write the block
+    Phase 4  dQ = s·dS K            for each query block I, sub-block of ba rows, column block:
+             accumulate over the key blocks J that I sees, in slices of br keys of J
+    Phase 5  dK = s·Σ_h dS_hᵀ Q_h   as phase 3
+
+Visibility is the mask's, tile by tile: tile (I, J) is visited iff some query of I sees some key
+of J (causal masks of either alignment, sliding windows); P and dS are written only there, and
+the reductions of phases 3-5 read only written tiles (their blocks are sub-blocks of the bm x bn
+grid).  Grouped-query attention: dK, dV of a key/value head sum over its ``g`` query heads inside
+one accumulator.  Block-sparse layouts are not supported (use ``flash2_backward``).
+
+Closed form.  Per query head, with the sums of :func:`attnio.core.masks.query_block_sums` over
+the bm x bn tiles — ``SC = Σ_vis rows_I``, ``W = Σ_vis bn_J``, ``SW = Σ_vis rows_I·bn_J`` (all
+three over the visible tiles) — and ``Tc = ⌈d/bc⌉``, ``Xk = Σ_J ⌈bn_J/a_k⌉·R_J`` (R_J the rows of
+the query blocks that see J; ``a_k = min(ba, bn)``), ``Xq = Σ_I ⌈rows_I/a_q⌉·W_I`` (W_I the width
+of the key blocks I sees; ``a_q = min(ba, bm)``), a key/value head with g query heads moves
+
+    reads  = g·[2·Nq·d                                  (phase 0: O, dO)
+               + d·(SC + W) + SC                        (phase 1: Q, K, L)
+               + d·(SC + W) + SW + SC                   (phase 2: dO, V, P, D)
+               + 3·Tc·SW + d·(2·Xk + Xq)]               (phases 3-5: P or dS; dO, K or Q)
+    writes = g·(Nq + 2·SW + Nq·d) + 2·Nkv·d             (D; P and dS; dQ; dK and dV)
+
+times ``batch·kv_heads``.  Unmasked, N = Nq = Nkv, square tiles bm = bn ≈ ba ≈ bc ≈ √M:
+≈ 10·N²d/√M + 3N² + O(N²/√M + Nd), against FlashAttention-2's backward ≈ 16·N²d²/M: a factor
+≈ 1.6·d/√M fewer words when M << d² (docs/backward.md measures it).
+
+Fast memory: phases 1-2 hold the tile (bm·bn), two slices (bk·(bm + bn)) or a chunk of rows of
+P with their D (rc·(bn + 1), rc = max(1, min(bm, bk·(bm + bn) // (bn + 1)))); phases 3-5 the
+accumulator (a·bc) and two slices (r·(a + bc)); phase 0 fits in the larger of the two.  So
+``footprint = max(bm·bn + max(bk·(bm + bn), bn + 1), max over phases 3-5 of a·bc + r·(a + bc))``
+and the least workable M is 3.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core import masks
+from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, cdiv, kv_range, q_range
+from . import _kernels as K_
+from .base import BackwardSchedule
+
+
+@dataclass(frozen=True)
+class SmallCacheTiling:
+    """Tile sides: ``bm x bn`` score tiles reduced over ``bk``-wide slices of d (phases 1-2);
+    ``ba x bc`` output blocks reduced over ``br``-long slices (phases 3-5)."""
+
+    bm: int
+    bn: int
+    bk: int
+    ba: int
+    bc: int
+    br: int
+
+
+@dataclass(frozen=True)
+class _Sides:
+    """A tiling clamped to a shape: the sizes the schedule really uses."""
+
+    bm: int
+    bn: int
+    bk: int
+    bc: int
+    ak: int  # output sub-block of a key block (phases 3, 5)
+    rk: int  # reduction slice of a query block (phases 3, 5)
+    aq: int  # output sub-block of a query block (phase 4)
+    rq: int  # reduction slice of a key block (phase 4)
+    rc: int  # rows per chunk of phase 2's finalisation
+    F: int  # the footprint: the most words resident at once
+
+
+def _sides(shape: Shape, t: SmallCacheTiling) -> _Sides:
+    bm, bn, bk = min(t.bm, shape.Nq), min(t.bn, shape.Nkv), min(t.bk, shape.d)
+    bc, ak, rk, aq, rq = min(t.bc, shape.d), min(t.ba, bn), min(t.br, bm), min(t.ba, bm), \
+        min(t.br, bn)
+    rc = max(1, min(bm, bk * (bm + bn) // (bn + 1)))
+    F = max(_fp12(bm, bn, bk), _fp35(ak, bc, rk), _fp35(aq, bc, rq))
+    return _Sides(bm, bn, bk, bc, ak, rk, aq, rq, rc, F)
+
+
+def _fp12(bm: int, bn: int, bk: int) -> int:
+    return bm * bn + max(bk * (bm + bn), bn + 1)
+
+
+def _fp35(a: int, c: int, r: int) -> int:
+    return a * c + r * (a + c)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tile_sums(Nq: int, Nkv: int, bm: int, bn: int, off: int, window: int | None,
+               causal: bool) -> tuple[int, int, int, int, int, int, int]:
+    """(SC, W, SW, ΣR_J, R_last, ΣW_I, W_last) of the bm x bn tiles (module docstring)."""
+    q = masks.query_block_sums(Nq, Nkv, bm, bn, off, window, causal)
+    k = masks.key_block_sums(Nq, Nkv, bm, bn, off, window, causal)
+    r_last = w_last = 0
+    if Nkv % bn:  # the short last key block: the rows of the query blocks that see it
+        lo, hi = masks.q_block(Nq, (Nkv // bn) * bn, Nkv, off, window, causal)
+        r_last = masks.meet(lo, hi, bm, Nq)[2]
+    if Nq % bm:  # the short last query block: the width of the key blocks it sees
+        lo, hi = masks.kv_block(Nkv, (Nq // bm) * bm, Nq, off, window, causal)
+        w_last = masks.meet(lo, hi, bn, Nkv)[2]
+    return q.size_count, q.width, q.size_width, k.width, r_last, q.width, w_last
+
+
+def _subblocks(total: int, B: int, a: int, weight_all: int, weight_last: int) -> int:
+    """Σ over the B-blocks of [0, total) of ⌈size/a⌉·weight, given the total weight and the short
+    last block's (0 when B divides total)."""
+    if total % B == 0:
+        return cdiv(B, a) * weight_all
+    return cdiv(B, a) * (weight_all - weight_last) + cdiv(total % B, a) * weight_last
+
+
+def _scores(T, L, *, scale, mask) -> None:
+    """T = exp(scale·T − L) row by row (masked entries and rows with L = -inf give 0)."""
+    T *= scale
+    if mask is not None:
+        K_.apply_causal_mask(T, *mask)
+    T -= np.where(np.isfinite(L), L, np.inf)[:, None]
+    np.exp(T, out=T)
+
+
+def _dscores(T, P, D) -> None:
+    """dS = P ∘ (dP − D) on a chunk of rows (T holds dP)."""
+    T -= D[:, None]
+    T *= P
+
+
+def _row_dot(D, a, b) -> None:
+    D += np.sum(a * b, axis=1)
+
+
+class SmallCacheBackward(BackwardSchedule):
+    """The small-cache backward pass: P and dS written once, five output-stationary matmuls."""
+
+    name = "small_cache_backward"
+    summary = ("small-cache backward (after Li et al.): P and dS written once, then five "
+               "output-stationary blocked matmuls; ~10N²d/√M + 3N² words")
+    Tiling = SmallCacheTiling
+    supports_window = True
+    supports_block_mask = False
+
+    # ------------------------------------------------------------------ fast memory
+    def footprint(self, shape: Shape, t: SmallCacheTiling) -> int:
+        return _sides(shape, t).F
+
+    def min_M(self, shape: Shape) -> int:
+        return 3
+
+    # ------------------------------------------------------------------ counts
+    def _sums(self, shape: Shape, s: _Sides) -> tuple[int, int, int, int, int, int, int]:
+        return _tile_sums(shape.Nq, shape.Nkv, s.bm, s.bn, shape.offset,
+                          shape.window if shape.causal else None, shape.causal)
+
+    def _count(self, shape: Shape, s: _Sides, sums) -> IOCount:
+        SC, W, SW, RK, r_last, WQ, w_last = sums
+        d, g, Nq, Nkv = shape.d, shape.group, shape.Nq, shape.Nkv
+        Xk = _subblocks(Nkv, s.bn, s.ak, RK, r_last)
+        Xq = _subblocks(Nq, s.bm, s.aq, WQ, w_last)
+        Tc = cdiv(d, s.bc)
+        reads = g * (2 * Nq * d + 2 * d * (SC + W) + 2 * SC + SW + 3 * Tc * SW
+                     + d * (2 * Xk + Xq))
+        writes = g * (Nq + 2 * SW + Nq * d) + 2 * Nkv * d
+        return IOCount(reads, writes).scaled(shape.n_kv_heads)
+
+    def predict(self, shape: Shape, t: SmallCacheTiling) -> IOCount:
+        s = _sides(shape, t)
+        return self._count(shape, s, self._sums(shape, s))
+
+    def workspace(self, shape: Shape) -> int:
+        """D, P and dS of every query head."""
+        return shape.n_heads * shape.Nq * (1 + 2 * shape.Nkv)
+
+    def steps(self, shape: Shape, t: SmallCacheTiling) -> int:
+        s = _sides(shape, t)
+        Tm, Tn = cdiv(shape.Nq, s.bm), cdiv(shape.Nkv, s.bn)
+        return (2 * Tm * Tn * cdiv(shape.d, s.bk) + cdiv(shape.d, s.bc)
+                * (2 * cdiv(shape.Nkv, s.ak) * cdiv(shape.Nq, s.rk)
+                   + cdiv(shape.Nq, s.aq) * cdiv(shape.Nkv, s.rq)))
+
+    # ------------------------------------------------------------------ tilings
+    def candidate_tilings(self, shape: Shape, M: int) -> list[SmallCacheTiling]:
+        """For each score tile bm x bn (bm a power of two, near-square or splitting Nq evenly;
+        bn the largest that fits, near-square or a few smaller), the output block (bc, and ba
+        one block of either axis or the largest that fits) of least closed form."""
+        return list(_candidates(self, shape, M))
+
+    def _candidates(self, shape: Shape, M: int) -> list[SmallCacheTiling]:
+        if M < self.min_M(shape):
+            return []
+        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+        fits = lambda b: 2 * b + 1 <= M  # noqa: E731  (a bm x 1 tile)
+        bms = {b for b in (Nq,) if fits(b)}
+        b = 1
+        while b <= Nq and fits(b):
+            bms.add(b)
+            b *= 2
+        sq = min(Nq, math.isqrt(M + 1) - 1)  # the square tile: (b + 1)² <= M + 1
+        if sq >= 1:  # near-square sides, and the sides that split Nq evenly near them
+            bms.update(x for x in (sq, sq - 1, sq - 2) if x >= 1)
+            t0 = cdiv(Nq, sq)
+            bms.update(cdiv(Nq, t) for t in range(t0, t0 + 4))
+        bcs = sorted({cdiv(d, t) for t in range(1, d + 1)})  # one bc per number of column blocks
+        out = []
+        for bm in sorted(bms):
+            bn_max = min(Nkv, (M - bm) // (bm + 1))
+            if bn_max < 1:
+                continue
+            bns = {bn_max, cdiv(Nkv, cdiv(Nkv, bn_max)), max(1, bn_max // 2),
+                   max(1, bn_max // 4)}
+            bns.update(x for x in (sq, sq - 1, sq - 2, bm) if 1 <= x <= bn_max)
+            for bn in sorted(bns):
+                bk = min(d, (M - bm * bn) // (bm + bn))
+                best = None
+                for bc in bcs:
+                    a_max = (M - bc) // (bc + 1)
+                    if a_max < 1:
+                        continue
+                    # one output sub-block per block of either axis, or the largest that fits
+                    for a in {min(a_max, max(bm, bn)), min(a_max, bm), min(a_max, bn)}:
+                        r = min(max(bm, bn), (M - a * bc) // (a + bc))
+                        t = SmallCacheTiling(bm, bn, bk, a, bc, r)
+                        s = _sides(shape, t)
+                        io = self._count(shape, s, self._sums(shape, s)).total
+                        if best is None or io < best[0]:
+                            best = (io, t)
+                if best is not None:
+                    out.append(best[1])
+        return out
+
+    # ------------------------------------------------------------------ the schedule
+    def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
+                     tiling: SmallCacheTiling, scale: float) -> None:
+        """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
+        self.check_shape(shape)
+        Nq, Nkv, nh = shape.Nq, shape.Nkv, shape.n_heads
+        work = {"D": mem.scratch("D", (nh * Nq,)), "P": mem.scratch("P", (nh * Nq, Nkv)),
+                "dS": mem.scratch("dS", (nh * Nq, Nkv))}
+        s = _sides(shape, tiling)
+        for kvb in mem.blocks(shape.batch * shape.kv_heads, 1):
+            kvh = kvb.start
+            ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
+            heads = range(kvh * shape.group, (kvh + 1) * shape.group)
+            qv = {n: [mem.view(a, slice(h * Nq, (h + 1) * Nq)) for h in heads]
+                  for n, a in (("Q", arrays["Q"]), ("O", arrays["O"]), ("dO", arrays["dO"]),
+                               ("L", arrays["L"]), ("dQ", arrays["dQ"]), ("D", work["D"]),
+                               ("P", work["P"]), ("dS", work["dS"]))}
+            kv = {n: mem.view(arrays[n], ks) for n in ("K", "V", "dK", "dV")}
+            for g in range(shape.group):
+                self._phase0(mem, qv["dO"][g], qv["O"][g], qv["D"][g], shape, s)
+                self._scores(mem, qv, kv, g, shape, s, scale, phase=1)
+                self._scores(mem, qv, kv, g, shape, s, scale, phase=2)
+            self._by_keys(mem, qv["P"], qv["dO"], kv["dV"], shape, s, 1.0)  # dV = Σ Pᵀ dO
+            for g in range(shape.group):  # dQ = s·dS K
+                self._by_queries(mem, qv["dS"][g], kv["K"], qv["dQ"][g], shape, s, scale)
+            self._by_keys(mem, qv["dS"], qv["Q"], kv["dK"], shape, s, scale)  # dK = s·Σ dSᵀ Q
+
+    def _phase0(self, mem: TwoLevelMemory, dO: SlowArray, O: SlowArray, D: SlowArray,
+                shape: Shape, s: _Sides) -> None:
+        """D_i = Σ_l dO_il O_il, in the fast memory the other phases use."""
+        d, F = shape.d, s.F
+        rows, width = (min(shape.Nq, F // (2 * d + 1)), d) if F >= 2 * d + 1 else \
+            (1, min(d, (F - 1) // 2))
+        for qb in mem.blocks(shape.Nq, rows):
+            Di = mem.alloc((qb.size,), 0.0, label="D_i")
+            for cb in mem.blocks(d, width):
+                a = mem.load(dO, qb, cb, label="dO_i")
+                b = mem.load(O, qb, cb, label="O_i")
+                mem.compute(_row_dot, Di, a, b, writes=1)
+                mem.free(a, b)
+            mem.store(Di, D, qb)
+            mem.free(Di)
+
+    def _scores(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
+                kv: dict[str, SlowArray], g: int, shape: Shape, s: _Sides, scale: float, *,
+                phase: int) -> None:
+        """Phase 1 (P = exp(s·QKᵀ − L)) or 2 (dS = P ∘ (dO Vᵀ − D)), on the visible tiles."""
+        A, B = (qv["Q"][g], kv["K"]) if phase == 1 else (qv["dO"][g], kv["V"])
+        out = qv["P"][g] if phase == 1 else qv["dS"][g]
+        band = masks.Band.queries(shape) if shape.causal else None
+        for qb in mem.blocks(shape.Nq, s.bm, band=band):
+            lo, hi = kv_range(shape, qb.start, qb.stop)
+            for kb in mem.blocks(shape.Nkv, s.bn, lo=lo, hi=hi, band=band):
+                T = mem.alloc((qb.size, kb.size), 0.0, label="T_ij")
+                for lb in mem.blocks(shape.d, s.bk):
+                    a = mem.load(A, qb, lb, label="A_il")
+                    b = mem.load(B, kb, lb, label="B_jl")
+                    mem.matmul(T, a, b, transpose_b=True, accumulate=True)
+                    mem.free(a, b)
+                if phase == 1:
+                    mask = None
+                    if K_.tile_needs_mask(shape, qb.start, kb.stop, qb.stop, kb.start):
+                        mask = (qb.start, kb.start, shape.offset, shape.window)
+                    Li = mem.load(qv["L"][g], qb, label="L_i")
+                    mem.compute(lambda t, lv, mask=mask: _scores(t, lv, scale=scale, mask=mask),
+                                T, Li, writes=1)
+                    mem.free(Li)
+                else:
+                    for cb in mem.blocks(qb.size, s.rc):
+                        rows = slice(qb.start + cb.start, qb.start + cb.stop)
+                        Pc = mem.load(qv["P"][g], rows, kb, label="P_rows")
+                        Dc = mem.load(qv["D"][g], rows, label="D_rows")
+                        c0, c1 = cb.start, cb.stop
+                        mem.compute(lambda t, p, dv, c0=c0, c1=c1: _dscores(t[c0:c1], p, dv),
+                                    T, Pc, Dc, writes=1)
+                        mem.free(Pc, Dc)
+                mem.store(T, out, qb, kb)
+                mem.free(T)
+
+    def _by_keys(self, mem: TwoLevelMemory, X: list[SlowArray], Y: list[SlowArray],
+                 out: SlowArray, shape: Shape, s: _Sides, alpha: float) -> None:
+        """out[J] = alpha·Σ_h X_h[:, J]ᵀ Y_h, output-stationary over key sub-blocks (phases 3, 5)."""
+        band = masks.Band.keys(shape) if shape.causal else None
+        for kb in mem.blocks(shape.Nkv, s.bn, band=band):
+            qlo, qhi = q_range(shape, kb.start, kb.stop)
+            for ob in mem.blocks(kb.size, s.ak):
+                keys = slice(kb.start + ob.start, kb.start + ob.stop)
+                for cb in mem.blocks(shape.d, s.bc):
+                    acc = mem.alloc((ob.size, cb.size), 0.0, label="acc")
+                    if qhi > qlo:
+                        for hb in mem.blocks(len(X), 1):
+                            for qb in mem.blocks(shape.Nq, s.bm, lo=qlo, hi=qhi, band=band):
+                                for rb in mem.blocks(qb.size, s.rk):
+                                    rows = slice(qb.start + rb.start, qb.start + rb.stop)
+                                    x = mem.load(X[hb.start], rows, keys, label="X_rj")
+                                    y = mem.load(Y[hb.start], rows, cb, label="Y_rc")
+                                    mem.compute(lambda c, a, b: c.__iadd__(alpha * (a.T @ b)),
+                                                acc, x, y, writes=1)
+                                    mem.free(x, y)
+                    mem.store(acc, out, keys, cb)
+                    mem.free(acc)
+
+    def _by_queries(self, mem: TwoLevelMemory, X: SlowArray, Y: SlowArray, out: SlowArray,
+                    shape: Shape, s: _Sides, alpha: float) -> None:
+        """out[I] = alpha·X[I, :] Y, output-stationary over query sub-blocks (phase 4)."""
+        band = masks.Band.queries(shape) if shape.causal else None
+        for qb in mem.blocks(shape.Nq, s.bm, band=band):
+            lo, hi = kv_range(shape, qb.start, qb.stop)
+            for ob in mem.blocks(qb.size, s.aq):
+                rows = slice(qb.start + ob.start, qb.start + ob.stop)
+                for cb in mem.blocks(shape.d, s.bc):
+                    acc = mem.alloc((ob.size, cb.size), 0.0, label="acc")
+                    if hi > lo:
+                        for kb in mem.blocks(shape.Nkv, s.bn, lo=lo, hi=hi, band=band):
+                            for rb in mem.blocks(kb.size, s.rq):
+                                keys = slice(kb.start + rb.start, kb.start + rb.stop)
+                                x = mem.load(X, rows, keys, label="X_ir")
+                                y = mem.load(Y, keys, cb, label="Y_rc")
+                                mem.compute(lambda c, a, b: c.__iadd__(alpha * (a @ b)),
+                                            acc, x, y, writes=1)
+                                mem.free(x, y)
+                    mem.store(acc, out, rows, cb)
+                    mem.free(acc)
+
+
+@functools.lru_cache(maxsize=1024)
+def _candidates(bwd: SmallCacheBackward, shape: Shape, M: int) -> tuple[SmallCacheTiling, ...]:
+    return tuple(bwd._candidates(shape, M))
+
+
+BACKWARD = SmallCacheBackward()

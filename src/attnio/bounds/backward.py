@@ -1,0 +1,265 @@
+"""Lower bounds on the I/O of the attention backward pass (docs/bounds.md §10).
+
+The backward pass reads Q, K, V, O, dO (and the forward's logsumexp L) and writes dQ, dK, dV.
+Its count is the backward pass alone: fast memory starts empty, as in the forward.
+
+* :func:`backward_trivial` - explicit: dO is read (every dO_il moves dV generically and no other
+  input determines it), dQ, dK, dV written;
+* :func:`backward_accum` (Theorem D) - explicit: the 3·P·d products of the dV, dQ, dK
+  accumulations, with a potential on the accumulators held at segment boundaries: about
+  ``6.2·N²d²/M`` for M >> d² (FlashAttention-2's backward moves about ``16·N²d²/M``);
+* :func:`backward_pooled` (Theorem E) - explicit: the five product families of the backward
+  (S, dP, dV, dQ, dK: 5·P·d) under one budget: about ``6.1·N²d/√M`` for M << d²;
+* :func:`li_backward` - asymptotic: Li, Liang, Shi, Song et al. (arXiv 2410.09397), Theorem 1.1,
+  ``Θ(min((N²d² + Nd³)/M, (N²d + Nd²)/√M))``, reported with constant 1.
+
+:func:`backward_applicable_to` lists them for a Shape (the backward certificate).  Theorems D and E
+depend on the mask only through the required pairs P, like the forward ones.
+
+>>> [b.name for b in backward_applicable_to(Shape(1024, 1024, 64), 16384)]
+['backward_trivial', 'backward_accum', 'backward_pooled', 'li_backward']
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from ..core import masks
+from ..core.blockmask import BlockMask
+from ..core.errors import ParameterError
+from ..core.workload import Shape
+from . import params as _params
+from .base import Bound, attention_shape, check_M, regime_of
+from .forward import lookup
+from .segments import pooled_lambdas, potential_lambdas, segments_bound, sum_line_peak
+
+__all__ = ["BACKWARD_ASSUMPTIONS", "LI_ET_AL", "backward_accum", "backward_accum_for",
+           "backward_accum_lambdas", "backward_accum_pairs", "backward_accum_value",
+           "backward_applicable", "backward_applicable_to", "backward_pooled",
+           "backward_pooled_for", "backward_pooled_lambdas", "backward_pooled_pairs",
+           "backward_pooled_value", "backward_trivial", "backward_trivial_for", "li_backward",
+           "li_backward_for"]
+
+LI_ET_AL = "Li, Liang, Shi, Song et al., arXiv 2410.09397"
+
+#: The class of backward algorithms Theorems D and E speak of (docs/bounds.md §10).
+BACKWARD_ASSUMPTIONS = (
+    "S_ij and dP_ij = Σ_l dO_il·v_jl are sums of d products (standard matmul), any order",
+    "P_ij (from S_ij, L_i) and dS_ij = P_ij·(dP_ij - D_i) come by chains of pair-specific steps",
+    "dV_jl = Σ_i P_ij·dO_il, dQ_il = Σ_j dS_ij·k_jl, dK_jl = Σ_i dS_ij·q_il: one product per "
+    "required pair in each, summed in any order (partial sums may be spilled)",
+    "recomputation allowed; fast memory holds <= M words between operations",
+)
+
+_FEW_SEGMENTS = 64
+_K_FACTORS = (0.5, 0.7, 1.4, 2.0, 3.0)
+
+
+def _pairs(shape: Shape) -> int:
+    return shape.n_heads * masks.row_counts(shape).pairs2
+
+
+# ---------------------------------------------------------------------------- trivial
+def backward_trivial_for(shape: Shape) -> Bound:
+    """:func:`backward_trivial` of a Shape (all its heads)."""
+    rc = masks.row_counts(shape)
+    d = shape.d
+    value = shape.n_heads * (rc.rows1 * d + shape.Nq * d) + shape.n_kv_heads * 2 * shape.Nkv * d
+    return Bound(value, "trivial: dO read once, dQ, dK, dV written once",
+                 ("every word of dQ, dK, dV is written at least once",
+                  "every dO_il of a row that sees a key moves dV_jl (generic inputs) and is "
+                  "not determined by the other inputs, so it is read",
+                  "Q, K, V, O, L are not counted: O and L carry information about Q, K, V"),
+                 True, name="backward_trivial", regime="any M")
+
+
+def backward_trivial(Nq: int, Nkv: int, d: int, *, causal: object = False, heads: int = 1,
+                     kv_heads: int | None = None, window: int | None = None) -> Bound:
+    """dO read (rows that see a key), dQ, dK, dV written: ``2·Nq·d + 2·Nkv·d`` unmasked."""
+    shape = attention_shape(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+                            window=window)
+    return backward_trivial_for(shape)
+
+
+# ---------------------------------------------------------------------------- Theorem D
+def _d_branches(d: int) -> tuple[tuple[float, float], ...]:
+    # G(s) = s²/4 + s³/(6√3·d²)
+    return ((0.25, 1.0 / (6.0 * math.sqrt(3.0) * d * d)),)
+
+
+def backward_accum_lambdas(M: float, d: int, K: float, mu: float) -> tuple[float, float, float]:
+    """Theorem D's (Λ, Λ_f, Λ_l): the dV, dQ, dK products a middle, first, last segment can do."""
+    return potential_lambdas(M, K, mu, _d_branches(d))
+
+
+def backward_accum_value(P: int, d: int, M: int, K: int, mu: float) -> int:
+    """Theorem D at segment length K and potential μ >= 0 (any values give a valid bound)."""
+    return segments_bound(3 * P * d, K, *backward_accum_lambdas(M, d, K, mu))
+
+
+@functools.lru_cache(maxsize=4096)
+def _accum(P: int, d: int, M: int) -> tuple[int, int, float]:
+    if P == 0:
+        return 0, 0, 0.0
+    kappa, m = lookup(_params.D, d * d / M)
+    mu = m * max(math.sqrt(M), M / d)
+    K = max(1, round(kappa * M))
+    best = (backward_accum_value(P, d, M, K, mu), K, mu)
+    if best[0] < _FEW_SEGMENTS * K:
+        for f in _K_FACTORS:
+            K2 = max(1, round(f * kappa * M))
+            for mu2 in (mu, 0.0):
+                v = backward_accum_value(P, d, M, K2, mu2)
+                if v > best[0]:
+                    best = (v, K2, mu2)
+    return best
+
+
+def backward_accum_pairs(P: int, d: int, M: int) -> Bound:
+    """Theorem D for P required pairs (over all heads), head dimension d, M fast words."""
+    value, K, mu = _accum(P, d, M)
+    return Bound(value, "Theorem D: dV, dQ, dK products, potential on the accumulators "
+                 "(docs/bounds.md §10)", (*BACKWARD_ASSUMPTIONS, f"segments of K = {K} I/Os, "
+                                          f"potential μ = {mu:.4g} per accumulator word"),
+                 True, name="backward_accum", regime=regime_of(d, M))
+
+
+def backward_accum_for(shape: Shape, M: int) -> Bound:
+    """:func:`backward_accum` of a Shape (all its query heads; P from its mask)."""
+    return backward_accum_pairs(_pairs(shape), shape.d, check_M(M))
+
+
+def backward_accum(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+                   heads: int = 1, kv_heads: int | None = None,
+                   window: int | None = None) -> Bound:
+    """Theorem D: ``Q >= K·(h - 1)``, h the least number of segments with
+    ``3·P·d <= Λ_f + Λ_l + (h - 2)·Λ``."""
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+                            window=window)
+    return backward_accum_for(shape, check_M(M))
+
+
+# ---------------------------------------------------------------------------- Theorem E
+def _e_functions(d: int):
+    dd = float(d * d)
+    c3 = 1.0 / (4.0 * dd)
+
+    def J(I: float) -> float:  # quadratic part I²/3 (Motzkin-Straus) + cubic part I³/(4d²)
+        return I * I / 3.0 + c3 * I ** 3
+
+    def peaks(T: float, a: float, b: float) -> tuple[float]:
+        return (sum_line_peak(T, 1.0 / 3.0, c3),)
+
+    def rho(I: float) -> float:  # S and dP root pieces: 2·max(I, I²/(4d²))
+        return 2.0 * max(I, I * I / (4.0 * dd))
+
+    return J, peaks, rho, (4.0 * dd,), 0.0
+
+
+def backward_pooled_lambdas(M: float, d: int, K: float, nu: float) -> tuple[float, float, float]:
+    """Theorem E's (Λ, Λ_f, Λ_l): products minus ν·(root pieces) per segment."""
+    J, peaks, rho, breaks, flat = _e_functions(d)
+    return pooled_lambdas(M, K, nu, J, peaks, rho, breaks, flat)
+
+
+def backward_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
+    """Theorem E at segment length K and multiplier 0 <= ν < 5d/2."""
+    if not 0.0 <= 2.0 * nu < 5.0 * d:
+        raise ParameterError(f"nu must be in [0, 5d/2) = [0, {2.5 * d}), got {nu}", param="nu")
+    return segments_bound((5.0 * d - 2.0 * nu) * P, K, *backward_pooled_lambdas(M, d, K, nu))
+
+
+@functools.lru_cache(maxsize=4096)
+def _bpooled(P: int, d: int, M: int) -> tuple[int, int, float]:
+    if P == 0:
+        return 0, 0, 0.0
+    kappa, n = lookup(_params.E, d * d / M)
+    nu = min(n * math.sqrt(M), 2.4 * d)
+    K = max(1, round(kappa * M))
+    best = (backward_pooled_value(P, d, M, K, nu), K, nu)
+    # few segments: try other K (not for M > 16d², where the potential bound is the
+    # stronger one by far and this one only costs time)
+    if best[0] < _FEW_SEGMENTS * K and M <= 16 * d * d:
+        for f in _K_FACTORS:
+            K2 = max(1, round(f * kappa * M))
+            v = backward_pooled_value(P, d, M, K2, nu)
+            if v > best[0]:
+                best = (v, K2, nu)
+    return best
+
+
+def backward_pooled_pairs(P: int, d: int, M: int) -> Bound:
+    """Theorem E for P required pairs (over all heads), head dimension d, M fast words."""
+    value, K, nu = _bpooled(P, d, M)
+    return Bound(value, "Theorem E: the five backward product families under one budget "
+                 "(docs/bounds.md §10)", (*BACKWARD_ASSUMPTIONS, f"segments of K = {K} I/Os, "
+                                          f"root-piece multiplier ν = {nu:.4g}"),
+                 True, name="backward_pooled", regime=regime_of(d, M))
+
+
+def backward_pooled_for(shape: Shape, M: int) -> Bound:
+    """:func:`backward_pooled` of a Shape (all its query heads; P from its mask)."""
+    return backward_pooled_pairs(_pairs(shape), shape.d, check_M(M))
+
+
+def backward_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+                    heads: int = 1, kv_heads: int | None = None,
+                    window: int | None = None) -> Bound:
+    """Theorem E: ``Q >= K·(h - 1)``, h the least number of segments with
+    ``(5d - 2ν)·P <= Λ_f + Λ_l + (h - 2)·Λ``."""
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+                            window=window)
+    return backward_pooled_for(shape, check_M(M))
+
+
+# ---------------------------------------------------------------------------- Li et al.
+def li_backward_for(shape: Shape, M: int) -> Bound:
+    """:func:`li_backward` of a Shape (all its query heads)."""
+    M = check_M(M)
+    d, P = shape.d, _pairs(shape)
+    n = shape.n_heads * shape.Nq
+    large = (P * d * d + n * d ** 3) / M
+    small = (P * d + n * d * d) / math.sqrt(M)
+    assumptions = ["standard matrix multiplication (no fast matmul)",
+                   "red-blue pebble game, recomputation allowed",
+                   "its other preconditions could not be read (only the abstract, the v1 HTML's "
+                   "first page and the reviews were readable)"]
+    if shape.masked or shape.sparse or shape.Nkv != shape.Nq:
+        assumptions.append("N² read as the number of required pairs P (derived extension; "
+                           "Li et al.'s own sparse statements could not be read)")
+    return Bound(min(large, small), f"{LI_ET_AL}, Theorem 1.1", tuple(assumptions), False,
+                 name="li_backward", regime=regime_of(d, M), constant=1.0)
+
+
+def li_backward(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+                heads: int = 1, kv_heads: int | None = None,
+                window: int | None = None) -> Bound:
+    """Li et al. (arXiv 2410.09397) Theorem 1.1: the backward pass needs
+    ``Θ(min((N²d² + Nd³)/M, (N²d + Nd²)/√M))`` I/Os; crossover at M = Θ(d²).  Asymptotic
+    (constant 1): FlashAttention-2's backward attains the large-cache form, their small-cache
+    algorithm the other."""
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+                            window=window)
+    return li_backward_for(shape, M)
+
+
+# ---------------------------------------------------------------------------- the certificate
+def backward_applicable_to(shape: Shape, M: int) -> list[Bound]:
+    """Every backward bound whose preconditions hold for ``shape`` with M fast words: the
+    explicit :func:`backward_trivial`, :func:`backward_accum` (Theorem D),
+    :func:`backward_pooled` (Theorem E), then Li et al.'s asymptotic form.  Every one reads the
+    mask (causal, window, or a block-sparse layout) through :func:`attnio.core.masks.row_counts`."""
+    M = check_M(M)
+    return [backward_trivial_for(shape), backward_accum_for(shape, M),
+            backward_pooled_for(shape, M), li_backward_for(shape, M)]
+
+
+def backward_applicable(N: int, d: int, M: int, *, Nkv: int | None = None,
+                        causal: object = False, heads: int = 1, kv_heads: int | None = None,
+                        window: int | None = None,
+                        block_mask: BlockMask | None = None) -> list[Bound]:
+    """:func:`backward_applicable_to` for these sizes (``block_mask``: a block-sparse layout)."""
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+                            window=window, block_mask=block_mask)
+    return backward_applicable_to(shape, M)

@@ -1,0 +1,213 @@
+"""The machinery the segment bounds share (docs/bounds.md §1.2, Lemma A.3 in §5, §12).
+
+An execution is cut into h segments of K I/Os each (the last one shorter): ``Q >= K·(h - 1)``.
+Each bound caps what one segment can do by a per-segment maximum Λ (a middle segment), Λ_f (the
+first: fast memory starts empty) and Λ_l (the last: the outputs end in slow memory), and the
+telescoping lemma (Lemma 6) turns ``work <= Λ_f + Λ_l + (h - 2)·Λ`` into the least h.
+
+Every maximum here is computed exactly, from closed-form candidates (no search), and multiplied
+by ``INFLATE`` = 1 + 10⁻⁹ against rounding, so the integer ``h`` can only be under-counted: the
+bound stays valid.  Any parameters (K, μ, ν) give a valid bound; the parameters only decide how
+tight it is.
+
+* :func:`potential_lambdas`: Λ, Λ_f, Λ_l of the potential arguments (Theorems A, C, D): maxima of
+  ``F(p, q) = √(q·g(p)) - μ(p + q)`` over a hexagon and two parallelograms, g a maximum of
+  "branches" ``c2·p² + c3·p³``;
+* :func:`pooled_lambdas`: Λ, Λ_f, Λ_l of the pooled arguments (Theorems B, E): maxima over R of
+  ``E(I, X) = max_{0 <= r <= ρ(I)} √(J(I)·(X + r)) - ν·r`` with I + X fixed;
+* :func:`segments_bound`: the least h and ``K·(h - 1)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+__all__ = ["INFLATE", "Branch", "pooled_lambdas", "potential_lambdas", "segments_bound",
+           "sum_line_peak"]
+
+#: Every per-segment maximum is multiplied by this before it divides (rounding safety).
+INFLATE = 1.0 + 1e-9
+
+#: A branch ``c2·p² + c3·p³`` of the function g of a potential argument.
+Branch = tuple[float, float]
+
+
+def segments_bound(work: float, K: int, lam: float, lam_f: float, lam_l: float) -> int:
+    """``K·(h - 1)`` for the least h with ``work <= Λ_f + Λ_l + (h - 2)·Λ`` (h >= 2), or
+    ``work <= Λ_f`` (h = 1): a lower bound on the I/O of any execution doing ``work`` units of
+    work when a segment of K I/Os does at most Λ (Λ_f first, Λ_l last).  Lemma 6."""
+    if work <= lam_f:
+        return 0
+    if work <= lam_f + lam_l:
+        return K
+    return K * (1 + math.ceil((work - lam_f - lam_l) / lam))
+
+
+# ---------------------------------------------------------------------------- potential (A, C, D)
+def sum_line_peak(T: float, c2: float, c3: float) -> float:
+    """The p maximising ``(T - p)·(c2·p² + c3·p³)`` on [0, T] (log-concave: one maximum).
+
+    d/dp = p·(-4·c3·p² + 3·(c3·T - c2)·p + 2·c2·T): the positive root of the quadratic."""
+    if c3 == 0.0:
+        return 2.0 * T / 3.0
+    if c2 == 0.0:
+        return 0.75 * T
+    b = 3.0 * (c3 * T - c2)
+    return (b + math.sqrt(b * b + 32.0 * c2 * c3 * T)) / (8.0 * c3)
+
+
+def _polygon_max(poly: Sequence[tuple[float, float]], branches: Sequence[Branch], mu: float,
+                 g: Callable[[float], float]) -> float:
+    """max over polygon ``poly`` (edges p = const, q = const or p + q = const) of
+    ``F(p, q) = √(q·g(p)) - μ(p + q)``, g = max over ``branches`` of c2·p² + c3·p³.
+
+    Each branch's F_b has no local maximum inside (∂²/∂q² < 0 and √g_b convex in p: indefinite
+    Hessian), so its maximum over the polygon is on an edge: at a vertex, at the peak of a
+    concave section p = const (q = g_b(p)/(4μ²)), or at the peak of a section p + q = T
+    (:func:`sum_line_peak`); sections q = const are convex in p (vertices).  F >= F_b, so the
+    largest F over all these points is max F exactly."""
+    pts = list(poly)
+    n = len(poly)
+    for i in range(n):
+        (p0, q0), (p1, q1) = poly[i], poly[(i + 1) % n]
+        if p0 == p1:
+            if 4.0 * mu * mu > 0.0 and p0 > 0.0:  # (μ so small that μ² underflows: no peak)
+                lo, hi = (q0, q1) if q0 < q1 else (q1, q0)
+                for c2, c3 in branches:
+                    qs = (c2 * p0 * p0 + c3 * p0 ** 3) / (4.0 * mu * mu)
+                    if lo < qs < hi:
+                        pts.append((p0, qs))
+        elif q0 != q1:  # p + q = T
+            T = p0 + q0
+            lo, hi = (p0, p1) if p0 < p1 else (p1, p0)
+            for c2, c3 in branches:
+                ps = sum_line_peak(T, c2, c3)
+                if lo < ps < hi:
+                    pts.append((ps, T - ps))
+    best = -math.inf
+    for p, q in pts:
+        p, q = max(p, 0.0), max(q, 0.0)
+        v = math.sqrt(q * g(p)) - mu * (p + q)
+        if v > best:
+            best = v
+    return best
+
+
+def potential_lambdas(M: float, K: float, mu: float,
+                      branches: Sequence[Branch]) -> tuple[float, float, float]:
+    """(Λ, Λ_f, Λ_l) of a potential argument, inflated (docs/bounds.md, Lemma A.3).
+
+    A segment with p imported non-accumulator words and q exported accumulator words does at most
+    ``√(q·g(p))`` units of work; the potential ``μ·(accumulator words held at a boundary)``
+    telescopes.  With x, y the accumulator words held at the segment's start and end, R + W = K:
+    ``p = M - x + R``, ``q = y + W``, so (p, q) ranges over the hexagon (0,K), (0,M+K), (M,M+K),
+    (M+K,M), (M+K,0), (K,0) and ``Λ = μ(M + K) + max F``; the first segment (x = 0, nothing
+    resident) over the parallelogram (0,K), (0,K+M), (K,M), (K,0), ``Λ_f = μK + max F``; the last
+    (every accumulator written, q = W) over (K,0), (K+M,0), (M,K), (0,K), ``Λ_l = μ(M+K) + max F``.
+    """
+    def g(p: float) -> float:
+        return max(c2 * p * p + c3 * p * p * p for c2, c3 in branches)
+
+    M, K = float(M), float(K)
+    hexa = ((0.0, K), (0.0, M + K), (M, M + K), (M + K, M), (M + K, 0.0), (K, 0.0))
+    par_f = ((0.0, K), (0.0, K + M), (K, M), (K, 0.0))
+    par_l = ((K, 0.0), (K + M, 0.0), (M, K), (0.0, K))
+    lam = mu * (M + K) + _polygon_max(hexa, branches, mu, g)
+    lam_f = mu * K + _polygon_max(par_f, branches, mu, g)
+    lam_l = mu * (M + K) + _polygon_max(par_l, branches, mu, g)
+    return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+
+
+# ---------------------------------------------------------------------------- pooled (B, E)
+def _max_increasing_difference(A: Callable[[float], float], B: Callable[[float], float],
+                               lo: float, hi: float, floor: float, *, cells: int = 8,
+                               levels: int = 8, split: int = 4, rtol: float = 1e-4) -> float:
+    """An upper bound on ``max(floor, max over [lo, hi] of A(x) - B(x))``, A, B non-decreasing.
+
+    On a cell [u, v] the difference is at most ``A(v) - B(u)``.  Cells whose bound exceeds the
+    best value seen (``floor``, or ``A(x) - B(x)`` at cell ends) by more than ``rtol·A(hi)`` are
+    split ``split`` ways, ``levels`` times; the result is the best value plus that tolerance, or
+    the largest bound of the cells left if larger: never below the true maximum."""
+    if hi <= lo:
+        return max(floor, A(lo) - B(lo))
+    tol = rtol * abs(A(hi))
+    edges = [lo + (hi - lo) * i / cells for i in range(cells + 1)]
+    cand = list(zip(edges[:-1], edges[1:]))
+    best = max(floor, max(A(x) - B(x) for x in edges))
+    for level in range(levels + 1):
+        keep = [(u, v) for u, v in cand if A(v) - B(u) > best + tol]
+        if not keep:
+            return best + tol
+        if level == levels:
+            return max(best + tol, max(A(v) - B(u) for u, v in keep))
+        cand = []
+        for u, v in keep:
+            pts = [u + (v - u) * i / split for i in range(split + 1)]
+            best = max(best, max(A(x) - B(x) for x in pts[1:-1]))
+            cand.extend(zip(pts[:-1], pts[1:]))
+    return best + tol  # pragma: no cover
+
+
+def _pooled_max(T: float, lo: float, hi: float, nu: float, J: Callable[[float], float],
+                J_peaks: Callable[[float, float, float], Sequence[float]],
+                rho: Callable[[float], float], breaks: Sequence[float],
+                flat_until: float) -> float:
+    """max over I in [lo, hi] of ``E(I, T - I)`` (minus the constant ν·T), exactly or from above.
+
+    With Y = X + r: ``E = √(J(I)·Y) - ν·(Y + I) + ν·T`` over T - I <= Y <= T - I + ρ(I).  For fixed
+    I the expression is concave in Y (peak Y* = J/(4ν²)); where the peak is inside, the value
+    J/(4ν) - ν·I is convex in I, so the maximum over I sits at lo, hi, or on the lower line
+    Y = T - I or the upper curve Y = T - I + ρ(I).  The lower line: ``J(I)·(T - I)`` has one peak
+    per smooth piece of J (``J_peaks``).  The upper curve: where ρ(I) = I (I <= ``flat_until``)
+    it is Y = T and ``√(J(I)·T) - ν(T + I)`` is convex (its ends); elsewhere certified cells (its
+    two parts are non-decreasing in I)."""
+    def at(I: float, Y: float) -> float:
+        return math.sqrt(max(J(I), 0.0) * max(Y, 0.0)) - nu * (Y + I)
+
+    def best_y(I: float) -> float:
+        ylo, yhi = T - I, T - I + rho(I)
+        if not 4.0 * nu * nu > 0.0:  # ν = 0 (or ν² underflows): the peak is beyond yhi
+            return at(I, yhi)
+        ys = J(I) / (4.0 * nu * nu)
+        return at(I, min(max(ys, ylo), yhi))
+
+    best = max(best_y(lo), best_y(hi))
+    cuts = sorted({lo, hi, *(b for b in breaks if lo < b < hi)})
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        for I in J_peaks(T, a, b):
+            if a < I < b:
+                best = max(best, at(I, T - I))
+        best = max(best, best_y(a), best_y(b))
+        if b <= flat_until:
+            continue
+
+        def up_a(I: float) -> float:
+            return math.sqrt(max(J(I), 0.0) * max(T - I + rho(I), 0.0))
+
+        def up_b(I: float) -> float:
+            return nu * (T + rho(I))
+
+        best = _max_increasing_difference(up_a, up_b, a, b, best)
+    return best
+
+
+def pooled_lambdas(M: float, K: float, nu: float, J: Callable[[float], float],
+                   J_peaks: Callable[[float, float, float], Sequence[float]],
+                   rho: Callable[[float], float], breaks: Sequence[float],
+                   flat_until: float = 0.0) -> tuple[float, float, float]:
+    """(Λ, Λ_f, Λ_l) of a pooled argument, inflated: the maxima over R in [0, K] of
+    ``E(I, X)`` with I = M + R, X = M + K - R (middle), I = R, X = M + K - R (first: nothing
+    resident), I = M + R, X = K - R (last: every output written, no pair value exported).
+
+    ``J`` bounds the products' import factor, ``rho`` the root pieces, ``J_peaks(T, a, b)`` the
+    maximisers of ``J(I)·(T - I)`` on a smooth piece [a, b] of J, ``breaks`` the points where J or
+    ρ change formula.  J must be non-decreasing and convex with ``J(I)·(T - I)`` log-concave on each
+    piece, and ρ' >= 1 (so the upper curve's ``√(J(I)·(T - I + ρ(I)))`` is non-decreasing): true of
+    Theorem B's and E's J and ρ (docs/bounds.md).  ``flat_until``: ρ(I) = I for I below it."""
+    M, K = float(M), float(K)
+    args = (nu, J, J_peaks, rho, breaks, flat_until)
+    lam = _pooled_max(2 * M + K, M, M + K, *args) + nu * (2 * M + K)
+    lam_f = _pooled_max(M + K, 0.0, K, *args) + nu * (M + K)
+    lam_l = _pooled_max(M + K, M, M + K, *args) + nu * (M + K)
+    return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE

@@ -1,0 +1,260 @@
+"""Block-sparse attention: a boolean layout over blocks of queries and keys.
+
+A :class:`BlockMask` cuts the queries into blocks of ``bq`` rows and the keys into blocks of
+``bk`` keys; query block i sees key block j exactly when ``layout[i, j]`` is True (every pair of
+the block, no finer mask inside it).  A masked-out block's scores are -inf: its keys add nothing
+to its rows, and a row whose blocks are all masked outputs 0 (as a fully masked row does under
+a causal mask).  This is the block-sparse attention of FlashAttention (Dao et al. 2022, §3.3 and
+Proposition 4: Θ(Nd + N²d²s/M) words, ``s`` the fraction of kept blocks): the schedules that
+support it skip the masked blocks, neither loading nor counting them.
+
+A layout is validated once, when it is built: a 2-D boolean array (integers 0/1 are accepted),
+at least one kept block, positive block sizes.  It is immutable and hashable (by its block
+sizes and a digest of its bits), so a :class:`~attnio.core.workload.Shape` that carries one can
+key caches.  A Shape checks that the layout covers its sizes: ``ceil(Nq/bq)`` query blocks and
+``ceil(Nkv/bk)`` key blocks (the last block of each axis may be short).
+
+>>> bm = BlockMask.causal(256, 256, 64)
+>>> bm.layout.astype(int).tolist()
+[[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
+>>> bm.density
+0.625
+>>> BlockMask.random(256, 256, 64, density=0.5, seed=1).kept
+8
+>>> BlockMask([[1.5]], 4)
+Traceback (most recent call last):
+...
+attnio.core.errors.ParameterError: block_mask must be a boolean array (integers 0/1 are accepted), got dtype float64
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from typing import Any
+
+import numpy as np
+
+from .checks import check_int, check_real
+from .errors import ParameterError
+
+__all__ = ["BlockMask"]
+
+_ALIGNMENTS = ("bottom_right", "top_left")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class BlockMask:
+    """A block-sparse layout: ``layout[i, j]`` says whether query block i sees key block j.
+
+    ``bq`` query rows and ``bk`` keys per block (``bk`` defaults to ``bq``).  Build one from a
+    boolean array, or with :meth:`causal`, :meth:`window`, :meth:`random` or :meth:`load`.
+    """
+
+    __slots__ = ("_digest", "_hash", "bk", "bq", "layout")
+
+    def __init__(self, layout: Any, bq: int, bk: int | None = None):
+        bq = check_int("block_mask.bq", bq, minimum=1)
+        bk = bq if bk is None else check_int("block_mask.bk", bk, minimum=1)
+        try:
+            a = np.asarray(layout)
+        except (TypeError, ValueError) as e:  # ragged nested lists
+            raise ParameterError(f"block_mask must be a 2-D boolean array: {e}",
+                                 param="block_mask") from None
+        if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
+            raise ParameterError(f"block_mask must be a 2-D boolean array (query blocks x key "
+                                 f"blocks), got shape {a.shape}", param="block_mask")
+        if a.dtype != np.bool_:
+            if not np.issubdtype(a.dtype, np.integer) or not np.isin(a, (0, 1)).all():
+                raise ParameterError(f"block_mask must be a boolean array (integers 0/1 are "
+                                     f"accepted), got dtype {a.dtype}", param="block_mask")
+            a = a.astype(bool)
+        a = np.ascontiguousarray(a, dtype=bool).copy()
+        a.setflags(write=False)
+        if not a.any():
+            raise ParameterError("block_mask keeps no block: its density must be in (0, 1]",
+                                 param="block_mask")
+        self.layout = a
+        self.bq, self.bk = bq, bk
+        h = hashlib.sha256(np.packbits(a).tobytes())
+        h.update(f"{a.shape}".encode())
+        self._digest = h.hexdigest()[:16]
+        self._hash = hash((bq, bk, a.shape, self._digest))
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_mask(cls, Nq: int, Nkv: int, bq: int, bk: int | None = None, *,
+                  causal: object = True, window: int | None = None) -> BlockMask:
+        """The blocks of a causal (and windowed) mask: block (i, j) is kept when the mask leaves
+        any pair of it visible.  ``causal`` is True / "bottom_right" or "top_left"."""
+        Nq, Nkv = check_int("Nq", Nq), check_int("Nkv", Nkv)
+        bq = check_int("block_mask.bq", bq)
+        bk = bq if bk is None else check_int("block_mask.bk", bk)
+        if causal is True:
+            causal = "bottom_right"
+        if causal not in _ALIGNMENTS:
+            raise ParameterError(f"causal must be True, 'bottom_right' or 'top_left', got "
+                                 f"{causal!r}", param="causal")
+        off = Nkv - Nq if causal == "bottom_right" else 0
+        if window is not None:
+            window = check_int("window", window)
+        Tq, Tk = _cdiv(Nq, bq), _cdiv(Nkv, bk)
+        out = np.zeros((Tq, Tk), dtype=bool)
+        for i in range(Tq):
+            r0, r1 = i * bq, min(Nq, (i + 1) * bq)
+            hi = max(0, min(Nkv, r1 + off))  # keys [lo, hi) some row of the block sees
+            lo = 0 if window is None else max(0, min(Nkv, r0 + off - window + 1))
+            if hi > lo:
+                out[i, lo // bk:(hi - 1) // bk + 1] = True
+        if not out.any():
+            raise ParameterError(f"the causal mask of Nq={Nq}, Nkv={Nkv} leaves no pair visible",
+                                 param="block_mask")
+        return cls(out, bq, bk)
+
+    @classmethod
+    def causal(cls, Nq: int, Nkv: int, bq: int, bk: int | None = None,
+               align: str = "bottom_right") -> BlockMask:
+        """Causal attention as a block layout: the blocks on and below the (aligned) diagonal."""
+        return cls.from_mask(Nq, Nkv, bq, bk, causal=align)
+
+    @classmethod
+    def window(cls, Nq: int, Nkv: int, window: int, bq: int, bk: int | None = None,
+               align: str = "bottom_right") -> BlockMask:
+        """Sliding-window attention (each query's ``window`` most recent keys) as a block layout."""
+        return cls.from_mask(Nq, Nkv, bq, bk, causal=align, window=window)
+
+    @classmethod
+    def random(cls, Nq: int, Nkv: int, bq: int, bk: int | None = None, *, density: float,
+               seed: int = 0) -> BlockMask:
+        """A uniformly random layout keeping ``max(1, round(density·Tq·Tk))`` blocks, density in
+        (0, 1]; the same seed gives the same layout."""
+        density = check_real("density", density, lo=0, hi=1, lo_open=True,
+                             what="the fraction of kept blocks")
+        Nq, Nkv = check_int("Nq", Nq), check_int("Nkv", Nkv)
+        bq = check_int("block_mask.bq", bq)
+        bk = bq if bk is None else check_int("block_mask.bk", bk)
+        seed = check_int("seed", seed, minimum=0)
+        Tq, Tk = _cdiv(Nq, bq), _cdiv(Nkv, bk)
+        n = max(1, min(Tq * Tk, round(density * Tq * Tk)))
+        flat = np.zeros(Tq * Tk, dtype=bool)
+        flat[np.random.default_rng(seed).choice(Tq * Tk, size=n, replace=False)] = True
+        return cls(flat.reshape(Tq, Tk), bq, bk)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, Nq: int, Nkv: int, bq: int | None = None,
+             bk: int | None = None) -> BlockMask:
+        """A layout saved with ``numpy.save`` (a boolean ``.npy`` array of Tq x Tk blocks) for
+        ``Nq`` queries and ``Nkv`` keys; the block sizes default to ``ceil(Nq/Tq)`` and
+        ``ceil(Nkv/Tk)``."""
+        try:
+            a = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise ParameterError(f"block_mask file {os.fspath(path)!r} does not exist",
+                                 param="block_mask") from None
+        except (OSError, ValueError, EOFError) as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ParameterError(f"block_mask file {os.fspath(path)!r} is not a .npy array "
+                                 f"({msg[:80]})", param="block_mask") from None
+        if not isinstance(a, np.ndarray):  # an .npz archive
+            a.close()
+            raise ParameterError(f"block_mask file {os.fspath(path)!r} is an .npz archive; save "
+                                 "one boolean array with numpy.save", param="block_mask")
+        if a.ndim != 2 or a.size == 0:
+            raise ParameterError(f"block_mask must be a 2-D boolean array (query blocks x key "
+                                 f"blocks), got shape {a.shape}", param="block_mask")
+        Nq, Nkv = check_int("Nq", Nq), check_int("Nkv", Nkv)
+        bq = _cdiv(Nq, a.shape[0]) if bq is None else bq
+        bk = _cdiv(Nkv, a.shape[1]) if bk is None else bk
+        out = cls(a, bq, bk)
+        out.check(Nq, Nkv)
+        return out
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def Tq(self) -> int:
+        """Query blocks."""
+        return int(self.layout.shape[0])
+
+    @property
+    def Tk(self) -> int:
+        """Key blocks."""
+        return int(self.layout.shape[1])
+
+    @property
+    def kept(self) -> int:
+        """Blocks kept (True in the layout)."""
+        return int(self.layout.sum())
+
+    @property
+    def density(self) -> float:
+        """The fraction of kept blocks, s in (0, 1]."""
+        return self.kept / (self.Tq * self.Tk)
+
+    @property
+    def digest(self) -> str:
+        """A short hex digest of the layout's bits and shape (with bq, bk: its identity)."""
+        return self._digest
+
+    def check(self, Nq: int, Nkv: int) -> None:
+        """ParameterError unless the layout covers Nq queries and Nkv keys exactly."""
+        tq, tk = _cdiv(Nq, self.bq), _cdiv(Nkv, self.bk)
+        if (tq, tk) != (self.Tq, self.Tk):
+            raise ParameterError(
+                f"block_mask has {self.Tq}x{self.Tk} blocks of {self.bq}x{self.bk}, but Nq={Nq}, "
+                f"Nkv={Nkv} need ceil(Nq/{self.bq}) x ceil(Nkv/{self.bk}) = {tq}x{tk} blocks",
+                param="block_mask")
+
+    def describe(self) -> str:
+        """``block_mask=4x4/64x64 s=0.625``: blocks, block sizes and density."""
+        return f"block_mask={self.Tq}x{self.Tk}/{self.bq}x{self.bk} s={self.density:.4g}"
+
+    # ------------------------------------------------------------------ geometry
+    def element_mask(self, Nq: int, Nkv: int) -> np.ndarray:
+        """Boolean (Nq, Nkv) array, True where query r sees key c."""
+        self.check(Nq, Nkv)
+        return self.layout[np.arange(Nq) // self.bq][:, np.arange(Nkv) // self.bk]
+
+    def tiles(self, Nq: int, Nkv: int, Br: int, Bc: int) -> np.ndarray:
+        """Boolean (ceil(Nq/Br), ceil(Nkv/Bc)) array: tile (i, j) of Br x Bc meets a kept block.
+
+        A schedule that tiles the scores in Br x Bc tiles must visit exactly these tiles; when
+        Br is a multiple of bq and Bc of bk (or equal), a tile is a union of whole blocks."""
+        return _tiles(self, Nq, Nkv, Br, Bc)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BlockMask):
+            return NotImplemented
+        return ((self.bq, self.bk, self.layout.shape, self._digest)
+                == (other.bq, other.bk, other.layout.shape, other._digest)
+                and bool(np.array_equal(self.layout, other.layout)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"BlockMask({self.Tq}x{self.Tk} blocks of {self.bq}x{self.bk}, " \
+               f"density {self.density:.4g}, digest {self._digest})"
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickling (process pools) rebuilds and revalidates
+        return (BlockMask, (np.array(self.layout), self.bq, self.bk))
+
+
+@functools.lru_cache(maxsize=256)
+def _tiles(bm: BlockMask, Nq: int, Nkv: int, Br: int, Bc: int) -> np.ndarray:
+    bm.check(Nq, Nkv)
+    S = np.zeros((bm.Tq + 1, bm.Tk + 1), dtype=np.int64)  # 2-D prefix sums of the layout
+    S[1:, 1:] = np.cumsum(np.cumsum(bm.layout, axis=0, dtype=np.int64), axis=1)
+    r0 = np.arange(0, Nq, Br)
+    r1 = np.minimum(Nq, r0 + Br)
+    c0 = np.arange(0, Nkv, Bc)
+    c1 = np.minimum(Nkv, c0 + Bc)
+    a, b = r0 // bm.bq, (r1 - 1) // bm.bq + 1  # layout rows [a, b) a query tile meets
+    c, e = c0 // bm.bk, (c1 - 1) // bm.bk + 1
+    kept = S[b][:, e] - S[a][:, e] - S[b][:, c] + S[a][:, c]
+    out = kept > 0
+    out.setflags(write=False)
+    return out

@@ -1,0 +1,266 @@
+"""Backward schedules: the registry, the small-cache backward, and the choice between them.
+
+Every registered backward schedule: gradients against the float64 reference, the closed form equal
+to the simulated count (bulk and step by step), the peak within M, no count below an explicit
+backward bound.  The small-cache backward moves fewer words than FlashAttention-2's for M <= d²/4.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import attnio
+from attnio.algorithms import all_backwards, backward_names, choose_backward, get_backward
+from attnio.bounds import backward as backward_bounds
+from attnio.core.errors import CapacityError, ParameterError, UnknownNameError
+from attnio.core.memory import TwoLevelMemory
+from attnio.core.workload import Shape
+
+BACKWARDS = backward_names()
+SC = get_backward("small_cache_backward")
+FA2 = get_backward("flash2_backward")
+
+MASKS = [(False, None), (True, None), ("top_left", None), (True, 4), ("top_left", 7)]
+
+
+def _data(shape: Shape, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    nq = shape.n_heads * shape.Nq
+    nkv = shape.batch * shape.kv_heads * shape.Nkv
+    return (rng.standard_normal((nq, shape.d)), rng.standard_normal((nkv, shape.d)),
+            rng.standard_normal((nkv, shape.d)), rng.standard_normal((nq, shape.d)))
+
+
+def _four(x: np.ndarray, shape: Shape, heads: int, n: int) -> np.ndarray:
+    return x.reshape(shape.batch, heads, n, shape.d)
+
+
+def run_backward(bwd, shape: Shape, M: int, tiling, data=None, *, mode: str = "compute",
+                 bulk: bool = True):
+    """The backward schedule alone on a fresh memory, with O and L from the reference (so M
+    may be below any forward's least M).  Returns (stats, grads or None)."""
+    mem = TwoLevelMemory(M, mode=mode, bulk=bulk)
+    nq = shape.n_heads * shape.Nq
+    nkv = shape.batch * shape.kv_heads * shape.Nkv
+    arrays = {}
+    if mode == "compute":
+        Q, K, V, dO = data
+        q4, k4 = _four(Q, shape, shape.heads, shape.Nq), _four(K, shape, shape.kv_heads, shape.Nkv)
+        v4 = _four(V, shape, shape.kv_heads, shape.Nkv)
+        mask = dict(causal=shape.mask, window=shape.window, block_mask=shape.block_mask)
+        O = attnio.reference.attention(q4, k4, v4, **mask).reshape(nq, shape.d)
+        L = attnio.reference.logsumexp(q4, k4, **mask).reshape(nq)
+        src = {"Q": Q, "K": K, "V": V, "O": O, "dO": dO, "L": L}
+    else:
+        src = dict.fromkeys(("Q", "K", "V", "O", "dO", "L"))
+    for name, rows in (("Q", nq), ("K", nkv), ("V", nkv), ("O", nq), ("dO", nq)):
+        arrays[name] = mem.slow(name, (rows, shape.d), src[name])
+    arrays["L"] = mem.slow("L", (nq,), src["L"])
+    for name, rows in (("dQ", nq), ("dK", nkv), ("dV", nkv)):
+        arrays[name] = mem.slow(name, (rows, shape.d))
+    s = 1.0 / math.sqrt(shape.d)
+    bwd.run_schedule(mem, arrays, shape=shape, tiling=tiling, scale=s)
+    grads = None
+    if mode == "compute":
+        grads = {n: mem.contents(arrays[n]) for n in ("dQ", "dK", "dV")}
+    return mem.stats(), grads
+
+
+def _reference_grads(shape: Shape, data):
+    Q, K, V, dO = data
+    q4, k4 = _four(Q, shape, shape.heads, shape.Nq), _four(K, shape, shape.kv_heads, shape.Nkv)
+    v4 = _four(V, shape, shape.kv_heads, shape.Nkv)
+    d4 = _four(dO, shape, shape.heads, shape.Nq)
+    dQ, dK, dV = attnio.reference.attention_backward(q4, k4, v4, d4, causal=shape.mask,
+                                                     window=shape.window,
+                                                     block_mask=shape.block_mask)
+    return {"dQ": dQ.reshape(-1, shape.d), "dK": dK.reshape(-1, shape.d),
+            "dV": dV.reshape(-1, shape.d)}
+
+
+def test_the_registry_lists_both_backward_schedules():
+    assert BACKWARDS == ["flash2_backward", "small_cache_backward"]
+    assert get_backward("flash2_backward") is attnio.algorithms.get("flash2").backward
+    with pytest.raises(UnknownNameError, match="unknown backward_algorithm 'small_cache'; did "
+                                               "you mean 'small_cache_backward'"):
+        get_backward("small_cache")
+
+
+SHAPES = [  # (Nq, Nkv, d, heads, kv_heads): odd sizes, Nq != Nkv, GQA
+    (17, 17, 8, 1, 1), (21, 30, 4, 4, 2), (30, 13, 6, 2, 1), (9, 9, 16, 1, 1), (1, 5, 3, 2, 2),
+]
+
+
+@pytest.mark.parametrize("name", BACKWARDS)
+@pytest.mark.parametrize("Nq,Nkv,d,heads,kv_heads", SHAPES)
+@pytest.mark.parametrize("causal,window", MASKS)
+def test_gradients_equal_the_reference_and_counts_equal_the_closed_form(name, Nq, Nkv, d, heads,
+                                                                        kv_heads, causal,
+                                                                        window):
+    bwd = get_backward(name)
+    shape = Shape.make(Nq=Nq, Nkv=Nkv, d=d, batch=2, heads=heads, kv_heads=kv_heads,
+                       causal=causal, window=window)
+    data = _data(shape, seed=Nq + d)
+    ref = _reference_grads(shape, data)
+    for M in sorted({bwd.min_M(shape), bwd.min_M(shape) + 5, 3 * d * d // 4 + 1, 40 * d,
+                     10 ** 5}):
+        if M < bwd.min_M(shape):
+            continue
+        t = bwd.coerce_tiling(shape, M)
+        st, grads = run_backward(bwd, shape, M, t, data)
+        for k, g in ref.items():
+            err = float(np.abs(grads[k] - g).max())
+            assert err <= 1e-10, (name, M, t, k, err)
+        pred = bwd.predict(shape, t)
+        assert (st.reads, st.writes) == (pred.reads, pred.writes), (name, M, t)
+        assert st.peak <= bwd.footprint(shape, t) <= M
+        bulk, _ = run_backward(bwd, shape, M, t, mode="count")
+        steps, _ = run_backward(bwd, shape, M, t, mode="count", bulk=False)
+        assert (bulk.reads, bulk.writes, bulk.peak) == (steps.reads, steps.writes, steps.peak) \
+            == (st.reads, st.writes, st.peak)
+
+
+def _tilings(shape: Shape, rng: np.random.Generator, n: int):
+    for _ in range(n):
+        side = lambda hi: int(rng.integers(1, hi + 3))  # noqa: E731  (beyond the axis: clamped)
+        yield SC.Tiling(side(shape.Nq), side(shape.Nkv), side(shape.d), side(shape.Nq),
+                        side(shape.d), side(shape.Nq))
+
+
+@pytest.mark.parametrize("causal,window", MASKS)
+@pytest.mark.parametrize("Nq,Nkv", [(23, 23), (19, 40), (40, 19)])
+def test_small_cache_counts_equal_the_closed_form_on_any_tiling(causal, window, Nq, Nkv):
+    shape = Shape.make(Nq=Nq, Nkv=Nkv, d=5, heads=2, kv_heads=1, causal=causal, window=window)
+    rng = np.random.default_rng(Nq * 7 + Nkv)
+    for t in _tilings(shape, rng, 12):
+        M = SC.footprint(shape, t)
+        pred = SC.predict(shape, t)
+        for bulk in (True, False):
+            st, _ = run_backward(SC, shape, M, t, mode="count", bulk=bulk)
+            assert (st.reads, st.writes) == (pred.reads, pred.writes), (t, bulk)
+            assert st.peak <= M
+        with pytest.raises(CapacityError):
+            SC.coerce_tiling(shape, M - 1, t)
+
+
+def test_small_cache_at_large_sizes_counts_in_closed_form_and_fast():
+    shape = Shape(4096, 4096, 64, causal=True)
+    t, io = SC.search(shape, 1024)
+    st, _ = run_backward(SC, shape, 1024, t, mode="count")
+    assert (st.reads, st.writes) == (io.reads, io.writes)
+    big = Shape(10 ** 9, 10 ** 9, 128, causal=True, window=4096)
+    t, io = SC.search(big, 4096)
+    assert io.total > 0 and SC.footprint(big, t) <= 4096
+
+
+@pytest.mark.parametrize("N,d", list(itertools.product((256, 1024, 4096), (32, 64, 128))))
+@pytest.mark.parametrize("causal", [False, True])
+def test_small_cache_moves_fewer_words_than_flash2_for_M_up_to_d2_over_4(N, d, causal):
+    shape = Shape(N, N, d, causal=causal)
+    for M in (d * d // 16, d * d // 8, d * d // 4):
+        sc = SC.search(shape, M)
+        fa = FA2.search(shape, M)
+        if fa is None:  # FA2's backward needs M >= 7d + 4: the small-cache one still runs
+            assert M < FA2.min_M(shape) and sc is not None
+            continue
+        assert sc[1].total < fa[1].total, (N, d, M, sc[1].total, fa[1].total)
+
+
+def test_flash2_backward_wins_in_the_large_cache_regime():
+    shape = Shape(4096, 4096, 64)
+    for M in (16 * 64 * 64, 64 * 64 * 64):
+        assert FA2.search(shape, M)[1].total < SC.search(shape, M)[1].total
+
+
+@pytest.mark.parametrize("Nq,Nkv,d", [(64, 64, 16), (48, 100, 8), (100, 48, 8), (1, 30, 4)])
+@pytest.mark.parametrize("causal,window", MASKS)
+@pytest.mark.parametrize("heads,kv_heads", [(1, 1), (4, 2)])
+def test_no_backward_count_below_an_explicit_backward_bound(Nq, Nkv, d, causal, window, heads,
+                                                           kv_heads):
+    shape = Shape.make(Nq=Nq, Nkv=Nkv, d=d, batch=2, heads=heads, kv_heads=kv_heads,
+                       causal=causal, window=window)
+    for bwd in all_backwards():
+        for M in (bwd.min_M(shape), 8 * d, d * d, 50 * d * d):
+            if M < bwd.min_M(shape):
+                continue
+            for t in bwd.candidate_tilings(shape, M):
+                if bwd.footprint(shape, t) > M:
+                    continue
+                total = bwd.predict(shape, t).total
+                for b in backward_bounds.backward_applicable_to(shape, M):
+                    if b.explicit:
+                        assert total >= b.value, (bwd.name, M, t, b.name, total, b.value)
+
+
+def test_run_picks_the_least_io_backward_and_honours_a_named_one():
+    rng = np.random.default_rng(1)
+    Q, K, V, dO = (rng.standard_normal((40, 16)) for _ in range(4))
+    M = 16 * 16 // 4 + 100  # 164 >= flash2's 4d + 4
+    res = attnio.run("flash2", Q, K, V, M=M, backward=True, grad_output=dO)
+    shape = Shape(40, 40, 16)
+    totals = {b.name: b.search(shape, M)[1].total for b in all_backwards()}
+    assert res.backward_algorithm == min(totals, key=totals.get)
+    assert res.backward_io.total == min(totals.values())
+    ref = attnio.reference.attention_backward(Q, K, V, dO)
+    for name in BACKWARDS:
+        r = attnio.run("flash2", Q, K, V, M=M, backward=True, grad_output=dO,
+                       backward_algorithm=name)
+        assert r.backward_algorithm == name and r.backward_io.total == totals[name]
+        for k, g in zip(("dQ", "dK", "dV"), ref):
+            assert np.abs(r.grads[k] - g).max() <= 1e-10
+    # a tiling says which schedule it belongs to
+    t = FA2.coerce_tiling(shape, M)
+    assert attnio.run("flash2", shape=shape, M=M, mode="count", backward=True,
+                      backward_tiling=t).backward_algorithm == "flash2_backward"
+    bwd, bt = choose_backward(shape, M, tiling={"bm": 4, "bn": 4, "bk": 1, "ba": 4, "bc": 4,
+                                                "br": 1})
+    assert bwd is SC and bt == SC.Tiling(4, 4, 1, 4, 4, 1)
+
+
+def test_plan_scores_every_backward_schedule_and_reports_the_certificate():
+    p = attnio.plan(2048, 128, 2048, backward=True, causal=True)
+    b = p.backward
+    assert b.algorithm == "small_cache_backward"
+    assert [c.algorithm for c in b.candidates] == ["small_cache_backward", "flash2_backward"]
+    assert b.candidates[0].predicted.total < b.candidates[1].predicted.total
+    res = attnio.run(p.algorithm, shape=p.shape, M=p.M, mode="count", tiling=p.tiling,
+                     backward=True, backward_algorithm=b.algorithm, backward_tiling=b.tiling)
+    assert res.backward_io.total == b.total and res.io.total == p.predicted.total
+    assert b.best_bound.explicit and b.ratio == b.total / b.best_bound.value >= 1
+    d = p.to_dict()["backward"]
+    assert d["algorithm"] == "small_cache_backward" and d["ratio"] == b.ratio
+    assert d["best_bound"]["name"] == b.best_bound.name
+    text = repr(p)
+    assert "Backward:  small_cache_backward" in text and "Backward bound:" in text
+    large = attnio.plan(2048, 64, 64 * 64 * 16, backward=True).backward
+    assert large.algorithm == "flash2_backward"
+    tiny = attnio.plan(256, 64, 300, backward=True).backward  # below FA2's 7d + 4
+    assert tiny.algorithm == "small_cache_backward"
+    assert tiny.skipped and tiny.skipped[0][0] == "flash2_backward"
+
+
+def test_bad_backward_requests_name_the_parameter():
+    shape = Shape(16, 16, 4)
+    with pytest.raises(ParameterError, match="backward_algorithm applies to the backward pass"):
+        attnio.run("flash2", shape=shape, M=500, mode="count",
+                   backward_algorithm="small_cache_backward")
+    with pytest.raises(UnknownNameError, match="unknown backward_algorithm 'nope'"):
+        attnio.run("flash2", shape=shape, M=500, mode="count", backward=True,
+                   backward_algorithm="nope")
+    with pytest.raises(ParameterError, match="flash1 has no backward pass; algorithms with one"):
+        attnio.run("flash1", shape=shape, M=500, mode="count", backward=True)
+    with pytest.raises(ParameterError, match="backward tiling for small_cache_backward needs "
+                                             "exactly the fields"):
+        attnio.run("flash2", shape=shape, M=500, mode="count", backward=True,
+                   backward_algorithm="small_cache_backward", backward_tiling={"Br": 2})
+    with pytest.raises(ParameterError, match="no backward schedule's tiling"):
+        attnio.run("flash2", shape=shape, M=500, mode="count", backward=True,
+                   backward_tiling={"x": 1})
+    sparse = Shape(16, 16, 4, block_mask=attnio.BlockMask.causal(16, 16, 4))
+    with pytest.raises(ParameterError, match="small_cache_backward.*no block-sparse support"):
+        attnio.run("flash2", shape=sparse, M=500, mode="count", backward=True,
+                   backward_algorithm="small_cache_backward")
