@@ -151,7 +151,8 @@ class BlockMask:
         ``Nq`` queries and ``Nkv`` keys; the block sizes default to ``ceil(Nq/Tq)`` and
         ``ceil(Nkv/Tk)``."""
         try:
-            a = np.load(path, allow_pickle=False)
+            # memory-mapped: the header is checked before the bits are read
+            a = np.load(path, allow_pickle=False, mmap_mode="r")
         except FileNotFoundError:
             raise ParameterError(f"block_mask file {os.fspath(path)!r} does not exist",
                                  param="block_mask") from None
@@ -167,6 +168,10 @@ class BlockMask:
             raise ParameterError(f"block_mask must be a 2-D boolean array (query blocks x key "
                                  f"blocks), got shape {a.shape}", param="block_mask")
         Nq, Nkv = check_int("Nq", Nq), check_int("Nkv", Nkv)
+        if a.shape[0] > Nq or a.shape[1] > Nkv:
+            raise ParameterError(f"block_mask has {a.shape[0]}x{a.shape[1]} blocks, more than "
+                                 f"the Nq x Nkv = {Nq}x{Nkv} entries it masks",
+                                 param="block_mask")
         bq = _cdiv(Nq, a.shape[0]) if bq is None else bq
         bk = _cdiv(Nkv, a.shape[1]) if bk is None else bk
         out = cls(a, bq, bk)
