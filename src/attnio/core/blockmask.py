@@ -145,7 +145,7 @@ class BlockMask:
         return cls(flat.reshape(Tq, Tk), bq, bk)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, Nq: int, Nkv: int, bq: int | None = None,
+    def load(cls, path: str | os.PathLike[str], Nq: int, Nkv: int, bq: int | None = None,
              bk: int | None = None) -> BlockMask:
         """A layout saved with ``numpy.save`` (a boolean ``.npy`` array of Tq x Tk blocks) for
         ``Nq`` queries and ``Nkv`` keys; the block sizes default to ``ceil(Nq/Tq)`` and
@@ -221,7 +221,8 @@ class BlockMask:
     def element_mask(self, Nq: int, Nkv: int) -> np.ndarray:
         """Boolean (Nq, Nkv) array, True where query r sees key c."""
         self.check(Nq, Nkv)
-        return self.layout[np.arange(Nq) // self.bq][:, np.arange(Nkv) // self.bk]
+        out: np.ndarray = self.layout[np.arange(Nq) // self.bq][:, np.arange(Nkv) // self.bk]
+        return out
 
     def tiles(self, Nq: int, Nkv: int, Br: int, Bc: int) -> np.ndarray:
         """Boolean (ceil(Nq/Br), ceil(Nkv/Bc)) array: tile (i, j) of Br x Bc meets a kept block.
@@ -260,6 +261,6 @@ def _tiles(bm: BlockMask, Nq: int, Nkv: int, Br: int, Bc: int) -> np.ndarray:
     a, b = r0 // bm.bq, (r1 - 1) // bm.bq + 1  # layout rows [a, b) a query tile meets
     c, e = c0 // bm.bk, (c1 - 1) // bm.bk + 1
     kept = S[b][:, e] - S[a][:, e] - S[b][:, c] + S[a][:, c]
-    out = kept > 0
+    out: np.ndarray = kept > 0
     out.setflags(write=False)
     return out

@@ -341,12 +341,14 @@ class ResultsStore:
             _inspect(path)
 
     def _columns(self) -> list[str]:
+        assert self._con is not None
         return [r[1] for r in self._con.execute("PRAGMA table_info(results)")]
 
     def _migrate(self) -> None:
         """An older store (:data:`MIGRATES`) gets the columns added since, in one transaction,
         and the current schema version; its rows read NULL there."""
         have = set(self._columns())
+        assert self._con is not None
         version = self._con.execute(
             "SELECT value FROM attnio_meta WHERE key = 'schema_version'").fetchone()
         if set(COLUMN_NAMES) <= have and version and version[0] == str(SCHEMA_VERSION):

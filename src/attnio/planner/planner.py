@@ -290,8 +290,8 @@ class Plan:
             if bwd.best_bound is not None:
                 bb = bwd.best_bound
                 lines.append(f"    Backward bound:  {fmt_count(bb.value)} ({bb.name}, explicit)")
-                r = f"{bwd.ratio:.3f}" if bwd.ratio is not None else "n/a"
-                lines.append(f"    Backward ratio:  {r} (backward total/bound)")
+                br_text = f"{bwd.ratio:.3f}" if bwd.ratio is not None else "n/a"
+                lines.append(f"    Backward ratio:  {br_text} (backward total/bound)")
             for c in bwd.candidates[1:]:
                 pct = 100.0 * (c.predicted.total / bwd.total - 1) if bwd.total else 0.0
                 lines.append(f"   Backward runner-up:  {c.algorithm} {c.predicted.total:,} "
@@ -473,11 +473,13 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     regime = _REGIMES[M >= shape.d * shape.d]
     why = _why(chosen, runner, len(cands), shape.d, M, best, ratio, theta)
     if bwd_best is not None:
+        bbest = bwd_best.best_bound
+        assert bbest is not None  # backward_plan always certifies
         why += (f" With the backward pass: the forward writes the logsumexp too, and the backward "
                 f"schedule {bwd_best.algorithm} moves {bwd_best.total:,} more words (tiling "
                 f"{bwd_best.tiling}), the least of {len(bwd_best.candidates)} backward "
                 f"schedule(s) scored; the best explicit backward bound "
-                f"({bwd_best.best_bound.name}) is {bwd_best.best_bound.value:,.0f}")
+                f"({bbest.name}) is {bbest.value:,.0f}")
         if bwd_best.ratio is not None:
             why += f", so the backward is within {bwd_best.ratio:.2f}x of optimal"
         why += "; the bounds above are the forward's."
