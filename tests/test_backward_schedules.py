@@ -95,19 +95,27 @@ SHAPES = [  # (Nq, Nkv, d, heads, kv_heads): odd sizes, Nq != Nkv, GQA
 ]
 
 
+#: The fast cases: every mask (both alignments, windows) on a GQA shape and a square one, at a
+#: small-cache and a large-cache M; the rest (every shape, down to the least M) is slow.
+FAST_SHAPES = [(17, 17, 8, 1, 1), (21, 30, 4, 4, 2)]
+
+
 @pytest.mark.parametrize("name", BACKWARDS)
-@pytest.mark.parametrize("Nq,Nkv,d,heads,kv_heads", SHAPES)
+@pytest.mark.parametrize("Nq,Nkv,d,heads,kv_heads,full", [
+    s + (False,) for s in FAST_SHAPES] + [pytest.param(*s, True, marks=pytest.mark.slow)
+                                           for s in SHAPES])
 @pytest.mark.parametrize("causal,window", MASKS)
 def test_gradients_equal_the_reference_and_counts_equal_the_closed_form(name, Nq, Nkv, d, heads,
-                                                                        kv_heads, causal,
+                                                                        kv_heads, full, causal,
                                                                         window):
     bwd = get_backward(name)
     shape = Shape.make(Nq=Nq, Nkv=Nkv, d=d, batch=2, heads=heads, kv_heads=kv_heads,
                        causal=causal, window=window)
     data = _data(shape, seed=Nq + d)
     ref = _reference_grads(shape, data)
-    for M in sorted({bwd.min_M(shape), bwd.min_M(shape) + 5, 3 * d * d // 4 + 1, 40 * d,
-                     10 ** 5}):
+    Ms = ({bwd.min_M(shape), bwd.min_M(shape) + 5, 3 * d * d // 4 + 1, 40 * d, 10 ** 5} if full
+          else {max(bwd.min_M(shape), 3 * d * d // 4 + 1), 10 ** 5})
+    for M in sorted(Ms):
         if M < bwd.min_M(shape):
             continue
         t = bwd.coerce_tiling(shape, M)
@@ -264,3 +272,29 @@ def test_bad_backward_requests_name_the_parameter():
     with pytest.raises(ParameterError, match="small_cache_backward.*no block-sparse support"):
         attnio.run("flash2", shape=sparse, M=500, mode="count", backward=True,
                    backward_algorithm="small_cache_backward")
+
+
+@pytest.mark.parametrize("N,d,causal", [(256, 32, False), (512, 64, True),
+                                         pytest.param(2048, 128, False, marks=pytest.mark.slow),
+                                         pytest.param(1024, 64, True, marks=pytest.mark.slow)])
+def test_planner_picks_the_backward_of_fewer_words(N, d, causal):
+    """small_cache_backward when it moves fewer words (every M <= d²/4), flash2's backward
+    otherwise (the large-cache regime), by closed form and never by a rule on M."""
+    shape = Shape(N, N, d, causal=causal)
+    from attnio.planner.planner import backward_plan
+
+    M = 4 * d
+    chosen = {}
+    while M <= 16 * d * d:
+        b = backward_plan(shape, M)
+        if M >= attnio.algorithms.get("flash2").min_M(shape):  # what plan reports
+            assert attnio.planner.plan_shape(shape, M, backward=True).backward == b
+        sc, fa = SC.search(shape, M), FA2.search(shape, M)
+        want = "small_cache_backward" if fa is None or sc[1].total < fa[1].total \
+            else "flash2_backward"
+        assert b.algorithm == want, (M, b.algorithm)
+        assert b.total == (sc if want == "small_cache_backward" else fa)[1].total
+        chosen[M] = b.algorithm
+        M *= 2
+    assert all(a == "small_cache_backward" for m, a in chosen.items() if m <= d * d // 4)
+    assert chosen[max(chosen)] == "flash2_backward"

@@ -111,6 +111,37 @@ API_CASES = [
     ("approx count mode without a bound", lambda: attnio.run(
         "approx_poly", shape=(16, 4), M=2000, tiling={"eps": 1e-3}), ParameterError,
      "needs the entry bound B"),
+    # block-sparse layouts and backward requests (issue 17)
+    ("block mask wrong dtype", lambda: attnio.BlockMask(np.full((2, 2), 0.5), 4), ParameterError,
+     "block_mask must be a boolean array"),
+    ("block mask wrong shape", lambda: attnio.run(
+        "flash2", shape=Shape(16, 16, 4, block_mask=attnio.BlockMask(np.ones((3, 4), bool), 4)),
+        M=200, mode="count"), ParameterError, "block_mask has 3x4 blocks of 4x4"),
+    ("block mask 1-D", lambda: attnio.BlockMask(np.ones(4, bool), 4), ParameterError,
+     "block_mask must be a 2-D boolean array"),
+    ("block mask keeps nothing", lambda: attnio.BlockMask(np.zeros((2, 2), bool), 4),
+     ParameterError, "density must be in (0, 1]"),
+    ("density zero", lambda: attnio.BlockMask.random(16, 16, 4, density=0.0), ParameterError,
+     "density must be a real number in (0, 1]"),
+    ("density above one", lambda: attnio.BlockMask.random(16, 16, 4, density=1.5),
+     ParameterError, "density must be a real number in (0, 1]"),
+    ("backward for an algorithm with none", lambda: attnio.run(
+        "standard", shape=(16, 4), M=200, mode="count", backward=True), ParameterError,
+     "standard has no backward pass"),
+    ("backward algorithm unknown", lambda: attnio.run(
+        "flash2", shape=(16, 4), M=200, mode="count", backward=True,
+        backward_algorithm="flash3_backward"), UnknownNameError, "backward_algorithm"),
+    ("backward algorithm without backward", lambda: attnio.run(
+        "flash2", shape=(16, 4), M=200, mode="count", backward_algorithm="flash2_backward"),
+     ParameterError, "backward_algorithm applies to the backward pass"),
+    ("backward algorithm without block-sparse support", lambda: attnio.run(
+        "flash2", shape=Shape(16, 16, 4, block_mask=attnio.BlockMask.random(16, 16, 4,
+                                                                           density=0.5)),
+        M=200, mode="count", backward=True, backward_algorithm="small_cache_backward"),
+     ParameterError, "no block-sparse support"),
+    ("plan backward algorithm without backward", lambda: attnio.plan(
+        16, 4, 200, backward_algorithm="small_cache_backward"), ParameterError,
+     "backward_algorithm applies to the backward pass"),
 ]
 
 
@@ -169,7 +200,55 @@ CLI_CASES = [
      "--out /nonexistent/t.npz: its folder"),
     (["trace", "flash2", "--N", "32", "--word-bytes", "0"], "--word-bytes must be an integer >= 1"),
     (["verify", "flash2", "--policies", ","], "--policies must name at least one"),
+    (["run", "flash2", "--density", "0"], "--density must be a real number in (0, 1]"),
+    (["plan", "--N", "256", "--d", "16", "--M", "2048", "--density", "1.5"],
+     "--density must be a real number in (0, 1]"),
+    (["bound", "--N", "256", "--d", "16", "--M", "2048", "--density", "-1"],
+     "--density must be a real number in (0, 1]"),
+    (["run", "flash2", "--density", "0.5", "--block-size", "0"],
+     "--block-size must be an integer >= 1"),
+    (["run", "flash2", "--block-size", "64"], "--block-size applies to a block layout"),
+    (["run", "flash2", "--density", "0.5", "--causal"], "--density cannot be combined with"),
+    (["run", "flash2", "--N", "1000000000", "--density", "0.5", "--count-only"],
+     "raise --block-size"),
+    (["run", "standard", "--density", "0.5"], "standard does not support block-sparse"),
+    (["run", "standard", "--backward"], "--backward: standard has no backward pass"),
+    (["run", "flash2", "--backward-algorithm", "small_cache_backward"],
+     "--backward-algorithm applies to the backward pass"),
+    (["plan", "--N", "256", "--d", "16", "--M", "2048", "--backward", "--backward-algorithm",
+      "nope"], "--backward-algorithm: unknown backward_algorithm 'nope'"),
+    (["plan", "--N", "256", "--d", "16", "--M", "2048", "--backward", "--backward-algorithm",
+      "small_cache_backward", "--density", "0.5"], "no block-sparse support"),
 ]
+
+
+@pytest.mark.parametrize("layout,extra,fragment", [
+    (np.ones((3, 4), bool), [], "--block-mask"),  # blocks would not be square
+    (np.ones((4, 4), bool), ["--block-size", "32"], "--block-mask: block_mask has 4x4 blocks"),
+    (np.full((4, 4), 0.5), [], "--block-mask must be a boolean array"),
+    (np.ones(4, bool), [], "--block-mask must be a 2-D boolean array"),
+    (np.zeros((4, 4), bool), [], "keeps no block"),
+    (np.ones((512, 512), bool), [], "more than the Nq x Nkv"),
+    (None, [], "does not exist"),
+    ("npz", [], "an .npz archive"),
+    ("text", [], "is not a .npy array"),
+], ids=["not-square", "wrong-shape", "float", "1-D", "empty", "too-many", "missing", "npz",
+        "text"])
+def test_cli_block_mask_files(layout, extra, fragment, tmp_path, capsys):
+    path = tmp_path / "layout.npy"
+    if isinstance(layout, np.ndarray):
+        np.save(path, layout)
+    elif layout == "npz":
+        np.savez(tmp_path / "layout.npz", a=np.ones((4, 4), bool))
+        path = tmp_path / "layout.npz"
+    elif layout == "text":
+        path.write_text("not an array")
+    for verb in (["run", "flash2"], ["plan"], ["bound"]):
+        argv = verb + ["--N", "256", "--d", "16", "--M", "2048", "--block-mask", str(path)] + extra
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert fragment in err and "--block-mask" in err, (argv, err)
+        assert err.count("\n") == 1 and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv,fragment", CLI_CASES, ids=[" ".join(c[0][1:]) for c in CLI_CASES])

@@ -237,3 +237,23 @@ def test_a_tiny_database_gets_a_short_report(tmp_path, kind, capsys):
         assert "| 256 | 256 | 16 | 4096 | flash2 |" in md
     out = capsys.readouterr().out
     assert "covered claims pass" in out
+
+
+def test_best_configurations_show_the_forward_and_backward_ratios():
+    from attnio.experiments.report import _best_md, best_configurations
+    from attnio.experiments.sweep import Grid, parse_values, run_config
+
+    g = Grid(N=parse_values("N", "64"), d=(8,), M=parse_values("M", "100"),
+             algorithms=("flash2",), backward=True)
+    from attnio.experiments.sweep import _GridPlan
+
+    rows = [run_config(c) for c, why in _GridPlan(g).configs() if why is None]
+    old = dict(rows[0], backward=None, backward_total=None, backward_ratio=None,
+               backward_algorithm=None, config_hash="old")  # a row without the backward pass
+    best = best_configurations(rows + [old])
+    assert len(best) == 2  # with and without the backward pass: two workload points
+    b = next(x for x in best if x["backward_total"] is not None)
+    assert b["backward_ratio"] == rows[0]["backward_ratio"] and b["ratio"] == rows[0]["ratio"]
+    md = "\n".join(_best_md(best))
+    assert "| × bound | backward I/O | backward × bound |" in md
+    assert f"{b['backward_ratio']:.2f}" in md and f"({b['backward_algorithm']})" in md

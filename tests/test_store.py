@@ -186,3 +186,66 @@ def test_module_docstring_examples_run():
     import attnio.experiments.store
 
     assert doctest.testmod(attnio.experiments.store).failed == 0
+
+
+def _schema2_db(path, rows):
+    """A database as attnio wrote it at schema version 2 (no backward_* columns)."""
+    from attnio.experiments.store import ADDED_IN_3, COLUMNS
+
+    cols = [(c, t) for c, t in COLUMNS if c not in ADDED_IN_3]
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE attnio_meta (key TEXT PRIMARY KEY, value TEXT)")
+    con.execute("INSERT INTO attnio_meta VALUES ('schema_version', '2')")
+    con.execute("CREATE TABLE results (" + ", ".join(
+        f"{c} {t}{' PRIMARY KEY' if c == 'config_hash' else ''}" for c, t in cols) + ")")
+    for r in rows:
+        names = [c for c, _ in cols if c in r]
+        con.execute(f"INSERT INTO results ({', '.join(names)}) VALUES "
+                    f"({', '.join('?' for _ in names)})",
+                    [int(r[c]) if isinstance(r[c], bool) else r[c] for c in names])
+    con.commit()
+    con.close()
+
+
+def test_a_schema_2_database_is_read_as_it_is_and_migrated_when_written(tmp_path):
+    path = tmp_path / "old.sqlite"
+    _schema2_db(path, [_row("a", ratio=2.5, bound=40.0, bound_name="trivial")])
+    before = _digest(path)
+    with ResultsStore(path, readonly=True) as st:  # read-only: nothing changes
+        (r,) = st.rows()
+        assert r["ratio"] == 2.5 and r["backward_total"] is None and r["backward_ratio"] is None
+    assert _digest(path) == before
+    with ResultsStore(path) as st:  # for writing: the columns are added, the rows kept
+        assert st.meta()["schema_version"] == str(SCHEMA_VERSION) == "3"
+        st.insert([_row("b", backward=True, backward_algorithm="flash2_backward",
+                        backward_total=300, backward_bound=100.0,
+                        backward_bound_name="backward_trivial", backward_ratio=3.0)])
+        rows = {r["config_hash"]: r for r in st.rows()}
+        assert rows["a"]["ratio"] == 2.5 and rows["a"]["backward_total"] is None
+        assert rows["b"]["backward_ratio"] == 3.0 and rows["b"]["backward"] == 1
+    with ResultsStore(path) as st:  # a second open migrates nothing more
+        assert len(st.rows()) == 2
+    # an old export (schema 2, no backward_* keys) reads back with None there
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema_version": 2, "rows": [_row("a")]}))
+    (r,) = read_export(old)
+    assert r["backward_total"] is None and r["total"] == 100
+
+
+def test_a_sweep_with_the_backward_pass_stores_its_certificate(tmp_path):
+    db = tmp_path / "r.sqlite"
+    grid = Grid(N=parse_values("N", "128"), d=(16,), M=parse_values("M", "100,2048"),
+                algorithms=("flash2", "standard"), causal=(False, True), backward=True)
+    run_sweep(grid, db, jobs=1, progress=False)
+    with ResultsStore(db, readonly=True) as st:
+        ok, skipped = st.rows("ok"), st.rows("skipped")
+    assert {r["algorithm"] for r in ok} == {"flash2"} and len(ok) == 4
+    assert all("no backward pass" in r["reason"] for r in skipped if r["algorithm"] == "standard")
+    for r in ok:
+        assert r["backward"] == 1 and r["backward_total"] == r["backward_reads"] + \
+            r["backward_writes"]
+        assert r["backward_ratio"] == r["backward_total"] / r["backward_bound"] >= 1
+        assert r["ratio"] == r["total"] / r["bound"] >= 1
+        assert r["predicted_reads"] == r["reads"] and r["predicted_writes"] == r["writes"]
+    small = [r for r in ok if r["M"] == 100]
+    assert small and all(r["backward_algorithm"] == "small_cache_backward" for r in small)

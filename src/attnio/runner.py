@@ -160,8 +160,8 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     bt: Any = None
     if backward and backward_schedule is not None:
         bwd, bt = backward_schedule
-    elif backward and getattr(alg, "backward", None) is not None:
-        bwd = alg.backward
+    elif backward and (own := getattr(alg, "backward", None)) is not None:
+        bwd = own
         bt = bwd.coerce_tiling(shp, M, None)
     if bwd is not None:
         words += 2 * (3 * q + 2 * kv) + 2 * shp.n_heads * shp.Nq + writes + bwd.workspace(shp)

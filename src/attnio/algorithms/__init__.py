@@ -21,6 +21,7 @@ from __future__ import annotations
 import warnings
 
 from ..core.errors import UnknownNameError
+from ..core.workload import Shape
 from . import (
     approx_poly,
     flash1,
@@ -128,7 +129,7 @@ for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD):
 del _bwd
 
 
-def choose_backward(shape, M: int, name: str | BackwardSchedule | None = None,
+def choose_backward(shape: Shape, M: int, name: str | BackwardSchedule | None = None,
                     tiling: object = None) -> tuple[BackwardSchedule, object]:
     """The backward schedule and tiling to run: ``name``'s (with ``tiling`` validated, or its
     least-I/O tiling), or, when ``name`` is None, the schedule whose Tiling ``tiling`` is (a

@@ -6,6 +6,8 @@ tiles, and works in place.  Elementwise temporaries are register-level and not c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from ..core.memory import Block, FastTile, TwoLevelMemory
@@ -124,10 +126,11 @@ def mask_block_tile(mem: TwoLevelMemory, S: FastTile, shape: Shape, qb: Block, k
     mem.compute(lambda s: apply_block_mask(s, lay, bq, bk, r0, c0), S, writes=1)
 
 
-def sparse_blocks(mem: TwoLevelMemory, total: int, size: int, kept: np.ndarray):
+def sparse_blocks(mem: TwoLevelMemory, total: int, size: int, kept: np.ndarray
+                  ) -> Iterator[Block]:
     """The blocks of size ``size`` of [0, total) whose flag in ``kept`` is True, each through
     :meth:`TwoLevelMemory.blocks` (so it counts as a step), step by step."""
-    for j in np.flatnonzero(kept):
-        j = int(j)
+    for jj in np.flatnonzero(kept):
+        j = int(jj)
         yield from mem.blocks(total, size, lo=j * size, hi=min(total, (j + 1) * size),
                               uniform=False)

@@ -150,7 +150,8 @@ class Flash2(Algorithm):
         and the largest Br, Bc that fit."""
         bm = shape.block_mask
         assert bm is not None
-        d, out = shape.d, []
+        d = shape.d
+        out: list[Flash2Tiling] = []
         for G in _divisors(shape.group):
             br_max = min(shape.Nq, (M - 2 * d) // (G * (2 * d + 3) + 1))
             while br_max >= 1 and self._bc_max(shape, M, br_max, G) < 1:

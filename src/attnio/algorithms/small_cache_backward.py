@@ -137,7 +137,8 @@ def _subblocks(total: int, B: int, a: int, weight_all: int, weight_last: int) ->
     return cdiv(B, a) * (weight_all - weight_last) + cdiv(total % B, a) * weight_last
 
 
-def _scores(T, L, *, scale, mask) -> None:
+def _scores(T: np.ndarray, L: np.ndarray, *, scale: float,
+            mask: tuple[int, int, int, int | None] | None) -> None:
     """T = exp(scale·T − L) row by row (masked entries and rows with L = -inf give 0)."""
     T *= scale
     if mask is not None:
@@ -146,13 +147,13 @@ def _scores(T, L, *, scale, mask) -> None:
     np.exp(T, out=T)
 
 
-def _dscores(T, P, D) -> None:
+def _dscores(T: np.ndarray, P: np.ndarray, D: np.ndarray) -> None:
     """dS = P ∘ (dP − D) on a chunk of rows (T holds dP)."""
     T -= D[:, None]
     T *= P
 
 
-def _row_dot(D, a, b) -> None:
+def _row_dot(D: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     D += np.sum(a * b, axis=1)
 
 
@@ -178,7 +179,8 @@ class SmallCacheBackward(BackwardSchedule):
         return _tile_sums(shape.Nq, shape.Nkv, s.bm, s.bn, shape.offset,
                           shape.window if shape.causal else None, shape.causal)
 
-    def _count(self, shape: Shape, s: _Sides, sums) -> IOCount:
+    def _count(self, shape: Shape, s: _Sides,
+               sums: tuple[int, int, int, int, int, int, int]) -> IOCount:
         SC, W, SW, RK, r_last, WQ, w_last = sums
         d, g, Nq, Nkv = shape.d, shape.group, shape.Nq, shape.Nkv
         Xk = _subblocks(Nkv, s.bn, s.ak, RK, r_last)
@@ -215,7 +217,9 @@ class SmallCacheBackward(BackwardSchedule):
         if M < self.min_M(shape):
             return []
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        fits = lambda b: 2 * b + 1 <= M  # noqa: E731  (a bm x 1 tile)
+        def fits(b: int) -> bool:  # a bm x 1 tile
+            return 2 * b + 1 <= M
+
         bms = {b for b in (Nq,) if fits(b)}
         b = 1
         while b <= Nq and fits(b):
@@ -263,7 +267,7 @@ class SmallCacheBackward(BackwardSchedule):
         work = {"D": mem.scratch("D", (nh * Nq,)), "P": mem.scratch("P", (nh * Nq, Nkv)),
                 "dS": mem.scratch("dS", (nh * Nq, Nkv))}
         s = _sides(shape, tiling)
-        for kvb in mem.blocks(shape.batch * shape.kv_heads, 1):
+        for kvb in mem.blocks(shape.n_kv_heads, 1):
             kvh = kvb.start
             ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
             heads = range(kvh * shape.group, (kvh + 1) * shape.group)

@@ -7,7 +7,9 @@ import json
 from .common import (
     add_memory_arguments,
     add_output_arguments,
+    add_sparsity_arguments,
     add_workload_arguments,
+    block_mask_from_args,
     memory_from_args,
     workload_from_args,
 )
@@ -18,7 +20,10 @@ HELP = "list every applicable I/O lower bound for attention of size (N, d, M)"
 
 def add_arguments(p) -> None:
     add_workload_arguments(p)
+    add_sparsity_arguments(p)
     add_memory_arguments(p)
+    p.add_argument("--backward", action="store_true",
+                   help="also list the bounds on the backward pass")
     p.add_argument("--q", type=int, default=None,
                    help="inputs over the finite field F_q (prime power q > N): adds Theorem 4.8")
     p.add_argument("--binary", action="store_true",
@@ -28,29 +33,47 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from .. import bounds
+    from ..bounds.backward import backward_applicable_to
     from ..bounds.base import regime_of
     from ..core.resources import fmt_count
 
     shape = workload_from_args(args)
     M = memory_from_args(args).M
+    shape = block_mask_from_args(args, shape, M)
     bs = bounds.applicable_to(shape, M, q=args.q, binary=args.binary)
     best = bounds.best(bs)
+    bbs = backward_applicable_to(shape, M) if args.backward else []
+    bbest = bounds.best(bbs) if bbs else None
     regime = regime_of(shape.d, M)
+    bm = shape.block_mask
     if args.json:
         print(json.dumps({"N": shape.Nq, "Nq": shape.Nq, "Nkv": shape.Nkv, "d": shape.d, "M": M,
                           "causal": shape.causal, "causal_align": shape.causal_align
                           if shape.causal else None, "window": shape.window,
                           "batch": shape.batch, "heads": shape.heads,
                           "kv_heads": shape.kv_heads, "regime": regime,
-                          "bounds": [b.to_dict() for b in bs], "best": best.name},
-                         sort_keys=True))
+                          "bounds": [b.to_dict() for b in bs], "best": best.name,
+                          "best_value": best.value,
+                          "block_mask": None if bm is None else bm.describe(),
+                          "density": None if bm is None else bm.density,
+                          "backward_bounds": [b.to_dict() for b in bbs] if bbs else None,
+                          "backward_best": None if bbest is None else bbest.name,
+                          "backward_best_value": None if bbest is None else bbest.value},
+                         sort_keys=True, default=str))
         return 0
     print(f"lower bounds for attention {shape.describe()} M={M:,}: {regime}")
+    _table(bs, best, fmt_count)
+    if bbs:
+        print(f"\nlower bounds for its backward pass (dQ, dK, dV) M={M:,}:")
+        _table(bbs, bbest, fmt_count)
+    print("* the largest explicit bound; asymptotic bounds are Θ/Ω forms with constant 1")
+    return 0
+
+
+def _table(bs, best, fmt_count) -> None:
     w = max(len(b.name) for b in bs)
     print(f"{'bound':<{w}}  {'value':>30}  {'explicit':>8}  theorem")
     for b in bs:
         mark = " *" if b is best else ""
         print(f"{b.name:<{w}}  {fmt_count(b.value):>30}  {'yes' if b.explicit else 'no':>8}  "
               f"{b.theorem}{mark}")
-    print("* the largest explicit bound; asymptotic bounds are Θ/Ω forms with constant 1")
-    return 0

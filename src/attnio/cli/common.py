@@ -8,9 +8,11 @@ raises name API arguments (``kv_heads``, ``mode='count'``); :func:`flag_message`
 with the flags the user typed (``--kv-heads``, ``--count-only``).
 
 Flags: ``--N --Nq --Nkv --d --heads --kv-heads --batch --causal [bottom_right|top_left] --window``
-(workload), ``--M | --M-bytes | --device`` and ``--dtype`` (fast memory), ``--tiling`` where an
-algorithm is named, ``--budget --force --max-memory`` where work is allocated, ``--json`` and
-``--quiet`` everywhere.
+(workload), ``--block-mask FILE.npy | --density S`` with ``--block-size B --layout-seed N``
+(block-sparse attention, :func:`add_sparsity_arguments`), ``--backward`` and
+``--backward-algorithm NAME`` (:func:`add_backward_arguments`), ``--M | --M-bytes | --device`` and
+``--dtype`` (fast memory), ``--tiling`` where an algorithm is named, ``--budget --force
+--max-memory`` where work is allocated, ``--json`` and ``--quiet`` everywhere.
 
 >>> from attnio.core.errors import ParameterError
 >>> flag_message(ParameterError("heads must be a multiple of kv_heads, got heads=3 and "
@@ -28,10 +30,12 @@ from typing import TypedDict
 from ..core.errors import ParameterError
 from ..core.workload import ALIGNMENTS, MAX_M, Shape
 
-__all__ = ["FLAGS", "Memory", "add_memory_arguments", "add_output_arguments",
-           "add_resource_arguments", "add_tiling_argument", "add_workload_arguments",
-           "flag_message", "memory_from_args", "parse_tiling", "progress_from_args",
-           "resources_from_args", "workload_from_args"]
+__all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "Memory", "add_backward_arguments",
+           "add_memory_arguments", "add_output_arguments", "add_resource_arguments",
+           "add_sparsity_arguments", "add_tiling_argument", "add_workload_arguments",
+           "backward_from_args", "block_mask_from_args", "default_block_size", "flag_message",
+           "memory_from_args", "parse_tiling", "progress_from_args", "resources_from_args",
+           "workload_from_args"]
 
 #: API argument name -> the flag that sets it (for error messages in the user's words).
 FLAGS = {
@@ -44,6 +48,9 @@ FLAGS = {
     "backward_tiling": "--tiling", "shape": "--N/--d",
     "max_memory": "--max-memory", "time_limit": "--time-limit", "policies": "--policies",
     "m": "--m", "k": "--k", "n": "--n", "q": "--q", "binary": "--binary",
+    "block_mask": "--block-mask", "density": "--density", "block_size": "--block-size",
+    "block_mask.bq": "--block-size", "block_mask.bk": "--block-size",
+    "layout_seed": "--layout-seed", "backward_algorithm": "--backward-algorithm",
 }
 
 #: Whole API phrases and the flags that say the same on the command line.
@@ -91,6 +98,124 @@ def add_workload_arguments(p: argparse.ArgumentParser, *, N: int | None = None,
                        help="sliding window: each query sees its W most recent keys (needs "
                             "--causal)")
     p.set_defaults(**{_DEFAULTS: {"N": N, "d": d}})
+
+
+def add_sparsity_arguments(p: argparse.ArgumentParser) -> None:
+    """Block-sparse attention: ``--block-mask FILE.npy`` (a boolean layout of query blocks x key
+    blocks saved with ``numpy.save``) or ``--density S`` (a random layout keeping a fraction S in
+    (0, 1] of the blocks, drawn with ``--layout-seed``), blocks of ``--block-size B`` (default:
+    :func:`default_block_size`, the flash2 tile side for M; for a file, N / its rows)."""
+    g = p.add_argument_group("block-sparse attention")
+    g.add_argument("--block-mask", dest="block_mask", default=None, metavar="FILE.npy",
+                   help="a boolean block layout (query blocks x key blocks, numpy.save); "
+                        "block sizes N/rows and Nkv/columns unless --block-size")
+    g.add_argument("--density", type=float, default=None, metavar="S",
+                   help="a random block layout keeping a fraction S in (0, 1] of the blocks")
+    g.add_argument("--block-size", dest="block_size", type=int, default=None, metavar="B",
+                   help="blocks of B queries x B keys (default with --density: the largest "
+                        "power of two <= M/(4d), at most N: flash2's tile side)")
+    g.add_argument("--layout-seed", dest="layout_seed", type=int, default=None, metavar="N",
+                   help="seed of the --density layout (default 0)")
+
+
+def add_backward_arguments(p: argparse.ArgumentParser, *, what: str = "the backward pass"
+                           ) -> None:
+    """``--backward`` and ``--backward-algorithm NAME`` (a registered backward schedule; default:
+    the least-I/O one for the workload and M)."""
+    from ..algorithms import backward_names
+
+    p.add_argument("--backward", action="store_true", help=f"also {what}")
+    p.add_argument("--backward-algorithm", dest="backward_algorithm", default=None,
+                   metavar="NAME",
+                   help="the backward schedule (with --backward): " + ", ".join(backward_names())
+                        + " (default: the one of least I/O)")
+
+
+def backward_from_args(args: argparse.Namespace) -> str | None:
+    """The ``--backward-algorithm`` name, checked: a registered schedule, and only with
+    ``--backward``."""
+    from ..algorithms import get_backward
+
+    name = getattr(args, "backward_algorithm", None)
+    if name is None:
+        return None
+    if not getattr(args, "backward", False):
+        raise ParameterError("--backward-algorithm applies to the backward pass: add --backward",
+                             param="backward_algorithm")
+    return get_backward(name).name
+
+
+#: A layout of more blocks than this is refused before it is drawn (a boolean each: 256 MB).
+MAX_LAYOUT_BLOCKS = 1 << 28
+
+
+def default_block_size(shape: Shape, M: int) -> int:
+    """The block side a ``--density`` layout gets without ``--block-size``: the largest power of
+    two <= max(1, M // (4d)), and at most max(Nq, Nkv) — flash2's tile side Br = Bc ≈ M/(4d), so
+    its tiles hold whole blocks and the skipped fraction is the layout's.
+
+    >>> default_block_size(Shape(4096, 4096, 64), 65536)
+    256
+    """
+    side = max(1, M // (4 * shape.d))
+    b = 1 << (side.bit_length() - 1)
+    return max(1, min(b, 1 << (max(shape.Nq, shape.Nkv) - 1).bit_length()))
+
+
+def block_mask_from_args(args: argparse.Namespace, shape: Shape, M: int) -> Shape:
+    """``shape`` with the layout of ``--block-mask`` or ``--density`` (unchanged without them).
+
+    Refused in one line naming the flag, before anything large is allocated: both flags, a
+    causal mask or window beside them, a density outside (0, 1], a block size < 1, a file that is
+    not a 2-D boolean .npy array or does not cover the sizes, a layout of more than
+    :data:`MAX_LAYOUT_BLOCKS` blocks."""
+    from ..core.blockmask import BlockMask
+    from ..core.checks import check_int, check_real
+
+    path = getattr(args, "block_mask", None)
+    density = getattr(args, "density", None)
+    bs = getattr(args, "block_size", None)
+    seed = getattr(args, "layout_seed", None)
+    if path is None and density is None:
+        for flag, v in (("--block-size", bs), ("--layout-seed", seed)):
+            if v is not None:
+                raise ParameterError(f"{flag} applies to a block layout: add --density S or "
+                                     "--block-mask FILE.npy", param=flag[2:].replace("-", "_"))
+        return shape
+    if path is not None and density is not None:
+        raise ParameterError("give --block-mask FILE.npy or --density S, not both",
+                             param="block_mask")
+    flag = "--block-mask" if path is not None else "--density"
+    if shape.causal or shape.window is not None:
+        raise ParameterError(f"{flag} cannot be combined with --causal/--window: the block "
+                             "layout is the mask", param=flag[2:].replace("-", "_"))
+    if density is not None:
+        density = check_real("density", density, lo=0, hi=1, lo_open=True,
+                             what="the fraction of kept blocks")
+    if bs is not None:
+        bs = check_int("block_size", bs, minimum=1)
+    if seed is not None:
+        if path is not None:
+            raise ParameterError("--layout-seed applies to a --density layout",
+                                 param="layout_seed")
+        seed = check_int("layout_seed", seed, minimum=0)
+    if path is not None:
+        bm = BlockMask.load(path, shape.Nq, shape.Nkv, bs, bs)
+        if bm.bq != bm.bk:  # blocks are square: the file's rows give the side
+            need = -(-shape.Nkv // bm.bq)
+            raise ParameterError(
+                f"--block-mask {path}: a {bm.Tq}x{bm.Tk} layout for Nq={shape.Nq}, "
+                f"Nkv={shape.Nkv} has blocks of {bm.bq}x{bm.bk}; blocks are square, so it needs "
+                f"{bm.Tq}x{need} blocks (or give --block-size)", param="block_mask")
+        return shape.with_mask(block_mask=bm)
+    b = default_block_size(shape, M) if bs is None else bs
+    blocks = -(-shape.Nq // b) * -(-shape.Nkv // b)
+    if blocks > MAX_LAYOUT_BLOCKS:
+        raise ParameterError(f"--density: a layout of {blocks:,} blocks of {b}x{b} is more than "
+                             f"{MAX_LAYOUT_BLOCKS:,}; raise --block-size", param="block_size")
+    assert density is not None
+    bm = BlockMask.random(shape.Nq, shape.Nkv, b, b, density=density, seed=seed or 0)
+    return shape.with_mask(block_mask=bm)
 
 
 def add_memory_arguments(p: argparse.ArgumentParser, *, required: bool = True,

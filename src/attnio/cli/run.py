@@ -14,11 +14,15 @@ from typing import Any
 import numpy as np
 
 from .common import (
+    add_backward_arguments,
     add_memory_arguments,
     add_output_arguments,
     add_resource_arguments,
+    add_sparsity_arguments,
     add_tiling_argument,
     add_workload_arguments,
+    backward_from_args,
+    block_mask_from_args,
     memory_from_args,
     parse_tiling,
     progress_from_args,
@@ -36,11 +40,11 @@ def add_arguments(p) -> None:
     p.add_argument("algorithm", help="a registered algorithm (see `attnio run --list`)", nargs="?")
     p.add_argument("--list", action="store_true", help="list the registered algorithms and exit")
     add_workload_arguments(p, N=DEFAULT_N, d=DEFAULT_D)
+    add_sparsity_arguments(p)
     add_memory_arguments(p, default_M=DEFAULT_M)
     add_tiling_argument(p)
     p.add_argument("--count-only", action="store_true", help="count mode: shapes only, no arithmetic")
-    p.add_argument("--backward", action="store_true",
-                   help="also run the backward pass (flash2) and count it separately")
+    add_backward_arguments(p, what="run the backward pass and count it separately")
     p.add_argument("--scale", type=float, default=None, help="softmax scale (default 1/sqrt(d))")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--inputs", default=None, metavar="FILE.npz",
@@ -293,6 +297,8 @@ def main(args) -> int:
     shape = shape_of_inputs(args.inputs, header, args) if header else workload_from_args(args)
     mem = memory_from_args(args)
     M = mem.M
+    bwd_name = backward_from_args(args)
+    shape = block_mask_from_args(args, shape, M)
     res_kw = resources_from_args(args)
     mode = "count" if args.count_only else "compute"
 
@@ -301,9 +307,20 @@ def main(args) -> int:
     if not alg.exact and isinstance(tiling, dict) and "entry_bound" not in tiling \
             and "radius" not in tiling:
         est_tiling = {**tiling, "entry_bound": 1.0}  # random inputs are drawn in [-1, 1]
+    if shape.block_mask is not None and not alg.supports_block_mask:
+        ok = [a.name for a in algorithms.all_algorithms() if a.supports_block_mask]
+        raise ParameterError(f"{alg.name} does not support block-sparse attention; algorithms "
+                             f"that do: {ok}", param="block_mask")
     t = alg.coerce_tiling(shape, M, est_tiling)
+    bsched = None
+    if args.backward:
+        if not alg.supports_backward:
+            ok = [a.name for a in algorithms.all_algorithms() if a.supports_backward]
+            raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}",
+                                 param="backward")
+        bsched = algorithms.choose_backward(shape, M, bwd_name)
     cost = estimate(alg, shape, M, tiling=t, mode=mode, backward=args.backward,
-                    inputs=header is None)
+                    inputs=header is None, backward_schedule=bsched)
     if mode == "compute":
         cost = cost + reference.cost(shape.Nq, shape.Nkv, shape.d, shape.n_heads,
                                      backward=args.backward)
@@ -313,7 +330,7 @@ def main(args) -> int:
                instead="use --count-only (same counts) or a smaller --N")
 
     opts: dict[str, Any] = dict(M=M, scale=args.scale, tiling=tiling, backward=args.backward,
-                                **res_kw)
+                                backward_algorithm=bwd_name, **res_kw)
     err = grad_err = None
     steps = shape.n_heads * max(1, int(alg.steps(shape, t)))
     with progress_from_args(args, f"{alg.name} {shape.describe()}", steps,
@@ -338,22 +355,43 @@ def main(args) -> int:
             res = run(alg.name, Q, K, V, shape=shape, grad_output=dO, progress=bar,
                       allow_nonfinite=args.allow_nonfinite, **opts)
             bar.describe("checking against the float64 reference")
-            causal, window = shape.mask, shape.window
-            ref = reference.attention(Q, K, V, causal=causal, scale=args.scale, window=window)
+            causal, window, bm = shape.mask, shape.window, shape.block_mask
+            ref = reference.attention(Q, K, V, causal=causal, scale=args.scale, window=window,
+                                      block_mask=bm)
             with np.errstate(invalid="ignore"):
                 diff = np.abs(res.output - ref)
             err = float(np.nanmax(diff)) if np.isfinite(diff).any() else float("nan")
             if args.backward:
                 refg = reference.attention_backward(Q, K, V, dO, causal=causal,
-                                                    scale=args.scale, window=window)
+                                                    scale=args.scale, window=window,
+                                                    block_mask=bm)
                 assert res.grads is not None  # backward=True in compute mode
                 grad_err = max(float(np.abs(res.grads[k] - g).max())
                                for k, g in zip(("dQ", "dK", "dV"), refg))
     return _report(args, alg, res, mem, err, grad_err, V if not args.count_only else None)
 
 
+def certificate(res: Any, exact: bool = True) -> dict[str, Any]:
+    """The certificate of a run: the best explicit bound on its forward count and the ratio
+    (``bound``, ``bound_name``, ``ratio``; the ratio is None for an approximate algorithm), and
+    with a backward pass the same for it (``backward_bound``, ``backward_bound_name``,
+    ``backward_ratio``)."""
+    from .. import bounds
+    from ..bounds.backward import backward_applicable_to
+
+    b = bounds.best(bounds.applicable_to(res.shape, res.M))
+    out: dict[str, Any] = {"bound": b.value, "bound_name": b.name,
+                           "ratio": res.io.total / b.value if exact and b.value > 0 else None}
+    if res.backward_io is not None:
+        bb = bounds.best(backward_applicable_to(res.shape, res.M))
+        out.update(backward_bound=bb.value, backward_bound_name=bb.name,
+                   backward_ratio=res.backward_io.total / bb.value if bb.value > 0 else None)
+    return out
+
+
 def _report(args, alg, res, mem, err, grad_err, V) -> int:
     shape, io, M = res.shape, res.io, res.M
+    cert = certificate(res, alg.exact)
     if args.json:
         obj = {
             "algorithm": alg.name, "N": shape.Nq, "Nq": shape.Nq, "Nkv": shape.Nkv,
@@ -365,11 +403,17 @@ def _report(args, alg, res, mem, err, grad_err, V) -> int:
             "tiling": tiling_dict(res.tiling), "mode": res.mode, "per_array": _per_array(io),
         }
         obj.update(_bytes(io, mem))
+        obj.update(cert)
+        if shape.block_mask is not None:
+            obj["block_mask"] = shape.block_mask.describe()
+            obj["density"] = shape.block_mask.density
         if not alg.exact and V is not None:
             obj["guaranteed_error"] = res.tiling.error_bound_for(V)
         if args.backward:
             b = res.backward_io
-            obj["backward"] = {"reads": b.reads, "writes": b.writes, "total": b.total,
+            obj["backward_algorithm"] = res.backward_algorithm
+            obj["backward"] = {"algorithm": res.backward_algorithm,
+                               "reads": b.reads, "writes": b.writes, "total": b.total,
                                "peak": b.peak, "tiling": tiling_dict(res.backward_tiling),
                                "max_abs_grad_err": grad_err, "per_array": _per_array(b)}
             obj["backward"].update(_bytes(b, mem))
@@ -378,6 +422,9 @@ def _report(args, alg, res, mem, err, grad_err, V) -> int:
     print(f"{alg.name}  {shape.describe()} M={M}  ({res.mode} mode)")
     print(f"  tiling   {tiling_dict(res.tiling)}")
     _print_counts(io, M, mem)
+    ratio = f"{cert['ratio']:.3f}" if cert["ratio"] is not None else "n/a (approximate)"
+    print(f"  bound    {cert['bound']:,.0f}  ({cert['bound_name']}, the best explicit); "
+          f"ratio {ratio}")
     if err is not None:
         print(f"  max |O - reference| = {err:.3e}")
     if not alg.exact:
@@ -389,9 +436,12 @@ def _report(args, alg, res, mem, err, grad_err, V) -> int:
         print(line)
     if args.backward:
         b = res.backward_io
-        print(f"  backward tiling {tiling_dict(res.backward_tiling)}")
+        print(f"  backward {res.backward_algorithm}  tiling {tiling_dict(res.backward_tiling)}")
         print(f"  backward reads {b.reads:,}  writes {b.writes:,}  total {b.total:,}  "
               f"peak {b.peak:,}  (forward + backward {io.total + b.total:,})")
+        br = cert["backward_ratio"]
+        print(f"  backward bound {cert['backward_bound']:,.0f}  ({cert['backward_bound_name']}); "
+              f"ratio {'n/a' if br is None else f'{br:.3f}'}")
         if grad_err is not None:
             print(f"  max |grad - reference| = {grad_err:.3e}")
     return 0

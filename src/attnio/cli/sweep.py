@@ -40,6 +40,9 @@ def add_arguments(p) -> None:
     p.add_argument("--verify", action="store_true", default=None,
                    help="also replay each exact schedule's element trace through LRU and OPT at "
                         "M and 2M (count mode; traces of at most 2e6 events)")
+    p.add_argument("--backward", action="store_true", default=None,
+                   help="also count each algorithm's backward pass (the least-I/O backward "
+                        "schedule) with its certificate: backward_* columns")
     p.add_argument("--mode", default=None, choices=("count", "compute"),
                    help="count (shapes only, default) or compute (random data, max error)")
     p.add_argument("--seed", type=int, default=None, help="seed of the compute-mode inputs")
@@ -71,7 +74,7 @@ def _grids(args):
 
     flags = {k: getattr(args, k) for k in ("N", "Nq", "Nkv", "d", "M", "algo", "causal", "mode",
                                            "seed", "eps", "entry_bound", "batch", "heads",
-                                           "kv_heads", "window", "verify")
+                                           "kv_heads", "window", "verify", "backward")
              if getattr(args, k, None) is not None}
     if args.preset and args.config:
         raise ParameterError("give --preset or --config, not both")
@@ -80,7 +83,7 @@ def _grids(args):
             raise ParameterError(f"preset: unknown {args.preset!r} (known: {', '.join(PRESETS)})")
         grids = PRESETS[args.preset]
         over = {k: v for k, v in flags.items()
-                if k in ("algo", "mode", "seed", "eps", "entry_bound", "verify")}
+                if k in ("algo", "mode", "seed", "eps", "entry_bound", "verify", "backward")}
         if set(flags) - set(over):
             raise ParameterError("--preset fixes the sizes; drop --N/--d/--M/--causal/--batch/"
                                  "--heads/--kv-heads/--window or use --config")

@@ -145,13 +145,14 @@ class BlockMask:
         return cls(flat.reshape(Tq, Tk), bq, bk)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, Nq: int, Nkv: int, bq: int | None = None,
+    def load(cls, path: str | os.PathLike[str], Nq: int, Nkv: int, bq: int | None = None,
              bk: int | None = None) -> BlockMask:
         """A layout saved with ``numpy.save`` (a boolean ``.npy`` array of Tq x Tk blocks) for
         ``Nq`` queries and ``Nkv`` keys; the block sizes default to ``ceil(Nq/Tq)`` and
         ``ceil(Nkv/Tk)``."""
         try:
-            a = np.load(path, allow_pickle=False)
+            # memory-mapped: the header is checked before the bits are read
+            a = np.load(path, allow_pickle=False, mmap_mode="r")
         except FileNotFoundError:
             raise ParameterError(f"block_mask file {os.fspath(path)!r} does not exist",
                                  param="block_mask") from None
@@ -167,6 +168,10 @@ class BlockMask:
             raise ParameterError(f"block_mask must be a 2-D boolean array (query blocks x key "
                                  f"blocks), got shape {a.shape}", param="block_mask")
         Nq, Nkv = check_int("Nq", Nq), check_int("Nkv", Nkv)
+        if a.shape[0] > Nq or a.shape[1] > Nkv:
+            raise ParameterError(f"block_mask has {a.shape[0]}x{a.shape[1]} blocks, more than "
+                                 f"the Nq x Nkv = {Nq}x{Nkv} entries it masks",
+                                 param="block_mask")
         bq = _cdiv(Nq, a.shape[0]) if bq is None else bq
         bk = _cdiv(Nkv, a.shape[1]) if bk is None else bk
         out = cls(a, bq, bk)
@@ -216,7 +221,8 @@ class BlockMask:
     def element_mask(self, Nq: int, Nkv: int) -> np.ndarray:
         """Boolean (Nq, Nkv) array, True where query r sees key c."""
         self.check(Nq, Nkv)
-        return self.layout[np.arange(Nq) // self.bq][:, np.arange(Nkv) // self.bk]
+        out: np.ndarray = self.layout[np.arange(Nq) // self.bq][:, np.arange(Nkv) // self.bk]
+        return out
 
     def tiles(self, Nq: int, Nkv: int, Br: int, Bc: int) -> np.ndarray:
         """Boolean (ceil(Nq/Br), ceil(Nkv/Bc)) array: tile (i, j) of Br x Bc meets a kept block.
@@ -255,6 +261,6 @@ def _tiles(bm: BlockMask, Nq: int, Nkv: int, Br: int, Bc: int) -> np.ndarray:
     a, b = r0 // bm.bq, (r1 - 1) // bm.bq + 1  # layout rows [a, b) a query tile meets
     c, e = c0 // bm.bk, (c1 - 1) // bm.bk + 1
     kept = S[b][:, e] - S[a][:, e] - S[b][:, c] + S[a][:, c]
-    out = kept > 0
+    out: np.ndarray = kept > 0
     out.setflags(write=False)
     return out

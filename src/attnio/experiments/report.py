@@ -628,14 +628,18 @@ def _figures_for_setting(rows, setting, style, out, budget, per_axis) -> list[st
 
 
 def best_configurations(rows: Iterable[dict]) -> list[dict]:
-    """Per setting and workload point (Nq, Nkv, d, M, mode, eps): the row of least total I/O,
-    with the runner-up and its excess, and the ratio to the largest explicit bound."""
+    """Per setting and workload point (Nq, Nkv, d, M, mode, eps, backward): the row of least
+    total I/O, with the runner-up and its excess, and the ratio to the largest explicit bound
+    (forward; and with the backward pass counted, the backward schedule, its count and its ratio
+    to the largest explicit backward bound)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in _all_ok(rows):
-        groups[(_setting(r), r["Nq"], r["Nkv"], r["d"], r["M"], r["mode"], r["eps"])].append(r)
+        groups[(_setting(r), r["Nq"], r["Nkv"], r["d"], r["M"], r["mode"], r["eps"],
+                bool(r.get("backward")))].append(r)
     out = []
     for key, rs in groups.items():
-        rs = sorted(rs, key=lambda r: (r["total"], r["algorithm"]))
+        rs = sorted(rs, key=lambda r: (r["total"] + (r.get("backward_total") or 0),
+                                       r["algorithm"]))
         b, second = rs[0], (rs[1] if len(rs) > 1 else None)
         tiling = b["tiling"] if isinstance(b["tiling"], dict) else json.loads(b["tiling"] or "{}")
         out.append({
@@ -643,6 +647,10 @@ def best_configurations(rows: Iterable[dict]) -> list[dict]:
             "M": b["M"], "mode": b["mode"], "eps": b["eps"], "algorithm": b["algorithm"],
             "tiling": _tiling_text(tiling), "total": b["total"],
             "ratio": b["ratio"], "bound_name": b["bound_name"],
+            "backward_algorithm": b.get("backward_algorithm"),
+            "backward_total": b.get("backward_total"),
+            "backward_ratio": b.get("backward_ratio"),
+            "backward_bound_name": b.get("backward_bound_name"),
             "runner_up": second["algorithm"] if second else None,
             "runner_up_excess": (second["total"] / b["total"] - 1) if second else None,
             "algorithms": len(rs), "_key": (key[0] != _DEFAULT_SETTING, str(key[0]), key[1:5]),
@@ -662,7 +670,8 @@ def _write_best_csv(best: list[dict], path: str) -> None:
     import csv
 
     cols = ["setting", "Nq", "Nkv", "d", "M", "mode", "eps", "algorithm", "tiling", "total",
-            "ratio", "bound_name", "runner_up", "runner_up_excess", "algorithms"]
+            "ratio", "bound_name", "backward_algorithm", "backward_total", "backward_ratio",
+            "backward_bound_name", "runner_up", "runner_up_excess", "algorithms"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -785,6 +794,15 @@ def _skips(rows) -> list[tuple[str, int]]:
 _MARK = {"pass": "PASS", "fail": "FAIL", "not available": "not available"}
 
 
+def _backward_cells(b: dict) -> tuple[str, str]:
+    """The backward I/O (with its schedule) and its ratio to the backward bound, or dashes."""
+    if b.get("backward_total") is None:
+        return "–", "–"
+    r = b.get("backward_ratio")
+    return (f"{b['backward_total']:,} ({b['backward_algorithm']})",
+            f"{r:.2f}" if r else "–")
+
+
 def _best_md(best: list[dict]) -> list[str]:
     lines: list[str] = []
     if not best:
@@ -792,17 +810,21 @@ def _best_md(best: list[dict]) -> list[str]:
     for setting in dict.fromkeys(b["setting"] for b in best):
         rs = [b for b in best if b["setting"] == setting]
         lines += [f"### {setting}", "",
-                  "| Nq | Nkv | d | M | best | tiling | total I/O | × bound | runner-up |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| Nq | Nkv | d | M | best | tiling | total I/O | × bound | backward I/O "
+                  "| backward × bound | runner-up |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for b in rs[:BEST_ROWS]:
             ratio = f"{b['ratio']:.2f}" if b["ratio"] else "–"
             ru = (f"{b['runner_up']} (+{100 * b['runner_up_excess']:.1f}%)" if b["runner_up"]
                   else "–")
             mode = "" if b["mode"] == "count" else f" ({b['mode']})"
+            bt, br = _backward_cells(b)
             lines.append(f"| {b['Nq']} | {b['Nkv']} | {b['d']} | {b['M']} | {b['algorithm']}"
-                         f"{mode} | {b['tiling']} | {b['total']:,} | {ratio} | {ru} |")
+                         f"{mode} | {b['tiling']} | {b['total']:,} | {ratio} | {bt} | {br} "
+                         f"| {ru} |")
         if len(rs) > BEST_ROWS:
-            lines.append(f"| … {len(rs) - BEST_ROWS} more rows in best.csv | | | | | | | | |")
+            lines.append(f"| … {len(rs) - BEST_ROWS} more rows in best.csv | | | | | | | | | "
+                         "| |")
         lines.append("")
     return lines
 
@@ -892,14 +914,16 @@ def _html(summary, table, fits, figures, skipped, out, best=()) -> str:
     for setting in dict.fromkeys(b["setting"] for b in best):
         parts.append(f"<h3>{e(setting)}</h3><table><tr><th>Nq</th><th>Nkv</th><th>d</th>"
                      "<th>M</th><th>best</th><th>tiling</th><th>total I/O</th><th>× bound</th>"
-                     "<th>runner-up</th></tr>")
+                     "<th>backward I/O</th><th>backward × bound</th><th>runner-up</th></tr>")
         for b in [b for b in best if b["setting"] == setting][:BEST_ROWS]:
             ratio = f"{b['ratio']:.2f}" if b["ratio"] else "–"
             ru = (f"{b['runner_up']} (+{100 * b['runner_up_excess']:.1f}%)" if b["runner_up"]
                   else "–")
             parts.append(f"<tr><td>{b['Nq']}</td><td>{b['Nkv']}</td><td>{b['d']}</td>"
                          f"<td>{b['M']}</td><td>{e(b['algorithm'])}</td><td>{e(b['tiling'])}</td>"
-                         f"<td>{b['total']:,}</td><td>{ratio}</td><td>{e(ru)}</td></tr>")
+                         f"<td>{b['total']:,}</td><td>{ratio}</td>"
+                         + "".join(f"<td>{e(c)}</td>" for c in _backward_cells(b))
+                         + f"<td>{e(ru)}</td></tr>")
         parts.append("</table>")
     parts.append("<h2>Figures</h2>")
     for fig in figures:

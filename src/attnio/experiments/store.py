@@ -44,9 +44,13 @@ from typing import Any
 from ..core.errors import AttnioError, ParameterError
 from ..core.extras import available, require
 
-__all__ = ["COLUMNS", "SCHEMA_VERSION", "ResultsStore", "StoreError", "read_export"]
+__all__ = ["COLUMNS", "MIGRATES", "SCHEMA_VERSION", "ResultsStore", "StoreError", "read_export"]
 
-SCHEMA_VERSION = 2  # 2: workload columns (heads, mask alignment, window) and verify columns
+SCHEMA_VERSION = 3  # 2: workload columns (heads, mask alignment, window) and verify columns;
+#                    3: the backward pass and its certificate (backward_* columns)
+#: Older schema versions a store migrates when it opens them for writing (their rows keep
+#: working: the new columns read NULL) and reads as they are.
+MIGRATES = ("2",)
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 #: (name, SQLite type) of every column of the ``results`` table, in order.
@@ -95,7 +99,18 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("wall_s", "REAL"),
     ("version", "TEXT"),      # attnio version that produced the row
     ("created_at", "TEXT"),
+    # schema 3: the backward pass (a grid with backward = true), its count and certificate
+    ("backward", "INTEGER"),          # 1: the row counts the backward pass too
+    ("backward_algorithm", "TEXT"),   # the backward schedule (least I/O for the workload and M)
+    ("backward_reads", "INTEGER"),
+    ("backward_writes", "INTEGER"),
+    ("backward_total", "INTEGER"),
+    ("backward_bound", "REAL"),       # the largest applicable explicit backward bound
+    ("backward_bound_name", "TEXT"),
+    ("backward_ratio", "REAL"),       # backward_total / backward_bound
 )
+#: The columns schema 3 added (appended: a migrated table has them last, in this order).
+ADDED_IN_3 = tuple(c for c, _ in COLUMNS[COLUMNS.index(("backward", "INTEGER")):])
 COLUMN_NAMES = tuple(c for c, _ in COLUMNS)
 # an ok row whose verify columns were never attempted (a sweep without --verify wrote it): a run
 # with --verify fills them in (the only case besides an error row where a stored row is replaced)
@@ -236,7 +251,7 @@ def _inspect(path: str, *, need_results: bool = False) -> None:
         raise StoreError(f"{path!r} has no results table (a sweep was never run into it): run "
                          f"`attnio sweep --db {path}` first")
     version = meta.get("schema_version")
-    if version != str(SCHEMA_VERSION):
+    if version != str(SCHEMA_VERSION) and version not in MIGRATES:
         raise StoreError(
             f"{path!r} has results schema version {version}, this attnio reads version "
             f"{SCHEMA_VERSION}; use another --db or export it with the attnio that wrote it"
@@ -310,6 +325,7 @@ class ResultsStore:
         self._con.execute("PRAGMA journal_mode=WAL")
         self._con.execute("PRAGMA synchronous=NORMAL")
         self._init_schema()
+        self._migrate()
         self._con.execute("BEGIN IMMEDIATE")  # the write lock is free now (else: locked)
         self._con.execute("ROLLBACK")
 
@@ -324,6 +340,26 @@ class ResultsStore:
         _check_writable(path)
         if os.path.exists(path) and os.path.getsize(path) > 0:
             _inspect(path)
+
+    def _columns(self) -> list[str]:
+        assert self._con is not None
+        return [r[1] for r in self._con.execute("PRAGMA table_info(results)")]
+
+    def _migrate(self) -> None:
+        """An older store (:data:`MIGRATES`) gets the columns added since, in one transaction,
+        and the current schema version; its rows read NULL there."""
+        have = set(self._columns())
+        assert self._con is not None
+        version = self._con.execute(
+            "SELECT value FROM attnio_meta WHERE key = 'schema_version'").fetchone()
+        if set(COLUMN_NAMES) <= have and version and version[0] == str(SCHEMA_VERSION):
+            return
+        with self._con:
+            for name, typ in COLUMNS:
+                if name not in have:
+                    self._con.execute(f"ALTER TABLE results ADD COLUMN {name} {typ}")
+            self._con.execute("UPDATE attnio_meta SET value = ? WHERE key = 'schema_version'",
+                              (str(SCHEMA_VERSION),))
 
     def _init_schema(self) -> None:
         from ..core.version import __version__
@@ -399,7 +435,9 @@ class ResultsStore:
     def rows(self, status: str | None = None, *, decode: bool = False) -> list[dict]:
         """All rows (optionally of one status), ordered by hash; ``decode`` parses the JSON
         columns and turns ``exact``/``causal`` into bools."""
-        q = f"SELECT {', '.join(COLUMN_NAMES)} FROM results"
+        have = set(self._columns())  # an older store read as it is: its missing columns are None
+        q = "SELECT " + ", ".join(c if c in have else f"NULL AS {c}" for c in COLUMN_NAMES) + \
+            " FROM results"
         args: tuple = ()
         if status is not None:
             q += " WHERE status = ?"
@@ -518,11 +556,13 @@ def read_export(path: str | os.PathLike, fmt: str | None = None) -> list[dict]:
     elif fmt == "csv":
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
-            rows = [{c: _typed(c, None if r[c] == "" else r[c]) for c in COLUMN_NAMES} for r in reader]
+            rows = [{c: _typed(c, None if r.get(c, "") in ("", None) else r[c])
+                     for c in COLUMN_NAMES} for r in reader]
     else:
         with open(path) as f:
             obj = json.load(f)
-        if not isinstance(obj, dict) or obj.get("schema_version") != SCHEMA_VERSION:
+        if not isinstance(obj, dict) or str(obj.get("schema_version")) not in (
+                str(SCHEMA_VERSION), *MIGRATES):
             raise StoreError(f"{path!r} is not an attnio export of schema version {SCHEMA_VERSION}")
         rows = [{c: _typed(c, r.get(c)) for c in COLUMN_NAMES} for r in obj["rows"]]
     return sorted(rows, key=lambda r: r["config_hash"])

@@ -43,6 +43,7 @@ import numpy as np
 
 from .. import algorithms as _alg
 from .. import bounds as _bounds
+from ..bounds import backward as _bwd_bounds
 from ..core import masks, reference
 from ..core.checks import check_real
 from ..core.errors import AttnioError, CapacityError, ParameterError
@@ -255,6 +256,7 @@ class Grid:
     kv_heads: tuple[int, ...] = ()  # empty: as many key/value heads as query heads
     window: tuple = (None,)         # None (no window) and/or sliding windows W >= 1
     verify: bool = False            # replay each trace through LRU and OPT (see run_config)
+    backward: bool = False          # also count the backward pass (backward_* columns)
 
     def sizes(self) -> list[tuple[int, int]]:
         if self.Nq or self.Nkv:
@@ -291,6 +293,7 @@ class Config:
     kv_heads: int | None = None
     window: int | None = None
     verify: bool = False
+    backward: bool = False
 
     def __post_init__(self):
         if self.causal == "bottom_right":
@@ -311,6 +314,8 @@ class Config:
             k.update(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads)
         if self.window is not None:
             k["window"] = self.window
+        if self.backward:
+            k["backward"] = True
         return k
 
     def hash(self) -> str:
@@ -413,12 +418,14 @@ class _GridPlan:
                     for (batch, heads, kvh, window) in self.workloads:
                         for causal in self.causal:
                             base = Config(alg.name, nq, nkv, d, 1, causal, g.mode, self.seed,
-                                          eps, eb, batch, heads, kvh, window, bool(g.verify))
+                                          eps, eb, batch, heads, kvh, window, bool(g.verify),
+                                          backward=bool(g.backward))
                             pre = _pre_reason(alg, base)
                             min_m, why = (None, pre) if pre else _min_M(alg, base)
                             for M in self.M:
                                 cfg = Config(alg.name, nq, nkv, d, M, causal, g.mode, self.seed,
-                                             eps, eb, batch, heads, kvh, window, bool(g.verify))
+                                             eps, eb, batch, heads, kvh, window, bool(g.verify),
+                                             backward=bool(g.backward))
                                 yield cfg, why or _skip_reason(alg, cfg, min_m)
 
     def holds(self, cfg: Config) -> bool:
@@ -427,7 +434,8 @@ class _GridPlan:
             self._members = (set(self.names), set(self.sizes), set(self.d), set(self.M),
                              set(self.workloads), {_causal_key(c) for c in self.causal})
         names, sizes, ds, Ms, wls, causals = self._members
-        if cfg.algorithm not in names or cfg.mode != self.g.mode:
+        if cfg.algorithm not in names or cfg.mode != self.g.mode \
+                or cfg.backward != bool(self.g.backward):
             return False
         alg = _alg.get(cfg.algorithm)
         eps = None if alg.exact else self.eps
@@ -545,6 +553,8 @@ def _pre_reason(alg: _alg.Algorithm, cfg: Config) -> str | None:
         return str(e)
     if cfg.window is not None and not alg.supports_window:
         return f"{alg.name} does not support a sliding window (supports_window is False)"
+    if cfg.backward and not alg.supports_backward:
+        return f"{alg.name} has no backward pass (supports_backward is False)"
     return None
 
 
@@ -601,7 +611,8 @@ PRESETS: dict[str, list[Grid]] = {
 
 def grids_from_toml(path: str) -> list[Grid]:
     """Grids from a TOML file: top-level keys (one grid) and/or ``[[grid]]`` tables, keys
-    ``N Nq Nkv d M algo causal mode seed eps entry_bound batch heads kv_heads window verify``
+    ``N Nq Nkv d M algo causal mode seed eps entry_bound batch heads kv_heads window verify
+    backward``
     (values as on the command line or TOML lists)."""
     try:
         with open(path, "rb") as f:
@@ -617,7 +628,7 @@ def grids_from_toml(path: str) -> list[Grid]:
 
 
 _GRID_KEYS = {"N", "Nq", "Nkv", "d", "M", "algo", "algorithms", "causal", "mode", "seed", "eps",
-              "entry_bound", "batch", "heads", "kv_heads", "window", "verify"}
+              "entry_bound", "batch", "heads", "kv_heads", "window", "verify", "backward"}
 
 
 def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
@@ -634,6 +645,11 @@ def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
         if not isinstance(t["verify"], bool):
             raise ParameterError(f"{where}: verify must be true or false, got {t['verify']!r}")
         kw["verify"] = t["verify"]
+    if "backward" in t:
+        if not isinstance(t["backward"], bool):
+            raise ParameterError(f"{where}: backward must be true or false, got "
+                                 f"{t['backward']!r}")
+        kw["backward"] = t["backward"]
     algo = t.get("algo", t.get("algorithms", "all"))
     if isinstance(algo, str):
         kw["algorithms"] = tuple(algo.split(","))
@@ -700,6 +716,7 @@ def _base_row(cfg: Config, alg) -> dict:
         "kv_heads": cfg.kv_heads, "window": cfg.window,
         "mode": cfg.mode, "seed": cfg.seed if cfg.mode == "compute" else None,
         "eps": cfg.eps, "entry_bound": cfg.entry_bound, "version": _VERSION,
+        "backward": cfg.backward,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -811,14 +828,26 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
         shape = cfg.shape
         err = None
         if cfg.mode == "count":
-            res = run(alg.name, shape=shape, M=cfg.M, mode="count", tiling=tiling)
+            res = run(alg.name, shape=shape, M=cfg.M, mode="count", tiling=tiling,
+                      backward=cfg.backward)
         else:
             Q, K, V = _data(cfg)
-            res = run(alg.name, Q, K, V, M=cfg.M, shape=shape, tiling=tiling)
+            dO = (np.random.default_rng([cfg.seed, 1, cfg.Nq, cfg.d]).standard_normal(Q.shape)
+                  if cfg.backward else None)
+            res = run(alg.name, Q, K, V, M=cfg.M, shape=shape, tiling=tiling,
+                      backward=cfg.backward, grad_output=dO)
             ref = reference.attention(Q, K, V, causal=cfg.causal, window=cfg.window)
             err = float(np.abs(res.output - ref).max())
+            if cfg.backward:  # the gradients against the float64 reference too
+                refg = reference.attention_backward(Q, K, V, dO, causal=cfg.causal,
+                                                    window=cfg.window)
+                assert res.grads is not None
+                err = max([err] + [float(np.abs(res.grads[k] - g).max())
+                                   for k, g in zip(("dQ", "dK", "dV"), refg)])
         wall = time.perf_counter() - t0
         pred = alg.predict_total(res.shape, res.tiling)  # the tiling was validated by the run
+        if cfg.backward:  # the forward of a backward run writes the logsumexp too
+            pred = alg.predict_with_lse(res.shape, res.tiling)  # type: ignore[attr-defined]
         verify = verify_columns(cfg, alg, res.tiling) if cfg.verify else {}
     except CapacityError as e:  # the algorithm's own tiling rule broke the capacity: a bug
         row.update(status="error", reason=f"CapacityError: {e}", wall_s=time.perf_counter() - t0)
@@ -845,7 +874,23 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
         bound_name=best, ratio=(io.total / bound) if bound else None, floor=_floor(cfg),
         max_err=err, wall_s=wall, **verify,
     )
+    if cfg.backward and res.backward_io is not None:
+        b = res.backward_io
+        _, bname, bbound = _backward_bounds_of(shape, cfg.M)
+        row.update(backward=True, backward_algorithm=res.backward_algorithm,
+                   backward_reads=b.reads, backward_writes=b.writes, backward_total=b.total,
+                   backward_bound=bbound, backward_bound_name=bname,
+                   backward_ratio=(b.total / bbound) if bbound else None)
     return row
+
+
+@functools.lru_cache(maxsize=4096)
+def _backward_bounds_of(shape: Shape, M: int) -> tuple[dict, str | None, float | None]:
+    """(backward bounds, the best explicit one's name and value) of a workload."""
+    bs = {b.name: _bound_dict(b) for b in _bwd_bounds.backward_applicable_to(shape, M)}
+    explicit = {k: v for k, v in bs.items() if v["explicit"]}
+    best = max(explicit, key=lambda k: explicit[k]["value"]) if explicit else None
+    return bs, best, (explicit[best]["value"] if best else None)
 
 
 def _tiling_json(t: Any) -> dict:

@@ -289,9 +289,9 @@ class Plan:
                          f"{bwd.writes:,}); the forward above includes the logsumexp")
             if bwd.best_bound is not None:
                 bb = bwd.best_bound
-                lines.append(f"  Backward bound:  {bb.value:,.0f} ({bb.name}, explicit); "
-                             f"ratio {bwd.ratio:.3f}" if bwd.ratio is not None else
-                             f"  Backward bound:  {bb.value:,.0f} ({bb.name}, explicit)")
+                lines.append(f"    Backward bound:  {fmt_count(bb.value)} ({bb.name}, explicit)")
+                br_text = f"{bwd.ratio:.3f}" if bwd.ratio is not None else "n/a"
+                lines.append(f"    Backward ratio:  {br_text} (backward total/bound)")
             for c in bwd.candidates[1:]:
                 pct = 100.0 * (c.predicted.total / bwd.total - 1) if bwd.total else 0.0
                 lines.append(f"   Backward runner-up:  {c.algorithm} {c.predicted.total:,} "
@@ -365,12 +365,14 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
     return Candidate(alg.name, found.tiling, io, found.steps, alg.exact, error, found.tried)
 
 
-def backward_plan(shape: Shape, M: int) -> Backward:
+def backward_plan(shape: Shape, M: int, algorithm: str | None = None) -> Backward:
     """Every registered backward schedule scored by closed form (its least-I/O tiling that fits
     in M), the least-I/O one chosen (ties: fewer steps, then registry order), with the backward
-    certificate of :func:`attnio.bounds.backward_applicable_to`."""
+    certificate of :func:`attnio.bounds.backward_applicable_to`.  ``algorithm`` names the one
+    schedule to score (a ParameterError naming ``backward_algorithm`` when it cannot run)."""
     scored, skipped = [], []
-    for i, bwd in enumerate(_alg.all_backwards()):
+    schedules = _alg.all_backwards() if algorithm is None else [_alg.get_backward(algorithm)]
+    for i, bwd in enumerate(schedules):
         why = bwd.unsupported(shape)
         if why is None and M < bwd.min_M(shape):
             why = f"needs M >= {bwd.min_M(shape):,}"
@@ -381,6 +383,10 @@ def backward_plan(shape: Shape, M: int) -> Backward:
         t, io = found
         steps = bwd.steps(shape, t)
         scored.append(((io.total, steps, i), Candidate(bwd.name, t, io, steps)))
+    if not scored and algorithm is not None:
+        raise ParameterError(f"backward_algorithm={schedules[0].name!r} cannot run "
+                             f"{shape.describe()} with M={M}: {skipped[0][1]}",
+                             param="backward_algorithm")
     if not scored:
         raise ParameterError(f"M={M}: no backward schedule fits in M words for "
                              f"{shape.describe()} "
@@ -429,14 +435,15 @@ def _why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
 
 @functools.lru_cache(maxsize=1024)
 def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
-          entry_bound: float | None, backward: bool, registry: tuple[str, ...]) -> Plan:
+          entry_bound: float | None, backward: bool, registry: tuple[str, ...],
+          backward_algorithm: str | None = None) -> Plan:
     # ``registry`` (the registered names) is part of the cache key: registering an algorithm
     # after a call must not return a stale plan
     M = memory.M
     algs = _alg.all_algorithms()
     if approx_eps is None:  # approximate algorithms only when an error target is given
         algs = [a for a in algs if a.exact]
-    bwd_best = backward_plan(shape, M) if backward else None
+    bwd_best = backward_plan(shape, M, backward_algorithm) if backward else None
     scored: list[tuple[tuple[int, int, int], Candidate]] = []
     skipped: list[tuple[str, str]] = []
     for i, alg in enumerate(algs):
@@ -466,11 +473,13 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     regime = _REGIMES[M >= shape.d * shape.d]
     why = _why(chosen, runner, len(cands), shape.d, M, best, ratio, theta)
     if bwd_best is not None:
+        bbest = bwd_best.best_bound
+        assert bbest is not None  # backward_plan always certifies
         why += (f" With the backward pass: the forward writes the logsumexp too, and the backward "
                 f"schedule {bwd_best.algorithm} moves {bwd_best.total:,} more words (tiling "
                 f"{bwd_best.tiling}), the least of {len(bwd_best.candidates)} backward "
                 f"schedule(s) scored; the best explicit backward bound "
-                f"({bwd_best.best_bound.name}) is {bwd_best.best_bound.value:,.0f}")
+                f"({bbest.name}) is {bbest.value:,.0f}")
         if bwd_best.ratio is not None:
             why += f", so the backward is within {bwd_best.ratio:.2f}x of optimal"
         why += "; the bounds above are the forward's."
@@ -500,11 +509,17 @@ def fast_memory(M: int | None = None, *, M_bytes: int | None = None,
 
 
 def plan_shape(shape: Shape, memory: FastMemory | int, *, approx_eps: float | None = None,
-               entry_bound: float | None = None, backward: bool = False) -> Plan:
+               entry_bound: float | None = None, backward: bool = False,
+               backward_algorithm: str | None = None) -> Plan:
     """:func:`plan` for a :class:`~attnio.core.workload.Shape` (the workload, mask included)."""
     if not isinstance(memory, FastMemory):
         memory = FastMemory(check_int("M", memory, minimum=1, maximum=MAX_M))
     check_bool("backward", backward)
+    if backward_algorithm is not None:
+        if not backward:
+            raise ParameterError("backward_algorithm applies to the backward pass: pass "
+                                 "backward=True too", param="backward_algorithm")
+        backward_algorithm = _alg.get_backward(backward_algorithm).name
     if approx_eps is not None:
         approx_eps = check_real("approx_eps", approx_eps, lo=0, hi=1, lo_open=True, hi_open=True)
     if entry_bound is not None:
@@ -512,7 +527,8 @@ def plan_shape(shape: Shape, memory: FastMemory | int, *, approx_eps: float | No
         if approx_eps is None:
             raise ParameterError("entry_bound applies to approximate attention: give approx_eps "
                                  "too", param="entry_bound")
-    return _plan(shape, memory, approx_eps, entry_bound, backward, tuple(_alg.names()))
+    return _plan(shape, memory, approx_eps, entry_bound, backward, tuple(_alg.names()),
+                 backward_algorithm)
 
 
 def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal: object = False,
@@ -520,7 +536,7 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
          M_bytes: int | None = None, approx_eps: float | None = None,
          entry_bound: float | None = None, batch: int = 1, kv_heads: int | None = None,
          window: int | None = None, backward: bool = False,
-         block_mask: BlockMask | None = None) -> Plan:
+         block_mask: BlockMask | None = None, backward_algorithm: str | None = None) -> Plan:
     """The least-I/O registered algorithm and tiling for attention of these sizes.
 
     Give the fast memory as ``M`` (words), ``M_bytes`` (bytes, with ``dtype_bytes``) or
@@ -530,7 +546,8 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
     "top_left"; ``window`` a sliding window; ``block_mask`` a block-sparse layout
     (:class:`~attnio.core.blockmask.BlockMask`); ``backward=True`` plans forward + backward:
     forwards that write the logsumexp, and every registered backward schedule, the least-I/O
-    one reported with the backward certificate.  With ``approx_eps`` the approximate algorithms
+    one reported with the backward certificate (``backward_algorithm``: score that schedule
+    only).  With ``approx_eps`` the approximate algorithms
     (``exact=False``) are scored too, and the plan reports their guaranteed error; without it
     only exact algorithms are considered.
 
@@ -540,4 +557,4 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
                        causal=causal, window=window, block_mask=block_mask)
     memory = fast_memory(M, M_bytes=M_bytes, dtype_bytes=dtype_bytes, device=device)
     return plan_shape(shape, memory, approx_eps=approx_eps, entry_bound=entry_bound,
-                      backward=backward)
+                      backward=backward, backward_algorithm=backward_algorithm)
