@@ -19,6 +19,7 @@ True
 from __future__ import annotations
 
 import warnings
+from typing import Protocol, TypeVar, cast
 
 from ..core.errors import UnknownNameError
 from ..core.workload import Shape
@@ -38,28 +39,58 @@ __all__ = ["Algorithm", "BackwardSchedule", "Choice", "all_algorithms", "all_bac
            "backward_names", "choose_backward", "get", "get_backward", "names", "register",
            "register_backward"]
 
-_REGISTRY: dict[str, Algorithm] = {}
-_BACKWARDS: dict[str, BackwardSchedule] = {}
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_T = TypeVar("_T", bound=_Named)
+
+
+class _Registry(dict[str, _T]):
+    """Name -> registered instance of ``kind``, in registration order (the forward registry and
+    the backward one are two of these)."""
+
+    def __init__(self, kind: type, what: str, param: str, adder: str) -> None:
+        super().__init__()
+        self.kind = kind  # Algorithm or BackwardSchedule (abstract: no type[_T] for mypy)
+        self.what = what  # its name in messages
+        self.param = param  # the argument that takes its name (UnknownNameError)
+        self.adder = adder  # the public function that registers one
+
+    def add(self, item: _T) -> _T:
+        """Add ``item`` under ``item.name`` (replacing none)."""
+        if not isinstance(item, self.kind):
+            article = "an" if self.kind.__name__[0] in "AEIOU" else "a"
+            raise TypeError(f"{self.adder} takes {article} {self.kind.__name__} instance, "
+                            f"got {item!r}")
+        if item.name in self:
+            raise ValueError(f"{self.what} {item.name!r} is already registered")
+        self[item.name] = item
+        return item
+
+    def lookup(self, name: object) -> _T:
+        """``name`` itself when it is an instance, else the one registered under it."""
+        if isinstance(name, self.kind):
+            return cast(_T, name)
+        if isinstance(name, str) and name in self:
+            return self[name]
+        raise UnknownNameError(self.param, str(name), self)
+
+
+_REGISTRY: _Registry[Algorithm] = _Registry(Algorithm, "algorithm", "algorithm", "register")
+_BACKWARDS: _Registry[BackwardSchedule] = _Registry(BackwardSchedule, "backward schedule",
+                                                    "backward_algorithm", "register_backward")
 
 
 def register(alg: Algorithm) -> Algorithm:
     """Add an algorithm to the registry under ``alg.name`` (replacing none)."""
-    if not isinstance(alg, Algorithm):
-        raise TypeError(f"register takes an Algorithm instance, got {alg!r}")
-    if alg.name in _REGISTRY:
-        raise ValueError(f"algorithm {alg.name!r} is already registered")
-    _REGISTRY[alg.name] = alg
-    return alg
+    return _REGISTRY.add(alg)
 
 
 def get(name: str | Algorithm) -> Algorithm:
     """The registered algorithm called ``name`` (UnknownNameError suggests close names)."""
-    if isinstance(name, Algorithm):
-        return name
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise UnknownNameError("algorithm", str(name), _REGISTRY) from None
+    return _REGISTRY.lookup(name)
 
 
 def _kind(kind: str | None) -> None:
@@ -96,22 +127,12 @@ del _mod
 # ----------------------------------------------------------------------------- backward schedules
 def register_backward(bwd: BackwardSchedule) -> BackwardSchedule:
     """Add a backward schedule to the registry under ``bwd.name`` (replacing none)."""
-    if not isinstance(bwd, BackwardSchedule):
-        raise TypeError(f"register_backward takes a BackwardSchedule instance, got {bwd!r}")
-    if bwd.name in _BACKWARDS:
-        raise ValueError(f"backward schedule {bwd.name!r} is already registered")
-    _BACKWARDS[bwd.name] = bwd
-    return bwd
+    return _BACKWARDS.add(bwd)
 
 
 def get_backward(name: str | BackwardSchedule) -> BackwardSchedule:
     """The registered backward schedule called ``name`` (UnknownNameError suggests close names)."""
-    if isinstance(name, BackwardSchedule):
-        return name
-    try:
-        return _BACKWARDS[name]
-    except (KeyError, TypeError):
-        raise UnknownNameError("backward_algorithm", str(name), _BACKWARDS) from None
+    return _BACKWARDS.lookup(name)
 
 
 def backward_names() -> list[str]:
