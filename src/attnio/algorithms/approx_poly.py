@@ -242,9 +242,7 @@ class ApproxPoly(Algorithm):
         self.validate_tiling(shape, tiling)
         t = self._resolve(shape, tiling, inputs)
         t = self._with_blocks(shape, M, t)
-        need = self.footprint(shape, t)
-        if need > M:
-            raise CapacityError(f"{self.name} with tiling {t}", 0, need, M)
+        self._check_fits(shape, M, t)
         return t
 
     def candidate_tilings(self, shape: Shape, M: int, *, eps: float = 1e-3,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -44,22 +44,15 @@ class Choice:
     tried: int  # candidate tilings that fit and were scored
 
 
-class Algorithm(ABC):
-    """One schedule of attention on the two-level memory.
-
-    Every method takes the workload as a :class:`~attnio.core.workload.Shape`, mask included:
-    ``shape.causal``, ``shape.causal_align`` and ``shape.window`` say which scores are visible.
-    """
+class TiledSchedule(ABC):
+    """What a forward and a backward schedule share: a frozen ``Tiling``, its fast-memory
+    footprint, the one best-tiling loop and the checks of a tiling against M."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
-    exact: ClassVar[bool] = True
-    supports_window: ClassVar[bool] = False
-    supports_backward: ClassVar[bool] = False  # writes the logsumexp a backward schedule needs
-    supports_block_mask: ClassVar[bool] = False  # skips the blocks of a block-sparse layout
     Tiling: ClassVar[type]
+    _called: ClassVar[str] = ""  # what messages say before the name ("the backward schedule ")
 
-    # -------------------------------------------------------------- tilings
     @abstractmethod
     def candidate_tilings(self, shape: Shape, M: int) -> Iterable[Any]:
         """Tilings worth considering for this workload (those that do not fit M are skipped)."""
@@ -72,13 +65,71 @@ class Algorithm(ABC):
     def min_M(self, shape: Shape) -> int:
         """The least M for which some tiling fits."""
 
+    def steps(self, shape: Shape, tiling: Any) -> int:
+        """Tile steps of one head (used to break ties toward fewer, larger steps)."""
+        return 0
+
+    def _least_io(self, shape: Shape, M: int, tilings: Iterable[Any],
+                  count: Callable[[Shape, Any], IOCount]) -> Choice | None:
+        """The least-(I/O, steps) tiling among ``tilings`` that fits in M, its every-head count
+        by ``count``, or None when none fits.  The one best-tiling loop of the library."""
+        best: Choice | None = None
+        best_key: tuple[int, int] | None = None
+        tried = 0
+        for t in tilings:
+            if self.footprint(shape, t) > M:
+                continue
+            tried += 1
+            io = count(shape, t)
+            steps = self.steps(shape, t)
+            key = (io.total, steps)
+            if best_key is None or key < best_key:
+                best, best_key = Choice(t, io, steps, 0), key
+        if best is None:
+            return None
+        return dataclasses.replace(best, tried=tried)
+
+    def _check_min_M(self, shape: Shape, M: int) -> None:
+        m = self.min_M(shape)
+        if M < m:
+            raise ParameterError(f"M={M} is too small for {self._called}{self.name} with "
+                                 f"d={shape.d}: it needs M >= {m} words", param="M")
+
+    def _least_io_tiling(self, shape: Shape, M: int, count: Callable[[Shape, Any], IOCount]
+                         ) -> Any:
+        """The least-I/O candidate tiling (a ParameterError naming M when M < min_M)."""
+        self._check_min_M(shape, M)
+        found = self._least_io(shape, M, self.candidate_tilings(shape, M), count)
+        if found is None:  # pragma: no cover - min_M guarantees a candidate
+            raise ParameterError(f"{self.name}: no tiling fits in M={M}", param="M")
+        return found.tiling
+
+    def _check_fits(self, shape: Shape, M: int, tiling: Any) -> None:
+        """A CapacityError when ``tiling`` needs more than M words of fast memory."""
+        need = self.footprint(shape, tiling)
+        if need > M:
+            raise CapacityError(f"{self.name} with tiling {tiling}", 0, need, M)
+
+    def _tiling_fields(self) -> list[str]:
+        return sorted(f.name for f in dataclasses.fields(self.Tiling))
+
+
+class Algorithm(TiledSchedule):
+    """One schedule of attention on the two-level memory.
+
+    Every method takes the workload as a :class:`~attnio.core.workload.Shape`, mask included:
+    ``shape.causal``, ``shape.causal_align`` and ``shape.window`` say which scores are visible.
+    """
+
+    exact: ClassVar[bool] = True
+    supports_window: ClassVar[bool] = False
+    supports_backward: ClassVar[bool] = False  # writes the logsumexp a backward schedule needs
+    supports_block_mask: ClassVar[bool] = False  # skips the blocks of a block-sparse layout
+
+    # -------------------------------------------------------------- tilings
     @abstractmethod
     def _predict(self, shape: Shape, tiling: Any) -> IOCount:
         """Closed-form count of one head for a validated tiling."""
-
-    def steps(self, shape: Shape, tiling: Any) -> int:
-        """Number of tile steps (used to break ties toward fewer, larger steps)."""
-        return 0
 
     def planner_tilings(self, shape: Shape, M: int, *, eps: float | None = None,
                         entry_bound: float | None = None) -> Iterable[Any]:
@@ -88,39 +139,16 @@ class Algorithm(ABC):
 
     def search(self, shape: Shape, M: int, tilings: Iterable[Any] | None = None) -> Choice | None:
         """The least-(I/O, steps) tiling among ``tilings`` (default: the candidates) that fits
-        in M, or None when none fits.  The one best-tiling loop of the library."""
-        best: Choice | None = None
-        best_key: tuple[int, int] | None = None
-        tried = 0
-        for t in self.candidate_tilings(shape, M) if tilings is None else tilings:
-            if self.footprint(shape, t) > M:
-                continue
-            tried += 1
-            io = self.predict_total(shape, t)
-            steps = self.steps(shape, t)
-            key = (io.total, steps)
-            if best_key is None or key < best_key:
-                best, best_key = Choice(t, io, steps, 0), key
-        if best is None:
-            return None
-        return dataclasses.replace(best, tried=tried)
+        in M, or None when none fits."""
+        if tilings is None:
+            tilings = self.candidate_tilings(shape, M)
+        return self._least_io(shape, M, tilings, self.predict_total)
 
     def default_tiling(self, shape: Any, M: int, causal: object = None) -> Any:
         """The least-I/O candidate tiling; ties broken toward fewer steps."""
         shape = Shape.coerce(shape).with_mask(causal)
         M = check_int("M", M, minimum=1)
-        self._check_min_M(shape, M)
-        found = self.search(shape, M)
-        if found is None:  # pragma: no cover - min_M guarantees a candidate
-            raise ParameterError(f"{self.name}: no tiling fits in M={M}", param="M")
-        return found.tiling
-
-    def _check_min_M(self, shape: Shape, M: int) -> None:
-        m = self.min_M(shape)
-        if M < m:
-            raise ParameterError(
-                f"M={M} is too small for {self.name} with d={shape.d}: it needs M >= {m} words",
-                param="M")
+        return self._least_io_tiling(shape, M, self.predict_total)
 
     def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None, inputs: Any = None) -> Any:
         """Validate a user tiling (a Tiling, a mapping of its fields, or None for the default).
@@ -136,13 +164,8 @@ class Algorithm(ABC):
             raise ParameterError(f"tiling for {self.name} must be a {self.Tiling.__name__} or a "
                                  f"mapping of its fields {self._tiling_fields()}", param="tiling")
         self.validate_tiling(shape, tiling)
-        need = self.footprint(shape, tiling)
-        if need > M:
-            raise CapacityError(f"{self.name} with tiling {tiling}", 0, need, M)
+        self._check_fits(shape, M, tiling)
         return tiling
-
-    def _tiling_fields(self) -> list[str]:
-        return sorted(f.name for f in dataclasses.fields(self.Tiling))
 
     def _tiling_from_mapping(self, tiling: Mapping[str, Any], required: bool = True) -> Any:
         names = set(self._tiling_fields())
@@ -213,7 +236,7 @@ class Algorithm(ABC):
         return f"<algorithm {self.name}: {self.summary}>"
 
 
-class BackwardSchedule(ABC):
+class BackwardSchedule(TiledSchedule):
     """One schedule of attention's backward pass on the two-level memory.
 
     Inputs in slow memory: Q, K, V, the forward output O, its gradient dO and the logsumexp L
@@ -224,23 +247,9 @@ class BackwardSchedule(ABC):
     runner and the planner pick the least-I/O one by closed form.
     """
 
-    name: ClassVar[str]
-    summary: ClassVar[str]
     supports_window: ClassVar[bool] = True
     supports_block_mask: ClassVar[bool] = False
-    Tiling: ClassVar[type]
-
-    @abstractmethod
-    def candidate_tilings(self, shape: Shape, M: int) -> Iterable[Any]:
-        """Tilings worth considering (those that do not fit M are skipped by :meth:`search`)."""
-
-    @abstractmethod
-    def footprint(self, shape: Shape, tiling: Any) -> int:
-        """Peak fast-memory words the schedule needs with this tiling."""
-
-    @abstractmethod
-    def min_M(self, shape: Shape) -> int:
-        """The least M for which some tiling fits."""
+    _called = "the backward schedule "
 
     @abstractmethod
     def predict(self, shape: Shape, tiling: Any) -> IOCount:
@@ -250,10 +259,6 @@ class BackwardSchedule(ABC):
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
                      tiling: Any, scale: float) -> None:
         """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
-
-    def steps(self, shape: Shape, tiling: Any) -> int:
-        """Tile steps of one head (ties are broken toward fewer)."""
-        return 0
 
     def workspace(self, shape: Shape) -> int:
         """Words of slow-memory workspace the schedule allocates (every head)."""
@@ -276,34 +281,18 @@ class BackwardSchedule(ABC):
 
     def search(self, shape: Shape, M: int) -> tuple[Any, IOCount] | None:
         """The least-(I/O, steps) candidate tiling that fits in M and its count, or None."""
-        best: tuple[Any, IOCount] | None = None
-        best_key: tuple[int, int] | None = None
         if M < self.min_M(shape) or self.unsupported(shape) is not None:
             return None
-        for t in self.candidate_tilings(shape, M):
-            if self.footprint(shape, t) > M:
-                continue
-            io = self.predict(shape, t)
-            key = (io.total, self.steps(shape, t))
-            if best_key is None or key < best_key:
-                best, best_key = (t, io), key
-        return best
+        found = self._least_io(shape, M, self.candidate_tilings(shape, M), self.predict)
+        return None if found is None else (found.tiling, found.predicted)
 
     def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None) -> Any:
         """Validate a user tiling (a Tiling, a mapping of its fields, or None for the least-I/O
         candidate) against the shape and the capacity M."""
         self.check_shape(shape)
         if tiling is None or tiling == "auto":
-            need = self.min_M(shape)
-            if M < need:
-                raise ParameterError(
-                    f"M={M} is too small for the backward schedule {self.name} with d={shape.d}: it "
-                    f"needs M >= {need} words", param="M")
-            found = self.search(shape, M)
-            if found is None:  # pragma: no cover - min_M guarantees a candidate
-                raise ParameterError(f"{self.name}: no tiling fits in M={M}", param="M")
-            return found[0]
-        fields = sorted(f.name for f in dataclasses.fields(self.Tiling))
+            return self._least_io_tiling(shape, M, self.predict)
+        fields = self._tiling_fields()
         if isinstance(tiling, Mapping):
             if set(tiling) != set(fields):
                 raise ParameterError(f"backward tiling for {self.name} needs exactly the fields "
@@ -315,9 +304,7 @@ class BackwardSchedule(ABC):
                                  f"got {tiling!r}", param="backward_tiling")
         for f in fields:
             check_int(f"backward_tiling.{f}", getattr(tiling, f), minimum=1)
-        need = self.footprint(shape, tiling)
-        if need > M:
-            raise CapacityError(f"{self.name} with tiling {tiling}", 0, need, M)
+        self._check_fits(shape, M, tiling)
         return tiling
 
     def __repr__(self) -> str:

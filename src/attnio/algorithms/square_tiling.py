@@ -93,7 +93,7 @@ import numpy as np
 
 from ..core import masks
 from ..core.checks import check_int
-from ..core.errors import AttnioError, CapacityError, ParameterError
+from ..core.errors import AttnioError, ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
@@ -564,9 +564,7 @@ class SquareTiling(Algorithm):
             raise ParameterError(f"tiling for {self.name} must be 'auto', 'paper', an int side B, "
                                  f"a SquareTilingTiling or a mapping, got {tiling!r}")
         self.validate_tiling(shape, tiling)
-        need = self.footprint(shape, tiling)
-        if need > M:
-            raise CapacityError(f"{self.name} with tiling {tiling}", 0, need, M)
+        self._check_fits(shape, M, tiling)
         return tiling
 
     # ------------------------------------------------------------------ the schedule
