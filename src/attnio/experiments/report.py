@@ -31,7 +31,7 @@ import json
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -387,15 +387,41 @@ def _bound_curves(sub: list[dict]) -> dict[str, list[tuple[int, float, bool]]]:
     return {k: sorted((m, *vv) for m, vv in v.items()) for k, v in curves.items() if len(v) >= 2}
 
 
+def _rows_vs_M(rows, N, d, causal) -> list[dict]:
+    """The count-mode rows of one workload (N, d, mask) at every M."""
+    return [r for r in rows if r["Nq"] == N and r["Nkv"] == N and r["d"] == d
+            and bool(r["causal"]) == causal and r["mode"] == "count"]
+
+
+def _curves_vs_M(sub: list[dict]) -> Iterator[tuple[str, list[dict]]]:
+    """Each algorithm with two or more points in ``sub``, with its rows in increasing M."""
+    for alg in sorted({r["algorithm"] for r in sub}):
+        rs = sorted((r for r in sub if r["algorithm"] == alg), key=lambda r: r["M"])
+        if len(rs) >= 2:
+            yield alg, rs
+
+
+def _finish_vs_M(fig, ax, out, *, stem, title, ylabel, N, d, causal, setting, legend_size
+                 ) -> str:
+    """The M = d² line, the labels, the setting in the title, the legend; saved as
+    ``{stem}_vs_M_N{N}_d{d}`` (and the setting's slug)."""
+    ax.axvline(d * d, color="k", lw=0.8, alpha=0.6)
+    ax.text(d * d, ax.get_ylim()[1], " M = d²", va="top", fontsize=8)
+    ax.set_xlabel("M (fast-memory words)")
+    ax.set_ylabel(ylabel)
+    if setting is None:
+        setting = ("bottom_right" if causal else None, None, 1, 1, 1)
+    ax.set_title(f"{title}, N={N}, d={d}\n{setting_label(setting)}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend_size, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return _save(fig, out, f"{stem}_vs_M_N{N}_d{d}{_slug(setting)}")
+
+
 def _fig_io_vs_M(rows, fits, N, d, causal, style, out, setting=None) -> str:
     fig = figure((6.4, 4.8), "attnio report's figures")
     ax = fig.subplots()
-    sub = [r for r in rows if r["Nq"] == N and r["Nkv"] == N and r["d"] == d
-           and bool(r["causal"]) == causal and r["mode"] == "count"]
-    for alg in sorted({r["algorithm"] for r in sub}):
-        rs = sorted((r for r in sub if r["algorithm"] == alg), key=lambda r: r["M"])
-        if len(rs) < 2:
-            continue
+    sub = _rows_vs_M(rows, N, d, causal)
+    for alg, rs in _curves_vs_M(sub):
         fs = {f.region: f for f in fits if f.algorithm == alg and f.var == "M" and f.N == N
               and f.d == d and f.causal == causal and f.mode == "count"}
         parts = [f"{'M<d²' if k == 'M<d2' else 'M≥d²'} {fs[k].label}" for k in ("M<d2", "M>=d2")
@@ -415,43 +441,24 @@ def _fig_io_vs_M(rows, fits, N, d, causal, style, out, setting=None) -> str:
         ax.loglog(xs, ys, "--" if explicit else ":", color=str(0.15 + 0.15 * (i % 5)), lw=1.2,
                   label=f"bound: {name}{'' if explicit else ' (asymptotic, constant 1)'} "
                         f"(slope {', '.join(parts) or 'n/a'})")
-    ax.axvline(d * d, color="k", lw=0.8, alpha=0.6)
-    ax.text(d * d, ax.get_ylim()[1], " M = d²", va="top", fontsize=8)
-    ax.set_xlabel("M (fast-memory words)")
-    ax.set_ylabel("total I/O (words)")
-    if setting is None:
-        setting = ("bottom_right" if causal else None, None, 1, 1, 1)
-    ax.set_title(f"I/O vs M, N={N}, d={d}\n{setting_label(setting)}", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    return _save(fig, out, f"io_vs_M_N{N}_d{d}{_slug(setting)}")
+    return _finish_vs_M(fig, ax, out, stem="io", title="I/O vs M", ylabel="total I/O (words)",
+                        N=N, d=d, causal=causal, setting=setting, legend_size=7)
 
 
 def _fig_ratio_vs_M(rows, N, d, causal, style, out, setting=None) -> str | None:
-    sub = [r for r in rows if r["Nq"] == N and r["Nkv"] == N and r["d"] == d
-           and bool(r["causal"]) == causal and r.get("ratio") and r["mode"] == "count"]
+    sub = [r for r in _rows_vs_M(rows, N, d, causal) if r.get("ratio")]
     if not sub:
         return None
     fig = figure((6.4, 4.4), "attnio report's figures")
     ax = fig.subplots()
-    for alg in sorted({r["algorithm"] for r in sub}):
-        rs = sorted((r for r in sub if r["algorithm"] == alg), key=lambda r: r["M"])
-        if len(rs) < 2:
-            continue
+    for alg, rs in _curves_vs_M(sub):
         c, m = style[alg]
         ax.loglog([r["M"] for r in rs], [r["ratio"] for r in rs], marker=m, color=c, ms=4,
                   label=alg)
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.axvline(d * d, color="k", lw=0.8, alpha=0.6)
-    ax.text(d * d, ax.get_ylim()[1], " M = d²", va="top", fontsize=8)
-    ax.set_xlabel("M (fast-memory words)")
-    ax.set_ylabel("total I/O / largest explicit bound at that point")
-    if setting is None:
-        setting = ("bottom_right" if causal else None, None, 1, 1, 1)
-    ax.set_title(f"Ratio to the bound, N={N}, d={d}\n{setting_label(setting)}", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    return _save(fig, out, f"ratio_vs_M_N{N}_d{d}{_slug(setting)}")
+    return _finish_vs_M(fig, ax, out, stem="ratio", title="Ratio to the bound",
+                        ylabel="total I/O / largest explicit bound at that point",
+                        N=N, d=d, causal=causal, setting=setting, legend_size=8)
 
 
 def _fig_error_vs_io(rows, style, out) -> str | None:
