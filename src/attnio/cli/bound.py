@@ -4,31 +4,21 @@ from __future__ import annotations
 
 import json
 
-from .common import (
-    add_memory_arguments,
-    add_output_arguments,
-    add_sparsity_arguments,
-    add_workload_arguments,
-    block_mask_from_args,
-    memory_from_args,
-    workload_from_args,
-)
+from . import common
 
 NAME = "bound"
 HELP = "list every applicable I/O lower bound for attention of size (N, d, M)"
 
 
 def add_arguments(p) -> None:
-    add_workload_arguments(p)
-    add_sparsity_arguments(p)
-    add_memory_arguments(p)
+    common.add_sparse_workload_arguments(p)
     p.add_argument("--backward", action="store_true",
                    help="also list the bounds on the backward pass")
     p.add_argument("--q", type=int, default=None,
                    help="inputs over the finite field F_q (prime power q > N): adds Theorem 4.8")
     p.add_argument("--binary", action="store_true",
                    help="binary inputs Q, K in {0,1}: adds Theorem 4.14")
-    add_output_arguments(p)
+    common.add_output_arguments(p)
 
 
 def main(args) -> int:
@@ -37,9 +27,9 @@ def main(args) -> int:
     from ..bounds.base import regime_of
     from ..core.resources import fmt_count
 
-    shape = workload_from_args(args)
-    M = memory_from_args(args).M
-    shape = block_mask_from_args(args, shape, M)
+    shape = common.workload_from_args(args)
+    M = common.memory_from_args(args).M
+    shape = common.block_mask_from_args(args, shape, M)
     bs = bounds.applicable_to(shape, M, q=args.q, binary=args.binary)
     best = bounds.best(bs)
     bbs = backward_applicable_to(shape, M) if args.backward else []

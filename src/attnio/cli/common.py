@@ -32,7 +32,8 @@ from ..core.workload import ALIGNMENTS, MAX_M, Shape
 
 __all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "Memory", "add_backward_arguments",
            "add_memory_arguments", "add_output_arguments", "add_resource_arguments",
-           "add_sparsity_arguments", "add_tiling_argument", "add_workload_arguments",
+           "add_sparse_workload_arguments", "add_sparsity_arguments", "add_tiling_argument",
+           "add_workload_arguments",
            "backward_from_args", "block_mask_from_args", "default_block_size", "flag_message",
            "memory_from_args", "parse_tiling", "progress_from_args", "resources_from_args",
            "workload_from_args"]
@@ -116,6 +117,17 @@ def add_sparsity_arguments(p: argparse.ArgumentParser) -> None:
                         "power of two <= M/(4d), at most N: flash2's tile side)")
     g.add_argument("--layout-seed", dest="layout_seed", type=int, default=None, metavar="N",
                    help="seed of the --density layout (default 0)")
+
+
+def add_sparse_workload_arguments(p: argparse.ArgumentParser, *, N: int | None = None,
+                                  d: int | None = None, default_M: int | None = None) -> None:
+    """The flags of a verb that takes a (possibly block-sparse) workload and a fast memory: the
+    workload flags, the block-sparse ones (whose default block size depends on M) and the memory
+    flags; :func:`workload_from_args`, :func:`memory_from_args` and
+    :func:`block_mask_from_args` read them."""
+    add_workload_arguments(p, N=N, d=d)
+    add_sparsity_arguments(p)
+    add_memory_arguments(p, default_M=default_M)
 
 
 def add_backward_arguments(p: argparse.ArgumentParser, *, what: str = "the backward pass"

@@ -15,12 +15,10 @@ import numpy as np
 
 from .common import (
     add_backward_arguments,
-    add_memory_arguments,
     add_output_arguments,
     add_resource_arguments,
-    add_sparsity_arguments,
+    add_sparse_workload_arguments,
     add_tiling_argument,
-    add_workload_arguments,
     backward_from_args,
     block_mask_from_args,
     memory_from_args,
@@ -39,9 +37,7 @@ DEFAULT_N, DEFAULT_D, DEFAULT_M = 1024, 64, 16384
 def add_arguments(p) -> None:
     p.add_argument("algorithm", help="a registered algorithm (see `attnio run --list`)", nargs="?")
     p.add_argument("--list", action="store_true", help="list the registered algorithms and exit")
-    add_workload_arguments(p, N=DEFAULT_N, d=DEFAULT_D)
-    add_sparsity_arguments(p)
-    add_memory_arguments(p, default_M=DEFAULT_M)
+    add_sparse_workload_arguments(p, N=DEFAULT_N, d=DEFAULT_D, default_M=DEFAULT_M)
     add_tiling_argument(p)
     p.add_argument("--count-only", action="store_true", help="count mode: shapes only, no arithmetic")
     add_backward_arguments(p, what="run the backward pass and count it separately")
