@@ -56,12 +56,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..core import masks
-from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
 from .base import BackwardSchedule
@@ -155,6 +156,20 @@ def _dscores(T: np.ndarray, P: np.ndarray, D: np.ndarray) -> None:
 
 def _row_dot(D: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     D += np.sum(a * b, axis=1)
+
+
+def _output_tiles(mem: TwoLevelMemory, out: SlowArray, span: Block, a: int, d: int, bc: int
+                  ) -> Iterator[tuple[slice, Block, FastTile]]:
+    """The output-stationary tiles of ``out[span, :]`` (phases 3-5): sub-blocks of ``a`` rows by
+    ``bc`` columns, each a zeroed accumulator the caller's loop body adds into, then stored once
+    and freed."""
+    for ob in mem.blocks(span.size, a):
+        rows = slice(span.start + ob.start, span.start + ob.stop)
+        for cb in mem.blocks(d, bc):
+            acc = mem.alloc((ob.size, cb.size), 0.0, label="acc")
+            yield rows, cb, acc
+            mem.store(acc, out, rows, cb)
+            mem.free(acc)
 
 
 class SmallCacheBackward(BackwardSchedule):
@@ -343,22 +358,17 @@ class SmallCacheBackward(BackwardSchedule):
         band = masks.Band.keys(shape) if shape.causal else None
         for kb in mem.blocks(shape.Nkv, s.bn, band=band):
             qlo, qhi = q_range(shape, kb.start, kb.stop)
-            for ob in mem.blocks(kb.size, s.ak):
-                keys = slice(kb.start + ob.start, kb.start + ob.stop)
-                for cb in mem.blocks(shape.d, s.bc):
-                    acc = mem.alloc((ob.size, cb.size), 0.0, label="acc")
-                    if qhi > qlo:
-                        for hb in mem.blocks(len(X), 1):
-                            for qb in mem.blocks(shape.Nq, s.bm, lo=qlo, hi=qhi, band=band):
-                                for rb in mem.blocks(qb.size, s.rk):
-                                    rows = slice(qb.start + rb.start, qb.start + rb.stop)
-                                    x = mem.load(X[hb.start], rows, keys, label="X_rj")
-                                    y = mem.load(Y[hb.start], rows, cb, label="Y_rc")
-                                    mem.compute(lambda c, a, b: c.__iadd__(alpha * (a.T @ b)),
-                                                acc, x, y, writes=1)
-                                    mem.free(x, y)
-                    mem.store(acc, out, keys, cb)
-                    mem.free(acc)
+            for keys, cb, acc in _output_tiles(mem, out, kb, s.ak, shape.d, s.bc):
+                if qhi > qlo:
+                    for hb in mem.blocks(len(X), 1):
+                        for qb in mem.blocks(shape.Nq, s.bm, lo=qlo, hi=qhi, band=band):
+                            for rb in mem.blocks(qb.size, s.rk):
+                                rows = slice(qb.start + rb.start, qb.start + rb.stop)
+                                x = mem.load(X[hb.start], rows, keys, label="X_rj")
+                                y = mem.load(Y[hb.start], rows, cb, label="Y_rc")
+                                mem.compute(lambda c, a, b: c.__iadd__(alpha * (a.T @ b)),
+                                            acc, x, y, writes=1)
+                                mem.free(x, y)
 
     def _by_queries(self, mem: TwoLevelMemory, X: SlowArray, Y: SlowArray, out: SlowArray,
                     shape: Shape, s: _Sides, alpha: float) -> None:
@@ -366,21 +376,16 @@ class SmallCacheBackward(BackwardSchedule):
         band = masks.Band.queries(shape) if shape.causal else None
         for qb in mem.blocks(shape.Nq, s.bm, band=band):
             lo, hi = kv_range(shape, qb.start, qb.stop)
-            for ob in mem.blocks(qb.size, s.aq):
-                rows = slice(qb.start + ob.start, qb.start + ob.stop)
-                for cb in mem.blocks(shape.d, s.bc):
-                    acc = mem.alloc((ob.size, cb.size), 0.0, label="acc")
-                    if hi > lo:
-                        for kb in mem.blocks(shape.Nkv, s.bn, lo=lo, hi=hi, band=band):
-                            for rb in mem.blocks(kb.size, s.rq):
-                                keys = slice(kb.start + rb.start, kb.start + rb.stop)
-                                x = mem.load(X, rows, keys, label="X_ir")
-                                y = mem.load(Y, keys, cb, label="Y_rc")
-                                mem.compute(lambda c, a, b: c.__iadd__(alpha * (a @ b)),
-                                            acc, x, y, writes=1)
-                                mem.free(x, y)
-                    mem.store(acc, out, rows, cb)
-                    mem.free(acc)
+            for rows, cb, acc in _output_tiles(mem, out, qb, s.aq, shape.d, s.bc):
+                if hi > lo:
+                    for kb in mem.blocks(shape.Nkv, s.bn, lo=lo, hi=hi, band=band):
+                        for rb in mem.blocks(kb.size, s.rq):
+                            keys = slice(kb.start + rb.start, kb.start + rb.stop)
+                            x = mem.load(X, rows, keys, label="X_ir")
+                            y = mem.load(Y, keys, cb, label="Y_rc")
+                            mem.compute(lambda c, a, b: c.__iadd__(alpha * (a @ b)),
+                                        acc, x, y, writes=1)
+                            mem.free(x, y)
 
 
 @functools.lru_cache(maxsize=1024)
