@@ -94,19 +94,10 @@ def backward_accum_value(P: int, d: int, M: int, K: int, mu: float) -> int:
     return segments_bound(3 * P * d, K, *backward_accum_lambdas(M, d, K, mu))
 
 
-_D = PairsTheorem("backward_accum", "Theorem D: dV, dQ, dK products, potential on the accumulators "
-                  "(docs/bounds.md §10)", BACKWARD_ASSUMPTIONS, "D", backward_accum_value,
-                  "potential")
-
-
-def backward_accum_pairs(P: int, d: int, M: int) -> Bound:
-    """Theorem D for P required pairs (over all heads), head dimension d, M fast words."""
-    return _D.pairs(P, d, M)
-
-
-def backward_accum_for(shape: Shape, M: int) -> Bound:
-    """:func:`backward_accum` of a Shape (all its query heads; P from its mask)."""
-    return _D.of(shape, M)
+_D = PairsTheorem(
+    name="backward_accum", kind="potential", table="D", value=backward_accum_value,
+    theorem="Theorem D: dV, dQ, dK products, potential on the accumulators (docs/bounds.md §10)",
+    assumptions=BACKWARD_ASSUMPTIONS)
 
 
 def backward_accum(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
@@ -114,8 +105,13 @@ def backward_accum(N: int, d: int, M: int, *, Nkv: int | None = None, causal: ob
                    window: int | None = None) -> Bound:
     """Theorem D: ``Q >= K·(h - 1)``, h the least number of segments with
     ``3·P·d <= Λ_f + Λ_l + (h - 2)·Λ``."""
-    return backward_accum_for(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
-                                              kv_heads=kv_heads, window=window), M)
+    return _D.for_shape(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
+                                        kv_heads=kv_heads, window=window), M)
+
+
+#: Theorem D for P required pairs (over all heads), head dimension d, M fast words;
+#: and of a Shape (all its query heads; P from its mask).
+backward_accum_pairs, backward_accum_for = _D.pairs, _D.for_shape
 
 
 # ---------------------------------------------------------------------------- Theorem E
@@ -148,19 +144,11 @@ def backward_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((5.0 * d - 2.0 * nu) * P, K, *backward_pooled_lambdas(M, d, K, nu))
 
 
-_E = PairsTheorem("backward_pooled", "Theorem E: the five backward product families under one "
-                  "budget (docs/bounds.md §10)", BACKWARD_ASSUMPTIONS, "E", backward_pooled_value,
-                  "pooled", nu_max=2.4)
-
-
-def backward_pooled_pairs(P: int, d: int, M: int) -> Bound:
-    """Theorem E for P required pairs (over all heads), head dimension d, M fast words."""
-    return _E.pairs(P, d, M)
-
-
-def backward_pooled_for(shape: Shape, M: int) -> Bound:
-    """:func:`backward_pooled` of a Shape (all its query heads; P from its mask)."""
-    return _E.of(shape, M)
+_E = PairsTheorem(
+    name="backward_pooled", kind="pooled", table="E", value=backward_pooled_value, nu_max=2.4,
+    theorem="Theorem E: the five backward product families under one budget "
+    "(docs/bounds.md §10)",
+    assumptions=BACKWARD_ASSUMPTIONS)
 
 
 def backward_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
@@ -168,8 +156,13 @@ def backward_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: o
                     window: int | None = None) -> Bound:
     """Theorem E: ``Q >= K·(h - 1)``, h the least number of segments with
     ``(5d - 2ν)·P <= Λ_f + Λ_l + (h - 2)·Λ``."""
-    return backward_pooled_for(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
-                                               kv_heads=kv_heads, window=window), M)
+    return _E.for_shape(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
+                                        kv_heads=kv_heads, window=window), M)
+
+
+#: Theorem E for P required pairs (over all heads), head dimension d, M fast words;
+#: and of a Shape (all its query heads; P from its mask).
+backward_pooled_pairs, backward_pooled_for = _E.pairs, _E.for_shape
 
 
 # ---------------------------------------------------------------------------- Li et al.

@@ -28,7 +28,6 @@ segments, so a call costs O(1) (a few dozen closed-form evaluations), whatever N
 from __future__ import annotations
 
 from ..core.errors import ParameterError
-from ..core.workload import Shape
 from .base import Bound, attention_shape
 from .params import lookup
 from .segments import PairsTheorem, pooled_lambdas, potential_lambdas, segments_bound
@@ -63,26 +62,23 @@ def pv_segment_value(P: int, d: int, M: int, K: int, mu: float) -> int:
     return segments_bound(P * d, K, *pv_segment_lambdas(M, d, K, mu))
 
 
-_A = PairsTheorem("pv_segment", "Theorem A: P·V products, potential on the output accumulators "
-                  "(docs/bounds.md §5)", ASSUMPTIONS, "A", pv_segment_value, "potential")
-
-
-def pv_segment_pairs(P: int, d: int, M: int) -> Bound:
-    """Theorem A for P required pairs (over all heads), head dimension d, M fast words."""
-    return _A.pairs(P, d, M)
-
-
-def pv_segment_for(shape: Shape, M: int) -> Bound:
-    """:func:`pv_segment` of a Shape (all its query heads; P from its mask)."""
-    return _A.of(shape, M)
+_A = PairsTheorem(
+    name="pv_segment", kind="potential", table="A", value=pv_segment_value,
+    theorem="Theorem A: P·V products, potential on the output accumulators (docs/bounds.md §5)",
+    assumptions=ASSUMPTIONS)
 
 
 def pv_segment(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
                heads: int = 1, kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Theorem A: ``Q >= K·(h - 1)``, h the least number of segments with
     ``P·d <= Λ_f + Λ_l + (h - 2)·Λ`` (docs/bounds.md §5).  Valid for every M and mask."""
-    return pv_segment_for(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
-                                          kv_heads=kv_heads, window=window), M)
+    return _A.for_shape(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
+                                        kv_heads=kv_heads, window=window), M)
+
+
+#: Theorem A for P required pairs (over all heads), head dimension d, M fast words;
+#: and of a Shape (all its query heads; P from its mask).
+pv_segment_pairs, pv_segment_for = _A.pairs, _A.for_shape
 
 
 # ---------------------------------------------------------------------------- Theorem B
@@ -114,23 +110,20 @@ def qkpv_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((2.0 * d - nu) * P, K, *qkpv_pooled_lambdas(M, d, K, nu))
 
 
-_B = PairsTheorem("qkpv_pooled", "Theorem B: QKᵀ and P·V products under one budget "
-                  "(docs/bounds.md §6)", ASSUMPTIONS, "B", qkpv_pooled_value, "pooled", nu_max=1.9)
-
-
-def qkpv_pooled_pairs(P: int, d: int, M: int) -> Bound:
-    """Theorem B for P required pairs (over all heads), head dimension d, M fast words."""
-    return _B.pairs(P, d, M)
-
-
-def qkpv_pooled_for(shape: Shape, M: int) -> Bound:
-    """:func:`qkpv_pooled` of a Shape (all its query heads; P from its mask)."""
-    return _B.of(shape, M)
+_B = PairsTheorem(
+    name="qkpv_pooled", kind="pooled", table="B", value=qkpv_pooled_value, nu_max=1.9,
+    theorem="Theorem B: QKᵀ and P·V products under one budget (docs/bounds.md §6)",
+    assumptions=ASSUMPTIONS)
 
 
 def qkpv_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
                 heads: int = 1, kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Theorem B: ``Q >= K·(h - 1)``, h the least number of segments with
     ``(2d - ν)·P <= Λ_f + Λ_l + (h - 2)·Λ`` (docs/bounds.md §6).  Valid for every M and mask."""
-    return qkpv_pooled_for(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
-                                           kv_heads=kv_heads, window=window), M)
+    return _B.for_shape(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
+                                        kv_heads=kv_heads, window=window), M)
+
+
+#: Theorem B for P required pairs (over all heads), head dimension d, M fast words;
+#: and of a Shape (all its query heads; P from its mask).
+qkpv_pooled_pairs, qkpv_pooled_for = _B.pairs, _B.for_shape

@@ -263,6 +263,9 @@ class PairsTheorem:
     * "pooled" (B, E): the root-piece multiplier ``ν = min(tabulated·√M, nu_max·d)``; the other K
       only for M <= 16d² (beyond, the potential bound is the stronger one by far and this one only
       costs time).
+
+    Each theorem's module exposes :meth:`pairs` as ``<name>_pairs``, :meth:`for_shape` as
+    ``<name>_for``, and a function ``<name>(N, d, M, ...)`` stating the theorem.
     """
 
     name: str  #: the public function's name (Bound.name)
@@ -271,14 +274,15 @@ class PairsTheorem:
     table: str  #: its table in params ("A", "B", "D", "E")
     value: Callable[[int, int, int, int, float], int]
     kind: Literal["potential", "pooled"]
-    nu_max: float = 0.0  #: pooled: ν is capped at nu_max·d (the value function needs ν below a bound)
+    nu_max: float = 0.0  #: pooled: ν is capped at nu_max·d (the theorem needs ν below c·d)
 
     def search(self, P: int, d: int, M: int) -> tuple[int, int, float]:
         """(value, K, multiplier) of the best of the few parameters tried (cached)."""
         return _search(self, P, d, M)
 
     def pairs(self, P: int, d: int, M: int) -> Bound:
-        """The theorem for P required pairs, head dimension d, M fast words."""
+        """The theorem for P required pairs (over all query heads), head dimension d, M fast
+        words; P, d and M checked (a ParameterError names the bad one)."""
         P, d, M = check_int("P", P, minimum=0), check_int("d", d), check_M(M)
         value, K, p = self.search(P, d, M)
         if self.kind == "potential":
@@ -289,7 +293,7 @@ class PairsTheorem:
                      (*self.assumptions, f"segments of K = {K} I/Os, {parameter}"),
                      True, name=self.name, regime=regime_of(d, M))
 
-    def of(self, shape: Shape, M: int) -> Bound:
+    def for_shape(self, shape: Shape, M: int) -> Bound:
         """The theorem for ``shape`` (all its query heads; P from its mask)."""
         return self.pairs(pairs_of(shape), shape.d, check_M(M))
 
