@@ -296,6 +296,34 @@ def test_bounds_depend_on_the_mask_only_through_the_pairs():
     assert F.qkpv_pooled_for(gqa, 512).value == F.qkpv_pooled_pairs(4 * 256 * 256, 32, 512).value
 
 
+
+def test_parameter_tables_cover_the_grid_and_interpolate_between_nodes():
+    from attnio.bounds import params
+
+    grid = params.grid()
+    assert grid[0] == -16 and grid[-1] == 10 and len(grid) == 105
+    for name in "ABDE":
+        tab = params.table(name)
+        assert len(tab) == len(grid) and all(k > 0 and p >= 0 for k, p in tab), name
+        i = 40
+        assert params.lookup(tab, 2.0 ** grid[i]) == tab[i]
+        mid = params.lookup(tab, 2.0 ** ((grid[i] + grid[i + 1]) / 2))
+        assert mid == pytest.approx(((tab[i][0] + tab[i + 1][0]) / 2,
+                                     (tab[i][1] + tab[i + 1][1]) / 2))
+        assert params.lookup(tab, 2.0 ** -40) == tab[0] and params.lookup(tab, 2.0 ** 40) == tab[-1]
+    kappa, mu = params.matmul()
+    assert kappa > 0 and mu > 0
+
+
+@pytest.mark.parametrize("fn", [F.pv_segment_pairs, F.qkpv_pooled_pairs, BK.backward_accum_pairs,
+                                BK.backward_pooled_pairs])
+def test_pairs_functions_name_a_bad_argument(fn):
+    for args, param in (((-1, 4, 16), "P"), ((4, 0, 16), "d"), ((4, 4, 0), "M"),
+                        ((4.0, 4, 16), "P")):
+        with pytest.raises(attnio.ParameterError) as e:
+            fn(*args)
+        assert e.value.param == param
+
 def test_few_segments_never_beat_the_trivial_bound_by_more_than_the_schedules():
     # M = Nd: one segment holds everything; the segment bounds fall under 4Nd there
     for N, d in ((256, 32), (4096, 64)):

@@ -8,7 +8,9 @@
   that needs one raises :class:`MissingExtraError` with the one message (the extra, the pip
   command);
 * no module imports a ``_private`` name (or module) of another package: the part of the layer
-  contract that import-linter (pyproject.toml, checked by ``.ci/run``) cannot express.
+  contract that import-linter (pyproject.toml, checked by ``.ci/run``) cannot express;
+* every data file inside the package (not Python: the bounds' ``params.json``) is listed in
+  pyproject's ``[tool.setuptools.package-data]``, so a wheel ships it.
 
 How long ``import attnio`` takes is measured by ``benchmarks/bench_import.py``, not asserted here.
 """
@@ -16,6 +18,7 @@ How long ``import attnio`` takes is measured by ``benchmarks/bench_import.py``, 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import json
 import os
 import subprocess
@@ -229,3 +232,17 @@ def test_every_public_subpackage_is_reachable_from_a_bare_import_attnio():
                 "print(attnio.blocks.matmul.run_matmul.__name__)")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["run_matmul"]
+
+
+def test_every_data_file_in_the_package_is_listed_in_package_data():
+    package_data = _pyproject()["tool"]["setuptools"]["package-data"]
+    src = ROOT / "src"
+    data = [path for path in (src / "attnio").rglob("*")
+            if path.is_file() and path.suffix not in (".py", ".pyc")
+            and "__pycache__" not in path.parts]
+    assert data, "the package holds data files (at least attnio/bounds/params.json)"
+    for path in data:
+        package = ".".join(path.parent.relative_to(src).parts)
+        globs = package_data.get(package, [])
+        assert any(fnmatch.fnmatch(path.name, g) for g in globs), (
+            f"{path.relative_to(ROOT)}: add it to [tool.setuptools.package-data] {package!r}")

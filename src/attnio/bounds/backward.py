@@ -22,17 +22,20 @@ depend on the mask only through the required pairs P, like the forward ones.
 
 from __future__ import annotations
 
-import functools
 import math
 
 from ..core import masks
 from ..core.blockmask import BlockMask
 from ..core.errors import ParameterError
 from ..core.workload import Shape
-from . import params as _params
-from .base import Bound, attention_shape, check_M, regime_of
-from .forward import lookup
-from .segments import pooled_lambdas, potential_lambdas, segments_bound, sum_line_peak
+from .base import Bound, attention_shape, check_M, pairs_of, regime_of
+from .segments import (
+    PairsTheorem,
+    pooled_lambdas,
+    potential_lambdas,
+    segments_bound,
+    sum_line_peak,
+)
 
 __all__ = ["BACKWARD_ASSUMPTIONS", "LI_ET_AL", "backward_accum", "backward_accum_for",
            "backward_accum_lambdas", "backward_accum_pairs", "backward_accum_value",
@@ -51,13 +54,6 @@ BACKWARD_ASSUMPTIONS = (
     "required pair in each, summed in any order (partial sums may be spilled)",
     "recomputation allowed; fast memory holds <= M words between operations",
 )
-
-_FEW_SEGMENTS = 64
-_K_FACTORS = (0.5, 0.7, 1.4, 2.0, 3.0)
-
-
-def _pairs(shape: Shape) -> int:
-    return shape.n_heads * masks.row_counts(shape).pairs2
 
 
 # ---------------------------------------------------------------------------- trivial
@@ -98,36 +94,10 @@ def backward_accum_value(P: int, d: int, M: int, K: int, mu: float) -> int:
     return segments_bound(3 * P * d, K, *backward_accum_lambdas(M, d, K, mu))
 
 
-@functools.lru_cache(maxsize=4096)
-def _accum(P: int, d: int, M: int) -> tuple[int, int, float]:
-    if P == 0:
-        return 0, 0, 0.0
-    kappa, m = lookup(_params.D, d * d / M)
-    mu = m * max(math.sqrt(M), M / d)
-    K = max(1, round(kappa * M))
-    best = (backward_accum_value(P, d, M, K, mu), K, mu)
-    if best[0] < _FEW_SEGMENTS * K:
-        for f in _K_FACTORS:
-            K2 = max(1, round(f * kappa * M))
-            for mu2 in (mu, 0.0):
-                v = backward_accum_value(P, d, M, K2, mu2)
-                if v > best[0]:
-                    best = (v, K2, mu2)
-    return best
-
-
-def backward_accum_pairs(P: int, d: int, M: int) -> Bound:
-    """Theorem D for P required pairs (over all heads), head dimension d, M fast words."""
-    value, K, mu = _accum(P, d, M)
-    return Bound(value, "Theorem D: dV, dQ, dK products, potential on the accumulators "
-                 "(docs/bounds.md §10)", (*BACKWARD_ASSUMPTIONS, f"segments of K = {K} I/Os, "
-                                          f"potential μ = {mu:.4g} per accumulator word"),
-                 True, name="backward_accum", regime=regime_of(d, M))
-
-
-def backward_accum_for(shape: Shape, M: int) -> Bound:
-    """:func:`backward_accum` of a Shape (all its query heads; P from its mask)."""
-    return backward_accum_pairs(_pairs(shape), shape.d, check_M(M))
+_D = PairsTheorem(
+    name="backward_accum", kind="potential", table="D", value=backward_accum_value,
+    theorem="Theorem D: dV, dQ, dK products, potential on the accumulators (docs/bounds.md §10)",
+    assumptions=BACKWARD_ASSUMPTIONS)
 
 
 def backward_accum(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
@@ -135,9 +105,13 @@ def backward_accum(N: int, d: int, M: int, *, Nkv: int | None = None, causal: ob
                    window: int | None = None) -> Bound:
     """Theorem D: ``Q >= K·(h - 1)``, h the least number of segments with
     ``3·P·d <= Λ_f + Λ_l + (h - 2)·Λ``."""
-    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
-                            window=window)
-    return backward_accum_for(shape, check_M(M))
+    return _D.for_shape(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
+                                        kv_heads=kv_heads, window=window), M)
+
+
+#: Theorem D for P required pairs (over all heads), head dimension d, M fast words;
+#: and of a Shape (all its query heads; P from its mask).
+backward_accum_pairs, backward_accum_for = _D.pairs, _D.for_shape
 
 
 # ---------------------------------------------------------------------------- Theorem E
@@ -170,37 +144,11 @@ def backward_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((5.0 * d - 2.0 * nu) * P, K, *backward_pooled_lambdas(M, d, K, nu))
 
 
-@functools.lru_cache(maxsize=4096)
-def _bpooled(P: int, d: int, M: int) -> tuple[int, int, float]:
-    if P == 0:
-        return 0, 0, 0.0
-    kappa, n = lookup(_params.E, d * d / M)
-    nu = min(n * math.sqrt(M), 2.4 * d)
-    K = max(1, round(kappa * M))
-    best = (backward_pooled_value(P, d, M, K, nu), K, nu)
-    # few segments: try other K (not for M > 16d², where the potential bound is the
-    # stronger one by far and this one only costs time)
-    if best[0] < _FEW_SEGMENTS * K and M <= 16 * d * d:
-        for f in _K_FACTORS:
-            K2 = max(1, round(f * kappa * M))
-            v = backward_pooled_value(P, d, M, K2, nu)
-            if v > best[0]:
-                best = (v, K2, nu)
-    return best
-
-
-def backward_pooled_pairs(P: int, d: int, M: int) -> Bound:
-    """Theorem E for P required pairs (over all heads), head dimension d, M fast words."""
-    value, K, nu = _bpooled(P, d, M)
-    return Bound(value, "Theorem E: the five backward product families under one budget "
-                 "(docs/bounds.md §10)", (*BACKWARD_ASSUMPTIONS, f"segments of K = {K} I/Os, "
-                                          f"root-piece multiplier ν = {nu:.4g}"),
-                 True, name="backward_pooled", regime=regime_of(d, M))
-
-
-def backward_pooled_for(shape: Shape, M: int) -> Bound:
-    """:func:`backward_pooled` of a Shape (all its query heads; P from its mask)."""
-    return backward_pooled_pairs(_pairs(shape), shape.d, check_M(M))
+_E = PairsTheorem(
+    name="backward_pooled", kind="pooled", table="E", value=backward_pooled_value, nu_max=2.4,
+    theorem="Theorem E: the five backward product families under one budget "
+    "(docs/bounds.md §10)",
+    assumptions=BACKWARD_ASSUMPTIONS)
 
 
 def backward_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
@@ -208,16 +156,20 @@ def backward_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: o
                     window: int | None = None) -> Bound:
     """Theorem E: ``Q >= K·(h - 1)``, h the least number of segments with
     ``(5d - 2ν)·P <= Λ_f + Λ_l + (h - 2)·Λ``."""
-    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
-                            window=window)
-    return backward_pooled_for(shape, check_M(M))
+    return _E.for_shape(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
+                                        kv_heads=kv_heads, window=window), M)
+
+
+#: Theorem E for P required pairs (over all heads), head dimension d, M fast words;
+#: and of a Shape (all its query heads; P from its mask).
+backward_pooled_pairs, backward_pooled_for = _E.pairs, _E.for_shape
 
 
 # ---------------------------------------------------------------------------- Li et al.
 def li_backward_for(shape: Shape, M: int) -> Bound:
     """:func:`li_backward` of a Shape (all its query heads)."""
     M = check_M(M)
-    d, P = shape.d, _pairs(shape)
+    d, P = shape.d, pairs_of(shape)
     n = shape.n_heads * shape.Nq
     large = (P * d * d + n * d ** 3) / M
     small = (P * d + n * d * d) / math.sqrt(M)

@@ -15,12 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from ..core import masks
 from ..core.blockmask import BlockMask
 from ..core.checks import check_int
 from ..core.resources import fmt_count
 from ..core.workload import MAX_M, Shape
 
-__all__ = ["SAHA_YE", "Bound", "attention_shape", "check_M", "regime_of", "segment_max"]
+__all__ = ["SAHA_YE", "Bound", "attention_shape", "check_M", "pairs_of", "regime_of",
+           "segment_max"]
 
 SAHA_YE = "Saha & Ye, arXiv 2402.07443"
 
@@ -65,6 +67,12 @@ def attention_shape(N: int, d: int, *, Nkv: int | None = None, causal: object = 
 
 def check_M(M: int) -> int:
     return check_int("M", M, minimum=1, maximum=MAX_M)
+
+
+def pairs_of(shape: Shape) -> int:
+    """P, the required pairs of ``shape`` over all its query heads: the visible (query, key) pairs
+    of rows that see >= 2 keys (:func:`attnio.core.masks.row_counts`)."""
+    return shape.n_heads * masks.row_counts(shape).pairs2
 
 
 def regime_of(d: int, M: int) -> str:

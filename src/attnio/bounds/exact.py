@@ -27,16 +27,23 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from ..core import masks
 from ..core.checks import check_int
 from ..core.workload import Shape
-from .base import SAHA_YE, Bound, attention_shape, check_M, segment_max
+from .base import SAHA_YE, Bound, attention_shape, check_M, pairs_of, segment_max
 
 __all__ = ["large_cache_for", "required_pairs", "small_cache_for", "standard_matmul_large_cache",
            "standard_matmul_small_cache", "trivial", "trivial_for"]
+
+#: What the first-generation bounds assume (they charge the QKᵀ products only).
+_QK_ASSUMPTIONS = (
+    "each score S_ij is a sum of the d products q_il·k_jl (standard matmul), any order",
+    "recomputation allowed; fast memory holds <= M words between operations",
+)
 
 
 def required_pairs(Nq: int, Nkv: int, causal: object = False, window: int | None = None) -> int:
@@ -118,17 +125,10 @@ def standard_matmul_large_cache(N: int, d: int, M: int, *, Nkv: int | None = Non
 
 def large_cache_for(shape: Shape, M: int) -> Bound:
     """:func:`standard_matmul_large_cache` of a Shape (all its query heads)."""
-    d = shape.d
-    P = shape.n_heads * masks.row_counts(shape).pairs2
-    value, K = _large_cache(P, d, M)
-    return Bound(
-        value, f"derived from {SAHA_YE}, Lemma 3.3 (docs/bounds.md §3)",
-        ("each score S_ij is a sum of the d products q_il·k_jl (standard matmul), any order",
-         "recomputation allowed; fast memory holds <= M words between operations",
-         f"segments of K = {K} I/Os", "superseded by pv_segment (Theorem A)"),
-        True, name="standard_matmul_large_cache",
-        regime="any M (tight for a large cache, M >= d^2)",
-    )
+    return _qk_bound(shape, M, _large_cache, f"derived from {SAHA_YE}, Lemma 3.3 "
+                     "(docs/bounds.md §3)", "pv_segment (Theorem A)",
+                     name="standard_matmul_large_cache",
+                     regime="any M (tight for a large cache, M >= d^2)")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -175,15 +175,17 @@ def standard_matmul_small_cache(N: int, d: int, M: int, *, Nkv: int | None = Non
 
 def small_cache_for(shape: Shape, M: int) -> Bound:
     """:func:`standard_matmul_small_cache` of a Shape (all its query heads)."""
-    d = shape.d
-    P = shape.n_heads * masks.row_counts(shape).pairs2
-    value, K = _small_cache(P, d, M)
-    return Bound(
-        value, "derived: Loomis–Whitney segment argument (docs/bounds.md §4; cf. "
-        f"{SAHA_YE}, Theorem 3.7)",
-        ("each score S_ij is a sum of the d products q_il·k_jl (standard matmul), any order",
-         "recomputation allowed; fast memory holds <= M words between operations",
-         f"segments of K = {K} I/Os", "superseded by qkpv_pooled (Theorem B)"),
-        True, name="standard_matmul_small_cache",
-        regime="any M (tight for a small cache, M < d^2)",
-    )
+    return _qk_bound(shape, M, _small_cache, "derived: Loomis–Whitney segment argument "
+                     f"(docs/bounds.md §4; cf. {SAHA_YE}, Theorem 3.7)", "qkpv_pooled (Theorem B)",
+                     name="standard_matmul_small_cache",
+                     regime="any M (tight for a small cache, M < d^2)")
+
+
+def _qk_bound(shape: Shape, M: int, search: Callable[[int, int, int], tuple[int, int]],
+              theorem: str, superseded_by: str, *, name: str, regime: str) -> Bound:
+    """A first-generation bound of ``shape`` (all its query heads): ``search(P, d, M)`` gives its
+    value and segment length."""
+    value, K = search(pairs_of(shape), shape.d, check_M(M))
+    return Bound(value, theorem, (*_QK_ASSUMPTIONS, f"segments of K = {K} I/Os",
+                                  f"superseded by {superseded_by}"),
+                 True, name=name, regime=regime)

@@ -27,16 +27,10 @@ segments, so a call costs O(1) (a few dozen closed-form evaluations), whatever N
 
 from __future__ import annotations
 
-import functools
-import math
-
-from ..core import masks
-from ..core.checks import check_int
 from ..core.errors import ParameterError
-from ..core.workload import Shape
-from . import params as _params
-from .base import Bound, attention_shape, check_M, regime_of
-from .segments import pooled_lambdas, potential_lambdas, segments_bound
+from .base import Bound, attention_shape
+from .params import lookup
+from .segments import PairsTheorem, pooled_lambdas, potential_lambdas, segments_bound
 
 __all__ = ["ASSUMPTIONS", "lookup", "pv_segment", "pv_segment_for", "pv_segment_lambdas",
            "pv_segment_pairs", "pv_segment_value", "qkpv_pooled", "qkpv_pooled_for",
@@ -50,30 +44,6 @@ ASSUMPTIONS = (
     "(O) each O_il is a sum of one product p_ij·v_jl per required pair, with rescalings",
     "recomputation allowed; fast memory holds <= M words between operations",
 )
-
-#: Extra segment lengths (multiples of the tabulated one) tried when there are few segments.
-_FEW_SEGMENTS = 64
-_K_FACTORS = (0.5, 0.7, 1.4, 2.0, 3.0)
-
-
-def lookup(table: tuple[tuple[float, float], ...], x: float) -> tuple[float, float]:
-    """The tabulated (K/M, multiplier) at ``x = d²/M``: linear in log2 x between the grid's
-    nodes, the end values outside it."""
-    grid = _params.GRID_LOG2_X
-    t = math.log2(x)
-    if t <= grid[0]:
-        return table[0]
-    if t >= grid[-1]:
-        return table[-1]
-    step = grid[1] - grid[0]
-    i = min(int((t - grid[0]) / step), len(grid) - 2)
-    w = (t - grid[i]) / step
-    (k0, m0), (k1, m1) = table[i], table[i + 1]
-    return k0 + w * (k1 - k0), m0 + w * (m1 - m0)
-
-
-def _check_pairs(P: int, d: int, M: int) -> tuple[int, int, int]:
-    return (check_int("P", P, minimum=0), check_int("d", d), check_M(M))
 
 
 # ---------------------------------------------------------------------------- Theorem A
@@ -92,47 +62,23 @@ def pv_segment_value(P: int, d: int, M: int, K: int, mu: float) -> int:
     return segments_bound(P * d, K, *pv_segment_lambdas(M, d, K, mu))
 
 
-@functools.lru_cache(maxsize=4096)
-def _pv(P: int, d: int, M: int) -> tuple[int, int, float]:
-    if P == 0:
-        return 0, 0, 0.0
-    kappa, m = lookup(_params.A, d * d / M)
-    scale = max(math.sqrt(M), M / d)
-    mu = m * scale
-    K = max(1, round(kappa * M))
-    best = (pv_segment_value(P, d, M, K, mu), K, mu)
-    if best[0] < _FEW_SEGMENTS * K:  # few segments: the first and last ones weigh; try other K
-        for f in _K_FACTORS:
-            K2 = max(1, round(f * kappa * M))
-            for mu2 in (mu, 0.0):
-                v = pv_segment_value(P, d, M, K2, mu2)
-                if v > best[0]:
-                    best = (v, K2, mu2)
-    return best
-
-
-def pv_segment_pairs(P: int, d: int, M: int) -> Bound:
-    """Theorem A for P required pairs (over all heads), head dimension d, M fast words."""
-    P, d, M = _check_pairs(P, d, M)
-    value, K, mu = _pv(P, d, M)
-    return Bound(value, "Theorem A: P·V products, potential on the output accumulators "
-                 "(docs/bounds.md §5)", (*ASSUMPTIONS, f"segments of K = {K} I/Os, potential "
-                                         f"μ = {mu:.4g} per accumulator word"),
-                 True, name="pv_segment", regime=regime_of(d, M))
-
-
-def pv_segment_for(shape: Shape, M: int) -> Bound:
-    """:func:`pv_segment` of a Shape (all its query heads; P from its mask)."""
-    return pv_segment_pairs(shape.n_heads * masks.row_counts(shape).pairs2, shape.d, check_M(M))
+_A = PairsTheorem(
+    name="pv_segment", kind="potential", table="A", value=pv_segment_value,
+    theorem="Theorem A: P·V products, potential on the output accumulators (docs/bounds.md §5)",
+    assumptions=ASSUMPTIONS)
 
 
 def pv_segment(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
                heads: int = 1, kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Theorem A: ``Q >= K·(h - 1)``, h the least number of segments with
     ``P·d <= Λ_f + Λ_l + (h - 2)·Λ`` (docs/bounds.md §5).  Valid for every M and mask."""
-    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
-                            window=window)
-    return pv_segment_for(shape, check_M(M))
+    return _A.for_shape(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
+                                        kv_heads=kv_heads, window=window), M)
+
+
+#: Theorem A for P required pairs (over all heads), head dimension d, M fast words;
+#: and of a Shape (all its query heads; P from its mask).
+pv_segment_pairs, pv_segment_for = _A.pairs, _A.for_shape
 
 
 # ---------------------------------------------------------------------------- Theorem B
@@ -164,43 +110,20 @@ def qkpv_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((2.0 * d - nu) * P, K, *qkpv_pooled_lambdas(M, d, K, nu))
 
 
-@functools.lru_cache(maxsize=4096)
-def _pooled(P: int, d: int, M: int) -> tuple[int, int, float]:
-    if P == 0:
-        return 0, 0, 0.0
-    kappa, n = lookup(_params.B, d * d / M)
-    nu = min(n * math.sqrt(M), 1.9 * d)
-    K = max(1, round(kappa * M))
-    best = (qkpv_pooled_value(P, d, M, K, nu), K, nu)
-    # few segments: try other K (not for M > 16d², where the potential bound is the
-    # stronger one by far and this one only costs time)
-    if best[0] < _FEW_SEGMENTS * K and M <= 16 * d * d:
-        for f in _K_FACTORS:
-            K2 = max(1, round(f * kappa * M))
-            v = qkpv_pooled_value(P, d, M, K2, nu)
-            if v > best[0]:
-                best = (v, K2, nu)
-    return best
-
-
-def qkpv_pooled_pairs(P: int, d: int, M: int) -> Bound:
-    """Theorem B for P required pairs (over all heads), head dimension d, M fast words."""
-    P, d, M = _check_pairs(P, d, M)
-    value, K, nu = _pooled(P, d, M)
-    return Bound(value, "Theorem B: QKᵀ and P·V products under one budget (docs/bounds.md §6)",
-                 (*ASSUMPTIONS, f"segments of K = {K} I/Os, root-piece multiplier ν = {nu:.4g}"),
-                 True, name="qkpv_pooled", regime=regime_of(d, M))
-
-
-def qkpv_pooled_for(shape: Shape, M: int) -> Bound:
-    """:func:`qkpv_pooled` of a Shape (all its query heads; P from its mask)."""
-    return qkpv_pooled_pairs(shape.n_heads * masks.row_counts(shape).pairs2, shape.d, check_M(M))
+_B = PairsTheorem(
+    name="qkpv_pooled", kind="pooled", table="B", value=qkpv_pooled_value, nu_max=1.9,
+    theorem="Theorem B: QKᵀ and P·V products under one budget (docs/bounds.md §6)",
+    assumptions=ASSUMPTIONS)
 
 
 def qkpv_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
                 heads: int = 1, kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Theorem B: ``Q >= K·(h - 1)``, h the least number of segments with
     ``(2d - ν)·P <= Λ_f + Λ_l + (h - 2)·Λ`` (docs/bounds.md §6).  Valid for every M and mask."""
-    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
-                            window=window)
-    return qkpv_pooled_for(shape, check_M(M))
+    return _B.for_shape(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
+                                        kv_heads=kv_heads, window=window), M)
+
+
+#: Theorem B for P required pairs (over all heads), head dimension d, M fast words;
+#: and of a Shape (all its query heads; P from its mask).
+qkpv_pooled_pairs, qkpv_pooled_for = _B.pairs, _B.for_shape

@@ -21,7 +21,7 @@ from ..core.checks import check_bool, check_int
 from ..core.workload import MAX_M
 from . import params as _params
 from .base import Bound, segment_max
-from .segments import potential_lambdas, segments_bound
+from .segments import potential_lambdas, segments_bound, tabulated_best
 
 __all__ = ["SMITH", "matmul", "matmul_cosma", "matmul_potential", "matmul_potential_lambdas",
            "matmul_potential_value", "matmul_smith"]
@@ -89,18 +89,12 @@ def matmul_potential_value(m: int, k: int, n: int, M: int, K: int, mu: float) ->
 
 @functools.lru_cache(maxsize=4096)
 def _potential(m: int, k: int, n: int, M: int) -> tuple[int, int, float]:
-    kappa, c = _params.C
-    mu = c * math.sqrt(M)
-    K = max(1, round(kappa * M))
-    best = (matmul_potential_value(m, k, n, M, K, mu), K, mu)
-    if best[0] < 64 * K:  # few segments: try other lengths
-        for f in (0.5, 0.7, 1.4, 2.0, 3.0):
-            K2 = max(1, round(f * kappa * M))
-            for mu2 in (mu, 0.0):
-                v = matmul_potential_value(m, k, n, M, K2, mu2)
-                if v > best[0]:
-                    best = (v, K2, mu2)
-    return best
+    kappa, c = _params.matmul()
+
+    def value(K: int, mu: float) -> int:
+        return matmul_potential_value(m, k, n, M, K, mu)
+
+    return tabulated_best(value, M, kappa, c * math.sqrt(M), zero_too=True)
 
 
 def matmul_potential(m: int, k: int, n: int, M: int) -> Bound:

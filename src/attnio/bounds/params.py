@@ -1,447 +1,67 @@
-"""Tabulated segment parameters of the explicit bounds (generated: do not edit).
+"""The tabulated segment parameters of the explicit bounds (Theorems A-E, docs/bounds.md §12).
 
-Written by ``python benchmarks/bound_params.py --write``.  For x = d²/M on the grid
-``GRID_LOG2_X`` (log2 x), each table holds the (K/M, multiplier) that maximise the leading
-constant of a theorem of docs/bounds.md: A and D (potential μ / max(√M, M/d)), B and E
-(root-piece multiplier ν / √M); C is matmul's (K/M, μ/√M).  Any values give a valid bound:
-the table only sets how tight it is.  The comments give the leading constant at each node
-(the many-segment limit of bound / (P·d/√M), P the required pairs; informational).
+The tables live in the package data file ``params.json`` beside this module, written by
+``python benchmarks/bound_params.py --write`` (do not edit it by hand).  For x = d²/M on the grid
+:func:`grid` (log2 x), each table holds the (K/M, multiplier) that maximise the leading constant
+of a theorem: A and D (potential μ / max(√M, M/d)), B and E (root-piece multiplier ν / √M); C is
+matmul's single (K/M, μ/√M).  Any values give a valid bound: the table only sets how tight it is.
+The file's third column, the leading constant at each node, is informational and not read here.
+
+The file is read once, on the first bound evaluated (not at ``import attnio``).
+
+>>> lookup(table("A"), 2.0 ** grid()[0]) == table("A")[0]
+True
 """
 
 from __future__ import annotations
 
-GRID_LOG2_X: tuple[float, ...] = (-16, -15.75, -15.5, -15.25, -15, -14.75, -14.5, -14.25, -14, -13.75, -13.5, -13.25, -13, -12.75, -12.5, -12.25, -12, -11.75, -11.5, -11.25, -11, -10.75, -10.5, -10.25, -10, -9.75, -9.5, -9.25, -9, -8.75, -8.5, -8.25, -8, -7.75, -7.5, -7.25, -7, -6.75, -6.5, -6.25, -6, -5.75, -5.5, -5.25, -5, -4.75, -4.5, -4.25, -4, -3.75, -3.5, -3.25, -3, -2.75, -2.5, -2.25, -2, -1.75, -1.5, -1.25, -1, -0.75, -0.5, -0.25, 0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.25, 2.5, 2.75, 3, 3.25, 3.5, 3.75, 4, 4.25, 4.5, 4.75, 5, 5.25, 5.5, 5.75, 6, 6.25, 6.5, 6.75, 7, 7.25, 7.5, 7.75, 8, 8.25, 8.5, 8.75, 9, 9.25, 9.5, 9.75, 10,)
+import functools
+import math
+from typing import Any
 
-A: tuple[tuple[float, float], ...] = (
-    (1.2835, 0.28056),  # log2 x = -16: constant 0.0131
-    (1.2835, 0.28056),  # log2 x = -15.75: constant 0.0143
-    (1.2835, 0.28056),  # log2 x = -15.5: constant 0.0155
-    (1.2835, 0.28056),  # log2 x = -15.25: constant 0.0170
-    (1.2835, 0.28056),  # log2 x = -15: constant 0.0185
-    (1.2835, 0.28056),  # log2 x = -14.75: constant 0.0202
-    (1.2835, 0.28056),  # log2 x = -14.5: constant 0.0220
-    (1.2835, 0.28056),  # log2 x = -14.25: constant 0.0240
-    (1.2835, 0.28056),  # log2 x = -14: constant 0.0261
-    (1.2835, 0.28056),  # log2 x = -13.75: constant 0.0285
-    (1.2835, 0.28056),  # log2 x = -13.5: constant 0.0311
-    (1.2835, 0.28056),  # log2 x = -13.25: constant 0.0339
-    (1.2835, 0.28056),  # log2 x = -13: constant 0.0370
-    (1.2835, 0.28056),  # log2 x = -12.75: constant 0.0403
-    (1.2835, 0.28056),  # log2 x = -12.5: constant 0.0440
-    (1.2835, 0.28056),  # log2 x = -12.25: constant 0.0480
-    (1.2835, 0.28056),  # log2 x = -12: constant 0.0523
-    (1.2835, 0.28056),  # log2 x = -11.75: constant 0.0570
-    (1.2835, 0.28056),  # log2 x = -11.5: constant 0.0622
-    (1.2835, 0.28056),  # log2 x = -11.25: constant 0.0678
-    (1.2835, 0.28056),  # log2 x = -11: constant 0.0740
-    (1.2835, 0.28056),  # log2 x = -10.75: constant 0.0806
-    (1.2835, 0.28056),  # log2 x = -10.5: constant 0.0879
-    (1.2835, 0.28056),  # log2 x = -10.25: constant 0.0959
-    (1.2835, 0.28056),  # log2 x = -10: constant 0.1046
-    (1.2835, 0.28056),  # log2 x = -9.75: constant 0.1140
-    (1.2835, 0.28056),  # log2 x = -9.5: constant 0.1244
-    (1.2835, 0.28056),  # log2 x = -9.25: constant 0.1356
-    (1.2835, 0.28056),  # log2 x = -9: constant 0.1479
-    (1.2835, 0.28056),  # log2 x = -8.75: constant 0.1613
-    (1.2835, 0.28056),  # log2 x = -8.5: constant 0.1759
-    (1.2835, 0.28056),  # log2 x = -8.25: constant 0.1918
-    (1.2835, 0.28056),  # log2 x = -8: constant 0.2092
-    (1.2835, 0.28056),  # log2 x = -7.75: constant 0.2281
-    (1.2835, 0.28056),  # log2 x = -7.5: constant 0.2487
-    (1.2835, 0.28056),  # log2 x = -7.25: constant 0.2713
-    (1.2835, 0.28056),  # log2 x = -7: constant 0.2958
-    (1.2835, 0.28056),  # log2 x = -6.75: constant 0.3226
-    (1.2835, 0.28056),  # log2 x = -6.5: constant 0.3518
-    (1.2835, 0.28056),  # log2 x = -6.25: constant 0.3836
-    (1.2835, 0.28056),  # log2 x = -6: constant 0.4183
-    (1.2835, 0.28056),  # log2 x = -5.75: constant 0.4562
-    (1.2835, 0.28056),  # log2 x = -5.5: constant 0.4975
-    (1.2835, 0.28056),  # log2 x = -5.25: constant 0.5425
-    (1.2835, 0.28056),  # log2 x = -5: constant 0.5916
-    (1.2835, 0.28056),  # log2 x = -4.75: constant 0.6451
-    (1.2835, 0.28056),  # log2 x = -4.5: constant 0.7035
-    (1.2835, 0.28056),  # log2 x = -4.25: constant 0.7672
-    (1.2835, 0.28056),  # log2 x = -4: constant 0.8367
-    (1.2835, 0.28056),  # log2 x = -3.75: constant 0.9124
-    (1.2835, 0.28056),  # log2 x = -3.5: constant 0.9950
-    (1.2835, 0.28056),  # log2 x = -3.25: constant 1.0850
-    (1.2835, 0.28056),  # log2 x = -3: constant 1.1832
-    (1.3782, 0.29288),  # log2 x = -2.75: constant 1.2868
-    (1.3397, 0.28163),  # log2 x = -2.5: constant 1.3836
-    (1.3485, 0.27723),  # log2 x = -2.25: constant 1.4884
-    (1.3423, 0.27012),  # log2 x = -2: constant 1.5988
-    (1.2276, 0.24857),  # log2 x = -1.75: constant 1.7107
-    (1.5929, 0.28673),  # log2 x = -1.5: constant 1.8327
-    (1.9865, 0.32194),  # log2 x = -1.25: constant 1.9187
-    (2.2443, 0.36619),  # log2 x = -1: constant 1.9266
-    (2.2443, 0.39933),  # log2 x = -0.75: constant 1.9266
-    (2.2443, 0.43547),  # log2 x = -0.5: constant 1.9266
-    (2.2443, 0.47489),  # log2 x = -0.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 0: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 0.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 0.5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 0.75: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 1: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 1.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 1.5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 1.75: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 2: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 2.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 2.5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 2.75: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 3: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 3.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 3.5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 3.75: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 4: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 4.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 4.5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 4.75: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 5.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 5.5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 5.75: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 6: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 6.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 6.5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 6.75: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 7: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 7.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 7.5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 7.75: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 8: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 8.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 8.5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 8.75: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 9: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 9.25: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 9.5: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 9.75: constant 1.9266
-    (2.2443, 0.51787),  # log2 x = 10: constant 1.9266
-)
+__all__ = ["Table", "grid", "lookup", "matmul", "table"]
 
-B: tuple[tuple[float, float], ...] = (
-    (0.66667, 0),  # log2 x = -16: constant 0.0001
-    (0.66667, 0),  # log2 x = -15.75: constant 0.0001
-    (0.66667, 0),  # log2 x = -15.5: constant 0.0001
-    (0.66667, 0),  # log2 x = -15.25: constant 0.0001
-    (0.66672, 0),  # log2 x = -15: constant 0.0001
-    (0.66672, 0),  # log2 x = -14.75: constant 0.0001
-    (0.66672, 0),  # log2 x = -14.5: constant 0.0002
-    (0.66672, 0),  # log2 x = -14.25: constant 0.0002
-    (0.66672, 0),  # log2 x = -14: constant 0.0002
-    (0.66672, 0),  # log2 x = -13.75: constant 0.0003
-    (0.66678, 0),  # log2 x = -13.5: constant 0.0003
-    (0.66678, 0),  # log2 x = -13.25: constant 0.0004
-    (0.66678, 0),  # log2 x = -13: constant 0.0005
-    (0.66684, 0),  # log2 x = -12.75: constant 0.0006
-    (0.66684, 0),  # log2 x = -12.5: constant 0.0007
-    (0.66689, 0),  # log2 x = -12.25: constant 0.0008
-    (0.66689, 0),  # log2 x = -12: constant 0.0009
-    (0.66695, 0),  # log2 x = -11.75: constant 0.0011
-    (0.66701, 0),  # log2 x = -11.5: constant 0.0013
-    (0.66712, 0),  # log2 x = -11.25: constant 0.0016
-    (0.66718, 0),  # log2 x = -11: constant 0.0019
-    (0.66729, 0),  # log2 x = -10.75: constant 0.0022
-    (0.6674, 0),  # log2 x = -10.5: constant 0.0027
-    (0.66751, 0),  # log2 x = -10.25: constant 0.0032
-    (0.66768, 0),  # log2 x = -10: constant 0.0038
-    (0.66785, 0),  # log2 x = -9.75: constant 0.0045
-    (0.66808, 0),  # log2 x = -9.5: constant 0.0053
-    (0.66836, 0),  # log2 x = -9.25: constant 0.0063
-    (0.6687, 0),  # log2 x = -9: constant 0.0075
-    (0.6691, 0),  # log2 x = -8.75: constant 0.0089
-    (0.66955, 0),  # log2 x = -8.5: constant 0.0106
-    (0.67006, 0),  # log2 x = -8.25: constant 0.0126
-    (0.67074, 0),  # log2 x = -8: constant 0.0150
-    (0.67148, 0),  # log2 x = -7.75: constant 0.0178
-    (0.67239, 0),  # log2 x = -7.5: constant 0.0212
-    (0.67347, 0),  # log2 x = -7.25: constant 0.0251
-    (0.67478, 0),  # log2 x = -7: constant 0.0298
-    (0.67627, 0),  # log2 x = -6.75: constant 0.0354
-    (0.6781, 0),  # log2 x = -6.5: constant 0.0419
-    (0.68023, 0),  # log2 x = -6.25: constant 0.0497
-    (0.68277, 0),  # log2 x = -6: constant 0.0589
-    (0.68578, 0),  # log2 x = -5.75: constant 0.0697
-    (0.68938, 0),  # log2 x = -5.5: constant 0.0824
-    (0.6936, 0),  # log2 x = -5.25: constant 0.0974
-    (0.6986, 0),  # log2 x = -5: constant 0.1149
-    (0.70454, 0),  # log2 x = -4.75: constant 0.1355
-    (0.71155, 0),  # log2 x = -4.5: constant 0.1594
-    (0.71984, 0),  # log2 x = -4.25: constant 0.1872
-    (0.72966, 0),  # log2 x = -4: constant 0.2194
-    (0.74117, 0),  # log2 x = -3.75: constant 0.2565
-    (0.65133, 0.26065),  # log2 x = -3.5: constant 0.3078
-    (0.68682, 0.27561),  # log2 x = -3.25: constant 0.3734
-    (0.72818, 0.29031),  # log2 x = -3: constant 0.4484
-    (0.77575, 0.30481),  # log2 x = -2.75: constant 0.5326
-    (0.82994, 0.31921),  # log2 x = -2.5: constant 0.6258
-    (0.89123, 0.33361),  # log2 x = -2.25: constant 0.7273
-    (0.9602, 0.3483),  # log2 x = -2: constant 0.8362
-    (1.0377, 0.3635),  # log2 x = -1.75: constant 0.9512
-    (1.1247, 0.37959),  # log2 x = -1.5: constant 1.0709
-    (1.2225, 0.39701),  # log2 x = -1.25: constant 1.1936
-    (1.3327, 0.41613),  # log2 x = -1: constant 1.3174
-    (1.4572, 0.43753),  # log2 x = -0.75: constant 1.4403
-    (1.5987, 0.4618),  # log2 x = -0.5: constant 1.5606
-    (1.7597, 0.48949),  # log2 x = -0.25: constant 1.6759
-    (1.9438, 0.52137),  # log2 x = 0: constant 1.7844
-    (2.155, 0.55819),  # log2 x = 0.25: constant 1.8845
-    (2.3976, 0.60077),  # log2 x = 0.5: constant 1.9747
-    (2.6773, 0.65008),  # log2 x = 0.75: constant 2.0539
-    (2.9048, 0.67165),  # log2 x = 1: constant 2.1191
-    (3.0015, 0.67919),  # log2 x = 1.25: constant 2.1746
-    (3.061, 0.68381),  # log2 x = 1.5: constant 2.2260
-    (3.1664, 0.6919),  # log2 x = 1.75: constant 2.2736
-    (3.2525, 0.69843),  # log2 x = 2: constant 2.3176
-    (3.3091, 0.70269),  # log2 x = 2.25: constant 2.3583
-    (3.3369, 0.70478),  # log2 x = 2.5: constant 2.3960
-    (3.3528, 0.70597),  # log2 x = 2.75: constant 2.4306
-    (3.3545, 0.70609),  # log2 x = 3: constant 2.4624
-    (3.3568, 0.70627),  # log2 x = 3.25: constant 2.4916
-    (3.3841, 0.7083),  # log2 x = 3.5: constant 2.5187
-    (3.4817, 0.71553),  # log2 x = 3.75: constant 2.5443
-    (3.4817, 0.71553),  # log2 x = 4: constant 2.5671
-    (3.5155, 0.71802),  # log2 x = 4.25: constant 2.5883
-    (3.552, 0.7207),  # log2 x = 4.5: constant 2.6079
-    (3.6199, 0.72565),  # log2 x = 4.75: constant 2.6262
-    (3.6199, 0.72565),  # log2 x = 5: constant 2.6426
-    (3.6562, 0.7283),  # log2 x = 5.25: constant 2.6578
-    (3.6929, 0.73095),  # log2 x = 5.5: constant 2.6719
-    (3.7017, 0.73157),  # log2 x = 5.75: constant 2.6847
-    (3.7681, 0.73635),  # log2 x = 6: constant 2.6966
-    (3.7681, 0.73635),  # log2 x = 6.25: constant 2.7074
-    (3.7681, 0.73635),  # log2 x = 6.5: constant 2.7173
-    (3.7872, 0.73773),  # log2 x = 6.75: constant 2.7265
-    (3.8065, 0.7391),  # log2 x = 7: constant 2.7349
-    (3.846, 0.74192),  # log2 x = 7.25: constant 2.7427
-    (3.846, 0.74192),  # log2 x = 7.5: constant 2.7497
-    (3.848, 0.74205),  # log2 x = 7.75: constant 2.7562
-    (3.863, 0.74311),  # log2 x = 8: constant 2.7622
-    (3.9262, 0.74759),  # log2 x = 8.25: constant 2.7677
-    (3.9262, 0.74759),  # log2 x = 8.5: constant 2.7727
-    (3.9262, 0.74759),  # log2 x = 8.75: constant 2.7773
-    (3.9262, 0.74759),  # log2 x = 9: constant 2.7815
-    (3.9262, 0.74759),  # log2 x = 9.25: constant 2.7854
-    (3.9262, 0.74759),  # log2 x = 9.5: constant 2.7890
-    (3.9262, 0.74759),  # log2 x = 9.75: constant 2.7922
-    (3.9315, 0.74797),  # log2 x = 10: constant 2.7952
-)
+#: (K/M, multiplier) per node of the grid.
+Table = tuple[tuple[float, float], ...]
 
-D: tuple[tuple[float, float], ...] = (
-    (1.2618, 0.44739),  # log2 x = -16: constant 0.0243
-    (1.2618, 0.44739),  # log2 x = -15.75: constant 0.0265
-    (1.2618, 0.44739),  # log2 x = -15.5: constant 0.0289
-    (1.2618, 0.44739),  # log2 x = -15.25: constant 0.0315
-    (1.2604, 0.44709),  # log2 x = -15: constant 0.0344
-    (1.2609, 0.4472),  # log2 x = -14.75: constant 0.0375
-    (1.2618, 0.44739),  # log2 x = -14.5: constant 0.0409
-    (1.2616, 0.44735),  # log2 x = -14.25: constant 0.0446
-    (1.2616, 0.44735),  # log2 x = -14: constant 0.0487
-    (1.261, 0.44724),  # log2 x = -13.75: constant 0.0531
-    (1.2482, 0.44437),  # log2 x = -13.5: constant 0.0579
-    (1.2482, 0.44437),  # log2 x = -13.25: constant 0.0631
-    (1.2414, 0.44287),  # log2 x = -13: constant 0.0688
-    (1.2412, 0.44283),  # log2 x = -12.75: constant 0.0750
-    (1.2478, 0.4443),  # log2 x = -12.5: constant 0.0818
-    (1.2478, 0.4443),  # log2 x = -12.25: constant 0.0892
-    (1.2475, 0.44426),  # log2 x = -12: constant 0.0973
-    (1.2473, 0.44422),  # log2 x = -11.75: constant 0.1061
-    (1.2605, 0.44716),  # log2 x = -11.5: constant 0.1157
-    (1.2569, 0.44637),  # log2 x = -11.25: constant 0.1262
-    (1.2598, 0.44705),  # log2 x = -11: constant 0.1376
-    (1.2589, 0.44686),  # log2 x = -10.75: constant 0.1500
-    (1.259, 0.4469),  # log2 x = -10.5: constant 0.1636
-    (1.2484, 0.44456),  # log2 x = -10.25: constant 0.1784
-    (1.2572, 0.44656),  # log2 x = -10: constant 0.1945
-    (1.2569, 0.44652),  # log2 x = -9.75: constant 0.2121
-    (1.256, 0.44637),  # log2 x = -9.5: constant 0.2312
-    (1.255, 0.44618),  # log2 x = -9.25: constant 0.2521
-    (1.2266, 0.43992),  # log2 x = -9: constant 0.2748
-    (1.252, 0.44565),  # log2 x = -8.75: constant 0.2997
-    (1.2496, 0.4452),  # log2 x = -8.5: constant 0.3267
-    (1.2478, 0.4449),  # log2 x = -8.25: constant 0.3561
-    (1.2452, 0.44445),  # log2 x = -8: constant 0.3882
-    (1.2419, 0.44384),  # log2 x = -7.75: constant 0.4231
-    (1.2381, 0.44317),  # log2 x = -7.5: constant 0.4610
-    (1.2335, 0.44234),  # log2 x = -7.25: constant 0.5024
-    (1.2892, 0.45499),  # log2 x = -7: constant 0.5477
-    (1.317, 0.46142),  # log2 x = -6.75: constant 0.5966
-    (1.2686, 0.45104),  # log2 x = -6.5: constant 0.6498
-    (1.3071, 0.45998),  # log2 x = -6.25: constant 0.7078
-    (1.3039, 0.45975),  # log2 x = -6: constant 0.7706
-    (1.2879, 0.45676),  # log2 x = -5.75: constant 0.8387
-    (1.2756, 0.45472),  # log2 x = -5.5: constant 0.9124
-    (1.2577, 0.45153),  # log2 x = -5.25: constant 0.9920
-    (1.2352, 0.44746),  # log2 x = -5: constant 1.0778
-    (1.2073, 0.44238),  # log2 x = -4.75: constant 1.1698
-    (1.1728, 0.43603),  # log2 x = -4.5: constant 1.2678
-    (1.1614, 0.43507),  # log2 x = -4.25: constant 1.3741
-    (1.3165, 0.47144),  # log2 x = -4: constant 1.4962
-    (1.2768, 0.46491),  # log2 x = -3.75: constant 1.6189
-    (1.3399, 0.48144),  # log2 x = -3.5: constant 1.7521
-    (1.3844, 0.49428),  # log2 x = -3.25: constant 1.8925
-    (1.2962, 0.47868),  # log2 x = -3: constant 2.0384
-    (1.4716, 0.52112),  # log2 x = -2.75: constant 2.1964
-    (1.3259, 0.49474),  # log2 x = -2.5: constant 2.3576
-    (1.4833, 0.53475),  # log2 x = -2.25: constant 2.5312
-    (1.4408, 0.53276),  # log2 x = -2: constant 2.7075
-    (1.5653, 0.56742),  # log2 x = -1.75: constant 2.8886
-    (1.4489, 0.55264),  # log2 x = -1.5: constant 3.0719
-    (1.5274, 0.58063),  # log2 x = -1.25: constant 3.2615
-    (1.5958, 0.60814),  # log2 x = -1: constant 3.4508
-    (1.7044, 0.64574),  # log2 x = -0.75: constant 3.6380
-    (1.6623, 0.6552),  # log2 x = -0.5: constant 3.8234
-    (1.7175, 0.68752),  # log2 x = -0.25: constant 4.0034
-    (1.7555, 0.71978),  # log2 x = 0: constant 4.1766
-    (1.776, 0.68985),  # log2 x = 0.25: constant 4.3416
-    (1.8223, 0.66814),  # log2 x = 0.5: constant 4.4973
-    (1.8584, 0.64743),  # log2 x = 0.75: constant 4.6425
-    (1.8084, 0.61617),  # log2 x = 1: constant 4.7741
-    (1.9684, 0.61935),  # log2 x = 1.25: constant 4.8994
-    (1.8669, 0.58705),  # log2 x = 1.5: constant 5.0079
-    (1.8885, 0.57467),  # log2 x = 1.75: constant 5.1076
-    (2.122, 0.58989),  # log2 x = 2: constant 5.1995
-    (1.8885, 0.55031),  # log2 x = 2.25: constant 5.2714
-    (2.1903, 0.57418),  # log2 x = 2.5: constant 5.3486
-    (1.9785, 0.54231),  # log2 x = 2.75: constant 5.4065
-    (1.9354, 0.5306),  # log2 x = 3: constant 5.4534
-    (2.1886, 0.54993),  # log2 x = 3.25: constant 5.5116
-    (2.121, 0.53769),  # log2 x = 3.5: constant 5.5506
-    (2.007, 0.52214),  # log2 x = 3.75: constant 5.5763
-    (2.1906, 0.53547),  # log2 x = 4: constant 5.6153
-    (2.2824, 0.54025),  # log2 x = 4.25: constant 5.6401
-    (2.194, 0.52939),  # log2 x = 4.5: constant 5.6616
-    (2.2288, 0.52997),  # log2 x = 4.75: constant 5.6803
-    (2.2248, 0.52751),  # log2 x = 5: constant 5.6957
-    (2.1762, 0.52156),  # log2 x = 5.25: constant 5.7073
-    (2.1336, 0.51643),  # log2 x = 5.5: constant 5.7159
-    (2.159, 0.51739),  # log2 x = 5.75: constant 5.7265
-    (2.2523, 0.52422),  # log2 x = 6: constant 5.7375
-    (2.2055, 0.5194),  # log2 x = 6.25: constant 5.7430
-    (2.184, 0.51686),  # log2 x = 6.5: constant 5.7477
-    (2.2066, 0.51813),  # log2 x = 6.75: constant 5.7533
-    (2.1383, 0.5119),  # log2 x = 7: constant 5.7535
-    (2.0727, 0.50596),  # log2 x = 7.25: constant 5.7509
-    (2.1401, 0.51125),  # log2 x = 7.5: constant 5.7597
-    (2.0953, 0.5072),  # log2 x = 7.75: constant 5.7582
-    (2.1235, 0.50931),  # log2 x = 8: constant 5.7627
-    (2.176, 0.51346),  # log2 x = 8.25: constant 5.7680
-    (2.181, 0.51368),  # log2 x = 8.5: constant 5.7697
-    (2.1488, 0.51086),  # log2 x = 8.75: constant 5.7688
-    (2.184, 0.51364),  # log2 x = 9: constant 5.7720
-    (2.1526, 0.51095),  # log2 x = 9.25: constant 5.7709
-    (2.2055, 0.5152),  # log2 x = 9.5: constant 5.7746
-    (2.2435, 0.51822),  # log2 x = 9.75: constant 5.7765
-    (2.2416, 0.518),  # log2 x = 10: constant 5.7770
-)
 
-E: tuple[tuple[float, float], ...] = (
-    (0.66667, 0),  # log2 x = -16: constant 0.0000
-    (0.66667, 0),  # log2 x = -15.75: constant 0.0000
-    (0.66667, 0),  # log2 x = -15.5: constant 0.0001
-    (0.66667, 0),  # log2 x = -15.25: constant 0.0001
-    (0.66667, 0),  # log2 x = -15: constant 0.0001
-    (0.66667, 0),  # log2 x = -14.75: constant 0.0001
-    (0.66667, 0),  # log2 x = -14.5: constant 0.0001
-    (0.66667, 0),  # log2 x = -14.25: constant 0.0001
-    (0.66672, 0),  # log2 x = -14: constant 0.0002
-    (0.66672, 0),  # log2 x = -13.75: constant 0.0002
-    (0.66672, 0),  # log2 x = -13.5: constant 0.0002
-    (0.66672, 0),  # log2 x = -13.25: constant 0.0003
-    (0.66672, 0),  # log2 x = -13: constant 0.0003
-    (0.66672, 0),  # log2 x = -12.75: constant 0.0004
-    (0.66678, 0),  # log2 x = -12.5: constant 0.0005
-    (0.66678, 0),  # log2 x = -12.25: constant 0.0005
-    (0.66678, 0),  # log2 x = -12: constant 0.0006
-    (0.66684, 0),  # log2 x = -11.75: constant 0.0008
-    (0.66684, 0),  # log2 x = -11.5: constant 0.0009
-    (0.66689, 0),  # log2 x = -11.25: constant 0.0011
-    (0.66689, 0),  # log2 x = -11: constant 0.0013
-    (0.66695, 0),  # log2 x = -10.75: constant 0.0015
-    (0.66701, 0),  # log2 x = -10.5: constant 0.0018
-    (0.66706, 0),  # log2 x = -10.25: constant 0.0022
-    (0.66718, 0),  # log2 x = -10: constant 0.0026
-    (0.66723, 0),  # log2 x = -9.75: constant 0.0031
-    (0.66734, 0),  # log2 x = -9.5: constant 0.0036
-    (0.66746, 0),  # log2 x = -9.25: constant 0.0043
-    (0.66763, 0),  # log2 x = -9: constant 0.0051
-    (0.6678, 0),  # log2 x = -8.75: constant 0.0061
-    (0.66802, 0),  # log2 x = -8.5: constant 0.0072
-    (0.66831, 0),  # log2 x = -8.25: constant 0.0086
-    (0.66859, 0),  # log2 x = -8: constant 0.0102
-    (0.66898, 0),  # log2 x = -7.75: constant 0.0122
-    (0.66944, 0),  # log2 x = -7.5: constant 0.0145
-    (0.66995, 0),  # log2 x = -7.25: constant 0.0172
-    (0.67051, 0),  # log2 x = -7: constant 0.0204
-    (0.67125, 0),  # log2 x = -6.75: constant 0.0243
-    (0.67216, 0),  # log2 x = -6.5: constant 0.0288
-    (0.67319, 0),  # log2 x = -6.25: constant 0.0342
-    (0.67438, 0),  # log2 x = -6: constant 0.0406
-    (0.67581, 0),  # log2 x = -5.75: constant 0.0482
-    (0.67753, 0),  # log2 x = -5.5: constant 0.0571
-    (0.6796, 0),  # log2 x = -5.25: constant 0.0677
-    (0.68202, 0),  # log2 x = -5: constant 0.0803
-    (0.68485, 0),  # log2 x = -4.75: constant 0.0950
-    (0.68822, 0),  # log2 x = -4.5: constant 0.1124
-    (0.69219, 0),  # log2 x = -4.25: constant 0.1329
-    (0.69689, 0),  # log2 x = -4: constant 0.1569
-    (0.7024, 0),  # log2 x = -3.75: constant 0.1851
-    (0.7089, 0),  # log2 x = -3.5: constant 0.2180
-    (0.7165, 0),  # log2 x = -3.25: constant 0.2563
-    (0.72541, 0),  # log2 x = -3: constant 0.3007
-    (0.73586, 0),  # log2 x = -2.75: constant 0.3522
-    (0.63862, 0.46239),  # log2 x = -2.5: constant 0.4148
-    (0.67137, 0.48865),  # log2 x = -2.25: constant 0.5059
-    (0.70932, 0.5142),  # log2 x = -2: constant 0.6111
-    (0.75286, 0.53889),  # log2 x = -1.75: constant 0.7305
-    (0.80191, 0.56276),  # log2 x = -1.5: constant 0.8645
-    (0.8567, 0.58581),  # log2 x = -1.25: constant 1.0127
-    (0.91716, 0.60829),  # log2 x = -1: constant 1.1748
-    (0.98364, 0.63031),  # log2 x = -0.75: constant 1.3496
-    (1.0562, 0.65217),  # log2 x = -0.5: constant 1.5363
-    (1.1351, 0.67411),  # log2 x = -0.25: constant 1.7335
-    (1.2206, 0.69641),  # log2 x = 0: constant 1.9399
-    (1.3131, 0.71941),  # log2 x = 0.25: constant 2.1539
-    (1.4128, 0.74345),  # log2 x = 0.5: constant 2.3740
-    (1.5203, 0.76877),  # log2 x = 0.75: constant 2.5985
-    (1.636, 0.79564),  # log2 x = 1: constant 2.8258
-    (1.7604, 0.82442),  # log2 x = 1.25: constant 3.0543
-    (1.8939, 0.85532),  # log2 x = 1.5: constant 3.2825
-    (2.0372, 0.88853),  # log2 x = 1.75: constant 3.5091
-    (2.1906, 0.92433),  # log2 x = 2: constant 3.7328
-    (2.3548, 0.96297),  # log2 x = 2.25: constant 3.9525
-    (2.4699, 0.95592),  # log2 x = 2.5: constant 4.1638
-    (2.6233, 0.94915),  # log2 x = 2.75: constant 4.3598
-    (2.744, 0.93854),  # log2 x = 3: constant 4.5403
-    (2.8241, 0.92389),  # log2 x = 3.25: constant 4.7055
-    (2.982, 0.92222),  # log2 x = 3.5: constant 4.8554
-    (3.0051, 0.90423),  # log2 x = 3.75: constant 4.9915
-    (3.1281, 0.90124),  # log2 x = 4: constant 5.1141
-    (3.1626, 0.88919),  # log2 x = 4.25: constant 5.2238
-    (3.2401, 0.88403),  # log2 x = 4.5: constant 5.3220
-    (3.3251, 0.88112),  # log2 x = 4.75: constant 5.4098
-    (3.4106, 0.87946),  # log2 x = 5: constant 5.4879
-    (3.4436, 0.87361),  # log2 x = 5.25: constant 5.5569
-    (3.5006, 0.87132),  # log2 x = 5.5: constant 5.6184
-    (3.564, 0.87059),  # log2 x = 5.75: constant 5.6729
-    (3.5949, 0.86764),  # log2 x = 6: constant 5.7210
-    (3.6942, 0.87176),  # log2 x = 6.25: constant 5.7639
-    (3.7073, 0.86859),  # log2 x = 6.5: constant 5.8017
-    (3.7439, 0.86815),  # log2 x = 6.75: constant 5.8352
-    (3.7369, 0.86441),  # log2 x = 7: constant 5.8648
-    (3.7885, 0.86624),  # log2 x = 7.25: constant 5.8912
-    (3.8226, 0.86692),  # log2 x = 7.5: constant 5.9147
-    (3.8117, 0.86406),  # log2 x = 7.75: constant 5.9354
-    (3.8636, 0.86684),  # log2 x = 8: constant 5.9540
-    (3.846, 0.86398),  # log2 x = 8.25: constant 5.9705
-    (3.908, 0.86801),  # log2 x = 8.5: constant 5.9853
-    (3.8741, 0.86419),  # log2 x = 8.75: constant 5.9985
-    (3.8859, 0.86434),  # log2 x = 9: constant 6.0103
-    (3.903, 0.86507),  # log2 x = 9.25: constant 6.0209
-    (3.9236, 0.86617),  # log2 x = 9.5: constant 6.0304
-    (3.9475, 0.86764),  # log2 x = 9.75: constant 6.0389
-    (3.9329, 0.86602),  # log2 x = 10: constant 6.0466
-)
+@functools.cache
+def _load() -> dict[str, Any]:
+    import json
+    from importlib import resources
 
-C: tuple[float, float] = (2.2443, 0.51787)  # constant 1.9266 (units mnk/√M)
+    data = json.loads(resources.files(__name__.rpartition(".")[0]).joinpath("params.json")
+                      .read_text(encoding="utf-8"))
+    tables = {name: tuple((row[0], row[1]) for row in data[name]) for name in "ABDE"}
+    return {"grid": tuple(data["grid_log2_x"]), "C": (data["C"][0], data["C"][1]), **tables}
+
+
+def grid() -> tuple[float, ...]:
+    """The nodes log2(d²/M) of the tables (from -16 to 10 in steps of 1/4)."""
+    return _load()["grid"]
+
+
+def table(name: str) -> Table:
+    """Theorem ``name``'s table ("A", "B", "D" or "E"): (K/M, multiplier) at each node."""
+    return _load()[name]
+
+
+def matmul() -> tuple[float, float]:
+    """Theorem C's (K/M, μ/√M): one pair, matmul's optimum does not depend on the sizes."""
+    return _load()["C"]
+
+
+def lookup(tab: Table, x: float) -> tuple[float, float]:
+    """The tabulated (K/M, multiplier) at ``x = d²/M``: linear in log2 x between the grid's
+    nodes, the end values outside it."""
+    nodes = grid()
+    t = math.log2(x)
+    if t <= nodes[0]:
+        return tab[0]
+    if t >= nodes[-1]:
+        return tab[-1]
+    step = nodes[1] - nodes[0]
+    i = min(int((t - nodes[0]) / step), len(nodes) - 2)
+    w = (t - nodes[i]) / step
+    (k0, m0), (k1, m1) = tab[i], tab[i + 1]
+    return k0 + w * (k1 - k0), m0 + w * (m1 - m0)

@@ -15,16 +15,28 @@ tight it is.
   "branches" ``c2·p² + c3·p³``;
 * :func:`pooled_lambdas`: Λ, Λ_f, Λ_l of the pooled arguments (Theorems B, E): maxima over R of
   ``E(I, X) = max_{0 <= r <= ρ(I)} √(J(I)·(X + r)) - ν·r`` with I + X fixed;
-* :func:`segments_bound`: the least h and ``K·(h - 1)``.
+* :func:`segments_bound`: the least h and ``K·(h - 1)``;
+* :func:`tabulated_best`: a theorem at its tabulated (K, multiplier), plus a few more segment
+  lengths when the execution has few segments (docs/bounds.md §12);
+* :class:`PairsTheorem`: Theorems A, B, D, E as data (their work, table, kind, words), evaluated
+  for P required pairs or a Shape: what each theorem's three public functions return.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["INFLATE", "Branch", "pooled_lambdas", "potential_lambdas", "segments_bound",
-           "sum_line_peak"]
+from ..core.checks import check_int
+from ..core.workload import Shape
+from . import params
+from .base import Bound, check_M, pairs_of, regime_of
+
+__all__ = ["FEW_SEGMENTS", "INFLATE", "K_FACTORS", "Branch", "PairsTheorem", "pooled_lambdas",
+           "potential_lambdas", "segments_bound", "sum_line_peak", "tabulated_best"]
 
 #: Every per-segment maximum is multiplied by this before it divides (rounding safety).
 INFLATE = 1.0 + 1e-9
@@ -211,3 +223,94 @@ def pooled_lambdas(M: float, K: float, nu: float, J: Callable[[float], float],
     lam_f = _pooled_max(M + K, 0.0, K, *args) + nu * (M + K)
     lam_l = _pooled_max(M + K, M, M + K, *args) + nu * (M + K)
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+
+
+# ---------------------------------------------------------------------------- evaluation (A-E)
+#: Fewer segments than this (value < FEW_SEGMENTS·K): the first and last segments weigh, and
+#: :func:`tabulated_best` tries the segment lengths ``K_FACTORS`` times the tabulated one too.
+FEW_SEGMENTS = 64
+K_FACTORS = (0.5, 0.7, 1.4, 2.0, 3.0)
+
+
+def tabulated_best(value: Callable[[int, float], int], M: int, kappa: float, p: float, *,
+                   zero_too: bool, retry: bool = True) -> tuple[int, int, float]:
+    """(value, K, multiplier): the largest ``value(K, multiplier)`` at the tabulated segment length
+    ``K = κ·M`` and multiplier p and, when the execution has few segments (and ``retry``), at
+    ``K = f·κ·M`` for f in :data:`K_FACTORS`, with p and, if ``zero_too``, with 0 (no potential).
+    Every (K, multiplier) gives a valid bound: this only picks the tightest of a few."""
+    K = max(1, round(kappa * M))
+    best = (value(K, p), K, p)
+    if best[0] < FEW_SEGMENTS * K and retry:
+        for f in K_FACTORS:
+            K2 = max(1, round(f * kappa * M))
+            for p2 in ((p, 0.0) if zero_too else (p,)):
+                v = value(K2, p2)
+                if v > best[0]:
+                    best = (v, K2, p2)
+    return best
+
+
+@dataclass(frozen=True, eq=False)
+class PairsTheorem:
+    """One of Theorems A, B, D, E: ``Q >= K·(h - 1)`` for a workload of P required pairs (over all
+    query heads), evaluated at the parameters tabulated for x = d²/M (:mod:`attnio.bounds.params`).
+
+    ``value(P, d, M, K, multiplier)`` is the theorem at any segment length and multiplier.  The
+    ``kind`` says what the multiplier is and how the few-segment refinement runs:
+
+    * "potential" (A, D): a potential μ per accumulator word, ``tabulated·max(√M, M/d)``; with few
+      segments the other K are tried with μ and with μ = 0;
+    * "pooled" (B, E): the root-piece multiplier ``ν = min(tabulated·√M, nu_max·d)``; the other K
+      only for M <= 16d² (beyond, the potential bound is the stronger one by far and this one only
+      costs time).
+
+    Each theorem's module exposes :meth:`pairs` as ``<name>_pairs``, :meth:`for_shape` as
+    ``<name>_for``, and a function ``<name>(N, d, M, ...)`` stating the theorem.
+    """
+
+    name: str  #: the public function's name (Bound.name)
+    theorem: str  #: Bound.theorem
+    assumptions: tuple[str, ...]  #: the class of algorithms it speaks of
+    table: str  #: its table in params ("A", "B", "D", "E")
+    value: Callable[[int, int, int, int, float], int]
+    kind: Literal["potential", "pooled"]
+    nu_max: float = 0.0  #: pooled: ν is capped at nu_max·d (the theorem needs ν below c·d)
+
+    def search(self, P: int, d: int, M: int) -> tuple[int, int, float]:
+        """(value, K, multiplier) of the best of the few parameters tried (cached)."""
+        return _search(self, P, d, M)
+
+    def pairs(self, P: int, d: int, M: int) -> Bound:
+        """The theorem for P required pairs (over all query heads), head dimension d, M fast
+        words; P, d and M checked (a ParameterError names the bad one)."""
+        P, d, M = check_int("P", P, minimum=0), check_int("d", d), check_M(M)
+        value, K, p = self.search(P, d, M)
+        if self.kind == "potential":
+            parameter = f"potential μ = {p:.4g} per accumulator word"
+        else:
+            parameter = f"root-piece multiplier ν = {p:.4g}"
+        return Bound(value, self.theorem,
+                     (*self.assumptions, f"segments of K = {K} I/Os, {parameter}"),
+                     True, name=self.name, regime=regime_of(d, M))
+
+    def for_shape(self, shape: Shape, M: int) -> Bound:
+        """The theorem for ``shape`` (all its query heads; P from its mask)."""
+        return self.pairs(pairs_of(shape), shape.d, check_M(M))
+
+
+@functools.lru_cache(maxsize=4 * 4096)
+def _search(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, float]:
+    if P == 0:
+        return 0, 0, 0.0
+    kappa, t = params.lookup(params.table(theorem.table), d * d / M)
+    potential = theorem.kind == "potential"
+    if potential:
+        p = t * max(math.sqrt(M), M / d)
+    else:
+        p = min(t * math.sqrt(M), theorem.nu_max * d)
+
+    def value(K: int, q: float) -> int:
+        return theorem.value(P, d, M, K, q)
+
+    return tabulated_best(value, M, kappa, p, zero_too=potential,
+                          retry=potential or M <= 16 * d * d)
