@@ -9,6 +9,7 @@ import pkgutil
 import pytest
 
 import attnio
+from conftest import need
 
 # the first layout's deprecated aliases (they only re-export) and the entry point
 _SKIP = {"attnio.__main__", "attnio.algorithms.matmul", "attnio.approx.bounds",
@@ -16,10 +17,14 @@ _SKIP = {"attnio.__main__", "attnio.algorithms.matmul", "attnio.approx.bounds",
                                    "dag", "sweep", "store", "report"))}
 MODULES = sorted(m.name for m in pkgutil.walk_packages(attnio.__path__, "attnio.")
                  if m.name not in _SKIP)
+# modules whose examples use an optional package: skipped, naming the extra, without it
+_EXAMPLES_NEED = {"attnio.torch_ops": "torch"}
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_module_docstring_examples_run(name):
+    if name in _EXAMPLES_NEED:
+        need(_EXAMPLES_NEED[name])
     mod = importlib.import_module(name)
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0, f"{result.failed} failing example(s) in {name}"
