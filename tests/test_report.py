@@ -171,6 +171,7 @@ def test_cli_report(tmp_path, capsys, report):
 def user_report(tmp_path_factory):
     """A user's own small grid: two algorithms, two head dims, a few N and M, with and without
     the causal mask, grouped-query heads: every setting gets figures and a best table."""
+    need("matplotlib")  # the report draws its figures
     base = tmp_path_factory.mktemp("user")
     db = base / "u.sqlite"
     run_sweep([Grid(N=parse_values("N", "256:1024:x2"), d=(16, 32), M=(1024, 4096, 16384),
