@@ -150,7 +150,9 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     t = tiling if tiling is not None and not isinstance(tiling, (dict, str, int)) else \
         alg.coerce_tiling(shp, check_int("M", M, minimum=1, maximum=MAX_M), tiling)
     if mode == "count":
-        return Cost(0, 0.0, "count mode")
+        if shp.block_mask is None:
+            return Cost(0, 0.0, "count mode")
+        return _sparse_count_cost(alg, shp, t, backward_schedule if backward else None)
     seconds, _, _ = estimate_compute_seconds(alg, shp, t)
     q = shp.n_heads * shp.Nq * shp.d
     kv = shp.n_kv_heads * shp.Nkv * shp.d
@@ -174,6 +176,26 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
         what = "the inputs and the simulator's slow memory"
     seconds += words * COPY_SECONDS_PER_WORD  # creating, filling and copying the arrays
     return Cost(int(words) * max(8, int(itemsize)), seconds, what)
+
+
+def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
+                       backward_schedule: tuple[Any, Any] | None) -> Cost:
+    """Count mode on a block-sparse layout: the schedule visits its kept tiles one by one (no
+    closed-form bulk over an irregular layout) from a map of every tile, built from the layout's
+    prefix sums."""
+    bm = shp.block_mask
+    assert bm is not None
+    words = 8 * (bm.Tq + 1) * (bm.Tk + 1)  # the layout's int64 prefix sums
+    steps = shp.n_heads * max(0, int(alg.steps(shp, t)))
+    tilings = [t]
+    if backward_schedule is not None and backward_schedule[0] is not None:
+        bwd, bt = backward_schedule
+        steps += shp.n_heads * max(0, int(bwd.steps(shp, bt)))
+        tilings.append(bt)
+    for tl in tilings:  # one boolean per tile of each map
+        words += -(-shp.Nq // max(1, int(getattr(tl, "Br", 1)))) * \
+            -(-shp.Nkv // max(1, int(getattr(tl, "Bc", 1))))
+    return Cost(int(words), steps * STEP_SECONDS, "the block-sparse tile map and its steps")
 
 
 def check_logits(data: tuple[np.ndarray, ...], scale: float, dtype: Any) -> None:
@@ -348,8 +370,9 @@ def run(
                     backward_schedule=(bwd, bt) if backward else None,
                     itemsize=dtype.itemsize)
     check_cost(cost, subject=f"{mode} mode on {shp.describe()}", max_memory=max_memory,
-               budget_s=budget_s if mode == "compute" else None, force=force,
-               instead="use mode='count' (same counts) or a smaller N")
+               budget_s=budget_s if mode == "compute" or shp.block_mask is not None else None,
+               force=force, instead="use mode='count' (same counts) or a smaller N"
+               if mode == "compute" else "use attnio.plan (closed forms) or a smaller N")
     if data is not None and mode == "compute":
         check_logits(data, s, dtype)
     total_steps = shp.n_heads * max(0, int(alg.steps(shp, t))) if progress is not None else 0

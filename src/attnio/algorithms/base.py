@@ -275,9 +275,9 @@ class BackwardSchedule(TiledSchedule):
     def check_shape(self, shape: Shape) -> None:
         """Raise a ParameterError naming the mask this schedule does not support."""
         why = self.unsupported(shape)
-        if why is not None:
-            param = "window" if "window" in why else "block_mask"
-            raise ParameterError(f"backward_algorithm={self.name!r} has {why}", param=param)
+        if why is not None:  # the user chose this schedule: name the choice, not the mask
+            raise ParameterError(f"backward_algorithm={self.name!r} has {why}; flash2_backward "
+                                 "supports every mask", param="backward_algorithm")
 
     def search(self, shape: Shape, M: int) -> tuple[Any, IOCount] | None:
         """The least-(I/O, steps) candidate tiling that fits in M and its count, or None."""

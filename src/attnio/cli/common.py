@@ -157,21 +157,28 @@ def backward_from_args(args: argparse.Namespace) -> str | None:
     return get_backward(name).name
 
 
-#: A layout of more blocks than this is refused before it is drawn (a boolean each: 256 MB).
-MAX_LAYOUT_BLOCKS = 1 << 28
+#: A layout of more blocks than this is refused before it is drawn: the closed forms work on
+#: the layout (about 4x its size per candidate tiling), so a plan stays well under a second.
+MAX_LAYOUT_BLOCKS = 1 << 20
 
 
 def default_block_size(shape: Shape, M: int) -> int:
     """The block side a ``--density`` layout gets without ``--block-size``: the largest power of
     two <= max(1, M // (4d)), and at most max(Nq, Nkv) — flash2's tile side Br = Bc ≈ M/(4d), so
-    its tiles hold whole blocks and the skipped fraction is the layout's.
+    its tiles hold whole blocks and the skipped fraction is the layout's — raised to the least
+    power of two that keeps the layout within :data:`MAX_LAYOUT_BLOCKS` blocks.
 
     >>> default_block_size(Shape(4096, 4096, 64), 65536)
     256
+    >>> default_block_size(Shape(65536, 65536, 64), 4096)  # 16 would make 4096 x 4096 blocks
+    64
     """
     side = max(1, M // (4 * shape.d))
     b = 1 << (side.bit_length() - 1)
-    return max(1, min(b, 1 << (max(shape.Nq, shape.Nkv) - 1).bit_length()))
+    b = max(1, min(b, 1 << (max(shape.Nq, shape.Nkv) - 1).bit_length()))
+    while -(-shape.Nq // b) * -(-shape.Nkv // b) > MAX_LAYOUT_BLOCKS:
+        b *= 2
+    return b
 
 
 def block_mask_from_args(args: argparse.Namespace, shape: Shape, M: int) -> Shape:
@@ -205,7 +212,7 @@ def block_mask_from_args(args: argparse.Namespace, shape: Shape, M: int) -> Shap
         density = check_real("density", density, lo=0, hi=1, lo_open=True,
                              what="the fraction of kept blocks")
     if bs is not None:
-        bs = check_int("block_size", bs, minimum=1)
+        bs = check_int("block_size", bs, minimum=1, maximum=max(shape.Nq, shape.Nkv))
     if seed is not None:
         if path is not None:
             raise ParameterError("--layout-seed applies to a --density layout",
@@ -219,6 +226,10 @@ def block_mask_from_args(args: argparse.Namespace, shape: Shape, M: int) -> Shap
                 f"--block-mask {path}: a {bm.Tq}x{bm.Tk} layout for Nq={shape.Nq}, "
                 f"Nkv={shape.Nkv} has blocks of {bm.bq}x{bm.bk}; blocks are square, so it needs "
                 f"{bm.Tq}x{need} blocks (or give --block-size)", param="block_mask")
+        if bm.Tq * bm.Tk > MAX_LAYOUT_BLOCKS:
+            raise ParameterError(f"--block-mask {path}: a layout of {bm.Tq}x{bm.Tk} blocks is "
+                                 f"more than {MAX_LAYOUT_BLOCKS:,}; use larger blocks",
+                                 param="block_mask")
         return shape.with_mask(block_mask=bm)
     b = default_block_size(shape, M) if bs is None else bs
     blocks = -(-shape.Nq // b) * -(-shape.Nkv // b)

@@ -320,10 +320,12 @@ def main(args) -> int:
     if mode == "compute":
         cost = cost + reference.cost(shape.Nq, shape.Nkv, shape.d, shape.n_heads,
                                      backward=args.backward)
+    sparse = shape.block_mask is not None  # its count mode walks the kept tiles: budgeted too
     check_cost(cost, subject=f"{mode} mode on {shape.describe()}",
-               budget_s=res_kw["budget_s"] if mode == "compute" else None,
+               budget_s=res_kw["budget_s"] if mode == "compute" or sparse else None,
                force=bool(res_kw["force"]), max_memory=res_kw["max_memory"],
-               instead="use --count-only (same counts) or a smaller --N")
+               instead="use --count-only (same counts) or a smaller --N" if mode == "compute"
+               else "use `attnio plan` (closed forms) or a smaller --N")
 
     opts: dict[str, Any] = dict(M=M, scale=args.scale, tiling=tiling, backward=args.backward,
                                 backward_algorithm=bwd_name, **res_kw)

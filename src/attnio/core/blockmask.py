@@ -42,6 +42,7 @@ from .errors import ParameterError
 __all__ = ["BlockMask"]
 
 _ALIGNMENTS = ("bottom_right", "top_left")
+_MAX_BLOCK = 1 << 40  # a block side beyond any sequence length (counts stay in int64)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -58,8 +59,8 @@ class BlockMask:
     __slots__ = ("_digest", "_hash", "bk", "bq", "layout")
 
     def __init__(self, layout: Any, bq: int, bk: int | None = None):
-        bq = check_int("block_mask.bq", bq, minimum=1)
-        bk = bq if bk is None else check_int("block_mask.bk", bk, minimum=1)
+        bq = check_int("block_mask.bq", bq, minimum=1, maximum=_MAX_BLOCK)
+        bk = bq if bk is None else check_int("block_mask.bk", bk, minimum=1, maximum=_MAX_BLOCK)
         try:
             a = np.asarray(layout)
         except (TypeError, ValueError) as e:  # ragged nested lists
@@ -67,7 +68,7 @@ class BlockMask:
                                  param="block_mask") from None
         if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
             raise ParameterError(f"block_mask must be a 2-D boolean array (query blocks x key "
-                                 f"blocks), got shape {a.shape}", param="block_mask")
+                                 f"blocks), got an array of dimensions {a.shape}", param="block_mask")
         if a.dtype != np.bool_:
             if not np.issubdtype(a.dtype, np.integer) or not np.isin(a, (0, 1)).all():
                 raise ParameterError(f"block_mask must be a boolean array (integers 0/1 are "
@@ -76,7 +77,7 @@ class BlockMask:
         a = np.ascontiguousarray(a, dtype=bool).copy()
         a.setflags(write=False)
         if not a.any():
-            raise ParameterError("block_mask keeps no block: its density must be in (0, 1]",
+            raise ParameterError("block_mask keeps no block: at least one entry must be True",
                                  param="block_mask")
         self.layout = a
         self.bq, self.bk = bq, bk
@@ -166,7 +167,7 @@ class BlockMask:
                                  "one boolean array with numpy.save", param="block_mask")
         if a.ndim != 2 or a.size == 0:
             raise ParameterError(f"block_mask must be a 2-D boolean array (query blocks x key "
-                                 f"blocks), got shape {a.shape}", param="block_mask")
+                                 f"blocks), got an array of dimensions {a.shape}", param="block_mask")
         Nq, Nkv = check_int("Nq", Nq), check_int("Nkv", Nkv)
         if a.shape[0] > Nq or a.shape[1] > Nkv:
             raise ParameterError(f"block_mask has {a.shape[0]}x{a.shape[1]} blocks, more than "

@@ -423,22 +423,62 @@ def layout_sums(bm: BlockMask, Nq: int, Nkv: int, Br: int, Bc: int, *,
     Query tiles i (Br rows) against key tiles j (Bc keys), ``seen_i`` when tile row i meets a
     kept block, ``count_i``/``width_i`` the number and width of its kept tiles; ``keys=True``
     swaps the roles (key tiles against the query tiles that see them), as
-    :func:`key_block_sums` does for a causal mask.  O(number of tiles), from the layout.
+    :func:`key_block_sums` does for a causal mask.
+
+    Tiles that meet the same layout blocks (and have the same size) are counted together: the
+    work is O(distinct block ranges²), at most about (2·layout rows + 1) x (2·layout columns + 1)
+    however small the tiles, never O(number of tiles).
     """
-    t = bm.tiles(Nq, Nkv, Br, Bc)
-    total, B, Z, S = Nq, Br, Nkv, Bc
+    bm.check(Nq, Nkv)
+    rows = _tile_groups(Nq, Br, bm.bq)  # (a, b, size, multiplicity) per group of query tiles
+    cols = _tile_groups(Nkv, Bc, bm.bk)
+    P = np.zeros((bm.Tq + 1, bm.Tk + 1), dtype=np.int64)  # 2-D prefix sums of the layout
+    P[1:, 1:] = np.cumsum(np.cumsum(bm.layout, axis=0, dtype=np.int64), axis=1)
+    (a, b, _, _), (c, e, _, _) = rows, cols
+    kept = (P[b][:, e] - P[a][:, e] - P[b][:, c] + P[a][:, c]) > 0
     if keys:
-        t, total, B, Z, S = t.T, Nkv, Bc, Nq, Br
-    size = np.full(t.shape[0], B, dtype=np.int64)
-    size[-1] = total - (t.shape[0] - 1) * B
-    other = np.full(t.shape[1], S, dtype=np.int64)
-    other[-1] = Z - (t.shape[1] - 1) * S
-    seen = t.any(axis=1)
-    count = t.sum(axis=1, dtype=np.int64)
-    width = t.astype(np.int64) @ other
-    return BlockSums(int(t.shape[0]), int(seen.sum()), int((seen * size).sum()),
-                     int(count.sum()), int(width.sum()), int((size * count).sum()),
-                     int((size * width).sum()))
+        kept, rows, cols = kept.T, cols, rows
+    size, mult = rows[2], rows[3]
+    other_n, other_w = cols[3], cols[3] * cols[2]  # tiles, and their total width, per group
+    seen = kept.any(axis=1)
+    count = kept.astype(np.int64) @ other_n
+    width = kept.astype(np.int64) @ other_w
+    return BlockSums(int(mult.sum()), int((mult * seen).sum()), int((mult * seen * size).sum()),
+                     int((mult * count).sum()), int((mult * width).sum()),
+                     int((mult * size * count).sum()), int((mult * size * width).sum()))
+
+
+def _tile_groups(total: int, T: int, b: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The size-T tiles of an axis of ``total`` grouped by the layout blocks (of size b) they
+    meet: ``(a, e, size, multiplicity)`` arrays, the tiles of a group meeting blocks [a, e) and
+    all ``size`` long.  Computed per block of the coarser partition, without listing the tiles
+    when they are finer than the blocks."""
+    n = -(-total // T)
+    if T >= b or n <= 4 * (-(-total // b)) + 4:  # few tiles: list them
+        t0 = np.arange(n, dtype=np.int64) * T
+        t1 = np.minimum(total, t0 + T)
+        keys = np.stack([t0 // b, (t1 - 1) // b + 1, t1 - t0], axis=1)
+    else:  # many tiles finer than the blocks: the distinct (first, last block) ranges are few
+        starts = np.unique(np.concatenate([
+            np.arange(0, total, b, dtype=np.int64) // T,  # the tile holding each block start
+            ((np.arange(0, total, b, dtype=np.int64) + b - 1) // T).clip(max=n - 1),
+            np.array([n - 1], dtype=np.int64)]))
+        t0 = starts * T
+        t1 = np.minimum(total, t0 + T)
+        # the tiles between two listed ones lie inside one block, all of size T
+        gap = np.diff(np.append(starts, n)) - 1
+        inner0 = (starts + 1) * T
+        keys = np.concatenate([
+            np.stack([t0 // b, (t1 - 1) // b + 1, t1 - t0], axis=1),
+            np.stack([inner0 // b, inner0 // b + 1, np.full_like(inner0, T)], axis=1)[gap > 0]])
+        counts = np.concatenate([np.ones(len(starts), dtype=np.int64), gap[gap > 0]])
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        mult = np.bincount(inv.ravel(), weights=counts, minlength=len(uniq)).astype(np.int64)
+        return uniq[:, 0], uniq[:, 1], uniq[:, 2], mult
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    mult = np.bincount(inv.ravel(), minlength=len(uniq)).astype(np.int64)
+    return uniq[:, 0], uniq[:, 1], uniq[:, 2], mult
 
 
 class SplitSums(NamedTuple):
