@@ -185,17 +185,17 @@ def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
     prefix sums."""
     bm = shp.block_mask
     assert bm is not None
-    words = 8 * (bm.Tq + 1) * (bm.Tk + 1)  # the layout's int64 prefix sums
+    nbytes = 8 * (bm.Tq + 1) * (bm.Tk + 1)  # the layout's int64 prefix sums
     steps = shp.n_heads * max(0, int(alg.steps(shp, t)))
     tilings = [t]
     if backward_schedule is not None and backward_schedule[0] is not None:
         bwd, bt = backward_schedule
         steps += shp.n_heads * max(0, int(bwd.steps(shp, bt)))
         tilings.append(bt)
-    for tl in tilings:  # one boolean per tile of each map
-        words += -(-shp.Nq // max(1, int(getattr(tl, "Br", 1)))) * \
+    for tl in tilings:  # one boolean (byte) per tile of each map
+        nbytes += -(-shp.Nq // max(1, int(getattr(tl, "Br", 1)))) * \
             -(-shp.Nkv // max(1, int(getattr(tl, "Bc", 1))))
-    return Cost(int(words), steps * STEP_SECONDS, "the block-sparse tile map and its steps")
+    return Cost(int(nbytes), steps * STEP_SECONDS, "the block-sparse tile map and its steps")
 
 
 def check_logits(data: tuple[np.ndarray, ...], scale: float, dtype: Any) -> None:
