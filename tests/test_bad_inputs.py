@@ -121,6 +121,10 @@ API_CASES = [
      "block_mask must be a 2-D boolean array"),
     ("block mask keeps nothing", lambda: attnio.BlockMask(np.zeros((2, 2), bool), 4),
      ParameterError, "keeps no block: at least one entry must be True"),
+    ("block-sparse count over budget", lambda: attnio.run(
+        "flash2", shape=Shape(65536, 65536, 64, block_mask=attnio.BlockMask.random(
+            65536, 65536, 64, density=0.5)), M=4096, mode="count"), ParameterError,
+     "the block-sparse tile map and its steps"),
     ("block size beyond any sequence", lambda: attnio.BlockMask([[1]], 2 ** 70), ParameterError,
      "block_mask.bq must be an integer in [1, 2**40]"),
     ("density zero", lambda: attnio.BlockMask.random(16, 16, 4, density=0.0), ParameterError,
