@@ -124,7 +124,7 @@ API_CASES = [
     ("block-sparse count over budget", lambda: attnio.run(
         "flash2", shape=Shape(65536, 65536, 64, block_mask=attnio.BlockMask.random(
             65536, 65536, 64, density=0.5)), M=4096, mode="count"), ParameterError,
-     "the block-sparse tile map and its steps"),
+     "more than budget_s (300 s); use attnio.plan (closed forms)"),
     ("block size beyond any sequence", lambda: attnio.BlockMask([[1]], 2 ** 70), ParameterError,
      "block_mask.bq must be an integer in [1, 2**40]"),
     ("density zero", lambda: attnio.BlockMask.random(16, 16, 4, density=0.0), ParameterError,
