@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sqlite3
 import sys
 from types import ModuleType
 
@@ -41,6 +42,19 @@ def block_parquet_engines(monkeypatch: pytest.MonkeyPatch) -> None:
         importlib.import_module("pandas")
     for engine in ("pyarrow", "fastparquet"):
         monkeypatch.setitem(sys.modules, engine, None)
+
+
+def stored_rows(db) -> int:
+    """Rows of a results database's ``results`` table, read-only (0 when the file or its schema
+    does not exist yet): what a test watching a running sweep polls."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
 
 
 def need(module: str) -> ModuleType:

@@ -26,6 +26,7 @@ import pytest
 from attnio.cli import main as cli_main
 from attnio.experiments.store import ResultsStore
 from attnio.experiments.sweep import Grid, parse_values, run_sweep
+from conftest import stored_rows
 
 LIMIT_S = 2.0
 SMALL = ["--algo", "flash2", "--N", "64", "--d", "8", "--M", "256", "--quiet", "--jobs", "1"]
@@ -360,17 +361,6 @@ CTRL_C_GRID = ["--algo", "flash2,flash1,standard", "--N", "256:16384:x2", "--d",
                "--M", "256:1048576:x2", "--causal", "both"]
 
 
-def _count(db) -> int:
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-        try:
-            return con.execute("SELECT COUNT(*) FROM results").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return 0
-
-
 def ctrl_c_trial(db: Path, jobs: int, *, double: bool = False, wait_s: float = 0.0,
                  grid: list[str] = CTRL_C_GRID) -> tuple[int, float, list[str]]:
     """Start ``attnio sweep``, press Ctrl-C (SIGINT to its process group, as a terminal does)
@@ -380,7 +370,7 @@ def ctrl_c_trial(db: Path, jobs: int, *, double: bool = False, wait_s: float = 0
                              str(jobs), *grid], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while _count(db) == 0 and proc.poll() is None and time.monotonic() < deadline:
+    while stored_rows(db) == 0 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(wait_s)
     t0 = time.monotonic()
@@ -413,7 +403,7 @@ def test_ctrl_c_exits_within_2s_with_one_line_and_resumes_losslessly(tmp_path, u
     assert code == 130, lines
     assert len(lines) == 1 and "interrupted" in lines[0] and "resume" in lines[0], lines
     assert dt < LIMIT_S, f"{dt:.2f} s"
-    assert 0 < _count(db) < len(uninterrupted)
+    assert 0 < stored_rows(db) < len(uninterrupted)
     assert cli_main(["sweep", "--db", str(db), "--quiet", "--jobs", "2", *CTRL_C_GRID]) == 0
     with ResultsStore(db, readonly=True) as st:
         rows = [{k: v for k, v in r.items() if k not in ("wall_s", "created_at")}

@@ -17,6 +17,7 @@ import pytest
 
 from attnio.cli import main as cli_main
 from attnio.experiments.store import ResultsStore, StoreError
+from conftest import stored_rows
 
 GRID = ["--algo", "flash2,standard,square_tiling,flash1", "--N", "256:4096:x2", "--d", "16,64",
         "--M", "256:1048576:x4", "--causal", "both"]
@@ -36,17 +37,6 @@ REQUIRED = {
 
 def _stable(rows):
     return [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]
-
-
-def _count(db) -> int:
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-        try:
-            return con.execute("SELECT COUNT(*) FROM results").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return 0
 
 
 def _check_whole_rows(db) -> int:
@@ -111,7 +101,7 @@ def _kill_and_resume(tmp_path, *, trials: int, min_mid: int) -> None:
             time.sleep(rng.uniform(0.05, 1.1) * span)
         else:  # once this run has committed rows: inside the sweep proper
             deadline = time.monotonic() + span
-            while (_count(db) <= before and proc.poll() is None
+            while (stored_rows(db) <= before and proc.poll() is None
                    and time.monotonic() < deadline):
                 time.sleep(0.01)
             time.sleep(rng.uniform(0.0, 0.5))

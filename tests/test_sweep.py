@@ -29,7 +29,7 @@ from attnio.experiments.sweep import (
     run_config,
     run_sweep,
 )
-from conftest import block_parquet_engines, need
+from conftest import block_parquet_engines, need, stored_rows
 
 VOLATILE = ("wall_s", "created_at")  # the only columns that differ between two runs
 
@@ -220,17 +220,6 @@ KILL_ARGS = ["--algo", "flash2,flash1", "--N", "256:16384:x2", "--d", "16,64",
 KILL_TOTAL = 2 * 7 * 2 * 13 * 2
 
 
-def _count(db) -> int:
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-        try:
-            return con.execute("SELECT COUNT(*) FROM results").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return 0
-
-
 def test_sigkill_mid_sweep_then_restart_loses_and_duplicates_nothing(tmp_path):
     db = tmp_path / "killed.sqlite"
     cmd = [sys.executable, "-m", "attnio", "sweep", "--db", str(db), "--jobs", "2", "--quiet",
@@ -240,11 +229,11 @@ def test_sigkill_mid_sweep_then_restart_loses_and_duplicates_nothing(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     total = KILL_TOTAL
     deadline = time.monotonic() + 60
-    while _count(db) < 1 and proc.poll() is None and time.monotonic() < deadline:
+    while stored_rows(db) < 1 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, mid-transaction or not
     proc.wait()
-    at_kill = _count(db)
+    at_kill = stored_rows(db)
     assert proc.returncode == -signal.SIGKILL
     assert 0 < at_kill < total, f"kill came too late or too early ({at_kill} of {total} rows)"
     restart = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)

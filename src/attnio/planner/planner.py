@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import algorithms as _alg
 from .. import bounds as _bounds
@@ -365,6 +365,20 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
     return Candidate(alg.name, found.tiling, io, found.steps, alg.exact, error, found.tried)
 
 
+_C = TypeVar("_C")
+
+
+def _ranked(scored: list[tuple[tuple[int, int, int], _C]], skipped: list[tuple[str, str]],
+            what: str, shape: Shape, M: int) -> tuple[_C, ...]:
+    """The scored candidates, least I/O first (ties: fewer steps, then registration order); a
+    ParameterError naming M, with why each ``what`` was skipped, when none fits."""
+    if not scored:
+        raise ParameterError(f"M={M}: no {what} fits in M words for {shape.describe()} "
+                             f"({'; '.join(f'{a}: {r}' for a, r in skipped)})", param="M")
+    scored.sort(key=lambda kc: kc[0])
+    return tuple(c for _, c in scored)
+
+
 def backward_plan(shape: Shape, M: int, algorithm: str | None = None) -> Backward:
     """Every registered backward schedule scored by closed form (its least-I/O tiling that fits
     in M), the least-I/O one chosen (ties: fewer steps, then registry order), with the backward
@@ -387,12 +401,7 @@ def backward_plan(shape: Shape, M: int, algorithm: str | None = None) -> Backwar
         raise ParameterError(f"backward_algorithm={schedules[0].name!r} cannot run "
                              f"{shape.describe()} with M={M}: {skipped[0][1]}",
                              param="backward_algorithm")
-    if not scored:
-        raise ParameterError(f"M={M}: no backward schedule fits in M words for "
-                             f"{shape.describe()} "
-                             f"({'; '.join(f'{a}: {r}' for a, r in skipped)})", param="M")
-    scored.sort(key=lambda kc: kc[0])
-    cands = tuple(c for _, c in scored)
+    cands = _ranked(scored, skipped, "backward schedule", shape, M)
     chosen = cands[0]
     bnds = tuple(_bwd_bounds.backward_applicable_to(shape, M))
     best = _bounds.best(bnds)
@@ -456,12 +465,7 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
             skipped.append((alg.name, res))
             continue
         scored.append(((res.predicted.total, res.steps, i), res))
-    if not scored:
-        raise ParameterError(f"M={M}: no registered algorithm fits in M words for "
-                             f"{shape.describe()} "
-                             f"({'; '.join(f'{a}: {r}' for a, r in skipped)})", param="M")
-    scored.sort(key=lambda kr: kr[0])
-    cands = tuple(c for _, c in scored)
+    cands = _ranked(scored, skipped, "registered algorithm", shape, M)
     chosen = cands[0]
     runner = cands[1] if len(cands) > 1 else None
     bnds = tuple(_bounds.applicable_to(shape, M))
