@@ -18,16 +18,16 @@ Run:  python benchmarks/bench_bounds.py [--out benchmarks/results/bounds.json] [
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import pathlib
 import platform
 import re
 import statistics
-import sys
 import time
 from fractions import Fraction
+
+from _cold import clear_attnio_caches
 
 import attnio
 from attnio import bounds as B
@@ -64,11 +64,7 @@ def grid():
 def clear_caches() -> None:
     """Clear every attnio result cache; the bounds' parameter table (params.json, read once per
     process, like an import) stays loaded: :func:`params_load_ms` times reading it."""
-    for name, mod in list(sys.modules.items()):
-        if name.startswith("attnio"):
-            for v in list(vars(mod).values()):
-                if isinstance(v, functools._lru_cache_wrapper) and v is not params._load:
-                    v.cache_clear()
+    clear_attnio_caches(keep=(params._load,))
 
 
 def params_load_ms(repeat: int) -> float:

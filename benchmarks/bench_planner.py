@@ -17,6 +17,8 @@ import json
 import platform
 import time
 
+from _cold import clear_attnio_caches
+
 import attnio
 from attnio import planner
 from attnio.core.workload import Shape
@@ -29,17 +31,7 @@ CASES = [(2**12, 64, 65536), (2**16, 64, 65536), (2**20, 64, 65536), (2**20, 64,
 
 def clear() -> int:
     """Clear every functools.lru_cache of the attnio modules (a cold call)."""
-    import functools
-    import sys
-
-    n = 0
-    for name, mod in list(sys.modules.items()):
-        if name.startswith("attnio"):
-            for v in list(vars(mod).values()):
-                if isinstance(v, functools._lru_cache_wrapper):
-                    v.cache_clear()
-                    n += 1
-    return n
+    return clear_attnio_caches()
 
 
 def cold(N, d, M, causal, repeat=3):

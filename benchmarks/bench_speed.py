@@ -30,7 +30,6 @@ planner's is given both as wall time and as this process's CPU time):
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import platform
@@ -42,6 +41,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from _cold import clear_attnio_caches
 
 import attnio
 from attnio.core.workload import Shape
@@ -83,14 +84,7 @@ CTRL_C_GRID = ["--algo", "flash2,flash1,standard", "--N", "256:16384:x2", "--d",
 
 def clear_caches() -> int:
     """Clear every functools.lru_cache of the attnio modules (a cold call)."""
-    n = 0
-    for name, mod in list(sys.modules.items()):
-        if name.startswith("attnio"):
-            for v in list(vars(mod).values()):
-                if isinstance(v, functools._lru_cache_wrapper):
-                    v.cache_clear()
-                    n += 1
-    return n
+    return clear_attnio_caches()
 
 
 def median_cold(fn, repeat: int) -> tuple[float, float, object]:
