@@ -24,7 +24,10 @@ from typing import Any
 import numpy as np
 
 from . import algorithms as _alg
+from . import bounds as _bounds
 from .algorithms.base import Algorithm, default_scale
+from .bounds.backward import backward_applicable_to
+from .bounds.base import regime_of
 from .core.blockmask import BlockMask
 from .core.checks import check_bool, check_choice, check_int, check_real
 from .core.errors import ParameterError
@@ -40,8 +43,47 @@ from .core.resources import (
 )
 from .core.workload import MAX_M, Shape
 
-__all__ = ["DEFAULT_BUDGET_S", "Result", "check_inputs", "check_logits", "estimate",
-           "estimate_compute_seconds", "place_inputs", "run"]
+__all__ = ["DEFAULT_BUDGET_S", "Certificate", "Result", "certificate", "check_inputs",
+           "check_logits", "estimate", "estimate_compute_seconds", "place_inputs", "run"]
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """How far from optimal a count is: the bounds that apply to the workload, the best explicit
+    one, and the ratio of the count to it (None for an approximate algorithm, which exact
+    bounds do not bind), with the cache regime of (d, M)."""
+
+    bounds: tuple[_bounds.Bound, ...]
+    best_bound: _bounds.Bound
+    ratio: float | None
+    regime: str
+
+    def to_dict(self, prefix: str = "") -> dict[str, Any]:
+        """``{bound, bound_name, ratio}`` with ``prefix`` (``"backward_"``) on each key."""
+        return {f"{prefix}bound": self.best_bound.value, f"{prefix}bound_name": self.best_bound.name,
+                f"{prefix}ratio": self.ratio}
+
+
+def certificate(shape: Shape, M: int, total: int, *, exact: bool = True,
+                backward: bool = False) -> Certificate:
+    """The certificate of ``total`` words moved on ``shape`` with ``M`` words of fast memory: the
+    one place the measured (or predicted) count meets the bounds, for ``attnio plan``, ``attnio
+    run`` and the sweep.
+
+    The bounds are :func:`attnio.bounds.applicable_to` (forward) or
+    :func:`attnio.bounds.backward.backward_applicable_to` (``backward=True``, the backward pass's
+    count); the best is the largest explicit one; ``exact=False`` (an approximate algorithm)
+    leaves the ratio None, since exact bounds do not bind approximate attention.
+
+    >>> c = certificate(Shape(4096, 4096, 64), 65536, 2 * 10**7)
+    >>> c.best_bound.explicit, c.ratio == 2 * 10**7 / c.best_bound.value
+    (True, True)
+    """
+    bnds = tuple(backward_applicable_to(shape, M) if backward else
+                 _bounds.applicable_to(shape, M))
+    best = _bounds.best(bnds)
+    ratio = total / best.value if exact and best.value > 0 else None
+    return Certificate(bnds, best, ratio, regime_of(shape.d, M))
 
 
 @dataclass(frozen=True)
@@ -65,6 +107,8 @@ class Result:
     backward_tiling: Any = None
     grads: dict[str, np.ndarray] | None = None
     backward_algorithm: str | None = None
+    certificate: Certificate | None = None
+    backward_certificate: Certificate | None = None
 
 
 
@@ -389,7 +433,9 @@ def run(
         output = _unstack(mem.contents(h["O"]), shp, data)
         if "torch.bfloat16" in low and output is not None:
             output = _round_bf16(output)
-    res = Result(alg.name, shp, M, shp.causal, t, mem.stats(), output, mode)
+    io = mem.stats()
+    res = Result(alg.name, shp, M, shp.causal, t, io, output, mode,
+                 certificate=certificate(shp, M, io.total, exact=alg.exact))
     if not backward:
         return res
     return _run_backward(bwd, bt, res, mem, h, shp, M, s, mem_mode, bulk, dtype, data, grad_output,
@@ -461,5 +507,7 @@ def _run_backward(bwd: Any, bt: Any, fwd: Result, fmem: TwoLevelMemory,
                 n = shp.Nq if name == "dQ" else shp.Nkv
                 g = g.reshape(shp.batch, heads, n, shp.d)
             grads[name] = g
-    return dataclasses.replace(fwd, backward_io=mem.stats(), backward_tiling=bt, grads=grads,
-                               backward_algorithm=bwd.name)
+    io = mem.stats()
+    return dataclasses.replace(fwd, backward_io=io, backward_tiling=bt, grads=grads,
+                               backward_algorithm=bwd.name,
+                               backward_certificate=certificate(shp, M, io.total, backward=True))

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
 from typing import TypedDict
 
 from ..core.errors import ParameterError
-from ..core.workload import ALIGNMENTS, MAX_M, Shape
+from ..core.workload import ALIGNMENTS, MAX_M, FastMemory, Shape
 
-__all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "Memory", "add_backward_arguments",
+__all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "add_backward_arguments",
            "add_memory_arguments", "add_output_arguments", "add_resource_arguments",
            "add_sparse_workload_arguments", "add_sparsity_arguments", "add_tiling_argument",
            "add_workload_arguments",
@@ -314,19 +313,7 @@ def _or(x: int | None, default: int) -> int:
     return default if x is None else x
 
 
-@dataclass(frozen=True)
-class Memory:
-    """The fast memory the flags give: ``M`` words, bytes per word (None: not given), device."""
-
-    M: int
-    dtype_bytes: int | None
-    device: str | None
-
-    def bytes(self, words: int) -> int | None:
-        return None if self.dtype_bytes is None else words * self.dtype_bytes
-
-
-def memory_from_args(args: argparse.Namespace) -> Memory:
+def memory_from_args(args: argparse.Namespace) -> FastMemory:
     """``--M``, ``--M-bytes --dtype`` or ``--device [--dtype]`` as words of fast memory."""
     from ..core.checks import check_int
     from ..hardware import devices
@@ -336,16 +323,16 @@ def memory_from_args(args: argparse.Namespace) -> Memory:
         dev = devices.get(args.device)
         db = db or 2
         args.memory_note = f"--M here: {dev.words(db):,} words from --device {dev.name}"
-        return Memory(dev.words(db), db, dev.name)
+        return FastMemory(dev.words(db), db, dev.name)
     if getattr(args, "M_bytes", None) is not None:
         if db is None:
             raise ParameterError("--M-bytes needs --dtype (e.g. --dtype float16)", param="M_bytes")
         words = devices.words_for(args.M_bytes, args.dtype)
         args.memory_note = f"--M here: {words:,} words from --M-bytes {args.M_bytes}"
-        return Memory(words, db, None)
+        return FastMemory(words, db, None)
     if args.M is None:
         raise ParameterError("give --M (words), --M-bytes with --dtype, or --device", param="M")
-    return Memory(check_int("M", args.M, minimum=1, maximum=MAX_M), db, None)
+    return FastMemory(check_int("M", args.M, minimum=1, maximum=MAX_M), db, None)
 
 
 class Resources(TypedDict, total=False):

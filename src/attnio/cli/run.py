@@ -369,27 +369,18 @@ def main(args) -> int:
     return _report(args, alg, res, mem, err, grad_err, V if not args.count_only else None)
 
 
-def certificate(res: Any, exact: bool = True) -> dict[str, Any]:
-    """The certificate of a run: the best explicit bound on its forward count and the ratio
-    (``bound``, ``bound_name``, ``ratio``; the ratio is None for an approximate algorithm), and
-    with a backward pass the same for it (``backward_bound``, ``backward_bound_name``,
-    ``backward_ratio``)."""
-    from .. import bounds
-    from ..bounds.backward import backward_applicable_to
-
-    b = bounds.best(bounds.applicable_to(res.shape, res.M))
-    out: dict[str, Any] = {"bound": b.value, "bound_name": b.name,
-                           "ratio": res.io.total / b.value if exact and b.value > 0 else None}
-    if res.backward_io is not None:
-        bb = bounds.best(backward_applicable_to(res.shape, res.M))
-        out.update(backward_bound=bb.value, backward_bound_name=bb.name,
-                   backward_ratio=res.backward_io.total / bb.value if bb.value > 0 else None)
+def _certificate(res) -> dict[str, Any]:
+    """The run's certificates (:func:`attnio.runner.certificate`, attached by the run) as the
+    flat keys the output prints: ``bound``, ``bound_name``, ``ratio`` and ``backward_*``."""
+    out = res.certificate.to_dict()
+    if res.backward_certificate is not None:
+        out.update(res.backward_certificate.to_dict("backward_"))
     return out
 
 
 def _report(args, alg, res, mem, err, grad_err, V) -> int:
     shape, io, M = res.shape, res.io, res.M
-    cert = certificate(res, alg.exact)
+    cert = _certificate(res)
     if args.json:
         obj = {
             "algorithm": alg.name, "N": shape.Nq, "Nq": shape.Nq, "Nkv": shape.Nkv,

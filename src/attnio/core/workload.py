@@ -35,7 +35,8 @@ from .blockmask import BlockMask
 from .checks import check_int
 from .errors import ParameterError
 
-__all__ = ["ALIGNMENTS", "MAX_M", "MAX_SIZE", "BlockMask", "Shape", "cdiv", "kv_range",
+__all__ = ["ALIGNMENTS", "MAX_M", "MAX_SIZE", "BlockMask", "FastMemory", "Shape", "cdiv",
+           "kv_range",
            "kv_visible_hi", "kv_visible_lo",
            "parse_causal", "q_range"]
 
@@ -289,6 +290,28 @@ class Shape:
         if self.block_mask is not None:
             out += " " + self.block_mask.describe()
         return out
+
+
+@dataclass(frozen=True)
+class FastMemory:
+    """The fast memory of a workload: ``M`` words, and the word size (``dtype_bytes``, None: not
+    given) and device preset it came from (None: given in words).  The one description the
+    planner and the command line share (``attnio.planner.fast_memory`` builds one from words,
+    bytes or a device)."""
+
+    M: int
+    dtype_bytes: int | None = None
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "M", check_int("M", self.M, minimum=1, maximum=MAX_M))
+        if self.dtype_bytes is not None:
+            object.__setattr__(self, "dtype_bytes",
+                               check_int("dtype_bytes", self.dtype_bytes, minimum=1, maximum=64))
+
+    def bytes(self, words: int) -> int | None:
+        """``words`` in bytes (None when the word size was not given)."""
+        return None if self.dtype_bytes is None else words * self.dtype_bytes
 
 
 # ---------------------------------------------------------------------- mask geometry

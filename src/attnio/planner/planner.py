@@ -27,14 +27,14 @@ from typing import Any, TypeVar
 from .. import algorithms as _alg
 from .. import bounds as _bounds
 from ..algorithms.base import Algorithm
-from ..bounds import backward as _bwd_bounds
 from ..core.blockmask import BlockMask
 from ..core.checks import check_bool, check_int, check_real
 from ..core.errors import AttnioError, ParameterError
 from ..core.memory import IOCount
 from ..core.resources import fmt_count
-from ..core.workload import MAX_M, Shape
+from ..core.workload import MAX_M, FastMemory, Shape
 from ..hardware import devices as _devices
+from ..runner import Certificate, certificate
 
 __all__ = ["Backward", "Candidate", "Certificate", "FastMemory", "Plan", "backward_plan", "plan",
            "plan_shape"]
@@ -62,25 +62,6 @@ class Candidate:
                 "writes": self.predicted.writes, "total": self.predicted.total,
                 "steps": self.steps, "exact": self.exact, "error": self.error,
                 "tilings_scored": self.tried}
-
-
-@dataclass(frozen=True)
-class FastMemory:
-    """How the fast memory was given: ``M`` words, and the device and word size it came from."""
-
-    M: int
-    dtype_bytes: int | None = None
-    device: str | None = None
-
-
-@dataclass(frozen=True)
-class Certificate:
-    """How far from optimal a plan can be: the bounds that apply, the best explicit one, the ratio."""
-
-    bounds: tuple[_bounds.Bound, ...]
-    best_bound: _bounds.Bound
-    ratio: float | None  # chosen total / best explicit bound (None for approximate algorithms)
-    regime: str
 
 
 @dataclass(frozen=True)
@@ -403,15 +384,9 @@ def backward_plan(shape: Shape, M: int, algorithm: str | None = None) -> Backwar
                              param="backward_algorithm")
     cands = _ranked(scored, skipped, "backward schedule", shape, M)
     chosen = cands[0]
-    bnds = tuple(_bwd_bounds.backward_applicable_to(shape, M))
-    best = _bounds.best(bnds)
-    ratio = chosen.predicted.total / best.value if best.value > 0 else None
-    cert = Certificate(bnds, best, ratio, _REGIMES[M >= shape.d * shape.d])
+    cert = certificate(shape, M, chosen.predicted.total, backward=True)
     return Backward(chosen.predicted, chosen.tiling, chosen.algorithm, cands, tuple(skipped),
                     cert)
-
-
-_REGIMES = {True: "large cache (M >= d^2)", False: "small cache (M < d^2)"}
 
 
 def _why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
@@ -468,14 +443,11 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     cands = _ranked(scored, skipped, "registered algorithm", shape, M)
     chosen = cands[0]
     runner = cands[1] if len(cands) > 1 else None
-    bnds = tuple(_bounds.applicable_to(shape, M))
-    best = _bounds.best(bnds)
     total = chosen.predicted.total
-    ratio = total / best.value if chosen.exact and best.value > 0 else None
-    theta_b = next(b for b in bnds if b.name == "standard_matmul")
+    cert = certificate(shape, M, total, exact=chosen.exact)
+    theta_b = next(b for b in cert.bounds if b.name == "standard_matmul")
     theta = total / theta_b.value if chosen.exact and theta_b.value > 0 else None
-    regime = _REGIMES[M >= shape.d * shape.d]
-    why = _why(chosen, runner, len(cands), shape.d, M, best, ratio, theta)
+    why = _why(chosen, runner, len(cands), shape.d, M, cert.best_bound, cert.ratio, theta)
     if bwd_best is not None:
         bbest = bwd_best.best_bound
         assert bbest is not None  # backward_plan always certifies
@@ -487,8 +459,7 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
         if bwd_best.ratio is not None:
             why += f", so the backward is within {bwd_best.ratio:.2f}x of optimal"
         why += "; the bounds above are the forward's."
-    return Plan(shape, memory, cands, tuple(skipped), Certificate(bnds, best, ratio, regime), why,
-                approx_eps, bwd_best)
+    return Plan(shape, memory, cands, tuple(skipped), cert, why, approx_eps, bwd_best)
 
 
 def fast_memory(M: int | None = None, *, M_bytes: int | None = None,
