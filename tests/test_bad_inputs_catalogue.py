@@ -23,6 +23,7 @@ import pytest
 import attnio
 from attnio.cli import main
 from attnio.core.errors import AttnioError, ParameterError
+from attnio.runner import Limits
 
 HUGE = "1" + "0" * 200  # 10**200
 GUARD_S = 10.0  # generous: the refusal is meant to take well under 2 s (see the benchmark)
@@ -39,7 +40,7 @@ CLI_CASES: list[tuple[list[str], str]] = [
     (["run", "flash2", "--d", HUGE], "--d"),
     (["run", "flash2", "--M", "0"], "--M must be an integer >= 1"),
     (["run", "flash2", "--M", HUGE], "--M must be an integer in [1, 2**60]"),
-    (["run", "flash2", "--d", "64", "--M", "100"], "it needs --M >= 260"),
+    (["run", "flash2", "--d", "64", "--M", "100"], "--M=100 is too small"),
     (["run", "flash2", "--Nq", "0", "--Nkv", "4"], "--Nq"),
     (["run", "flash2", "--Nq", "8", "--Nkv", "0"], "--Nkv"),
     (["run", "flash2", "--N", "8", "--Nq", "8", "--Nkv", "8"], "--Nq"),
@@ -295,10 +296,14 @@ API_CASES: list[tuple[str, object, str]] = [
     ("count mode without shape", lambda: run("flash2", M=100), "shape"),
     ("compute mode without data", lambda: run("flash2", shape=(8, 4), M=100, mode="compute"),
      "mode"),
-    ("budget negative", lambda: run("flash2", *_qkv(), M=100, budget_s=-1), "budget_s"),
-    ("max_memory zero", lambda: run("flash2", *_qkv(), M=100, max_memory=0), "max_memory"),
-    ("max_memory too small", lambda: run("flash2", *_qkv(), M=100, max_memory=10), "max_memory"),
-    ("compute estimate over budget", lambda: run("standard", *_qkv(4096, 64), M=64, budget_s=1.0),
+    ("budget negative", lambda: run("flash2", *_qkv(), M=100, limits=Limits(budget_s=-1)),
+     "budget_s"),
+    ("max_memory zero", lambda: run("flash2", *_qkv(), M=100, limits=Limits(max_memory=0)),
+     "max_memory"),
+    ("max_memory too small", lambda: run("flash2", *_qkv(), M=100,
+                                         limits=Limits(max_memory=10)), "max_memory"),
+    ("compute estimate over budget", lambda: run("standard", *_qkv(4096, 64), M=64,
+                                                 limits=Limits(budget_s=1.0)),
      "budget_s"),
     ("scale overflows the logits", lambda: run("flash2", *_qkv(), M=100, scale=1e308), "scale"),
     ("scale inf", lambda: run("flash2", shape=(8, 4), M=100, scale=float("inf")), "scale"),

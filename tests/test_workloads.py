@@ -10,6 +10,7 @@ import pytest
 import attnio
 from attnio.core.errors import ParameterError
 from attnio.core.workload import Shape
+from attnio.runner import BackwardPass
 from conftest import exact_attention_names, need
 
 ALGS = exact_attention_names()
@@ -67,8 +68,8 @@ def test_backward_gradients_equal_reference(Hkv, causal, window):
     fwd = attnio.algorithms.get("flash2").predict_with_lse(res.shape, res.tiling)
     assert (res.io.reads, res.io.writes) == (fwd.reads, fwd.writes)
     cnt = attnio.run("flash2", shape=res.shape, M=3000, mode="count", causal=causal,
-                     window=window, backward=True, tiling=res.tiling,
-                     backward_tiling=res.backward_tiling)
+                     window=window, tiling=res.tiling,
+                     backward=BackwardPass(tiling=res.backward_tiling))
     assert cnt.backward_io.total == res.backward_io.total and cnt.io.total == res.io.total
 
 
@@ -186,8 +187,8 @@ def _slope(xs, ys):
 
 
 def _backward_total(N, d, M):
-    return attnio.run("flash2", shape=(N, d), M=M, mode="count", backward=True,
-                      backward_algorithm="flash2_backward").backward_io.total
+    return attnio.run("flash2", shape=(N, d), M=M, mode="count",
+                      backward=BackwardPass("flash2_backward")).backward_io.total
 
 
 def test_backward_scaling_follows_N2d2_over_M():
@@ -286,8 +287,8 @@ def test_planner_covers_heads_masks_and_backward(causal, window, backward):
     p = attnio.plan(300, 16, 4000, Nkv=500, batch=2, heads=4, kv_heads=2, causal=causal,
                     window=window, backward=backward)
     res = attnio.run(p.algorithm, shape=p.shape, M=p.M, mode="count", causal=causal,
-                     window=window, tiling=p.tiling, backward=backward,
-                     backward_tiling=p.backward_tiling)
+                     window=window, tiling=p.tiling,
+                     backward=BackwardPass(tiling=p.backward_tiling) if backward else False)
     assert res.io.total == p.predicted.total
     if backward:
         assert res.backward_io.total == p.backward.total

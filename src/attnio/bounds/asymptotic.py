@@ -112,7 +112,8 @@ def fast_matmul_field(N: int, d: int, M: int, q: int, *, heads: int = 1) -> Boun
         raise ParameterError(f"q must be a prime power in (N, 2**80] (the field test is exact "
                              f"up to 2**80), got q={q}", param="q")
     if q <= N:
-        raise ParameterError(f"q must be > N (Theorem 4.8 needs a field F_q with q > N={N}), got q={q}", param="q")
+        raise ParameterError.worded(f"{{q}} must be > {{N}} (Theorem 4.8 needs a field F_q with "
+                                    f"q > N={N}), got q={q}", param="q")
     if not _is_prime_power(q):
         raise ParameterError(f"q must be a prime power (F_q must be a field), got q={q}", param="q")
     value = heads * min(N * N * d * d / M, float(N * N))

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             msg = flag_message(e)
         note = getattr(args, "memory_note", None)  # --M came from --device or --M-bytes
-        if note and "--M " in msg:
+        if note and ("--M " in msg or "--M:" in msg or "--M=" in msg):
             msg += f" ({note})"
         print(f"attnio {args.command}: error: {msg}", file=sys.stderr)
         return 2

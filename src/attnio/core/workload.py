@@ -108,9 +108,9 @@ class Shape:
                                                                  maximum=MAX_SIZE)
         object.__setattr__(self, "kv_heads", kvh)
         if self.heads % kvh:
-            raise ParameterError(
-                f"heads must be a multiple of kv_heads (grouped-query attention), got heads="
-                f"{self.heads} and kv_heads={kvh}", param="kv_heads")
+            raise ParameterError.worded(
+                f"{{heads}} must be a multiple of {{kv_heads}} (grouped-query attention), got "
+                f"{{heads}}={self.heads} and {{kv_heads}}={kvh}", param="kv_heads")
         causal = self.causal
         if isinstance(causal, str):  # causal="top_left": the mask and its alignment at once
             masked, align = parse_causal(causal)
@@ -126,8 +126,8 @@ class Shape:
             object.__setattr__(self, "window", check_int("window", self.window, minimum=1,
                                                          maximum=MAX_SIZE))
             if not self.causal:
-                raise ParameterError("window needs a causal mask: pass causal=True",
-                                     param="window")
+                raise ParameterError.worded("{window} needs a causal mask: pass {causal}",
+                                            param="window", causal="causal=True")
         if self.block_mask is not None:
             if not isinstance(self.block_mask, BlockMask):
                 raise ParameterError(f"block_mask must be a BlockMask (attnio.BlockMask(layout, "

@@ -1,98 +1,46 @@
-"""``attnio.run``: run a registered algorithm on the simulated two-level memory.
-
->>> import numpy as np, attnio
->>> rng = np.random.default_rng(0)
->>> Q, K, V = (rng.standard_normal((100, 8)) for _ in range(3))
->>> r = attnio.run("flash2", Q, K, V, M=512)
->>> bool(np.abs(r.output - attnio.reference.attention(Q, K, V)).max() < 1e-12)
-True
->>> c = attnio.run("flash2", shape=(100, 8), M=512, mode="count")
->>> (c.io.reads, c.io.writes) == (r.io.reads, r.io.writes)
-True
-
-Inputs are ``(N, d)`` matrices or ``(B, H, N, d)`` batches of heads, with K and V of shape
-``(B, Hkv, Nkv, d)``, ``H % Hkv == 0`` (grouped-query attention).  In count mode pass
-``shape=Shape(Nq=…, Nkv=…, d=…, batch=…, heads=…, kv_heads=…)`` (or ``(N, d)``, ``(Nq, Nkv, d)``).
-"""
+"""One run of one algorithm on the simulated two-level memory: validate, estimate, refuse, run,
+check against the reference, certify (:func:`run`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import algorithms as _alg
-from . import bounds as _bounds
-from .algorithms.base import Algorithm, default_scale
-from .bounds.backward import backward_applicable_to
-from .bounds.base import regime_of
-from .core.blockmask import BlockMask
-from .core.checks import check_bool, check_choice, check_int, check_real
-from .core.errors import ParameterError
-from .core.memory import IOStats, Mode, SlowArray, TwoLevelMemory
-from .core.progress import ProgressCallback
-from .core.resources import (
+from .. import algorithms as _alg
+from ..algorithms.base import Algorithm, default_scale
+from ..core import reference
+from ..core.checks import check_bool, check_choice, check_int, check_real
+from ..core.errors import ParameterError
+from ..core.memory import IOStats, Mode, SlowArray, TwoLevelMemory
+from ..core.progress import ProgressCallback
+from ..core.resources import (
     COPY_SECONDS_PER_WORD,
-    DEFAULT_BUDGET_S,
     FLOPS_PER_SECOND,
     STEP_SECONDS,
     Cost,
-    check_cost,
+    Limits,
 )
-from .core.workload import MAX_M, Shape
+from ..core.workload import MAX_M, Shape
+from .certificate import Certificate, certificate
+from .inputs import NpzInputs, RandomInputs, as_array, check_inputs, check_logits, reference_errors
 
-__all__ = ["DEFAULT_BUDGET_S", "Certificate", "Result", "certificate", "check_inputs",
-           "check_logits", "estimate", "estimate_compute_seconds", "place_inputs", "run"]
-
-
-@dataclass(frozen=True)
-class Certificate:
-    """How far from optimal a count is: the bounds that apply to the workload, the best explicit
-    one, and the ratio of the count to it (None for an approximate algorithm, which exact
-    bounds do not bind), with the cache regime of (d, M)."""
-
-    bounds: tuple[_bounds.Bound, ...]
-    best_bound: _bounds.Bound
-    ratio: float | None
-    regime: str
-
-    def to_dict(self, prefix: str = "") -> dict[str, Any]:
-        """``{bound, bound_name, ratio}`` with ``prefix`` (``"backward_"``) on each key."""
-        return {f"{prefix}bound": self.best_bound.value, f"{prefix}bound_name": self.best_bound.name,
-                f"{prefix}ratio": self.ratio}
-
-
-def certificate(shape: Shape, M: int, total: int, *, exact: bool = True,
-                backward: bool = False) -> Certificate:
-    """The certificate of ``total`` words moved on ``shape`` with ``M`` words of fast memory: the
-    one place the measured (or predicted) count meets the bounds, for ``attnio plan``, ``attnio
-    run`` and the sweep.
-
-    The bounds are :func:`attnio.bounds.applicable_to` (forward) or
-    :func:`attnio.bounds.backward.backward_applicable_to` (``backward=True``, the backward pass's
-    count); the best is the largest explicit one; ``exact=False`` (an approximate algorithm)
-    leaves the ratio None, since exact bounds do not bind approximate attention.
-
-    >>> c = certificate(Shape(4096, 4096, 64), 65536, 2 * 10**7)
-    >>> c.best_bound.explicit, c.ratio == 2 * 10**7 / c.best_bound.value
-    (True, True)
-    """
-    bnds = tuple(backward_applicable_to(shape, M) if backward else
-                 _bounds.applicable_to(shape, M))
-    best = _bounds.best(bnds)
-    ratio = total / best.value if exact and best.value > 0 else None
-    return Certificate(bnds, best, ratio, regime_of(shape.d, M))
+__all__ = ["BackwardPass", "Result", "estimate", "estimate_compute_seconds", "place_inputs", "run"]
 
 
 @dataclass(frozen=True)
 class Result:
-    """What a run returns: the output (None in count mode), the counts and the tiling used.
+    """What a run returns: the output (None in count mode), the counts, the tiling used and the
+    :class:`~attnio.runner.certificate.Certificate` of the count.
 
     With ``backward=True``: ``io`` counts the forward pass (which then also writes the logsumexp),
     ``backward_io`` the backward pass (the schedule ``backward_algorithm``), ``grads`` holds
-    ``dQ, dK, dV`` (compute mode).
+    ``dQ, dK, dV`` (compute mode), ``backward_certificate`` certifies ``backward_io``.  With
+    ``check=True`` (compute mode): ``max_abs_err`` (and ``max_abs_grad_err``) against the float64
+    reference; ``error_bound`` is an approximate algorithm's guaranteed max |O - reference|.
     """
 
     algorithm: str
@@ -109,52 +57,20 @@ class Result:
     backward_algorithm: str | None = None
     certificate: Certificate | None = None
     backward_certificate: Certificate | None = None
+    max_abs_err: float | None = None
+    max_abs_grad_err: float | None = None
+    error_bound: float | None = None
 
 
+@dataclass(frozen=True)
+class BackwardPass:
+    """A backward pass to run after the forward: ``algorithm`` names the schedule
+    (:func:`attnio.algorithms.backward_names`; None: the least-I/O one for the shape and M, by
+    closed form), ``tiling`` its tiling (None: its least-I/O one).  ``backward=True`` is
+    ``BackwardPass()``."""
 
-
-def _to_numpy(name: str, x: Any) -> tuple[np.ndarray, str | None]:
-    """numpy arrays pass; torch tensors are converted (bfloat16 upcast exactly to float32)."""
-    mod = type(x).__module__
-    if mod.startswith("torch"):
-        import torch
-
-        dt = str(x.dtype).replace("torch.", "")
-        t = x.detach().cpu()
-        if t.dtype == torch.bfloat16:
-            t = t.to(torch.float32)
-        return t.numpy(), dt
-    return np.asarray(x), None
-
-
-def _as_array(name: str, x: Any, allow_nonfinite: bool = False) -> np.ndarray:
-    try:
-        a, _ = _to_numpy(name, x)
-    except (ValueError, TypeError) as e:
-        raise ParameterError(f"{name} must be an array of numbers (N, d), got {type(x).__name__}: "
-                             f"{str(e).splitlines()[0]}", param=name) from None
-    if a.ndim not in (2, 4):
-        raise ParameterError(
-            f"{name} must be 2-D (N, d) or 4-D (batch, heads, N, d), got {a.ndim}-D with shape "
-            f"{a.shape}", param=name)
-    if not np.issubdtype(a.dtype, np.floating):
-        raise ParameterError(
-            f"{name} must have a floating dtype (float16, bfloat16, float32 or float64), got "
-            f"{a.dtype}", param=name)
-    if a.shape[-1] == 0:
-        raise ParameterError(f"{name} must have head dimension d >= 1, got shape {a.shape}",
-                             param=name)
-    if a.size == 0:
-        raise ParameterError(f"{name} must have every dimension >= 1 (N >= 1), got shape {a.shape}",
-                             param=name)
-    if not allow_nonfinite:
-        bad = ~np.isfinite(a)
-        if bad.any():
-            pos = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise ParameterError(
-                f"{name} has a non-finite entry {a[pos]} at index {pos}; entries must be finite "
-                "(allow_nonfinite=True propagates them as the reference does)", param=name)
-    return a
+    algorithm: str | None = None
+    tiling: Any = None
 
 
 def estimate_compute_seconds(alg: Algorithm, shape: Shape, tiling: Any) -> tuple[float, int, int]:
@@ -201,7 +117,11 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     q = shp.n_heads * shp.Nq * shp.d
     kv = shp.n_kv_heads * shp.Nkv * shp.d
     writes = alg.predict_total(shp, t).writes // max(1, shp.n_heads)
-    words = 2 * (q + 2 * kv) + q + writes + 2 * M  # slow copies and O, workspace, output, tiles
+    # tiles hold at most M words, and never more than the data they copy (plus an approximate
+    # algorithm's feature blocks): a huge M costs nothing a small workload does not
+    r = getattr(t, "r", None)
+    tiles = min(M, 2 * q + 2 * kv + writes + (r * (shp.d + 1) if isinstance(r, int) else 0))
+    words = 2 * (q + 2 * kv) + q + writes + 2 * tiles  # slow copies and O, workspace, output
     bwd: Any = None
     bt: Any = None
     if backward and backward_schedule is not None:
@@ -242,49 +162,28 @@ def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
     return Cost(int(nbytes), steps * STEP_SECONDS, "the block-sparse tile map and its steps")
 
 
-def check_logits(data: tuple[np.ndarray, ...], scale: float, dtype: Any) -> None:
-    """Refuse inputs whose logits ``scale · q·k`` could overflow the accumulation dtype.
+@dataclass
+class _Job:
+    """A run, validated: what runs, on what, from which data, within which limits."""
 
-    |q·k| <= ||q||·||k|| bounds every logit; the online softmax subtracts two of them, so the
-    bound must stay below an eighth of the dtype's largest value.
-    """
-    def largest_norm(x: np.ndarray) -> float:  # over rows without a NaN/inf (allow_nonfinite)
-        rows = x[np.isfinite(x).all(axis=-1)]
-        if rows.size == 0:
-            return 0.0
-        with np.errstate(over="ignore", invalid="ignore"):
-            return float(np.sqrt(np.max(np.sum(np.square(rows, dtype=np.float64), axis=-1))))
-
-    with np.errstate(over="ignore", invalid="ignore"):
-        bound = abs(scale) * largest_norm(data[0]) * largest_norm(data[1])
-    top = float(np.finfo(np.dtype(dtype)).max) / 8
-    if not bound <= top:  # also catches inf and NaN
-        raise ParameterError(
-            f"scale={scale:g} makes the logits overflow {np.dtype(dtype)}: |scale|·max|q|·max|k| "
-            f"= {bound:.3g} > {top:.3g}; use a smaller scale or smaller inputs", param="scale")
-
-
-def check_inputs(Q: Any, K: Any, V: Any, allow_nonfinite: bool = False
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Shape]:
-    """Validate Q (Nq x d or B x H x Nq x d), K and V; return them and their Shape."""
-    Q, K, V = (_as_array(n, x, allow_nonfinite) for n, x in (("Q", Q), ("K", K), ("V", V)))
-    if K.shape != V.shape:
-        raise ParameterError(f"K and V must have the same shape, got K {K.shape} and V {V.shape}",
-                             param="V")
-    if Q.ndim != K.ndim:
-        raise ParameterError(f"Q and K must both be 2-D or both 4-D, got Q {Q.shape} and K "
-                             f"{K.shape}", param="K")
-    if Q.shape[-1] != K.shape[-1]:
-        raise ParameterError(
-            f"Q and K must have the same head dimension d, got Q {Q.shape} and K {K.shape}",
-            param="K")
-    if Q.ndim == 2:
-        return Q, K, V, Shape(Q.shape[0], K.shape[0], Q.shape[1])
-    if Q.shape[0] != K.shape[0]:
-        raise ParameterError(f"Q and K must have the same batch size, got Q {Q.shape} and K "
-                             f"{K.shape}", param="K")
-    B, H, Nq, d = Q.shape
-    return Q, K, V, Shape(Nq, K.shape[2], d, batch=B, heads=H, kv_heads=K.shape[1])
+    alg: Algorithm
+    shape: Shape
+    M: int
+    mode: str
+    tiling: Any                      # the user's tiling (coerced again once data is loaded)
+    est_tiling: Any                  # the coerced tiling: estimated with, then run
+    scale: float | None
+    backward: BackwardPass | None
+    bwd: Any = None                  # the backward (schedule, tiling), chosen before running
+    bt: Any = None
+    data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    grad_output: Any = None
+    source: RandomInputs | NpzInputs | None = None
+    header: dict | None = None       # an NpzInputs' array headers
+    dtype: np.dtype = np.dtype(np.float64)
+    low: frozenset[str] = frozenset()  # torch dtypes of the inputs (bfloat16 rounds the output)
+    check: bool = False
+    limits: Limits = Limits()
 
 
 def run(
@@ -300,97 +199,201 @@ def run(
     window: int | None = None,
     scale: float | None = None,
     tiling: Any = None,
-    bulk: bool = True,
-    backward: bool = False,
+    backward: bool | BackwardPass = False,
     grad_output: Any = None,
-    backward_tiling: Any = None,
-    backward_algorithm: str | None = None,
-    block_mask: BlockMask | None = None,
-    allow_nonfinite: bool = False,
-    budget_s: float | None = DEFAULT_BUDGET_S,
-    force: bool = False,
-    max_memory: int | None = None,
+    inputs: RandomInputs | NpzInputs | str | os.PathLike[str] | None = None,
+    check: bool = False,
+    limits: Limits | None = None,
     progress: ProgressCallback | None = None,
+    allow_nonfinite: bool = False,
+    bulk: bool = True,
 ) -> Result:
     """Run algorithm ``name`` with a fast memory of ``M`` words.
 
-    Either pass ``Q, K, V`` (compute mode: the output is returned) or ``shape`` with
-    ``mode="count"`` (shapes only, same counts).  ``causal``: False, True (bottom-right aligned),
-    ``"bottom_right"`` or ``"top_left"`` (None: the shape's mask, unmasked by default);
-    ``window=W`` keeps each query's W most recent keys; ``block_mask`` (a
-    :class:`~attnio.core.blockmask.BlockMask`) makes the attention block-sparse (algorithms with
-    ``supports_block_mask`` only).  ``shape`` may carry the mask itself
-    (:class:`~attnio.core.workload.Shape`); with inputs it gives only the mask.
+    The data: ``Q, K, V`` arrays (compute mode: the output is returned), or ``inputs`` (a
+    :class:`~attnio.runner.inputs.RandomInputs` drawn once the estimate is accepted, or an
+    ``.npz`` path / :class:`~attnio.runner.inputs.NpzInputs`), or neither: ``shape`` with
+    ``mode="count"`` (shapes only, same counts).  The workload is ``shape``
+    (:class:`~attnio.core.workload.Shape`, or ``(N, d)``, ``(Nq, Nkv, d)``): with data it gives
+    only the mask.  ``causal`` (False, True = bottom-right, ``"top_left"``) and ``window=W``
+    are shorthands merged into the shape's mask; a block-sparse layout comes in the Shape.
     ``tiling`` is the algorithm's Tiling (or a mapping of its fields); None picks the default.
-    ``backward=True`` also runs the backward pass with ``grad_output`` (dO; not needed in count
-    mode) and returns its counts and gradients: ``backward_algorithm`` names the backward
-    schedule (:func:`attnio.algorithms.backward_names`; None: the least-I/O one for the shape
-    and M, by closed form), ``backward_tiling`` its tiling.
+    ``backward=True`` (or a :class:`BackwardPass` naming the schedule and its tiling) also runs
+    the backward pass with ``grad_output`` (dO; drawn or read with ``inputs``; not needed in
+    count mode).  ``check=True`` compares the output (and gradients) with the float64
+    reference.  ``scale``: the softmax scale (default 1/sqrt(d)).
 
     Inputs may be numpy arrays (float16/32/64) or torch tensors (bfloat16 too); arithmetic
     accumulates in float32 at least, and the output has the inputs' precision (bfloat16 outputs
     are rounded to bfloat16 and returned as float32 arrays).  Non-finite entries are refused with
     their position unless ``allow_nonfinite=True``.
 
-    Before allocating, the run's memory and time are estimated from closed forms
-    (:func:`estimate`): more memory than ``max_memory`` bytes (default: what the machine has
-    available) is refused, and so is a compute-mode run estimated to take longer than
-    ``budget_s`` seconds unless ``force=True``.  ``progress(steps, total)`` is called about 500
-    times over the run's tile steps (:class:`attnio.core.progress.Progress` draws a bar).
+    Before anything is allocated, the run's memory and time (and the reference's with
+    ``check``) are estimated from closed forms (:func:`estimate`) and refused beyond ``limits``
+    (:class:`~attnio.core.resources.Limits`: ``budget_s`` seconds unless ``force``, and
+    ``max_memory`` bytes, default what the machine has available).  ``progress(steps, total)``
+    is called about 500 times over the run's tile steps.  The Result carries the count's
+    :class:`~attnio.runner.certificate.Certificate`.
     """
-    alg = _alg.get(name)
+    job = _job(_alg.get(name), Q, K, V, M=M, shape=shape, mode=mode, causal=causal,
+               window=window, scale=scale, tiling=tiling, backward=backward,
+               grad_output=grad_output, inputs=inputs, check=check, limits=limits,
+               allow_nonfinite=allow_nonfinite)
+    check_bool("bulk", bulk)
+    _refuse(job)
+    if job.mode == "compute":
+        _materialise(job, allow_nonfinite)
+    res = _execute(job, bulk, progress)
+    if job.check and res.output is not None and job.data is not None:
+        err, gerr = reference_errors(*job.data, job.grad_output, res.output, res.grads,
+                                     job.shape, job.scale)
+        res = dataclasses.replace(res, max_abs_err=err, max_abs_grad_err=gerr)
+    return res
+
+
+def _job(alg: Algorithm, Q: Any, K: Any, V: Any, *, M: int, shape: Any, mode: str | None,
+         causal: object, window: int | None, scale: float | None, tiling: Any,
+         backward: bool | BackwardPass, grad_output: Any, inputs: Any, check: bool,
+         limits: Limits | None, allow_nonfinite: bool) -> _Job:
+    """Every argument validated, the data's sizes known, nothing large allocated."""
     M = check_int("M", M, minimum=1, maximum=MAX_M)
-    check_bool("backward", backward)
     if mode is not None:
         check_choice("mode", mode, ("compute", "count"))
-    if budget_s is not None:
-        budget_s = check_real("budget_s", budget_s, lo=0, what="seconds")
-    if backward and not alg.supports_backward:
+    if scale is not None:
+        if isinstance(scale, (str, bytes)):
+            raise ParameterError(f"scale must be a finite real number, got the string {scale!r}",
+                                 param="scale")
+        scale = check_real("scale", scale)
+    check_bool("check", check)
+    check_bool("allow_nonfinite", allow_nonfinite)
+    if limits is None:
+        limits = Limits()
+    elif not isinstance(limits, Limits):
+        raise ParameterError(f"limits must be an attnio.core.resources.Limits, got "
+                             f"{type(limits).__name__}", param="limits")
+    bp = _backward_pass(alg, backward)
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = NpzInputs(os.fspath(inputs))
+    job = _Job(alg, Shape(1, 1, 1), M, "count", tiling, tiling, scale, bp, check=check,
+               limits=limits, source=inputs)
+    sizes = _sizes_and_data(job, Q, K, V, shape, mode, grad_output, allow_nonfinite)
+    job.shape = _with_mask(sizes, shape, causal, window)
+    _supports(alg, job.shape)
+    job.scale = default_scale(job.shape.d, scale)
+    job.est_tiling = alg.coerce_tiling(job.shape, M, _estimate_tiling(job), inputs=job.data)
+    if bp is not None:  # chosen and validated before anything runs
+        job.bwd, job.bt = _alg.choose_backward(job.shape, M, bp.algorithm, bp.tiling)
+    return job
+
+
+def _backward_pass(alg: Algorithm, backward: object) -> BackwardPass | None:
+    if isinstance(backward, BackwardPass):
+        bp: BackwardPass | None = backward
+    elif isinstance(backward, (bool, np.bool_)):
+        bp = BackwardPass() if backward else None
+    else:
+        raise ParameterError(f"backward must be True, False or a BackwardPass, got {backward!r}",
+                             param="backward")
+    if bp is not None and not alg.supports_backward:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_backward]
         raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}",
                              param="backward")
-    if not backward and (backward_algorithm is not None or backward_tiling is not None):
-        which = "backward_algorithm" if backward_algorithm is not None else "backward_tiling"
-        raise ParameterError(f"{which} applies to the backward pass: pass backward=True too",
-                             param=which)
-    if backward_algorithm is not None:
-        _alg.get_backward(backward_algorithm)  # an unknown name fails before anything runs
-    data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-    low: set[str] = set()
-    if Q is None and K is None and V is None:
+    if bp is not None and bp.algorithm is not None:
+        _alg.get_backward(bp.algorithm)  # an unknown name fails before anything runs
+    return bp
+
+
+def _sizes_and_data(job: _Job, Q: Any, K: Any, V: Any, shape: Any, mode: str | None,
+                    grad_output: Any, allow_nonfinite: bool) -> Shape:
+    """The sizes the data give (the arrays checked), or the shape's in count mode; sets the
+    job's mode, data, dtype and grad_output."""
+    given = [x is not None for x in (Q, K, V)]
+    if any(given) and job.source is not None:
+        raise ParameterError("give Q, K, V or inputs=, not both", param="inputs")
+    if any(given) and not all(given):
+        raise ParameterError("give all three of Q, K, V (or none, with shape= and "
+                             "mode='count')", param="Q")
+    if all(given):
+        Qa, Ka, Va, sizes = check_inputs(Q, K, V, allow_nonfinite)
+        job.data = (Qa, Ka, Va)
+        job.low = frozenset(str(x.dtype) for x in (Q, K, V)
+                            if type(x).__module__.startswith("torch"))
+        job.dtype = np.result_type(np.float32, Qa.dtype, Ka.dtype, Va.dtype)
+    elif job.source is not None:
+        sizes = _source_sizes(job, shape)
+    else:
         if shape is None:
             raise ParameterError("give Q, K, V (compute mode) or shape=(N, d) with mode='count'",
                                  param="shape")
-        mode = mode or "count"
-        if mode != "count":
-            raise ParameterError(f"mode={mode!r} needs Q, K, V; without data only mode='count' "
-                                 "runs", param="mode")
+        if mode not in (None, "count"):
+            raise ParameterError(f"mode={mode!r} needs Q, K, V (or inputs=); without data only "
+                                 "mode='count' runs", param="mode")
         if grad_output is not None:
             raise ParameterError("grad_output needs Q, K, V (compute mode)", param="grad_output")
-        shp = Shape.coerce(shape)
-    else:
-        if Q is None or K is None or V is None:
-            raise ParameterError("give all three of Q, K, V (or none, with shape= and "
-                                 "mode='count')", param="Q")
-        Qa, Ka, Va, shp = check_inputs(Q, K, V, allow_nonfinite)
-        low = {str(x.dtype) for x in (Q, K, V) if type(x).__module__.startswith("torch")}
-        if shape is not None:  # the inputs gave the sizes; shape may add the mask
-            given = Shape.coerce(shape)
-            if _sizes(given) != _sizes(shp):
-                raise ParameterError(f"shape={shape!r} does not match the inputs' shape {shp}",
-                                     param="shape")
-            shp = given
-        mode = mode or "compute"
-        data = (Qa, Ka, Va)
-        if backward and mode == "compute":
-            if grad_output is None:
-                raise ParameterError("backward=True in compute mode needs grad_output (dO, like "
-                                     "Q)", param="grad_output")
-            grad_output = _as_array("grad_output", grad_output, allow_nonfinite)
-            if grad_output.shape != Qa.shape:
-                raise ParameterError(f"grad_output must have Q's shape {Qa.shape}, got "
-                                     f"{grad_output.shape}", param="grad_output")
-    shp = shp.with_mask(causal, window, block_mask)
+        if job.check:
+            raise ParameterError("check=True compares data with the reference: it needs Q, K, V "
+                                 "(compute mode)", param="check")
+        return Shape.coerce(shape)
+    job.mode = mode or "compute"
+    if job.mode == "compute":
+        _grad_output(job, grad_output, allow_nonfinite)
+    return sizes
+
+
+def _source_sizes(job: _Job, shape: Any) -> Shape:
+    src = job.source
+    if isinstance(src, RandomInputs):
+        if shape is None:
+            raise ParameterError("inputs=RandomInputs(...) draws Q, K, V of shape=: give it",
+                                 param="shape")
+        return Shape.coerce(shape)
+    if not isinstance(src, NpzInputs):
+        raise ParameterError(f"inputs must be an .npz path, NpzInputs or RandomInputs, got "
+                             f"{type(src).__name__}", param="inputs")
+    job.header = src.header(job.backward is not None)
+    job.dtype = np.result_type(np.float32, *(dt for _, dt in job.header.values()))
+    return src.shape(job.header)
+
+
+def _grad_output(job: _Job, grad_output: Any, allow_nonfinite: bool) -> None:
+    if job.backward is None:
+        if grad_output is not None:
+            raise ParameterError("grad_output is for the backward pass: pass backward=True too",
+                                 param="grad_output")
+        return
+    if job.source is not None:
+        if grad_output is not None:
+            raise ParameterError("grad_output comes with inputs= (drawn or read from the file): "
+                                 "drop it", param="grad_output")
+        return
+    if grad_output is None:
+        raise ParameterError("backward=True in compute mode needs grad_output (dO, like Q)",
+                             param="grad_output")
+    assert job.data is not None
+    g = as_array("grad_output", grad_output, allow_nonfinite)
+    if g.shape != job.data[0].shape:
+        raise ParameterError(f"grad_output must have Q's shape {job.data[0].shape}, got "
+                             f"{g.shape}", param="grad_output")
+    job.grad_output = g
+
+
+def _with_mask(sizes: Shape, shape: Any, causal: object, window: int | None) -> Shape:
+    """The data's sizes with the mask of ``shape`` and the ``causal``/``window`` shorthands."""
+    shp = sizes
+    if shape is not None:
+        given = Shape.coerce(shape)
+        if _size_key(given) != _size_key(sizes):
+            raise ParameterError(f"shape={shape!r} does not match the inputs' shape {sizes}",
+                                 param="shape")
+        shp = given
+    return shp.with_mask(causal, window)
+
+
+def _size_key(s: Shape) -> tuple[int, ...]:
+    return (s.Nq, s.Nkv, s.d, s.batch, s.heads, s.n_kv_heads)
+
+
+def _supports(alg: Algorithm, shp: Shape) -> None:
     if shp.window is not None and not alg.supports_window:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_window]
         raise ParameterError(f"{alg.name} does not support window=; algorithms that do: {ok}",
@@ -399,51 +402,89 @@ def run(
         ok = [a.name for a in _alg.all_algorithms() if a.supports_block_mask]
         raise ParameterError(f"{alg.name} does not support block-sparse attention (block_mask); "
                              f"algorithms that do: {ok}", param="block_mask")
-    s = default_scale(shp.d, scale)
-    t = alg.coerce_tiling(shp, M, tiling, inputs=data)
-    bwd: Any = None
-    bt: Any = None
-    if backward:  # chosen and validated before anything runs
-        bwd, bt = _alg.choose_backward(shp, M, backward_algorithm, backward_tiling)
-    dtype = np.dtype(np.float64)
-    if data is not None:
-        dtype = np.result_type(np.float32, *(a.dtype for a in data))
-    if max_memory is not None:
-        max_memory = check_int("max_memory", max_memory, minimum=1)
-    cost = estimate(alg, shp, M, tiling=t, mode=mode, backward=backward,
-                    backward_schedule=(bwd, bt) if backward else None,
-                    itemsize=dtype.itemsize)
-    check_cost(cost, subject=f"{mode} mode on {shp.describe()}", max_memory=max_memory,
-               budget_s=budget_s if mode == "compute" or shp.block_mask is not None else None,
-               force=force, instead="use mode='count' (same counts) or a smaller N"
-               if mode == "compute" else "use attnio.plan (closed forms) or a smaller N")
-    if data is not None and mode == "compute":
-        check_logits(data, s, dtype)
+
+
+def _estimate_tiling(job: _Job) -> Any:
+    """The tiling to estimate with: an approximate algorithm about to draw or read its inputs
+    is estimated at their entry bound (drawn: RandomInputs.entry_bound, default 1)."""
+    t = job.tiling
+    if job.alg.exact or job.source is None or not (t is None or isinstance(t, dict)):
+        return t
+    t = dict(t or {})
+    if "entry_bound" not in t and "radius" not in t:
+        eb = job.source.entry_bound if isinstance(job.source, RandomInputs) else None
+        t["entry_bound"] = 1.0 if eb is None else eb
+    return t
+
+
+def _refuse(job: _Job) -> None:
+    """The estimate of the run (and of the reference with ``check``), refused beyond limits."""
+    shp = job.shape
+    creates = job.source is not None
+    cost = estimate(job.alg, shp, job.M, tiling=job.est_tiling, mode=job.mode,
+                    backward=job.backward is not None,
+                    backward_schedule=(job.bwd, job.bt) if job.backward is not None else None,
+                    itemsize=job.dtype.itemsize, inputs=creates)
+    if job.check and job.mode == "compute":
+        cost = cost + reference.cost(shp.Nq, shp.Nkv, shp.d, shp.n_heads,
+                                     backward=job.backward is not None)
+    instead = ("use mode='count' (same counts) or a smaller N" if job.mode == "compute"
+               else "use attnio.plan (closed forms) or a smaller N")
+    job.limits.check(cost, subject=f"{job.mode} mode on {shp.describe()}", instead=instead,
+                     timed=job.mode == "compute" or shp.block_mask is not None)
+
+
+def _materialise(job: _Job, allow_nonfinite: bool) -> None:
+    """Draw or load the inputs (after the estimate) and check them; the tiling for the data and
+    the logits' range."""
+    if isinstance(job.source, RandomInputs):
+        Q, K, V, dO = job.source.draw(job.shape, job.alg.exact, job.backward is not None)
+        job.data, job.grad_output = (Q, K, V), dO
+    elif isinstance(job.source, NpzInputs):
+        Q, K, V, dO = job.source.load(job.backward is not None)
+        try:
+            Qa, Ka, Va, _ = check_inputs(Q, K, V, allow_nonfinite)
+            if dO is not None:
+                dO = as_array("grad_output", dO, allow_nonfinite)
+        except ParameterError as e:
+            raise job.source.checked(e) from None
+        job.data, job.grad_output = (Qa, Ka, Va), dO
+    assert job.data is not None  # compute mode: arrays given, drawn or loaded
+    if job.source is not None:  # the tiling for the data (an approximate one reads its range)
+        job.est_tiling = job.alg.coerce_tiling(job.shape, job.M, job.tiling, inputs=job.data)
+    check_logits(job.data, job.scale if job.scale is not None else 1.0, job.dtype)
+
+
+def _execute(job: _Job, bulk: bool, progress: ProgressCallback | None) -> Result:
+    """Run the forward (and backward) schedule; attach the certificates."""
+    alg, shp, M = job.alg, job.shape, job.M
+    t = job.est_tiling
+    s = job.scale if job.scale is not None else default_scale(shp.d, None)
     total_steps = shp.n_heads * max(0, int(alg.steps(shp, t))) if progress is not None else 0
-    mem_mode: Mode = "count" if mode == "count" else "compute"  # mode was checked above
-    mem = TwoLevelMemory(M, mode=mem_mode, bulk=bulk, dtype=dtype, progress=progress,
+    mem_mode: Mode = "count" if job.mode == "count" else "compute"
+    mem = TwoLevelMemory(M, mode=mem_mode, bulk=bulk, dtype=job.dtype, progress=progress,
                          progress_total=total_steps)
-    h = place_inputs(mem, shp, data if mode == "compute" else None)
-    if backward:
+    data = job.data if job.mode == "compute" else None
+    h = place_inputs(mem, shp, data)
+    if job.backward is not None:
         h["L"] = mem.slow("L", (shp.n_heads * shp.Nq,))
     alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t, scale=s,
                      lse=h.get("L"))
     output = None
-    if mode == "compute":
+    bound = None
+    if data is not None:
         output = _unstack(mem.contents(h["O"]), shp, data)
-        if "torch.bfloat16" in low and output is not None:
+        if "torch.bfloat16" in job.low and output is not None:
             output = _round_bf16(output)
+        if not alg.exact:
+            bound = t.error_bound_for(data[2])
     io = mem.stats()
-    res = Result(alg.name, shp, M, shp.causal, t, io, output, mode,
-                 certificate=certificate(shp, M, io.total, exact=alg.exact))
-    if not backward:
+    res = Result(alg.name, shp, M, shp.causal, t, io, output, job.mode,
+                 certificate=certificate(shp, M, io.total, exact=alg.exact), error_bound=bound)
+    if job.backward is None:
         return res
-    return _run_backward(bwd, bt, res, mem, h, shp, M, s, mem_mode, bulk, dtype, data, grad_output,
-                         progress)
-
-
-def _sizes(s: Shape) -> tuple[int, ...]:
-    return (s.Nq, s.Nkv, s.d, s.batch, s.heads, s.n_kv_heads)
+    return _run_backward(job.bwd, job.bt, res, mem, h, shp, M, s, mem_mode, bulk, job.dtype,
+                         data, job.grad_output, progress)
 
 
 def place_inputs(mem: TwoLevelMemory, shp: Shape,
