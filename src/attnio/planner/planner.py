@@ -29,7 +29,7 @@ from .. import bounds as _bounds
 from ..algorithms.base import Algorithm
 from ..core.blockmask import BlockMask
 from ..core.checks import check_bool, check_int, check_real
-from ..core.errors import AttnioError, ParameterError
+from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount
 from ..core.resources import fmt_count
 from ..core.workload import MAX_M, FastMemory, Shape
@@ -433,8 +433,10 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     for i, alg in enumerate(algs):
         try:
             res = _score(alg, shape, M, approx_eps, entry_bound, backward)
-        except (AttnioError, ValueError, ArithmeticError) as e:
-            # an algorithm that does not support these sizes, this mask or this error target
+        except (ParameterError, CapacityError) as e:
+            # an algorithm that does not support these sizes, this mask or this error target;
+            # anything else (a ZeroDivisionError in a closed form, numpy's ValueError) is a bug
+            # and surfaces
             res = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if isinstance(res, str):
             skipped.append((alg.name, res))
