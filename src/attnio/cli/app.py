@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command in OWN_WORDS:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         else:
-            msg = flag_message(e)
+            msg = flag_message(e, getattr(args, "flag_names", None))
         note = getattr(args, "memory_note", None)  # --M came from --device or --M-bytes
         if note and ("--M " in msg or "--M:" in msg or "--M=" in msg):
             msg += f" ({note})"

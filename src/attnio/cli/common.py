@@ -38,7 +38,7 @@ __all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "add_backward_arguments",
            "add_sparse_workload_arguments", "add_sparsity_arguments", "add_tiling_argument",
            "add_workload_arguments",
            "backward_from_args", "block_mask_from_args", "default_block_size", "flag_message",
-           "limits_from_args", "memory_from_args", "parse_tiling", "progress_from_args", "resources_from_args",
+           "limits_from_args", "memory_from_args", "parse_tiling", "schedule_tiling_from_args", "progress_from_args", "resources_from_args",
            "workload_from_args"]
 
 #: API argument name -> the flag that sets it (for error messages in the user's words).
@@ -55,6 +55,7 @@ FLAGS = {
     "block_mask": "--block-mask", "density": "--density", "block_size": "--block-size",
     "block_mask.bq": "--block-size", "block_mask.bk": "--block-size",
     "layout_seed": "--layout-seed", "backward_algorithm": "--backward-algorithm",
+    "out": "--out", "din": "--din",
     "inputs": "--inputs", "allow_nonfinite": "--allow-nonfinite", "force": "--force",
     "allow_unbounded": "--allow-unbounded", "radius": "--entry-bound",
 }
@@ -266,6 +267,27 @@ def add_schedule_arguments(p: argparse.ArgumentParser, *, N: int, d: int, defaul
     add_workload_arguments(p, N=N, d=d)
     add_memory_arguments(p, default_M=default_M)
     add_tiling_argument(p)
+    p.add_argument("--entry-bound", dest="entry_bound", type=float, default=None, metavar="B",
+                   help="approximate algorithms (approx_poly): the bound B on |Q|, |K| entries "
+                        "their polynomial is built for (there are no inputs to measure)")
+
+
+def schedule_tiling_from_args(args: argparse.Namespace, alg: object) -> object:
+    """``--tiling`` with ``--entry-bound`` merged in (approximate algorithms only)."""
+    from ..core.checks import check_real
+
+    tiling = parse_tiling(args.tiling)
+    eb = getattr(args, "entry_bound", None)
+    if eb is None:
+        return tiling
+    eb = check_real("entry_bound", eb, lo=0, lo_open=True)
+    if getattr(alg, "exact", True):
+        raise ParameterError(f"--entry-bound applies to approximate algorithms; "
+                             f"{getattr(alg, 'name', alg)} is exact", param="entry_bound")
+    if tiling is not None and not isinstance(tiling, dict):
+        raise ParameterError("--entry-bound goes into a JSON --tiling (or none), not a rule name",
+                             param="entry_bound")
+    return {**(tiling or {}), "entry_bound": eb}
 
 
 def add_resource_arguments(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
@@ -323,6 +345,10 @@ def memory_from_args(args: argparse.Namespace) -> FastMemory:
         if db is None:
             raise ParameterError("--M-bytes needs --dtype (e.g. --dtype float16)", param="M_bytes")
         words = devices.words_for(args.M_bytes, args.dtype)
+        if words > MAX_M:
+            raise ParameterError(f"--M-bytes {args.M_bytes} is {words:.3g} words of --dtype "
+                                 f"{args.dtype}, more than the largest fast memory, 2**60 words",
+                                 param="M_bytes")
         args.memory_note = f"--M here: {words:,} words from --M-bytes {args.M_bytes}"
         return FastMemory(words, db, None)
     if args.M is None:

@@ -203,6 +203,8 @@ def main(args) -> int:
              else workload_from_args(args))
     bwd_name = backward_from_args(args)
     shape = block_mask_from_args(args, shape, mem.M)
+    if args.density is not None:  # the layout the library calls block_mask came from --density
+        args.flag_names = {"block_mask": "--density"}
     mode = "count" if args.count_only else "compute"
     try:
         with progress_from_args(args, f"{alg.name} {shape.describe()}", unit="tile steps") as bar:

@@ -67,7 +67,7 @@ def main(args) -> int:
     with common.progress_from_args(args, f"recording the trace of {alg.name} {shape.describe()}",
                             unit="tile steps") as bar:
         try:
-            t = trace(alg.name, M=M, shape=shape, tiling=common.parse_tiling(args.tiling),
+            t = trace(alg.name, M=M, shape=shape, tiling=common.schedule_tiling_from_args(args, alg),
                       progress=bar, **res_kw)
         except ResourceError as e:
             raise e.instead_of("count without a trace (`attnio run --count-only`) or use a "

@@ -33,7 +33,7 @@ def main(args) -> int:
     with common.progress_from_args(args, f"verifying {alg.name} {shape.describe()}",
                             unit="steps, then events") as bar:
         try:
-            v = verify(alg.name, M=M, shape=shape, tiling=common.parse_tiling(args.tiling),
+            v = verify(alg.name, M=M, shape=shape, tiling=common.schedule_tiling_from_args(args, alg),
                        policies=pol, progress=bar, **common.resources_from_args(args))
         except ResourceError as e:
             raise e.instead_of("use a smaller --N (or `attnio run --count-only` for the "

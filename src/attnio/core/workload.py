@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
+import numpy as np
+
 from .blockmask import BlockMask
 from .checks import check_int
 from .errors import ParameterError
@@ -50,6 +52,8 @@ def cdiv(a: int, b: int) -> int:
 
 def parse_causal(causal: object, name: str = "causal") -> tuple[bool, str | None]:
     """``causal`` as (masked?, alignment): False/None, True (bottom-right), or an alignment name."""
+    if isinstance(causal, np.bool_):  # a numpy boolean is a boolean
+        causal = bool(causal)
     if causal is False or causal is None:
         return False, None
     if causal is True:

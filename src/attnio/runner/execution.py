@@ -156,9 +156,11 @@ def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
         bwd, bt = backward_schedule
         steps += shp.n_heads * max(0, int(bwd.steps(shp, bt)))
         tilings.append(bt)
-    for tl in tilings:  # one boolean (byte) per tile of each map
-        nbytes += -(-shp.Nq // max(1, int(getattr(tl, "Br", 1)))) * \
-            -(-shp.Nkv // max(1, int(getattr(tl, "Bc", 1))))
+    for tl in tilings:  # each map: a boolean (byte) per tile, built from five int64 temporaries
+        # per tile (core.blockmask's prefix-sum differences) and four row gathers of the sums
+        tr = -(-shp.Nq // max(1, int(getattr(tl, "Br", 1))))
+        tc = -(-shp.Nkv // max(1, int(getattr(tl, "Bc", 1))))
+        nbytes += tr * tc * (1 + 5 * 8) + 4 * 8 * tr * (bm.Tk + 1)
     return Cost(int(nbytes), steps * STEP_SECONDS, "the block-sparse tile map and its steps")
 
 
