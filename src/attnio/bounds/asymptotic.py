@@ -83,13 +83,16 @@ def _is_prime(n: int) -> bool:
 
 
 def _iroot(q: int, k: int) -> int:
-    """The integer k-th root of q >= 1 (the largest r with r**k <= q)."""
-    r = int(round(q ** (1.0 / k)))
-    while r ** k > q:
-        r -= 1
-    while (r + 1) ** k <= q:
-        r += 1
-    return r
+    """The integer k-th root of q >= 1 (the largest r with r**k <= q), by bisection on exact
+    integers (a float root is off by far more than 1 beyond 2**53)."""
+    lo, hi = 1, 1 << (q.bit_length() // k + 1)  # lo**k <= q < hi**k
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if mid ** k <= q:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _is_prime_power(q: int) -> bool:

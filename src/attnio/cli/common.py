@@ -55,7 +55,7 @@ FLAGS = {
     "block_mask": "--block-mask", "density": "--density", "block_size": "--block-size",
     "block_mask.bq": "--block-size", "block_mask.bk": "--block-size",
     "layout_seed": "--layout-seed", "backward_algorithm": "--backward-algorithm",
-    "out": "--out", "din": "--din",
+    "out": "--out", "din": "--din", "plan": "`attnio plan`",
     "inputs": "--inputs", "allow_nonfinite": "--allow-nonfinite", "force": "--force",
     "allow_unbounded": "--allow-unbounded", "radius": "--entry-bound",
 }

@@ -142,11 +142,17 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     return Cost(int(words) * max(8, int(itemsize)), seconds, what)
 
 
+#: The most tiles a block-sparse count maps (2**28): the map is built from the layout's prefix
+#: sums with about 41 bytes per tile (within the memory estimate, up to 11 GB at the limit), so
+#: a count beyond it is refused on every machine, not only on one with less memory.
+MAX_TILE_MAP = 1 << 28
+
+
 def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
                        backward_schedule: tuple[Any, Any] | None) -> Cost:
     """Count mode on a block-sparse layout: the schedule visits its kept tiles one by one (no
     closed-form bulk over an irregular layout) from a map of every tile, built from the layout's
-    prefix sums."""
+    prefix sums; a map of more than :data:`MAX_TILE_MAP` tiles is refused."""
     bm = shp.block_mask
     assert bm is not None
     nbytes = 8 * (bm.Tq + 1) * (bm.Tk + 1)  # the layout's int64 prefix sums
@@ -160,6 +166,11 @@ def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
         # per tile (core.blockmask's prefix-sum differences) and four row gathers of the sums
         tr = -(-shp.Nq // max(1, int(getattr(tl, "Br", 1))))
         tc = -(-shp.Nkv // max(1, int(getattr(tl, "Bc", 1))))
+        if tr * tc > MAX_TILE_MAP:
+            raise ParameterError.worded(
+                f"{{tiling}} {tl} maps {tr:,} x {tc:,} tiles in a block-sparse count, more than "
+                f"2**28; give larger tiles, or use {{plan}} (closed forms)",
+                param="tiling", plan="attnio.plan")
         nbytes += tr * tc * (1 + 5 * 8) + 4 * 8 * tr * (bm.Tk + 1)
     return Cost(int(nbytes), steps * STEP_SECONDS, "the block-sparse tile map and its steps")
 
