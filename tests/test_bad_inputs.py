@@ -224,7 +224,7 @@ CLI_CASES = [
     # the default block grows with N to keep the layout small; counting a billion-row layout
     # tile by tile is refused for its tile map, before it is drawn
     (["run", "flash2", "--N", "1000000000", "--density", "0.5", "--count-only"],
-     "the block-sparse tile map and its steps"),
+     "tiles in a block-sparse count, more than 2**28"),
     (["run", "flash2", "--N", "65536", "--d", "64", "--M", "4096", "--density", "0.5",
       "--count-only"], "more than --budget (300 s); use `attnio plan` (closed forms)"),
     (["run", "standard", "--density", "0.5"], "standard does not support block-sparse"),
