@@ -18,7 +18,6 @@ True
 
 from __future__ import annotations
 
-import warnings
 from typing import Protocol, TypeVar, cast
 
 from ..core.errors import UnknownNameError
@@ -93,29 +92,13 @@ def get(name: str | Algorithm) -> Algorithm:
     return _REGISTRY.lookup(name)
 
 
-def _kind(kind: str | None) -> None:
-    if kind not in (None, "attention"):
-        warnings.warn(f"names(kind={kind!r}): the registry holds attention algorithms only; the "
-                      "blocked matmul is attnio.blocks.matmul (the kind argument goes in 0.3)",
-                      DeprecationWarning, stacklevel=3)
-    elif kind is not None:
-        warnings.warn("the kind argument of names()/all_algorithms() goes in 0.3: every "
-                      "registered algorithm is attention", DeprecationWarning, stacklevel=3)
-
-
-def names(kind: str | None = None, *, exact: bool | None = None) -> list[str]:
+def names(*, exact: bool | None = None) -> list[str]:
     """Registered names in registration order (``exact=True``/``False``: only those)."""
-    _kind(kind)
-    if kind not in (None, "attention"):
-        return []
     return [n for n, a in _REGISTRY.items() if exact is None or a.exact == exact]
 
 
-def all_algorithms(kind: str | None = None, *, exact: bool | None = None) -> list[Algorithm]:
+def all_algorithms(*, exact: bool | None = None) -> list[Algorithm]:
     """Registered algorithms in registration order (``exact=True``/``False``: only those)."""
-    _kind(kind)
-    if kind not in (None, "attention"):
-        return []
     return [_REGISTRY[n] for n in names(exact=exact)]
 
 

@@ -14,7 +14,7 @@ True
 
 How the schedule's steps become events (the *alias model*)
 -----------------------------------------------------------
-The schedule runs once on a :class:`~attnio.memory.TwoLevelMemory` in count mode, step by step
+The schedule runs once on a :class:`~attnio.core.memory.TwoLevelMemory` in count mode, step by step
 (no bulk counting), with a recorder attached.  Every fast tile is given *backing words* in an
 address space of arrays:
 

@@ -1,4 +1,4 @@
-"""Sweeps: grids of configurations run into a results database (:mod:`attnio.store`).
+"""Sweeps: grids of configurations run into a results database (:mod:`attnio.experiments.store`).
 
 A :class:`Grid` names value lists for ``N`` (or ``Nq`` x ``Nkv``), ``d``, ``M``, the algorithms
 (``"all"`` = every registered one), the mask (``causal``: none, bottom-right

@@ -529,7 +529,7 @@ def cpsat(dag: DAG, M: int, *, horizon: int | str | None = None, time_limit: flo
     Parameters
     ----------
     dag : DAG
-        From :mod:`attnio.dag`.
+        From :mod:`attnio.pebble.dag`.
     M : int
         Red pebbles (fast-memory words), at least ``dag.min_pebbles()``.
     horizon : int, "safe" or None
