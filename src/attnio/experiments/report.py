@@ -228,7 +228,7 @@ def claims(rows: Iterable[dict], fits: list[Fit] | None = None,
     if registered is None:
         from .. import algorithms as _alg
 
-        registered = _alg.names(None)
+        registered = _alg.names()
     registered = set(registered)
     present = {r["algorithm"] for r in ok}
     out: list[Claim] = []
