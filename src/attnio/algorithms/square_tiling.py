@@ -243,7 +243,7 @@ def _phase2_io(shape: Shape, Br2: int, Bk2: int, Bd2: int, Bc: int,
     return reads, Nq * d
 
 
-class SquareTiling(Algorithm):
+class SquareTiling(Algorithm[SquareTilingTiling]):
     name = "square_tiling"
     summary = ("Saha & Ye square tiling: write exp(S) once, two blocked matmuls; "
                "O(N²d/√M), beats FlashAttention for M < d²")

@@ -71,7 +71,7 @@ from .. import algorithms as _alg
 from ..algorithms.base import default_scale
 from ..core.checks import check_int
 from ..core.errors import ParameterError
-from ..core.memory import SlowArray, TwoLevelMemory
+from ..core.memory import FastTile, SlowArray, Tracer, TwoLevelMemory
 from ..core.progress import ProgressCallback
 from ..core.resources import DEFAULT_BUDGET_S, Cost, check_cost
 from ..core.workload import MAX_M, Shape
@@ -135,10 +135,10 @@ class Chunk:
 
 
 # --------------------------------------------------------------------------- recording
-class _Recorder:
+class _Recorder(Tracer):
     """The tracer attached to a TwoLevelMemory: an op log of tile steps (not of elements)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.slow_arrays: list[SlowArray] = []
         self.ops: list[tuple] = []
         self.tid: dict[int, int] = {}  # id(tile) -> tile id, while alive
@@ -146,7 +146,7 @@ class _Recorder:
         self.shape: list[tuple[int, ...]] = []
         self.label: list[str] = []
 
-    def _new(self, tile) -> int:
+    def _new(self, tile: FastTile) -> int:
         t = len(self.shape)
         self.tid[id(tile)] = t
         self._alive[t] = tile  # keeps id(tile) from being reused while alive
@@ -154,23 +154,23 @@ class _Recorder:
         self.label.append(tile.label)
         return t
 
-    def slow(self, arr) -> None:
+    def slow(self, arr: SlowArray) -> None:
         self.slow_arrays.append(arr)
 
-    def load(self, tile, src, idx) -> None:
+    def load(self, tile: FastTile, src: SlowArray, idx: tuple[slice, ...]) -> None:
         self.ops.append(("L", self._new(tile), src._key, _region(idx)))
 
-    def alloc(self, tile, filled: bool = True) -> None:
+    def alloc(self, tile: FastTile, filled: bool = True) -> None:
         self.ops.append(("A", self._new(tile), bool(filled)))
 
-    def store(self, tile, dst, idx) -> None:
+    def store(self, tile: FastTile, dst: SlowArray, idx: tuple[slice, ...]) -> None:
         self.ops.append(("S", self.tid[id(tile)], dst._key, _region(idx)))
 
-    def compute(self, tiles, writes) -> None:
+    def compute(self, tiles: tuple[FastTile, ...], writes: int | None) -> None:
         k = len(tiles) if writes is None else writes
         self.ops.append(("C", tuple(self.tid[id(t)] for t in tiles), k))
 
-    def free(self, tile) -> None:
+    def free(self, tile: FastTile) -> None:
         t = self.tid.pop(id(tile))
         del self._alive[t]
         self.ops.append(("F", t))

@@ -309,7 +309,7 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
     error = None if alg.exact else _error_of(found.tiling)
     io = found.predicted
     if backward:  # the forward also writes the logsumexp the backward reads
-        io = alg.predict_with_lse(shape, found.tiling)  # type: ignore[attr-defined]
+        io = alg.predict_with_lse(shape, found.tiling)
     return Candidate(alg.name, found.tiling, io, found.steps, alg.exact, error, found.tried)
 
 
