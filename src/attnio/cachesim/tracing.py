@@ -358,16 +358,45 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
           max_memory: int | None = None, progress: ProgressCallback | None = None) -> Trace:
     """The element trace of algorithm ``name`` on ``N x d`` inputs with ``M`` fast words.
 
-    ``shape`` (a :class:`~attnio.core.workload.Shape`, ``(Nq, Nkv, d)`` or ``(N, d)``) replaces N
-    and d for non-square, multi-head or masked problems; ``causal``/``window`` add a mask;
-    ``tiling`` is as in :func:`attnio.run` (None: the default tiling for M).  The schedule runs
-    once in count mode to record its tile steps; events are generated from that log each time the
-    trace is read.
+    The schedule runs once in count mode to record its tile steps; events are generated from
+    that log each time the trace is read.  The recording's memory and time are estimated first
+    (:func:`estimate_trace`) and refused when over ``max_memory`` or ``budget_s``.
 
-    The recording's memory and time are estimated first (:func:`estimate_trace`): more than
-    ``max_memory`` bytes (default: what the machine has available) is refused, and so is more
-    than ``budget_s`` seconds unless ``force``.  ``progress(steps, total)`` reports the
-    recording's tile steps.
+    Parameters
+    ----------
+    name : str
+        A registered algorithm (:func:`attnio.algorithms.names`).
+    N, d : int, optional
+        Sequence length and head dimension (or give ``shape``).
+    M : int
+        Fast-memory capacity in words.
+    shape : Shape or tuple, optional
+        A :class:`~attnio.core.workload.Shape`, ``(Nq, Nkv, d)`` or ``(N, d)``; replaces N and
+        d for non-square, multi-head or masked problems.
+    tiling : Tiling, mapping or None
+        As in :func:`attnio.run` (None: the default tiling for M).
+    causal : bool or str, optional
+        False, True / ``"bottom_right"`` or ``"top_left"`` (None: the shape's mask).
+    window : int, optional
+        A sliding window of W keys per query.
+    scale : float, optional
+        The softmax scale (None: 1/sqrt(d)); it changes no count.
+    chunk : int
+        Events generated per chunk when the trace is read.
+    budget_s : float or None
+        Refuse a recording estimated to take longer than this many seconds (None: no limit).
+    force : bool
+        Run even when over ``budget_s``.
+    max_memory : int, optional
+        Refuse a recording estimated to need more bytes (default: what the machine has
+        available).
+    progress : callable, optional
+        ``progress(steps, total)`` reports the recording's tile steps.
+
+    Returns
+    -------
+    Trace
+        The recorded trace: iterate its events (or ``chunks()``), or :func:`attnio.replay` it.
     """
     alg = _alg.get(name)
     if shape is None:

@@ -492,19 +492,61 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
          block_mask: BlockMask | None = None, backward_algorithm: str | None = None) -> Plan:
     """The least-I/O registered algorithm and tiling for attention of these sizes.
 
-    Give the fast memory as ``M`` (words), ``M_bytes`` (bytes, with ``dtype_bytes``) or
-    ``device`` (a preset of :mod:`attnio.hardware.devices`, words of ``dtype_bytes``, default 2 =
-    fp16).  ``batch`` x ``heads`` query heads (``kv_heads`` key/value heads: grouped-query
-    attention, default as many as ``heads``); ``causal`` is False, True / "bottom_right" or
-    "top_left"; ``window`` a sliding window; ``block_mask`` a block-sparse layout
-    (:class:`~attnio.core.blockmask.BlockMask`); ``backward=True`` plans forward + backward:
-    forwards that write the logsumexp, and every registered backward schedule, the least-I/O
-    one reported with the backward certificate (``backward_algorithm``: score that schedule
-    only).  With ``approx_eps`` the approximate algorithms
-    (``exact=False``) are scored too, and the plan reports their guaranteed error; without it
-    only exact algorithms are considered.
+    Every registered algorithm is scored by closed form on its candidate tilings (nothing is
+    simulated).  Pure and cached: the same arguments return the same :class:`Plan` object;
+    :meth:`Plan.run` runs it.
 
-    Pure and cached: the same arguments return the same :class:`Plan` object.
+    Parameters
+    ----------
+    N : int
+        Query sequence length (and key/value length unless ``Nkv`` is given).
+    d : int
+        Head dimension.
+    M : int, optional
+        Fast memory in words; give exactly one of ``M``, ``M_bytes`` or ``device``.
+    Nkv : int, optional
+        Key/value sequence length (default ``N``).
+    causal : bool or str
+        False, True / ``"bottom_right"`` or ``"top_left"``.
+    heads : int
+        Query heads per batch element.
+    dtype_bytes : int or str, optional
+        Bytes per word (``2`` or ``"fp16"``, ...): with ``M_bytes``, or the word of ``device``
+        (default 2).
+    device : str, optional
+        A preset of :mod:`attnio.hardware.devices`: M is one CTA's shared memory in words.
+    M_bytes : int, optional
+        Fast memory in bytes (with ``dtype_bytes``).
+    approx_eps : float, optional
+        An error target in (0, 1): approximate algorithms (``exact=False``) are scored too and
+        the plan reports their guaranteed error; without it only exact algorithms are.
+    entry_bound : float, optional
+        A bound B on the entries of Q and K (with ``approx_eps``).
+    batch : int
+        Batch size.
+    kv_heads : int, optional
+        Key/value heads (grouped-query attention; default as many as ``heads``).
+    window : int, optional
+        A sliding window of W keys per query (with a causal mask).
+    backward : bool
+        Plan forward + backward: forwards that write the logsumexp, and every registered
+        backward schedule, the least-I/O one reported with the backward certificate.
+    block_mask : BlockMask, optional
+        A block-sparse layout (:class:`~attnio.core.blockmask.BlockMask`).
+    backward_algorithm : str, optional
+        Score only this backward schedule (with ``backward=True``).
+
+    Returns
+    -------
+    Plan
+        The chosen algorithm and tiling with their predicted count, the runner-up, every scored
+        candidate and skipped algorithm, the certificate (bounds, best explicit bound, ratio,
+        regime) and a one-paragraph explanation.
+
+    Raises
+    ------
+    ParameterError
+        A parameter outside its range (naming it), or no algorithm fits in M.
     """
     shape = Shape.make(N, d, Nkv=Nkv, batch=batch, heads=heads, kv_heads=kv_heads,
                        causal=causal, window=window, block_mask=block_mask)
