@@ -821,7 +821,7 @@ def solve(dag: DAG, M: int, *, time_limit: float = 60.0, method: str = "auto",
     g_moves: list[Move] | None = greedy(dag, M) if M >= dag.min_pebbles() else None
     g = replay(dag, g_moves, M) if g_moves is not None else None
 
-    def result(moves, *, glob, scope, lower, how, hbound=None) -> PebbleResult:
+    def result(moves, *, glob, scope, lower, how) -> PebbleResult:
         if moves is None:
             return PebbleResult(dag.title, M, None, 0, 0, 0, (), 0, False, lower, False, scope,
                                 lower, None, True, time.perf_counter() - t0, method=how,
