@@ -140,8 +140,8 @@ BLOCKED = textwrap.dedent('''
                       jobs=1, dask=True, progress=False)
 
     def pebble_cpsat():
-        from attnio.pebble import dag, game
-        game.cpsat(dag.chain(3), 2, time_limit=1.0)
+        from attnio.pebble import cpsat, dag
+        cpsat(dag.chain(3), 2, time_limit=1.0)
 
     def figure():
         from attnio.core.extras import figure
