@@ -136,19 +136,7 @@ def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit
                 m.Add(sum(rd[v, t] for t in range(T)) >= 1)
         else:
             m.Add(sum(comp[v, t] for t in range(T)) >= 1)
-    # idle steps come last (removes the symmetry of where the idle steps are)
-    active = []
-    for t in range(T):
-        a = m.NewBoolVar(f"a{t}")
-        mv = ([comp[v, t] for v in range(n) if (v, t) in comp]
-              + [rd[v, t] for v in range(n) if (v, t) in rd]
-              + [wr[v, t] for v in range(n) if (v, t) in wr])  # the moves of step t
-        for x in mv:
-            m.AddImplication(x, a)
-        m.AddBoolOr(mv + [a.Not()])
-        active.append(a)
-    for t in range(T - 1):
-        m.AddImplication(active[t + 1], active[t])
+    _idle_steps_last(m, n, T, comp, rd, wr)
     cost = sum(rd.values()) + sum(wr.values())
     m.Add(cost >= dag.trivial_bound())
     if upper is not None:
@@ -164,7 +152,35 @@ def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, status == cp_model.INFEASIBLE, int(solver.BestObjectiveBound()) \
             if status != cp_model.INFEASIBLE else None
-    val = solver.BooleanValue
+    moves, steps = _schedule_of(solver.BooleanValue, dag, T, red, comp, rd, wr)
+    optimal = status == cp_model.OPTIMAL
+    bound = math.ceil(solver.BestObjectiveBound() - 1e-6)
+    return (moves, steps, optimal, bound), False, bound
+
+
+def _idle_steps_last(m: Any, n: int, T: int, comp: dict[tuple[int, int], Any],
+                     rd: dict[tuple[int, int], Any], wr: dict[tuple[int, int], Any]) -> None:
+    """Idle steps come last (removes the symmetry of where the idle steps are)."""
+    active = []
+    for t in range(T):
+        a = m.NewBoolVar(f"a{t}")
+        mv = ([comp[v, t] for v in range(n) if (v, t) in comp]
+              + [rd[v, t] for v in range(n) if (v, t) in rd]
+              + [wr[v, t] for v in range(n) if (v, t) in wr])  # the moves of step t
+        for x in mv:
+            m.AddImplication(x, a)
+        m.AddBoolOr(mv + [a.Not()])
+        active.append(a)
+    for t in range(T - 1):
+        m.AddImplication(active[t + 1], active[t])
+
+
+def _schedule_of(val: Any, dag: DAG, T: int, red: list[list[Any]],
+                 comp: dict[tuple[int, int], Any], rd: dict[tuple[int, int], Any],
+                 wr: dict[tuple[int, int], Any]) -> tuple[list[Move], list[dict]]:
+    """The solved model's schedule (each step: writes, deletions, reads, computes) and its
+    steps as :func:`_pack` writes them; ``val`` is the solver's ``BooleanValue``."""
+    n = len(dag)
     moves: list[Move] = []
     steps: list[dict] = []
     for t in range(T):
@@ -178,9 +194,7 @@ def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit
         moves += [Move("R", dag.names[v]) for v in R]
         moves += [Move("C", dag.names[v]) for v in C]
         steps.append({"R": set(R), "W": set(W), "C": set(C), "red_after": after})
-    optimal = status == cp_model.OPTIMAL
-    bound = math.ceil(solver.BestObjectiveBound() - 1e-6)
-    return (moves, steps, optimal, bound), False, bound
+    return moves, steps
 
 
 def _add_hint(m, dag, T, steps, red, blue, comp, rd, wr, inputs) -> None:
