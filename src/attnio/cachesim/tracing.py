@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -433,9 +433,22 @@ def _tiling_dict(t) -> dict:
 
 def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
     """Resolve each tile epoch's destination, lay out the arrays, count the events."""
-    ntiles = len(rec.shape)
     size = [int(np.prod(s, dtype=np.int64)) if s else 1 for s in rec.shape]
-    epochs: list[list] = [[] for _ in range(ntiles)]  # per tile: dest of each epoch
+    epochs, scratch_size, n_events = _epochs(rec, size)
+    infos, by_key, scratch_base = _layout(rec, scratch_size)
+    source = _event_source(rec, size, epochs, by_key, scratch_base)
+    return Trace(infos, n_events, source, meta)
+
+
+_Backing = Any  # ("arr", slow key, region) or ("scratch", (label, slot)) or None
+
+
+def _epochs(rec: _Recorder, size: list[int]
+            ) -> tuple[list[list[_Backing]], dict[tuple[str, int], int], int]:
+    """Per tile, the destination of each epoch (between stores); the size of each scratch slot
+    (label, slot number); the number of events the trace will hold."""
+    ntiles = len(rec.shape)
+    epochs: list[list[_Backing]] = [[] for _ in range(ntiles)]  # per tile: dest of each epoch
     written = [False] * ntiles
     uninit = [False] * ntiles  # allocated without a fill and not yet written: reads touch nothing
     slot_of = [0] * ntiles
@@ -444,7 +457,7 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
     alive: set[int] = set()
     n_events = 0
 
-    def new_tile(t):
+    def new_tile(t: int) -> None:
         used = busy.setdefault(rec.label[t], set())
         s = 0
         while s in used:
@@ -453,7 +466,7 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
         slot_of[t] = s
         alive.add(t)
 
-    def end_epoch_dead(t):
+    def end_epoch_dead(t: int) -> None:
         if written[t]:
             key = (rec.label[t], slot_of[t])
             scratch_size[key] = max(scratch_size.get(key, 0), size[t])
@@ -493,8 +506,13 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
             busy[rec.label[t]].discard(slot_of[t])
     for t in sorted(alive):  # tiles never freed: their last epoch dies with the program
         end_epoch_dead(t)
+    return epochs, scratch_size, n_events
 
-    # address layout
+
+def _layout(rec: _Recorder, scratch_size: dict[tuple[str, int], int]
+            ) -> tuple[list[ArrayInfo], dict[int, tuple[int, tuple[int, ...]]],
+                       dict[tuple[str, int], int]]:
+    """The address layout: the slow arrays, then the scratch slots, each aligned to ALIGN."""
     infos: list[ArrayInfo] = []
     by_key: dict[int, tuple[int, tuple[int, ...]]] = {}  # slow key -> (base, shape)
     base = 0
@@ -510,16 +528,24 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
         infos.append(ArrayInfo(nm, scratch_size[key], base, False, "scratch"))
         scratch_base[key] = base
         base += -(-scratch_size[key] // ALIGN) * ALIGN
+    return infos, by_key, scratch_base
 
-    def backing_addr(b, t) -> np.ndarray:
+
+def _event_source(rec: _Recorder, size: list[int], epochs: list[list[_Backing]],
+                  by_key: dict[int, tuple[int, tuple[int, ...]]],
+                  scratch_base: dict[tuple[str, int], int]
+                  ) -> Callable[[int], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """A function that generates the events from the op log, ``chunk_size`` at a time."""
+    ntiles = len(rec.shape)
+    ops = rec.ops
+
+    def backing_addr(b: _Backing, t: int) -> np.ndarray:
         if b[0] == "arr":
             b0, shp = by_key[b[1]]
             return _flat(shp, b[2]) + b0
         return np.arange(size[t], dtype=np.int64) + scratch_base[b[1]]
 
-    ops = rec.ops
-
-    def source(chunk_size: int):
+    def source(chunk_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         epoch = [0] * ntiles
         wrote = [False] * ntiles
         src: list[Any] = [None] * ntiles  # address array of the epoch's source words
@@ -528,7 +554,7 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
         buf_k: list[np.ndarray] = []
         pending = 0
 
-        def dest(t):
+        def dest(t: int) -> np.ndarray:
             if dst[t] is None:
                 dst[t] = backing_addr(epochs[t][epoch[t]], t)
             return dst[t]
@@ -539,7 +565,7 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
             buf_k.append(np.full(len(addr), kind, np.uint8))
             pending += len(addr)
 
-        def write(t) -> None:  # tile t writes every word of its destination
+        def write(t: int) -> None:  # tile t writes every word of its destination
             emit(dest(t), 1)
             wrote[t] = True
 
@@ -576,14 +602,14 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
                 src[t] = dst[t] = None
             if pending >= chunk_size:
                 a = np.concatenate(buf_a)
-                k = np.concatenate(buf_k)
+                kk = np.concatenate(buf_k)
                 for s in range(0, len(a) - chunk_size + 1, chunk_size):
-                    yield a[s:s + chunk_size], k[s:s + chunk_size]
+                    yield a[s:s + chunk_size], kk[s:s + chunk_size]
                 rest = len(a) % chunk_size
                 buf_a = [a[len(a) - rest:]] if rest else []
-                buf_k = [k[len(k) - rest:]] if rest else []
+                buf_k = [kk[len(kk) - rest:]] if rest else []
                 pending = rest
         if pending:
             yield np.concatenate(buf_a), np.concatenate(buf_k)
 
-    return Trace(infos, n_events, source, meta)
+    return source
