@@ -221,32 +221,71 @@ def run(
     allow_nonfinite: bool = False,
     bulk: bool = True,
 ) -> Result:
-    """Run algorithm ``name`` with a fast memory of ``M`` words.
+    """Run algorithm ``name`` with a fast memory of ``M`` words: validate, estimate, refuse,
+    run, check against the reference (``check``) and certify the count.
 
-    The data: ``Q, K, V`` arrays (compute mode: the output is returned), or ``inputs`` (a
-    :class:`~attnio.runner.inputs.RandomInputs` drawn once the estimate is accepted, or an
-    ``.npz`` path / :class:`~attnio.runner.inputs.NpzInputs`), or neither: ``shape`` with
-    ``mode="count"`` (shapes only, same counts).  The workload is ``shape``
-    (:class:`~attnio.core.workload.Shape`, or ``(N, d)``, ``(Nq, Nkv, d)``): with data it gives
-    only the mask.  ``causal`` (False, True = bottom-right, ``"top_left"``) and ``window=W``
-    are shorthands merged into the shape's mask; a block-sparse layout comes in the Shape.
-    ``tiling`` is the algorithm's Tiling (or a mapping of its fields); None picks the default.
-    ``backward=True`` (or a :class:`BackwardPass` naming the schedule and its tiling) also runs
-    the backward pass with ``grad_output`` (dO; drawn or read with ``inputs``; not needed in
-    count mode).  ``check=True`` compares the output (and gradients) with the float64
-    reference.  ``scale``: the softmax scale (default 1/sqrt(d)).
+    Either pass data (``Q, K, V`` or ``inputs``: compute mode, the output is returned) or
+    ``shape`` alone (count mode: shapes only, the same counts).  Inputs may be numpy arrays
+    (float16/32/64) or torch tensors (bfloat16 too); arithmetic accumulates in float32 at least,
+    and the output has the inputs' precision (bfloat16 outputs are rounded to bfloat16 and
+    returned as float32 arrays).  Before anything is allocated (inputs drawn or read included),
+    the run's memory and time (and the reference's with ``check``) are estimated from closed
+    forms (:func:`estimate`) and refused beyond ``limits``.
 
-    Inputs may be numpy arrays (float16/32/64) or torch tensors (bfloat16 too); arithmetic
-    accumulates in float32 at least, and the output has the inputs' precision (bfloat16 outputs
-    are rounded to bfloat16 and returned as float32 arrays).  Non-finite entries are refused with
-    their position unless ``allow_nonfinite=True``.
+    Parameters
+    ----------
+    name : str or Algorithm
+        A registered algorithm (:func:`attnio.algorithms.names`) or an Algorithm instance.
+    Q, K, V : array-like, optional
+        The inputs, 2-D ``(N, d)`` or 4-D ``(batch, heads, N, d)`` (K and V with ``kv_heads``
+        heads: grouped-query attention); omit all three for count mode or with ``inputs``.
+    M : int
+        Fast-memory capacity in words.
+    shape : Shape or tuple, optional
+        The workload (:class:`~attnio.core.workload.Shape`, ``(Nq, Nkv, d)`` or ``(N, d)``),
+        mask and block-sparse layout included; with data it must match their sizes and gives
+        only the mask.
+    mode : {"compute", "count"}, optional
+        Default: ``"compute"`` with data, ``"count"`` without.
+    causal : bool or str, optional
+        Shorthand merged into the shape's mask: False, True / ``"bottom_right"`` or
+        ``"top_left"`` (None: the shape's mask).
+    window : int, optional
+        Shorthand merged into the shape's mask: each query's W most recent keys (with a causal
+        mask).
+    scale : float, optional
+        The softmax scale (None: 1/sqrt(d)).
+    tiling : Tiling, mapping or None
+        The algorithm's Tiling (or a mapping of its fields); None picks the least-I/O one.
+    backward : bool or BackwardPass
+        Also run the backward pass (after a forward that writes the logsumexp); a
+        :class:`BackwardPass` names its schedule (None: the least-I/O one by closed form) and
+        tiling.
+    grad_output : array-like, optional
+        dO, like Q (compute mode with arrays and ``backward``; drawn or read with ``inputs``).
+    inputs : RandomInputs, NpzInputs or path, optional
+        Data the run draws (:class:`~attnio.runner.inputs.RandomInputs`) or reads from an
+        ``.npz`` file of Q, K, V (and dO) after its estimate is accepted.
+    check : bool
+        Compare the output (and gradients) with the float64 reference: ``max_abs_err``
+        (``max_abs_grad_err``) on the Result.
+    limits : Limits, optional
+        :class:`~attnio.core.resources.Limits`: ``budget_s`` seconds (default 300) unless
+        ``force``, ``max_memory`` bytes (default: what the machine has available).
+    progress : callable, optional
+        ``progress(steps, total)``, called about 500 times over the run's tile steps
+        (:class:`attnio.core.progress.Progress` draws a bar).
+    allow_nonfinite : bool
+        Accept NaN/inf inputs (refused with their position by default).
+    bulk : bool
+        In count mode, count runs of equal blocks once (same counts, faster).
 
-    Before anything is allocated, the run's memory and time (and the reference's with
-    ``check``) are estimated from closed forms (:func:`estimate`) and refused beyond ``limits``
-    (:class:`~attnio.core.resources.Limits`: ``budget_s`` seconds unless ``force``, and
-    ``max_memory`` bytes, default what the machine has available).  ``progress(steps, total)``
-    is called about 500 times over the run's tile steps.  The Result carries the count's
-    :class:`~attnio.runner.certificate.Certificate`.
+    Returns
+    -------
+    Result
+        The counts (``io``; ``backward_io`` with ``backward``), the tiling used, the output (and
+        ``grads``) in compute mode, and the :class:`~attnio.runner.certificate.Certificate` of
+        each count.
     """
     job = _job(_alg.get(name), Q, K, V, M=M, shape=shape, mode=mode, causal=causal,
                window=window, scale=scale, tiling=tiling, backward=backward,
