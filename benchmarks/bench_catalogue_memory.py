@@ -95,11 +95,12 @@ def measure(argv: list[str], cwd: Path) -> dict:
                        text=True, cwd=cwd, env=env, timeout=300)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", p.stderr)
-    own = [ln for ln in p.stderr.splitlines() if not ln.startswith("\t")
-           and not ln.startswith("Command exited")]
+    stderr = p.stderr[:p.stderr.find("\tCommand being timed")]  # the program's own lines
+    own = [ln for ln in stderr.splitlines() if ln and not ln.startswith("Command exited")]
+    errs = [ln for ln in own if "Error" in ln or "error:" in ln]
     return {"exit": p.returncode, "peak_mb": int(rss.group(1)) / 1024 if rss else None,
             "wall": wall.group(1) if wall else None, "stderr_lines": len(own),
-            "message": own[-1] if own else ""}
+            "message": (errs or own or [""])[-1]}
 
 
 def main(argv=None) -> int:
