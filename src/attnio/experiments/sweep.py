@@ -561,7 +561,7 @@ def _pre_reason(alg: _alg.Algorithm, cfg: Config) -> str | None:
 def _min_M(alg: _alg.Algorithm, cfg: Config) -> tuple[int | None, str | None]:
     try:
         return alg.min_M(cfg.shape), None
-    except (ParameterError, ValueError) as e:
+    except ParameterError as e:  # a user error of this shape; anything else is a bug: it raises
         return None, f"{alg.name} cannot run this shape: {e}"
 
 
@@ -852,7 +852,7 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
     except CapacityError as e:  # the algorithm's own tiling rule broke the capacity: a bug
         row.update(status="error", reason=f"CapacityError: {e}", wall_s=time.perf_counter() - t0)
         return row
-    except (ParameterError, ValueError) as e:  # it cannot run this configuration
+    except ParameterError as e:  # it cannot run this configuration (a user error, not a bug)
         row.update(status="skipped", reason=f"{alg.name}: {e}", wall_s=time.perf_counter() - t0)
         return row
     except Exception as e:  # noqa: BLE001 - recorded on the row, retried on the next run
