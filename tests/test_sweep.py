@@ -17,6 +17,7 @@ import pytest
 import attnio
 from attnio.cli import main as cli_main
 from attnio.core.errors import ParameterError, UnknownNameError
+from attnio.core.workload import Shape
 from attnio.experiments.store import ResultsStore
 from attnio.experiments.sweep import (
     PRESETS,
@@ -84,7 +85,7 @@ def test_expand_is_the_full_product_deduplicated_with_skip_reasons():
     exp = expand([SMALL, SMALL])  # the same grid twice: no duplicate configuration
     assert len(exp) == 4 * 2 * 2 * 3 * 2
     assert len({c.hash() for c in exp.configs} | {c.hash() for c, _ in exp.skipped}) == len(exp)
-    reasons = {(c.algorithm, c.d, c.M, c.causal): why for c, why in exp.skipped}
+    reasons = {(c.algorithm, c.shape.d, c.M, c.shape.causal): why for c, why in exp.skipped}
     # flash2 needs M >= 4d + 4: M = 64 is too small for d = 16 (68) but fine for d = 8 (36)
     assert reasons[("flash2", 16, 64, False)] == "M=64 < min_M=68 of flash2 for d=16"
     assert ("flash2", 8, 64, False) not in reasons
@@ -137,15 +138,15 @@ def test_toml_grids(tmp_path):
 
 
 def test_config_hash_depends_on_what_was_asked_only():
-    a = Config("flash2", 64, 64, 8, 256, False)
-    assert a.hash() == Config("flash2", 64, 64, 8, 256, False, seed=5).hash()  # seed: compute only
-    assert a.hash() != Config("flash2", 64, 64, 8, 256, True).hash()
-    assert a.hash() != Config("flash2", 64, 64, 8, 256, False, mode="compute").hash()
+    a = Config("flash2", Shape(64, 64, 8), 256)
+    assert a.hash() == Config("flash2", Shape(64, 64, 8), 256, seed=5).hash()  # seed: compute only
+    assert a.hash() != Config("flash2", Shape(64, 64, 8, causal=True), 256).hash()
+    assert a.hash() != Config("flash2", Shape(64, 64, 8), 256, mode="compute").hash()
 
 
 # ----------------------------------------------------------------------------- rows
 def test_count_row_holds_every_count_and_matches_the_run_api():
-    cfg = Config("flash2", 128, 128, 16, 1024, True)
+    cfg = Config("flash2", Shape(128, 128, 16, causal=True), 1024)
     row = run_config(cfg)
     res = attnio.run("flash2", shape=(128, 128, 16), M=1024, mode="count", causal=True)
     assert row["status"] == "ok"
@@ -161,11 +162,11 @@ def test_count_row_holds_every_count_and_matches_the_run_api():
 
 
 def test_compute_row_has_the_error_against_the_reference():
-    row = run_config(Config("flash2", 96, 80, 8, 512, True, mode="compute", seed=3))
+    row = run_config(Config("flash2", Shape(96, 80, 8, causal=True), 512, mode="compute", seed=3))
     assert row["status"] == "ok"
     print("max error", row["max_err"])
     assert row["max_err"] < 1e-12
-    count = run_config(Config("flash2", 96, 80, 8, 512, True))
+    count = run_config(Config("flash2", Shape(96, 80, 8, causal=True), 512))
     assert (row["reads"], row["writes"]) == (count["reads"], count["writes"])
 
 
