@@ -255,7 +255,7 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
         wall = time.perf_counter() - t0
         # the closed form (the tiling was validated by the run); the forward of a backward run
         # writes the logsumexp too
-        pred = (alg.predict_with_lse(res.shape, res.tiling) if backward  # type: ignore[attr-defined]
+        pred = (alg.predict_with_lse(res.shape, res.tiling) if backward
                 else alg.predict_total(res.shape, res.tiling))
         verify = verify_columns(cfg, alg, res.tiling) if cfg.verify else {}
     except ParameterError as e:  # it cannot run this configuration (a user error, not a bug)
