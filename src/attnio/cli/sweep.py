@@ -4,6 +4,7 @@ export``: write the database as csv, json or parquet."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -221,6 +222,7 @@ def _sweep(args) -> int:
 
 
 def _export(args) -> int:
+    from ..core.errors import ParameterError
     from ..experiments.store import ResultsStore
 
     fmt = args.format
@@ -229,11 +231,16 @@ def _export(args) -> int:
         fmt = fmt or "csv"
         out = f"attnio-results.{fmt}"
     if os.path.exists(out) and os.path.isdir(out):
-        from ..core.errors import ParameterError
-
         raise ParameterError(f"out: {out!r} is a directory")
+    existed = os.path.exists(out)
     with ResultsStore(args.db, readonly=True) as st:
-        n = st.export(out, fmt)
+        try:
+            n = st.export(out, fmt)
+        except OSError as e:  # a full disk, a read-only file system: no half-written file left
+            if not existed:
+                with contextlib.suppress(OSError):
+                    os.remove(out)
+            raise ParameterError(f"out {out!r}: {e.strerror or e}", param="out") from None
     if not getattr(args, "quiet", False):
         print(f"wrote {n} rows to {out}")
     return 0
