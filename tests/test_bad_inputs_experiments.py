@@ -251,6 +251,15 @@ TOML = [
     ('algo = "flash3"', "flash3"),
     ("colour = 1", "unknown key"),
     ("N = [", "not valid TOML"),
+    # issue 24: lists of lists, tables that are not tables, values that pair with nothing
+    ("N = [[64, 128]]", "N"),
+    ("window = [[16]]\ncausal = true", "window"),
+    ("causal = [[true]]", "causal"),
+    ("grid = [[[1]]]", "grid"),
+    ("grid = 5", "grid"),
+    ("heads = 4\nkv_heads = 3", "kv_heads"),
+    ("window = 16", "window"),
+    ('N = "2251799813685248"', "N"),
 ]
 
 
@@ -262,9 +271,79 @@ def test_bad_toml_grid_is_one_line_naming_the_key(tmp_path, capsys, body, name):
     grid = tmp_path / "grid.toml"
     grid.write_text("\n".join(lines) + "\n")
     db = tmp_path / "r.sqlite"
-    _refused(capsys, ["sweep", "--db", str(db), "--config", str(grid), "--quiet", "--jobs", "1"],
-             tmp_path, (name,))
+    err = _refused(capsys, ["sweep", "--db", str(db), "--config", str(grid), "--quiet", "--jobs",
+                            "1"], tmp_path, (name,))
+    assert "grid.toml" in err or "not valid TOML" not in err  # the file is named
     assert not db.exists()
+
+
+@pytest.mark.parametrize("make,what", [
+    (lambda tmp: "/dev/zero", "larger than"),
+    (lambda tmp: _write(tmp / "big.toml", b"# " + b"x" * (2 << 20) + b"\n"), "larger than"),
+    (lambda tmp: _write(tmp / "latin1.toml", "N = 64\n# caf\xe9\n".encode("latin-1")),
+     "not UTF-8"),
+    (lambda tmp: _write(tmp / "zeros.toml", bytes(4096)), "not"),
+    (lambda tmp: str(tmp), "cannot be read"),
+], ids=["dev-zero", "2MB", "latin-1", "nul-bytes", "a-directory"])
+def test_unreadable_config_file_is_one_line_naming_the_flag_and_file(tmp_path, capsys, make,
+                                                                      what):
+    path = make(tmp_path)
+    err = _refused(capsys, ["sweep", "--db", str(tmp_path / "r.sqlite"), "--config", str(path),
+                            "--quiet"], tmp_path, ("--config",))
+    assert what in err and os.path.basename(str(path)) in err, err
+
+
+def _write(p: Path, data: bytes) -> Path:
+    p.write_bytes(data)
+    return p
+
+
+@pytest.mark.parametrize("target", ["nowhere/r.sqlite", "loop.sqlite"], ids=["dangling", "loop"])
+def test_db_symlink_that_leads_nowhere_is_one_line(tmp_path, capsys, target):
+    link = tmp_path / "loop.sqlite"
+    os.symlink(target, link)
+    err = _refused(capsys, VERBS["sweep"](link, tmp_path), tmp_path, ("loop.sqlite",))
+    assert "symbolic link" in err and "--db" in err
+
+
+def test_db_symlink_to_a_database_is_followed(good_db, tmp_path, capsys):
+    db = tmp_path / "real.sqlite"
+    shutil.copy(good_db, db)
+    os.symlink(db, tmp_path / "link.sqlite")
+    assert cli_main(["sweep", "export", "--db", str(tmp_path / "link.sqlite"), "--out",
+                     str(tmp_path / "x.csv")]) == 0
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("errno_,text", [(28, "No space left on device"),
+                                         (30, "Read-only file system")], ids=["ENOSPC", "EROFS"])
+def test_disk_errors_name_the_flag_and_the_file(good_db, tmp_path, capsys, monkeypatch, errno_,
+                                                text):
+    """A full disk or a read-only file system while a sweep writes (--db) or an export writes
+    (--out): one line naming the flag and the file, and no half-written export left."""
+    db = tmp_path / "r.sqlite"
+    shutil.copy(good_db, db)
+
+    def fail(*args, **kwargs):
+        raise OSError(errno_, text)
+
+    monkeypatch.setattr(ResultsStore, "insert_values", fail)
+    code = cli_main(["sweep", "--db", str(db), "--quiet", "--jobs", "1", "--algo", "flash2",
+                     "--N", "64", "--d", "8", "--M", "4096"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and text in err, err
+    assert "--db" in err and "r.sqlite" in err
+
+    def partial(self, path, fmt=None):
+        Path(path).write_text("config_hash,status\nab")
+        raise OSError(errno_, text)
+
+    monkeypatch.setattr(ResultsStore, "export", partial)
+    out = tmp_path / "x.csv"
+    code = cli_main(["sweep", "export", "--db", str(db), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and text in err, err
+    assert "--out" in err and "x.csv" in err and not out.exists()
 
 
 def test_missing_toml_file_is_one_line(tmp_path, capsys):
@@ -308,6 +387,20 @@ FLAGS = [
     (["--N", "64", "--window", "-4"], "window"),
     (["--N", "64", "--eps", "0"], "eps"),
     (["--preset", "paper", "--N", "64"], "--preset"),
+    # issue 24: a worker per job, sizes beyond the library's limits, values that pair with nothing
+    (["--jobs", "100000"], "--jobs"),
+    (["--jobs", "257"], "--jobs"),
+    (["--N", "2251799813685248"], "--N"),
+    (["--N", "64:2251799813685248:x2"], "--N"),
+    (["--Nq", "64", "--Nkv", "2251799813685248"], "--Nkv"),
+    (["--N", "64", "--M", "2305843009213693952"], "--M"),
+    (["--N", "64", "--batch", "2251799813685248"], "--batch"),
+    (["--N", "64", "--heads", "4", "--kv-heads", "3"], "--kv-heads"),
+    (["--N", "64", "--heads", "4", "--kv-heads", "8"], "--kv-heads"),
+    (["--N", "64", "--window", "16"], "--window"),
+    (["--N", "64", "--causal", "none", "--window", "none,16"], "--window"),
+    (["--N", "64", "--window", "16", "--dry-run"], "--window"),
+    (["--N", "0"], "--N"),
 ]
 
 

@@ -21,6 +21,7 @@ from attnio.core.errors import ParameterError, UnknownNameError
 from attnio.core.workload import Shape
 from attnio.experiments.store import ResultsStore
 from attnio.experiments.sweep import (
+    FORWARD_ONLY,
     PRESETS,
     Config,
     Grid,
@@ -335,3 +336,64 @@ def test_module_docstring_examples_run():
     import attnio.experiments.sweep
 
     assert doctest.testmod(attnio.experiments.sweep).failed == 0
+
+
+# ----------------------------------------------------------------------------- issue 24: grids
+def test_causal_both_with_windows_and_backward_store_no_meaningless_skip(tmp_path, capsys):
+    """The researcher's grid: no "window needs a causal mask" row, and in a --backward sweep
+    the forward-only algorithms keep their forward rows, marked (not skipped)."""
+    db = tmp_path / "r.sqlite"
+    assert cli_main(["sweep", "--db", str(db), "--N", "256", "--d", "16", "--M", "4096",
+                     "--causal", "both", "--window", "none,64,128", "--backward",
+                     "--algo", "flash2,square_tiling,flash_decoding", "--quiet",
+                     "--jobs", "1"]) == 0
+    with ResultsStore(db, readonly=True) as st:
+        rows = st.rows()
+    reasons = {r["reason"] for r in rows if r["status"] == "skipped"}
+    assert not [w for w in reasons if "causal mask" in w or "backward" in w], reasons
+    assert all(r["causal"] or r["window"] is None for r in rows)
+    assert len(rows) == 3 * (1 + 3)  # three algorithms x (unmasked + causal with each window)
+    fwd_only = [r for r in rows if r["algorithm"] in ("square_tiling", "flash_decoding")
+                and r["status"] == "ok"]
+    assert fwd_only and all(r["reason"].startswith(FORWARD_ONLY) and r["backward"] == 0
+                            and r["total"] > 0 and r["backward_total"] is None
+                            for r in fwd_only)
+    flash2 = [r for r in rows if r["algorithm"] == "flash2"]
+    assert len(flash2) == 4 and all(r["backward_total"] for r in flash2)
+
+
+def test_sweep_help_shows_the_toml_grid_form(capsys):
+    assert cli_main(["sweep", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "[[grid]]" in out and 'window = "none,512,4096"' in out and "--config" in out
+
+
+def test_help_toml_example_is_a_valid_grid_file(tmp_path):
+    from attnio.cli.sweep import EPILOG
+
+    body = "\n".join(line[2:] for line in EPILOG.splitlines()
+                     if line.startswith("  ") and not line.startswith("  attnio"))
+    (tmp_path / "g.toml").write_text(body)
+    grids = grids_from_toml(tmp_path / "g.toml")
+    assert len(grids) == 2 and expand(grids).configs
+
+
+def test_a_bug_in_a_closed_form_is_an_error_row_not_a_skip(monkeypatch):
+    """Issue 22: a ValueError (or ZeroDivisionError) from an algorithm is a bug: the row is an
+    error (the sweep exits 1), never a quiet 'skipped'; a ParameterError is a skip."""
+    alg = attnio.algorithms.get("flash2")
+    cfg = Config("flash2", Shape(64, 64, 8), 4096)
+
+    def broken(*args, **kwargs):
+        raise ValueError("numpy said no")
+
+    monkeypatch.setattr(type(alg), "predict_total", broken)
+    row = run_config(cfg)
+    assert row["status"] == "error" and "ValueError: numpy said no" in row["reason"]
+
+    def refused(*args, **kwargs):
+        raise ParameterError("M too small for this shape", param="M")
+
+    monkeypatch.setattr(type(alg), "predict_total", refused)
+    row = run_config(cfg)
+    assert row["status"] == "skipped" and "M too small" in row["reason"]
