@@ -29,6 +29,7 @@ from .feasibility import Feasibility, check
 from .kernels import KERNELS, KernelConfig, named_config, parse_config
 from .l2 import Replay, replay
 from .roofline import Timing, roofline
+from .timing import Params, Prepared, evaluate, load_params, prepare
 from .traffic import Traffic, build
 
 __all__ = ["Score", "lower_bound", "resolve", "score", "waves_of"]
@@ -166,8 +167,34 @@ def score(device: str | Device, workload: Any, config: Any, *, dtype: str | None
     cap = dev.l2_bytes if l2_bytes is None else int(l2_bytes)
     rep = replay(tr, cap, wv, granularity=granularity, sector=dev.l2_sector_bytes,
                  budget=budget)
-    t = roofline(tr, dev, wv, rep)
-    return _scored(dev, shape, cfg, f, tr, rep, t)
+    return _scored(dev, shape, cfg, f, tr, rep, calibrated(tr, dev, f, rep, wv))
+
+
+def calibrated(tr: Traffic, dev: Device, f: Feasibility, rep: Replay, wv: list[int],
+               params: Params | None = None) -> Timing:
+    """The calibrated time (:mod:`.timing`) of built traffic and its replay."""
+    pr = _prepare(tr, dev, f, rep)
+    t, bound, by, alone = evaluate(pr, params or load_params(dev))
+    waves = sum(-(-ph.n // P) for ph, P in zip(tr.phases, wv) if ph.n)
+    return Timing(t, bound, waves, by, alone)
+
+
+def _prepare(tr: Traffic, dev: Device, f: Feasibility, rep: Replay) -> Prepared:
+    hbm = [float(r.sum() + w.sum()) for r, w in zip(rep.wave_read, rep.wave_write)]
+    return prepare(tr, dev, f.ctas_per_sm, hbm, LIGHT_CTAS_PER_SM)
+
+
+def prepared(device: str | Device, workload: Any, config: Any) -> Prepared | None:
+    """The parameter-free amounts :func:`~.timing.evaluate` times (None: infeasible)."""
+    dev, shape, cfg = resolve(device, workload, config)
+    f = check(dev, cfg, shape)
+    if not f.feasible:
+        return None
+    tr = build(cfg, shape, dev, f.ctas_per_sm)
+    wv = waves_of(tr, dev, f.ctas_per_sm)
+    assert dev.l2_bytes is not None and dev.l2_sector_bytes is not None  # require_model()
+    rep = replay(tr, dev.l2_bytes, wv, sector=dev.l2_sector_bytes)
+    return _prepare(tr, dev, f, rep)
 
 
 def _scored(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Traffic,
@@ -196,4 +223,4 @@ def finish(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Tra
     """Replay and time a config whose traffic is already built (the oracle's finalists)."""
     assert dev.l2_bytes is not None and dev.l2_sector_bytes is not None  # require_model()
     rep = replay(tr, dev.l2_bytes, wv, sector=dev.l2_sector_bytes, budget=budget)
-    return _scored(dev, shape, cfg, f, tr, rep, roofline(tr, dev, wv, rep))
+    return _scored(dev, shape, cfg, f, tr, rep, calibrated(tr, dev, f, rep, wv))

@@ -208,7 +208,7 @@ def template(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None = Non
     """
     key = dataclasses.replace(cfg, Br=cfg.Br if cfg.algorithm == "fa2_bwd" else 0, warps=1,
                               stages=1, p="regs", pack_gqa=False, splits=min(cfg.splits, 2),
-                              overlap=False, label="")
+                              overlap=False, label="", fa1=False)
     return _template(key, d, G, Brh, smem)
 
 
@@ -402,8 +402,7 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
     M = len(starts)
     # query rows of the packed problem see the keys of their own query position
     pos_lo, pos_hi = starts // G, (stops + G - 1) // G
-    sub = shape if G == 1 else shape  # same mask geometry per position
-    lo, hi = geometry.kv_ranges(sub, pos_lo, pos_hi)
+    lo, hi = geometry.kv_ranges(shape, pos_lo, pos_hi)  # same mask geometry per position
     order = _order("m,s,h,b", B, H, M, nsplit)
     rest, m = np.divmod(order, M)
     unit, s = np.divmod(rest, nsplit)
