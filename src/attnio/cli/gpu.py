@@ -62,9 +62,9 @@ def add_arguments(p) -> None:
                    help="kernel family to search (default fa3 on Hopper, else fa2)")
     t.add_argument("--kernel", default="auto", choices=["auto", "fa2", "fa3", "sdpa", "none"],
                    help="named kernel to rank against the oracle (default: the family's)")
-    t.add_argument("--max-replays", type=int, default=12, dest="max_replays",
+    t.add_argument("--max-replays", type=int, default=6, dest="max_replays",
                    help="L2 replays the search (and the named kernel's rank) may spend "
-                        "(default 12)")
+                        "(default 6)")
     add_output_arguments(t)
 
 
@@ -176,7 +176,9 @@ def _tune(args) -> int:
     print(f"{r.device}  {shape.describe()}  {args.dtype}  family {r.algorithm}: {r.feasible:,} "
           f"feasible of {r.searched:,} configs, {r.replays} L2 replays, {r.seconds:.2f} s"
           + ("" if r.exhausted else " (replay budget spent: ranks past it are by lower bound)"))
-    for i, s in enumerate(r.best, 1):
+    from ..hardware.oracle import ranks
+
+    for i, s in zip(ranks(r.best), r.best):
         print(f"  {i:>2}. {s.line()}")
     if r.named is not None:
         rank = f"rank {r.named_rank} of {r.feasible:,}" if r.named_rank else "infeasible"

@@ -345,15 +345,15 @@ def read_bound(ph: Phase, P: int, capacity: int) -> np.ndarray:
 
 
 def replay(traffic: Traffic, capacity: int, waves_of: list[int], *, granularity: str = "tile",
-           sector: int = 32, budget: int | None = 400_000) -> Replay:
+           sector: int = 32, budget: int | None = 400_000, min_waves: int = 2) -> Replay:
     """Replay every phase's CTAs, ``waves_of[i]`` at a time, through one LRU of ``capacity``.
 
     Within a wave the CTAs advance in lockstep (:func:`~.traffic.wave_events`); waves follow one
     another; phases (kernel launches) follow one another with the L2 as the last left it.  With
     ``granularity="sector"`` every tile is split into its ``sector``-byte sectors (validation).
 
-    ``budget`` (requests): past it, the remaining waves of a phase are estimated from the waves
-    replayed so far (their mean HBM reads per CTA over the later half, as the grid is periodic
+    ``budget`` (requests): past it (and after ``min_waves`` waves of the phase), the remaining
+    waves of a phase are estimated from the waves replayed so far (their mean HBM reads per CTA over the later half, as the grid is periodic
     in heads; each stored tile written back once), and the result says ``extrapolated``.
     """
     lru = LRU(capacity)
@@ -366,7 +366,7 @@ def replay(traffic: Traffic, capacity: int, waves_of: list[int], *, granularity:
         ww = np.zeros(nw, dtype=np.float64)
         for w in range(nw):
             i0, i1 = w * P, min(ph.n, (w + 1) * P)
-            if budget is not None and events > budget and w >= 2:
+            if budget is not None and events > budget and w >= min_waves:
                 done = np.arange(w // 2, w)
                 ctas = sum(min(ph.n, (x + 1) * P) - x * P for x in done)
                 rate = wr[done].sum() / max(ctas, 1)

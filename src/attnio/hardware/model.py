@@ -22,17 +22,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ParameterError
-from ..core.workload import Shape
+from ..core.workload import Shape, cdiv
 from . import devices as _devices
 from .devices import Device
 from .feasibility import Feasibility, check
 from .kernels import KERNELS, KernelConfig, named_config, parse_config
 from .l2 import Replay, replay
-from .roofline import Timing, roofline
-from .timing import Params, Prepared, evaluate, load_params, prepare
+from .timing import Params, Prepared, Timing, evaluate, load_params, prepare
 from .traffic import Traffic, build
 
-__all__ = ["Score", "lower_bound", "resolve", "score", "waves_of"]
+__all__ = ["MAX_ROWS", "MAX_WAVE_REQUESTS", "Score", "calibrated", "check_size", "prepared",
+           "resolve", "score", "waves_of"]
 
 #: Resident CTAs per SM assumed for the light kernels (split-KV combine, backward preprocessing).
 LIGHT_CTAS_PER_SM = 16
@@ -140,6 +140,40 @@ def waves_of(traffic: Traffic, device: Device, ctas_per_sm: int) -> list[int]:
     return out
 
 
+#: The most tile requests one wave of the L2 replay may hold (its event arrays: about 300 MB).
+MAX_WAVE_REQUESTS = 6_000_000
+#: The longest sequence the model lays out per head (per-row mask arrays: 128 MiB at most).
+MAX_ROWS = 1 << 24
+
+
+def check_size(dev: Device, shape: Shape, cfg: KernelConfig | None,
+               f: Feasibility | None) -> None:
+    """Refuse, before anything large is allocated, a workload whose replay would not fit in a
+    few hundred MB: ParameterError naming ``N`` (``Nkv``/``Nq``).  With ``cfg`` None, the
+    check of the most favourable config (256-row tiles); else of ``cfg``'s waves."""
+    for name, n in (("Nq", shape.Nq), ("Nkv", shape.Nkv)):
+        if n > MAX_ROWS:
+            raise ParameterError(f"{name}={n:,} is over {MAX_ROWS:,} (2^24): the GPU model lays "
+                                 "out every row of a head; give a shorter sequence",
+                                 param="N" if shape.Nq == shape.Nkv else name)
+    assert dev.sm_count is not None
+    if cfg is None:
+        inner, per = 256, min(dev.sm_count, shape.n_heads * cdiv(shape.Nq, 256))
+    else:
+        inner = cfg.Br if cfg.algorithm == "fa2_bwd" else cfg.Bc
+        per = dev.sm_count * max(1, f.ctas_per_sm if f is not None else 1)
+    n_inner = cdiv(shape.Nq if cfg is not None and cfg.algorithm == "fa2_bwd" else shape.Nkv,
+                   inner)
+    if cfg is not None and cfg.splits > 1:
+        n_inner = cdiv(n_inner, cfg.splits)
+    requests = per * n_inner * 2
+    if requests > MAX_WAVE_REQUESTS:
+        raise ParameterError(f"N={max(shape.Nq, shape.Nkv):,}: one wave of the L2 replay would "
+                             f"hold about {requests:,} tile requests (the model's limit is "
+                             f"{MAX_WAVE_REQUESTS:,}, a few hundred MB); give a shorter --N",
+                             param="N")
+
+
 def _infeasible(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
                 compulsory: int) -> Score:
     return Score(**vars(f), config=cfg, device=dev.name, shape=shape,
@@ -159,6 +193,7 @@ def score(device: str | Device, workload: Any, config: Any, *, dtype: str | None
     f = check(dev, cfg, shape)
     from .traffic import compulsory_bytes
 
+    check_size(dev, shape, None if not f.feasible else cfg, f)
     if not f.feasible:
         return _infeasible(dev, shape, cfg, f, compulsory_bytes(cfg, shape))
     tr = build(cfg, shape, dev, f.ctas_per_sm)
@@ -190,6 +225,7 @@ def prepared(device: str | Device, workload: Any, config: Any) -> Prepared | Non
     f = check(dev, cfg, shape)
     if not f.feasible:
         return None
+    check_size(dev, shape, cfg, f)
     tr = build(cfg, shape, dev, f.ctas_per_sm)
     wv = waves_of(tr, dev, f.ctas_per_sm)
     assert dev.l2_bytes is not None and dev.l2_sector_bytes is not None  # require_model()
@@ -205,17 +241,6 @@ def _scored(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Tr
                  hbm_write_bytes=rep.hbm_write, l2_bytes=tr.two_level, flops=flops,
                  time_s=t.time_s, bound_by=t.bound_by, by_resource=t.by_resource, alone=t.alone,
                  extrapolated=rep.extrapolated, granularity=rep.granularity)
-
-
-def lower_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility
-                ) -> tuple[float, Traffic, list[int]]:
-    """A lower bound on ``score(...).time_s`` without the L2 replay: every other resource per
-    wave, and HBM at least the compulsory bytes (the replay never reads or writes less)."""
-    tr = build(cfg, shape, dev, f.ctas_per_sm)
-    wv = waves_of(tr, dev, f.ctas_per_sm)
-    t = roofline(tr, dev, wv, None)
-    assert dev.hbm_bw is not None  # (a device that passed require_model())
-    return max(t.time_s, tr.compulsory / dev.hbm_bw), tr, wv
 
 
 def finish(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Traffic,

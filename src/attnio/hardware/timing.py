@@ -57,10 +57,26 @@ import numpy as np
 from ..core.errors import ParameterError
 from .devices import Device
 from .kernels import KernelConfig
-from .traffic import Phase, Traffic, features
+from .traffic import Traffic, features, inflight_bytes
 
-__all__ = ["BOUNDS", "PARAMS", "Params", "Prepared", "evaluate", "generation", "greedy_makespan",
-           "load_params", "prepare"]
+__all__ = ["BOUNDS", "PARAMS", "RESOURCES", "Params", "Prepared", "Timing", "evaluate",
+           "generation", "greedy_makespan", "load_params", "prepare"]
+
+#: The resources a time is attributed to (``Score.alone`` and ``Score.by_resource`` keys).
+RESOURCES = ("hbm", "l2", "sm_port", "smem", "tensor", "sfu", "latency")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Predicted time and where it goes: ``by_resource``, the seconds of the kernels each
+    resource binds (they add up to ``time_s``); ``alone``, the seconds each resource would take
+    if it were the only limit."""
+
+    time_s: float
+    bound_by: str
+    waves: int
+    by_resource: dict[str, float]
+    alone: dict[str, float]
 
 #: Parameter -> (lower, upper, unit, meaning).
 BOUNDS: dict[str, tuple[float, float, str, str]] = {
@@ -136,6 +152,8 @@ class _PhaseWork:
     smem_s: np.ndarray     # shared-memory time (s)
     l2_s: np.ndarray       # this CTA's bytes through its SM's L2 port (s)
     serial_s: np.ndarray   # FA1's serial per-step work (s)
+    rounds: np.ndarray     # round trips to memory (Little's law: loaded bytes / bytes in flight)
+    latency: float         # one round trip (s): L2 hit, DRAM for the phase's miss share, TMA
     l2_bytes: float
     heavy: bool            # main/split (MMA) phase, or a light kernel
 
@@ -164,8 +182,12 @@ def _fp32_per_clk(dev: Device) -> int:
 
 
 def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[float],
-            light_ctas: int) -> Prepared:
-    """Per-CTA unit times of ``tr`` on ``dev`` (at full rates; the parameters scale them)."""
+            light_ctas: int, miss: list[float] | None = None) -> Prepared:
+    """Per-CTA unit times of ``tr`` on ``dev`` (at full rates; the parameters scale them).
+
+    ``hbm_per_phase``: HBM bytes of each phase (the L2 replay's, or a bound); ``miss``: the
+    share of each phase's loads that miss the L2 (weights the DRAM latency; default: the HBM
+    reads over the loads)."""
     cfg: KernelConfig = tr.config
     assert dev.sm_count is not None and dev.clock_hz is not None and dev.hbm_bw is not None
     S = dev.sm_count
@@ -186,9 +208,18 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
         if heavy and cfg.fa1:
             serial, extra = _fa1_extra(cfg, tr.d_pad, steps, dev)
             l2 = l2 + extra
+        inflight = inflight_bytes(ph, cfg)
+        rounds = np.where(load > 0, 1.0, 0.0)
+        if inflight:
+            rounds = np.where(load > 0, np.maximum(1.0, load / inflight), 0.0)
+        i = len(phases)
+        m = miss[i] if miss is not None else min(1.0, hbm_per_phase[i] / max(load.sum(), 1.0))
+        lat = dev.l2_hit_latency_s + m * (dev.dram_latency_s - dev.l2_hit_latency_s)
+        if heavy and cfg.algorithm == "fa3":
+            lat += dev.tma_latency_s
         phases.append(_PhaseWork(
             ph.name, ph.n, k, ph.flops / (peak_sm * frac), ph.exps / dev.sfu_rate_per_sm,
-            ph.exps.astype(np.float64), ph.smem / dev.smem_bw_per_sm, l2, serial,
+            ph.exps.astype(np.float64), ph.smem / dev.smem_bw_per_sm, l2, serial, rounds, lat,
             float(load.sum() + store.sum()), heavy))
     fam = "fa3" if cfg.algorithm == "fa3" else "fa2"
     return Prepared(fam, "wgmma" if fam == "fa3" else "sync",
@@ -213,11 +244,12 @@ def _fa1_extra(cfg: KernelConfig, d: int, steps: np.ndarray, dev: Device
 
 
 # ---------------------------------------------------------------------- evaluation
-def greedy_makespan(dur: np.ndarray, slots: int) -> float:
+def greedy_makespan(dur: np.ndarray, slots: int, mode: str = "exact") -> float:
     """Makespan of greedy list scheduling: each duration, in order, to the slot that frees first.
 
-    Equal durations: whole waves.  Past 300,000 CTAs, Graham's bound ``sum/slots + max·(1 -
-    1/slots)`` (an upper bound on the greedy schedule, within one CTA of it)."""
+    Equal durations: whole waves.  ``mode="lower"``: ``max(sum/slots, max)``, a lower bound on
+    any schedule; ``mode="upper"`` (and past 300,000 CTAs): Graham's bound ``sum/slots +
+    max·(1 - 1/slots)``, an upper bound on the greedy schedule."""
     n = len(dur)
     if n == 0:
         return 0.0
@@ -226,7 +258,9 @@ def greedy_makespan(dur: np.ndarray, slots: int) -> float:
         return float(dur.max())
     if float(dur.max()) == float(dur.min()):
         return float(-(-n // slots) * dur[0])
-    if n > 300_000:
+    if mode == "lower":
+        return float(max(dur.sum() / slots, dur.max()))
+    if mode == "upper" or n > 300_000:
         return float(dur.sum() / slots + dur.max() * (1 - 1 / slots))
     h = [0.0] * slots
     heapreplace = heapq.heapreplace
@@ -252,8 +286,10 @@ def _sm_time(pw: _PhaseWork, pr: Prepared, p: Params) -> tuple[np.ndarray, dict[
     return t + pw.serial_s, units
 
 
-def evaluate(pr: Prepared, p: Params) -> tuple[float, str, dict[str, float], dict[str, float]]:
-    """(time, binding resource, seconds by binding resource, seconds of each resource alone)."""
+def evaluate(pr: Prepared, p: Params, mode: str = "exact"
+             ) -> tuple[float, str, dict[str, float], dict[str, float]]:
+    """(time, binding resource, seconds by binding resource, seconds of each resource alone);
+    ``mode`` as :func:`greedy_makespan`'s (bounds for the oracle's pruning)."""
     total = 0.0
     by: dict[str, float] = {}
     alone: dict[str, float] = {}
@@ -262,23 +298,27 @@ def evaluate(pr: Prepared, p: Params) -> tuple[float, str, dict[str, float], dic
         if pw.n == 0:
             continue
         sm, units = _sm_time(pw, pr, p)
-        fixed = pr.dram_latency + (p.cta_cycles / pr.clock if pw.heavy else 0.0)
-        dur = pw.k * sm + fixed
-        span = greedy_makespan(dur, pr.sm_count * pw.k)
+        fixed = p.cta_cycles / pr.clock if pw.heavy else 0.0
+        lat = pw.rounds * pw.latency
+        dur = np.maximum(pw.k * sm, lat) + fixed
+        span = greedy_makespan(dur, pr.sm_count * pw.k, mode)
         hbm = hb / (pr.hbm_bw * p.hbm_eff)
         l2 = pw.l2_bytes / pr.l2_bw
         t = launch + max(span, hbm, l2)
         total += t
         sums = {r: float(v.sum()) / pr.sm_count for r, v in units.items()}
-        sums.update(hbm=hbm, l2=l2, latency=launch + fixed * -(-pw.n // (pr.sm_count * pw.k)))
+        sums.update(hbm=hbm, l2=l2, latency=float(lat.max()) if pw.n else 0.0)
         for r, v in sums.items():
             alone[r] = alone.get(r, 0.0) + v
         if span >= max(hbm, l2):
             r = max(units, key=lambda u: sums[u])
-            if sums[r] < 0.5 * span:      # mostly fixed costs and the tail
+            if sums[r] < 0.5 * span:      # mostly memory latency, fixed costs and the tail
                 r = "latency"
         else:
             r = "hbm" if hbm >= l2 else "l2"
         by[r] = by.get(r, 0.0) + t
     bound = max(by, key=lambda r: by[r]) if by else "none"
+    for r in RESOURCES:
+        alone.setdefault(r, 0.0)
+        by.setdefault(r, 0.0)
     return total, bound, by, alone
