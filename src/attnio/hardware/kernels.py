@@ -233,6 +233,10 @@ def parse_config(text: str, **defaults: Any) -> KernelConfig:
     'fa3 128x176 w12 s2 RS no-overlap'
     """
     fields: dict[str, Any] = {}
+    if not str(text).strip():
+        raise ParameterError("config is empty: give comma-separated key=value items (keys: Br "
+                             "Bc warps stages q p o pack splits overlap algorithm dtype)",
+                             param="config")
     for part in filter(None, (p.strip() for p in str(text).split(","))):
         if "=" not in part:
             raise ParameterError(f"config item {part!r} is not key=value; keys are Br Bc "
@@ -259,8 +263,8 @@ def parse_config(text: str, **defaults: Any) -> KernelConfig:
         else:
             fields[name] = val
     base = {**defaults, **fields}
-    if "warps" not in fields and base.get("algorithm") == "fa3" and "Br" in base:
-        base["warps"] = 4 * (int(base["Br"]) // 64 + 1)
+    if "warps" not in fields and base.get("algorithm") == "fa3":
+        base["warps"] = 4 * (int(base.get("Br", KernelConfig.Br)) // 64 + 1)
     if "stages" not in fields and base.get("algorithm") == "fa3":
         base["stages"] = 2
     return KernelConfig(**base)

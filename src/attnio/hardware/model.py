@@ -117,6 +117,12 @@ def resolve(device: str | Device, workload: Any, config: Any,
         cfg = named_config(config, dev, shape, dt)
     elif isinstance(config, str):
         cfg = parse_config(config, algorithm="fa3" if dev.wgmma else "fa2", dtype=dt)
+        typed = [x.split("=", 1)[1].strip() for x in config.split(",")
+                 if x.split("=", 1)[0].strip() == "dtype" and "=" in x]
+        if typed and dtype is not None and \
+                _devices.dtype_name(typed[-1]) != _devices.dtype_name(dtype):
+            raise ParameterError(f"dtype={dtype} conflicts with the element type {typed[-1]} "
+                                 "given inside --config; give it once", param="dtype")
     elif isinstance(config, Mapping):
         base = {"algorithm": "fa3" if dev.wgmma else "fa2", "dtype": dt}
         try:
@@ -153,9 +159,9 @@ def check_size(dev: Device, shape: Shape, cfg: KernelConfig | None,
     check of the most favourable config (256-row tiles); else of ``cfg``'s waves."""
     for name, n in (("Nq", shape.Nq), ("Nkv", shape.Nkv)):
         if n > MAX_ROWS:
+            name = "N" if shape.Nq == shape.Nkv else name
             raise ParameterError(f"{name}={n:,} is over {MAX_ROWS:,} (2^24): the GPU model lays "
-                                 "out every row of a head; give a shorter sequence",
-                                 param="N" if shape.Nq == shape.Nkv else name)
+                                 "out every row of a head; give a shorter sequence", param=name)
     assert dev.sm_count is not None
     if cfg is None:
         inner, per = 256, min(dev.sm_count, shape.n_heads * cdiv(shape.Nq, 256))
