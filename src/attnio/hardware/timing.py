@@ -311,9 +311,15 @@ def evaluate(pr: Prepared, p: Params, mode: str = "exact"
         for r, v in sums.items():
             alone[r] = alone.get(r, 0.0) + v
         if span >= max(hbm, l2):
-            r = max(units, key=lambda u: sums[u])
-            if sums[r] < 0.5 * span:      # mostly memory latency, fixed costs and the tail
-                r = "latency"
+            if pw.n <= pr.sm_count * pw.k:    # one wave: what sets its longest CTA
+                i = int(np.argmax(dur))
+                parts = {u: pw.k * float(v[i]) for u, v in units.items()}
+                parts["latency"] = float(lat[i])
+                r = max(parts, key=lambda u: parts[u])
+            else:
+                r = max(units, key=lambda u: sums[u])
+                if sums[r] < 0.5 * span:      # mostly memory latency, fixed costs and the tail
+                    r = "latency"
         else:
             r = "hbm" if hbm >= l2 else "l2"
         by[r] = by.get(r, 0.0) + t
