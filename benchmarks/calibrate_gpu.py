@@ -19,7 +19,6 @@ independent benchmarks) is kept outside the project and never fitted to.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import hashlib
 import json

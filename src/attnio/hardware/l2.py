@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.checks import check_int
-from .traffic import Phase, Traffic, address, wave_events
+from .traffic import ARRAYS, Phase, Traffic, wave_events
 
 __all__ = ["LRU", "Replay", "hbm_bound", "read_bound", "read_floor", "read_floor_waves",
            "replay"]
@@ -200,6 +200,23 @@ def _replay_events(lru: LRU, keys, nbytes, stores) -> None:
             lru.store_alloc += n
         else:
             lru.read += n
+
+
+def address(ph: Phase, keys: np.ndarray) -> np.ndarray:
+    """Byte addresses of tile keys: each array in its own 4 GiB region, heads stacked, rows
+    row-major (for sector-granular replays of validation-sized workloads; the regions keep
+    sector numbers below 2^32, which pycachesim's tags need)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    code = keys >> 56
+    head = (keys >> 32) & ((1 << 24) - 1)
+    row = keys & ((1 << 32) - 1)
+    out = np.zeros(len(keys), dtype=np.int64)
+    for name, c in ARRAYS.items():
+        m = code == c
+        if m.any():
+            rph = ph.rows_per_head[name]
+            out[m] = (np.int64(c) << 32) + (head[m] * rph + row[m]) * ph.row_bytes[name]
+    return out
 
 
 def _sectors(ph, keys, nbytes, stores, sector: int):

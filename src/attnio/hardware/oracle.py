@@ -293,6 +293,10 @@ class _Search:
         c.ub = max(c.lb, self._time(c.cfg, c.feas, self._ceiling(c), [1.0] * len(hbm),
                                     "exact"))
 
+    def _refined(self, c: _Cand) -> _Cand:
+        self.refine(c)
+        return c
+
     def _ceiling(self, c: _Cand) -> list[float]:
         tr, P = self._traffic(c.cfg, c.feas)
         cap = self.dev.l2_bytes
@@ -457,7 +461,7 @@ class _Search:
                 better += _time(self.finish(c)) < tol
             elif self.upper(c) < tol:
                 better += 1
-            elif self.refine(c) or c.lb >= tol:
+            elif self._refined(c).lb >= tol:
                 continue
             elif c.ub is not None and c.ub < tol:
                 better += 1

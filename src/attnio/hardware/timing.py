@@ -192,7 +192,7 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
     assert dev.sm_count is not None and dev.clock_hz is not None and dev.hbm_bw is not None
     S = dev.sm_count
     peak_sm = dev.flops(cfg.dtype) / S
-    phases = []
+    phases: list[_PhaseWork] = []
     for ph in tr.phases:
         heavy = ph.name in ("main", "split")
         k = ctas_per_sm if heavy else light_ctas

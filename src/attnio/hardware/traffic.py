@@ -384,9 +384,11 @@ def _forward_phase(cfg, shape, d, G, Brh, tpl, ctas_per_sm) -> Phase:
         qhead = b * shape.heads + h
         kvhead = b * shape.kv_heads + h // shape.group
     n = cnt[m]
-    return Phase("main", tpl, qhead, kvhead, np.zeros_like(m), starts[m], stops[m],
-                 np.zeros_like(m), first_start[m] // cfg.Bc, n, np.full_like(m, shape.Nkv),
-                 cfg.Bc, 1, True, ctas_per_sm, cfg.warps, {}, {})
+    return Phase(name="main", template=tpl, qhead=qhead, kvhead=kvhead, split=np.zeros_like(m),
+                 o0=starts[m], o1=stops[m], i_base=np.zeros_like(m),
+                 i_first=first_start[m] // cfg.Bc, i_n=n, i_end=np.full_like(m, shape.Nkv),
+                 inner_block=cfg.Bc, inner_heads=1, reverse=True, ctas_per_sm=ctas_per_sm,
+                 warps=cfg.warps, row_bytes={}, rows_per_head={})
 
 
 def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
@@ -415,9 +417,11 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
     cnt, first_start, _ = geometry.meeting(slo, shi, Bc, p1 - p0)
     keep = cnt > 0   # the schedule skips splits a block does not see
     kvhead = (b * shape.kv_heads + h) if cfg.pack_gqa else (b * shape.kv_heads + h // shape.group)
-    split = Phase("split", tpls["split"], head[keep], kvhead[keep], s[keep], starts[m][keep],
-                  stops[m][keep], p0[keep], first_start[keep] // Bc, cnt[keep], p1[keep], Bc, 1,
-                  True, ctas_per_sm, cfg.warps, {}, {})
+    split = Phase(name="split", template=tpls["split"], qhead=head[keep], kvhead=kvhead[keep],
+                  split=s[keep], o0=starts[m][keep], o1=stops[m][keep], i_base=p0[keep],
+                  i_first=first_start[keep] // Bc, i_n=cnt[keep], i_end=p1[keep],
+                  inner_block=Bc, inner_heads=1, reverse=True, ctas_per_sm=ctas_per_sm,
+                  warps=cfg.warps, row_bytes={}, rows_per_head={})
     # combine: one CTA per (head, query block), over the splits its block saw
     corder = _order("m,h,b", B, H, M)
     cunit, cm = np.divmod(corder, M)
@@ -428,9 +432,11 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
         vis[p] = (np.minimum(hi, q1) > np.maximum(lo, q0))
     nvis = vis.sum(axis=0)
     firstvis = np.argmax(vis, axis=0)
-    comb = Phase("combine", tpls["combine"], cb * H + ch, np.zeros_like(cm), np.zeros_like(cm),
-                 starts[cm], stops[cm], np.zeros_like(cm), firstvis[cm], nvis[cm],
-                 np.full_like(cm, 1 << 40), 1, 1, False, 16, 4, {}, {})
+    comb = Phase(name="combine", template=tpls["combine"], qhead=cb * H + ch,
+                 kvhead=np.zeros_like(cm), split=np.zeros_like(cm), o0=starts[cm], o1=stops[cm],
+                 i_base=np.zeros_like(cm), i_first=firstvis[cm], i_n=nvis[cm],
+                 i_end=np.full_like(cm, 1 << 40), inner_block=1, inner_heads=1, reverse=False,
+                 ctas_per_sm=16, warps=4, row_bytes={}, rows_per_head={})
     return [split, comb]
 
 
@@ -444,8 +450,10 @@ def _backward_phases(cfg, shape, d, tpls, ctas_per_sm) -> list[Phase]:
     unit, m = np.divmod(order, Mq)
     b, h = np.divmod(unit, shape.heads)
     z = np.zeros_like(m)
-    pre = Phase("pre", tpls["pre"], b * shape.heads + h, z, z, qs[m], qe[m], z, z, z,
-                np.full_like(m, shape.Nq), Br, 1, False, 8, 4, {}, {})
+    pre = Phase(name="pre", template=tpls["pre"], qhead=b * shape.heads + h, kvhead=z, split=z,
+                o0=qs[m], o1=qe[m], i_base=z, i_first=z, i_n=z, i_end=np.full_like(m, shape.Nq),
+                inner_block=Br, inner_heads=1, reverse=False, ctas_per_sm=8, warps=4,
+                row_bytes={}, rows_per_head={})
     ks, ke = geometry.block_counts(shape.Nkv, Bc)
     Mk = len(ks)
     qlo, qhi = geometry.q_ranges(shape, ks, ke)
@@ -453,9 +461,11 @@ def _backward_phases(cfg, shape, d, tpls, ctas_per_sm) -> list[Phase]:
     order = _order("m,b,h", B, Hk, Mk)
     unit, n = np.divmod(order, Mk)
     b, h = np.divmod(unit, Hk)
-    main = Phase("main", tpls["main"], b * shape.heads + h * G, b * Hk + h, np.zeros_like(n),
-                 ks[n], ke[n], np.zeros_like(n), first_start[n] // Br, cnt[n],
-                 np.full_like(n, shape.Nq), Br, G, True, ctas_per_sm, cfg.warps, {}, {})
+    main = Phase(name="main", template=tpls["main"], qhead=b * shape.heads + h * G,
+                 kvhead=b * Hk + h, split=np.zeros_like(n), o0=ks[n], o1=ke[n],
+                 i_base=np.zeros_like(n), i_first=first_start[n] // Br, i_n=cnt[n],
+                 i_end=np.full_like(n, shape.Nq), inner_block=Br, inner_heads=G, reverse=True,
+                 ctas_per_sm=ctas_per_sm, warps=cfg.warps, row_bytes={}, rows_per_head={})
     return [pre, main]
 
 
@@ -787,20 +797,3 @@ def wave_events(ph: Phase, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray, np
         keep[1:] = (k[1:] != k[:-1]) | (st[1:] != st[:-1])
         k, nb, st = k[keep], nb[keep], st[keep]
     return k, nb, st
-
-
-def address(ph: Phase, keys: np.ndarray) -> np.ndarray:
-    """Byte addresses of tile keys: each array in its own 4 GiB region, heads stacked, rows
-    row-major (for sector-granular replays of validation-sized workloads; the regions keep
-    sector numbers below 2^32, which pycachesim's tags need)."""
-    keys = np.asarray(keys, dtype=np.int64)
-    code = keys >> 56
-    head = (keys >> 32) & ((1 << 24) - 1)
-    row = keys & ((1 << 32) - 1)
-    out = np.zeros(len(keys), dtype=np.int64)
-    for name, c in ARRAYS.items():
-        m = code == c
-        if m.any():
-            rph = ph.rows_per_head[name]
-            out[m] = (np.int64(c) << 32) + (head[m] * rph + row[m]) * ph.row_bytes[name]
-    return out

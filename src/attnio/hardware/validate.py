@@ -161,6 +161,6 @@ def validate(path: str | Path) -> dict[str, Any]:
                     "batch": m.shape.batch, "heads": m.shape.heads,
                     "kv_heads": m.shape.kv_heads, "measured_s": m.time_s, "predicted_s": t,
                     "error": t / m.time_s - 1.0})
-    ae = np.abs([r["error"] for r in out])
+    ae = np.abs(np.array([float(r["error"]) for r in out]))
     return {"rows": out, "mean_abs_err": float(ae.mean()),
             "median_abs_err": float(np.median(ae)), "max_abs_err": float(ae.max())}

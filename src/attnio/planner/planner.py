@@ -278,6 +278,12 @@ class Plan:
             f"  Plan for attention {size} d={self.d}{extra}, {mem}",
             f"         Algorithm:  {self.algorithm}",
             f"            Tiling:  {self.tiling}",
+        ]
+        if self.device and _devices.get(self.device).kind == "gpu":
+            lines.append("                     (the two-level optimum for M = one CTA's shared "
+                         "memory; for a GPU's real tile, registers and L2: attnio gpu tune "
+                         f"--device {self.device})")
+        lines += [
             f"   Predicted reads:  {self.predicted.reads:,}",
             f"  Predicted writes:  {self.predicted.writes:,}",
             f"   Predicted total:  {self.predicted.total:,} words",
