@@ -154,13 +154,15 @@ def validate(path: str | Path) -> dict[str, Any]:
     seconds, the error)."""
     rows = load_rows(path)
     preds = [row_time(r) for r in prepare_rows(rows)]
-    out = []
+    out: list[dict[str, Any]] = []
+    errs = []
     for m, t in zip(rows, preds):
+        errs.append(t / m.time_s - 1.0)
         out.append({"line": m.line, "device": m.device, "kernel": m.kernel, "pass": m.pass_,
                     "dtype": m.dtype, "d": m.shape.d, "causal": m.shape.causal, "N": m.shape.Nq,
                     "batch": m.shape.batch, "heads": m.shape.heads,
                     "kv_heads": m.shape.kv_heads, "measured_s": m.time_s, "predicted_s": t,
                     "error": t / m.time_s - 1.0})
-    ae = np.abs(np.array([float(r["error"]) for r in out]))
+    ae = np.abs(np.array(errs))
     return {"rows": out, "mean_abs_err": float(ae.mean()),
             "median_abs_err": float(np.median(ae)), "max_abs_err": float(ae.max())}
