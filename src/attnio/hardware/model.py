@@ -146,6 +146,10 @@ def waves_of(traffic: Traffic, device: Device, ctas_per_sm: int) -> list[int]:
     return out
 
 
+#: Tile requests the L2 replay of a named kernel's prediction (:mod:`.predict`, ``gpu
+#: validate``, the calibration) may spend before the rest of its waves are extrapolated.
+PREDICT_BUDGET = 60_000
+
 #: The most tile requests one wave of the L2 replay may hold (its event arrays: about 300 MB).
 MAX_WAVE_REQUESTS = 6_000_000
 #: The longest sequence the model lays out per head (per-row mask arrays: 128 MiB at most).
@@ -235,7 +239,8 @@ def prepared(device: str | Device, workload: Any, config: Any) -> Prepared | Non
     tr = build(cfg, shape, dev, f.ctas_per_sm)
     wv = waves_of(tr, dev, f.ctas_per_sm)
     assert dev.l2_bytes is not None and dev.l2_sector_bytes is not None  # require_model()
-    rep = replay(tr, dev.l2_bytes, wv, sector=dev.l2_sector_bytes)
+    rep = replay(tr, dev.l2_bytes, wv, sector=dev.l2_sector_bytes, budget=PREDICT_BUDGET,
+                 min_waves=1)
     return _prepare(tr, dev, f, rep)
 
 
