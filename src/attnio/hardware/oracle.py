@@ -211,7 +211,7 @@ def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
     soft = steps * exps * (1 / dev.sfu_rate_per_sm + p.softmax_ops / fp32)
     sm = max(mma, soft, steps * smem / dev.smem_bw_per_sm)
     if a != "fa3":
-        sm = max(sm, (mma + soft) / k) + p.fa2_exposed * soft
+        sm = max(sm, (mma + soft) / max(1.0, k * cfg.warps / 4.0)) + p.fa2_exposed * soft
     span = sm / S + ctas * p.cta_cycles / dev.clock_hz / (S * k)
     kernels = 2 if (cfg.splits > 1 or a == "fa2_bwd") else 1
     hbm = (comp_rw[0] + comp_rw[1]) / (dev.hbm_bw * p.hbm_eff)

@@ -16,9 +16,11 @@ replay); nothing is counted here.  This module turns them into time:
   pipes), ``smem``, ``l2`` for one CTA on one SM:
 
   - FA2-style (``fa2``, ``splitkv``, ``fa2_bwd``): the softmax runs between the two GEMMs in the
-    same warps, so only another resident CTA's warps can hide it: with ``k`` CTAs per SM the SM
-    spends ``max(mma, soft, smem, l2, (mma + soft)/k) + fa2_exposed·soft`` per CTA step (the
-    exposed fraction: the softmax's instructions take issue slots the MMAs need);
+    same warps, so only other resident warps can hide it: with ``k`` CTAs per SM the SM
+    spends ``max(mma, soft, smem, l2, (mma + soft)/h) + fa2_exposed·soft`` per CTA step, ``h``
+    the resident warps per warp scheduler (``k·warps/4``, at least 1: a scheduler with two
+    warps runs one's softmax during the other's MMAs; the exposed fraction: the softmax's
+    instructions take issue slots the MMAs need);
   - FA3-style (``fa3``): producer/consumer warp groups, ping-pong between two consumer groups
     and intra-warp-group pipelining hide the softmax behind the other GEMM:
     ``max(mma, soft, smem, l2) + fa3_exposed·min(mma, soft)`` (one consumer group without the
@@ -83,7 +85,7 @@ BOUNDS: dict[str, tuple[float, float, str, str]] = {
     "mma_sync_eff": (0.05, 1.0, "fraction", "mma.sync's sustained share of the dense tensor peak"),
     "wgmma_eff": (0.05, 1.0, "fraction", "wgmma's sustained share of the dense tensor peak"),
     "hbm_eff": (0.3, 1.0, "fraction", "achievable share of the data sheet's HBM bandwidth"),
-    "softmax_ops": (0.0, 32.0, "instr/exp", "FP32-pipe instructions of the softmax per exponential"),
+    "softmax_ops": (2.0, 16.0, "instr/exp", "FP32-pipe instructions of the softmax per exponential"),
     "fa2_exposed": (0.0, 1.0, "fraction", "FA2: share of the softmax other warps cannot hide"),
     "fa3_exposed": (0.0, 1.0, "fraction", "FA3: share of min(GEMM, softmax) ping-pong leaves"),
     "cta_cycles": (0.0, 50000.0, "SM clocks", "per-CTA prologue + epilogue beyond its loads"),
@@ -156,6 +158,7 @@ class _PhaseWork:
     latency: float         # one round trip (s): L2 hit, DRAM for the phase's miss share, TMA
     l2_bytes: float
     heavy: bool            # main/split (MMA) phase, or a light kernel
+    hide: float = 1.0      # warps per warp scheduler (of 4 per SM): who can hide the softmax
 
 
 @dataclass
@@ -220,7 +223,7 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
         phases.append(_PhaseWork(
             ph.name, ph.n, k, ph.flops / (peak_sm * frac), ph.exps / dev.sfu_rate_per_sm,
             ph.exps.astype(np.float64), ph.smem / dev.smem_bw_per_sm, l2, serial, rounds, lat,
-            float(load.sum() + store.sum()), heavy))
+            float(load.sum() + store.sum()), heavy, max(1.0, k * cfg.warps / 4.0)))
     fam = "fa3" if cfg.algorithm == "fa3" else "fa2"
     return Prepared(fam, "wgmma" if fam == "fa3" else "sync",
                     cfg.algorithm == "fa3" and (cfg.consumer_wgs >= 2 or cfg.overlap), phases,
@@ -282,7 +285,7 @@ def _sm_time(pw: _PhaseWork, pr: Prepared, p: Params) -> tuple[np.ndarray, dict[
         t = top + p.fa3_exposed * np.minimum(mma, soft) if pr.overlap_ok else \
             np.maximum(mma + soft, top)
     else:
-        t = np.maximum(top, (mma + soft) / pw.k) + p.fa2_exposed * soft
+        t = np.maximum(top, (mma + soft) / pw.hide) + p.fa2_exposed * soft
     return t + pw.serial_s, units
 
 
