@@ -171,7 +171,13 @@ def check_size(dev: Device, shape: Shape, cfg: KernelConfig | None,
         inner, per = 256, min(dev.sm_count, shape.n_heads * cdiv(shape.Nq, 256))
     else:
         inner = cfg.Br if cfg.algorithm == "fa2_bwd" else cfg.Bc
-        per = dev.sm_count * max(1, f.ctas_per_sm if f is not None else 1)
+        if cfg.algorithm == "fa2_bwd":
+            ctas = shape.n_kv_heads * cdiv(shape.Nkv, cfg.Bc)
+        else:
+            G = shape.group if cfg.pack_gqa else 1
+            units = shape.n_kv_heads if G > 1 else shape.n_heads
+            ctas = units * cdiv(shape.Nq * G, cfg.Br) * cfg.splits
+        per = min(ctas, dev.sm_count * max(1, f.ctas_per_sm if f is not None else 1))
     n_inner = cdiv(shape.Nq if cfg is not None and cfg.algorithm == "fa2_bwd" else shape.Nkv,
                    inner)
     if cfg is not None and cfg.splits > 1:
