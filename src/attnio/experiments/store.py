@@ -7,7 +7,7 @@ why, e.g. ``M=64 < min_M=260``) or ``"error"`` (it raised; ``reason`` holds the 
 tries it again).  Skipped configurations live in the same table as the results, so a sweep's
 coverage is one query away.
 
-The key is :func:`attnio.sweep.Config.hash` (what was asked, not the library version, which every
+The key is :func:`attnio.experiments.sweep.Config.hash` (what was asked, not the library version, which every
 row records in ``version``).  The database is opened in WAL mode and every batch of rows is written
 in one transaction, so a sweep killed at any instant leaves only whole rows, and a restart skips the
 rows already present: no lost and no duplicated row.
@@ -189,6 +189,9 @@ def _check_file(path: str) -> None:
 
 
 def _check_writable(path: str) -> None:
+    if os.path.islink(path) and not os.path.exists(path):
+        raise StoreError(f"db path {path!r} is a symbolic link to {os.readlink(path)!r}, which "
+                         "does not exist (a dangling link or a loop); use another --db")
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
@@ -302,6 +305,10 @@ class ResultsStore:
             if con is not None:
                 con.close()
             raise
+        except sqlite3.Error as e:  # it cannot even be opened
+            if con is not None:
+                con.close()
+            raise _db_error(path, e) from None
         self._con.row_factory = sqlite3.Row
 
     def _open(self, quick_check: bool) -> None:
