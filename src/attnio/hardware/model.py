@@ -227,7 +227,8 @@ def score(device: str | Device, workload: Any, config: Any, *, dtype: str | None
     -------
     Score
         Feasibility (and why not), resources, waves, HBM bytes after the L2 replay, the
-        compulsory bytes, FLOPs, the predicted time (the calibrated model of :mod:`.timing`) and the binding resource.
+        compulsory bytes, FLOPs, the predicted time (the calibrated model of :mod:`.timing`)
+        and the binding resource.
     """
     dev, shape, cfg = resolve(device, workload, config, dtype)
     f = check(dev, cfg, shape)
