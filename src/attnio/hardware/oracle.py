@@ -196,7 +196,7 @@ def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
     a, Br, Bc = cfg.algorithm, cfg.Br, cfg.Bc
     d = head_dim_rounded(a, shape.d)
     G = shape.group if cfg.pack_gqa else 1
-    ctas, steps, _, _ = _steps(shape, a, Br, Bc, G, cfg.splits)
+    ctas, steps, _, kvrows = _steps(shape, a, Br, Bc, G, cfg.splits)
     assert dev.hbm_bw is not None and dev.sm_count is not None and dev.clock_hz is not None
     S = dev.sm_count
     k = max(1, min(f.ctas_per_sm, cdiv(ctas, S))) if ctas else 1
@@ -212,7 +212,10 @@ def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
     sm = max(mma, soft, steps * smem / dev.smem_bw_per_sm)
     if a != "fa3":
         sm = max(sm, (mma + soft) / max(1.0, k * cfg.warps / 4.0)) + p.fa2_exposed * soft
-    span = sm / S + ctas * p.cta_cycles / dev.clock_hz / (S * k)
+    fixed = p.cta_cycles / dev.clock_hz
+    span = sm / S + ctas * fixed / (S * k)
+    if ctas:   # the makespan is at least the mean CTA's time through its SM's L2 port
+        span = max(span, kvrows * 2 * shape.d * cfg.elem_bytes / (ctas * dev.sm_l2_bw) + fixed)
     kernels = 2 if (cfg.splits > 1 or a == "fa2_bwd") else 1
     hbm = (comp_rw[0] + comp_rw[1]) / (dev.hbm_bw * p.hbm_eff)
     return kernels * p.launch_us * 1e-6 + max(span, hbm)
@@ -383,8 +386,7 @@ class _Search:
         if rep is None:
             assert self.dev.l2_bytes is not None and self.dev.l2_sector_bytes is not None
             rep = replay(tr, self.dev.l2_bytes, P, sector=self.dev.l2_sector_bytes,
-                         budget=SHORT_REPLAY if short else FULL_REPLAY,
-                         min_waves=1 if short else 2)
+                         budget=SHORT_REPLAY if short else FULL_REPLAY, min_waves=1)
             (self.short if short else self.replays)[key] = rep
             if self.progress is not None:
                 self.progress(self.spent(), self.max_replays)
@@ -415,13 +417,14 @@ class _Search:
 
     def best(self, top: int) -> tuple[list[Score], bool]:
         """The ``top`` configs of least time: configs are taken in order of their lower bound
-        until the next bound is above the ``top``-th best time by more than :data:`TIE`."""
+        until the next bound is within half the tie tolerance of the ``top``-th best time (what
+        is left can at best tie with it)."""
         known: list[tuple[_Cand, float]] = []
         exhausted = True
         while True:
-            if len(known) >= top:
+            if len(known) >= top:   # configs left tie with the top-th at best: stop
                 kth = sorted(t for _, t in known)[top - 1]
-                if self.peek() >= kth:
+                if self.peek() >= kth * (1 - TIE / 2):
                     break
             c = self.pop()
             if c is None:
@@ -488,8 +491,9 @@ def _small_enough(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility) 
 #: Requests a short replay (of a config whose time its bounds determine, or one the named
 #: kernel's rank needs) may spend; the rest of the waves are extrapolated (the score says so).
 SHORT_REPLAY = 30_000
-#: Requests a finalist's replay may spend.
-FULL_REPLAY = 150_000
+#: Requests a finalist's replay may spend (past them, after its first wave, the rest of the
+#: waves are extrapolated, which the score says).
+FULL_REPLAY = 60_000
 
 
 def _need(x: float | None) -> float:

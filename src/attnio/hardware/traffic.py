@@ -477,13 +477,17 @@ FEATURES = ("one", "outer", "outer_live", "steps", "inner_rows", "outer_steps")
 def features(ph: Phase) -> np.ndarray:
     """(CTAs, 6) array of :data:`FEATURES`: 1, the CTA's own rows, its rows if it runs its loop
     (a CTA whose every key is masked skips its loads, as the schedule does: it writes zeros),
-    inner steps (blocks x inner heads), rows of all inner blocks, own rows x steps."""
+    inner steps (blocks x inner heads), rows of all inner blocks, own rows x steps.  Cached."""
+    cached = ph.__dict__.get("_features")
+    if cached is not None and len(cached) == ph.n:
+        return cached
     outer = (ph.o1 - ph.o0).astype(np.float64)
     live = (ph.i_n > 0) | (not ph.template.body)
     steps = (ph.i_n * ph.inner_heads).astype(np.float64)
-    return np.stack([np.ones(ph.n), outer, np.where(live, outer, 0.0), steps,
-                     ph.inner_rows().astype(np.float64) * ph.inner_heads, outer * steps],
-                    axis=1)
+    out = np.stack([np.ones(ph.n), outer, np.where(live, outer, 0.0), steps,
+                    ph.inner_rows().astype(np.float64) * ph.inner_heads, outer * steps], axis=1)
+    ph.__dict__["_features"] = out
+    return out
 
 
 def byte_coefficients(ph: Phase) -> tuple[np.ndarray, np.ndarray]:
