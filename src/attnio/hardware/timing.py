@@ -59,7 +59,7 @@ import numpy as np
 from ..core.errors import ParameterError
 from .devices import Device
 from .kernels import KernelConfig
-from .traffic import Traffic, features, inflight_bytes
+from .traffic import Phase, Traffic, features
 
 __all__ = ["BOUNDS", "PARAMS", "RESOURCES", "Params", "Prepared", "Timing", "evaluate",
            "generation", "greedy_makespan", "load_params", "prepare"]
@@ -230,6 +230,21 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
                     list(hbm_per_phase), float(dev.clock_hz), S, float(dev.hbm_bw),
                     dev.l2_bandwidth, dev.dram_latency_s,
                     float(_fp32_per_clk(dev) * dev.clock_hz))
+
+
+def inflight_bytes(ph: Phase, cfg: KernelConfig) -> float | None:
+    """Bytes one CTA of the phase can have in flight: its multi-buffered tiles in shared memory.
+
+    Forward CTAs (``main``, ``split``) keep ``stages`` K/V tiles outstanding (cp.async or TMA
+    fills them while the consumers work on another), ``stages·Bc`` rows of K and of V; the
+    backward's CTAs ``stages`` Q and dO tiles.  The light kernels (the split combine, the
+    backward's preprocessing) issue all their loads at once: None (one round trip).
+    """
+    if ph.name in ("main", "split") and cfg.forward:
+        return float(cfg.stages * cfg.Bc * (ph.row_bytes["K"] + ph.row_bytes["V"]))
+    if ph.name == "main":
+        return float(cfg.stages * cfg.Br * (ph.row_bytes["Q"] + ph.row_bytes["dO"]))
+    return None
 
 
 def _fa1_extra(cfg: KernelConfig, d: int, steps: np.ndarray, dev: Device

@@ -45,7 +45,7 @@ from .devices import Device
 from .kernels import KernelConfig, head_dim_rounded
 
 __all__ = ["ARRAYS", "FEATURES", "Op", "Phase", "Template", "Traffic", "build",
-           "byte_coefficients", "compulsory_bytes", "compulsory_rw", "features", "inflight_bytes",
+           "byte_coefficients", "compulsory_bytes", "compulsory_rw", "features",
            "template", "work_coefficients"]
 
 #: Array name -> code in a tile key (``code << 56 | head << 32 | row``).
@@ -478,15 +478,14 @@ def features(ph: Phase) -> np.ndarray:
     """(CTAs, 6) array of :data:`FEATURES`: 1, the CTA's own rows, its rows if it runs its loop
     (a CTA whose every key is masked skips its loads, as the schedule does: it writes zeros),
     inner steps (blocks x inner heads), rows of all inner blocks, own rows x steps.  Cached."""
-    cached = ph.__dict__.get("_features")
-    if cached is not None and len(cached) == ph.n:
-        return cached
+    if len(ph.__dict__.get("_features", ())) == ph.n and "_features" in ph.__dict__:
+        return ph.__dict__["_features"]
     outer = (ph.o1 - ph.o0).astype(np.float64)
     live = (ph.i_n > 0) | (not ph.template.body)
     steps = (ph.i_n * ph.inner_heads).astype(np.float64)
-    out = np.stack([np.ones(ph.n), outer, np.where(live, outer, 0.0), steps,
-                    ph.inner_rows().astype(np.float64) * ph.inner_heads, outer * steps], axis=1)
-    ph.__dict__["_features"] = out
+    out = ph.__dict__["_features"] = np.stack([
+        np.ones(ph.n), outer, np.where(live, outer, 0.0), steps,
+        ph.inner_rows().astype(np.float64) * ph.inner_heads, outer * steps], axis=1)
     return out
 
 
@@ -521,21 +520,6 @@ def work_coefficients(ph: Phase, cfg: KernelConfig, d: int) -> tuple[np.ndarray,
     else:                     # combine and preprocessing: no MMA
         exps[5] = 1.0
     return flops, exps, smem
-
-
-def inflight_bytes(ph: Phase, cfg: KernelConfig) -> float | None:
-    """Bytes one CTA of the phase can have in flight: its multi-buffered tiles in shared memory.
-
-    Forward CTAs (``main``, ``split``) keep ``stages`` K/V tiles outstanding (cp.async or TMA
-    fills them while the consumers work on another), ``stages·Bc`` rows of K and of V; the
-    backward's CTAs ``stages`` Q and dO tiles.  The light kernels (the split combine, the
-    backward's preprocessing) issue all their loads at once: None (one round trip).
-    """
-    if ph.name in ("main", "split") and cfg.forward:
-        return float(cfg.stages * cfg.Bc * (ph.row_bytes["K"] + ph.row_bytes["V"]))
-    if ph.name == "main":
-        return float(cfg.stages * cfg.Br * (ph.row_bytes["Q"] + ph.row_bytes["dO"]))
-    return None
 
 
 def _amounts(ph: Phase, cfg: KernelConfig, d: int) -> None:
