@@ -286,3 +286,12 @@ def test_plan_with_a_gpu_device_points_to_gpu_tune(capsys):
 
     assert main(["plan", "--N", "4096", "--d", "128", "--device", "h100"]) == 0
     assert "attnio gpu tune --device h100-sxm" in capsys.readouterr().out
+
+
+def test_an_extrapolated_replay_never_reports_hbm_below_compulsory():
+    """The issue's fp8 d = 256 causal case: past the replay budget the bytes are an estimate,
+    floored at the compulsory bytes."""
+    s = score(H100, Shape(32768, 32768, 256, causal=True, heads=8), "fa3", dtype="fp8")
+    assert s.extrapolated
+    r, w = compulsory_rw(s.config, s.shape)
+    assert s.hbm_read_bytes >= r and s.hbm_write_bytes >= w

@@ -278,9 +278,15 @@ def prepared(device: str | Device, workload: Any, config: Any) -> Prepared | Non
 def _scored(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Traffic,
             rep: Replay, t: Timing) -> Score:
     flops = float(sum(float(ph.flops.sum()) for ph in tr.phases))
+    rd, wr = rep.hbm_read, rep.hbm_write
+    if rep.extrapolated:   # an estimate past the replay budget: never below the compulsory bytes
+        from .traffic import compulsory_rw
+
+        cr, cw = compulsory_rw(cfg, shape)
+        rd, wr = max(rd, cr), max(wr, cw)
     return Score(**vars(f), config=cfg, device=dev.name, shape=shape,
-                 compulsory_bytes=tr.compulsory, waves=t.waves, hbm_read_bytes=rep.hbm_read,
-                 hbm_write_bytes=rep.hbm_write, l2_bytes=tr.two_level, flops=flops,
+                 compulsory_bytes=tr.compulsory, waves=t.waves, hbm_read_bytes=rd,
+                 hbm_write_bytes=wr, l2_bytes=tr.two_level, flops=flops,
                  time_s=t.time_s, bound_by=t.bound_by, by_resource=t.by_resource, alone=t.alone,
                  extrapolated=rep.extrapolated, granularity=rep.granularity)
 
