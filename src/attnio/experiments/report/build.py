@@ -30,6 +30,10 @@ from .style import FORMATS, series_styles
 
 __all__ = ["Report", "build_report"]
 
+#: The columns a report reads from every row (a results table without them is not attnio's).
+_NEEDED = ("config_hash", "status", "algorithm", "kind", "exact", "Nq", "Nkv", "d", "M", "mode",
+           "total")
+
 
 @dataclass
 class Report:
@@ -92,6 +96,12 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool | N
             raise ParameterError(f"{name.replace('_', '-')} must be an integer >= {lo}, got "
                                  f"{v!r}", param=name)
     with ResultsStore(db, readonly=True) as st:
+        lacking = [c for c in _NEEDED if c not in st._columns()]
+        if lacking:
+            raise ParameterError(
+                f"db: {os.fspath(db)!r} is not an attnio results database (its results table "
+                f"lacks the column(s) {', '.join(lacking)}); give the --db a sweep wrote",
+                param="db")
         rows = st.rows(decode=True)
         meta = st.meta()
     if not rows:

@@ -70,7 +70,7 @@ def draw_series(ax, rows, axis, styles, *, value="total", slopes=True, d=None,
     """One line per (algorithm, ε), widest first; a series whose points equal one drawn
     before says so in its label.  Returns the labels drawn."""
     series = _by_series(rows, axis)
-    order = sorted(series, key=lambda k: (-styles[k].width, k[0], k[1] or 0))
+    order = sorted(series, key=lambda k: (styles[k].order, k[0], k[1] or 0))
     seen: dict[tuple, str] = {}
     labels = []
     for z, key in enumerate(order):

@@ -2,7 +2,7 @@
 
 Every series stays visible: each algorithm has its own colour (the Okabe-Ito palette, safe for
 colour-blind readers), marker and line style, and series are drawn from the widest (large hollow
-markers, thick lines) to the narrowest (small markers, dashed lines), so that two algorithms
+markers, thick lines) to the narrowest (small markers, dashed lines; flash_decoding last), so that two algorithms
 whose counts coincide (flash2 and flash_decoding do on one head) show as a thin dashed line
 inside a wide one, and the later one's legend entry says which it coincides with.  Approximate
 algorithms get one series per ε.  Axes whose values are all powers of two get base-2 ticks;
@@ -37,11 +37,16 @@ class SeriesStyle:
     ms: float       # marker size
     lw: float       # line width
     filled: bool
+    layer: int = 5  # drawing order: lower first; within a layer, the widest first
 
     @property
     def width(self) -> float:
         """How much a series covers: wide ones are drawn first, narrow ones on top."""
         return self.ms + 2 * self.lw + (2 if not self.filled else 0)
+
+    @property
+    def order(self) -> tuple[int, float]:
+        return self.layer, -self.width
 
     def kwargs(self) -> dict:
         return {"color": self.color, "marker": self.marker, "ls": self.ls, "ms": self.ms,
@@ -53,8 +58,9 @@ class SeriesStyle:
 _KNOWN = {
     "standard": SeriesStyle("#0072B2", "s", "-", 5, 1.4, True),
     "flash1": SeriesStyle("#E69F00", "^", "-", 6, 1.4, True),
-    "flash2": SeriesStyle("#009E73", "o", "-", 10, 3.0, False),
-    "flash_decoding": SeriesStyle("#CC79A7", "x", "--", 6, 1.3, True),
+    "flash2": SeriesStyle("#009E73", "o", "-", 10, 3.0, False, 0),
+    # split-KV flash2: equal to flash2 on one head, drawn last (a dashed line on top of all)
+    "flash_decoding": SeriesStyle("#CC79A7", "x", "--", 6, 1.3, True, 9),
     "square_tiling": SeriesStyle("#D55E00", "D", "-.", 5, 1.4, True),
     "approx_poly": SeriesStyle("#56B4E9", "v", ":", 6, 1.6, True),
 }
@@ -83,7 +89,8 @@ def series_styles(keys: Iterable[tuple[str, float | None]]) -> dict[tuple, Serie
                 out[k] = base
             else:
                 out[k] = SeriesStyle(_shade(base.color, 0.75 ** j), _EPS_MARKERS[j % 6],
-                                     _EPS_LINES[j % 4], base.ms, base.lw, j % 2 == 0)
+                                     _EPS_LINES[j % 4], base.ms, base.lw, j % 2 == 0,
+                                     base.layer)
     return out
 
 
@@ -140,7 +147,7 @@ def set_x_ticks(ax, values: Sequence[float]) -> None:
 def set_y_ticks(ax, values: Sequence[float]) -> None:
     """Log y axis labelled in plain text: 10ᵏ at each decade, or 1/2/5·10ᵏ when the data span
     less than about a decade and a half."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     vals = [float(v) for v in values if v and v > 0 and math.isfinite(v)]
     ax.set_yscale("log")
@@ -156,7 +163,7 @@ def set_y_ticks(ax, values: Sequence[float]) -> None:
                  if lo / 1.5 <= m * 10.0 ** k <= hi * 1.5]
     ax.yaxis.set_major_locator(FixedLocator(ticks))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _sci(v)))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_locator(NullLocator())  # minor ticks: many artists, little information
 
 
 def _sci(v: float) -> str:
