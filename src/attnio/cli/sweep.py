@@ -13,7 +13,7 @@ DESCRIPTION = (
     "Run every configuration of a grid that the results database does not hold yet. "
     "Value lists: START:STOP:xF (geometric), START:STOP:+S, or commas (e.g. --N 256:16384:x2 "
     "--d 16,64,128). Configurations an algorithm cannot run are stored as skipped rows with the "
-    "reason. `attnio sweep export --format csv|json|parquet --out FILE` exports the database."
+    "reason. `attnio sweep export --format csv|json|parquet|latex --out FILE` exports the database."
 )
 DEFAULT_DB = "attnio-results.sqlite"
 
@@ -62,8 +62,11 @@ def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     e = sub.add_parser("export", help="export the results database")
     e.add_argument("--db", default=argparse.SUPPRESS, help=f"results database (default {DEFAULT_DB})")
-    e.add_argument("--format", dest="format", default=None, choices=("csv", "json", "parquet"),
-                   help="output format (default: from --out's extension)")
+    e.add_argument("--format", dest="format", default=None,
+                   choices=("csv", "json", "parquet", "latex"),
+                   help="output format (default: from --out's extension; .tex is latex): csv "
+                        "and parquet add a column per tiling parameter and per bound, latex "
+                        "writes a booktabs table of the rows that ran")
     e.add_argument("--out", default=None, help="output file (default attnio-results.FORMAT)")
     e.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS)
 
@@ -150,7 +153,7 @@ def _export(args) -> int:
     out = args.out
     if out is None:
         fmt = fmt or "csv"
-        out = f"attnio-results.{fmt}"
+        out = f"attnio-results.{'tex' if fmt == 'latex' else fmt}"
     if os.path.exists(out) and os.path.isdir(out):
         from ..core.errors import ParameterError
 
