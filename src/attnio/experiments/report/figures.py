@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .fits import FLOOR_SHARE, _make_fit
 from .rows import _bounds, setting_label
-from .style import finish, new_figure, save, series_label, set_x_ticks, set_y_ticks
+from .style import _shade, finish, new_figure, save, series_label, set_x_ticks, set_y_ticks
 
 __all__ = ["FigureFile"]
 
@@ -62,11 +62,16 @@ def _slope_text(alg, rs, axis, d) -> str:
         parts.append("–" if f is None or f.slope is None else f"{f.slope:+.2f}".replace("-", "−"))
     if all(p == "–" for p in parts):
         return ""
-    return f"slope {parts[0]}" if len(parts) == 1 else f"slopes {parts[0]} | {parts[1]}"
+    if len(parts) == 1:
+        return f"slope {parts[0]}"
+    if "–" in parts:
+        return (f"slope {parts[1]} at M ≥ d²" if parts[0] == "–" else
+                f"slope {parts[0]} at M < d²")
+    return f"slopes {parts[0]} | {parts[1]}"
 
 
 def draw_series(ax, rows, axis, styles, *, value="total", slopes=True, d=None,
-                suffix="", ls=None, filled=None) -> list[str]:
+                suffix="", ls=None, filled=None, shade=1.0) -> list[str]:
     """One line per (algorithm, ε), widest first; a series whose points equal one drawn
     before says so in its label.  Returns the labels drawn."""
     series = _by_series(rows, axis)
@@ -86,6 +91,8 @@ def draw_series(ax, rows, axis, styles, *, value="total", slopes=True, d=None,
         kw = styles[key].kwargs()
         if ls is not None:
             kw["ls"] = ls
+        if shade != 1.0:
+            kw["color"] = kw["mec"] = _shade(kw["color"], shade)
         if filled is not None:
             kw["mfc"] = kw["mec"] if filled else "none"
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label + suffix, zorder=3 + z,
@@ -169,7 +176,7 @@ def io_vs_axis(rows, axis, fixed: dict, setting: tuple, look: Look, stem: str) -
                     fontsize=8)
         extra += " Vertical line: M = d²."
     label = setting_label(setting)
-    finish(fig, ax, title=f"Total I/O vs {axis} ({_fixed_text(fixed)}; {label})",
+    finish(fig, ax, title=f"Total I/O vs {axis} ({_fixed_text(fixed)})\n{label}",
            xlabel=_XLABEL[axis], ylabel="total I/O (words)")
     name = save(fig, look.out, stem, look.formats)
     modes = sorted({r["mode"] for r in rows})
@@ -193,7 +200,7 @@ def ratio_vs_M(rows, N, d, setting, look: Look, stem: str) -> FigureFile | None:
     set_y_ticks(ax, _values(sub, "ratio") + [1.0])
     ax.axvline(d * d, color="0.3", lw=0.8, alpha=0.7)
     label = setting_label(setting)
-    finish(fig, ax, title=f"Ratio to the best explicit bound vs M (N={N}, d={d}; {label})",
+    finish(fig, ax, title=f"Ratio to the best explicit bound vs M (N={N}, d={d})\n{label}",
            xlabel=_XLABEL["M"], ylabel="total I/O / best explicit bound")
     name = save(fig, look.out, stem, look.formats)
     return FigureFile(name, f"Total I/O divided by the best explicit lower bound at that point "
@@ -231,10 +238,11 @@ def error_vs_io(rows, look: Look) -> FigureFile | None:
 _SETTING_LS = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
 
 
-def overlay(rows_by_setting: dict[tuple, list[dict]], axis, fixed: dict, what: str,
-            look: Look, stem: str) -> FigureFile:
+def overlay(rows_by_setting: dict[tuple, list[dict]], names: dict[tuple, str], axis,
+            fixed: dict, what: str, common: str, look: Look, stem: str) -> FigureFile:
     """Several settings on one axes: colour and marker say the algorithm (and ε), the line
-    style (and a hollow or filled marker) the setting."""
+    style (and a hollow or filled marker) the setting; ``names`` label the settings by what
+    differs, ``common`` (in the title) says what they share."""
     from matplotlib.lines import Line2D
 
     fig, ax = new_figure((6.4, 4.8))
@@ -242,22 +250,37 @@ def overlay(rows_by_setting: dict[tuple, list[dict]], axis, fixed: dict, what: s
     settings = list(rows_by_setting)
     allrows = [r for s in settings for r in rows_by_setting[s]]
     for i, s in enumerate(settings):
-        draw_series(ax, rows_by_setting[s], axis, look.styles, slopes=False,
-                    ls=_SETTING_LS[i % len(_SETTING_LS)], filled=i % 2 == 1)
-        handles.append(Line2D([], [], color="k", ls=_SETTING_LS[i % len(_SETTING_LS)],
-                              marker="o", mfc="k" if i % 2 else "none", mec="k"))
-        labels.append(setting_label(s))
+        ls = _SETTING_LS[i % len(_SETTING_LS)]
+        draw_series(ax, rows_by_setting[s], axis, look.styles, slopes=False, ls=ls,
+                    filled=i % 2 == 1, shade=0.7 ** i)
+        handles.append(Line2D([], [], color="k", ls=ls, lw=1.4, marker="o",
+                              mfc="k" if i % 2 else "none", mec="k"))
+        labels.append(names[s])
     for key in sorted(_by_series(allrows, axis), key=lambda k: (k[0], k[1] or 0)):
         st = look.styles[key]
         handles.append(Line2D([], [], color=st.color, marker=st.marker, ls="-", mfc=st.color))
         labels.append(series_label(*key))
     set_x_ticks(ax, _values(allrows, axis))
     set_y_ticks(ax, _values(allrows, "total"))
-    finish(fig, ax, title=f"{what}: total I/O vs {axis} ({_fixed_text(fixed)})",
+    finish(fig, ax, title=f"{what}: total I/O vs {axis}\n({_fixed_text(fixed)}; {common})",
            xlabel=_XLABEL[axis], ylabel="total I/O (words)", handles=handles, labels=labels,
-           legend_cols=2)
+           legend_cols=3)
     name = save(fig, look.out, stem, look.formats)
-    cap = (f"{what}: total I/O against {axis}, log-log, at {_fixed_text(fixed)}, for the "
-           f"settings {'; '.join(labels[:len(settings)])}. Colour and marker: the algorithm; "
-           "line style and marker fill: the setting (first setting solid with hollow markers).")
-    return FigureFile(name, cap, " vs ".join(labels[:len(settings)]))
+    compared = "; ".join(names[s] for s in settings)
+    same = _same_in_every_setting(rows_by_setting, axis)
+    cap = (f"{what}: total I/O against {axis}, log-log, at {_fixed_text(fixed)}; {common}; "
+           f"compared: {compared}. Colour and marker: the algorithm; line style and marker "
+           "fill: the setting (the first solid with hollow markers, the second dashed with "
+           "filled ones, the third dotted; later settings in a darker shade)."
+           + (f" Equal in every setting compared (the lines coincide): {', '.join(same)}."
+              if same else ""))
+    return FigureFile(name, cap, f"{common}: {compared}")
+
+
+def _same_in_every_setting(rows_by_setting: dict[tuple, list[dict]], axis: str) -> list[str]:
+    """The series whose points are the same in every setting of an overlay."""
+    pts = [{k: tuple((r[axis], r["total"]) for r in v)
+            for k, v in _by_series(rs, axis).items()} for rs in rows_by_setting.values()]
+    keys = set(pts[0]).intersection(*pts[1:])
+    return [series_label(*k) for k in sorted(keys, key=lambda k: (k[0], k[1] or 0))
+            if all(p[k] == pts[0][k] for p in pts[1:])]

@@ -99,6 +99,27 @@ _COMPARISONS = (("gqa", "GQA against full heads", 4), ("window", "sliding window
                 ("causal", "causal against no mask", 0))
 
 
+def _varying_label(f: int, s: tuple) -> str:
+    """The one field a comparison varies, in words (the legend of an overlay)."""
+    if f == 0:
+        return setting_label((s[0], None, 1, 1, 1))
+    if f == 1:
+        return "no window" if s[1] is None else f"window {s[1]}"
+    heads, kvh = s[3], s[4]
+    return (f"{kvh} KV heads (full: one per head)" if kvh == heads else
+            f"{kvh} KV heads ({'multi-query' if kvh == 1 else 'GQA'})")
+
+
+def _common_label(f: int, common: tuple) -> str:
+    """The fields an overlay holds fixed, in words (its title), without the varying one."""
+    words = setting_label(common).split(", ")
+    if f != 0:
+        words = words[1:] if words and words[0] == "no mask" else words
+    if f == 4:
+        words = [w for w in words if "heads" not in w] + [f"{common[3]} query heads"]
+    return ", ".join(words) or "one head"
+
+
 def _comparisons(settings: list[tuple]) -> list[tuple[str, str, tuple, list[tuple]]]:
     """(kind, title, the common setting, the settings compared) for each group of settings
     that differ in one field only: the KV heads, the window, or the mask."""
@@ -131,8 +152,11 @@ def _overlay_job(n: int, comp, by_setting: dict[tuple, list[dict]], look: Look) 
         stem = (f"overlay_{kind}_vs_{axis}_" + "_".join(f"{k}{v}" for k, v in fx.items())
                 + _slug(common))
         what = f"{title}: I/O vs {axis} ({'; '.join(setting_label(s) for s in ss)})"
+        f = {"gqa": 4, "window": 1, "causal": 0}[kind]
         rows = {s: g[fixed] for s, g in zip(ss, gs)}
-        return Job(stem, what, (1, 1, n), partial(overlay, rows, axis, fx, title, look, stem))
+        names = {s: _varying_label(f, s) for s in ss}
+        return Job(stem, what, (1, 1, n), partial(overlay, rows, names, axis, fx, title,
+                                                  _common_label(f, common), look, stem))
     return None
 
 

@@ -145,8 +145,8 @@ def set_x_ticks(ax, values: Sequence[float]) -> None:
 
 
 def set_y_ticks(ax, values: Sequence[float]) -> None:
-    """Log y axis labelled in plain text: 10ᵏ at each decade, or 1/2/5·10ᵏ when the data span
-    less than about a decade and a half."""
+    """Log y axis labelled in plain text: 10ᵏ at each decade (three decades or more), 1 and
+    3·10ᵏ (one to three), or 1, 2 and 5·10ᵏ (less)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     vals = [float(v) for v in values if v and v > 0 and math.isfinite(v)]
@@ -155,11 +155,12 @@ def set_y_ticks(ax, values: Sequence[float]) -> None:
         return
     lo, hi = min(vals), max(vals)
     k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    if hi / lo >= 30:
+    if hi / lo >= 1000:
         step = max(1, math.ceil((k1 - k0 + 1) / 8))
         ticks = [10.0 ** k for k in range(k0, k1 + 1, step)]
-    else:
-        ticks = [m * 10.0 ** k for k in range(k0 - 1, k1 + 1) for m in (1, 2, 5)
+    else:  # under three decades: 1 and 3 (under 30x: 1, 2 and 5) per decade
+        mults = (1, 3) if hi / lo >= 30 else (1, 2, 5)
+        ticks = [m * 10.0 ** k for k in range(k0 - 1, k1 + 1) for m in mults
                  if lo / 1.5 <= m * 10.0 ** k <= hi * 1.5]
     ax.yaxis.set_major_locator(FixedLocator(ticks))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _sci(v)))
