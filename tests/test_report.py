@@ -381,3 +381,28 @@ def test_a_read_only_out_directory_is_one_line(tmp_path, capsys):
         assert list(ro.iterdir()) == []
     finally:
         ro.chmod(0o700)
+
+
+def test_report_reports_progress_per_figure(tmp_path):
+    need("matplotlib")
+    db = tmp_path / "t.sqlite"
+    run_sweep(Grid(N=(256, 512, 1024), d=(16,), M=(1024, 4096), algorithms=("flash2",)), db,
+              jobs=1)
+    calls = []
+    rep = build_report(db, tmp_path / "o", formats="png", html_page=False,
+                       progress=lambda done, total: calls.append((done, total)))
+    n = len(rep.figures)
+    assert n >= 2 and calls == [(i, n) for i in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("kw, flag", [({"formats": "png,gif"}, "formats"),
+                                      ({"max_figures": -1}, "max-figures"),
+                                      ({"figs_per_axis": 1.5}, "figs-per-axis")])
+def test_bad_report_options_are_one_line_naming_the_option(tmp_path, kw, flag):
+    from attnio.core.errors import ParameterError
+
+    db = tmp_path / "t.sqlite"
+    run_sweep(Grid(N=(256,), d=(16,), M=(4096,), algorithms=("flash2",)), db, jobs=1)
+    with pytest.raises(ParameterError, match=flag):
+        build_report(db, tmp_path / "o", **kw)
+    assert not (tmp_path / "o").exists()

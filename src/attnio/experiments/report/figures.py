@@ -130,6 +130,10 @@ def draw_bounds(ax, rows, axis, all_bounds) -> list[str]:
     return drawn
 
 
+def _inside(x: float, values: list[float]) -> bool:
+    return bool(values) and min(values) <= x <= max(values)
+
+
 def _values(rows, key) -> list[float]:
     return [r[key] for r in rows if r.get(key)]
 
@@ -170,7 +174,7 @@ def io_vs_axis(rows, axis, fixed: dict, setting: tuple, look: Look, stem: str) -
     set_x_ticks(ax, _values(rows, axis))
     set_y_ticks(ax, _values(rows, "total") + [p[1] for p in _bound_lines(
         rows, axis, look.all_bounds).get(_BEST_EXACT, [])])
-    if axis == "M" and d:
+    if axis == "M" and d and _inside(d * d, _values(rows, "M")):
         ax.axvline(d * d, color="0.3", lw=0.8, alpha=0.7, zorder=1)
         ax.annotate(" M = d²", (d * d, 1), xycoords=("data", "axes fraction"), va="top",
                     fontsize=8)
@@ -198,7 +202,8 @@ def ratio_vs_M(rows, N, d, setting, look: Look, stem: str) -> FigureFile | None:
     ax.axhline(1.0, color="k", lw=0.9)
     set_x_ticks(ax, _values(sub, "M"))
     set_y_ticks(ax, _values(sub, "ratio") + [1.0])
-    ax.axvline(d * d, color="0.3", lw=0.8, alpha=0.7)
+    if _inside(d * d, _values(sub, "M")):
+        ax.axvline(d * d, color="0.3", lw=0.8, alpha=0.7)
     label = setting_label(setting)
     finish(fig, ax, title=f"Ratio to the best explicit bound vs M (N={N}, d={d})\n{label}",
            xlabel=_XLABEL["M"], ylabel="total I/O / best explicit bound")
@@ -206,7 +211,8 @@ def ratio_vs_M(rows, N, d, setting, look: Look, stem: str) -> FigureFile | None:
     return FigureFile(name, f"Total I/O divided by the best explicit lower bound at that point "
                             f"(exact algorithms: the exact-attention bounds; approximate ones: "
                             f"attnio.bounds.approximate), against M, at N={N}, d={d}; {label}. "
-                            "Horizontal line: ratio 1 (the bound); vertical line: M = d².", label)
+                            "Horizontal line: ratio 1 (the bound); vertical line (when inside "
+                            "the range): M = d².", label)
 
 
 def error_vs_io(rows, look: Look) -> FigureFile | None:

@@ -201,7 +201,10 @@ def finish(fig, ax, *, title: str, xlabel: str, ylabel: str, legend_cols: int = 
 
 
 def save(fig, out: str, stem: str, formats: Sequence[str]) -> str:
-    """Write ``stem.<fmt>`` for every format (PNG always first); returns the PNG's name."""
+    """Write ``stem.<fmt>`` for every format (PNG always first); returns the PNG's name.  The
+    constrained layout runs once (then the engine is switched off): each file is one draw."""
+    fig.draw_without_rendering()
+    fig.set_layout_engine("none")
     for fmt in formats:
         meta = {"Software": None} if fmt == "png" else (
             {"Creator": None, "Producer": None, "CreationDate": None} if fmt == "pdf"
