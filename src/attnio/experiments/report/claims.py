@@ -231,7 +231,7 @@ def claims(rows: Iterable[dict], fits: list[Fit] | None = None,
     if registered is None:
         from ... import algorithms as _alg
 
-        registered = _alg.names(None)
+        registered = _alg.names()
     reg = set(registered)
     return [*_n_exponent_claims(ok, fits), *_m_exponent_claims(fits, reg),
             _crossover_claim(ok, reg), _bound_claim(rows, True), _bound_claim(rows, False),
