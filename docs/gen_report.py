@@ -1,5 +1,5 @@
 """Regenerate the paper reproduction: docs/report/ (figures, REPORT.md, index.html, best.csv,
-fits.json) and the README's numbers and figures, in one command:
+fits.json, figures.json) and the README's numbers and figures, in one command:
 
     python docs/gen_report.py            # about a minute on two cores
     python docs/gen_report.py --check    # only check that the README matches (no sweep)
@@ -11,7 +11,9 @@ and rewrites the README block between the ``gen_report`` markers: the number of 
 the preset expands to (counted by :func:`attnio.experiments.sweep.dry_run`, as ``attnio sweep
 --preset paper --dry-run`` prints it), how many run and how many are stored as skipped, the
 claims' results, and the figures shown.  tests/test_report_docs.py recomputes the counts from a
-dry run (no sweep) and fails if the README, docs/report/REPORT.md or the figures drift from it.
+dry run (no sweep) and the numbers behind the README's figures from a count-mode run of just
+their grid points (a few seconds), and fails if the README, docs/report/REPORT.md or
+docs/report/figures.json drift from them.
 """
 
 from __future__ import annotations

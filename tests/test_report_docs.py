@@ -49,3 +49,38 @@ def test_readme_figures_exist_in_every_format_and_the_html_embeds_them():
         assert (REPORT / name.replace(".png", ".pdf")).read_bytes()[:5] == b"%PDF-"
     page = (REPORT / "index.html").read_text()
     assert page.count("src='data:image/png;base64,") == len(list(REPORT.glob("*.png")))
+
+
+def test_readme_figures_plot_what_a_small_count_run_gives_now(tmp_path):
+    """The numbers behind the README's figures (docs/report/figures.json) equal those a
+    count-mode run of just their grid points gives now: a change to a count, a bound or the
+    preset that the committed figures do not show fails here (no figure is drawn)."""
+    import dataclasses
+    import json
+
+    from attnio.experiments.report import for_report
+    from attnio.experiments.report.figures import figure_data
+    from attnio.experiments.report.plan import _count_rows, _groups
+    from attnio.experiments.report.rows import _DEFAULT_SETTING, _setting
+    from attnio.experiments.store import ResultsStore
+    from attnio.experiments.sweep import PRESETS, run_sweep
+
+    gen = _gen()
+    wanted = {"io_vs_M_N16384_d64.png": ("M", (16384, 64)),
+              "io_vs_N_d64_M4096.png": ("N", (64, 4096))}
+    assert set(wanted) == set(gen.README_FIGURES)
+    n_grid, m_grid = PRESETS["paper"][0], PRESETS["paper"][2]
+    assert 4096 in n_grid.M and 64 in m_grid.d and 16384 in m_grid.N
+    db = tmp_path / "p.sqlite"
+    run_sweep([dataclasses.replace(n_grid, M=(4096,)), dataclasses.replace(m_grid, d=(64,))],
+              db, jobs=1, progress=False)
+    with ResultsStore(db, readonly=True) as st:
+        rows = for_report(st.rows(decode=True))
+    rows = _count_rows([r for r in rows if r["status"] == "ok" and r.get("total")
+                        and _setting(r) == _DEFAULT_SETTING])
+    committed = {f["name"]: f for f in json.loads((REPORT / "figures.json").read_text())}
+    for name, (axis, fixed) in wanted.items():
+        now = json.loads(json.dumps(figure_data(_groups(rows, axis)[fixed], axis)))
+        print(name, {k: len(v) for k, v in now.items()})
+        assert now == committed[name]["data"], name
+        assert "best explicit lower bound" in now and len(now) >= 6

@@ -9,6 +9,7 @@ directory:
   in one thing (GQA against full heads, each window, causal against not); approximate-attention
   error against I/O when compute-mode rows of approximate algorithms exist.  Each figure has a
   caption stating its fixed parameters; see :mod:`.style` for how every series stays visible;
+* ``figures.json``: each figure's name, caption and the numbers it plots;
 * ``fits.json``: every fitted slope, its points and the rule that chose them (:mod:`.fits`);
 * ``REPORT.md``: the reproduction table (:mod:`.claims`: one row per claim, the measured figure
   and pass/fail), the best configuration per workload point, the fits, the figures with their

@@ -81,8 +81,9 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool | N
     """Read ``db`` and write to ``out``: figures (PNG, and each of ``formats``: ``pdf``,
     ``svg``) for every setting present (mask, window, heads) and every swept axis, overlays
     comparing settings that differ in one thing (GQA against full heads, each window, causal
-    against not), ``best.csv`` (the best configuration of every workload point), ``fits.json``,
-    ``REPORT.md`` and (unless ``html_page=False``) ``index.html``.
+    against not), ``figures.json`` (each figure's name, caption and the numbers it plots),
+    ``best.csv`` (the best configuration of every workload point), ``fits.json``, ``REPORT.md``
+    and (unless ``html_page=False``) ``index.html``.
 
     ``figs_per_axis``: figures per setting and swept axis (the fixed values with the most points
     first); ``max_figures``: at most this many figures (None: no cap); every figure either leaves
@@ -179,6 +180,9 @@ def _build(rows: list[dict], meta: dict, db: str, look: Look, html_page: bool,
             figures.append(f)
         if progress is not None:
             progress(i + 1, len(jobs))
+    with open(os.path.join(look.out, "figures.json"), "w") as fh:
+        json.dump([asdict(f) for f in figures], fh, indent=None, separators=(",", ":"))
+        fh.write("\n")
     best = best_configurations(rows)
     _write_best_csv(best, os.path.join(look.out, "best.csv"))
     with open(os.path.join(look.out, "fits.json"), "w") as fh:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .fits import FLOOR_SHARE, _make_fit
 from .rows import _bounds, setting_label
@@ -23,6 +23,9 @@ class FigureFile:
     name: str
     caption: str
     setting: str = ""
+    #: what it plots: {line label: [[x, y], ...]} (the series and the bound lines), written to
+    #: figures.json so that a test can compare the numbers without drawing
+    data: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -46,6 +49,17 @@ def _by_series(rows: list[dict], axis: str) -> dict[tuple, list[dict]]:
     for r in rows:
         g[(r["algorithm"], r["eps"] if not r["exact"] else None)].append(r)
     return {k: sorted(v, key=lambda r: r[axis]) for k, v in g.items()}
+
+
+def figure_data(rows, axis, *, value="total", all_bounds=False) -> dict[str, list]:
+    """The lines a figure of ``rows`` against ``axis`` plots: each series by its label (the
+    algorithm, and ε for approximate ones) and each bound line by its name."""
+    out = {series_label(*k): [[r[axis], r[value]] for r in rs if r.get(value)]
+           for k, rs in sorted(_by_series(rows, axis).items(), key=lambda kv: str(kv[0]))}
+    if value == "total":
+        out.update({name: [list(p) for p in pts]
+                    for name, pts in _bound_lines(rows, axis, all_bounds).items()})
+    return out
 
 
 def _slope_text(alg, rs, axis, d) -> str:
@@ -190,7 +204,7 @@ def io_vs_axis(rows, axis, fixed: dict, setting: tuple, look: Look, stem: str) -
            f"algorithms on points whose read-once floor is below {FLOOR_SHARE:.0%} of the "
            "total; against M, the slopes below | above M = d²)."
            + _bound_caption(drawn, look.all_bounds) + extra)
-    return FigureFile(name, cap, label)
+    return FigureFile(name, cap, label, figure_data(rows, axis, all_bounds=look.all_bounds))
 
 
 def ratio_vs_M(rows, N, d, setting, look: Look, stem: str) -> FigureFile | None:
@@ -212,7 +226,7 @@ def ratio_vs_M(rows, N, d, setting, look: Look, stem: str) -> FigureFile | None:
                             f"(exact algorithms: the exact-attention bounds; approximate ones: "
                             f"attnio.bounds.approximate), against M, at N={N}, d={d}; {label}. "
                             "Horizontal line: ratio 1 (the bound); vertical line (when inside "
-                            "the range): M = d².", label)
+                            "the range): M = d².", label, figure_data(sub, "M", value="ratio"))
 
 
 def error_vs_io(rows, look: Look) -> FigureFile | None:
