@@ -43,6 +43,8 @@ def test_docs_report_holds_the_presets_rows_and_every_claim_passes():
 def test_readme_figures_exist_in_every_format_and_the_html_embeds_them():
     gen = _gen()
     readme = (ROOT / "README.md").read_text()
+    # the README's command draws what the generator draws
+    assert f"attnio report --out docs/report --figs-per-axis {gen.FIGS_PER_AXIS}" in readme
     for name in gen.README_FIGURES:
         assert f"(docs/report/{name})" in readme
         assert (REPORT / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
