@@ -38,6 +38,7 @@ def _old_report():
                              capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
+    src = src.replace("_alg.names(None)", "_alg.names()")  # the registry's call since then
     path = os.path.join(tempfile.mkdtemp(), "_report_before.py")
     with open(path, "w") as f:
         f.write(src)
