@@ -191,7 +191,7 @@ def _build(rows: list[dict], meta: dict, db: str, look: Look, html_page: bool,
         fh.write("\n")
     order = sorted(by_setting, key=lambda s: (s != (None, None, 1, 1, 1), str(s)))
     page = Page(summary(rows, meta, db), table, fits, figures, skips(rows), best,
-                [setting_label(s) for s in order], not_drawn)
+                [setting_label(s) for s in order], not_drawn, tuple(look.formats))
     with open(os.path.join(look.out, "REPORT.md"), "w") as fh:
         fh.write(markdown(page))
     if html_page:

@@ -87,6 +87,7 @@ class Page:
     best: list[dict] = field(default_factory=list)
     settings: list[str] = field(default_factory=list)
     not_drawn: list[str] = field(default_factory=list)
+    formats: tuple[str, ...] = ("png",)
 
 
 def summary(rows, meta, db) -> dict:
@@ -208,10 +209,12 @@ def markdown(p: Page) -> str:
     lines += _best_md(list(p.best))
     lines += _fits_md(p.fits)
     if p.figures:
-        lines += ["## Figures", "", "Each figure is also written as PDF (and SVG when asked) "
-                  "next to its PNG, with the same name.", ""]
+        lines += ["## Figures", ""]
         for i, fig in enumerate(p.figures, 1):
-            lines += [f"![{fig.name}]({fig.name})", "", f"*Figure {i}.* {fig.caption}", ""]
+            others = ", ".join(f"[{f.upper()}]({fig.name[:-4]}.{f})" for f in p.formats
+                               if f != "png")
+            lines += [f"![{fig.name}]({fig.name})", "", f"*Figure {i}.* {fig.caption}"
+                      + (f" ({others})" if others else ""), ""]
     if p.not_drawn:
         lines += ["## Figures not drawn", "", f"{len(p.not_drawn)} figures were left out "
                   "(raise `--max-figures` or `--figs-per-axis` to draw them):", ""]
