@@ -7,8 +7,8 @@ Every case must be refused the same way, however absurd the size:
 * API: a :class:`~attnio.core.errors.ParameterError` whose message names the argument, and whose
   ``param`` (when set) is that argument.
 
-Each case is refused before anything large is allocated; the test guards time only loosely
-(10 s), the measured times are in ``benchmarks/bench_bad_inputs.py``.  The sweep and database
+Each case is refused before anything large is allocated; no test times it (a busy machine
+must not fail the suite): the measured times are in ``benchmarks/bench_bad_inputs.py``.  The sweep and database
 cases are in ``tests/test_bad_inputs_experiments.py``.
 """
 
