@@ -132,3 +132,17 @@ def test_values_near_the_largest_float_give_the_finite_reference(name, dtype, ca
     assert np.abs(res.output[tiny, 1] / ref[tiny, 1] - 1).max() <= 1e-5
     small = attnio.run(name, shape=res.shape, M=2000, mode="count", tiling=res.tiling)
     assert (small.io.reads, small.io.writes) == (res.io.reads, res.io.writes)
+
+
+def test_approx_poly_refuses_values_that_can_overflow_its_accumulators():
+    """approx_poly's sums over keys of features x V cannot be kept within max |V| (its features
+    have both signs): V whose worst-case sum overflows is refused naming V, before running."""
+    rng = np.random.default_rng(24)
+    Q, K = rng.uniform(-0.5, 0.5, (64, 4)), rng.uniform(-0.5, 0.5, (64, 4))
+    V = _huge_values(64, 4, "float64", rng)
+    with pytest.raises(attnio.ParameterError, match="V: entries up to") as e:
+        attnio.run("approx_poly", Q, K, V, M=4000)
+    assert e.value.param == "V"
+    # values far from the limit run, and stay finite (the message's bound is not hit)
+    res = attnio.run("approx_poly", Q, K, V * 2.0 ** -40, M=4000)
+    assert np.isfinite(res.output).all()
