@@ -99,7 +99,7 @@ def test_bad_inputs_refused():
         poly_attention(q, k, v, entry_bound=0.5, allow_unbounded=True)
     with pytest.raises(ParameterError, match="eps"):
         poly_attention(q, k, v, eps=0.0)
-    with pytest.raises(ParameterError, match="float32 or float64"):
+    with pytest.raises(ParameterError, match="float32, float64, bfloat16 or float16"):
         poly_attention(q.int(), k, v)
     with pytest.raises(ParameterError, match="shapes"):
         poly_attention(q, k[:5], v)
