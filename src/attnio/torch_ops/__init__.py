@@ -28,5 +28,14 @@ from __future__ import annotations
 from ._api import based_attention, favor_attention, poly_attention, poly_plan
 from ._plan import PolyPlan, SlowApproximationWarning
 
+try:  # the custom operator torch.compile calls must exist before tracing starts
+    import torch as _t  # noqa: F401
+except ImportError:  # the optional extra is missing: poly_attention says so when called
+    pass
+else:
+    from ._compiled import poly_op as _poly_op
+
+    _poly_op()
+
 __all__ = ["PolyPlan", "SlowApproximationWarning", "based_attention", "favor_attention",
            "poly_attention", "poly_plan"]

@@ -18,7 +18,11 @@ __all__ = ["based_attention", "favor_attention", "poly_attention", "poly_plan"]
 
 
 def _torch():
-    return require("torch", "torch", "attnio.torch_ops")
+    try:
+        import torch  # a plain import (torch.compile traces it; importlib it does not)
+    except ImportError:
+        return require("torch", "torch", "attnio.torch_ops")
+    return torch
 
 
 def _run(q, k, v, inp, kern_of, offset, chunk):
@@ -45,21 +49,24 @@ def _chunk(chunk):
 
 
 def _plan(q, k, v, inp, s, *, eps, entry_bound, variant, degree, allow_unbounded, is_causal,
-          calibrate):
+          calibrate, asynchronous=False):
+    """The plan; checks the values (NaN/inf, entry bound) with one host synchronisation, or with
+    device-side asserts and no synchronisation when ``asynchronous`` (the torch.compile path)."""
     torch = _torch()
-    compiling = torch.compiler.is_compiling()
-    if inp.meta or compiling:
+    if inp.meta or asynchronous:
         if entry_bound is None:
             where = "on the meta device" if inp.meta else "under torch.compile"
             raise ParameterError(f"entry_bound is required {where}: without it the score range "
                                  "(hence the degree) is measured from the values of q and k",
                                  param="entry_bound")
         R = score_radius(inp.E, s, entry_bound)
-        if compiling and not allow_unbounded:
-            bound = float(entry_bound)
-            ok = (q.abs().amax() <= bound) & (k.abs().amax() <= bound)
-            torch._assert_async(ok, f"poly_attention: an entry of q or k exceeds entry_bound={bound:g} "
-                                "(or is NaN): the error guarantee does not hold")
+        if asynchronous and not inp.meta:
+            b = float(entry_bound)
+            ok = torch.isfinite(v).all()
+            if not allow_unbounded:  # NaN fails the comparison too
+                ok = ok & (q.abs().amax() <= b) & (k.abs().amax() <= b)
+            torch._assert_async(ok, f"poly_attention: q, k or v holds NaN/inf, or an entry of q "
+                                f"or k exceeds entry_bound={b:g}")
     else:
         aq, ak, nq, nk = value_stats(q, k, v)  # NaN/inf in q, k, v reported the same way
         if entry_bound is not None:
@@ -197,7 +204,7 @@ def poly_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: b
     >>> bool((o - ref).abs().max() < 1e-6)
     True
     """
-    _torch()
+    torch = _torch()
     inp, s = check_inputs(q, k, v, is_causal=is_causal, causal_align=causal_align,
                           enable_gqa=enable_gqa, dropout_p=dropout_p, scale=scale)
     is_causal, align = resolve_mask(attn_mask, inp.L, inp.S, is_causal)
@@ -205,8 +212,27 @@ def poly_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: b
         raise ParameterError(f"on_slow must be one of {ON_SLOW}, got {on_slow!r}", param="on_slow")
     chunk = _chunk(chunk)
     offset = causal_offset(inp.L, inp.S, is_causal, align or causal_align)
-    plan = _plan(q, k, v, inp, s, eps=eps, entry_bound=entry_bound, variant=variant, degree=degree,
-                 allow_unbounded=allow_unbounded, is_causal=is_causal, calibrate=True)
+    if torch.compiler.is_compiling():  # one opaque custom op: no graph break, no host sync
+        if entry_bound is None:
+            raise ParameterError("entry_bound is required under torch.compile: without it the "
+                                 "score range (hence the degree) is measured from the values of "
+                                 "q and k", param="entry_bound")
+        from ._compiled import poly_op
+
+        return poly_op()(q, k, v, float(eps), float(entry_bound), s, str(variant),
+                         -1 if degree is None else int(degree), bool(allow_unbounded),
+                         str(on_slow), offset is not None, 0 if offset is None else int(offset),
+                         chunk or 0)
+    return eager(q, k, v, inp, s, offset, eps=eps, entry_bound=entry_bound, variant=variant,
+                 degree=degree, allow_unbounded=allow_unbounded, on_slow=on_slow, chunk=chunk)
+
+
+def eager(q, k, v, inp, s, offset, *, eps, entry_bound, variant, degree, allow_unbounded,
+          on_slow, chunk, asynchronous=False):
+    """poly_attention after the argument checks: plan, guard, compute."""
+    plan = _plan(q, k, v, inp, s, eps=eps, entry_bound=entry_bound, variant=variant,
+                 degree=degree, allow_unbounded=allow_unbounded, is_causal=offset is not None,
+                 calibrate=True, asynchronous=asynchronous)
     if guard(plan, on_slow):
         return _exact(q, k, v, s, offset, inp.group)
     fm = plan.feature_map
