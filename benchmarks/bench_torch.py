@@ -15,7 +15,7 @@ after a warm-up on the same shape for n <= 2^14 and on n = 2^12 above (min of ``
 repetitions, one above ``--rep-limit`` seconds); the ratio SDPA / poly is the speed-up.
 "fwdbwd" times forward plus ``backward`` of ``(out * G).sum()`` for a fixed random G.  A poly case
 whose plan (``poly_plan``) predicts more than ``--budget`` seconds is not run and recorded as such;
-SDPA is not run above ``--budget`` predicted from n/2 (x4).
+SDPA is not run where 4.2 times its time at n/2 exceeds ``--sdpa-budget`` seconds.
 
 Error: ``max |O - O_exact|`` with O_exact in float64 (SDPA, same inputs) over all rows for
 n <= 2^14 and over 512 sampled rows (the first, the last and random ones) above, against the
@@ -114,9 +114,11 @@ def speed(torch, args):
                         G = torch.randn(q0.shape[:-1] + (d,), generator=torch.Generator().manual_seed(2))
                         key = (causal, mode)
                         pred = sdpa_prev.get(key, 0.0) * 4.2
-                        sd_f = (lambda a, b, c, cz=causal: sd(a, b, c, is_causal=cz))
+
+                        def sd_f(a, b, c, cz=causal):
+                            return sd(a, b, c, is_causal=cz)
                         run = (lambda: sd_f(q0, k0, v0)) if mode == "fwd" else _fwdbwd(torch, sd_f, q0, k0, v0, G)
-                        if pred > args.budget:
+                        if pred > args.sdpa_budget:
                             ts = None
                         else:
                             _warm(torch, sd_f, n, d, mode, causal)
@@ -296,6 +298,8 @@ def main():
     ap.add_argument("--tradeoff", action="store_true", help="the error/time plot only")
     ap.add_argument("--tradeoff-n", type=int, default=4096)
     ap.add_argument("--budget", type=float, default=60.0, help="skip a case predicted above this")
+    ap.add_argument("--sdpa-budget", type=float, default=400.0,
+                    help="skip SDPA where 4.2x its time at n/2 exceeds this")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rep-limit", type=float, default=2.0)
     ap.add_argument("--err-max-n", type=int, default=1 << 17)

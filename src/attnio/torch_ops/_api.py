@@ -5,80 +5,17 @@ from __future__ import annotations
 import math
 
 from ..approx.features import FeatureMap
-from ..approx.poly import polynomial
-from ..approx.radius import check_entries, score_radius
 from ..core.errors import ParameterError
-from ..core.extras import require
-from ._checks import causal_offset, check_inputs, resolve_mask, value_stats
-from ._engine import linear_attention
+from ._checks import causal_offset, check_inputs, resolve_mask
+from ._compiled import poly_op
+from ._core import chunk_arg as _chunk
+from ._core import eager, plan
+from ._core import run as _run
+from ._core import torch_module as _torch
 from ._kernels import FavorKernel, PolyKernel
-from ._plan import ON_SLOW, PolyPlan, guard, make_plan
+from ._plan import ON_SLOW, PolyPlan
 
 __all__ = ["based_attention", "favor_attention", "poly_attention", "poly_plan"]
-
-
-def _torch():
-    try:
-        import torch  # a plain import (torch.compile traces it; importlib it does not)
-    except ImportError:
-        return require("torch", "torch", "attnio.torch_ops")
-    return torch
-
-
-def _run(q, k, v, inp, kern_of, offset, chunk):
-    """Flatten heads (GQA: merge the query groups when non-causal, repeat K, V when causal), run
-    the engine in the compute dtype, restore the layout and the input dtype."""
-    q, k, v = q.to(inp.compute), k.to(inp.compute), v.to(inp.compute)
-    kern = kern_of(q, k)
-    G, L, S, E, Ev = inp.group, inp.L, inp.S, inp.E, inp.Ev
-    if G > 1 and offset is None:  # every query head of a group sees the same keys: one sequence
-        qf = q.reshape(-1, G * L, E)
-        out = linear_attention(qf, k.reshape(-1, S, E), v.reshape(-1, S, Ev), kern, None, chunk)
-    else:
-        if G > 1:
-            k, v = k.repeat_interleave(G, dim=-3), v.repeat_interleave(G, dim=-3)
-        out = linear_attention(q.reshape(-1, L, E), k.reshape(-1, S, E), v.reshape(-1, S, Ev),
-                               kern, offset, chunk)
-    return out.reshape(inp.lead + (L, Ev)).to(inp.out)
-
-
-def _chunk(chunk):
-    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
-        raise ParameterError(f"chunk must be an integer >= 1, got {chunk!r}", param="chunk")
-    return chunk
-
-
-def _plan(q, k, v, inp, s, *, eps, entry_bound, variant, degree, allow_unbounded, is_causal,
-          calibrate, asynchronous=False):
-    """The plan; checks the values (NaN/inf, entry bound) with one host synchronisation, or with
-    device-side asserts and no synchronisation when ``asynchronous`` (the torch.compile path)."""
-    torch = _torch()
-    if inp.meta or asynchronous:
-        if entry_bound is None:
-            where = "on the meta device" if inp.meta else "under torch.compile"
-            raise ParameterError(f"entry_bound is required {where}: without it the score range "
-                                 "(hence the degree) is measured from the values of q and k",
-                                 param="entry_bound")
-        R = score_radius(inp.E, s, entry_bound)
-        if asynchronous and not inp.meta:
-            b = float(entry_bound)
-            ok = torch.isfinite(v).all()
-            if not allow_unbounded:  # NaN fails the comparison too
-                ok = ok & (q.abs().amax() <= b) & (k.abs().amax() <= b)
-            torch._assert_async(ok, f"poly_attention: q, k or v holds NaN/inf, or an entry of q "
-                                f"or k exceeds entry_bound={b:g}")
-    else:
-        aq, ak, nq, nk = value_stats(q, k, v)  # NaN/inf in q, k, v reported the same way
-        if entry_bound is not None:
-            check_entries(aq, ak, entry_bound, allow_unbounded)
-            R = score_radius(inp.E, s, entry_bound)
-        else:
-            R = score_radius(inp.E, s, max_norm_q=nq, max_norm_k=nk)
-    p = polynomial(eps, R, variant, degree)
-    fm = FeatureMap(inp.E, p.degree, p.coefficients, s)
-    shape = (inp.heads, inp.L, inp.S, inp.E, inp.Ev)
-    return make_plan(p, fm, R, eps, shape, is_causal, q.device, inp.compute,
-                     calibrate and not inp.meta)
 
 
 def poly_plan(q, k, v=None, *, eps: float = 1e-3, entry_bound: float | None = None,
@@ -118,21 +55,8 @@ def poly_plan(q, k, v=None, *, eps: float = 1e-3, entry_bound: float | None = No
     v = k if v is None else v
     inp, s = check_inputs(q, k, v, is_causal=is_causal, causal_align="bottom_right",
                           enable_gqa=enable_gqa, dropout_p=0.0, scale=scale)
-    return _plan(q, k, v, inp, s, eps=eps, entry_bound=entry_bound, variant=variant, degree=degree,
+    return plan(q, k, v, inp, s, eps=eps, entry_bound=entry_bound, variant=variant, degree=degree,
                  allow_unbounded=allow_unbounded, is_causal=is_causal, calibrate=calibrate)
-
-
-def _exact(q, k, v, s, offset, group):
-    """The fallback: scaled_dot_product_attention with the same scale, mask and groups."""
-    torch = _torch()
-    L, S = q.shape[-2], k.shape[-2]
-    mask = None
-    if offset is not None and offset != 0:
-        mask = torch.ones(L, S, dtype=torch.bool, device=q.device).tril(diagonal=offset)
-    if group > 1:
-        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
-    return torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=offset == 0, scale=s)
 
 
 def poly_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
@@ -217,26 +141,12 @@ def poly_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: b
             raise ParameterError("entry_bound is required under torch.compile: without it the "
                                  "score range (hence the degree) is measured from the values of "
                                  "q and k", param="entry_bound")
-        from ._compiled import poly_op
-
         return poly_op()(q, k, v, float(eps), float(entry_bound), s, str(variant),
                          -1 if degree is None else int(degree), bool(allow_unbounded),
                          str(on_slow), offset is not None, 0 if offset is None else int(offset),
                          chunk or 0)
     return eager(q, k, v, inp, s, offset, eps=eps, entry_bound=entry_bound, variant=variant,
                  degree=degree, allow_unbounded=allow_unbounded, on_slow=on_slow, chunk=chunk)
-
-
-def eager(q, k, v, inp, s, offset, *, eps, entry_bound, variant, degree, allow_unbounded,
-          on_slow, chunk, asynchronous=False):
-    """poly_attention after the argument checks: plan, guard, compute."""
-    plan = _plan(q, k, v, inp, s, eps=eps, entry_bound=entry_bound, variant=variant,
-                 degree=degree, allow_unbounded=allow_unbounded, is_causal=offset is not None,
-                 calibrate=True, asynchronous=asynchronous)
-    if guard(plan, on_slow):
-        return _exact(q, k, v, s, offset, inp.group)
-    fm = plan.feature_map
-    return _run(q, k, v, inp, lambda qc, kc: PolyKernel(fm, qc.dtype, qc.device), offset, chunk)
 
 
 def based_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,

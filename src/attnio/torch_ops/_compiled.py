@@ -8,15 +8,16 @@ second operator that recomputes the forward under autograd (the eager path's han
 backward, plus one forward), since an opaque operator cannot hand its saved state over.
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
+from ._checks import check_inputs
+from ._core import eager
 
 __all__ = ["poly_op"]
 
 
 def _impl(q, k, v, eps, entry_bound, scale, variant, degree, allow_unbounded, on_slow, causal,
           offset, chunk):
-    from ._api import eager
-    from ._checks import check_inputs
-
     inp, _ = check_inputs(q, k, v, is_causal=causal, causal_align="bottom_right",
                           enable_gqa=True, dropout_p=0.0, scale=scale)
     return eager(q, k, v, inp, scale, offset if causal else None, eps=eps,
@@ -25,9 +26,7 @@ def _impl(q, k, v, eps, entry_bound, scale, variant, degree, allow_unbounded, on
                  asynchronous=True)
 
 
-from concurrent.futures import ThreadPoolExecutor
-
-_OP = []
+_OP: list = []
 
 
 def poly_op():
@@ -56,7 +55,7 @@ def poly_op():
         def run():
             with torch.enable_grad():
                 xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
-                out = _impl(*xs, eps, entry_bound, scale, variant, degree, allow_unbounded,
+                out = _impl(xs[0], xs[1], xs[2], eps, entry_bound, scale, variant, degree, allow_unbounded,
                             on_slow, causal, offset, chunk)
                 return torch.autograd.grad(out, xs, grad)
 

@@ -128,6 +128,7 @@ class PolyKernel:
                 Xv = X[..., dst:dst + cnt, :]
                 dM[..., src:src + cnt, :] += Xv @ (Y * xT[..., v, :, None]).transpose(-1, -2)
                 dx[..., v, :] += (Y * (Ml[..., src:src + cnt, :].transpose(-1, -2) @ Xv)).sum(-1)
+        assert dM is not None, "grad_outer needs at least one (X, Y) pair"
         for dst, src, cnt, v in reversed(self.steps):
             blk = dM[..., dst:dst + cnt, :]
             dx[..., v, :] += (blk * Ml[..., src:src + cnt, :]).sum(-2)
