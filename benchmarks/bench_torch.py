@@ -22,8 +22,8 @@ n <= 2^14 and over 512 sampled rows (the first, the last and random ones) above,
 guarantee ``eps/(1-eps) * (max - min of V's column)``; at the target shape the float32 gradient's
 relative error against float64 poly_attention.
 
-Writes benchmarks/results/torch_speed.json (speed), torch_tradeoff.json and
-docs/img/approx_tradeoff.png (trade-off).
+Writes benchmarks/results/torch_speed.json and docs/img/approx_wallclock.png (--quick),
+torch_speed_full.json (--full), torch_tradeoff.json and docs/img/approx_tradeoff.png (--tradeoff).
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def summarize(rows):
 
 def tradeoff(torch, args):
     """Max error against time at equal n for poly (eps sweep), Based and FAVOR+ (features sweep)."""
-    from attnio.torch_ops import based_attention, favor_attention, poly_attention
+    from attnio.torch_ops import based_attention, favor_attention, poly_attention, poly_plan
 
     torch.set_num_threads(1)
     n = args.tradeoff_n
@@ -236,6 +236,15 @@ def tradeoff(torch, args):
             cases += [("favor", {"features": m}) for m in (d, 4 * d, 16 * d, 64 * d, 256 * d)]
             for name, kw in cases:
                 if name == "poly":
+                    try:
+                        pl = poly_plan(q, k, v, entry_bound=B, **kw)
+                    except Exception as e:  # noqa: BLE001 - recorded: no degree reaches eps
+                        out.append({"d": d, "R": R, "n": n, "method": name, **kw, "skipped": str(e)})
+                        continue
+                    if pl.predicted_s > args.budget / 4:
+                        out.append({"d": d, "R": R, "n": n, "method": name, **kw, "r": pl.r,
+                                    "skipped": f"predicted {pl.predicted_s:.3g} s"})
+                        continue
                     def f(kw=kw):
                         return poly_attention(q, k, v, entry_bound=B, on_slow="warn", **kw)
                 elif name == "based":
@@ -268,7 +277,7 @@ def plot_tradeoff(rows, path):
     for i, d in enumerate((8, 16)):
         for j, R in enumerate((0.5, 1.0, 2.0)):
             ax = axes[i][j]
-            rs = [r for r in rows if r["d"] == d and r["R"] == R]
+            rs = [r for r in rows if r["d"] == d and r["R"] == R and "skipped" not in r]
             for name, style in (("poly", "-o"), ("based", "s"), ("favor", "--^")):
                 m = sorted((r for r in rs if r["method"] == name), key=lambda r: r["time_s"])
                 if m:
@@ -290,12 +299,44 @@ def plot_tradeoff(rows, path):
     plt.close(fig)
 
 
+def plot_speed(rows, path):
+    """Seconds against n, SDPA (fused) and poly, per pass and mask, one thread (d = 8, R = 1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, mode in zip(axes, ("fwd", "fwdbwd")):
+        for causal, c in ((False, "C0"), (True, "C3")):
+            rs = sorted((r for r in rows if r["pass"] == mode and r["causal"] == causal
+                         and r["threads"] == 1 and r["d"] == 8 and r["R"] == 1.0),
+                        key=lambda r: r["n"])
+            lab = "causal" if causal else "non-causal"
+            s = [r for r in rs if r["sdpa_s"] is not None]
+            p = [r for r in rs if r.get("poly_s") is not None]
+            ax.loglog([r["n"] for r in s], [r["sdpa_s"] for r in s], "--o", color=c,
+                      label=f"SDPA fused, {lab}")
+            ax.loglog([r["n"] for r in p], [r["poly_s"] for r in p], "-x", color=c,
+                      label=f"poly_attention, {lab}")
+        ax.set_title(f"{'forward' if mode == 'fwd' else 'forward + backward'}: d = 8, R = 1, "
+                     "eps = 1e-3, 1 thread, float32", fontsize=9)
+        ax.set_xlabel("n")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="d=8, R=1, n=2^10..2^16, 1 thread")
     ap.add_argument("--full", action="store_true",
                     help="d in {8,16,32}, R in {0.5,1,2}, n=2^10..2^17, 1 thread and all threads")
     ap.add_argument("--tradeoff", action="store_true", help="the error/time plot only")
+    ap.add_argument("--plot-only", action="store_true",
+                    help="redraw the plots from benchmarks/results/torch_*.json")
     ap.add_argument("--tradeoff-n", type=int, default=4096)
     ap.add_argument("--budget", type=float, default=60.0, help="skip a case predicted above this")
     ap.add_argument("--sdpa-budget", type=float, default=400.0,
@@ -310,6 +351,12 @@ def main():
 
     meta = {"platform": platform.platform(), "torch": torch.__version__,
             "cpu_count": os.cpu_count(), "argv": os.sys.argv[1:]}
+    if args.plot_only:
+        plot_speed(json.loads((RESULTS / "torch_speed.json").read_text())["rows"],
+                   ROOT / "docs" / "img" / "approx_wallclock.png")
+        plot_tradeoff(json.loads((RESULTS / "torch_tradeoff.json").read_text())["rows"],
+                      ROOT / "docs" / "img" / "approx_tradeoff.png")
+        return
     if args.tradeoff:
         rows = tradeoff(torch, args)
         (RESULTS / "torch_tradeoff.json").write_text(json.dumps({"machine": meta, "rows": rows}, indent=1))
@@ -334,6 +381,8 @@ def main():
             "grad_error": grad_error(torch), "elapsed_s": time.perf_counter() - t0}
     out = Path(args.out) if args.out else RESULTS / ("torch_speed_full.json" if args.full else "torch_speed.json")
     out.write_text(json.dumps(data, indent=1))
+    if not args.full and not args.out:
+        plot_speed(rows, ROOT / "docs" / "img" / "approx_wallclock.png")
     for s in data["summary"]:
         print(s)
     print(data["grad_error"])
