@@ -279,12 +279,13 @@ def plot_tradeoff(rows, path):
             ax = axes[i][j]
             rs = [r for r in rows if r["d"] == d and r["R"] == R and "skipped" not in r]
             for name, style in (("poly", "-o"), ("based", "s"), ("favor", "--^")):
-                m = sorted((r for r in rs if r["method"] == name), key=lambda r: r["time_s"])
+                m = sorted((r for r in rs if r["method"] == name),  # along the knob
+                           key=lambda r: (-r.get("eps", 0), r.get("features", 0)))
                 if m:
                     ax.loglog([r["time_s"] for r in m], [r["max_err"] for r in m], style,
                               label={"poly": "poly (eps 1e-1..1e-6)", "based": "Based (Taylor-2)",
                                      "favor": "FAVOR+ (m = d..256d)"}[name])
-            pg = [r for r in rs if r["method"] == "poly"]
+            pg = sorted((r for r in rs if r["method"] == "poly"), key=lambda r: -r["eps"])
             ax.loglog([r["time_s"] for r in pg], [r["guarantee"] for r in pg], ":", color="C0",
                       alpha=0.6, label="poly guarantee")
             ax.axvline(rs[0]["sdpa_s"], color="k", lw=0.8, label="exact SDPA (fused)")

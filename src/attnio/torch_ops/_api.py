@@ -122,9 +122,9 @@ def poly_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: b
         ``(..., Hq, L, Ev)`` in the input dtype.
 
     >>> import torch
-    >>> q, k, v = (torch.rand(2, 64, 4, dtype=torch.float64) - 0.5 for _ in range(3))
-    >>> o = poly_attention(q, k, v, eps=1e-6)
-    >>> ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    >>> q, k, v = (torch.rand(1, 2, 4096, 4, dtype=torch.float64) - 0.5 for _ in range(3))
+    >>> o = poly_attention(q, k, v, eps=1e-6, entry_bound=0.5, is_causal=True)
+    >>> ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     >>> bool((o - ref).abs().max() < 1e-6)
     True
     """
