@@ -12,7 +12,7 @@ from ._core import chunk_arg as _chunk
 from ._core import eager, plan
 from ._core import run as _run
 from ._core import torch_module as _torch
-from ._kernels import FavorKernel, PolyKernel
+from ._kernels import FavorKernel, poly_kernel
 from ._plan import ON_SLOW, PolyPlan
 
 __all__ = ["based_attention", "favor_attention", "poly_attention", "poly_plan"]
@@ -166,7 +166,7 @@ def based_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: 
     is_causal, align = resolve_mask(attn_mask, inp.L, inp.S, is_causal)
     offset = causal_offset(inp.L, inp.S, is_causal, align or causal_align)
     fm = FeatureMap(inp.E, 2, (1.0, 1.0, 0.5), s)
-    return _run(q, k, v, inp, lambda qc, kc: PolyKernel(fm, qc.dtype, qc.device), offset,
+    return _run(q, k, v, inp, lambda qc, kc: poly_kernel(fm, qc.dtype, qc.device), offset,
                 _chunk(chunk))
 
 

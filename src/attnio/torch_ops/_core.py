@@ -9,7 +9,7 @@ from ..core.errors import ParameterError
 from ..core.extras import require
 from ._checks import value_stats
 from ._engine import linear_attention
-from ._kernels import PolyKernel
+from ._kernels import poly_kernel
 from ._plan import guard, make_plan
 
 __all__ = ["chunk_arg", "eager", "plan", "run", "torch_module"]
@@ -101,4 +101,4 @@ def eager(q, k, v, inp, s, offset, *, eps, entry_bound, variant, degree, allow_u
     if guard(pl, on_slow):
         return _exact(q, k, v, s, offset, inp.group)
     fm = pl.feature_map
-    return run(q, k, v, inp, lambda qc, kc: PolyKernel(fm, qc.dtype, qc.device), offset, chunk)
+    return run(q, k, v, inp, lambda qc, kc: poly_kernel(fm, qc.dtype, qc.device), offset, chunk)

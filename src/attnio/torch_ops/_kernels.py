@@ -27,7 +27,7 @@ import numpy as np
 
 from ..approx.features import FeatureMap, monomials
 
-__all__ = ["FavorKernel", "PolyKernel", "level_layout"]
+__all__ = ["FavorKernel", "PolyKernel", "level_layout", "poly_kernel"]
 
 
 @functools.lru_cache(maxsize=32)
@@ -163,6 +163,12 @@ class PolyKernel:
         for cj in reversed(dc[:-1]):
             D = D * x + cj
         return D * self.scale
+
+
+@functools.lru_cache(maxsize=32)
+def poly_kernel(fm: FeatureMap, dtype, device) -> PolyKernel:
+    """A cached :class:`PolyKernel` (its tables and weights are built once per map and device)."""
+    return PolyKernel(fm, dtype, device)
 
 
 class FavorKernel:
