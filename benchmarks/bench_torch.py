@@ -4,6 +4,7 @@ trade-off of poly_attention, Based and FAVOR+.
     python benchmarks/bench_torch.py --quick          # d=8, R=1: the issue-23 targets (~5 min)
     python benchmarks/bench_torch.py --full           # d in {8,16,32}, R in {0.5,1,2}, 2^10..2^17
     python benchmarks/bench_torch.py --tradeoff       # error vs time plot (docs/img)
+    python benchmarks/bench_torch.py --guard          # the cost guard on issue 23's R = 4.17 case
 
 Speed (``speed``): SDPA is called in the layout modules use, 4-D ``(B, H, L, E) = (1, 1, n, d)``,
 which takes its fused CPU kernel; the backend SDPA selects is recorded for every shape
@@ -300,6 +301,39 @@ def plot_tradeoff(rows, path):
     plt.close(fig)
 
 
+def guard_case(torch):
+    """Issue 23's silent explosion: a module's data, no entry_bound, R = 4.17 at E = 8, L = 512
+    (degree 12, r = 125,970 features): the time to refuse, to fall back, and to compute anyway."""
+    from attnio.core.errors import ParameterError
+    from attnio.torch_ops import SlowApproximationWarning, poly_attention, poly_plan
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    norm = (4.17 * 8 ** 0.5) ** 0.5
+    q, k = (torch.randn(1, 8, 512, 8, generator=g) for _ in range(2))
+    q, k = (x / x.norm(dim=-1, keepdim=True) * norm for x in (q, k))
+    v = torch.randn(1, 8, 512, 8, generator=g)
+    plan = poly_plan(q, k, v)
+    row = {"L": 512, "E": 8, "heads": 8, "R": plan.R, "degree": plan.degree, "r": plan.r,
+           "slow": plan.slow, "reason": plan.reason, "predicted_s": plan.predicted_s,
+           "sdpa_predicted_s": plan.sdpa_predicted_s}
+    t = time.perf_counter()
+    try:
+        poly_attention(q, k, v, on_slow="error")
+    except ParameterError as e:
+        row["refused_in_s"], row["refusal"] = time.perf_counter() - t, str(e)
+    row["exact_fallback_s"] = _time(torch, lambda: poly_attention(q, k, v, on_slow="exact"), 3, 1)
+    row["sdpa_s"] = _time(torch, lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), 3, 1)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        t = time.perf_counter()
+        poly_attention(q, k, v, on_slow="warn")
+        row["computed_anyway_s"] = time.perf_counter() - t
+        row["warned"] = any(issubclass(x.category, SlowApproximationWarning) for x in w)
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def plot_speed(rows, path):
     """Seconds against n, SDPA (fused) and poly, per pass and mask, one thread (d = 8, R = 1)."""
     import matplotlib
@@ -336,6 +370,7 @@ def main():
     ap.add_argument("--full", action="store_true",
                     help="d in {8,16,32}, R in {0.5,1,2}, n=2^10..2^17, 1 thread and all threads")
     ap.add_argument("--tradeoff", action="store_true", help="the error/time plot only")
+    ap.add_argument("--guard", action="store_true", help="the R = 4.17, L = 512 cost-guard case")
     ap.add_argument("--plot-only", action="store_true",
                     help="redraw the plots from benchmarks/results/torch_*.json")
     ap.add_argument("--tradeoff-n", type=int, default=4096)
@@ -357,6 +392,9 @@ def main():
                    ROOT / "docs" / "img" / "approx_wallclock.png")
         plot_tradeoff(json.loads((RESULTS / "torch_tradeoff.json").read_text())["rows"],
                       ROOT / "docs" / "img" / "approx_tradeoff.png")
+        return
+    if args.guard:
+        (RESULTS / "torch_guard.json").write_text(json.dumps({"machine": meta, **guard_case(torch)}, indent=1))
         return
     if args.tradeoff:
         rows = tradeoff(torch, args)
