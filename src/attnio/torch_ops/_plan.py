@@ -27,8 +27,9 @@ __all__ = ["PolyPlan", "SlowApproximationWarning", "calibration", "predict"]
 
 ON_SLOW = ("warn", "error", "exact")
 
-# seconds per unit of work when nothing can be measured (one core of the development machine,
-# float32, torch 2.13: benchmarks/results/torch_calibration.json records the measured ones)
+# seconds per unit of work when nothing can be measured: the order of magnitude calibration()
+# found on one core of the development machine (float32, torch 2.13); only the ratio matters to
+# the guard
 _DEFAULT_RATES = {"poly_feat": 1.2e-9, "poly_mm": 0.35e-9, "sdpa_exp": 2.2e-9, "sdpa_mm": 0.25e-9}
 _RATES: dict[tuple, dict[str, float]] = {}
 
@@ -101,7 +102,8 @@ def _timed(fn, reps=2):
 
 def calibration(device=None, dtype=None) -> tuple[dict[str, float], bool]:
     """Seconds per unit of work for this device kind, dtype and thread count: measured once per
-    process (two small shapes per kernel, least squares on the model of :func:`_work`)."""
+    process (two small shapes per kernel: two equations in the two rates of each kernel's model,
+    :func:`_work`); negative solutions from noisy timings are clamped to a tiny positive rate."""
     import torch
 
     from ._engine import linear_attention
