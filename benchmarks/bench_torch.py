@@ -371,6 +371,8 @@ def main():
                     help="d in {8,16,32}, R in {0.5,1,2}, n=2^10..2^17, 1 thread and all threads")
     ap.add_argument("--tradeoff", action="store_true", help="the error/time plot only")
     ap.add_argument("--guard", action="store_true", help="the R = 4.17, L = 512 cost-guard case")
+    ap.add_argument("--from-log", default=None, metavar="LOG",
+                    help="summarise the rows a stopped --full run printed to LOG")
     ap.add_argument("--plot-only", action="store_true",
                     help="redraw the plots from benchmarks/results/torch_*.json")
     ap.add_argument("--tradeoff-n", type=int, default=4096)
@@ -392,6 +394,15 @@ def main():
                    ROOT / "docs" / "img" / "approx_wallclock.png")
         plot_tradeoff(json.loads((RESULTS / "torch_tradeoff.json").read_text())["rows"],
                       ROOT / "docs" / "img" / "approx_tradeoff.png")
+        return
+    if args.from_log:  # a run stopped before its end: the rows it printed, marked partial
+        rows = [json.loads(line) for line in Path(args.from_log).read_text().splitlines()
+                if line.startswith('{"threads"')]
+        data = {"machine": meta, "eps": 1e-3, "partial": True, "rows": rows,
+                "summary": summarize(rows)}
+        (RESULTS / "torch_speed_full.json").write_text(json.dumps(data, indent=1))
+        for s_ in data["summary"]:
+            print(s_)
         return
     if args.guard:
         (RESULTS / "torch_guard.json").write_text(json.dumps({"machine": meta, **guard_case(torch)}, indent=1))
