@@ -156,6 +156,11 @@ def _poly_case(torch, poly_attention, poly_plan, args, threads, d, n, R, causal,
         row["poly_s"] = None
         row["skipped"] = f"predicted {plan.predicted_s * factor:.3g} s > budget {args.budget:g} s"
         return row
+    if ts is not None and plan.predicted_s * factor > max(1.0, args.max_loss * ts):
+        row["poly_s"] = None  # a sure loss: it cannot move the crossover
+        row["skipped"] = (f"predicted {plan.predicted_s * factor:.3g} s > {args.max_loss:g}x "
+                          f"SDPA's measured {ts:.3g} s")
+        return row
     def f(a, b, c):
         return poly_attention(a, b, c, eps=eps, entry_bound=B, is_causal=causal, on_slow="warn")
     with warnings.catch_warnings():
@@ -371,8 +376,12 @@ def main():
                     help="d in {8,16,32}, R in {0.5,1,2}, n=2^10..2^17, 1 thread and all threads")
     ap.add_argument("--tradeoff", action="store_true", help="the error/time plot only")
     ap.add_argument("--guard", action="store_true", help="the R = 4.17, L = 512 cost-guard case")
-    ap.add_argument("--from-log", default=None, metavar="LOG",
-                    help="summarise the rows a stopped --full run printed to LOG")
+    ap.add_argument("--from-log", nargs="+", default=None, metavar="LOG",
+                    help="summarise the rows stopped --full runs printed to these logs")
+    ap.add_argument("--max-loss", type=float, default=10.0,
+                    help="skip poly where predicted above this many times SDPA's measured time")
+    ap.add_argument("--d", default=None, help="--full: comma-separated head dims")
+    ap.add_argument("--threads", default=None, help="--full: comma-separated thread counts")
     ap.add_argument("--plot-only", action="store_true",
                     help="redraw the plots from benchmarks/results/torch_*.json")
     ap.add_argument("--tradeoff-n", type=int, default=4096)
@@ -385,6 +394,7 @@ def main():
     ap.add_argument("--n-max", type=int, default=None, help="largest n (default 2^16, --full 2^17)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    args.threads_arg, args.threads = args.threads, None
     import torch
 
     meta = {"platform": platform.platform(), "torch": torch.__version__,
@@ -396,8 +406,13 @@ def main():
                       ROOT / "docs" / "img" / "approx_tradeoff.png")
         return
     if args.from_log:  # a run stopped before its end: the rows it printed, marked partial
-        rows = [json.loads(line) for line in Path(args.from_log).read_text().splitlines()
-                if line.startswith('{"threads"')]
+        by_key = {}  # a case measured twice (a restarted run): the later row
+        for log in args.from_log:
+            for line in Path(log).read_text().splitlines():
+                if line.startswith('{"threads"'):
+                    r = json.loads(line)
+                    by_key[(r["threads"], r["d"], r["n"], r["R"], r["causal"], r["pass"])] = r
+        rows = list(by_key.values())
         data = {"machine": meta, "eps": 1e-3, "partial": True, "rows": rows,
                 "summary": summarize(rows)}
         (RESULTS / "torch_speed_full.json").write_text(json.dumps(data, indent=1))
@@ -413,9 +428,11 @@ def main():
         plot_tradeoff(rows, ROOT / "docs" / "img" / "approx_tradeoff.png")
         return
     if args.full:
-        args.d, args.R = [8, 16, 32], [0.5, 1.0, 2.0]
+        args.d = [int(x) for x in args.d.split(",")] if args.d else [8, 16, 32]
+        args.R = [0.5, 1.0, 2.0]
         args.n = [2**e for e in range(10, 18)]
-        args.threads = [1, os.cpu_count() or 1]
+        args.threads = ([int(x) for x in args.threads_arg.split(",")] if args.threads_arg
+                        else [1, os.cpu_count() or 1])
     else:
         args.d, args.R = [8], [1.0]
         args.n = [2**e for e in range(10, 17)]
