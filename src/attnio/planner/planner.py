@@ -235,7 +235,9 @@ class Plan:
         if ch.error is not None:
             lines.append(f"  Guaranteed error:  {ch.error:.3g} (approximate)")
         b = cert.best_bound
-        scope = "" if self.chosen.exact else "; for exact algorithms only"
+        scope = ("" if self.chosen.exact else
+                 "; for exact algorithms only" if cert.ratio is None else
+                 "; for feature-space algorithms that hold W = phi(K)^T V in fast memory")
         lines.append(f"  Best lower bound:  {fmt_count(b.value)} ({b.name}, explicit{scope})")
         ratio = f"{cert.ratio:.3f}" if cert.ratio is not None else "n/a (approximate algorithm)"
         lines.append(f"  Ratio total/bound:  {ratio}")
@@ -397,9 +399,11 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     chosen = cands[0]
     runner = cands[1] if len(cands) > 1 else None
     total = chosen.predicted.total
-    cert = certificate(shape, M, total, exact=chosen.exact)
-    theta_b = next(b for b in cert.bounds if b.name == "standard_matmul")
-    theta = total / theta_b.value if chosen.exact and theta_b.value > 0 else None
+    cert = certificate(shape, M, total, exact=chosen.exact,
+                       features=getattr(chosen.tiling, "r", None))
+    theta_b = next((b for b in cert.bounds if b.name == "standard_matmul"), None)
+    theta = (total / theta_b.value if chosen.exact and theta_b is not None and theta_b.value > 0
+             else None)
     why = _why(chosen, runner, len(cands), shape.d, M, cert.best_bound, cert.ratio, theta)
     if bwd_best is not None:
         bcert = bwd_best.certificate

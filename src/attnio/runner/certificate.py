@@ -35,8 +35,20 @@ class Certificate:
                 f"{prefix}ratio": self.ratio}
 
 
+def _approximate_bounds(shape: Shape, M: int, features: int | None) -> tuple[_bounds.Bound, ...]:
+    """The explicit bounds of :mod:`attnio.bounds.approximate` that bind an approximate count:
+    ``approx_w_stationary`` for one unmasked head without a window, given the feature count r
+    (the setting it is proved in); none otherwise."""
+    if (features is None or shape.causal or shape.window is not None
+            or shape.block_mask is not None or shape.n_heads != 1):
+        return ()
+    from ..bounds import approximate as _ab
+
+    return (_ab.approx_w_stationary(shape.Nq, shape.Nkv, shape.d, M, int(features)),)
+
+
 def certificate(shape: Shape, M: int, total: int, *, exact: bool = True,
-                backward: bool = False) -> Certificate:
+                backward: bool = False, features: int | None = None) -> Certificate:
     """The certificate of ``total`` words moved on ``shape`` with ``M`` words of fast memory: the
     one place the measured (or predicted) count meets the bounds, for ``attnio plan``, ``attnio
     run`` and the sweep.
@@ -44,14 +56,19 @@ def certificate(shape: Shape, M: int, total: int, *, exact: bool = True,
     The bounds are :func:`attnio.bounds.applicable_to` (forward) or
     :func:`attnio.bounds.backward.backward_applicable_to` (``backward=True``, the backward pass's
     count); the best is the largest explicit one; ``exact=False`` (an approximate algorithm)
-    leaves the ratio None, since exact bounds do not bind approximate attention.
+    is held to the approximate bounds instead (``approx_w_stationary``, given its feature count
+    ``features`` = r, for one unmasked head without a window, where it is proved); where none
+    applies, the exact bounds are listed and the ratio is None, since exact bounds do not bind
+    approximate attention.
 
     >>> c = certificate(Shape(4096, 4096, 64), 65536, 2 * 10**7)
     >>> c.best_bound.explicit, c.ratio == 2 * 10**7 / c.best_bound.value
     (True, True)
     """
-    bnds = tuple(backward_applicable_to(shape, M) if backward else
-                 _bounds.applicable_to(shape, M))
+    approx = () if exact or backward else _approximate_bounds(shape, M, features)
+    bnds = approx or tuple(backward_applicable_to(shape, M) if backward else
+                           _bounds.applicable_to(shape, M))
     best = _bounds.best(bnds)
-    ratio = total / best.value if exact and best.value > 0 else None
+    binds = exact or bool(approx)
+    ratio = total / best.value if binds and best.value > 0 else None
     return Certificate(bnds, best, ratio, regime_of(shape.d, M))

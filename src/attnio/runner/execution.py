@@ -532,7 +532,9 @@ def _execute(job: _Job, bulk: bool, progress: ProgressCallback | None) -> Result
             bound = t.error_bound_for(data[2])
     io = mem.stats()
     res = Result(alg.name, shp, M, shp.causal, t, io, output, job.mode,
-                 certificate=certificate(shp, M, io.total, exact=alg.exact), error_bound=bound)
+                 certificate=certificate(shp, M, io.total, exact=alg.exact,
+                                         features=getattr(t, "r", None)),
+                 error_bound=bound)
     if job.backward is None:
         return res
     return _run_backward(job.bwd, job.bt, res, mem, h, shp, M, s, mem_mode, bulk, job.dtype,
