@@ -238,10 +238,9 @@ def _measure(cfg: Config, alg, backward: bool) -> tuple[Any, float | None]:
           if backward else None)
     res = run(alg.name, Q, K, V, M=cfg.M, shape=shape, tiling=tiling, backward=backward,
               grad_output=dO, check=True)  # the run checks against the float64 reference
-    err = res.max_abs_err
-    if backward and res.max_abs_grad_err is not None:
-        err = max(err, res.max_abs_grad_err)
-    return res, err
+    errs = [e for e in (res.max_abs_err, res.max_abs_grad_err if backward else None)
+            if e is not None]
+    return res, (max(errs) if errs else None)
 
 
 def run_config(cfg: Config | Mapping) -> dict:
