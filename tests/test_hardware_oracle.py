@@ -170,3 +170,34 @@ def test_decode_split_speedup_is_set_by_one_sms_l2_port():
     kv_head = 4096 * 2 * 128 * 2
     assert unsplit.bound_by == "sm_port"
     assert unsplit.time_s >= kv_head / H100.sm_l2_bw
+
+
+def test_configs_sharing_a_geometry_keep_their_own_work():
+    """Configs with the same tile streams (differing in Q's, P's or O's placement or the warps)
+    share the oracle's traffic and replay, but each is timed with its own shared-memory work:
+    the oracle's time of each is what ``score`` gives it."""
+    from attnio.hardware.oracle import _Search
+
+    shape = Shape(4096, 4096, 128, heads=16, batch=2)
+    s = _Search(A100, shape, "fa2", "bf16", 6)
+    cfgs = [KernelConfig("fa2", 64, 64, 4, 2), KernelConfig("fa2", 64, 64, 4, 2, q="regs"),
+            KernelConfig("fa2", 64, 64, 2, 2)]
+    times = []
+    for cfg in cfgs:
+        f = check(A100, cfg, shape)
+        assert f.feasible
+        got = s.finish(s.bound(cfg, f)).time_s
+        assert got == pytest.approx(score(A100, shape, cfg).time_s, rel=1e-9)
+        times.append(got)
+    assert len(set(times)) == len(times)   # the placement and the warps change the time
+
+
+@pytest.mark.parametrize("dev", [H100, A100], ids=lambda d: d.name)
+def test_tune_best_is_no_slower_than_the_named_config_beyond_a_tie(dev):
+    """The search's best config is never beaten by more than the tie tolerance by the named
+    kernel's config it ranks first (the decode step with GQA and a long cache)."""
+    from attnio.hardware.oracle import TIE
+
+    r = tune_report(dev, Shape(1, 65536, 128, heads=32, kv_heads=8), top=1)
+    assert r.named is not None and r.named.time_s is not None
+    assert r.best[0].time_s <= r.named.time_s * (1 + TIE / 2)
