@@ -247,12 +247,9 @@ def run(
         only the mask.
     mode : {"compute", "count"}, optional
         Default: ``"compute"`` with data, ``"count"`` without.
-    causal : bool or str, optional
-        Shorthand merged into the shape's mask: False, True / ``"bottom_right"`` or
-        ``"top_left"`` (None: the shape's mask).
-    window : int, optional
-        Shorthand merged into the shape's mask: each query's W most recent keys (with a causal
-        mask).
+    causal, window : optional
+        Shorthands merged into the shape's mask: causal False, True / ``"bottom_right"`` or
+        ``"top_left"``; window W, each query's W most recent keys (with a causal mask).
     scale : float, optional
         The softmax scale (None: 1/sqrt(d)).
     tiling : Tiling, mapping or None
