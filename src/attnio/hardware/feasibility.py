@@ -9,7 +9,10 @@ Closed forms, per CTA (e = element bytes, d/dv the rounded head dims, s = stages
   fp8, whose V is transposed in shared memory) + the O epilogue tile beyond what it overlaps of
   V + barrier storage (flash-attn ``mainloop_fwd_sm90_tma_gmma_ws.hpp`` ``TensorStorage``,
   ``flash_fwd_kernel_sm90.h`` ``SharedStorage``).  ``p = smem`` adds P (``Br·Bc·e``), ``o = smem``
-  the fp32 O accumulator (``Br·dv·4``).  Limit: the device's per-block opt-in maximum.
+  the fp32 O accumulator (``Br·dv·4``).  ``fa3_bwd``: ``K + V + 2·Q + s·dO + s·dS`` (+ ``s·P``
+  unless ``Mma_dKV_is_RS``, ``p = regs``) + the fp32 dQ accumulator ``Br·d·4`` (d < 256) + LSE
+  and dPsum (flash-attn ``mainloop_bwd_sm90_tma_gmma_ws.hpp`` ``TensorStorage``).  Limit: the
+  device's per-block opt-in maximum.
 * **Registers per thread.**  FA2-style: each of the ``32·warps`` threads holds its share of the O
   accumulator ``Br·dv/threads`` and of S ``Br·Bc/threads`` (fp32; P is converted in place), Q's
   share ``Br·d/(2·threads)`` when ``q = regs``, plus :data:`FA2_REG_OVERHEAD`; limit 255.
@@ -18,7 +21,9 @@ Closed forms, per CTA (e = element bytes, d/dv the rounded head dims, s = stages
   plus the overhead flash-attn's own tuning note counts
   (:data:`FA3_REGS`: 24 with 2 WGs, 32 with 3); the limit is the consumer warp groups'
   ``setmaxnreg`` budget (240 with 2 WGs, 160 with 3): Hopper's register reallocation moves the
-  producer's registers to them.
+  producer's registers to them.  ``fa3_bwd``: a consumer thread holds its share of the dK, dV
+  accumulators ``2·Bc·d/(128·WGs)`` and of S and dP ``2·Br·Bc/(128·WGs)``, plus the same
+  overhead, against the same budget (``flash_bwd_kernel_sm90.h``: 24/240 and 32/160).
 * **CTAs per SM**: the least of shared memory (``smem_per_sm // (smem + 1 KiB reserved)``),
   registers (whole warps of 8-register granules), threads and the CTA limit; FA3-style kernels
   are one CTA per SM (``MinBlocksPerMultiprocessor = 1``, the register file fully handed out).
@@ -86,6 +91,15 @@ def smem_bytes(cfg: KernelConfig, shape: Shape) -> int:
         o_pad = max(0, Br * dv * cfg.out_bytes - v)   # smem_o overlaps smem_v
         barriers = 16 * (4 + 4 * s)
         return q + s * Bc * d * e + v + vt + o_pad + extra + barriers
+    if a == "fa3_bwd":
+        # flash-attn's CollectiveMainloopBwdSm90 TensorStorage: K, V; 2 stages of Q; ``s``
+        # stages of dO and of dS (and of P unless Mma_dKV_is_RS, p="regs"); the fp32 dQ
+        # accumulator (d < 256: dQacc_use_TMA); LSE and dPsum (2 stages, rows rounded to 64)
+        ps = 0 if cfg.p == "regs" else s * Br * Bc * e
+        dqacc = Br * d * 4 if d < 256 else 0
+        stats = 2 * 4 * 2 * (-(-Br // 64) * 64)
+        return (Bc * (d + dv) * e + 2 * Br * d * e + s * Br * dv * e + s * Br * Bc * e + ps
+                + dqacc + stats + (Br * dv * 4 if cfg.o == "smem" else 0))
     # fa2_bwd: Q and dO (s stages), K and V, P and dS, L and D
     return e * (s * 2 * Br * d + Bc * (d + dv) + 2 * Br * Bc) + 8 * Br + extra
 
@@ -109,6 +123,11 @@ def registers_per_thread(cfg: KernelConfig, shape: Shape) -> int:
                                              and cfg.elem_bytes == 2) else 0
         _, _, over = FA3_REGS[cfg.consumer_wgs]
         return o + s + p + over
+    if a == "fa3_bwd":
+        # a consumer thread holds its share of the dK, dV accumulators and of S and dP
+        t = cfg.mma_threads
+        _, _, over = FA3_REGS[cfg.consumer_wgs]
+        return -(-2 * cfg.Bc * d // t) + -(-2 * cfg.Br * cfg.Bc // t) + over
     t = cfg.threads
     if a == "fa2_bwd":
         acc = 2 * cfg.Bc * d                 # dK, dV accumulators
@@ -134,7 +153,7 @@ def check(device: Device, cfg: KernelConfig, shape: Shape) -> Feasibility:
     lim = int(device.smem_per_block)
     regs = registers_per_thread(cfg, shape)
     why = None
-    if cfg.algorithm == "fa3":
+    if cfg.wgmma:
         regs_limit, _ = fa3_register_budget(cfg)
         if not device.wgmma:
             why = (f"wgmma: fa3-style kernels need warp-group MMAs (compute capability 9.0); "
@@ -148,14 +167,14 @@ def check(device: Device, cfg: KernelConfig, shape: Shape) -> Feasibility:
                f"per block, over by {smem - lim:,} B")
     if why is None and regs > regs_limit:
         what = (f"the {regs_limit} a consumer warp group gets by setmaxnreg"
-                if cfg.algorithm == "fa3" else f"the {regs_limit} per-thread limit")
+                if cfg.wgmma else f"the {regs_limit} per-thread limit")
         why = f"registers: {regs} per thread > {what}, over by {regs - regs_limit}"
     if why is None and cfg.threads > device.max_threads_per_sm:
         why = f"threads: {cfg.threads} > {device.max_threads_per_sm} per SM"
     # occupancy
     by = {}
     by["shared memory"] = device.smem_per_sm // (smem + device.smem_reserved_per_block)
-    if cfg.algorithm == "fa3":
+    if cfg.wgmma:
         by["registers"] = 1
     else:
         r8 = -(-min(regs, 255) // 8) * 8

@@ -41,7 +41,8 @@ from .devices import Device, dtype_bytes, dtype_name
 
 __all__ = ["ALGORITHMS", "FLASH_ATTN_COMMIT", "KERNELS", "KernelConfig", "fa2_config",
            "fa2_num_splits_heuristic", "fa3_config", "fa3_num_splits_heuristic", "fa3_tile_size",
-           "fa1_config", "fa2_bwd_config", "head_dim_rounded", "named_config", "parse_config", "sdpa_config"]
+           "fa1_config", "fa2_bwd_config", "FA3_BWD_SM90", "BACKWARD_ALGORITHMS", "fa3_bwd_config",
+           "head_dim_rounded", "named_config", "parse_config", "sdpa_config"]
 
 FLASH_ATTN_COMMIT = "0251105a2fb19d2957484b7f023cd8c115286ced"
 
@@ -51,6 +52,8 @@ ALGORITHMS = {
     "fa3": "FA3-style forward: 1 producer + 1-3 consumer warp groups (wgmma, TMA)",
     "splitkv": "split-KV decode: FA2-style split kernel, then a combine kernel",
     "fa2_bwd": "FA2 backward: K/V blocks per CTA, Q blocks inner",
+    "fa3_bwd": "FA3 backward: K/V blocks per CTA, Q blocks inner; 1 producer + 2-3 consumer "
+               "warp groups (wgmma, TMA), dQ added in fp32 atomics (sm90)",
 }
 
 #: The named kernels of ``attnio gpu kernels`` / ``--kernel``.
@@ -63,7 +66,11 @@ KERNELS = {
 _PLACES = ("regs", "smem")
 #: Head dims each family instantiates (flash-attn HEADDIM_SWITCH / round_up_headdim).
 _HEAD_DIMS = {"fa2": (32, 64, 96, 128, 192, 256), "splitkv": (32, 64, 96, 128, 192, 256),
-              "fa2_bwd": (32, 64, 96, 128, 192, 256), "fa3": (64, 96, 128, 192, 256)}
+              "fa2_bwd": (32, 64, 96, 128, 192, 256), "fa3": (64, 96, 128, 192, 256),
+              "fa3_bwd": (64, 96, 128, 192, 256)}
+
+#: The backward families (K/V blocks per CTA, Q blocks inner).
+BACKWARD_ALGORITHMS = ("fa2_bwd", "fa3_bwd")
 
 
 def head_dim_rounded(algorithm: str, d: int) -> int:
@@ -116,16 +123,24 @@ class KernelConfig:
 
     @property
     def consumer_wgs(self) -> int:
-        """FA3: consumer (MMA) warp groups; other families: 0."""
-        return self.Br // 64 if self.algorithm == "fa3" else 0
+        """FA3: consumer (MMA) warp groups (``fa3_bwd``: all warps but the producer group);
+        other families: 0."""
+        if self.algorithm == "fa3":
+            return self.Br // 64
+        return self.warps // 4 - 1 if self.algorithm == "fa3_bwd" else 0
+
+    @property
+    def wgmma(self) -> bool:
+        """An FA3-style (producer/consumer warp groups, wgmma, TMA) kernel."""
+        return self.algorithm in ("fa3", "fa3_bwd")
 
     @property
     def mma_threads(self) -> int:
-        return 128 * self.consumer_wgs if self.algorithm == "fa3" else self.threads
+        return 128 * self.consumer_wgs if self.wgmma else self.threads
 
     @property
     def forward(self) -> bool:
-        return self.algorithm != "fa2_bwd"
+        return self.algorithm not in BACKWARD_ALGORITHMS
 
     def short(self) -> str:
         """``fa3 128x176 w12 s2 RS overlap`` (non-default placements, packing and splits too)."""
@@ -182,6 +197,19 @@ class KernelConfig:
             if self.elem_bytes == 1 and self.p != "regs":
                 raise ParameterError("p=smem: fp8 fa3 needs P in registers ('MmaPV must be RS "
                                      "if FP8')", param="p")
+        elif a == "fa3_bwd":
+            if self.warps not in (12, 16):
+                raise ParameterError(f"warps={self.warps}: fa3_bwd has 2 or 3 consumer warp "
+                                     "groups + 1 producer: warps in (12, 16)", param="warps")
+            if self.Br % 16:
+                raise ParameterError(f"Br={self.Br} is not a multiple of the MMA tile (16 query "
+                                     "rows per wgmma step of fa3_bwd)", param="Br")
+            if self.overlap:
+                raise ParameterError("overlap is an fa3 (forward) option, not fa3_bwd's",
+                                     param="overlap")
+            if self.elem_bytes == 1:
+                raise ParameterError(f"dtype={self.dtype}: fa3_bwd kernels are fp16/bf16 only",
+                                     param="dtype")
         else:
             if self.overlap:
                 raise ParameterError(f"overlap is an fa3 option, not {a}'s", param="overlap")
@@ -212,7 +240,7 @@ class KernelConfig:
         if self.fa1 and a not in ("fa2", "fa2_bwd"):
             raise ParameterError(f"fa1: FlashAttention-1's work partitioning is an fa2 or "
                                  f"fa2_bwd variant, not {a}'s", param="fa1")
-        if a == "fa2_bwd" and self.pack_gqa:
+        if a in BACKWARD_ALGORITHMS and self.pack_gqa:
             raise ParameterError("pack_gqa is a forward option", param="pack_gqa")
         if d is not None:
             head_dim_rounded(a, d)
@@ -485,6 +513,63 @@ def fa2_bwd_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelC
         t = (64, 64, 2) if smem >= 176 * KiB else (64, 64, 1)
     return KernelConfig("fa2_bwd", t[0], t[1], 8, t[2], dtype=dtype,
                         label=f"fa2_bwd_{_sm_family(device)} d={d}")
+
+
+#: flash-attn FA3's Hopper backward (``hopper/flash_bwd_launch_template.h`` at
+#: :data:`FLASH_ATTN_COMMIT`, ``run_mha_bwd_hdim{64,96,128,192,256}``, the ``Arch >= 90``
+#: branch, no softcap): head dim -> (causal or local?) -> the ``run_mha_bwd_dispatch`` template
+#: arguments.  ``Stages_Q`` is 2 on sm90 (``Stages = Arch >= 90 ? 2 : ...``); the warp groups are
+#: ``NumMmaWarpGroups`` consumers + 1 producer (``flash_bwd_kernel_sm90.h``: setmaxnreg 24/240
+#: with 2 consumer groups, 32/160 with 3); ``Mma_dKV_is_RS = AtomLayoutMSdP == 1 &&
+#: AtomLayoutNdKV == NumMmaWarpGroups && SdP_swapAB && !dKV_swapAB``
+#: (``mainloop_bwd_sm90_tma_gmma_ws.hpp``): P then never goes to shared memory.  dQ is accumulated
+#: per CTA in fp32 shared memory (``dQacc_use_TMA = kHeadDim < 256``) and added to a global fp32
+#: dQaccum by TMA reduce-add; ``flash_bwd_convert_dq`` then writes dQ in the input type.
+FA3_BWD_SM90: dict[int, dict[bool, dict[str, Any]]] = {}
+
+
+def _fa3_bwd_row(Br: int, Bc: int, st_do: int, st_ds: int, sdp_swap: bool, dkv_swap: bool,
+                 dq_swap: bool, wgs: int, at_sdp: int, at_dkv: int, at_dq: int,
+                 v_in_regs: bool) -> dict[str, Any]:
+    rs = at_sdp == 1 and at_dkv == wgs and sdp_swap and not dkv_swap
+    return {"Br": Br, "Bc": Bc, "Stages_Q": 2, "Stages_dO": st_do, "Stages_dS": st_ds,
+            "SdP_swapAB": sdp_swap, "dKV_swapAB": dkv_swap, "dQ_swapAB": dq_swap,
+            "NumMmaWarpGroups": wgs, "warps": 4 * (wgs + 1), "AtomLayoutMSdP": at_sdp,
+            "AtomLayoutNdKV": at_dkv, "AtomLayoutMdQ": at_dq, "V_in_regs": v_in_regs,
+            "Mma_dKV_is_RS": rs}
+
+
+for _causal in (False, True):
+    FA3_BWD_SM90.setdefault(64, {})[_causal] = _fa3_bwd_row(
+        128, 128, 2, 2, True, False, False, 2, 1, 2, 2, False)
+    FA3_BWD_SM90.setdefault(96, {})[_causal] = _fa3_bwd_row(
+        64, 128, 2, 2, True, False, False, 2, 1, 2, 1, True)
+    FA3_BWD_SM90.setdefault(128, {})[_causal] = (
+        _fa3_bwd_row(64, 128, 2, 2, True, False, False, 2, 1, 2, 1, False) if _causal else
+        _fa3_bwd_row(80, 128, 2, 2, True, False, True, 2, 1, 2, 1, False))
+    FA3_BWD_SM90.setdefault(192, {})[_causal] = _fa3_bwd_row(
+        64, 96, 1, 1, False, True, False, 3, 1, 1, 1, False)
+    FA3_BWD_SM90.setdefault(256, {})[_causal] = _fa3_bwd_row(
+        64, 80, 1, 1, False, True, True, 2, 1, 1, 1, False)
+
+
+def fa3_bwd_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfig:
+    """The config flash-attn's FA3 backward runs for ``shape`` on ``device`` (Hopper only):
+    :data:`FA3_BWD_SM90` (causal and local windows take the causal row).  attnio's fields:
+    ``stages`` = Stages_dO (= Stages_dS in every shipped sm90 row; Q has 2), ``p="regs"`` when
+    ``Mma_dKV_is_RS`` (P stays in registers) else ``"smem"``."""
+    if not device.wgmma:
+        raise ParameterError(f"kernel fa3 needs Hopper (compute capability 9.0, wgmma); "
+                             f"device {device.name} is compute capability "
+                             f"{device.compute_capability or 'n/a'}", param="kernel")
+    d = head_dim_rounded("fa3_bwd", shape.d)
+    if dtype_bytes(dtype) != 2:
+        raise ParameterError(f"dtype={dtype}: flash-attn's FA3 backward is fp16/bf16 only",
+                             param="dtype")
+    r = FA3_BWD_SM90[d][shape.causal or shape.window is not None]
+    return KernelConfig("fa3_bwd", r["Br"], r["Bc"], r["warps"], r["Stages_dO"], q="smem",
+                        p="regs" if r["Mma_dKV_is_RS"] else "smem", dtype=dtype,
+                        label=f"fa3_bwd_sm90 d={d}")
 
 
 def fa1_config(device: Device, shape: Shape, dtype: str = "bf16", backward: bool = False

@@ -170,15 +170,15 @@ def check_size(dev: Device, shape: Shape, cfg: KernelConfig | None,
     if cfg is None:
         inner, per = 256, min(dev.sm_count, shape.n_heads * cdiv(shape.Nq, 256))
     else:
-        inner = cfg.Br if cfg.algorithm == "fa2_bwd" else cfg.Bc
-        if cfg.algorithm == "fa2_bwd":
+        inner = cfg.Br if not cfg.forward else cfg.Bc
+        if not cfg.forward:
             ctas = shape.n_kv_heads * cdiv(shape.Nkv, cfg.Bc)
         else:
             G = shape.group if cfg.pack_gqa else 1
             units = shape.n_kv_heads if G > 1 else shape.n_heads
             ctas = units * cdiv(shape.Nq * G, cfg.Br) * cfg.splits
         per = min(ctas, dev.sm_count * max(1, f.ctas_per_sm if f is not None else 1))
-    n_inner = cdiv(shape.Nq if cfg is not None and cfg.algorithm == "fa2_bwd" else shape.Nkv,
+    n_inner = cdiv(shape.Nq if cfg is not None and not cfg.forward else shape.Nkv,
                    inner)
     if cfg is not None and cfg.splits > 1:
         n_inner = cdiv(n_inner, cfg.splits)

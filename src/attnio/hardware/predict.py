@@ -1,5 +1,8 @@
 """Predicted time of a named kernel's pass (``fwd``, ``bwd``, ``fwd+bwd``), every family attnio
 models: ``standard`` (PyTorch's unfused attention), ``fa1``, ``fa2``/``sdpa``, ``fa3``.
+``fa3``'s backward is FA3's own (:func:`~.kernels.fa3_bwd_config`, the ``fa3_bwd`` family)
+followed by its dQ-convert kernel (:func:`dq_convert_kernel`); it is a prediction only: the
+calibration set has no FA3 backward rows.
 
 Flash families run the shipped configs (:mod:`.kernels`) through :func:`~.model.score`'s
 pipeline (traffic from the two-level simulator, the L2 replay, :mod:`.timing`).  ``standard`` is
@@ -25,10 +28,10 @@ from ..core.errors import ParameterError
 from ..core.workload import Shape
 from . import devices as _devices
 from .devices import Device
-from .kernels import KernelConfig, fa1_config, fa2_bwd_config, named_config
+from .kernels import KernelConfig, fa1_config, fa2_bwd_config, fa3_bwd_config, named_config
 from .timing import Params, Prepared, evaluate, load_params
 
-__all__ = ["KERNELS", "PASSES", "Row", "flash_flops", "pass_configs", "predict", "prepare_row",
+__all__ = ["KERNELS", "PASSES", "Row", "flash_flops", "pass_configs", "dq_convert_kernel", "predict", "prepare_row",
            "row_time", "standard_kernels", "standard_words"]
 
 KERNELS = ("standard", "fa1", "fa2", "fa3", "sdpa")
@@ -53,9 +56,18 @@ def pass_configs(kernel: str, dev: Device, shape: Shape, pass_: str, dtype: str
     if pass_ in ("bwd", "fwd+bwd"):
         if kernel == "fa1":
             out.append(fa1_config(dev, shape, dtype, backward=True))
-        else:   # FA3's backward has no attnio family of its own: FA2's (docs/hardware.md)
+        elif kernel == "fa3":
+            out.append(fa3_bwd_config(dev, shape, dtype))
+        else:
             out.append(fa2_bwd_config(dev, shape, dtype))
     return out
+
+
+def dq_convert_kernel(shape: Shape, e: int) -> _Kernel:
+    """FA3's backward ends with ``flash_bwd_convert_dq``: the fp32 dQaccum its main kernel added
+    to with atomics (TMA reduce-add) read once, dQ written in the input type."""
+    n = float(shape.n_heads) * shape.Nq * shape.d
+    return _Kernel("convert dQ", 0, n * (4 + e))
 
 
 # ---------------------------------------------------------------------- standard attention
@@ -126,6 +138,7 @@ class Row:
     flash: list[Prepared]
     standard: list[_Kernel]
     configs: list[KernelConfig]
+    extra: tuple[_Kernel, ...] = ()   # memory-bound kernels after the flash ones (FA3's dQ convert)
 
 
 def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
@@ -159,7 +172,9 @@ def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
             raise ParameterError(f"{kernel} {pass_}: its config {c.short()} is infeasible on "
                                  f"{dev.name} for {shape.describe()}", param="kernel")
         preps.append(pr)
-    return Row(kernel, dev, dt, preps, [], cfgs)
+    extra = tuple(dq_convert_kernel(shape, _devices.dtype_bytes(dt))
+                  for c in cfgs if c.algorithm == "fa3_bwd")
+    return Row(kernel, dev, dt, preps, [], cfgs, extra)
 
 
 def row_time(row: Row, p: Params | None = None) -> float:
@@ -168,7 +183,10 @@ def row_time(row: Row, p: Params | None = None) -> float:
     p = p or load_params(row.device)
     if row.standard:
         return _standard_time(row.device, row.standard, row.dtype, p)
-    return float(np.sum([evaluate(pr, p)[0] for pr in row.flash]))
+    t = float(np.sum([evaluate(pr, p)[0] for pr in row.flash]))
+    if row.extra:
+        t += _standard_time(row.device, list(row.extra), row.dtype, p)
+    return t
 
 
 def predict(device: str | Device, shape: Shape, kernel: str, pass_: str = "fwd",

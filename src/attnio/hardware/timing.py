@@ -21,10 +21,14 @@ replay); nothing is counted here.  This module turns them into time:
     the resident warps per warp scheduler (``k·warps/4``, at least 1: a scheduler with two
     warps runs one's softmax during the other's MMAs; the exposed fraction: the softmax's
     instructions take issue slots the MMAs need);
-  - FA3-style (``fa3``): producer/consumer warp groups, ping-pong between two consumer groups
+  - FA3-style (``fa3``, ``fa3_bwd``): producer/consumer warp groups, ping-pong between two consumer groups
     and intra-warp-group pipelining hide the softmax behind the other GEMM:
     ``max(mma, soft, smem, l2) + fa3_exposed·min(mma, soft)`` (one consumer group without the
-    intra-group overlap: ``mma + soft``);
+    intra-group overlap: ``mma + soft``).  FA3's backward (``fa3_bwd``) takes the second form,
+    ``max(mma + soft, ...)``: its consumer groups run in lockstep (flash-attn's
+    ``mainloop_bwd_sm90_tma_gmma_ws.hpp`` syncs all MMA threads on the ``PdS`` named barrier
+    each step and has no ``warp_scheduler_barrier`` ping-pong), and dS = P·(dP − dPsum) is
+    computed with no GEMM in flight (only the exponentials overlap the dP GEMM, not credited);
   - FA1 (``fa1`` configs): FA2's step plus FA1's split-K reduction of the warps' partial O
     through shared memory behind a barrier each step (nothing overlaps it) and the fp32 O, l, m
     round trip through the L2 each step.
@@ -165,7 +169,7 @@ class _PhaseWork:
 class Prepared:
     """Everything :func:`evaluate` needs, computed once per (config, workload, device)."""
 
-    family: str            # "fa2" (FA2-style incl. fa1, splitkv, fa2_bwd) or "fa3"
+    family: str            # "fa2" (FA2-style incl. fa1, splitkv, fa2_bwd) or "fa3" (+ fa3_bwd)
     mma_kind: str          # "sync" or "wgmma"
     overlap_ok: bool       # FA3: ping-pong or intra-warp-group overlap available
     phases: list[_PhaseWork]
@@ -201,7 +205,7 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
         k = ctas_per_sm if heavy else light_ctas
         k = max(1, min(k, -(-ph.n // S) if ph.n else 1))
         frac = 1.0
-        if heavy and cfg.algorithm != "fa3":   # an FA2-style CTA of w warps reaches w tensor cores
+        if heavy and not cfg.wgmma:   # an FA2-style CTA of w warps reaches w tensor cores
             frac = min(1.0, cfg.warps * k / 4.0)
         load = ph.load_bytes.astype(np.float64)
         store = ph.store_bytes.astype(np.float64)
@@ -218,13 +222,13 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
         i = len(phases)
         m = miss[i] if miss is not None else min(1.0, hbm_per_phase[i] / max(load.sum(), 1.0))
         lat = dev.l2_hit_latency_s + m * (dev.dram_latency_s - dev.l2_hit_latency_s)
-        if heavy and cfg.algorithm == "fa3":
+        if heavy and cfg.wgmma:
             lat += dev.tma_latency_s
         phases.append(_PhaseWork(
             ph.name, ph.n, k, ph.flops / (peak_sm * frac), ph.exps / dev.sfu_rate_per_sm,
             ph.exps.astype(np.float64), ph.smem / dev.smem_bw_per_sm, l2, serial, rounds, lat,
             float(load.sum() + store.sum()), heavy, max(1.0, k * cfg.warps / 4.0)))
-    fam = "fa3" if cfg.algorithm == "fa3" else "fa2"
+    fam = "fa3" if cfg.wgmma else "fa2"
     return Prepared(fam, "wgmma" if fam == "fa3" else "sync",
                     cfg.algorithm == "fa3" and (cfg.consumer_wgs >= 2 or cfg.overlap), phases,
                     list(hbm_per_phase), float(dev.clock_hz), S, float(dev.hbm_bw),

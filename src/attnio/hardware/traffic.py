@@ -206,7 +206,7 @@ def template(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None = Non
     depends only on the family, the tile, Q's and O's placement and the element type (not on
     stages, P's placement, overlap or the split count), so configs differing in those share it.
     """
-    key = dataclasses.replace(cfg, Br=cfg.Br if cfg.algorithm == "fa2_bwd" else 0, warps=1,
+    key = dataclasses.replace(cfg, Br=cfg.Br if not cfg.forward else 0, warps=1,
                               stages=1, p="regs", pack_gqa=False, splits=min(cfg.splits, 2),
                               overlap=False, label="", fa1=False)
     return _template(key, d, G, Brh, smem)
@@ -215,7 +215,7 @@ def template(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None = Non
 @functools.lru_cache(maxsize=1024)
 def _template(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None
               ) -> dict[str, Template]:
-    if cfg.algorithm == "fa2_bwd":
+    if not cfg.forward:
         ops, shp = _trace_backward(cfg, d, smem)
         first_k = next(i for i, o in enumerate(ops) if o[1] == "K")
         # preprocessing kernel: the traced passes over query block 0
@@ -558,11 +558,21 @@ def fwd_smem_step(cfg: KernelConfig, d: int) -> float:
 
 def bwd_smem_step(cfg: KernelConfig, d: int) -> float:
     """Per inner (Q) step of the backward: Q and dO written; P and dS written; the five GEMMs
-    (S = QKᵀ, dP = dO Vᵀ, dV += Pᵀ dO, dK += dSᵀ Q, dQ = dS K) read their shared operands."""
+    (S = QKᵀ, dP = dO Vᵀ, dV += Pᵀ dO, dK += dSᵀ Q, dQ = dS K) read their shared operands
+    (``fa3_bwd``: P stays in registers when ``p = regs``; the fp32 dQ tile goes through shared
+    memory to the TMA reduce-add)."""
     e, Br, Bc = cfg.elem_bytes, cfg.Br, cfg.Bc
     writes = 2 * Br * d + 2 * Br * Bc
     reads = 2 * (Br * d + Bc * d) + 2 * (Br * Bc + Br * d) + (Br * Bc + Bc * d)
-    return float(e * (writes + reads))
+    if cfg.algorithm != "fa3_bwd":
+        return float(e * (writes + reads))
+    # fa3_bwd: with Mma_dKV_is_RS (p = regs) P never goes through shared memory; the step's
+    # fp32 dQ tile is written there and read back by the TMA reduce-add (d < 256)
+    if cfg.p == "regs":
+        writes -= Br * Bc
+        reads -= Br * Bc
+    dq = 2 * Br * d * 4 if d < 256 else 0
+    return float(e * (writes + reads) + dq)
 
 
 # ---------------------------------------------------------------------- compulsory bytes
@@ -588,7 +598,7 @@ def compulsory_rw(cfg: KernelConfig, shape: Shape) -> tuple[int, int]:
     """
     e, eo = cfg.elem_bytes, cfg.out_bytes
     d = shape.d
-    if cfg.algorithm == "fa2_bwd":
+    if not cfg.forward:
         q = shape.n_heads * shape.Nq
         kv = shape.n_kv_heads * shape.Nkv
         return q * d * e * 3 + q * 4 + kv * d * e * 2, q * d * 4 + kv * d * e * 2
@@ -620,7 +630,7 @@ def build(cfg: KernelConfig, shape: Shape, device: Device | None = None,
     if device is not None:
         assert device.smem_per_block is not None  # (a device that passed require_model())
         smem = int(device.smem_per_block)
-    if cfg.algorithm == "fa2_bwd":
+    if not cfg.forward:
         tpls = template(cfg, d, 1, cfg.Br, smem)
         phases = _backward_phases(cfg, shape, d, tpls, ctas_per_sm)
     elif cfg.splits > 1:
