@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
-from ..core.errors import AttnioError
+from ..core.errors import AttnioError, ParameterError
 from .common import add_output_arguments, add_workload_arguments, flag_message, workload_from_args
 
 NAME = "gpu"
@@ -27,7 +28,8 @@ GPU_FLAGS = {"config": "--config", "kernel": "--kernel", "top": "--top",
              "warps": "--config warps", "stages": "--config stages", "q": "--config q",
              "p": "--config p", "o": "--config o", "pack_gqa": "--config pack",
              "splits": "--config splits", "overlap": "--config overlap",
-             "max_replays": "--max-replays", "dtype": "--dtype", "fa1": "--config fa1"}
+             "max_replays": "--max-replays", "dtype": "--dtype", "fa1": "--config fa1",
+             "backward": "--backward"}
 
 
 def _device_arg(p, default: str | None = "h100") -> None:
@@ -66,9 +68,12 @@ def add_arguments(p) -> None:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--config", default=None,
                    help="Br=..,Bc=..,warps=..,stages=.. and optional algorithm=fa2|fa3|splitkv|"
-                        "fa2_bwd, q=, p=, o= (regs|smem), pack=, splits=, overlap=")
+                        "fa2_bwd|fa3_bwd, q=, p=, o= (regs|smem), pack=, splits=, overlap=")
     g.add_argument("--kernel", default=None, choices=["fa2", "fa3", "sdpa"],
                    help="the config a named kernel runs (default fa3 on Hopper, else fa2)")
+    s.add_argument("--backward", action="store_true",
+                   help="score the named kernel's backward config instead (fa3: FA3's own "
+                        "backward, Hopper only; fa2, sdpa: FA2's)")
     add_output_arguments(s)
     _debug(s)
     t = sub.add_parser("tune", help="search tile configs for the least predicted time")
@@ -165,8 +170,17 @@ def _score(args) -> int:
 
     shape = workload_from_args(args)
     dev = devices.get(args.device)
-    config = args.config if args.config is not None else (
+    config: Any = args.config if args.config is not None else (
         args.kernel or ("fa3" if dev.wgmma else "fa2"))
+    if args.backward:
+        if args.config is not None:
+            raise ParameterError("--backward scores a named --kernel's backward; with --config "
+                                 "give algorithm=fa2_bwd or algorithm=fa3_bwd instead",
+                                 param="backward")
+        from ..hardware.kernels import backward_config
+
+        config = backward_config(config, dev.require_model(), shape,
+                                 devices.dtype_name(args.dtype or "bf16"))
     s = score(dev, shape, config, dtype=args.dtype)
     dtype = s.config.dtype
     if args.json:

@@ -41,7 +41,7 @@ from .devices import Device, dtype_bytes, dtype_name
 
 __all__ = ["ALGORITHMS", "FLASH_ATTN_COMMIT", "KERNELS", "KernelConfig", "fa2_config",
            "fa2_num_splits_heuristic", "fa3_config", "fa3_num_splits_heuristic", "fa3_tile_size",
-           "fa1_config", "fa2_bwd_config", "FA3_BWD_SM90", "BACKWARD_ALGORITHMS", "fa3_bwd_config",
+           "fa1_config", "fa2_bwd_config", "FA3_BWD_SM90", "BACKWARD_ALGORITHMS", "backward_config", "fa3_bwd_config",
            "head_dim_rounded", "named_config", "parse_config", "sdpa_config"]
 
 FLASH_ATTN_COMMIT = "0251105a2fb19d2957484b7f023cd8c115286ced"
@@ -595,6 +595,15 @@ def named_config(kernel: str, device: Device, shape: Shape, dtype: str = "bf16")
     """The config the named kernel (``fa2``, ``fa3``, ``sdpa``) runs for ``shape``."""
     check_choice("kernel", kernel, tuple(KERNELS))
     fn = {"fa2": fa2_config, "fa3": fa3_config, "sdpa": sdpa_config}[kernel]
+    return fn(device, shape, dtype)
+
+
+def backward_config(kernel: str, device: Device, shape: Shape, dtype: str = "bf16"
+                    ) -> KernelConfig:
+    """The backward config the named kernel runs: ``fa3`` -> :func:`fa3_bwd_config` (Hopper
+    only), ``fa2`` and ``sdpa`` -> :func:`fa2_bwd_config`."""
+    check_choice("kernel", kernel, tuple(KERNELS))
+    fn = fa3_bwd_config if kernel == "fa3" else fa2_bwd_config
     return fn(device, shape, dtype)
 
 

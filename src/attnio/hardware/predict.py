@@ -28,7 +28,7 @@ from ..core.errors import ParameterError
 from ..core.workload import Shape
 from . import devices as _devices
 from .devices import Device
-from .kernels import KernelConfig, fa1_config, fa2_bwd_config, fa3_bwd_config, named_config
+from .kernels import KernelConfig, backward_config, fa1_config, named_config
 from .timing import Params, Prepared, evaluate, load_params
 
 __all__ = ["KERNELS", "PASSES", "Row", "flash_flops", "pass_configs", "dq_convert_kernel", "predict", "prepare_row",
@@ -56,10 +56,8 @@ def pass_configs(kernel: str, dev: Device, shape: Shape, pass_: str, dtype: str
     if pass_ in ("bwd", "fwd+bwd"):
         if kernel == "fa1":
             out.append(fa1_config(dev, shape, dtype, backward=True))
-        elif kernel == "fa3":
-            out.append(fa3_bwd_config(dev, shape, dtype))
         else:
-            out.append(fa2_bwd_config(dev, shape, dtype))
+            out.append(backward_config(kernel, dev, shape, dtype))
     return out
 
 
