@@ -3,12 +3,16 @@ against the oracle, and the model's own speed.
 
 Run:  python benchmarks/bench_gpu_model.py [--train PATH] [--out benchmarks/results/gpu_model.json]
                                           [--doc docs/hardware.md] [--img docs/img]
+      python benchmarks/bench_gpu_model.py --fa3-bwd-only   (only the FA3 backward table)
 
 Writes the JSON, the scatter ``docs/img/gpu_validation.png`` (predicted against measured time,
 log axes, the y = x line, one colour per kernel) and the tables between the ``<!-- BEGIN
 bench_gpu_model -->`` / ``<!-- END bench_gpu_model -->`` markers of docs/hardware.md.  Nothing
 is asserted.  Every number is a model prediction or a published measurement, except the CPU
-seconds of the model itself (on the machine recorded in the JSON).
+seconds of the model itself (on the machine recorded in the JSON).  The FA3 backward table
+(predicted, not validated: no FA3 backward row in the calibration set) goes between the
+``<!-- BEGIN bench_gpu_model fa3_bwd -->`` / ``<!-- END bench_gpu_model fa3_bwd -->`` markers
+and into ``benchmarks/results/gpu_model_fa3_bwd.json``.
 """
 
 from __future__ import annotations
@@ -77,6 +81,42 @@ def trends():
     causal = score(h, Shape(8192, 8192, 128, batch=2, heads=16, causal=True), cfg).time_s
     out["FA2 backward causal/non-causal time H100 d=128 N=8k"] = causal / full
     return out
+
+
+def fa3_backward():
+    """Predicted FA3 and FA2 backward TFLOPs on H100 at N = 16k (flash-attn's benchmark
+    setting, bf16): FA3's own backward (fa3_bwd + its dQ convert) against FA2's."""
+    from attnio.hardware.kernels import backward_config
+
+    h = devices.get("h100")
+    rows = []
+    for d in (64, 128):
+        for causal in (False, True):
+            shape = bench(16384, d, causal)
+            f2, f3 = tflops(h, "fa2", shape, "bwd"), tflops(h, "fa3", shape, "bwd")
+            rows.append({"d": d, "causal": causal, "N": 16384,
+                         "fa2_config": backward_config("fa2", h, shape).short(),
+                         "fa3_config": backward_config("fa3", h, shape).short(),
+                         "fa2_bwd_tflops": f2, "fa3_bwd_tflops": f3, "ratio": f3 / f2})
+    return rows
+
+
+def fa3_backward_markdown(rows) -> str:
+    L = ["| d | mask | FA2 bwd config | FA2 bwd TFLOPs | FA3 bwd config | FA3 bwd TFLOPs | "
+         "FA3/FA2 |", "|---:|---|---|---:|---|---:|---:|"]
+    for r in rows:
+        L.append(f"| {r['d']} | {'causal' if r['causal'] else 'full'} | {r['fa2_config']} | "
+                 f"{r['fa2_bwd_tflops']:.0f} | {r['fa3_config']} | {r['fa3_bwd_tflops']:.0f} | "
+                 f"{r['ratio']:.2f}x |")
+    return "\n".join(L)
+
+
+def _replace_block(doc: Path, tag: str, md: str) -> None:
+    text = doc.read_text()
+    b, e = f"<!-- BEGIN {tag} -->", f"<!-- END {tag} -->"
+    if b in text and e in text:
+        text = text[:text.index(b) + len(b)] + "\n" + md + "\n" + text[text.index(e):]
+        doc.write_text(text)
 
 
 def shipped_vs_oracle():
@@ -203,7 +243,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gpu_model.json"))
     ap.add_argument("--doc", default=str(ROOT / "docs" / "hardware.md"))
     ap.add_argument("--img", default=str(ROOT / "docs" / "img"))
+    ap.add_argument("--fa3-bwd-only", action="store_true", dest="fa3_bwd_only",
+                    help="compute and write only the FA3 backward table")
     a = ap.parse_args(argv)
+    fb = fa3_backward()
+    fb_md = fa3_backward_markdown(fb)
+    Path(a.out).with_name("gpu_model_fa3_bwd.json").write_text(json.dumps(
+        {"note": "model predictions (H100, bf16, batch = 16384/N, heads = 2048/d); not "
+                 "validated: the calibration set has no FA3 backward rows", "rows": fb},
+        indent=1, default=float) + "\n")
+    _replace_block(Path(a.doc), "bench_gpu_model fa3_bwd", fb_md)
+    print(fb_md)
+    if a.fa3_bwd_only:
+        return 0
     if not Path(a.train).is_file():
         print(f"bench_gpu_model: error: --train {a.train}: no such file", file=sys.stderr)
         return 2
