@@ -3,7 +3,7 @@
 A :class:`KernelConfig` says how one attention kernel runs on a GPU: the algorithm (``fa2``: an
 FA2-style forward, warps along M with ``mma.sync``; ``fa3``: an FA3-style forward, a producer warp
 group feeding one to three consumer warp groups with warp-group MMAs; ``splitkv``: FA2's split-KV
-decode kernel and its combine; ``fa2_bwd``: FA2's backward), the tile (``Br`` query rows, ``Bc``
+decode kernel and its combine; ``fa2_bwd``: FA2's backward; ``fa3_bwd``: FA3's backward), the tile (``Br`` query rows, ``Bc``
 key rows), the warps, the K/V ``stages`` buffered in shared memory, where Q, P and the O
 accumulator live (``q``, ``p``, ``o``: ``"regs"`` or ``"smem"``; the S accumulator is always in
 registers, as in every real kernel), the element type (fp16/bf16/fp8, fp32 accumulators), GQA
@@ -19,6 +19,9 @@ commit :data:`FLASH_ATTN_COMMIT`:
 * :func:`fa3_config`: FA3's ``tile_size_fwd_sm90`` (``hopper/tile_size.h``), 2 stages, its
   ``get_num_splits``/``num_splits_heuristic`` (``hopper/flash_api.cpp``, ``hopper/heuristics.h``)
   and ``get_pack_gqa``;
+* :func:`fa2_bwd_config`, :func:`fa3_bwd_config` (:data:`FA3_BWD_SM90`): the backward tables of
+  ``csrc/flash_attn/src/flash_bwd_launch_template.h`` and ``hopper/flash_bwd_launch_template.h``
+  (``run_mha_bwd_hdim*``); :func:`backward_config` picks the named kernel's;
 * :func:`sdpa_config`: PyTorch SDPA's flash backend, which builds the FA2 sources of the same
   commit (a git submodule since 2025), so it is :func:`fa2_config`.
 
