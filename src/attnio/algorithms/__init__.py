@@ -29,6 +29,8 @@ from . import (
     flash2,
     flash2_backward,
     flash_decoding,
+    kv_stationary,
+    q_stationary_min,
     small_cache_backward,
     square_tiling,
     standard,
@@ -119,7 +121,8 @@ def all_algorithms(kind: str | None = None, *, exact: bool | None = None) -> lis
     return [_REGISTRY[n] for n in names(exact=exact)]
 
 
-for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly):
+for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
+             q_stationary_min):
     register(_mod.ALGORITHM)
 del _mod
 
