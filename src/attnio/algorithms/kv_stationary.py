@@ -89,6 +89,17 @@ def _chunked_update(scale: float, r0: int, c0: int, shape: Shape, Bs: int):
     return fn
 
 
+def _first(lo: int, hi: int, pred) -> int:
+    """The least i in [lo, hi) with ``pred(i)`` (a monotone predicate: False then True), or hi."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 class KVStationary(Algorithm):
     name = "kv_stationary"
     summary = ("K/V-stationary: a K/V block held while all queries stream past, partial outputs "
@@ -162,7 +173,8 @@ class KVStationary(Algorithm):
             super().run_schedule(mem, Q, K, V, O, shape=shape, tiling=tiling, scale=scale, lse=lse)
             return
         G, Nq, Nkv = shape.group, shape.Nq, shape.Nkv
-        for kvh in range(shape.n_kv_heads):
+        for hb in mem.blocks(shape.n_kv_heads, 1):  # alike: bulk count mode runs one
+            kvh = hb.start
             ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
             heads = [kvh * G + g for g in range(G)]  # query heads are stacked group by group
             Qs = [mem.view(Q, slice(h * Nq, (h + 1) * Nq), f"Q[{h}]") for h in heads]
@@ -185,46 +197,68 @@ class KVStationary(Algorithm):
         Op = mem.scratch("kvs_O_part", (G * Nq, d))
         mp = mem.scratch("kvs_m_part", (G * Nq,))
         lp = mem.scratch("kvs_l_part", (G * Nq,))
-        # query blocks that see no key: their output is 0 (no input read)
-        for qb in mem.blocks(Nq, Br, uniform=False):
-            lo, hi = kv_range(shape, qb.start, qb.stop)
-            if hi <= lo:
+        masked = shape.causal
+        nb = -(-Nq // Br)
+
+        def rng(i: int) -> tuple[int, int]:  # the keys query block i sees
+            return kv_range(shape, i * Br, min(Nq, (i + 1) * Br))
+
+        # query blocks that see no key output 0 and read nothing: as lo_i, hi_i grow with i, they
+        # are a prefix (hi_i = 0) and a suffix (lo_i = Nkv, a window past every key)
+        z = _first(0, nb, lambda i: rng(i)[1] > 0)
+        e = max(z, _first(0, nb, lambda i: rng(i)[0] >= Nkv))
+        for lo_, hi_ in ((0, min(Nq, z * Br)), (min(Nq, e * Br), Nq)):
+            for qb in mem.blocks(Nq, Br, lo=lo_, hi=hi_):
                 for O in Os:
-                    z = mem.alloc((qb.size, d), 0.0, label="O_i")
-                    mem.store(z, O, qb)
-                    mem.free(z)
-        for kb in mem.blocks(Nkv, Bc, uniform=False):
+                    zt = mem.alloc((qb.size, d), 0.0, label="O_i")
+                    mem.store(zt, O, qb)
+                    mem.free(zt)
+        # unmasked, the first key block, the middle ones and the last move alike words: three
+        # uniform runs (bulk count mode executes each once); masked, block by block
+        Tc = -(-Nkv // Bc)
+        cuts = sorted({0, min(Nkv, Bc), max(Bc, (Tc - 1) * Bc), Nkv})
+        ranges = [(0, Nkv)] if masked else list(zip(cuts[:-1], cuts[1:]))
+        kbs = (kb for lo_, hi_ in ranges
+               for kb in mem.blocks(Nkv, Bc, lo=lo_, hi=hi_, uniform=not masked))
+        for kb in kbs:
             qlo, qhi = q_range(shape, kb.start, kb.stop)
             if qhi <= qlo:
                 continue
             Kj = mem.load(K, kb, label="K_j")
             Vj = mem.load(V, kb, label="V_j")
+            # the query blocks meeting key block j, in runs where "j is the first / last key
+            # block the query block sees" is constant: first on a suffix (lo_i >= j·Bc), last on
+            # a prefix (hi_i <= (j + 1)·Bc); each run is uniform (bulk count mode runs it once)
+            i0, i1 = qlo // Br, (qhi - 1) // Br + 1
+            a = _first(i0, i1, lambda i: rng(i)[0] >= kb.start)
+            b = _first(i0, i1, lambda i: rng(i)[1] > kb.stop)
+            marks = sorted({i0, a, b, i1})
             for g, (Q, O) in enumerate(zip(Qs, Os)):
-                for qb in mem.blocks(Nq, Br, lo=qlo, hi=qhi, uniform=False):
-                    lo, hi = kv_range(shape, qb.start, qb.stop)
-                    first, last = lo // Bc == kb.index, (hi - 1) // Bc == kb.index
-                    part = slice(g * Nq + qb.start, g * Nq + qb.stop)
-                    Qi = mem.load(Q, qb, label="Q_i")
-                    if first:
-                        Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
-                        m = mem.alloc((qb.size,), -np.inf, label="m_i")
-                        l = mem.alloc((qb.size,), 0.0, label="l_i")
-                    else:
-                        Oi = mem.load(Op, part, label="O_i")
-                        m = mem.load(mp, part, label="m_i")
-                        l = mem.load(lp, part, label="l_i")
-                    t = mem.alloc((qb.size,), 0.0, label="tmp")
-                    S = mem.alloc((qb.size, Bs), label="S_chunk")
-                    mem.compute(_chunked_update(scale, qb.start, kb.start, shape, Bs),
-                                S, m, l, t, Oi, Qi, Kj, Vj, writes=5)
-                    if last:
-                        mem.compute(K_.normalise_rows, Oi, l, writes=1)
-                        mem.store(Oi, O, qb)
-                    else:
-                        mem.store(Oi, Op, part)
-                        mem.store(m, mp, part)
-                        mem.store(l, lp, part)
-                    mem.free(S, t, Qi, Oi, m, l)
+                for c0, c1 in zip(marks[:-1], marks[1:]):
+                    first, last = c0 >= a, c0 < b
+                    for qb in mem.blocks(Nq, Br, lo=c0 * Br, hi=min(Nq, c1 * Br)):
+                        part = slice(g * Nq + qb.start, g * Nq + qb.stop)
+                        Qi = mem.load(Q, qb, label="Q_i")
+                        if first:
+                            Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
+                            m = mem.alloc((qb.size,), -np.inf, label="m_i")
+                            l = mem.alloc((qb.size,), 0.0, label="l_i")
+                        else:
+                            Oi = mem.load(Op, part, label="O_i")
+                            m = mem.load(mp, part, label="m_i")
+                            l = mem.load(lp, part, label="l_i")
+                        t = mem.alloc((qb.size,), 0.0, label="tmp")
+                        S = mem.alloc((qb.size, Bs), label="S_chunk")
+                        mem.compute(_chunked_update(scale, qb.start, kb.start, shape, Bs),
+                                    S, m, l, t, Oi, Qi, Kj, Vj, writes=5)
+                        if last:
+                            mem.compute(K_.normalise_rows, Oi, l, writes=1)
+                            mem.store(Oi, O, qb)
+                        else:
+                            mem.store(Oi, Op, part)
+                            mem.store(m, mp, part)
+                            mem.store(l, lp, part)
+                        mem.free(S, t, Qi, Oi, m, l)
             mem.free(Kj, Vj)
 
     def workspace(self, shape: Shape) -> int:

@@ -155,7 +155,7 @@ class QStationaryMin(Algorithm):
                                  lse=lse)
             return
         G = tiling.group
-        for gb in mem.blocks(shape.n_heads // G, 1, uniform=False):
+        for gb in mem.blocks(shape.n_heads // G, 1):  # alike: bulk count mode runs one
             views = [head_views(mem, shape, gb.start * G + g, Q, K, V, O) for g in range(G)]
             self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
                                 [v[3] for v in views], shape=shape, tiling=tiling, scale=scale)
@@ -169,7 +169,7 @@ class QStationaryMin(Algorithm):
                        V: SlowArray, Os: list[SlowArray], *, shape: Shape,
                        tiling: QStationaryMinTiling, scale: float) -> None:
         d = shape.d
-        for qb in mem.blocks(shape.Nq, tiling.Br, uniform=False):
+        for qb in mem.blocks(shape.Nq, tiling.Br, uniform=not shape.causal):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             if hi <= lo:  # no row of the block sees a key: its output is 0
                 for O in Os:

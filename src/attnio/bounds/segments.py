@@ -334,9 +334,10 @@ class PairsTheorem:
     kind: Literal["potential", "pooled"]
     nu_max: float = 0.0  #: pooled: ν is capped at nu_max·d (the theorem needs ν below c·d)
 
-    def search(self, P: int, d: int, M: int) -> tuple[int, int, float]:
-        """(value, K, multiplier) of the best of the few parameters tried at M itself (cached)."""
-        return _search(self, P, d, M)
+    def search(self, P: int, d: int, M: int, refine: bool = True) -> tuple[int, int, float]:
+        """(value, K, multiplier) of the best of the few parameters tried at M itself (cached);
+        ``refine=False``: the tabulated parameters only."""
+        return _search(self, P, d, M, refine)
 
     def closed(self, P: int, d: int, M: int) -> tuple[int, int, float, int]:
         """(value, K, multiplier, M'): the best value at M or at a larger M' (cached), a valid
