@@ -2,8 +2,8 @@
 
 Grid: N in {300, 1000, 3000, 20000, 50000}, d in {40, 80, 96, 160}, seven M from 5d to N·d/2
 (geometric, rounded), causal (bottom-right) or not, one head or 8 query heads on 2 K/V heads:
-560 configurations.  For each: ``attnio.plan(..., backward=True)`` where a backward schedule
-fits (else the forward plan alone), and
+560 configurations.  For each: the forward plan (``plan_shape``: every exact algorithm) and the
+backward plan (``backward_plan``: every backward schedule) where one fits, and
 
 * the forward certificate: the plan's total / its best explicit bound (``Plan.ratio``), split as
   the two factors of :func:`attnio.planner.planner.certificate_factors`: the planner's count over
@@ -68,10 +68,7 @@ def grid():
 
 def point(N: int, d: int, M: int, causal: bool, heads: int, kvh: int) -> dict:
     shape = Shape.make(N, d, causal=causal, heads=heads, kv_heads=kvh)
-    try:
-        p = _planner.plan_shape(shape, M, backward=True)
-    except attnio.ParameterError:
-        p = _planner.plan_shape(shape, M)
+    p = _planner.plan_shape(shape, M)  # the forward certificate: every exact algorithm
     f = _planner.certificate_factors(p)
     row = {"N": N, "d": d, "M": M, "causal": causal, "heads": heads, "kv_heads": kvh,
            "regime": regime(N, d, M), "algorithm": p.algorithm, "total": p.predicted.total,
@@ -80,7 +77,10 @@ def point(N: int, d: int, M: int, causal: bool, heads: int, kvh: int) -> dict:
            "best_found": f.best_found, "best_found_by": f.best_found_by,
            "schedule_factor": [p.predicted.total, f.best_found],
            "bound_factor": [f.best_found, int(p.best_bound.value)]}
-    b = p.backward
+    try:
+        b = _planner.backward_plan(shape, M)
+    except attnio.ParameterError:  # no backward schedule fits
+        b = None
     if b is not None and b.best_bound is not None and b.best_bound.value > 0:
         row.update(backward_algorithm=b.algorithm, backward_total=b.total,
                    backward_bound=int(b.best_bound.value), backward_bound_name=b.best_bound.name,
