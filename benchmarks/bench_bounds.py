@@ -85,12 +85,12 @@ def point(N: int, d: int, M: int, backward: bool) -> dict:
     bs = [b for b in B.applicable(N, d, M) if b.explicit]
     best = max(bs, key=lambda b: b.value)
     old = max((b for b in bs if b.name in OLD), key=lambda b: b.value)
-    total = p.predicted.total
-    row = {"N": N, "d": d, "M": M, "regime": regime(N, d, M), "algorithm": p.algorithm,
-           "tiling": str(p.tiling), "total": total, "bound": int(best.value),
+    total = p.chosen.predicted.total
+    row = {"N": N, "d": d, "M": M, "regime": regime(N, d, M), "algorithm": p.chosen.algorithm,
+           "tiling": str(p.chosen.tiling), "total": total, "bound": int(best.value),
            "bound_name": best.name, "old_bound": int(old.value), "old_bound_name": old.name,
            "ratio": [total, int(best.value)], "old_ratio": [total, int(old.value)]}
-    assert p.best_bound.value == best.value, (N, d, M, p.best_bound, best)
+    assert p.certificate.best_bound.value == best.value, (N, d, M, p.certificate.best_bound, best)
     if backward:
         try:
             pb = attnio.plan(N, d, M, backward=True)
@@ -99,7 +99,7 @@ def point(N: int, d: int, M: int, backward: bool) -> dict:
         if pb is not None and pb.backward is not None:
             bb = [b for b in B.backward_applicable_to(Shape(N, N, d), M) if b.explicit]
             bbest = max(bb, key=lambda b: b.value)
-            row.update(backward_total=pb.backward.total, backward_bound=int(bbest.value),
+            row.update(backward_total=pb.backward.predicted.total, backward_bound=int(bbest.value),
                        backward_bound_name=bbest.name,
                        backward_algorithm=getattr(pb.backward, "algorithm", "flash2"))
     return row

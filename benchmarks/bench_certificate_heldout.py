@@ -70,21 +70,23 @@ def point(N: int, d: int, M: int, causal: bool, heads: int, kvh: int) -> dict:
     shape = Shape.make(N, d, causal=causal, heads=heads, kv_heads=kvh)
     p = _planner.plan_shape(shape, M)  # the forward certificate: every exact algorithm
     f = _planner.certificate_factors(p)
+    total, best = p.chosen.predicted.total, p.certificate.best_bound
     row = {"N": N, "d": d, "M": M, "causal": causal, "heads": heads, "kv_heads": kvh,
-           "regime": regime(N, d, M), "algorithm": p.algorithm, "total": p.predicted.total,
-           "bound": int(p.best_bound.value), "bound_name": p.best_bound.name,
-           "ratio": [p.predicted.total, int(p.best_bound.value)],
+           "regime": regime(N, d, M), "algorithm": p.chosen.algorithm, "total": total,
+           "bound": int(best.value), "bound_name": best.name, "ratio": [total, int(best.value)],
            "best_found": f.best_found, "best_found_by": f.best_found_by,
-           "schedule_factor": [p.predicted.total, f.best_found],
-           "bound_factor": [f.best_found, int(p.best_bound.value)]}
+           "schedule_factor": [total, f.best_found],
+           "bound_factor": [f.best_found, int(best.value)]}
     try:
         b = _planner.backward_plan(shape, M)
     except attnio.ParameterError:  # no backward schedule fits
         b = None
-    if b is not None and b.best_bound is not None and b.best_bound.value > 0:
-        row.update(backward_algorithm=b.algorithm, backward_total=b.total,
-                   backward_bound=int(b.best_bound.value), backward_bound_name=b.best_bound.name,
-                   backward_ratio=[b.total, int(b.best_bound.value)])
+    bc = None if b is None else b.certificate
+    if b is not None and bc is not None and bc.best_bound.value > 0:
+        bt, bb = b.predicted.total, bc.best_bound
+        row.update(backward_algorithm=b.algorithm, backward_total=bt,
+                   backward_bound=int(bb.value), backward_bound_name=bb.name,
+                   backward_ratio=[bt, int(bb.value)])
     return row
 
 

@@ -145,7 +145,7 @@ def test_planner_tilings_show_r_and_guaranteed_error():
         assert 0 < t.guaranteed_error <= 1e-3 / (1 - 1e-3)
         assert ALG.footprint(attnio.Shape(4096, 4096, 8), t) <= 20_000
     p = attnio.planner.plan(4096, 8, 20_000, approx_eps=1e-3, entry_bound=0.6)
-    assert p.algorithm == "approx_poly" and p.error is not None
+    assert p.chosen.algorithm == "approx_poly" and p.chosen.error is not None
 
 
 def test_multihead_inputs_and_counts():

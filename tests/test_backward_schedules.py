@@ -235,13 +235,15 @@ def test_plan_scores_every_backward_schedule_and_reports_the_certificate():
     assert b.algorithm == "small_cache_backward"
     assert [c.algorithm for c in b.candidates] == ["small_cache_backward", "flash2_backward"]
     assert b.candidates[0].predicted.total < b.candidates[1].predicted.total
-    res = attnio.run(p.algorithm, shape=p.shape, M=p.M, mode="count", tiling=p.tiling,
-                     backward=True, backward_algorithm=b.algorithm, backward_tiling=b.tiling)
-    assert res.backward_io.total == b.total and res.io.total == p.predicted.total
-    assert b.best_bound.explicit and b.ratio == b.total / b.best_bound.value >= 1
+    res = attnio.run(p.chosen.algorithm, shape=p.shape, M=p.memory.M, mode="count",
+                     tiling=p.chosen.tiling, backward=True, backward_algorithm=b.algorithm,
+                     backward_tiling=b.tiling)
+    assert res.backward_io.total == b.predicted.total and res.io.total == p.chosen.predicted.total
+    cert = b.certificate
+    assert cert.best_bound.explicit and cert.ratio == b.predicted.total / cert.best_bound.value >= 1
     d = p.to_dict()["backward"]
-    assert d["algorithm"] == "small_cache_backward" and d["ratio"] == b.ratio
-    assert d["best_bound"]["name"] == b.best_bound.name
+    assert d["algorithm"] == "small_cache_backward" and d["ratio"] == b.certificate.ratio
+    assert d["best_bound"]["name"] == b.certificate.best_bound.name
     text = repr(p)
     assert "Backward:  small_cache_backward" in text and "Backward bound:" in text
     large = attnio.plan(2048, 64, 64 * 64 * 16, backward=True).backward
@@ -293,7 +295,7 @@ def test_planner_picks_the_backward_of_fewer_words(N, d, causal):
         want = "small_cache_backward" if fa is None or sc[1].total < fa[1].total \
             else "flash2_backward"
         assert b.algorithm == want, (M, b.algorithm)
-        assert b.total == (sc if want == "small_cache_backward" else fa)[1].total
+        assert b.predicted.total == (sc if want == "small_cache_backward" else fa)[1].total
         chosen[M] = b.algorithm
         M *= 2
     assert all(a == "small_cache_backward" for m, a in chosen.items() if m <= d * d // 4)

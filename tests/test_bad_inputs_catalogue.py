@@ -15,7 +15,6 @@ cases are in ``tests/test_bad_inputs_experiments.py``.
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -25,7 +24,8 @@ from attnio.cli import main
 from attnio.core.errors import AttnioError, ParameterError
 
 HUGE = "1" + "0" * 200  # 10**200
-GUARD_S = 10.0  # generous: the refusal is meant to take well under 2 s (see the benchmark)
+# How fast each case is refused is measured by benchmarks/bench_bad_inputs.py (no test times it:
+# a busy machine must not fail the suite).
 
 # (argv, fragment of the one line: the flag or argument it must name)
 CLI_CASES: list[tuple[list[str], str]] = [
@@ -239,9 +239,7 @@ def test_cli_refuses_in_one_line_naming_the_flag(argv, fragment, workdir, capsys
     work, paths = workdir
     argv = [a.format(**paths) if "{" in a and "}" in a and not a.startswith("{\"")
             and a != "{oops" else a for a in argv]
-    t0 = time.perf_counter()
     code = main(argv)
-    seconds = time.perf_counter() - t0
     out, err = capsys.readouterr()
     assert code == 2, (code, out, err)
     assert err.count("\n") == 1 and err.endswith("\n"), err
@@ -249,7 +247,6 @@ def test_cli_refuses_in_one_line_naming_the_flag(argv, fragment, workdir, capsys
     assert "Traceback" not in err
     assert out == "", out
     assert os.listdir(work) == [], os.listdir(work)  # nothing written half-way
-    assert seconds < GUARD_S
 
 
 def _qkv(N=8, d=4, seed=0):
@@ -386,10 +383,8 @@ API_CASES: list[tuple[str, object, str]] = [
 
 @pytest.mark.parametrize("case,call,name", API_CASES, ids=[c[0] for c in API_CASES])
 def test_api_refuses_naming_the_argument(case, call, name):
-    t0 = time.perf_counter()
     with pytest.raises(ParameterError) as e:
         call()
-    assert time.perf_counter() - t0 < GUARD_S
     msg = str(e.value)
     assert isinstance(e.value, AttnioError) and isinstance(e.value, ValueError)
     assert "\n" not in msg

@@ -414,8 +414,8 @@ def test_flash_block_sparse_precondition():
 def _ratio(N: int, d: int, M: int) -> Fraction:
     p = attnio.plan(N, d, M)
     best = B.best(B.applicable(N, d, M))
-    assert p.best_bound.value == best.value
-    return Fraction(p.predicted.total, int(best.value))
+    assert p.certificate.best_bound.value == best.value
+    return Fraction(p.chosen.predicted.total, int(best.value))
 
 
 @pytest.mark.parametrize("N,d,M", [(256, 128, 16384), (512, 256, 65536), (256, 32, 1024),

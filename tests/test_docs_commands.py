@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,6 @@ from attnio.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-GUARD_S = 900.0  # a generous guard only: timing claims live in benchmarks/
 
 #: Commands documented as long (the prose says so): run only with ``-m slow``.
 SLOW = (
@@ -159,9 +157,7 @@ def test_documented_command_runs(where, cmd, shown, doc_folder, monkeypatch, cap
     monkeypatch.chdir(doc_folder(where))  # one folder per document: later commands see earlier files
     monkeypatch.setenv("ATTNIO_PROGRESS", "0")
     argv = shlex.split(cmd)[1:]
-    t0 = time.perf_counter()
-    code = main(argv)
-    assert time.perf_counter() - t0 < GUARD_S
+    code = main(argv)  # (timing claims live in benchmarks/, never in a test)
     out, err = capsys.readouterr()
     _check_output(shown, out, err, code, EXIT_CODES.get(cmd, 0))
 

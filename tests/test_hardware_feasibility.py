@@ -41,7 +41,7 @@ def test_two_level_presets_come_from_the_gpu_table():
     for name in ("a100", "h100", "a100-40gb", "h200", "rtx4090"):
         dev = devices.get(name)
         assert dev.fast_bytes == dev.smem_per_block
-        assert attnio.plan(4096, 64, device=name).M == dev.smem_per_block // 2
+        assert attnio.plan(4096, 64, device=name).memory.M == dev.smem_per_block // 2
     assert devices.get("cpu-l1d").words(2) == 24 * 1024
 
 

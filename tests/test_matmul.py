@@ -123,13 +123,6 @@ def test_matmul_is_a_building_block_not_an_attention_algorithm():
     assert not isinstance(ALGORITHM, attnio.Algorithm)
     with pytest.raises(ParameterError, match="not an attention algorithm"):
         attnio.experiments.sweep.parse_algorithms("matmul")
-    # the first layout's path still works for one release, with a warning
-    with pytest.warns(DeprecationWarning, match="attnio.blocks.matmul"):
-        import importlib
-
-        import attnio.algorithms.matmul as old
-        importlib.reload(old)
-    assert old.run_matmul is run_matmul
 
 
 def test_bad_inputs_raise_parameter_errors():

@@ -91,7 +91,7 @@ def test_import_attnio_loads_no_optional_package():
 # Runs in a fresh interpreter in which every optional package fails to import as if it were not
 # installed.  It imports every module of attnio, then calls each feature that needs an extra.
 BLOCKED = textwrap.dedent('''
-    import importlib, json, pkgutil, sys, tempfile, warnings
+    import importlib, json, pkgutil, sys, tempfile
 
     BLOCKED = set(sys.argv[1].split(","))
 
@@ -102,7 +102,6 @@ BLOCKED = textwrap.dedent('''
             return None
 
     sys.meta_path.insert(0, NotInstalled())
-    warnings.simplefilter("ignore", DeprecationWarning)  # the aliases import too
     import attnio
     from attnio.core.errors import MissingExtraError
 
@@ -141,8 +140,8 @@ BLOCKED = textwrap.dedent('''
                       jobs=1, dask=True, progress=False)
 
     def pebble_cpsat():
-        from attnio.pebble import dag, game
-        game.cpsat(dag.chain(3), 2, time_limit=1.0)
+        from attnio.pebble import cpsat, dag
+        cpsat(dag.chain(3), 2, time_limit=1.0)
 
     def figure():
         from attnio.core.extras import figure
@@ -189,7 +188,7 @@ def test_every_module_imports_and_every_feature_names_its_extra_without_the_extr
 def _private_imports_across_packages() -> list[tuple[str, str]]:
     """(importer, imported name) for each ``from X import _y`` (or ``X._y`` a module) in src/
     whose private part belongs to another package than the importer's (``attnio.core`` and
-    ``attnio.runner`` count as packages; the deprecated aliases re-export with ``*``)."""
+    ``attnio.runner`` count as packages)."""
     src = ROOT / "src"
     found = []
     for path in sorted((src / "attnio").rglob("*.py")):

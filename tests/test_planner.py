@@ -12,6 +12,7 @@ import attnio
 from attnio import IOCount, Shape
 from attnio import bounds as B
 from attnio.hardware import devices
+from attnio.planner import FastMemory
 
 EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
 GRID = list(itertools.product([1, 7, 64, 200], [1, 8, 32], [40, 300, 2000, 20000], [False, True]))
@@ -28,10 +29,10 @@ def test_plan_is_never_worse_than_any_algorithm_with_its_default_tiling(N, d, M,
     p = attnio.plan(N, d, M, causal=causal)
     for alg in runnable:
         t = alg.default_tiling(shape, M)
-        assert p.predicted.total <= alg.predict_total(shape, t).total, alg.name
+        assert p.chosen.predicted.total <= alg.predict_total(shape, t).total, alg.name
     # and it is the least over what it scored, by predicted I/O
-    assert p.predicted.total == min(c.predicted.total for c in p.candidates)
-    assert p.candidates[0].algorithm == p.algorithm
+    assert p.chosen.predicted.total == min(c.predicted.total for c in p.candidates)
+    assert p.candidates[0].algorithm == p.chosen.algorithm
 
 
 @pytest.mark.parametrize("N, Nkv, d, M, causal, heads", [
@@ -40,9 +41,9 @@ def test_plan_is_never_worse_than_any_algorithm_with_its_default_tiling(N, d, M,
 ])
 def test_running_the_plan_reproduces_its_predicted_counts_exactly(N, Nkv, d, M, causal, heads):
     p = attnio.plan(N, d, M, Nkv=Nkv, causal=causal, heads=heads)
-    res = attnio.run(p.algorithm, shape=Shape(N, Nkv, d, heads=heads, kv_heads=heads), M=M,
-                     mode="count", causal=causal, tiling=p.tiling)
-    assert (res.io.reads, res.io.writes) == (p.predicted.reads, p.predicted.writes)
+    res = attnio.run(p.chosen.algorithm, shape=Shape(N, Nkv, d, heads=heads, kv_heads=heads),
+                     M=M, mode="count", causal=causal, tiling=p.chosen.tiling)
+    assert (res.io.reads, res.io.writes) == (p.chosen.predicted.reads, p.chosen.predicted.writes)
     assert res.io.peak <= M
 
 
@@ -52,9 +53,63 @@ def test_plan_in_compute_mode_matches_the_reference():
     p = attnio.plan(96, 16, 700)
     rng = np.random.default_rng(0)
     Q, K, V = (rng.standard_normal((96, 16)) for _ in range(3))
-    res = attnio.run(p.algorithm, Q, K, V, M=700, tiling=p.tiling)
+    res = attnio.run(p.chosen.algorithm, Q, K, V, M=700, tiling=p.chosen.tiling)
     assert np.abs(res.output - attnio.reference.attention(Q, K, V)).max() < 1e-12
-    assert res.io.total == p.predicted.total
+    assert res.io.total == p.chosen.predicted.total
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(N=96, d=16, M=700), dict(N=100, d=8, M=64, causal=True),
+    dict(N=64, d=8, M=2000, Nkv=80, causal="top_left", heads=4, kv_heads=2),
+    dict(N=128, d=16, M=4096, causal=True, window=24),
+])
+def test_plan_run_runs_the_plan_it_describes(kwargs):
+    import numpy as np
+
+    kw = dict(kwargs)
+    N, d, M = kw.pop("N"), kw.pop("d"), kw.pop("M")
+    p = attnio.plan(N, d, M, **kw)
+    counted = p.run()  # count mode on the planned shape
+    assert counted.algorithm == p.chosen.algorithm and counted.tiling == p.chosen.tiling
+    assert counted.shape == p.shape and counted.M == M and counted.mode == "count"
+    assert (counted.io.reads, counted.io.writes) == (p.chosen.predicted.reads,
+                                                      p.chosen.predicted.writes)
+    sh = p.shape
+    rng = np.random.default_rng(1)
+    Q = rng.standard_normal((sh.batch, sh.heads, sh.Nq, d))
+    K, V = (rng.standard_normal((sh.batch, sh.n_kv_heads // sh.batch, sh.Nkv, d))
+            for _ in range(2))
+    res = p.run(Q, K, V)  # compute mode with the plan's mask, algorithm, tiling and M
+    assert res.io.total == p.chosen.predicted.total
+    rep = sh.heads // (sh.n_kv_heads // sh.batch)
+    ref = attnio.reference.attention(Q, np.repeat(K, rep, axis=1), np.repeat(V, rep, axis=1),
+                                     causal=sh.causal_align if sh.causal else False,
+                                     window=sh.window)
+    assert np.abs(res.output - ref).max() < 1e-12
+
+
+def test_plan_run_with_backward_runs_the_chosen_backward_schedule():
+    p = attnio.plan(64, 8, 512, causal=True, backward=True)
+    assert p.backward is not None
+    res = p.run()
+    assert res.backward_algorithm == p.backward.algorithm
+    assert res.backward_tiling == p.backward.tiling
+    assert res.backward_io.total == p.backward.predicted.total
+    assert res.io.total == p.chosen.predicted.total  # the forward with its logsumexp
+
+
+def test_plan_run_refuses_what_the_plan_fixes_and_inputs_of_other_sizes():
+    import numpy as np
+
+    p = attnio.plan(32, 8, 512)
+    for name, value in (("M", 1024), ("tiling", None), ("causal", True), ("backward", True)):
+        with pytest.raises(attnio.ParameterError, match=f"{name}= is fixed by the plan") as e:
+            p.run(**{name: value})
+        assert e.value.param == name
+    Q = np.ones((40, 8))
+    with pytest.raises(attnio.ParameterError, match="does not match the inputs") as e:
+        p.run(Q, Q, Q)
+    assert e.value.param == "shape"
 
 
 #: The online-softmax schedules (FlashAttention's family): Q blocks or K/V blocks stationary, the
@@ -75,9 +130,9 @@ def test_regime_switch_square_tiling_small_cache_flash_large_cache(N, d):
     dd = d * d
     small = [m for m in (dd // 4, dd // 8, dd // 16) if m >= 4 * d + 5]
     for M in small:
-        assert attnio.plan(N, d, M).algorithm == "square_tiling", (N, d, M)
+        assert attnio.plan(N, d, M).chosen.algorithm == "square_tiling", (N, d, M)
     for M in (4 * dd, 8 * dd, 16 * dd):
-        assert online_softmax(attnio.plan(N, d, M).algorithm), (N, d, M)
+        assert online_softmax(attnio.plan(N, d, M).chosen.algorithm), (N, d, M)
 
 
 @pytest.mark.skipif("square_tiling" not in attnio.algorithms.names(),
@@ -86,11 +141,11 @@ def test_crossover_lies_between_quarter_and_four_d_squared():
     # the least M at which a FlashAttention variant wins, found by bisection on predicted I/O
     for N, d in [(1024, 32), (4096, 64), (4096, 128)]:
         lo, hi = d * d // 4, 4 * d * d
-        assert attnio.plan(N, d, lo).algorithm == "square_tiling"
-        assert online_softmax(attnio.plan(N, d, hi).algorithm)
+        assert attnio.plan(N, d, lo).chosen.algorithm == "square_tiling"
+        assert online_softmax(attnio.plan(N, d, hi).chosen.algorithm)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if online_softmax(attnio.plan(N, d, mid).algorithm):
+            if online_softmax(attnio.plan(N, d, mid).chosen.algorithm):
                 hi = mid
             else:
                 lo = mid
@@ -106,8 +161,8 @@ def test_ratio_to_standard_matmul_bound_stays_within_factor_3_of_median():
             Ms = sorted({4 * d, N * d} | {2**k for k in range(60) if 4 * d < 2**k < N * d})
             for M in Ms:
                 p = attnio.plan(N, d, M)
-                rows.append((p.predicted.total / B.standard_matmul(N, d, M).value, N, d, M,
-                             p.algorithm))
+                rows.append((p.chosen.predicted.total / B.standard_matmul(N, d, M).value, N, d, M,
+                             p.chosen.algorithm))
     r = [x[0] for x in rows]
     med = statistics.median(r)
     lo, hi = min(rows), max(rows)
@@ -121,8 +176,8 @@ def test_plan_is_pure_cached_and_frozen():
     a = attnio.plan(4096, 64, 65536)
     assert attnio.plan(4096, 64, 65536) is a
     with pytest.raises(dataclasses.FrozenInstanceError):
-        a.algorithm = "standard"  # type: ignore[misc]
-    assert isinstance(hash((a.N, a.tiling)), int)
+        a.why = "changed"  # type: ignore[misc]
+    assert isinstance(hash((a.shape.Nq, a.chosen.tiling)), int)
 
 
 def test_repr_is_a_report():
@@ -131,27 +186,28 @@ def test_repr_is_a_report():
     for line in ("Algorithm:  flash2", "Predicted total:", "Best lower bound:", "Ratio total/bound:",
                  "Regime:  large cache", "Runner-up:", "standard_matmul_large_cache", "why:"):
         assert line in text, line
-    assert p.ratio == pytest.approx(p.predicted.total / p.best_bound.value)
-    assert p.best_bound.explicit and p.best_bound.value == max(b.value for b in p.bounds
-                                                                if b.explicit)
+    cert = p.certificate
+    assert cert.ratio == pytest.approx(p.chosen.predicted.total / cert.best_bound.value)
+    assert cert.best_bound.explicit and cert.best_bound.value == max(b.value for b in cert.bounds
+                                                                      if b.explicit)
     d = p.to_dict()
-    assert d["algorithm"] == "flash2" and d["total"] == p.predicted.total
+    assert d["algorithm"] == "flash2" and d["total"] == p.chosen.predicted.total
 
 
 def test_runner_up_is_the_second_least():
     p = attnio.plan(1024, 64, 16384)
     assert p.runner_up is not None and p.runner_up == p.candidates[1]
-    assert p.runner_up.predicted.total >= p.predicted.total
+    assert p.runner_up.predicted.total >= p.chosen.predicted.total
 
 
 def test_device_presets_and_byte_sizes():
     # the two-level presets come from the GPU device table: M = one CTA's shared memory
     # (163 KiB per block on an A100, 227 KiB on an H100; "a100"/"h100" are aliases)
     p = attnio.plan(4096, 64, device="a100")
-    assert p.M == 163 * 1024 // 2 and p.device == "a100-80gb" and p.dtype_bytes == 2
-    assert p.M == devices.get("a100").smem_per_block // 2
-    assert attnio.plan(4096, 64, device="h100", dtype_bytes="float32").M == 227 * 1024 // 4
-    assert attnio.plan(4096, 64, M_bytes=48 * 1024, dtype_bytes=4).M == 12288
+    assert p.memory == FastMemory(163 * 1024 // 2, 2, "a100-80gb")
+    assert p.memory.M == devices.get("a100").smem_per_block // 2
+    assert attnio.plan(4096, 64, device="h100", dtype_bytes="float32").memory.M == 227 * 1024 // 4
+    assert attnio.plan(4096, 64, M_bytes=48 * 1024, dtype_bytes=4).memory.M == 12288
     assert devices.get("cpu-l2").words("fp16") == 1024 * 1024
     assert "bytes" in repr(p)
 
@@ -175,14 +231,15 @@ def test_bad_planner_arguments_raise_value_errors_naming_them(kwargs, needle):
 
 def test_heads_multiply_counts_and_bounds():
     one, four = attnio.plan(512, 32, 4096), attnio.plan(512, 32, 4096, heads=4)
-    assert four.predicted.total == 4 * one.predicted.total
-    assert four.best_bound.value >= 4 * one.best_bound.value - 4 * 4096 * 8
+    assert four.chosen.predicted.total == 4 * one.chosen.predicted.total
+    four_b, one_b = four.certificate.best_bound, one.certificate.best_bound
+    assert four_b.value >= 4 * one_b.value - 4 * 4096 * 8
 
 
 def test_without_approx_eps_only_exact_algorithms_are_scored():
     p = attnio.plan(1024, 32, 4096)
     assert all(c.exact for c in p.candidates)
-    assert p.error is None and p.ratio is not None
+    assert p.chosen.error is None and p.certificate.ratio is not None
 
 
 APPROX = attnio.algorithms.all_algorithms(exact=False)
@@ -196,9 +253,11 @@ def test_with_approx_eps_registered_approximate_algorithms_are_scored_with_their
     assert approx, p.skipped
     assert all(c.error is not None and 0 < c.error for c in approx)
     if not p.chosen.exact:
-        assert p.ratio is None and p.error is not None and "exact algorithms only" in repr(p)
-        res = attnio.run(p.algorithm, shape=(2**16, 4), M=4096, mode="count", tiling=p.tiling)
-        assert res.io.total == p.predicted.total
+        assert p.certificate.ratio is None and p.chosen.error is not None
+        assert "exact algorithms only" in repr(p)
+        res = attnio.run(p.chosen.algorithm, shape=(2**16, 4), M=4096, mode="count",
+                         tiling=p.chosen.tiling)
+        assert res.io.total == p.chosen.predicted.total
     assert all(c.exact for c in attnio.plan(2**16, 4, 4096).candidates)
 
 
@@ -295,9 +354,9 @@ def fake_approx(monkeypatch):
 
 def test_approximate_algorithms_only_with_approx_eps_and_never_against_exact_bounds(fake_approx):
     exact = attnio.plan(1024, 32, 4096)
-    assert all(c.exact for c in exact.candidates) and exact.ratio is not None
+    assert all(c.exact for c in exact.candidates) and exact.certificate.ratio is not None
     p = attnio.plan(1024, 32, 4096, approx_eps=1e-3)
-    assert p.algorithm == "fake_approx" and not p.chosen.exact
-    assert p.error == pytest.approx(1e-3 / 4)  # chunk 4: same count, fewest steps
-    assert p.ratio is None and "approximate" in p.why and "Guaranteed error" in repr(p)
+    assert p.chosen.algorithm == "fake_approx" and not p.chosen.exact
+    assert p.chosen.error == pytest.approx(1e-3 / 4)  # chunk 4: same count, fewest steps
+    assert p.certificate.ratio is None and "approximate" in p.why and "Guaranteed error" in repr(p)
     assert p.runner_up.exact  # the exact algorithms are still scored beside it

@@ -285,21 +285,19 @@ def test_every_count_respects_every_explicit_bound_with_masks_and_gqa(Nq, Nkv, c
 def test_planner_covers_heads_masks_and_backward(causal, window, backward):
     p = attnio.plan(300, 16, 4000, Nkv=500, batch=2, heads=4, kv_heads=2, causal=causal,
                     window=window, backward=backward)
-    res = attnio.run(p.algorithm, shape=p.shape, M=p.M, mode="count", causal=causal,
-                     window=window, tiling=p.tiling, backward=backward,
-                     backward_tiling=p.backward_tiling)
-    assert res.io.total == p.predicted.total
+    res = p.run()  # the chosen algorithm and tiling (and backward schedule) on the planned shape
+    assert res.io.total == p.chosen.predicted.total
     if backward:
-        assert res.backward_io.total == p.backward.total
+        assert res.backward_io.total == p.backward.predicted.total
     for alg in attnio.algorithms.all_algorithms():
         if not alg.exact or (window and not alg.supports_window):
             continue
         if backward and not alg.supports_backward:
             continue
-        own = attnio.run(alg.name, shape=p.shape, M=p.M, mode="count", causal=causal,
+        own = attnio.run(alg.name, shape=p.shape, M=p.memory.M, mode="count", causal=causal,
                          window=window, backward=backward)
         own_total = own.io.total + (own.backward_io.total if backward else 0)
-        mine = p.predicted.total + (p.backward.total if backward else 0)
+        mine = p.chosen.predicted.total + (p.backward.predicted.total if backward else 0)
         assert mine <= own_total
 
 

@@ -2,7 +2,8 @@
 
 Run attention schedules on a simulated two-level memory that counts every word moved
 (:func:`run`), list them (:mod:`attnio.algorithms`), bound them (:mod:`attnio.bounds`), plan the
-least-I/O one (:func:`plan`), and check outputs against :mod:`attnio.reference`.
+least-I/O one (:func:`plan`), and check outputs against
+:mod:`attnio.reference` (:mod:`attnio.core.reference`).
 
 The package tree is the architecture (README, "Architecture"): ``core`` (the referee and the
 vocabulary) at the bottom, then ``approx``, then ``algorithms``/``blocks``/``bounds``, ``runner``,
@@ -14,7 +15,6 @@ above it load on first use.
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from . import algorithms, bounds
@@ -68,10 +68,6 @@ _LAZY = {
     "trace": ("attnio.cachesim.tracing", "trace"),
 }
 
-#: Modules of the first layout, kept for one release as deprecated aliases (gone in 0.3): each
-#: is a small module of this package that warns when imported and re-exports the new module.
-_DEPRECATED = ("cache", "dag", "devices", "errors", "memory", "report", "store", "sweep", "verify")
-
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
@@ -80,15 +76,6 @@ def __getattr__(name: str) -> Any:
         value = mod if attr is None else getattr(mod, attr)
         globals()[name] = value
         return value
-    if name in _DEPRECATED:
-        # the alias warns when first imported; say it again at the caller's line (``attnio.sweep``
-        # or ``from attnio import sweep``), where Python's default filters show it
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", DeprecationWarning)
-            mod = importlib.import_module(f"attnio.{name}")
-        for w in caught:
-            warnings.warn(w.message, w.category, stacklevel=2)
-        return mod
     raise AttributeError(f"module 'attnio' has no attribute {name!r}")
 
 

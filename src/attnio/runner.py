@@ -271,28 +271,67 @@ def run(
     """Run algorithm ``name`` with a fast memory of ``M`` words.
 
     Either pass ``Q, K, V`` (compute mode: the output is returned) or ``shape`` with
-    ``mode="count"`` (shapes only, same counts).  ``causal``: False, True (bottom-right aligned),
-    ``"bottom_right"`` or ``"top_left"`` (None: the shape's mask, unmasked by default);
-    ``window=W`` keeps each query's W most recent keys; ``block_mask`` (a
-    :class:`~attnio.core.blockmask.BlockMask`) makes the attention block-sparse (algorithms with
-    ``supports_block_mask`` only).  ``shape`` may carry the mask itself
-    (:class:`~attnio.core.workload.Shape`); with inputs it gives only the mask.
-    ``tiling`` is the algorithm's Tiling (or a mapping of its fields); None picks the default.
-    ``backward=True`` also runs the backward pass with ``grad_output`` (dO; not needed in count
-    mode) and returns its counts and gradients: ``backward_algorithm`` names the backward
-    schedule (:func:`attnio.algorithms.backward_names`; None: the least-I/O one for the shape
-    and M, by closed form), ``backward_tiling`` its tiling.
+    ``mode="count"`` (shapes only, same counts).  Inputs may be numpy arrays (float16/32/64) or
+    torch tensors (bfloat16 too); arithmetic accumulates in float32 at least, and the output has
+    the inputs' precision (bfloat16 outputs are rounded to bfloat16 and returned as float32
+    arrays).  Before allocating, the run's memory and time are estimated from closed forms
+    (:func:`estimate`) and refused when over ``max_memory`` or ``budget_s``.
 
-    Inputs may be numpy arrays (float16/32/64) or torch tensors (bfloat16 too); arithmetic
-    accumulates in float32 at least, and the output has the inputs' precision (bfloat16 outputs
-    are rounded to bfloat16 and returned as float32 arrays).  Non-finite entries are refused with
-    their position unless ``allow_nonfinite=True``.
+    Parameters
+    ----------
+    name : str or Algorithm
+        A registered algorithm (:func:`attnio.algorithms.names`) or an Algorithm instance.
+    Q, K, V : array-like, optional
+        The inputs, 2-D ``(N, d)`` or 4-D ``(batch, heads, N, d)`` (K and V with ``kv_heads``
+        heads: grouped-query attention); omit all three for count mode.
+    M : int
+        Fast-memory capacity in words.
+    shape : Shape or tuple, optional
+        The workload without inputs (:class:`~attnio.core.workload.Shape`, ``(Nq, Nkv, d)`` or
+        ``(N, d)``); with inputs it must match their sizes and gives only the mask.
+    mode : {"compute", "count"}, optional
+        Default: ``"compute"`` with inputs, ``"count"`` without.
+    causal : bool or str, optional
+        False, True / ``"bottom_right"`` or ``"top_left"`` (None: the shape's mask, unmasked by
+        default).
+    window : int, optional
+        Keep each query's W most recent keys (with a causal mask).
+    scale : float, optional
+        The softmax scale (None: 1/sqrt(d)).
+    tiling : Tiling, mapping or None
+        The algorithm's Tiling (or a mapping of its fields); None picks the least-I/O one.
+    bulk : bool
+        In count mode, count runs of equal blocks once (same counts, faster).
+    backward : bool
+        Also run the backward pass (after a forward that writes the logsumexp).
+    grad_output : array-like, optional
+        dO, like Q (compute mode with ``backward=True``).
+    backward_tiling : Tiling, mapping or None
+        The backward schedule's tiling (None: its least-I/O one).
+    backward_algorithm : str, optional
+        The backward schedule (:func:`attnio.algorithms.backward_names`; None: the least-I/O one
+        for the shape and M, by closed form).
+    block_mask : BlockMask, optional
+        A block-sparse layout (:class:`~attnio.core.blockmask.BlockMask`; algorithms with
+        ``supports_block_mask`` only).
+    allow_nonfinite : bool
+        Accept NaN/inf inputs (refused with their position by default).
+    budget_s : float or None
+        Refuse a compute-mode run estimated to take longer than this many seconds (None: no
+        limit) unless ``force``.
+    force : bool
+        Run even when over ``budget_s``.
+    max_memory : int, optional
+        Refuse a run estimated to need more bytes (default: what the machine has available).
+    progress : callable, optional
+        ``progress(steps, total)``, called about 500 times over the run's tile steps
+        (:class:`attnio.core.progress.Progress` draws a bar).
 
-    Before allocating, the run's memory and time are estimated from closed forms
-    (:func:`estimate`): more memory than ``max_memory`` bytes (default: what the machine has
-    available) is refused, and so is a compute-mode run estimated to take longer than
-    ``budget_s`` seconds unless ``force=True``.  ``progress(steps, total)`` is called about 500
-    times over the run's tile steps (:class:`attnio.core.progress.Progress` draws a bar).
+    Returns
+    -------
+    Result
+        The counts (``io``; ``backward_io`` with ``backward=True``), the tiling used, and the
+        output (and ``grads``) in compute mode.
     """
     alg = _alg.get(name)
     M = check_int("M", M, minimum=1, maximum=MAX_M)

@@ -18,8 +18,7 @@ True
 
 from __future__ import annotations
 
-import warnings
-from typing import Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from ..core.errors import UnknownNameError
 from ..core.workload import Shape
@@ -80,44 +79,28 @@ class _Registry(dict[str, _T]):
         raise UnknownNameError(self.param, str(name), self)
 
 
-_REGISTRY: _Registry[Algorithm] = _Registry(Algorithm, "algorithm", "algorithm", "register")
-_BACKWARDS: _Registry[BackwardSchedule] = _Registry(BackwardSchedule, "backward schedule",
+_REGISTRY: _Registry[Algorithm[Any]] = _Registry(Algorithm, "algorithm", "algorithm", "register")
+_BACKWARDS: _Registry[BackwardSchedule[Any]] = _Registry(BackwardSchedule, "backward schedule",
                                                     "backward_algorithm", "register_backward")
 
 
-def register(alg: Algorithm) -> Algorithm:
+def register(alg: Algorithm[Any]) -> Algorithm[Any]:
     """Add an algorithm to the registry under ``alg.name`` (replacing none)."""
     return _REGISTRY.add(alg)
 
 
-def get(name: str | Algorithm) -> Algorithm:
+def get(name: str | Algorithm[Any]) -> Algorithm[Any]:
     """The registered algorithm called ``name`` (UnknownNameError suggests close names)."""
     return _REGISTRY.lookup(name)
 
 
-def _kind(kind: str | None) -> None:
-    if kind not in (None, "attention"):
-        warnings.warn(f"names(kind={kind!r}): the registry holds attention algorithms only; the "
-                      "blocked matmul is attnio.blocks.matmul (the kind argument goes in 0.3)",
-                      DeprecationWarning, stacklevel=3)
-    elif kind is not None:
-        warnings.warn("the kind argument of names()/all_algorithms() goes in 0.3: every "
-                      "registered algorithm is attention", DeprecationWarning, stacklevel=3)
-
-
-def names(kind: str | None = None, *, exact: bool | None = None) -> list[str]:
+def names(*, exact: bool | None = None) -> list[str]:
     """Registered names in registration order (``exact=True``/``False``: only those)."""
-    _kind(kind)
-    if kind not in (None, "attention"):
-        return []
     return [n for n, a in _REGISTRY.items() if exact is None or a.exact == exact]
 
 
-def all_algorithms(kind: str | None = None, *, exact: bool | None = None) -> list[Algorithm]:
+def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
     """Registered algorithms in registration order (``exact=True``/``False``: only those)."""
-    _kind(kind)
-    if kind not in (None, "attention"):
-        return []
     return [_REGISTRY[n] for n in names(exact=exact)]
 
 
@@ -128,12 +111,12 @@ del _mod
 
 
 # ----------------------------------------------------------------------------- backward schedules
-def register_backward(bwd: BackwardSchedule) -> BackwardSchedule:
+def register_backward(bwd: BackwardSchedule[Any]) -> BackwardSchedule[Any]:
     """Add a backward schedule to the registry under ``bwd.name`` (replacing none)."""
     return _BACKWARDS.add(bwd)
 
 
-def get_backward(name: str | BackwardSchedule) -> BackwardSchedule:
+def get_backward(name: str | BackwardSchedule[Any]) -> BackwardSchedule[Any]:
     """The registered backward schedule called ``name`` (UnknownNameError suggests close names)."""
     return _BACKWARDS.lookup(name)
 
@@ -143,7 +126,7 @@ def backward_names() -> list[str]:
     return list(_BACKWARDS)
 
 
-def all_backwards() -> list[BackwardSchedule]:
+def all_backwards() -> list[BackwardSchedule[Any]]:
     """Registered backward schedules, in registration order."""
     return list(_BACKWARDS.values())
 
@@ -153,8 +136,8 @@ for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD):
 del _bwd
 
 
-def choose_backward(shape: Shape, M: int, name: str | BackwardSchedule | None = None,
-                    tiling: object = None) -> tuple[BackwardSchedule, object]:
+def choose_backward(shape: Shape, M: int, name: str | BackwardSchedule[Any] | None = None,
+                    tiling: object = None) -> tuple[BackwardSchedule[Any], object]:
     """The backward schedule and tiling to run: ``name``'s (with ``tiling`` validated, or its
     least-I/O tiling), or, when ``name`` is None, the schedule whose Tiling ``tiling`` is (a
     Tiling instance, or a mapping of exactly its fields), or else the least-I/O registered

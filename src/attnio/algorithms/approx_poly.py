@@ -120,7 +120,7 @@ def _visible_rows(shape: Shape, Bq: int) -> int:
     return masks.covered_sums(shape.Nq, shape.Nkv, Bq, 1, shape.offset, shape.causal).size_seen
 
 
-class ApproxPoly(Algorithm):
+class ApproxPoly(Algorithm[ApproxPolyTiling]):
     name = "approx_poly"
     summary = "polynomial method (Alman-Song): O = D^-1 phi(Q) (psi(K)^T V), streamed; approximate"
     exact = False

@@ -3,7 +3,8 @@
 An algorithm is a stateless object with
 
 * ``name`` (its registry key) and ``summary``;
-* ``Tiling``: a frozen dataclass of its tile parameters;
+* ``Tiling``: a frozen dataclass of its tile parameters (the protocol is generic over it:
+  ``class Flash2(Algorithm[Flash2Tiling])``, so every method that takes a tiling says which);
 * ``candidate_tilings(shape, M)``: the tilings it considers (the planner scores them);
 * ``footprint(shape, tiling)``: the peak fast-memory words the schedule needs;
 * ``predicted_io(shape, M, tiling=None)``: the closed-form count, exactly as the simulator counts
@@ -24,56 +25,62 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ..core.checks import check_int, check_real
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
 
-__all__ = ["Algorithm", "BackwardSchedule", "default_scale", "head_views"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["Algorithm", "BackwardSchedule", "TilingT", "default_scale", "head_views"]
+
+#: A schedule's tiling type: a (frozen) dataclass of its tile parameters.
+TilingT = TypeVar("TilingT", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
-class Choice:
+class Choice(Generic[TilingT]):
     """The best tiling an algorithm found for a workload: its closed-form count and steps."""
 
-    tiling: Any
+    tiling: TilingT
     predicted: IOCount
     steps: int
     tried: int  # candidate tilings that fit and were scored
 
 
-class TiledSchedule(ABC):
-    """What a forward and a backward schedule share: a frozen ``Tiling``, its fast-memory
-    footprint, the one best-tiling loop and the checks of a tiling against M."""
+class TiledSchedule(ABC, Generic[TilingT]):
+    """What a forward and a backward schedule share: a frozen ``Tiling`` (the type parameter),
+    its fast-memory footprint, the one best-tiling loop and the checks of a tiling against M."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
-    Tiling: ClassVar[type]
+    Tiling: type[TilingT]  # set on each schedule's class (a ClassVar cannot hold a TypeVar)
     _called: ClassVar[str] = ""  # what messages say before the name ("the backward schedule ")
 
     @abstractmethod
-    def candidate_tilings(self, shape: Shape, M: int) -> Iterable[Any]:
+    def candidate_tilings(self, shape: Shape, M: int) -> Iterable[TilingT]:
         """Tilings worth considering for this workload (those that do not fit M are skipped)."""
 
     @abstractmethod
-    def footprint(self, shape: Shape, tiling: Any) -> int:
+    def footprint(self, shape: Shape, tiling: TilingT) -> int:
         """Peak fast-memory words the schedule needs with this tiling."""
 
     @abstractmethod
     def min_M(self, shape: Shape) -> int:
         """The least M for which some tiling fits."""
 
-    def steps(self, shape: Shape, tiling: Any) -> int:
+    def steps(self, shape: Shape, tiling: TilingT) -> int:
         """Tile steps of one head (used to break ties toward fewer, larger steps)."""
         return 0
 
-    def _least_io(self, shape: Shape, M: int, tilings: Iterable[Any],
-                  count: Callable[[Shape, Any], IOCount]) -> Choice | None:
+    def _least_io(self, shape: Shape, M: int, tilings: Iterable[TilingT],
+                  count: Callable[[Shape, TilingT], IOCount]) -> Choice[TilingT] | None:
         """The least-(I/O, steps) tiling among ``tilings`` that fits in M, its every-head count
         by ``count``, or None when none fits.  The one best-tiling loop of the library."""
-        best: Choice | None = None
+        best: Choice[TilingT] | None = None
         best_key: tuple[int, int] | None = None
         tried = 0
         for t in tilings:
@@ -95,8 +102,8 @@ class TiledSchedule(ABC):
             raise ParameterError(f"M={M} is too small for {self._called}{self.name} with "
                                  f"d={shape.d}: it needs M >= {m} words", param="M")
 
-    def _least_io_tiling(self, shape: Shape, M: int, count: Callable[[Shape, Any], IOCount]
-                         ) -> Any:
+    def _least_io_tiling(self, shape: Shape, M: int,
+                         count: Callable[[Shape, TilingT], IOCount]) -> TilingT:
         """The least-I/O candidate tiling (a ParameterError naming M when M < min_M)."""
         self._check_min_M(shape, M)
         found = self._least_io(shape, M, self.candidate_tilings(shape, M), count)
@@ -104,7 +111,7 @@ class TiledSchedule(ABC):
             raise ParameterError(f"{self.name}: no tiling fits in M={M}", param="M")
         return found.tiling
 
-    def _check_fits(self, shape: Shape, M: int, tiling: Any) -> None:
+    def _check_fits(self, shape: Shape, M: int, tiling: TilingT) -> None:
         """A CapacityError when ``tiling`` needs more than M words of fast memory."""
         need = self.footprint(shape, tiling)
         if need > M:
@@ -114,7 +121,7 @@ class TiledSchedule(ABC):
         return sorted(f.name for f in dataclasses.fields(self.Tiling))
 
 
-class Algorithm(TiledSchedule):
+class Algorithm(TiledSchedule[TilingT]):
     """One schedule of attention on the two-level memory.
 
     Every method takes the workload as a :class:`~attnio.core.workload.Shape`, mask included:
@@ -128,29 +135,31 @@ class Algorithm(TiledSchedule):
 
     # -------------------------------------------------------------- tilings
     @abstractmethod
-    def _predict(self, shape: Shape, tiling: Any) -> IOCount:
+    def _predict(self, shape: Shape, tiling: TilingT) -> IOCount:
         """Closed-form count of one head for a validated tiling."""
 
     def planner_tilings(self, shape: Shape, M: int, *, eps: float | None = None,
-                        entry_bound: float | None = None) -> Iterable[Any]:
+                        entry_bound: float | None = None) -> Iterable[TilingT]:
         """The tilings the planner scores: the candidates (approximate algorithms use ``eps``
         and ``entry_bound`` to resolve theirs)."""
         return self.candidate_tilings(shape, M)
 
-    def search(self, shape: Shape, M: int, tilings: Iterable[Any] | None = None) -> Choice | None:
+    def search(self, shape: Shape, M: int, tilings: Iterable[TilingT] | None = None
+               ) -> Choice[TilingT] | None:
         """The least-(I/O, steps) tiling among ``tilings`` (default: the candidates) that fits
         in M, or None when none fits."""
         if tilings is None:
             tilings = self.candidate_tilings(shape, M)
         return self._least_io(shape, M, tilings, self.predict_total)
 
-    def default_tiling(self, shape: Any, M: int, causal: object = None) -> Any:
+    def default_tiling(self, shape: Any, M: int, causal: object = None) -> TilingT:
         """The least-I/O candidate tiling; ties broken toward fewer steps."""
         shape = Shape.coerce(shape).with_mask(causal)
         M = check_int("M", M, minimum=1)
         return self._least_io_tiling(shape, M, self.predict_total)
 
-    def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None, inputs: Any = None) -> Any:
+    def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None, inputs: Any = None
+                      ) -> TilingT:
         """Validate a user tiling (a Tiling, a mapping of its fields, or None for the default).
 
         ``inputs`` is ``(Q, K, V)`` in compute mode (None in count mode), for algorithms whose
@@ -167,7 +176,8 @@ class Algorithm(TiledSchedule):
         self._check_fits(shape, M, tiling)
         return tiling
 
-    def _tiling_from_mapping(self, tiling: Mapping[str, Any], required: bool = True) -> Any:
+    def _tiling_from_mapping(self, tiling: Mapping[str, Any], required: bool = True
+                             ) -> TilingT:
         names = set(self._tiling_fields())
         unknown = set(tiling) - names
         if unknown:
@@ -182,7 +192,7 @@ class Algorithm(TiledSchedule):
                                      f"fields are {sorted(names)}", param="tiling")
         return self.Tiling(**tiling)
 
-    def validate_tiling(self, shape: Shape, tiling: Any) -> None:
+    def validate_tiling(self, shape: Shape, tiling: TilingT) -> None:
         """Check every integer field (tile sizes, counts) is a positive integer (None allowed
         where the field is optional); subclasses add their own rules."""
         for f in dataclasses.fields(tiling):
@@ -206,12 +216,20 @@ class Algorithm(TiledSchedule):
         t = self.coerce_tiling(shape, M, tiling)
         return self.predict_total(shape, t)
 
-    def predict_total(self, shape: Shape, tiling: Any) -> IOCount:
+    def predict_total(self, shape: Shape, tiling: TilingT) -> IOCount:
         """Closed form over every head: heads are independent problems (``_predict`` is per head)."""
         return self._predict(shape, tiling).scaled(shape.n_heads)
 
+    def predict_with_lse(self, shape: Shape, tiling: TilingT) -> IOCount:
+        """The forward pass that also writes the logsumexp (Nq words a head) a backward schedule
+        reads: :meth:`predict_total` plus those writes (``supports_backward`` algorithms only)."""
+        if not self.supports_backward:
+            raise ParameterError(f"{self.name} has no backward pass (it writes no logsumexp)",
+                                 param="backward")
+        return self.predict_total(shape, tiling) + IOCount(0, shape.n_heads * shape.Nq)
+
     def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                     O: SlowArray, *, shape: Shape, tiling: Any, scale: float,
+                     O: SlowArray, *, shape: Shape, tiling: TilingT, scale: float,
                      lse: SlowArray | None = None) -> None:
         """Run every head: Q and O stack ``batch x heads`` blocks of Nq rows, K and V stack
         ``batch x kv_heads`` blocks of Nkv rows.  Each query head runs :meth:`schedule` on views of
@@ -229,14 +247,14 @@ class Algorithm(TiledSchedule):
     # -------------------------------------------------------------- the schedule
     @abstractmethod
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: Any, scale: float) -> None:
+                 O: SlowArray, *, shape: Shape, tiling: TilingT, scale: float) -> None:
         """Run the schedule for one head: read Q, K, V through ``mem``, leave the output in O."""
 
     def __repr__(self) -> str:
         return f"<algorithm {self.name}: {self.summary}>"
 
 
-class BackwardSchedule(TiledSchedule):
+class BackwardSchedule(TiledSchedule[TilingT]):
     """One schedule of attention's backward pass on the two-level memory.
 
     Inputs in slow memory: Q, K, V, the forward output O, its gradient dO and the logsumexp L
@@ -252,12 +270,12 @@ class BackwardSchedule(TiledSchedule):
     _called = "the backward schedule "
 
     @abstractmethod
-    def predict(self, shape: Shape, tiling: Any) -> IOCount:
+    def predict(self, shape: Shape, tiling: TilingT) -> IOCount:
         """Closed-form count of every head, exactly as the simulator counts it."""
 
     @abstractmethod
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
-                     tiling: Any, scale: float) -> None:
+                     tiling: TilingT, scale: float) -> None:
         """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
 
     def workspace(self, shape: Shape) -> int:
@@ -279,14 +297,14 @@ class BackwardSchedule(TiledSchedule):
             raise ParameterError(f"backward_algorithm={self.name!r} has {why}; flash2_backward "
                                  "supports every mask", param="backward_algorithm")
 
-    def search(self, shape: Shape, M: int) -> tuple[Any, IOCount] | None:
+    def search(self, shape: Shape, M: int) -> tuple[TilingT, IOCount] | None:
         """The least-(I/O, steps) candidate tiling that fits in M and its count, or None."""
         if M < self.min_M(shape) or self.unsupported(shape) is not None:
             return None
         found = self._least_io(shape, M, self.candidate_tilings(shape, M), self.predict)
         return None if found is None else (found.tiling, found.predicted)
 
-    def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None) -> Any:
+    def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None) -> TilingT:
         """Validate a user tiling (a Tiling, a mapping of its fields, or None for the least-I/O
         candidate) against the shape and the capacity M."""
         self.check_shape(shape)

@@ -71,7 +71,7 @@ def published_rule(M: int, d: int) -> tuple[int, int]:
     return min(Bc, d), Bc
 
 
-class Flash1(Algorithm):
+class Flash1(Algorithm[Flash1Tiling]):
     name = "flash1"
     summary = "FlashAttention-1: K/V blocks outer, O, l, m re-read and re-written per block"
     Tiling = Flash1Tiling

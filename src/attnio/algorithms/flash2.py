@@ -81,7 +81,7 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-class Flash2(Algorithm):
+class Flash2(Algorithm[Flash2Tiling]):
     name = "flash2"
     summary = "FlashAttention-2: Q blocks outer, O, l, m kept in fast memory, O written once"
     Tiling = Flash2Tiling
@@ -235,10 +235,6 @@ class Flash2(Algorithm):
             self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
                                 [v[3] for v in views], shape=shape, tiling=tiling, scale=scale,
                                 lse=lses)
-
-    def predict_with_lse(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:
-        """The forward pass that also writes the logsumexp (Nq words a head) for the backward."""
-        return self.predict_total(shape, tiling) + IOCount(0, shape.n_heads * shape.Nq)
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                  O: SlowArray, *, shape: Shape, tiling: Flash2Tiling, scale: float) -> None:

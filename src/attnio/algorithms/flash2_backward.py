@@ -99,7 +99,7 @@ def aligned_sizes(b: int, limit: int) -> set[int]:
     return out
 
 
-class Flash2Backward(BackwardSchedule):
+class Flash2Backward(BackwardSchedule[BackwardTiling]):
     """FlashAttention-2's backward: key/value blocks outer, dK_j, dV_j kept in fast memory."""
 
     name = "flash2_backward"

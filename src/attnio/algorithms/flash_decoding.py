@@ -83,7 +83,7 @@ def _fold_partial(acc: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray, 
     m[:] = t
 
 
-class FlashDecoding(Algorithm):
+class FlashDecoding(Algorithm[SplitKVTiling]):
     name = "flash_decoding"
     summary = "split-KV (FlashDecoding): partials per KV split written, then reduced"
     Tiling = SplitKVTiling

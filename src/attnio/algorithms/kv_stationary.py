@@ -45,6 +45,7 @@ larger steps at equal I/O).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,7 +70,8 @@ def _fp(d: int, Bc: int, Br: int, Bs: int) -> int:
     return 2 * Bc * d + Br * (2 * d + 3) + Br * Bs
 
 
-def _chunked_update(scale: float, r0: int, c0: int, shape: Shape, Bs: int):
+def _chunked_update(scale: float, r0: int, c0: int, shape: Shape,
+                    Bs: int) -> Callable[..., None]:
     """The online-softmax update of (m, l, O) by the resident K_j, V_j, Bs keys at a time through
     the score tile S (Br x Bs), masked by the shape's causal/window mask."""
     off, window, causal = shape.offset, shape.window, shape.causal
@@ -89,7 +91,7 @@ def _chunked_update(scale: float, r0: int, c0: int, shape: Shape, Bs: int):
     return fn
 
 
-def _first(lo: int, hi: int, pred) -> int:
+def _first(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
     """The least i in [lo, hi) with ``pred(i)`` (a monotone predicate: False then True), or hi."""
     while lo < hi:
         mid = (lo + hi) // 2
@@ -100,7 +102,7 @@ def _first(lo: int, hi: int, pred) -> int:
     return lo
 
 
-class KVStationary(Algorithm):
+class KVStationary(Algorithm[KVStationaryTiling]):
     name = "kv_stationary"
     summary = ("K/V-stationary: a K/V block held while all queries stream past, partial outputs "
                "with their running max and sum spilled and merged")

@@ -38,6 +38,7 @@ query blocks and a few more blocks (and powers of two when masked), for every di
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,13 +68,13 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def _accumulate_score(col: int):
+def _accumulate_score(col: int) -> Callable[..., None]:
     def fn(s: np.ndarray, Q: np.ndarray, w: np.ndarray) -> None:
         s += Q[:, col] * w[0, 0]
     return fn
 
 
-def _key_step(shape: Shape, r0: int, j: int):
+def _key_step(shape: Shape, r0: int, j: int) -> Callable[..., None]:
     """Mask the score column of key j, then the online-softmax step (s becomes the weights)."""
     off, window, causal = shape.offset, shape.window, shape.causal
 
@@ -92,13 +93,13 @@ def _key_step(shape: Shape, r0: int, j: int):
     return fn
 
 
-def _accumulate_output(col: int):
+def _accumulate_output(col: int) -> Callable[..., None]:
     def fn(O: np.ndarray, s: np.ndarray, w: np.ndarray) -> None:
         O[:, col] += s * w[0, 0]
     return fn
 
 
-class QStationaryMin(Algorithm):
+class QStationaryMin(Algorithm[QStationaryMinTiling]):
     name = "q_stationary_min"
     summary = ("Q-stationary with the least footprint: Q_i, O_i, m, l and one score per row held, "
                "K and V streamed one word at a time")
@@ -122,7 +123,7 @@ class QStationaryMin(Algorithm):
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[QStationaryMinTiling]:
         d, Nq = shape.d, shape.Nq
-        out = []
+        out: list[QStationaryMinTiling] = []
         for G in _divisors(shape.group):
             br_max = min(Nq, (M - 1) // (G * (2 * d + 3)))
             if br_max < 1:

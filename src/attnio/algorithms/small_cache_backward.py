@@ -172,7 +172,7 @@ def _output_tiles(mem: TwoLevelMemory, out: SlowArray, span: Block, a: int, d: i
             mem.free(acc)
 
 
-class SmallCacheBackward(BackwardSchedule):
+class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
     """The small-cache backward pass: P and dS written once, five output-stationary matmuls."""
 
     name = "small_cache_backward"

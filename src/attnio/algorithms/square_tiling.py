@@ -243,7 +243,7 @@ def _phase2_io(shape: Shape, Br2: int, Bk2: int, Bd2: int, Bc: int,
     return reads, Nq * d
 
 
-class SquareTiling(Algorithm):
+class SquareTiling(Algorithm[SquareTilingTiling]):
     name = "square_tiling"
     summary = ("Saha & Ye square tiling: write exp(S) once, two blocked matmuls; "
                "O(N²d/√M), beats FlashAttention for M < d²")
@@ -288,14 +288,6 @@ class SquareTiling(Algorithm):
         r1, w1 = _phase1_io(shape, t.Br, t.Bc, t.order, t.stable)
         r2, w2 = _phase2_io(shape, t.Br2, t.Bk2, t.Bd2, t.Bc, t.stable)
         return IOCount(r1 + r2, w1 + w2)
-
-    def phase_io(self, shape: Any, tiling: SquareTilingTiling,
-                 causal: object = None) -> tuple[IOCount, IOCount]:
-        """(Phase 1, Phase 2) closed-form counts, for reports."""
-        shape = Shape.coerce(shape).with_mask(causal)
-        t = tiling
-        return (IOCount(*_phase1_io(shape, t.Br, t.Bc, t.order, t.stable)),
-                IOCount(*_phase2_io(shape, t.Br2, t.Bk2, t.Bd2, t.Bc, t.stable)))
 
     # ------------------------------------------------------------------ tilings
     def paper_tiling(self, shape: Any, M: int, stable: bool = True) -> SquareTilingTiling:
@@ -344,14 +336,6 @@ class SquareTiling(Algorithm):
                   else {kmax, 1, *(2 ** i for i in range(kmax.bit_length()))})
             out.append((bd2, br2, sorted(k for k in ks if k <= kmax)))
         return out
-
-    def _phase2_candidates(self, shape: Shape, M: int, stable: bool, bc: int,
-                           ladder: list[_Rung] | None = None) -> list[tuple[int, int, int]]:
-        """Phase 2's (Br2, Bk2, Bd2) choices for a Phase 1 of key blocks ``bc``, sorted."""
-        ladder = self._phase2_ladder(shape, M, stable) if ladder is None else ladder
-        snap: dict[int, int] = {}
-        return sorted((br2, k, bd2) for bd2, br2, ks in ladder
-                      for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snap))
 
     @staticmethod
     def _slices(shape: Shape, M: int, stable: bool, bc: int, br2: int, bd2: int, ks: list[int],

@@ -79,7 +79,7 @@ def _softmax_full(S: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray) ->
     _probabilities(S, m, l)
 
 
-class Standard(Algorithm):
+class Standard(Algorithm[StandardTiling]):
     name = "standard"
     summary = "standard attention: S = QKᵀ and P = softmax(S) materialised in slow memory"
     Tiling = StandardTiling

@@ -131,12 +131,33 @@ def replay(trace, capacity_words: int, policy: str = "lru", *, line_words: int =
            progress: Callable[[int, int], None] | None = None) -> ReplayResult:
     """Replay ``trace`` through a write-back cache of ``capacity_words`` words.
 
-    ``trace`` is an :class:`attnio.trace.Trace` or a pair ``(addresses, kinds)`` (kinds 0/1 or
-    "read"/"write"; every array live-out).  ``policy`` is "lru", "fifo" or "opt"; ``ways=None`` is
-    fully associative.  ``write_hit_refresh=False`` makes LRU ignore write hits for recency, as
-    pycachesim does (its stores that hit only mark the line dirty); the default counts every
-    access as a use.  Returns a :class:`ReplayResult` (``reads``, ``writes``, ``total`` in words).
-    ``progress(events, total)`` is called as the replay goes (:mod:`attnio.core.progress`).
+    Parameters
+    ----------
+    trace : Trace or tuple
+        A :class:`~attnio.cachesim.tracing.Trace` (from :func:`attnio.trace`) or a pair
+        ``(addresses, kinds)`` (kinds 0/1 or "read"/"write"; every array live-out).
+    capacity_words : int
+        The cache's capacity in words (a multiple of ``line_words``).
+    policy : {"lru", "fifo", "opt"}
+        The replacement policy (``"opt"``: Belady's).
+    line_words : int
+        Words per cache line (> 1 needs ``write_allocate=True``).
+    write_allocate : bool
+        Whether a write miss loads its line.
+    ways : int, optional
+        Set associativity (None: fully associative).
+    write_hit_refresh : bool
+        False makes LRU ignore write hits for recency, as pycachesim does (its stores that hit
+        only mark the line dirty); the default counts every access as a use.
+    chunk : int
+        Events processed per chunk.
+    progress : callable, optional
+        ``progress(events, total)`` is called as the replay goes (:mod:`attnio.core.progress`).
+
+    Returns
+    -------
+    ReplayResult
+        ``reads``, ``writes`` and ``total`` in words.
     """
     tr = _as_trace(trace)
     capacity_words = check_int("capacity_words", capacity_words, minimum=1)

@@ -14,7 +14,7 @@ True
 
 How the schedule's steps become events (the *alias model*)
 -----------------------------------------------------------
-The schedule runs once on a :class:`~attnio.memory.TwoLevelMemory` in count mode, step by step
+The schedule runs once on a :class:`~attnio.core.memory.TwoLevelMemory` in count mode, step by step
 (no bulk counting), with a recorder attached.  Every fast tile is given *backing words* in an
 address space of arrays:
 
@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -71,7 +71,7 @@ from .. import algorithms as _alg
 from ..algorithms.base import default_scale
 from ..core.checks import check_int
 from ..core.errors import ParameterError
-from ..core.memory import SlowArray, TwoLevelMemory
+from ..core.memory import FastTile, SlowArray, Tracer, TwoLevelMemory
 from ..core.progress import ProgressCallback
 from ..core.resources import DEFAULT_BUDGET_S, Cost, check_cost
 from ..core.workload import MAX_M, Shape
@@ -135,10 +135,10 @@ class Chunk:
 
 
 # --------------------------------------------------------------------------- recording
-class _Recorder:
+class _Recorder(Tracer):
     """The tracer attached to a TwoLevelMemory: an op log of tile steps (not of elements)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.slow_arrays: list[SlowArray] = []
         self.ops: list[tuple] = []
         self.tid: dict[int, int] = {}  # id(tile) -> tile id, while alive
@@ -146,7 +146,7 @@ class _Recorder:
         self.shape: list[tuple[int, ...]] = []
         self.label: list[str] = []
 
-    def _new(self, tile) -> int:
+    def _new(self, tile: FastTile) -> int:
         t = len(self.shape)
         self.tid[id(tile)] = t
         self._alive[t] = tile  # keeps id(tile) from being reused while alive
@@ -154,23 +154,23 @@ class _Recorder:
         self.label.append(tile.label)
         return t
 
-    def slow(self, arr) -> None:
+    def slow(self, arr: SlowArray) -> None:
         self.slow_arrays.append(arr)
 
-    def load(self, tile, src, idx) -> None:
+    def load(self, tile: FastTile, src: SlowArray, idx: tuple[slice, ...]) -> None:
         self.ops.append(("L", self._new(tile), src._key, _region(idx)))
 
-    def alloc(self, tile, filled: bool = True) -> None:
+    def alloc(self, tile: FastTile, filled: bool = True) -> None:
         self.ops.append(("A", self._new(tile), bool(filled)))
 
-    def store(self, tile, dst, idx) -> None:
+    def store(self, tile: FastTile, dst: SlowArray, idx: tuple[slice, ...]) -> None:
         self.ops.append(("S", self.tid[id(tile)], dst._key, _region(idx)))
 
-    def compute(self, tiles, writes) -> None:
+    def compute(self, tiles: tuple[FastTile, ...], writes: int | None) -> None:
         k = len(tiles) if writes is None else writes
         self.ops.append(("C", tuple(self.tid[id(t)] for t in tiles), k))
 
-    def free(self, tile) -> None:
+    def free(self, tile: FastTile) -> None:
         t = self.tid.pop(id(tile))
         del self._alive[t]
         self.ops.append(("F", t))
@@ -358,16 +358,45 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
           max_memory: int | None = None, progress: ProgressCallback | None = None) -> Trace:
     """The element trace of algorithm ``name`` on ``N x d`` inputs with ``M`` fast words.
 
-    ``shape`` (a :class:`~attnio.core.workload.Shape`, ``(Nq, Nkv, d)`` or ``(N, d)``) replaces N
-    and d for non-square, multi-head or masked problems; ``causal``/``window`` add a mask;
-    ``tiling`` is as in :func:`attnio.run` (None: the default tiling for M).  The schedule runs
-    once in count mode to record its tile steps; events are generated from that log each time the
-    trace is read.
+    The schedule runs once in count mode to record its tile steps; events are generated from
+    that log each time the trace is read.  The recording's memory and time are estimated first
+    (:func:`estimate_trace`) and refused when over ``max_memory`` or ``budget_s``.
 
-    The recording's memory and time are estimated first (:func:`estimate_trace`): more than
-    ``max_memory`` bytes (default: what the machine has available) is refused, and so is more
-    than ``budget_s`` seconds unless ``force``.  ``progress(steps, total)`` reports the
-    recording's tile steps.
+    Parameters
+    ----------
+    name : str
+        A registered algorithm (:func:`attnio.algorithms.names`).
+    N, d : int, optional
+        Sequence length and head dimension (or give ``shape``).
+    M : int
+        Fast-memory capacity in words.
+    shape : Shape or tuple, optional
+        A :class:`~attnio.core.workload.Shape`, ``(Nq, Nkv, d)`` or ``(N, d)``; replaces N and
+        d for non-square, multi-head or masked problems.
+    tiling : Tiling, mapping or None
+        As in :func:`attnio.run` (None: the default tiling for M).
+    causal : bool or str, optional
+        False, True / ``"bottom_right"`` or ``"top_left"`` (None: the shape's mask).
+    window : int, optional
+        A sliding window of W keys per query.
+    scale : float, optional
+        The softmax scale (None: 1/sqrt(d)); it changes no count.
+    chunk : int
+        Events generated per chunk when the trace is read.
+    budget_s : float or None
+        Refuse a recording estimated to take longer than this many seconds (None: no limit).
+    force : bool
+        Run even when over ``budget_s``.
+    max_memory : int, optional
+        Refuse a recording estimated to need more bytes (default: what the machine has
+        available).
+    progress : callable, optional
+        ``progress(steps, total)`` reports the recording's tile steps.
+
+    Returns
+    -------
+    Trace
+        The recorded trace: iterate its events (or ``chunks()``), or :func:`attnio.replay` it.
     """
     alg = _alg.get(name)
     if shape is None:
@@ -404,9 +433,22 @@ def _tiling_dict(t) -> dict:
 
 def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
     """Resolve each tile epoch's destination, lay out the arrays, count the events."""
-    ntiles = len(rec.shape)
     size = [int(np.prod(s, dtype=np.int64)) if s else 1 for s in rec.shape]
-    epochs: list[list] = [[] for _ in range(ntiles)]  # per tile: dest of each epoch
+    epochs, scratch_size, n_events = _epochs(rec, size)
+    infos, by_key, scratch_base = _layout(rec, scratch_size)
+    source = _event_source(rec, size, epochs, by_key, scratch_base)
+    return Trace(infos, n_events, source, meta)
+
+
+_Backing = Any  # ("arr", slow key, region) or ("scratch", (label, slot)) or None
+
+
+def _epochs(rec: _Recorder, size: list[int]
+            ) -> tuple[list[list[_Backing]], dict[tuple[str, int], int], int]:
+    """Per tile, the destination of each epoch (between stores); the size of each scratch slot
+    (label, slot number); the number of events the trace will hold."""
+    ntiles = len(rec.shape)
+    epochs: list[list[_Backing]] = [[] for _ in range(ntiles)]  # per tile: dest of each epoch
     written = [False] * ntiles
     uninit = [False] * ntiles  # allocated without a fill and not yet written: reads touch nothing
     slot_of = [0] * ntiles
@@ -415,7 +457,7 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
     alive: set[int] = set()
     n_events = 0
 
-    def new_tile(t):
+    def new_tile(t: int) -> None:
         used = busy.setdefault(rec.label[t], set())
         s = 0
         while s in used:
@@ -424,7 +466,7 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
         slot_of[t] = s
         alive.add(t)
 
-    def end_epoch_dead(t):
+    def end_epoch_dead(t: int) -> None:
         if written[t]:
             key = (rec.label[t], slot_of[t])
             scratch_size[key] = max(scratch_size.get(key, 0), size[t])
@@ -464,8 +506,13 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
             busy[rec.label[t]].discard(slot_of[t])
     for t in sorted(alive):  # tiles never freed: their last epoch dies with the program
         end_epoch_dead(t)
+    return epochs, scratch_size, n_events
 
-    # address layout
+
+def _layout(rec: _Recorder, scratch_size: dict[tuple[str, int], int]
+            ) -> tuple[list[ArrayInfo], dict[int, tuple[int, tuple[int, ...]]],
+                       dict[tuple[str, int], int]]:
+    """The address layout: the slow arrays, then the scratch slots, each aligned to ALIGN."""
     infos: list[ArrayInfo] = []
     by_key: dict[int, tuple[int, tuple[int, ...]]] = {}  # slow key -> (base, shape)
     base = 0
@@ -481,16 +528,24 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
         infos.append(ArrayInfo(nm, scratch_size[key], base, False, "scratch"))
         scratch_base[key] = base
         base += -(-scratch_size[key] // ALIGN) * ALIGN
+    return infos, by_key, scratch_base
 
-    def backing_addr(b, t) -> np.ndarray:
+
+def _event_source(rec: _Recorder, size: list[int], epochs: list[list[_Backing]],
+                  by_key: dict[int, tuple[int, tuple[int, ...]]],
+                  scratch_base: dict[tuple[str, int], int]
+                  ) -> Callable[[int], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """A function that generates the events from the op log, ``chunk_size`` at a time."""
+    ntiles = len(rec.shape)
+    ops = rec.ops
+
+    def backing_addr(b: _Backing, t: int) -> np.ndarray:
         if b[0] == "arr":
             b0, shp = by_key[b[1]]
             return _flat(shp, b[2]) + b0
         return np.arange(size[t], dtype=np.int64) + scratch_base[b[1]]
 
-    ops = rec.ops
-
-    def source(chunk_size: int):
+    def source(chunk_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         epoch = [0] * ntiles
         wrote = [False] * ntiles
         src: list[Any] = [None] * ntiles  # address array of the epoch's source words
@@ -499,7 +554,7 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
         buf_k: list[np.ndarray] = []
         pending = 0
 
-        def dest(t):
+        def dest(t: int) -> np.ndarray:
             if dst[t] is None:
                 dst[t] = backing_addr(epochs[t][epoch[t]], t)
             return dst[t]
@@ -510,7 +565,7 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
             buf_k.append(np.full(len(addr), kind, np.uint8))
             pending += len(addr)
 
-        def write(t) -> None:  # tile t writes every word of its destination
+        def write(t: int) -> None:  # tile t writes every word of its destination
             emit(dest(t), 1)
             wrote[t] = True
 
@@ -547,14 +602,14 @@ def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
                 src[t] = dst[t] = None
             if pending >= chunk_size:
                 a = np.concatenate(buf_a)
-                k = np.concatenate(buf_k)
+                kk = np.concatenate(buf_k)
                 for s in range(0, len(a) - chunk_size + 1, chunk_size):
-                    yield a[s:s + chunk_size], k[s:s + chunk_size]
+                    yield a[s:s + chunk_size], kk[s:s + chunk_size]
                 rest = len(a) % chunk_size
                 buf_a = [a[len(a) - rest:]] if rest else []
-                buf_k = [k[len(k) - rest:]] if rest else []
+                buf_k = [kk[len(kk) - rest:]] if rest else []
                 pending = rest
         if pending:
             yield np.concatenate(buf_a), np.concatenate(buf_k)
 
-    return Trace(infos, n_events, source, meta)
+    return source

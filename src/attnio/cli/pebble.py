@@ -1,6 +1,6 @@
 """``attnio pebble``: the exact red-blue pebbling optimum of a tiny instance, next to the simulator.
 
-Prints the optimum of the red-blue pebble game on the instance's DAG (:mod:`attnio.dag`), the
+Prints the optimum of the red-blue pebble game on the instance's DAG (:mod:`attnio.pebble.dag`), the
 sliding variant's optimum, every exact algorithm's simulated count at the same M, and the seed
 bounds of :mod:`attnio.bounds`.  See docs/pebbling.md for the models and how to read them.
 """

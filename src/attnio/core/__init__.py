@@ -24,7 +24,7 @@ from .errors import (
     ScheduleError,
     UnknownNameError,
 )
-from .memory import ArrayIO, Block, FastTile, IOCount, IOStats, SlowArray, TwoLevelMemory
+from .memory import ArrayIO, Block, FastTile, IOCount, IOStats, SlowArray, Tracer, TwoLevelMemory
 from .workload import Shape, cdiv, kv_range, parse_causal, q_range
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "ScheduleError",
     "Shape",
     "SlowArray",
+    "Tracer",
     "TwoLevelMemory",
     "UnknownNameError",
     "cdiv",

@@ -219,12 +219,6 @@ class BlockMask:
         return f"block_mask={self.Tq}x{self.Tk}/{self.bq}x{self.bk} s={self.density:.4g}"
 
     # ------------------------------------------------------------------ geometry
-    def element_mask(self, Nq: int, Nkv: int) -> np.ndarray:
-        """Boolean (Nq, Nkv) array, True where query r sees key c."""
-        self.check(Nq, Nkv)
-        out: np.ndarray = self.layout[np.arange(Nq) // self.bq][:, np.arange(Nkv) // self.bk]
-        return out
-
     def tiles(self, Nq: int, Nkv: int, Br: int, Bc: int) -> np.ndarray:
         """Boolean (ceil(Nq/Br), ceil(Nkv/Bc)) array: tile (i, j) of Br x Bc meets a kept block.
 

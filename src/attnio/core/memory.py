@@ -54,7 +54,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal, Protocol, Union
 
 import numpy as np
 
@@ -74,6 +74,7 @@ __all__ = [
     "FastTile",
     "IOStats",
     "SlowArray",
+    "Tracer",
     "TwoLevelMemory",
 ]
 
@@ -243,6 +244,34 @@ def _fmt_index(shape: tuple[int, ...], idx: tuple[slice, ...]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
+class Tracer(Protocol):
+    """An observer of every step of a :class:`TwoLevelMemory` (``TwoLevelMemory(tracer=...)``).
+
+    Each method is called after the step it names was checked (capacity, liveness, bounds);
+    ``idx`` is the absolute index of the region in the base slow array (one slice per
+    dimension).  The element-trace recorder (:mod:`attnio.cachesim.tracing`) and the per-CTA
+    tile-stream recorder (:mod:`attnio.hardware.traffic`) implement it.
+    """
+
+    def slow(self, arr: SlowArray) -> None:
+        """A slow array was created."""
+
+    def load(self, tile: FastTile, src: SlowArray, idx: tuple[slice, ...]) -> None:
+        """``tile`` was loaded from ``src[idx]``."""
+
+    def store(self, tile: FastTile, dst: SlowArray, idx: tuple[slice, ...]) -> None:
+        """``tile`` was written to ``dst[idx]``."""
+
+    def alloc(self, tile: FastTile, filled: bool) -> None:
+        """``tile`` was allocated in fast memory (``filled``: with a fill value)."""
+
+    def free(self, tile: FastTile) -> None:
+        """``tile`` left fast memory."""
+
+    def compute(self, tiles: tuple[FastTile, ...], writes: int | None) -> None:
+        """Arithmetic ran on ``tiles`` (the leading ``writes`` of them modified; None: any)."""
+
+
 class TwoLevelMemory:
     """A fast memory of ``M`` words in front of an unbounded slow memory, counting every word moved.
 
@@ -256,11 +285,12 @@ class TwoLevelMemory:
         In count mode, execute runs of equal blocks once and multiply their counts (default True).
     dtype : numpy dtype
         The dtype of fast tiles (the accumulation precision) in compute mode.
-    tracer : object, optional
-        Observer of every step (used by :mod:`attnio.trace`): its methods ``slow(arr)``,
+    tracer : Tracer, optional
+        Observer of every step (used by :func:`attnio.trace`): its methods ``slow(arr)``,
         ``load(tile, src, idx)``, ``store(tile, dst, idx)``, ``alloc(tile, filled)``, ``free(tile)`` and
-        ``compute(tiles, writes)`` are called after each step is checked.  A tracer needs every
-        step, so it turns bulk counting off.  None (the default) changes nothing.
+        ``compute(tiles, writes)`` are called after each step is checked (:class:`Tracer`).  A
+        tracer needs every step, so it turns bulk counting off.  None (the default) changes
+        nothing.
     progress : callable, optional
         ``progress(steps, progress_total)`` is called about 500 times over ``progress_total``
         tile steps (:mod:`attnio.core.progress`); None (the default) costs one integer
@@ -268,7 +298,7 @@ class TwoLevelMemory:
     """
 
     def __init__(self, M: int, mode: Mode = "compute", *, bulk: bool = True,
-                 dtype: Any = np.float64, tracer: Any = None,
+                 dtype: Any = np.float64, tracer: Tracer | None = None,
                  progress: Callable[[int, int], None] | None = None, progress_total: int = 0):
         self.M = check_int("M", M, minimum=1, maximum=1 << 60)
         if mode not in ("compute", "count"):

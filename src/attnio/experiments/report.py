@@ -1,6 +1,6 @@
 """The reproduction report: log-log figures, scaling fits and a table of the seed papers' claims.
 
-:func:`build_report` reads a results database (:mod:`attnio.store`) and writes to a directory:
+:func:`build_report` reads a results database (:mod:`attnio.experiments.store`) and writes to a directory:
 
 * figures, PNG and SVG, all log-log: total I/O vs N per algorithm (fixed d, M); I/O vs M with the
   line M = d² and every lower bound drawn as a curve; the ratio to the best explicit bound vs M;
@@ -228,7 +228,7 @@ def claims(rows: Iterable[dict], fits: list[Fit] | None = None,
     if registered is None:
         from .. import algorithms as _alg
 
-        registered = _alg.names(None)
+        registered = _alg.names()
     registered = set(registered)
     present = {r["algorithm"] for r in ok}
     out: list[Claim] = []

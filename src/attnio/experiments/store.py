@@ -7,7 +7,7 @@ why, e.g. ``M=64 < min_M=260``) or ``"error"`` (it raised; ``reason`` holds the 
 tries it again).  Skipped configurations live in the same table as the results, so a sweep's
 coverage is one query away.
 
-The key is :func:`attnio.sweep.Config.hash` (what was asked, not the library version, which every
+The key is :func:`attnio.experiments.sweep.Config.hash` (what was asked, not the library version, which every
 row records in ``version``).  The database is opened in WAL mode and every batch of rows is written
 in one transaction, so a sweep killed at any instant leaves only whole rows, and a restart skips the
 rows already present: no lost and no duplicated row.

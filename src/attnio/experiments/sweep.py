@@ -1,4 +1,4 @@
-"""Sweeps: grids of configurations run into a results database (:mod:`attnio.store`).
+"""Sweeps: grids of configurations run into a results database (:mod:`attnio.experiments.store`).
 
 A :class:`Grid` names value lists for ``N`` (or ``Nq`` x ``Nkv``), ``d``, ``M``, the algorithms
 (``"all"`` = every registered one), the mask (``causal``: none, bottom-right
@@ -847,7 +847,7 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
         wall = time.perf_counter() - t0
         pred = alg.predict_total(res.shape, res.tiling)  # the tiling was validated by the run
         if cfg.backward:  # the forward of a backward run writes the logsumexp too
-            pred = alg.predict_with_lse(res.shape, res.tiling)  # type: ignore[attr-defined]
+            pred = alg.predict_with_lse(res.shape, res.tiling)
         verify = verify_columns(cfg, alg, res.tiling) if cfg.verify else {}
     except CapacityError as e:  # the algorithm's own tiling rule broke the capacity: a bug
         row.update(status="error", reason=f"CapacityError: {e}", wall_s=time.perf_counter() - t0)

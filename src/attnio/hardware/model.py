@@ -150,9 +150,33 @@ def score(device: str | Device, workload: Any, config: Any, *, dtype: str | None
           budget: int | None = 400_000) -> Score:
     """Score ``config`` running ``workload`` on ``device`` (module docstring).
 
-    ``l2_bytes`` overrides the device's L2 size (what-if studies; the monotonicity test);
-    ``granularity="sector"`` replays 32-byte sectors instead of tiles (validation, slow);
-    ``budget`` caps the requests replayed before the remaining waves are extrapolated.
+    Parameters
+    ----------
+    device : str or Device
+        A preset name of :mod:`attnio.hardware.devices` (``"h100"``, ``"a100"``, ...) or a
+        :class:`~attnio.hardware.devices.Device` with the model's figures.
+    workload : Shape or tuple
+        The attention workload: a :class:`~attnio.core.workload.Shape` (heads, GQA and mask
+        included), ``(N, d)`` or ``(Nq, Nkv, d)``.
+    config : KernelConfig, str or mapping
+        A :class:`~attnio.hardware.kernels.KernelConfig`, a named kernel (``"fa2"``, ``"fa3"``,
+        ``"sdpa"``), a ``"Br=..,Bc=.."`` string or a mapping of KernelConfig fields.
+    dtype : str, optional
+        The element type (``"bf16"``, ``"fp16"``, ``"fp32"``, ...); default: the config's, else
+        bf16.
+    l2_bytes : int, optional
+        Overrides the device's L2 size (what-if studies; the monotonicity test).
+    granularity : {"tile", "sector"}
+        ``"sector"`` replays 32-byte sectors instead of tiles (validation, slow).
+    budget : int or None
+        Caps the requests replayed before the remaining waves are extrapolated (None: replay
+        every request).
+
+    Returns
+    -------
+    Score
+        Feasibility (and why not), resources, waves, HBM bytes after the L2 replay, the
+        compulsory bytes, FLOPs, the predicted time and the binding resource.
     """
     dev, shape, cfg = resolve(device, workload, config, dtype)
     f = check(dev, cfg, shape)

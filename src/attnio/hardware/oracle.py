@@ -630,7 +630,34 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
 def tune(device: str | Device, workload: Any, *, algorithm: str | None = None,
          dtype: str = "bf16", top: int = 5, max_replays: int = 12,
          where: Callable[[KernelConfig], bool] | None = None) -> list[Score]:
-    """The ``top`` configs of least predicted time, best first (see :func:`tune_report`)."""
+    """The ``top`` configs of least predicted time, best first (see :func:`tune_report`).
+
+    Parameters
+    ----------
+    device : str or Device
+        A preset name of :mod:`attnio.hardware.devices` or a
+        :class:`~attnio.hardware.devices.Device` with the model's figures.
+    workload : Shape or tuple
+        The attention workload: a :class:`~attnio.core.workload.Shape`, ``(N, d)`` or
+        ``(Nq, Nkv, d)``.
+    algorithm : str, optional
+        The kernel family searched (``"fa2"``, ``"fa3"``, ``"splitkv"``, ``"fa2_bwd"``);
+        default ``fa3`` on Hopper, else ``fa2`` with its split-KV kernel.
+    dtype : str
+        The element type (default ``"bf16"``).
+    top : int
+        How many configs to return (>= 1).
+    max_replays : int
+        The most L2 replays the search runs on its finalists (>= 1).
+    where : callable, optional
+        A predicate on :class:`~attnio.hardware.kernels.KernelConfig` restricting the space
+        (``lambda c: c.splits == 1``: the best unsplit config).
+
+    Returns
+    -------
+    list of Score
+        The ``top`` scored configs, least predicted time first.
+    """
     return tune_report(device, workload, algorithm=algorithm, dtype=dtype, top=top,
                        kernel=None, max_replays=max_replays, where=where).best
 

@@ -37,7 +37,7 @@ from ..algorithms.flash_decoding import ALGORITHM as FLASH_DECODING
 from ..algorithms.flash_decoding import SplitKVTiling
 from ..core import masks
 from ..core.errors import ParameterError, ScheduleError
-from ..core.memory import TwoLevelMemory
+from ..core.memory import FastTile, SlowArray, Tracer, TwoLevelMemory
 from ..core.workload import Shape, cdiv
 from ..runner import place_inputs
 from . import geometry
@@ -80,28 +80,28 @@ class Template:
 
 
 # ---------------------------------------------------------------------- the simulator's trace
-class _Recorder:
+class _Recorder(Tracer):
     """A TwoLevelMemory tracer that keeps (store?, base array, first row, last row + 1)."""
 
     def __init__(self) -> None:
         self.ops: list[tuple[bool, str, int, int]] = []
 
-    def slow(self, arr) -> None:
+    def slow(self, arr: SlowArray) -> None:
         pass
 
-    def load(self, tile, src, idx) -> None:
+    def load(self, tile: FastTile, src: SlowArray, idx: tuple[slice, ...]) -> None:
         self.ops.append((False, src.name, idx[0].start, idx[0].stop))
 
-    def store(self, tile, dst, idx) -> None:
+    def store(self, tile: FastTile, dst: SlowArray, idx: tuple[slice, ...]) -> None:
         self.ops.append((True, dst.name, idx[0].start, idx[0].stop))
 
-    def alloc(self, tile, filled: bool = True) -> None:
+    def alloc(self, tile: FastTile, filled: bool = True) -> None:
         pass
 
-    def free(self, tile) -> None:
+    def free(self, tile: FastTile) -> None:
         pass
 
-    def compute(self, tiles, writes) -> None:
+    def compute(self, tiles: tuple[FastTile, ...], writes: int | None) -> None:
         pass
 
 

@@ -1,11 +1,14 @@
 """The red-blue pebble game on attention's computation DAG, solved exactly on tiny instances.
 
 * :mod:`.dag`: the computation DAGs (attention with or without the row max, matmul, trees);
-* :mod:`.game`: the rules, a move checker, and the solvers (greedy, A* search, CP-SAT);
+* :mod:`.game`: the rules, a move checker and the greedy schedule;
+* :mod:`.astar` (exact A* search), :mod:`.cpsat_model` (time-expanded CP-SAT) and
+  :mod:`.solver` (:func:`solve`, which combines greedy, A* and CP-SAT);
 * :mod:`.compare`: optima next to simulated schedules and bounds (docs/pebbling.md).
 """
 
 from . import dag
+from .astar import SearchResult, search
 from .comparison import (
     TABLE_COLUMNS,
     TABLE_INSTANCES,
@@ -16,21 +19,19 @@ from .comparison import (
     simulated,
     table_row,
 )
+from .cpsat_model import cpsat
 from .dag import DAG
 from .game import (
     IllegalMoveError,
     Move,
     PebbleResult,
     Replay,
-    SearchResult,
-    cpsat,
     greedy,
     parse_moves,
     replay,
     safe_horizon,
-    search,
-    solve,
 )
+from .solver import solve
 
 __all__ = [
     "DAG",

@@ -1,6 +1,6 @@
 """Tiny instances solved exactly, next to what attnio's schedules and bounds say about them.
 
-:func:`compare` puts the pebbling optimum (:mod:`.game`) of a tiny attention or matmul DAG
+:func:`compare` puts the pebbling optimum (:mod:`.solver`) of a tiny attention or matmul DAG
 (:mod:`.dag`) beside every exact schedule's simulated count and every bound of
 :mod:`attnio.bounds`; ``docs/pebbling.md`` is its table (``benchmarks/pebble_table.py``).
 """
@@ -19,7 +19,8 @@ from ..core.workload import Shape
 from ..runner import run
 from . import dag as dag_
 from .dag import DAG
-from .game import PebbleResult, solve
+from .game import PebbleResult
+from .solver import solve
 
 __all__ = ["TABLE_COLUMNS", "TABLE_INSTANCES", "Instance", "compare", "format_table",
            "seed_bounds", "simulated", "table_row"]

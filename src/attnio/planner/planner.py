@@ -8,12 +8,15 @@ steps and then registry order.  The choice is made by predicted I/O alone, never
 
 >>> import attnio
 >>> p = plan(4096, 64, 65536)
->>> p.algorithm, p.regime
+>>> p.chosen.algorithm, p.certificate.regime
 ('flash2', 'large cache (M >= d^2)')
->>> r = attnio.run(p.algorithm, shape=p.shape, M=p.M, mode="count", tiling=p.tiling)
->>> p.predicted.total == r.io.total
+>>> r = p.run()  # count mode: the chosen algorithm and tiling on the planned sizes and M
+>>> p.chosen.predicted.total == r.io.total
 True
->>> p.ratio < 10
+>>> r2 = attnio.run(p.chosen.algorithm, shape=p.shape, M=p.memory.M, tiling=p.chosen.tiling)
+>>> r2.io.total == r.io.total
+True
+>>> p.certificate.ratio < 10
 True
 """
 
@@ -26,6 +29,7 @@ from typing import Any, TypeVar
 
 from .. import algorithms as _alg
 from .. import bounds as _bounds
+from .. import runner as _runner
 from ..algorithms.base import Algorithm
 from ..bounds import backward as _bwd_bounds
 from ..core.blockmask import BlockMask
@@ -35,6 +39,7 @@ from ..core.memory import IOCount
 from ..core.resources import fmt_count
 from ..core.workload import MAX_M, Shape
 from ..hardware import devices as _devices
+from ..runner import Result
 
 __all__ = ["Backward", "Candidate", "Certificate", "CertificateFactors", "FastMemory", "Plan",
            "backward_plan", "certificate_factors", "plan", "plan_shape"]
@@ -96,36 +101,20 @@ class Backward:
     skipped: tuple[tuple[str, str], ...] = ()
     certificate: Certificate | None = None
 
-    @property
-    def best_bound(self) -> _bounds.Bound | None:
-        return None if self.certificate is None else self.certificate.best_bound
-
-    @property
-    def ratio(self) -> float | None:
-        return None if self.certificate is None else self.certificate.ratio
-
     def to_dict(self) -> dict[str, Any]:
         c = self.certificate
-        return {"algorithm": self.algorithm, "reads": self.reads, "writes": self.writes,
-                "total": self.total, "tiling": dataclasses.asdict(self.tiling),
+        return {"algorithm": self.algorithm, "reads": self.predicted.reads,
+                "writes": self.predicted.writes, "total": self.predicted.total, "tiling": dataclasses.asdict(self.tiling),
                 "candidates": [x.to_dict() for x in self.candidates],
                 "skipped": [{"algorithm": a, "reason": r} for a, r in self.skipped],
                 "bounds": [] if c is None else [b.to_dict() for b in c.bounds],
                 "best_bound": None if c is None else c.best_bound.to_dict(),
                 "ratio": None if c is None else c.ratio}
 
-    # an IOCount's fields, so that ``plan.backward.total`` reads as before
-    @property
-    def reads(self) -> int:
-        return self.predicted.reads
 
-    @property
-    def writes(self) -> int:
-        return self.predicted.writes
-
-    @property
-    def total(self) -> int:
-        return self.predicted.total
+#: :func:`attnio.run`'s arguments that a plan fixes (:meth:`Plan.run` refuses them).
+_PLAN_FIXED = frozenset({"M", "shape", "tiling", "causal", "window", "block_mask", "backward",
+                         "backward_algorithm", "backward_tiling"})
 
 
 @dataclass(frozen=True, repr=False)
@@ -154,177 +143,136 @@ class Plan:
     def runner_up(self) -> Candidate | None:
         return self.candidates[1] if len(self.candidates) > 1 else None
 
-    @property
-    def algorithm(self) -> str:
-        return self.chosen.algorithm
+    # ------------------------------------------------------------------ running it
+    def run(self, Q: Any = None, K: Any = None, V: Any = None, **options: Any) -> Result:
+        """Run the plan it describes, as opt_einsum hands its path to ``contract``.
 
-    @property
-    def tiling(self) -> Any:
-        return self.chosen.tiling
+        Calls :func:`attnio.run` with the chosen algorithm and tiling, the planned fast memory
+        and workload (mask included) and, for a plan made with ``backward=True``, the chosen
+        backward schedule and its tiling.  Without ``Q, K, V`` it runs in count mode on the
+        plan's shape; with them, their sizes must be the plan's (a ParameterError naming
+        ``shape`` otherwise) and the output is computed.
 
-    @property
-    def predicted(self) -> IOCount:
-        return self.chosen.predicted
+        Parameters
+        ----------
+        Q, K, V : array-like, optional
+            The inputs, as :func:`attnio.run` takes them (2-D ``(N, d)`` or 4-D
+            ``(batch, heads, N, d)``); omit all three to count only.
+        **options
+            Any other argument of :func:`attnio.run` that the plan does not fix (``mode``,
+            ``scale``, ``grad_output``, ``bulk``, ``allow_nonfinite``, ``budget_s``, ``force``,
+            ``max_memory``, ``progress``).
 
-    @property
-    def error(self) -> float | None:
-        return self.chosen.error
+        Returns
+        -------
+        Result
+            The run's counts (equal to the plan's predicted ones), and its output in compute
+            mode.
 
-    @property
-    def backward_tiling(self) -> Any:
-        return None if self.backward is None else self.backward.tiling
-
-    # ------------------------------------------------------------------ the certificate
-    @property
-    def bounds(self) -> tuple[_bounds.Bound, ...]:
-        return self.certificate.bounds
-
-    @property
-    def best_bound(self) -> _bounds.Bound:
-        return self.certificate.best_bound
-
-    @property
-    def ratio(self) -> float | None:
-        return self.certificate.ratio
-
-    @property
-    def regime(self) -> str:
-        return self.certificate.regime
-
-    # ------------------------------------------------------------------ the workload
-    @property
-    def M(self) -> int:
-        return self.memory.M
-
-    @property
-    def dtype_bytes(self) -> int | None:
-        return self.memory.dtype_bytes
-
-    @property
-    def device(self) -> str | None:
-        return self.memory.device
-
-    @property
-    def N(self) -> int:
-        return self.shape.Nq
-
-    @property
-    def Nkv(self) -> int:
-        return self.shape.Nkv
-
-    @property
-    def d(self) -> int:
-        return self.shape.d
-
-    @property
-    def causal(self) -> bool:
-        return self.shape.causal
-
-    @property
-    def causal_align(self) -> str | None:
-        return self.shape.causal_align if self.shape.causal else None
-
-    @property
-    def window(self) -> int | None:
-        return self.shape.window
-
-    @property
-    def batch(self) -> int:
-        return self.shape.batch
-
-    @property
-    def heads(self) -> int:
-        return self.shape.heads
-
-    @property
-    def kv_heads(self) -> int | None:
-        return self.shape.kv_heads
+        >>> p = plan(256, 16, 1024)
+        >>> p.run().io.total == p.chosen.predicted.total
+        True
+        """
+        fixed = sorted(set(options) & _PLAN_FIXED)
+        if fixed:
+            raise ParameterError(f"{fixed[0]}= is fixed by the plan: make another plan to change "
+                                 "it", param=fixed[0])
+        ch, bwd = self.chosen, self.backward
+        if bwd is not None:
+            options.update(backward=True, backward_algorithm=bwd.algorithm,
+                           backward_tiling=bwd.tiling)
+        return _runner.run(ch.algorithm, Q, K, V, M=self.memory.M, shape=self.shape,
+                           tiling=ch.tiling, **options)
 
     # ------------------------------------------------------------------ output
     def to_dict(self) -> dict[str, Any]:
-        c = self.chosen.to_dict()
+        sh, mem, cert, ch = self.shape, self.memory, self.certificate, self.chosen
+        c = ch.to_dict()
         bwd = self.backward
         return {
-            "N": self.N, "Nkv": self.Nkv, "d": self.d, "M": self.M, "causal": self.causal,
-            "heads": self.heads, "batch": self.batch, "kv_heads": self.kv_heads,
-            "window": self.window, "causal_align": self.causal_align,
+            "N": sh.Nq, "Nkv": sh.Nkv, "d": sh.d, "M": mem.M, "causal": sh.causal,
+            "heads": sh.heads, "batch": sh.batch, "kv_heads": sh.kv_heads,
+            "window": sh.window, "causal_align": sh.causal_align if sh.causal else None,
             "backward": None if bwd is None else bwd.to_dict(),
-            "device": self.device, "dtype_bytes": self.dtype_bytes,
+            "device": mem.device, "dtype_bytes": mem.dtype_bytes,
             "approx_eps": self.approx_eps,
-            "algorithm": self.algorithm, "tiling": c["tiling"],
-            "reads": self.predicted.reads, "writes": self.predicted.writes,
-            "total": self.predicted.total, "error": self.error,
+            "algorithm": ch.algorithm, "tiling": c["tiling"],
+            "reads": ch.predicted.reads, "writes": ch.predicted.writes,
+            "total": ch.predicted.total, "error": ch.error,
             "runner_up": self.runner_up.to_dict() if self.runner_up else None,
-            "bounds": [b.to_dict() for b in self.bounds],
-            "best_bound": self.best_bound.to_dict(), "ratio": self.ratio,
-            "regime": self.regime, "why": self.why,
+            "bounds": [b.to_dict() for b in cert.bounds],
+            "best_bound": cert.best_bound.to_dict(), "ratio": cert.ratio,
+            "regime": cert.regime, "why": self.why,
             "candidates": [x.to_dict() for x in self.candidates],
             "skipped": [{"algorithm": a, "reason": r} for a, r in self.skipped],
         }
 
     def __repr__(self) -> str:
-        size = f"N={self.N}" if self.N == self.Nkv else f"Nq={self.N} Nkv={self.Nkv}"
-        mem = f"M={self.M:,} words"
-        if self.dtype_bytes:
-            mem += f" ({self.M * self.dtype_bytes:,} bytes at {self.dtype_bytes} B/word)"
-        if self.device:
-            mem += f", device {self.device}"
-        extra = (f" causal={self.causal_align}" if self.causal else "")
-        extra += f" window={self.window}" if self.window else ""
-        extra += f" batch={self.batch}" if self.batch > 1 else ""
-        extra += f" heads={self.heads}" if self.heads > 1 else ""
-        extra += f" kv_heads={self.kv_heads}" if self.kv_heads not in (None, self.heads) else ""
+        sh, memory, cert, ch = self.shape, self.memory, self.certificate, self.chosen
+        size = f"N={sh.Nq}" if sh.Nq == sh.Nkv else f"Nq={sh.Nq} Nkv={sh.Nkv}"
+        mem = f"M={memory.M:,} words"
+        if memory.dtype_bytes:
+            mem += f" ({memory.M * memory.dtype_bytes:,} bytes at {memory.dtype_bytes} B/word)"
+        if memory.device:
+            mem += f", device {memory.device}"
+        extra = (f" causal={sh.causal_align}" if sh.causal else "")
+        extra += f" window={sh.window}" if sh.window else ""
+        extra += f" batch={sh.batch}" if sh.batch > 1 else ""
+        extra += f" heads={sh.heads}" if sh.heads > 1 else ""
+        extra += f" kv_heads={sh.kv_heads}" if sh.kv_heads not in (None, sh.heads) else ""
         lines = [
-            f"  Plan for attention {size} d={self.d}{extra}, {mem}",
-            f"         Algorithm:  {self.algorithm}",
-            f"            Tiling:  {self.tiling}",
-            f"   Predicted reads:  {self.predicted.reads:,}",
-            f"  Predicted writes:  {self.predicted.writes:,}",
-            f"   Predicted total:  {self.predicted.total:,} words",
+            f"  Plan for attention {size} d={sh.d}{extra}, {mem}",
+            f"         Algorithm:  {ch.algorithm}",
+            f"            Tiling:  {ch.tiling}",
+            f"   Predicted reads:  {ch.predicted.reads:,}",
+            f"  Predicted writes:  {ch.predicted.writes:,}",
+            f"   Predicted total:  {ch.predicted.total:,} words",
         ]
         bwd = self.backward
         if bwd is not None:
             lines.append(f"          Backward:  {bwd.algorithm} {bwd.tiling}")
-            lines.append(f"    Backward total:  {bwd.total:,} words (reads {bwd.reads:,}, writes "
-                         f"{bwd.writes:,}); the forward above includes the logsumexp")
-            if bwd.best_bound is not None:
-                bb = bwd.best_bound
+            bp = bwd.predicted
+            lines.append(f"    Backward total:  {bp.total:,} words (reads {bp.reads:,}, writes "
+                         f"{bp.writes:,}); the forward above includes the logsumexp")
+            if bwd.certificate is not None:
+                bb = bwd.certificate.best_bound
                 lines.append(f"    Backward bound:  {fmt_count(bb.value)} ({bb.name}, explicit)")
-                br_text = f"{bwd.ratio:.3f}" if bwd.ratio is not None else "n/a"
+                br = bwd.certificate.ratio
+                br_text = f"{br:.3f}" if br is not None else "n/a"
                 lines.append(f"    Backward ratio:  {br_text} (backward total/bound)")
             for c in bwd.candidates[1:]:
-                pct = 100.0 * (c.predicted.total / bwd.total - 1) if bwd.total else 0.0
+                pct = 100.0 * (c.predicted.total / bp.total - 1) if bp.total else 0.0
                 lines.append(f"   Backward runner-up:  {c.algorithm} {c.predicted.total:,} "
                              f"(+{pct:.1f}%)")
             for name, reason in bwd.skipped:
                 lines.append(f"   Backward skipped:  {name} ({reason})")
-        if self.dtype_bytes:
-            lines.append(f"  Predicted traffic:  {self.predicted.total * self.dtype_bytes:,} bytes")
-        if self.error is not None:
-            lines.append(f"  Guaranteed error:  {self.error:.3g} (approximate)")
-        b = self.best_bound
+        if memory.dtype_bytes:
+            lines.append(f"  Predicted traffic:  {ch.predicted.total * memory.dtype_bytes:,} bytes")
+        if ch.error is not None:
+            lines.append(f"  Guaranteed error:  {ch.error:.3g} (approximate)")
+        b = cert.best_bound
         scope = "" if self.chosen.exact else "; for exact algorithms only"
         lines.append(f"  Best lower bound:  {fmt_count(b.value)} ({b.name}, explicit{scope})")
-        ratio = f"{self.ratio:.3f}" if self.ratio is not None else "n/a (approximate algorithm)"
+        ratio = f"{cert.ratio:.3f}" if cert.ratio is not None else "n/a (approximate algorithm)"
         lines.append(f"  Ratio total/bound:  {ratio}")
-        lines.append(f"            Regime:  {self.regime}")
+        lines.append(f"            Regime:  {cert.regime}")
         if self.runner_up:
             r = self.runner_up
-            pct = 100.0 * (r.predicted.total / self.predicted.total - 1) if self.predicted.total else 0
+            pct = 100.0 * (r.predicted.total / ch.predicted.total - 1) if ch.predicted.total else 0
             lines.append(f"         Runner-up:  {r.algorithm} {r.predicted.total:,} (+{pct:.1f}%)")
         w = max([len(c.algorithm) for c in self.candidates] + [9])
         lines += ["-" * 88,
                   f"{'algorithm':<{w}}  {'reads':>20}  {'writes':>18}  {'total':>20}  {'x best':>7}",
                   "-" * 88]
         for c in self.candidates:
-            x = c.predicted.total / self.predicted.total if self.predicted.total else 1.0
+            x = c.predicted.total / ch.predicted.total if ch.predicted.total else 1.0
             err = "" if c.exact else f"  (approximate, error <= {c.error:.3g})"
             lines.append(f"{c.algorithm:<{w}}  {c.predicted.reads:>20,}  {c.predicted.writes:>18,}"
                          f"  {c.predicted.total:>20,}  {x:>7.3f}{err}")
         for name, reason in self.skipped:
             lines.append(f"{name:<{w}}  (skipped: {reason})")
         lines += ["-" * 88, f"{'bound':<28} {'value':>20}  {'explicit':>8}  theorem", "-" * 88]
-        for bd in self.bounds:
+        for bd in cert.bounds:
             lines.append(f"{bd.name:<28} {fmt_count(bd.value):>20}  {'yes' if bd.explicit else 'no':>8}"
                          f"  {bd.theorem}")
         lines += ["", "why: " + self.why]
@@ -361,7 +309,7 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
     error = None if alg.exact else _error_of(found.tiling)
     io = found.predicted
     if backward:  # the forward also writes the logsumexp the backward reads
-        io = alg.predict_with_lse(shape, found.tiling)  # type: ignore[attr-defined]
+        io = alg.predict_with_lse(shape, found.tiling)
     return Candidate(alg.name, found.tiling, io, found.steps, alg.exact, error, found.tried)
 
 
@@ -477,15 +425,16 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     regime = _REGIMES[M >= shape.d * shape.d]
     why = _why(chosen, runner, len(cands), shape.d, M, best, ratio, theta)
     if bwd_best is not None:
-        bbest = bwd_best.best_bound
-        assert bbest is not None  # backward_plan always certifies
+        bcert = bwd_best.certificate
+        assert bcert is not None  # backward_plan always certifies
+        bbest = bcert.best_bound
         why += (f" With the backward pass: the forward writes the logsumexp too, and the backward "
-                f"schedule {bwd_best.algorithm} moves {bwd_best.total:,} more words (tiling "
+                f"schedule {bwd_best.algorithm} moves {bwd_best.predicted.total:,} more words (tiling "
                 f"{bwd_best.tiling}), the least of {len(bwd_best.candidates)} backward "
                 f"schedule(s) scored; the best explicit backward bound "
                 f"({bbest.name}) is {bbest.value:,.0f}")
-        if bwd_best.ratio is not None:
-            why += f", so the backward is within {bwd_best.ratio:.2f}x of optimal"
+        if bcert.ratio is not None:
+            why += f", so the backward is within {bcert.ratio:.2f}x of optimal"
         why += "; the bounds above are the forward's."
     return Plan(shape, memory, cands, tuple(skipped), Certificate(bnds, best, ratio, regime), why,
                 approx_eps, bwd_best)
@@ -549,7 +498,7 @@ def certificate_factors(p: Plan, *, cheap: int = 64) -> CertificateFactors:
     ``cheap`` rows (exhaustive), the fewest-blocks sizes and a 2^(1/4) grid otherwise — scored by
     closed form (every count equals the simulator's).  Not cached; the planner does not call it
     (its cold time is unchanged)."""
-    shape, M = p.shape, p.M
+    shape, M = p.shape, p.memory.M
     best = (p.chosen.predicted.total, p.chosen.algorithm, p.chosen.tiling)
     searched = 0
     if p.chosen.exact:
@@ -584,7 +533,7 @@ def certificate_factors(p: Plan, *, cheap: int = 64) -> CertificateFactors:
             if found.predicted.total < best[0]:
                 best = (found.predicted.total, alg.name, found.tiling)
     return CertificateFactors(p.chosen.predicted.total, best[0], best[1], best[2],
-                              p.best_bound.value, searched)
+                              p.certificate.best_bound.value, searched)
 
 
 def fast_memory(M: int | None = None, *, M_bytes: int | None = None,
@@ -639,19 +588,61 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
          block_mask: BlockMask | None = None, backward_algorithm: str | None = None) -> Plan:
     """The least-I/O registered algorithm and tiling for attention of these sizes.
 
-    Give the fast memory as ``M`` (words), ``M_bytes`` (bytes, with ``dtype_bytes``) or
-    ``device`` (a preset of :mod:`attnio.hardware.devices`, words of ``dtype_bytes``, default 2 =
-    fp16).  ``batch`` x ``heads`` query heads (``kv_heads`` key/value heads: grouped-query
-    attention, default as many as ``heads``); ``causal`` is False, True / "bottom_right" or
-    "top_left"; ``window`` a sliding window; ``block_mask`` a block-sparse layout
-    (:class:`~attnio.core.blockmask.BlockMask`); ``backward=True`` plans forward + backward:
-    forwards that write the logsumexp, and every registered backward schedule, the least-I/O
-    one reported with the backward certificate (``backward_algorithm``: score that schedule
-    only).  With ``approx_eps`` the approximate algorithms
-    (``exact=False``) are scored too, and the plan reports their guaranteed error; without it
-    only exact algorithms are considered.
+    Every registered algorithm is scored by closed form on its candidate tilings (nothing is
+    simulated).  Pure and cached: the same arguments return the same :class:`Plan` object;
+    :meth:`Plan.run` runs it.
 
-    Pure and cached: the same arguments return the same :class:`Plan` object.
+    Parameters
+    ----------
+    N : int
+        Query sequence length (and key/value length unless ``Nkv`` is given).
+    d : int
+        Head dimension.
+    M : int, optional
+        Fast memory in words; give exactly one of ``M``, ``M_bytes`` or ``device``.
+    Nkv : int, optional
+        Key/value sequence length (default ``N``).
+    causal : bool or str
+        False, True / ``"bottom_right"`` or ``"top_left"``.
+    heads : int
+        Query heads per batch element.
+    dtype_bytes : int or str, optional
+        Bytes per word (``2`` or ``"fp16"``, ...): with ``M_bytes``, or the word of ``device``
+        (default 2).
+    device : str, optional
+        A preset of :mod:`attnio.hardware.devices`: M is one CTA's shared memory in words.
+    M_bytes : int, optional
+        Fast memory in bytes (with ``dtype_bytes``).
+    approx_eps : float, optional
+        An error target in (0, 1): approximate algorithms (``exact=False``) are scored too and
+        the plan reports their guaranteed error; without it only exact algorithms are.
+    entry_bound : float, optional
+        A bound B on the entries of Q and K (with ``approx_eps``).
+    batch : int
+        Batch size.
+    kv_heads : int, optional
+        Key/value heads (grouped-query attention; default as many as ``heads``).
+    window : int, optional
+        A sliding window of W keys per query (with a causal mask).
+    backward : bool
+        Plan forward + backward: forwards that write the logsumexp, and every registered
+        backward schedule, the least-I/O one reported with the backward certificate.
+    block_mask : BlockMask, optional
+        A block-sparse layout (:class:`~attnio.core.blockmask.BlockMask`).
+    backward_algorithm : str, optional
+        Score only this backward schedule (with ``backward=True``).
+
+    Returns
+    -------
+    Plan
+        The chosen algorithm and tiling with their predicted count, the runner-up, every scored
+        candidate and skipped algorithm, the certificate (bounds, best explicit bound, ratio,
+        regime) and a one-paragraph explanation.
+
+    Raises
+    ------
+    ParameterError
+        A parameter outside its range (naming it), or no algorithm fits in M.
     """
     shape = Shape.make(N, d, Nkv=Nkv, batch=batch, heads=heads, kv_heads=kv_heads,
                        causal=causal, window=window, block_mask=block_mask)
