@@ -107,3 +107,30 @@ def test_kv_stationary_shares_kv_blocks_across_a_query_group():
                    tiling=t)
     assert r.io.per_array["K"].reads == 2 * 64 * 8  # each K/V head's K read once
     assert r.io.per_array["Q"].reads == 8 * 64 * 8 * 4  # each query head once per K/V block
+
+
+@pytest.mark.parametrize("kwargs", [dict(N=24, d=4, M=150), dict(N=20, d=3, M=120, Nkv=28,
+                                                                  causal="top_left"),
+                                    dict(N=16, d=4, M=400, causal=True, heads=4, kv_heads=2)])
+def test_certificate_factors_multiply_to_the_ratio_and_search_every_tiling(kwargs):
+    import itertools
+
+    from attnio.planner import certificate_factors
+
+    kw = dict(kwargs)
+    N, d, M = kw.pop("N"), kw.pop("d"), kw.pop("M")
+    p = attnio.plan(N, d, M, **kw)
+    f = certificate_factors(p)
+    assert f.best_found <= p.chosen.predicted.total
+    assert f.schedule_factor * f.bound_factor == pytest.approx(p.certificate.ratio)
+    # exhaustive on these small axes: no tiling of the searched schedules beats best_found
+    sh = p.shape
+    for name in ("flash2", "kv_stationary", "q_stationary_min"):
+        alg = attnio.algorithms.get(name)
+        groups = [g for g in range(1, sh.group + 1) if sh.group % g == 0]
+        for Br, Bc, G in itertools.product(range(1, sh.Nq + 1), range(1, sh.Nkv + 1), groups):
+            t = {"flash2": lambda: alg.Tiling(Br, Bc, G),
+                 "kv_stationary": lambda: alg.Tiling(Bc, Br, 1),
+                 "q_stationary_min": lambda: alg.Tiling(Br, G)}[name]()
+            if alg.footprint(sh, t) <= M:
+                assert alg.predict_total(sh, t).total >= f.best_found, (name, t)
