@@ -134,3 +134,49 @@ def test_certificate_factors_multiply_to_the_ratio_and_search_every_tiling(kwarg
                  "q_stationary_min": lambda: alg.Tiling(Br, G)}[name]()
             if alg.footprint(sh, t) <= M:
                 assert alg.predict_total(sh, t).total >= f.best_found, (name, t)
+
+
+# ---------------------------------------------------------------- the split backward (issue 25)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(w=workloads(), extra=st.integers(0, 600), seed=st.integers(0, 2**16),
+       pick=st.integers(0, 10**6))
+def test_split_backward_gradients_and_counts_equal_closed_form(w, extra, seed, pick):
+    from attnio.core.reference import attention_backward
+
+    Nq, Nkv, d, causal, window, batch, heads, kvh = w
+    shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, window=window, heads=heads,
+                       kv_heads=kvh, batch=batch)
+    bwd = attnio.algorithms.get_backward("split_backward")
+    fwd = attnio.algorithms.get("flash2")
+    M = max(bwd.min_M(shape), fwd.min_M(shape)) + extra
+    cands = [t for t in bwd.candidate_tilings(shape, M) if bwd.footprint(shape, t) <= M]
+    assert cands
+    t = cands[pick % len(cands)]
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((batch, heads, Nq, d))
+    K = rng.standard_normal((batch, kvh, Nkv, d))
+    V = rng.standard_normal((batch, kvh, Nkv, d))
+    dO = rng.standard_normal((batch, heads, Nq, d))
+    res = attnio.run("flash2", Q, K, V, M=M, causal=causal, window=window, backward=True,
+                     grad_output=dO, backward_algorithm="split_backward", backward_tiling=t)
+    ref = attention_backward(Q, K, V, dO, causal=causal, window=window)  # GQA: summed
+    for name, want in zip(("dQ", "dK", "dV"), ref):
+        got = np.asarray(res.grads[name]).reshape(want.shape)
+        assert np.abs(got - want).max() <= 1e-10, name
+    pred = bwd.predict(shape, t)
+    assert (res.backward_io.reads, res.backward_io.writes) == (pred.reads, pred.writes)
+    cnt = attnio.run("flash2", shape=shape, M=M, mode="count", backward=True,
+                     backward_algorithm="split_backward", backward_tiling=t)
+    assert (cnt.backward_io.reads, cnt.backward_io.writes) == (pred.reads, pred.writes)
+    for b in bounds.backward_applicable_to(shape, M):
+        if b.explicit:
+            assert pred.total >= b.value, (b.name, pred.total, b.value)
+
+
+def test_split_backward_moves_less_than_flash2_backward_at_large_cache():
+    shape = Shape.make(4096, 64)
+    for M, most in ((16 * 64 * 64, 0.95), (32 * 64 * 64, 1.0)):
+        split = attnio.algorithms.get_backward("split_backward").search(shape, M)[1].total
+        fa2 = attnio.algorithms.get_backward("flash2_backward").search(shape, M)[1].total
+        print(f"M = {M}: split_backward / flash2_backward = {split / fa2:.3f}")
+        assert split < most * fa2, (M, split, fa2)

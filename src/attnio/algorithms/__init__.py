@@ -13,7 +13,7 @@ and the planner pick the least-I/O one by closed form.
 >>> get("flash2").summary.startswith("FlashAttention-2")
 True
 >>> backward_names()
-['flash2_backward', 'small_cache_backward']
+['flash2_backward', 'small_cache_backward', 'split_backward']
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from . import (
     kv_stationary,
     q_stationary_min,
     small_cache_backward,
+    split_backward,
     square_tiling,
     standard,
 )
@@ -131,7 +132,7 @@ def all_backwards() -> list[BackwardSchedule[Any]]:
     return list(_BACKWARDS.values())
 
 
-for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD):
+for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD, split_backward.BACKWARD):
     register_backward(_bwd)
 del _bwd
 
