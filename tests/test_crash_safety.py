@@ -14,10 +14,18 @@ import sys
 import time
 
 import pytest
+from sweep_signals import (
+    HANG_S,
+    alive,
+    children,
+    pause_under_way,
+    resume,
+    start_sweep,
+    wait_gone,
+)
 
 from attnio.cli import main as cli_main
 from attnio.experiments.store import ResultsStore, StoreError
-from conftest import stored_rows
 
 GRID = ["--algo", "flash2,standard,square_tiling,flash1", "--N", "256:4096:x2", "--d", "16,64",
         "--M", "256:1048576:x4", "--causal", "both"]
@@ -88,50 +96,88 @@ def _kill_and_resume(tmp_path, *, trials: int, min_mid: int) -> None:
     t_start = time.monotonic()
     db, generation, mid, finished, comparisons = None, 0, 0, 0, 0
     for trial in range(trials):
-        if db is None:
+        waits = trial % 2 == 0  # else: a kill at any instant of the run, start-up included
+        if db is None or waits:  # a kill mid-work: on a fresh database (the whole grid ahead)
+            if db is not None:
+                _complete(db, want)
+                comparisons += 1
             generation += 1
             db = tmp_path / f"killed{generation}.sqlite"
         jobs = "2" if trial % 5 == 4 else "1"  # most trials serial (fast), some with a pool
-        cmd = [sys.executable, "-m", "attnio", "sweep", "--db", str(db), "--jobs", jobs,
-               "--quiet", *GRID]
         before = _check_whole_rows(db)
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if trial % 2:  # any instant of the run, start-up included
+        proc = start_sweep(db, ["--quiet", *GRID], int(jobs))
+        if waits:  # stopped once this run has committed rows, provably mid-work
+            under_way = pause_under_way(proc, db, TOTAL, before) is not None
+        else:
             time.sleep(rng.uniform(0.05, 1.1) * span)
-        else:  # once this run has committed rows: inside the sweep proper
-            deadline = time.monotonic() + span
-            while (stored_rows(db) <= before and proc.poll() is None
-                   and time.monotonic() < deadline):
-                time.sleep(0.01)
-            time.sleep(rng.uniform(0.0, 0.5))
+            under_way = False
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, wherever they are
         proc.wait()
         now = _check_whole_rows(db)
         assert now >= before
-        if proc.returncode == 0:  # it finished before the kill: compare, then start afresh
+        if proc.returncode == 0:  # it finished before the kill (allowed): compare, start afresh
             finished += 1
         else:
             assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
-            mid += 0 < now < TOTAL
+            mid += under_way and 0 < now < TOTAL
         if now == TOTAL:
             with ResultsStore(db, readonly=True) as st:
                 assert _stable(st.rows()) == want
             comparisons += 1
             db = None
     if db is not None:  # the final resume completes the last database
-        done = subprocess.run([sys.executable, "-m", "attnio", "sweep", "--db", str(db), "--jobs",
-                               "1", "--quiet", *GRID], env=env, capture_output=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        assert _check_whole_rows(db) == TOTAL
-        with ResultsStore(db, readonly=True) as st:
-            assert _stable(st.rows()) == want
+        _complete(db, want)
         comparisons += 1
     print(f"{trials}/{trials} kills left only whole rows; {mid} landed mid-sweep, {finished} "
           f"after completion; {comparisons} resumed databases equal the uninterrupted run "
           f"({time.monotonic() - t_start:.1f} s)")
     assert mid >= min_mid, "too few kills landed mid-sweep to test anything"
+
+
+def _complete(db, want) -> None:
+    """Resume a killed sweep to its end: exactly the uninterrupted run's rows."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-m", "attnio", "sweep", "--db", str(db), "--jobs",
+                           "1", "--quiet", *GRID], env=env, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert _check_whole_rows(db) == TOTAL
+    with ResultsStore(db, readonly=True) as st:
+        assert _stable(st.rows()) == want
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_no_worker_outlives_a_killed_sweep(tmp_path, sig):
+    """Kill only the parent sweep (not its process group) mid-work: its workers end too (a
+    closed pipe or the parent-death signal), whatever killed it; SIGTERM is handled as Ctrl-C
+    (exit 130, one line), SIGKILL cannot be; either way the sweep resumes to whole rows."""
+    db = tmp_path / "r.sqlite"
+    for _ in range(3):
+        proc = start_sweep(db, ["--quiet", *GRID], 2)
+        if pause_under_way(proc, db, TOTAL) is not None:
+            break
+        proc.communicate(timeout=HANG_S)
+        for p in tmp_path.glob("r.sqlite*"):
+            p.unlink()
+    else:
+        pytest.fail("the sweep finished three times before it could be stopped mid-work")
+    workers = children(proc.pid)
+    assert len(workers) == 2, workers
+    os.kill(proc.pid, sig)  # the parent only: nothing tells the workers but its death
+    resume(proc)
+    try:
+        assert wait_gone(workers) == [], "a worker outlived its sweep"
+        _, err = proc.communicate(timeout=HANG_S)
+    finally:  # a failure leaves no stray process behind
+        for w in workers:
+            if alive(w):
+                os.kill(w, signal.SIGKILL)
+    if sig == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+    else:
+        lines = err.splitlines()
+        assert proc.returncode == 130 and len(lines) == 1 and "interrupted" in lines[0], lines
+    assert 0 < _check_whole_rows(db) < TOTAL
 
 
 def _digest(p) -> str:

@@ -246,9 +246,9 @@ def test_best_configurations_show_the_forward_and_backward_ratios():
 
     g = Grid(N=parse_values("N", "64"), d=(8,), M=parse_values("M", "100"),
              algorithms=("flash2",), backward=True)
-    from attnio.experiments.sweep import _GridPlan
+    from attnio.experiments.sweep import iter_expand
 
-    rows = [run_config(c) for c, why in _GridPlan(g).configs() if why is None]
+    rows = [run_config(c) for c, why in iter_expand(g) if why is None]
     old = dict(rows[0], backward=None, backward_total=None, backward_ratio=None,
                backward_algorithm=None, config_hash="old")  # a row without the backward pass
     best = best_configurations(rows + [old])

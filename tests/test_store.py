@@ -17,7 +17,7 @@ from attnio.experiments.store import (
     StoreError,
     read_export,
 )
-from attnio.experiments.sweep import Grid, parse_values, run_sweep
+from attnio.experiments.sweep import FORWARD_ONLY, Grid, parse_values, run_sweep
 from conftest import block_parquet_engines, needs
 
 
@@ -239,8 +239,16 @@ def test_a_sweep_with_the_backward_pass_stores_its_certificate(tmp_path):
     run_sweep(grid, db, jobs=1, progress=False)
     with ResultsStore(db, readonly=True) as st:
         ok, skipped = st.rows("ok"), st.rows("skipped")
-    assert {r["algorithm"] for r in ok} == {"flash2"} and len(ok) == 4
-    assert all("no backward pass" in r["reason"] for r in skipped if r["algorithm"] == "standard")
+    # standard has no backward pass: it keeps its forward rows, marked forward only (not skipped)
+    assert not [r for r in skipped if "backward" in (r["reason"] or "")]
+    fwd = [r for r in ok if r["algorithm"] == "standard"]
+    assert len(fwd) == 4  # two masks x two M
+    for r in fwd:
+        assert r["reason"].startswith(FORWARD_ONLY) and r["backward"] == 0
+        assert r["backward_total"] is None and r["backward_bound"] is None
+        assert r["predicted_reads"] == r["reads"] and r["ratio"] == r["total"] / r["bound"]
+    ok = [r for r in ok if r["algorithm"] == "flash2"]
+    assert len(ok) == 4
     for r in ok:
         assert r["backward"] == 1 and r["backward_total"] == r["backward_reads"] + \
             r["backward_writes"]

@@ -3,6 +3,7 @@ LocalCluster giving the same rows, and one-line errors for bad input from the CL
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -10,15 +11,17 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
+from sweep_signals import pause_under_way, start_sweep
 
 import attnio
 from attnio.cli import main as cli_main
 from attnio.core.errors import ParameterError, UnknownNameError
+from attnio.core.workload import Shape
 from attnio.experiments.store import ResultsStore
 from attnio.experiments.sweep import (
+    FORWARD_ONLY,
     PRESETS,
     Config,
     Grid,
@@ -84,7 +87,7 @@ def test_expand_is_the_full_product_deduplicated_with_skip_reasons():
     exp = expand([SMALL, SMALL])  # the same grid twice: no duplicate configuration
     assert len(exp) == 4 * 2 * 2 * 3 * 2
     assert len({c.hash() for c in exp.configs} | {c.hash() for c, _ in exp.skipped}) == len(exp)
-    reasons = {(c.algorithm, c.d, c.M, c.causal): why for c, why in exp.skipped}
+    reasons = {(c.algorithm, c.shape.d, c.M, c.shape.causal): why for c, why in exp.skipped}
     # flash2 needs M >= 4d + 4: M = 64 is too small for d = 16 (68) but fine for d = 8 (36)
     assert reasons[("flash2", 16, 64, False)] == "M=64 < min_M=68 of flash2 for d=16"
     assert ("flash2", 8, 64, False) not in reasons
@@ -137,15 +140,15 @@ def test_toml_grids(tmp_path):
 
 
 def test_config_hash_depends_on_what_was_asked_only():
-    a = Config("flash2", 64, 64, 8, 256, False)
-    assert a.hash() == Config("flash2", 64, 64, 8, 256, False, seed=5).hash()  # seed: compute only
-    assert a.hash() != Config("flash2", 64, 64, 8, 256, True).hash()
-    assert a.hash() != Config("flash2", 64, 64, 8, 256, False, mode="compute").hash()
+    a = Config("flash2", Shape(64, 64, 8), 256)
+    assert a.hash() == Config("flash2", Shape(64, 64, 8), 256, seed=5).hash()  # seed: compute only
+    assert a.hash() != Config("flash2", Shape(64, 64, 8, causal=True), 256).hash()
+    assert a.hash() != Config("flash2", Shape(64, 64, 8), 256, mode="compute").hash()
 
 
 # ----------------------------------------------------------------------------- rows
 def test_count_row_holds_every_count_and_matches_the_run_api():
-    cfg = Config("flash2", 128, 128, 16, 1024, True)
+    cfg = Config("flash2", Shape(128, 128, 16, causal=True), 1024)
     row = run_config(cfg)
     res = attnio.run("flash2", shape=(128, 128, 16), M=1024, mode="count", causal=True)
     assert row["status"] == "ok"
@@ -161,11 +164,11 @@ def test_count_row_holds_every_count_and_matches_the_run_api():
 
 
 def test_compute_row_has_the_error_against_the_reference():
-    row = run_config(Config("flash2", 96, 80, 8, 512, True, mode="compute", seed=3))
+    row = run_config(Config("flash2", Shape(96, 80, 8, causal=True), 512, mode="compute", seed=3))
     assert row["status"] == "ok"
     print("max error", row["max_err"])
     assert row["max_err"] < 1e-12
-    count = run_config(Config("flash2", 96, 80, 8, 512, True))
+    count = run_config(Config("flash2", Shape(96, 80, 8, causal=True), 512))
     assert (row["reads"], row["writes"]) == (count["reads"], count["writes"])
 
 
@@ -225,17 +228,17 @@ def test_sigkill_mid_sweep_then_restart_loses_and_duplicates_nothing(tmp_path):
     cmd = [sys.executable, "-m", "attnio", "sweep", "--db", str(db), "--jobs", "2", "--quiet",
            *KILL_ARGS]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     total = KILL_TOTAL
-    deadline = time.monotonic() + 60
-    while stored_rows(db) < 1 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, mid-transaction or not
+    proc = start_sweep(db, ["--quiet", *KILL_ARGS], 2)
+    at_stop = pause_under_way(proc, db, total)  # provably mid-work (None: it finished first)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, mid-transaction or not
     proc.wait()
     at_kill = stored_rows(db)
-    assert proc.returncode == -signal.SIGKILL
-    assert 0 < at_kill < total, f"kill came too late or too early ({at_kill} of {total} rows)"
+    if at_stop is not None:
+        assert proc.returncode == -signal.SIGKILL and 0 < at_kill < total
+    else:  # allowed: it had finished before the kill
+        assert proc.returncode == 0 and at_kill == total
     restart = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert restart.returncode == 0, restart.stderr
     ref = tmp_path / "uninterrupted.sqlite"
@@ -333,3 +336,64 @@ def test_module_docstring_examples_run():
     import attnio.experiments.sweep
 
     assert doctest.testmod(attnio.experiments.sweep).failed == 0
+
+
+# ----------------------------------------------------------------------------- issue 24: grids
+def test_causal_both_with_windows_and_backward_store_no_meaningless_skip(tmp_path, capsys):
+    """The researcher's grid: no "window needs a causal mask" row, and in a --backward sweep
+    the forward-only algorithms keep their forward rows, marked (not skipped)."""
+    db = tmp_path / "r.sqlite"
+    assert cli_main(["sweep", "--db", str(db), "--N", "256", "--d", "16", "--M", "4096",
+                     "--causal", "both", "--window", "none,64,128", "--backward",
+                     "--algo", "flash2,square_tiling,flash_decoding", "--quiet",
+                     "--jobs", "1"]) == 0
+    with ResultsStore(db, readonly=True) as st:
+        rows = st.rows()
+    reasons = {r["reason"] for r in rows if r["status"] == "skipped"}
+    assert not [w for w in reasons if "causal mask" in w or "backward" in w], reasons
+    assert all(r["causal"] or r["window"] is None for r in rows)
+    assert len(rows) == 3 * (1 + 3)  # three algorithms x (unmasked + causal with each window)
+    fwd_only = [r for r in rows if r["algorithm"] in ("square_tiling", "flash_decoding")
+                and r["status"] == "ok"]
+    assert fwd_only and all(r["reason"].startswith(FORWARD_ONLY) and r["backward"] == 0
+                            and r["total"] > 0 and r["backward_total"] is None
+                            for r in fwd_only)
+    flash2 = [r for r in rows if r["algorithm"] == "flash2"]
+    assert len(flash2) == 4 and all(r["backward_total"] for r in flash2)
+
+
+def test_sweep_help_shows_the_toml_grid_form(capsys):
+    assert cli_main(["sweep", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "[[grid]]" in out and 'window = "none,512,4096"' in out and "--config" in out
+
+
+def test_help_toml_example_is_a_valid_grid_file(tmp_path):
+    from attnio.cli.sweep import EPILOG
+
+    body = "\n".join(line[2:] for line in EPILOG.splitlines()
+                     if line.startswith("  ") and not line.startswith("  attnio"))
+    (tmp_path / "g.toml").write_text(body)
+    grids = grids_from_toml(tmp_path / "g.toml")
+    assert len(grids) == 2 and expand(grids).configs
+
+
+def test_a_bug_in_a_closed_form_is_an_error_row_not_a_skip(monkeypatch):
+    """Issue 22: a ValueError (or ZeroDivisionError) from an algorithm is a bug: the row is an
+    error (the sweep exits 1), never a quiet 'skipped'; a ParameterError is a skip."""
+    alg = attnio.algorithms.get("flash2")
+    cfg = Config("flash2", Shape(64, 64, 8), 4096)
+
+    def broken(*args, **kwargs):
+        raise ValueError("numpy said no")
+
+    monkeypatch.setattr(type(alg), "predict_total", broken)
+    row = run_config(cfg)
+    assert row["status"] == "error" and "ValueError: numpy said no" in row["reason"]
+
+    def refused(*args, **kwargs):
+        raise ParameterError("M too small for this shape", param="M")
+
+    monkeypatch.setattr(type(alg), "predict_total", refused)
+    row = run_config(cfg)
+    assert row["status"] == "skipped" and "M too small" in row["reason"]

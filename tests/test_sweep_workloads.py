@@ -11,6 +11,7 @@ from attnio.cachesim.caches import replay
 from attnio.cachesim.tracing import trace
 from attnio.cli import main as cli_main
 from attnio.core.errors import ParameterError
+from attnio.core.workload import Shape
 from attnio.experiments.store import ResultsStore
 from attnio.experiments.sweep import (
     Config,
@@ -35,38 +36,60 @@ def test_parse_causal_alignments_and_windows():
 
 
 def test_default_workload_keeps_single_head_hashes():
-    a = Config("flash2", 64, 64, 8, 256, True)
+    a = Config("flash2", Shape(64, 64, 8, causal=True), 256)
     assert a.key() == {"algorithm": "flash2", "Nq": 64, "Nkv": 64, "d": 8, "M": 256,
                        "causal": True, "mode": "count"}
-    assert a.hash() == Config("flash2", 64, 64, 8, 256, "bottom_right", heads=1, kv_heads=1).hash()
-    assert a.hash() == Config("flash2", 64, 64, 8, 256, True, verify=True).hash()
-    others = [Config("flash2", 64, 64, 8, 256, "top_left"), Config("flash2", 64, 64, 8, 256, True,
-              heads=2), Config("flash2", 64, 64, 8, 256, True, heads=2, kv_heads=1),
-              Config("flash2", 64, 64, 8, 256, True, batch=2), Config("flash2", 64, 64, 8, 256,
-              True, window=16)]
+    assert a.hash() == Config("flash2", Shape(64, 64, 8, causal="bottom_right", heads=1,
+                                              kv_heads=1), 256).hash()
+    assert a.hash() == Config("flash2", Shape(64, 64, 8, causal=True), 256, verify=True).hash()
+    others = [Config("flash2", Shape(64, 64, 8, causal="top_left"), 256),
+              Config("flash2", Shape(64, 64, 8, causal=True, heads=2), 256),
+              Config("flash2", Shape(64, 64, 8, causal=True, heads=2, kv_heads=1), 256),
+              Config("flash2", Shape(64, 64, 8, causal=True, batch=2), 256),
+              Config("flash2", Shape(64, 64, 8, causal=True, window=16), 256)]
     assert len({a.hash()} | {o.hash() for o in others}) == 6
 
 
-def test_expand_records_workload_skip_reasons():
+def test_expand_generates_meaningful_workloads_only():
+    """A window pairs with the causal masks only, kv_heads with the heads it divides: no
+    "needs a causal mask" or "multiple of kv_heads" rows; the window support of an algorithm
+    is still a skip reason."""
     g = Grid(N=(64,), d=(8,), M=(1024,), algorithms=("flash2", "square_tiling"),
-             causal=(False, True), heads=(4,), kv_heads=(1, 3), window=(None, 16))
+             causal=(False, True), heads=(4, 6), kv_heads=(2, 3), window=(None, 16))
     exp = expand(g)
-    why = {(c.algorithm, c.kv_heads, c.window, c.causal): r for c, r in exp.skipped}
-    assert "heads must be a multiple of kv_heads" in why[("flash2", 3, None, True)]
-    assert "needs a causal mask" in why[("flash2", 1, 16, False)]
-    assert "supports_window is False" in why[("square_tiling", 1, 16, True)]
-    assert {(c.algorithm, c.window, c.causal) for c in exp.configs} == {
-        ("flash2", None, False), ("flash2", None, True), ("flash2", 16, True),
-        ("square_tiling", None, False), ("square_tiling", None, True)}
+    assert {r for _, r in exp.skipped} == {
+        "square_tiling does not support a sliding window (supports_window is False)"}
+    got = {(c.algorithm, c.shape.heads, c.shape.kv_heads, c.shape.window, c.shape.causal)
+           for c in exp.configs}
+    pairs = [(4, 2), (6, 2), (6, 3)]
+    masks = [(None, False), (None, True), (16, True)]
+    assert got == {("flash2", h, k, w, c) for h, k in pairs for w, c in masks} | {
+        ("square_tiling", h, k, None, c) for h, k in pairs for c in (False, True)}
+    assert len(exp) == 2 * 3 * 3
+
+
+@pytest.mark.parametrize("fields, name", [
+    ({"heads": (4,), "kv_heads": (1, 3)}, "kv_heads"),
+    ({"window": (None, 16)}, "window"),
+    ({"window": (16,), "causal": (False,)}, "window"),
+    ({"N": (2**51,)}, "N"),
+    ({"M": (2**61,)}, "M"),
+])
+def test_a_value_that_pairs_with_nothing_or_is_out_of_range_is_refused(fields, name):
+    g = Grid(**{"N": (64,), "d": (8,), "M": (1024,), "algorithms": ("flash2",), **fields})
+    with pytest.raises(ParameterError, match=name) as e:
+        expand(g)
+    assert e.value.param == name
 
 
 @pytest.mark.parametrize("causal, window", [(False, None), (True, None), ("top_left", None),
                                             (True, 24), ("top_left", 24)])
 def test_workload_row_equals_the_run_api_and_its_bounds(causal, window):
-    cfg = Config("flash2", 40, 72, 8, 512, causal, batch=2, heads=4, kv_heads=2, window=window)
+    shape = Shape(40, 72, 8, causal=causal, batch=2, heads=4, kv_heads=2, window=window)
+    cfg = Config("flash2", shape, 512)
     row = run_config(cfg)
-    shape = attnio.Shape(40, 72, 8, batch=2, heads=4, kv_heads=2)
-    res = attnio.run("flash2", shape=shape, M=512, mode="count", causal=causal, window=window)
+    unmasked = attnio.Shape(40, 72, 8, batch=2, heads=4, kv_heads=2)
+    res = attnio.run("flash2", shape=unmasked, M=512, mode="count", causal=causal, window=window)
     assert row["status"] == "ok", row["reason"]
     assert (row["reads"], row["writes"]) == (res.io.reads, res.io.writes)
     assert (row["predicted_reads"], row["predicted_writes"]) == (row["reads"], row["writes"])
@@ -77,8 +100,7 @@ def test_workload_row_equals_the_run_api_and_its_bounds(causal, window):
     assert {k: v["value"] for k, v in row["bounds"].items()} == {b.name: b.value for b in want}
     assert row["total"] >= row["bound"]
     # compute mode: the batched GQA output against the float64 reference
-    comp = run_config(Config("flash2", 40, 72, 8, 512, causal, mode="compute", seed=1, batch=2,
-                             heads=4, kv_heads=2, window=window))
+    comp = run_config(Config("flash2", shape, 512, mode="compute", seed=1))
     assert comp["status"] == "ok" and comp["max_err"] < 1e-12
     assert (comp["reads"], comp["writes"]) == (row["reads"], row["writes"])
 
@@ -95,9 +117,10 @@ def test_cli_workload_flags_and_verify(tmp_path):
     skipped = [r for r in rows if r["status"] == "skipped"]
     # flash2: 2 kv_heads x (none + top_left + top_left/window 8); square_tiling: 2 x 2
     assert len(ok) == 6 + 4 and all(r["lru_M"] is None for r in ok)
+    # no window without a causal mask is generated: the only skip is an algorithm's own limit
     assert {r["reason"] for r in skipped} == {
-        "window needs a causal mask: pass causal=True",
         "square_tiling does not support a sliding window (supports_window is False)"}
+    assert len(skipped) == 2 and all(r["causal"] or r["window"] is None for r in rows)
     # rerun with --verify fills in the replay columns of the same rows (no duplicates)
     assert cli_main([*argv, "--verify"]) == 0
     with ResultsStore(db, readonly=True) as st:
@@ -112,7 +135,7 @@ def test_cli_workload_flags_and_verify(tmp_path):
 @pytest.mark.parametrize("algorithm, causal", [("flash2", False), ("standard", True),
                                                ("square_tiling", False), ("flash1", True)])
 def test_verify_columns_equal_direct_replays(algorithm, causal):
-    row = run_config(Config(algorithm, 48, 48, 8, 512, causal, verify=True))
+    row = run_config(Config(algorithm, Shape(48, 48, 8, causal=causal), 512, verify=True))
     assert row["status"] == "ok" and row["verify_reason"] is None
     tr = trace(algorithm, shape=(48, 48, 8), M=512, causal=causal)
     assert row["trace_events"] == len(tr)
@@ -125,15 +148,15 @@ def test_verify_columns_equal_direct_replays(algorithm, causal):
 
 
 def test_verify_limits_are_recorded_as_reasons(monkeypatch):
-    import attnio.experiments.sweep as sw
+    import attnio.experiments.row as row_module
 
-    monkeypatch.setattr(sw, "VERIFY_MAX_EVENTS", 1000)
-    big = run_config(Config("flash2", 64, 64, 8, 512, False, verify=True))
+    monkeypatch.setattr(row_module, "VERIFY_MAX_EVENTS", 1000)
+    big = run_config(Config("flash2", Shape(64, 64, 8), 512, verify=True))
     assert big["status"] == "ok" and big["lru_M"] is None
     assert "VERIFY_MAX_EVENTS=1,000" in big["verify_reason"]
-    comp = run_config(Config("flash2", 16, 16, 4, 256, False, mode="compute", verify=True))
+    comp = run_config(Config("flash2", Shape(16, 16, 4), 256, mode="compute", verify=True))
     assert comp["opt_M"] is None and "count mode only" in comp["verify_reason"]
-    approx = run_config(Config("approx_poly", 16, 16, 4, 20000, False, eps=1e-2, entry_bound=1.0,
+    approx = run_config(Config("approx_poly", Shape(16, 16, 4), 20000, eps=1e-2, entry_bound=1.0,
                                verify=True))
     assert approx["opt_M"] is None and "exact algorithms only" in approx["verify_reason"]
 

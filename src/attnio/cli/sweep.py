@@ -4,6 +4,7 @@ export``: write the database as csv, json or parquet."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -12,13 +13,50 @@ HELP = "run a grid of configurations into a SQLite results database (resumable)"
 DESCRIPTION = (
     "Run every configuration of a grid that the results database does not hold yet. "
     "Value lists: START:STOP:xF (geometric), START:STOP:+S, or commas (e.g. --N 256:16384:x2 "
-    "--d 16,64,128). Configurations an algorithm cannot run are stored as skipped rows with the "
-    "reason. `attnio sweep export --format csv|json|parquet --out FILE` exports the database."
+    "--d 16,64,128). The flags make one grid, the product of their values, with meaningful "
+    "configurations only: a --window pairs with the causal masks of --causal (never with none), "
+    "a --kv-heads value with the --heads it divides. Configurations an algorithm cannot run are "
+    "stored as skipped rows with the reason; with --backward, an algorithm without a backward "
+    "pass keeps its forward row, marked 'forward only'. "
+    "`attnio sweep export --format csv|json|parquet --out FILE` exports the database."
 )
+EPILOG = """\
+several grids in one sweep: a TOML file of [[grid]] tables (--config FILE), each a grid with
+the keys N Nq Nkv d M algo causal mode seed eps entry_bound batch heads kv_heads window verify
+backward (values as on the command line, or TOML lists), e.g. unmasked attention and causal
+attention with sliding windows and grouped-query heads:
+
+  [[grid]]
+  N = "1024:16384:x2"
+  d = 64
+  M = "4096,65536"
+  causal = "none"
+
+  [[grid]]
+  N = "1024:16384:x2"
+  d = 64
+  M = "4096,65536"
+  causal = "true"
+  window = "none,512,4096"
+  heads = 32
+  kv_heads = "8,32"
+
+  attnio sweep --config grids.toml --db results.sqlite
+"""
+#: Grid keys and the flags that set them (an error about a key names the flag the user typed).
+FLAGS = {"N": "--N", "Nq": "--Nq", "Nkv": "--Nkv", "d": "--d", "M": "--M", "algo": "--algo",
+         "causal": "--causal", "mode": "--mode", "seed": "--seed", "eps": "--eps",
+         "entry_bound": "--entry-bound", "batch": "--batch", "heads": "--heads",
+         "kv_heads": "--kv-heads", "window": "--window"}
+#: Parameters that only ever come from a flag.
+OWN_FLAGS = {"jobs": "--jobs", "max_configs": "--max-configs", "scheduler": "--scheduler",
+             "config": "--config", "preset": "--preset", "db": "--db", "out": "--out"}
 DEFAULT_DB = "attnio-results.sqlite"
 
 
 def add_arguments(p) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
     p.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
     p.add_argument("--preset", default=None, help="a named sweep: paper (the reproduction sweep), smoke")
     p.add_argument("--config", default=None, metavar="TOML", help="grid(s) from a TOML file")
@@ -36,13 +74,15 @@ def add_arguments(p) -> None:
     p.add_argument("--kv-heads", dest="kv_heads", default=None,
                    help="key/value heads (grouped-query attention; default: as many as --heads)")
     p.add_argument("--window", default=None,
-                   help="sliding windows (need a causal mask), e.g. none,64,256 (default none)")
+                   help="sliding windows, paired with the causal masks of --causal only, e.g. "
+                        "none,64,256 (default none)")
     p.add_argument("--verify", action="store_true", default=None,
                    help="also replay each exact schedule's element trace through LRU and OPT at "
                         "M and 2M (count mode; traces of at most 2e6 events)")
     p.add_argument("--backward", action="store_true", default=None,
                    help="also count each algorithm's backward pass (the least-I/O backward "
-                        "schedule) with its certificate: backward_* columns")
+                        "schedule) with its certificate: backward_* columns (an algorithm "
+                        "without one keeps its forward row, marked 'forward only')")
     p.add_argument("--mode", default=None, choices=("count", "compute"),
                    help="count (shapes only, default) or compute (random data, max error)")
     p.add_argument("--seed", type=int, default=None, help="seed of the compute-mode inputs")
@@ -50,7 +90,9 @@ def add_arguments(p) -> None:
                    help="error target for approximate algorithms (else they are skipped)")
     p.add_argument("--entry-bound", dest="entry_bound", type=float, default=None,
                    help="approximate algorithms: entry bound B with |Q|, |K| <= B (default 1)")
-    p.add_argument("--jobs", type=int, default=None, help="local worker processes (default all cores)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="local worker processes, 1 to 256 (default all cores; never more than "
+                        "the grid has configurations)")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                    help="run on this Dask distributed scheduler")
     p.add_argument("--dask", action="store_true", help="run on a local Dask distributed cluster")
@@ -77,10 +119,11 @@ def _grids(args):
                                            "kv_heads", "window", "verify", "backward")
              if getattr(args, k, None) is not None}
     if args.preset and args.config:
-        raise ParameterError("give --preset or --config, not both")
+        raise ParameterError("give --preset or --config, not both", param="preset")
     if args.preset:
         if args.preset not in PRESETS:
-            raise ParameterError(f"preset: unknown {args.preset!r} (known: {', '.join(PRESETS)})")
+            raise ParameterError(f"preset: unknown {args.preset!r} (known: {', '.join(PRESETS)})",
+                                 param="preset")
         grids = PRESETS[args.preset]
         over = {k: v for k, v in flags.items()
                 if k in ("algo", "mode", "seed", "eps", "entry_bound", "verify", "backward")}
@@ -92,7 +135,8 @@ def _grids(args):
         grids = grids_from_toml(args.config)
         return [_override(g, flags) for g in grids] if flags else grids
     if "N" not in flags and "Nq" not in flags:
-        raise ParameterError("give --N (or --Nq and --Nkv), a --config TOML or a --preset")
+        raise ParameterError("give --N (or --Nq and --Nkv), a --config TOML or a --preset",
+                             param="N")
     return [grid_from_mapping(flags, where="flags")] if flags else [Grid()]
 
 
@@ -117,8 +161,41 @@ def _override(g, flags):
 
 
 def main(args) -> int:
-    if getattr(args, "action", None) == "export":
-        return _export(args)
+    from ..core.errors import ParameterError
+
+    given = {k for k in FLAGS if getattr(args, k, None) is not None}
+    try:
+        if getattr(args, "action", None) == "export":
+            return _export(args)
+        return _sweep(args)
+    except ParameterError as e:
+        raise _flagged(e, given) from None
+    except OSError as e:  # a disk or file error: one line naming the flag and the file
+        path = e.filename if e.filename is not None else args.db
+        flag = "--config" if path == getattr(args, "config", None) else (
+            "--out" if path == getattr(args, "out", None) else "--db")
+        raise ParameterError(f"{flag} {os.fspath(path)!r}: {e.strerror or e}",
+                             param=flag[2:]) from None
+
+
+def _flagged(e, given: set[str]):
+    """The error in the flag the user typed, from the parameter it names (``e.param``): a grid
+    key given as a flag, or a parameter only a flag sets; else the error as it is (a key of a
+    --config file or a --preset)."""
+    from ..core.errors import ParameterError
+
+    p = e.param
+    flag = OWN_FLAGS.get(p) or (FLAGS.get(p) if p in given else None)
+    if flag is None:
+        return e
+    msg = str(e)
+    for head in (f"{p}:", f"{p} "):
+        if msg.startswith(head):
+            return ParameterError(flag + msg[len(p):], param=p)
+    return ParameterError(f"{flag}: {msg}", param=p)
+
+
+def _sweep(args) -> int:
     from ..experiments.sweep import DEFAULT_MAX_CONFIGS, SweepInterrupted, dry_run, run_sweep
 
     grids = _grids(args)
@@ -127,7 +204,7 @@ def main(args) -> int:
         plan = dry_run(grids, args.db, max_configs=limit)
         print(plan)
         for cfg, why in plan.examples:
-            print(f"  skip {cfg.algorithm} Nq={cfg.Nq} Nkv={cfg.Nkv} d={cfg.d} M={cfg.M}: {why}")
+            print(f"  skip {cfg.describe()}: {why}")
         return 0
     try:
         summary = run_sweep(grids, args.db, jobs=args.jobs, scheduler=args.scheduler,
@@ -135,7 +212,8 @@ def main(args) -> int:
     except SweepInterrupted as e:
         import signal
 
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: the exit is under way
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal: the exit is under way
+            signal.signal(sig, signal.SIG_IGN)
         print(f"attnio sweep: {e.line()}", file=sys.stderr)
         return 130
     if not args.quiet:
@@ -144,6 +222,7 @@ def main(args) -> int:
 
 
 def _export(args) -> int:
+    from ..core.errors import ParameterError
     from ..experiments.store import ResultsStore
 
     fmt = args.format
@@ -152,11 +231,16 @@ def _export(args) -> int:
         fmt = fmt or "csv"
         out = f"attnio-results.{fmt}"
     if os.path.exists(out) and os.path.isdir(out):
-        from ..core.errors import ParameterError
-
         raise ParameterError(f"out: {out!r} is a directory")
+    existed = os.path.exists(out)
     with ResultsStore(args.db, readonly=True) as st:
-        n = st.export(out, fmt)
+        try:
+            n = st.export(out, fmt)
+        except OSError as e:  # a full disk, a read-only file system: no half-written file left
+            if not existed:
+                with contextlib.suppress(OSError):
+                    os.remove(out)
+            raise ParameterError(f"out {out!r}: {e.strerror or e}", param="out") from None
     if not getattr(args, "quiet", False):
         print(f"wrote {n} rows to {out}")
     return 0

@@ -189,6 +189,9 @@ def _check_file(path: str) -> None:
 
 
 def _check_writable(path: str) -> None:
+    if os.path.islink(path) and not os.path.exists(path):
+        raise StoreError(f"db path {path!r} is a symbolic link to {os.readlink(path)!r}, which "
+                         "does not exist (a dangling link or a loop); use another --db")
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
@@ -302,6 +305,10 @@ class ResultsStore:
             if con is not None:
                 con.close()
             raise
+        except sqlite3.Error as e:  # it cannot even be opened
+            if con is not None:
+                con.close()
+            raise _db_error(path, e) from None
         self._con.row_factory = sqlite3.Row
 
     def _open(self, quick_check: bool) -> None:

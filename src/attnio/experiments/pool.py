@@ -1,0 +1,212 @@
+"""The local process pool of a sweep: ``jobs`` workers, each on its own pipe.
+
+No queues, locks or semaphores, so nothing leaks when workers are terminated.  A worker dies with
+its parent: it closes every inherited pipe end but its own (so the parent's death closes its pipe
+and the worker sees end-of-file), and on Linux it also asks the kernel for SIGKILL when the parent
+dies (``prctl(PR_SET_PDEATHSIG)``).  Workers ignore SIGINT and SIGTERM: Ctrl-C or a SIGTERM to
+the process group reaches every process, and only the parent acts on it (it kills the workers,
+writes what arrived and exits), so a worker never prints a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, cast
+
+from ..core.errors import AttnioError
+from .grid import Config
+from .row import run_values
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+__all__ = ["MAX_JOBS", "Pool", "tasks"]
+
+#: The most worker processes a sweep starts (``jobs`` beyond it is refused).
+MAX_JOBS = 256
+
+#: Configurations per task: count mode runs a configuration in about a millisecond, so tasks of
+#: 64 keep the pipes quiet; compute mode sends them one at a time.
+_TASK_COUNT, _TASK_COMPUTE = 64, 1
+_WINDOW = 4096  # configurations sorted by cost at a time (slowest first) with several workers
+
+
+def cost(c: Config) -> float:
+    """A rough cost estimate, to start the slowest configurations first (shorter tail)."""
+    s = c.shape
+    work = s.n_heads * s.Nq * s.Nkv * s.d / math.sqrt(c.M)
+    return work * (50.0 if c.mode == "compute" else 1.0) * (8.0 if s.causal else 1.0)
+
+
+def tasks(todo: Iterator[Config], ordered: bool) -> Iterator[list[Config]]:
+    """Batches of configurations from the stream; with ``ordered``, each window of
+    :data:`_WINDOW` configurations slowest first."""
+    size = 2 * _TASK_COUNT  # a small first window: the workers start at once
+    while True:
+        window = list(itertools.islice(todo, size))
+        size = min(_WINDOW, 4 * size)
+        if not window:
+            return
+        if ordered:
+            window.sort(key=cost, reverse=True)
+        batch: list[Config] = []
+        for c in window:
+            batch.append(c)
+            if len(batch) >= (_TASK_COMPUTE if c.mode == "compute" else _TASK_COUNT):
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: SIGKILL this process when its parent dies (and now, if it already has)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)
+
+
+def _worker(conn, inherited: list, parent_pid: int) -> None:
+    """A pool worker: tasks in, rows out, over one pipe, until the pipe closes."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    for c in inherited:  # the parent's ends of every pipe: without them, its death is EOF here
+        with contextlib.suppress(OSError):
+            c.close()
+    _die_with_parent(parent_pid)
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):  # the parent is gone (killed): so is the work
+            return
+        if task is None:
+            return
+        try:
+            conn.send(("ok", run_values(task)))
+        except (BrokenPipeError, OSError):
+            return
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
+            try:
+                conn.send(("error", f"{type(e).__name__}: {e}"))
+            except OSError:
+                return
+
+
+class Pool:
+    """``jobs`` worker processes, each on its own pipe.  Workers are forked where the platform
+    allows it (this process has imported everything already), with SIGINT and SIGTERM blocked
+    while they start so that a signal at that instant reaches only the parent; a worker keeps
+    two tasks in flight."""
+
+    def __init__(self, jobs: int):
+        import multiprocessing as mp
+        import threading
+
+        fork = ("fork" in mp.get_all_start_methods() and threading.active_count() == 1)
+        self.ctx: Any = mp.get_context("fork") if fork else mp.get_context("spawn")
+        self.procs: list = []
+        self.conns: list = []
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        masked = hasattr(signal, "pthread_sigmask")
+        sigs = {signal.SIGINT, signal.SIGTERM}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs) if masked else None
+        try:
+            for _ in range(jobs):
+                parent, child = self.ctx.Pipe(duplex=True)
+                # a forked worker holds copies of the parent's ends (its own and the earlier
+                # workers'): it closes them; a spawned one inherits none
+                inherited = [*self.conns, parent] if fork else []
+                proc = self.ctx.Process(target=_worker, args=(child, inherited, os.getpid()),
+                                        daemon=True)
+                proc.start()
+                child.close()
+                self.procs.append(proc)
+                self.conns.append(parent)
+        except BaseException:
+            self.terminate()
+            raise
+        finally:
+            if old is not None:  # set exactly when masked
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def map(self, work: Iterator[list[Config]]) -> Iterator[list[tuple]]:
+        """The rows of every task, as they arrive (not in task order)."""
+        from multiprocessing.connection import wait
+
+        inflight = {c: 0 for c in self.conns}
+        exhausted = False
+
+        def feed(c) -> None:
+            nonlocal exhausted
+            while not exhausted and inflight[c] < 2:
+                task = next(work, None)
+                if task is None:
+                    exhausted = True
+                    return
+                c.send(task)
+                inflight[c] += 1
+
+        for c in self.conns:
+            feed(c)
+        while any(inflight.values()):
+            # wait returns the objects it was given: the pipe ends in self.conns
+            for c in cast("list[Connection]", wait([c for c, n in inflight.items() if n])):
+                try:
+                    kind, payload = c.recv()
+                except (EOFError, OSError):
+                    proc = self.procs[self.conns.index(c)]
+                    proc.join(0.5)
+                    raise AttnioError(f"a sweep worker died (exit code {proc.exitcode}); the rows "
+                                      "that arrived are saved: rerun the sweep to resume") from None
+                inflight[c] -= 1
+                if kind != "ok":
+                    raise AttnioError(f"a sweep worker failed: {payload}")
+                feed(c)
+                yield payload
+        self.close()
+
+    def close(self) -> None:
+        """Let the workers finish (they exit when their pipe closes)."""
+        for c in self.conns:
+            with contextlib.suppress(OSError):
+                c.send(None)
+            c.close()
+        for p in self.procs:
+            p.join(2)
+            if p.is_alive():
+                p.kill()
+                p.join(0.5)
+        self.procs, self.conns = [], []
+
+    def terminate(self) -> None:
+        """Stop every worker now (SIGKILL: they ignore SIGTERM): their work in progress is not
+        in the database and runs again on resume."""
+        for p in self.procs:
+            with contextlib.suppress(Exception):
+                p.kill()
+        for c in self.conns:
+            with contextlib.suppress(Exception):
+                c.close()
+        deadline = time.monotonic() + 2.0
+        for p in self.procs:
+            with contextlib.suppress(Exception):
+                p.join(max(0.0, deadline - time.monotonic()))
+        self.procs, self.conns = [], []
