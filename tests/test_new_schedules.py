@@ -180,3 +180,32 @@ def test_split_backward_moves_less_than_flash2_backward_at_large_cache():
         fa2 = attnio.algorithms.get_backward("flash2_backward").search(shape, M)[1].total
         print(f"M = {M}: split_backward / flash2_backward = {split / fa2:.3f}")
         assert split < most * fa2, (M, split, fa2)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(w=workloads(), extra=st.integers(0, 400), seed=st.integers(0, 2**16))
+def test_q_stationary_min_writes_the_logsumexp_a_backward_pass_reads(w, extra, seed):
+    from attnio.core.reference import attention_backward
+
+    Nq, Nkv, d, causal, window, batch, heads, kvh = w
+    shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, window=window, heads=heads,
+                       kv_heads=kvh, batch=batch)
+    alg = attnio.algorithms.get("q_stationary_min")
+    bwd = attnio.algorithms.get_backward("flash2_backward")
+    M = max(alg.min_M(shape), bwd.min_M(shape)) + extra
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((batch, heads, Nq, d))
+    K = rng.standard_normal((batch, kvh, Nkv, d))
+    V = rng.standard_normal((batch, kvh, Nkv, d))
+    dO = rng.standard_normal((batch, heads, Nq, d))
+    res = attnio.run("q_stationary_min", Q, K, V, M=M, causal=causal, window=window,
+                     backward=True, grad_output=dO, backward_algorithm="flash2_backward")
+    assert np.abs(res.output - _reference(Q, K, V, causal, window)).max() <= 1e-10
+    for name, want in zip(("dQ", "dK", "dV"), attention_backward(Q, K, V, dO, causal=causal,
+                                                                  window=window)):
+        assert np.abs(np.asarray(res.grads[name]).reshape(want.shape) - want).max() <= 1e-10
+    pred = alg.predict_with_lse(shape, res.tiling)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+    cnt = attnio.run("q_stationary_min", shape=shape, M=M, mode="count", tiling=res.tiling,
+                     backward=True, backward_algorithm="flash2_backward")
+    assert (cnt.io.reads, cnt.io.writes) == (pred.reads, pred.writes)

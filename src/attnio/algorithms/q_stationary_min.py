@@ -28,7 +28,8 @@ FlashAttention-2's count with Bc = 1 (its cov_i is then hi_i - lo_i), so the cou
     writes = G·Nq·d
 
 per group of G query heads sharing a K/V head (``group``: each streamed word serves all G heads;
-fast memory ``G·Br·(2d + 3) + 1``).  What it gains over FlashAttention-2 is room: at equal M its
+fast memory ``G·Br·(2d + 3) + 1``).  For a backward pass it also writes the logsumexp of every row
+(through the score column s_i): Nq more writes a head (``predict_with_lse``).  What it gains over FlashAttention-2 is room: at equal M its
 query blocks are larger by about (2d + Br)/(2d + 4) rows per row, so Tr is smaller, most at small M
 (M = 5d: Br = 2 against 1).
 
@@ -105,6 +106,7 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
                "K and V streamed one word at a time")
     Tiling = QStationaryMinTiling
     supports_window = True
+    supports_backward = True  # writes the logsumexp (Nq words a head) when asked
 
     def footprint(self, shape: Shape, tiling: QStationaryMinTiling) -> int:
         return _fp(shape.d, min(tiling.Br, shape.Nq), tiling.group)
@@ -151,15 +153,17 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
     def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                      O: SlowArray, *, shape: Shape, tiling: QStationaryMinTiling, scale: float,
                      lse: SlowArray | None = None) -> None:
-        if lse is not None:
-            super().run_schedule(mem, Q, K, V, O, shape=shape, tiling=tiling, scale=scale,
-                                 lse=lse)
-            return
-        G = tiling.group
+        """Every group of ``tiling.group`` query heads against its K/V head; ``lse`` (stacked by
+        head, Nq words each) receives the logsumexp of every row when given."""
+        G, Nq = tiling.group, shape.Nq
         for gb in mem.blocks(shape.n_heads // G, 1):  # alike: bulk count mode runs one
-            views = [head_views(mem, shape, gb.start * G + g, Q, K, V, O) for g in range(G)]
+            heads = [gb.start * G + g for g in range(G)]
+            views = [head_views(mem, shape, h, Q, K, V, O) for h in heads]
+            lses = None if lse is None else [mem.view(lse, slice(h * Nq, (h + 1) * Nq))
+                                             for h in heads]
             self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
-                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale)
+                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale,
+                                lse=lses)
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                  O: SlowArray, *, shape: Shape, tiling: QStationaryMinTiling,
@@ -168,15 +172,22 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
 
     def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
                        V: SlowArray, Os: list[SlowArray], *, shape: Shape,
-                       tiling: QStationaryMinTiling, scale: float) -> None:
+                       tiling: QStationaryMinTiling, scale: float,
+                       lse: list[SlowArray] | None = None) -> None:
+        """Query heads ``Qs`` (one group) against one K/V head; ``lse`` (optional) receives each
+        row's logsumexp, for the backward pass (Nq more writes a head)."""
         d = shape.d
         for qb in mem.blocks(shape.Nq, tiling.Br, uniform=not shape.causal):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             if hi <= lo:  # no row of the block sees a key: its output is 0
-                for O in Os:
+                for g, O in enumerate(Os):
                     z = mem.alloc((qb.size, d), 0.0, label="O_i")
                     mem.store(z, O, qb)
                     mem.free(z)
+                    if lse is not None:
+                        zl = mem.alloc((qb.size,), -np.inf, label="lse_i")
+                        mem.store(zl, lse[g], qb)
+                        mem.free(zl)
                 continue
             heads = []
             for Q in Qs:
@@ -204,6 +215,9 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
                         mem.compute(_accumulate_output(cb.start), Oi, s, w, writes=1)
                     mem.free(w)
             for g, (Qi, Oi, m, l, s) in enumerate(heads):
+                if lse is not None:  # logsumexp = m + log l into the score column, written
+                    mem.compute(K_.logsumexp, s, m, l, writes=1)
+                    mem.store(s, lse[g], qb)
                 mem.compute(K_.normalise_rows, Oi, l, writes=1)
                 mem.store(Oi, Os[g], qb)
                 mem.free(Qi, Oi, m, l, s)
