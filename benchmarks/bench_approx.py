@@ -1,20 +1,17 @@
-"""Benchmark of the polynomial method: wall-clock vs SDPA, error vs FAVOR+, I/O vs n, plots.
+"""Benchmark of the polynomial method: error vs FAVOR+, I/O vs n, error vs degree, plots.
 
-    python benchmarks/bench_approx.py [--threads 1] [--max-sdpa-n 16384] [--budget 30]
+    python benchmarks/bench_approx.py [--threads 1]
 
-* wall-clock: ``poly_attention`` vs ``torch.nn.functional.scaled_dot_product_attention`` on CPU,
-  float32, the same inputs, one timed run each after a warm-up on a small input, with
-  ``torch.set_num_threads(threads)`` for both; n = 2^10 .. 2^16, d in {8, 16}, entry bounds
-  B = sqrt(R / sqrt(d)) giving R in {0.5, 1, 2}, guaranteed eps = 1e-3.  SDPA beyond
-  ``--max-sdpa-n`` is *not measured* but extrapolated as c n^2 from the largest measured n (marked
-  ``"sdpa_extrapolated": true``); a poly case whose time predicted from the previous n (x2.2)
-  exceeds ``--budget`` seconds is skipped and recorded as such.
+Wall-clock against SDPA is ``benchmarks/bench_torch.py`` (SDPA's fused 4-D path; this file's
+first wall-clock section timed SDPA on 3-D tensors, its unfused fallback, and is gone).
+
 * error at equal feature dimension: max |O - O_exact| (float64 exact reference) of
   ``poly_attention`` and ``favor_attention(features=r)`` on the same float32 inputs.
 * I/O (count mode, closed forms): approx_poly vs flash2 for n = 2^10 .. 2^20.
 * error vs degree: proven bound, measured max relative error of P, measured attention error.
 
-Writes benchmarks/results/approx.json and the plots docs/img/approx_*.png.
+Writes benchmarks/results/approx.json and the plots docs/img/approx_error_vs_degree.png and
+docs/img/approx_io_vs_n.png.
 """
 
 from __future__ import annotations
@@ -35,52 +32,6 @@ def _timed(fn):
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
-
-
-def wallclock(torch, args):
-    from attnio.torch_ops import poly_attention, poly_plan
-
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    ns = [2**k for k in range(10, 17)]
-    rows = []
-    g = torch.Generator().manual_seed(0)
-    for d in (8, 16):
-        base = {n: ((torch.rand(1, n, d, generator=g) * 2 - 1), (torch.rand(1, n, d, generator=g) * 2 - 1),
-                    torch.randn(1, n, d, generator=g)) for n in ns}
-        sdpa_t = {}
-        w = base[ns[0]]
-        sdpa(*w)  # warm-up
-        for n in ns:
-            if n <= args.max_sdpa_n:
-                q, k, v = base[n]
-                sdpa_t[n] = (_timed(lambda: sdpa(q, k, v)), False)
-            else:
-                m = max(sdpa_t)
-                sdpa_t[n] = (sdpa_t[m][0] * (n / m) ** 2, True)
-            print(f"d={d} n={n}: sdpa {sdpa_t[n][0]:.3f} s{' (extrapolated)' if sdpa_t[n][1] else ''}",
-                  flush=True)
-        for R in (0.5, 1.0, 2.0):
-            B = math.sqrt(R / math.sqrt(d))
-            q0, k0, _ = base[ns[0]]
-            p, fm, _ = poly_plan(q0 * B, k0 * B, eps=1e-3, entry_bound=B)
-            poly_attention(q0[:, :64] * B, k0[:, :64] * B, base[ns[0]][2][:, :64], eps=1e-3,
-                           entry_bound=B)  # warm-up (monomial tables)
-            prev = None
-            for n in ns:
-                q, k, v = base[n]
-                q, k = q * B, k * B
-                row = {"d": d, "R": R, "entry_bound": B, "n": n, "degree": p.degree, "r": fm.r,
-                       "sdpa_s": sdpa_t[n][0], "sdpa_extrapolated": sdpa_t[n][1]}
-                if prev is not None and prev * 2.2 > args.budget:
-                    row.update(poly_s=None, skipped=f"predicted {prev * 2.2:.0f} s > budget {args.budget:g} s")
-                else:
-                    prev = _timed(lambda: poly_attention(q, k, v, eps=1e-3, entry_bound=B))
-                    row.update(poly_s=prev, speedup=sdpa_t[n][0] / prev)
-                rows.append(row)
-                print(f"d={d} R={R} n={n} r={fm.r}: poly {row['poly_s']} "
-                      f"speedup {row.get('speedup')}", flush=True)
-    summary = summarize(rows)
-    return rows, summary
 
 
 def favor_vs_poly(torch):
@@ -178,102 +129,24 @@ def plots(data):
     ax.set_xlabel("n"), ax.set_ylabel("I/O (words)"), ax.set_title("d = 8, eps = 1e-3, B = 0.6 (R = 1.02)")
     ax.legend(fontsize=8), fig.tight_layout(), fig.savefig(img / "approx_io_vs_n.png", dpi=120)
     plt.close(fig)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, d in zip(axes, (8, 16)):
-        rs = [r for r in data["wallclock"] if r["d"] == d]
-        ns = sorted({r["n"] for r in rs})
-        s = {r["n"]: r for r in rs}
-        meas = [n for n in ns if not s[n]["sdpa_extrapolated"]]
-        ext = [n for n in ns if s[n]["sdpa_extrapolated"]]
-        ax.loglog(meas, [s[n]["sdpa_s"] for n in meas], "-k", marker="o", label="SDPA (measured)")
-        if ext:
-            ax.loglog([meas[-1]] + ext, [s[meas[-1]]["sdpa_s"]] + [s[n]["sdpa_s"] for n in ext], ":k",
-                      label="SDPA (extrapolated n^2)")
-        for R, c in ((0.5, "C0"), (1.0, "C1"), (2.0, "C2")):
-            rr = [r for r in rs if r["R"] == R and r["poly_s"] is not None]
-            if rr:
-                ax.loglog([r["n"] for r in rr], [r["poly_s"] for r in rr], "-", color=c, marker="x",
-                          label=f"poly, R={R} (r={rr[0]['r']:,})")
-        ax.set_title(f"d = {d}, float32 CPU, eps = 1e-3"), ax.set_xlabel("n")
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("seconds")
-    fig.tight_layout(), fig.savefig(img / "approx_wallclock.png", dpi=120)
-    plt.close(fig)
-
-
-def summarize(rows):
-    summary = []
-    for d in (8, 16):
-        for R in (0.5, 1.0, 2.0):
-            rs = [r for r in rows if r["d"] == d and r["R"] == R]
-            cross = next((r for r in rs if r["poly_s"] is not None and r["poly_s"] < r["sdpa_s"]),
-                         None)
-            last = rs[-1]
-            summary.append({"d": d, "R": R, "r": rs[0]["r"], "degree": rs[0]["degree"],
-                            "crossover_n": cross and cross["n"],
-                            "crossover_uses_extrapolated_sdpa": bool(cross and cross["sdpa_extrapolated"]),
-                            "speedup_at_65536": last.get("speedup"),
-                            "speedup_at_65536_sdpa_extrapolated": last["sdpa_extrapolated"]})
-    return summary
-
-
-def remeasure(torch, args, ns):
-    """SDPA for d = 8 at large n on the same inputs as the wall-clock run (same generator)."""
-    out = ROOT / "benchmarks" / "results" / "approx.json"
-    data = json.loads(out.read_text())
-    g = torch.Generator().manual_seed(0)
-    allns = [2**k for k in range(10, 17)]
-    base = {n: ((torch.rand(1, n, 8, generator=g) * 2 - 1), (torch.rand(1, n, 8, generator=g) * 2 - 1),
-                torch.randn(1, n, 8, generator=g)) for n in allns}
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    sdpa(*base[1024])
-    for n in ns:
-        q, k, v = base[n]
-        t = _timed(lambda: sdpa(q, k, v))
-        print(f"d=8 n={n}: sdpa measured {t:.1f} s", flush=True)
-        for r in data["wallclock"]:
-            if r["d"] == 8 and r["n"] == n:
-                r["sdpa_s"], r["sdpa_extrapolated"] = t, False
-                if r.get("poly_s"):
-                    r["speedup"] = t / r["poly_s"]
-    data["summary"] = summarize(data["wallclock"])
-    data["machine"]["remeasured_sdpa_d8"] = ns
-    out.write_text(json.dumps(data, indent=1))
-    plots(data)
-    for s in data["summary"]:
-        print(s)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--max-sdpa-n", type=int, default=16384)
-    ap.add_argument("--budget", type=float, default=30.0)
-    ap.add_argument("--skip-wallclock", action="store_true")
-    ap.add_argument("--measure-sdpa-d8", default=None, metavar="N1,N2",
-                    help="only: measure SDPA for d=8 at these n (replacing the extrapolated "
-                         "values in results/approx.json) and redo the summary and plots")
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    if args.measure_sdpa_d8:
-        return remeasure(torch, args, [int(x) for x in args.measure_sdpa_d8.split(",")])
     t0 = time.perf_counter()
     data = {"machine": {"platform": platform.platform(), "torch": torch.__version__,
-                        "threads": args.threads, "max_sdpa_n": args.max_sdpa_n,
-                        "budget_s": args.budget},
+                        "threads": args.threads},
             "io_vs_n": io_vs_n(), "error_vs_degree": error_vs_degree()}
     data["favor_vs_poly"] = favor_vs_poly(torch)
-    if not args.skip_wallclock:
-        data["wallclock"], data["summary"] = wallclock(torch, args)
     data["elapsed_s"] = time.perf_counter() - t0
     out = ROOT / "benchmarks" / "results" / "approx.json"
     out.write_text(json.dumps(data, indent=1))
-    if "wallclock" in data:
-        plots(data)
-        for s in data["summary"]:
-            print(s)
+    plots(data)
     print(f"wrote {out} in {data['elapsed_s']:.0f} s")
 
 

@@ -63,6 +63,57 @@ def cell(dev, field, fmt):
     return f"{v} [{src}]" if src else v
 
 
+def sustained() -> list[str]:
+    """The "Sustained rates" section: each unit's peak from the table times the calibrated
+    efficiency of the device's generation (attnio/hardware/calibration.json)."""
+    from attnio.hardware.timing import generation, load_params
+
+    pick = [devices.get("a100"), devices.get("h100")]
+    L = ["", "## Sustained rates (the calibrated time model)", "",
+         "What each unit sustains in the time model (docs/hardware.md, section 6): the peak of "
+         "the table above times an efficiency of the device's generation from "
+         "`src/attnio/hardware/calibration.json`.  The sm90 efficiencies were fitted by "
+         "`benchmarks/calibrate_gpu.py` to the calibration set (flash-attn's published H100 "
+         "measurements); sm80 has no timings to fit and takes the rule stated in that file "
+         "(docs/hardware.md, section 11).  The microbenchmark papers (luo2024, luo2025) "
+         "report that Hopper reaches its tensor rate only through the asynchronous warp-group "
+         "`wgmma`, the synchronous `mma.sync` of Ampere-style kernels (FA2) staying well "
+         "below: the fit puts the two apart in that direction; their exact figures were not "
+         "re-read here, so none is copied.", "",
+         "| unit | " + " | ".join(f"{d.name} ({generation(d)})" for d in pick) + " | source |",
+         "|---|" + "---|" * len(pick) + "---|"]
+
+    def row(label, fn, src):
+        L.append(f"| {label} | " + " | ".join(fn(d, load_params(d)) for d in pick)
+                 + f" | {src} |")
+
+    row("tensor, mma.sync (FA1, FA2, split-KV; cuBLAS on sm80), bf16",
+        lambda d, p: f"{d.flops('bf16') * p.mma_sync_eff / 1e12:,.0f} TFLOP/s "
+                     f"({p.mma_sync_eff:.3f} x peak)", "fitted (sm90); rule (sm80)")
+    row("tensor, wgmma (FA3; cuBLAS on sm90), bf16",
+        lambda d, p: (f"{d.flops('bf16') * p.wgmma_eff / 1e12:,.0f} TFLOP/s "
+                      f"({p.wgmma_eff:.3f} x peak)") if d.wgmma else "no wgmma",
+        "fitted (sm90)")
+    row("tensor, wgmma, fp8",
+        lambda d, p: (f"{d.flops('fp8') * p.wgmma_eff / 1e12:,.0f} TFLOP/s") if d.wgmma
+        else "no fp8", "fitted efficiency x the fp8 peak [h100_wp]")
+    row("exp2 on the SFUs", lambda d, p: f"{d.sfu_per_clk * d.sm_count * d.clock_hz / 1e12:.2f}"
+        " T/s (16 per clock per SM)", "cuda_arith")
+    row("softmax's other instructions (FP32 pipes)",
+        lambda d, p: f"{p.softmax_ops:.2f} per exponential at "
+                     f"{64 if d.compute_capability == '8.0' else 128} lanes/clock/SM",
+        "fitted; lanes: cuda_arith")
+    row("shared memory", lambda d, p: f"{d.smem_bytes_per_clk * d.sm_count * d.clock_hz / 1e12:.1f}"
+        " TB/s (128 B/clock/SM)", "cuda_smem_banks")
+    row("L2 (all SMs' ports)", lambda d, p: f"{d.l2_bandwidth / 1e12:.1f} TB/s "
+        f"({d.sm_l2_bytes_per_clk} B/clock/SM)", "gpu_benches, luo2025 (derived)")
+    row("HBM", lambda d, p: f"{d.hbm_bw * p.hbm_eff / 1e12:.2f} TB/s ({p.hbm_eff:.3f} x "
+        f"{d.hbm_bw / 1e12:.2f})", "fitted (sm90, the standard-attention rows); rule (sm80)")
+    row("per CTA, per launch", lambda d, p: f"{p.cta_cycles:,.0f} clocks; {p.launch_us:.1f} us",
+        "fitted")
+    return L
+
+
 def render() -> str:
     gpus = [d for d in devices.all_devices() if d.kind == "gpu"]
     L = ["# Devices", "",
@@ -97,6 +148,7 @@ def render() -> str:
                  (" Inferred: " + ", ".join(d.inferred) + "." if d.inferred else "") +
                  (" Not scorable: " + ", ".join(d.missing()) + " not public."
                   if d.missing() else ""))
+    L += sustained()
     L += ["", "## Sources", "",
           "`read` = the text was read during the research behind this table (directly or "
           "through a verbatim public copy); `not re-read` = taken from the named official "

@@ -15,6 +15,20 @@ from attnio.core.errors import MissingExtraError
 from attnio.core.extras import EXTRAS, available
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Name the shuffled order's seed (also under ``-q``), so a failure that depends on the order
+    can be replayed with ``--random-order-seed``."""
+    opt = config.option
+    bucket = str(getattr(opt, "random_order_bucket", "default:"))
+    seed = str(getattr(opt, "random_order_seed", "default:"))
+    if not bucket.startswith("default:") or not seed.startswith("default:"):
+        bucket, seed = bucket.removeprefix("default:"), seed.removeprefix("default:")
+        if bucket == "none":
+            return
+        terminalreporter.write_line(f"test order: shuffled by {bucket} "
+                                    f"(replay it with --random-order-seed={seed})")
+
+
 def _missing_reason(modules: tuple[str, ...]) -> str | None:
     """The library's own message for the first of ``modules`` that is not installed, or None."""
     for m in modules:

@@ -94,3 +94,55 @@ def test_low_precision_error_within_twice_naive(name, dtype, causal):
     assert err <= 2 * naive_err + 1e-7
     if dtype != "bfloat16":
         assert res.output.dtype == np.dtype(dtype)
+
+
+# ---------------------------------------------------------------- values near the largest float
+def _huge_values(Nkv, d, dtype, rng):
+    """V of alternating sign near the dtype's largest finite value (a column at 0.95 x max), and
+    a column of tiny values: the output is a convex combination of V's rows, so the reference
+    is finite; an unnormalised accumulator (up to Nkv x max |V|) is not."""
+    big = float(np.finfo(dtype).max)
+    V = np.full((Nkv, d), big / 16)
+    V[::2] *= -1
+    V[:, 0] = 0.95 * big * np.where(np.arange(Nkv) % 3 == 0, -1, 1)
+    V[:, 1] = float(np.finfo(dtype).tiny) * 1e3
+    return V.astype(dtype)
+
+
+@pytest.mark.parametrize("name", ALGS)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_values_near_the_largest_float_give_the_finite_reference(name, dtype, causal):
+    """Issue 24: V entries near 1e307 gave an infinite output (exit 0) for the flash schedules,
+    whose unnormalised accumulator overflowed; every schedule now stays within max |V|, with the
+    same counts as with small values."""
+    rng = np.random.default_rng(24)
+    Nq, Nkv, d = 40, 70, 6
+    Q, K = rng.standard_normal((Nq, d)).astype(dtype), rng.standard_normal((Nkv, d)).astype(dtype)
+    V = _huge_values(Nkv, d, dtype, rng)
+    tiling = {"Br": 8, "Bc": 8, "splits": 3} if name == "flash_decoding" else None
+    with np.errstate(over="raise"):
+        res = attnio.run(name, Q, K, V, M=2000, causal=causal, tiling=tiling)
+    ref = attnio.reference.attention(*(x.astype(np.float64) for x in (Q, K, V)), causal=causal)
+    assert np.isfinite(ref).all() and np.isfinite(res.output).all()
+    rel = np.abs(res.output.astype(np.float64) - ref) / np.abs(V.astype(np.float64)).max(axis=0)
+    assert rel.max() <= (1e-12 if dtype == "float64" else 1e-5), rel.max()
+    # the tiny column is not flushed to zero by the scaling (relative to its own size)
+    tiny = np.abs(ref[:, 1]) > 0
+    assert np.abs(res.output[tiny, 1] / ref[tiny, 1] - 1).max() <= 1e-5
+    small = attnio.run(name, shape=res.shape, M=2000, mode="count", tiling=res.tiling)
+    assert (small.io.reads, small.io.writes) == (res.io.reads, res.io.writes)
+
+
+def test_approx_poly_refuses_values_that_can_overflow_its_accumulators():
+    """approx_poly's sums over keys of features x V cannot be kept within max |V| (its features
+    have both signs): V whose worst-case sum overflows is refused naming V, before running."""
+    rng = np.random.default_rng(24)
+    Q, K = rng.uniform(-0.5, 0.5, (64, 4)), rng.uniform(-0.5, 0.5, (64, 4))
+    V = _huge_values(64, 4, "float64", rng)
+    with pytest.raises(attnio.ParameterError, match="V: entries up to") as e:
+        attnio.run("approx_poly", Q, K, V, M=4000)
+    assert e.value.param == "V"
+    # values far from the limit run, and stay finite (the message's bound is not hit)
+    res = attnio.run("approx_poly", Q, K, V * 2.0 ** -40, M=4000)
+    assert np.isfinite(res.output).all()

@@ -30,7 +30,7 @@ def report(tmp_path_factory):
     run_sweep([Grid(N=NS, d=(D_N,), M=(M_N,), algorithms=("flash2", "standard")),
                Grid(N=(N_M,), d=(D_M,), M=MS, algorithms=("flash2", "square_tiling", "standard"))],
               db, jobs=2)
-    rep = build_report(db, base / "out")
+    rep = build_report(db, base / "out", formats=("png", "svg"))
     with ResultsStore(db, readonly=True) as st:
         rows = st.rows(decode=True)
     return rep, rows, base / "out"
@@ -115,7 +115,7 @@ def test_claims_on_the_small_sweep(report):
     assert by["flash2: I/O grows as N^2 at fixed d, M"].status == "pass"
     assert by["flash2: I/O ∝ 1/M for M >= d²"].status == "pass"
     assert by["square_tiling: I/O ∝ 1/√M for M < d²"].status == "pass"
-    assert by["every measured count >= every applicable explicit lower bound"].status == "pass"
+    assert by["exact attention: every measured count >= every applicable explicit lower bound"].status == "pass"
     assert by["simulated counts equal each algorithm's derived closed form"].status == "pass"
     cross = by["crossover between small- and large-cache algorithms at M ≈ d²"]
     print(cross.measured)
@@ -142,7 +142,7 @@ def test_a_count_below_an_explicit_bound_fails_the_claim(report):
     bad = [dict(r) for r in rows if r["status"] == "ok"]
     bad[0]["total"] = 1
     table = {c.claim: c for c in claims(bad)}
-    assert table["every measured count >= every applicable explicit lower bound"].status == "fail"
+    assert table["exact attention: every measured count >= every applicable explicit lower bound"].status == "fail"
 
 
 def test_fit_slope_is_least_squares_on_logs():
@@ -258,3 +258,151 @@ def test_best_configurations_show_the_forward_and_backward_ratios():
     md = "\n".join(_best_md(best))
     assert "| × bound | backward I/O | backward × bound |" in md
     assert f"{b['backward_ratio']:.2f}" in md and f"({b['backward_algorithm']})" in md
+
+
+# ----------------------------------------------------------------------------- no silent cap
+@pytest.fixture(scope="module")
+def researcher(tmp_path_factory):
+    """The researcher's grid: two masks x GQA or not x windows (none, and two windows with the
+    causal mask): 8 settings."""
+    need("matplotlib")
+    base = tmp_path_factory.mktemp("researcher")
+    db = base / "g.sqlite"
+    common = dict(N=(256, 512, 1024), d=(16,), M=(1024, 4096), algorithms=("flash2", "standard"),
+                  heads=(4,), kv_heads=(4, 1))
+    run_sweep([Grid(causal=(False, True), **common),
+               Grid(causal=(True,), window=(64, 128), **common)], db, jobs=1)
+    return build_report(db, base / "out", formats=("png",), html_page=False,
+                        figs_per_axis=1), base / "out"
+
+
+def test_every_setting_of_the_researchers_grid_gets_a_figure_and_the_overlays(researcher):
+    rep, out = researcher
+    assert len(rep.settings) == 8, rep.settings
+    for s in rep.settings:
+        assert any(rep.captions[f].count(s) for f in rep.figures if f.startswith("io_vs_")), s
+    overlays = [f for f in rep.figures if f.startswith("overlay_")]
+    print(overlays)
+    for kind in ("gqa", "window", "causal"):
+        assert any(f.startswith(f"overlay_{kind}_") for f in overlays), kind
+    md = (out / "REPORT.md").read_text()
+    for f in rep.figures:
+        assert f"![{f}]({f})" in md and (out / f).exists()
+    assert md.count("*Figure ") == len(rep.figures)
+
+
+def test_the_cap_lists_every_figure_it_leaves_out(tmp_path, researcher):
+    rep, out = researcher
+    db = out.parent / "g.sqlite"
+    capped = build_report(db, tmp_path / "o", formats=("png",), html_page=False,
+                          figs_per_axis=1, max_figures=9)
+    assert len(capped.figures) == 9
+    drawn_settings = {capped.captions[f].split("; ")[1] for f in capped.figures
+                      if f.startswith("io_vs_")}
+    assert len(drawn_settings) == 8  # the first figure of every setting comes first
+    left = [w for w in capped.not_drawn if "max_figures=9" in w]
+    assert len(left) == len(rep.figures) - 9
+    md = (tmp_path / "o" / "REPORT.md").read_text()
+    assert "## Figures not drawn" in md and all(w in md for w in capped.not_drawn)
+
+
+def test_figures_show_every_series_with_a_style_of_its_own():
+    from attnio.experiments.report.style import series_styles
+
+    keys = [("flash2", None), ("flash_decoding", None), ("standard", None), ("flash1", None),
+            ("square_tiling", None), ("approx_poly", 0.1), ("approx_poly", 0.01),
+            ("approx_poly", 0.001), ("mystery", None)]
+    st = series_styles(keys)
+    looks = {(s.color, s.marker, s.ls) for s in st.values()}
+    assert len(looks) == len(keys)  # one series per eps, each distinct
+    order = sorted(keys, key=lambda k: st[k].order)
+    assert order.index(("flash2", None)) < order.index(("flash_decoding", None))
+    assert order[-1] == ("flash_decoding", None)  # drawn on top of the series it equals
+
+
+# ----------------------------------------------------------------------------- robustness
+def test_a_foreign_results_table_is_one_line(tmp_path, capsys):
+    import sqlite3
+
+    db = tmp_path / "foreign.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE attnio_meta (key TEXT, value TEXT)")
+    con.execute("INSERT INTO attnio_meta VALUES ('schema_version', '3')")
+    con.execute("CREATE TABLE results (x)")
+    con.execute("INSERT INTO results VALUES (1)")
+    con.commit()
+    con.close()
+    assert cli_main(["report", "--db", str(db), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an attnio results database" in err and "--db" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("where", ["new", "existing"])
+def test_a_full_disk_leaves_no_half_written_report(tmp_path, capsys, monkeypatch, where):
+    import errno
+
+    from attnio.experiments.report import build
+
+    need("matplotlib")
+    db = tmp_path / "t.sqlite"
+    run_sweep(Grid(N=(256, 512), d=(16,), M=(4096,), algorithms=("flash2",)), db, jobs=1)
+    out = tmp_path / "o"
+    if where == "existing":
+        out.mkdir()
+        (out / "mine.txt").write_text("kept")
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(build, "markdown", full)  # fails after the figures were written
+    assert cli_main(["report", "--db", str(db), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no space left" in err and repr(str(out)) in err
+    assert "--out" in err
+    left = sorted(p.name for p in tmp_path.rglob("*") if p.parent in (tmp_path, out))
+    assert left == (["mine.txt", "o", "t.sqlite"] if where == "existing" else ["t.sqlite"])
+
+
+def test_a_read_only_out_directory_is_one_line(tmp_path, capsys):
+    import os
+
+    db = tmp_path / "t.sqlite"
+    run_sweep(Grid(N=(256,), d=(16,), M=(4096,), algorithms=("flash2",)), db, jobs=1)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as root: a read-only directory is writable")
+        assert cli_main(["report", "--db", str(db), "--out", str(ro / "o")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not writable" in err and "out" in err
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o700)
+
+
+def test_report_reports_progress_per_figure(tmp_path):
+    need("matplotlib")
+    db = tmp_path / "t.sqlite"
+    run_sweep(Grid(N=(256, 512, 1024), d=(16,), M=(1024, 4096), algorithms=("flash2",)), db,
+              jobs=1)
+    calls = []
+    rep = build_report(db, tmp_path / "o", formats="png", html_page=False,
+                       progress=lambda done, total: calls.append((done, total)))
+    n = len(rep.figures)
+    assert n >= 2 and calls == [(i, n) for i in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("kw, flag", [({"formats": "png,gif"}, "formats"),
+                                      ({"max_figures": -1}, "max-figures"),
+                                      ({"figs_per_axis": 1.5}, "figs-per-axis")])
+def test_bad_report_options_are_one_line_naming_the_option(tmp_path, kw, flag):
+    from attnio.core.errors import ParameterError
+
+    db = tmp_path / "t.sqlite"
+    run_sweep(Grid(N=(256,), d=(16,), M=(4096,), algorithms=("flash2",)), db, jobs=1)
+    with pytest.raises(ParameterError, match=flag):
+        build_report(db, tmp_path / "o", **kw)
+    assert not (tmp_path / "o").exists()

@@ -9,6 +9,7 @@ import sqlite3
 
 import pytest
 
+from attnio.cli import main as cli_main
 from attnio.core.errors import MissingExtraError, ParameterError
 from attnio.experiments.store import (
     COLUMN_NAMES,
@@ -257,3 +258,64 @@ def test_a_sweep_with_the_backward_pass_stores_its_certificate(tmp_path):
         assert r["predicted_reads"] == r["reads"] and r["predicted_writes"] == r["writes"]
     small = [r for r in ok if r["M"] == 100]
     assert small and all(r["backward_algorithm"] == "small_cache_backward" for r in small)
+
+
+def _swept(tmp_path):
+    from attnio.experiments.sweep import Grid, run_sweep
+
+    db = tmp_path / "e.sqlite"
+    run_sweep(Grid(N=(256, 512), d=(16,), M=(64, 4096), algorithms=("flash2", "standard"),
+                   causal=(False, True)), db, jobs=1)
+    return db
+
+
+def test_exports_keep_integers_integer_and_tilings_and_bounds_as_columns(tmp_path):
+    import csv as _csv
+
+    db = _swept(tmp_path)
+    with ResultsStore(db, readonly=True) as st:
+        st.export(tmp_path / "r.csv")
+        rows = st.rows()
+    with open(tmp_path / "r.csv", newline="") as f:
+        got = list(_csv.DictReader(f))
+    ok = [r for r in got if r["status"] == "ok"]
+    assert ok and all(r["total"].isdigit() and r["Nq"].isdigit() for r in ok)
+    assert all(r["tiling_Br"].isdigit() for r in ok if "flash2" == r["algorithm"])
+    assert all(float(r["bound_trivial"]) > 0 for r in ok)
+    assert read_export(tmp_path / "r.csv") == rows
+    pytest.importorskip("pyarrow")
+    pd = pytest.importorskip("pandas")
+    with ResultsStore(db, readonly=True) as st:
+        st.export(tmp_path / "r.parquet")
+    df = pd.read_parquet(tmp_path / "r.parquet")
+    for c in ("Nq", "M", "total", "reads", "tiling_Br"):
+        assert str(df[c].dtype) == "Int64", (c, df[c].dtype)
+    assert str(df["bound_trivial"].dtype) == "float64"
+    assert read_export(tmp_path / "r.parquet") == rows
+
+
+def test_json_export_holds_tilings_and_bounds_as_objects(tmp_path):
+    db = _swept(tmp_path)
+    with ResultsStore(db, readonly=True) as st:
+        st.export(tmp_path / "r.json")
+        rows = st.rows()
+    doc = json.loads((tmp_path / "r.json").read_text())
+    ok = [r for r in doc["rows"] if r["status"] == "ok"]
+    assert all(isinstance(r["tiling"], dict) and isinstance(r["bounds"], dict) for r in ok)
+    assert read_export(tmp_path / "r.json") == rows
+
+
+def test_latex_export_is_a_booktabs_table(tmp_path, capsys):
+    db = _swept(tmp_path)
+    out = tmp_path / "t.tex"
+    assert cli_main(["sweep", "export", "--db", str(db), "--format", "latex", "--out",
+                     str(out)]) == 0
+    tex = out.read_text()
+    with ResultsStore(db, readonly=True) as st:
+        n_ok = st.count("ok")
+    body = tex.split("\\midrule\n")[1].split("\\bottomrule")[0].strip().splitlines()
+    assert "\\toprule" in tex and "\\end{tabular}" in tex and len(body) == n_ok
+    assert all(line.endswith("\\\\") and line.count(" & ") == 8 for line in body)
+    assert "flash2" in tex and "bottom-right" in tex
+    with pytest.raises(ParameterError):
+        read_export(out)

@@ -11,7 +11,7 @@ from attnio.core.errors import ParameterError
 from conftest import need
 
 torch = need("torch")
-from attnio.torch_ops import favor_attention, poly_attention, poly_plan  # noqa: E402
+from attnio.torch_ops import based_attention, favor_attention, poly_attention, poly_plan  # noqa: E402
 
 
 def _qkv(L, S, E, B=0.8, lead=(), seed=0, dtype=None, Ev=None):
@@ -99,7 +99,7 @@ def test_bad_inputs_refused():
         poly_attention(q, k, v, entry_bound=0.5, allow_unbounded=True)
     with pytest.raises(ParameterError, match="eps"):
         poly_attention(q, k, v, eps=0.0)
-    with pytest.raises(ParameterError, match="float32 or float64"):
+    with pytest.raises(ParameterError, match="float32, float64, bfloat16 or float16"):
         poly_attention(q.int(), k, v)
     with pytest.raises(ParameterError, match="shapes"):
         poly_attention(q, k[:5], v)
@@ -111,3 +111,193 @@ def test_poly_plan_reports_r_before_running():
     q, k, _ = _qkv(10, 10, 8, B=0.6)
     p, fm, R = poly_plan(q, k, eps=1e-3, entry_bound=0.6)
     assert R == pytest.approx(0.36 * 8 / 8**0.5) and p.degree == 5 and fm.r == 1287
+
+
+# ----------------------------------------------------------------- SDPA's signature (issue 23)
+pytestmark = pytest.mark.filterwarnings("ignore::attnio.torch_ops.SlowApproximationWarning")
+sdpa = torch.nn.functional.scaled_dot_product_attention
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_matches_sdpa_enable_gqa(causal):
+    q, _, _ = _qkv(37, 37, 4, B=0.6, lead=(2, 6), seed=4)
+    _, k, v = _qkv(37, 37, 4, B=0.6, lead=(2, 3), seed=5, Ev=3)
+    o = poly_attention(q, k, v, is_causal=causal, enable_gqa=True, eps=1e-8, entry_bound=0.6,
+                       chunk=16)
+    ref = sdpa(q, k, v, is_causal=causal, enable_gqa=True)
+    assert o.shape == (2, 6, 37, 3)
+    assert float((o - ref).abs().max()) <= 1e-8 / (1 - 1e-8) * float((v.amax(-2) - v.amin(-2)).max())
+    with pytest.raises(ParameterError, match="enable_gqa=True"):
+        poly_attention(q, k, v, entry_bound=0.6)
+    with pytest.raises(ParameterError, match="multiple"):
+        poly_attention(q[:, :4], k[:, :3], v[:, :3], enable_gqa=True, entry_bound=0.6)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_low_precision_computed_in_float32_returned_in_input_dtype(dtype):
+    dt = getattr(torch, dtype)
+    q, k, v = _qkv(50, 50, 4, B=0.6, lead=(2,), seed=6)
+    ql, kl, vl = (x.to(dt) for x in (q, k, v))
+    o = poly_attention(ql, kl, vl, is_causal=True, entry_bound=0.61)  # rounding may exceed 0.6
+    assert o.dtype == dt
+    o32 = poly_attention(*(x.float() for x in (ql, kl, vl)), is_causal=True, entry_bound=0.61)
+    # the float32 result of the same (rounded) inputs, rounded once to the input dtype
+    assert torch.equal(o, o32.to(dt))
+    xs = [x.clone().requires_grad_() for x in (ql, kl, vl)]
+    poly_attention(*xs, is_causal=True, entry_bound=0.61).float().sum().backward()
+    assert all(x.grad.dtype == dt and bool(torch.isfinite(x.grad).all()) for x in xs)
+
+
+def test_scale_dropout_and_masks_follow_sdpa():
+    q, k, v = _qkv(20, 20, 4, B=0.6, seed=7)
+    o = poly_attention(q, k, v, scale=0.3, eps=1e-8, entry_bound=0.6)
+    assert float((o - sdpa(q, k, v, scale=0.3)).abs().max()) < 1e-7
+    with pytest.raises(ParameterError, match="dropout_p must be 0"):
+        poly_attention(q, k, v, dropout_p=0.1, entry_bound=0.6)
+    causal = poly_attention(q, k, v, is_causal=True, entry_bound=0.6)
+    tri = torch.ones(20, 20, dtype=torch.bool).tril()
+    assert torch.equal(poly_attention(q, k, v, attn_mask=tri, entry_bound=0.6), causal)
+    additive = torch.zeros(20, 20, dtype=torch.float64).masked_fill(~tri, float("-inf"))
+    assert torch.equal(poly_attention(q, k, v, attn_mask=additive, entry_bound=0.6), causal)
+    for bad in (torch.ones(20, 20, dtype=torch.bool).triu(), torch.rand(20, 20) > 0.5,
+                torch.randn(20, 20)):
+        with pytest.raises(ParameterError, match="only a causal mask"):
+            poly_attention(q, k, v, attn_mask=bad, entry_bound=0.6)
+    with pytest.raises(ParameterError, match="both given"):
+        poly_attention(q, k, v, attn_mask=tri, is_causal=True, entry_bound=0.6)
+
+
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("entry_bound", [0.6, None])
+def test_nan_or_inf_anywhere_reported_the_same_way(where, bad, entry_bound):
+    q, k, v = _qkv(12, 12, 4, B=0.6, seed=8)
+    x = {"q": q, "k": k, "v": v}[where]
+    x[3, 1] = bad
+    with pytest.raises(ParameterError, match=f"^{where} contains NaN or inf"):
+        poly_attention(q, k, v, entry_bound=entry_bound)
+
+
+def test_meta_tensors_plan_from_the_entry_bound_or_ask_for_it():
+    q = torch.empty(2, 4, 64, 8, device="meta")
+    o = poly_attention(q, q, q, entry_bound=0.6, is_causal=True)
+    assert o.device.type == "meta" and o.shape == (2, 4, 64, 8)
+    with pytest.raises(ParameterError, match="entry_bound is required on the meta device"):
+        poly_attention(q, q, q)
+
+
+def _norm_rows(n, E, norm, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, 1, n, E, generator=g)
+    return x / x.norm(dim=-1, keepdim=True) * norm
+
+
+def test_slow_plan_warns_or_refuses_before_computing_any_feature(monkeypatch):
+    """A module's data with no entry_bound: R = 4.17 at E = 8 plans degree 12, r = 125,970 > L."""
+    from attnio.torch_ops import SlowApproximationWarning, _kernels
+
+    norm = (4.17 * 8 ** 0.5) ** 0.5
+    q, k, v = _norm_rows(512, 8, norm, 1), _norm_rows(512, 8, norm, 2), _norm_rows(512, 8, 1.0, 3)
+    plan = poly_plan(q, k, v, calibrate=False)
+    assert plan.R == pytest.approx(4.17) and plan.degree == 12 and plan.r == 125_970
+    assert plan.slow and "exceed the n = 512 keys" in plan.reason
+
+    def no_features(*a, **kw):
+        raise AssertionError("a feature was computed")
+
+    from attnio.torch_ops._plan import calibration
+
+    calibration()  # the once-per-process timing (its own small problem) before the patch
+    for name in ("__init__", "lower", "features"):
+        monkeypatch.setattr(_kernels.PolyKernel, name, no_features)
+    with pytest.raises(ParameterError, match="r = 125,970 features") as e:
+        poly_attention(q, k, v, on_slow="error")
+    assert "on_slow" in str(e.value) and "SDPA" in str(e.value)
+    with pytest.warns(SlowApproximationWarning, match="r = 125,970"), \
+            pytest.raises(AssertionError, match="a feature was computed"):
+        poly_attention(q, k, v)
+    exact = poly_attention(q, k, v, on_slow="exact", is_causal=True)
+    assert torch.allclose(exact, sdpa(q, k, v, is_causal=True))
+    with pytest.raises(ParameterError, match="on_slow must be one of"):
+        poly_attention(q, k, v, on_slow="ignore")
+
+
+def test_poly_plan_reports_degree_r_times_and_guarantee():
+    q = torch.rand(2, 4, 4096, 8) - 0.5
+    plan = poly_plan(q, q, eps=1e-3, entry_bound=0.6, calibrate=False)
+    assert (plan.degree, plan.r, plan.slow, plan.reason) == (5, 1287, False, "")
+    assert plan.guaranteed_error == pytest.approx(plan.poly.bound / (1 - plan.poly.bound))
+    assert plan.predicted_s > 0 and plan.sdpa_predicted_s > 0
+    small = poly_plan(q[..., :64, :], q[..., :64, :], eps=1e-3, entry_bound=0.6, calibrate=False)
+    assert small.slow and "exceed the n = 64 keys" in small.reason
+    p, fm, R = plan  # the first API's tuple
+    assert (p.degree, fm.r, R) == (5, 1287, plan.R)
+
+
+def test_based_attention_is_the_degree_2_taylor_kernel():
+    q, k, v = _qkv(30, 40, 4, B=1.5, seed=9)
+    s = 0.5
+    w = 1 + s * (q @ k.T) + (s * (q @ k.T)) ** 2 / 2
+    mask = torch.ones(30, 40, dtype=torch.bool).tril(diagonal=10)
+    for causal, ww in ((False, w), (True, w * mask)):
+        ref = (ww @ v) / ww.sum(-1, keepdim=True)
+        o = based_attention(q, k, v, is_causal=causal, chunk=8)
+        assert float((o - ref).abs().max()) < 1e-12
+    args = tuple(x[:6, :].clone().requires_grad_() for x in (q, k, v))
+    assert torch.autograd.gradcheck(lambda a, b, c: based_attention(a, b, c, is_causal=True,
+                                                                     chunk=4), args)
+
+
+def test_float32_causal_gradient_close_to_float64():
+    q, k, v = _qkv(3000, 3000, 8, B=0.59, seed=10)
+    G = torch.randn(3000, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    grads = {}
+    for dt in (torch.float32, torch.float64):
+        xs = [x.to(dt).requires_grad_() for x in (q, k, v)]
+        (poly_attention(*xs, entry_bound=0.59, is_causal=True, chunk=512) * G.to(dt)).sum().backward()
+        grads[dt] = [x.grad.double() for x in xs]
+    for a, b in zip(grads[torch.float32], grads[torch.float64]):
+        rel = float((a - b).abs().max() / b.abs().max())
+        print(f"float32 causal gradient relative error {rel:.2e}")
+        assert rel < 1e-5
+
+
+class _TinyAttention(torch.nn.Module):
+    """A module using poly_attention: bf16, GQA (32 query heads on 8 KV heads), causal."""
+
+    def __init__(self, D=32, Hq=32, Hk=8, E=4):
+        super().__init__()
+        self.Hq, self.Hk, self.E = Hq, Hk, E
+        self.wq = torch.nn.Linear(D, Hq * E)
+        self.wkv = torch.nn.Linear(D, 2 * Hk * E)
+        self.wo = torch.nn.Linear(Hq * E, D)
+
+    def forward(self, x):
+        B, L, _ = x.shape
+        q = torch.tanh(self.wq(x)).view(B, L, self.Hq, self.E).transpose(1, 2) * 0.5
+        kv = self.wkv(x).view(B, L, 2, self.Hk, self.E)
+        k = torch.tanh(kv[:, :, 0]).transpose(1, 2) * 0.5
+        v = kv[:, :, 1].transpose(1, 2)
+        o = poly_attention(q, k, v, is_causal=True, enable_gqa=True, entry_bound=0.5)
+        return self.wo(o.transpose(1, 2).reshape(B, L, -1))
+
+
+def test_module_in_bf16_gqa_causal_trains_one_step_under_compile_fullgraph():
+    torch.manual_seed(0)
+    eager = _TinyAttention().to(torch.bfloat16)
+    compiled = _TinyAttention().to(torch.bfloat16)
+    compiled.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 48, 32, dtype=torch.bfloat16)
+    step = torch.compile(compiled, fullgraph=True)
+    losses, grads = [], []
+    for m, f in ((eager, eager), (compiled, step)):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        loss = f(x).float().pow(2).mean()
+        loss.backward()
+        grads.append(m.wq.weight.grad.float().clone())
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert losses[1] == pytest.approx(losses[0], rel=2e-2)
+    assert float((grads[1] - grads[0]).abs().max()) <= 0.05 * float(grads[0].abs().max())
+    assert not torch.equal(compiled.wq.weight, eager.wq.weight.new_zeros(()))  # a step was taken
+    assert torch.allclose(compiled.wq.weight.float(), eager.wq.weight.float(), atol=1e-2)

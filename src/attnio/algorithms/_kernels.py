@@ -53,16 +53,26 @@ def safe_max(t: np.ndarray) -> np.ndarray:
 
 def online_update_fa2(S: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray, O: np.ndarray,
                       V: np.ndarray) -> None:
-    """FlashAttention-2 inner step: fold the score tile S into (m, l, unnormalised O)."""
+    """FlashAttention-2 inner step: fold the score tile S into (m, l, unnormalised O).
+
+    The unnormalised accumulator sum_j e^{s_j - m} V_j grows with l (up to the number of keys
+    times max |V|), so it is kept divided by 2^e, e = the binary exponent of l (l < 2^e <= 2l):
+    then |O| <= max |V| at every step, finite whenever V is (the reference's own bound), and
+    never below half the normalised output.  Scaling by powers of two is exact; the words moved
+    are the same.  :func:`normalise_rows` finishes with O / mantissa(l) = O_unnormalised / l.
+    """
     np.max(S, axis=1, out=t)
     np.maximum(t, m, out=t)  # t = new row max
     ts = safe_max(t)
     S -= ts[:, None]
     np.exp(S, out=S)
     alpha = np.exp(m - ts)  # e^{m_old - m_new}; 0 where m_old = -inf
+    e_old = np.frexp(l)[1]
     l *= alpha
     l += S.sum(axis=1)
-    O *= alpha[:, None]
+    e_new = np.frexp(l)[1]
+    O *= np.ldexp(alpha, e_old - e_new)[:, None]
+    np.ldexp(S, -e_new[:, None], out=S)
     O += S @ V
     m[:] = t
 
@@ -74,14 +84,21 @@ def logsumexp(out: np.ndarray, m: np.ndarray, l: np.ndarray) -> None:
 
 
 def normalise_rows(O: np.ndarray, l: np.ndarray) -> None:
-    """O <- diag(l)^-1 O, with rows of l = 0 (fully masked) left at 0."""
-    safe = np.where(l > 0, l, 1.0)
-    O /= safe[:, None]
+    """O <- diag(l)^-1 O for an accumulator kept divided by 2^e (e the binary exponent of l, as
+    :func:`online_update_fa2` keeps it): O / mantissa(l), with rows of l = 0 (fully masked)
+    left at 0."""
+    mant = np.frexp(l)[0]
+    O /= np.where(l > 0, mant, 1.0)[:, None]
 
 
 def online_update_fa1(S: np.ndarray, m: np.ndarray, l: np.ndarray, t1: np.ndarray,
                       t2: np.ndarray, O: np.ndarray, V: np.ndarray) -> None:
-    """FlashAttention-1 inner step (Algorithm 1, lines 10-12) on a normalised O block."""
+    """FlashAttention-1 inner step (Algorithm 1, lines 10-12) on a normalised O block.
+
+    Line 12, O <- diag(l_new)^-1 (diag(l) e^{m - m_new} O + e^{m~ - m_new} P~ V), is computed with
+    diag(l_new)^-1 distributed over both terms: every coefficient is then at most 1 and they sum
+    to 1, so O stays within max |V| (no intermediate overflow when V is near the largest float).
+    """
     np.max(S, axis=1, out=t1)
     np.maximum(t1, m, out=t1)  # m_new
     ts = safe_max(t1)
@@ -90,10 +107,10 @@ def online_update_fa1(S: np.ndarray, m: np.ndarray, l: np.ndarray, t1: np.ndarra
     np.sum(S, axis=1, out=t2)
     alpha = np.exp(m - ts)
     t2 += alpha * l  # l_new
-    O *= (alpha * l)[:, None]
-    O += S @ V
     safe = np.where(t2 > 0, t2, 1.0)
-    O /= safe[:, None]
+    O *= (alpha * l / safe)[:, None]
+    S /= safe[:, None]
+    O += S @ V
     m[:] = t1
     l[:] = t2
 

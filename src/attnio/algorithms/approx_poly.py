@@ -120,6 +120,36 @@ def _visible_rows(shape: Shape, Bq: int) -> int:
     return masks.covered_sums(shape.Nq, shape.Nkv, Bq, 1, shape.offset, shape.causal).size_seen
 
 
+def _check_accumulators(shape: Shape, t: ApproxPolyTiling, inputs: Any) -> None:
+    """Refuse V whose entries can overflow the feature accumulators (issue 24: V near 1e307).
+
+    The sums U2^T V and U1 (U2^T V) add, before their terms cancel, at most
+    Nkv * sum_j |a_j| R'^j * max |V| in magnitude (the monomial features of q and k multiply to
+    at most (scale * |q| |k|)^j <= R'^j in absolute value, R' the measured score radius): when
+    that exceeds the largest float of the arithmetic, the output could be infinite although the
+    attention it approximates is finite, so the run is refused naming V.
+    """
+    Q, Kx, V = (np.asarray(x) for x in inputs[:3])
+    vmax = float(np.abs(V).max()) if V.size else 0.0
+    if vmax == 0.0:
+        return
+    dtype = np.result_type(np.float32, Q.dtype, Kx.dtype, V.dtype)
+    nq = float(np.sqrt((Q.astype(np.float64) ** 2).sum(axis=-1)).max())
+    nk = float(np.sqrt((Kx.astype(np.float64) ** 2).sum(axis=-1)).max())
+    assert t.scale is not None and t.radius is not None  # a resolved tiling
+    R = max(float(t.radius), score_radius(shape.d, t.scale, max_norm_q=nq, max_norm_k=nk))
+    p = polynomial(t.eps, float(t.radius), t.variant, t.degree)
+    kernel = sum(abs(a) * R ** j for j, a in enumerate(p.coefficients))
+    worst = float(shape.Nkv) * kernel * vmax
+    limit = float(np.finfo(dtype).max) / 4
+    if not worst < limit:
+        size = f"{worst:.3g}" if np.isfinite(worst) else "beyond the largest float"
+        raise ParameterError(
+            f"V: entries up to {vmax:.3g} can overflow approx_poly's {dtype} accumulators "
+            f"(Nkv x polynomial kernel bound x max|V| = {size}, more than {limit:.3g}); scale V "
+            "down (the output scales with it) or use an exact algorithm", param="V")
+
+
 class ApproxPoly(Algorithm[ApproxPolyTiling]):
     name = "approx_poly"
     summary = "polynomial method (Alman-Song): O = D^-1 phi(Q) (psi(K)^T V), streamed; approximate"
@@ -241,6 +271,8 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
                                  f"mapping of its fields {self._tiling_fields()}", param="tiling")
         self.validate_tiling(shape, tiling)
         t = self._resolve(shape, tiling, inputs)
+        if inputs is not None:
+            _check_accumulators(shape, t, inputs)
         t = self._with_blocks(shape, M, t)
         self._check_fits(shape, M, t)
         return t

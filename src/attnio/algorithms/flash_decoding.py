@@ -71,15 +71,19 @@ def _fp(d: int, Br: int, Bc: int, splits: int) -> int:
 
 def _fold_partial(acc: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray, Op: np.ndarray,
                   lse: np.ndarray) -> None:
-    """Fold a normalised partial output O_p with logsumexp lse_p into (acc, m, l)."""
+    """Fold a normalised partial output O_p with logsumexp lse_p into (acc, m, l); ``acc`` is
+    kept divided by 2^e, e the binary exponent of l, as :func:`K_.online_update_fa2` keeps its
+    accumulator (so it stays within max |V|), and :func:`K_.normalise_rows` finishes it."""
     np.maximum(m, lse, out=t)
     ts = K_.safe_max(t)
     alpha = np.exp(m - ts)
     beta = np.exp(lse - ts)
-    acc *= alpha[:, None]
-    acc += beta[:, None] * Op
+    e_old = np.frexp(l)[1]
     l *= alpha
     l += beta
+    e_new = np.frexp(l)[1]
+    acc *= np.ldexp(alpha, e_old - e_new)[:, None]
+    acc += np.ldexp(beta, -e_new)[:, None] * Op
     m[:] = t
 
 

@@ -52,6 +52,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -104,6 +105,7 @@ def _check_R(R: object) -> float:
     return r
 
 
+@functools.lru_cache(maxsize=4096)
 def bessel_i(k: int, x: float) -> float:
     """Modified Bessel function ``I_k(x)`` for integer k >= 0, x >= 0 (positive power series)."""
     if x == 0.0:
@@ -218,6 +220,7 @@ def degree_for(eps: float, R: float, variant: str = "chebyshev") -> tuple[int, f
     return p.degree, p.bound
 
 
+@functools.lru_cache(maxsize=256)
 def polynomial(eps: float, R: float, variant: str = "chebyshev", degree: int | None = None) -> PolyApprox:
     """The approximation of least degree with proven relative error <= eps on [-R, R].
 

@@ -5,6 +5,7 @@
     attnio gpu score --N 8192 --d 128 --heads 16 --batch 2 --device h100 --kernel fa3 [--json]
     attnio gpu score --N 8192 --d 128 --config Br=128,Bc=176,stages=2,warps=12 [--json]
     attnio gpu tune  --Nq 1 --Nkv 65536 --d 128 --heads 32 --kv-heads 8 --top 5 [--json]
+    attnio gpu validate --measurements FILE.csv [--json]
 """
 
 from __future__ import annotations
@@ -26,24 +27,39 @@ GPU_FLAGS = {"config": "--config", "kernel": "--kernel", "top": "--top",
              "warps": "--config warps", "stages": "--config stages", "q": "--config q",
              "p": "--config p", "o": "--config o", "pack_gqa": "--config pack",
              "splits": "--config splits", "overlap": "--config overlap",
-             "max_replays": "--max-replays"}
+             "max_replays": "--max-replays", "dtype": "--dtype", "fa1": "--config fa1"}
 
 
 def _device_arg(p, default: str | None = "h100") -> None:
     p.add_argument("--device", default=default,
                    help="a device preset (`attnio gpu devices`); default h100")
-    p.add_argument("--dtype", default="bf16", help="element type: bf16 (default), fp16, fp8")
+    p.add_argument("--dtype", default=None, help="element type: bf16 (default), fp16, fp8")
+
+
+def _debug(p) -> None:
+    import argparse
+
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks on errors")
 
 
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION")
+    v = sub.add_parser("validate", help="the model against measured kernel times (CSV)")
+    v.add_argument("--measurements", required=True, metavar="FILE.csv",
+                   help="rows: device, kernel, pass, dtype, d, causal, N, batch, heads and "
+                        "tflops or time_s (the calibration set's format)")
+    v.add_argument("--json", action="store_true", help="print JSON")
+    _debug(v)
     d = sub.add_parser("devices", help="the device table with its sources")
     d.add_argument("--json", action="store_true", help="print JSON")
+    _debug(d)
     k = sub.add_parser("kernels", help="flash-attn's named tile tables on a device")
     _device_arg(k)
     k.add_argument("--kernel", default=None, choices=["fa2", "fa3", "sdpa"],
                    help="one table (default: every table the device runs)")
     k.add_argument("--json", action="store_true", help="print JSON")
+    _debug(k)
     s = sub.add_parser("score", help="score one kernel config on a workload")
     add_workload_arguments(s)
     _device_arg(s)
@@ -54,6 +70,7 @@ def add_arguments(p) -> None:
     g.add_argument("--kernel", default=None, choices=["fa2", "fa3", "sdpa"],
                    help="the config a named kernel runs (default fa3 on Hopper, else fa2)")
     add_output_arguments(s)
+    _debug(s)
     t = sub.add_parser("tune", help="search tile configs for the least predicted time")
     add_workload_arguments(t)
     _device_arg(t)
@@ -62,10 +79,11 @@ def add_arguments(p) -> None:
                    help="kernel family to search (default fa3 on Hopper, else fa2)")
     t.add_argument("--kernel", default="auto", choices=["auto", "fa2", "fa3", "sdpa", "none"],
                    help="named kernel to rank against the oracle (default: the family's)")
-    t.add_argument("--max-replays", type=int, default=12, dest="max_replays",
+    t.add_argument("--max-replays", type=int, default=6, dest="max_replays",
                    help="L2 replays the search (and the named kernel's rank) may spend "
-                        "(default 12)")
+                        "(default 6)")
     add_output_arguments(t)
+    _debug(t)
 
 
 def _fmt_bytes(b) -> str:
@@ -104,10 +122,21 @@ def _kernels(args) -> int:
     from ..hardware import devices, feasibility, kernels
 
     dev = devices.get(args.device).require_model()
-    names = [args.kernel] if args.kernel else (["fa3", "fa2"] if dev.wgmma else ["fa2"])
+    dtype = devices.dtype_name(args.dtype or "bf16")
+    if args.kernel:
+        names = [args.kernel]
+    elif devices.dtype_bytes(dtype) == 1:   # only FA3 ships fp8 kernels
+        names = ["fa3"] if dev.wgmma else []
+    else:
+        names = ["fa3", "fa2"] if dev.wgmma else ["fa2"]
+    if not names:
+        from ..core.errors import ParameterError
+
+        raise ParameterError(f"dtype={dtype}: no flash-attn fp8 kernel runs on {dev.name} (FA3's "
+                             "fp8 kernels need Hopper)", param="dtype")
     rows = []
     for name in names:
-        for r in kernels.kernel_table(name, dev, devices.dtype_name(args.dtype)):
+        for r in kernels.kernel_table(name, dev, dtype):
             shp, cfg = r["shape"], r["config"]
             f = feasibility.check(dev, cfg, shp)
             rows.append({"kernel": name, "d": r["d"], "causal": r["causal"],
@@ -120,7 +149,7 @@ def _kernels(args) -> int:
         print(json.dumps(rows, sort_keys=True))
         return 0
     print(f"{dev.name}: flash-attn tile tables (commit {kernels.FLASH_ATTN_COMMIT[:12]}), "
-          f"{args.dtype}, no split (batch 4 x 32 heads, N = 8192)")
+          f"{dtype}, no split (batch 4 x 32 heads, N = 8192)")
     for r in rows:
         state = "ok" if r["feasible"] else "INFEASIBLE: " + r["why"]
         print(f"  {r['kernel']:<4} d={r['d']:<3} {'causal' if r['causal'] else 'full  '} "
@@ -139,10 +168,11 @@ def _score(args) -> int:
     config = args.config if args.config is not None else (
         args.kernel or ("fa3" if dev.wgmma else "fa2"))
     s = score(dev, shape, config, dtype=args.dtype)
+    dtype = s.config.dtype
     if args.json:
         print(json.dumps(s.to_dict(), sort_keys=True))
         return 0 if s.feasible else 1
-    print(f"{s.device}  {shape.describe()}  {args.dtype}")
+    print(f"{s.device}  {shape.describe()}  {dtype}")
     print(f"  config      {s.config.short()}  {s.config.label}")
     print(f"  resources   shared memory {s.smem_bytes:,} / {s.smem_limit_bytes:,} B, registers "
           f"{s.regs_per_thread} / {s.regs_limit} per thread, {s.ctas_per_sm} CTAs/SM")
@@ -165,36 +195,55 @@ def _score(args) -> int:
 
 def _tune(args) -> int:
     from ..hardware.oracle import tune_report
+    from .common import progress_from_args
 
     shape = workload_from_args(args)
     kernel = None if args.kernel == "none" else args.kernel
-    r = tune_report(args.device, shape, algorithm=args.algorithm, dtype=args.dtype,
-                    top=args.top, kernel=kernel, max_replays=args.max_replays)
+    with progress_from_args(args, "gpu tune: L2 replays", args.max_replays) as bar:
+        r = tune_report(args.device, shape, algorithm=args.algorithm,
+                        dtype=args.dtype or "bf16", top=args.top, kernel=kernel,
+                        max_replays=args.max_replays, progress=bar)
     if args.json:
         print(json.dumps([s.to_dict() for s in r.best], sort_keys=True))
         return 0
-    print(f"{r.device}  {shape.describe()}  {args.dtype}  family {r.algorithm}: {r.feasible:,} "
-          f"feasible of {r.searched:,} configs, {r.replays} L2 replays, {r.seconds:.2f} s"
-          + ("" if r.exhausted else " (replay budget spent: ranks past it are by lower bound)"))
-    for i, s in enumerate(r.best, 1):
-        print(f"  {i:>2}. {s.line()}")
-    if r.named is not None:
-        rank = f"rank {r.named_rank} of {r.feasible:,}" if r.named_rank else "infeasible"
-        print(f"  named: {r.named.line()}  [{rank}]")
-        print(f"  why: {r.why}")
+    print(r)
+    return 0
+
+
+def _validate(args) -> int:
+    from ..hardware.validate import validate
+
+    res = validate(args.measurements)
+    if args.json:
+        print(json.dumps(res, sort_keys=True))
+        return 0
+    print(f"{'line':>4}  {'row':<58} {'measured':>11} {'predicted':>11} {'error':>7}")
+    for r in res["rows"]:
+        what = (f"{r['device']} {r['kernel']} {r['pass']} {r['dtype']} d={r['d']} "
+                f"{'causal' if r['causal'] else 'full'} N={r['N']} b={r['batch']} "
+                f"h={r['heads']}")
+        print(f"{r['line']:>4}  {what:<58} {r['measured_s'] * 1e3:>8.3f} ms "
+              f"{r['predicted_s'] * 1e3:>8.3f} ms {r['error']:>+7.1%}")
+    print(f"{len(res['rows'])} rows: |time error| mean {res['mean_abs_err']:.1%}, median "
+          f"{res['median_abs_err']:.1%}, max {res['max_abs_err']:.1%}")
     return 0
 
 
 def main(args) -> int:
-    actions = {"devices": _devices, "kernels": _kernels, "score": _score, "tune": _tune}
+    actions = {"devices": _devices, "kernels": _kernels, "score": _score, "tune": _tune,
+               "validate": _validate}
     if not getattr(args, "action", None):
-        print("attnio gpu: error: give an action: devices, kernels, score or tune",
+        print("attnio gpu: error: give an action: devices, kernels, score, tune or validate",
               file=sys.stderr)
         return 2
     try:
         return actions[args.action](args)
-    except AttnioError as e:
+    except (AttnioError, MemoryError) as e:
         if getattr(args, "debug", False):
             raise
-        print(f"attnio gpu {args.action}: error: {flag_message(e, GPU_FLAGS)}", file=sys.stderr)
+        msg = ("ran out of memory; give a smaller --N (--debug shows where)"
+               if isinstance(e, MemoryError) else flag_message(e, GPU_FLAGS))
+        if args.action == "validate" and not isinstance(e, MemoryError):
+            msg = str(e).splitlines()[0]
+        print(f"attnio gpu {args.action}: error: {msg}", file=sys.stderr)
         return 2

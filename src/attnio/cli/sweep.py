@@ -18,7 +18,7 @@ DESCRIPTION = (
     "a --kv-heads value with the --heads it divides. Configurations an algorithm cannot run are "
     "stored as skipped rows with the reason; with --backward, an algorithm without a backward "
     "pass keeps its forward row, marked 'forward only'. "
-    "`attnio sweep export --format csv|json|parquet --out FILE` exports the database."
+    "`attnio sweep export --format csv|json|parquet|latex --out FILE` exports the database."
 )
 EPILOG = """\
 several grids in one sweep: a TOML file of [[grid]] tables (--config FILE), each a grid with
@@ -104,8 +104,11 @@ def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     e = sub.add_parser("export", help="export the results database")
     e.add_argument("--db", default=argparse.SUPPRESS, help=f"results database (default {DEFAULT_DB})")
-    e.add_argument("--format", dest="format", default=None, choices=("csv", "json", "parquet"),
-                   help="output format (default: from --out's extension)")
+    e.add_argument("--format", dest="format", default=None,
+                   choices=("csv", "json", "parquet", "latex"),
+                   help="output format (default: from --out's extension; .tex is latex): csv "
+                        "and parquet add a column per tiling parameter and per bound, latex "
+                        "writes a booktabs table of the rows that ran")
     e.add_argument("--out", default=None, help="output file (default attnio-results.FORMAT)")
     e.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS)
 
@@ -229,7 +232,7 @@ def _export(args) -> int:
     out = args.out
     if out is None:
         fmt = fmt or "csv"
-        out = f"attnio-results.{fmt}"
+        out = f"attnio-results.{'tex' if fmt == 'latex' else fmt}"
     if os.path.exists(out) and os.path.isdir(out):
         raise ParameterError(f"out: {out!r} is a directory")
     existed = os.path.exists(out)

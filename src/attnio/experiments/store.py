@@ -459,26 +459,42 @@ class ResultsStore:
 
     # ---------------------------------------------------------------- export
     def export(self, path: str | os.PathLike, fmt: str | None = None) -> int:
-        """Write every row to ``path`` as csv, json or parquet; returns the number of rows."""
+        """Write every row to ``path`` as csv, json, parquet or latex; returns the number of
+        rows.  csv and parquet keep every store column (so :func:`read_export` gives the rows
+        back) and add one column per tiling parameter (``tiling_Br`` ...) and per bound
+        (``bound_pv_segment`` ...: its value); integer columns stay integer (parquet: nullable
+        ``Int64``).  json holds the tiling, the bounds and the per-array counts as objects.
+        latex writes a booktabs table of the rows that ran (one line per row)."""
         path = os.fspath(path)
         fmt = _format(path, fmt)
         rows = self.rows()
         if fmt == "parquet":
             pd = _parquet_engine()
-            df = pd.DataFrame(rows, columns=list(COLUMN_NAMES))
+            wide, cols = _wide(rows)
+            df = pd.DataFrame(wide, columns=cols)
+            for c in cols:
+                vals = [r.get(c) for r in wide if r.get(c) is not None]
+                if _TYPES.get(c) == "INTEGER" or (c not in _TYPES and vals and all(
+                        isinstance(v, int) and not isinstance(v, bool) for v in vals)):
+                    df[c] = df[c].astype("Int64")
             _check_out(path)
             df.to_parquet(path, index=False)
             return len(rows)
         _check_out(path)
         if fmt == "csv":
+            wide, cols = _wide(rows)
             with open(path, "w", newline="") as f:
                 w = csv.writer(f)
-                w.writerow(COLUMN_NAMES)
-                for r in rows:
-                    w.writerow(["" if r[c] is None else _csv_value(r[c]) for c in COLUMN_NAMES])
+                w.writerow(cols)
+                for r in wide:
+                    w.writerow(["" if r.get(c) is None else _csv_value(r[c]) for c in cols])
+        elif fmt == "latex":
+            with open(path, "w") as f:
+                f.write(latex_table(rows))
         else:
             with open(path, "w") as f:
-                json.dump({"schema_version": SCHEMA_VERSION, "rows": rows}, f, indent=1)
+                json.dump({"schema_version": SCHEMA_VERSION,
+                           "rows": [_objects(r) for r in rows]}, f, indent=1)
                 f.write("\n")
         return len(rows)
 
@@ -526,12 +542,78 @@ def decode_row(r: dict) -> dict:
     return r
 
 
-_FORMATS = ("csv", "json", "parquet")
+_FORMATS = ("csv", "json", "parquet", "latex")
+_EXT = {"tex": "latex"}
+_JSON_COLS = ("tiling", "bounds", "per_array")
+
+
+def _objects(r: dict) -> dict:
+    """A row with its JSON columns as objects (for a json export)."""
+    return {c: (json.loads(v) if c in _JSON_COLS and isinstance(v, str) else v)
+            for c, v in r.items()}
+
+
+def _wide(rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """Rows with a column per tiling parameter and per bound (its value) added, and the columns
+    in order: the store's, then ``tiling_*``, then ``bound_*`` (sorted)."""
+    out, tcols, bcols = [], set(), set()
+    for r in rows:
+        w = dict(r)
+        t = json.loads(r["tiling"]) if r.get("tiling") else {}
+        for k, v in (t.items() if isinstance(t, dict) else ()):
+            if isinstance(v, (int, float, str, bool)) or v is None:
+                w[f"tiling_{k}"] = v
+                tcols.add(f"tiling_{k}")
+        b = json.loads(r["bounds"]) if r.get("bounds") else {}
+        for k, v in (b.items() if isinstance(b, dict) else ()):
+            if isinstance(v, dict):
+                w[f"bound_{k}"] = v.get("value")
+                bcols.add(f"bound_{k}")
+        out.append(w)
+    return out, [*COLUMN_NAMES, *sorted(tcols), *sorted(bcols)]
+
+
+_LATEX_COLS = (("algorithm", "algorithm"), ("Nq", "$N_q$"), ("Nkv", "$N_{kv}$"), ("d", "$d$"),
+               ("M", "$M$"), ("setting", "setting"), ("total", "total I/O"),
+               ("bound_name", "best bound"), ("ratio", "ratio"))
+
+
+def _tex(v: Any) -> str:
+    if v is None:
+        return "--"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, int):
+        return f"{v:,}".replace(",", "\\,")
+    return (str(v).replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("&", "\\&")
+            .replace("%", "\\%").replace("#", "\\#"))
+
+
+def latex_table(rows: Sequence[dict]) -> str:
+    """A booktabs table (``\\usepackage{booktabs}``) of the rows that ran: algorithm, sizes,
+    setting (mask, window, heads), total I/O, the best explicit bound and the ratio."""
+    ok = sorted((r for r in rows if r.get("status") == "ok"),
+                key=lambda r: (r["algorithm"], r["Nq"], r["Nkv"], r["d"], r["M"]))
+    lines = ["% attnio sweep export --format latex (needs \\usepackage{booktabs})",
+             "\\begin{tabular}{lrrrrlrlr}", "\\toprule",
+             " & ".join(h for _, h in _LATEX_COLS) + " \\\\", "\\midrule"]
+    for r in ok:
+        heads = r.get("heads") or 1
+        setting = ", ".join(p for p in (
+            (r.get("causal_align") or "causal").replace("_", "-") if r.get("causal") else "",
+            f"window {r['window']}" if r.get("window") is not None else "",
+            f"{heads}/{r.get('kv_heads') or heads} heads" if heads > 1 else "") if p) or "--"
+        vals = dict(r, setting=setting)
+        lines.append(" & ".join(_tex(vals.get(c)) if c != "setting" else setting
+                                for c, _ in _LATEX_COLS) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}", ""]
+    return "\n".join(lines)
 
 
 def _format(path: str, fmt: str | None) -> str:
     if fmt is None:
         fmt = os.path.splitext(path)[1].lstrip(".").lower()
+        fmt = _EXT.get(fmt, fmt)
     if fmt not in _FORMATS:
         raise ParameterError(f"format must be one of {', '.join(_FORMATS)}, got {fmt!r}")
     return fmt
@@ -555,6 +637,9 @@ def read_export(path: str | os.PathLike, fmt: str | None = None) -> list[dict]:
     hash: ``read_export(p) == store.rows()`` for a faithful export."""
     path = os.fspath(path)
     fmt = _format(path, fmt)
+    if fmt == "latex":
+        raise ParameterError("format: a latex export is a table for a paper and cannot be read "
+                             "back; export csv, json or parquet", param="format")
     if fmt == "parquet":
         pd = _parquet_engine()
         df = pd.read_parquet(path)
@@ -571,8 +656,13 @@ def read_export(path: str | os.PathLike, fmt: str | None = None) -> list[dict]:
         if not isinstance(obj, dict) or str(obj.get("schema_version")) not in (
                 str(SCHEMA_VERSION), *MIGRATES):
             raise StoreError(f"{path!r} is not an attnio export of schema version {SCHEMA_VERSION}")
-        rows = [{c: _typed(c, r.get(c)) for c in COLUMN_NAMES} for r in obj["rows"]]
+        rows = [{c: _typed(c, _json_text(r.get(c)) if c in _JSON_COLS else r.get(c))
+                 for c in COLUMN_NAMES} for r in obj["rows"]]
     return sorted(rows, key=lambda r: r["config_hash"])
+
+
+def _json_text(v: Any) -> Any:
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
 
 
 def _typed(col: str, v: Any) -> Any:

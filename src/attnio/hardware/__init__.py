@@ -5,8 +5,10 @@
 * :mod:`.feasibility`: shared memory, registers and CTAs per SM of a config;
 * :mod:`.traffic`: per-CTA tile streams read off the two-level schedules, in launch order;
 * :mod:`.l2`: the L2 (an exact byte-weighted LRU) and the parallel replay of the waves;
-* :mod:`.roofline`: time per wave over HBM, L2, SM port, shared memory, tensor cores, SFUs;
-* :mod:`.model`: :func:`score`; :mod:`.oracle`: :func:`tune`.
+* :mod:`.timing`: the calibrated time: sustained unit rates, each family's overlap of the K/V
+  step, greedy dispatch of CTAs to SMs, fixed costs (parameters in ``calibration.json``);
+* :mod:`.model`: :func:`score`; :mod:`.oracle`: :func:`tune`; :mod:`.predict`: a named
+  kernel's pass (standard, FA1, FA2, FA3); :mod:`.validate`: against measurements.
 
 Only :mod:`.devices` loads with ``import attnio`` (the planner needs it); the model loads on first
 use of :func:`score` or :func:`tune`.

@@ -121,6 +121,10 @@ SOURCES: dict[str, tuple[str, str, bool]] = {
     "intel_orm": ("Intel 64 and IA-32 Architectures Optimization Reference Manual, Golden Cove: "
                   "48 KiB L1d, 2 MiB L2 per core", "https://www.intel.com/content/www/us/en/"
                   "developer/articles/technical/intel-sdm.html", False),
+    "luo2024": ("W. Luo et al., 'Benchmarking and Dissecting the Nvidia Hopper GPU "
+                "Architecture', arXiv:2402.13499 (2024): latency and throughput of Hopper's "
+                "wgmma tensor-core instructions against Ampere's and Ada's mma (abstract read; "
+                "the tables not re-read here)", "https://arxiv.org/abs/2402.13499", False),
     "gpu_benches": ("D. Ernst, gpu-benches (github.com/te42kyfo/gpu-benches, commit 1c36d509ee71): "
                     "measured data files gpu-latency/{a100_80,h100_pcie}.txt (one warp's pointer "
                     "chase: A100-80GB L2 211 cycles near / ~424 far / DRAM ~571; H100 PCIe at "

@@ -13,8 +13,9 @@ Closed forms, per CTA (e = element bytes, d/dv the rounded head dims, s = stages
 * **Registers per thread.**  FA2-style: each of the ``32·warps`` threads holds its share of the O
   accumulator ``Br·dv/threads`` and of S ``Br·Bc/threads`` (fp32; P is converted in place), Q's
   share ``Br·d/(2·threads)`` when ``q = regs``, plus :data:`FA2_REG_OVERHEAD`; limit 255.
-  FA3-style: a consumer thread holds O ``dv/2``, S ``Bc/2`` and, with ``overlap`` and P in
-  registers, P ``Bc·e/8``, plus the overhead flash-attn's own tuning note counts
+  FA3-style: a consumer thread holds O ``dv/2``, S ``Bc/2`` and, with ``overlap`` and an
+  fp16/bf16 P in registers, P ``Bc·e/8`` (an fp8 P is converted in place into S's registers),
+  plus the overhead flash-attn's own tuning note counts
   (:data:`FA3_REGS`: 24 with 2 WGs, 32 with 3); the limit is the consumer warp groups'
   ``setmaxnreg`` budget (240 with 2 WGs, 160 with 3): Hopper's register reallocation moves the
   producer's registers to them.
@@ -102,7 +103,10 @@ def registers_per_thread(cfg: KernelConfig, shape: Shape) -> int:
     if a == "fa3":
         o = dv // 2 if cfg.o == "regs" else 0
         s = cfg.Bc // 2
-        p = cfg.Bc * cfg.elem_bytes // 8 if (cfg.p == "regs" and cfg.overlap) else 0
+        # with the intra-warp-group overlap the next S and this P live together; an fp8 P is
+        # converted in place into S's own registers (4 per register), so only fp16/bf16 P adds
+        p = cfg.Bc * cfg.elem_bytes // 8 if (cfg.p == "regs" and cfg.overlap
+                                             and cfg.elem_bytes == 2) else 0
         _, _, over = FA3_REGS[cfg.consumer_wgs]
         return o + s + p + over
     t = cfg.threads

@@ -41,7 +41,7 @@ from .devices import Device, dtype_bytes, dtype_name
 
 __all__ = ["ALGORITHMS", "FLASH_ATTN_COMMIT", "KERNELS", "KernelConfig", "fa2_config",
            "fa2_num_splits_heuristic", "fa3_config", "fa3_num_splits_heuristic", "fa3_tile_size",
-           "head_dim_rounded", "named_config", "parse_config", "sdpa_config"]
+           "fa1_config", "fa2_bwd_config", "head_dim_rounded", "named_config", "parse_config", "sdpa_config"]
 
 FLASH_ATTN_COMMIT = "0251105a2fb19d2957484b7f023cd8c115286ced"
 
@@ -98,6 +98,7 @@ class KernelConfig:
     splits: int = 1
     overlap: bool = False
     label: str = ""
+    fa1: bool = False
 
     # ------------------------------------------------------------------ derived
     @property
@@ -140,6 +141,8 @@ class KernelConfig:
             s.append(f"o={self.o}")
         if self.pack_gqa:
             s.append("pack")
+        if self.fa1:
+            s.append("fa1")
         if self.splits > 1:
             s.append(f"splits={self.splits}")
         return " ".join(s)
@@ -158,6 +161,7 @@ class KernelConfig:
             check_choice(f, getattr(self, f), _PLACES)
         check_bool("pack_gqa", self.pack_gqa)
         check_bool("overlap", self.overlap)
+        check_bool("fa1", self.fa1)
         dtype_name(self.dtype)
         if not 1 <= self.stages <= 3:
             raise ParameterError(f"stages must be 1, 2 or 3, got {self.stages}", param="stages")
@@ -205,6 +209,9 @@ class KernelConfig:
         if self.splits > 1 and a not in ("fa3", "splitkv"):
             raise ParameterError(f"splits={self.splits}: KV splits need algorithm splitkv or "
                                  f"fa3, not {a}", param="splits")
+        if self.fa1 and a not in ("fa2", "fa2_bwd"):
+            raise ParameterError(f"fa1: FlashAttention-1's work partitioning is an fa2 or "
+                                 f"fa2_bwd variant, not {a}'s", param="fa1")
         if a == "fa2_bwd" and self.pack_gqa:
             raise ParameterError("pack_gqa is a forward option", param="pack_gqa")
         if d is not None:
@@ -215,7 +222,7 @@ class KernelConfig:
 # ---------------------------------------------------------------------- --config parsing
 _KEYS = {"algorithm": str, "alg": str, "Br": int, "Bc": int, "warps": int, "stages": int,
          "q": str, "p": str, "o": str, "s": str, "dtype": str, "pack_gqa": bool, "pack": bool,
-         "splits": int, "overlap": bool}
+         "splits": int, "overlap": bool, "fa1": bool}
 
 
 def parse_config(text: str, **defaults: Any) -> KernelConfig:
@@ -226,6 +233,10 @@ def parse_config(text: str, **defaults: Any) -> KernelConfig:
     'fa3 128x176 w12 s2 RS no-overlap'
     """
     fields: dict[str, Any] = {}
+    if not str(text).strip():
+        raise ParameterError("config is empty: give comma-separated key=value items (keys: Br "
+                             "Bc warps stages q p o pack splits overlap algorithm dtype)",
+                             param="config")
     for part in filter(None, (p.strip() for p in str(text).split(","))):
         if "=" not in part:
             raise ParameterError(f"config item {part!r} is not key=value; keys are Br Bc "
@@ -252,8 +263,8 @@ def parse_config(text: str, **defaults: Any) -> KernelConfig:
         else:
             fields[name] = val
     base = {**defaults, **fields}
-    if "warps" not in fields and base.get("algorithm") == "fa3" and "Br" in base:
-        base["warps"] = 4 * (int(base["Br"]) // 64 + 1)
+    if "warps" not in fields and base.get("algorithm") == "fa3":
+        base["warps"] = 4 * (int(base.get("Br", KernelConfig.Br)) // 64 + 1)
     if "stages" not in fields and base.get("algorithm") == "fa3":
         base["stages"] = 2
     return KernelConfig(**base)
@@ -444,6 +455,55 @@ def fa3_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfi
     return KernelConfig("fa3", Br, Bc, 4 * (Br // 64 + 1), 2, q="smem",
                         p="regs" if rs else "smem", dtype=dtype, pack_gqa=pack, splits=splits,
                         overlap=overlap, label=f"fa3_sm90 d={d}")
+
+
+def fa2_bwd_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfig:
+    """The config flash-attn's FA2 backward (``run_mha_bwd_hdim*`` of
+    ``csrc/flash_attn/src/flash_bwd_launch_template.h``, no dropout) runs: (kBlockM = Br query
+    rows, kBlockN = Bc key rows, 8 warps), Q/dO double-buffered (2 stages) unless the traits set
+    No_double_buffer; the shared-memory thresholds pick the variant by the device's opt-in
+    maximum per block."""
+    _sm_family(device)
+    d = head_dim_rounded("fa2_bwd", shape.d)
+    if dtype_bytes(dtype) != 2:
+        raise ParameterError(f"dtype={dtype}: flash-attn FA2 kernels are fp16/bf16 only",
+                             param="dtype")
+    assert device.smem_per_block is not None  # (a device that passed require_model())
+    smem = device.smem_per_block
+    KiB = 1024
+    if d == 32:
+        t = (128, 128, 2)
+    elif d == 64:
+        t = (128, 128, 2) if smem >= 144 * KiB else (64, 128, 2)
+    elif d == 96:
+        t = (64, 128, 2)
+    elif d == 128:
+        t = (64, 128, 2) if smem >= 144 * KiB else (64, 64, 2)
+    elif d == 192:
+        t = (64, 64, 2) if smem >= 136 * KiB else (64, 64, 1)
+    else:
+        t = (64, 64, 2) if smem >= 176 * KiB else (64, 64, 1)
+    return KernelConfig("fa2_bwd", t[0], t[1], 8, t[2], dtype=dtype,
+                        label=f"fa2_bwd_{_sm_family(device)} d={d}")
+
+
+def fa1_config(device: Device, shape: Shape, dtype: str = "bf16", backward: bool = False
+               ) -> KernelConfig:
+    """FlashAttention-1 (flash-attn 1.x, ``fmha``): 4 warps that split the 256 keys of a step
+    (split-K) over 16-row query steps forward, 8 warps over 128-key blocks backward.  attnio's
+    fa2-family grids need 16 rows per warp, so the forward is modelled at Br = 64 (the
+    reduction and round-trip costs per step scale with Br, so their share of a step is the
+    same as at 16 rows)."""
+    _sm_family(device)
+    if dtype_bytes(dtype) != 2:
+        raise ParameterError(f"dtype={dtype}: FlashAttention-1 kernels are fp16/bf16 only",
+                             param="dtype")
+    if backward:
+        head_dim_rounded("fa2_bwd", shape.d)
+        return KernelConfig("fa2_bwd", 64, 128, 8, 1, dtype=dtype, fa1=True, label="fa1 bwd")
+    head_dim_rounded("fa2", shape.d)
+    return KernelConfig("fa2", 64, 256 if shape.d <= 64 else 128, 4, 1, dtype=dtype, fa1=True,
+                        label="fa1 fwd")
 
 
 def named_config(kernel: str, device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfig:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.checks import check_int
-from .traffic import Phase, Traffic, address, wave_events
+from .traffic import ARRAYS, Phase, Traffic, wave_events
 
 __all__ = ["LRU", "Replay", "hbm_bound", "read_bound", "read_floor", "read_floor_waves",
            "replay"]
@@ -202,6 +202,23 @@ def _replay_events(lru: LRU, keys, nbytes, stores) -> None:
             lru.read += n
 
 
+def address(ph: Phase, keys: np.ndarray) -> np.ndarray:
+    """Byte addresses of tile keys: each array in its own 4 GiB region, heads stacked, rows
+    row-major (for sector-granular replays of validation-sized workloads; the regions keep
+    sector numbers below 2^32, which pycachesim's tags need)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    code = keys >> 56
+    head = (keys >> 32) & ((1 << 24) - 1)
+    row = keys & ((1 << 32) - 1)
+    out = np.zeros(len(keys), dtype=np.int64)
+    for name, c in ARRAYS.items():
+        m = code == c
+        if m.any():
+            rph = ph.rows_per_head[name]
+            out[m] = (np.int64(c) << 32) + (head[m] * rph + row[m]) * ph.row_bytes[name]
+    return out
+
+
 def _sectors(ph, keys, nbytes, stores, sector: int):
     """Tile requests expanded into the sectors they cover, in address order."""
     addr = address(ph, keys)
@@ -345,15 +362,15 @@ def read_bound(ph: Phase, P: int, capacity: int) -> np.ndarray:
 
 
 def replay(traffic: Traffic, capacity: int, waves_of: list[int], *, granularity: str = "tile",
-           sector: int = 32, budget: int | None = 400_000) -> Replay:
+           sector: int = 32, budget: int | None = 400_000, min_waves: int = 2) -> Replay:
     """Replay every phase's CTAs, ``waves_of[i]`` at a time, through one LRU of ``capacity``.
 
     Within a wave the CTAs advance in lockstep (:func:`~.traffic.wave_events`); waves follow one
     another; phases (kernel launches) follow one another with the L2 as the last left it.  With
     ``granularity="sector"`` every tile is split into its ``sector``-byte sectors (validation).
 
-    ``budget`` (requests): past it, the remaining waves of a phase are estimated from the waves
-    replayed so far (their mean HBM reads per CTA over the later half, as the grid is periodic
+    ``budget`` (requests): past it (and after ``min_waves`` waves of the phase), the remaining
+    waves of a phase are estimated from the waves replayed so far (their mean HBM reads per CTA over the later half, as the grid is periodic
     in heads; each stored tile written back once), and the result says ``extrapolated``.
     """
     lru = LRU(capacity)
@@ -366,7 +383,7 @@ def replay(traffic: Traffic, capacity: int, waves_of: list[int], *, granularity:
         ww = np.zeros(nw, dtype=np.float64)
         for w in range(nw):
             i0, i1 = w * P, min(ph.n, (w + 1) * P)
-            if budget is not None and events > budget and w >= 2:
+            if budget is not None and events > budget and w >= min_waves:
                 done = np.arange(w // 2, w)
                 ctas = sum(min(ph.n, (x + 1) * P) - x * P for x in done)
                 rate = wr[done].sum() / max(ctas, 1)

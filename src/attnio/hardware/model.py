@@ -22,16 +22,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ParameterError
-from ..core.workload import Shape
+from ..core.workload import Shape, cdiv
 from . import devices as _devices
 from .devices import Device
 from .feasibility import Feasibility, check
 from .kernels import KERNELS, KernelConfig, named_config, parse_config
 from .l2 import Replay, replay
-from .roofline import Timing, roofline
+from .timing import Params, Prepared, Timing, evaluate, load_params, prepare
 from .traffic import Traffic, build
 
-__all__ = ["Score", "lower_bound", "resolve", "score", "waves_of"]
+__all__ = ["MAX_ROWS", "MAX_WAVE_REQUESTS", "Score", "calibrated", "check_size", "prepared",
+           "resolve", "score", "waves_of"]
 
 #: Resident CTAs per SM assumed for the light kernels (split-KV combine, backward preprocessing).
 LIGHT_CTAS_PER_SM = 16
@@ -116,6 +117,12 @@ def resolve(device: str | Device, workload: Any, config: Any,
         cfg = named_config(config, dev, shape, dt)
     elif isinstance(config, str):
         cfg = parse_config(config, algorithm="fa3" if dev.wgmma else "fa2", dtype=dt)
+        typed = [x.split("=", 1)[1].strip() for x in config.split(",")
+                 if x.split("=", 1)[0].strip() == "dtype" and "=" in x]
+        if typed and dtype is not None and \
+                _devices.dtype_name(typed[-1]) != _devices.dtype_name(dtype):
+            raise ParameterError(f"dtype={dtype} conflicts with the element type {typed[-1]} "
+                                 "given inside --config; give it once", param="dtype")
     elif isinstance(config, Mapping):
         base = {"algorithm": "fa3" if dev.wgmma else "fa2", "dtype": dt}
         try:
@@ -137,6 +144,50 @@ def waves_of(traffic: Traffic, device: Device, ctas_per_sm: int) -> list[int]:
         occ = ctas_per_sm if ph.name in ("main", "split") else LIGHT_CTAS_PER_SM
         out.append(device.sm_count * max(1, occ))
     return out
+
+
+#: Tile requests the L2 replay of a named kernel's prediction (:mod:`.predict`, ``gpu
+#: validate``, the calibration) may spend before the rest of its waves are extrapolated.
+PREDICT_BUDGET = 60_000
+
+#: The most tile requests one wave of the L2 replay may hold (its event arrays: about 300 MB).
+MAX_WAVE_REQUESTS = 6_000_000
+#: The longest sequence the model lays out per head (per-row mask arrays: 128 MiB at most).
+MAX_ROWS = 1 << 24
+
+
+def check_size(dev: Device, shape: Shape, cfg: KernelConfig | None,
+               f: Feasibility | None) -> None:
+    """Refuse, before anything large is allocated, a workload whose replay would not fit in a
+    few hundred MB: ParameterError naming ``N`` (``Nkv``/``Nq``).  With ``cfg`` None, the
+    check of the most favourable config (256-row tiles); else of ``cfg``'s waves."""
+    for name, n in (("Nq", shape.Nq), ("Nkv", shape.Nkv)):
+        if n > MAX_ROWS:
+            name = "N" if shape.Nq == shape.Nkv else name
+            raise ParameterError(f"{name}={n:,} is over {MAX_ROWS:,} (2^24): the GPU model lays "
+                                 "out every row of a head; give a shorter sequence", param=name)
+    assert dev.sm_count is not None
+    if cfg is None:
+        inner, per = 256, min(dev.sm_count, shape.n_heads * cdiv(shape.Nq, 256))
+    else:
+        inner = cfg.Br if cfg.algorithm == "fa2_bwd" else cfg.Bc
+        if cfg.algorithm == "fa2_bwd":
+            ctas = shape.n_kv_heads * cdiv(shape.Nkv, cfg.Bc)
+        else:
+            G = shape.group if cfg.pack_gqa else 1
+            units = shape.n_kv_heads if G > 1 else shape.n_heads
+            ctas = units * cdiv(shape.Nq * G, cfg.Br) * cfg.splits
+        per = min(ctas, dev.sm_count * max(1, f.ctas_per_sm if f is not None else 1))
+    n_inner = cdiv(shape.Nq if cfg is not None and cfg.algorithm == "fa2_bwd" else shape.Nkv,
+                   inner)
+    if cfg is not None and cfg.splits > 1:
+        n_inner = cdiv(n_inner, cfg.splits)
+    requests = per * n_inner * 2
+    if requests > MAX_WAVE_REQUESTS:
+        raise ParameterError(f"N={max(shape.Nq, shape.Nkv):,}: one wave of the L2 replay would "
+                             f"hold about {requests:,} tile requests (the model's limit is "
+                             f"{MAX_WAVE_REQUESTS:,}, a few hundred MB); give a shorter --N",
+                             param="N")
 
 
 def _infeasible(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
@@ -176,12 +227,14 @@ def score(device: str | Device, workload: Any, config: Any, *, dtype: str | None
     -------
     Score
         Feasibility (and why not), resources, waves, HBM bytes after the L2 replay, the
-        compulsory bytes, FLOPs, the predicted time and the binding resource.
+        compulsory bytes, FLOPs, the predicted time (the calibrated model of :mod:`.timing`)
+        and the binding resource.
     """
     dev, shape, cfg = resolve(device, workload, config, dtype)
     f = check(dev, cfg, shape)
     from .traffic import compulsory_bytes
 
+    check_size(dev, shape, None if not f.feasible else cfg, f)
     if not f.feasible:
         return _infeasible(dev, shape, cfg, f, compulsory_bytes(cfg, shape))
     tr = build(cfg, shape, dev, f.ctas_per_sm)
@@ -190,29 +243,52 @@ def score(device: str | Device, workload: Any, config: Any, *, dtype: str | None
     cap = dev.l2_bytes if l2_bytes is None else int(l2_bytes)
     rep = replay(tr, cap, wv, granularity=granularity, sector=dev.l2_sector_bytes,
                  budget=budget)
-    t = roofline(tr, dev, wv, rep)
-    return _scored(dev, shape, cfg, f, tr, rep, t)
+    return _scored(dev, shape, cfg, f, tr, rep, calibrated(tr, dev, f, rep, wv))
+
+
+def calibrated(tr: Traffic, dev: Device, f: Feasibility, rep: Replay, wv: list[int],
+               params: Params | None = None) -> Timing:
+    """The calibrated time (:mod:`.timing`) of built traffic and its replay."""
+    pr = _prepare(tr, dev, f, rep)
+    t, bound, by, alone = evaluate(pr, params or load_params(dev))
+    waves = sum(-(-ph.n // P) for ph, P in zip(tr.phases, wv) if ph.n)
+    return Timing(t, bound, waves, by, alone)
+
+
+def _prepare(tr: Traffic, dev: Device, f: Feasibility, rep: Replay) -> Prepared:
+    hbm = [float(r.sum() + w.sum()) for r, w in zip(rep.wave_read, rep.wave_write)]
+    return prepare(tr, dev, f.ctas_per_sm, hbm, LIGHT_CTAS_PER_SM)
+
+
+def prepared(device: str | Device, workload: Any, config: Any) -> Prepared | None:
+    """The parameter-free amounts :func:`~.timing.evaluate` times (None: infeasible)."""
+    dev, shape, cfg = resolve(device, workload, config)
+    f = check(dev, cfg, shape)
+    if not f.feasible:
+        return None
+    check_size(dev, shape, cfg, f)
+    tr = build(cfg, shape, dev, f.ctas_per_sm)
+    wv = waves_of(tr, dev, f.ctas_per_sm)
+    assert dev.l2_bytes is not None and dev.l2_sector_bytes is not None  # require_model()
+    rep = replay(tr, dev.l2_bytes, wv, sector=dev.l2_sector_bytes, budget=PREDICT_BUDGET,
+                 min_waves=1)
+    return _prepare(tr, dev, f, rep)
 
 
 def _scored(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Traffic,
             rep: Replay, t: Timing) -> Score:
     flops = float(sum(float(ph.flops.sum()) for ph in tr.phases))
+    rd, wr = rep.hbm_read, rep.hbm_write
+    if rep.extrapolated:   # an estimate past the replay budget: never below the compulsory bytes
+        from .traffic import compulsory_rw
+
+        cr, cw = compulsory_rw(cfg, shape)
+        rd, wr = max(rd, cr), max(wr, cw)
     return Score(**vars(f), config=cfg, device=dev.name, shape=shape,
-                 compulsory_bytes=tr.compulsory, waves=t.waves, hbm_read_bytes=rep.hbm_read,
-                 hbm_write_bytes=rep.hbm_write, l2_bytes=tr.two_level, flops=flops,
+                 compulsory_bytes=tr.compulsory, waves=t.waves, hbm_read_bytes=rd,
+                 hbm_write_bytes=wr, l2_bytes=tr.two_level, flops=flops,
                  time_s=t.time_s, bound_by=t.bound_by, by_resource=t.by_resource, alone=t.alone,
                  extrapolated=rep.extrapolated, granularity=rep.granularity)
-
-
-def lower_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility
-                ) -> tuple[float, Traffic, list[int]]:
-    """A lower bound on ``score(...).time_s`` without the L2 replay: every other resource per
-    wave, and HBM at least the compulsory bytes (the replay never reads or writes less)."""
-    tr = build(cfg, shape, dev, f.ctas_per_sm)
-    wv = waves_of(tr, dev, f.ctas_per_sm)
-    t = roofline(tr, dev, wv, None)
-    assert dev.hbm_bw is not None  # (a device that passed require_model())
-    return max(t.time_s, tr.compulsory / dev.hbm_bw), tr, wv
 
 
 def finish(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Traffic,
@@ -220,4 +296,4 @@ def finish(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Tra
     """Replay and time a config whose traffic is already built (the oracle's finalists)."""
     assert dev.l2_bytes is not None and dev.l2_sector_bytes is not None  # require_model()
     rep = replay(tr, dev.l2_bytes, wv, sector=dev.l2_sector_bytes, budget=budget)
-    return _scored(dev, shape, cfg, f, tr, rep, roofline(tr, dev, wv, rep))
+    return _scored(dev, shape, cfg, f, tr, rep, calibrated(tr, dev, f, rep, wv))

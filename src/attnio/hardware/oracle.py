@@ -1,31 +1,27 @@
-"""The tile oracle: a search over feasible kernel configs that calls the model.
+"""The tile oracle: a search over feasible kernel configs on the calibrated time model.
 
 The space (Timeloop's mapper, for one kernel family): tiles that are multiples of the MMA shape
 (``fa3``: Br in {64, 128, 192}, one consumer warp group per 64 rows; ``fa2``: Br a multiple of 16
 rows per warp, 1-8 warps; Bc a multiple of 16 up to 256), 1-3 K/V stages, placements (P in
 registers or shared memory; FA3's overlap; FA2's Q in registers), GQA packing, and KV splits.
+Configs that :func:`~.traffic.build` would refuse are not proposed.
 
-The search is exact branch and bound over the model:
+The search prunes with bounds before any replay and replays only the finalists:
 
 1. **feasibility** by closed form (:mod:`.feasibility`) removes configs over a limit;
-2. a closed-form **lower bound** on every feasible config's time (:func:`_cheap_bound`: each
-   resource's total spread over the SMs, the latency term over the resident CTAs, HBM at the
-   compulsory bytes) orders them; the **exact lower bound** (the roofline of every resource but
-   HBM, per wave, every load an L2 hit; each phase at least the distinct bytes it must read
-   past the L2's capacity) is computed lazily, best first;
-3. an **upper bound** without a replay (:meth:`_Search.upper`: each wave's HBM reads at most its
-   distinct tiles when they fit the L2, at most its requests otherwise; its write-backs at most
-   what it allocates) settles a config whose time no replay could change (the two bounds meet)
-   and, when ranking a named kernel, every config it already places;
-4. the rest are **finished** (the L2 replay, shared by every config of one geometry and wave
-   size) until the next lower bound rounds above the ``top``-th best time found, or
-   ``max_replays`` replays were spent (then the result says so: ``exhausted = False``); only the
-   winners are replayed when their bounds already placed them.
+2. a closed-form **cheap bound** (:func:`_cheap_bound`: each unit's total over every SM at the
+   calibrated rates, the per-CTA costs, HBM at the compulsory bytes) orders them;
+3. the **lower bound** (the grid built, greedy dispatch, HBM at the bytes any replay must read,
+   every load an L2 hit) and the **upper bound** (HBM at :func:`~.l2.hbm_bound`, every load a
+   miss) are computed lazily, best first; where they meet the time is known without a replay;
+4. the rest are **finished** (the L2 replay) until the next lower bound is above the ``top``-th
+   best time by more than the tie tolerance, or ``max_replays`` replays were spent (then the
+   result says so: ``exhausted = False``).
 
-Splits are searched where they can matter: up to four waves of CTAs, and the splits that make one
-KV head's share fit the L2.  flash-attn's ``num_splits`` heuristic is not used: the oracle's
-split count comes from the model alone (:func:`best_splits`); :mod:`.kernels` transcribes
-flash-attn's only to score its choice next to the oracle's (docs/hardware.md).
+Configs within :data:`TIE` (1%) of each other share a rank: the model is no finer.  Splits are
+searched where they can matter (up to four waves of CTAs, and the splits that make one KV
+head's share fit the L2); flash-attn's ``num_splits`` heuristic is not used here: :mod:`.kernels`
+transcribes it only to score flash-attn's choice next to the oracle's (docs/hardware.md).
 """
 
 from __future__ import annotations
@@ -49,13 +45,16 @@ from . import geometry
 from .devices import Device
 from .feasibility import Feasibility, check
 from .kernels import KernelConfig, head_dim_rounded, named_config
-from .l2 import Replay, hbm_bound, read_floor, read_floor_waves, replay
-from .model import Score, _scored, resolve, waves_of
-from .roofline import RESOURCES, Timing, phase_total
+from .l2 import Replay, hbm_bound, read_floor, replay
+from .model import LIGHT_CTAS_PER_SM, Score, _scored, check_size, resolve, waves_of
+from .timing import RESOURCES, Params, Timing, evaluate, load_params, prepare
 from .traffic import Traffic, build, bwd_smem_step, compulsory_rw, fwd_smem_step
 
-__all__ = ["SPLITS", "Bounds", "TuneReport", "best_splits", "bounds", "candidates", "explain",
-           "tune", "tune_report"]
+__all__ = ["SPLITS", "TIE", "Bounds", "TuneReport", "best_splits", "bounds", "buildable",
+           "candidates", "explain", "ranks", "tune", "tune_report"]
+
+#: Relative difference under which two predicted times tie (share a rank).
+TIE = 0.01
 
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 _FAMILIES = ("fa3", "fa2", "splitkv", "fa2_bwd")
@@ -76,8 +75,8 @@ def _split_options(dev: Device, shape: Shape, algorithm: str, Br: int, Bc: int, 
             out.add(s)
     kv = shape.Nkv * 2 * shape.d * e
     fit = cdiv(kv, dev.l2_bytes)
-    for s in (fit, 2 * fit):
-        if 1 < s <= min(128, nblk):
+    for s in (fit, 2 * fit):   # one KV head's share fits the L2 (when splits can help at all)
+        if 1 < s <= min(128, nblk) and s * c1 <= 4 * 4 * dev.sm_count * 2:
             out.add(s)
     return sorted(out)
 
@@ -107,6 +106,8 @@ def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
                     for sp in _split_options(dev, shape, "fa3", Br, Bc, G if pack else 1, e):
                         if sp > 1 and pack is False and G > 1 and shape.causal:
                             continue
+                        if not buildable(shape, pack, sp):
+                            continue
                         for st in (1, 2, 3):
                             for p, ov in places:
                                 out.append(KernelConfig("fa3", Br, Bc, 4 * (Br // 64 + 1), st,
@@ -130,6 +131,8 @@ def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
                         continue
                     for sp in _split_options(dev, shape, algorithm, Br, Bc, G if pack else 1,
                                              e):
+                        if not buildable(shape, pack, sp):
+                            continue
                         alg = "splitkv" if sp > 1 else "fa2"
                         qs = ("smem", "regs") if alg == "fa2" else ("smem",)
                         for st in (1, 2, 3):
@@ -139,32 +142,16 @@ def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
     return out
 
 
-def _time_class(cfg: KernelConfig, P: list[int]) -> tuple:
-    """What the model's time depends on beyond the tile geometry: configs equal here (FA3's
-    overlap variants: overlap changes only registers) have equal times and bounds."""
-    return (_geometry(cfg), tuple(P), cfg.warps, cfg.stages, cfg.q, cfg.p, cfg.o)
+def buildable(shape: Shape, pack: bool, splits: int) -> bool:
+    """Whether :func:`~.traffic.build` runs a config with this packing and split count: packed
+    splits of a masked GQA problem only for a bottom-right causal decode step."""
+    decode = shape.Nq == 1 and shape.offset >= 0 and shape.window is None
+    return not (pack and shape.group > 1 and splits > 1 and shape.causal and not decode)
 
 
 def _geometry(cfg: KernelConfig) -> tuple:
     """What the tile streams depend on: configs equal here share traffic and replays."""
     return (cfg.algorithm, cfg.Br, cfg.Bc, cfg.pack_gqa, cfg.splits, cfg.dtype)
-
-
-@dataclass
-class _Cand:
-    cfg: KernelConfig
-    feas: Feasibility
-    lb: float
-    geo: tuple
-    P: list[int]
-    ub: float | None = None
-    waves_lb: float = 0.0      # the per-wave part of lb (without the phases' HBM floors)
-
-    @property
-    def determined(self) -> bool:
-        """True when the bounds round to the same time (:func:`_round`): the config's place in
-        :func:`_order_key` is then known without a replay."""
-        return self.ub is not None and _round(self.ub) == _round(self.lb)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -200,292 +187,318 @@ def _steps(shape: Shape, algorithm: str, Br: int, Bc: int, G: int, splits: int
 
 
 def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
-                 comp_rw: tuple[int, int]) -> float:
-    """A closed-form lower bound without building the grid: each SM-level resource's total
-    spread evenly over the SMs that can hold a CTA (no wave quantisation; the L2 port over the
-    K/V bytes alone); the latency term's CTA times (K/V bytes x L2-hit latency / bytes in
-    flight) spread evenly over the CTAs resident at once (a wave lasts at least as long as its
-    mean CTA); HBM at the
-    compulsory bytes plus the split partials (every stored tile is written back); with splits,
-    the compulsory reads (all in the split kernel, from an empty L2) plus the combine kernel's
-    one round trip to the L2."""
+                 comp_rw: tuple[int, int], p: Params) -> float:
+    """A closed-form lower bound on the calibrated time without building the grid: every
+    CTA's inner steps (:func:`_steps`) at the calibrated unit rates, combined as the family's
+    step (each combination is subadditive, so the combination of the totals is below the sum
+    over CTAs), spread over every SM, plus the per-CTA costs over the slots; at least the
+    compulsory bytes at the sustained HBM bandwidth; one launch per kernel."""
     a, Br, Bc = cfg.algorithm, cfg.Br, cfg.Bc
     d = head_dim_rounded(a, shape.d)
     G = shape.group if cfg.pack_gqa else 1
-    ctas, steps, prow, kvrows = _steps(shape, a, Br, Bc, G, cfg.splits)
-    assert dev.hbm_bw is not None and dev.sm_count is not None  # require_model()
-    e, hit = cfg.elem_bytes, dev.l2_hit_latency_s
-    compulsory = comp_rw[0] + comp_rw[1] + prow * (4 * shape.d + 4)
-    split = comp_rw[0] / dev.hbm_bw + hit if cfg.splits > 1 else 0.0
-    # SMs (and resident CTAs) that can share the work: no more than there are CTAs
-    n_sm = dev.sm_count
-    S = max(1, min(n_sm, ctas))
-    R = max(1, min(n_sm * f.ctas_per_sm, ctas))
-    per_sm = f.ctas_per_sm if ctas > n_sm else 1
-    frac = 1.0 if a == "fa3" else min(1.0, cfg.warps * per_sm / 4.0)
+    ctas, steps, _, kvrows = _steps(shape, a, Br, Bc, G, cfg.splits)
+    assert dev.hbm_bw is not None and dev.sm_count is not None and dev.clock_hz is not None
+    S = dev.sm_count
+    k = max(1, min(f.ctas_per_sm, cdiv(ctas, S))) if ctas else 1
+    frac = 1.0 if a == "fa3" else min(1.0, cfg.warps * k / 4.0)
     if cfg.forward:
-        flops = steps * 4.0 * Br * Bc * d
-        exps = steps * (Br * Bc + Br)
-        smem = steps * fwd_smem_step(cfg, d)
+        flops, exps, smem = 4.0 * Br * Bc * d, Br * Bc + Br, fwd_smem_step(cfg, d)
     else:
-        flops = steps * 10.0 * Br * Bc * d
-        exps = steps * Br * Bc
-        smem = steps * bwd_smem_step(cfg, d)
-    row = 2 * shape.d * e                      # one K row and one V row
-    kv = kvrows * row
-    lat = hit + (dev.tma_latency_s if a == "fa3" else 0.0)
-    inflight = cfg.stages * Bc * row
-    # the waves' misses weight the latency: over all waves, the K/V bytes taken at the DRAM
-    # latency are at least the compulsory reads less every other load (two Q-sized tiles per
-    # CTA at most)
-    missed = max(0.0, comp_rw[0] - ctas * Br * row)
-    lat_bytes = lat * kv + (dev.dram_latency_s - hit) * min(kv, missed)
-    peak_sm = dev.flops(cfg.dtype) / n_sm
-    return max(flops / (S * peak_sm * frac), exps / (S * dev.sfu_rate_per_sm),
-               smem / (S * dev.smem_bw_per_sm), compulsory / dev.hbm_bw,
-               kv / (S * dev.sm_l2_bw), lat_bytes / inflight / R, split)
+        flops, exps, smem = 10.0 * Br * Bc * d, Br * Bc, bwd_smem_step(cfg, d)
+    eff = p.wgmma_eff if a == "fa3" else p.mma_sync_eff
+    fp32 = (64 if dev.compute_capability == "8.0" else 128) * dev.clock_hz
+    mma = steps * flops / (dev.flops(cfg.dtype) / S * frac * eff)
+    soft = steps * exps * (1 / dev.sfu_rate_per_sm + p.softmax_ops / fp32)
+    sm = max(mma, soft, steps * smem / dev.smem_bw_per_sm)
+    if a != "fa3":
+        sm = max(sm, (mma + soft) / max(1.0, k * cfg.warps / 4.0)) + p.fa2_exposed * soft
+    fixed = p.cta_cycles / dev.clock_hz
+    span = sm / S + ctas * fixed / (S * k)
+    if ctas:   # the makespan is at least the mean CTA's time through its SM's L2 port
+        span = max(span, kvrows * 2 * shape.d * cfg.elem_bytes / (ctas * dev.sm_l2_bw) + fixed)
+    kernels = 2 if (cfg.splits > 1 or a == "fa2_bwd") else 1
+    hbm = (comp_rw[0] + comp_rw[1]) / (dev.hbm_bw * p.hbm_eff)
+    return kernels * p.launch_us * 1e-6 + max(span, hbm)
 
 
 @dataclass
-class TuneReport:
-    """What :func:`tune_report` found: the best configs (scored), the named kernel's config
-    scored and ranked among the feasible ones, and why the two differ."""
+class _Cand:
+    cfg: KernelConfig
+    feas: Feasibility
+    lb: float
+    geo: tuple
+    ub: float | None = None
+    refined: bool = False
 
-    device: str
-    shape: Shape
-    algorithm: str
-    best: list[Score]
-    named: Score | None
-    named_rank: int | None          # 1 = best; ties share a rank
-    feasible: int
-    searched: int
-    replays: int
-    exhausted: bool                 # False: stopped at max_replays (ranks past it by bound)
-    why: str | None
-    seconds: float
-    bounds: list[tuple[float, KernelConfig]] = field(default_factory=list, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "workload": self.shape.describe(),
-                "algorithm": self.algorithm, "best": [s.to_dict() for s in self.best],
-                "named": None if self.named is None else self.named.to_dict(),
-                "named_rank": self.named_rank, "feasible": self.feasible,
-                "searched": self.searched, "replays": self.replays,
-                "exhausted": self.exhausted, "why": self.why, "seconds": self.seconds}
+    @property
+    def determined(self) -> bool:
+        """True when the bounds agree to within half the tie tolerance: the config's time is
+        then known without a replay (to that resolution)."""
+        return self.ub is not None and self.ub <= self.lb * (1 + TIE / 2)
 
 
 class _Search:
     def __init__(self, dev: Device, shape: Shape, algorithm: str, dtype: str,
-                 max_replays: int, where: Callable[[KernelConfig], bool] | None = None):
-        self.where = where
+                 max_replays: int, where: Callable[[KernelConfig], bool] | None = None,
+                 progress: Callable[[int, int], None] | None = None):
+        self.where, self.progress = where, progress
         self.dev, self.shape = dev, shape
         self.algorithm, self.dtype = algorithm, dtype
         self.max_replays = max_replays
-        self.traffic: dict[tuple, Traffic] = {}
+        self.params = load_params(dev)
+        self.traffic: dict[tuple, tuple[Traffic, list[int]]] = {}
         self.replays: dict[tuple, Replay] = {}
+        self.short: dict[tuple, Replay] = {}   # replays on a short budget (time determined)
         self.final: dict[KernelConfig, Score] = {}
         self.cands: list[_Cand] = []
         self.bounds: dict[KernelConfig, _Cand] = {}
-        self.searched = 0
-        self.feasible = 0
-        self._hbm_floor: dict[tuple, float] = {}
-        self._lb: dict[tuple, tuple[float, float]] = {}
-        self._ub: dict[tuple, float] = {}
+        self.searched = self.feasible = 0
+        self.heap: list = []
 
-    def _traffic(self, cfg: KernelConfig, f: Feasibility) -> Traffic:
-        g = _geometry(cfg)
+    def _traffic(self, cfg: KernelConfig, f: Feasibility) -> tuple[Traffic, list[int]]:
+        g = (_geometry(cfg), f.ctas_per_sm)
         if g not in self.traffic:
-            self.traffic[g] = build(cfg, self.shape, self.dev, f.ctas_per_sm)
+            tr = build(cfg, self.shape, self.dev, f.ctas_per_sm)
+            self.traffic[g] = (tr, waves_of(tr, self.dev, f.ctas_per_sm))
         return self.traffic[g]
 
-    def bound(self, cfg: KernelConfig, f: Feasibility) -> _Cand:
-        """The exact lower bound: every resource but HBM per wave (every load an L2 hit for the
-        latency term), each phase at least its :func:`~.l2.read_floor` over the HBM bandwidth,
-        the kernel at least the compulsory reads plus every stored byte."""
-        tr = self._traffic(cfg, f)
-        wv = waves_of(tr, self.dev, f.ctas_per_sm)
-        key = _time_class(cfg, wv)
-        if key in self._lb:
-            lb, t = self._lb[key]
-            return _Cand(cfg, f, lb, _geometry(cfg), wv, waves_lb=t)
-        t = tf = 0.0
+    def _time(self, cfg: KernelConfig, f: Feasibility, hbm: list[float],
+              miss: list[float], mode: str) -> float:
+        tr, _ = self._traffic(cfg, f)
+        tr = dataclasses.replace(tr, config=cfg)
+        pr = prepare(tr, self.dev, f.ctas_per_sm, hbm, LIGHT_CTAS_PER_SM, miss)
+        return evaluate(pr, self.params, mode)[0]
+
+    def _floor(self, cfg: KernelConfig, f: Feasibility) -> list[float]:
+        tr, _ = self._traffic(cfg, f)
+        cap = self.dev.l2_bytes
+        assert cap is not None  # require_model()
         last = len(tr.phases) - 1
-        cap, hbm_bw = self.dev.l2_bytes, self.dev.hbm_bw
-        assert cap is not None and hbm_bw is not None  # require_model()
-        for k, (ph, P) in enumerate(zip(tr.phases, wv)):
-            w = phase_total(ph, self.dev, cfg, tr.d_pad, P,
-                            read_floor_waves(ph, P, cap, k == 0) if ph.n else None)
-            t += w
-            floor = read_floor(ph, cap if k else 0)
-            if k == last:   # the last phase writes back its own stores (evicted or flushed)
-                floor += float(ph.store_bytes.sum())
-            tf += max(w, floor / hbm_bw)
-        key = (cfg.algorithm, cfg.splits, _geometry(cfg))
-        if key not in self._hbm_floor:
-            comp_r, _ = compulsory_rw(cfg, self.shape)
-            stores = sum(int(ph.store_bytes.sum()) for ph in tr.phases)
-            self._hbm_floor[key] = (comp_r + stores) / hbm_bw
-        lb = max(tf, self._hbm_floor[key])
-        self._lb[_time_class(cfg, wv)] = (lb, t)
-        return _Cand(cfg, f, lb, _geometry(cfg), wv, waves_lb=t)
+        return [read_floor(ph, cap if k else 0) + (float(ph.store_bytes.sum()) if k == last
+                                                   else 0.0)
+                for k, ph in enumerate(tr.phases)]
+
+    def bound(self, cfg: KernelConfig, f: Feasibility) -> _Cand:
+        """The lower bound: HBM at the bytes each phase must read (its distinct tiles past
+        what the L2 can hold, :func:`~.l2.read_floor`; the last phase's stores), every load an
+        L2 hit, the makespan at least ``max(sum/slots, longest CTA)``."""
+        hbm = self._floor(cfg, f)
+        lb = self._time(cfg, f, hbm, [0.0] * len(hbm), "lower")
+        return _Cand(cfg, f, lb, _geometry(cfg))
+
+    def refine(self, c: _Cand) -> None:
+        """Both bounds with the exact greedy dispatch (still no replay)."""
+        if c.refined:
+            return
+        c.refined = True
+        hbm = self._floor(c.cfg, c.feas)
+        c.lb = max(c.lb, self._time(c.cfg, c.feas, hbm, [0.0] * len(hbm), "exact"))
+        c.ub = max(c.lb, self._time(c.cfg, c.feas, self._ceiling(c), [1.0] * len(hbm),
+                                    "exact"))
+
+    def _refined(self, c: _Cand) -> _Cand:
+        self.refine(c)
+        return c
+
+    def _ceiling(self, c: _Cand) -> list[float]:
+        tr, P = self._traffic(c.cfg, c.feas)
+        cap = self.dev.l2_bytes
+        assert cap is not None  # require_model()
+        stores = [float(ph.store_bytes.sum()) for ph in tr.phases]
+        hbm = []
+        for k, (ph, w) in enumerate(zip(tr.phases, P)):
+            if not ph.n:
+                hbm.append(0.0)
+                continue
+            lastp = k == len(tr.phases) - 1
+            rb, wb = hbm_bound(ph, w, cap, min(float(cap), sum(stores[:k])),
+                               min(float(cap), sum(stores)) if lastp else 0.0)
+            hbm.append(float(rb.sum() + wb.sum()))
+        return hbm
 
     def upper(self, c: _Cand) -> float:
-        """An upper bound on ``c``'s predicted time without a replay: each wave's HBM reads and
-        writes at most :func:`~.l2.hbm_bound` (and the latency term at that miss fraction).
-        Equal to the exact lower bound when neither HBM nor the latency can bind: then the
-        config's time is known without a replay."""
-        key = _time_class(c.cfg, c.P)
-        if c.ub is None and key in self._ub:
-            c.ub = self._ub[key]
+        """An upper bound without a replay: each phase's HBM bytes at most the sum of its
+        waves' :func:`~.l2.hbm_bound`, every load a miss, the makespan at most Graham's bound
+        (:meth:`refine`: the exact greedy one)."""
         if c.ub is None:
-            tr = self.traffic[c.geo]
-            cap = self.dev.l2_bytes
-            assert cap is not None  # require_model()
-            live = [(ph, P) for ph, P in zip(tr.phases, c.P) if ph.n]
-            stores = [float(ph.store_bytes.sum()) for ph, _ in live]
-            t = 0.0
-            for k, (ph, P) in enumerate(live):
-                last = k == len(live) - 1
-                rb, wb = hbm_bound(ph, P, cap, min(float(cap), sum(stores[:k])),
-                                   min(float(cap), sum(stores)) if last else 0.0)
-                t += phase_total(ph, self.dev, c.cfg, tr.d_pad, P, rb, wb)
-            c.ub = self._ub[key] = max(t, c.lb)
+            hbm = self._ceiling(c)
+            c.ub = max(c.lb, self._time(c.cfg, c.feas, hbm, [1.0] * len(hbm), "upper"))
         return c.ub
 
     def run(self) -> None:
-        """Feasibility and the closed-form bound of every config; the exact bound is computed
-        lazily, best first (:meth:`pop`)."""
+        """Feasibility and the cheap bound of every config."""
         cfgs = candidates(self.dev, self.shape, self.algorithm, self.dtype)
         if self.where is not None:
             cfgs = [c for c in cfgs if self.where(c)]
         self.searched = len(cfgs)
         seen: dict[tuple, Feasibility] = {}
         comp: dict[tuple, tuple[int, int]] = {}
-        self.heap: list = []
         for i, cfg in enumerate(cfgs):
             base = (cfg.algorithm, cfg.Br, cfg.Bc, cfg.warps, cfg.stages, cfg.q, cfg.p, cfg.o,
                     cfg.overlap)
             if base not in seen:
                 seen[base] = check(self.dev, cfg, self.shape)
             f = seen[base]
-            if not f.feasible:
+            if not f.feasible or not _small_enough(self.dev, self.shape, cfg, f):
                 continue
             ck = (cfg.algorithm, cfg.splits)
             if ck not in comp:
                 comp[ck] = compulsory_rw(cfg, self.shape)
-            lb = _cheap_bound(self.dev, self.shape, cfg, f, comp[ck])
-            heapq.heappush(self.heap, (_round(lb), 1, lb, i, cfg, f))
+            lb = _cheap_bound(self.dev, self.shape, cfg, f, comp[ck], self.params)
+            self.heap.append((lb, 1, i, cfg, f))
             self.feasible += 1
+        heapq.heapify(self.heap)
 
     def pop(self) -> _Cand | None:
-        """A config of least bound (to the model's 3-figure resolution, :func:`_round`) whose
-        bound is exact, tightening cheap bounds on the way; within one rounded bound exact ones
-        come first (the search's stopping rules compare rounded bounds only)."""
+        """A config of least bound whose bound is exact (tightening cheap bounds on the way)."""
         while self.heap:
-            _, cheap, lb, i, cfg, f = heapq.heappop(self.heap)
+            lb, cheap, i, cfg, f = heapq.heappop(self.heap)
             if not cheap:
                 c = self.bounds[cfg]
                 self.cands.append(c)
                 return c
             c = self.bound(cfg, f)
+            c.lb = max(c.lb, lb)
             self.bounds[cfg] = c
-            lb = max(c.lb, lb)
-            heapq.heappush(self.heap, (_round(lb), 0, lb, i, cfg, f))
+            heapq.heappush(self.heap, (c.lb, 0, i, cfg, f))
         return None
 
+    def spent(self) -> int:
+        """L2 replays run so far (full and short)."""
+        return len(self.replays) + len(self.short)
+
     def peek(self) -> float:
-        """The least bound left, rounded (:func:`_round`)."""
         return self.heap[0][0] if self.heap else math.inf
 
-    def finish(self, c: _Cand) -> Score:
+    def finish(self, c: _Cand, short: bool = False) -> Score:
+        """Score ``c``.  A config whose bounds determine its time (to :data:`TIE`/2) is not
+        replayed: its HBM bytes are reported as the lower bound's (``extrapolated``, granularity
+        ``"bound"``); ``short``: a replay on a short budget (:data:`SHORT_REPLAY` requests, the
+        rest extrapolated, which the score says); the others are replayed in full."""
         if c.cfg in self.final:
             return self.final[c.cfg]
-        key = (c.geo, tuple(c.P))
-        tr = dataclasses.replace(self.traffic[c.geo], config=c.cfg)
-        if key not in self.replays:
+        tr, P = self._traffic(c.cfg, c.feas)
+        tr = dataclasses.replace(tr, config=c.cfg)
+        key = (c.geo, c.feas.ctas_per_sm)
+        rep = self.replays.get(key) or self.short.get(key)
+        if rep is None and c.determined and not short:
+            rep = self._bound_replay(c)
+        if rep is None:
             assert self.dev.l2_bytes is not None and self.dev.l2_sector_bytes is not None
-            self.replays[key] = replay(tr, self.dev.l2_bytes, c.P,
-                                       sector=self.dev.l2_sector_bytes)
-        rep = self.replays[key]
-        from .roofline import roofline
+            rep = replay(tr, self.dev.l2_bytes, P, sector=self.dev.l2_sector_bytes,
+                         budget=SHORT_REPLAY if short else FULL_REPLAY, min_waves=1)
+            (self.short if short else self.replays)[key] = rep
+            if self.progress is not None:
+                self.progress(self.spent(), self.max_replays)
+        from .model import calibrated
 
-        t: Timing = roofline(tr, self.dev, c.P, rep)
+        t: Timing = calibrated(tr, self.dev, c.feas, rep, P, self.params)
+        if c.determined:   # the bounds fix the time: keep it within them
+            t = dataclasses.replace(t, time_s=min(max(t.time_s, c.lb), _need(c.ub)))
         s = _scored(self.dev, self.shape, c.cfg, c.feas, tr, rep, t)
         self.final[c.cfg] = s
         return s
 
+    def _bound_replay(self, c: _Cand) -> Replay:
+        """The lower bound's HBM bytes in the form of a replay (no requests replayed)."""
+        tr, _ = self._traffic(c.cfg, c.feas)
+        comp_r, _ = compulsory_rw(c.cfg, self.shape)
+        floor = self._floor(c.cfg, c.feas)
+        stores = [float(ph.store_bytes.sum()) for ph in tr.phases]
+        reads = [max(0.0, f - (stores[-1] if k == len(floor) - 1 else 0.0))
+                 for k, f in enumerate(floor)]
+        if sum(reads) < comp_r:   # never below the compulsory reads
+            reads[0] += comp_r - sum(reads)
+        writes = [0.0] * len(reads)
+        writes[-1] = float(sum(stores))
+        return Replay(int(round(sum(reads))), int(round(sum(writes))),
+                      [np.array([r]) for r in reads], [np.array([w]) for w in writes], 0, True,
+                      "bound")
+
     def best(self, top: int) -> tuple[list[Score], bool]:
-        """The ``top`` configs by :func:`_order_key`.  Configs are taken in order of their lower
-        bound until the next bound rounds (:func:`_round`) above the ``top``-th best time, so
-        that ties (:func:`_order_key`) are broken among every config that can tie;
-        a config whose time its bounds determine needs no replay to be placed, only the winners
-        are replayed (for their HBM bytes); the others are replayed while replays last."""
+        """The ``top`` configs of least time: configs are taken in order of their lower bound
+        until the next bound is within half the tie tolerance of the ``top``-th best time (what
+        is left can at best tie with it)."""
         known: list[tuple[_Cand, float]] = []
         exhausted = True
         while True:
-            if len(known) >= top and \
-                    _round(self.peek()) > _round(sorted(t for _, t in known)[top - 1]):
-                break
+            if len(known) >= top:   # configs left tie with the top-th at best: stop
+                kth = sorted(t for _, t in known)[top - 1]
+                if self.peek() >= kth * (1 - TIE / 2):
+                    break
             c = self.pop()
             if c is None:
                 break
-            if c.cfg in self.final or (c.geo, tuple(c.P)) in self.replays:
+            if c.cfg in self.final or (c.geo, c.feas.ctas_per_sm) in self.replays:
                 known.append((c, _time(self.finish(c))))
                 continue
-            self.upper(c)
+            if self.upper(c) and not c.determined:
+                self.refine(c)
             if c.determined:
                 known.append((c, c.lb))
                 continue
-            if len(self.replays) >= self.max_replays:
+            if self.spent() >= self.max_replays:
                 exhausted = False
                 break
             known.append((c, _time(self.finish(c))))
-        known.sort(key=lambda x: _key(x[1], self.traffic[x[0].geo].two_level, x[0].cfg))
+        known.sort(key=lambda x: _key(x[1], x[0].cfg))
         return sorted((self.finish(c) for c, _ in known[:top]), key=_order_key), exhausted
 
-    def rank(self, t: float, rel: float = 1e-9) -> tuple[int, bool]:
-        """1 + the feasible configs faster than ``t·(1 - rel)``.
-
-        A config whose lower bound is not below it is not faster; one whose upper bound
-        (:meth:`upper`, no replay) is below it is; the others are replayed while replays last,
-        and past that counted as faster (``exact`` False: the rank is then an upper bound)."""
-        better, exact = 0, True
-        tol = t * (1 - rel)
+    def rank(self, t: float) -> tuple[int, bool]:
+        """1 + the feasible configs faster than ``t`` by more than :data:`TIE` (configs within
+        it share the rank); ``exact`` False when replays ran out (the rank is then an upper
+        bound)."""
+        tol = t * (1 - TIE)
         todo = [c for c in self.cands if c.lb < tol]
-        while self.peek() <= _round(tol):    # every config left rounds above: none is below
-            _, cheap, lb, i, cfg, f = heapq.heappop(self.heap)   # (rank comes last: it drains)
-            if lb >= tol:
-                continue
+        while self.heap and self.peek() < tol:
+            lb, cheap, i, cfg, f = heapq.heappop(self.heap)
             c = self.bound(cfg, f) if cheap else self.bounds[cfg]
+            c.lb = max(c.lb, lb)
             self.bounds[cfg] = c
             if c.lb < tol:
                 self.cands.append(c)
                 todo.append(c)
-        unsure = []
-        for c in todo:
-            r = self._faster(c, tol, replay_now=False)
-            if r is None:
-                unsure.append(c)
-            else:
-                better += r
-        for c in sorted(unsure, key=lambda c: c.lb):
-            r = self._faster(c, tol, replay_now=True)
-            if r is None:
+        better, exact = 0, True
+        for c in sorted(todo, key=lambda c: c.lb):
+            if c.cfg in self.final or (c.geo, c.feas.ctas_per_sm) in self.replays:
+                better += _time(self.finish(c)) < tol
+            elif self.upper(c) < tol:
+                better += 1
+            elif self._refined(c).lb >= tol:
+                continue
+            elif c.ub is not None and c.ub < tol:
+                better += 1
+            elif c.determined:
+                better += c.lb < tol
+            elif self.spent() < self.max_replays:   # only a replay can tell: a short one
+                s = self.finish(c, short=True)
+                exact = exact and not s.extrapolated
+                better += _time(s) < tol
+            else:   # the midpoint of its bounds decides (an estimate)
                 exact = False
-                r = True
-            better += r
+                better += (c.lb + self.upper(c)) / 2 < tol
         return better + 1, exact
 
-    def _faster(self, c: _Cand, tol: float, replay_now: bool) -> bool | None:
-        """Whether ``c`` is faster than ``tol``; None when only a replay could tell and none is
-        allowed (``replay_now`` False, or the replay budget is spent)."""
-        if c.cfg in self.final or (c.geo, tuple(c.P)) in self.replays:
-            return _time(self.finish(c)) < tol
-        if not replay_now:
-            return True if self.upper(c) < tol else None
-        if len(self.replays) >= self.max_replays:
-            return None
-        return _time(self.finish(c)) < tol
+
+def _small_enough(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility) -> bool:
+    try:
+        check_size(dev, shape, cfg, f)
+    except ParameterError:
+        return False
+    return True
+
+
+#: Requests a short replay (of a config whose time its bounds determine, or one the named
+#: kernel's rank needs) may spend; the rest of the waves are extrapolated (the score says so).
+SHORT_REPLAY = 30_000
+#: Requests a finalist's replay may spend (past them, after its first wave, the rest of the
+#: waves are extrapolated, which the score says).
+FULL_REPLAY = 60_000
+
+
+def _need(x: float | None) -> float:
+    assert x is not None
+    return x
 
 
 def _time(s: Score) -> float:
@@ -495,22 +508,18 @@ def _time(s: Score) -> float:
 
 
 def _round(time_s: float) -> float:
-    """A time to 3 significant figures: the model's resolution (monotone, so a config whose
-    lower bound rounds above the top-th best time cannot tie with it)."""
+    """A time to 3 significant figures (for display and ordering among ties)."""
     return float(f"{time_s:.3g}") if math.isfinite(time_s) else time_s
 
 
-def _key(time_s: float, l2_bytes: int, c: KernelConfig) -> tuple:
-    return (_round(time_s), l2_bytes, -c.stages, c.p != "regs", not c.overlap, -c.Bc)
+def _key(time_s: float, c: KernelConfig) -> tuple:
+    return (time_s, -c.stages, c.p != "regs", not c.overlap, -c.Bc)
 
 
 def _order_key(s: Score) -> tuple:
-    """Least time first (equal to 3 significant figures: a tie, as the model is no finer);
-    among ties fewer bytes requested from the L2 (GQA packing), then (where the latency term
-    does not bind, stages and FA3's overlap tie) more stages, P in registers and overlap first,
-    as real kernels choose."""
-    assert s.l2_bytes is not None  # a scored (feasible) config
-    return _key(_time(s), s.l2_bytes, s.config)
+    """Least time first; among equal times more stages, P in registers and overlap first, as
+    real kernels choose.  (Ranks treat times within :data:`TIE` as equal: :func:`ranks`.)"""
+    return _key(_time(s), s.config)
 
 
 def explain(named: Score, best: Score) -> str:
@@ -550,12 +559,67 @@ def explain(named: Score, best: Score) -> str:
     return " ".join(lines)
 
 
+@dataclass
+class TuneReport:
+    """What :func:`tune_report` found: the best configs (scored), the named kernel's config
+    scored and ranked among the feasible ones, and why the two differ.  ``str()`` gives the
+    table ``attnio gpu tune`` prints."""
+
+    device: str
+    shape: Shape
+    algorithm: str
+    dtype: str
+    best: list[Score]
+    named: Score | None
+    named_rank: int | None          # 1 = best; configs within TIE share a rank
+    feasible: int
+    searched: int
+    replays: int
+    exhausted: bool                 # False: stopped at max_replays (ranks past it by bound)
+    why: str | None
+    seconds: float
+    bounds: list[tuple[float, KernelConfig]] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "workload": self.shape.describe(),
+                "algorithm": self.algorithm, "dtype": self.dtype,
+                "best": [s.to_dict() for s in self.best],
+                "named": None if self.named is None else self.named.to_dict(),
+                "named_rank": self.named_rank, "feasible": self.feasible,
+                "searched": self.searched, "replays": self.replays,
+                "exhausted": self.exhausted, "why": self.why, "seconds": self.seconds}
+
+    def __str__(self) -> str:
+        head = (f"{self.device}  {self.shape.describe()}  {self.dtype}  family "
+                f"{self.algorithm}: {self.feasible:,} feasible of {self.searched:,} configs, "
+                f"{self.replays} L2 replays, {self.seconds:.2f} s")
+        if not self.exhausted:
+            head += (" (replay budget spent: the ranks past it are estimates from the bounds or "
+                     "short replays)")
+        lines = [head]
+        lines += [f"  {r:>2}. {s.line()}" for r, s in zip(ranks(self.best), self.best)]
+        if self.named is not None:
+            rank = (f"rank {self.named_rank} of {self.feasible:,}" if self.named_rank
+                    else "infeasible")
+            lines.append(f"  named: {self.named.line()}  [{rank}]")
+            lines.append(f"  why: {self.why}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def ranks(scores: list[Score]) -> list[int]:
+    """Ranks of scored configs: 1 + the configs faster by more than :data:`TIE` (so configs
+    within 1% of each other share a rank)."""
+    ts = [_time(s) for s in scores]
+    return [1 + sum(u < t * (1 - TIE) for u in ts) for t in ts]
+
+
 @dataclass(frozen=True)
 class Bounds:
     """The search's bounds on one config's predicted time (seconds): ``cheap`` (closed form, no
-    grid), ``lower`` (per wave, no replay), ``upper`` (no replay); ``cheap <= lower <=
-    score(...).time_s <= upper`` for an exact replay (tested; an extrapolated one, past the
-    request budget, is an estimate and may stray outside)."""
+    grid), ``lower`` and ``upper`` (the grid, no replay); ``cheap <= lower <= score(...).time_s
+    <= upper`` (tested)."""
 
     cheap: float
     lower: float
@@ -567,12 +631,11 @@ def bounds(device: str | Device, workload: Any, config: Any, *,
     """The bounds the oracle prunes ``config`` with (:class:`Bounds`; ParameterError if the
     config is infeasible)."""
     dev, shape, cfg = resolve(device, workload, config, dtype)
-    dev.require_model()
     f = check(dev, cfg, shape)
     if not f.feasible:
         raise ParameterError(f"config {cfg.short()} is infeasible: {f.why}", param="config")
     s = _Search(dev, shape, cfg.algorithm, cfg.dtype, 1)
-    cheap = _cheap_bound(dev, shape, cfg, f, compulsory_rw(cfg, shape))
+    cheap = _cheap_bound(dev, shape, cfg, f, compulsory_rw(cfg, shape), s.params)
     c = s.bound(cfg, f)
     return Bounds(cheap, c.lb, s.upper(c))
 
@@ -581,14 +644,42 @@ def _default_algorithm(dev: Device, shape: Shape) -> str:
     return "fa3" if dev.wgmma else "fa2"
 
 
+def _named(s: _Search, kernel: str | None, alg: str) -> tuple[Score | None, int | None,
+                                                               bool]:
+    """The named kernel's config scored and ranked (None when there is none to rank)."""
+    dev, shape, dt = s.dev, s.shape, s.dtype
+    if kernel == "auto":
+        kernel = "fa3" if dev.wgmma and alg == "fa3" else (
+            "fa2" if alg in ("fa2", "splitkv", "fa2_bwd") else None)
+    if kernel is None:
+        return None, None, True
+    if alg == "fa2_bwd":
+        from .kernels import fa2_bwd_config
+
+        ncfg = fa2_bwd_config(dev, shape, dt)
+    else:
+        _, _, ncfg = resolve(dev, shape, named_config(kernel, dev, shape, dt))
+    f = check(dev, ncfg, shape)
+    if not f.feasible:
+        from .model import _infeasible
+        from .traffic import compulsory_bytes
+
+        return _infeasible(dev, shape, ncfg, f, compulsory_bytes(ncfg, shape)), None, True
+    c = s.bounds.get(ncfg) or s.bound(ncfg, f)
+    named = s.finish(c)
+    rank, exact = s.rank(_time(named))
+    return named, rank, exact
+
+
 def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = None,
                 dtype: str = "bf16", top: int = 5, kernel: str | None = "auto",
-                max_replays: int = 12,
-                where: Callable[[KernelConfig], bool] | None = None) -> TuneReport:
+                max_replays: int = 6, where: Callable[[KernelConfig], bool] | None = None,
+                progress: Callable[[int, int], None] | None = None) -> TuneReport:
     """Search ``algorithm``'s configs (default: ``fa3`` on Hopper, else ``fa2`` with its
     split-KV kernel) for ``workload`` on ``device``; score the named kernel (``kernel``: a name
-    of :data:`~.kernels.KERNELS`, ``"auto"`` = fa3 on Hopper else fa2, None = none) and rank it.
-    ``where`` restricts the space (``lambda c: c.splits == 1``: the best unsplit config).
+    of :data:`~.kernels.KERNELS`, ``"auto"`` = flash-attn's config of the family, None = none)
+    and rank it.  ``where`` restricts the space (``lambda c: c.splits == 1``: the best unsplit
+    config); ``progress(replays, max_replays)`` is called after each L2 replay.
     """
     t0 = time.perf_counter()
     dev = _devices.get(device).require_model()
@@ -598,37 +689,22 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
     alg = algorithm or _default_algorithm(dev, shape)
     check_choice("algorithm", alg, _FAMILIES)
     dt = _devices.dtype_name(dtype)
-    s = _Search(dev, shape, alg, dt, max_replays, where)
+    check_size(dev, shape, None, None)
+    s = _Search(dev, shape, alg, dt, max_replays, where, progress)
     s.run()
     if not s.heap:
         raise ParameterError(f"no feasible {alg} config for {shape.describe()} on {dev.name}",
                              param="algorithm")
     best, exhausted = s.best(top)
-    named = rank = why = None
-    if kernel == "auto":
-        kernel = "fa3" if dev.wgmma and alg == "fa3" else ("fa2" if alg in ("fa2", "splitkv")
-                                                          else None)
-    if kernel is not None and alg != "fa2_bwd":
-        _, _, ncfg = resolve(dev, shape, named_config(kernel, dev, shape, dt))
-        f = check(dev, ncfg, shape)
-        if f.feasible:
-            c = s.bounds.get(ncfg) or s.bound(ncfg, f)
-            named = s.finish(c)
-            rank, exact = s.rank(_time(named))
-            exhausted = exhausted and exact
-        else:
-            from .model import _infeasible
-            from .traffic import compulsory_bytes
-
-            named = _infeasible(dev, shape, ncfg, f, compulsory_bytes(ncfg, shape))
-        why = explain(named, best[0])
-    return TuneReport(dev.name, shape, alg, best, named, rank, s.feasible, s.searched,
-                      len(s.replays), exhausted, why, time.perf_counter() - t0,
+    named, rank, exact = _named(s, kernel, alg)
+    why = explain(named, best[0]) if named is not None else None
+    return TuneReport(dev.name, shape, alg, dt, best, named, rank, s.feasible, s.searched,
+                      s.spent(), exhausted and exact, why, time.perf_counter() - t0,
                       [(c.lb, c.cfg) for c in s.cands])
 
 
 def tune(device: str | Device, workload: Any, *, algorithm: str | None = None,
-         dtype: str = "bf16", top: int = 5, max_replays: int = 12,
+         dtype: str = "bf16", top: int = 5, max_replays: int = 6,
          where: Callable[[KernelConfig], bool] | None = None) -> list[Score]:
     """The ``top`` configs of least predicted time, best first (see :func:`tune_report`).
 
@@ -667,6 +743,3 @@ def best_splits(device: str | Device, workload: Any, *, algorithm: str | None = 
     """The KV split count of the oracle's best config: flash-attn's ``num_splits``
     heuristic re-derived from the model."""
     return tune(device, workload, algorithm=algorithm, dtype=dtype, top=1)[0].config.splits
-
-
-

@@ -45,7 +45,7 @@ from .devices import Device
 from .kernels import KernelConfig, head_dim_rounded
 
 __all__ = ["ARRAYS", "FEATURES", "Op", "Phase", "Template", "Traffic", "build",
-           "byte_coefficients", "compulsory_bytes", "compulsory_rw", "features", "inflight_bytes",
+           "byte_coefficients", "compulsory_bytes", "compulsory_rw", "features",
            "template", "work_coefficients"]
 
 #: Array name -> code in a tile key (``code << 56 | head << 32 | row``).
@@ -208,7 +208,7 @@ def template(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None = Non
     """
     key = dataclasses.replace(cfg, Br=cfg.Br if cfg.algorithm == "fa2_bwd" else 0, warps=1,
                               stages=1, p="regs", pack_gqa=False, splits=min(cfg.splits, 2),
-                              overlap=False, label="")
+                              overlap=False, label="", fa1=False)
     return _template(key, d, G, Brh, smem)
 
 
@@ -384,9 +384,11 @@ def _forward_phase(cfg, shape, d, G, Brh, tpl, ctas_per_sm) -> Phase:
         qhead = b * shape.heads + h
         kvhead = b * shape.kv_heads + h // shape.group
     n = cnt[m]
-    return Phase("main", tpl, qhead, kvhead, np.zeros_like(m), starts[m], stops[m],
-                 np.zeros_like(m), first_start[m] // cfg.Bc, n, np.full_like(m, shape.Nkv),
-                 cfg.Bc, 1, True, ctas_per_sm, cfg.warps, {}, {})
+    return Phase(name="main", template=tpl, qhead=qhead, kvhead=kvhead, split=np.zeros_like(m),
+                 o0=starts[m], o1=stops[m], i_base=np.zeros_like(m),
+                 i_first=first_start[m] // cfg.Bc, i_n=n, i_end=np.full_like(m, shape.Nkv),
+                 inner_block=cfg.Bc, inner_heads=1, reverse=True, ctas_per_sm=ctas_per_sm,
+                 warps=cfg.warps, row_bytes={}, rows_per_head={})
 
 
 def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
@@ -402,8 +404,7 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
     M = len(starts)
     # query rows of the packed problem see the keys of their own query position
     pos_lo, pos_hi = starts // G, (stops + G - 1) // G
-    sub = shape if G == 1 else shape  # same mask geometry per position
-    lo, hi = geometry.kv_ranges(sub, pos_lo, pos_hi)
+    lo, hi = geometry.kv_ranges(shape, pos_lo, pos_hi)  # same mask geometry per position
     order = _order("m,s,h,b", B, H, M, nsplit)
     rest, m = np.divmod(order, M)
     unit, s = np.divmod(rest, nsplit)
@@ -416,9 +417,11 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
     cnt, first_start, _ = geometry.meeting(slo, shi, Bc, p1 - p0)
     keep = cnt > 0   # the schedule skips splits a block does not see
     kvhead = (b * shape.kv_heads + h) if cfg.pack_gqa else (b * shape.kv_heads + h // shape.group)
-    split = Phase("split", tpls["split"], head[keep], kvhead[keep], s[keep], starts[m][keep],
-                  stops[m][keep], p0[keep], first_start[keep] // Bc, cnt[keep], p1[keep], Bc, 1,
-                  True, ctas_per_sm, cfg.warps, {}, {})
+    split = Phase(name="split", template=tpls["split"], qhead=head[keep], kvhead=kvhead[keep],
+                  split=s[keep], o0=starts[m][keep], o1=stops[m][keep], i_base=p0[keep],
+                  i_first=first_start[keep] // Bc, i_n=cnt[keep], i_end=p1[keep],
+                  inner_block=Bc, inner_heads=1, reverse=True, ctas_per_sm=ctas_per_sm,
+                  warps=cfg.warps, row_bytes={}, rows_per_head={})
     # combine: one CTA per (head, query block), over the splits its block saw
     corder = _order("m,h,b", B, H, M)
     cunit, cm = np.divmod(corder, M)
@@ -429,9 +432,11 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
         vis[p] = (np.minimum(hi, q1) > np.maximum(lo, q0))
     nvis = vis.sum(axis=0)
     firstvis = np.argmax(vis, axis=0)
-    comb = Phase("combine", tpls["combine"], cb * H + ch, np.zeros_like(cm), np.zeros_like(cm),
-                 starts[cm], stops[cm], np.zeros_like(cm), firstvis[cm], nvis[cm],
-                 np.full_like(cm, 1 << 40), 1, 1, False, 16, 4, {}, {})
+    comb = Phase(name="combine", template=tpls["combine"], qhead=cb * H + ch,
+                 kvhead=np.zeros_like(cm), split=np.zeros_like(cm), o0=starts[cm], o1=stops[cm],
+                 i_base=np.zeros_like(cm), i_first=firstvis[cm], i_n=nvis[cm],
+                 i_end=np.full_like(cm, 1 << 40), inner_block=1, inner_heads=1, reverse=False,
+                 ctas_per_sm=16, warps=4, row_bytes={}, rows_per_head={})
     return [split, comb]
 
 
@@ -445,8 +450,10 @@ def _backward_phases(cfg, shape, d, tpls, ctas_per_sm) -> list[Phase]:
     unit, m = np.divmod(order, Mq)
     b, h = np.divmod(unit, shape.heads)
     z = np.zeros_like(m)
-    pre = Phase("pre", tpls["pre"], b * shape.heads + h, z, z, qs[m], qe[m], z, z, z,
-                np.full_like(m, shape.Nq), Br, 1, False, 8, 4, {}, {})
+    pre = Phase(name="pre", template=tpls["pre"], qhead=b * shape.heads + h, kvhead=z, split=z,
+                o0=qs[m], o1=qe[m], i_base=z, i_first=z, i_n=z, i_end=np.full_like(m, shape.Nq),
+                inner_block=Br, inner_heads=1, reverse=False, ctas_per_sm=8, warps=4,
+                row_bytes={}, rows_per_head={})
     ks, ke = geometry.block_counts(shape.Nkv, Bc)
     Mk = len(ks)
     qlo, qhi = geometry.q_ranges(shape, ks, ke)
@@ -454,9 +461,11 @@ def _backward_phases(cfg, shape, d, tpls, ctas_per_sm) -> list[Phase]:
     order = _order("m,b,h", B, Hk, Mk)
     unit, n = np.divmod(order, Mk)
     b, h = np.divmod(unit, Hk)
-    main = Phase("main", tpls["main"], b * shape.heads + h * G, b * Hk + h, np.zeros_like(n),
-                 ks[n], ke[n], np.zeros_like(n), first_start[n] // Br, cnt[n],
-                 np.full_like(n, shape.Nq), Br, G, True, ctas_per_sm, cfg.warps, {}, {})
+    main = Phase(name="main", template=tpls["main"], qhead=b * shape.heads + h * G,
+                 kvhead=b * Hk + h, split=np.zeros_like(n), o0=ks[n], o1=ke[n],
+                 i_base=np.zeros_like(n), i_first=first_start[n] // Br, i_n=cnt[n],
+                 i_end=np.full_like(n, shape.Nq), inner_block=Br, inner_heads=G, reverse=True,
+                 ctas_per_sm=ctas_per_sm, warps=cfg.warps, row_bytes={}, rows_per_head={})
     return [pre, main]
 
 
@@ -468,13 +477,16 @@ FEATURES = ("one", "outer", "outer_live", "steps", "inner_rows", "outer_steps")
 def features(ph: Phase) -> np.ndarray:
     """(CTAs, 6) array of :data:`FEATURES`: 1, the CTA's own rows, its rows if it runs its loop
     (a CTA whose every key is masked skips its loads, as the schedule does: it writes zeros),
-    inner steps (blocks x inner heads), rows of all inner blocks, own rows x steps."""
+    inner steps (blocks x inner heads), rows of all inner blocks, own rows x steps.  Cached."""
+    if len(ph.__dict__.get("_features", ())) == ph.n and "_features" in ph.__dict__:
+        return ph.__dict__["_features"]
     outer = (ph.o1 - ph.o0).astype(np.float64)
     live = (ph.i_n > 0) | (not ph.template.body)
     steps = (ph.i_n * ph.inner_heads).astype(np.float64)
-    return np.stack([np.ones(ph.n), outer, np.where(live, outer, 0.0), steps,
-                     ph.inner_rows().astype(np.float64) * ph.inner_heads, outer * steps],
-                    axis=1)
+    out = ph.__dict__["_features"] = np.stack([
+        np.ones(ph.n), outer, np.where(live, outer, 0.0), steps,
+        ph.inner_rows().astype(np.float64) * ph.inner_heads, outer * steps], axis=1)
+    return out
 
 
 def byte_coefficients(ph: Phase) -> tuple[np.ndarray, np.ndarray]:
@@ -508,21 +520,6 @@ def work_coefficients(ph: Phase, cfg: KernelConfig, d: int) -> tuple[np.ndarray,
     else:                     # combine and preprocessing: no MMA
         exps[5] = 1.0
     return flops, exps, smem
-
-
-def inflight_bytes(ph: Phase, cfg: KernelConfig) -> float | None:
-    """Bytes one CTA of the phase can have in flight: its multi-buffered tiles in shared memory.
-
-    Forward CTAs (``main``, ``split``) keep ``stages`` K/V tiles outstanding (cp.async or TMA
-    fills them while the consumers work on another), ``stages·Bc`` rows of K and of V; the
-    backward's CTAs ``stages`` Q and dO tiles.  The light kernels (the split combine, the
-    backward's preprocessing) issue all their loads at once: None (one round trip).
-    """
-    if ph.name in ("main", "split") and cfg.forward:
-        return float(cfg.stages * cfg.Bc * (ph.row_bytes["K"] + ph.row_bytes["V"]))
-    if ph.name == "main":
-        return float(cfg.stages * cfg.Br * (ph.row_bytes["Q"] + ph.row_bytes["dO"]))
-    return None
 
 
 def _amounts(ph: Phase, cfg: KernelConfig, d: int) -> None:
@@ -788,20 +785,3 @@ def wave_events(ph: Phase, i0: int, i1: int) -> tuple[np.ndarray, np.ndarray, np
         keep[1:] = (k[1:] != k[:-1]) | (st[1:] != st[:-1])
         k, nb, st = k[keep], nb[keep], st[keep]
     return k, nb, st
-
-
-def address(ph: Phase, keys: np.ndarray) -> np.ndarray:
-    """Byte addresses of tile keys: each array in its own 4 GiB region, heads stacked, rows
-    row-major (for sector-granular replays of validation-sized workloads; the regions keep
-    sector numbers below 2^32, which pycachesim's tags need)."""
-    keys = np.asarray(keys, dtype=np.int64)
-    code = keys >> 56
-    head = (keys >> 32) & ((1 << 24) - 1)
-    row = keys & ((1 << 32) - 1)
-    out = np.zeros(len(keys), dtype=np.int64)
-    for name, c in ARRAYS.items():
-        m = code == c
-        if m.any():
-            rph = ph.rows_per_head[name]
-            out[m] = (np.int64(c) << 32) + (head[m] * rph + row[m]) * ph.row_bytes[name]
-    return out

@@ -224,6 +224,12 @@ class Plan:
             f"  Plan for attention {size} d={sh.d}{extra}, {mem}",
             f"         Algorithm:  {ch.algorithm}",
             f"            Tiling:  {ch.tiling}",
+        ]
+        if memory.device and _devices.get(memory.device).kind == "gpu":
+            lines.append("                     (the two-level optimum for M = one CTA's shared "
+                         "memory; for a GPU's real tile, registers and L2: attnio gpu tune "
+                         f"--device {memory.device})")
+        lines += [
             f"   Predicted reads:  {ch.predicted.reads:,}",
             f"  Predicted writes:  {ch.predicted.writes:,}",
             f"   Predicted total:  {ch.predicted.total:,} words",
