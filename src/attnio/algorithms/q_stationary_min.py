@@ -94,6 +94,12 @@ def _key_step(shape: Shape, r0: int, j: int) -> Callable[..., None]:
     return fn
 
 
+def _normalise(O: np.ndarray, l: np.ndarray) -> None:
+    """O <- diag(l)^-1 O for the plain unnormalised accumulator of :func:`_key_step` (rows with
+    l = 0, which saw no key, stay 0)."""
+    O /= np.where(l > 0, l, 1.0)[:, None]
+
+
 def _accumulate_output(col: int) -> Callable[..., None]:
     def fn(O: np.ndarray, s: np.ndarray, w: np.ndarray) -> None:
         O[:, col] += s * w[0, 0]
@@ -218,7 +224,7 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
                 if lse is not None:  # logsumexp = m + log l into the score column, written
                     mem.compute(K_.logsumexp, s, m, l, writes=1)
                     mem.store(s, lse[g], qb)
-                mem.compute(K_.normalise_rows, Oi, l, writes=1)
+                mem.compute(_normalise, Oi, l, writes=1)
                 mem.store(Oi, Os[g], qb)
                 mem.free(Qi, Oi, m, l, s)
 
