@@ -87,17 +87,16 @@ def _key_step(shape: Shape, r0: int, j: int) -> Callable[..., None]:
         alpha = np.exp(m - ms)
         s -= ms
         np.exp(s, out=s)
+        # the accumulator is kept divided by 2^e, e the binary exponent of l, as
+        # online_update_fa2 keeps it (|O| <= max |V|, finite near the largest float)
+        e_old = np.frexp(l)[1]
         l *= alpha
         l += s
-        O *= alpha[:, None]
+        e_new = np.frexp(l)[1]
+        O *= np.ldexp(alpha, e_old - e_new)[:, None]
+        np.ldexp(s, -e_new, out=s)
         m[:] = mn
     return fn
-
-
-def _normalise(O: np.ndarray, l: np.ndarray) -> None:
-    """O <- diag(l)^-1 O for the plain unnormalised accumulator of :func:`_key_step` (rows with
-    l = 0, which saw no key, stay 0)."""
-    O /= np.where(l > 0, l, 1.0)[:, None]
 
 
 def _accumulate_output(col: int) -> Callable[..., None]:
@@ -224,7 +223,7 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
                 if lse is not None:  # logsumexp = m + log l into the score column, written
                     mem.compute(K_.logsumexp, s, m, l, writes=1)
                     mem.store(s, lse[g], qb)
-                mem.compute(_normalise, Oi, l, writes=1)
+                mem.compute(K_.normalise_rows, Oi, l, writes=1)
                 mem.store(Oi, Os[g], qb)
                 mem.free(Qi, Oi, m, l, s)
 
