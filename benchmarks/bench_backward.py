@@ -25,6 +25,7 @@ import numpy as np
 import attnio
 from attnio.algorithms import get_backward
 from attnio.core.workload import Shape
+from attnio.runner import BackwardPass
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "backward.md"
@@ -76,8 +77,7 @@ def measure(causal: bool) -> dict:
         Ms = d * d // 16
         t = SC.coerce_tiling(shape, Ms)
         res = attnio.run("flash2", shape=shape, M=max(Ms, 4 * d + 4), mode="count",
-                         backward=True, backward_algorithm="small_cache_backward",
-                         backward_tiling=t)
+                         backward=BackwardPass("small_cache_backward", t))
         assert res.backward_io.total == SC.predict(shape, t).total
     allx = [r["d_over_sqrtM"] for r in rows]
     allf = [r["factor"] for r in rows]

@@ -25,6 +25,7 @@ import attnio
 from attnio.algorithms import get, get_backward
 from attnio.core.blockmask import BlockMask
 from attnio.core.workload import Shape
+from attnio.runner import BackwardPass
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "sparse.md"
@@ -72,8 +73,8 @@ def measure() -> dict:
                          "floor_share": floor / fwd, "floor_share_backward": floor_b / bwd})
         # one density simulated: the closed forms are the counts
         mid = Shape(N, N, d, block_mask=BlockMask.random(N, N, b, density=0.25, seed=0))
-        res = attnio.run("flash2", shape=mid, M=M, mode="count", tiling=ft, backward=True,
-                         backward_tiling=bt)
+        res = attnio.run("flash2", shape=mid, M=M, mode="count", tiling=ft,
+                         backward=BackwardPass(tiling=bt))
         assert res.io.total == FA2.predict_with_lse(mid, ft).total
         assert res.backward_io.total == FA2B.predict(mid, bt).total
         fit = [r for r in rows if r["floor_share"] < 0.10]

@@ -19,6 +19,7 @@ from attnio.bounds import backward as backward_bounds
 from attnio.core.errors import CapacityError, ParameterError, UnknownNameError
 from attnio.core.memory import TwoLevelMemory
 from attnio.core.workload import Shape
+from attnio.runner import BackwardPass
 
 BACKWARDS = backward_names()
 SC = get_backward("small_cache_backward")
@@ -215,15 +216,14 @@ def test_run_picks_the_least_io_backward_and_honours_a_named_one():
     assert res.backward_io.total == min(totals.values())
     ref = attnio.reference.attention_backward(Q, K, V, dO)
     for name in BACKWARDS:
-        r = attnio.run("flash2", Q, K, V, M=M, backward=True, grad_output=dO,
-                       backward_algorithm=name)
+        r = attnio.run("flash2", Q, K, V, M=M, backward=BackwardPass(name), grad_output=dO)
         assert r.backward_algorithm == name and r.backward_io.total == totals[name]
         for k, g in zip(("dQ", "dK", "dV"), ref):
             assert np.abs(r.grads[k] - g).max() <= 1e-10
     # a tiling says which schedule it belongs to
     t = FA2.coerce_tiling(shape, M)
-    assert attnio.run("flash2", shape=shape, M=M, mode="count", backward=True,
-                      backward_tiling=t).backward_algorithm == "flash2_backward"
+    assert attnio.run("flash2", shape=shape, M=M, mode="count",
+                      backward=BackwardPass(tiling=t)).backward_algorithm == "flash2_backward"
     bwd, bt = choose_backward(shape, M, tiling={"bm": 4, "bn": 4, "bk": 1, "ba": 4, "bc": 4,
                                                 "br": 1})
     assert bwd is SC and bt == SC.Tiling(4, 4, 1, 4, 4, 1)
@@ -237,8 +237,7 @@ def test_plan_scores_every_backward_schedule_and_reports_the_certificate():
     assert sorted(c.algorithm for c in b.candidates) == sorted(BACKWARDS)
     assert b.candidates[0].predicted.total < b.candidates[1].predicted.total
     res = attnio.run(p.chosen.algorithm, shape=p.shape, M=p.memory.M, mode="count",
-                     tiling=p.chosen.tiling, backward=True, backward_algorithm=b.algorithm,
-                     backward_tiling=b.tiling)
+                     tiling=p.chosen.tiling, backward=BackwardPass(b.algorithm, b.tiling))
     assert res.backward_io.total == b.predicted.total and res.io.total == p.chosen.predicted.total
     cert = b.certificate
     assert cert.best_bound.explicit and cert.ratio == b.predicted.total / cert.best_bound.value >= 1
@@ -256,25 +255,21 @@ def test_plan_scores_every_backward_schedule_and_reports_the_certificate():
 
 def test_bad_backward_requests_name_the_parameter():
     shape = Shape(16, 16, 4)
-    with pytest.raises(ParameterError, match="backward_algorithm applies to the backward pass"):
-        attnio.run("flash2", shape=shape, M=500, mode="count",
-                   backward_algorithm="small_cache_backward")
     with pytest.raises(UnknownNameError, match="unknown backward_algorithm 'nope'"):
-        attnio.run("flash2", shape=shape, M=500, mode="count", backward=True,
-                   backward_algorithm="nope")
+        attnio.run("flash2", shape=shape, M=500, mode="count", backward=BackwardPass("nope"))
     with pytest.raises(ParameterError, match="flash1 has no backward pass; algorithms with one"):
         attnio.run("flash1", shape=shape, M=500, mode="count", backward=True)
     with pytest.raises(ParameterError, match="backward tiling for small_cache_backward needs "
                                              "exactly the fields"):
-        attnio.run("flash2", shape=shape, M=500, mode="count", backward=True,
-                   backward_algorithm="small_cache_backward", backward_tiling={"Br": 2})
+        attnio.run("flash2", shape=shape, M=500, mode="count",
+                   backward=BackwardPass("small_cache_backward", {"Br": 2}))
     with pytest.raises(ParameterError, match="no backward schedule's tiling"):
-        attnio.run("flash2", shape=shape, M=500, mode="count", backward=True,
-                   backward_tiling={"x": 1})
+        attnio.run("flash2", shape=shape, M=500, mode="count",
+                   backward=BackwardPass(tiling={"x": 1}))
     sparse = Shape(16, 16, 4, block_mask=attnio.BlockMask.causal(16, 16, 4))
     with pytest.raises(ParameterError, match="small_cache_backward.*no block-sparse support"):
-        attnio.run("flash2", shape=sparse, M=500, mode="count", backward=True,
-                   backward_algorithm="small_cache_backward")
+        attnio.run("flash2", shape=sparse, M=500, mode="count",
+                   backward=BackwardPass("small_cache_backward"))
 
 
 @pytest.mark.parametrize("N,d,causal", [(256, 32, False), (512, 64, True),

@@ -17,6 +17,7 @@ import attnio
 from attnio import CapacityError, ParameterError, UnknownNameError
 from attnio.cli import main
 from attnio.core.workload import Shape
+from attnio.runner import BackwardPass, Limits
 
 
 def qkv(N=8, d=4, seed=0):
@@ -85,7 +86,8 @@ API_CASES = [
      "tiling.Br must be an integer >= 1, got 0"),
     ("unknown algorithm", lambda: attnio.run("flash3", shape=(8, 4), M=100), UnknownNameError,
      "did you mean 'flash2'"),
-    ("compute budget", lambda: attnio.run("standard", *qkv(4096, 64), M=64, budget_s=1.0),
+    ("compute budget", lambda: attnio.run("standard", *qkv(4096, 64), M=64,
+                                          limits=Limits(budget_s=1.0)),
      ParameterError, "would take about"),
     ("causal value", lambda: attnio.run("flash2", shape=(8, 4), M=100, causal="diag"),
      ParameterError, "causal must be True, False, 'bottom_right' or 'top_left'"),
@@ -135,15 +137,15 @@ API_CASES = [
         "standard", shape=(16, 4), M=200, mode="count", backward=True), ParameterError,
      "standard has no backward pass"),
     ("backward algorithm unknown", lambda: attnio.run(
-        "flash2", shape=(16, 4), M=200, mode="count", backward=True,
-        backward_algorithm="flash3_backward"), UnknownNameError, "backward_algorithm"),
-    ("backward algorithm without backward", lambda: attnio.run(
-        "flash2", shape=(16, 4), M=200, mode="count", backward_algorithm="flash2_backward"),
-     ParameterError, "backward_algorithm applies to the backward pass"),
+        "flash2", shape=(16, 4), M=200, mode="count",
+        backward=BackwardPass("flash3_backward")), UnknownNameError, "backward_algorithm"),
+    ("backward not a bool", lambda: attnio.run(
+        "flash2", shape=(16, 4), M=200, mode="count", backward="flash2_backward"),
+     ParameterError, "backward must be True, False or a BackwardPass"),
     ("backward algorithm without block-sparse support", lambda: attnio.run(
         "flash2", shape=Shape(16, 16, 4, block_mask=attnio.BlockMask.random(16, 16, 4,
                                                                            density=0.5)),
-        M=200, mode="count", backward=True, backward_algorithm="small_cache_backward"),
+        M=200, mode="count", backward=BackwardPass("small_cache_backward")),
      ParameterError, "no block-sparse support"),
     ("plan backward algorithm without backward", lambda: attnio.plan(
         16, 4, 200, backward_algorithm="small_cache_backward"), ParameterError,
@@ -176,7 +178,7 @@ def test_nonfinite_inputs_propagate_as_the_reference_does_when_allowed():
 
 
 def test_force_runs_beyond_the_budget():
-    res = attnio.run("flash2", *qkv(64, 4), M=100, budget_s=1e-9, force=True)
+    res = attnio.run("flash2", *qkv(64, 4), M=100, limits=Limits(budget_s=1e-9, force=True))
     assert res.output.shape == (64, 4)
 
 
@@ -186,7 +188,7 @@ CLI_CASES = [
     (["run", "flash2", "--N", "2.5"], "argument --N: invalid int value: '2.5'"),
     (["run", "flash2", "--d", "0"], "--d must be an integer >= 1, got 0"),
     (["run", "flash2", "--M", "0"], "--M must be an integer >= 1, got 0"),
-    (["run", "flash2", "--d", "64", "--M", "100"], "it needs --M >= 260 words"),
+    (["run", "flash2", "--d", "64", "--M", "100"], "--M=100 is too small for flash2"),
     (["run", "flahs2"], "did you mean 'flash2'"),
     (["run", "flash2", "--tiling", '{"Br": 1024, "Bc": 1024}'], "more than --M=16384"),
     (["run", "flash2", "--tiling", "{oops"], "--tiling is not valid JSON"),
@@ -222,7 +224,7 @@ CLI_CASES = [
     # the default block grows with N to keep the layout small; counting a billion-row layout
     # tile by tile is refused for its tile map, before it is drawn
     (["run", "flash2", "--N", "1000000000", "--density", "0.5", "--count-only"],
-     "the block-sparse tile map and its steps"),
+     "tiles in a block-sparse count, more than 2**28"),
     (["run", "flash2", "--N", "65536", "--d", "64", "--M", "4096", "--density", "0.5",
       "--count-only"], "more than --budget (300 s); use `attnio plan` (closed forms)"),
     (["run", "standard", "--density", "0.5"], "standard does not support block-sparse"),
@@ -238,7 +240,7 @@ CLI_CASES = [
 
 @pytest.mark.parametrize("layout,extra,fragment", [
     (np.ones((3, 4), bool), [], "--block-mask"),  # blocks would not be square
-    (np.ones((4, 4), bool), ["--block-size", "32"], "--block-mask: block_mask has 4x4 blocks"),
+    (np.ones((4, 4), bool), ["--block-size", "32"], "--block-mask has 4x4 blocks"),
     (np.full((4, 4), 0.5), [], "--block-mask must be a boolean array"),
     (np.ones(4, bool), [], "--block-mask must be a 2-D boolean array"),
     (np.ones((2, 2, 2), bool), [], "got an array of dimensions (2, 2, 2)"),

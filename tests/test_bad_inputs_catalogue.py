@@ -22,6 +22,7 @@ import pytest
 import attnio
 from attnio.cli import main
 from attnio.core.errors import AttnioError, ParameterError
+from attnio.runner import Limits
 
 HUGE = "1" + "0" * 200  # 10**200
 # How fast each case is refused is measured by benchmarks/bench_bad_inputs.py (no test times it:
@@ -39,7 +40,7 @@ CLI_CASES: list[tuple[list[str], str]] = [
     (["run", "flash2", "--d", HUGE], "--d"),
     (["run", "flash2", "--M", "0"], "--M must be an integer >= 1"),
     (["run", "flash2", "--M", HUGE], "--M must be an integer in [1, 2**60]"),
-    (["run", "flash2", "--d", "64", "--M", "100"], "it needs --M >= 260"),
+    (["run", "flash2", "--d", "64", "--M", "100"], "--M=100 is too small"),
     (["run", "flash2", "--Nq", "0", "--Nkv", "4"], "--Nq"),
     (["run", "flash2", "--Nq", "8", "--Nkv", "0"], "--Nkv"),
     (["run", "flash2", "--N", "8", "--Nq", "8", "--Nkv", "8"], "--Nq"),
@@ -195,6 +196,38 @@ CLI_CASES: list[tuple[list[str], str]] = [
     (["pebble", "--time-limit", "inf"], "--time-limit"),
     (["pebble", "--matmul", "5", "1", "1"], "--matmul"),
     (["pebble", "--matmul", "2", "2", "2", "--N", "2"], "--matmul"),
+    # ---- issue 24's run/plan/bound failures, with their relatives
+    (["run", "flash2", "--inputs", "/dev/zero", "--M", "512"], "--inputs file /dev/zero"),
+    (["run", "flash2", "--inputs", "/dev/urandom", "--M", "512"], "--inputs file /dev/urandom"),
+    (["run", "flash2", "--inputs", "/dev/null", "--M", "512"], "not a regular file"),
+    (["run", "flash2", "--inputs", "{intQ}", "--M", "100"], "--inputs file"),
+    (["run", "flash2", "--inputs", "{intQ}", "--M", "100"], "array Q has dtype int64"),
+    (["run", "flash2", "--inputs", "{badDO}", "--M", "100", "--backward"], "array dO"),
+    (["run", "flash2", "--inputs", "{good}", "--M", "100", "--backward"],
+     "missing array(s) ['dO']"),
+    (["run", "flash2", "--inputs", "{nan}", "--M", "100"], "array Q: Q has a non-finite entry"),
+    (["run", "flash2", "--N", "1048576", "--d", "64", "--M", "65536", "--count-only",
+      "--density", "0.1", "--force"], "--tiling"),
+    (["run", "matmul", "--m", str(2**62), "--k", "4", "--n", "4", "--M", "1000",
+      "--count-only"], "--m must be an integer in [1, 2**50]"),
+    (["run", "matmul", "--m", "4", "--k", str(2**51), "--n", "4", "--M", "1000",
+      "--count-only"], "--k must be an integer in [1, 2**50]"),
+    (["run", "matmul", "--m", "4", "--k", "4", "--n", str(2**60), "--M", "1000"], "--n"),
+    (["trace", "approx_poly", "--N", "64", "--d", "8", "--M", "20000"], "give --entry-bound"),
+    (["verify", "approx_poly", "--N", "64", "--d", "8", "--M", "20000"], "give --entry-bound"),
+    (["trace", "flash2", "--N", "64", "--d", "8", "--entry-bound", "1"],
+     "--entry-bound applies to approximate algorithms"),
+    (["verify", "approx_poly", "--N", "64", "--d", "8", "--entry-bound", "-1"], "--entry-bound"),
+    (["run", "flash1", "--density", "0.5"], "--density: flash1 does not support"),
+    (["run", "standard", "--density", "0.5", "--count-only"], "--density"),
+    (["run", "flash2", "--M-bytes", str(2**70), "--dtype", "fp16"], "--M-bytes"),
+    (["plan", "--N", "64", "--d", "8", "--M-bytes", str(2**70), "--dtype", "fp8"], "--M-bytes"),
+    (["bound", "--N", "4096", "--d", "64", "--M", "16384", "--q", str(2**81 + 1)],
+     "--q must be a prime power in (N, 2**80]"),
+    (["bound", "--N", "4096", "--d", "64", "--M", "16384", "--q", str(3 * 2**61)], "--q"),
+    (["bound", "--N", "4096", "--d", "64", "--M", "16384", "--q", str((2**31 - 1) * 8191)],
+     "--q must be a prime power"),
+    (["bound", "--N", "64", "--d", "8", "--M", "100", "--q", "64"], "--q must be > --N"),
     # ---- the command line itself
     (["nosuchverb"], "invalid choice"),
     (["run", "flash2", "--no-such-flag"], "--no-such-flag"),
@@ -219,6 +252,9 @@ def _files(folder) -> dict[str, str]:
     Qn[3, 2] = np.nan
     np.savez(paths["nan"], Q=Qn, K=K, V=V)
     np.savez(paths["badK"], Q=Q, K=K[:, :3], V=V[:, :3])
+    paths["intQ"], paths["badDO"] = str(folder / "intQ.npz"), str(folder / "badDO.npz")
+    np.savez(paths["intQ"], Q=Q.astype(np.int64), K=K, V=V)
+    np.savez(paths["badDO"], Q=Q, K=K, V=V, dO=np.ones((3, 4)))
     np.savez(paths["hugeV"], Q=Q / 4, K=K / 4, V=np.full_like(V, 1e307))  # issue 24
     (folder / "a_folder").mkdir()
     return paths
@@ -295,10 +331,14 @@ API_CASES: list[tuple[str, object, str]] = [
     ("count mode without shape", lambda: run("flash2", M=100), "shape"),
     ("compute mode without data", lambda: run("flash2", shape=(8, 4), M=100, mode="compute"),
      "mode"),
-    ("budget negative", lambda: run("flash2", *_qkv(), M=100, budget_s=-1), "budget_s"),
-    ("max_memory zero", lambda: run("flash2", *_qkv(), M=100, max_memory=0), "max_memory"),
-    ("max_memory too small", lambda: run("flash2", *_qkv(), M=100, max_memory=10), "max_memory"),
-    ("compute estimate over budget", lambda: run("standard", *_qkv(4096, 64), M=64, budget_s=1.0),
+    ("budget negative", lambda: run("flash2", *_qkv(), M=100, limits=Limits(budget_s=-1)),
+     "budget_s"),
+    ("max_memory zero", lambda: run("flash2", *_qkv(), M=100, limits=Limits(max_memory=0)),
+     "max_memory"),
+    ("max_memory too small", lambda: run("flash2", *_qkv(), M=100,
+                                         limits=Limits(max_memory=10)), "max_memory"),
+    ("compute estimate over budget", lambda: run("standard", *_qkv(4096, 64), M=64,
+                                                 limits=Limits(budget_s=1.0)),
      "budget_s"),
     ("scale overflows the logits", lambda: run("flash2", *_qkv(), M=100, scale=1e308), "scale"),
     ("scale inf", lambda: run("flash2", shape=(8, 4), M=100, scale=float("inf")), "scale"),
@@ -380,6 +420,29 @@ API_CASES: list[tuple[str, object, str]] = [
      "q"),
     ("poly_attention int tensor", _torch_case(
         lambda torch: _poly(torch, torch.zeros(4, 8, dtype=torch.int64), entry_bound=1.0)), "q"),
+    # issue 24: types validated once (numpy scalars of the right kind pass, strings do not)
+    ("scale a string", lambda: run("flash2", shape=(8, 4), M=100, scale="0.5"), "scale"),
+    ("budget a string", lambda: attnio.Limits(budget_s="5"), "budget_s"),
+    ("force a string", lambda: attnio.Limits(force="no"), "force"),
+    ("max_memory a string", lambda: attnio.Limits(max_memory="8G"), "max_memory"),
+    ("limits not Limits", lambda: run("flash2", shape=(8, 4), M=100, limits=5), "limits"),
+    ("backward a string", lambda: run("flash2", shape=(8, 4), M=100, backward="yes"),
+     "backward"),
+    ("matmul budget a string", lambda: attnio.blocks.matmul.run_matmul(
+        shape=(4, 4, 4), M=12, budget_s="5"), "budget_s"),
+    ("matmul m beyond 2**50", lambda: attnio.blocks.matmul.run_matmul(
+        shape=(2**62, 4, 4), M=100), "m"),
+    ("inputs a device", lambda: run("flash2", inputs="/dev/zero", M=512), "inputs"),
+    ("inputs and arrays", lambda: run("flash2", *_qkv(), inputs="/dev/zero", M=512), "inputs"),
+    ("random inputs without shape", lambda: run("flash2", inputs=attnio.runner.RandomInputs(),
+                                                M=512), "shape"),
+    ("random inputs seed", lambda: attnio.runner.RandomInputs(seed=-1), "seed"),
+    ("check without data", lambda: run("flash2", shape=(8, 4), M=100, check=True), "check"),
+    ("q beyond 2**80", lambda: attnio.bounds.asymptotic.fast_matmul_field(64, 8, 100, 2**81 + 1),
+     "q"),
+    ("sparse tile map beyond 2**28", lambda: run("flash2", shape=attnio.Shape(
+        2**20, 2**20, 64, block_mask=attnio.BlockMask.random(2**20, 2**20, 1024, density=0.1)),
+        M=65536, mode="count"), "tiling"),
     ("poly_attention is_causal", _torch_case(
         lambda torch: _poly(torch, torch.zeros(4, 8, dtype=torch.float64), entry_bound=1.0,
                             is_causal="yes")), "is_causal"),

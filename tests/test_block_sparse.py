@@ -16,6 +16,7 @@ from attnio.cli.common import default_block_size
 from attnio.core import reference
 from attnio.core.blockmask import BlockMask
 from attnio.core.workload import Shape
+from attnio.runner import BackwardPass
 
 FA2 = attnio.algorithms.get("flash2")
 FA2B = get_backward("flash2_backward")
@@ -90,8 +91,8 @@ def test_flash2_forward_and_backward_equal_the_masked_reference_and_closed_forms
         ref = reference.attention(Q, K, V, block_mask=bm)
         refg = reference.attention_backward(Q, K, V, dO, block_mask=bm)
         for M in (max(FA2.min_M(shape), FA2B.min_M(shape)), 3 * b * d + b * b, 40 * d * d):
-            res = attnio.run("flash2", Q, K, V, M=M, shape=shape, backward=True, grad_output=dO,
-                             backward_algorithm="flash2_backward")
+            res = attnio.run("flash2", Q, K, V, M=M, shape=shape, grad_output=dO,
+                             backward=BackwardPass("flash2_backward"))
             assert np.abs(res.output - ref).max() <= 1e-10, (bm, M)
             for k, g in zip(("dQ", "dK", "dV"), refg):
                 assert np.abs(res.grads[k] - g).max() <= 1e-10, (bm, M, k)
@@ -115,7 +116,7 @@ def test_closed_forms_equal_the_simulation_on_every_candidate_tiling():
             if FA2B.footprint(shape, t) > M:
                 continue
             res = attnio.run("flash2", shape=shape, M=max(M, FA2.min_M(shape)), mode="count",
-                             backward=True, backward_tiling=t)
+                             backward=BackwardPass(tiling=t))
             p = FA2B.predict(shape, t)
             assert (res.backward_io.reads, res.backward_io.writes) == (p.reads, p.writes), t
 

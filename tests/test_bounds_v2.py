@@ -27,6 +27,7 @@ from attnio.bounds import backward as BK
 from attnio.bounds import forward as F
 from attnio.core import BlockMask
 from attnio.core.workload import Shape
+from attnio.runner import BackwardPass
 
 EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
 NEW_FORWARD = {"pv_segment", "qkpv_pooled"}
@@ -178,8 +179,8 @@ def test_theorems_d_e_hold_at_any_parameters(N, d, M, causal, kfac, mfac, nfac):
 def test_flash2_backward_simulated_is_above_the_backward_bounds():
     shape = Shape.make(40, 8, causal=True)
     for M in (200, 1000, 4000):
-        res = attnio.run("flash2", shape=shape, M=M, mode="count", backward=True,
-                         backward_algorithm="flash2_backward")
+        res = attnio.run("flash2", shape=shape, M=M, mode="count",
+                         backward=BackwardPass("flash2_backward"))
         assert res.backward_algorithm == "flash2_backward"
         bwd = res.backward_io.total
         for b in B.backward_applicable_to(shape, M):

@@ -104,11 +104,17 @@ def test_causal_backward_is_clearly_faster_than_non_causal():
     assert causal.time_s < 0.7 * full.time_s
 
 
-def test_same_tile_same_flops_takes_the_same_time_whatever_the_kv_heads():
-    """No lockstep-wave artefact: the GQA grouping of a tensor-bound tile changes little."""
-    times = [score(H100, Shape(8192, 8192, 128, batch=2, heads=32, kv_heads=k),
-                   "Br=128,Bc=128").time_s for k in (32, 8, 1)]
-    assert max(times) <= 1.05 * min(times)
+@pytest.mark.parametrize("causal", [False, True])
+def test_same_tile_same_flops_takes_the_same_time_whatever_the_kv_heads(causal):
+    """No lockstep-wave artefact: the GQA grouping of a tensor-bound tile changes little (the
+    issue saw 12.77, 9.78 and 9.07 ms at 32, 8 and 1 KV heads); causal grids too, whose CTAs
+    finish at different times and are dispatched greedily."""
+    scores = [score(H100, Shape(8192, 8192, 128, batch=2, heads=32, kv_heads=k, causal=causal),
+                    "Br=128,Bc=128") for k in (32, 8, 1)]
+    assert all(s.bound_by == "tensor" for s in scores)
+    assert len({s.flops for s in scores}) == 1
+    times = [s.time_s for s in scores]
+    assert max(times) <= 1.02 * min(times)
 
 
 # ---------------------------------------------------------------------- HBM floor (property)

@@ -140,7 +140,7 @@ def test_cli_devices_and_kernels(capsys):
     (["score", "--N", "64", "--d", "512"], "--d=512: no kernel table covers"),
     (["score", "--N", "64", "--d", "64", "--device", "b200"], "--device='b200' cannot be scored"),
     (["score", "--N", "64", "--d", "64", "--device", "a100", "--kernel", "fa3"],
-     "--kernel: kernel fa3 needs Hopper"),
+     "--kernel fa3 needs Hopper"),
     (["tune", "--N", "64", "--d", "64", "--top", "0"], "--top must be an integer >= 1"),
 ])
 def test_cli_bad_input_is_one_line_naming_the_flag(capsys, argv, needle):

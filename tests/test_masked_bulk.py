@@ -19,6 +19,7 @@ from attnio.core.errors import ScheduleError
 from attnio.core.masks import Band
 from attnio.core.memory import TwoLevelMemory
 from attnio.core.workload import Shape
+from attnio.runner import BackwardPass
 
 EXACT = ("flash2", "flash1", "standard", "flash_decoding", "square_tiling")
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,8 +62,8 @@ def test_masked_bulk_backward_equals_step_by_step_and_closed_form(Nq, Nkv, d, al
     bwd = attnio.algorithms.get("flash2").backward
     M = max(bwd.min_M(shape), 200)
     bt = data.draw(st.sampled_from(bwd.candidate_tilings(shape, M)))
-    a = attnio.run("flash2", shape=shape, M=M, mode="count", backward=True, backward_tiling=bt)
-    b = attnio.run("flash2", shape=shape, M=M, mode="count", backward=True, backward_tiling=bt,
+    a = attnio.run("flash2", shape=shape, M=M, mode="count", backward=BackwardPass(tiling=bt))
+    b = attnio.run("flash2", shape=shape, M=M, mode="count", backward=BackwardPass(tiling=bt),
                    bulk=False)
     assert _same(a.backward_io, b.backward_io)
     p = bwd.predict(shape, bt)

@@ -397,3 +397,20 @@ def test_a_bug_in_a_closed_form_is_an_error_row_not_a_skip(monkeypatch):
     monkeypatch.setattr(type(alg), "predict_total", refused)
     row = run_config(cfg)
     assert row["status"] == "skipped" and "M too small" in row["reason"]
+
+
+def test_an_approximate_row_is_held_to_the_approximate_bound_not_the_exact_ones():
+    # one unmasked head: approx_w_stationary over the row's feature count r binds approx_poly;
+    # with a causal mask no approximate bound is proved, so the ratio is None (exact bounds do
+    # not bind approximate attention), while an exact algorithm keeps its exact certificate
+    row = run_config(Config("approx_poly", Shape(256, 256, 4), 4096, eps=1e-2, entry_bound=0.5))
+    assert row["status"] == "ok", row["reason"]
+    assert set(row["bounds"]) == {"approx_w_stationary"}
+    assert row["bound_name"] == "approx_w_stationary"
+    assert row["ratio"] == row["total"] / row["bound"] and row["ratio"] >= 1
+    causal = run_config(Config("approx_poly", Shape(256, 256, 4, causal=True), 4096, eps=1e-2,
+                               entry_bound=0.5))
+    if causal["status"] == "ok":
+        assert causal["ratio"] is None and "approx_w_stationary" not in causal["bounds"]
+    exact = run_config(Config("flash2", Shape(256, 256, 4), 4096))
+    assert exact["bound_name"] != "approx_w_stationary" and exact["ratio"] >= 1

@@ -10,6 +10,7 @@ import pytest
 import attnio
 from attnio.core.errors import ParameterError
 from attnio.core.workload import Shape
+from attnio.runner import BackwardPass
 from conftest import exact_attention_names, need
 
 ALGS = exact_attention_names()
@@ -67,8 +68,8 @@ def test_backward_gradients_equal_reference(Hkv, causal, window):
     fwd = attnio.algorithms.get("flash2").predict_with_lse(res.shape, res.tiling)
     assert (res.io.reads, res.io.writes) == (fwd.reads, fwd.writes)
     cnt = attnio.run("flash2", shape=res.shape, M=3000, mode="count", causal=causal,
-                     window=window, backward=True, tiling=res.tiling,
-                     backward_tiling=res.backward_tiling)
+                     window=window, tiling=res.tiling,
+                     backward=BackwardPass(tiling=res.backward_tiling))
     assert cnt.backward_io.total == res.backward_io.total and cnt.io.total == res.io.total
 
 
@@ -186,8 +187,8 @@ def _slope(xs, ys):
 
 
 def _backward_total(N, d, M):
-    return attnio.run("flash2", shape=(N, d), M=M, mode="count", backward=True,
-                      backward_algorithm="flash2_backward").backward_io.total
+    return attnio.run("flash2", shape=(N, d), M=M, mode="count",
+                      backward=BackwardPass("flash2_backward")).backward_io.total
 
 
 def test_backward_scaling_follows_N2d2_over_M():

@@ -38,7 +38,7 @@ from .core import (
 )
 from .core.version import __version__
 from .planner import Plan, plan
-from .runner import Result, run
+from .runner import BackwardPass, Limits, Result, run
 
 if TYPE_CHECKING:  # the lazily loaded names, for type checkers and editors
     from . import blocks, cachesim, experiments, hardware, pebble, torch_ops
@@ -51,7 +51,8 @@ __all__ = [
     "AttnioError", "CapacityError", "MissingExtraError", "ParameterError", "ScheduleError",
     "UnknownNameError", "reference", "__version__",
     # the layers above it: schedules, bounds, runs and plans (loaded with attnio)
-    "algorithms", "Algorithm", "bounds", "run", "Result", "plan", "Plan",
+    "algorithms", "Algorithm", "bounds", "run", "Result", "Limits", "BackwardPass", "plan",
+    "Plan",
     # loaded on first access (see _LAZY)
     "blocks", "cachesim", "trace", "replay", "experiments", "hardware", "pebble", "torch_ops",
 ]

@@ -201,10 +201,10 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
                 t = dataclasses.replace(t, radius_pass=True)
         elif R is None:
             if B is None:
-                raise ParameterError(
-                    "entry_bound: approx_poly in count mode (no inputs) needs the entry bound B "
-                    "(|Q|, |K| entries <= B), e.g. tiling={'entry_bound': 1.0}, or radius=R"
-                )
+                raise ParameterError.worded(
+                    "approx_poly in count mode (no inputs) needs the entry bound B (|Q|, |K| "
+                    "entries <= B): give {entry_bound} (or a radius R in the tiling)",
+                    param="entry_bound", entry_bound="tiling={'entry_bound': B}")
             R = score_radius(d, s, B)
         p = polynomial(eps, R, t.variant, t.degree)
         return dataclasses.replace(

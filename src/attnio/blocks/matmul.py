@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.checks import check_int, check_real
+from ..core.checks import check_int
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, IOStats, SlowArray, TwoLevelMemory
 from ..core.progress import ProgressCallback
@@ -71,9 +71,9 @@ from ..core.resources import (
     FLOPS_PER_SECOND,
     STEP_SECONDS,
     Cost,
-    check_cost,
+    Limits,
 )
-from ..core.workload import MAX_M, cdiv
+from ..core.workload import MAX_M, MAX_SIZE, cdiv
 
 __all__ = [
     "ALGORITHM",
@@ -97,7 +97,8 @@ class MatmulShape:
 
     def __post_init__(self) -> None:
         for name in ("m", "k", "n"):
-            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=1))
+            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=1,
+                                                     maximum=MAX_SIZE))
 
     @classmethod
     def coerce(cls, shape: Any) -> MatmulShape:
@@ -336,8 +337,7 @@ def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None,
     ``progress(steps, total)`` reports the tile steps.
     """
     M = check_int("M", M, minimum=1, maximum=MAX_M)
-    if budget_s is not None:
-        budget_s = check_real("budget_s", budget_s, lo=0, what="seconds")
+    limits = Limits(budget_s, force, max_memory)  # types checked once (no '5' for 5 s)
     if A is None and B is None:
         if shape is None:
             raise ParameterError("give A and B (compute mode) or shape=(m, k, n) with mode='count'", param="shape")
@@ -360,12 +360,9 @@ def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None,
             raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}", param="mode")
         data = (A, B)
     t = ALGORITHM.coerce_tiling(s, M, tiling)
-    if max_memory is not None:
-        max_memory = check_int("max_memory", max_memory, minimum=1)
-    check_cost(estimate_matmul(s, M, tiling=t, mode=mode), subject=f"{mode} mode on m={s.m} "
-               f"k={s.k} n={s.n}", budget_s=budget_s if mode == "compute" else None,
-               force=force, max_memory=max_memory,
-               instead="use mode='count' (same counts), or smaller m, k and n (sizes)")
+    limits.check(estimate_matmul(s, M, tiling=t, mode=mode), subject=f"{mode} mode on m={s.m} "
+                 f"k={s.k} n={s.n}", timed=mode == "compute",
+                 instead="use mode='count' (same counts), or smaller m, k and n (sizes)")
     dtype = np.float64 if data is None else np.result_type(np.float32, A.dtype, B.dtype)
     mem = TwoLevelMemory(M, mode="compute" if mode == "compute" else "count", bulk=bulk,
                          dtype=dtype, progress=progress,

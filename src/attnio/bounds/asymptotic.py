@@ -52,15 +52,53 @@ def standard_matmul_for(shape: Shape, M: int) -> Bound:
                  name="standard_matmul", regime=regime_of(d, M), constant=1.0)
 
 
+#: The largest q :func:`fast_matmul_field` takes (2**80): the Miller-Rabin test on the first
+#: twelve primes as bases is deterministic below 3.3e24 > 2**81, so the prime-power test is
+#: exact and takes microseconds, however large q.
+MAX_Q = 1 << 80
+_MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+
+
+def _is_prime(n: int) -> bool:
+    """Deterministic Miller-Rabin for 2 <= n < 3.3e24."""
+    if n < 2:
+        return False
+    for p in _MR_BASES:
+        if n % p == 0:
+            return n == p
+    r, m = 0, n - 1
+    while m % 2 == 0:
+        r, m = r + 1, m // 2
+    for a in _MR_BASES:
+        x = pow(a, m, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _iroot(q: int, k: int) -> int:
+    """The integer k-th root of q >= 1 (the largest r with r**k <= q), by bisection on exact
+    integers (a float root is off by far more than 1 beyond 2**53)."""
+    lo, hi = 1, 1 << (q.bit_length() // k + 1)  # lo**k <= q < hi**k
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if mid ** k <= q:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def _is_prime_power(q: int) -> bool:
-    p = 2
-    while p * p <= q:
-        if q % p == 0:
-            while q % p == 0:
-                q //= p
-            return q == 1
-        p += 1
-    return q >= 2
+    """Whether q is p**k for a prime p and k >= 1 (q < 3.3e24), in O(log q) root extractions."""
+    return any(_is_prime(r) and r ** k == q
+               for k in range(1, q.bit_length() + 1) if (r := _iroot(q, k)) >= 2)
 
 
 def fast_matmul_field(N: int, d: int, M: int, q: int, *, heads: int = 1) -> Bound:
@@ -73,8 +111,12 @@ def fast_matmul_field(N: int, d: int, M: int, q: int, *, heads: int = 1) -> Boun
     N, d, M, heads = shape.Nq, shape.d, check_M(M), shape.n_heads
     if isinstance(q, bool) or not isinstance(q, int):
         raise ParameterError(f"q must be an integer prime power > N={N}, got {q!r}", param="q")
+    if q > MAX_Q:
+        raise ParameterError(f"q must be a prime power in (N, 2**80] (the field test is exact "
+                             f"up to 2**80), got q={q}", param="q")
     if q <= N:
-        raise ParameterError(f"q must be > N (Theorem 4.8 needs a field F_q with q > N={N}), got q={q}", param="q")
+        raise ParameterError.worded(f"{{q}} must be > {{N}} (Theorem 4.8 needs a field F_q with "
+                                    f"q > N={N}), got q={q}", param="q")
     if not _is_prime_power(q):
         raise ParameterError(f"q must be a prime power (F_q must be a field), got q={q}", param="q")
     value = heads * min(N * N * d * d / M, float(N * N))

@@ -65,19 +65,23 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 0
-    except (AttnioError, ValueError, OSError, ArithmeticError, MemoryError) as e:
+    except (AttnioError, ValueError, OSError, MemoryError) as e:
+        # the library's own errors, the file system's and an estimate that fell short; a
+        # ValueError only from the verbs that word their own input errors (a TOML file's); any
+        # other exception is a bug and shows its traceback
         if getattr(args, "debug", False):
+            raise
+        if isinstance(e, ValueError) and not isinstance(e, AttnioError) \
+                and args.command not in OWN_WORDS:
             raise
         if isinstance(e, MemoryError):  # an estimate fell short: say so, in one line
             msg = ("ran out of memory; try --count-only or a smaller --N (--debug shows where)")
-        elif isinstance(e, ArithmeticError) and not isinstance(e, AttnioError):
-            msg = f"{type(e).__name__}: {flag_message(e)} (--debug shows where)"
         elif args.command in OWN_WORDS:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         else:
-            msg = flag_message(e)
+            msg = flag_message(e, getattr(args, "flag_names", None))
         note = getattr(args, "memory_note", None)  # --M came from --device or --M-bytes
-        if note and "--M " in msg:
+        if note and ("--M " in msg or "--M:" in msg or "--M=" in msg):
             msg += f" ({note})"
         print(f"attnio {args.command}: error: {msg}", file=sys.stderr)
         return 2

@@ -4,8 +4,9 @@ A verb calls :func:`add_workload_arguments` (and :func:`add_memory_arguments`,
 :func:`add_resource_arguments`, :func:`add_output_arguments` where they apply), then
 :func:`workload_from_args` to build the :class:`~attnio.core.workload.Shape`, the one place the
 workload is validated, and :func:`memory_from_args` for the fast-memory size.  Errors the library
-raises name API arguments (``kv_heads``, ``mode='count'``); :func:`flag_message` rewrites them
-with the flags the user typed (``--kv-heads``, ``--count-only``).
+raises carry the API name of the parameter they concern (``ParameterError.param``);
+:func:`flag_message` prints them with the flag that sets it (:data:`FLAGS`), never by reading
+the message's wording.
 
 Flags: ``--N --Nq --Nkv --d --heads --kv-heads --batch --causal [bottom_right|top_left] --window``
 (workload), ``--block-mask FILE.npy | --density S`` with ``--block-size B --layout-seed N``
@@ -15,27 +16,29 @@ Flags: ``--N --Nq --Nkv --d --heads --kv-heads --batch --causal [bottom_right|to
 --max-memory`` where work is allocated, ``--json`` and ``--quiet`` everywhere.
 
 >>> from attnio.core.errors import ParameterError
+>>> flag_message(ParameterError("kv_heads must be an integer >= 1, got 0", param="kv_heads"))
+'--kv-heads must be an integer >= 1, got 0'
 >>> flag_message(ParameterError("heads must be a multiple of kv_heads, got heads=3 and "
 ...                             "kv_heads=2", param="kv_heads"))
-'--heads must be a multiple of --kv-heads, got --heads=3 and --kv-heads=2'
+'--kv-heads: heads must be a multiple of kv_heads, got heads=3 and kv_heads=2'
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterator
 from typing import TypedDict
 
 from ..core.errors import ParameterError
-from ..core.workload import ALIGNMENTS, MAX_M, Shape
+from ..core.workload import ALIGNMENTS, MAX_M, FastMemory, Shape
 
-__all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "Memory", "add_backward_arguments",
+__all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "add_backward_arguments",
            "add_memory_arguments", "add_output_arguments", "add_resource_arguments",
            "add_sparse_workload_arguments", "add_sparsity_arguments", "add_tiling_argument",
            "add_workload_arguments",
            "backward_from_args", "block_mask_from_args", "default_block_size", "flag_message",
-           "memory_from_args", "parse_tiling", "progress_from_args", "resources_from_args",
+           "limits_from_args", "memory_from_args", "parse_tiling", "schedule_tiling_from_args", "progress_from_args", "resources_from_args",
            "workload_from_args"]
 
 #: API argument name -> the flag that sets it (for error messages in the user's words).
@@ -52,18 +55,10 @@ FLAGS = {
     "block_mask": "--block-mask", "density": "--density", "block_size": "--block-size",
     "block_mask.bq": "--block-size", "block_mask.bk": "--block-size",
     "layout_seed": "--layout-seed", "backward_algorithm": "--backward-algorithm",
+    "out": "--out", "din": "--din", "plan": "`attnio plan`",
+    "inputs": "--inputs", "allow_nonfinite": "--allow-nonfinite", "force": "--force",
+    "allow_unbounded": "--allow-unbounded", "radius": "--entry-bound",
 }
-
-#: Whole API phrases and the flags that say the same on the command line.
-PHRASES = (
-    ("mode='count'", "--count-only"), ('mode="count"', "--count-only"),
-    ("mode='compute'", "compute mode"), ("force=True", "--force"),
-    ("pass causal=True", "pass --causal"), ("causal=True", "--causal"),
-    ("allow_nonfinite=True", "--allow-nonfinite"),
-    ("allow_unbounded=True", "--allow-unbounded"), ("backward=True", "--backward"),
-    ("raise budget_s", "raise --budget"), ("attnio.run ", "attnio run "),
-    ("tiling={'entry_bound': 1.0}", "--entry-bound 1"), (" with tiling ", " with --tiling "),
-)
 
 _DEFAULTS = "_workload_defaults"
 
@@ -272,6 +267,27 @@ def add_schedule_arguments(p: argparse.ArgumentParser, *, N: int, d: int, defaul
     add_workload_arguments(p, N=N, d=d)
     add_memory_arguments(p, default_M=default_M)
     add_tiling_argument(p)
+    p.add_argument("--entry-bound", dest="entry_bound", type=float, default=None, metavar="B",
+                   help="approximate algorithms (approx_poly): the bound B on |Q|, |K| entries "
+                        "their polynomial is built for (there are no inputs to measure)")
+
+
+def schedule_tiling_from_args(args: argparse.Namespace, alg: object) -> object:
+    """``--tiling`` with ``--entry-bound`` merged in (approximate algorithms only)."""
+    from ..core.checks import check_real
+
+    tiling = parse_tiling(args.tiling)
+    eb = getattr(args, "entry_bound", None)
+    if eb is None:
+        return tiling
+    eb = check_real("entry_bound", eb, lo=0, lo_open=True)
+    if getattr(alg, "exact", True):
+        raise ParameterError(f"--entry-bound applies to approximate algorithms; "
+                             f"{getattr(alg, 'name', alg)} is exact", param="entry_bound")
+    if tiling is not None and not isinstance(tiling, dict):
+        raise ParameterError("--entry-bound goes into a JSON --tiling (or none), not a rule name",
+                             param="entry_bound")
+    return {**(tiling or {}), "entry_bound": eb}
 
 
 def add_resource_arguments(p: argparse.ArgumentParser, *, budget: bool = True) -> None:
@@ -314,19 +330,7 @@ def _or(x: int | None, default: int) -> int:
     return default if x is None else x
 
 
-@dataclass(frozen=True)
-class Memory:
-    """The fast memory the flags give: ``M`` words, bytes per word (None: not given), device."""
-
-    M: int
-    dtype_bytes: int | None
-    device: str | None
-
-    def bytes(self, words: int) -> int | None:
-        return None if self.dtype_bytes is None else words * self.dtype_bytes
-
-
-def memory_from_args(args: argparse.Namespace) -> Memory:
+def memory_from_args(args: argparse.Namespace) -> FastMemory:
     """``--M``, ``--M-bytes --dtype`` or ``--device [--dtype]`` as words of fast memory."""
     from ..core.checks import check_int
     from ..hardware import devices
@@ -336,16 +340,28 @@ def memory_from_args(args: argparse.Namespace) -> Memory:
         dev = devices.get(args.device)
         db = db or 2
         args.memory_note = f"--M here: {dev.words(db):,} words from --device {dev.name}"
-        return Memory(dev.words(db), db, dev.name)
+        return FastMemory(dev.words(db), db, dev.name)
     if getattr(args, "M_bytes", None) is not None:
         if db is None:
             raise ParameterError("--M-bytes needs --dtype (e.g. --dtype float16)", param="M_bytes")
         words = devices.words_for(args.M_bytes, args.dtype)
+        if words > MAX_M:
+            raise ParameterError(f"--M-bytes {args.M_bytes} is {words:.3g} words of --dtype "
+                                 f"{args.dtype}, more than the largest fast memory, 2**60 words",
+                                 param="M_bytes")
         args.memory_note = f"--M here: {words:,} words from --M-bytes {args.M_bytes}"
-        return Memory(words, db, None)
+        return FastMemory(words, db, None)
     if args.M is None:
         raise ParameterError("give --M (words), --M-bytes with --dtype, or --device", param="M")
-    return Memory(check_int("M", args.M, minimum=1, maximum=MAX_M), db, None)
+    return FastMemory(check_int("M", args.M, minimum=1, maximum=MAX_M), db, None)
+
+
+def limits_from_args(args: argparse.Namespace):
+    """The :class:`~attnio.core.resources.Limits` of ``--budget``, ``--force`` and
+    ``--max-memory``."""
+    from ..core.resources import Limits
+
+    return Limits(**resources_from_args(args))
 
 
 class Resources(TypedDict, total=False):
@@ -381,6 +397,27 @@ def progress_from_args(args: argparse.Namespace, description: str, total: float 
     return Progress(description, total, enabled=False if quiet else None, **kw)  # type: ignore[arg-type]
 
 
+@contextlib.contextmanager
+def written_whole(flag: str, path: str) -> Iterator[str]:
+    """A temporary path beside ``path`` to write to; renamed to ``path`` once written whole.  A
+    failed write (a full disk, a file too large, a read-only file system) removes the partial
+    file and is refused in one line naming ``flag`` and ``path``."""
+    import os
+
+    folder, name = os.path.split(os.path.abspath(path))
+    stem, ext = os.path.splitext(name)
+    tmp = os.path.join(folder, f".{stem}.partial-{os.getpid()}{ext}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ParameterError(f"{flag} {path}: cannot write it ({e.strerror or e}); nothing was "
+                             "left behind", param=flag[2:]) from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def parse_tiling(text: str | None) -> object:
     """--tiling: None, a rule name, an int side, or a JSON object of tiling fields."""
     import json
@@ -390,7 +427,7 @@ def parse_tiling(text: str | None) -> object:
     t = text.strip()
     if t.lstrip("-").isdigit():
         return int(t)
-    if t.startswith("{"):
+    if t[:1] in ("{", "[", '"'):
         try:
             obj = json.loads(t)
         except json.JSONDecodeError as e:
@@ -402,35 +439,42 @@ def parse_tiling(text: str | None) -> object:
     return t
 
 
-_TILING_TYPE = re.compile(r"tiling( for \w+)? must be an? \w+ or a mapping( of (Br, )?"
-                          r"(its fields )?)?")
-
-
 def flag_message(err: BaseException, flags: dict[str, str] | None = None) -> str:
-    """The first line of ``err`` with API argument names replaced by the flags that set them.
+    """The first line of ``err``, naming the flag of the parameter it concerns.
 
-    A name followed by ``=``, `` must``, `` is``, `` needs``, `` conflicts``, ``:``, `` (``,
-    ``,``, `` and``, `` or``, `` for`` or a comparison becomes its flag (``N=4096`` reads
-    ``--N=4096``, which the command line accepts as typed); so a ``d`` in prose is left alone.  Whole API phrases (``mode='count'``, ``force=True``) become their flags.
+    The flag comes from ``err.param`` (:data:`FLAGS`, with ``flags`` added), never from the
+    message's wording: a message whose subject is the parameter (``"kv_heads must be ..."``, as
+    every check of :mod:`attnio.core.checks` words it) gets the flag as its subject; any other
+    message is prefixed with the flag, unless it names the flag already (an error the command
+    line raised itself).  A refusal for resources (:class:`~attnio.core.resources.ResourceError`)
+    is reworded with the limit's flag and ``--force``.
     """
-    msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+    from ..core.resources import ResourceError
+
     table = FLAGS if flags is None else {**FLAGS, **flags}
     param = getattr(err, "param", None)
-    for api, cli in PHRASES:
-        msg = msg.replace(api, cli)
-    msg = _TILING_TYPE.sub(lambda m: f"--tiling{m.group(1) or ''} must be a JSON object of "
-                           "the fields ", msg)
-    msg = re.sub(r"(?<![\w.\-])tiling\.(\w+)", r"--tiling's \1", msg)
+    flag = _flag(table, param)
+    if isinstance(err, ResourceError) and flag is not None:
+        return err.limit_message(flag, "--force")
+    if getattr(err, "template", None) is not None:  # other parameters named in it: their flags
+        msg = err.render(lambda k: _flag(table, k))  # type: ignore[attr-defined]
+    else:
+        msg = str(err)
+    msg = msg.splitlines()[0] if msg else type(err).__name__
+    if flag is None or msg.startswith(flag):
+        return msg
+    assert isinstance(param, str)
+    if msg.startswith(param) and msg[len(param):len(param) + 1] in (" ", "=", ":"):
+        return flag + msg[len(param):]
+    return f"{flag}: {msg}"
 
-    def sub(m: re.Match[str]) -> str:
-        return table.get(m.group(1), m.group(1)) + m.group(2)
 
-    names = "|".join(sorted((re.escape(k) for k in table), key=len, reverse=True))
-    pattern = (rf"(?<![\w.\-/'\"])({names})(=(?!=)| must\b| is\b| needs\b| conflicts\b|:| \(|,"
-               rf"| and\b| or\b| for\b| above\b| exceeds\b| >=| <=| > | < )")
-    out = re.sub(pattern, sub, msg)
-    out = re.sub(rf"\b(a smaller|smaller) ({names})\b",
-                 lambda m: f"{m.group(1)} {table.get(m.group(2), m.group(2))}", out)
-    if param in table and table[param] not in out:
-        out = f"{table[param]}: {out}"
-    return out
+def _flag(table: dict[str, str], param: object) -> str | None:
+    """The flag of ``param``; a field of a structured flag (``tiling.Br``) reads ``--tiling's
+    Br``."""
+    if not isinstance(param, str):
+        return None
+    if param in table:
+        return table[param]
+    head, _, field = param.partition(".")
+    return f"{table[head]}'s {field}" if field and head in table else None

@@ -21,13 +21,13 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..planner.planner import FastMemory, plan_shape
+    from ..planner.planner import plan_shape
 
     shape = common.workload_from_args(args)
     mem = common.memory_from_args(args)
     bwd = common.backward_from_args(args)
     shape = common.block_mask_from_args(args, shape, mem.M)
-    p = plan_shape(shape, FastMemory(mem.M, mem.dtype_bytes, mem.device), approx_eps=args.eps,
+    p = plan_shape(shape, mem, approx_eps=args.eps,
                    entry_bound=args.entry_bound, backward=args.backward, backward_algorithm=bwd)
     if args.json:
         print(json.dumps(p.to_dict(), sort_keys=True, default=str))

@@ -21,6 +21,7 @@ from .common import (
     add_tiling_argument,
     backward_from_args,
     block_mask_from_args,
+    limits_from_args,
     memory_from_args,
     parse_tiling,
     progress_from_args,
@@ -71,95 +72,30 @@ def tiling_dict(t: Any) -> dict:
 
 
 # ---------------------------------------------------------------------- --inputs
-_KEYS = ("Q", "K", "V", "dO")
-
-
-def read_npz_header(path: str, need_grad: bool) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """The shapes and dtypes of Q, K, V (and dO) in an .npz file, read from the array headers
-    without loading the data; one clear error for a missing, unreadable or wrong file."""
-    import zipfile
+def shape_of_inputs(source, args) -> Any:
+    """The Shape an --inputs file's arrays give (read from their headers), with the mask flags;
+    a typed size flag that disagrees with the file is refused (the file decides the sizes)."""
+    import dataclasses as dc
 
     from ..core.errors import ParameterError
 
-    want = _KEYS if need_grad else _KEYS[:3]
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(6)
-        if magic == b"\x93NUMPY":
-            raise ParameterError(
-                f"--inputs {path}: a single .npy array; save Q, K and V together: "
-                f"np.savez(FILE, Q=Q, K=K, V=V)", param="inputs")
-        with zipfile.ZipFile(path) as z:
-            members = {n[:-4]: n for n in z.namelist() if n.endswith(".npy")}
-            missing = [k for k in want if k not in members]
-            if missing:
-                raise ParameterError(f"--inputs {path}: missing array(s) {missing}; it holds "
-                                     f"{sorted(members)}", param="inputs")
-            out = {}
-            for k in want:
-                with z.open(members[k]) as f:
-                    version = np.lib.format.read_magic(f)
-                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                            else np.lib.format.read_array_header_2_0)
-                    shape, _, dtype = read(f)
-                out[k] = (tuple(int(s) for s in shape), np.dtype(dtype))
-            return out
-    except ParameterError:
-        raise
-    except (zipfile.BadZipFile, EOFError) as e:
-        raise ParameterError(f"--inputs {path}: not an .npz file ({e or 'empty file'}); write "
-                             "one with np.savez(FILE, Q=Q, K=K, V=V)", param="inputs") from None
-    except OSError as e:
-        raise ParameterError(f"--inputs {path}: cannot read it ({e.strerror or e})",
-                             param="inputs") from None
-    except ValueError as e:
-        raise ParameterError(f"--inputs {path}: an array in it cannot be read ({e})",
-                             param="inputs") from None
-
-
-def shape_of_inputs(path: str, header: dict, args) -> Any:
-    """The Shape the file's arrays give, with the mask flags; a typed size flag that disagrees
-    with the file is refused (the file decides the sizes)."""
-    from ..core.errors import ParameterError
-    from ..core.workload import Shape
-
-    q, kv = header["Q"][0], header["K"][0]
-    if len(q) not in (2, 4) or len(q) != len(kv) or header["V"][0] != kv or q[-1] != kv[-1]:
-        raise ParameterError(f"--inputs {path}: Q {q}, K {kv} and V {header['V'][0]} must be "
-                             "(N, d) or (batch, heads, N, d) with K and V alike and one d",
-                             param="inputs")
-    if len(q) == 2:
-        sizes = {"Nq": q[0], "Nkv": kv[0], "d": q[1], "batch": 1, "heads": 1, "kv_heads": 1}
-    else:
-        sizes = {"Nq": q[2], "Nkv": kv[2], "d": q[3], "batch": q[0], "heads": q[1],
-                 "kv_heads": kv[1]}
+    sizes = source.shape(source.header(args.backward))
+    have = {"Nq": sizes.Nq, "Nkv": sizes.Nkv, "d": sizes.d, "batch": sizes.batch,
+            "heads": sizes.heads, "kv_heads": sizes.kv_heads}
     typed = {"N": args.N, "Nq": args.Nq, "Nkv": args.Nkv, "d": args.d, "batch": args.batch,
              "heads": args.heads, "kv_heads": args.kv_heads}
     for flag, value in typed.items():
         if value is None:
             continue
-        have = sizes["Nq"] if flag == "N" else sizes[flag]
-        if flag == "N" and sizes["Nkv"] != value:
-            have = sizes["Nkv"] if sizes["Nq"] == value else have
-        if value != have:
+        got = have["Nq"] if flag == "N" else have[flag]
+        if flag == "N" and have["Nkv"] != value:
+            got = have["Nkv"] if have["Nq"] == value else got
+        if value != got:
             name = "--" + flag.replace("_", "-")
-            raise ParameterError(f"{name} {value} conflicts with --inputs {path}, whose arrays "
-                                 f"give {flag} = {have}: drop {name} (the file sets the sizes)",
-                                 param="inputs")
-    return Shape(sizes["Nq"], sizes["Nkv"], sizes["d"], batch=sizes["batch"],
-                 heads=sizes["heads"], kv_heads=sizes["kv_heads"],
-                 causal=args.causal or False, window=args.window)
-
-
-def load_inputs(path: str, need_grad: bool):
-    """Q, K, V (and dO) from an .npz file (after :func:`read_npz_header` checked it)."""
-    from ..core.errors import ParameterError
-
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            return f["Q"], f["K"], f["V"], (f["dO"] if need_grad else None)
-    except (OSError, ValueError, EOFError) as e:
-        raise ParameterError(f"--inputs {path}: cannot read it ({e})", param="inputs") from None
+            raise ParameterError(f"{name} {value} conflicts with --inputs {source.path}, whose "
+                                 f"arrays give {flag} = {got}: drop {name} (the file sets the "
+                                 "sizes)", param="inputs")
+    return dc.replace(sizes, causal=args.causal or False, window=args.window)
 
 
 # ---------------------------------------------------------------------- matmul
@@ -238,13 +174,13 @@ def _print_counts(io, M: int, mem) -> None:
 
 # ---------------------------------------------------------------------- attention
 def main(args) -> int:
+    """Parse the flags into one :func:`attnio.run` call (which validates, estimates, refuses,
+    runs, checks against the reference and certifies) and print its Result."""
     from .. import algorithms, run
     from ..blocks.matmul import ALGORITHM as MATMUL
-    from ..core import reference
-    from ..core.checks import check_int, check_real
     from ..core.errors import ParameterError
-    from ..core.resources import check_cost
-    from ..runner import estimate
+    from ..core.resources import ResourceError
+    from ..runner import BackwardPass, NpzInputs, RandomInputs
 
     if args.list:
         for name in algorithms.names():
@@ -257,139 +193,86 @@ def main(args) -> int:
     if args.algorithm == "matmul":
         return main_matmul(args)
     alg = algorithms.get(args.algorithm)
+    tiling = _tiling_from_args(args, alg)
+    mem = memory_from_args(args)
+    source: Any = None
+    if not args.count_only:
+        source = (NpzInputs(args.inputs) if args.inputs else
+                  RandomInputs(args.seed, args.entry_bound if not alg.exact else None))
+    shape = (shape_of_inputs(source, args) if isinstance(source, NpzInputs)
+             else workload_from_args(args))
+    bwd_name = backward_from_args(args)
+    shape = block_mask_from_args(args, shape, mem.M)
+    if args.density is not None:  # the layout the library calls block_mask came from --density
+        args.flag_names = {"block_mask": "--density"}
+    mode = "count" if args.count_only else "compute"
+    try:
+        with progress_from_args(args, f"{alg.name} {shape.describe()}", unit="tile steps") as bar:
+            res = run(alg.name, shape=shape, M=mem.M, mode=mode, scale=args.scale, tiling=tiling,
+                      backward=BackwardPass(bwd_name) if args.backward else False,
+                      inputs=source, check=source is not None, limits=limits_from_args(args),
+                      progress=bar, allow_nonfinite=args.allow_nonfinite)
+    except ResourceError as e:  # the run's alternatives, in flags
+        raise e.instead_of(
+            "use --count-only (same counts) or a smaller --N" if mode == "compute"
+            else "use `attnio plan` (closed forms) or a smaller --N") from None
+    return _report(args, alg, res, mem)
+
+
+def _tiling_from_args(args, alg) -> Any:
+    """--tiling, with --eps/--entry-bound/--allow-unbounded for an approximate algorithm; the
+    flags that do not apply to this algorithm or mode refused."""
+    from ..core.checks import check_int, check_real
+    from ..core.errors import ParameterError
+
     for flag in ("m", "k", "n"):
         if getattr(args, flag) is not None:
             raise ParameterError(f"--{flag} is for `attnio run matmul`; attention takes --N/--d",
                                  param=flag)
     check_int("seed", args.seed, minimum=0)
-    if args.scale is not None:
-        check_real("scale", args.scale)
-    tiling = parse_tiling(args.tiling)
-    if args.entry_bound is not None:
-        check_real("entry_bound", args.entry_bound, lo=0, lo_open=True)
-    if not alg.exact:  # approx_poly: --eps, --entry-bound, --allow-unbounded go into its tiling
-        approx_opts = {k: v for k, v in (("eps", args.eps), ("entry_bound", args.entry_bound))
-                       if v is not None}
-        if args.allow_unbounded:
-            approx_opts["allow_unbounded"] = True
-        if tiling is None or isinstance(tiling, dict):
-            tiling = {**(tiling or {}), **approx_opts}
-        if args.count_only and args.entry_bound is None and (
-                not isinstance(tiling, dict)
-                or ("entry_bound" not in tiling and "radius" not in tiling)):
-            raise ParameterError(f"{alg.name} in count mode needs --entry-bound B (|Q|, |K| "
-                                 "entries <= B; there are no inputs to measure), e.g. "
-                                 "--entry-bound 1", param="entry_bound")
-    elif args.eps is not None or args.entry_bound is not None or args.allow_unbounded:
-        raise ParameterError(f"--eps/--entry-bound/--allow-unbounded apply to approximate "
-                             f"algorithms; {alg.name} is exact", param="eps")
     if args.count_only and args.inputs:
         raise ParameterError("--inputs gives data: drop --count-only to run on it",
                              param="inputs")
     if args.count_only and args.allow_nonfinite:
         raise ParameterError("--allow-nonfinite is about input data: drop it with --count-only",
                              param="allow_nonfinite")
-    header = read_npz_header(args.inputs, args.backward) if args.inputs else None
-    shape = shape_of_inputs(args.inputs, header, args) if header else workload_from_args(args)
-    mem = memory_from_args(args)
-    M = mem.M
-    bwd_name = backward_from_args(args)
-    shape = block_mask_from_args(args, shape, M)
-    res_kw = resources_from_args(args)
-    mode = "count" if args.count_only else "compute"
-
-    # estimate before drawing or loading anything
-    est_tiling = tiling
-    if not alg.exact and isinstance(tiling, dict) and "entry_bound" not in tiling \
-            and "radius" not in tiling:
-        est_tiling = {**tiling, "entry_bound": 1.0}  # random inputs are drawn in [-1, 1]
-    if shape.block_mask is not None and not alg.supports_block_mask:
-        ok = [a.name for a in algorithms.all_algorithms() if a.supports_block_mask]
-        raise ParameterError(f"{alg.name} does not support block-sparse attention; algorithms "
-                             f"that do: {ok}", param="block_mask")
-    t = alg.coerce_tiling(shape, M, est_tiling)
-    bsched = None
-    if args.backward:
-        if not alg.supports_backward:
-            ok = [a.name for a in algorithms.all_algorithms() if a.supports_backward]
-            raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}",
-                                 param="backward")
-        bsched = algorithms.choose_backward(shape, M, bwd_name)
-    cost = estimate(alg, shape, M, tiling=t, mode=mode, backward=args.backward,
-                    inputs=header is None, backward_schedule=bsched)
-    if mode == "compute":
-        cost = cost + reference.cost(shape.Nq, shape.Nkv, shape.d, shape.n_heads,
-                                     backward=args.backward)
-    sparse = shape.block_mask is not None  # its count mode walks the kept tiles: budgeted too
-    check_cost(cost, subject=f"{mode} mode on {shape.describe()}",
-               budget_s=res_kw["budget_s"] if mode == "compute" or sparse else None,
-               force=bool(res_kw["force"]), max_memory=res_kw["max_memory"],
-               instead="use --count-only (same counts) or a smaller --N" if mode == "compute"
-               else "use `attnio plan` (closed forms) or a smaller --N")
-
-    opts: dict[str, Any] = dict(M=M, scale=args.scale, tiling=tiling, backward=args.backward,
-                                backward_algorithm=bwd_name, **res_kw)
-    err = grad_err = None
-    steps = shape.n_heads * max(1, int(alg.steps(shape, t)))
-    with progress_from_args(args, f"{alg.name} {shape.describe()}", steps,
-                            unit="tile steps") as bar:
-        if args.count_only:
-            res = run(alg.name, shape=shape, mode="count", progress=bar, **opts)
-        else:
-            if header is not None:
-                Q, K, V, dO = load_inputs(args.inputs, args.backward)
-            else:
-                rng = np.random.default_rng(args.seed)
-                four = shape.n_heads > 1
-                qs = (shape.batch, shape.heads, shape.Nq, shape.d) if four else (shape.Nq, shape.d)
-                kv_heads = shape.heads // shape.group  # per batch entry
-                ks = (shape.batch, kv_heads, shape.Nkv, shape.d) if four else \
-                    (shape.Nkv, shape.d)
-                Q, K, V = rng.standard_normal(qs), rng.standard_normal(ks), rng.standard_normal(ks)
-                if not alg.exact:  # inputs inside the method's precondition |Q|, |K| <= B
-                    eb = args.entry_bound if args.entry_bound is not None else 1.0
-                    Q, K = rng.uniform(-eb, eb, qs), rng.uniform(-eb, eb, ks)
-                dO = rng.standard_normal(qs) if args.backward else None
-            res = run(alg.name, Q, K, V, shape=shape, grad_output=dO, progress=bar,
-                      allow_nonfinite=args.allow_nonfinite, **opts)
-            bar.describe("checking against the float64 reference")
-            causal, window, bm = shape.mask, shape.window, shape.block_mask
-            ref = reference.attention(Q, K, V, causal=causal, scale=args.scale, window=window,
-                                      block_mask=bm)
-            with np.errstate(invalid="ignore"):
-                diff = np.abs(res.output - ref)
-            err = float(np.nanmax(diff)) if np.isfinite(diff).any() else float("nan")
-            if args.backward:
-                refg = reference.attention_backward(Q, K, V, dO, causal=causal,
-                                                    scale=args.scale, window=window,
-                                                    block_mask=bm)
-                assert res.grads is not None  # backward=True in compute mode
-                grad_err = max(float(np.abs(res.grads[k] - g).max())
-                               for k, g in zip(("dQ", "dK", "dV"), refg))
-    return _report(args, alg, res, mem, err, grad_err, V if not args.count_only else None)
+    tiling = parse_tiling(args.tiling)
+    if args.entry_bound is not None:
+        check_real("entry_bound", args.entry_bound, lo=0, lo_open=True)
+    if alg.exact:
+        if args.eps is not None or args.entry_bound is not None or args.allow_unbounded:
+            raise ParameterError(f"--eps/--entry-bound/--allow-unbounded apply to approximate "
+                                 f"algorithms; {alg.name} is exact", param="eps")
+        return tiling
+    approx_opts: dict[str, Any] = {k: v for k, v in (("eps", args.eps),
+                                                     ("entry_bound", args.entry_bound))
+                                   if v is not None}
+    if args.allow_unbounded:
+        approx_opts["allow_unbounded"] = True
+    if tiling is None or isinstance(tiling, dict):
+        tiling = {**(tiling or {}), **approx_opts}
+    if args.count_only and args.entry_bound is None and (
+            not isinstance(tiling, dict) or ("entry_bound" not in tiling
+                                             and "radius" not in tiling)):
+        raise ParameterError(f"{alg.name} in count mode needs --entry-bound B (|Q|, |K| entries "
+                             "<= B; there are no inputs to measure), e.g. --entry-bound 1",
+                             param="entry_bound")
+    return tiling
 
 
-def certificate(res: Any, exact: bool = True) -> dict[str, Any]:
-    """The certificate of a run: the best explicit bound on its forward count and the ratio
-    (``bound``, ``bound_name``, ``ratio``; the ratio is None for an approximate algorithm), and
-    with a backward pass the same for it (``backward_bound``, ``backward_bound_name``,
-    ``backward_ratio``)."""
-    from .. import bounds
-    from ..bounds.backward import backward_applicable_to
-
-    b = bounds.best(bounds.applicable_to(res.shape, res.M))
-    out: dict[str, Any] = {"bound": b.value, "bound_name": b.name,
-                           "ratio": res.io.total / b.value if exact and b.value > 0 else None}
-    if res.backward_io is not None:
-        bb = bounds.best(backward_applicable_to(res.shape, res.M))
-        out.update(backward_bound=bb.value, backward_bound_name=bb.name,
-                   backward_ratio=res.backward_io.total / bb.value if bb.value > 0 else None)
+def _certificate(res) -> dict[str, Any]:
+    """The run's certificates (:func:`attnio.runner.certificate`, attached by the run) as the
+    flat keys the output prints: ``bound``, ``bound_name``, ``ratio`` and ``backward_*``."""
+    out = res.certificate.to_dict()
+    if res.backward_certificate is not None:
+        out.update(res.backward_certificate.to_dict("backward_"))
     return out
 
 
-def _report(args, alg, res, mem, err, grad_err, V) -> int:
+def _report(args, alg, res, mem) -> int:
     shape, io, M = res.shape, res.io, res.M
-    cert = certificate(res, alg.exact)
+    err, grad_err = res.max_abs_err, res.max_abs_grad_err
+    cert = _certificate(res)
     if args.json:
         obj = {
             "algorithm": alg.name, "N": shape.Nq, "Nq": shape.Nq, "Nkv": shape.Nkv,
@@ -405,8 +288,8 @@ def _report(args, alg, res, mem, err, grad_err, V) -> int:
         if shape.block_mask is not None:
             obj["block_mask"] = shape.block_mask.describe()
             obj["density"] = shape.block_mask.density
-        if not alg.exact and V is not None:
-            obj["guaranteed_error"] = res.tiling.error_bound_for(V)
+        if res.error_bound is not None:
+            obj["guaranteed_error"] = res.error_bound
         if args.backward:
             b = res.backward_io
             obj["backward_algorithm"] = res.backward_algorithm
@@ -429,8 +312,8 @@ def _report(args, alg, res, mem, err, grad_err, V) -> int:
         t = res.tiling
         line = (f"  approx   degree {t.degree} ({t.variant}), r = {t.r:,}, R = {t.radius:.4g}, "
                 f"kernel error <= {t.kernel_error:.3g}")
-        if V is not None:
-            line += f"; guaranteed max |O - reference| <= {t.error_bound_for(V):.3e}"
+        if res.error_bound is not None:
+            line += f"; guaranteed max |O - reference| <= {res.error_bound:.3e}"
         print(line)
     if args.backward:
         b = res.backward_io

@@ -46,6 +46,7 @@ def main(args) -> int:
     from ..cachesim.tracing import trace
     from ..core.checks import check_int, check_real
     from ..core.errors import ParameterError
+    from ..core.resources import ResourceError
 
     alg = algorithms.get(args.algorithm)
     shape = common.workload_from_args(args)
@@ -65,31 +66,36 @@ def main(args) -> int:
     res_kw = common.resources_from_args(args)
     with common.progress_from_args(args, f"recording the trace of {alg.name} {shape.describe()}",
                             unit="tile steps") as bar:
-        t = trace(alg.name, M=M, shape=shape, tiling=common.parse_tiling(args.tiling),
-                  progress=bar, **res_kw)
+        try:
+            t = trace(alg.name, M=M, shape=shape, tiling=common.schedule_tiling_from_args(args, alg),
+                      progress=bar, **res_kw)
+        except ResourceError as e:
+            raise e.instead_of("count without a trace (`attnio run --count-only`) or use a "
+                               "smaller --N") from None
         outs = []
         if args.out:
-            outs.append(("din" if args.out.endswith(".din") else "npz", args.out))
+            outs.append(("din" if args.out.endswith(".din") else "npz", args.out, "--out"))
         if args.din:
-            outs.append(("din", args.din))
-        for kind, path in outs:
+            outs.append(("din", args.din, "--din"))
+        for kind, path, flag in outs:
             bar.describe(f"writing {path}")
-            if kind == "npz":
-                t.save(path)
-            else:
-                t.write_din(path, word_bytes=args.word_bytes)
+            with common.written_whole(flag, path) as tmp:
+                if kind == "npz":
+                    t.save(tmp)
+                else:
+                    t.write_din(tmp, word_bytes=args.word_bytes)
     ex = t.meta["explicit"]
     if args.json:
         print(json.dumps({"algorithm": t.meta["algorithm"], **{k: t.meta[k] for k in (
             "Nq", "Nkv", "d", "M", "causal", "window", "batch", "heads", "kv_heads", "tiling")},
             "events": len(t), "explicit": ex,
             "arrays": {a.name: {"size": a.size, "base": a.base} for a in t.arrays.values()},
-            "written": [p for _, p in outs]}, sort_keys=True))
+            "written": [p for _, p, _ in outs]}, sort_keys=True))
         return 0
     print(f"{t.meta['algorithm']}  {shape.describe()} M={M}  tiling {t.meta['tiling']}")
     print(f"  events   {len(t):,}")
     print(f"  explicit reads {ex['reads']:,} writes {ex['writes']:,}")
     print("  arrays   " + ", ".join(f"{a.name}[{a.size}]@{a.base}" for a in t.arrays.values()))
-    for kind, path in outs:
+    for kind, path, _ in outs:
         print(f"  wrote    {path} ({kind})")
     return 0

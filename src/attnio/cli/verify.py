@@ -21,6 +21,7 @@ def main(args) -> int:
     from .. import algorithms
     from ..cachesim.validation import verify
     from ..core.errors import ParameterError
+    from ..core.resources import ResourceError
 
     alg = algorithms.get(args.algorithm)
     pol = tuple(x.strip() for x in args.policies.split(",") if x.strip())
@@ -31,8 +32,12 @@ def main(args) -> int:
     M = common.memory_from_args(args).M
     with common.progress_from_args(args, f"verifying {alg.name} {shape.describe()}",
                             unit="steps, then events") as bar:
-        v = verify(alg.name, M=M, shape=shape, tiling=common.parse_tiling(args.tiling),
-                   policies=pol, progress=bar, **common.resources_from_args(args))
+        try:
+            v = verify(alg.name, M=M, shape=shape, tiling=common.schedule_tiling_from_args(args, alg),
+                       policies=pol, progress=bar, **common.resources_from_args(args))
+        except ResourceError as e:
+            raise e.instead_of("use a smaller --N (or `attnio run --count-only` for the "
+                               "explicit count)") from None
     if args.json:
         print(json.dumps(v.as_dict(), sort_keys=True))
     else:

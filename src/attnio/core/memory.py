@@ -51,7 +51,7 @@ block; tests hold the two equal.
 
 from __future__ import annotations
 
-import sys
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Union
@@ -322,7 +322,7 @@ class TwoLevelMemory:
         self._progress = progress
         self._progress_total = int(progress_total)
         self._stride = max(1, self._progress_total // 500) if progress_total else 1024
-        self._tick_at = self._stride if progress is not None else sys.maxsize
+        self._tick_at: float = self._stride if progress is not None else math.inf
         self._bands: list[_BandFrame] = []  # active runs of masked loops
 
     # ------------------------------------------------------------------ slow memory

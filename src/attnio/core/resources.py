@@ -22,11 +22,14 @@ import math
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from .checks import check_int, check_real
 from .errors import ParameterError
 
-__all__ = ["COPY_SECONDS_PER_WORD", "DEFAULT_BUDGET_S", "FLOPS_PER_SECOND", "STEP_SECONDS", "Cost", "ResourceError", "available_memory", "check_cost",
-           "fmt_bytes", "fmt_count", "fmt_seconds", "parse_bytes"]
+__all__ = ["COPY_SECONDS_PER_WORD", "DEFAULT_BUDGET_S", "FLOPS_PER_SECOND", "STEP_SECONDS",
+           "Cost", "Limits", "ResourceError", "available_memory", "check_cost", "fmt_bytes",
+           "fmt_count", "fmt_seconds", "parse_bytes"]
 
 #: Work estimated to take longer than this many seconds is refused unless forced.
 DEFAULT_BUDGET_S = 300.0
@@ -40,7 +43,34 @@ COPY_SECONDS_PER_WORD = 3e-8
 
 
 class ResourceError(ParameterError):
-    """The work would need more memory or time than allowed (said before anything is allocated)."""
+    """The work would need more memory or time than allowed (said before anything is allocated).
+
+    Its parts are kept (``subject``, ``need``: the amount, ``limit``: the allowed amount,
+    ``instead``: what to do instead), so a caller speaking other words (the command line's
+    flags) rewords it with :meth:`render` and :meth:`instead_of`; ``param`` is the limit that
+    refused (``max_memory`` or ``budget_s``)."""
+
+    def __init__(self, subject: str, need: str, limit: str, instead: str, *, param: str,
+                 machine: bool = False):
+        self.subject, self.need, self.limit, self.instead = subject, need, limit, instead
+        self.machine = machine  # the limit is what the machine has, not max_memory
+        self.param = param
+        super().__init__(self.limit_message(param, "force=True"), param=param)
+
+    def limit_message(self, name: str, force: str) -> str:
+        """The message with ``name`` for the limit's parameter and ``force`` for the override."""
+        if self.param == "max_memory":
+            where = (f"the {self.limit} this machine has available" if self.machine
+                     else f"{name} ({self.limit})")
+            return f"{self.subject} would need about {self.need}, more than {where}; {self.instead}"
+        return (f"{self.subject} would take about {self.need}, more than {name} ({self.limit}); "
+                f"{self.instead}, raise {name}, or {force}")
+
+    def instead_of(self, instead: str) -> ResourceError:
+        """The same refusal with another suggestion of what to do instead."""
+        assert self.param is not None
+        return ResourceError(self.subject, self.need, self.limit, instead, param=self.param,
+                             machine=self.machine)
 
 
 @dataclass(frozen=True)
@@ -54,6 +84,42 @@ class Cost:
     def __add__(self, other: Cost) -> Cost:
         what = ", ".join(w for w in (self.what, other.what) if w)
         return Cost(self.bytes + other.bytes, self.seconds + other.seconds, what)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a piece of work may spend: ``budget_s`` seconds (None: no time limit) unless
+    ``force``, and ``max_memory`` bytes (None: what the machine has available).  Validated on
+    construction (a string such as ``budget_s='5'`` or ``force='no'`` is refused)."""
+
+    budget_s: float | None = DEFAULT_BUDGET_S
+    force: bool = False
+    max_memory: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.budget_s is not None:
+            object.__setattr__(self, "budget_s", check_real(
+                "budget_s", _number("budget_s", self.budget_s), lo=0, what="seconds"))
+        if not isinstance(self.force, (bool, np.bool_)):
+            raise ParameterError(f"force must be True or False, got {self.force!r}",
+                                 param="force")
+        object.__setattr__(self, "force", bool(self.force))
+        if self.max_memory is not None:
+            object.__setattr__(self, "max_memory",
+                               check_int("max_memory", self.max_memory, minimum=1))
+
+    def check(self, cost: Cost, *, subject: str, instead: str, timed: bool = True) -> None:
+        """:func:`check_cost` under these limits (``timed=False``: memory only)."""
+        check_cost(cost, subject=subject, instead=instead, max_memory=self.max_memory,
+                   budget_s=self.budget_s if timed else None, force=self.force)
+
+
+def _number(name: str, value: object) -> object:
+    """``value`` if it is a real number (a numpy scalar too), else a ParameterError: a string
+    that reads as a number is refused, not parsed."""
+    if isinstance(value, (str, bytes)):
+        raise ParameterError(f"{name} must be a number, got the string {value!r}", param=name)
+    return value
 
 
 def available_memory() -> int:
@@ -156,13 +222,10 @@ def check_cost(cost: Cost, *, subject: str, instead: str, max_memory: int | None
         limit = _NEVER_SHORT  # no need to read /proc/meminfo (sweeps check every row)
     else:
         limit = available_memory() if max_memory is None else max_memory
-    where = f"max_memory ({fmt_bytes(limit)})" if max_memory is not None else \
-        f"the {fmt_bytes(limit)} this machine has available"
     if cost.bytes > limit:
         what = f" ({cost.what})" if cost.what else ""
-        raise ResourceError(f"{subject} would need about {fmt_bytes(cost.bytes)} of memory{what},"
-                            f" more than {where}; {instead}", param="max_memory")
+        raise ResourceError(subject, f"{fmt_bytes(cost.bytes)} of memory{what}", fmt_bytes(limit),
+                            instead, param="max_memory", machine=max_memory is None)
     if budget_s is not None and not force and cost.seconds > budget_s:
-        raise ResourceError(f"{subject} would take about {fmt_seconds(cost.seconds)}, more than "
-                            f"budget_s ({budget_s:g} s); {instead}, raise budget_s, or force=True",
+        raise ResourceError(subject, fmt_seconds(cost.seconds), f"{budget_s:g} s", instead,
                             param="budget_s")

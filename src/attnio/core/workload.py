@@ -31,11 +31,14 @@ from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
+import numpy as np
+
 from .blockmask import BlockMask
 from .checks import check_int
 from .errors import ParameterError
 
-__all__ = ["ALIGNMENTS", "MAX_M", "MAX_SIZE", "BlockMask", "Shape", "cdiv", "kv_range",
+__all__ = ["ALIGNMENTS", "MAX_M", "MAX_SIZE", "BlockMask", "FastMemory", "Shape", "cdiv",
+           "kv_range",
            "kv_visible_hi", "kv_visible_lo",
            "parse_causal", "q_range"]
 
@@ -49,6 +52,8 @@ def cdiv(a: int, b: int) -> int:
 
 def parse_causal(causal: object, name: str = "causal") -> tuple[bool, str | None]:
     """``causal`` as (masked?, alignment): False/None, True (bottom-right), or an alignment name."""
+    if isinstance(causal, np.bool_):  # a numpy boolean is a boolean
+        causal = bool(causal)
     if causal is False or causal is None:
         return False, None
     if causal is True:
@@ -107,9 +112,9 @@ class Shape:
                                                                  maximum=MAX_SIZE)
         object.__setattr__(self, "kv_heads", kvh)
         if self.heads % kvh:
-            raise ParameterError(
-                f"heads must be a multiple of kv_heads (grouped-query attention), got heads="
-                f"{self.heads} and kv_heads={kvh}", param="kv_heads")
+            raise ParameterError.worded(
+                f"{{heads}} must be a multiple of {{kv_heads}} (grouped-query attention), got "
+                f"{{heads}}={self.heads} and {{kv_heads}}={kvh}", param="kv_heads")
         causal = self.causal
         if isinstance(causal, str):  # causal="top_left": the mask and its alignment at once
             masked, align = parse_causal(causal)
@@ -125,8 +130,8 @@ class Shape:
             object.__setattr__(self, "window", check_int("window", self.window, minimum=1,
                                                          maximum=MAX_SIZE))
             if not self.causal:
-                raise ParameterError("window needs a causal mask: pass causal=True",
-                                     param="window")
+                raise ParameterError.worded("{window} needs a causal mask: pass {causal}",
+                                            param="window", causal="causal=True")
         if self.block_mask is not None:
             if not isinstance(self.block_mask, BlockMask):
                 raise ParameterError(f"block_mask must be a BlockMask (attnio.BlockMask(layout, "
@@ -289,6 +294,28 @@ class Shape:
         if self.block_mask is not None:
             out += " " + self.block_mask.describe()
         return out
+
+
+@dataclass(frozen=True)
+class FastMemory:
+    """The fast memory of a workload: ``M`` words, and the word size (``dtype_bytes``, None: not
+    given) and device preset it came from (None: given in words).  The one description the
+    planner and the command line share (``attnio.planner.fast_memory`` builds one from words,
+    bytes or a device)."""
+
+    M: int
+    dtype_bytes: int | None = None
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "M", check_int("M", self.M, minimum=1, maximum=MAX_M))
+        if self.dtype_bytes is not None:
+            object.__setattr__(self, "dtype_bytes",
+                               check_int("dtype_bytes", self.dtype_bytes, minimum=1, maximum=64))
+
+    def bytes(self, words: int) -> int | None:
+        """``words`` in bytes (None when the word size was not given)."""
+        return None if self.dtype_bytes is None else words * self.dtype_bytes
 
 
 # ---------------------------------------------------------------------- mask geometry

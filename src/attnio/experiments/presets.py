@@ -4,23 +4,8 @@
 A TOML file holds one grid as top-level keys and/or several as ``[[grid]]`` tables, with the keys
 ``N Nq Nkv d M algo causal mode seed eps entry_bound batch heads kv_heads window verify
 backward`` (values as on the command line, or TOML lists).  Tables are how a sweep combines
-settings that a product of flags would not mean, e.g. unmasked attention without a window and
-causal attention with windows::
-
-    [[grid]]
-    N = "1024:16384:x2"
-    d = 64
-    M = "4096,65536"
-    causal = "none"
-
-    [[grid]]
-    N = "1024:16384:x2"
-    d = 64
-    M = "4096,65536"
-    causal = "true"
-    window = "none,512,4096"
-    heads = 32
-    kv_heads = "8,32"
+settings that a product of flags would not mean (unmasked attention without a window beside
+causal attention with windows): ``attnio sweep --help`` shows an example, and a test parses it.
 """
 
 from __future__ import annotations

@@ -48,7 +48,15 @@ from .kernels import KernelConfig, head_dim_rounded, named_config
 from .l2 import Replay, hbm_bound, read_floor, replay
 from .model import LIGHT_CTAS_PER_SM, Score, _scored, check_size, resolve, waves_of
 from .timing import RESOURCES, Params, Timing, evaluate, load_params, prepare
-from .traffic import Traffic, build, bwd_smem_step, compulsory_rw, fwd_smem_step
+from .traffic import (
+    Traffic,
+    build,
+    bwd_smem_step,
+    compulsory_rw,
+    features,
+    fwd_smem_step,
+    work_coefficients,
+)
 
 __all__ = ["SPLITS", "TIE", "Bounds", "TuneReport", "best_splits", "bounds", "buildable",
            "candidates", "explain", "ranks", "tune", "tune_report"]
@@ -150,8 +158,16 @@ def buildable(shape: Shape, pack: bool, splits: int) -> bool:
 
 
 def _geometry(cfg: KernelConfig) -> tuple:
-    """What the tile streams depend on: configs equal here share traffic and replays."""
+    """What the tile streams depend on: configs equal here share traffic and replays (the CTA
+    program's loads and stores are the same for every placement of Q, P and O)."""
     return (cfg.algorithm, cfg.Br, cfg.Bc, cfg.pack_gqa, cfg.splits, cfg.dtype)
+
+
+def _work_key(cfg: KernelConfig) -> tuple:
+    """What a config's per-CTA work amounts add to its geometry: the shared-memory bytes per
+    step depend on Q's, P's and O's placement and on the readers of K and V
+    (:func:`~.traffic.fwd_smem_step`)."""
+    return (cfg.q, cfg.p, cfg.o, cfg.consumer_wgs if cfg.algorithm == "fa3" else cfg.warps)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -247,6 +263,9 @@ class _Search:
         self.max_replays = max_replays
         self.params = load_params(dev)
         self.traffic: dict[tuple, tuple[Traffic, list[int]]] = {}
+        self.work: dict[tuple, Traffic] = {}
+        self.floors: dict[tuple, list[float]] = {}
+        self.ceilings: dict[tuple, list[float]] = {}
         self.replays: dict[tuple, Replay] = {}
         self.short: dict[tuple, Replay] = {}   # replays on a short budget (time determined)
         self.final: dict[KernelConfig, Score] = {}
@@ -254,13 +273,29 @@ class _Search:
         self.bounds: dict[KernelConfig, _Cand] = {}
         self.searched = self.feasible = 0
         self.heap: list = []
+        self.ready: list = []          # (bound, i, cfg) of tightened configs still in the heap
+        self.taken: set[KernelConfig] = set()   # taken out of order by pop(slack)
 
     def _traffic(self, cfg: KernelConfig, f: Feasibility) -> tuple[Traffic, list[int]]:
+        """The traffic of ``cfg`` (built once per geometry; the per-CTA work amounts that
+        depend on the rest of the config recomputed) and its waves."""
         g = (_geometry(cfg), f.ctas_per_sm)
         if g not in self.traffic:
             tr = build(cfg, self.shape, self.dev, f.ctas_per_sm)
             self.traffic[g] = (tr, waves_of(tr, self.dev, f.ctas_per_sm))
-        return self.traffic[g]
+            self.work[g + _work_key(cfg)] = tr
+        base, P = self.traffic[g]
+        w = g + _work_key(cfg)
+        if w not in self.work:
+            phases = []
+            for ph in base.phases:
+                q = dataclasses.replace(ph, warps=cfg.warps)
+                if "_features" in ph.__dict__:
+                    q.__dict__["_features"] = ph.__dict__["_features"]
+                q.smem = features(q) @ work_coefficients(q, cfg, base.d_pad)[2]
+                phases.append(q)
+            self.work[w] = dataclasses.replace(base, config=cfg, phases=phases)
+        return self.work[w], P
 
     def _time(self, cfg: KernelConfig, f: Feasibility, hbm: list[float],
               miss: list[float], mode: str) -> float:
@@ -270,13 +305,16 @@ class _Search:
         return evaluate(pr, self.params, mode)[0]
 
     def _floor(self, cfg: KernelConfig, f: Feasibility) -> list[float]:
-        tr, _ = self._traffic(cfg, f)
-        cap = self.dev.l2_bytes
-        assert cap is not None  # require_model()
-        last = len(tr.phases) - 1
-        return [read_floor(ph, cap if k else 0) + (float(ph.store_bytes.sum()) if k == last
-                                                   else 0.0)
-                for k, ph in enumerate(tr.phases)]
+        g = (_geometry(cfg), f.ctas_per_sm)
+        if g not in self.floors:
+            tr, _ = self._traffic(cfg, f)
+            cap = self.dev.l2_bytes
+            assert cap is not None  # require_model()
+            last = len(tr.phases) - 1
+            self.floors[g] = [read_floor(ph, cap if k else 0)
+                              + (float(ph.store_bytes.sum()) if k == last else 0.0)
+                              for k, ph in enumerate(tr.phases)]
+        return self.floors[g]
 
     def bound(self, cfg: KernelConfig, f: Feasibility) -> _Cand:
         """The lower bound: HBM at the bytes each phase must read (its distinct tiles past
@@ -301,6 +339,12 @@ class _Search:
         return c
 
     def _ceiling(self, c: _Cand) -> list[float]:
+        g = (c.geo, c.feas.ctas_per_sm)
+        if g not in self.ceilings:
+            self.ceilings[g] = self._ceiling_of(c)
+        return self.ceilings[g]
+
+    def _ceiling_of(self, c: _Cand) -> list[float]:
         tr, P = self._traffic(c.cfg, c.feas)
         cap = self.dev.l2_bytes
         assert cap is not None  # require_model()
@@ -349,11 +393,28 @@ class _Search:
             self.feasible += 1
         heapq.heapify(self.heap)
 
-    def pop(self) -> _Cand | None:
-        """A config of least bound whose bound is exact (tightening cheap bounds on the way)."""
+    def pop(self, slack: float = 0.0) -> _Cand | None:
+        """A config of least bound whose bound is exact (tightening cheap bounds on the way).
+
+        ``slack``: a tightened config is taken as soon as its bound is within ``slack`` of
+        every bound left (cheap ones included), without tightening those first (a config taken
+        so can at most be beaten by ``slack``, which :meth:`best` accepts as a tie)."""
         while self.heap:
-            lb, cheap, i, cfg, f = heapq.heappop(self.heap)
+            lb, cheap, i, cfg, f = self.heap[0]
+            if cheap and slack:
+                while self.ready and self.ready[0][2] in self.taken:
+                    heapq.heappop(self.ready)
+                if self.ready and self.ready[0][0] * (1 - slack) <= lb:
+                    cfg = heapq.heappop(self.ready)[2]
+                    self.taken.add(cfg)
+                    c = self.bounds[cfg]
+                    self.cands.append(c)
+                    return c
+            heapq.heappop(self.heap)
             if not cheap:
+                if cfg in self.taken:
+                    continue
+                self.taken.add(cfg)
                 c = self.bounds[cfg]
                 self.cands.append(c)
                 return c
@@ -361,6 +422,7 @@ class _Search:
             c.lb = max(c.lb, lb)
             self.bounds[cfg] = c
             heapq.heappush(self.heap, (c.lb, 0, i, cfg, f))
+            heapq.heappush(self.ready, (c.lb, i, cfg))
         return None
 
     def spent(self) -> int:
@@ -368,6 +430,8 @@ class _Search:
         return len(self.replays) + len(self.short)
 
     def peek(self) -> float:
+        while self.heap and not self.heap[0][1] and self.heap[0][3] in self.taken:
+            heapq.heappop(self.heap)   # taken out of order by pop(slack)
         return self.heap[0][0] if self.heap else math.inf
 
     def finish(self, c: _Cand, short: bool = False) -> Score:
@@ -426,7 +490,7 @@ class _Search:
                 kth = sorted(t for _, t in known)[top - 1]
                 if self.peek() >= kth * (1 - TIE / 2):
                     break
-            c = self.pop()
+            c = self.pop(TIE / 2)
             if c is None:
                 break
             if c.cfg in self.final or (c.geo, c.feas.ctas_per_sm) in self.replays:
@@ -452,6 +516,8 @@ class _Search:
         todo = [c for c in self.cands if c.lb < tol]
         while self.heap and self.peek() < tol:
             lb, cheap, i, cfg, f = heapq.heappop(self.heap)
+            if not cheap:
+                self.taken.add(cfg)
             c = self.bound(cfg, f) if cheap else self.bounds[cfg]
             c.lb = max(c.lb, lb)
             self.bounds[cfg] = c

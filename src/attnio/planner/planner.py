@@ -31,15 +31,14 @@ from .. import algorithms as _alg
 from .. import bounds as _bounds
 from .. import runner as _runner
 from ..algorithms.base import Algorithm
-from ..bounds import backward as _bwd_bounds
 from ..core.blockmask import BlockMask
 from ..core.checks import check_bool, check_int, check_real
-from ..core.errors import AttnioError, ParameterError
+from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount
 from ..core.resources import fmt_count
-from ..core.workload import MAX_M, Shape
+from ..core.workload import MAX_M, FastMemory, Shape
 from ..hardware import devices as _devices
-from ..runner import Result
+from ..runner import BackwardPass, Certificate, Result, certificate
 
 __all__ = ["Backward", "Candidate", "Certificate", "CertificateFactors", "FastMemory", "Plan",
            "backward_plan", "certificate_factors", "plan", "plan_shape"]
@@ -70,25 +69,6 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class FastMemory:
-    """How the fast memory was given: ``M`` words, and the device and word size it came from."""
-
-    M: int
-    dtype_bytes: int | None = None
-    device: str | None = None
-
-
-@dataclass(frozen=True)
-class Certificate:
-    """How far from optimal a plan can be: the bounds that apply, the best explicit one, the ratio."""
-
-    bounds: tuple[_bounds.Bound, ...]
-    best_bound: _bounds.Bound
-    ratio: float | None  # chosen total / best explicit bound (None for approximate algorithms)
-    regime: str
-
-
-@dataclass(frozen=True)
 class Backward:
     """The backward pass of a plan made with ``backward=True``: the least-I/O backward schedule
     (:attr:`algorithm`), its count and tiling, every backward schedule scored (chosen first) or
@@ -113,8 +93,7 @@ class Backward:
 
 
 #: :func:`attnio.run`'s arguments that a plan fixes (:meth:`Plan.run` refuses them).
-_PLAN_FIXED = frozenset({"M", "shape", "tiling", "causal", "window", "block_mask", "backward",
-                         "backward_algorithm", "backward_tiling"})
+_PLAN_FIXED = frozenset({"M", "shape", "tiling", "causal", "window", "backward"})
 
 
 @dataclass(frozen=True, repr=False)
@@ -160,8 +139,8 @@ class Plan:
             ``(batch, heads, N, d)``); omit all three to count only.
         **options
             Any other argument of :func:`attnio.run` that the plan does not fix (``mode``,
-            ``scale``, ``grad_output``, ``bulk``, ``allow_nonfinite``, ``budget_s``, ``force``,
-            ``max_memory``, ``progress``).
+            ``scale``, ``grad_output``, ``inputs``, ``check``, ``limits``, ``progress``,
+            ``allow_nonfinite``, ``bulk``).
 
         Returns
         -------
@@ -179,8 +158,7 @@ class Plan:
                                  "it", param=fixed[0])
         ch, bwd = self.chosen, self.backward
         if bwd is not None:
-            options.update(backward=True, backward_algorithm=bwd.algorithm,
-                           backward_tiling=bwd.tiling)
+            options.update(backward=BackwardPass(bwd.algorithm, bwd.tiling))
         return _runner.run(ch.algorithm, Q, K, V, M=self.memory.M, shape=self.shape,
                            tiling=ch.tiling, **options)
 
@@ -257,7 +235,9 @@ class Plan:
         if ch.error is not None:
             lines.append(f"  Guaranteed error:  {ch.error:.3g} (approximate)")
         b = cert.best_bound
-        scope = "" if self.chosen.exact else "; for exact algorithms only"
+        scope = ("" if self.chosen.exact else
+                 "; for exact algorithms only" if cert.ratio is None else
+                 "; for feature-space algorithms that hold W = phi(K)^T V in fast memory")
         lines.append(f"  Best lower bound:  {fmt_count(b.value)} ({b.name}, explicit{scope})")
         ratio = f"{cert.ratio:.3f}" if cert.ratio is not None else "n/a (approximate algorithm)"
         lines.append(f"  Ratio total/bound:  {ratio}")
@@ -357,15 +337,9 @@ def backward_plan(shape: Shape, M: int, algorithm: str | None = None) -> Backwar
                              param="backward_algorithm")
     cands = _ranked(scored, skipped, "backward schedule", shape, M)
     chosen = cands[0]
-    bnds = tuple(_bwd_bounds.backward_applicable_to(shape, M))
-    best = _bounds.best(bnds)
-    ratio = chosen.predicted.total / best.value if best.value > 0 else None
-    cert = Certificate(bnds, best, ratio, _REGIMES[M >= shape.d * shape.d])
+    cert = certificate(shape, M, chosen.predicted.total, backward=True)
     return Backward(chosen.predicted, chosen.tiling, chosen.algorithm, cands, tuple(skipped),
                     cert)
-
-
-_REGIMES = {True: "large cache (M >= d^2)", False: "small cache (M < d^2)"}
 
 
 def _why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
@@ -412,8 +386,10 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     for i, alg in enumerate(algs):
         try:
             res = _score(alg, shape, M, approx_eps, entry_bound, backward)
-        except (AttnioError, ValueError, ArithmeticError) as e:
-            # an algorithm that does not support these sizes, this mask or this error target
+        except (ParameterError, CapacityError) as e:
+            # an algorithm that does not support these sizes, this mask or this error target;
+            # anything else (a ZeroDivisionError in a closed form, numpy's ValueError) is a bug
+            # and surfaces
             res = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if isinstance(res, str):
             skipped.append((alg.name, res))
@@ -422,14 +398,13 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     cands = _ranked(scored, skipped, "registered algorithm", shape, M)
     chosen = cands[0]
     runner = cands[1] if len(cands) > 1 else None
-    bnds = tuple(_bounds.applicable_to(shape, M))
-    best = _bounds.best(bnds)
     total = chosen.predicted.total
-    ratio = total / best.value if chosen.exact and best.value > 0 else None
-    theta_b = next(b for b in bnds if b.name == "standard_matmul")
-    theta = total / theta_b.value if chosen.exact and theta_b.value > 0 else None
-    regime = _REGIMES[M >= shape.d * shape.d]
-    why = _why(chosen, runner, len(cands), shape.d, M, best, ratio, theta)
+    cert = certificate(shape, M, total, exact=chosen.exact,
+                       features=getattr(chosen.tiling, "r", None))
+    theta_b = next((b for b in cert.bounds if b.name == "standard_matmul"), None)
+    theta = (total / theta_b.value if chosen.exact and theta_b is not None and theta_b.value > 0
+             else None)
+    why = _why(chosen, runner, len(cands), shape.d, M, cert.best_bound, cert.ratio, theta)
     if bwd_best is not None:
         bcert = bwd_best.certificate
         assert bcert is not None  # backward_plan always certifies
@@ -442,8 +417,7 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
         if bcert.ratio is not None:
             why += f", so the backward is within {bcert.ratio:.2f}x of optimal"
         why += "; the bounds above are the forward's."
-    return Plan(shape, memory, cands, tuple(skipped), Certificate(bnds, best, ratio, regime), why,
-                approx_eps, bwd_best)
+    return Plan(shape, memory, cands, tuple(skipped), cert, why, approx_eps, bwd_best)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,608 @@
+"""One run of one algorithm on the simulated two-level memory: validate, estimate, refuse, run,
+check against the reference, certify (:func:`run`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import algorithms as _alg
+from ..algorithms.base import Algorithm, default_scale
+from ..core import reference
+from ..core.checks import check_bool, check_choice, check_int, check_real
+from ..core.errors import ParameterError
+from ..core.memory import IOStats, Mode, SlowArray, TwoLevelMemory
+from ..core.progress import ProgressCallback
+from ..core.resources import (
+    COPY_SECONDS_PER_WORD,
+    FLOPS_PER_SECOND,
+    STEP_SECONDS,
+    Cost,
+    Limits,
+)
+from ..core.workload import MAX_M, Shape
+from .certificate import Certificate, certificate
+from .inputs import NpzInputs, RandomInputs, as_array, check_inputs, check_logits, reference_errors
+
+__all__ = ["BackwardPass", "Result", "estimate", "estimate_compute_seconds", "place_inputs", "run"]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a run returns: the output (None in count mode), the counts, the tiling used and the
+    :class:`~attnio.runner.certificate.Certificate` of the count.
+
+    With ``backward=True``: ``io`` counts the forward pass (which then also writes the logsumexp),
+    ``backward_io`` the backward pass (the schedule ``backward_algorithm``), ``grads`` holds
+    ``dQ, dK, dV`` (compute mode), ``backward_certificate`` certifies ``backward_io``.  With
+    ``check=True`` (compute mode): ``max_abs_err`` (and ``max_abs_grad_err``) against the float64
+    reference; ``error_bound`` is an approximate algorithm's guaranteed max |O - reference|.
+    """
+
+    algorithm: str
+    shape: Shape
+    M: int
+    causal: bool
+    tiling: Any
+    io: IOStats
+    output: np.ndarray | None = None
+    mode: str = "compute"
+    backward_io: IOStats | None = None
+    backward_tiling: Any = None
+    grads: dict[str, np.ndarray] | None = None
+    backward_algorithm: str | None = None
+    certificate: Certificate | None = None
+    backward_certificate: Certificate | None = None
+    max_abs_err: float | None = None
+    max_abs_grad_err: float | None = None
+    error_bound: float | None = None
+
+
+@dataclass(frozen=True)
+class BackwardPass:
+    """A backward pass to run after the forward: ``algorithm`` names the schedule
+    (:func:`attnio.algorithms.backward_names`; None: the least-I/O one for the shape and M, by
+    closed form), ``tiling`` its tiling (None: its least-I/O one).  ``backward=True`` is
+    ``BackwardPass()``."""
+
+    algorithm: str | None = None
+    tiling: Any = None
+
+
+def estimate_compute_seconds(alg: Algorithm, shape: Shape, tiling: Any) -> tuple[float, int, int]:
+    """(seconds, flops, tile steps) a compute-mode run is expected to take, from closed forms."""
+    r = getattr(tiling, "r", None)
+    if not alg.exact and isinstance(r, int):  # feature-space methods: O(n·r·d), not O(n²·d)
+        flops = 4 * shape.n_heads * (shape.Nq + shape.Nkv) * r * shape.d
+        # measured: each feature block evaluates the feature map, about 300 ns per feature,
+        # row and block (approx_poly on 2 cores, r = 1,287..125,970)
+        rb = getattr(tiling, "rb", None) or r
+        nb = -(-r // max(1, rb))
+        seconds = 3e-7 * nb * r * shape.n_heads * (shape.Nq + shape.Nkv)
+        steps = shape.n_heads * max(0, int(alg.steps(shape, tiling)))
+        return seconds + flops / FLOPS_PER_SECOND + steps * STEP_SECONDS, flops, steps
+    else:
+        flops = 4 * shape.n_heads * shape.Nq * shape.Nkv * shape.d
+        if shape.causal:
+            flops //= 2
+    steps = shape.n_heads * max(0, int(alg.steps(shape, tiling)))
+    return flops / FLOPS_PER_SECOND + steps * STEP_SECONDS, flops, steps
+
+
+def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
+             mode: str = "compute", backward: bool = False, itemsize: int = 8,
+             inputs: bool = False, backward_schedule: tuple[Any, Any] | None = None) -> Cost:
+    """The memory and time :func:`run` would spend, from closed forms (nothing is allocated).
+
+    Compute mode keeps a copy of Q, K, V and O in the simulator's slow memory, the slow
+    workspace the schedule writes (at most its writes for one head), and the output;
+    ``inputs=True`` adds the inputs themselves (float64), for a caller that has yet to create
+    them.  ``backward`` adds the backward pass (``backward_schedule``: the (schedule, tiling) to
+    run it with; None: the algorithm's own ``.backward``).  Count mode needs no arrays.
+    ``tiling`` is the algorithm's tiling for ``shape`` and ``M`` (None: the default one).
+    """
+    alg = _alg.get(name)
+    shp = Shape.coerce(shape)
+    t = tiling if tiling is not None and not isinstance(tiling, (dict, str, int)) else \
+        alg.coerce_tiling(shp, check_int("M", M, minimum=1, maximum=MAX_M), tiling)
+    if mode == "count":
+        if shp.block_mask is None:
+            return Cost(0, 0.0, "count mode")
+        return _sparse_count_cost(alg, shp, t, backward_schedule if backward else None)
+    seconds, _, _ = estimate_compute_seconds(alg, shp, t)
+    q = shp.n_heads * shp.Nq * shp.d
+    kv = shp.n_kv_heads * shp.Nkv * shp.d
+    writes = alg.predict_total(shp, t).writes // max(1, shp.n_heads)
+    # tiles hold at most M words, and never more than the data they copy (plus an approximate
+    # algorithm's feature blocks): a huge M costs nothing a small workload does not
+    r = getattr(t, "r", None)
+    tiles = min(M, 2 * q + 2 * kv + writes + (r * (shp.d + 1) if isinstance(r, int) else 0))
+    words = 2 * (q + 2 * kv) + q + writes + 2 * tiles  # slow copies and O, workspace, output
+    bwd: Any = None
+    bt: Any = None
+    if backward and backward_schedule is not None:
+        bwd, bt = backward_schedule
+    elif backward and (own := getattr(alg, "backward", None)) is not None:
+        bwd = own
+        bt = bwd.coerce_tiling(shp, M, None)
+    if bwd is not None:
+        words += 2 * (3 * q + 2 * kv) + 2 * shp.n_heads * shp.Nq + writes + bwd.workspace(shp)
+        _, flops, _ = estimate_compute_seconds(alg, shp, t)
+        bwd_steps = shp.n_heads * max(0, int(bwd.steps(shp, bt)))
+        seconds += 2.5 * flops / FLOPS_PER_SECOND + 1.5 * bwd_steps * STEP_SECONDS
+    what = "the simulator's slow memory"
+    if inputs:
+        words += (q + 2 * kv) * (2 if backward else 1)
+        what = "the inputs and the simulator's slow memory"
+    seconds += words * COPY_SECONDS_PER_WORD  # creating, filling and copying the arrays
+    return Cost(int(words) * max(8, int(itemsize)), seconds, what)
+
+
+#: The most tiles a block-sparse count maps (2**28): the map is built from the layout's prefix
+#: sums with about 41 bytes per tile (within the memory estimate, up to 11 GB at the limit), so
+#: a count beyond it is refused on every machine, not only on one with less memory.
+MAX_TILE_MAP = 1 << 28
+
+
+def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
+                       backward_schedule: tuple[Any, Any] | None) -> Cost:
+    """Count mode on a block-sparse layout: the schedule visits its kept tiles one by one (no
+    closed-form bulk over an irregular layout) from a map of every tile, built from the layout's
+    prefix sums; a map of more than :data:`MAX_TILE_MAP` tiles is refused."""
+    bm = shp.block_mask
+    assert bm is not None
+    nbytes = 8 * (bm.Tq + 1) * (bm.Tk + 1)  # the layout's int64 prefix sums
+    steps = shp.n_heads * max(0, int(alg.steps(shp, t)))
+    tilings = [t]
+    if backward_schedule is not None and backward_schedule[0] is not None:
+        bwd, bt = backward_schedule
+        steps += shp.n_heads * max(0, int(bwd.steps(shp, bt)))
+        tilings.append(bt)
+    for tl in tilings:  # each map: a boolean (byte) per tile, built from five int64 temporaries
+        # per tile (core.blockmask's prefix-sum differences) and four row gathers of the sums
+        tr = -(-shp.Nq // max(1, int(getattr(tl, "Br", 1))))
+        tc = -(-shp.Nkv // max(1, int(getattr(tl, "Bc", 1))))
+        if tr * tc > MAX_TILE_MAP:
+            raise ParameterError.worded(
+                f"{{tiling}} {tl} maps {tr:,} x {tc:,} tiles in a block-sparse count, more than "
+                f"2**28; give larger tiles, or use {{plan}} (closed forms)",
+                param="tiling", plan="attnio.plan")
+        nbytes += tr * tc * (1 + 5 * 8) + 4 * 8 * tr * (bm.Tk + 1)
+    return Cost(int(nbytes), steps * STEP_SECONDS, "the block-sparse tile map and its steps")
+
+
+@dataclass
+class _Job:
+    """A run, validated: what runs, on what, from which data, within which limits."""
+
+    alg: Algorithm
+    shape: Shape
+    M: int
+    mode: str
+    tiling: Any                      # the user's tiling (coerced again once data is loaded)
+    est_tiling: Any                  # the coerced tiling: estimated with, then run
+    scale: float | None
+    backward: BackwardPass | None
+    bwd: Any = None                  # the backward (schedule, tiling), chosen before running
+    bt: Any = None
+    data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    grad_output: Any = None
+    source: RandomInputs | NpzInputs | None = None
+    header: dict | None = None       # an NpzInputs' array headers
+    dtype: np.dtype = np.dtype(np.float64)
+    low: frozenset[str] = frozenset()  # torch dtypes of the inputs (bfloat16 rounds the output)
+    check: bool = False
+    limits: Limits = Limits()
+
+
+def run(
+    name: str | Algorithm,
+    Q: Any = None,
+    K: Any = None,
+    V: Any = None,
+    *,
+    M: int,
+    shape: Any = None,
+    mode: str | None = None,
+    causal: object = None,
+    window: int | None = None,
+    scale: float | None = None,
+    tiling: Any = None,
+    backward: bool | BackwardPass = False,
+    grad_output: Any = None,
+    inputs: RandomInputs | NpzInputs | str | os.PathLike[str] | None = None,
+    check: bool = False,
+    limits: Limits | None = None,
+    progress: ProgressCallback | None = None,
+    allow_nonfinite: bool = False,
+    bulk: bool = True,
+) -> Result:
+    """Run algorithm ``name`` with a fast memory of ``M`` words: validate, estimate, refuse,
+    run, check against the reference (``check``) and certify the count.
+
+    Either pass data (``Q, K, V`` or ``inputs``: compute mode, the output is returned) or
+    ``shape`` alone (count mode: shapes only, the same counts).  Inputs may be numpy arrays
+    (float16/32/64) or torch tensors (bfloat16 too); arithmetic accumulates in float32 at least,
+    and the output has the inputs' precision (bfloat16 outputs are rounded to bfloat16 and
+    returned as float32 arrays).  Before anything is allocated (inputs drawn or read included),
+    the run's memory and time (and the reference's with ``check``) are estimated from closed
+    forms (:func:`estimate`) and refused beyond ``limits``.
+
+    Parameters
+    ----------
+    name : str or Algorithm
+        A registered algorithm (:func:`attnio.algorithms.names`) or an Algorithm instance.
+    Q, K, V : array-like, optional
+        The inputs, 2-D ``(N, d)`` or 4-D ``(batch, heads, N, d)`` (K and V with ``kv_heads``
+        heads: grouped-query attention); omit all three for count mode or with ``inputs``.
+    M : int
+        Fast-memory capacity in words.
+    shape : Shape or tuple, optional
+        The workload (:class:`~attnio.core.workload.Shape`, ``(Nq, Nkv, d)`` or ``(N, d)``),
+        mask and block-sparse layout included; with data it must match their sizes and gives
+        only the mask.
+    mode : {"compute", "count"}, optional
+        Default: ``"compute"`` with data, ``"count"`` without.
+    causal : bool or str, optional
+        Shorthand merged into the shape's mask: False, True / ``"bottom_right"`` or
+        ``"top_left"`` (None: the shape's mask).
+    window : int, optional
+        Shorthand merged into the shape's mask: each query's W most recent keys (with a causal
+        mask).
+    scale : float, optional
+        The softmax scale (None: 1/sqrt(d)).
+    tiling : Tiling, mapping or None
+        The algorithm's Tiling (or a mapping of its fields); None picks the least-I/O one.
+    backward : bool or BackwardPass
+        Also run the backward pass (after a forward that writes the logsumexp); a
+        :class:`BackwardPass` names its schedule (None: the least-I/O one by closed form) and
+        tiling.
+    grad_output : array-like, optional
+        dO, like Q (compute mode with arrays and ``backward``; drawn or read with ``inputs``).
+    inputs : RandomInputs, NpzInputs or path, optional
+        Data the run draws (:class:`~attnio.runner.inputs.RandomInputs`) or reads from an
+        ``.npz`` file of Q, K, V (and dO) after its estimate is accepted.
+    check : bool
+        Compare the output (and gradients) with the float64 reference: ``max_abs_err``
+        (``max_abs_grad_err``) on the Result.
+    limits : Limits, optional
+        :class:`~attnio.core.resources.Limits`: ``budget_s`` seconds (default 300) unless
+        ``force``, ``max_memory`` bytes (default: what the machine has available).
+    progress : callable, optional
+        ``progress(steps, total)``, called about 500 times over the run's tile steps
+        (:class:`attnio.core.progress.Progress` draws a bar).
+    allow_nonfinite : bool
+        Accept NaN/inf inputs (refused with their position by default).
+    bulk : bool
+        In count mode, count runs of equal blocks once (same counts, faster).
+
+    Returns
+    -------
+    Result
+        The counts (``io``; ``backward_io`` with ``backward``), the tiling used, the output (and
+        ``grads``) in compute mode, and the :class:`~attnio.runner.certificate.Certificate` of
+        each count.
+    """
+    job = _job(_alg.get(name), Q, K, V, M=M, shape=shape, mode=mode, causal=causal,
+               window=window, scale=scale, tiling=tiling, backward=backward,
+               grad_output=grad_output, inputs=inputs, check=check, limits=limits,
+               allow_nonfinite=allow_nonfinite)
+    check_bool("bulk", bulk)
+    _refuse(job)
+    if job.mode == "compute":
+        _materialise(job, allow_nonfinite)
+    res = _execute(job, bulk, progress)
+    if job.check and res.output is not None and job.data is not None:
+        err, gerr = reference_errors(*job.data, job.grad_output, res.output, res.grads,
+                                     job.shape, job.scale)
+        res = dataclasses.replace(res, max_abs_err=err, max_abs_grad_err=gerr)
+    return res
+
+
+def _job(alg: Algorithm, Q: Any, K: Any, V: Any, *, M: int, shape: Any, mode: str | None,
+         causal: object, window: int | None, scale: float | None, tiling: Any,
+         backward: bool | BackwardPass, grad_output: Any, inputs: Any, check: bool,
+         limits: Limits | None, allow_nonfinite: bool) -> _Job:
+    """Every argument validated, the data's sizes known, nothing large allocated."""
+    M = check_int("M", M, minimum=1, maximum=MAX_M)
+    if mode is not None:
+        check_choice("mode", mode, ("compute", "count"))
+    if scale is not None:
+        if isinstance(scale, (str, bytes)):
+            raise ParameterError(f"scale must be a finite real number, got the string {scale!r}",
+                                 param="scale")
+        scale = check_real("scale", scale)
+    check_bool("check", check)
+    check_bool("allow_nonfinite", allow_nonfinite)
+    if limits is None:
+        limits = Limits()
+    elif not isinstance(limits, Limits):
+        raise ParameterError(f"limits must be an attnio.core.resources.Limits, got "
+                             f"{type(limits).__name__}", param="limits")
+    bp = _backward_pass(alg, backward)
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = NpzInputs(os.fspath(inputs))
+    job = _Job(alg, Shape(1, 1, 1), M, "count", tiling, tiling, scale, bp, check=check,
+               limits=limits, source=inputs)
+    sizes = _sizes_and_data(job, Q, K, V, shape, mode, grad_output, allow_nonfinite)
+    job.shape = _with_mask(sizes, shape, causal, window)
+    _supports(alg, job.shape)
+    job.scale = default_scale(job.shape.d, scale)
+    job.est_tiling = alg.coerce_tiling(job.shape, M, _estimate_tiling(job), inputs=job.data)
+    if bp is not None:  # chosen and validated before anything runs
+        job.bwd, job.bt = _alg.choose_backward(job.shape, M, bp.algorithm, bp.tiling)
+    return job
+
+
+def _backward_pass(alg: Algorithm, backward: object) -> BackwardPass | None:
+    if isinstance(backward, BackwardPass):
+        bp: BackwardPass | None = backward
+    elif isinstance(backward, (bool, np.bool_)):
+        bp = BackwardPass() if backward else None
+    else:
+        raise ParameterError(f"backward must be True, False or a BackwardPass, got {backward!r}",
+                             param="backward")
+    if bp is not None and not alg.supports_backward:
+        ok = [a.name for a in _alg.all_algorithms() if a.supports_backward]
+        raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}",
+                             param="backward")
+    if bp is not None and bp.algorithm is not None:
+        _alg.get_backward(bp.algorithm)  # an unknown name fails before anything runs
+    return bp
+
+
+def _sizes_and_data(job: _Job, Q: Any, K: Any, V: Any, shape: Any, mode: str | None,
+                    grad_output: Any, allow_nonfinite: bool) -> Shape:
+    """The sizes the data give (the arrays checked), or the shape's in count mode; sets the
+    job's mode, data, dtype and grad_output."""
+    given = [x is not None for x in (Q, K, V)]
+    if any(given) and job.source is not None:
+        raise ParameterError("give Q, K, V or inputs=, not both", param="inputs")
+    if any(given) and not all(given):
+        raise ParameterError("give all three of Q, K, V (or none, with shape= and "
+                             "mode='count')", param="Q")
+    if all(given):
+        Qa, Ka, Va, sizes = check_inputs(Q, K, V, allow_nonfinite)
+        job.data = (Qa, Ka, Va)
+        job.low = frozenset(str(x.dtype) for x in (Q, K, V)
+                            if type(x).__module__.startswith("torch"))
+        job.dtype = np.result_type(np.float32, Qa.dtype, Ka.dtype, Va.dtype)
+    elif job.source is not None:
+        sizes = _source_sizes(job, shape)
+    else:
+        if shape is None:
+            raise ParameterError("give Q, K, V (compute mode) or shape=(N, d) with mode='count'",
+                                 param="shape")
+        if mode not in (None, "count"):
+            raise ParameterError(f"mode={mode!r} needs Q, K, V (or inputs=); without data only "
+                                 "mode='count' runs", param="mode")
+        if grad_output is not None:
+            raise ParameterError("grad_output needs Q, K, V (compute mode)", param="grad_output")
+        if job.check:
+            raise ParameterError("check=True compares data with the reference: it needs Q, K, V "
+                                 "(compute mode)", param="check")
+        return Shape.coerce(shape)
+    job.mode = mode or "compute"
+    if job.mode == "compute":
+        _grad_output(job, grad_output, allow_nonfinite)
+    return sizes
+
+
+def _source_sizes(job: _Job, shape: Any) -> Shape:
+    src = job.source
+    if isinstance(src, RandomInputs):
+        if shape is None:
+            raise ParameterError("inputs=RandomInputs(...) draws Q, K, V of shape=: give it",
+                                 param="shape")
+        return Shape.coerce(shape)
+    if not isinstance(src, NpzInputs):
+        raise ParameterError(f"inputs must be an .npz path, NpzInputs or RandomInputs, got "
+                             f"{type(src).__name__}", param="inputs")
+    job.header = src.header(job.backward is not None)
+    job.dtype = np.result_type(np.float32, *(dt for _, dt in job.header.values()))
+    return src.shape(job.header)
+
+
+def _grad_output(job: _Job, grad_output: Any, allow_nonfinite: bool) -> None:
+    if job.backward is None:
+        if grad_output is not None:
+            raise ParameterError("grad_output is for the backward pass: pass backward=True too",
+                                 param="grad_output")
+        return
+    if job.source is not None:
+        if grad_output is not None:
+            raise ParameterError("grad_output comes with inputs= (drawn or read from the file): "
+                                 "drop it", param="grad_output")
+        return
+    if grad_output is None:
+        raise ParameterError("backward=True in compute mode needs grad_output (dO, like Q)",
+                             param="grad_output")
+    assert job.data is not None
+    g = as_array("grad_output", grad_output, allow_nonfinite)
+    if g.shape != job.data[0].shape:
+        raise ParameterError(f"grad_output must have Q's shape {job.data[0].shape}, got "
+                             f"{g.shape}", param="grad_output")
+    job.grad_output = g
+
+
+def _with_mask(sizes: Shape, shape: Any, causal: object, window: int | None) -> Shape:
+    """The data's sizes with the mask of ``shape`` and the ``causal``/``window`` shorthands."""
+    shp = sizes
+    if shape is not None:
+        given = Shape.coerce(shape)
+        if _size_key(given) != _size_key(sizes):
+            raise ParameterError(f"shape={shape!r} does not match the inputs' shape {sizes}",
+                                 param="shape")
+        shp = given
+    return shp.with_mask(causal, window)
+
+
+def _size_key(s: Shape) -> tuple[int, ...]:
+    return (s.Nq, s.Nkv, s.d, s.batch, s.heads, s.n_kv_heads)
+
+
+def _supports(alg: Algorithm, shp: Shape) -> None:
+    if shp.window is not None and not alg.supports_window:
+        ok = [a.name for a in _alg.all_algorithms() if a.supports_window]
+        raise ParameterError(f"{alg.name} does not support window=; algorithms that do: {ok}",
+                             param="window")
+    if shp.block_mask is not None and not alg.supports_block_mask:
+        ok = [a.name for a in _alg.all_algorithms() if a.supports_block_mask]
+        raise ParameterError(f"{alg.name} does not support block-sparse attention (block_mask); "
+                             f"algorithms that do: {ok}", param="block_mask")
+
+
+def _estimate_tiling(job: _Job) -> Any:
+    """The tiling to estimate with: an approximate algorithm about to draw or read its inputs
+    is estimated at their entry bound (drawn: RandomInputs.entry_bound, default 1)."""
+    t = job.tiling
+    if job.alg.exact or job.source is None or not (t is None or isinstance(t, dict)):
+        return t
+    t = dict(t or {})
+    if "entry_bound" not in t and "radius" not in t:
+        eb = job.source.entry_bound if isinstance(job.source, RandomInputs) else None
+        t["entry_bound"] = 1.0 if eb is None else eb
+    return t
+
+
+def _refuse(job: _Job) -> None:
+    """The estimate of the run (and of the reference with ``check``), refused beyond limits."""
+    shp = job.shape
+    creates = job.source is not None
+    cost = estimate(job.alg, shp, job.M, tiling=job.est_tiling, mode=job.mode,
+                    backward=job.backward is not None,
+                    backward_schedule=(job.bwd, job.bt) if job.backward is not None else None,
+                    itemsize=job.dtype.itemsize, inputs=creates)
+    if job.check and job.mode == "compute":
+        cost = cost + reference.cost(shp.Nq, shp.Nkv, shp.d, shp.n_heads,
+                                     backward=job.backward is not None)
+    instead = ("use mode='count' (same counts) or a smaller N" if job.mode == "compute"
+               else "use attnio.plan (closed forms) or a smaller N")
+    job.limits.check(cost, subject=f"{job.mode} mode on {shp.describe()}", instead=instead,
+                     timed=job.mode == "compute" or shp.block_mask is not None)
+
+
+def _materialise(job: _Job, allow_nonfinite: bool) -> None:
+    """Draw or load the inputs (after the estimate) and check them; the tiling for the data and
+    the logits' range."""
+    if isinstance(job.source, RandomInputs):
+        Q, K, V, dO = job.source.draw(job.shape, job.alg.exact, job.backward is not None)
+        job.data, job.grad_output = (Q, K, V), dO
+    elif isinstance(job.source, NpzInputs):
+        Q, K, V, dO = job.source.load(job.backward is not None)
+        try:
+            Qa, Ka, Va, _ = check_inputs(Q, K, V, allow_nonfinite)
+            if dO is not None:
+                dO = as_array("grad_output", dO, allow_nonfinite)
+        except ParameterError as e:
+            raise job.source.checked(e) from None
+        job.data, job.grad_output = (Qa, Ka, Va), dO
+    assert job.data is not None  # compute mode: arrays given, drawn or loaded
+    if job.source is not None:  # the tiling for the data (an approximate one reads its range)
+        job.est_tiling = job.alg.coerce_tiling(job.shape, job.M, job.tiling, inputs=job.data)
+    check_logits(job.data, job.scale if job.scale is not None else 1.0, job.dtype)
+
+
+def _execute(job: _Job, bulk: bool, progress: ProgressCallback | None) -> Result:
+    """Run the forward (and backward) schedule; attach the certificates."""
+    alg, shp, M = job.alg, job.shape, job.M
+    t = job.est_tiling
+    s = job.scale if job.scale is not None else default_scale(shp.d, None)
+    total_steps = shp.n_heads * max(0, int(alg.steps(shp, t))) if progress is not None else 0
+    mem_mode: Mode = "count" if job.mode == "count" else "compute"
+    mem = TwoLevelMemory(M, mode=mem_mode, bulk=bulk, dtype=job.dtype, progress=progress,
+                         progress_total=total_steps)
+    data = job.data if job.mode == "compute" else None
+    h = place_inputs(mem, shp, data)
+    if job.backward is not None:
+        h["L"] = mem.slow("L", (shp.n_heads * shp.Nq,))
+    alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t, scale=s,
+                     lse=h.get("L"))
+    output = None
+    bound = None
+    if data is not None:
+        output = _unstack(mem.contents(h["O"]), shp, data)
+        if "torch.bfloat16" in job.low and output is not None:
+            output = _round_bf16(output)
+        if not alg.exact:
+            bound = t.error_bound_for(data[2])
+    io = mem.stats()
+    res = Result(alg.name, shp, M, shp.causal, t, io, output, job.mode,
+                 certificate=certificate(shp, M, io.total, exact=alg.exact,
+                                         features=getattr(t, "r", None)),
+                 error_bound=bound)
+    if job.backward is None:
+        return res
+    return _run_backward(job.bwd, job.bt, res, mem, h, shp, M, s, mem_mode, bulk, job.dtype,
+                         data, job.grad_output, progress)
+
+
+def place_inputs(mem: TwoLevelMemory, shp: Shape,
+                 data: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> dict[str, SlowArray]:
+    """Put Q, K, V (stacked by head) and an empty O into slow memory (O in Q's precision).
+
+    ``data`` is ``(Q, K, V)`` in compute mode (2-D or 4-D arrays), None in count mode."""
+    nq, nkv = shp.n_heads * shp.Nq, shp.n_kv_heads * shp.Nkv
+    h = {}
+    for name, rows, i in (("Q", nq, 0), ("K", nkv, 1), ("V", nkv, 2)):
+        arr = None if data is None else data[i].reshape(rows, shp.d)
+        h[name] = mem.slow(name, (rows, shp.d), arr)
+    # NaN until written: an output word a schedule never stores shows up in every check
+    unset = None if data is None else np.full((nq, shp.d), np.nan, dtype=data[0].dtype)
+    h["O"] = mem.slow("O", (nq, shp.d), unset)
+    return h
+
+
+def _round_bf16(x: np.ndarray) -> np.ndarray:
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(torch.bfloat16).to(
+        torch.float32).numpy()
+
+
+def _unstack(flat, shp: Shape, data):
+    if flat is None:
+        return None
+    if data is not None and data[0].ndim == 4:
+        return flat.reshape(shp.batch, shp.heads, shp.Nq, shp.d)
+    return flat
+
+
+def _run_backward(bwd: Any, bt: Any, fwd: Result, fmem: TwoLevelMemory,
+                  h: dict[str, SlowArray], shp: Shape, M: int, s: float, mode: Mode, bulk: bool,
+                  dtype: Any, data: Any, dO: Any,
+                  progress: ProgressCallback | None = None) -> Result:
+    total = shp.n_heads * max(0, int(bwd.steps(shp, bt))) if progress is not None else 0
+    mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype, progress=progress,
+                         progress_total=total)
+    nq, nkv = shp.n_heads * shp.Nq, shp.n_kv_heads * shp.Nkv
+    arrays = {}
+    # the backward's inputs are where the forward left them, in slow memory (no I/O)
+    for name, rows in (("Q", nq), ("K", nkv), ("V", nkv), ("O", nq)):
+        arrays[name] = mem.slow(name, (rows, shp.d), fmem.contents(h[name]))
+    arrays["L"] = mem.slow("L", (nq,), fmem.contents(h["L"]))
+    arrays["dO"] = mem.slow("dO", (nq, shp.d), None if dO is None else dO.reshape(nq, shp.d))
+    arrays["dQ"] = mem.slow("dQ", (nq, shp.d))
+    arrays["dK"] = mem.slow("dK", (nkv, shp.d))
+    arrays["dV"] = mem.slow("dV", (nkv, shp.d))
+    bwd.run_schedule(mem, arrays, shape=shp, tiling=bt, scale=s)
+    grads = None
+    if mode == "compute":
+        four = data[0].ndim == 4
+        grads = {}
+        for name in ("dQ", "dK", "dV"):
+            g = mem.contents(arrays[name])
+            assert g is not None  # compute mode: slow arrays hold data
+            if four:
+                heads = shp.heads if name == "dQ" else shp.n_kv_heads // shp.batch
+                n = shp.Nq if name == "dQ" else shp.Nkv
+                g = g.reshape(shp.batch, heads, n, shp.d)
+            grads[name] = g
+    io = mem.stats()
+    return dataclasses.replace(fwd, backward_io=io, backward_tiling=bt, grads=grads,
+                               backward_algorithm=bwd.name,
+                               backward_certificate=certificate(shp, M, io.total, backward=True))
