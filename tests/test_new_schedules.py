@@ -16,6 +16,7 @@ import attnio
 from attnio import bounds
 from attnio.core.reference import attention
 from attnio.core.workload import Shape
+from attnio.runner import BackwardPass
 
 NEW = ["kv_stationary", "q_stationary_min"]
 
@@ -157,16 +158,16 @@ def test_split_backward_gradients_and_counts_equal_closed_form(w, extra, seed, p
     K = rng.standard_normal((batch, kvh, Nkv, d))
     V = rng.standard_normal((batch, kvh, Nkv, d))
     dO = rng.standard_normal((batch, heads, Nq, d))
-    res = attnio.run("flash2", Q, K, V, M=M, causal=causal, window=window, backward=True,
-                     grad_output=dO, backward_algorithm="split_backward", backward_tiling=t)
+    res = attnio.run("flash2", Q, K, V, M=M, causal=causal, window=window,
+                     backward=BackwardPass("split_backward", t), grad_output=dO)
     ref = attention_backward(Q, K, V, dO, causal=causal, window=window)  # GQA: summed
     for name, want in zip(("dQ", "dK", "dV"), ref):
         got = np.asarray(res.grads[name]).reshape(want.shape)
         assert np.abs(got - want).max() <= 1e-10, name
     pred = bwd.predict(shape, t)
     assert (res.backward_io.reads, res.backward_io.writes) == (pred.reads, pred.writes)
-    cnt = attnio.run("flash2", shape=shape, M=M, mode="count", backward=True,
-                     backward_algorithm="split_backward", backward_tiling=t)
+    cnt = attnio.run("flash2", shape=shape, M=M, mode="count",
+                     backward=BackwardPass("split_backward", t))
     assert (cnt.backward_io.reads, cnt.backward_io.writes) == (pred.reads, pred.writes)
     for b in bounds.backward_applicable_to(shape, M):
         if b.explicit:
@@ -199,7 +200,7 @@ def test_q_stationary_min_writes_the_logsumexp_a_backward_pass_reads(w, extra, s
     V = rng.standard_normal((batch, kvh, Nkv, d))
     dO = rng.standard_normal((batch, heads, Nq, d))
     res = attnio.run("q_stationary_min", Q, K, V, M=M, causal=causal, window=window,
-                     backward=True, grad_output=dO, backward_algorithm="flash2_backward")
+                     backward=BackwardPass("flash2_backward"), grad_output=dO)
     assert np.abs(res.output - _reference(Q, K, V, causal, window)).max() <= 1e-10
     for name, want in zip(("dQ", "dK", "dV"), attention_backward(Q, K, V, dO, causal=causal,
                                                                   window=window)):
@@ -207,5 +208,5 @@ def test_q_stationary_min_writes_the_logsumexp_a_backward_pass_reads(w, extra, s
     pred = alg.predict_with_lse(shape, res.tiling)
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     cnt = attnio.run("q_stationary_min", shape=shape, M=M, mode="count", tiling=res.tiling,
-                     backward=True, backward_algorithm="flash2_backward")
+                     backward=BackwardPass("flash2_backward"))
     assert (cnt.io.reads, cnt.io.writes) == (pred.reads, pred.writes)
