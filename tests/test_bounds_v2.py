@@ -31,7 +31,7 @@ from attnio.runner import BackwardPass
 
 EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
 NEW_FORWARD = {"pv_segment", "qkpv_pooled"}
-NEW_BACKWARD = {"backward_trivial", "backward_accum", "backward_pooled"}
+NEW_BACKWARD = {"backward_trivial", "backward_inputs", "backward_accum", "backward_pooled"}
 
 
 def least_forward_count(shape: Shape, M: int) -> int | None:

@@ -112,6 +112,16 @@ def test_plan_run_refuses_what_the_plan_fixes_and_inputs_of_other_sizes():
     assert e.value.param == "shape"
 
 
+#: The online-softmax schedules (FlashAttention's family): Q blocks or K/V blocks stationary, the
+#: scores never written.  q_stationary_min is FlashAttention-2 with one-key tiles streamed word by
+#: word, kv_stationary FlashAttention-1's loop order with spilled partials (issue 25).
+ONLINE_SOFTMAX = ("flash1", "flash2", "flash_decoding", "q_stationary_min", "kv_stationary")
+
+
+def online_softmax(name: str) -> bool:
+    return name in ONLINE_SOFTMAX
+
+
 @pytest.mark.skipif("square_tiling" not in attnio.algorithms.names(),
                     reason="square_tiling not registered")
 @pytest.mark.parametrize("d", [16, 32, 64, 128])
@@ -122,7 +132,7 @@ def test_regime_switch_square_tiling_small_cache_flash_large_cache(N, d):
     for M in small:
         assert attnio.plan(N, d, M).chosen.algorithm == "square_tiling", (N, d, M)
     for M in (4 * dd, 8 * dd, 16 * dd):
-        assert attnio.plan(N, d, M).chosen.algorithm.startswith("flash"), (N, d, M)
+        assert online_softmax(attnio.plan(N, d, M).chosen.algorithm), (N, d, M)
 
 
 @pytest.mark.skipif("square_tiling" not in attnio.algorithms.names(),
@@ -132,10 +142,10 @@ def test_crossover_lies_between_quarter_and_four_d_squared():
     for N, d in [(1024, 32), (4096, 64), (4096, 128)]:
         lo, hi = d * d // 4, 4 * d * d
         assert attnio.plan(N, d, lo).chosen.algorithm == "square_tiling"
-        assert attnio.plan(N, d, hi).chosen.algorithm.startswith("flash")
+        assert online_softmax(attnio.plan(N, d, hi).chosen.algorithm)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if attnio.plan(N, d, mid).chosen.algorithm.startswith("flash"):
+            if online_softmax(attnio.plan(N, d, mid).chosen.algorithm):
                 hi = mid
             else:
                 lo = mid

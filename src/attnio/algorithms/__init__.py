@@ -13,7 +13,7 @@ and the planner pick the least-I/O one by closed form.
 >>> get("flash2").summary.startswith("FlashAttention-2")
 True
 >>> backward_names()
-['flash2_backward', 'small_cache_backward']
+['flash2_backward', 'small_cache_backward', 'split_backward']
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ from . import (
     flash2,
     flash2_backward,
     flash_decoding,
+    kv_stationary,
+    q_stationary_min,
     small_cache_backward,
+    split_backward,
     square_tiling,
     standard,
 )
@@ -102,7 +105,8 @@ def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
     return [_REGISTRY[n] for n in names(exact=exact)]
 
 
-for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly):
+for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
+             q_stationary_min):
     register(_mod.ALGORITHM)
 del _mod
 
@@ -128,7 +132,7 @@ def all_backwards() -> list[BackwardSchedule[Any]]:
     return list(_BACKWARDS.values())
 
 
-for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD):
+for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD, split_backward.BACKWARD):
     register_backward(_bwd)
 del _bwd
 

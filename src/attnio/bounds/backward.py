@@ -5,6 +5,9 @@ Its count is the backward pass alone: fast memory starts empty, as in the forwar
 
 * :func:`backward_trivial` - explicit: dO is read (every dO_il moves dV generically and no other
   input determines it), dQ, dK, dV written;
+* :func:`backward_inputs` - explicit, for the standard backward (the class of Theorems D and E):
+  the operands of the products S_ij = q_i·k_j and dP_ij = dO_i·v_j of the required pairs are read
+  too, so Q, K, V, dO are read and dQ, dK, dV written: 7Nd unmasked;
 * :func:`backward_accum` (Theorem D) - explicit: the 3·P·d products of the dV, dQ, dK
   accumulations, with a potential on the accumulators held at segment boundaries: about
   ``6.2·N²d²/M`` for M >> d² (FlashAttention-2's backward moves about ``16·N²d²/M``);
@@ -17,7 +20,7 @@ Its count is the backward pass alone: fast memory starts empty, as in the forwar
 depend on the mask only through the required pairs P, like the forward ones.
 
 >>> [b.name for b in backward_applicable_to(Shape(1024, 1024, 64), 16384)]
-['backward_trivial', 'backward_accum', 'backward_pooled', 'li_backward']
+['backward_trivial', 'backward_inputs', 'backward_accum', 'backward_pooled', 'li_backward']
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from .segments import (
 )
 
 __all__ = ["BACKWARD_ASSUMPTIONS", "LI_ET_AL", "backward_accum", "backward_accum_for",
+           "backward_inputs", "backward_inputs_for",
            "backward_accum_lambdas", "backward_accum_pairs", "backward_accum_value",
            "backward_applicable", "backward_applicable_to", "backward_pooled",
            "backward_pooled_for", "backward_pooled_lambdas", "backward_pooled_pairs",
@@ -76,6 +80,30 @@ def backward_trivial(Nq: int, Nkv: int, d: int, *, causal: object = False, heads
     shape = attention_shape(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
                             window=window)
     return backward_trivial_for(shape)
+
+
+def backward_inputs_for(shape: Shape) -> Bound:
+    """:func:`backward_inputs` of a Shape (all its heads)."""
+    rc = masks.row_counts(shape)
+    d = shape.d
+    value = (shape.n_heads * (rc.rows2 * d + rc.rows1 * d + shape.Nq * d)
+             + shape.n_kv_heads * (2 * rc.k_rows * d + 2 * shape.Nkv * d))
+    return Bound(value, "the standard backward's operands read once, its outputs written once "
+                 "(docs/bounds.md §10)",
+                 (*BACKWARD_ASSUMPTIONS,
+                  "every q_il of a row that sees >= 2 keys and every k_jl, v_jl of a key such a "
+                  "row sees is an operand of a product S_ij or dP_ij of a required pair, so it "
+                  "is read; dO is read (backward_trivial); dQ, dK, dV are written"),
+                 True, name="backward_inputs", regime="any M")
+
+
+def backward_inputs(Nq: int, Nkv: int, d: int, *, causal: object = False, heads: int = 1,
+                    kv_heads: int | None = None, window: int | None = None) -> Bound:
+    """For the standard backward (the class of Theorems D and E): Q, K, V (the rows the required
+    pairs use) and dO read, dQ, dK, dV written: ``4·Nq·d + 3·Nkv·d`` unmasked (7Nd)."""
+    shape = attention_shape(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+                            window=window)
+    return backward_inputs_for(shape)
 
 
 # ---------------------------------------------------------------------------- Theorem D
@@ -199,11 +227,12 @@ def li_backward(N: int, d: int, M: int, *, Nkv: int | None = None, causal: objec
 # ---------------------------------------------------------------------------- the certificate
 def backward_applicable_to(shape: Shape, M: int) -> list[Bound]:
     """Every backward bound whose preconditions hold for ``shape`` with M fast words: the
-    explicit :func:`backward_trivial`, :func:`backward_accum` (Theorem D),
+    explicit :func:`backward_trivial`, :func:`backward_inputs` (the standard backward's operands),
+    :func:`backward_accum` (Theorem D),
     :func:`backward_pooled` (Theorem E), then Li et al.'s asymptotic form.  Every one reads the
     mask (causal, window, or a block-sparse layout) through :func:`attnio.core.masks.row_counts`."""
     M = check_M(M)
-    return [backward_trivial_for(shape), backward_accum_for(shape, M),
+    return [backward_trivial_for(shape), backward_inputs_for(shape), backward_accum_for(shape, M),
             backward_pooled_for(shape, M), li_backward_for(shape, M)]
 
 

@@ -21,7 +21,7 @@ from ..core.checks import check_bool, check_int
 from ..core.workload import MAX_M
 from . import params as _params
 from .base import Bound, segment_max
-from .segments import potential_lambdas, segments_bound, tabulated_best
+from .segments import more_memory, potential_lambdas, segments_bound, tabulated_best
 
 __all__ = ["SMITH", "matmul", "matmul_cosma", "matmul_potential", "matmul_potential_lambdas",
            "matmul_potential_value", "matmul_smith"]
@@ -88,13 +88,19 @@ def matmul_potential_value(m: int, k: int, n: int, M: int, K: int, mu: float) ->
 
 
 @functools.lru_cache(maxsize=4096)
-def _potential(m: int, k: int, n: int, M: int) -> tuple[int, int, float]:
+def _potential_at(m: int, k: int, n: int, M: int, refine: bool) -> tuple[int, int, float]:
     kappa, c = _params.matmul()
 
     def value(K: int, mu: float) -> int:
         return matmul_potential_value(m, k, n, M, K, mu)
 
-    return tabulated_best(value, M, kappa, c * math.sqrt(M), zero_too=True)
+    return tabulated_best(value, M, kappa, c * math.sqrt(M), zero_too=True, retry=refine)
+
+
+@functools.lru_cache(maxsize=4096)
+def _potential(m: int, k: int, n: int, M: int) -> tuple[int, int, float, int]:
+    # closed under more memory (docs/bounds.md §12.1): the best at M or at a larger M'
+    return more_memory(lambda M2, refine: _potential_at(m, k, n, M2, refine), M)
 
 
 def matmul_potential(m: int, k: int, n: int, M: int) -> Bound:
@@ -109,14 +115,16 @@ def matmul_potential(m: int, k: int, n: int, M: int) -> Bound:
     1.93
     """
     m, k, n, M = _sizes(m, k, n, M)
-    seg, K, mu = _potential(m, k, n, M)
+    seg, K, mu, M2 = _potential(m, k, n, M)
     floor = m * k + k * n + m * n
     return Bound(max(seg, floor), "Theorem C: products with a potential on the C accumulators "
                  "(docs/bounds.md §8)", (
                      "standard algorithm: C_ij is a sum of the k products a_il·b_lj, any order "
                      "(summation trees; partial sums may be spilled and reloaded)",
                      "C must end in slow memory; recomputation allowed",
-                     f"segments of K = {K} I/Os, potential μ = {mu:.4g}" if seg > floor
+                     f"segments of K = {K} I/Os, potential μ = {mu:.4g}"
+                     + ("" if M2 == M else f", evaluated at M' = {M2} >= M (a schedule for M "
+                        "runs unchanged with more memory)") if seg > floor
                      else "the input/output floor mk + kn + mn"),
                  True, name="matmul_potential", regime="any M")
 

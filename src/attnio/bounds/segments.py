@@ -18,6 +18,8 @@ tight it is.
 * :func:`segments_bound`: the least h and ``K·(h - 1)``;
 * :func:`tabulated_best`: a theorem at its tabulated (K, multiplier), plus a few more segment
   lengths when the execution has few segments (docs/bounds.md §12);
+* :func:`more_memory`: a bound at M closed under more memory: the maximum of its values at M and
+  at larger M' (any schedule for M runs unchanged with M' >= M words, docs/bounds.md §12.1);
 * :class:`PairsTheorem`: Theorems A, B, D, E as data (their work, table, kind, words), evaluated
   for P required pairs or a Shape: what each theorem's three public functions return.
 """
@@ -31,11 +33,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..core.checks import check_int
-from ..core.workload import Shape
+from ..core.workload import MAX_M, Shape
 from . import params
 from .base import Bound, check_M, pairs_of, regime_of
 
-__all__ = ["FEW_SEGMENTS", "INFLATE", "K_FACTORS", "Branch", "PairsTheorem", "pooled_lambdas",
+__all__ = ["FEW_SEGMENTS", "INFLATE", "K_FACTORS", "MORE_MEMORY_SEGMENTS", "Branch",
+           "PairsTheorem", "more_memory", "more_memory_grid", "pooled_lambdas",
            "potential_lambdas", "segments_bound", "sum_line_peak", "tabulated_best"]
 
 #: Every per-segment maximum is multiplied by this before it divides (rounding safety).
@@ -250,6 +253,61 @@ def tabulated_best(value: Callable[[int, float], int], M: int, kappa: float, p: 
     return best
 
 
+#: Closure under more memory is tried only when the bound at M spans fewer segments than this: with
+#: h segments a larger M' can add at most about a factor 1 + O(1/h) (the many-segment value falls
+#: like 1/M' or 1/√M'), so at large h the scan would only cost time.
+MORE_MEMORY_SEGMENTS = 256
+#: The M' tried: the points ⌈2^(j/8)⌉ > M of one fixed grid (the same for every input), at most
+#: this many, stopping after three in a row give 0.
+MORE_MEMORY_STEPS = 48
+
+
+def more_memory_grid(M: int, steps: int = MORE_MEMORY_STEPS) -> list[int]:
+    """The larger fast memories M' > M that :func:`more_memory` tries: ⌈2^(j/8)⌉ > M, a fixed grid
+    (so that for M₁ < M₂ the points tried at M₂ are among those tried at M₁)."""
+    j = max(0, math.floor(8.0 * math.log2(M)))
+    out: list[int] = []
+    while len(out) < steps:
+        g = math.ceil(2.0 ** (j / 8.0))
+        if g > M and (not out or g > out[-1]):
+            out.append(g)
+        j += 1
+    return out
+
+
+def more_memory(at: Callable[[int, bool], tuple[int, int, float]], M: int,
+                ) -> tuple[int, int, float, int]:
+    """(value, K, multiplier, M'): a bound at M closed under more memory.
+
+    Any schedule that runs with M words of fast memory runs unchanged with M' >= M words (it
+    never holds more than M), so ``I/O(M) >= OPT(M') >= bound(M')`` for every M' >= M: the
+    maximum over any M' >= M is a valid bound at M (docs/bounds.md §12.1).  ``at(M', refine)``
+    evaluates the theorem at M' (``refine``: also its few-segment parameter refinements).  The
+    scan runs only when the bound at M spans fewer than :data:`MORE_MEMORY_SEGMENTS` segments,
+    over :func:`more_memory_grid`, cheaply (no refinement), and the three best M' found are
+    then refined."""
+    v, K, p = at(M, True)
+    best = (v, K, p, M)
+    if K > 0 and v >= MORE_MEMORY_SEGMENTS * K:
+        return best
+    found: list[tuple[int, int]] = []
+    zeros = 0
+    for M2 in more_memory_grid(M):
+        if M2 > MAX_M:
+            break
+        v2 = at(M2, False)[0]
+        zeros = zeros + 1 if v2 == 0 else 0
+        if v2 > 0:
+            found.append((v2, M2))
+        if zeros >= 3:
+            break
+    for _, M2 in sorted(found, reverse=True)[:3]:  # refine the three best
+        v2, K2, p2 = at(M2, True)
+        if v2 > best[0]:
+            best = (v2, K2, p2, M2)
+    return best
+
+
 @dataclass(frozen=True, eq=False)
 class PairsTheorem:
     """One of Theorems A, B, D, E: ``Q >= K·(h - 1)`` for a workload of P required pairs (over all
@@ -276,21 +334,29 @@ class PairsTheorem:
     kind: Literal["potential", "pooled"]
     nu_max: float = 0.0  #: pooled: ν is capped at nu_max·d (the theorem needs ν below c·d)
 
-    def search(self, P: int, d: int, M: int) -> tuple[int, int, float]:
-        """(value, K, multiplier) of the best of the few parameters tried (cached)."""
-        return _search(self, P, d, M)
+    def search(self, P: int, d: int, M: int, refine: bool = True) -> tuple[int, int, float]:
+        """(value, K, multiplier) of the best of the few parameters tried at M itself (cached);
+        ``refine=False``: the tabulated parameters only."""
+        return _search(self, P, d, M, refine)
+
+    def closed(self, P: int, d: int, M: int) -> tuple[int, int, float, int]:
+        """(value, K, multiplier, M'): the best value at M or at a larger M' (cached), a valid
+        bound at M (:func:`more_memory`)."""
+        return _closed(self, P, d, M)
 
     def pairs(self, P: int, d: int, M: int) -> Bound:
         """The theorem for P required pairs (over all query heads), head dimension d, M fast
         words; P, d and M checked (a ParameterError names the bad one)."""
         P, d, M = check_int("P", P, minimum=0), check_int("d", d), check_M(M)
-        value, K, p = self.search(P, d, M)
+        value, K, p, M2 = self.closed(P, d, M)
         if self.kind == "potential":
             parameter = f"potential μ = {p:.4g} per accumulator word"
         else:
             parameter = f"root-piece multiplier ν = {p:.4g}"
+        where = "" if M2 == M else (f", evaluated at M' = {M2} >= M (a schedule for M runs "
+                                    "unchanged with more memory)")
         return Bound(value, self.theorem,
-                     (*self.assumptions, f"segments of K = {K} I/Os, {parameter}"),
+                     (*self.assumptions, f"segments of K = {K} I/Os, {parameter}{where}"),
                      True, name=self.name, regime=regime_of(d, M))
 
     def for_shape(self, shape: Shape, M: int) -> Bound:
@@ -299,7 +365,15 @@ class PairsTheorem:
 
 
 @functools.lru_cache(maxsize=4 * 4096)
-def _search(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, float]:
+def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, float, int]:
+    if P == 0:
+        return 0, 0, 0.0, M
+    return more_memory(lambda M2, refine: _search(theorem, P, d, M2, refine), M)
+
+
+@functools.lru_cache(maxsize=4 * 4096)
+def _search(theorem: PairsTheorem, P: int, d: int, M: int,
+            refine: bool = True) -> tuple[int, int, float]:
     if P == 0:
         return 0, 0, 0.0
     kappa, t = params.lookup(params.table(theorem.table), d * d / M)
@@ -313,4 +387,4 @@ def _search(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, fl
         return theorem.value(P, d, M, K, q)
 
     return tabulated_best(value, M, kappa, p, zero_too=potential,
-                          retry=potential or M <= 16 * d * d)
+                          retry=refine and (potential or M <= 16 * d * d))

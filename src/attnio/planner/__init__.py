@@ -10,13 +10,15 @@ from .planner import (
            Backward,
            Candidate,
            Certificate,
+           CertificateFactors,
            FastMemory,
            Plan,
            backward_plan,
+           certificate_factors,
            fast_memory,
            plan,
            plan_shape,
 )
 
-__all__ = ["Backward", "Candidate", "Certificate", "FastMemory", "Plan", "backward_plan", "fast_memory", "plan",
-           "plan_shape"]
+__all__ = ["Backward", "Candidate", "Certificate", "CertificateFactors", "FastMemory", "Plan",
+           "backward_plan", "certificate_factors", "fast_memory", "plan", "plan_shape"]

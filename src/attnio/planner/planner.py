@@ -40,8 +40,8 @@ from ..core.workload import MAX_M, FastMemory, Shape
 from ..hardware import devices as _devices
 from ..runner import BackwardPass, Certificate, Result, certificate
 
-__all__ = ["Backward", "Candidate", "Certificate", "FastMemory", "Plan", "backward_plan", "plan",
-           "plan_shape"]
+__all__ = ["Backward", "Candidate", "Certificate", "CertificateFactors", "FastMemory", "Plan",
+           "backward_plan", "certificate_factors", "plan", "plan_shape"]
 
 _ERROR_FIELDS = ("guaranteed_error", "error", "error_bound", "eps")
 
@@ -418,6 +418,102 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
             why += f", so the backward is within {bcert.ratio:.2f}x of optimal"
         why += "; the bounds above are the forward's."
     return Plan(shape, memory, cands, tuple(skipped), cert, why, approx_eps, bwd_best)
+
+
+@dataclass(frozen=True)
+class CertificateFactors:
+    """The certificate total/bound split in two (issue 25): the planner's count over the best
+    schedule found by any means on that shape (:attr:`schedule_factor`: slack in the planner's
+    search), and that over the best explicit bound (:attr:`bound_factor`: slack in the bound or in
+    every schedule known).  Their product is the plan's ratio."""
+
+    total: int  #: the planner's predicted count
+    best_found: int  #: the least count of any schedule found (<= total)
+    best_found_by: str  #: the algorithm that found it
+    best_found_tiling: Any
+    bound: float  #: the best explicit lower bound
+    searched: int  #: tilings scored beyond the planner's own candidates
+
+    @property
+    def schedule_factor(self) -> float:
+        return self.total / self.best_found if self.best_found else 1.0
+
+    @property
+    def bound_factor(self) -> float | None:
+        return self.best_found / self.bound if self.bound > 0 else None
+
+    def __str__(self) -> str:
+        bf = self.bound_factor
+        return (f"planner {self.total:,} / best found {self.best_found:,} ({self.best_found_by} "
+                f"{self.best_found_tiling}) = {self.schedule_factor:.3f}; best found / bound "
+                f"{fmt_count(self.bound)} = " + ("n/a" if bf is None else f"{bf:.3f}"))
+
+
+#: The tile fields the dense search of :func:`certificate_factors` knows how to range over: the
+#: query rows, the key rows, the query heads sharing a K/V tile, and a score chunk (whose width
+#: moves no word: 1, the least footprint).
+_DENSE_FIELDS = frozenset({"Br", "Bc", "group", "Bs"})
+
+
+def _dense(n: int, cheap: int) -> list[int]:
+    """Every size 1..n when n <= ``cheap``, else the sizes of the fewest blocks (⌈n/t⌉ for
+    t <= ``cheap``) and a geometric grid of ratio 2^(1/4)."""
+    if n <= cheap:
+        return list(range(1, n + 1))
+    out = {-(-n // t) for t in range(1, cheap + 1)}
+    k = 0
+    while (v := round(2 ** (k / 4))) <= n:
+        out.add(v)
+        k += 1
+    return sorted(out)
+
+
+def certificate_factors(p: Plan, *, cheap: int = 64) -> CertificateFactors:
+    """The plan's certificate as two factors (docs/bounds.md §13): the planner's count over the
+    best schedule found by any means, and that over the best explicit bound.
+
+    "Any means": the least count of the planner's candidates, and a denser search over every
+    registered exact algorithm whose tiling is made of query rows ``Br``, key rows ``Bc``, a
+    query-head ``group`` and a score chunk ``Bs`` — every size when the axis has at most
+    ``cheap`` rows (exhaustive), the fewest-blocks sizes and a 2^(1/4) grid otherwise — scored by
+    closed form (every count equals the simulator's).  Not cached; the planner does not call it
+    (its cold time is unchanged)."""
+    shape, M = p.shape, p.memory.M
+    best = (p.chosen.predicted.total, p.chosen.algorithm, p.chosen.tiling)
+    searched = 0
+    if p.chosen.exact:
+        for alg in _alg.all_algorithms(exact=True):
+            fields = {f.name for f in dataclasses.fields(alg.Tiling)}
+            if "Br" not in fields or not fields <= _DENSE_FIELDS:
+                continue
+            if (shape.window is not None and not alg.supports_window) or (
+                    shape.block_mask is not None and not alg.supports_block_mask):
+                continue
+            if M < alg.min_M(shape):
+                continue
+            groups = [g for g in range(1, shape.group + 1) if shape.group % g == 0]
+            brs = _dense(shape.Nq, cheap)
+            bcs = _dense(shape.Nkv, cheap) if "Bc" in fields else [None]
+            tilings = []
+            for G in (groups if "group" in fields else [None]):
+                for Br in brs:
+                    for Bc in bcs:
+                        kw: dict[str, int] = {"Br": Br}
+                        if Bc is not None:
+                            kw["Bc"] = Bc
+                        if G is not None:
+                            kw["group"] = G
+                        if "Bs" in fields:
+                            kw["Bs"] = 1
+                        tilings.append(alg.Tiling(**kw))
+            found = alg.search(shape, M, tilings)
+            if found is None:
+                continue
+            searched += found.tried
+            if found.predicted.total < best[0]:
+                best = (found.predicted.total, alg.name, found.tiling)
+    return CertificateFactors(p.chosen.predicted.total, best[0], best[1], best[2],
+                              p.certificate.best_bound.value, searched)
 
 
 def fast_memory(M: int | None = None, *, M_bytes: int | None = None,
