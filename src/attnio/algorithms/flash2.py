@@ -60,7 +60,7 @@ from ..core.errors import ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
-from .base import Algorithm, head_views
+from .base import Algorithm, divisors_upto, head_views
 from .flash2_backward import BACKWARD, aligned_sizes
 
 
@@ -77,25 +77,10 @@ def _fp(d: int, Br: int, Bc: int, G: int = 1) -> int:
     return G * (2 * Br * d + 3 * Br) + 2 * Bc * d + Br * Bc
 
 
-def _divisors(n: int, most: int) -> list[int]:
-    """The divisors of n that are <= most, ascending, in O(min(most, sqrt(n))) steps (a group
-    of 2**40 query heads per key/value head is as quick as one of 4)."""
-    if most * most <= n:
-        return [k for k in range(1, most + 1) if n % k == 0]
-    small, large, k = [], [], 1
-    while k * k <= n:
-        if n % k == 0:
-            small.append(k)
-            if k * k != n:
-                large.append(n // k)
-        k += 1
-    return [g for g in small + large[::-1] if g <= most]
-
-
 def _groups(shape: Shape, M: int) -> list[int]:
     """The query-head groups G (divisors of heads/kv_heads) whose tiles of one row fit in M:
     G·(2d + 3) + 1 <= M - 2d."""
-    return _divisors(shape.group, max(0, (M - 2 * shape.d - 1) // (2 * shape.d + 3)))
+    return divisors_upto(shape.group, max(0, (M - 2 * shape.d - 1) // (2 * shape.d + 3)))
 
 
 class Flash2(Algorithm[Flash2Tiling]):

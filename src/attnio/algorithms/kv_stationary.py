@@ -178,24 +178,30 @@ class KVStationary(Algorithm[KVStationaryTiling]):
         for hb in mem.blocks(shape.n_kv_heads, 1):  # alike: bulk count mode runs one
             kvh = hb.start
             ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
-            heads = [kvh * G + g for g in range(G)]  # query heads are stacked group by group
-            Qs = [mem.view(Q, slice(h * Nq, (h + 1) * Nq), f"Q[{h}]") for h in heads]
-            Os = [mem.view(O, slice(h * Nq, (h + 1) * Nq), f"O[{h}]") for h in heads]
-            self.schedule_group(mem, Qs, mem.view(K, ks, f"K[{kvh}]"),
-                                mem.view(V, ks, f"V[{kvh}]"), Os, shape=shape, tiling=tiling,
+
+            def head(g: int, kvh: int = kvh) -> tuple[SlowArray, SlowArray]:
+                h = kvh * G + g  # query heads are stacked group by group
+                rows = slice(h * Nq, (h + 1) * Nq)
+                return mem.view(Q, rows, f"Q[{h}]"), mem.view(O, rows, f"O[{h}]")
+
+            self.schedule_group(mem, head, G, mem.view(K, ks, f"K[{kvh}]"),
+                                mem.view(V, ks, f"V[{kvh}]"), shape=shape, tiling=tiling,
                                 scale=scale)
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                  O: SlowArray, *, shape: Shape, tiling: KVStationaryTiling, scale: float) -> None:
-        self.schedule_group(mem, [Q], K, V, [O], shape=shape, tiling=tiling, scale=scale)
+        self.schedule_group(mem, lambda g: (Q, O), 1, K, V, shape=shape, tiling=tiling,
+                            scale=scale)
 
-    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
-                       V: SlowArray, Os: list[SlowArray], *, shape: Shape,
-                       tiling: KVStationaryTiling, scale: float) -> None:
+    def schedule_group(self, mem: TwoLevelMemory,
+                       head: Callable[[int], tuple[SlowArray, SlowArray]], G: int,
+                       K: SlowArray, V: SlowArray, *, shape: Shape, tiling: KVStationaryTiling,
+                       scale: float) -> None:
+        """One K/V head with the ``G`` query heads of its group (``head(g)``: the g-th one's Q
+        and O); the heads move alike words, so bulk count mode runs one of them."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         Bc, Br = min(tiling.Bc, Nkv), min(tiling.Br, Nq)
         Bs = min(tiling.Bs, Bc)
-        G = len(Qs)
         Op = mem.scratch("kvs_O_part", (G * Nq, d))
         mp = mem.scratch("kvs_m_part", (G * Nq,))
         lp = mem.scratch("kvs_l_part", (G * Nq,))
@@ -211,9 +217,9 @@ class KVStationary(Algorithm[KVStationaryTiling]):
         e = max(z, _first(0, nb, lambda i: rng(i)[0] >= Nkv))
         for lo_, hi_ in ((0, min(Nq, z * Br)), (min(Nq, e * Br), Nq)):
             for qb in mem.blocks(Nq, Br, lo=lo_, hi=hi_):
-                for O in Os:
+                for gb in mem.blocks(G, 1):
                     zt = mem.alloc((qb.size, d), 0.0, label="O_i")
-                    mem.store(zt, O, qb)
+                    mem.store(zt, head(gb.start)[1], qb)
                     mem.free(zt)
         # unmasked, the first key block, the middle ones and the last move alike words: three
         # uniform runs (bulk count mode executes each once); masked, block by block
@@ -235,7 +241,9 @@ class KVStationary(Algorithm[KVStationaryTiling]):
             a = _first(i0, i1, lambda i: rng(i)[0] >= kb.start)
             b = _first(i0, i1, lambda i: rng(i)[1] > kb.stop)
             marks = sorted({i0, a, b, i1})
-            for g, (Q, O) in enumerate(zip(Qs, Os)):
+            for gb in mem.blocks(G, 1):
+                g = gb.start
+                Q, O = head(g)
                 for c0, c1 in zip(marks[:-1], marks[1:]):
                     first, last = c0 >= a, c0 < b
                     for qb in mem.blocks(Nq, Br, lo=c0 * Br, hi=min(Nq, c1 * Br)):

@@ -48,7 +48,7 @@ from ..core.errors import ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
-from .base import Algorithm, head_views
+from .base import Algorithm, divisors_upto, head_views
 from .flash2 import ALGORITHM as _FLASH2
 from .flash2 import Flash2Tiling
 
@@ -63,10 +63,6 @@ class QStationaryMinTiling:
 
 def _fp(d: int, Br: int, G: int = 1) -> int:
     return G * Br * (2 * d + 3) + 1
-
-
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
 
 
 def _accumulate_score(col: int) -> Callable[..., None]:
@@ -131,7 +127,8 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
     def candidate_tilings(self, shape: Shape, M: int) -> list[QStationaryMinTiling]:
         d, Nq = shape.d, shape.Nq
         out: list[QStationaryMinTiling] = []
-        for G in _divisors(shape.group):
+        # groups whose one-row block fits: G (2d + 3) + 1 <= M
+        for G in divisors_upto(shape.group, max(0, (M - 1) // (2 * d + 3))):
             br_max = min(Nq, (M - 1) // (G * (2 * d + 3)))
             if br_max < 1:
                 continue
