@@ -131,3 +131,19 @@ def test_a_failed_trace_write_leaves_no_partial_file(tmp_path, monkeypatch, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--out {out}" in err and "File too large" in err
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("algorithm", ["kv_stationary", "q_stationary_min"])
+def test_a_masked_count_that_walks_its_blocks_is_estimated_and_refused_beyond_the_budget(algorithm):
+    # these schedules walk a causal shape's blocks one by one in count mode (Algorithm.count_walk):
+    # at N = 10**9 that is minutes, refused before it starts, naming budget_s; unmasked is bulk
+    from attnio.core.resources import ResourceError
+
+    big = Shape(10**9, 10**9, 128, causal=True)
+    assert get(algorithm).count_walk(big, get(algorithm).coerce_tiling(big, 65536, None)) > 10**6
+    with pytest.raises(ResourceError, match="budget_s"):
+        attnio.run(algorithm, shape=big, M=65536, mode="count")
+    flat = Shape(10**9, 10**9, 128)
+    assert get(algorithm).count_walk(flat, get(algorithm).coerce_tiling(flat, 65536, None)) == 0
+    assert attnio.run(algorithm, shape=Shape(4096, 4096, 64, causal=True), M=65536,
+                      mode="count").io.total > 0

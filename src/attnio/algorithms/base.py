@@ -76,6 +76,11 @@ class TiledSchedule(ABC, Generic[TilingT]):
         """Tile steps of one head (used to break ties toward fewer, larger steps)."""
         return 0
 
+    def count_walk(self, shape: Shape, tiling: TilingT) -> int:
+        """Blocks a bulk count-mode run walks one by one (the runner estimates its time from
+        them, before running): 0 where runs of alike blocks execute once whatever the sizes."""
+        return 0
+
     def _least_io(self, shape: Shape, M: int, tilings: Iterable[TilingT],
                   count: Callable[[Shape, TilingT], IOCount]) -> Choice[TilingT] | None:
         """The least-(I/O, steps) tiling among ``tilings`` that fits in M, its every-head count

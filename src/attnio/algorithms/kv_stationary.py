@@ -119,6 +119,10 @@ class KVStationary(Algorithm[KVStationaryTiling]):
     def steps(self, shape: Shape, tiling: KVStationaryTiling) -> int:
         return cdiv(shape.Nkv, tiling.Bc) * cdiv(shape.Nq, tiling.Br)
 
+    def count_walk(self, shape: Shape, tiling: KVStationaryTiling) -> int:
+        """Masked, bulk count mode walks the key blocks one by one (unmasked: three runs)."""
+        return cdiv(shape.Nkv, tiling.Bc) if shape.causal else 0
+
     def candidate_tilings(self, shape: Shape, M: int) -> list[KVStationaryTiling]:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         bc_max = min(Nkv, (M - (2 * d + 4)) // (2 * d))

@@ -124,6 +124,10 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
     def steps(self, shape: Shape, tiling: QStationaryMinTiling) -> int:
         return cdiv(shape.Nq, tiling.Br) * shape.Nkv
 
+    def count_walk(self, shape: Shape, tiling: QStationaryMinTiling) -> int:
+        """Masked, bulk count mode walks the query blocks one by one."""
+        return cdiv(shape.Nq, tiling.Br) if shape.causal else 0
+
     def candidate_tilings(self, shape: Shape, M: int) -> list[QStationaryMinTiling]:
         d, Nq = shape.d, shape.Nq
         out: list[QStationaryMinTiling] = []
