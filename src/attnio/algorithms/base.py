@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -35,7 +35,8 @@ from ..core.workload import Shape
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["Algorithm", "BackwardSchedule", "TilingT", "default_scale", "divisors_upto", "head_views"]
+__all__ = ["Algorithm", "BackwardSchedule", "TilingT", "default_scale", "divisors_upto", "head_views",
+           "kv_head_groups"]
 
 #: A schedule's tiling type: a (frozen) dataclass of its tile parameters.
 TilingT = TypeVar("TilingT", bound="DataclassInstance")
@@ -366,3 +367,22 @@ def divisors_upto(n: int, most: int) -> list[int]:
                 large.append(n // k)
         k += 1
     return [g for g in small + large[::-1] if g <= most]
+
+
+def kv_head_groups(
+    mem: TwoLevelMemory, arrays: dict[str, SlowArray], shape: Shape,
+) -> Iterator[tuple[dict[str, list[SlowArray]], dict[str, SlowArray]]]:
+    """The views a backward schedule works on, one K/V head at a time (alike heads: bulk count
+    mode runs one): ``(qv, kv)`` with ``qv`` the group's query heads' Q, O, dO, dQ, L and the
+    scratch D = rowsum(dO ∘ O), and ``kv`` that head's K, V, dK, dV.  ``arrays``: Q, K, V, O, dO,
+    L (inputs) and dQ, dK, dV (outputs), stacked by head."""
+    Nq, Nkv = shape.Nq, shape.Nkv
+    D = mem.scratch("D", (shape.n_heads * Nq,))
+    for kvb in mem.blocks(shape.n_kv_heads, 1):
+        kvh = kvb.start
+        ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
+        q_heads = range(kvh * shape.group, (kvh + 1) * shape.group)
+        qv = {name: [mem.view(arr, slice(h * Nq, (h + 1) * Nq)) for h in q_heads]
+              for name, arr in (("Q", arrays["Q"]), ("O", arrays["O"]), ("dO", arrays["dO"]),
+                                ("dQ", arrays["dQ"]), ("L", arrays["L"]), ("D", D))}
+        yield qv, {n: mem.view(arrays[n], ks) for n in ("K", "V", "dK", "dV")}

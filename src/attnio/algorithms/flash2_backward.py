@@ -44,7 +44,7 @@ from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, q_range
 from . import _kernels as K_
-from .base import BackwardSchedule
+from .base import BackwardSchedule, kv_head_groups
 
 
 @dataclass(frozen=True)
@@ -154,17 +154,7 @@ class Flash2Backward(BackwardSchedule[BackwardTiling]):
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
                      tiling: BackwardTiling, scale: float) -> None:
         """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
-        Nq, Nkv = shape.Nq, shape.Nkv
-        D = mem.scratch("D", (shape.n_heads * Nq,))
-        for kvb in mem.blocks(shape.n_kv_heads, 1):
-            kvh = kvb.start
-            ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
-            q_heads = range(kvh * shape.group, (kvh + 1) * shape.group)
-            qv = {}
-            for name, arr in (("Q", arrays["Q"]), ("O", arrays["O"]), ("dO", arrays["dO"]),
-                              ("dQ", arrays["dQ"]), ("L", arrays["L"]), ("D", D)):
-                qv[name] = [mem.view(arr, slice(h * Nq, (h + 1) * Nq)) for h in q_heads]
-            kv = {n: mem.view(arrays[n], ks) for n in ("K", "V", "dK", "dV")}
+        for qv, kv in kv_head_groups(mem, arrays, shape):
             self._one_kv_head(mem, qv, kv, shape=shape, tiling=tiling, scale=scale)
 
     def _one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
