@@ -24,10 +24,11 @@ import json
 import os
 import pathlib
 import platform
-import re
 import statistics
 import time
 from fractions import Fraction
+
+from _docs import rewrite_block
 
 import attnio
 from attnio.core.workload import Shape
@@ -159,12 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(res, f, indent=1)
     print("wrote", args.out, f"({res['seconds']:.0f} s)")
     if args.write:
-        doc = DOC.read_text()
-        pat = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
-        if not pat.search(doc):
-            raise SystemExit(f"markers {START} .. {END} not found in {DOC}")
-        DOC.write_text(pat.sub(lambda _m: START + "\n" + text + "\n" + END, doc, count=1))
-        print("rewrote", DOC)
+        rewrite_block(DOC, START, END, text)
     return 0
 
 
