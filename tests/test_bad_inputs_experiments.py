@@ -484,8 +484,10 @@ def ctrl_c_trial(db: Path, jobs: int, *, double: bool = False, sig: int = signal
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
+    """The grid's rows from one uninterrupted serial run (a sweep's rows do not depend on its
+    jobs: test_sweep.py::test_local_pool_gives_the_same_rows), in this process."""
     db = tmp_path_factory.mktemp("ref") / "ref.sqlite"
-    assert cli_main(["sweep", "--db", str(db), "--quiet", "--jobs", "2", *CTRL_C_GRID]) == 0
+    assert cli_main(["sweep", "--db", str(db), "--quiet", "--jobs", "1", *CTRL_C_GRID]) == 0
     with ResultsStore(db, readonly=True) as st:
         rows = [{k: v for k, v in r.items() if k not in ("wall_s", "created_at")}
                 for r in st.rows()]
@@ -494,7 +496,9 @@ def uninterrupted(tmp_path_factory):
 
 
 def _resumed_rows(db: Path) -> list[dict]:
-    assert cli_main(["sweep", "--db", str(db), "--quiet", "--jobs", "2", *CTRL_C_GRID]) == 0
+    """Resume the interrupted sweep to its end (serially: a pool's start-up is not what these
+    tests are about, the interrupted run's own ``--jobs`` is) and return its rows."""
+    assert cli_main(["sweep", "--db", str(db), "--quiet", "--jobs", "1", *CTRL_C_GRID]) == 0
     with ResultsStore(db, readonly=True) as st:
         return [{k: v for k, v in r.items() if k not in ("wall_s", "created_at")}
                 for r in st.rows()]
