@@ -84,7 +84,8 @@ def _reference_grads(shape: Shape, data):
 
 
 def test_the_registry_lists_every_backward_schedule():
-    assert BACKWARDS == ["flash2_backward", "small_cache_backward", "split_backward"]
+    assert BACKWARDS == ["flash2_backward", "small_cache_backward", "split_backward",
+                         "group_split_backward"]
     assert get_backward("flash2_backward") is attnio.algorithms.get("flash2").backward
     with pytest.raises(UnknownNameError, match="unknown backward_algorithm 'small_cache'; did "
                                                "you mean 'small_cache_backward'"):
