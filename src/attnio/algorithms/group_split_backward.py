@@ -44,7 +44,7 @@ row; every row writes dQ (d).  Pass B: with ``R₁ = Σ_j rows_j`` and ``C = Σ_
     writes = g·S + g·Nq·d + 2·Nkv·d
 
 times ``batch·kv_heads``.  Against ``split_backward`` (same Bc, Br1, Bc2 and Br2 = Br, G = 1) this
-saves ``g·(2·Nq·d + Nq) − g·(d − 1)·S`` (= g·(Nd + N) unmasked): the preprocessing's second
+saves ``g·(2·Nq·d + Nq − d·S)`` (= g·(Nd + N) unmasked): the preprocessing's second
 reading of dO and its D for rows that see nothing.  Unmasked, N = Nq = Nkv, one head, Bc ≈ M/(4d),
 Br ≈ M/(3d): ≈ 14·N²d²/M as ``split_backward``, one N·d less.
 
