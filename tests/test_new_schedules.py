@@ -195,7 +195,7 @@ def test_split_backward_moves_less_than_flash2_backward_at_large_cache():
 def test_group_split_saves_the_preprocessing_and_shares_kv_across_the_stack(causal, window, Nq,
                                                                            Nkv, heads, kvh):
     """group_split_backward with one head per stack and split_backward's tiles moves what
-    split_backward does less g·(2·Nq·d + Nq − d·S) per K/V head (its docstring: D formed
+    split_backward does less g·(2·Nq·d − (d − 1)·S) per K/V head (its docstring: D formed
     in the dQ pass, dO read twice), and stacking G heads divides the dQ pass's K/V reads by G,
     simulated (count mode) and in closed form."""
     from attnio.algorithms.group_split_backward import GroupSplitTiling
@@ -212,7 +212,7 @@ def test_group_split_saves_the_preprocessing_and_shares_kv_across_the_stack(caus
     a = split.predict(shape, SplitBackwardTiling(Bc, Br1, Br, Bc2))
     b = grp.predict(shape, GroupSplitTiling(1, Br, Bc2, Bc, Br1))
     S = masks.query_block_sums(Nq, Nkv, Br, Bc2, shape.offset, shape.window, shape.causal)
-    assert a.total - b.total == kvh * g * (2 * Nq * d + Nq - d * S.size_seen)
+    assert a.total - b.total == kvh * g * (2 * Nq * d - (d - 1) * S.size_seen)
     assert a.total > b.total
 
     def kv_reads(t):  # reads of K and V by a count-mode run of the schedule alone
@@ -235,6 +235,26 @@ def test_group_split_saves_the_preprocessing_and_shares_kv_across_the_stack(caus
         assert stacked * G == one, (G, stacked, one)
     assert one == kvh * g * 2 * d * S.width
 
+
+
+def test_group_split_backward_zeroes_d_of_rows_that_see_no_key():
+    """Found by hypothesis: Nq = 2, Nkv = 1, bottom-right causal — row 0 sees no key, so its dQ
+    block (Br = 1) skips the K/V stream; pass B's block of Br1 = 2 rows still loads its D beside
+    row 1's, where P = 0: D must have been written (0), not left unset (0·NaN)."""
+    from attnio.algorithms.group_split_backward import GroupSplitTiling
+    from attnio.core.reference import attention_backward
+
+    rng = np.random.default_rng(0)
+    Q, K, V, dO = (rng.standard_normal((1, 1, n, 1)) for n in (2, 1, 1, 2))
+    t = GroupSplitTiling(group=1, Br=1, Bc2=1, Bc=1, Br1=2)
+    res = attnio.run("flash2", Q, K, V, M=40, causal=True, grad_output=dO,
+                     backward=BackwardPass("group_split_backward", t))
+    for grad, want in zip(("dQ", "dK", "dV"), attention_backward(Q, K, V, dO, causal=True)):
+        got = np.asarray(res.grads[grad]).reshape(want.shape)
+        assert np.all(np.isfinite(got)) and np.abs(got - want).max() <= 1e-10, grad
+    pred = attnio.algorithms.get_backward("group_split_backward").predict(
+        Shape.make(2, 1, Nkv=1, causal=True), t)
+    assert (res.backward_io.reads, res.backward_io.writes) == (pred.reads, pred.writes)
 
 def test_group_split_backward_beats_the_issue_example():
     """The issue's worst backward point (N = 300, d = 160, M = 24000, causal, 8 query heads on 2

@@ -16,7 +16,7 @@ This schedule runs the dQ pass first and
 Per key/value head with g query heads::
 
     pass A, per stack of G query heads, per query block i (Br rows):
-        if block i sees no key: write dQ_i = 0 for each head; continue
+        if block i sees no key: write dQ_i = 0, D_i = 0 for each head; continue
         for each head h:  load dO_i, O_i; D_i = rowsum(dO_i ∘ O_i); write D_i; free O_i
         for each head h:  load Q_i, L_i;  dQ_i = 0 in fast memory
         for each key/value block j (Bc2 rows) that block i sees:
@@ -35,17 +35,18 @@ Per key/value head with g query heads::
 Closed form per key/value head.  Pass A: with ``S = Σ_i [seen_i]·rows_i`` and
 ``W = Σ_i cov_i`` over the query blocks of Br rows against key blocks of Bc2
 (:func:`attnio.core.masks.query_block_sums`: ``size_seen`` and ``width``), each seen row of each
-head reads Q, dO, O (3d) and L (1) and writes D (1); each stack reads 2d words per covered key
-row; every row writes dQ (d).  Pass B: with ``R₁ = Σ_j rows_j`` and ``C = Σ_j vis_j·Bc_j``
+head reads Q, dO, O (3d) and L (1); each stack reads 2d words per covered key row; every row
+writes D (1: 0 where its block sees no key, as pass B may load it beside a row that does) and
+dQ (d).  Pass B: with ``R₁ = Σ_j rows_j`` and ``C = Σ_j vis_j·Bc_j``
 (:func:`attnio.core.masks.key_block_sums` at (Br1, Bc): ``width`` and ``size_seen``) as in
 ``split_backward``::
 
     reads  = g·(3d + 1)·S + (g/G)·2d·W + 2d·C + g·(2d + 2)·R₁
-    writes = g·S + g·Nq·d + 2·Nkv·d
+    writes = g·Nq + g·Nq·d + 2·Nkv·d
 
 times ``batch·kv_heads``.  Against ``split_backward`` (same Bc, Br1, Bc2 and Br2 = Br, G = 1) this
-saves ``g·(2·Nq·d + Nq − d·S)`` (= g·(Nd + N) unmasked): the preprocessing's second
-reading of dO and its D for rows that see nothing.  Unmasked, N = Nq = Nkv, one head, Bc ≈ M/(4d),
+saves ``g·(2·Nq·d − (d − 1)·S)`` (= g·(Nd + N) unmasked): the preprocessing's second
+reading of dO (and its reading of O and dO for rows that see nothing).  Unmasked, N = Nq = Nkv, one head, Bc ≈ M/(4d),
 Br ≈ M/(3d): ≈ 14·N²d²/M as ``split_backward``, one N·d less.
 
 Fast memory.  Pass A holds, for G heads, Q_i, dO_i, dQ_i (3·G·Br·d), L_i, D_i (2·G·Br), K_j, V_j
@@ -136,7 +137,7 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
         s = masks.query_block_sums(shape.Nq, shape.Nkv, Br, Bc2, shape.offset, shape.window,
                                    shape.causal)
         return IOCount(g * (3 * d + 1) * s.size_seen + (g // G) * 2 * d * s.width,
-                       g * s.size_seen + g * shape.Nq * d)
+                       g * shape.Nq + g * shape.Nq * d)
 
     def predict(self, shape: Shape, t: GroupSplitTiling) -> IOCount:
         Nq, Nkv = shape.Nq, shape.Nkv
@@ -192,11 +193,13 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
             heads = range(s * G, (s + 1) * G)
             for qb in mem.blocks(Nq, Br, band=qband):
                 lo, hi = kv_range(shape, qb.start, qb.stop)
-                if hi <= lo:  # no key: dQ = 0, D never read
-                    for h in heads:
+                if hi <= lo:  # no key: dQ = 0, and D = 0 (pass B's blocks of Br1 rows may
+                    for h in heads:  # hold these rows, with P = 0 there: 0·D must be 0)
                         z = mem.alloc((qb.size, d), 0.0, label="dQ_i")
                         mem.store(z, qv["dQ"][h], qb)
-                        mem.free(z)
+                        z0 = mem.alloc((qb.size,), 0.0, label="D_i")
+                        mem.store(z0, qv["D"][h], qb)
+                        mem.free(z, z0)
                     continue
                 dO, D, Q, L, dQ = [], [], [], [], []
                 for h in heads:
