@@ -107,9 +107,20 @@ def backward_inputs(Nq: int, Nkv: int, d: int, *, causal: object = False, heads:
 
 
 # ---------------------------------------------------------------------------- Theorem D
+#: Theorem D's cubic constant: oqk + (k + q)·min(q, o)·min(k, v) <= (q + k + o + v)³/(12√3).
+D_CUBIC = 1.0 / (12.0 * math.sqrt(3.0))
+#: The cells [τ_a, τ_b] of [1/2, 1] whose branches cover G(s) = max_τ τ(1-τ)s² + D_CUBIC·τ³s³/d²
+#: (τ = the share of the import budget spent on Q, K, V, dO entries): uniform from 1/2, then
+#: geometric towards 1, where the pure cubic branch (τ = 1) takes over.
+_D_EDGES = tuple(sorted({0.5 + i / 12 for i in range(7)} | {1.0 - 2.0 ** -k for k in range(1, 7)}))
+
+
 def _d_branches(d: int) -> tuple[tuple[float, float], ...]:
-    # G(s) = s²/4 + s³/(6√3·d²)
-    return ((0.25, 1.0 / (6.0 * math.sqrt(3.0) * d * d)),)
+    """Branches c2·s² + c3·s³ whose maximum is >= Theorem D's G(s) (docs/bounds.md §10, step 6):
+    for τ in a cell [a, b] of [1/2, 1], τ(1-τ) <= a(1-a) and τ³ <= b³; τ < 1/2 is below τ = 1/2."""
+    dd = float(d * d)
+    return tuple((a * (1.0 - a), D_CUBIC * b ** 3 / dd)
+                 for a, b in zip(_D_EDGES[:-1], _D_EDGES[1:]))
 
 
 def backward_accum_lambdas(M: float, d: int, K: float, mu: float) -> tuple[float, float, float]:
