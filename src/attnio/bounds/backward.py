@@ -10,7 +10,7 @@ Its count is the backward pass alone: fast memory starts empty, as in the forwar
   too, so Q, K, V, dO are read and dQ, dK, dV written: 7Nd unmasked;
 * :func:`backward_accum` (Theorem D) - explicit: the 3·P·d products of the dV, dQ, dK
   accumulations, with a potential on the accumulators held at segment boundaries: about
-  ``6.2·N²d²/M`` for M >> d² (FlashAttention-2's backward moves about ``16·N²d²/M``);
+  ``8.8·N²d²/M`` for M >> d² (FlashAttention-2's backward moves about ``16·N²d²/M``);
 * :func:`backward_pooled` (Theorem E) - explicit: the five product families of the backward
   (S, dP, dV, dQ, dK: 5·P·d) under one budget: about ``6.1·N²d/√M`` for M << d²;
 * :func:`li_backward` - asymptotic: Li, Liang, Shi, Song et al. (arXiv 2410.09397), Theorem 1.1,
