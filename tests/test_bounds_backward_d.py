@@ -97,3 +97,60 @@ def test_theorem_d_is_stronger_than_its_first_version():
         old = potential_lambdas(M, K, mu, ((0.25, 1.0 / (6.0 * math.sqrt(3.0) * d * d)),))
         new = BK.backward_accum_lambdas(M, d, K, mu)
         assert all(n < o for n, o in zip(new, old))
+
+
+# ---------------------------------------------------------------- against every backward schedule
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from attnio.algorithms import all_backwards  # noqa: E402
+from attnio.core.blockmask import BlockMask  # noqa: E402
+from attnio.core.masks import row_counts  # noqa: E402
+from attnio.core.workload import Shape  # noqa: E402
+
+
+def least_backward_count(shape, M):
+    best = None
+    for bwd in all_backwards():
+        if bwd.unsupported(shape) or M < bwd.min_M(shape):
+            continue
+        for t in bwd.candidate_tilings(shape, M):
+            if bwd.footprint(shape, t) <= M:
+                total = bwd.predict(shape, t).total
+                best = total if best is None else min(best, total)
+    return best
+
+
+@st.composite
+def backward_shapes(draw):
+    Nq = draw(st.integers(2, 40))
+    Nkv = draw(st.sampled_from([Nq, max(1, Nq - draw(st.integers(1, 8))), Nq + draw(st.integers(1, 8))]))
+    d = draw(st.integers(1, 10))
+    group, kvh = draw(st.sampled_from([(1, 1), (2, 1), (4, 2), (3, 1)]))
+    kind = draw(st.sampled_from(["none", "causal", "top_left", "window", "sparse"]))
+    if kind == "sparse":
+        b = draw(st.sampled_from([2, 4, 8]))
+        layout = BlockMask.random(Nq, Nkv, b, density=draw(st.floats(0.2, 1.0)),
+                                  seed=draw(st.integers(0, 99)))
+        return Shape(Nq, Nkv, d, heads=group * kvh, kv_heads=kvh, block_mask=layout)
+    causal = {"none": False, "causal": True, "top_left": "top_left", "window": True}[kind]
+    window = draw(st.integers(1, 12)) if kind == "window" else None
+    return Shape.make(Nq, d, Nkv=Nkv, causal=causal, window=window, heads=group * kvh,
+                      kv_heads=kvh)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=backward_shapes(), M=st.integers(8, 4000), kfac=st.floats(0.05, 8.0),
+       mfac=st.floats(0.0, 3.0))
+def test_theorem_d_is_below_every_backward_schedule_on_random_shapes(shape, M, kfac, mfac):
+    """Masked, windowed, grouped-query, Nq != Nkv and block-sparse shapes: Theorem D at its
+    tabulated parameters (closed under more memory) and at random (K, μ) is at most the least
+    count of every backward schedule and tiling that fits."""
+    least = least_backward_count(shape, M)
+    if least is None:
+        return
+    assert BK.backward_accum_for(shape, M).value <= least
+    P, d = row_counts(shape).pairs2 * shape.n_heads, shape.d
+    assert BK.backward_accum_pairs(P, d, M).value == BK.backward_accum_for(shape, M).value
+    K = max(1, round(kfac * M))
+    assert BK.backward_accum_value(P, d, M, K, mfac * max(math.sqrt(M), M / d)) <= least
