@@ -154,3 +154,14 @@ def test_theorem_d_is_below_every_backward_schedule_on_random_shapes(shape, M, k
     assert BK.backward_accum_pairs(P, d, M).value == BK.backward_accum_for(shape, M).value
     K = max(1, round(kfac * M))
     assert BK.backward_accum_value(P, d, M, K, mfac * max(math.sqrt(M), M / d)) <= least
+
+
+def test_dropping_dominated_branches_changes_no_maximum():
+    from attnio.bounds.segments import potential_lambdas
+
+    for M, d, K, mu in ((24000, 160, 47000, 300.0), (48000, 96, 60000, 900.0), (600, 40, 800, 10.0),
+                        (4096, 8, 5000, 1500.0), (100, 1, 300, 20.0)):
+        every = potential_lambdas(M, K, mu, BK._d_branches(d))
+        assert BK.backward_accum_lambdas(M, d, K, mu) == pytest.approx(every, rel=1e-12)
+    # equal branches: one is kept
+    assert BK._dominated((0.2, 0.1), (0.2, 0.1), 5.0) and not BK._dominated((0.3, 0.0), (0.2, 0.1), 5.0)

@@ -123,9 +123,24 @@ def _d_branches(d: int) -> tuple[tuple[float, float], ...]:
                  for a, b in zip(_D_EDGES[:-1], _D_EDGES[1:]))
 
 
+def _dominated(b: tuple[float, float], by: tuple[float, float], top: float) -> bool:
+    """Whether branch b is <= branch ``by`` at every s in [0, top]: (c2 - c2') + (c3 - c3')·s is
+    linear in s, so it is <= 0 on the interval iff it is at both ends."""
+    return b[0] <= by[0] and (b[0] - by[0]) + (b[1] - by[1]) * top <= 0.0
+
+
 def backward_accum_lambdas(M: float, d: int, K: float, mu: float) -> tuple[float, float, float]:
-    """Theorem D's (Λ, Λ_f, Λ_l): the dV, dQ, dK products a middle, first, last segment can do."""
-    return potential_lambdas(M, K, mu, _d_branches(d))
+    """Theorem D's (Λ, Λ_f, Λ_l): the dV, dQ, dK products a middle, first, last segment can do.
+
+    The import budget s never exceeds M + K in any segment, so the branches dominated by another
+    one on [0, M + K] are dropped (the maximum of the others is the same there): exact, and the
+    many branches only cost time where they matter."""
+    branches = _d_branches(d)
+    top = float(M) + float(K)
+    kept = tuple(b for i, b in enumerate(branches)  # (of equal branches, the first is kept)
+                 if not any(_dominated(b, c, top) and (c != b or j < i)
+                            for j, c in enumerate(branches) if j != i))
+    return potential_lambdas(M, K, mu, kept)
 
 
 def backward_accum_value(P: int, d: int, M: int, K: int, mu: float) -> int:
