@@ -1,0 +1,147 @@
+"""The loop-order search on tiny instances (issue 25, point 1): the best searched schedule next to
+the pebbling optimum, the planner's pick and the best explicit bound.
+
+For each tiny instance (Nq, Nkv, d, M): every schedule of :mod:`attnio.pebble.loops` (loop nest,
+snake order, d chunk, every block partition of an axis of <= 6 rows, the even ones beyond) run on
+the referee in count mode; the best one rerun in compute mode (output against the float64
+reference); the exact red-blue pebbling optimum (:func:`attnio.pebble.solve`, ``--pebble-time``
+seconds, only where the DAG has at most ``--pebble-nodes`` nodes: beyond, the A* search does not
+finish); the planner's pick (:func:`attnio.plan`: every registered exact algorithm by closed
+form); the best explicit bound (:func:`attnio.bounds.applicable`).
+
+Run:  python benchmarks/loop_search.py [--out benchmarks/results/loop_search.json] [--write]
+  --write  regenerate the table of docs/pebbling.md (between the loop_search markers)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import time
+
+from _docs import rewrite_block
+
+import attnio
+from attnio import bounds, pebble
+from attnio.core.errors import ParameterError
+from attnio.pebble import loops
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "pebbling.md"
+START, END = "<!-- BEGIN loop_search -->", "<!-- END loop_search -->"
+
+#: (Nq, Nkv, d, M), smallest first.
+INSTANCES = (
+    (2, 2, 1, 6), (2, 2, 1, 8), (2, 2, 2, 8), (2, 2, 2, 12), (3, 3, 1, 8), (3, 3, 1, 12),
+    (3, 3, 2, 12), (3, 3, 2, 16), (4, 4, 2, 12), (4, 4, 2, 16), (4, 4, 2, 24), (6, 6, 2, 16),
+    (8, 4, 2, 16), (4, 8, 2, 16), (8, 8, 2, 12), (8, 8, 2, 24), (8, 8, 2, 32), (8, 8, 3, 24),
+    (8, 8, 3, 48),
+)
+
+
+def _pebble(Nq: int, Nkv: int, d: int, M: int, seconds: float, max_nodes: int) -> dict | None:
+    g = pebble.dag.attention(Nq, d, Nkv=Nkv)
+    if len(g) > max_nodes:
+        return None
+    r = pebble.solve(g, M, time_limit=seconds)
+    return {"io": r.io, "optimal": bool(r.globally_optimal), "lower_bound": r.lower_bound,
+            "method": r.method, "nodes": len(g)}
+
+
+def row(Nq: int, Nkv: int, d: int, M: int, seconds: float, max_nodes: int) -> dict:
+    t0 = time.perf_counter()
+    found = loops.search(Nq, Nkv, d, M)
+    t_search = time.perf_counter() - t0
+    best = found[0] if found else None
+    err = None
+    if best is not None:
+        run = loops.run_schedule(best.schedule, Nq, Nkv, d, M, seed=0)
+        assert run is not None and run.io == best.io
+        err = run.max_error
+    try:
+        p = attnio.plan(Nq, d, M, Nkv=Nkv)
+        pick = {"algorithm": p.chosen.algorithm, "tiling": str(p.chosen.tiling),
+                "io": p.chosen.predicted.total}
+    except ParameterError as e:
+        pick = {"algorithm": None, "tiling": None, "io": None, "reason": str(e).splitlines()[0]}
+    expl = [b for b in bounds.applicable(Nq, d, M, Nkv=Nkv) if b.explicit]
+    bb = max(expl, key=lambda b: b.value)
+    t1 = time.perf_counter()
+    opt = _pebble(Nq, Nkv, d, M, seconds, max_nodes)
+    return {
+        "Nq": Nq, "Nkv": Nkv, "d": d, "M": M,
+        "schedules_run": len(list(loops.enumerate_schedules(Nq, Nkv, d))),
+        "schedules_fit": len(found),
+        "best": None if best is None else {"io": best.io, "reads": best.reads,
+                                           "writes": best.writes, "schedule": best.schedule.short(),
+                                           "describe": best.schedule.describe(),
+                                           "max_error": err,
+                                           "ties": sum(1 for s in found if s.io == best.io)},
+        "planner": pick,
+        "best_bound": {"name": bb.name, "value": float(bb.value)},
+        "pebbling": opt,
+        "search_seconds": round(t_search, 2), "pebble_seconds": round(time.perf_counter() - t1, 2),
+    }
+
+
+def _opt(o: dict | None) -> str:
+    if o is None:
+        return "— (too large)"
+    if o["optimal"]:
+        return str(o["io"])
+    return f"[{o['lower_bound']}, {o['io'] if o['io'] is not None else '?'}]"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| Nq | Nkv | d | M | pebbling OPT | best searched | its loop order | "
+             "planner's pick | planner / searched | best explicit bound |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        b, p = r["best"], r["planner"]
+        bio = "none fits" if b is None else str(b["io"])
+        order = "—" if b is None else f"`{b['schedule']}`" + (
+            f" (+{b['ties'] - 1} ties)" if b["ties"] > 1 else "")
+        pk = "none fits" if p["io"] is None else f"{p['algorithm']} {p['io']}"
+        ratio = ("—" if b is None or p["io"] is None else f"{p['io'] / b['io']:.2f}")
+        bb = r["best_bound"]
+        lines.append(f"| {r['Nq']} | {r['Nkv']} | {r['d']} | {r['M']} | {_opt(r['pebbling'])} | "
+                     f"{bio} | {order} | {pk} | {ratio} | {bb['value']:g} ({bb['name']}) |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "loop_search.json"))
+    ap.add_argument("--pebble-time", type=float, default=20.0,
+                    help="seconds for each pebbling solve (default 20)")
+    ap.add_argument("--pebble-nodes", type=int, default=120,
+                    help="solve the pebbling game only on DAGs of at most this many nodes")
+    ap.add_argument("--first", type=int, default=None, help="only the first K instances")
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args(argv)
+    todo = INSTANCES[: args.first] if args.first else INSTANCES
+    rows = []
+    t0 = time.perf_counter()
+    for inst in todo:
+        r = row(*inst, args.pebble_time, args.pebble_nodes)
+        rows.append(r)
+        b = r["best"]
+        print(f"# {inst}: searched {b['io'] if b else None} ({r['search_seconds']} s), planner "
+              f"{r['planner']['io']}, OPT {_opt(r['pebbling'])}", flush=True)
+    text = table(rows)
+    print(text)
+    out = {"rows": rows, "seconds": round(time.perf_counter() - t0, 1),
+           "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+           "command": "python benchmarks/loop_search.py" + (" --write" if args.write else "")}
+    pathlib.Path(args.out).write_text(json.dumps(out, indent=1, default=str) + "\n")
+    print("wrote", args.out)
+    if args.write:
+        rewrite_block(DOC, START, END, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
