@@ -309,7 +309,7 @@ def _execute(s: LoopSchedule, Nq: int, Nkv: int, d: int, mem: TwoLevelMemory, ar
             mem.compute(_init_stats, t, writes=1)
             res[u] = t
 
-    for t, st in enumerate(steps):
+    for st in steps:
         need = set(st.req)
         missing = [u for u in st.req if u not in res]
         want = sum(size(u) for u in dict.fromkeys(missing)) + st.work
