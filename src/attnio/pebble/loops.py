@@ -62,7 +62,7 @@ from ..core.errors import ParameterError
 from ..core.memory import FastTile, SlowArray, TwoLevelMemory
 from ..core.reference import attention as reference_attention
 
-__all__ = ["ALL_COMPOSITIONS_UPTO", "LIMITS", "LoopSchedule", "Scored", "SearchRun",
+__all__ = ["ALL_COMPOSITIONS_UPTO", "LIMITS", "RUN_LIMITS", "LoopSchedule", "Scored", "SearchRun",
            "compositions", "enumerate_schedules", "run_schedule", "search"]
 
 #: Axes of at most this many rows are split in every composition (2^(n-1) of them); longer ones
@@ -71,6 +71,8 @@ ALL_COMPOSITIONS_UPTO = 6
 #: The instance sizes the search accepts (it is exhaustive: the count of schedules grows as
 #: 4^N·d).
 LIMITS = {"N": 8, "d": 3, "M": 4096}
+#: The sizes one schedule may be run at (:func:`run_schedule`, step by step: seconds at the top).
+RUN_LIMITS = {"N": 256, "d": 16, "M": 1 << 20}
 
 
 @dataclass(frozen=True)
@@ -155,11 +157,11 @@ def compositions(n: int, *, every_upto: int = ALL_COMPOSITIONS_UPTO) -> list[tup
     return list(seen)
 
 
-def _check(Nq: int, Nkv: int, d: int, M: int) -> None:
-    check_int("Nq", Nq, minimum=1, maximum=LIMITS["N"])
-    check_int("Nkv", Nkv, minimum=1, maximum=LIMITS["N"])
-    check_int("d", d, minimum=1, maximum=LIMITS["d"])
-    check_int("M", M, minimum=1, maximum=LIMITS["M"])
+def _check(Nq: int, Nkv: int, d: int, M: int, lim: dict[str, int] = LIMITS) -> None:
+    check_int("Nq", Nq, minimum=1, maximum=lim["N"])
+    check_int("Nkv", Nkv, minimum=1, maximum=lim["N"])
+    check_int("d", d, minimum=1, maximum=lim["d"])
+    check_int("M", M, minimum=1, maximum=lim["M"])
 
 
 def enumerate_schedules(Nq: int, Nkv: int, d: int, *,
@@ -426,8 +428,8 @@ def run_schedule(s: LoopSchedule, Nq: int, Nkv: int, d: int, M: int, *,
     """Run one schedule on the referee: count mode when ``seed`` is None, else compute mode on
     standard-normal inputs drawn from ``seed``, the output compared with
     :func:`attnio.core.reference.attention` (``max_error``).  None when the schedule does not fit
-    in M."""
-    _check(Nq, Nkv, d, M)
+    in M.  Sizes up to :data:`RUN_LIMITS` (beyond the search's: one schedule at a time)."""
+    _check(Nq, Nkv, d, M, RUN_LIMITS)
     _validate(s, Nq, Nkv, d)
     data = None
     if seed is not None:

@@ -613,7 +613,7 @@ def certificate_factors(p: Plan, *, cheap: int = 64, budget_s: float | None = No
                f"{', '.join(algs_run) or 'no algorithm'} by closed form (every size on axes of "
                f"<= {cheap} rows, the fewest-blocks sizes and a 2^(1/4) grid beyond)")
         if n_loops:
-            how += (f"; {n_loops:,} loop orders run on the simulator (attnio.pebble.loops, "
+            how += (f"; {n_loops:,} loop orders tried on the simulator (attnio.pebble.loops, "
                     "exhaustive on this tiny shape)")
         if not complete:
             how += f"; stopped at the {budget_s:g} s budget"
