@@ -18,7 +18,7 @@ def _explicit_best(Nq: int, Nkv: int, d: int, M: int) -> float:
     return max(b.value for b in bounds.applicable(Nq, d, M, Nkv=Nkv) if b.explicit)
 
 
-@pytest.mark.parametrize("Nq,Nkv,d,M", [(2, 2, 2, 12), (3, 2, 2, 10), (2, 3, 1, 8)])
+@pytest.mark.parametrize("Nq,Nkv,d,M", [(2, 2, 2, 12), (3, 2, 2, 10), (2, 3, 1, 8), (2, 2, 3, 14)])
 def test_every_searched_schedule_matches_the_reference_and_its_count(Nq, Nkv, d, M):
     found = loops.search(Nq, Nkv, d, M)
     assert found, "some schedule fits"
@@ -92,3 +92,27 @@ def test_a_malformed_schedule_is_refused():
     with pytest.raises(ParameterError) as e:
         loops.run_schedule(loops.LoopSchedule("q", False, (1,), (2,), 1), 2, 2, 1, 8)
     assert e.value.param == "q_blocks"
+
+
+@pytest.mark.parametrize("name,outer", [("flash2", "q"), ("kv_stationary", "kv")])
+def test_a_registered_schedule_is_a_point_of_the_space_at_no_more_words(name, outer):
+    # the same loop nest and tiles as the registered schedule, with Belady's management: never
+    # more words than the registered schedule's (which frees everything after each visit)
+    import attnio
+    from attnio.core.workload import Shape
+
+    alg = attnio.algorithms.get(name)
+    N, Nkv, d = 6, 5, 2
+    sh = Shape(N, Nkv, d)
+    tried = 0
+    for M in (16, 23, 30, 41):
+        for t in alg.candidate_tilings(sh, M):
+            if getattr(t, "group", 1) != 1:
+                continue
+            qb = (t.Br,) * (N // t.Br) + ((N % t.Br,) if N % t.Br else ())
+            kb = (t.Bc,) * (Nkv // t.Bc) + ((Nkv % t.Bc,) if Nkv % t.Bc else ())
+            r = loops.run_schedule(loops.LoopSchedule(outer, False, qb, kb, d), N, Nkv, d, M)
+            ref = attnio.run(name, shape=sh, M=M, tiling=t, mode="count").io.total
+            assert r is not None and r.io <= ref, (M, t)
+            tried += 1
+    assert tried >= 4
