@@ -17,12 +17,16 @@ The space.  A schedule (:class:`LoopSchedule`) is
   ``snake`` (reversed on every other outer iteration, so the block last used stays for the next);
 * ``d_chunk``: the columns of d one step touches.  ``d_chunk = d`` is a *row* schedule: a visit
   holds Q_i, K_j, V_j, the output O_i and its row statistics (m_i, l_i) and folds the keys of
-  block j one at a time into the online softmax (a score column and a temporary: 2·b_i words).
+  block j one at a time into the online softmax (a score column of b_i words; each row's rescale
+  factor is used at once).
   ``d_chunk < d`` is a *split* schedule (the score tile is stationary, as in square tiling): a visit
   accumulates the score tile S_ij (b_i·b_j words, plus b_i for the rescale factors) over the column
   chunks of Q_i and K_j, folds it into (m_i, l_i), then updates O_i one column chunk at a time
   from the chunks of V_j (the O-tile is the stationary operand of that loop); ``chunk_snake``
-  reverses the chunk order on every other visit.
+  reverses the chunk order on every other visit; ``eager`` rescales every output chunk at the
+  softmax step (all of O_i resident then, no rescale factors kept: with one key per block and a
+  d chunk of 1 this is ``q_stationary_min``'s footprint, Br·(2d + 3) + 1) instead of at each
+  chunk's update (b_i more words for the factors, O_i's chunks need not be resident together).
 
 Fast memory is managed, for every schedule alike, by Belady's rule over the schedule's known future:
 a step's operands are loaded if absent (a partial output O_i or statistics (m_i, l_i) is created
@@ -85,6 +89,7 @@ class LoopSchedule:
     kv_blocks: tuple[int, ...]  #: key/value block sizes, in order (sum Nkv)
     d_chunk: int  #: columns per step: d is a row schedule, less a split (score-tile) schedule
     chunk_snake: bool = False  #: split schedules: chunk order reversed on every other visit
+    eager: bool = False  #: split schedules: rescale every output chunk at the softmax step
 
     def describe(self) -> str:
         """A line naming the loop order and the tiles."""
@@ -93,13 +98,14 @@ class LoopSchedule:
         inner = "snake" if self.snake else "forward"
         tiles = f"q blocks {list(self.q_blocks)}, kv blocks {list(self.kv_blocks)}"
         return f"{order}, inner {inner}; {tiles}; d chunk {self.d_chunk}" + (
-            " (chunks snaked)" if self.chunk_snake else "")
+            " (chunks snaked)" if self.chunk_snake else "") + (
+            " (output rescaled at the softmax step)" if self.eager else "")
 
     def short(self) -> str:
         """A compact label: ``q-outer/snake Br=[2,2] Bc=[4] dc=2``."""
         s = f"{self.outer}-outer/{'snake' if self.snake else 'fwd'}"
         s += f" Br={list(self.q_blocks)} Bc={list(self.kv_blocks)} dc={self.d_chunk}"
-        return s + ("/chunk-snake" if self.chunk_snake else "")
+        return s + ("/chunk-snake" if self.chunk_snake else "") + ("/eager" if self.eager else "")
 
 
 @dataclass(frozen=True)
@@ -171,10 +177,11 @@ def enumerate_schedules(Nq: int, Nkv: int, d: int, *,
     for dc in range(d, 0, -1):
         for outer in ("q", "kv"):
             for snake in (False, True):
-                for cs in ((False,) if dc == d else (False, True)):
+                for cs, eager in ([(False, False)] if dc == d else
+                                  [(False, False), (True, False), (False, True), (True, True)]):
                     for qb in qs:
                         for kb in ks:
-                            yield LoopSchedule(outer, snake, qb, kb, dc, cs)
+                            yield LoopSchedule(outer, snake, qb, kb, dc, cs, eager)
 
 
 # ---------------------------------------------------------------------------------------- engine
@@ -215,7 +222,7 @@ def _steps(s: LoopSchedule, d: int) -> list[_Step]:
         for v, (i, j) in enumerate(visits):
             bi = s.q_blocks[i]
             out.append(_Step("row", i, j, 0, (("Q", i, 0), ("K", j, 0), ("V", j, 0), ("O", i, 0),
-                                              ("L", i, 0)), 2 * bi, last[i] == v))
+                                              ("L", i, 0)), bi, last[i] == v))
         return out
     nch = len(_chunks(d, s.d_chunk))
     for v, (i, j) in enumerate(visits):
@@ -225,7 +232,8 @@ def _steps(s: LoopSchedule, d: int) -> list[_Step]:
         S = ("S", i, j)
         fin = last[i] == v
         out += [_Step("scores", i, j, c, (S, ("Q", i, c), ("K", j, c)), 0) for c in order]
-        out.append(_Step("softmax", i, j, 0, (S, ("L", i, 0)), 0))
+        outs = tuple(("O", i, c) for c in range(nch)) if s.eager else ()
+        out.append(_Step("softmax", i, j, 0, (S, ("L", i, 0)) + outs, 0))
         out += [_Step("pv", i, j, c, (S, ("V", j, c), ("O", i, c)) + ((("L", i, 0),) if fin else ()),
                       0, fin) for c in order]
     return out
@@ -249,7 +257,7 @@ def _execute(s: LoopSchedule, Nq: int, Nkv: int, d: int, mem: TwoLevelMemory, ar
         kind, b, c = u
         if kind == "S":
             bi = s.q_blocks[b]
-            return bi * s.kv_blocks[c] + bi
+            return bi * s.kv_blocks[c] + (0 if s.eager else bi)
         width = ch[c][1] - ch[c][0]
         if kind in ("Q", "O"):
             return s.q_blocks[b] * width
@@ -299,7 +307,7 @@ def _execute(s: LoopSchedule, Nq: int, Nkv: int, d: int, mem: TwoLevelMemory, ar
             res[u] = mem.load(src, rows(u), cols(u), label=f"{kind}{u[1]}.{u[2]}")
         elif kind == "S":
             bi, bj = s.q_blocks[u[1]], s.kv_blocks[u[2]]
-            res[u] = mem.alloc((bi, bj + 1), 0.0, label=f"S{u[1]},{u[2]}")
+            res[u] = mem.alloc((bi, bj + (0 if s.eager else 1)), 0.0, label=f"S{u[1]},{u[2]}")
         elif u in spilled:
             res[u] = (mem.load(arr.O, rows(u), cols(u), label=f"O{u[1]}.{u[2]}") if kind == "O"
                       else mem.load(arr.L, rows(u), slice(0, 2), label=f"L{u[1]}"))
@@ -344,7 +352,7 @@ def _apply(st: _Step, s: LoopSchedule, res: dict[_Unit, FastTile], mem: TwoLevel
            Nkv: int, d: int) -> None:
     i, j, c = st.i, st.j, st.c
     if st.op == "row":
-        work = mem.alloc((s.q_blocks[i], 2), label="score column + rescale")
+        work = mem.alloc((s.q_blocks[i], 1), label="score column")
         O, L = res[("O", i, 0)], res[("L", i, 0)]
         mem.compute(_row_update(scale), O, L, work, res[("Q", i, 0)], res[("K", j, 0)],
                     res[("V", j, 0)], writes=3)
@@ -355,12 +363,16 @@ def _apply(st: _Step, s: LoopSchedule, res: dict[_Unit, FastTile], mem: TwoLevel
         return
     S = res[("S", i, j)]
     if st.op == "scores":
-        mem.compute(_score_chunk(scale), S, res[("Q", i, c)], res[("K", j, c)], writes=1)
+        mem.compute(_score_chunk(scale, s.eager), S, res[("Q", i, c)], res[("K", j, c)], writes=1)
     elif st.op == "softmax":
-        mem.compute(_fold, S, res[("L", i, 0)], writes=2)
+        if s.eager:
+            outs = [res[("O", i, k)] for k in range(len(ch))]
+            mem.compute(_fold_eager, S, res[("L", i, 0)], *outs, writes=2 + len(outs))
+        else:
+            mem.compute(_fold, S, res[("L", i, 0)], writes=2)
     else:
         O = res[("O", i, c)]
-        mem.compute(_pv, O, S, res[("V", j, c)], writes=1)
+        mem.compute(_pv_eager if s.eager else _pv, O, S, res[("V", j, c)], writes=1)
         if st.final:
             mem.compute(_normalise, O, res[("L", i, 0)], writes=1)
             mem.store(O, arr.O, slice(q0[i], q0[i + 1]), slice(*ch[c]))
@@ -369,21 +381,26 @@ def _apply(st: _Step, s: LoopSchedule, res: dict[_Unit, FastTile], mem: TwoLevel
 def _row_update(scale: float) -> Callable[..., None]:
     def fn(O: np.ndarray, L: np.ndarray, w: np.ndarray, Q: np.ndarray, K: np.ndarray,
            V: np.ndarray) -> None:
-        for k in range(K.shape[0]):  # one key at a time: a score column and a rescale factor
+        # one key at a time through a score column; the rescale factor of a row is a scalar used
+        # at once (row by row it needs no word: numpy's vector of them is a temporary)
+        for k in range(K.shape[0]):
             w[:, 0] = (Q @ K[k]) * scale
             new = np.maximum(L[:, 0], w[:, 0])
-            w[:, 1] = np.exp(L[:, 0] - new)
+            alpha = np.exp(L[:, 0] - new)
             w[:, 0] = np.exp(w[:, 0] - new)
-            L[:, 1] = L[:, 1] * w[:, 1] + w[:, 0]
-            O *= w[:, 1:2]
+            L[:, 1] = L[:, 1] * alpha + w[:, 0]
+            O *= alpha[:, None]
             O += np.outer(w[:, 0], V[k])
             L[:, 0] = new
     return fn
 
 
-def _score_chunk(scale: float) -> Callable[..., None]:
+def _score_chunk(scale: float, eager: bool) -> Callable[..., None]:
     def fn(S: np.ndarray, Q: np.ndarray, K: np.ndarray) -> None:
-        S[:, :-1] += (Q @ K.T) * scale
+        if eager:
+            S += (Q @ K.T) * scale
+        else:
+            S[:, :-1] += (Q @ K.T) * scale
     return fn
 
 
@@ -394,6 +411,22 @@ def _fold(S: np.ndarray, L: np.ndarray) -> None:
     S[:, :-1] = np.exp(S[:, :-1] - new[:, None])
     L[:, 1] = L[:, 1] * S[:, -1] + S[:, :-1].sum(axis=1)
     L[:, 0] = new
+
+
+def _fold_eager(S: np.ndarray, L: np.ndarray, *Os: np.ndarray) -> None:
+    """S (scores) -> P = exp(S - m_new); (m, l); every output chunk rescaled now (the factors are
+    used at once, row by row: no word kept for them)."""
+    new = np.maximum(L[:, 0], S.max(axis=1))
+    alpha = np.exp(L[:, 0] - new)
+    S[:] = np.exp(S - new[:, None])
+    L[:, 1] = L[:, 1] * alpha + S.sum(axis=1)
+    L[:, 0] = new
+    for O in Os:
+        O *= alpha[:, None]
+
+
+def _pv_eager(O: np.ndarray, S: np.ndarray, V: np.ndarray) -> None:
+    O += S @ V
 
 
 def _pv(O: np.ndarray, S: np.ndarray, V: np.ndarray) -> None:
