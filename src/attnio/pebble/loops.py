@@ -34,9 +34,10 @@ in fast memory at its first use, with no read); when they do not fit, the reside
 furthest in the future is dropped (a clean input for free; a partial output or statistics that
 is used again is spilled: written, and read back at its next use).  A unit used for the last time
 is dropped at once (the output written, normalised by l_i, at the last visit of its row block).
-The registered row schedules are points of this space with "free everything after each visit"
-(e.g. FlashAttention-2 is ``outer="q"``, no snake, d_chunk = d); Belady keeps what fits, so the
-search's count never exceeds theirs at the same tiles.
+The registered schedules FlashAttention-2 (``outer="q"``, no snake, d_chunk = d),
+``kv_stationary`` (``outer="kv"``) and ``q_stationary_min`` (``outer="q"``, one key per block,
+d_chunk = 1, ``eager``) are points of this space with "free everything after each visit"; Belady
+keeps what fits, so the search's count is at most theirs at the same tiles (tested).
 
 What is exhaustive.  Every loop nest, snake flag, d_chunk and chunk order; every composition of
 an axis of at most :data:`ALL_COMPOSITIONS_UPTO` rows into blocks, and for longer axes the
