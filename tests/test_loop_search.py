@@ -54,9 +54,10 @@ def test_the_search_is_deterministic_and_sorted():
 
 def test_the_space_names_its_parts():
     sch = list(loops.enumerate_schedules(3, 2, 2))
-    # 4 compositions of 3 rows x 2 of 2 rows, for: d chunk 2 (2 nests x 2 inner orders) and d
-    # chunk 1 (x 2 chunk orders x 2 rescale points)
-    assert len(sch) == 4 * 2 * (4 + 16)
+    # 4 compositions of 3 rows x 2 of 2 rows, for 2 nests x 2 inner orders x: d chunk 2 (the row
+    # schedule, the split one with lazy or eager rescale) and d chunk 1 (2 chunk orders x 2
+    # rescale points)
+    assert len(sch) == 4 * 2 * 4 * (3 + 4)
     assert {s.outer for s in sch} == {"q", "kv"} and {s.d_chunk for s in sch} == {1, 2}
     assert loops.compositions(3) == [(3,), (1, 2), (2, 1), (1, 1, 1)]
     assert loops.compositions(8, every_upto=6)[:3] == [(1,) * 8, (2,) * 4, (3, 3, 2)]
@@ -77,7 +78,11 @@ def test_snake_keeps_the_last_block():
 def test_a_schedule_that_does_not_fit_is_refused():
     big = loops.LoopSchedule("q", False, (4,), (4,), 2)
     assert loops.run_schedule(big, 4, 4, 2, 8) is None
-    assert loops.search(2, 2, 1, 6) == []  # a row schedule needs 8 words at d = 1, no split
+    # d = 1: a row schedule needs Q, K, V, O, (m, l) and a score word (7); a split one with eager
+    # rescale 5 at its final output update (S, V, O, m, l), evicting Q between the steps
+    assert loops.search(2, 2, 1, 4) == []
+    least = loops.search(2, 2, 1, 5)
+    assert least and all(sc.schedule.split and sc.schedule.eager for sc in least)
 
 
 @pytest.mark.parametrize("kw,param", [({"Nq": 9}, "Nq"), ({"d": 4}, "d"), ({"M": 0}, "M")])

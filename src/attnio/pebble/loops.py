@@ -19,7 +19,8 @@ The space.  A schedule (:class:`LoopSchedule`) is
   holds Q_i, K_j, V_j, the output O_i and its row statistics (m_i, l_i) and folds the keys of
   block j one at a time into the online softmax (a score column of b_i words; each row's rescale
   factor is used at once).
-  ``d_chunk < d`` is a *split* schedule (the score tile is stationary, as in square tiling): a visit
+  ``d_chunk < d`` (or ``split=True``, one chunk of d columns) is a *split* schedule (the score
+  tile is stationary, as in square tiling; K and V are never held together): a visit
   accumulates the score tile S_ij (b_i·b_j words, plus b_i for the rescale factors) over the column
   chunks of Q_i and K_j, folds it into (m_i, l_i), then updates O_i one column chunk at a time
   from the chunks of V_j (the O-tile is the stationary operand of that loop); ``chunk_snake``
@@ -91,6 +92,10 @@ class LoopSchedule:
     d_chunk: int  #: columns per step: d is a row schedule, less a split (score-tile) schedule
     chunk_snake: bool = False  #: split schedules: chunk order reversed on every other visit
     eager: bool = False  #: split schedules: rescale every output chunk at the softmax step
+    split: bool = False  #: a split schedule even with d_chunk = d (K and V never held together)
+
+    def is_split(self, d: int) -> bool:
+        return self.split or self.d_chunk < d
 
     def describe(self) -> str:
         """A line naming the loop order and the tiles."""
@@ -99,6 +104,7 @@ class LoopSchedule:
         inner = "snake" if self.snake else "forward"
         tiles = f"q blocks {list(self.q_blocks)}, kv blocks {list(self.kv_blocks)}"
         return f"{order}, inner {inner}; {tiles}; d chunk {self.d_chunk}" + (
+            " (split: score tile stationary)" if self.split else "") + (
             " (chunks snaked)" if self.chunk_snake else "") + (
             " (output rescaled at the softmax step)" if self.eager else "")
 
@@ -106,6 +112,7 @@ class LoopSchedule:
         """A compact label: ``q-outer/snake Br=[2,2] Bc=[4] dc=2``."""
         s = f"{self.outer}-outer/{'snake' if self.snake else 'fwd'}"
         s += f" Br={list(self.q_blocks)} Bc={list(self.kv_blocks)} dc={self.d_chunk}"
+        s += "/split" if self.split else ""
         return s + ("/chunk-snake" if self.chunk_snake else "") + ("/eager" if self.eager else "")
 
 
@@ -178,11 +185,15 @@ def enumerate_schedules(Nq: int, Nkv: int, d: int, *,
     for dc in range(d, 0, -1):
         for outer in ("q", "kv"):
             for snake in (False, True):
-                for cs, eager in ([(False, False)] if dc == d else
-                                  [(False, False), (True, False), (False, True), (True, True)]):
+                variants = [(False, False, True), (True, False, True), (False, True, True),
+                            (True, True, True)]
+                if dc == d:  # the row schedule, and the split one with a single chunk
+                    variants = [(False, False, False), (False, False, True), (False, True, True)]
+                for cs, eager, split in variants:
                     for qb in qs:
                         for kb in ks:
-                            yield LoopSchedule(outer, snake, qb, kb, dc, cs, eager)
+                            yield LoopSchedule(outer, snake, qb, kb, dc, cs, eager,
+                                               split and dc == d)
 
 
 # ---------------------------------------------------------------------------------------- engine
@@ -219,7 +230,7 @@ def _steps(s: LoopSchedule, d: int) -> list[_Step]:
             visits += [(i, j) for i in is_]
     last = {i: v for v, (i, _) in enumerate(visits)}
     out: list[_Step] = []
-    if s.d_chunk >= d:
+    if not s.is_split(d):
         for v, (i, j) in enumerate(visits):
             bi = s.q_blocks[i]
             out.append(_Step("row", i, j, 0, (("Q", i, 0), ("K", j, 0), ("V", j, 0), ("O", i, 0),
@@ -251,7 +262,7 @@ def _execute(s: LoopSchedule, Nq: int, Nkv: int, d: int, mem: TwoLevelMemory, ar
     a step's operands and scratch cannot fit in M even alone."""
     q0 = [0, *itertools.accumulate(s.q_blocks)]
     k0 = [0, *itertools.accumulate(s.kv_blocks)]
-    ch = _chunks(d, s.d_chunk) if s.d_chunk < d else [(0, d)]
+    ch = _chunks(d, s.d_chunk) if s.is_split(d) else [(0, d)]
     steps = _steps(s, d)
 
     def size(u: _Unit) -> int:
