@@ -10,7 +10,8 @@ finish); the planner's pick (:func:`attnio.plan`: every registered exact algorit
 form); the best explicit bound (:func:`attnio.bounds.applicable`).
 
 Run:  python benchmarks/loop_search.py [--out benchmarks/results/loop_search.json] [--write]
-  --write  regenerate the table of docs/pebbling.md (between the loop_search markers)
+  --write   regenerate the table of docs/pebbling.md (between the loop_search markers)
+  --render  redraw the tables from the saved results only (with --write: into the docs)
 """
 
 from __future__ import annotations
@@ -140,9 +141,9 @@ def _opt(o: dict | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| Nq | Nkv | d | M | pebbling OPT | best searched | its loop order | "
-             "planner's pick | planner / searched | best explicit bound |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| Nq | Nkv | d | M | pebbling OPT | schedules (fit / run) | best searched | "
+             "its loop order | planner's pick | planner / searched | best explicit bound |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b, p = r["best"], r["planner"]
         bio = "none fits" if b is None else str(b["io"])
@@ -152,8 +153,18 @@ def table(rows: list[dict]) -> str:
         ratio = ("—" if b is None or p["io"] is None else f"{p['io'] / b['io']:.2f}")
         bb = r["best_bound"]
         lines.append(f"| {r['Nq']} | {r['Nkv']} | {r['d']} | {r['M']} | {_opt(r['pebbling'])} | "
-                     f"{bio} | {order} | {pk} | {ratio} | {bb['value']:g} ({bb['name']}) |")
+                     f"{r['schedules_fit']:,} / {r['schedules_run']:,} | {bio} | {order} | {pk} | {ratio} | {bb['value']:g} ({bb['name']}) |")
     return "\n".join(lines)
+
+
+def _text(rows: list[dict], brows: list[dict]) -> str:
+    text = table(rows)
+    if brows:
+        text += ("\n\nBeyond tiny sizes, one family (Q-stationary, one key/value row per "
+                 "block: the row schedule and the split one with eager rescale, which is "
+                 "q_stationary_min's; every even query partition, forward and snake, "
+                 "Belady-managed), each run on the referee:\n\n" + beyond_table(brows))
+    return text
 
 
 def main(argv=None) -> int:
@@ -165,7 +176,16 @@ def main(argv=None) -> int:
                     help="solve the pebbling game only on DAGs of at most this many nodes")
     ap.add_argument("--first", type=int, default=None, help="only the first K instances")
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--render", action="store_true",
+                    help="only redraw the tables from --out (no search)")
     args = ap.parse_args(argv)
+    if args.render:
+        saved = json.loads(pathlib.Path(args.out).read_text())
+        text = _text(saved["rows"], saved["beyond"])
+        print(text)
+        if args.write:
+            rewrite_block(DOC, START, END, text)
+        return 0
     todo = INSTANCES[: args.first] if args.first else INSTANCES
     rows = []
     t0 = time.perf_counter()
@@ -181,12 +201,7 @@ def main(argv=None) -> int:
             brows.append(beyond(*inst))
             print(f"# beyond {inst}: {brows[-1]['searched']['io']} vs planner "
                   f"{brows[-1]['planner']['io']}", flush=True)
-    text = table(rows)
-    if brows:
-        text += ("\n\nBeyond tiny sizes, one family (Q-stationary, one key/value row per "
-                 "block: the row schedule and the split one with eager rescale, which is "
-                 "q_stationary_min's; every even query partition, forward and snake, "
-                 "Belady-managed), each run on the referee:\n\n" + beyond_table(brows))
+    text = _text(rows, brows)
     print(text)
     out = {"rows": rows, "beyond": brows, "seconds": round(time.perf_counter() - t0, 1),
            "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
