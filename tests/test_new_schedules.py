@@ -18,7 +18,7 @@ from attnio.core.reference import attention
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
 
-NEW = ["kv_stationary", "q_stationary_min"]
+NEW = ["kv_stationary", "q_stationary_min", "score_resident"]
 
 
 def _reference(Q, K, V, causal, window):

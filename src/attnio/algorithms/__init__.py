@@ -30,6 +30,7 @@ from . import (
     flash_decoding,
     kv_stationary,
     q_stationary_min,
+    score_resident,
     small_cache_backward,
     split_backward,
     square_tiling,
@@ -106,7 +107,7 @@ def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
 
 
 for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
-             q_stationary_min):
+             q_stationary_min, score_resident):
     register(_mod.ALGORITHM)
 del _mod
 
