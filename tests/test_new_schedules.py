@@ -210,3 +210,63 @@ def test_q_stationary_min_writes_the_logsumexp_a_backward_pass_reads(w, extra, s
     cnt = attnio.run("q_stationary_min", shape=shape, M=M, mode="count", tiling=res.tiling,
                      backward=BackwardPass("flash2_backward"))
     assert (cnt.io.reads, cnt.io.writes) == (pred.reads, pred.writes)
+
+
+def test_score_resident_blocks_fit_the_budget_and_put_the_short_block_first():
+    from attnio.algorithms import score_resident as sr
+    shape = Shape.make(300, 16, causal=True)
+    part = sr.blocks(shape, 2000, 1, 1)
+    assert part is not None and part[0][0] == 0 and part[-1][1] == 300
+    assert all(a[1] == b[0] for a, b in zip(part, part[1:]))  # a partition of the rows
+    sizes = [q1 - q0 for q0, q1, _, _ in part]
+    for q0, q1, lo, hi in part:  # each block is the most rows that fit, from the last row down
+        r, w = q1 - q0, hi - lo
+        assert r * w + (r + w) <= 2000
+        if q0 > 0:
+            assert (r + 1) * w + (r + 1 + w) > 2000
+    assert sizes[-1] < sizes[1]  # the causal mask: the last rows see the most keys
+    assert sr.blocks(Shape.make(300, 16), 299, 1, 1) is None  # one row of 300 keys does not fit
+    assert sr.blocks(Shape.make(10**9, 16, causal=True), 65536, 1, 1) is None  # too many blocks
+
+
+@pytest.mark.parametrize("args", [(300, 160, 13615, 8, 2), (300, 160, 13615, 1, 1)])
+def test_score_resident_lowers_the_worst_held_out_point(args):
+    # issue 25's worst forward certificate (N = 300, d = 160, M = 13615, causal): square tiling
+    # moved 3,713,280 words with 8 query heads on 2 K/V heads (ratio 3.55)
+    N, d, M, h, kvh = args
+    p = attnio.plan(N, d, M, causal=True, heads=h, kv_heads=kvh)
+    assert p.chosen.algorithm == "score_resident"
+    sq = attnio.algorithms.get("square_tiling").search(
+        Shape.make(N, d, causal=True, heads=h, kv_heads=kvh), M)
+    assert p.chosen.predicted.total < 0.9 * sq.predicted.total
+    assert p.certificate.ratio < 2.7
+    shape = Shape.make(N, d, causal=True, heads=h, kv_heads=kvh)
+    cnt = attnio.run("score_resident", shape=shape, M=M, mode="count", tiling=p.chosen.tiling)
+    assert cnt.io.total == p.chosen.predicted.total
+    # the closed form: Q read and O written once, K and V once per query block per group
+    t = p.chosen.tiling
+    part = __import__("attnio.algorithms.score_resident", fromlist=["blocks"]).blocks(
+        shape, t.budget, t.Bd, t.group)
+    kv = sum(hi - lo for _, _, lo, hi in part)
+    assert cnt.io.total == h * N * d * 2 + (h // t.group) * 2 * kv * d
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(N=st.integers(20, 90), Nkv=st.integers(20, 90), d=st.integers(8, 40),
+       causal=st.sampled_from([False, True, "top_left"]), frac=st.floats(0.05, 1.5),
+       seed=st.integers(0, 2**16))
+def test_score_resident_on_larger_shapes_equals_its_closed_form_step_by_step(N, Nkv, d, causal,
+                                                                            frac, seed):
+    alg = attnio.algorithms.get("score_resident")
+    shape = Shape.make(N, d, Nkv=Nkv, causal=causal)
+    M = max(alg.min_M(shape), int(frac * N * Nkv))
+    found = alg.search(shape, M)
+    assert found is not None
+    rng = np.random.default_rng(seed)
+    Q, K, V = (rng.standard_normal((n, d)) for n in (N, Nkv, Nkv))
+    res = attnio.run("score_resident", Q, K, V, M=M, causal=causal, tiling=found.tiling)
+    assert np.abs(res.output - attention(Q, K, V, causal=causal)).max() <= 1e-10
+    assert res.io.total == found.predicted.total and res.io.peak <= M
+    step = attnio.run("score_resident", shape=shape, M=M, mode="count", tiling=found.tiling,
+                      bulk=False)
+    assert step.io.total == found.predicted.total

@@ -70,8 +70,9 @@ __all__ = ["ALGORITHM", "MAX_BLOCKS", "ScoreResident", "ScoreResidentTiling", "b
 #: The most query blocks a partition may have to be offered (a count walks them one by one).
 MAX_BLOCKS = 2048
 
-#: The head-dimension slice widths tried (each capped at d), and d itself.
-_SLICES = (1, 4, 16)
+#: The head-dimension slice widths tried (each capped at d), and d itself (wider slices leave
+#: less room for rows, so they tie with one-column slices only when the blocks are the same).
+_SLICES = (1,)
 
 #: (q0, q1, lo, hi) per query block, ascending.
 _Part = tuple[tuple[int, int, int, int], ...]
@@ -107,35 +108,37 @@ def blocks(shape: Shape, budget: int, Bd: int, G: int) -> _Part | None:
         visible = 0
     if G * visible > MAX_BLOCKS * budget:
         return None
-    simple = not shape.causal or shape.window is None  # w depends on the block's end only
     out: list[tuple[int, int, int, int]] = []
     e = Nq
-    while e > 0:
+    if not shape.causal or shape.window is None:  # w depends on the block's end only: O(1) a block
+        Nkv, off, causal = shape.Nkv, shape.offset, shape.causal
+        while e > 0:
+            if len(out) >= MAX_BLOCKS:
+                return None
+            hi = min(Nkv, max(0, e + off)) if causal else Nkv  # kv_range(shape, e - 1, e)
+            r = (budget - bd * hi) // (G * hi + bd) if hi > 0 else budget // bd
+            r = min(r, e)
+            if r < 1:
+                return None
+            out.append((e - r, e, 0, hi))
+            e -= r
+        return tuple(reversed(out))
+    while e > 0:  # a window: w grows with r (lo falls), so search the largest r that fits
         if len(out) >= MAX_BLOCKS:
             return None
-        if simple:
-            lo, hi = kv_range(shape, e - 1, e)
-            w = hi - lo
-            if w > 0:
-                r = (budget - bd * w) // (G * w + bd)
+        a, b = 0, e
+        while a < b:
+            mid = (a + b + 1) // 2
+            lo, hi = kv_range(shape, e - mid, e)
+            if _fp(G, mid, max(0, hi - lo), bd) <= budget:
+                a = mid
             else:
-                r = budget // bd
-            r = min(r, e)
-        else:  # a window: w grows with r (lo falls), so search the largest r that fits
-            a, b = 0, e
-            while a < b:
-                mid = (a + b + 1) // 2
-                lo, hi = kv_range(shape, e - mid, e)
-                if _fp(G, mid, max(0, hi - lo), bd) <= budget:
-                    a = mid
-                else:
-                    b = mid - 1
-            r = a
-        if r < 1:
+                b = mid - 1
+        if a < 1:
             return None
-        lo, hi = kv_range(shape, e - r, e)
-        out.append((e - r, e, lo, max(lo, hi)))
-        e -= r
+        lo, hi = kv_range(shape, e - a, e)
+        out.append((e - a, e, lo, max(lo, hi)))
+        e -= a
     return tuple(reversed(out))
 
 
