@@ -169,7 +169,11 @@ def test_stable_variant_counts_every_extra_word():
     output slice); l is replaced by g word for word."""
     N, d, M = 500, 64, 2000
     shape = Shape(N, N, d)
-    t = ALG.search(shape, M, [c for c in ALG.candidate_tilings(shape, M) if c.spill == "exp"]).tiling
+    t = ALG.search(shape, M, ALG.candidate_tilings(shape, M, spill="exp")).tiling
+    assert t.spill == "exp"
+    sc = ALG.search(shape, M).tiling  # the default search: the scores spill, never worse
+    assert sc.spill == "scores"
+    assert ALG.predict_total(shape, sc).total < ALG.predict_total(shape, t).total
     lit = SquareTilingTiling(*[getattr(t, f) for f in ("Br", "Bc", "Bd", "Br2", "Bk2", "Bd2")],
                              order=t.order, stable=False)
     a = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=t).io

@@ -65,7 +65,8 @@ from ..core.workload import Shape, kv_range
 from . import _kernels as K_
 from .base import Algorithm, divisors_upto, head_views
 
-__all__ = ["ALGORITHM", "MAX_BLOCKS", "ScoreResident", "ScoreResidentTiling", "blocks"]
+__all__ = ["ALGORITHM", "MAX_BLOCKS", "ScoreResident", "ScoreResidentTiling", "blocks",
+           "resident_block"]
 
 #: The most query blocks a partition may have to be offered (a count walks them one by one).
 MAX_BLOCKS = 2048
@@ -261,43 +262,51 @@ class ScoreResident(Algorithm[ScoreResidentTiling]):
                        V: SlowArray, Os: list[SlowArray], *, shape: Shape,
                        tiling: ScoreResidentTiling, scale: float) -> None:
         """Query heads ``Qs`` (one group) against one K/V head."""
-        d, bd = shape.d, tiling.Bd
         for q0, q1, lo, hi in self._part(shape, tiling):
-            rows = Block(0, q0, q1)
-            r = q1 - q0
-            if hi <= lo:  # no row of the block sees a key: its output is 0
-                for Oh in Os:
-                    for cb in mem.blocks(d, bd):
-                        z = mem.alloc((r, cb.size), 0.0, label="O_ic")
-                        mem.store(z, Oh, rows, cb)
-                        mem.free(z)
-                continue
-            keys = slice(lo, hi)
-            Ss = [mem.alloc((r, hi - lo), 0.0, label="S_i") for _ in Qs]
-            for cb in mem.blocks(d, bd):
-                Kc = mem.load(K, keys, cb, label="K_c")
-                for Qh, S in zip(Qs, Ss):
-                    Qc = mem.load(Qh, rows, cb, label="Q_ic")
-                    mem.compute(_scores(scale), S, Qc, Kc, writes=1)
-                    mem.free(Qc)
-                mem.free(Kc)
-            for S in Ss:
-                if K_.tile_needs_mask(shape, q0, hi, q1, lo):
-                    off, win = shape.offset, shape.window
-                    mem.compute(lambda s, q0=q0, lo=lo: K_.apply_causal_mask(s, q0, lo, off, win),
-                                S, writes=1)
-                l = mem.alloc((r,), label="l_i")
-                mem.compute(_softmax_rows, S, l, writes=2)
-                mem.free(l)
-            for cb in mem.blocks(d, bd):
-                Vc = mem.load(V, keys, cb, label="V_c")
-                for Oh, S in zip(Os, Ss):
-                    Oc = mem.alloc((r, cb.size), label="O_ic")
-                    mem.compute(_product, Oc, S, Vc, writes=1)
-                    mem.store(Oc, Oh, rows, cb)
-                    mem.free(Oc)
-                mem.free(Vc)
-            mem.free(*Ss)
+            resident_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape=shape, bd=tiling.Bd,
+                           scale=scale)
 
+
+def resident_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
+                   Os: list[SlowArray], q0: int, q1: int, lo: int, hi: int, *, shape: Shape,
+                   bd: int, scale: float) -> None:
+    """One query block [q0, q1) of the heads ``Qs`` against keys [lo, hi), the score rows held
+    whole (``G·r·w + bd·(w + r)`` words); writes the block's output rows."""
+    d = shape.d
+    rows = Block(0, q0, q1)
+    r = q1 - q0
+    if hi <= lo:  # no row of the block sees a key: its output is 0
+        for Oh in Os:
+            for cb in mem.blocks(d, bd):
+                z = mem.alloc((r, cb.size), 0.0, label="O_ic")
+                mem.store(z, Oh, rows, cb)
+                mem.free(z)
+        return
+    keys = slice(lo, hi)
+    Ss = [mem.alloc((r, hi - lo), 0.0, label="S_i") for _ in Qs]
+    for cb in mem.blocks(d, bd):
+        Kc = mem.load(K, keys, cb, label="K_c")
+        for Qh, S in zip(Qs, Ss):
+            Qc = mem.load(Qh, rows, cb, label="Q_ic")
+            mem.compute(_scores(scale), S, Qc, Kc, writes=1)
+            mem.free(Qc)
+        mem.free(Kc)
+    for S in Ss:
+        if K_.tile_needs_mask(shape, q0, hi, q1, lo):
+            off, win = shape.offset, shape.window
+            mem.compute(lambda s, q0=q0, lo=lo: K_.apply_causal_mask(s, q0, lo, off, win),
+                        S, writes=1)
+        l = mem.alloc((r,), label="l_i")
+        mem.compute(_softmax_rows, S, l, writes=2)
+        mem.free(l)
+    for cb in mem.blocks(d, bd):
+        Vc = mem.load(V, keys, cb, label="V_c")
+        for Oh, S in zip(Os, Ss):
+            Oc = mem.alloc((r, cb.size), label="O_ic")
+            mem.compute(_product, Oc, S, Vc, writes=1)
+            mem.store(Oc, Oh, rows, cb)
+            mem.free(Oc)
+        mem.free(Vc)
+    mem.free(*Ss)
 
 ALGORITHM = ScoreResident()

@@ -48,7 +48,8 @@ each A tile into ``exp(S - g_i)`` — the softmax probabilities themselves, at m
 whatever the logits — before multiplying by V.  No maxima are written or read, no Bc/Bk2 coupling
 (any Bk2), Phase 1 holds m and l (e = 2) and Phase 2 holds g (``Br2·Bd2 + Bk2·(Br2 + Bd2) +
 Br2``).  Its count is the literal schedule's, word for word (g in place of l): the formulas below
-with s = 0.  The search scores both spills and keeps the least.
+with s = 0.  For the same sides it fits wherever the exp spill fits and moves fewer words, so the
+search (the planner's candidates, ``tiling="auto"``) uses it; ``spill="exp"`` runs when asked.
 
 Closed form (exact; checked by ``tests/test_square_tiling.py``).  Phase-1 query blocks i have
 ``r_i`` rows and see keys ``[0, hi_i)`` (``hi_i = Nkv`` unmasked; bottom-right causal
@@ -399,13 +400,17 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         without (:meth:`_least_unmasked`).  The combinations are never listed: a Phase-2 choice
         is (Br2, Bd2) with its key slices Bk2 (:meth:`_slices`), expanded only when scored."""
         p1 = self._phase1_candidates(shape, M, stable, spill)
-        if shape.causal and len(p1) > 24:
+        cut = 24
+        if spill == "scores":  # the exp spill's sides fit too (one row vector less)
+            p1 = sorted(set(p1) | set(self._phase1_candidates(shape, M, stable, "exp")))
+            cut = 64  # one Phase-1 choice goes on (the phases are not coupled): score more
+        if shape.causal and len(p1) > cut:
             # pre-rank by the O(1) unmasked count (the mask keeps about half of every tiling's
             # tiles) and score the best 24 exactly
             plain = shape.unmasked()
             p1 = sorted(p1, key=lambda c: (sum(_phase1_io(plain, c[0], c[1], c[3], stable,
                                                           spill)),
-                                           cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))[:24]
+                                           cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))[:cut]
         exact = {c: sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)) for c in p1}
         scored = sorted(p1, key=lambda c: (exact[c], cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))
         # the stable variant couples the phases through Bc (the per-tile maxima): keep a few
@@ -525,12 +530,14 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         return [t for at, tot, t in sorted(scored, key=lambda c: c[0]) if tot == best]
 
     def candidate_tilings(self, shape: Shape, M: int,
-                          stable: bool = True) -> list[SquareTilingTiling]:
-        """The exp-spill search's least, then (stable) the scores-spill search's least."""
-        out = self._search(shape, M, stable)
-        if stable:
-            out += self._search(shape, M, stable, "scores")
-        return out
+                          stable: bool = True, spill: str | None = None
+                          ) -> list[SquareTilingTiling]:
+        """The search's least tilings; stable, with ``spill="scores"`` unless told: for the same
+        sides it fits wherever ``spill="exp"`` fits (one row vector less in each phase) and
+        moves the same words less the per-tile maxima, so the exp spill never wins."""
+        if spill is None:
+            spill = "scores" if stable else "exp"
+        return self._search(shape, M, stable, spill)
 
     def default_tiling(self, shape: Any, M: int, causal: object = None,
                        stable: bool = True) -> SquareTilingTiling:
