@@ -375,9 +375,9 @@ def _spilled_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: Sl
             for Qi, s, _, _ in heads:
                 mem.compute(_accumulate_score(cb.start), s, Qi, w, writes=1)
             mem.free(w)
-        for g, (_, s, m, l) in enumerate(heads):
+        for h, (_, s, m, l) in enumerate(heads):
             mem.compute(_fold_column(shape, q0, j, scale), s, m, l, writes=3)
-            mem.store(s, spill, col(g, j))
+            mem.store(s, spill, col(h, j))
     for (Qi, s, m, l), hr in zip(heads, hrows):
         mem.compute(_log_sum_exp, m, l, writes=1)
         mem.store(m, gsum, hr)
@@ -388,9 +388,9 @@ def _spilled_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: Sl
     for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi):
         j = kb.start
         ps = []
-        for h, (_, g) in enumerate(outs):
+        for h, (_, gv) in enumerate(outs):
             p = mem.load(spill, col(h, j), label="p_j")
-            mem.compute(_weights, p, g, writes=1)
+            mem.compute(_weights, p, gv, writes=1)
             ps.append(p)
         for cb in mem.blocks(d, 1):
             w = mem.load(V, j, cb, label="v_jl")
@@ -398,9 +398,9 @@ def _spilled_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: Sl
                 mem.compute(_accumulate_output(cb.start), Oi, p, w, writes=1)
             mem.free(w)
         mem.free(*ps)
-    for Oh, (Oi, g) in zip(Os, outs):
+    for Oh, (Oi, gv) in zip(Os, outs):
         mem.store(Oi, Oh, rows)
-        mem.free(Oi, g)
+        mem.free(Oi, gv)
 
 
 ALGORITHM = RowHybrid()
