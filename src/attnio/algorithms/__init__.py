@@ -31,7 +31,6 @@ from . import (
     kv_stationary,
     q_stationary_min,
     row_hybrid,
-    score_resident,
     small_cache_backward,
     split_backward,
     square_tiling,
@@ -108,7 +107,7 @@ def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
 
 
 for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
-             q_stationary_min, score_resident, row_hybrid):
+             q_stationary_min, row_hybrid):
     register(_mod.ALGORITHM)
 del _mod
 

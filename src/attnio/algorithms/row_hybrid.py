@@ -228,7 +228,7 @@ class RowHybrid(Algorithm[RowHybridTiling]):
             return []
         out: list[RowHybridTiling] = []
         for G in divisors_upto(shape.group, min(64, M)):
-            for modes in ("abc", "ac", "c"):
+            for modes in ("abc", "ac", "a", "c"):
                 if blocks(shape, M, modes, G) is not None:
                     out.append(RowHybridTiling(M, modes, G))
         return out

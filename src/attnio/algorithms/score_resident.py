@@ -1,6 +1,12 @@
 """Score-resident attention: a query block's whole visible score rows held in fast memory, so the
 softmax is exact in one pass and nothing but Q, K, V and O ever moves.
 
+Not in the registry by itself: it is :mod:`~attnio.algorithms.row_hybrid`'s mode "a" (that
+schedule's ``modes="a"`` tiling is this one with one-column slices), and alone its count grows as
+N³ (blocks of about M/N rows each read all of K and V), so only the hybrid, which switches each
+block to whichever mode moves fewer words, is offered to the planner.  ``ALGORITHM`` runs it
+directly (``attnio.run(score_resident.ALGORITHM, ...)``).
+
 FlashAttention holds a query block's output O_i (Br×d) while K and V stream past; square tiling
 writes the scores.  When a query row sees fewer keys than d (small N, or a causal mask's early
 rows), the score rows are the smaller object: hold S_i (r×w, w the keys the block sees) instead of
