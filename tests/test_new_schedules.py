@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 import attnio
 from attnio import bounds
+from attnio.algorithms import score_resident
 from attnio.core.reference import attention
 from attnio.core.workload import Shape
-from attnio.algorithms import score_resident
 from attnio.runner import BackwardPass
 
 #: the registered new schedules by name; score_resident (row_hybrid's mode "a", not registered
