@@ -304,6 +304,23 @@ def test_row_hybrid_every_mode_equals_reference_and_closed_form(modes, w, extra,
             assert pred.total >= b.value, (b.name, pred.total, b.value)
 
 
+@pytest.mark.parametrize("causal", [False, True, "top_left"])
+@pytest.mark.parametrize("Nq,Nkv,d", [(1, 1, 1), (300, 300, 16), (5000, 3000, 8),
+                                      (100000, 100000, 4), (10**9, 10**9, 128)])
+def test_row_hybrid_min_M_always_has_a_partition(Nq, Nkv, d, causal):
+    # the sweep and the planner take M >= min_M to mean that a tiling fits
+    from attnio.algorithms import row_hybrid as rh
+    alg = attnio.algorithms.get("row_hybrid")
+    shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal)
+    m = alg.min_M(shape)
+    for M in (m, m + 1, 2 * m + 7):
+        assert rh.blocks(shape, M, "c", 1) is not None, M
+        assert alg.search(shape, M) is not None
+    r = -(-Nq // (rh.MAX_BLOCKS - 2))
+    if r > 1:  # not far above the least: blocks of half as many rows are too many
+        assert rh.blocks(shape, (2 * d + 3) * (r // 2) + 1, "c", 1) is None
+
+
 def test_row_hybrid_puts_the_remainder_first_under_a_causal_mask():
     # N = 3000, d = 160, M = 240000 causal: FlashAttention-2's five blocks of 600 rows read K and
     # V for 9000 keys; the hybrid's Q-stationary blocks of 743 rows, the short one first, 7570

@@ -198,8 +198,14 @@ class RowHybrid(Algorithm[RowHybridTiling]):
                    for q0, q1, lo, hi, m in part)
 
     def min_M(self, shape: Shape) -> int:
-        """One row in mode c (Q-stationary): ``2d + 4``."""
-        return _fp("c", 1, 1, 0, shape.d)
+        """An M from which a partition of at most :data:`MAX_BLOCKS` blocks always exists (the
+        least such M, to within two blocks' rows; the planner and the sweep read M >= min_M as
+        "a tiling fits"): mode c alone with
+        ``r_c >= ceil(Nq / (MAX_BLOCKS - 2))`` rows a block (the blocks that see a key, and those
+        that see none, whose r is the budget, at most ``Nq/r_c + 2`` in all); ``2d + 4`` (one
+        row) when Nq is small."""
+        r = max(1, -(-shape.Nq // (MAX_BLOCKS - 2)))
+        return _fp("c", 1, r, 0, shape.d)
 
     def validate_tiling(self, shape: Shape, tiling: RowHybridTiling) -> None:
         check = tiling.modes
