@@ -121,7 +121,8 @@ def best_constant(D, with_potential):
 #: Parameters the search found (d²/M, K/M, λ_p/√M, λ_o/√M, ν/√M); ν "large" for d²/M = ∞ (the
 #: work's factor (2d − ν)/d tends to 2 there, and ν·r keeps the root pieces out).
 FOUND = ((math.inf, 2.97, 0.305, 0.61, 5.0), (4.0, 2.90, 0.357, 0.696, 0.558),
-         (1.0, 1.952, 0.34, 0.667, 0.452))
+         (2.0, 2.641, 0.348, 0.692, 0.561), (1.0, 1.952, 0.34, 0.667, 0.452),
+         (0.5, 1.246, 0.327, 0.643, 0.334))
 
 
 def certify(rtol: float = 0.02) -> None:
