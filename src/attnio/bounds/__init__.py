@@ -80,6 +80,7 @@ from .forward import (
     qkpv_pooled_for,
     qkpv_pooled_pairs,
 )
+from .levelled import qkpv_levelled, qkpv_levelled_for, qkpv_levelled_pairs
 from .matmul import matmul, matmul_cosma, matmul_potential, matmul_smith
 from .sparse import flash_block_sparse_for
 
@@ -109,6 +110,8 @@ __all__ = [
     "matmul_smith",
     "pv_segment",
     "pv_segment_pairs",
+    "qkpv_levelled",
+    "qkpv_levelled_pairs",
     "qkpv_pooled",
     "qkpv_pooled_pairs",
     "required_pairs",
@@ -124,8 +127,8 @@ def applicable_to(shape: Shape, M: int, *, q: int | None = None,
                   binary: bool = False) -> list[Bound]:
     """Every attention bound whose preconditions hold for the workload ``shape`` (all its heads).
 
-    The explicit ones: :func:`trivial`, Theorems A (:func:`pv_segment`) and B
-    (:func:`qkpv_pooled`), and the first-generation large- and small-cache bounds (superseded,
+    The explicit ones: :func:`trivial`, Theorems A (:func:`pv_segment`), B
+    (:func:`qkpv_pooled`) and B′ (:func:`qkpv_levelled`, tabulated for M <= 4d²), and the first-generation large- and small-cache bounds (superseded,
     still valid); then Saha & Ye's asymptotic Θ form.  The score-counting bounds depend on the
     mask only through the required pairs and hold for grouped-query attention too (a product
     still needs its query row and key row); the trivial bound counts K and V once per key/value
@@ -138,7 +141,7 @@ def applicable_to(shape: Shape, M: int, *, q: int | None = None,
     """
     M = check_M(M)
     out = [trivial_for(shape), pv_segment_for(shape, M), qkpv_pooled_for(shape, M),
-           large_cache_for(shape, M), small_cache_for(shape, M), standard_matmul_for(shape, M)]
+           qkpv_levelled_for(shape, M), large_cache_for(shape, M), small_cache_for(shape, M), standard_matmul_for(shape, M)]
     if shape.block_mask is not None and shape.d <= M <= shape.Nq * shape.d:
         out.append(flash_block_sparse_for(shape, M))
     square = shape.Nkv == shape.Nq and not shape.causal and shape.block_mask is None
