@@ -11,6 +11,8 @@ exceed that number.  The derivations are in ``docs/bounds.md``.
 
 * :mod:`.forward`: the explicit forward bounds that charge the P·V products too (Theorem A,
   ``pv_segment``, large cache; Theorem B, ``qkpv_pooled``, small cache);
+* :mod:`.levelled`: Theorem B′, ``qkpv_levelled``: Theorem B with a potential by level, its
+  per-segment maxima certified offline and tabulated (M <= 4d²);
 * :mod:`.exact`: the first explicit bounds (trivial; large and small cache, superseded by
   :mod:`.forward` but still valid);
 * :mod:`.asymptotic`: Saha & Ye's Θ/Ω statements (standard matmul, fast matmul over F_q, binary);
@@ -25,12 +27,12 @@ This package never names an algorithm: it bounds every schedule, and the tests h
 registered schedule to its explicit bounds.
 
 >>> [b.name for b in applicable(4096, 64, 65536)]  # doctest: +NORMALIZE_WHITESPACE
-['trivial', 'pv_segment', 'qkpv_pooled', 'standard_matmul_large_cache',
+['trivial', 'pv_segment', 'qkpv_pooled', 'qkpv_levelled', 'standard_matmul_large_cache',
  'standard_matmul_small_cache', 'standard_matmul']
 >>> best(applicable(4096, 64, 16384)).name
 'pv_segment'
 >>> best(applicable(4096, 256, 1024)).name
-'qkpv_pooled'
+'qkpv_levelled'
 """
 
 from __future__ import annotations
