@@ -75,7 +75,7 @@ def test_table_has_the_documented_shape():
     xs = [n[0] for n in nodes]
     assert xs == sorted(xs) and xs[0] <= 0.25 and xs[-1] >= 256
     for x, kappa, lp, lo, nu, lam, lam_f, lam_l in nodes:
-        assert kappa >= 1.0 and lo >= lp >= 0 and 0 <= nu < 2 * math.sqrt(x)
+        assert kappa >= 0.5 and lo >= lp >= 0 and 0 <= nu < 2 * math.sqrt(x)
         assert lam > 0 and lam_f > 0 and lam_l > 0
     assert L._load()["command"] == "python benchmarks/levelled_params.py --write"
 

@@ -19,7 +19,7 @@ About 3.19·N²d/√M for M << d² (Theorem B: 2.83), 2.25·N²d²/M at M = d² 
 
 >>> N, d, M = 4096, 256, 1024  # M = d²/64
 >>> round(qkpv_levelled(N, d, M).value / (N * N * d / M ** 0.5), 2)
-3.1
+3.08
 """
 
 from __future__ import annotations
