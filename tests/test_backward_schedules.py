@@ -84,7 +84,8 @@ def _reference_grads(shape: Shape, data):
 
 
 def test_the_registry_lists_every_backward_schedule():
-    assert BACKWARDS == ["flash2_backward", "small_cache_backward", "split_backward"]
+    assert BACKWARDS == ["flash2_backward", "small_cache_backward", "split_backward",
+                         "group_split_backward"]
     assert get_backward("flash2_backward") is attnio.algorithms.get("flash2").backward
     with pytest.raises(UnknownNameError, match="unknown backward_algorithm 'small_cache'; did "
                                                "you mean 'small_cache_backward'"):
@@ -247,7 +248,8 @@ def test_plan_scores_every_backward_schedule_and_reports_the_certificate():
     text = repr(p)
     assert "Backward:  small_cache_backward" in text and "Backward bound:" in text
     large = attnio.plan(2048, 64, 64 * 64 * 16, backward=True).backward
-    assert large.algorithm == "split_backward"  # dK, dV then dQ: no dQ read-modify-write
+    # two passes, no dQ read-modify-write (dQ first, D formed there)
+    assert large.algorithm == "group_split_backward"
     tiny = attnio.plan(256, 64, 300, backward=True).backward  # below FA2's 7d + 4
     assert tiny.algorithm == "small_cache_backward"
     assert tiny.skipped and tiny.skipped[0][0] == "flash2_backward"
@@ -277,7 +279,7 @@ def test_bad_backward_requests_name_the_parameter():
                                          pytest.param(1024, 64, True, marks=pytest.mark.slow)])
 def test_planner_picks_the_backward_of_fewer_words(N, d, causal):
     """small_cache_backward when it moves fewer words (every M <= d²/4), a large-cache backward
-    (flash2's, or split_backward's two passes) otherwise, by closed form and never by a rule on M:
+    (flash2's, or a two-pass split) otherwise, by closed form and never by a rule on M:
     the least count of every registered schedule, ties toward fewer steps, then registry order."""
     shape = Shape(N, N, d, causal=causal)
     from attnio.planner.planner import backward_plan
@@ -295,4 +297,4 @@ def test_planner_picks_the_backward_of_fewer_words(N, d, causal):
         chosen[M] = b.algorithm
         M *= 2
     assert all(a == "small_cache_backward" for m, a in chosen.items() if m <= d * d // 4)
-    assert chosen[max(chosen)] in ("flash2_backward", "split_backward")
+    assert chosen[max(chosen)] in ("flash2_backward", "split_backward", "group_split_backward")

@@ -13,7 +13,7 @@ and the planner pick the least-I/O one by closed form.
 >>> get("flash2").summary.startswith("FlashAttention-2")
 True
 >>> backward_names()
-['flash2_backward', 'small_cache_backward', 'split_backward']
+['flash2_backward', 'small_cache_backward', 'split_backward', 'group_split_backward']
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from . import (
     flash2,
     flash2_backward,
     flash_decoding,
+    group_split_backward,
     kv_stationary,
     q_stationary_min,
     small_cache_backward,
@@ -132,7 +133,8 @@ def all_backwards() -> list[BackwardSchedule[Any]]:
     return list(_BACKWARDS.values())
 
 
-for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD, split_backward.BACKWARD):
+for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD, split_backward.BACKWARD,
+             group_split_backward.BACKWARD):
     register_backward(_bwd)
 del _bwd
 

@@ -256,21 +256,28 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
             bns.update(x for x in (sq, sq - 1, sq - 2, bm) if 1 <= x <= bn_max)
             for bn in sorted(bns):
                 bk = min(d, (M - bm * bn) // (bm + bn))
+                # the count is _count's: a part fixed by (bm, bn) plus g·(3·Tc·SW + d·(2·Xk +
+                # Xq)), which depends on bc and a alone (not on bk or br): scored inline, in the
+                # order and with the ties of scoring each tiling through _count
+                s0 = _sides(shape, SmallCacheTiling(bm, bn, bk, 1, 1, 1))
+                SC, W, SW, RK, r_last, WQ, w_last = self._sums(shape, s0)
                 best = None
                 for bc in bcs:
                     a_max = (M - bc) // (bc + 1)
                     if a_max < 1:
                         continue
+                    three = 3 * cdiv(d, min(bc, d)) * SW
                     # one output sub-block per block of either axis, or the largest that fits
                     for a in {min(a_max, max(bm, bn)), min(a_max, bm), min(a_max, bn)}:
-                        r = min(max(bm, bn), (M - a * bc) // (a + bc))
-                        t = SmallCacheTiling(bm, bn, bk, a, bc, r)
-                        s = _sides(shape, t)
-                        io = self._count(shape, s, self._sums(shape, s)).total
+                        Xk = _subblocks(Nkv, s0.bn, min(a, s0.bn), RK, r_last)
+                        Xq = _subblocks(Nq, s0.bm, min(a, s0.bm), WQ, w_last)
+                        io = three + d * (2 * Xk + Xq)
                         if best is None or io < best[0]:
-                            best = (io, t)
+                            best = (io, a, bc)
                 if best is not None:
-                    out.append(best[1])
+                    _, a, bc = best
+                    r = min(max(bm, bn), (M - a * bc) // (a + bc))
+                    out.append(SmallCacheTiling(bm, bn, bk, a, bc, r))
         return out
 
     # ------------------------------------------------------------------ the schedule

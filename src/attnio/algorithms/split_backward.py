@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import masks
-from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
 from .base import BackwardSchedule, kv_head_groups
@@ -89,6 +89,53 @@ def _probabilities(P: np.ndarray, dS: np.ndarray, Q: np.ndarray, dO: np.ndarray,
     np.matmul(dO, Vj.T, out=dS)
     dS -= D[:, None]
     dS *= P
+
+
+def _mask_of(shape: Shape, qb: Block, kb: Block) -> tuple[int, int, int, int | None] | None:
+    """The (causal / window) mask arguments of tile (qb, kb), or None when it is fully visible."""
+    if K_.tile_needs_mask(shape, qb.start, kb.stop, qb.stop, kb.start):
+        return (qb.start, kb.start, shape.offset, shape.window)
+    return None
+
+
+def dkdv_pass(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], kv: dict[str, SlowArray], *,
+              shape: Shape, Bc: int, Br1: int, scale: float) -> None:
+    """Pass 1 on one K/V head (``qv``, ``kv`` of :func:`~attnio.algorithms.base.kv_head_groups`):
+    dK, dV with K_j, V_j (Bc rows) stationary, Q, dO, L, D of every query head of the group
+    streamed past them in blocks of Br1 rows (D already in slow memory).  Moves
+    ``2·d·C + g·(2d + 2)·R₁`` reads and ``2·Nkv·d`` writes (:meth:`SplitBackward._pass1`)."""
+    d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+    band = masks.Band.keys(shape) if shape.causal else None
+    for kb in mem.blocks(Nkv, Bc, band=band):
+        qlo, qhi = q_range(shape, kb.start, kb.stop)
+        dKj = mem.alloc((kb.size, d), 0.0, label="dK_j")
+        dVj = mem.alloc((kb.size, d), 0.0, label="dV_j")
+        if qhi > qlo:
+            Kj = mem.load(kv["K"], kb, label="K_j")
+            Vj = mem.load(kv["V"], kb, label="V_j")
+            for g in range(len(qv["Q"])):
+                for qb in mem.blocks(Nq, Br1, lo=qlo, hi=qhi, band=band):
+                    Qi = mem.load(qv["Q"][g], qb, label="Q_i")
+                    dOi = mem.load(qv["dO"][g], qb, label="dO_i")
+                    Li = mem.load(qv["L"][g], qb, label="L_i")
+                    Di = mem.load(qv["D"][g], qb, label="D_i")
+                    P = mem.alloc((qb.size, kb.size), label="P_ij")
+                    dS = mem.alloc((qb.size, kb.size), label="dS_ij")
+                    mk = _mask_of(shape, qb, kb)
+
+                    def step1(P: np.ndarray, dS: np.ndarray, dK: np.ndarray, dV: np.ndarray,
+                              Q: np.ndarray, dO: np.ndarray, L: np.ndarray, D: np.ndarray,
+                              Kj: np.ndarray, Vj: np.ndarray, mk: object = mk) -> None:
+                        _probabilities(P, dS, Q, dO, L, D, Kj, Vj, scale, mk)  # type: ignore[arg-type]
+                        dV += P.T @ dO
+                        dK += scale * (dS.T @ Q)
+
+                    mem.compute(step1, P, dS, dKj, dVj, Qi, dOi, Li, Di, Kj, Vj, writes=4)
+                    mem.free(Qi, dOi, Li, Di, P, dS)
+            mem.free(Kj, Vj)
+        mem.store(dKj, kv["dK"], kb)
+        mem.store(dVj, kv["dV"], kb)
+        mem.free(dKj, dVj)
 
 
 class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
@@ -182,45 +229,7 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
                 mem.store(Di, qv["D"][g], qb)
                 mem.free(Oi, dOi, Di)
 
-        def mask_of(qb: object, kb: object) -> tuple[int, int, int, int | None] | None:
-            q0, q1 = qb.start, qb.stop  # type: ignore[attr-defined]
-            k0, k1 = kb.start, kb.stop  # type: ignore[attr-defined]
-            if K_.tile_needs_mask(shape, q0, k1, q1, k0):
-                return (q0, k0, shape.offset, shape.window)
-            return None
-
-        # pass 1: dK, dV with K_j, V_j stationary
-        band = masks.Band.keys(shape) if shape.causal else None
-        for kb in mem.blocks(Nkv, Bc, band=band):
-            qlo, qhi = q_range(shape, kb.start, kb.stop)
-            dKj = mem.alloc((kb.size, d), 0.0, label="dK_j")
-            dVj = mem.alloc((kb.size, d), 0.0, label="dV_j")
-            if qhi > qlo:
-                Kj = mem.load(kv["K"], kb, label="K_j")
-                Vj = mem.load(kv["V"], kb, label="V_j")
-                for g in range(G):
-                    for qb in mem.blocks(Nq, Br1, lo=qlo, hi=qhi, band=band):
-                        Qi = mem.load(qv["Q"][g], qb, label="Q_i")
-                        dOi = mem.load(qv["dO"][g], qb, label="dO_i")
-                        Li = mem.load(qv["L"][g], qb, label="L_i")
-                        Di = mem.load(qv["D"][g], qb, label="D_i")
-                        P = mem.alloc((qb.size, kb.size), label="P_ij")
-                        dS = mem.alloc((qb.size, kb.size), label="dS_ij")
-                        mk = mask_of(qb, kb)
-
-                        def step1(P: np.ndarray, dS: np.ndarray, dK: np.ndarray, dV: np.ndarray,
-                                  Q: np.ndarray, dO: np.ndarray, L: np.ndarray, D: np.ndarray,
-                                  Kj: np.ndarray, Vj: np.ndarray, mk: object = mk) -> None:
-                            _probabilities(P, dS, Q, dO, L, D, Kj, Vj, scale, mk)  # type: ignore[arg-type]
-                            dV += P.T @ dO
-                            dK += scale * (dS.T @ Q)
-
-                        mem.compute(step1, P, dS, dKj, dVj, Qi, dOi, Li, Di, Kj, Vj, writes=4)
-                        mem.free(Qi, dOi, Li, Di, P, dS)
-                mem.free(Kj, Vj)
-            mem.store(dKj, kv["dK"], kb)
-            mem.store(dVj, kv["dV"], kb)
-            mem.free(dKj, dVj)
+        dkdv_pass(mem, qv, kv, shape=shape, Bc=Bc, Br1=Br1, scale=scale)
 
         # pass 2: dQ with Q_i stationary
         qband = masks.Band.queries(shape) if shape.causal else None
@@ -238,7 +247,7 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
                         Vj = mem.load(kv["V"], kb, label="V_j")
                         P = mem.alloc((qb.size, kb.size), label="P_ij")
                         dS = mem.alloc((qb.size, kb.size), label="dS_ij")
-                        mk = mask_of(qb, kb)
+                        mk = _mask_of(shape, qb, kb)
 
                         def step2(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, Q: np.ndarray,
                                   dO: np.ndarray, L: np.ndarray, D: np.ndarray, Kj: np.ndarray,
