@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sqlite3
 import sys
 from types import ModuleType
@@ -13,6 +14,23 @@ import pytest
 import attnio
 from attnio.core.errors import MissingExtraError
 from attnio.core.extras import EXTRAS, available
+
+#: the thread pools of the numerical libraries the tests use (OpenMP: torch; OpenBLAS, MKL: numpy)
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def pytest_configure(config):
+    """With xdist workers (``-n``), share the cores between them: each worker's numerical
+    libraries get cores // workers threads (set here, in the controller, before the workers
+    start, so that they read it when they load the libraries; a value already set is kept).
+    Two workers on two cores each spinning up two torch/OpenMP threads oversubscribe the
+    machine: their busy-waiting threads cost several times the CPU of one thread (a float32
+    gradient test: 7 s of CPU against 0.4 s)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if workers and not hasattr(config, "workerinput"):
+        threads = str(max(1, (os.cpu_count() or 1) // int(workers)))
+        for var in THREAD_VARS:
+            os.environ.setdefault(var, threads)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

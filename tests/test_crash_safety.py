@@ -1,6 +1,7 @@
 """Crash safety of the results store: a sweep SIGKILLed at random instants (8 in the default run,
-20 in the slow one) never leaves a partial row, and resuming gives exactly the uninterrupted run's rows; corrupted or foreign
-database files are refused with one line and left byte-for-byte unchanged."""
+in two tests of 4; 20 in the slow one) never leaves a partial row, and resuming gives exactly the
+uninterrupted run's rows; corrupted or foreign database files are refused with one line and left
+byte-for-byte unchanged."""
 
 from __future__ import annotations
 
@@ -68,22 +69,13 @@ def _check_whole_rows(db) -> int:
     return len(rows)
 
 
-def test_sigkill_at_8_random_points_never_leaves_a_partial_row(tmp_path):
-    _kill_and_resume(tmp_path, trials=8, min_mid=2)
-
-
-@pytest.mark.slow
-def test_sigkill_at_20_random_points_never_leaves_a_partial_row(tmp_path):
-    _kill_and_resume(tmp_path, trials=20, min_mid=5)
-
-
-def _kill_and_resume(tmp_path, *, trials: int, min_mid: int) -> None:
-    """Kill a sweep ``trials`` times at random instants (its process group: workers too), check
-    after each kill that only whole rows exist, resume, and compare every completed database
-    with an uninterrupted run's rows; at least ``min_mid`` kills must land mid-sweep."""
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[list[dict], float]:
+    """The grid's rows from an uninterrupted ``attnio sweep`` subprocess, and its duration (the
+    random kills land inside it, start-up included)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    ref = tmp_path / "ref.sqlite"
-    t0 = time.monotonic()  # the uninterrupted run, timed: the kills land inside its duration
+    ref = tmp_path_factory.mktemp("ref") / "ref.sqlite"
+    t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "attnio", "sweep", "--db", str(ref), "--jobs",
                            "1", "--quiet", *GRID], env=env, capture_output=True, timeout=300)
     span = time.monotonic() - t0
@@ -91,11 +83,32 @@ def _kill_and_resume(tmp_path, *, trials: int, min_mid: int) -> None:
     with ResultsStore(ref, readonly=True) as st:
         want = _stable(st.rows())
     assert len(want) == TOTAL
+    return want, span
 
-    rng = random.Random(20)
+
+# the 8 kills of the default run in two tests of 4 (xdist runs them side by side), each with 2
+# kills once rows are committed (at least 1 of them must land mid-sweep) and 2 at any instant
+@pytest.mark.parametrize("first", [0, 4], ids=["kills1-4", "kills5-8"])
+def test_sigkill_at_8_random_points_never_leaves_a_partial_row(tmp_path, uninterrupted, first):
+    _kill_and_resume(tmp_path, uninterrupted, range(first, first + 4), min_mid=1)
+
+
+@pytest.mark.slow
+def test_sigkill_at_20_random_points_never_leaves_a_partial_row(tmp_path, uninterrupted):
+    _kill_and_resume(tmp_path, uninterrupted, range(20), min_mid=5)
+
+
+def _kill_and_resume(tmp_path, uninterrupted, trials: range, *, min_mid: int) -> None:
+    """Kill a sweep at random instants (its process group: workers too), once per trial, check
+    after each kill that only whole rows exist, resume, and compare every completed database
+    with the uninterrupted run's rows; at least ``min_mid`` kills must land mid-sweep.  Even
+    trials kill once this run has committed rows; odd ones at any instant; every fifth runs a
+    pool of 2 jobs."""
+    want, span = uninterrupted
+    rng = random.Random(20 + trials.start)
     t_start = time.monotonic()
     db, generation, mid, finished, comparisons = None, 0, 0, 0, 0
-    for trial in range(trials):
+    for trial in trials:
         waits = trial % 2 == 0  # else: a kill at any instant of the run, start-up included
         if db is None or waits:  # a kill mid-work: on a fresh database (the whole grid ahead)
             if db is not None:
@@ -129,18 +142,15 @@ def _kill_and_resume(tmp_path, *, trials: int, min_mid: int) -> None:
     if db is not None:  # the final resume completes the last database
         _complete(db, want)
         comparisons += 1
-    print(f"{trials}/{trials} kills left only whole rows; {mid} landed mid-sweep, {finished} "
-          f"after completion; {comparisons} resumed databases equal the uninterrupted run "
+    print(f"{len(trials)}/{len(trials)} kills left only whole rows; {mid} landed mid-sweep, "
+          f"{finished} after completion; {comparisons} resumed databases equal the uninterrupted run "
           f"({time.monotonic() - t_start:.1f} s)")
     assert mid >= min_mid, "too few kills landed mid-sweep to test anything"
 
 
 def _complete(db, want) -> None:
-    """Resume a killed sweep to its end: exactly the uninterrupted run's rows."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    done = subprocess.run([sys.executable, "-m", "attnio", "sweep", "--db", str(db), "--jobs",
-                           "1", "--quiet", *GRID], env=env, capture_output=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    """Resume a killed sweep to its end (in this process): exactly the uninterrupted run's rows."""
+    assert cli_main(["sweep", "--db", str(db), "--jobs", "1", "--quiet", *GRID]) == 0
     assert _check_whole_rows(db) == TOTAL
     with ResultsStore(db, readonly=True) as st:
         assert _stable(st.rows()) == want

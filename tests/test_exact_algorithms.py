@@ -20,6 +20,10 @@ from conftest import exact_attention_names, random_qkv
 
 ALGS = exact_attention_names()
 STEP_BUDGET = 6000  # compute-mode cases above this many tile steps are left to count mode
+#: compute-mode cases above this many tile steps (the least M at N = 100, mostly) run only with
+#: ``-m slow``: the same schedules and tilings run in the default suite at N = 7 and 33, and their
+#: counts at N = 100 are checked step by step in count mode (test_count_mode_...)
+FAST_STEPS = 1500
 
 
 def _m_values(alg, shape: Shape) -> list[int]:
@@ -30,29 +34,36 @@ def _m_values(alg, shape: Shape) -> list[int]:
 
 
 def _compute_cases():
-    cases = []
+    """(default-run cases, slow cases)."""
+    cases, slow = [], []
     for name in ALGS:
         alg = attnio.algorithms.get(name)
         for N, d, causal in itertools.product((1, 7, 33, 100), (1, 3, 64), (False, True)):
             shape = Shape(N, N, d)
             for M in _m_values(alg, shape):
                 steps = attnio.run(name, shape=shape, M=M, mode="count", causal=causal).io.steps
-                if steps <= STEP_BUDGET:
+                if steps <= FAST_STEPS:
                     cases.append((name, N, d, M, causal))
-    return cases
+                elif steps <= STEP_BUDGET:
+                    slow.append((name, N, d, M, causal))
+    return cases, slow
 
 
-COMPUTE_CASES = _compute_cases()
+FAST_CASES, SLOW_CASES = _compute_cases()
+COMPUTE_CASES = FAST_CASES + [pytest.param(*c, marks=pytest.mark.slow) for c in SLOW_CASES]
 
 
 def test_compute_grid_covers_every_algorithm_head_dim_and_smallest_M():
+    """The default run's cases alone: every algorithm and head dimension, the least M and an M
+    that holds the whole of Q; and an N = 33 case (ragged, several tiles) for every algorithm."""
     for name in ALGS:
         alg = attnio.algorithms.get(name)
         for d in (1, 3, 64):
-            ms = [c[3] for c in COMPUTE_CASES if c[0] == name and c[2] == d]
+            ms = [c[3] for c in FAST_CASES if c[0] == name and c[2] == d]
             assert ms, (name, d)
             assert min(ms) == alg.min_M(Shape(7, 7, d)), (name, d)
-            assert any(c[3] >= c[1] * c[2] for c in COMPUTE_CASES if c[0] == name and c[2] == d)
+            assert any(c[3] >= c[1] * c[2] for c in FAST_CASES if c[0] == name and c[2] == d)
+        assert any(c[1] == 33 for c in FAST_CASES if c[0] == name), name
 
 
 @pytest.mark.parametrize("name,N,d,M,causal", COMPUTE_CASES)

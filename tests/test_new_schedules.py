@@ -14,11 +14,14 @@ from hypothesis import strategies as st
 
 import attnio
 from attnio import bounds
+from attnio.algorithms import score_resident
 from attnio.core.reference import attention
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
 
-NEW = ["kv_stationary", "q_stationary_min"]
+#: the registered new schedules by name; score_resident (row_hybrid's mode "a", not registered
+#: by itself) through its instance
+NEW = ["kv_stationary", "q_stationary_min", score_resident.ALGORITHM, "row_hybrid"]
 
 
 def _reference(Q, K, V, causal, window):
@@ -45,7 +48,7 @@ def workloads(draw):
     return Nq, Nkv, d, causal, window, batch, kvh * g, kvh
 
 
-@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("name", NEW, ids=lambda a: getattr(a, "name", a))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(w=workloads(), extra=st.integers(0, 400), seed=st.integers(0, 2**16),
        pick=st.integers(0, 10**6))
@@ -296,3 +299,123 @@ def test_q_stationary_min_writes_the_logsumexp_a_backward_pass_reads(w, extra, s
     cnt = attnio.run("q_stationary_min", shape=shape, M=M, mode="count", tiling=res.tiling,
                      backward=BackwardPass("flash2_backward"))
     assert (cnt.io.reads, cnt.io.writes) == (pred.reads, pred.writes)
+
+
+def test_score_resident_blocks_fit_the_budget_and_put_the_short_block_first():
+    from attnio.algorithms import score_resident as sr
+    shape = Shape.make(300, 16, causal=True)
+    part = sr.blocks(shape, 2000, 1, 1)
+    assert part is not None and part[0][0] == 0 and part[-1][1] == 300
+    assert all(a[1] == b[0] for a, b in zip(part, part[1:]))  # a partition of the rows
+    sizes = [q1 - q0 for q0, q1, _, _ in part]
+    for q0, q1, lo, hi in part:  # each block is the most rows that fit, from the last row down
+        r, w = q1 - q0, hi - lo
+        assert r * w + (r + w) <= 2000
+        if q0 > 0:
+            assert (r + 1) * w + (r + 1 + w) > 2000
+    assert sizes[-1] < sizes[1]  # the causal mask: the last rows see the most keys
+    assert sr.blocks(Shape.make(300, 16), 299, 1, 1) is None  # one row of 300 keys does not fit
+    assert sr.blocks(Shape.make(10**9, 16, causal=True), 65536, 1, 1) is None  # too many blocks
+
+
+@pytest.mark.parametrize("args", [(300, 160, 13615, 8, 2), (300, 160, 13615, 1, 1)])
+def test_score_resident_lowers_the_worst_held_out_point(args):
+    # issue 25's worst forward certificate (N = 300, d = 160, M = 13615, causal): square tiling
+    # moved 3,713,280 words with 8 query heads on 2 K/V heads (ratio 3.55)
+    N, d, M, h, kvh = args
+    shape = Shape.make(N, d, causal=True, heads=h, kv_heads=kvh)
+    sr = score_resident.ALGORITHM.search(shape, M)
+    sq = attnio.algorithms.get("square_tiling").search(shape, M)
+    assert sr.predicted.total < 0.9 * sq.predicted.total
+    p = attnio.plan(N, d, M, causal=True, heads=h, kv_heads=kvh)
+    assert p.chosen.predicted.total <= sr.predicted.total
+    assert p.certificate.ratio < 2.7
+    cnt = attnio.run(score_resident.ALGORITHM, shape=shape, M=M, mode="count", tiling=sr.tiling)
+    assert cnt.io.total == sr.predicted.total
+    # the closed form: Q read and O written once, K and V once per query block per group
+    t = sr.tiling
+    part = __import__("attnio.algorithms.score_resident", fromlist=["blocks"]).blocks(
+        shape, t.budget, t.Bd, t.group)
+    kv = sum(hi - lo for _, _, lo, hi in part)
+    assert cnt.io.total == h * N * d * 2 + (h // t.group) * 2 * kv * d
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(N=st.integers(20, 90), Nkv=st.integers(20, 90), d=st.integers(8, 40),
+       causal=st.sampled_from([False, True, "top_left"]), frac=st.floats(0.05, 1.5),
+       seed=st.integers(0, 2**16))
+def test_score_resident_on_larger_shapes_equals_its_closed_form_step_by_step(N, Nkv, d, causal,
+                                                                            frac, seed):
+    alg = score_resident.ALGORITHM
+    shape = Shape.make(N, d, Nkv=Nkv, causal=causal)
+    M = max(alg.min_M(shape), int(frac * N * Nkv))
+    found = alg.search(shape, M)
+    assert found is not None
+    rng = np.random.default_rng(seed)
+    Q, K, V = (rng.standard_normal((n, d)) for n in (N, Nkv, Nkv))
+    res = attnio.run(alg, Q, K, V, M=M, causal=causal, tiling=found.tiling)
+    assert np.abs(res.output - attention(Q, K, V, causal=causal)).max() <= 1e-10
+    assert res.io.total == found.predicted.total and res.io.peak <= M
+    step = attnio.run(alg, shape=shape, M=M, mode="count", tiling=found.tiling, bulk=False)
+    assert step.io.total == found.predicted.total
+
+
+@pytest.mark.parametrize("modes", ["a", "b", "c", "ab", "bc", "abc"])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(w=workloads(), extra=st.integers(0, 600), seed=st.integers(0, 2**16))
+def test_row_hybrid_every_mode_equals_reference_and_closed_form(modes, w, extra, seed):
+    from attnio.algorithms import row_hybrid as rh
+    Nq, Nkv, d, causal, window, batch, heads, kvh = w
+    shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, window=window, heads=heads,
+                       kv_heads=kvh, batch=batch)
+    alg = attnio.algorithms.get("row_hybrid")
+    G = shape.group
+    M = (2 * d + 3) * G + 1 + max(Nkv, 1) * (G + 1) + extra  # one row fits in every mode
+    tiling = rh.RowHybridTiling(M, modes, G)
+    part = rh.blocks(shape, M, modes, G)
+    assert part is not None and {m for *_, m in part} <= set(modes) | {"z"}
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((batch, heads, Nq, d))
+    K = rng.standard_normal((batch, kvh, Nkv, d))
+    V = rng.standard_normal((batch, kvh, Nkv, d))
+    res = attnio.run("row_hybrid", Q, K, V, M=M, tiling=tiling, causal=causal, window=window)
+    assert np.abs(res.output - _reference(Q, K, V, causal, window)).max() <= 1e-10
+    pred = alg.predict_total(shape, tiling)
+    cnt = attnio.run("row_hybrid", shape=shape, M=M, mode="count", tiling=tiling)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+    assert (cnt.io.reads, cnt.io.writes) == (pred.reads, pred.writes)
+    assert res.io.peak <= alg.footprint(shape, tiling) <= M
+    for b in bounds.applicable_to(shape, M):
+        if b.explicit:
+            assert pred.total >= b.value, (b.name, pred.total, b.value)
+
+
+@pytest.mark.parametrize("causal", [False, True, "top_left"])
+@pytest.mark.parametrize("Nq,Nkv,d", [(1, 1, 1), (300, 300, 16), (5000, 3000, 8),
+                                      (100000, 100000, 4), (10**9, 10**9, 128)])
+def test_row_hybrid_min_M_always_has_a_partition(Nq, Nkv, d, causal):
+    # the sweep and the planner take M >= min_M to mean that a tiling fits
+    from attnio.algorithms import row_hybrid as rh
+    alg = attnio.algorithms.get("row_hybrid")
+    shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal)
+    m = alg.min_M(shape)
+    for M in (m, m + 1, 2 * m + 7):
+        assert rh.blocks(shape, M, "c", 1) is not None, M
+        assert alg.search(shape, M) is not None
+    r = -(-Nq // (rh.MAX_BLOCKS - 2))
+    if r > 1:  # not far above the least: blocks of half as many rows are too many
+        assert rh.blocks(shape, (2 * d + 3) * (r // 2) + 1, "c", 1) is None
+
+
+def test_row_hybrid_puts_the_remainder_first_under_a_causal_mask():
+    # N = 3000, d = 160, M = 240000 causal: FlashAttention-2's five blocks of 600 rows read K and
+    # V for 9000 keys; the hybrid's Q-stationary blocks of 743 rows, the short one first, 7570
+    from attnio.algorithms import row_hybrid as rh
+    shape = Shape.make(3000, 160, causal=True)
+    part = rh.blocks(shape, 240000, "c", 1)
+    assert [q1 - q0 for q0, q1, *_ in part] == [28, 743, 743, 743, 743]
+    assert sum(hi - lo for _, _, lo, hi, _ in part) == 7570
+    p = attnio.plan(3000, 160, 240000, causal=True)
+    assert p.chosen.algorithm == "row_hybrid"
+    f2 = attnio.algorithms.get("flash2").search(shape, 240000).predicted.total
+    assert p.chosen.predicted.total < 0.9 * f2

@@ -264,11 +264,12 @@ def test_best_configurations_show_the_forward_and_backward_ratios():
 @pytest.fixture(scope="module")
 def researcher(tmp_path_factory):
     """The researcher's grid: two masks x GQA or not x windows (none, and two windows with the
-    causal mask): 8 settings."""
+    causal mask): 8 settings, one M (the settings and their overlays are what its tests are
+    about: 16 figures, each a matplotlib draw)."""
     need("matplotlib")
     base = tmp_path_factory.mktemp("researcher")
     db = base / "g.sqlite"
-    common = dict(N=(256, 512, 1024), d=(16,), M=(1024, 4096), algorithms=("flash2", "standard"),
+    common = dict(N=(256, 512, 1024), d=(16,), M=(4096,), algorithms=("flash2", "standard"),
                   heads=(4,), kv_heads=(4, 1))
     run_sweep([Grid(causal=(False, True), **common),
                Grid(causal=(True,), window=(64, 128), **common)], db, jobs=1)

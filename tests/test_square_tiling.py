@@ -42,6 +42,8 @@ def _tilings(shape: Shape):
             (200, SquareTilingTiling(5, 3, 2, 4, 3, 3, "tile", False)),
             (400, SquareTilingTiling(3, 6, 2, 7, 3, 5, "row", True)),
             (400, SquareTilingTiling(2, 9, 4, 7, 9, 5, "row", False)),
+            (200, SquareTilingTiling(5, 3, 2, 4, 2, 3, "tile", True, "scores")),
+            (400, SquareTilingTiling(3, 6, 2, 7, 4, 5, "row", True, "scores")),
             (300, {"B": 4, "stable": False}), (300, 6)]
     return out
 
@@ -69,6 +71,9 @@ def test_compute_grid_is_large_and_covers_every_knob():
     for stable, order, causal in itertools.product((True, False), ("tile", "row"), (True, False)):
         assert any(t.stable == stable and t.order == order and c[4] == causal
                    for c, t in zip(COMPUTE_CASES, tilings)), (stable, order, causal)
+    for order, causal in itertools.product(("tile", "row"), (True, False)):
+        assert any(t.spill == "scores" and t.order == order and c[4] == causal
+                   for c, t in zip(COMPUTE_CASES, tilings)), ("scores", order, causal)
 
 
 @pytest.mark.parametrize("Nq,Nkv,d,M,causal,tiling", COMPUTE_CASES)
@@ -164,7 +169,11 @@ def test_stable_variant_counts_every_extra_word():
     output slice); l is replaced by g word for word."""
     N, d, M = 500, 64, 2000
     shape = Shape(N, N, d)
-    t = ALG.default_tiling(shape, M)
+    t = ALG.search(shape, M, ALG.candidate_tilings(shape, M, spill="exp")).tiling
+    assert t.spill == "exp"
+    sc = ALG.search(shape, M).tiling  # the default search: the scores spill, never worse
+    assert sc.spill == "scores"
+    assert ALG.predict_total(shape, sc).total < ALG.predict_total(shape, t).total
     lit = SquareTilingTiling(*[getattr(t, f) for f in ("Br", "Bc", "Bd", "Br2", "Bk2", "Bd2")],
                              order=t.order, stable=False)
     a = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=t).io
@@ -174,6 +183,32 @@ def test_stable_variant_counts_every_extra_word():
     assert a.reads - b.reads == Td * Tc * N
     assert a.per_array["m_tile"].writes == N * Tc and a.per_array["m_tile"].reads == Td * Tc * N
     assert a.per_array["g"].writes == b.per_array["l"].writes == N
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_scores_spill_moves_what_the_literal_schedule_moves(causal):
+    """spill="scores" writes the raw scores and forms exp(S - g) in Phase 2: no per-tile maxima,
+    so with the same sides it moves exactly the literal schedule's words (g in place of l), and
+    its output is the reference's even where the literal one overflows."""
+    N, d, M = 300, 32, 3000
+    sides = dict(Br=24, Bc=20, Bd=4, Br2=24, Bk2=7, Bd2=32, order="row")
+    sc = SquareTilingTiling(**sides, stable=True, spill="scores")
+    lit = SquareTilingTiling(**sides, stable=False)
+    a = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=sc, causal=causal).io
+    b = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=lit, causal=causal).io
+    assert (a.reads, a.writes) == (b.reads, b.writes)
+    assert "m_tile" not in a.per_array and a.per_array["g"].writes == N
+    # Phase 1 (dominant here) holds m and l where the literal holds l: one more row vector
+    assert ALG.footprint(Shape.make(N, d), sc) == ALG.footprint(Shape.make(N, d), lit) + 24
+    rng = np.random.default_rng(3)
+    Q, K, V = (rng.standard_normal((N, d)) * 6 for _ in range(3))  # logits in the hundreds
+    r = attnio.run("square_tiling", Q, K, V, M=M, tiling=sc, causal=causal)
+    assert np.abs(r.output - attnio.reference.attention(Q, K, V, causal=causal)).max() < 1e-10
+    with pytest.raises(attnio.algorithms.square_tiling.ExpOverflowError):
+        attnio.run("square_tiling", Q * 4, K * 4, V, M=M, tiling=lit, causal=causal)
+    with pytest.raises(attnio.ParameterError, match="spill"):
+        attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=SquareTilingTiling(
+            **sides, stable=False, spill="scores"))
 
 
 def test_causal_skips_fully_masked_tiles():

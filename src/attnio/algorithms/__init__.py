@@ -31,6 +31,7 @@ from . import (
     group_split_backward,
     kv_stationary,
     q_stationary_min,
+    row_hybrid,
     small_cache_backward,
     split_backward,
     square_tiling,
@@ -107,7 +108,7 @@ def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
 
 
 for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
-             q_stationary_min):
+             q_stationary_min, row_hybrid):
     register(_mod.ALGORITHM)
 del _mod
 

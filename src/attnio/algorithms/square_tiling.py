@@ -39,11 +39,24 @@ loads, per output tile and per Phase-1 key block, the Br2 words m_ij and rescale
 each Phase-2 key slice to lie inside one Phase-1 key block: ``Bc % Bk2 == 0`` (unless one key
 block covers all keys).
 
+Spilling the raw scores (``spill="scores"``, stable).  The per-tile maxima cost Br words written
+per tile and read per output slice, and a third row vector; they exist only because the tiles hold
+exp(S - m_ij) for a running m_ij.  Phase 1 may instead write the *raw* (scaled, masked) scores
+S_ij and fold each tile into the running (m_i, l_i) without changing it; at the row's end it writes
+``g_i = m_i + log l_i`` (formed in m_i's words).  Phase 2 loads g_i once per output tile and turns
+each A tile into ``exp(S - g_i)`` — the softmax probabilities themselves, at most 1, no overflow
+whatever the logits — before multiplying by V.  No maxima are written or read, no Bc/Bk2 coupling
+(any Bk2), Phase 1 holds m and l (e = 2) and Phase 2 holds g (``Br2·Bd2 + Bk2·(Br2 + Bd2) +
+Br2``).  Its count is the literal schedule's, word for word (g in place of l): the formulas below
+with s = 0.  For the same sides it fits wherever the exp spill fits and moves fewer words, so the
+search (the planner's candidates, ``tiling="auto"``) uses it; ``spill="exp"`` runs when asked.
+
 Closed form (exact; checked by ``tests/test_square_tiling.py``).  Phase-1 query blocks i have
 ``r_i`` rows and see keys ``[0, hi_i)`` (``hi_i = Nkv`` unmasked; bottom-right causal
 ``hi_i = clip(stop_i + Nkv − Nq, 0, Nkv)``); ``n_i = ⌈hi_i/Bc⌉`` key blocks of total width
 ``w_i = min(Nkv, n_i·Bc)``.  Phase-2 blocks i' likewise with Br2: ``n'_i = ⌈hi'/Bk2⌉`` key slices of
-width ``w'_i``, ``c_i = ⌈hi'/Bc⌉`` Phase-1 key blocks; ``T_d = ⌈d/Bd2⌉``; s = 1 if stable, else 0::
+width ``w'_i``, ``c_i = ⌈hi'/Bc⌉`` Phase-1 key blocks; ``T_d = ⌈d/Bd2⌉``; s = 1 if stable with
+``spill="exp"``, else 0::
 
     Phase 1 reads   Σ_{hi_i>0} (n_i·r_i·d + w_i·d)       order "tile" (Q and K per tile)
                     Σ_{hi_i>0} (r_i·d + w_i·d)           order "row"  (Q_i once)
@@ -57,8 +70,10 @@ about ``4N²d/√M + N²`` and ``4N²d/√M`` with B = √(M/4), matching the de
 stable variant adds ``N·T_c`` writes and ``T_d·T_c·N`` reads (T_c = ⌈N/Bc⌉).
 
 Fast memory.  Phase 1: ``Br·Bc + Bd·(Br + Bc) + e·Br`` (order "tile") or
-``Br·d + Br·Bc + Bc·Bd + e·Br`` (order "row"), e = 3 stable (m, l, temporary) or 1 (l).  Phase 2:
-``Br2·Bd2 + Bk2·(Br2 + Bd2) + 2·Br2`` stable (g and the loaded maxima), literal
+``Br·d + Br·Bc + Bc·Bd + e·Br`` (order "row"), e = 3 stable (m, l, temporary), 2 with
+``spill="scores"`` (m, l) or 1 (l).  Phase 2:
+``Br2·Bd2 + Bk2·(Br2 + Bd2) + 2·Br2`` stable (g and the loaded maxima; ``+ Br2`` with
+``spill="scores"``: g only), literal
 ``max(Br2·Bd2 + Bk2·(Br2 + Bd2), Br2·Bd2 + Br2)`` (l is loaded after the loop).  Sides are clamped
 to Nq, Nkv, d.  The least workable M is 6 (stable) or 4 (literal).
 
@@ -102,6 +117,7 @@ from .base import Algorithm
 __all__ = ["ALGORITHM", "ExpOverflowError", "SquareTiling", "SquareTilingTiling", "paper_side"]
 
 ORDERS = ("tile", "row")
+SPILLS = ("exp", "scores")
 
 # the search's pieces: a Phase-1 choice (Br, Bc, Bd, order); a Phase-2 rung (Bd2, Br2, the key
 # slices Bk2 to try); a Phase-1 choice with its exact Phase-1 count
@@ -121,7 +137,9 @@ class SquareTilingTiling:
 
     ``order``: Phase-1 loop order, "tile" (the paper's: each S tile finishes over the d slices)
     or "row" (Q_i stays resident across the key blocks).  ``stable``: subtract running row maxima
-    (True) or exponentiate the raw scores as the paper does (False).
+    (True) or exponentiate the raw scores as the paper does (False).  ``spill`` (stable only):
+    "exp" writes exp(S - m_ij) and the per-tile maxima m_ij, "scores" writes the raw scores and
+    Phase 2 forms exp(S - g_i) (no maxima moved).
     """
 
     Br: int
@@ -132,6 +150,7 @@ class SquareTilingTiling:
     Bd2: int
     order: str = "tile"
     stable: bool = True
+    spill: str = "exp"
 
     @classmethod
     def square(cls, B: int, *, stable: bool = True) -> SquareTilingTiling:
@@ -144,19 +163,29 @@ def paper_side(M: int) -> int:
     return math.isqrt(M // 4)
 
 
-def _e1(stable: bool) -> int:
-    return 3 if stable else 1
+def _maxima(stable: bool, spill: str) -> bool:
+    """Whether the schedule writes (and Phase 2 reads) the per-tile maxima m_ij."""
+    return stable and spill == "exp"
 
 
-def _fp1(d: int, br: int, bc: int, bd: int, order: str, stable: bool) -> int:
+def _e1(stable: bool, spill: str = "exp") -> int:
+    """Phase-1 row vectors: m, l and the tile-max temporary (exp spill), m and l (scores spill:
+    g = m + log l is formed in m), or l (literal)."""
+    if not stable:
+        return 1
+    return 3 if spill == "exp" else 2
+
+
+def _fp1(d: int, br: int, bc: int, bd: int, order: str, stable: bool, spill: str = "exp") -> int:
+    e = _e1(stable, spill)
     if order == "row":
-        return br * d + br * bc + bc * bd + _e1(stable) * br
-    return br * bc + bd * (br + bc) + _e1(stable) * br
+        return br * d + br * bc + bc * bd + e * br
+    return br * bc + bd * (br + bc) + e * br
 
 
-def _fp2(br2: int, bk2: int, bd2: int, stable: bool) -> int:
+def _fp2(br2: int, bk2: int, bd2: int, stable: bool, spill: str = "exp") -> int:
     if stable:
-        return br2 * bd2 + bk2 * (br2 + bd2) + 2 * br2
+        return br2 * bd2 + bk2 * (br2 + bd2) + (2 if spill == "exp" else 1) * br2
     return max(br2 * bd2 + bk2 * (br2 + bd2), br2 * bd2 + br2)
 
 
@@ -211,7 +240,9 @@ def _covered(shape: Shape, B: int, S: int) -> masks.BlockSums:
     return masks.covered_sums(shape.Nq, shape.Nkv, B, S, shape.offset)
 
 
-def _phase1_io(shape: Shape, Br: int, Bc: int, order: str, stable: bool) -> tuple[int, int]:
+def _phase1_io(shape: Shape, Br: int, Bc: int, order: str, stable: bool,
+               spill: str = "exp") -> tuple[int, int]:
+    stable = _maxima(stable, spill)  # below: whether the per-tile maxima are written
     d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
     if not shape.causal:
         Tr, Tc = cdiv(Nq, Br), cdiv(Nkv, Bc)
@@ -227,7 +258,8 @@ def _phase1_io(shape: Shape, Br: int, Bc: int, order: str, stable: bool) -> tupl
 
 
 def _phase2_io(shape: Shape, Br2: int, Bk2: int, Bd2: int, Bc: int,
-               stable: bool) -> tuple[int, int]:
+               stable: bool, spill: str = "exp") -> tuple[int, int]:
+    stable = _maxima(stable, spill)  # below: whether the per-tile maxima are read
     d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
     Td = cdiv(d, Bd2)
     if not shape.causal:
@@ -257,8 +289,8 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
 
     def footprint(self, shape: Shape, tiling: SquareTilingTiling) -> int:
         br, bc, bd, br2, bk2, bd2 = self._clamped(shape, tiling)
-        return max(_fp1(shape.d, br, bc, bd, tiling.order, tiling.stable),
-                   _fp2(br2, bk2, bd2, tiling.stable))
+        return max(_fp1(shape.d, br, bc, bd, tiling.order, tiling.stable, tiling.spill),
+                   _fp2(br2, bk2, bd2, tiling.stable, tiling.spill))
 
     def min_M(self, shape: Shape, stable: bool = True) -> int:
         return self.footprint(shape, SquareTilingTiling.square(1, stable=stable))
@@ -277,7 +309,12 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         if not isinstance(tiling.stable, bool):
             raise ParameterError(f"tiling.stable must be True or False, got {tiling.stable!r}")
         bc, bk2 = min(tiling.Bc, shape.Nkv), min(tiling.Bk2, shape.Nkv)
-        if tiling.stable and bc < shape.Nkv and bc % bk2:
+        if tiling.spill not in SPILLS:
+            raise ParameterError(f"tiling.spill must be one of {SPILLS}, got {tiling.spill!r}")
+        if not tiling.stable and tiling.spill != "exp":
+            raise ParameterError("tiling.spill='scores' needs stable=True (the literal schedule "
+                                 "writes exp(S))")
+        if _maxima(tiling.stable, tiling.spill) and bc < shape.Nkv and bc % bk2:
             raise ParameterError(
                 f"tiling.Bk2={tiling.Bk2} must divide tiling.Bc={tiling.Bc} with stable=True (each "
                 "Phase-2 key slice must lie inside one Phase-1 key block, whose max it rescales by)")
@@ -285,8 +322,8 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
     # ------------------------------------------------------------------ counts
     def _predict(self, shape: Shape, tiling: SquareTilingTiling) -> IOCount:
         t = tiling
-        r1, w1 = _phase1_io(shape, t.Br, t.Bc, t.order, t.stable)
-        r2, w2 = _phase2_io(shape, t.Br2, t.Bk2, t.Bd2, t.Bc, t.stable)
+        r1, w1 = _phase1_io(shape, t.Br, t.Bc, t.order, t.stable, t.spill)
+        r2, w2 = _phase2_io(shape, t.Br2, t.Bk2, t.Bd2, t.Bc, t.stable, t.spill)
         return IOCount(r1 + r2, w1 + w2)
 
     # ------------------------------------------------------------------ tilings
@@ -294,8 +331,9 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         """The paper's rule: every side B = ⌊√(M/4)⌋ (at least 1)."""
         return SquareTilingTiling.square(max(1, paper_side(M)), stable=stable)
 
-    def _phase1_candidates(self, shape: Shape, M: int, stable: bool) -> list[_Phase1]:
-        d, Nq, Nkv, e = shape.d, shape.Nq, shape.Nkv, _e1(stable)
+    def _phase1_candidates(self, shape: Shape, M: int, stable: bool,
+                           spill: str = "exp") -> list[_Phase1]:
+        d, Nq, Nkv, e = shape.d, shape.Nq, shape.Nkv, _e1(stable, spill)
         out: list[_Phase1] = []
         for order in ORDERS:
             per_row = (d if order == "row" else 1) + 1 + e  # Bc = Bd = 1
@@ -313,15 +351,16 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                     else:
                         bd = (M - br * c - e * br) // (br + c)
                     bd = max(1, min(d, bd))
-                    if _fp1(d, br, c, bd, order, stable) <= M:
+                    if _fp1(d, br, c, bd, order, stable, spill) <= M:
                         out.append((br, c, bd, order))
         return out
 
-    def _phase2_ladder(self, shape: Shape, M: int, stable: bool) -> list[_Rung]:
+    def _phase2_ladder(self, shape: Shape, M: int, stable: bool,
+                       spill: str = "exp") -> list[_Rung]:
         """(bd2, br2, key-slice sizes to try) per head-dimension slice: what Phase 2's candidates
         are built from before the stable variant snaps Bk2 to a divisor of Bc."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        e = 2 if stable else 0
+        e = (2 if spill == "exp" else 1) if stable else 0
         out: list[_Rung] = []
         for bd2 in _ladder(d, (M - 1 - e) // 2):
             br2 = (M - bd2) // (bd2 + 1 + e)
@@ -339,50 +378,56 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
 
     @staticmethod
     def _slices(shape: Shape, M: int, stable: bool, bc: int, br2: int, bd2: int, ks: list[int],
-                snap: dict[int, int]) -> list[int]:
+                snap: dict[int, int], spill: str = "exp") -> list[int]:
         """The key-slice sizes Bk2 of one (Br2, Bd2) choice, ascending: the stable variant
         snaps each to the largest divisor of Bc below it; those whose tiles fit in M."""
         bc_eff = min(bc, shape.Nkv)
         out = set()
         for k in ks:
-            if stable and bc_eff < shape.Nkv:
+            if _maxima(stable, spill) and bc_eff < shape.Nkv:
                 if k not in snap:
                     snap[k] = _largest_divisor(bc_eff, k)
                 k = snap[k]
-            if _fp2(br2, k, bd2, stable) <= M:
+            if _fp2(br2, k, bd2, stable, spill) <= M:
                 out.add(k)
         return sorted(out)
 
-    def _search(self, shape: Shape, M: int, stable: bool) -> list[SquareTilingTiling]:
+    def _search(self, shape: Shape, M: int, stable: bool,
+                spill: str = "exp") -> list[SquareTilingTiling]:
         """The least of every (Phase 1 x Phase 2) combination worth scoring (the best Phase-1
         choices, each with every Phase-2 choice, then the paper's tiling), in that order: the
         combinations of least I/O with a mask (:meth:`_least`), the first of least (I/O, steps)
         without (:meth:`_least_unmasked`).  The combinations are never listed: a Phase-2 choice
         is (Br2, Bd2) with its key slices Bk2 (:meth:`_slices`), expanded only when scored."""
-        p1 = self._phase1_candidates(shape, M, stable)
-        if shape.causal and len(p1) > 24:
+        p1 = self._phase1_candidates(shape, M, stable, spill)
+        cut = 24
+        if spill == "scores":  # the exp spill's sides fit too (one row vector less)
+            p1 = sorted(set(p1) | set(self._phase1_candidates(shape, M, stable, "exp")))
+            cut = 64  # one Phase-1 choice goes on (the phases are not coupled): score more
+        if shape.causal and len(p1) > cut:
             # pre-rank by the O(1) unmasked count (the mask keeps about half of every tiling's
             # tiles) and score the best 24 exactly
             plain = shape.unmasked()
-            p1 = sorted(p1, key=lambda c: (sum(_phase1_io(plain, c[0], c[1], c[3], stable)),
-                                           cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))[:24]
-        exact = {c: sum(_phase1_io(shape, c[0], c[1], c[3], stable)) for c in p1}
+            p1 = sorted(p1, key=lambda c: (sum(_phase1_io(plain, c[0], c[1], c[3], stable,
+                                                          spill)),
+                                           cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))[:cut]
+        exact = {c: sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)) for c in p1}
         scored = sorted(p1, key=lambda c: (exact[c], cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))
         # the stable variant couples the phases through Bc (the per-tile maxima): keep a few
-        top = scored[:12] if stable else scored[:1]
+        top = scored[:12] if _maxima(stable, spill) else scored[:1]
         groups = [(c, exact[c]) for c in top]  # (phase 1 choice, its exact Phase-1 count)
-        ladder = self._phase2_ladder(shape, M, stable)
+        ladder = self._phase2_ladder(shape, M, stable, spill)
         paper: SquareTilingTiling | None
-        paper = self.paper_tiling(shape, M, stable)
+        paper = dataclasses.replace(self.paper_tiling(shape, M, stable), spill=spill)
         if self.footprint(shape, paper) > M:
             paper = None
         if shape.causal:
-            return self._least(shape, M, stable, groups, ladder, paper)
-        return self._least_unmasked(shape, M, stable, groups, ladder, paper)
+            return self._least(shape, M, stable, groups, ladder, paper, spill)
+        return self._least_unmasked(shape, M, stable, groups, ladder, paper, spill)
 
     def _least_unmasked(self, shape: Shape, M: int, stable: bool, groups: list[_Group],
-                        ladder: list[_Rung],
-                        paper: SquareTilingTiling | None) -> list[SquareTilingTiling]:
+                        ladder: list[_Rung], paper: SquareTilingTiling | None,
+                        spill: str = "exp") -> list[SquareTilingTiling]:
         """The first combination of least (I/O, steps), in the order of the full list.
 
         Unmasked, Phase 2's count does not depend on Bk2 and the count is a Phase-1 term plus a
@@ -394,7 +439,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         scored = []
         for g, ((_, bc, _, _), e1) in enumerate(groups):
-            tc = cdiv(Nkv, bc) * Nq if stable else 0
+            tc = cdiv(Nkv, bc) * Nq if _maxima(stable, spill) else 0
             for e, (bd2, br2, _) in enumerate(ladder):
                 td = -(-d // bd2)
                 total = e1 + td * (Nq + Nq * Nkv + tc) + (-(-Nq // br2)) * Nkv * d + Nq * d
@@ -410,7 +455,8 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             bd2, br2, ks = ladder[e]
             s1 = cdiv(Nq, br) * cdiv(Nkv, bc) * cdiv(d, bd)
             td = -(-d // bd2)
-            for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snaps.setdefault(bc, {})):
+            for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snaps.setdefault(bc, {}),
+                                  spill):
                 key = (total, s1 + (-(-Nq // br2)) * td * (-(-Nkv // k)))
                 at = (g, br2, k, bd2)  # the combination's place in the full list
                 if (best_key is None or best_at is None or key < best_key
@@ -420,7 +466,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         if best_at is not None:
             g, br2, k, bd2 = best_at
             (br, bc, bd, order), _ = groups[g]
-            out = [SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable)]
+            out = [SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable, spill)]
         if paper is not None:  # last in the list: chosen only when strictly better
             key = (self._predict(shape, paper).total, self.steps(shape, paper))
             if best_key is None or key < best_key:
@@ -428,7 +474,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         return out
 
     def _least(self, shape: Shape, M: int, stable: bool, groups: list[_Group], ladder: list[_Rung],
-               paper: SquareTilingTiling | None) -> list[SquareTilingTiling]:
+               paper: SquareTilingTiling | None, spill: str = "exp") -> list[SquareTilingTiling]:
         """The combinations of least I/O, in the order the full list would have them (so
         :meth:`search` breaks ties by steps exactly as over the whole list), by branch and
         bound: a causal plan at N = 10^9 in milliseconds.
@@ -449,13 +495,13 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                 sums[br2] = _covered(shape, br2, 1)  # hi_i itself: width 1 slices
             s = sums[br2]
             td = -(-d // bd2)
-            extra = -(-s.size_width // bc) if stable else 0
+            extra = -(-s.size_width // bc) if _maxima(stable, spill) else 0
             return e1 + td * (s.size_seen + s.size_width + extra) + d * s.width + Nq * d
 
         buckets = [(lower(e1, br2, bd2, c[1]), g, e) for g, (c, e1) in enumerate(groups)
                    for e, (bd2, br2, _) in enumerate(ladder)]
         if paper is not None:
-            e1 = sum(_phase1_io(shape, paper.Br, paper.Bc, paper.order, paper.stable))
+            e1 = sum(_phase1_io(shape, paper.Br, paper.Bc, paper.order, paper.stable, spill))
             buckets.append((lower(e1, paper.Br2, paper.Bd2, paper.Bc), len(groups), -1))
         buckets.sort()
         best: int | None = None
@@ -472,9 +518,9 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                 (br, bc, bd, order), _ = groups[g]
                 bd2, br2, ks = ladder[e]
                 members = [((g, br2, k, bd2),
-                            SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable))
+                            SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable, spill))
                            for k in self._slices(shape, M, stable, bc, br2, bd2, ks,
-                                                 snaps.setdefault(bc, {}))]
+                                                 snaps.setdefault(bc, {}), spill)]
             for at, t in members:
                 if self.footprint(shape, t) > M:
                     continue
@@ -484,8 +530,14 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         return [t for at, tot, t in sorted(scored, key=lambda c: c[0]) if tot == best]
 
     def candidate_tilings(self, shape: Shape, M: int,
-                          stable: bool = True) -> list[SquareTilingTiling]:
-        return self._search(shape, M, stable)
+                          stable: bool = True, spill: str | None = None
+                          ) -> list[SquareTilingTiling]:
+        """The search's least tilings; stable, with ``spill="scores"`` unless told: for the same
+        sides it fits wherever ``spill="exp"`` fits (one row vector less in each phase) and
+        moves the same words less the per-tile maxima, so the exp spill never wins."""
+        if spill is None:
+            spill = "scores" if stable else "exp"
+        return self._search(shape, M, stable, spill)
 
     def default_tiling(self, shape: Any, M: int, causal: object = None,
                        stable: bool = True) -> SquareTilingTiling:
@@ -496,7 +548,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         if M < need:
             raise ParameterError(f"M={M} is too small for {self.name} (stable={stable}) with "
                                  f"d={shape.d}: it needs M >= {need} words", param="M")
-        found = self.search(shape, M, self._search(shape, M, stable))
+        found = self.search(shape, M, self.candidate_tilings(shape, M, stable))
         assert found is not None  # min_M guarantees the square tiling of side 1
         best: SquareTilingTiling = found.tiling
         return best
@@ -510,7 +562,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         M = check_int("M", M, minimum=1)
         stable = True
         if isinstance(tiling, Mapping):
-            known = set(_SIZE_FIELDS) | {"order", "stable", "B"}
+            known = set(_SIZE_FIELDS) | {"order", "stable", "spill", "B"}
             unknown = set(tiling) - known
             if unknown:
                 raise ParameterError(f"tiling for {self.name} has unknown field(s) "
@@ -523,13 +575,15 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                 if sizes:
                     raise ParameterError("tiling: give either B (every side) or the six sides, "
                                          "not both")
-                tiling = {"B": tiling["B"], "stable": stable, "order": tiling.get("order", "tile")}
+                tiling = {"B": tiling["B"], "stable": stable, "order": tiling.get("order", "tile"),
+                          "spill": tiling.get("spill", "exp")}
                 B = check_int("tiling.B", tiling["B"], minimum=1)
                 tiling = dataclasses.replace(SquareTilingTiling.square(B, stable=stable),
-                                             order=tiling["order"])
+                                             order=tiling["order"], spill=tiling["spill"])
             elif not sizes:
-                if "order" in tiling:
-                    raise ParameterError("tiling.order needs the sides too (or leave both to auto)")
+                if "order" in tiling or "spill" in tiling:
+                    raise ParameterError("tiling.order and tiling.spill need the sides too (or leave "
+                                         "them to auto)")
                 tiling = None
             elif len(sizes) < len(_SIZE_FIELDS):
                 missing = sorted(set(_SIZE_FIELDS) - set(sizes))
@@ -559,7 +613,8 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         A = mem.scratch("A", (Nq, Nkv))  # exp(S) (stable: exp(S - m_ij)), written once
         rowvec = mem.scratch("g" if t.stable else "l", (Nq,))  # log-sum-exp g, or row sums l
         Tc = cdiv(Nkv, t.Bc)
-        mx = mem.scratch("m_tile", (Tc * Nq,)) if t.stable else None  # block j, rows r: j*Nq + r
+        mx = (mem.scratch("m_tile", (Tc * Nq,)) if _maxima(t.stable, t.spill)  # j*Nq + r
+              else None)
         self._phase1(mem, Q, K, A, rowvec, mx, shape, t, scale)
         self._phase2(mem, V, A, rowvec, mx, O, shape, t)
 
@@ -570,11 +625,16 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         band = masks.Band.queries(shape) if shape.causal else None  # keys [0, hi) per block
         for ib in mem.blocks(Nq, t.Br, band=band):
             hi = kv_visible_hi(shape, ib.stop)
-            if t.stable:
+            scores = t.stable and t.spill == "scores"
+            if scores:
+                m = mem.alloc((ib.size,), -np.inf, label="m_i")
+                l = mem.alloc((ib.size,), 0.0, label="l_i")
+                vecs: tuple[FastTile, ...] = (m, l)
+            elif t.stable:
                 m = mem.alloc((ib.size,), -np.inf, label="m_i")
                 l = mem.alloc((ib.size,), 0.0, label="l_i")
                 tmp = mem.alloc((ib.size,), 0.0, label="m_tile")
-                vecs: tuple[FastTile, ...] = (m, l, tmp)
+                vecs = (m, l, tmp)
             else:
                 l = mem.alloc((ib.size,), 0.0, label="l_i")
                 vecs = (l,)
@@ -597,7 +657,9 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                     r0, c0 = ib.start, jb.start
                     mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), S,
                                 writes=1)
-                if t.stable:
+                if scores:  # the raw scores are written; (m, l) fold them in
+                    mem.compute(_fold_scores, S, m, l, writes=3)
+                elif t.stable:
                     mem.compute(_exp_stable, S, m, l, tmp, writes=4)
                     assert mx is not None  # schedule makes it for the stable variant
                     j0 = jb.index * Nq
@@ -610,7 +672,10 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                 mem.free(S)
             if Qi is not None:
                 mem.free(Qi)
-            if t.stable:
+            if scores:
+                mem.compute(_log_sum_exp, m, m, l, writes=1)  # g = m + log l, formed in m
+                mem.store(m, rowvec, ib)
+            elif t.stable:
                 mem.compute(_log_sum_exp, tmp, m, l, writes=1)
                 mem.store(tmp, rowvec, ib)
             else:
@@ -632,7 +697,13 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                     mem.store(Oc, O, ib, db)
                     mem.free(Oc)
                     continue
-                if t.stable:
+                if t.stable and t.spill == "scores":  # P = exp(S - g), exactly normalised
+                    g = mem.load(rowvec, ib, label="g_i")
+                    for kb in mem.blocks(Nkv, t.Bk2, hi=hi, band=band):
+                        self._accumulate(mem, A, V, Oc, g, ib, kb, db, shape, off, raw=True)
+                    mem.store(Oc, O, ib, db)
+                    mem.free(Oc, g)
+                elif t.stable:
                     g = mem.load(rowvec, ib, label="g_i")
                     for cb in mem.blocks(Nkv, t.Bc, hi=hi, band=band):
                         c0 = cb.index * Nq
@@ -658,14 +729,18 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
     @staticmethod
     def _accumulate(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, Oc: FastTile,
                     w: FastTile | None, ib: Block, kb: Block, db: Block, shape: Shape,
-                    off: int) -> None:
+                    off: int, raw: bool = False) -> None:
         At = mem.load(A, ib, kb, label="A_ik")
         Vt = mem.load(V, kb, db, label="V_kc")
         masked = K_.tile_needs_mask(shape, ib.start, kb.stop)
         r0, c0 = ib.start, kb.start
 
         def step(o: np.ndarray, a: np.ndarray, v: np.ndarray, *ws: np.ndarray) -> None:
-            if ws:
+            if raw:  # a holds raw scores, ws[0] the row's log-sum-exp g
+                with np.errstate(invalid="ignore"):
+                    a -= ws[0][:, None]
+                np.exp(a, out=a)
+            elif ws:
                 a *= ws[0][:, None]
             if masked:  # entries never written (skipped tiles) are NaN: overwrite, not multiply
                 _zero_masked(a, r0, c0, off)
@@ -695,6 +770,16 @@ def _exp_stable(S: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray) -> N
     l += S.sum(axis=1)
     m[:] = t
     t[:] = ts
+
+
+def _fold_scores(S: np.ndarray, m: np.ndarray, l: np.ndarray) -> None:
+    """(m, l) <- the running row max and the sum of exp(S - m) with the tile S folded in; S is
+    left as it is (the raw scores are what is written)."""
+    mn = np.maximum(m, S.max(axis=1))
+    ms = K_.safe_max(mn)
+    l *= np.exp(m - ms)
+    l += np.exp(S - ms[:, None]).sum(axis=1)
+    m[:] = mn
 
 
 def _log_sum_exp(t: np.ndarray, m: np.ndarray, l: np.ndarray) -> None:

@@ -10,7 +10,7 @@ Its count is the backward pass alone: fast memory starts empty, as in the forwar
   too, so Q, K, V, dO are read and dQ, dK, dV written: 7Nd unmasked;
 * :func:`backward_accum` (Theorem D) - explicit: the 3·P·d products of the dV, dQ, dK
   accumulations, with a potential on the accumulators held at segment boundaries: about
-  ``6.2·N²d²/M`` for M >> d² (FlashAttention-2's backward moves about ``16·N²d²/M``);
+  ``8.8·N²d²/M`` for M >> d² (FlashAttention-2's backward moves about ``16·N²d²/M``);
 * :func:`backward_pooled` (Theorem E) - explicit: the five product families of the backward
   (S, dP, dV, dQ, dK: 5·P·d) under one budget: about ``6.1·N²d/√M`` for M << d²;
 * :func:`li_backward` - asymptotic: Li, Liang, Shi, Song et al. (arXiv 2410.09397), Theorem 1.1,
@@ -107,14 +107,40 @@ def backward_inputs(Nq: int, Nkv: int, d: int, *, causal: object = False, heads:
 
 
 # ---------------------------------------------------------------------------- Theorem D
+#: Theorem D's cubic constant: oqk + (k + q)·min(q, o)·min(k, v) <= (q + k + o + v)³/(12√3).
+D_CUBIC = 1.0 / (12.0 * math.sqrt(3.0))
+#: The cells [τ_a, τ_b] of [1/2, 1] whose branches cover G(s) = max_τ τ(1-τ)s² + D_CUBIC·τ³s³/d²
+#: (τ = the share of the import budget spent on Q, K, V, dO entries): uniform from 1/2, then
+#: geometric towards 1, where the pure cubic branch (τ = 1) takes over.
+_D_EDGES = tuple(sorted({0.5 + i / 12 for i in range(7)} | {1.0 - 2.0 ** -k for k in range(1, 7)}))
+
+
 def _d_branches(d: int) -> tuple[tuple[float, float], ...]:
-    # G(s) = s²/4 + s³/(6√3·d²)
-    return ((0.25, 1.0 / (6.0 * math.sqrt(3.0) * d * d)),)
+    """Branches c2·s² + c3·s³ whose maximum is >= Theorem D's G(s) (docs/bounds.md §10, step 6):
+    for τ in a cell [a, b] of [1/2, 1], τ(1-τ) <= a(1-a) and τ³ <= b³; τ < 1/2 is below τ = 1/2."""
+    dd = float(d * d)
+    return tuple((a * (1.0 - a), D_CUBIC * b ** 3 / dd)
+                 for a, b in zip(_D_EDGES[:-1], _D_EDGES[1:]))
+
+
+def _dominated(b: tuple[float, float], by: tuple[float, float], top: float) -> bool:
+    """Whether branch b is <= branch ``by`` at every s in [0, top]: (c2 - c2') + (c3 - c3')·s is
+    linear in s, so it is <= 0 on the interval iff it is at both ends."""
+    return b[0] <= by[0] and (b[0] - by[0]) + (b[1] - by[1]) * top <= 0.0
 
 
 def backward_accum_lambdas(M: float, d: int, K: float, mu: float) -> tuple[float, float, float]:
-    """Theorem D's (Λ, Λ_f, Λ_l): the dV, dQ, dK products a middle, first, last segment can do."""
-    return potential_lambdas(M, K, mu, _d_branches(d))
+    """Theorem D's (Λ, Λ_f, Λ_l): the dV, dQ, dK products a middle, first, last segment can do.
+
+    The import budget s never exceeds M + K in any segment, so the branches dominated by another
+    one on [0, M + K] are dropped (the maximum of the others is the same there): exact, and the
+    many branches only cost time where they matter."""
+    branches = _d_branches(d)
+    top = float(M) + float(K)
+    kept = tuple(b for i, b in enumerate(branches)  # (of equal branches, the first is kept)
+                 if not any(_dominated(b, c, top) and (c != b or j < i)
+                            for j, c in enumerate(branches) if j != i))
+    return potential_lambdas(M, K, mu, kept)
 
 
 def backward_accum_value(P: int, d: int, M: int, K: int, mu: float) -> int:

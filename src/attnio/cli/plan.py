@@ -7,6 +7,9 @@ import json
 from . import common
 
 NAME = "plan"
+#: The default split of the certificate: every tile size on axes of at most QUICK_CHEAP rows,
+#: stopped after QUICK_BUDGET_S seconds (``--factors``: 64 rows, no cap).
+QUICK_CHEAP, QUICK_BUDGET_S = 16, 1.0
 HELP = "pick the least-I/O algorithm and tiling for (N, d, M) and report its distance to the bound"
 
 
@@ -17,6 +20,14 @@ def add_arguments(p) -> None:
                    help="also score approximate algorithms with this error target")
     p.add_argument("--entry-bound", type=float, default=None, dest="entry_bound",
                    help="with --eps: bound B on the entries of Q and K (|q|, |k| <= B)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--factors", action="store_true",
+                   help="split the certificate into schedule and bound slack with a denser "
+                        "search (every tile size on axes of <= 64 rows, no time cap, the "
+                        "loop-order search on tiny shapes); by default a quick one (<= 16 rows, "
+                        f"capped at {QUICK_BUDGET_S:g} s)")
+    g.add_argument("--no-factors", action="store_true", dest="no_factors",
+                   help="do not split the certificate (the plan alone, no search)")
     common.add_output_arguments(p)
 
 
@@ -29,8 +40,22 @@ def main(args) -> int:
     shape = common.block_mask_from_args(args, shape, mem.M)
     p = plan_shape(shape, mem, approx_eps=args.eps,
                    entry_bound=args.entry_bound, backward=args.backward, backward_algorithm=bwd)
+    f = None
+    if not args.no_factors and p.chosen.exact and p.certificate.ratio is not None:
+        cheap, budget = (64, None) if args.factors else (QUICK_CHEAP, QUICK_BUDGET_S)
+        with common.progress_from_args(args, "certificate factors: searching schedules") as prog:
+            f = p.factors(cheap=cheap, budget_s=budget, loop_search=True if args.factors else None,
+                          progress=prog)
     if args.json:
-        print(json.dumps(p.to_dict(), sort_keys=True, default=str))
+        out = p.to_dict()
+        out["factors"] = None if f is None else f.to_dict()
+        print(json.dumps(out, sort_keys=True, default=str))
     else:
-        print(repr(p))
+        text = repr(p)
+        if f is not None:  # under the ratio line: the ratio is the product of the two
+            lines = text.split("\n")
+            at = next(k for k, ln in enumerate(lines) if ln.lstrip().startswith("Ratio total/bound"))
+            lines[at + 1:at + 1] = f.lines()
+            text = "\n".join(lines)
+        print(text)
     return 0

@@ -4,10 +4,12 @@
 * :mod:`.game`: the rules, a move checker and the greedy schedule;
 * :mod:`.astar` (exact A* search), :mod:`.cpsat_model` (time-expanded CP-SAT) and
   :mod:`.solver` (:func:`solve`, which combines greedy, A* and CP-SAT);
-* :mod:`.compare`: optima next to simulated schedules and bounds (docs/pebbling.md).
+* :mod:`.compare`: optima next to simulated schedules and bounds (docs/pebbling.md);
+* :mod:`.loops`: an exhaustive search of loop-order schedules on tiny instances, each run on the
+  referee (docs/pebbling.md, "Searching loop orders").
 """
 
-from . import dag
+from . import dag, loops
 from .astar import SearchResult, search
 from .comparison import (
     TABLE_COLUMNS,
@@ -46,6 +48,7 @@ __all__ = [
     "compare",
     "cpsat",
     "dag",
+    "loops",
     "format_table",
     "greedy",
     "parse_moves",

@@ -1,0 +1,412 @@
+"""Row-block hybrid: query blocks built from the last row down, each run in the mode that moves
+the fewest words per row for the keys it sees.
+
+Every mode reads a block's query rows once and writes its output rows once; they differ in what
+fast memory holds per row while the block's keys [lo, hi) (w of them) stream past, hence in how
+many rows fit and in what else moves.  Per group of G query heads on one K/V head, r rows:
+
+* ``a`` (score rows resident, :mod:`~attnio.algorithms.score_resident`): the whole score rows,
+  Q, K, V streamed by single columns.  Footprint ``G·r·w + (w + r)``; moves ``2·w·d`` of K and V.
+* ``c`` (Q-stationary, :mod:`~attnio.algorithms.q_stationary_min`): Q_i, O_i, m, l and a score
+  column held, K and V streamed a word at a time.  Footprint ``G·r·(2d + 3) + 1``; moves ``2·w·d``.
+* ``b`` (scores spilled): phase 1 holds Q_i, a score column, m and l (``G·r·(d + 3) + 1``),
+  streams K a word at a time and writes each raw score column (G·r words a key) and at the end
+  g = m + log l (G·r); phase 2 holds O_i, g and a weight column (``G·r·(d + 2) + 1``), reads each
+  score column back, forms exp(s - g) — the probabilities themselves — and streams V a word at a
+  time.  Moves ``2·w·d + 2·G·r·w + 2·G·r``: the scores twice, but twice as many rows per block
+  as ``c`` when d is large.
+
+A block that sees no key writes its output rows as zeros (one r-word column at a time).
+
+Blocks.  From the last row e down: for each allowed mode, the most rows r that fit in ``budget``
+(``a``: the largest r with ``G·r·w(e - r, e) + w + r <= budget``; ``b``, ``c``: independent of
+w), the block's words c (the list above plus the ``2·G·r·d`` of Q and O), and the mode of least
+c/r is taken (ties: a, c, b).  Under a causal mask this puts the short remainder block on the first
+rows, which see the fewest keys (FlashAttention-2's uniform partition puts it last, where a row
+costs most: at N = 3000, d = 160, M = 240000 its five blocks of 600 rows read K and V for
+9000 keys, the hybrid's four of 743 and one of 28 for 7570), and it runs the first rows, whose
+score rows are shorter than 2d, with their scores resident.
+
+Closed form (exact; ``tests/test_new_schedules.py``), per group, blocks b with r_b rows, w_b
+keys and mode μ_b::
+
+    reads  = Σ_{w_b > 0} (G·r_b·d + 2·w_b·d + [μ_b = b]·(G·r_b·w_b + G·r_b))
+    writes = G·Nq·d + Σ_{w_b > 0, μ_b = b} (G·r_b·w_b + G·r_b)
+
+Tiling: ``budget`` (the most words any block holds), ``modes`` (the modes allowed, a subset of
+"abc"), ``group`` (query heads per block).  A partition of more than :data:`MAX_BLOCKS` blocks is
+not offered: the walk is the count (O(1) a block without a window), so plans stay fast at
+N = 10⁹, where it gives up after a constant-time estimate.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.errors import ParameterError
+from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, kv_range
+from . import _kernels as K_
+from .base import Algorithm, divisors_upto, head_views
+from .q_stationary_min import _accumulate_output, _accumulate_score, _key_step
+from .score_resident import resident_block
+
+__all__ = ["ALGORITHM", "MAX_BLOCKS", "RowHybrid", "RowHybridTiling", "blocks"]
+
+#: The most query blocks a partition may have to be offered: the walk that builds it is the
+#: count, so this bounds a cold plan's time (about 10 us a block).
+MAX_BLOCKS = 512
+MODES = "abc"
+
+#: (q0, q1, lo, hi, mode) per query block, ascending; mode "z" for a block that sees no key.
+_Part = tuple[tuple[int, int, int, int, str], ...]
+
+
+@dataclass(frozen=True)
+class RowHybridTiling:
+    """``budget`` words per block; ``modes`` allowed (a subset of "abc"); ``group`` query heads
+    per block."""
+
+    budget: int
+    modes: str = "abc"
+    group: int = 1
+
+
+def _fp(mode: str, G: int, r: int, w: int, d: int) -> int:
+    if mode == "a":
+        return G * r * w + w + r
+    if mode == "b":
+        return G * r * (d + 3) + 1
+    if mode == "c":
+        return G * r * (2 * d + 3) + 1
+    return r  # "z": one zero column
+
+
+def _words(mode: str, G: int, r: int, w: int, d: int) -> tuple[int, int]:
+    """(reads, writes) of one block of r rows seeing w > 0 keys, per group."""
+    reads, writes = G * r * d + 2 * w * d, G * r * d
+    if mode == "b":
+        reads += G * r * w + G * r
+        writes += G * r * w + G * r
+    return reads, writes
+
+
+@functools.lru_cache(maxsize=4096)
+def blocks(shape: Shape, budget: int, modes: str, G: int) -> _Part | None:
+    """The query blocks ``(q0, q1, lo, hi, mode)``, ascending, built from the last row down
+    (module docstring); None when a row fits in no allowed mode or there would be more than
+    :data:`MAX_BLOCKS` blocks."""
+    Nq, d = shape.Nq, shape.d
+    fixed = {m: (budget - 1) // (G * (d + 3 if m == "b" else 2 * d + 3))
+             for m in modes if m in "bc"}
+    simple = not shape.causal or shape.window is None  # w depends on the block's end only
+    # cheap refusal: the rows of each eighth see at least the keys of its first row, so a block
+    # there has at most r_best rows; too many blocks in all is refused in O(1)
+    if simple:
+        least = 0.0
+        for k in range(8):
+            a, b = Nq * k // 8, Nq * (k + 1) // 8
+            if b <= a:
+                continue
+            lo, hi = kv_range(shape, a, a + 1)
+            w = hi - lo
+            if w <= 0:
+                continue
+            r_best = max([*fixed.values(), budget // (G * w) if "a" in modes else 0])
+            least += (b - a) / max(1, r_best)
+        if least > MAX_BLOCKS:
+            return None
+    out: list[tuple[int, int, int, int, str]] = []
+    e = Nq
+    Nkv, off, causal = shape.Nkv, shape.offset, shape.causal
+    while e > 0:
+        if len(out) >= MAX_BLOCKS:
+            return None
+        if simple:
+            whi = min(Nkv, max(0, e + off)) if causal else Nkv
+            if whi == 0:
+                r = min(e, budget)
+                out.append((e - r, e, 0, 0, "z"))
+                e -= r
+                continue
+        best: tuple[int, int, int, int, str] | None = None
+        best_key: tuple[float, int] | None = None
+        for rank, m in enumerate("acb"):
+            if m not in modes:
+                continue
+            if m == "a":
+                if simple:
+                    r = (budget - whi) // (G * whi + 1)
+                else:
+                    a, b = 0, e
+                    while a < b:
+                        mid = (a + b + 1) // 2
+                        lo, hi = kv_range(shape, e - mid, e)
+                        if _fp("a", G, mid, max(0, hi - lo), d) <= budget:
+                            a = mid
+                        else:
+                            b = mid - 1
+                    r = a
+            else:
+                r = fixed[m]
+            r = min(r, e)
+            if r < 1:
+                continue
+            lo, hi = kv_range(shape, e - r, e)
+            hi = max(lo, hi)
+            if hi == lo:
+                mode = "z"
+                cost = 0
+            else:
+                mode = m
+                rd, wr = _words(m, G, r, hi - lo, d)
+                cost = rd + wr
+            key = (cost / r, rank)
+            if best_key is None or key < best_key:
+                best, best_key = (e - r, e, lo, hi, mode), key
+        if best is None:
+            return None
+        out.append(best)
+        e = best[0]
+    return tuple(reversed(out))
+
+
+class RowHybrid(Algorithm[RowHybridTiling]):
+    name = "row_hybrid"
+    summary = ("query blocks from the last row down, each with its score rows resident, Q/O "
+               "resident, or its scores spilled, whichever moves fewest words a row")
+    Tiling = RowHybridTiling
+    supports_window = True
+
+    def _part(self, shape: Shape, tiling: RowHybridTiling) -> _Part:
+        part = blocks(shape, tiling.budget, tiling.modes, tiling.group)
+        if part is None:
+            raise ParameterError(f"{self.name}: budget={tiling.budget} fits no query row of this "
+                                 f"shape in modes {tiling.modes!r} with group={tiling.group}, or "
+                                 f"needs more than {MAX_BLOCKS} blocks", param="tiling")
+        return part
+
+    def footprint(self, shape: Shape, tiling: RowHybridTiling) -> int:
+        part = blocks(shape, tiling.budget, tiling.modes, tiling.group)
+        if part is None:
+            return 1 << 62  # fits no memory: the search skips it
+        return max(_fp(m, tiling.group, q1 - q0, hi - lo, shape.d)
+                   for q0, q1, lo, hi, m in part)
+
+    def min_M(self, shape: Shape) -> int:
+        """An M from which a partition of at most :data:`MAX_BLOCKS` blocks always exists (the
+        least such M, to within two blocks' rows; the planner and the sweep read M >= min_M as
+        "a tiling fits"): mode c alone with
+        ``r_c >= ceil(Nq / (MAX_BLOCKS - 2))`` rows a block (the blocks that see a key, and those
+        that see none, whose r is the budget, at most ``Nq/r_c + 2`` in all); ``2d + 4`` (one
+        row) when Nq is small."""
+        r = max(1, -(-shape.Nq // (MAX_BLOCKS - 2)))
+        return _fp("c", 1, r, 0, shape.d)
+
+    def validate_tiling(self, shape: Shape, tiling: RowHybridTiling) -> None:
+        check = tiling.modes
+        if not isinstance(check, str) or not check or set(check) - set(MODES):
+            raise ParameterError(f"tiling.modes must be a non-empty subset of {MODES!r}, got "
+                                 f"{check!r}", param="tiling")
+        super().validate_tiling(shape, tiling)
+        if shape.group % tiling.group:
+            raise ParameterError(f"tiling.group must divide heads/kv_heads = {shape.group}, got "
+                                 f"{tiling.group}", param="tiling")
+        self._part(shape, tiling)
+
+    def steps(self, shape: Shape, tiling: RowHybridTiling) -> int:
+        part = blocks(shape, tiling.budget, tiling.modes, tiling.group)
+        if part is None:
+            return 1 << 62
+        return sum(2 * shape.d * max(1, hi - lo) for _, _, lo, hi, _ in part)
+
+    def count_walk(self, shape: Shape, tiling: RowHybridTiling) -> int:
+        """Count mode walks the query blocks one by one (at most :data:`MAX_BLOCKS`)."""
+        part = blocks(shape, tiling.budget, tiling.modes, tiling.group)
+        return 0 if part is None else len(part)
+
+    def candidate_tilings(self, shape: Shape, M: int) -> list[RowHybridTiling]:
+        if shape.block_mask is not None:
+            return []
+        out: list[RowHybridTiling] = []
+        for G in divisors_upto(shape.group, min(64, M)):
+            for modes in ("abc", "ac", "a", "c"):
+                if blocks(shape, M, modes, G) is not None:
+                    out.append(RowHybridTiling(M, modes, G))
+        return out
+
+    # ------------------------------------------------------------------ counts
+    def _group_count(self, shape: Shape, tiling: RowHybridTiling) -> IOCount:
+        G, d = tiling.group, shape.d
+        reads = writes = 0
+        for q0, q1, lo, hi, m in self._part(shape, tiling):
+            if hi > lo:
+                rd, wr = _words(m, G, q1 - q0, hi - lo, d)
+                reads, writes = reads + rd, writes + wr
+            else:
+                writes += G * (q1 - q0) * d
+        return IOCount(reads, writes)
+
+    def _predict(self, shape: Shape, tiling: RowHybridTiling) -> IOCount:
+        """One head's count (the partition of ``group`` = 1; GQA totals: :meth:`predict_total`)."""
+        return self._group_count(shape, RowHybridTiling(tiling.budget, tiling.modes, 1))
+
+    def predict_total(self, shape: Shape, tiling: RowHybridTiling) -> IOCount:
+        return self._group_count(shape, tiling).scaled(shape.n_heads // tiling.group)
+
+    # ------------------------------------------------------------------ the schedule
+    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                     O: SlowArray, *, shape: Shape, tiling: RowHybridTiling, scale: float,
+                     lse: SlowArray | None = None) -> None:
+        if lse is not None:
+            raise ParameterError(f"{self.name} has no backward pass (it writes no logsumexp)")
+        G = tiling.group
+        for gb in mem.blocks(shape.n_heads // G, 1):  # alike: bulk count mode runs one
+            views = [head_views(mem, shape, gb.start * G + g, Q, K, V, O) for g in range(G)]
+            self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
+                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale)
+
+    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                 O: SlowArray, *, shape: Shape, tiling: RowHybridTiling, scale: float) -> None:
+        self.schedule_group(mem, [Q], K, V, [O], shape=shape, tiling=tiling, scale=scale)
+
+    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
+                       V: SlowArray, Os: list[SlowArray], *, shape: Shape,
+                       tiling: RowHybridTiling, scale: float) -> None:
+        """Query heads ``Qs`` (one group) against one K/V head, block by block."""
+        G, Nq = len(Qs), shape.Nq
+        spill = gsum = None
+        for q0, q1, lo, hi, m in self._part(shape, tiling):
+            if m in "az":
+                resident_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape=shape, bd=1,
+                               scale=scale)
+            elif m == "c":
+                _stationary_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape, scale)
+            else:
+                if spill is None:
+                    spill = mem.scratch("S_spill", (G * shape.Nkv * Nq,))  # [g, key, row]
+                    gsum = mem.scratch("g_spill", (G * Nq,))
+                assert gsum is not None
+                _spilled_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape, scale, spill, gsum)
+
+
+def _stationary_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
+                      Os: list[SlowArray], q0: int, q1: int, lo: int, hi: int, shape: Shape,
+                      scale: float) -> None:
+    """Mode c: Q_i, O_i, m, l and a score column per head held; K and V a word at a time."""
+    d, r = shape.d, q1 - q0
+    rows = Block(0, q0, q1)
+    heads = []
+    for Qh in Qs:
+        heads.append((mem.load(Qh, rows, label="Q_i"), mem.alloc((r, d), 0.0, label="O_i"),
+                      mem.alloc((r,), -np.inf, label="m_i"), mem.alloc((r,), 0.0, label="l_i"),
+                      mem.alloc((r,), label="s_i")))
+    for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi):
+        j = kb.start
+        for *_, s in heads:
+            mem.compute(lambda x: x.fill(0.0), s, writes=1)
+        for cb in mem.blocks(d, 1):
+            w = mem.load(K, j, cb, label="k_jl")
+            for Qi, _, _, _, s in heads:
+                mem.compute(_accumulate_score(cb.start), s, Qi, w, writes=1)
+            mem.free(w)
+        for _, Oi, m, l, s in heads:
+            mem.compute(lambda x: x.__imul__(scale), s, writes=1)
+            mem.compute(_key_step(shape, q0, j), s, m, l, Oi, writes=4)
+        for cb in mem.blocks(d, 1):
+            w = mem.load(V, j, cb, label="v_jl")
+            for _, Oi, _, _, s in heads:
+                mem.compute(_accumulate_output(cb.start), Oi, s, w, writes=1)
+            mem.free(w)
+    for Oh, (Qi, Oi, m, l, s) in zip(Os, heads):
+        mem.compute(K_.normalise_rows, Oi, l, writes=1)
+        mem.store(Oi, Oh, rows)
+        mem.free(Qi, Oi, m, l, s)
+
+
+def _fold_column(shape: Shape, r0: int, j: int, scale: float) -> Callable[..., None]:
+    """Scale and mask the score column of key j, then fold it into the running (m, l)."""
+    off, window, causal = shape.offset, shape.window, shape.causal
+
+    def fn(s: np.ndarray, m: np.ndarray, l: np.ndarray) -> None:
+        s *= scale
+        if causal:
+            K_.apply_causal_mask(s[:, None], r0, j, off, window)
+        mn = np.maximum(m, s)
+        ms = K_.safe_max(mn)
+        l *= np.exp(m - ms)
+        l += np.exp(s - ms)
+        m[:] = mn
+    return fn
+
+
+def _log_sum_exp(m: np.ndarray, l: np.ndarray) -> None:
+    """m <- m + log l (+inf where the row saw no key: its weights become 0)."""
+    with np.errstate(divide="ignore"):
+        m[:] = np.where(l > 0, K_.safe_max(m) + np.log(np.where(l > 0, l, 1.0)), np.inf)
+
+
+def _weights(p: np.ndarray, g: np.ndarray) -> None:
+    with np.errstate(invalid="ignore"):
+        p -= g
+    np.exp(p, out=p)
+
+
+def _spilled_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
+                   Os: list[SlowArray], q0: int, q1: int, lo: int, hi: int, shape: Shape,
+                   scale: float, spill: SlowArray, gsum: SlowArray) -> None:
+    """Mode b: the raw score columns written, then read back as exp(s - g) against V."""
+    d, r, Nq, Nkv = shape.d, q1 - q0, shape.Nq, shape.Nkv
+    rows = Block(0, q0, q1)
+    hrows = [slice(g * Nq + q0, g * Nq + q1) for g in range(len(Qs))]
+
+    def col(g: int, j: int) -> slice:  # the score column of head g, key j, rows [q0, q1)
+        base = (g * Nkv + j) * Nq
+        return slice(base + q0, base + q1)
+
+    heads = []
+    for Qh in Qs:  # phase 1: Q_i, a score column, m, l
+        heads.append((mem.load(Qh, rows, label="Q_i"), mem.alloc((r,), label="s_i"),
+                      mem.alloc((r,), -np.inf, label="m_i"), mem.alloc((r,), 0.0, label="l_i")))
+    for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi):
+        j = kb.start
+        for _, s, _, _ in heads:
+            mem.compute(lambda x: x.fill(0.0), s, writes=1)
+        for cb in mem.blocks(d, 1):
+            w = mem.load(K, j, cb, label="k_jl")
+            for Qi, s, _, _ in heads:
+                mem.compute(_accumulate_score(cb.start), s, Qi, w, writes=1)
+            mem.free(w)
+        for h, (_, s, m, l) in enumerate(heads):
+            mem.compute(_fold_column(shape, q0, j, scale), s, m, l, writes=3)
+            mem.store(s, spill, col(h, j))
+    for (Qi, s, m, l), hr in zip(heads, hrows):
+        mem.compute(_log_sum_exp, m, l, writes=1)
+        mem.store(m, gsum, hr)
+        mem.free(Qi, s, m, l)
+    outs = []
+    for hr in hrows:  # phase 2: O_i, g, a weight column
+        outs.append((mem.alloc((r, d), 0.0, label="O_i"), mem.load(gsum, hr, label="g_i")))
+    for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi):
+        j = kb.start
+        ps = []
+        for h, (_, gv) in enumerate(outs):
+            p = mem.load(spill, col(h, j), label="p_j")
+            mem.compute(_weights, p, gv, writes=1)
+            ps.append(p)
+        for cb in mem.blocks(d, 1):
+            w = mem.load(V, j, cb, label="v_jl")
+            for (Oi, _), p in zip(outs, ps):
+                mem.compute(_accumulate_output(cb.start), Oi, p, w, writes=1)
+            mem.free(w)
+        mem.free(*ps)
+    for Oh, (Oi, gv) in zip(Os, outs):
+        mem.store(Oi, Oh, rows)
+        mem.free(Oi, gv)
+
+
+ALGORITHM = RowHybrid()
