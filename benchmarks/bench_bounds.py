@@ -31,7 +31,7 @@ from _docs import rewrite_block
 
 import attnio
 from attnio import bounds as B
-from attnio.bounds import params
+from attnio.bounds import levelled, params
 from attnio.core.workload import Shape
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -62,9 +62,9 @@ def grid():
 
 
 def clear_caches() -> None:
-    """Clear every attnio result cache; the bounds' parameter table (params.json, read once per
-    process, like an import) stays loaded: :func:`params_load_ms` times reading it."""
-    clear_attnio_caches(keep=(params._load,))
+    """Clear every attnio result cache; the bounds' parameter tables (params.json, levelled.json,
+    read once per process, like an import) stay loaded: :func:`params_load_ms` times reading it."""
+    clear_attnio_caches(keep=(params._load, levelled._load, levelled._xs))
 
 
 def params_load_ms(repeat: int) -> float:

@@ -30,7 +30,7 @@ from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
 
 EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
-NEW_FORWARD = {"pv_segment", "qkpv_pooled"}
+NEW_FORWARD = {"pv_segment", "qkpv_pooled", "qkpv_levelled"}
 NEW_BACKWARD = {"backward_trivial", "backward_inputs", "backward_accum", "backward_pooled"}
 
 

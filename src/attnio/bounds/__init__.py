@@ -11,6 +11,8 @@ exceed that number.  The derivations are in ``docs/bounds.md``.
 
 * :mod:`.forward`: the explicit forward bounds that charge the P·V products too (Theorem A,
   ``pv_segment``, large cache; Theorem B, ``qkpv_pooled``, small cache);
+* :mod:`.levelled`: Theorem B′, ``qkpv_levelled``: Theorem B with a potential by level, its
+  per-segment maxima certified offline and tabulated (M <= 4d²);
 * :mod:`.exact`: the first explicit bounds (trivial; large and small cache, superseded by
   :mod:`.forward` but still valid);
 * :mod:`.asymptotic`: Saha & Ye's Θ/Ω statements (standard matmul, fast matmul over F_q, binary);
@@ -25,12 +27,12 @@ This package never names an algorithm: it bounds every schedule, and the tests h
 registered schedule to its explicit bounds.
 
 >>> [b.name for b in applicable(4096, 64, 65536)]  # doctest: +NORMALIZE_WHITESPACE
-['trivial', 'pv_segment', 'qkpv_pooled', 'standard_matmul_large_cache',
+['trivial', 'pv_segment', 'qkpv_pooled', 'qkpv_levelled', 'standard_matmul_large_cache',
  'standard_matmul_small_cache', 'standard_matmul']
 >>> best(applicable(4096, 64, 16384)).name
 'pv_segment'
 >>> best(applicable(4096, 256, 1024)).name
-'qkpv_pooled'
+'qkpv_levelled'
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ from .forward import (
     qkpv_pooled_for,
     qkpv_pooled_pairs,
 )
+from .levelled import qkpv_levelled, qkpv_levelled_for, qkpv_levelled_pairs
 from .matmul import matmul, matmul_cosma, matmul_potential, matmul_smith
 from .sparse import flash_block_sparse_for
 
@@ -109,6 +112,8 @@ __all__ = [
     "matmul_smith",
     "pv_segment",
     "pv_segment_pairs",
+    "qkpv_levelled",
+    "qkpv_levelled_pairs",
     "qkpv_pooled",
     "qkpv_pooled_pairs",
     "required_pairs",
@@ -124,8 +129,8 @@ def applicable_to(shape: Shape, M: int, *, q: int | None = None,
                   binary: bool = False) -> list[Bound]:
     """Every attention bound whose preconditions hold for the workload ``shape`` (all its heads).
 
-    The explicit ones: :func:`trivial`, Theorems A (:func:`pv_segment`) and B
-    (:func:`qkpv_pooled`), and the first-generation large- and small-cache bounds (superseded,
+    The explicit ones: :func:`trivial`, Theorems A (:func:`pv_segment`), B
+    (:func:`qkpv_pooled`) and B′ (:func:`qkpv_levelled`, tabulated for M <= 4d²), and the first-generation large- and small-cache bounds (superseded,
     still valid); then Saha & Ye's asymptotic Θ form.  The score-counting bounds depend on the
     mask only through the required pairs and hold for grouped-query attention too (a product
     still needs its query row and key row); the trivial bound counts K and V once per key/value
@@ -138,7 +143,7 @@ def applicable_to(shape: Shape, M: int, *, q: int | None = None,
     """
     M = check_M(M)
     out = [trivial_for(shape), pv_segment_for(shape, M), qkpv_pooled_for(shape, M),
-           large_cache_for(shape, M), small_cache_for(shape, M), standard_matmul_for(shape, M)]
+           qkpv_levelled_for(shape, M), large_cache_for(shape, M), small_cache_for(shape, M), standard_matmul_for(shape, M)]
     if shape.block_mask is not None and shape.d <= M <= shape.Nq * shape.d:
         out.append(flash_block_sparse_for(shape, M))
     square = shape.Nkv == shape.Nq and not shape.causal and shape.block_mask is None

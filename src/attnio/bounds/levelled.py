@@ -1,0 +1,247 @@
+"""Theorem B′ (docs/bounds.md §6.1): Theorem B with a potential by level on the boundary words.
+
+``qkpv_levelled`` charges the QKᵀ and P·V products (2·P·d, the root pieces priced by ν) like
+Theorem B, but telescopes a potential ``Φ = λ_p·(pair-value words) + λ_o·(O words)`` held at the
+segment boundaries (Lemma 6), so a segment that imports M words and exports M words no longer
+gets both for free.  Its per-segment maximum has no closed form: it is certified offline by a
+branch and bound (:func:`certified_lambda`, never below the true maximum) at the nodes of a table
+of x = d²/M (``levelled.json`` beside this module, written by
+``python benchmarks/levelled_params.py --write``), each node at its own (K/M, λ_p/√M, λ_o/√M,
+ν/√M).  At run time the bound reads the table only, O(1):
+
+* by scale invariance Λ/M^{3/2} depends only on (K/M, λ/√M, ν/√M, x), and at fixed M it is
+  non-increasing in d (d enters only through ab/d², where a larger d shrinks the feasible work),
+  so the node with the largest x at or below the actual d²/M gives a valid Λ;
+* the segment length is ``K = ⌊κ·M⌋ <= κ·M``, and every per-segment maximum is non-decreasing in
+  K (the I/O budget only enlarges the feasible set), so the tabulated maxima at κ cover it.
+
+About 3.19·N²d/√M for M << d² (Theorem B: 2.83), 2.25·N²d²/M at M = d² (Theorem A: 1.93).
+
+>>> N, d, M = 4096, 256, 1024  # M = d²/64
+>>> round(qkpv_levelled(N, d, M).value / (N * N * d / M ** 0.5), 2)
+3.08
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..core.checks import check_int
+from ..core.workload import Shape
+from .base import Bound, attention_shape, check_M, pairs_of, regime_of
+from .forward import ASSUMPTIONS
+from .segments import INFLATE, more_memory, segments_bound
+
+__all__ = ["THEOREM", "Node", "certified_lambda", "node_for", "nodes", "qkpv_levelled",
+           "qkpv_levelled_for", "qkpv_levelled_pairs", "qkpv_levelled_value", "segment_value"]
+
+THEOREM = ("Theorem B′: QKᵀ and P·V products, a potential by level on pair-value and O words "
+           "(docs/bounds.md §6.1)")
+
+#: One node of the table: (x = d²/M, K/M, λ_p/√M, λ_o/√M, ν/√M, Λ, Λ_f, Λ_l), the three maxima
+#: in units M^{3/2}, certified (never below the per-segment maxima at any d²/M >= x).
+Node = tuple[float, float, float, float, float, float, float, float]
+
+
+@functools.cache
+def _load() -> dict[str, Any]:
+    import json
+    from importlib import resources
+
+    return json.loads(resources.files(__name__.rpartition(".")[0]).joinpath("levelled.json")
+                      .read_text(encoding="utf-8"))
+
+
+def nodes() -> tuple[Node, ...]:
+    """The table's nodes, by increasing x = d²/M."""
+    return tuple(tuple(float(v) for v in row) for row in _load()["nodes"])  # type: ignore[misc]
+
+
+@functools.cache
+def _xs() -> tuple[float, ...]:
+    return tuple(n[0] for n in nodes())
+
+
+def node_for(d: int, M: int) -> Node | None:
+    """The node with the largest x at or below d²/M (None below the smallest node).  Its maxima
+    hold at d²/M: they are non-increasing in d at fixed M (docs/bounds.md §6.1)."""
+    x = d * d / M
+    i = bisect.bisect_right(_xs(), x) - 1
+    if i < 0:
+        return None
+    # a node exactly at x (float equality of d²/M with a tabulated x) is included by bisect_right
+    return nodes()[i]
+
+
+def qkpv_levelled_value(P: int, d: int, M: int) -> tuple[int, int, float]:
+    """(value, K, ν): Theorem B′ at the tabulated parameters of :func:`node_for` (0, 0, 0.0 where
+    d²/M is below the table)."""
+    node = node_for(d, M)
+    if node is None or P == 0:
+        return 0, 0, 0.0
+    _, kappa, _, _, nu_hat, lam, lam_f, lam_l = node
+    K = math.floor(kappa * M)
+    if K < 1:
+        return 0, 0, 0.0
+    nu = nu_hat * math.sqrt(M)
+    if not 0.0 <= nu < 2 * d:  # cannot happen for x >= the node's x (the table keeps ν̂ < 2√x)
+        return 0, 0, 0.0
+    m32 = M ** 1.5 * INFLATE
+    return segments_bound((2.0 * d - nu) * P, K, lam * m32, lam_f * m32, lam_l * m32), K, nu
+
+
+@functools.lru_cache(maxsize=4 * 4096)
+def _closed(P: int, d: int, M: int) -> tuple[int, int, float, int]:
+    if P == 0:
+        return 0, 0, 0.0, M
+    return more_memory(lambda M2, refine: qkpv_levelled_value(P, d, M2), M)
+
+
+def qkpv_levelled_pairs(P: int, d: int, M: int) -> Bound:
+    """Theorem B′ for P required pairs (over all query heads), head dimension d, M fast words,
+    closed under more memory (docs/bounds.md §12.1)."""
+    P, d, M = check_int("P", P, minimum=0), check_int("d", d), check_M(M)
+    value, K, nu, M2 = _closed(P, d, M)
+    where = "" if M2 == M else (f", evaluated at M' = {M2} >= M (a schedule for M runs "
+                                "unchanged with more memory)")
+    words = (f"segments of K = {K} I/Os, root-piece multiplier ν = {nu:.4g}, maxima tabulated "
+             f"at d²/M >= {d * d / M2:.4g}{where}" if K else
+             "d²/M below the table's smallest node: no value (0)")
+    return Bound(value, THEOREM, (*ASSUMPTIONS, words), True, name="qkpv_levelled",
+                 regime=regime_of(d, M))
+
+
+def qkpv_levelled_for(shape: Shape, M: int) -> Bound:
+    """Theorem B′ for ``shape`` (all its query heads; P from its mask)."""
+    return qkpv_levelled_pairs(pairs_of(shape), shape.d, check_M(M))
+
+
+def qkpv_levelled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+                  heads: int = 1, kv_heads: int | None = None, window: int | None = None) -> Bound:
+    """Theorem B′: ``Q >= K·(h - 1)``, h the least number of segments with
+    ``(2d - ν)·P <= Λ_f + Λ_l + (h - 2)·Λ``, the maxima of the levelled potential tabulated
+    (docs/bounds.md §6.1).  Valid for every M and mask (0 for M > 4d², below the table)."""
+    return qkpv_levelled_for(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
+                                             kv_heads=kv_heads, window=window), M)
+
+
+# ---------------------------------------------------------------------------- the per-segment problem
+def segment_value(v: Any, x: float, kappa: float, lp: float, lo: float, nu: float,
+                  kind: str = "mid") -> float:
+    """The per-segment quantity of §6.1 at one configuration, M = 1 (for tests: every feasible
+    configuration must stay <= the certified maximum).  ``v`` = (i, p, o, p', o', R_in, R_y, W_e,
+    W_z, a, b, c, y, e, z, r): start words (inputs, pair values, O), end words (pair values, O),
+    reads and writes by kind, imported a, b, c (Q, K, V entries) and y (pair values), exported e
+    (pair values) and z (O pieces), root pieces r.  Returns -inf where the budgets of §6.1 steps
+    1-3 fail, else √(ab(e + r)) + √(c·z·(y + ab/x)) − ν·r − (Φ_end − Φ_start); the first segment
+    starts empty, the last has e = 0, z <= W_z and no end potential."""
+    i, p, o, p2, o2, rin, ry, we, wz, a, b, c, y, e, z, r = (float(t) for t in v)
+    tol = 1e-12
+    if min(i, p, o, p2, o2, rin, ry, we, wz, a, b, c, y, e, z, r) < 0:
+        return -math.inf
+    if kind == "first" and i + p + o > 0:
+        return -math.inf
+    if kind == "last" and (e > 0 or z > wz + tol or p2 + o2 > 0):
+        return -math.inf
+    piv = y + a * b / x
+    ok = (i + p + o <= 1 + tol and p2 + o2 <= 1 + tol and rin + ry + we + wz <= kappa + tol
+          and a + b + c <= i + rin + tol and y <= p + ry + tol and e <= p2 + we + tol
+          and z <= o2 + wz + tol and r <= piv + tol)
+    if not ok:
+        return -math.inf
+    work = math.sqrt(a * b * (e + r)) + math.sqrt(c * z * piv) - nu * r
+    return work - (lp * p2 + lo * o2) + (lp * p + lo * o)
+
+
+def _f1(s, e, piv, nu):
+    """max over 0 <= r <= piv of s·√(e + r) − ν·r (concave in r): non-decreasing in s, e, piv."""
+    r = np.clip(s * s / (4 * nu * nu) - e, 0.0, piv) if nu > 0 else piv
+    return s * np.sqrt(e + r) - nu * r
+
+
+def _cost(Qb, y, e, z, kappa, lp, lo, kind):
+    """The least potential change Φ_end − Φ_start with which a segment reaches the aggregates
+    (Qb, y, e, z) (vectorised; +inf where no configuration does), λ_o >= λ_p >= 0, M = 1.  The start
+    memory not holding inputs (i) or pair values (p) holds O values (credit λ_o each); a unit held
+    at a boundary instead of read or written costs λ_o (input, start), λ_o − λ_p (pair value,
+    start), λ_p (pair value, end), λ_o (O value, end); the K I/Os cover the rest, so the deficit
+    δ = Qb + y + e + z − κ is held, cheapest first within the start (i + p <= 1) and end
+    (p' + o' <= 1) capacities (a laminar polymatroid: greedy is optimal).  Non-decreasing in each
+    aggregate.  kind: "mid", "first" (nothing held at the start), "last" (no end potential, e = 0
+    and z written)."""
+    delta = np.maximum(Qb + y + e + z - kappa, 0.0)
+    items = []  # (unit cost, cap, side)
+    if kind != "first":
+        items += [(lo - lp, y, 0), (lo, Qb, 0)]
+    if kind != "last":
+        items += [(lp, e, 1), (lo, z, 1)]
+    items.sort(key=lambda t: t[0])
+    left = [np.ones_like(delta), np.ones_like(delta)]
+    need = delta.copy()
+    cost = np.zeros_like(delta)
+    for c, cap, side in items:
+        h = np.minimum(np.minimum(cap, left[side]), need)
+        cost += c * h
+        need -= h
+        left[side] = left[side] - h
+    cost = np.where(need > 1e-12, np.inf, cost)
+    return cost - (lo if kind != "first" else 0.0)
+
+
+def certified_lambda(kappa: float, lp: float, lo: float, nu: float, x: float, kind: str = "mid",
+                     rtol: float = 2e-3, max_boxes: int = 50_000_000) -> float:
+    """An upper bound on the per-segment maximum of §6.1 at M = 1, x = d²/M (``math.inf``: the
+    limit M << d²), never below it: a branch and bound over boxes of the aggregates
+    (Qb, y, e, z, s), Qb = a + b + c, s = (a + b)/2 <= Qb/2.  On a box the work is at most
+    f1(s⁺, e⁺, y⁺ + s⁺²/x) + √((Qb⁺ − 2s⁻)·z⁺·(y⁺ + s⁺²/x)) (every factor non-decreasing in the
+    aggregates, ab <= s², c <= Qb − 2s) and the potential's change at least its value at the lower
+    corner (:func:`_cost`, non-decreasing; +inf there means no point of the box is feasible).  A
+    box is dropped when its bound is within ``rtol`` of the best feasible value found; the result
+    is that value plus the tolerance, inflated by 10⁻⁹ (rounding)."""
+    if not lo >= lp >= 0 or nu < 0 or kappa <= 0:
+        raise ValueError("certified_lambda needs lo >= lp >= 0, nu >= 0, kappa > 0")
+    top = 1.0 + kappa
+    lo_b = np.zeros((1, 5))
+    hi_b = np.array([[top, top, top, top, top / 2]])
+    if kind == "first":
+        hi_b[0] = [kappa, kappa, top, top, kappa / 2]
+    elif kind == "last":
+        hi_b[0, 2] = 0.0  # no pair value is exported by the last segment
+        hi_b[0, 3] = kappa  # its O pieces are all written
+    inv_x = 0.0 if x == math.inf else 1.0 / x
+    best = -math.inf
+    boxes = 0
+    scale = np.array([top, top, top, top, top / 2])
+    while len(lo_b):
+        boxes += len(lo_b)
+        if boxes > max_boxes:
+            raise RuntimeError("certified_lambda: too many boxes")
+        Ql, yl, el, zl, sl = lo_b.T
+        Qh, yh, eh, zh, sh = hi_b.T
+        c_lo = _cost(Ql, yl, el, zl, kappa, lp, lo, kind)
+        piv_h = yh + sh * sh * inv_x
+        ub = _f1(sh, eh, piv_h, nu) + np.sqrt(np.maximum(Qh - 2 * sl, 0.0) * zh * piv_h) - c_lo
+        ub = np.where(2 * sl <= Qh, ub, -np.inf)
+        # a feasible point of the box: its lower corner, s = min(s⁻, Q⁻/2)
+        s0 = np.minimum(sl, Ql / 2)
+        piv0 = yl + s0 * s0 * inv_x
+        val = _f1(s0, el, piv0, nu) + np.sqrt(np.maximum(Ql - 2 * s0, 0.0) * zl * piv0) - c_lo
+        val = np.where(np.isfinite(c_lo), val, -np.inf)
+        best = max(best, float(val.max()))
+        keep = ub > best + rtol * abs(best)
+        lo_b, hi_b = lo_b[keep], hi_b[keep]
+        if not len(lo_b):
+            break
+        k = np.argmax((hi_b - lo_b) / scale, axis=1)
+        rows = np.arange(len(k))
+        mid = (lo_b[rows, k] + hi_b[rows, k]) / 2
+        lo2, hi2 = lo_b.copy(), hi_b.copy()
+        hi_b[rows, k] = mid
+        lo2[rows, k] = mid
+        lo_b, hi_b = np.concatenate([lo_b, lo2]), np.concatenate([hi_b, hi2])
+    return (best + rtol * abs(best)) * (1 + 1e-9) + 1e-12
