@@ -29,7 +29,21 @@ def start_sweep(db: Path, args: list[str], jobs: int) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     return subprocess.Popen([sys.executable, "-m", "attnio", "sweep", "--db", str(db), "--jobs",
                              str(jobs), *args], env=env, start_new_session=True,
+                            preexec_fn=_terminal_signals,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _terminal_signals() -> None:
+    """In the child, before exec: SIGINT and SIGTERM at their defaults and unblocked, as a
+    terminal starts a foreground job.  An ignored disposition and the signal mask survive exec,
+    and Python does not turn an ignored SIGINT into KeyboardInterrupt.  Something run earlier in
+    the same xdist worker can leave SIGINT ignored (the source is not identified; with SIGINT set
+    to SIG_IGN before each test these tests failed exactly as in the busy-machine runs: exit 0,
+    no line), and the sweep then rightly ignored Ctrl-C and finished — the tests passed or failed
+    with the order the modules ran in."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _stopped_or_gone(pid: int) -> None:
