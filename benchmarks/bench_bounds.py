@@ -64,7 +64,7 @@ def grid():
 def clear_caches() -> None:
     """Clear every attnio result cache; the bounds' parameter tables (params.json, levelled.json,
     read once per process, like an import) stay loaded: :func:`params_load_ms` times reading it."""
-    clear_attnio_caches(keep=(params._load, levelled._load, levelled._xs))
+    clear_attnio_caches(keep=(params._load, levelled._load, levelled.nodes, levelled._xs))
 
 
 def params_load_ms(repeat: int) -> float:

@@ -35,7 +35,7 @@ from ..core.checks import check_int
 from ..core.workload import Shape
 from .base import Bound, attention_shape, check_M, pairs_of, regime_of
 from .forward import ASSUMPTIONS
-from .segments import INFLATE, more_memory, segments_bound
+from .segments import INFLATE, MORE_MEMORY_SEGMENTS, more_memory, segments_bound
 
 __all__ = ["THEOREM", "Node", "certified_lambda", "node_for", "nodes", "qkpv_levelled",
            "qkpv_levelled_for", "qkpv_levelled_pairs", "qkpv_levelled_value", "segment_value"]
@@ -57,8 +57,9 @@ def _load() -> dict[str, Any]:
                       .read_text(encoding="utf-8"))
 
 
+@functools.cache
 def nodes() -> tuple[Node, ...]:
-    """The table's nodes, by increasing x = d²/M."""
+    """The table's nodes, by increasing x = d²/M (read once: :func:`node_for` bisects them)."""
     return tuple(tuple(float(v) for v in row) for row in _load()["nodes"])  # type: ignore[misc]
 
 
@@ -67,23 +68,26 @@ def _xs() -> tuple[float, ...]:
     return tuple(n[0] for n in nodes())
 
 
+def _index(d: int, M: int) -> int:
+    """The index of the node with the largest x at or below d²/M (-1 below the smallest node)."""
+    # a node exactly at x (float equality of d²/M with a tabulated x) is included by bisect_right
+    return bisect.bisect_right(_xs(), d * d / M) - 1
+
+
 def node_for(d: int, M: int) -> Node | None:
     """The node with the largest x at or below d²/M (None below the smallest node).  Its maxima
     hold at d²/M: they are non-increasing in d at fixed M (docs/bounds.md §6.1)."""
-    x = d * d / M
-    i = bisect.bisect_right(_xs(), x) - 1
-    if i < 0:
-        return None
-    # a node exactly at x (float equality of d²/M with a tabulated x) is included by bisect_right
-    return nodes()[i]
+    i = _index(d, M)
+    return None if i < 0 else nodes()[i]
 
 
-def qkpv_levelled_value(P: int, d: int, M: int) -> tuple[int, int, float]:
-    """(value, K, ν): Theorem B′ at the tabulated parameters of :func:`node_for` (0, 0, 0.0 where
-    d²/M is below the table)."""
-    node = node_for(d, M)
-    if node is None or P == 0:
-        return 0, 0, 0.0
+#: With fewer segments than MORE_MEMORY_SEGMENTS the count K·(h − 1) moves by whole segments, so
+#: the nodes up to this many below the node for d²/M (one octave) are tried as well (each is valid
+#: at d²/M: its x is smaller) and the largest value is taken.
+FEW_SEGMENT_NODES = 16
+
+
+def _value_at(node: Node, P: int, d: int, M: int) -> tuple[int, int, float]:
     _, kappa, _, _, nu_hat, lam, lam_f, lam_l = node
     K = math.floor(kappa * M)
     if K < 1:
@@ -93,6 +97,23 @@ def qkpv_levelled_value(P: int, d: int, M: int) -> tuple[int, int, float]:
         return 0, 0, 0.0
     m32 = M ** 1.5 * INFLATE
     return segments_bound((2.0 * d - nu) * P, K, lam * m32, lam_f * m32, lam_l * m32), K, nu
+
+
+def qkpv_levelled_value(P: int, d: int, M: int) -> tuple[int, int, float]:
+    """(value, K, ν): Theorem B′ at the tabulated parameters of :func:`node_for`, and with fewer
+    than MORE_MEMORY_SEGMENTS segments the best of it and the FEW_SEGMENT_NODES nodes below
+    (0, 0, 0.0 where d²/M is below the table)."""
+    i = _index(d, M)
+    if i < 0 or P == 0:
+        return 0, 0, 0.0
+    best = _value_at(nodes()[i], P, d, M)
+    if best[1] and best[0] >= MORE_MEMORY_SEGMENTS * best[1]:
+        return best
+    for j in range(i - 1, max(-1, i - 1 - FEW_SEGMENT_NODES), -1):
+        got = _value_at(nodes()[j], P, d, M)
+        if got[0] > best[0]:
+            best = got
+    return best
 
 
 @functools.lru_cache(maxsize=4 * 4096)
