@@ -7,19 +7,21 @@ gets both for free.  Its per-segment maximum has no closed form: it is certified
 branch and bound (:func:`certified_lambda`, never below the true maximum) at the nodes of a table
 of x = d²/M (``levelled.json`` beside this module, written by
 ``python benchmarks/levelled_params.py --write``), each node at its own (K/M, λ_p/√M, λ_o/√M,
-ν/√M).  At run time the bound reads the table only, O(1):
+ν/√M).  At run time the bound reads the table only (a bisection, then at most 17 nodes):
 
 * by scale invariance Λ/M^{3/2} depends only on (K/M, λ/√M, ν/√M, x), and at fixed M it is
   non-increasing in d (d enters only through ab/d², where a larger d shrinks the feasible work),
-  so the node with the largest x at or below the actual d²/M gives a valid Λ;
+  so the node with the largest x at or below the actual d²/M gives a valid Λ, and so does every
+  node below it (with few segments, where K·(h − 1) moves by whole segments, the octave of nodes
+  below is tried as well and the largest value taken);
 * the segment length is ``K = ⌊κ·M⌋ <= κ·M``, and every per-segment maximum is non-decreasing in
   K (the I/O budget only enlarges the feasible set), so the tabulated maxima at κ cover it.
 
-About 3.19·N²d/√M for M << d² (Theorem B: 2.83), 2.25·N²d²/M at M = d² (Theorem A: 1.93).
+About 3.2·N²d/√M for M << d² (Theorem B: 2.83), 2.29·N²d²/M at M = d² (Theorem A: 1.93).
 
 >>> N, d, M = 4096, 256, 1024  # M = d²/64
 >>> round(qkpv_levelled(N, d, M).value / (N * N * d / M ** 0.5), 2)
-3.08
+3.15
 """
 
 from __future__ import annotations
