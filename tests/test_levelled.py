@@ -163,6 +163,17 @@ def test_node_for_is_the_largest_node_at_or_below():
     assert L.qkpv_levelled(1000, 64, 5 * 64 * 64).value == 0  # below the table: no claim
 
 
+def test_few_segments_try_the_octave_below():
+    """With few segments the largest value over the node for d²/M and the 16 below it is taken
+    (each valid at d²/M); with many, the node for d²/M alone."""
+    P, d, M = 300 * 300, 160, 24000  # a held-out point: 4 segments at the node, 5 lower down
+    i = L._index(d, M)
+    vals = [L._value_at(L.nodes()[j], P, d, M)[0] for j in range(i - L.FEW_SEGMENT_NODES, i + 1)]
+    assert L.qkpv_levelled_value(P, d, M)[0] == max(vals) > vals[-1]
+    P = 10 ** 12
+    assert L.qkpv_levelled_value(P, d, M) == L._value_at(L.node_for(d, M), P, d, M)
+
+
 def test_beats_theorem_b_for_small_memory_and_a_near_the_crossover():
     N = 4096
     for d, M in ((256, 1024), (128, 4096)):
