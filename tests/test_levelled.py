@@ -115,7 +115,7 @@ def _config_of(t: np.ndarray, x: float, kappa: float) -> list[float]:
     rin, ry, we, wz = soft(t[7:11]) * kappa
     a, b, c, _ = soft(t[11:15]) * (i + rin)
     y, e, z = p + ry, p2 + we, o2 + wz
-    r = (y + a * b / x) / (1.0 + math.exp(-t[15]))
+    r = (y + a * b / x) * 0.5 * (1.0 + math.tanh(t[15] / 2))  # the logistic, without overflow
     return [i, p, o, p2, o2, rin, ry, we, wz, a, b, c, y, e, z, r]
 
 
