@@ -36,6 +36,7 @@ from . import (
     split_backward,
     square_tiling,
     standard,
+    stream_tiling,
 )
 from .base import Algorithm, BackwardSchedule, Choice
 
@@ -108,7 +109,7 @@ def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
 
 
 for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
-             q_stationary_min, row_hybrid):
+             q_stationary_min, row_hybrid, stream_tiling):
     register(_mod.ALGORITHM)
 del _mod
 
