@@ -93,6 +93,7 @@ True
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -184,15 +185,18 @@ def _pairs(X: int, Y: int, M: int, ymax: Callable[[int], int],
            xmax: Callable[[int], int]) -> set[tuple[int, int]]:
     """(x, y) pairs worth scoring, x in [1, X] and y in [1, Y]: for each x on a geometric ladder
     the largest y that fits (``ymax``), and for each y on a ladder the largest x (``xmax``), each
-    also snapped down to the least size with as many blocks.  O(ladder) = O(log M)."""
+    also snapped down to the least size with as many blocks.  A side below a quarter of
+    min(X, Y, √M) is skipped (the count falls with 1/x + 1/y at x·y ≈ M: such a tile is never
+    the least, and the other pass reaches the clamped sides).  O(ladder) = O(log M)."""
     out: set[tuple[int, int]] = set()
+    floor = min(X, Y, math.isqrt(M)) // 4
     for x in _ladder(X, M):
         y = min(Y, ymax(x))
-        if y >= 1:
+        if min(x, y) >= max(1, floor):
             out.update((x, v) for v in (y, cdiv(Y, cdiv(Y, y))))
     for y in _ladder(Y, M):
         x = min(X, xmax(y))
-        if x >= 1:
+        if min(x, y) >= max(1, floor):
             out.update((v, y) for v in (x, cdiv(X, cdiv(X, x))))
     return out
 
@@ -270,9 +274,9 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         combined; empty when M < min_M."""
         if M < self.min_M(shape):
             return []
+        p2 = self._phase2_candidates(shape, M)
         return [StreamTilingTiling(br, bc, br2, bd2, ORDERS[o])
-                for br, bc, o in self._phase1_candidates(shape, M)
-                for br2, bd2 in self._phase2_candidates(shape, M)]
+                for br, bc, o in self._phase1_candidates(shape, M) for br2, bd2 in p2]
 
     # ------------------------------------------------------------------ the schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
