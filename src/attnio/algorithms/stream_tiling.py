@@ -1,78 +1,81 @@
 """Stream tiling: square tiling's two blocked matmuls with Smith & van de Geijn's word streaming
-(arXiv 1702.02017) and the softmax formed online in the second phase.
+(arXiv 1702.02017), the softmax formed online in the second phase with one word per row.
 
 The small-cache regime (M < d²/4) writes the scores once and treats Q·Kᵀ and P·V as two blocked
 matmuls (:mod:`~attnio.algorithms.square_tiling`).  There each phase holds three tiles (the product
-tile and one slab of each operand), and Phase 1 holds the running row max and sum besides: at
-M = 200 the score tile is about 11 x 14.  Smith & van de Geijn's matmul schedule holds the product
-tile, one column of one operand, and streams the other operand one word at a time: footprint
-``ab + a + 1`` for an a x b tile, about 2·mnk/√M words.  Here both phases are streamed, and the
-per-row state is moved to where it costs least:
+tile and one slab of each operand), and Phase 1 holds the running row max and sum besides.  Smith
+& van de Geijn's matmul schedule holds the product tile, one column of one operand, and streams
+the other operand one word at a time: footprint ``ab + a + 1`` for an a x b tile, about
+2·mnk/√M words moved.  Here both phases are streamed, and the per-row state is put where it costs
+least:
 
-* Phase 1 writes the **raw** (scaled, masked) scores and keeps no row state at all;
-* Phase 2 forms the softmax **online** per row (a running max m and sum l per output row, the
-  accumulator kept divided by 2^e as FlashAttention-2's is), so no log-sum-exp is written or read.
+* Phase 1 writes the **raw** (scaled) scores a row sees, and keeps no row state at all;
+* Phase 2 forms the softmax **online** with **one word per row**, the running log-sum-exp g: the
+  output tile is kept normalised (a convex combination of the value rows seen), and each new
+  score s enters with weight ``β = 1/(1 + e^(g - s))``: ``O <- O - β·O + β·v``,
+  ``g <- logaddexp(g, s)``.  No maximum, no row sum, no log-sum-exp is written or read.
 
-Schedule::
+Schedule (a row "sees" keys [0, hi_r): all of them unmasked; ``hi_r = clip(r + 1 + Nkv - Nq, 0,
+Nkv)`` bottom-right causal, ``clip(r + 1, 0, Nkv)`` top-left)::
 
-    Phase 1  for each query block i (Br rows) seeing a key, each key block j (Bc keys) it sees:
-                 S = 0                                                (Br x Bc, fast)
+    Phase 1  for each query block i (Br rows), each key block j (Bc keys) some row of i sees:
+                 the tile, held as its visible lines (zero)          (<= Br x Bc words)
                  order "tile", Br <= Bc:  for l in 1..d: load Q[i, l] (Br words, a column)
                                               for each key c of j: load K[c, l] (1 word)
-                                                  S[:, c] += scale · Q[i, l] · K[c, l]
-                 order "tile", Br > Bc:   the same with the roles swapped (a K column held,
-                                          the Q words of the column streamed)
+                                                  column c (the rows that see c) += scale·Q[., l]·K[c, l]
+                 order "tile", Br > Bc:   for l in 1..d: load K[j, l] (Bc words, a column)
+                                              for each row r of i: load Q[r, l] (1 word)
+                                                  row r (the keys of j it sees) += scale·K[., l]·Q[r, l]
                  order "row":   Q_i loaded once per query block (Br x d, resident);
                                 for each key c of j, l in 1..d: load K[c, l] (1 word)
-                                    S[:, c] += scale · Q_i[:, l] · K[c, l]
-                 mask S (-inf);  write S to A[i, j]
+                                    column c += scale · Q_i[., l] · K[c, l]
+                 write each line where it lies in A (the scores the rows see, nothing else)
     Phase 2  for each query block i (Br2 rows), each output slice c (Bd2 columns):
-                 O = 0 (Br2 x Bd2), m = -inf, l = 0 (Br2 each)
-                 for each key k that some row of the block sees:
-                     Bd2 <= Br2: load V[k, c] (Bd2 words); for each row r: load A[r, k] (1 word)
-                                 online-softmax step of row r with the one score; O[r] += p·V[k, c]
-                     Bd2 > Br2:  load A[i, k] (Br2 words, a column); online-softmax step of
-                                 the column; for each column u of c: load V[k, u] (1 word),
-                                 O[:, u] += p·V[k, u]
-                 O = diag(l)⁻¹ O;  write O
+                 O = 0 (Br2 x Bd2), g = -inf (Br2)
+                 for each key k that some row of the block sees (rows [top_k, Br2) see it):
+                     Bd2 <= Br2: load V[k, c] (Bd2 words); for each row r that sees k:
+                                 load A[r, k] (1 word); online step of row r; O[r] += β·V[k, c]
+                     Bd2 > Br2:  load A[top_k:, k] (a score column); online step of those rows;
+                                 for each column u of c: load V[k, u] (1 word), O[:, u] += β·V[k, u]
+                 write O
 
-Entries of A a row does not see are never used (Phase 2 masks by position: the word may be a
--inf Phase 1 wrote or a word of a tile Phase 1 skipped), so a causal mask skips every fully
-masked tile in both phases, as square tiling does.
+A causal mask therefore skips every tile no row sees in Phase 1, writes exactly the Σ_r hi_r
+scores the rows see, and Phase 2 reads exactly those, once per output slice.
 
 Fast memory (a = min(Br, Nq), b = min(Bc, Nkv), a' = min(Br2, Nq), c = min(Bd2, d))::
 
     Phase 1   a·b + min(a, b) + 1      (order "tile": the tile, one column, one word)
               a·d + a·b + 1            (order "row": Q_i, the tile, one word)
-    Phase 2   a'·c + min(a', c) + 2·a' + 1     (the O tile, a V row chunk or a score column,
-                                                one word, m and l)
-    footprint = max(Phase 1, Phase 2);  the least M is 5 (every side 1).
+    Phase 2   a'·c + min(a', c) + a' + 1       (the O tile, a V row chunk or a score column,
+                                                one word, g)
+    footprint = max(Phase 1, Phase 2);  the least M is 4 (every side 1).
 
-Square tiling with the score spill holds ``ab + Bd·(a + b) + 2a`` and ``a'c + Bk2·(a' + c) + a'``:
-the streamed phases save ``(a + b - 1) + 2a`` (Bd = 1) and ``(a' + c) - 1 - a'`` (Bk2 = 1) plus
-the min, so the tiles grow towards √M (Phase 1 at M = 200: 13 x 14 against 11 x 14).
+Square tiling with the score spill holds ``ab + Bd·(a + b) + 2a`` (Phase 1: m and l) and
+``a'c + Bk2·(a' + c) + a'`` (Phase 2: g); at Bd = Bk2 = 1 the streamed phases hold
+``3a + b - min(a, b) - 1`` and ``max(a', c) - 1`` fewer words, and move ``Nq + T_d·Nq`` fewer (no
+log-sum-exp written or read).  At N = 300, d = 40, M = 200 the least count takes 11 x 17 score
+tiles (199 words) where square tiling takes 10 x 15 (195).
 
 Closed form (exact; ``tests/test_stream_tiling.py``).  Phase-1 query blocks i have ``r_i`` rows and
-see keys ``[0, hi_i)`` (``hi_i = Nkv`` unmasked; bottom-right causal ``hi_i = clip(stop_i + Nkv -
-Nq, 0, Nkv)``, top-left ``clip(stop_i, 0, Nkv)``); ``n_i = ⌈hi_i/Bc⌉`` key blocks of total width
-``w_i = min(Nkv, n_i·Bc)``.  Every computed tile (i, j) reads each of its Q words and each of its K
-words once (``r_i·d + b_j·d``; order "row" reads Q_i once per block instead) and writes its
-``r_i·b_j`` scores.  Phase-2 blocks i' (r'_i rows, keys ``[0, hi'_i)``) read, per output slice,
-every score word of the rectangle ``r'_i x hi'_i`` once, and every word of ``V[0:hi'_i]`` once over
-the T_d = ⌈d/Bd2⌉ slices::
+see keys ``[0, hi_i)`` (hi of the block's last row); ``n_i = ⌈hi_i/Bc⌉`` key blocks of total width
+``w_i = min(Nkv, n_i·Bc)``.  Every computed tile (i, j) reads its Q column and its K words once per
+head-dimension index (``r_i·d + b_j·d``; order "row" reads Q_i once per block instead) and writes
+the scores its rows see.  Phase-2 blocks i' (keys ``[0, hi'_i)``) read, per output slice, every
+score their rows see once, and every word of ``V[0:hi'_i]`` once over the T_d = ⌈d/Bd2⌉ slices.
+With ``H = Σ_r hi_r`` (Nq·Nkv unmasked)::
 
     Phase 1 reads   Σ_{hi_i>0} (n_i·r_i·d + w_i·d)     order "tile"
                     Σ_{hi_i>0} (r_i·d + w_i·d)         order "row"
-    Phase 1 writes  Σ_i r_i·w_i
-    Phase 2 reads   Σ_i (T_d·r'_i·hi'_i + d·hi'_i)
+    Phase 1 writes  H
+    Phase 2 reads   T_d·H + d·Σ_i hi'_i
     Phase 2 writes  Nq·d
 
 Unmasked (Nq x Nkv): ``⌈Nkv/Bc⌉·Nq·d + ⌈Nq/Br⌉·Nkv·d + Nq·Nkv`` (order "tile") and
 ``T_d·Nq·Nkv + ⌈Nq/Br2⌉·Nkv·d + Nq·d``: with every side √M, ``4·Nq·Nkv·d/√M + Nq·Nkv + Nq·d``,
-the two blocked matmuls' ideal, against square tiling's ``+ Nq + T_d·Nq`` (the log-sum-exp written
-and read) on smaller tiles.  The sums are O(log N) (:func:`attnio.core.masks.covered_sums`).
-Heads are independent: the count of one head times ``batch·heads`` (grouped-query attention
-shares no tile).
+the two blocked matmuls' ideal.  The sums are O(log N) (:func:`attnio.core.masks.covered_sums`;
+H is its sum over blocks of one row).  Heads are independent: the count of one head times
+``batch·heads`` (grouped-query attention shares no tile).  Count mode is bulk unmasked; with a
+mask it walks each query block and the tiles and keys its diagonal crosses (``count_walk``).
 
 Tiling.  The phases are not coupled (Phase 2 needs no Phase-1 block size), so each is searched by
 itself and the best three of each are combined: for each side on a geometric ladder
@@ -107,9 +110,7 @@ from ..core import masks
 from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
-from . import _kernels as K_
 from .base import Algorithm
-from .q_stationary_min import _key_step
 from .square_tiling import _ladder
 
 __all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
@@ -137,7 +138,7 @@ def _fp1(d: int, a: int, b: int, order: str) -> int:
 
 
 def _fp2(a: int, c: int) -> int:
-    return a * c + min(a, c) + 2 * a + 1
+    return a * c + min(a, c) + a + 1
 
 
 @functools.lru_cache(maxsize=4096)
@@ -147,6 +148,13 @@ def _sums(Nq: int, Nkv: int, B: int, S: int, off: int) -> masks.BlockSums:
     return masks.covered_sums(Nq, Nkv, B, S, off)
 
 
+def _seen(shape: Shape) -> int:
+    """Σ_r hi_r: the scores the rows see (Nq·Nkv unmasked), O(log N)."""
+    if not shape.causal:
+        return shape.Nq * shape.Nkv
+    return _sums(shape.Nq, shape.Nkv, 1, 1, shape.offset).size_width
+
+
 def _phase1(shape: Shape, Br: int, Bc: int, order: str) -> IOCount:
     d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
     if not shape.causal:
@@ -154,7 +162,7 @@ def _phase1(shape: Shape, Br: int, Bc: int, order: str) -> IOCount:
         return IOCount(q + cdiv(Nq, Br) * Nkv * d, Nq * Nkv)
     s = _sums(Nq, Nkv, Br, Bc, shape.offset)
     q = s.size_seen * d if order == "row" else s.size_count * d
-    return IOCount(q + s.width * d, s.size_width)
+    return IOCount(q + s.width * d, _seen(shape))
 
 
 def _phase2(shape: Shape, Br2: int, Bd2: int) -> IOCount:
@@ -163,7 +171,7 @@ def _phase2(shape: Shape, Br2: int, Bd2: int) -> IOCount:
     if not shape.causal:
         return IOCount(Td * Nq * Nkv + cdiv(Nq, Br2) * Nkv * d, Nq * d)
     s = _sums(Nq, Nkv, Br2, 1, shape.offset)  # width-1 slices: w_i = hi_i
-    return IOCount(Td * s.size_width + d * s.width, Nq * d)
+    return IOCount(Td * _seen(shape) + d * s.width, Nq * d)
 
 
 def _max1(M: int, x: int) -> int:
@@ -174,14 +182,14 @@ def _max1(M: int, x: int) -> int:
 
 def _cols2(M: int, a: int) -> int:
     """The largest c with ``_fp2(a, c) <= M``."""
-    c = (M - 1 - 3 * a) // a  # c >= a
-    return c if c >= a else (M - 1 - 2 * a) // (a + 1)  # else c < a
+    c = (M - 1 - 2 * a) // a  # c >= a
+    return c if c >= a else (M - 1 - a) // (a + 1)  # else c < a
 
 
 def _rows2(M: int, c: int) -> int:
     """The largest a with ``_fp2(a, c) <= M``."""
-    a = (M - 1 - c) // (c + 2)  # a > c
-    return a if a > c else min(c, (M - 1) // (c + 3))  # else a <= c
+    a = (M - 1 - c) // (c + 1)  # a > c
+    return a if a > c else min(c, (M - 1) // (c + 2))  # else a <= c
 
 
 def _pairs(X: int, Y: int, M: int, ymax: Callable[[int], int],
@@ -285,143 +293,196 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         return [StreamTilingTiling(br, bc, br2, bd2, ORDERS[o])
                 for br, bc, o in self._phase1_candidates(shape, M) for br2, bd2 in p2]
 
+    def count_walk(self, shape: Shape, tiling: StreamTilingTiling) -> int:
+        """With a mask, count mode walks every query block, the tiles and keys its diagonal
+        crosses (the words written and read there depend on the position): about
+        ``Tr·(⌈Br/Bc⌉ + 2) + Tr2·T_d·(Br2 + 1)`` blocks; none without."""
+        if not shape.causal:
+            return 0
+        t = tiling
+        Tr, Tr2, Td = cdiv(shape.Nq, t.Br), cdiv(shape.Nq, t.Br2), cdiv(shape.d, t.Bd2)
+        return Tr * (cdiv(t.Br, t.Bc) + 2) + Tr2 * Td * (min(t.Br2, shape.Nq) + 1)
+
     # ------------------------------------------------------------------ the schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                  O: SlowArray, *, shape: Shape, tiling: StreamTilingTiling, scale: float) -> None:
-        A = mem.scratch("A", (shape.Nq, shape.Nkv))  # the raw (scaled, masked) scores
+        A = mem.scratch("A", (shape.Nq, shape.Nkv))  # the raw (scaled) scores a row sees
         self._scores(mem, Q, K, A, shape, tiling, scale)
         self._outputs(mem, A, V, O, shape, tiling)
 
     def _scores(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray,
                 shape: Shape, t: StreamTilingTiling, scale: float) -> None:
-        d = shape.d
-        band = masks.Band.queries(shape) if shape.causal else None
-        hold_q = min(t.Br, shape.Nq) <= min(t.Bc, shape.Nkv)
-        for ib in mem.blocks(shape.Nq, t.Br, band=band):
+        """Phase 1.  Key blocks that every row of the query block sees entirely (the keys before
+        its first row's end, ``h0``) are alike; those the diagonal crosses, and a short last one,
+        are walked one by one."""
+        for ib in mem.blocks(shape.Nq, t.Br, uniform=not shape.causal):
             hi = kv_visible_hi(shape, ib.stop)
+            full = kv_visible_hi(shape, ib.start + 1) // t.Bc * t.Bc
             Qi = mem.load(Q, ib, label="Q_i") if (t.order == "row" and hi > 0) else None
-            for jb in mem.blocks(shape.Nkv, t.Bc, hi=hi, band=band):
-                S = mem.alloc((ib.size, jb.size), 0.0, label="S_ij")
-                if Qi is not None:
-                    for kc in mem.blocks(jb.size, 1):
-                        for lb in mem.blocks(d, 1):
-                            w = mem.load(K, jb.start + kc.start, lb, label="k_cl")
-                            mem.compute(_outer(kc.start, lb.start, scale, "q"), S, Qi, w,
-                                        writes=1)
-                            mem.free(w)
-                elif hold_q:  # a Q column held, the K words of the column streamed
-                    for lb in mem.blocks(d, 1):
-                        q = mem.load(Q, ib, lb, label="Q_il")
-                        for kc in mem.blocks(jb.size, 1):
-                            w = mem.load(K, jb.start + kc.start, lb, label="k_cl")
-                            mem.compute(_outer(kc.start, 0, scale, "q"), S, q, w, writes=1)
-                            mem.free(w)
-                        mem.free(q)
-                else:  # a K column held, the Q words streamed
-                    for lb in mem.blocks(d, 1):
-                        k = mem.load(K, jb, lb, label="K_jl")
-                        for rc in mem.blocks(ib.size, 1):
-                            w = mem.load(Q, ib.start + rc.start, lb, label="q_rl")
-                            mem.compute(_outer(rc.start, 0, scale, "k"), S, k, w, writes=1)
-                            mem.free(w)
-                        mem.free(k)
-                K_.mask_tile(mem, S, shape, ib, jb)
-                mem.store(S, A, ib, jb)
-                mem.free(S)
+            for jb in mem.blocks(shape.Nkv, t.Bc, hi=full):
+                self._tile(mem, Q, K, A, Qi, ib, jb, shape, t, scale)
+            for jb in mem.blocks(shape.Nkv, t.Bc, lo=full, hi=hi, uniform=False):
+                self._tile(mem, Q, K, A, Qi, ib, jb, shape, t, scale)
             if Qi is not None:
                 mem.free(Qi)
 
+    @staticmethod
+    def _tile(mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray, Qi: FastTile | None,
+              ib: Block, jb: Block, shape: Shape, t: StreamTilingTiling, scale: float) -> None:
+        """One score tile, held as its visible lines: a column per key (the rows that see it,
+        a suffix of the block) or, with a K column held, a row per query (the keys it sees, a
+        prefix); each line written where it lies in A."""
+        d, r1, c0 = shape.d, ib.stop, jb.start
+        by_rows = Qi is None and min(t.Br, shape.Nq) > min(t.Bc, shape.Nkv)  # a K column held
+        if by_rows:
+            lens = [min(jb.size, max(0, kv_visible_hi(shape, r + 1) - c0)) for r in range(ib.start, ib.stop)]
+        else:
+            lens = [r1 - max(ib.start, min(r1, c - shape.offset)) if shape.causal else ib.size
+                    for c in range(jb.start, jb.stop)]
+        lines = [mem.alloc((1, n) if by_rows else (n, 1), 0.0, label="S_line") if n else None
+                 for n in lens]
+        for lb in mem.blocks(d, 1):
+            if by_rows:
+                k = mem.load(K, jb, lb, label="K_jl")
+                for rc in mem.blocks(ib.size, 1):
+                    w = mem.load(Q, ib.start + rc.start, lb, label="q_rl")
+                    line = lines[rc.start]
+                    if line is not None:
+                        mem.compute(_row_update(scale), line, k, w, writes=1)
+                    mem.free(w)
+                mem.free(k)
+                continue
+            q = Qi if Qi is not None else mem.load(Q, ib, lb, label="Q_il")
+            col = lb.start if Qi is not None else 0
+            for kc in mem.blocks(jb.size, 1):
+                w = mem.load(K, c0 + kc.start, lb, label="k_cl")
+                line = lines[kc.start]
+                if line is not None:
+                    mem.compute(_column_update(scale, col), line, q, w, writes=1)
+                mem.free(w)
+            if Qi is None:
+                mem.free(q)
+        for n, (x, line) in zip(lens, enumerate(lines)):
+            if line is None:
+                continue
+            if by_rows:
+                mem.store(line, A, ib.start + x, slice(c0, c0 + n))
+            else:
+                mem.store(line, A, slice(r1 - n, r1), c0 + x)
+            mem.free(line)
+
     def _outputs(self, mem: TwoLevelMemory, A: SlowArray, V: SlowArray, O: SlowArray,
                  shape: Shape, t: StreamTilingTiling) -> None:
-        band = masks.Band.queries(shape) if shape.causal else None
-        hold_v = min(t.Bd2, shape.d) <= min(t.Br2, shape.Nq)
-        for ib in mem.blocks(shape.Nq, t.Br2, band=band):
+        """Phase 2.  Keys every row of the block sees (before its first row's end, ``h0``) are
+        alike; each key after it is seen by a suffix of the rows, walked one by one."""
+        for ib in mem.blocks(shape.Nq, t.Br2, uniform=not shape.causal):
             hi = kv_visible_hi(shape, ib.stop)
+            h0 = kv_visible_hi(shape, ib.start + 1)
             for db in mem.blocks(shape.d, t.Bd2):
                 Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
                 if hi == 0:  # no row of the block sees a key: its output is 0
                     mem.store(Oc, O, ib, db)
                     mem.free(Oc)
                     continue
-                m = mem.alloc((ib.size,), -np.inf, label="m_i")
-                l = mem.alloc((ib.size,), 0.0, label="l_i")
-                for kb in mem.blocks(shape.Nkv, 1, hi=hi, band=band):
-                    if hold_v:
-                        self._stream_scores(mem, A, V, Oc, m, l, ib, kb, db, shape)
-                    else:
-                        self._stream_values(mem, A, V, Oc, m, l, ib, kb, db, shape)
-                mem.compute(K_.normalise_rows, Oc, l, writes=1)
-                mem.store(Oc, O, ib, db)
-                mem.free(Oc, m, l)
+                g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
+                acc = (Oc, g)
+                for kb in mem.blocks(shape.Nkv, 1, hi=h0):
+                    self._key(mem, A, V, acc, ib, kb, db, 0, t, shape)
+                for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
+                    top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size) see it
+                    self._key(mem, A, V, acc, ib, kb, db, top, t, shape)
+                mem.store(Oc, O, ib, db)  # normalised all along
+                mem.free(Oc, g)
 
     @staticmethod
-    def _stream_scores(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, Oc: FastTile,
-                       m: FastTile, l: FastTile, ib: Block, kb: Block, db: Block,
-                       shape: Shape) -> None:
-        """A V row chunk held, the block's scores of key kb streamed one word at a time."""
-        v = mem.load(V, kb, db, label="V_kc")
-        for rc in mem.blocks(ib.size, 1):
-            w = mem.load(A, ib.start + rc.start, kb, label="a_rk")
-            mem.compute(_row_step(shape, ib.start, rc.start, kb.start), Oc, m, l, w, v,
-                        writes=4)
-            mem.free(w)
-        mem.free(v)
-
-    @staticmethod
-    def _stream_values(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, Oc: FastTile,
-                       m: FastTile, l: FastTile, ib: Block, kb: Block, db: Block,
-                       shape: Shape) -> None:
-        """The block's score column of key kb held, the V words of the chunk streamed."""
-        s = mem.load(A, ib, kb, label="A_ik")
-        mem.compute(_column_step(shape, ib.start, kb.start), s, m, l, Oc, writes=4)
+    def _key(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, acc: tuple[FastTile, ...],
+             ib: Block, kb: Block, db: Block, top: int, t: StreamTilingTiling,
+             shape: Shape) -> None:
+        """Key kb into the output tile, for its rows [top, size): with a V row chunk held, their
+        scores streamed one word at a time; else their score column held and the V words of the
+        chunk streamed.  Rows [0, top) take the key with weight 0, as a dense P·V does (so a
+        non-finite value reaches them as it reaches the reference's rows; no word moves)."""
+        r0 = ib.start + top
+        if min(t.Bd2, shape.d) <= min(t.Br2, shape.Nq):
+            v = mem.load(V, kb, db, label="V_kc")
+            for rc in mem.blocks(ib.size - top, 1):
+                w = mem.load(A, r0 + rc.start, kb, label="a_rk")
+                mem.compute(_row_step(top + rc.start), *acc, w, v, writes=2)
+                mem.free(w)
+            if top:
+                mem.compute(_zero_weight(top), acc[0], v, writes=1)
+            mem.free(v)
+            return
+        s = mem.load(A, slice(r0, ib.stop), kb, label="A_ik")
+        mem.compute(_column_step(top), s, *acc, writes=3)
         for cc in mem.blocks(db.size, 1):
             w = mem.load(V, kb, db.start + cc.start, label="v_ku")
-            mem.compute(_add_column(cc.start), Oc, s, w, writes=1)
+            mem.compute(_add_column(cc.start, top), acc[0], s, w, writes=1)
             mem.free(w)
         mem.free(s)
 
 
 # ---------------------------------------------------------------------- word arithmetic
-def _outer(col: int, qcol: int, scale: float, held: str) -> Callable[..., None]:
-    """One streamed word into the score tile: ``held="q"``: S[:, col] += scale·q[:, qcol]·w
-    (q a held Q column, or Q_i with qcol its column); ``"k"``: S[col, :] += scale·k·w (k a held
-    K column, w a Q word)."""
-    def fn(S: np.ndarray, x: np.ndarray, w: np.ndarray) -> None:
-        if held == "q":
-            S[:, col] += scale * x[:, qcol] * w[0, 0]
-        else:
-            S[col, :] += scale * x[:, 0] * w[0, 0]
+def _column_update(scale: float, col: int) -> Callable[..., None]:
+    """A score column (the last h rows of the block) += scale · q[-h:, col] · w."""
+    def fn(s: np.ndarray, q: np.ndarray, w: np.ndarray) -> None:
+        s[:, 0] += scale * q[q.shape[0] - s.shape[0]:, col] * w[0, 0]
     return fn
 
 
-def _column_step(shape: Shape, r0: int, k: int) -> Callable[..., None]:
-    """The online-softmax step of a score column (q_stationary_min's, on raw scores: masked rows
-    by position, whatever the word holds); the column becomes the weights."""
-    step = _key_step(shape, r0, k)
-
-    def fn(s: np.ndarray, m: np.ndarray, l: np.ndarray, O: np.ndarray) -> None:
-        s2 = s[:, 0]
-        step(s2, m, l, O)
-        s[:, 0] = s2
+def _row_update(scale: float) -> Callable[..., None]:
+    """A score row (the first n keys of the block) += scale · k[:n] · w."""
+    def fn(s: np.ndarray, k: np.ndarray, w: np.ndarray) -> None:
+        s[0, :] += scale * k[:s.shape[1], 0] * w[0, 0]
     return fn
 
 
-def _add_column(u: int) -> Callable[..., None]:
-    """O[:, u] += p·w: the weight column p (held) times one streamed V word."""
+def _online(s: np.ndarray, g: np.ndarray, O: np.ndarray) -> None:
+    """Rows that each take one visible (finite) score ``s``: the new key's weight among the
+    keys seen so far, ``β = e^s / (e^g + e^s) = 1 / (1 + e^(g - s))`` (1 for a row that has seen
+    nothing: g = -inf), the running log-sum-exp ``g <- logaddexp(g, s)``, and the normalised
+    accumulator ``O <- O - β·O`` (the caller adds ``β·v``); ``s`` becomes β.  O stays a convex
+    combination of value rows (within max |V|, finite near the largest float), and β as a
+    logistic of the score gap (not e^(s - g') with a rounded g') keeps the weights summing to 1:
+    float32 runs stay within twice the naive softmax's error (``tests/test_numerics.py``)."""
+    with np.errstate(over="ignore"):
+        beta = 1.0 / (1.0 + np.exp(g - s))
+    g[:] = np.logaddexp(g, s)
+    O -= beta[:, None] * O
+    s[:] = beta
+
+
+def _column_step(top: int) -> Callable[..., None]:
+    """A key's score column for rows [top, size) of the tile (all of which see it)."""
+    def fn(s: np.ndarray, O: np.ndarray, g: np.ndarray) -> None:
+        _online(s[:, 0], g[top:], O[top:])
+    return fn
+
+
+def _add_column(u: int, top: int) -> Callable[..., None]:
+    """O[top:, u] += p·w: the weight column p (held) times one streamed V word (rows above top,
+    which do not see the key: weight 0)."""
     def fn(O: np.ndarray, p: np.ndarray, w: np.ndarray) -> None:
-        O[:, u] += p[:, 0] * w[0, 0]
+        O[top:, u] += p[:, 0] * w[0, 0]
+        if top:
+            O[:top, u] += 0.0 * w[0, 0]
     return fn
 
 
-def _row_step(shape: Shape, r0: int, r: int, k: int) -> Callable[..., None]:
-    """Row r0 + r takes score A[r0 + r, k] (the word w): its online-softmax step, then
-    O[r] += p·v (v the held V row chunk)."""
-    step = _key_step(shape, r0 + r, k)
+def _zero_weight(top: int) -> Callable[..., None]:
+    """O[:top] += 0·v: the rows that do not see the key take it with weight 0."""
+    def fn(O: np.ndarray, v: np.ndarray) -> None:
+        O[:top] += 0.0 * v[0]
+    return fn
 
-    def fn(O: np.ndarray, m: np.ndarray, l: np.ndarray, w: np.ndarray, v: np.ndarray) -> None:
-        s = w.reshape(1).copy()  # a register
-        step(s, m[r:r + 1], l[r:r + 1], O[r:r + 1])
-        O[r] += s[0] * v[0]
+
+def _row_step(r: int) -> Callable[..., None]:
+    """Row r of the tile takes one score it sees (the word w): the online step, then
+    O[r] += p·v (v the held V row chunk)."""
+    def fn(O: np.ndarray, g: np.ndarray, w: np.ndarray, v: np.ndarray) -> None:
+        p = w.reshape(1).copy()  # a register
+        _online(p, g[r:r + 1], O[r:r + 1])
+        O[r] += p[0] * v[0]
     return fn
 
 
