@@ -20,13 +20,14 @@ Nkv)`` bottom-right causal, ``clip(r + 1, 0, Nkv)`` top-left)::
 
     Phase 1  for each query block i (Br rows), each key block j (Bc keys) some row of i sees:
                  the tile, held as its visible lines (zero)          (<= Br x Bc words)
-                 order "tile", Br <= Bc:  for l in 1..d: load Q[i, l] (Br words, a column)
+                 (only the rows of i that see a key of j, and the keys of j some row sees)
+                 order "tile", Br <= Bc:  for l in 1..d: load Q[i, l] (<= Br words, a column)
                                               for each key c of j: load K[c, l] (1 word)
                                                   column c (the rows that see c) += scale·Q[., l]·K[c, l]
-                 order "tile", Br > Bc:   for l in 1..d: load K[j, l] (Bc words, a column)
+                 order "tile", Br > Bc:   for l in 1..d: load K[j, l] (<= Bc words, a column)
                                               for each row r of i: load Q[r, l] (1 word)
                                                   row r (the keys of j it sees) += scale·K[., l]·Q[r, l]
-                 order "row":   Q_i loaded once per query block (Br x d, resident);
+                 order "row":   Q_i (its rows that see a key) loaded once per query block;
                                 for each key c of j, l in 1..d: load K[c, l] (1 word)
                                     column c += scale · Q_i[., l] · K[c, l]
                  write each line where it lies in A (the scores the rows see, nothing else)
@@ -39,8 +40,9 @@ Nkv)`` bottom-right causal, ``clip(r + 1, 0, Nkv)`` top-left)::
                                  for each column u of c: load V[k, u] (1 word), O[:, u] += β·V[k, u]
                  write O
 
-A causal mask therefore skips every tile no row sees in Phase 1, writes exactly the Σ_r hi_r
-scores the rows see, and Phase 2 reads exactly those, once per output slice.
+A causal mask therefore skips every tile no row sees in Phase 1, reads in a tile only the Q rows
+and K keys that meet a visible score, writes exactly the Σ_r hi_r scores the rows see, and
+Phase 2 reads exactly those, once per output slice.
 
 Fast memory (a = min(Br, Nq), b = min(Bc, Nkv), a' = min(Br2, Nq), c = min(Bd2, d))::
 
@@ -56,18 +58,21 @@ Square tiling with the score spill holds ``ab + Bd·(a + b) + 2a`` (Phase 1: m a
 log-sum-exp written or read).  At N = 300, d = 40, M = 200 the least count takes 11 x 17 score
 tiles (199 words) where square tiling takes 10 x 15 (195).
 
-Closed form (exact; ``tests/test_stream_tiling.py``).  Phase-1 query blocks i have ``r_i`` rows and
-see keys ``[0, hi_i)`` (hi of the block's last row); ``n_i = ⌈hi_i/Bc⌉`` key blocks of total width
-``w_i = min(Nkv, n_i·Bc)``.  Every computed tile (i, j) reads its Q column and its K words once per
-head-dimension index (``r_i·d + b_j·d``; order "row" reads Q_i once per block instead) and writes
-the scores its rows see.  Phase-2 blocks i' (keys ``[0, hi'_i)``) read, per output slice, every
-score their rows see once, and every word of ``V[0:hi'_i]`` once over the T_d = ⌈d/Bd2⌉ slices.
-With ``H = Σ_r hi_r`` (Nq·Nkv unmasked)::
+Closed form (exact; ``tests/test_stream_tiling.py``).  Query block i (Br rows in Phase 1, Br2 in
+Phase 2) sees keys ``[0, hi_i)`` (hi of its last row).  A Phase-1 tile (i, j) is computed iff some
+row of i sees a key of j; it reads, once per head-dimension index, the rows of i that see key j's
+first key and the keys of j below hi_i, and writes the scores its rows see.  Over the tiles, the
+K words read are the keys each query block sees, ``d·Σ_i hi_i``; the Q words are, per key block j,
+the rows that see its first key, ``d·R`` with ``R = Σ_j q_j`` (``q_j = Nq - clip(c0_j - off, 0,
+Nq)``, :func:`attnio.core.masks.key_block_sums` with single rows); order "row" reads each row
+that sees a key once, ``d·(Nq - z)``, z = the rows that see none.  Phase-2 block i' reads, per
+output slice, every score its rows see once, and every word of ``V[0:hi'_i]`` once over the
+T_d = ⌈d/Bd2⌉ slices.  With ``H = Σ_r hi_r`` (Nq·Nkv unmasked)::
 
-    Phase 1 reads   Σ_{hi_i>0} (n_i·r_i·d + w_i·d)     order "tile"
-                    Σ_{hi_i>0} (r_i·d + w_i·d)         order "row"
+    Phase 1 reads   d·R + d·Σ_i hi_i                  order "tile"
+                    d·(Nq - z) + d·Σ_i hi_i           order "row"
     Phase 1 writes  H
-    Phase 2 reads   T_d·H + d·Σ_i hi'_i
+    Phase 2 reads   T_d·H + d·Σ_i' hi'_i
     Phase 2 writes  Nq·d
 
 Unmasked (Nq x Nkv): ``⌈Nkv/Bc⌉·Nq·d + ⌈Nq/Br⌉·Nkv·d + Nq·Nkv`` (order "tile") and
@@ -148,6 +153,13 @@ def _sums(Nq: int, Nkv: int, B: int, S: int, off: int) -> masks.BlockSums:
     return masks.covered_sums(Nq, Nkv, B, S, off)
 
 
+@functools.lru_cache(maxsize=1024)
+def _key_sums(Nq: int, Nkv: int, Bc: int, off: int) -> masks.BlockSums:
+    """:func:`masks.key_block_sums` of the Bc-key blocks against single rows: ``width`` is
+    Σ_j (the rows that see key block j's first key), O(log N), cached."""
+    return masks.key_block_sums(Nq, Nkv, 1, Bc, off)
+
+
 def _seen(shape: Shape) -> int:
     """Σ_r hi_r: the scores the rows see (Nq·Nkv unmasked), O(log N)."""
     if not shape.causal:
@@ -160,9 +172,12 @@ def _phase1(shape: Shape, Br: int, Bc: int, order: str) -> IOCount:
     if not shape.causal:
         q = Nq * d if order == "row" else cdiv(Nkv, Bc) * Nq * d
         return IOCount(q + cdiv(Nq, Br) * Nkv * d, Nq * Nkv)
-    s = _sums(Nq, Nkv, Br, Bc, shape.offset)
-    q = s.size_seen * d if order == "row" else s.size_count * d
-    return IOCount(q + s.width * d, _seen(shape))
+    if order == "row":  # the rows that see a key, once
+        q = Nq - max(0, min(Nq, -shape.offset))
+    else:  # per key block, the rows that see its first key
+        q = _key_sums(Nq, Nkv, Bc, shape.offset).width
+    k = _sums(Nq, Nkv, Br, 1, shape.offset).width  # per query block, the keys it sees
+    return IOCount((q + k) * d, _seen(shape))
 
 
 def _phase2(shape: Shape, Br2: int, Bd2: int) -> IOCount:
@@ -313,48 +328,54 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
     def _scores(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray,
                 shape: Shape, t: StreamTilingTiling, scale: float) -> None:
         """Phase 1.  Key blocks that every row of the query block sees entirely (the keys before
-        its first row's end, ``h0``) are alike; those the diagonal crosses, and a short last one,
-        are walked one by one."""
+        its first row's end) are alike; those the diagonal crosses, and a short last one, are
+        walked one by one.  Order "row" loads the rows of Q_i that see a key."""
+        z = max(0, min(shape.Nq, -shape.offset)) if shape.causal else 0  # rows that see nothing
         for ib in mem.blocks(shape.Nq, t.Br, uniform=not shape.causal):
             hi = kv_visible_hi(shape, ib.stop)
             full = kv_visible_hi(shape, ib.start + 1) // t.Bc * t.Bc
-            Qi = mem.load(Q, ib, label="Q_i") if (t.order == "row" and hi > 0) else None
+            Qi = (mem.load(Q, slice(max(ib.start, z), ib.stop), label="Q_i")
+                  if (t.order == "row" and hi > 0) else None)
             for jb in mem.blocks(shape.Nkv, t.Bc, hi=full):
-                self._tile(mem, Q, K, A, Qi, ib, jb, shape, t, scale)
+                self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
             for jb in mem.blocks(shape.Nkv, t.Bc, lo=full, hi=hi, uniform=False):
-                self._tile(mem, Q, K, A, Qi, ib, jb, shape, t, scale)
+                self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
             if Qi is not None:
                 mem.free(Qi)
 
     @staticmethod
     def _tile(mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray, Qi: FastTile | None,
-              ib: Block, jb: Block, shape: Shape, t: StreamTilingTiling, scale: float) -> None:
+              ib: Block, jb: Block, hi: int, shape: Shape, t: StreamTilingTiling,
+              scale: float) -> None:
         """One score tile, held as its visible lines: a column per key (the rows that see it,
         a suffix of the block) or, with a K column held, a row per query (the keys it sees, a
-        prefix); each line written where it lies in A."""
-        d, r1, c0 = shape.d, ib.stop, jb.start
+        prefix); each line written where it lies in A.  Only the rows that see a key of the
+        tile, ``[r_lo, r1)``, and the keys some row sees, ``[c0, c_hi)``, are read."""
+        d, r0, r1, c0 = shape.d, ib.start, ib.stop, jb.start
+        c_hi = min(jb.stop, hi)
+        r_lo = max(r0, min(r1, c0 - shape.offset)) if shape.causal else r0
         by_rows = Qi is None and min(t.Br, shape.Nq) > min(t.Bc, shape.Nkv)  # a K column held
         if by_rows:
-            lens = [min(jb.size, max(0, kv_visible_hi(shape, r + 1) - c0)) for r in range(ib.start, ib.stop)]
+            lens = [min(c_hi, kv_visible_hi(shape, r + 1)) - c0 for r in range(r_lo, r1)]
         else:
-            lens = [r1 - max(ib.start, min(r1, c - shape.offset)) if shape.causal else ib.size
-                    for c in range(jb.start, jb.stop)]
-        lines = [mem.alloc((1, n) if by_rows else (n, 1), 0.0, label="S_line") if n else None
+            lens = [r1 - max(r_lo, min(r1, c - shape.offset)) if shape.causal else r1 - r0
+                    for c in range(c0, c_hi)]
+        lines = [mem.alloc((1, n) if by_rows else (n, 1), 0.0, label="S_line") if n > 0 else None
                  for n in lens]
         for lb in mem.blocks(d, 1):
             if by_rows:
-                k = mem.load(K, jb, lb, label="K_jl")
-                for rc in mem.blocks(ib.size, 1):
-                    w = mem.load(Q, ib.start + rc.start, lb, label="q_rl")
+                k = mem.load(K, slice(c0, c_hi), lb, label="K_jl")
+                for rc in mem.blocks(r1 - r_lo, 1):
+                    w = mem.load(Q, r_lo + rc.start, lb, label="q_rl")
                     line = lines[rc.start]
                     if line is not None:
                         mem.compute(_row_update(scale), line, k, w, writes=1)
                     mem.free(w)
                 mem.free(k)
                 continue
-            q = Qi if Qi is not None else mem.load(Q, ib, lb, label="Q_il")
+            q = Qi if Qi is not None else mem.load(Q, slice(r_lo, r1), lb, label="Q_il")
             col = lb.start if Qi is not None else 0
-            for kc in mem.blocks(jb.size, 1):
+            for kc in mem.blocks(c_hi - c0, 1):
                 w = mem.load(K, c0 + kc.start, lb, label="k_cl")
                 line = lines[kc.start]
                 if line is not None:
@@ -362,13 +383,13 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
                 mem.free(w)
             if Qi is None:
                 mem.free(q)
-        for n, (x, line) in zip(lens, enumerate(lines)):
+        for x, line in enumerate(lines):
             if line is None:
                 continue
             if by_rows:
-                mem.store(line, A, ib.start + x, slice(c0, c0 + n))
+                mem.store(line, A, r_lo + x, slice(c0, c0 + lens[x]))
             else:
-                mem.store(line, A, slice(r1 - n, r1), c0 + x)
+                mem.store(line, A, slice(r1 - lens[x], r1), c0 + x)
             mem.free(line)
 
     def _outputs(self, mem: TwoLevelMemory, A: SlowArray, V: SlowArray, O: SlowArray,
