@@ -210,20 +210,24 @@ def _rows2(M: int, c: int) -> int:
 def _pairs(X: int, Y: int, M: int, ymax: Callable[[int], int],
            xmax: Callable[[int], int]) -> set[tuple[int, int]]:
     """(x, y) pairs worth scoring, x in [1, X] and y in [1, Y]: for each x on a geometric ladder
-    the largest y that fits (``ymax``), and for each y on a ladder the largest x (``xmax``), each
-    also snapped down to the least size with as many blocks.  A side below a quarter of
+    (:func:`attnio.algorithms.square_tiling._ladder`) the largest y that fits (``ymax``), then the largest x for that y; the same from the sides of y;
+    each also snapped down to the least size with as many blocks.  A side below a quarter of
     min(X, Y, √M) is skipped (the count falls with 1/x + 1/y at x·y ≈ M: such a tile is never
-    the least, and the other pass reaches the clamped sides).  O(ladder) = O(log M)."""
+    the least, and the other pass reaches the clamped sides).  O(log M) pairs."""
     out: set[tuple[int, int]] = set()
-    floor = min(X, Y, math.isqrt(M)) // 4
+    floor = max(1, min(X, Y, math.isqrt(M)) // 4)
     for x in _ladder(X, M):
         y = min(Y, ymax(x))
-        if min(x, y) >= max(1, floor):
+        if min(x, y) >= floor:
             out.update((x, v) for v in (y, cdiv(Y, cdiv(Y, y))))
+            x2 = min(X, xmax(y))  # the other side grown back to the most that fits
+            out.update((v, y) for v in (x2, cdiv(X, cdiv(X, x2))))
     for y in _ladder(Y, M):
         x = min(X, xmax(y))
-        if min(x, y) >= max(1, floor):
+        if min(x, y) >= floor:
             out.update((v, y) for v in (x, cdiv(X, cdiv(X, x))))
+            y2 = min(Y, ymax(x))
+            out.update((x, v) for v in (y2, cdiv(Y, cdiv(Y, y2))))
     return out
 
 
