@@ -85,12 +85,13 @@ mask it walks each query block and the tiles and keys its diagonal crosses (``co
 Tiling.  The phases are not coupled (Phase 2 needs no Phase-1 block size), so each is searched by
 itself and the best three of each are combined: for each side on a geometric ladder
 (:func:`attnio.algorithms.square_tiling._ladder`) the largest other side that fits (in closed
-form), also snapped down to the least size with the same number of blocks; order "row" with the
-fewest query blocks and a few more; with a mask, row blocks that meet the diagonal where it
-enters (z, z/2, z/3, z/4 for the z rows that see no key).  Every candidate is scored exactly
-(O(log N) each with a mask, a few dozen of them): the least closed form over every tiling on
-every unmasked shape tried exhaustively, within a few per cent of it on tiny masked ones
-(``tests/test_stream_tiling.py``); a cold causal plan at N = 10⁹ spends about 1 ms here.
+form), then the first side grown back to the most that fits, each also snapped down to the least
+size with the same number of blocks; order "row" with the fewest query blocks and a few more;
+with a mask, row blocks that meet the diagonal where it enters (z, z/2, z/3, z/4 for the z rows
+that see no key).  Every candidate is scored exactly (O(log N) each with a mask, a few dozen of
+them; a cold causal plan at N = 10⁹ spends under 1 ms here).  Measured: the least closed form
+over every tiling on 750 random tiny shapes (Nq, Nkv <= 14, d <= 6, both masks; the test allows
+5% with a mask), and within 1% of a dense search of both phases on 40 held-out shapes.
 
 >>> import numpy as np, attnio
 >>> rng = np.random.default_rng(0)
