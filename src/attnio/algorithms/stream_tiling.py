@@ -55,8 +55,9 @@ Fast memory (a = min(Br, Nq), b = min(Bc, Nkv), a' = min(Br2, Nq), c = min(Bd2, 
 Square tiling with the score spill holds ``ab + Bd·(a + b) + 2a`` (Phase 1: m and l) and
 ``a'c + Bk2·(a' + c) + a'`` (Phase 2: g); at Bd = Bk2 = 1 the streamed phases hold
 ``3a + b - min(a, b) - 1`` and ``max(a', c) - 1`` fewer words, and move ``Nq + T_d·Nq`` fewer (no
-log-sum-exp written or read).  At N = 300, d = 40, M = 200 the least count takes 11 x 17 score
-tiles (199 words) where square tiling takes 10 x 15 (195).
+log-sum-exp written or read).  At N = 300, d = 40, M = 200 the least count takes 12 x 15 score
+tiles (193 words; 1/Br + 1/Bc = 0.150 against 2/√M = 0.141) where square tiling takes 10 x 15
+(195 words with its slabs and row state; 0.167).
 
 Closed form (exact; ``tests/test_stream_tiling.py``).  Query block i (Br rows in Phase 1, Br2 in
 Phase 2) sees keys ``[0, hi_i)`` (hi of its last row).  A Phase-1 tile (i, j) is computed iff some
@@ -83,15 +84,17 @@ H is its sum over blocks of one row).  Heads are independent: the count of one h
 mask it walks each query block and the tiles and keys its diagonal crosses (``count_walk``).
 
 Tiling.  The phases are not coupled (Phase 2 needs no Phase-1 block size), so each is searched by
-itself and the best three of each are combined: for each side on a geometric ladder
+itself and the best three of each are combined.  Candidates: for each side on a geometric ladder
 (:func:`attnio.algorithms.square_tiling._ladder`) the largest other side that fits (in closed
 form), then the first side grown back to the most that fits, each also snapped down to the least
 size with the same number of blocks; order "row" with the fewest query blocks and a few more;
 with a mask, row blocks that meet the diagonal where it enters (z, z/2, z/3, z/4 for the z rows
-that see no key).  Every candidate is scored exactly (O(log N) each with a mask, a few dozen of
-them; a cold causal plan at N = 10⁹ spends under 1 ms here).  Measured: the least closed form
-over every tiling on 750 random tiny shapes (Nq, Nkv <= 14, d <= 6, both masks; the test allows
-5% with a mask), and within 1% of a dense search of both phases on 40 held-out shapes.
+that see no key); every side within a factor 2 of √M with the largest other side (at most 96).
+All are scored exactly, O(log N) each with a mask, except the near-√M band, of which the 8 of
+least unmasked count are: a cold causal plan at N = 10⁹ spends about 1 ms here.  Measured: the
+least closed form over every tiling on 750 random tiny shapes (Nq, Nkv <= 14, d <= 6, both masks;
+the test allows 5% with a mask), and no worse than a dense search of both phases (every Br and
+Br2 with the largest other side, and a few smaller ones) on 40 held-out shapes.
 
 >>> import numpy as np, attnio
 >>> rng = np.random.default_rng(0)
@@ -123,6 +126,7 @@ __all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
 
 ORDERS = ("tile", "row")
 _OFFER = 3  # best of each phase combined into the candidate tilings
+_BAND = 8  # sides near √M scored exactly with a mask (ranked by the unmasked count)
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,19 @@ def _pairs(X: int, Y: int, M: int, ymax: Callable[[int], int],
     return out
 
 
+def _band(X: int, Y: int, M: int, ymax: Callable[[int], int]) -> set[tuple[int, int]]:
+    """Every x in [√M/2, 2√M] ∩ [1, X] (at most 96 of them: a step of √M/48 beyond), with the
+    largest y <= Y that fits and that y snapped down to as many blocks: where the least count
+    lies (1/x + 1/y at x·y ≈ M), between the ladder's rungs."""
+    r = math.isqrt(M)
+    out: set[tuple[int, int]] = set()
+    for x in range(max(1, r // 2), min(X, 2 * r) + 1, max(1, r // 48)):
+        y = min(Y, ymax(x))
+        if y >= 1:
+            out.update((x, v) for v in (y, cdiv(Y, cdiv(Y, y))))
+    return out
+
+
 def _rows(shape: Shape, amax: int) -> set[int]:
     """Row-block sizes up to ``amax`` worth scoring besides the ladder: the fewest blocks and a
     few more, and with a mask the sizes whose blocks meet the diagonal where it enters (the z
@@ -279,10 +296,16 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
 
     # ------------------------------------------------------------------ tilings
     @staticmethod
-    def _best(cands: Iterable[tuple[int, ...]], count: Callable[[tuple[int, ...]], int],
+    def _best(shape: Shape, cands: Iterable[tuple[int, ...]], band: Iterable[tuple[int, ...]],
+              count: Callable[[Shape, tuple[int, ...]], int],
               steps: Callable[[tuple[int, ...]], int]) -> list[tuple[int, ...]]:
-        """The _OFFER best of ``cands`` by (exact count, steps)."""
-        return sorted(set(cands), key=lambda c: (count(c), steps(c), c))[:_OFFER]
+        """The _OFFER best by (exact count, steps) of ``cands`` and of the _BAND best of ``band``
+        by the O(1) unmasked count (all of ``band`` unmasked)."""
+        band = set(band)
+        if shape.causal:
+            plain = shape.unmasked()
+            band = set(sorted(band, key=lambda c: (count(plain, c), c))[:_BAND])
+        return sorted(set(cands) | band, key=lambda c: (count(shape, c), steps(c), c))[:_OFFER]
 
     def _phase1_candidates(self, shape: Shape, M: int) -> list[tuple[int, ...]]:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
@@ -293,7 +316,9 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             cands += [(a, 1, 1), (a, min(Nkv, (M - 1 - a * d) // a), 1)]
         if shape.causal:  # row blocks that meet the diagonal where it enters
             cands += [(a, min(Nkv, _max1(M, a)), 0) for a in _rows(shape, Nq) if _max1(M, a) >= 1]
-        return self._best(cands, lambda c: _phase1(shape, c[0], c[1], ORDERS[c[2]]).total,
+        band = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1, M))]
+        return self._best(shape, cands, band,
+                          lambda s, c: _phase1(s, c[0], c[1], ORDERS[c[2]]).total,
                           lambda c: cdiv(Nq, c[0]) * cdiv(Nkv, c[1]))
 
     def _phase2_candidates(self, shape: Shape, M: int) -> list[tuple[int, ...]]:
@@ -301,7 +326,9 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         cands = _pairs(Nq, d, M, functools.partial(_cols2, M), functools.partial(_rows2, M))
         if shape.causal:
             cands |= {(a, min(d, _cols2(M, a))) for a in _rows(shape, Nq) if _cols2(M, a) >= 1}
-        return self._best(cands, lambda c: _phase2(shape, c[0], c[1]).total,
+        band = _band(Nq, d, M, functools.partial(_cols2, M))
+        band |= {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))}
+        return self._best(shape, cands, band, lambda s, c: _phase2(s, c[0], c[1]).total,
                           lambda c: cdiv(Nq, c[0]) * cdiv(d, c[1]))
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[StreamTilingTiling]:
