@@ -33,13 +33,23 @@ from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from _typeshed import DataclassInstance
 
-__all__ = ["Algorithm", "BackwardSchedule", "TilingT", "default_scale", "divisors_upto", "head_views",
+    class GroupedTiling(DataclassInstance, Protocol):
+        """A tiling with a ``group`` field: the query heads of one K/V head run together."""
+
+        @property
+        def group(self) -> int: ...
+
+__all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "default_scale", "divisors_upto", "head_views",
            "kv_head_groups"]
 
 #: A schedule's tiling type: a (frozen) dataclass of its tile parameters.
 TilingT = TypeVar("TilingT", bound="DataclassInstance")
+#: The tiling type of a :class:`GroupedAlgorithm`: it has a ``group`` field.
+GroupedT = TypeVar("GroupedT", bound="GroupedTiling")
 
 
 @dataclass(frozen=True)
@@ -258,6 +268,60 @@ class Algorithm(TiledSchedule[TilingT]):
 
     def __repr__(self) -> str:
         return f"<algorithm {self.name}: {self.summary}>"
+
+
+class GroupedAlgorithm(Algorithm[GroupedT]):
+    """A schedule that runs ``tiling.group`` query heads of one K/V head together, each K/V tile
+    loaded once for the group: subclasses write :meth:`_group_count` (the words one group moves)
+    and :meth:`schedule_group`; the per-head count, the total and the head loop follow."""
+
+    def validate_tiling(self, shape: Shape, tiling: GroupedT) -> None:
+        super().validate_tiling(shape, tiling)
+        if shape.group % tiling.group:
+            raise ParameterError(f"tiling.group must divide heads/kv_heads = {shape.group}, got "
+                                 f"{tiling.group}", param="tiling")
+
+    @abstractmethod
+    def _group_count(self, shape: Shape, tiling: GroupedT) -> IOCount:
+        """Words moved by one group of ``tiling.group`` query heads and their K/V head."""
+
+    def _predict(self, shape: Shape, tiling: GroupedT) -> IOCount:
+        """One head's count: the group's when ``group`` is 1 (the per-head view the bounds
+        compare; GQA totals are :meth:`predict_total`)."""
+        return self._group_count(shape, dataclasses.replace(tiling, group=1))
+
+    def predict_total(self, shape: Shape, tiling: GroupedT) -> IOCount:
+        return self._group_count(shape, tiling).scaled(shape.n_heads // tiling.group)
+
+    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                     O: SlowArray, *, shape: Shape, tiling: GroupedT, scale: float,
+                     lse: SlowArray | None = None) -> None:
+        """Every group of ``tiling.group`` query heads against its K/V head; ``lse`` (stacked by
+        head, Nq words each) receives the logsumexp of every row when given."""
+        if lse is not None and not self.supports_backward:
+            raise ParameterError(f"{self.name} has no backward pass (it writes no logsumexp)")
+        G, Nq = tiling.group, shape.Nq
+        for gb in mem.blocks(shape.n_heads // G, 1):  # alike: bulk count mode runs one
+            heads = [gb.start * G + g for g in range(G)]
+            views = [head_views(mem, shape, h, Q, K, V, O) for h in heads]
+            lses = None
+            if lse is not None:
+                lses = [mem.view(lse, slice(h * Nq, (h + 1) * Nq)) for h in heads]
+            self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
+                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale,
+                                lse=lses)
+
+    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                 O: SlowArray, *, shape: Shape, tiling: GroupedT, scale: float) -> None:
+        self.schedule_group(mem, [Q], K, V, [O], shape=shape,
+                            tiling=dataclasses.replace(tiling, group=1), scale=scale)
+
+    @abstractmethod
+    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
+                       V: SlowArray, Os: list[SlowArray], *, shape: Shape, tiling: GroupedT,
+                       scale: float, lse: list[SlowArray] | None = None) -> None:
+        """Query heads ``Qs`` (one group) against one K/V head; ``lse`` (optional) receives each
+        row's logsumexp."""
 
 
 class BackwardSchedule(TiledSchedule[TilingT]):
