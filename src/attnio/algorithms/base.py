@@ -343,10 +343,19 @@ class BackwardSchedule(TiledSchedule[TilingT]):
     def predict(self, shape: Shape, tiling: TilingT) -> IOCount:
         """Closed-form count of every head, exactly as the simulator counts it."""
 
-    @abstractmethod
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
                      tiling: TilingT, scale: float) -> None:
-        """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
+        """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head.  By
+        default one K/V head at a time (:func:`kv_head_groups`), by :meth:`one_kv_head`."""
+        for qv, kv in kv_head_groups(mem, arrays, shape):
+            self.one_kv_head(mem, qv, kv, shape=shape, tiling=tiling, scale=scale)
+
+    def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
+                    kv: dict[str, SlowArray], *, shape: Shape, tiling: TilingT,
+                    scale: float) -> None:
+        """One K/V head and its query heads (the views of :func:`kv_head_groups`); a schedule
+        either writes this or overrides :meth:`run_schedule`."""
+        raise NotImplementedError(f"{self.name} overrides run_schedule")
 
     def workspace(self, shape: Shape) -> int:
         """Words of slow-memory workspace the schedule allocates (every head)."""

@@ -75,7 +75,7 @@ import numpy as np
 from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
-from .base import BackwardSchedule, divisors_upto, kv_head_groups
+from .base import BackwardSchedule, divisors_upto
 from .flash2_backward import _row_sum_dot
 from .split_backward import BACKWARD as _SPLIT
 from .split_backward import _fp1, _mask_of, _probabilities, dkdv_pass
@@ -176,13 +176,7 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
                 for _, bc, br1 in ones[:3] for _, G, br, bc2 in twos[:3]]
 
     # ------------------------------------------------------------------ the schedule
-    def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
-                     tiling: GroupSplitTiling, scale: float) -> None:
-        """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
-        for qv, kv in kv_head_groups(mem, arrays, shape):
-            self._one_kv_head(mem, qv, kv, shape=shape, tiling=tiling, scale=scale)
-
-    def _one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
+    def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
                      kv: dict[str, SlowArray], *, shape: Shape, tiling: GroupSplitTiling,
                      scale: float) -> None:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
