@@ -444,18 +444,22 @@ def divisors_upto(n: int, most: int) -> list[int]:
 
 def kv_head_groups(
     mem: TwoLevelMemory, arrays: dict[str, SlowArray], shape: Shape,
+    scratch_cols: Mapping[str, int] | None = None,
 ) -> Iterator[tuple[dict[str, list[SlowArray]], dict[str, SlowArray]]]:
     """The views a backward schedule works on, one K/V head at a time (alike heads: bulk count
     mode runs one): ``(qv, kv)`` with ``qv`` the group's query heads' Q, O, dO, dQ, L and the
     scratch D = rowsum(dO ∘ O), and ``kv`` that head's K, V, dK, dV.  ``arrays``: Q, K, V, O, dO,
-    L (inputs) and dQ, dK, dV (outputs), stacked by head."""
+    L (inputs) and dQ, dK, dV (outputs), stacked by head.  ``scratch_cols`` adds, per name, a
+    scratch of that many columns a query row (also in ``qv``)."""
     Nq, Nkv = shape.Nq, shape.Nkv
-    D = mem.scratch("D", (shape.n_heads * Nq,))
+    work = {"D": mem.scratch("D", (shape.n_heads * Nq,))}
+    for name, cols in (scratch_cols or {}).items():
+        work[name] = mem.scratch(name, (shape.n_heads * Nq, cols))
+    named = [(n, arrays[n]) for n in ("Q", "O", "dO", "dQ", "L")] + list(work.items())
     for kvb in mem.blocks(shape.n_kv_heads, 1):
         kvh = kvb.start
         ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
         q_heads = range(kvh * shape.group, (kvh + 1) * shape.group)
         qv = {name: [mem.view(arr, slice(h * Nq, (h + 1) * Nq)) for h in q_heads]
-              for name, arr in (("Q", arrays["Q"]), ("O", arrays["O"]), ("dO", arrays["dO"]),
-                                ("dQ", arrays["dQ"]), ("L", arrays["L"]), ("D", D))}
+              for name, arr in named}
         yield qv, {n: mem.view(arrays[n], ks) for n in ("K", "V", "dK", "dV")}

@@ -65,7 +65,7 @@ from ..core import masks
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
-from .base import BackwardSchedule
+from .base import BackwardSchedule, kv_head_groups
 
 
 @dataclass(frozen=True)
@@ -285,19 +285,8 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
                      tiling: SmallCacheTiling, scale: float) -> None:
         """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
         self.check_shape(shape)
-        Nq, Nkv, nh = shape.Nq, shape.Nkv, shape.n_heads
-        work = {"D": mem.scratch("D", (nh * Nq,)), "P": mem.scratch("P", (nh * Nq, Nkv)),
-                "dS": mem.scratch("dS", (nh * Nq, Nkv))}
         s = _sides(shape, tiling)
-        for kvb in mem.blocks(shape.n_kv_heads, 1):
-            kvh = kvb.start
-            ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
-            heads = range(kvh * shape.group, (kvh + 1) * shape.group)
-            qv = {n: [mem.view(a, slice(h * Nq, (h + 1) * Nq)) for h in heads]
-                  for n, a in (("Q", arrays["Q"]), ("O", arrays["O"]), ("dO", arrays["dO"]),
-                               ("L", arrays["L"]), ("dQ", arrays["dQ"]), ("D", work["D"]),
-                               ("P", work["P"]), ("dS", work["dS"]))}
-            kv = {n: mem.view(arrays[n], ks) for n in ("K", "V", "dK", "dV")}
+        for qv, kv in kv_head_groups(mem, arrays, shape, {"P": shape.Nkv, "dS": shape.Nkv}):
             for g in range(shape.group):
                 self._phase0(mem, qv["dO"][g], qv["O"][g], qv["D"][g], shape, s)
                 self._scores(mem, qv, kv, g, shape, s, scale, phase=1)
