@@ -37,7 +37,7 @@ from ..runner import certificate as _certificate
 from .grid import Config
 from .store import row_values
 
-__all__ = ["FORWARD_ONLY", "VERIFY_MAX_EVENTS", "bounds_for", "certificate", "certificate_columns",
+__all__ = ["FORWARD_ONLY", "VERIFY_MAX_EVENTS", "bounds_for", "certificate_columns", "count_certificate",
            "run_batch",
            "run_config", "skipped_row", "verify_columns"]
 
