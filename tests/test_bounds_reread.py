@@ -151,7 +151,8 @@ def test_no_schedule_or_tiling_is_below_theorem_f(N, dkv, d, causal, group, frac
 
 @pytest.mark.parametrize("shape,M", [
     (Shape.make(40, 6, causal=True), 100), (Shape.make(32, 8, Nkv=24, causal="top_left"), 90),
-    (Shape.make(30, 4), 60), (Shape.make(48, 4, heads=4, kv_heads=1, causal=True), 60)])
+    (Shape.make(30, 4), 60), (Shape.make(48, 4, heads=4, kv_heads=1, causal=True), 60),
+    (Shape.make(32, 4, heads=2, kv_heads=2, causal=True), 40)])
 def test_simulated_counts_are_above_theorem_f(shape, M):
     b = B.reread_cut_for(shape, M)
     assert b.value > B.trivial_for(shape).value  # the cut adds something here
