@@ -42,6 +42,9 @@ __all__ = ["Rows", "crossing_lower", "reread_cut", "reread_cut_for", "rows_of"]
 _CELLS = 64
 #: Where the cut is tried: these fractions of the group's products done before it.
 _FRACTIONS = tuple(j / 20 for j in range(1, 20))
+#: Relative width at which the search for κ stops (its lower end is returned): fine for groups
+#: with at most _SMALL rows or keys, coarse (fewer steps) above.
+_TOL_SMALL, _TOL_LARGE, _SMALL = 1e-4, 2e-2, 100_000
 
 _ASSUMPTIONS = (
     "(S) each required score S_ij is a sum of the d products q_il·k_jl, any order",
@@ -130,17 +133,19 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
 def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
     """For each t, a lower bound on the rows plus keys of one column split by the cut when
     min(products before, products after) in that column is t (§5.1 step 4): the least integer k
-    with max_{x+v=k} F >= t, capped at min(rows, keys), to a relative 10⁻⁴ (the search returns
-    the lower end).  It lies in [⌈t/D⌉, ⌈2√t⌉ + 1]: a split row or key carries at most
+    with max_{x+v=k} F >= t, capped at min(rows, keys), to a relative 10⁻⁴ (2·10⁻² when rows and
+    keys both exceed 10⁵, where a search of a few steps keeps a cold call cheap; the search
+    returns the lower end, so either is a valid lower bound).  It lies in [⌈t/D⌉, ⌈2√t⌉ + 1]: a split row or key carries at most
     D = max(keys, rows) products of the side it bounds, and F >= x·v >= k²/4 at x = v = k/2.
     The line maximum is non-decreasing in k (F grows in x and in v): a binary search, all t at
     once."""
     t = np.asarray(t, dtype=float)
+    tol = _TOL_SMALL if min(r.rows, r.nkv) <= _SMALL else _TOL_LARGE
     lo = np.ceil(t / max(r.nkv, r.rows)).astype(np.int64)
     hi = np.where(t > 0, np.minimum(min(r.rows, r.nkv), np.ceil(2.0 * np.sqrt(t)) + 1), 0)
     hi = np.maximum(hi.astype(np.int64), lo)
     while True:
-        open_ = hi - lo > np.maximum(1e-4 * lo, 0.0)
+        open_ = hi - lo > tol * lo
         if not open_.any():
             return lo
         mid = (lo + hi) // 2
