@@ -141,7 +141,8 @@ def test_certificate_factors_multiply_to_the_ratio_and_search_every_tiling(kwarg
 
 
 # ---------------------------------------------------------------- the split backward (issue 25)
-@pytest.mark.parametrize("name", ["split_backward", "group_split_backward"])
+@pytest.mark.parametrize("name", ["split_backward", "group_split_backward",
+                                  "fused_small_cache_backward"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(w=workloads(), extra=st.integers(0, 600), seed=st.integers(0, 2**16),
        pick=st.integers(0, 10**6))
