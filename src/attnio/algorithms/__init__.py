@@ -14,7 +14,7 @@ and the planner pick the least-I/O one by closed form.
 True
 >>> backward_names()  # doctest: +NORMALIZE_WHITESPACE
 ['flash2_backward', 'small_cache_backward', 'split_backward', 'group_split_backward',
- 'fused_small_cache_backward']
+ 'fused_small_cache_backward', 'group_spill_backward']
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from . import (
     flash2_backward,
     flash_decoding,
     fused_small_cache_backward,
+    group_spill_backward,
     group_split_backward,
     kv_stationary,
     q_stationary_min,
@@ -137,7 +138,8 @@ def all_backwards() -> list[BackwardSchedule[Any]]:
 
 
 for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD, split_backward.BACKWARD,
-             group_split_backward.BACKWARD, fused_small_cache_backward.BACKWARD):
+             group_split_backward.BACKWARD, fused_small_cache_backward.BACKWARD,
+             group_spill_backward.BACKWARD):
     register_backward(_bwd)
 del _bwd
 
