@@ -391,3 +391,16 @@ def test_group_spill_is_the_pick_at_the_held_out_grids_worst_backward_points():
         st, _ = run_backward(spill, shape, M, b.tiling, mode="count")
         assert (st.reads, st.writes) == (b.predicted.reads, b.predicted.writes)
         assert st.peak <= M
+
+
+@pytest.mark.parametrize("shape,M", [(Shape(4096, 4096, 64, causal=True), 4096),
+                                     (Shape.make(2048, 64, causal=True, heads=8, kv_heads=2), 6000),
+                                     (Shape(3000, 3000, 96, causal=True, window=700), 9000)])
+def test_group_spill_at_larger_sizes_counts_in_closed_form(shape, M):
+    """The matmul phases run block by block in count mode (module docstring): at a few thousand
+    rows their least-I/O tiling still simulates to its closed form, within M."""
+    spill = get_backward("group_spill_backward")
+    t, io = spill.search(shape, M)
+    st, _ = run_backward(spill, shape, M, t, mode="count")
+    assert (st.reads, st.writes) == (io.reads, io.writes)
+    assert st.peak <= M

@@ -47,7 +47,7 @@ of P or dS (r·a at most) and of dO or Q (r·bc)::
 
     footprint = max(G·Br·(3d + 2) + 2·Bc2·d + 2·Br·Bc2,  a·bc + r·(a + bc))
 
-so M >= 6d + 4.  The matmul phases' loops visit each (A, I) pair (the written runs meet A
+so M >= 5d + 4.  The matmul phases' loops visit each (A, I) pair (the written runs meet A
 unevenly near the diagonal), so count mode executes them block by block.  Masks (causal of both
 alignments, sliding windows) and grouped-query attention; block-sparse layouts are not
 supported (use ``flash2_backward``).
