@@ -177,54 +177,67 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
 
     # ------------------------------------------------------------------ the schedule
     def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
-                     kv: dict[str, SlowArray], *, shape: Shape, tiling: GroupSplitTiling,
-                     scale: float) -> None:
-        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        G = _stack(shape, tiling.group)
-        Br, Bc2 = min(tiling.Br, Nq), min(tiling.Bc2, Nkv)
-        qband = masks.Band.queries(shape) if shape.causal else None
-        for s in range(len(qv["Q"]) // G):  # pass A: dQ (and D), G query heads stacked
-            heads = range(s * G, (s + 1) * G)
-            for qb in mem.blocks(Nq, Br, band=qband):
-                lo, hi = kv_range(shape, qb.start, qb.stop)
-                if hi <= lo:  # no key: dQ = 0, and D = 0 (pass B's blocks of Br1 rows may
-                    for h in heads:  # hold these rows, with P = 0 there: 0·D must be 0)
-                        z = mem.alloc((qb.size, d), 0.0, label="dQ_i")
-                        mem.store(z, qv["dQ"][h], qb)
+                    kv: dict[str, SlowArray], *, shape: Shape, tiling: GroupSplitTiling,
+                    scale: float) -> None:
+        dq_pass(mem, qv, kv, shape=shape, G=_stack(shape, tiling.group),
+                Br=min(tiling.Br, shape.Nq), Bc2=min(tiling.Bc2, shape.Nkv), scale=scale)
+        dkdv_pass(mem, qv, kv, shape=shape, Bc=min(tiling.Bc, shape.Nkv),
+                  Br1=min(tiling.Br1, shape.Nq), scale=scale)
+
+
+def dq_pass(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], kv: dict[str, SlowArray], *,
+            shape: Shape, G: int, Br: int, Bc2: int, scale: float, spill: bool = False) -> None:
+    """Pass A on one K/V head (module docstring): dQ, with D formed per query block.  ``spill``
+    (``group_spill_backward``): D is not written (nothing reads it later), and each P and dS tile
+    is written to ``qv["P"]``, ``qv["dS"]`` instead."""
+    d, Nkv = shape.d, shape.Nkv
+    qband = masks.Band.queries(shape) if shape.causal else None
+    for s in range(len(qv["Q"]) // G):  # G query heads stacked
+        heads = range(s * G, (s + 1) * G)
+        for qb in mem.blocks(shape.Nq, Br, band=qband):
+            lo, hi = kv_range(shape, qb.start, qb.stop)
+            if hi <= lo:  # no key: dQ = 0, and D = 0 (pass B's blocks of Br1 rows may
+                for h in heads:  # hold these rows, with P = 0 there: 0·D must be 0)
+                    z = mem.alloc((qb.size, d), 0.0, label="dQ_i")
+                    mem.store(z, qv["dQ"][h], qb)
+                    mem.free(z)
+                    if not spill:
                         z0 = mem.alloc((qb.size,), 0.0, label="D_i")
                         mem.store(z0, qv["D"][h], qb)
-                        mem.free(z, z0)
-                    continue
-                dO, D, Q, L, dQ = [], [], [], [], []
-                for h in heads:
-                    dOi = mem.load(qv["dO"][h], qb, label="dO_i")
-                    Oi = mem.load(qv["O"][h], qb, label="O_i")
-                    Di = mem.alloc((qb.size,), label="D_i")
-                    mem.compute(_row_sum_dot, Di, dOi, Oi, writes=1)
+                        mem.free(z0)
+                continue
+            dO, D, Q, L, dQ = [], [], [], [], []
+            for h in heads:
+                dOi = mem.load(qv["dO"][h], qb, label="dO_i")
+                Oi = mem.load(qv["O"][h], qb, label="O_i")
+                Di = mem.alloc((qb.size,), label="D_i")
+                mem.compute(_row_sum_dot, Di, dOi, Oi, writes=1)
+                if not spill:
                     mem.store(Di, qv["D"][h], qb)
-                    mem.free(Oi)
-                    dO.append(dOi)
-                    D.append(Di)
-                for h in heads:
-                    Q.append(mem.load(qv["Q"][h], qb, label="Q_i"))
-                    L.append(mem.load(qv["L"][h], qb, label="L_i"))
-                    dQ.append(mem.alloc((qb.size, d), 0.0, label="dQ_i"))
-                for kb in mem.blocks(Nkv, Bc2, lo=lo, hi=hi, band=qband):
-                    Kj = mem.load(kv["K"], kb, label="K_j")
-                    Vj = mem.load(kv["V"], kb, label="V_j")
-                    mk = _mask_of(shape, qb, kb)
-                    for x in range(G):
-                        P = mem.alloc((qb.size, kb.size), label="P_ij")
-                        dS = mem.alloc((qb.size, kb.size), label="dS_ij")
-                        mem.compute(lambda *a, mk=mk: _dq_step(*a, scale=scale, mask=mk),
-                                    P, dS, dQ[x], Q[x], dO[x], L[x], D[x], Kj, Vj, writes=3)
-                        mem.free(P, dS)
-                    mem.free(Kj, Vj)
+                mem.free(Oi)
+                dO.append(dOi)
+                D.append(Di)
+            for h in heads:
+                Q.append(mem.load(qv["Q"][h], qb, label="Q_i"))
+                L.append(mem.load(qv["L"][h], qb, label="L_i"))
+                dQ.append(mem.alloc((qb.size, d), 0.0, label="dQ_i"))
+            for kb in mem.blocks(Nkv, Bc2, lo=lo, hi=hi, band=qband):
+                Kj = mem.load(kv["K"], kb, label="K_j")
+                Vj = mem.load(kv["V"], kb, label="V_j")
+                mk = _mask_of(shape, qb, kb)
                 for x, h in enumerate(heads):
-                    mem.store(dQ[x], qv["dQ"][h], qb)
-                mem.free(*dO, *D, *Q, *L, *dQ)
-        dkdv_pass(mem, qv, kv, shape=shape, Bc=min(tiling.Bc, Nkv), Br1=min(tiling.Br1, Nq),
-                  scale=scale)
+                    P = mem.alloc((qb.size, kb.size), label="P_ij")
+                    dS = mem.alloc((qb.size, kb.size), label="dS_ij")
+                    mem.compute(lambda *a, mk=mk: _dq_step(*a, scale=scale, mask=mk),
+                                P, dS, dQ[x], Q[x], dO[x], L[x], D[x], Kj, Vj, writes=3)
+                    if spill:
+                        mem.store(P, qv["P"][h], qb, kb)
+                        mem.store(dS, qv["dS"][h], qb, kb)
+                    mem.free(P, dS)
+                mem.free(Kj, Vj)
+            for x, h in enumerate(heads):
+                mem.store(dQ[x], qv["dQ"][h], qb)
+            mem.free(*dO, *D, *Q, *L, *dQ)
 
 
 BACKWARD = GroupSplitBackward()
