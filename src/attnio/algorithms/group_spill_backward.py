@@ -60,8 +60,8 @@ from dataclasses import dataclass
 from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
-from .base import BackwardSchedule, divisors_upto, kv_head_groups
-from .group_split_backward import _fpA, _stack, dq_pass
+from .base import BackwardSchedule, kv_head_groups
+from .group_split_backward import _fpA, _stack, dq_pass, pass_a_sides
 
 __all__ = ["BACKWARD", "GroupSpillBackward", "GroupSpillTiling"]
 
@@ -161,42 +161,28 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
         and half of it); for each, the output block of least count: bc = d or ⌈d/2⌉, a the
         largest multiple of Bc2 that fits with one-row slices, or the fewest blocks of that
         size; r the most rows that fit (r changes no count)."""
-        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+        d, Nkv = shape.d, shape.Nkv
         if M < self.min_M(shape):
             return []
         out: list[tuple[int, GroupSpillTiling]] = []
-        most_g = max(1, (M - 2 * d) // (3 * d + 4))
-        for G in divisors_upto(shape.group, most_g):
-            br_max = min(Nq, (M - 2 * d) // (G * (3 * d + 2) + 2))
-            if br_max < 1:
-                continue
-            tr = cdiv(Nq, br_max)
-            brs = {cdiv(Nq, x) for x in range(tr, min(Nq, tr + 4) + 1)}
-            k = 1
-            while k < br_max:
-                brs.add(k)
-                k *= 2
-            for br in sorted(b for b in brs if b <= br_max):
-                bc2_max = min(Nkv, (M - G * br * (3 * d + 2)) // (2 * d + 2 * br))
-                for bc2 in sorted({bc2_max, max(1, bc2_max // 2)}):
-                    if bc2 < 1:
+        for G, br, bc2_max in pass_a_sides(shape, M):
+            for bc2 in sorted({bc2_max, max(1, bc2_max // 2)}):
+                io, SW = self._passA(shape, G, br, bc2)
+                best = None
+                for bc in sorted({d, cdiv(d, 2)}):
+                    a_fit = (M - bc) // (bc + 1)  # r = 1
+                    ka_max = a_fit // bc2
+                    if ka_max < 1:
                         continue
-                    io, SW = self._passA(shape, G, br, bc2)
-                    best = None
-                    for bc in sorted({d, cdiv(d, 2)}):
-                        a_fit = (M - bc) // (bc + 1)  # r = 1
-                        ka_max = a_fit // bc2
-                        if ka_max < 1:
-                            continue
-                        ka_few = cdiv(cdiv(Nkv, cdiv(Nkv, ka_max * bc2)), bc2)
-                        for ka in {ka_max, min(ka_max, ka_few)}:
-                            a = min(ka * bc2, Nkv)
-                            total = (io + self._matmuls(shape, br, a, bc, SW)).total
-                            if best is None or total < best[0]:
-                                r = max(1, min(br, (M - a * bc) // (a + bc)))
-                                best = (total, GroupSpillTiling(G, br, bc2, ka, bc, r))
-                    if best is not None:
-                        out.append(best)
+                    ka_few = cdiv(cdiv(Nkv, cdiv(Nkv, ka_max * bc2)), bc2)
+                    for ka in {ka_max, min(ka_max, ka_few)}:
+                        a = min(ka * bc2, Nkv)
+                        total = (io + self._matmuls(shape, br, a, bc, SW)).total
+                        if best is None or total < best[0]:
+                            r = max(1, min(br, (M - a * bc) // (a + bc)))
+                            best = (total, GroupSpillTiling(G, br, bc2, ka, bc, r))
+                if best is not None:
+                    out.append(best)
         out.sort(key=lambda x: x[0])
         return [t for _, t in out[:8]]
 

@@ -102,6 +102,30 @@ def _stack(shape: Shape, group: int) -> int:
     return math.gcd(group, shape.group)
 
 
+def pass_a_sides(shape: Shape, M: int) -> list[tuple[int, int, int]]:
+    """Pass A's candidate sides ``(G, Br, Bc2)``: G a divisor of the group whose one-row block
+    fits (``G·Br·(3d + 2) + 2d + 2·Br <= M``), Br over the powers of two and the sizes of the
+    fewest blocks below the most that fit, Bc2 the widest that fits."""
+    d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+    out = []
+    most_g = max(1, (M - 2 * d) // (3 * d + 4))
+    for G in divisors_upto(shape.group, most_g):
+        br_max = min(Nq, (M - 2 * d) // (G * (3 * d + 2) + 2))
+        if br_max < 1:
+            continue
+        tr = cdiv(Nq, br_max)
+        brs = {cdiv(Nq, x) for x in range(tr, min(Nq, tr + 4) + 1)}
+        k = 1
+        while k < br_max:
+            brs.add(k)
+            k *= 2
+        for br in sorted(b for b in brs if b <= br_max):
+            bc2 = min(Nkv, (M - G * br * (3 * d + 2)) // (2 * d + 2 * br))
+            if bc2 >= 1:
+                out.append((G, br, bc2))
+    return out
+
+
 def _dq_step(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, Q: np.ndarray, dO: np.ndarray,
              L: np.ndarray, D: np.ndarray, Kj: np.ndarray, Vj: np.ndarray, *, scale: float,
              mask: tuple[int, int, int, int | None] | None) -> None:
@@ -154,22 +178,8 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
             if bc >= 1:
                 ones.append((_SPLIT._pass1(shape, bc, b).total, bc, b))
             b *= 2
-        twos: list[tuple[int, int, int, int]] = []  # pass A: (words, G, Br, Bc2)
-        most_g = max(1, (M - 2 * d) // (3 * d + 4))  # G·Br·(3d + 2) + 2d + 2·Br <= M at Br = 1
-        for G in divisors_upto(shape.group, most_g):
-            br_max = min(Nq, (M - 2 * d) // (G * (3 * d + 2) + 2))
-            if br_max < 1:
-                continue
-            tr = cdiv(Nq, br_max)
-            brs = {cdiv(Nq, x) for x in range(tr, min(Nq, tr + 4) + 1)}
-            k = 1
-            while k < br_max:
-                brs.add(k)
-                k *= 2
-            for br in brs:
-                bc2 = min(Nkv, (M - G * br * (3 * d + 2)) // (2 * d + 2 * br))
-                if br <= br_max and bc2 >= 1:
-                    twos.append((self._passA(shape, G, br, bc2).total, G, br, bc2))
+        twos = [(self._passA(shape, G, br, bc2).total, G, br, bc2)
+                for G, br, bc2 in pass_a_sides(shape, M)]  # pass A: (words, G, Br, Bc2)
         ones.sort()
         twos.sort()
         return [GroupSplitTiling(G, br, bc2, bc, br1)
