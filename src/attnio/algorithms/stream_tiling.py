@@ -498,10 +498,10 @@ def _online(s: np.ndarray, g: np.ndarray, O: np.ndarray) -> None:
     combination of value rows (within max |V|, finite near the largest float), and β as a
     logistic of the score gap (not e^(s - g') with a rounded g') keeps the weights summing to 1:
     float32 runs stay within twice the naive softmax's error (``tests/test_numerics.py``)."""
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # non-finite inputs propagate quietly
         beta = 1.0 / (1.0 + np.exp(g - s))
-    g[:] = np.logaddexp(g, s)
-    O -= beta[:, None] * O
+        g[:] = np.logaddexp(g, s)
+        O -= beta[:, None] * O
     s[:] = beta
 
 
