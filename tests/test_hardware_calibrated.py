@@ -18,8 +18,9 @@ from attnio.core.workload import Shape
 from attnio.hardware import devices, kernels, timing
 from attnio.hardware.feasibility import check
 from attnio.hardware.model import score
-from attnio.hardware.oracle import TIE, candidates, ranks, tune_report
+from attnio.hardware.oracle import candidates, tune_report
 from attnio.hardware.predict import flash_flops, predict
+from attnio.hardware.ranking import TIE, ranks
 from attnio.hardware.traffic import build, compulsory_rw
 
 H100 = devices.get("h100")

@@ -114,7 +114,7 @@ def _brute(dev, shape, algorithm, where):
     (PREFILL, lambda c: c.Br == 128 and c.Bc in (64, 112, 128) and c.p == "regs"),
 ])
 def test_tune_returns_what_scoring_every_config_returns(shape, where):
-    from attnio.hardware.oracle import TIE
+    from attnio.hardware.ranking import TIE
 
     every = sorted(_brute(H100, shape, "fa3", where), key=lambda s: s.time_s)
     r = tune_report(H100, shape, algorithm="fa3", top=3, where=where, max_replays=1000)
@@ -132,7 +132,7 @@ def test_fa2_tune_returns_what_scoring_every_config_returns():
     """The same on A100's FA2 family, whose configs sharing a geometry differ in Q's placement
     and the warps (each timed with its own shared-memory work), and where many decode configs
     tie at the HBM floor (taken without tightening the rest)."""
-    from attnio.hardware.oracle import TIE
+    from attnio.hardware.ranking import TIE
 
     def where(c):
         return c.Br in (16, 32, 64) and c.Bc in (32, 64, 128) and c.splits in (1, 2, 4)
@@ -214,7 +214,7 @@ def test_configs_sharing_a_geometry_keep_their_own_work():
 def test_tune_best_is_no_slower_than_the_named_config_beyond_a_tie(dev):
     """The search's best config is never beaten by more than the tie tolerance by the named
     kernel's config it ranks first (the decode step with GQA and a long cache)."""
-    from attnio.hardware.oracle import TIE
+    from attnio.hardware.ranking import TIE
 
     r = tune_report(dev, Shape(1, 65536, 128, heads=32, kv_heads=8), top=1)
     assert r.named is not None and r.named.time_s is not None

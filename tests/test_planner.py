@@ -122,6 +122,11 @@ def online_softmax(name: str) -> bool:
     return name in ONLINE_SOFTMAX
 
 
+#: The small-cache schedules: the scores written once, two blocked matmuls (square_tiling;
+#: stream_tiling, the same with Smith-style word streaming and the softmax online in P·V).
+SMALL_CACHE = ("square_tiling", "stream_tiling")
+
+
 @pytest.mark.skipif("square_tiling" not in attnio.algorithms.names(),
                     reason="square_tiling not registered")
 @pytest.mark.parametrize("d", [16, 32, 64, 128])
@@ -130,7 +135,7 @@ def test_regime_switch_square_tiling_small_cache_flash_large_cache(N, d):
     dd = d * d
     small = [m for m in (dd // 4, dd // 8, dd // 16) if m >= 4 * d + 5]
     for M in small:
-        assert attnio.plan(N, d, M).chosen.algorithm == "square_tiling", (N, d, M)
+        assert attnio.plan(N, d, M).chosen.algorithm in SMALL_CACHE, (N, d, M)
     for M in (4 * dd, 8 * dd, 16 * dd):
         assert online_softmax(attnio.plan(N, d, M).chosen.algorithm), (N, d, M)
 
@@ -141,7 +146,7 @@ def test_crossover_lies_between_quarter_and_four_d_squared():
     # the least M at which a FlashAttention variant wins, found by bisection on predicted I/O
     for N, d in [(1024, 32), (4096, 64), (4096, 128)]:
         lo, hi = d * d // 4, 4 * d * d
-        assert attnio.plan(N, d, lo).chosen.algorithm == "square_tiling"
+        assert attnio.plan(N, d, lo).chosen.algorithm in SMALL_CACHE
         assert online_softmax(attnio.plan(N, d, hi).chosen.algorithm)
         while hi - lo > 1:
             mid = (lo + hi) // 2

@@ -12,8 +12,9 @@ and the planner pick the least-I/O one by closed form.
 ['standard', 'flash1', 'flash2']
 >>> get("flash2").summary.startswith("FlashAttention-2")
 True
->>> backward_names()
-['flash2_backward', 'small_cache_backward', 'split_backward', 'group_split_backward']
+>>> backward_names()  # doctest: +NORMALIZE_WHITESPACE
+['flash2_backward', 'small_cache_backward', 'split_backward', 'group_split_backward',
+ 'fused_small_cache_backward', 'group_spill_backward']
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from . import (
     flash2,
     flash2_backward,
     flash_decoding,
+    fused_small_cache_backward,
+    group_spill_backward,
     group_split_backward,
     kv_stationary,
     q_stationary_min,
@@ -36,6 +39,7 @@ from . import (
     split_backward,
     square_tiling,
     standard,
+    stream_tiling,
 )
 from .base import Algorithm, BackwardSchedule, Choice
 
@@ -108,7 +112,7 @@ def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
 
 
 for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
-             q_stationary_min, row_hybrid):
+             q_stationary_min, row_hybrid, stream_tiling):
     register(_mod.ALGORITHM)
 del _mod
 
@@ -135,7 +139,8 @@ def all_backwards() -> list[BackwardSchedule[Any]]:
 
 
 for _bwd in (flash2_backward.BACKWARD, small_cache_backward.BACKWARD, split_backward.BACKWARD,
-             group_split_backward.BACKWARD):
+             group_split_backward.BACKWARD, fused_small_cache_backward.BACKWARD,
+             group_spill_backward.BACKWARD):
     register_backward(_bwd)
 del _bwd
 

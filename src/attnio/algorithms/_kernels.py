@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..core.memory import Block, FastTile, TwoLevelMemory
+from ..core.memory import Block, FastTile, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
 
 NEG_INF = -np.inf
@@ -151,3 +151,17 @@ def sparse_blocks(mem: TwoLevelMemory, total: int, size: int, kept: np.ndarray
         j = int(jj)
         yield from mem.blocks(total, size, lo=j * size, hi=min(total, (j + 1) * size),
                               uniform=False)
+
+
+def store_empty_rows(mem: TwoLevelMemory, Os: list[SlowArray], qb: Block, d: int,
+                     lse: list[SlowArray] | None = None) -> None:
+    """A query block no row of which sees a key: each head's output rows are 0 (``d`` words a
+    row written) and, with ``lse``, their logsumexp -inf (one word a row)."""
+    for g, O in enumerate(Os):
+        z = mem.alloc((qb.size, d), 0.0, label="O_i")
+        mem.store(z, O, qb)
+        mem.free(z)
+        if lse is not None:
+            zl = mem.alloc((qb.size,), -np.inf, label="lse_i")
+            mem.store(zl, lse[g], qb)
+            mem.free(zl)

@@ -33,13 +33,23 @@ from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from _typeshed import DataclassInstance
 
-__all__ = ["Algorithm", "BackwardSchedule", "TilingT", "default_scale", "divisors_upto", "head_views",
+    class GroupedTiling(DataclassInstance, Protocol):
+        """A tiling with a ``group`` field: the query heads of one K/V head run together."""
+
+        @property
+        def group(self) -> int: ...
+
+__all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "default_scale", "divisors_upto", "head_views",
            "kv_head_groups"]
 
 #: A schedule's tiling type: a (frozen) dataclass of its tile parameters.
 TilingT = TypeVar("TilingT", bound="DataclassInstance")
+#: The tiling type of a :class:`GroupedAlgorithm`: it has a ``group`` field.
+GroupedT = TypeVar("GroupedT", bound="GroupedTiling")
 
 
 @dataclass(frozen=True)
@@ -260,6 +270,60 @@ class Algorithm(TiledSchedule[TilingT]):
         return f"<algorithm {self.name}: {self.summary}>"
 
 
+class GroupedAlgorithm(Algorithm[GroupedT]):
+    """A schedule that runs ``tiling.group`` query heads of one K/V head together, each K/V tile
+    loaded once for the group: subclasses write :meth:`_group_count` (the words one group moves)
+    and :meth:`schedule_group`; the per-head count, the total and the head loop follow."""
+
+    def validate_tiling(self, shape: Shape, tiling: GroupedT) -> None:
+        super().validate_tiling(shape, tiling)
+        if shape.group % tiling.group:
+            raise ParameterError(f"tiling.group must divide heads/kv_heads = {shape.group}, got "
+                                 f"{tiling.group}", param="tiling")
+
+    @abstractmethod
+    def _group_count(self, shape: Shape, tiling: GroupedT) -> IOCount:
+        """Words moved by one group of ``tiling.group`` query heads and their K/V head."""
+
+    def _predict(self, shape: Shape, tiling: GroupedT) -> IOCount:
+        """One head's count: the group's when ``group`` is 1 (the per-head view the bounds
+        compare; GQA totals are :meth:`predict_total`)."""
+        return self._group_count(shape, dataclasses.replace(tiling, group=1))
+
+    def predict_total(self, shape: Shape, tiling: GroupedT) -> IOCount:
+        return self._group_count(shape, tiling).scaled(shape.n_heads // tiling.group)
+
+    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                     O: SlowArray, *, shape: Shape, tiling: GroupedT, scale: float,
+                     lse: SlowArray | None = None) -> None:
+        """Every group of ``tiling.group`` query heads against its K/V head; ``lse`` (stacked by
+        head, Nq words each) receives the logsumexp of every row when given."""
+        if lse is not None and not self.supports_backward:
+            raise ParameterError(f"{self.name} has no backward pass (it writes no logsumexp)")
+        G, Nq = tiling.group, shape.Nq
+        for gb in mem.blocks(shape.n_heads // G, 1):  # alike: bulk count mode runs one
+            heads = [gb.start * G + g for g in range(G)]
+            views = [head_views(mem, shape, h, Q, K, V, O) for h in heads]
+            lses = None
+            if lse is not None:
+                lses = [mem.view(lse, slice(h * Nq, (h + 1) * Nq)) for h in heads]
+            self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
+                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale,
+                                lse=lses)
+
+    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                 O: SlowArray, *, shape: Shape, tiling: GroupedT, scale: float) -> None:
+        self.schedule_group(mem, [Q], K, V, [O], shape=shape,
+                            tiling=dataclasses.replace(tiling, group=1), scale=scale)
+
+    @abstractmethod
+    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
+                       V: SlowArray, Os: list[SlowArray], *, shape: Shape, tiling: GroupedT,
+                       scale: float, lse: list[SlowArray] | None = None) -> None:
+        """Query heads ``Qs`` (one group) against one K/V head; ``lse`` (optional) receives each
+        row's logsumexp."""
+
+
 class BackwardSchedule(TiledSchedule[TilingT]):
     """One schedule of attention's backward pass on the two-level memory.
 
@@ -279,10 +343,19 @@ class BackwardSchedule(TiledSchedule[TilingT]):
     def predict(self, shape: Shape, tiling: TilingT) -> IOCount:
         """Closed-form count of every head, exactly as the simulator counts it."""
 
-    @abstractmethod
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
                      tiling: TilingT, scale: float) -> None:
-        """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
+        """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head.  By
+        default one K/V head at a time (:func:`kv_head_groups`), by :meth:`one_kv_head`."""
+        for qv, kv in kv_head_groups(mem, arrays, shape):
+            self.one_kv_head(mem, qv, kv, shape=shape, tiling=tiling, scale=scale)
+
+    def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
+                    kv: dict[str, SlowArray], *, shape: Shape, tiling: TilingT,
+                    scale: float) -> None:
+        """One K/V head and its query heads (the views of :func:`kv_head_groups`); a schedule
+        either writes this or overrides :meth:`run_schedule`."""
+        raise NotImplementedError(f"{self.name} overrides run_schedule")
 
     def workspace(self, shape: Shape) -> int:
         """Words of slow-memory workspace the schedule allocates (every head)."""
@@ -371,18 +444,22 @@ def divisors_upto(n: int, most: int) -> list[int]:
 
 def kv_head_groups(
     mem: TwoLevelMemory, arrays: dict[str, SlowArray], shape: Shape,
+    scratch_cols: Mapping[str, int] | None = None,
 ) -> Iterator[tuple[dict[str, list[SlowArray]], dict[str, SlowArray]]]:
     """The views a backward schedule works on, one K/V head at a time (alike heads: bulk count
     mode runs one): ``(qv, kv)`` with ``qv`` the group's query heads' Q, O, dO, dQ, L and the
     scratch D = rowsum(dO ∘ O), and ``kv`` that head's K, V, dK, dV.  ``arrays``: Q, K, V, O, dO,
-    L (inputs) and dQ, dK, dV (outputs), stacked by head."""
+    L (inputs) and dQ, dK, dV (outputs), stacked by head.  ``scratch_cols`` adds, per name, a
+    scratch of that many columns a query row (also in ``qv``)."""
     Nq, Nkv = shape.Nq, shape.Nkv
-    D = mem.scratch("D", (shape.n_heads * Nq,))
+    work = {"D": mem.scratch("D", (shape.n_heads * Nq,))}
+    for name, cols in (scratch_cols or {}).items():
+        work[name] = mem.scratch(name, (shape.n_heads * Nq, cols))
+    named = [(n, arrays[n]) for n in ("Q", "O", "dO", "dQ", "L")] + list(work.items())
     for kvb in mem.blocks(shape.n_kv_heads, 1):
         kvh = kvb.start
         ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
         q_heads = range(kvh * shape.group, (kvh + 1) * shape.group)
         qv = {name: [mem.view(arr, slice(h * Nq, (h + 1) * Nq)) for h in q_heads]
-              for name, arr in (("Q", arrays["Q"]), ("O", arrays["O"]), ("dO", arrays["dO"]),
-                                ("dQ", arrays["dQ"]), ("L", arrays["L"]), ("D", D))}
+              for name, arr in named}
         yield qv, {n: mem.view(arrays[n], ks) for n in ("K", "V", "dK", "dV")}

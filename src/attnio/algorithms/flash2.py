@@ -56,11 +56,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import masks
-from ..core.errors import ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
-from .base import Algorithm, divisors_upto, head_views
+from .base import GroupedAlgorithm, divisors_upto
 from .flash2_backward import BACKWARD, aligned_sizes
 
 
@@ -83,7 +82,7 @@ def _groups(shape: Shape, M: int) -> list[int]:
     return divisors_upto(shape.group, max(0, (M - 2 * shape.d - 1) // (2 * shape.d + 3)))
 
 
-class Flash2(Algorithm[Flash2Tiling]):
+class Flash2(GroupedAlgorithm[Flash2Tiling]):
     name = "flash2"
     summary = "FlashAttention-2: Q blocks outer, O, l, m kept in fast memory, O written once"
     Tiling = Flash2Tiling
@@ -97,13 +96,6 @@ class Flash2(Algorithm[Flash2Tiling]):
 
     def min_M(self, shape: Shape) -> int:
         return _fp(shape.d, 1, 1)
-
-    def validate_tiling(self, shape: Shape, tiling: Flash2Tiling) -> None:
-        super().validate_tiling(shape, tiling)
-        if shape.group % tiling.group:
-            raise ParameterError(
-                f"tiling.group must divide heads/kv_heads = {shape.group}, got {tiling.group}"
-            )
 
     def _bc_max(self, shape: Shape, M: int, Br: int, G: int) -> int:
         d = shape.d
@@ -212,36 +204,15 @@ class Flash2(Algorithm[Flash2Tiling]):
         reads = G * d * s.size_seen + 2 * d * s.width
         return IOCount(reads=reads, writes=G * shape.Nq * d)
 
-    def _predict(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:
-        return self._group_count(shape, Flash2Tiling(tiling.Br, tiling.Bc, 1))
-
-    def predict_total(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:
-        return self._group_count(shape, tiling).scaled(shape.n_heads // tiling.group)
-
     def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                      O: SlowArray, *, shape: Shape, tiling: Flash2Tiling, scale: float,
                      lse: SlowArray | None = None) -> None:
-        """Every group of ``tiling.group`` query heads against its K/V head; ``lse`` (stacked by
-        head, Nq words each) receives the logsumexp of every row when given."""
-        G, Nq = tiling.group, shape.Nq
+        """One head runs on the arrays themselves (no views); more go group by group."""
         if shape.n_heads == 1:
             self.schedule_group(mem, [Q], K, V, [O], shape=shape, tiling=tiling, scale=scale,
                                 lse=None if lse is None else [lse])
             return
-        for gb in mem.blocks(shape.n_heads // G, 1):
-            heads = [gb.start * G + g for g in range(G)]
-            views = [head_views(mem, shape, h, Q, K, V, O) for h in heads]
-            lses = None
-            if lse is not None:
-                lses = [mem.view(lse, slice(h * Nq, (h + 1) * Nq)) for h in heads]
-            self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
-                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale,
-                                lse=lses)
-
-    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: Flash2Tiling, scale: float) -> None:
-        self.schedule_group(mem, [Q], K, V, [O], shape=shape,
-                            tiling=Flash2Tiling(tiling.Br, tiling.Bc, 1), scale=scale)
+        super().run_schedule(mem, Q, K, V, O, shape=shape, tiling=tiling, scale=scale, lse=lse)
 
     def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
                        V: SlowArray, Os: list[SlowArray], *, shape: Shape, tiling: Flash2Tiling,
@@ -257,14 +228,7 @@ class Flash2(Algorithm[Flash2Tiling]):
             if tiles is not None:
                 lo, hi = 0, int(tiles[qb.index].any())
             if hi <= lo:  # every row of the block is masked: its output is 0
-                for g, O in enumerate(Os):
-                    Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
-                    mem.store(Oi, O, qb)
-                    mem.free(Oi)
-                    if lse is not None:
-                        z = mem.alloc((qb.size,), -np.inf, label="lse_i")
-                        mem.store(z, lse[g], qb)
-                        mem.free(z)
+                K_.store_empty_rows(mem, Os, qb, d, lse)
                 continue
             heads = []
             for Q in Qs:

@@ -44,7 +44,7 @@ from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, q_range
 from . import _kernels as K_
-from .base import BackwardSchedule, kv_head_groups
+from .base import BackwardSchedule
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,19 @@ def _fp(d: int, Br: int, Bc: int) -> int:
 
 def _row_sum_dot(D: np.ndarray, dO: np.ndarray, O: np.ndarray) -> None:
     D[:] = np.sum(dO * O, axis=1)
+
+
+def store_row_sums(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], g: int, Nq: int,
+                   Br: int) -> None:
+    """Query head ``g``'s D = rowsum(dO ∘ O), block by block of ``Br`` rows: O and dO read,
+    D written (2d + 1 words a row)."""
+    for qb in mem.blocks(Nq, Br):
+        Oi = mem.load(qv["O"][g], qb, label="O_i")
+        dOi = mem.load(qv["dO"][g], qb, label="dO_i")
+        Di = mem.alloc((qb.size,), label="D_i")
+        mem.compute(_row_sum_dot, Di, dOi, Oi, writes=1)
+        mem.store(Di, qv["D"][g], qb)
+        mem.free(Oi, dOi, Di)
 
 
 def _backward_step(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, dK: np.ndarray, dV: np.ndarray,
@@ -151,25 +164,13 @@ class Flash2Backward(BackwardSchedule[BackwardTiling]):
     def steps(self, shape: Shape, t: BackwardTiling) -> int:
         return cdiv(shape.Nq, t.Br) * cdiv(shape.Nkv, t.Bc)
 
-    def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
-                     tiling: BackwardTiling, scale: float) -> None:
-        """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
-        for qv, kv in kv_head_groups(mem, arrays, shape):
-            self._one_kv_head(mem, qv, kv, shape=shape, tiling=tiling, scale=scale)
-
-    def _one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
+    def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
                      kv: dict[str, SlowArray], *, shape: Shape, tiling: BackwardTiling,
                      scale: float) -> None:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         Br, Bc = tiling.Br, tiling.Bc
         for g in range(len(qv["Q"])):  # preprocessing: D = rowsum(dO ∘ O); dQ = 0
-            for qb in mem.blocks(Nq, Br):
-                Oi = mem.load(qv["O"][g], qb, label="O_i")
-                dOi = mem.load(qv["dO"][g], qb, label="dO_i")
-                Di = mem.alloc((qb.size,), label="D_i")
-                mem.compute(_row_sum_dot, Di, dOi, Oi, writes=1)
-                mem.store(Di, qv["D"][g], qb)
-                mem.free(Oi, dOi, Di)
+            store_row_sums(mem, qv, g, Nq, Br)
             for qb in mem.blocks(Nq, Br):
                 z = mem.alloc((qb.size, d), 0.0, label="dQ_init")
                 mem.store(z, qv["dQ"][g], qb)

@@ -75,7 +75,7 @@ import numpy as np
 from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
-from .base import BackwardSchedule, divisors_upto, kv_head_groups
+from .base import BackwardSchedule, divisors_upto
 from .flash2_backward import _row_sum_dot
 from .split_backward import BACKWARD as _SPLIT
 from .split_backward import _fp1, _mask_of, _probabilities, dkdv_pass
@@ -100,6 +100,30 @@ def _fpA(d: int, G: int, Br: int, Bc2: int) -> int:
 def _stack(shape: Shape, group: int) -> int:
     """The heads stacked in pass A: gcd(group, g), a divisor of the heads per K/V head."""
     return math.gcd(group, shape.group)
+
+
+def pass_a_sides(shape: Shape, M: int) -> list[tuple[int, int, int]]:
+    """Pass A's candidate sides ``(G, Br, Bc2)``: G a divisor of the group whose one-row block
+    fits (``G·Br·(3d + 2) + 2d + 2·Br <= M``), Br over the powers of two and the sizes of the
+    fewest blocks below the most that fit, Bc2 the widest that fits."""
+    d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+    out = []
+    most_g = max(1, (M - 2 * d) // (3 * d + 4))
+    for G in divisors_upto(shape.group, most_g):
+        br_max = min(Nq, (M - 2 * d) // (G * (3 * d + 2) + 2))
+        if br_max < 1:
+            continue
+        tr = cdiv(Nq, br_max)
+        brs = {cdiv(Nq, x) for x in range(tr, min(Nq, tr + 4) + 1)}
+        k = 1
+        while k < br_max:
+            brs.add(k)
+            k *= 2
+        for br in sorted(b for b in brs if b <= br_max):
+            bc2 = min(Nkv, (M - G * br * (3 * d + 2)) // (2 * d + 2 * br))
+            if bc2 >= 1:
+                out.append((G, br, bc2))
+    return out
 
 
 def _dq_step(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, Q: np.ndarray, dO: np.ndarray,
@@ -154,83 +178,76 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
             if bc >= 1:
                 ones.append((_SPLIT._pass1(shape, bc, b).total, bc, b))
             b *= 2
-        twos: list[tuple[int, int, int, int]] = []  # pass A: (words, G, Br, Bc2)
-        most_g = max(1, (M - 2 * d) // (3 * d + 4))  # G·Br·(3d + 2) + 2d + 2·Br <= M at Br = 1
-        for G in divisors_upto(shape.group, most_g):
-            br_max = min(Nq, (M - 2 * d) // (G * (3 * d + 2) + 2))
-            if br_max < 1:
-                continue
-            tr = cdiv(Nq, br_max)
-            brs = {cdiv(Nq, x) for x in range(tr, min(Nq, tr + 4) + 1)}
-            k = 1
-            while k < br_max:
-                brs.add(k)
-                k *= 2
-            for br in brs:
-                bc2 = min(Nkv, (M - G * br * (3 * d + 2)) // (2 * d + 2 * br))
-                if br <= br_max and bc2 >= 1:
-                    twos.append((self._passA(shape, G, br, bc2).total, G, br, bc2))
+        twos = [(self._passA(shape, G, br, bc2).total, G, br, bc2)
+                for G, br, bc2 in pass_a_sides(shape, M)]  # pass A: (words, G, Br, Bc2)
         ones.sort()
         twos.sort()
         return [GroupSplitTiling(G, br, bc2, bc, br1)
                 for _, bc, br1 in ones[:3] for _, G, br, bc2 in twos[:3]]
 
     # ------------------------------------------------------------------ the schedule
-    def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
-                     tiling: GroupSplitTiling, scale: float) -> None:
-        """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
-        for qv, kv in kv_head_groups(mem, arrays, shape):
-            self._one_kv_head(mem, qv, kv, shape=shape, tiling=tiling, scale=scale)
+    def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
+                    kv: dict[str, SlowArray], *, shape: Shape, tiling: GroupSplitTiling,
+                    scale: float) -> None:
+        dq_pass(mem, qv, kv, shape=shape, G=_stack(shape, tiling.group),
+                Br=min(tiling.Br, shape.Nq), Bc2=min(tiling.Bc2, shape.Nkv), scale=scale)
+        dkdv_pass(mem, qv, kv, shape=shape, Bc=min(tiling.Bc, shape.Nkv),
+                  Br1=min(tiling.Br1, shape.Nq), scale=scale)
 
-    def _one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
-                     kv: dict[str, SlowArray], *, shape: Shape, tiling: GroupSplitTiling,
-                     scale: float) -> None:
-        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        G = _stack(shape, tiling.group)
-        Br, Bc2 = min(tiling.Br, Nq), min(tiling.Bc2, Nkv)
-        qband = masks.Band.queries(shape) if shape.causal else None
-        for s in range(len(qv["Q"]) // G):  # pass A: dQ (and D), G query heads stacked
-            heads = range(s * G, (s + 1) * G)
-            for qb in mem.blocks(Nq, Br, band=qband):
-                lo, hi = kv_range(shape, qb.start, qb.stop)
-                if hi <= lo:  # no key: dQ = 0, and D = 0 (pass B's blocks of Br1 rows may
-                    for h in heads:  # hold these rows, with P = 0 there: 0·D must be 0)
-                        z = mem.alloc((qb.size, d), 0.0, label="dQ_i")
-                        mem.store(z, qv["dQ"][h], qb)
+
+def dq_pass(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], kv: dict[str, SlowArray], *,
+            shape: Shape, G: int, Br: int, Bc2: int, scale: float, spill: bool = False) -> None:
+    """Pass A on one K/V head (module docstring): dQ, with D formed per query block.  ``spill``
+    (``group_spill_backward``): D is not written (nothing reads it later), and each P and dS tile
+    is written to ``qv["P"]``, ``qv["dS"]`` instead."""
+    d, Nkv = shape.d, shape.Nkv
+    qband = masks.Band.queries(shape) if shape.causal else None
+    for s in range(len(qv["Q"]) // G):  # G query heads stacked
+        heads = range(s * G, (s + 1) * G)
+        for qb in mem.blocks(shape.Nq, Br, band=qband):
+            lo, hi = kv_range(shape, qb.start, qb.stop)
+            if hi <= lo:  # no key: dQ = 0, and D = 0 (pass B's blocks of Br1 rows may
+                for h in heads:  # hold these rows, with P = 0 there: 0·D must be 0)
+                    z = mem.alloc((qb.size, d), 0.0, label="dQ_i")
+                    mem.store(z, qv["dQ"][h], qb)
+                    mem.free(z)
+                    if not spill:
                         z0 = mem.alloc((qb.size,), 0.0, label="D_i")
                         mem.store(z0, qv["D"][h], qb)
-                        mem.free(z, z0)
-                    continue
-                dO, D, Q, L, dQ = [], [], [], [], []
-                for h in heads:
-                    dOi = mem.load(qv["dO"][h], qb, label="dO_i")
-                    Oi = mem.load(qv["O"][h], qb, label="O_i")
-                    Di = mem.alloc((qb.size,), label="D_i")
-                    mem.compute(_row_sum_dot, Di, dOi, Oi, writes=1)
+                        mem.free(z0)
+                continue
+            dO, D, Q, L, dQ = [], [], [], [], []
+            for h in heads:
+                dOi = mem.load(qv["dO"][h], qb, label="dO_i")
+                Oi = mem.load(qv["O"][h], qb, label="O_i")
+                Di = mem.alloc((qb.size,), label="D_i")
+                mem.compute(_row_sum_dot, Di, dOi, Oi, writes=1)
+                if not spill:
                     mem.store(Di, qv["D"][h], qb)
-                    mem.free(Oi)
-                    dO.append(dOi)
-                    D.append(Di)
-                for h in heads:
-                    Q.append(mem.load(qv["Q"][h], qb, label="Q_i"))
-                    L.append(mem.load(qv["L"][h], qb, label="L_i"))
-                    dQ.append(mem.alloc((qb.size, d), 0.0, label="dQ_i"))
-                for kb in mem.blocks(Nkv, Bc2, lo=lo, hi=hi, band=qband):
-                    Kj = mem.load(kv["K"], kb, label="K_j")
-                    Vj = mem.load(kv["V"], kb, label="V_j")
-                    mk = _mask_of(shape, qb, kb)
-                    for x in range(G):
-                        P = mem.alloc((qb.size, kb.size), label="P_ij")
-                        dS = mem.alloc((qb.size, kb.size), label="dS_ij")
-                        mem.compute(lambda *a, mk=mk: _dq_step(*a, scale=scale, mask=mk),
-                                    P, dS, dQ[x], Q[x], dO[x], L[x], D[x], Kj, Vj, writes=3)
-                        mem.free(P, dS)
-                    mem.free(Kj, Vj)
+                mem.free(Oi)
+                dO.append(dOi)
+                D.append(Di)
+            for h in heads:
+                Q.append(mem.load(qv["Q"][h], qb, label="Q_i"))
+                L.append(mem.load(qv["L"][h], qb, label="L_i"))
+                dQ.append(mem.alloc((qb.size, d), 0.0, label="dQ_i"))
+            for kb in mem.blocks(Nkv, Bc2, lo=lo, hi=hi, band=qband):
+                Kj = mem.load(kv["K"], kb, label="K_j")
+                Vj = mem.load(kv["V"], kb, label="V_j")
+                mk = _mask_of(shape, qb, kb)
                 for x, h in enumerate(heads):
-                    mem.store(dQ[x], qv["dQ"][h], qb)
-                mem.free(*dO, *D, *Q, *L, *dQ)
-        dkdv_pass(mem, qv, kv, shape=shape, Bc=min(tiling.Bc, Nkv), Br1=min(tiling.Br1, Nq),
-                  scale=scale)
+                    P = mem.alloc((qb.size, kb.size), label="P_ij")
+                    dS = mem.alloc((qb.size, kb.size), label="dS_ij")
+                    mem.compute(lambda *a, mk=mk: _dq_step(*a, scale=scale, mask=mk),
+                                P, dS, dQ[x], Q[x], dO[x], L[x], D[x], Kj, Vj, writes=3)
+                    if spill:
+                        mem.store(P, qv["P"][h], qb, kb)
+                        mem.store(dS, qv["dS"][h], qb, kb)
+                    mem.free(P, dS)
+                mem.free(Kj, Vj)
+            for x, h in enumerate(heads):
+                mem.store(dQ[x], qv["dQ"][h], qb)
+            mem.free(*dO, *D, *Q, *L, *dQ)
 
 
 BACKWARD = GroupSplitBackward()

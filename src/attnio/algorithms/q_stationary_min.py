@@ -44,11 +44,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.errors import ParameterError
-from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
-from .base import Algorithm, divisors_upto, head_views
+from .base import GroupedAlgorithm, divisors_upto
 from .flash2 import ALGORITHM as _FLASH2
 from .flash2 import Flash2Tiling
 
@@ -65,7 +64,7 @@ def _fp(d: int, Br: int, G: int = 1) -> int:
     return G * Br * (2 * d + 3) + 1
 
 
-def _accumulate_score(col: int) -> Callable[..., None]:
+def accumulate_score(col: int) -> Callable[..., None]:
     def fn(s: np.ndarray, Q: np.ndarray, w: np.ndarray) -> None:
         s += Q[:, col] * w[0, 0]
     return fn
@@ -95,13 +94,13 @@ def _key_step(shape: Shape, r0: int, j: int) -> Callable[..., None]:
     return fn
 
 
-def _accumulate_output(col: int) -> Callable[..., None]:
+def accumulate_output(col: int) -> Callable[..., None]:
     def fn(O: np.ndarray, s: np.ndarray, w: np.ndarray) -> None:
         O[:, col] += s * w[0, 0]
     return fn
 
 
-class QStationaryMin(Algorithm[QStationaryMinTiling]):
+class QStationaryMin(GroupedAlgorithm[QStationaryMinTiling]):
     name = "q_stationary_min"
     summary = ("Q-stationary with the least footprint: Q_i, O_i, m, l and one score per row held, "
                "K and V streamed one word at a time")
@@ -114,12 +113,6 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
 
     def min_M(self, shape: Shape) -> int:
         return _fp(shape.d, 1)
-
-    def validate_tiling(self, shape: Shape, tiling: QStationaryMinTiling) -> None:
-        super().validate_tiling(shape, tiling)
-        if shape.group % tiling.group:
-            raise ParameterError(f"tiling.group must divide heads/kv_heads = {shape.group}, got "
-                                 f"{tiling.group}", param="tiling")
 
     def steps(self, shape: Shape, tiling: QStationaryMinTiling) -> int:
         return cdiv(shape.Nq, tiling.Br) * shape.Nkv
@@ -147,35 +140,11 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
         return out
 
     # ------------------------------------------------------------------ counts
-    def _predict(self, shape: Shape, tiling: QStationaryMinTiling) -> IOCount:
-        return _FLASH2._group_count(shape, Flash2Tiling(tiling.Br, 1, 1))
-
-    def predict_total(self, shape: Shape, tiling: QStationaryMinTiling) -> IOCount:
-        G = tiling.group
-        return _FLASH2._group_count(shape, Flash2Tiling(tiling.Br, 1, G)).scaled(
-            shape.n_heads // G)
+    def _group_count(self, shape: Shape, tiling: QStationaryMinTiling) -> IOCount:
+        """FlashAttention-2's count with one-key column blocks (module docstring)."""
+        return _FLASH2._group_count(shape, Flash2Tiling(tiling.Br, 1, tiling.group))
 
     # ------------------------------------------------------------------ the schedule
-    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                     O: SlowArray, *, shape: Shape, tiling: QStationaryMinTiling, scale: float,
-                     lse: SlowArray | None = None) -> None:
-        """Every group of ``tiling.group`` query heads against its K/V head; ``lse`` (stacked by
-        head, Nq words each) receives the logsumexp of every row when given."""
-        G, Nq = tiling.group, shape.Nq
-        for gb in mem.blocks(shape.n_heads // G, 1):  # alike: bulk count mode runs one
-            heads = [gb.start * G + g for g in range(G)]
-            views = [head_views(mem, shape, h, Q, K, V, O) for h in heads]
-            lses = None if lse is None else [mem.view(lse, slice(h * Nq, (h + 1) * Nq))
-                                             for h in heads]
-            self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
-                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale,
-                                lse=lses)
-
-    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: QStationaryMinTiling,
-                 scale: float) -> None:
-        self.schedule_group(mem, [Q], K, V, [O], shape=shape, tiling=tiling, scale=scale)
-
     def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
                        V: SlowArray, Os: list[SlowArray], *, shape: Shape,
                        tiling: QStationaryMinTiling, scale: float,
@@ -186,47 +155,49 @@ class QStationaryMin(Algorithm[QStationaryMinTiling]):
         for qb in mem.blocks(shape.Nq, tiling.Br, uniform=not shape.causal):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             if hi <= lo:  # no row of the block sees a key: its output is 0
-                for g, O in enumerate(Os):
-                    z = mem.alloc((qb.size, d), 0.0, label="O_i")
-                    mem.store(z, O, qb)
-                    mem.free(z)
-                    if lse is not None:
-                        zl = mem.alloc((qb.size,), -np.inf, label="lse_i")
-                        mem.store(zl, lse[g], qb)
-                        mem.free(zl)
+                K_.store_empty_rows(mem, Os, qb, d, lse)
                 continue
-            heads = []
-            for Q in Qs:
-                Qi = mem.load(Q, qb, label="Q_i")
-                Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
-                m = mem.alloc((qb.size,), -np.inf, label="m_i")
-                l = mem.alloc((qb.size,), 0.0, label="l_i")
-                s = mem.alloc((qb.size,), label="s_i")
-                heads.append((Qi, Oi, m, l, s))
-            for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi):  # each key moves 2d words
-                j = kb.start
-                for _, _, _, _, s in heads:
-                    mem.compute(lambda x: x.fill(0.0), s, writes=1)
-                for cb in mem.blocks(d, 1):
-                    w = mem.load(K, j, cb, label="k_jl")
-                    for Qi, _, _, _, s in heads:
-                        mem.compute(_accumulate_score(cb.start), s, Qi, w, writes=1)
-                    mem.free(w)
-                for _, Oi, m, l, s in heads:
-                    mem.compute(lambda x: x.__imul__(scale), s, writes=1)
-                    mem.compute(_key_step(shape, qb.start, j), s, m, l, Oi, writes=4)
-                for cb in mem.blocks(d, 1):
-                    w = mem.load(V, j, cb, label="v_jl")
-                    for _, Oi, _, _, s in heads:
-                        mem.compute(_accumulate_output(cb.start), Oi, s, w, writes=1)
-                    mem.free(w)
-            for g, (Qi, Oi, m, l, s) in enumerate(heads):
-                if lse is not None:  # logsumexp = m + log l into the score column, written
-                    mem.compute(K_.logsumexp, s, m, l, writes=1)
-                    mem.store(s, lse[g], qb)
-                mem.compute(K_.normalise_rows, Oi, l, writes=1)
-                mem.store(Oi, Os[g], qb)
-                mem.free(Qi, Oi, m, l, s)
+            stationary_block(mem, Qs, K, V, Os, qb, lo, hi, shape, scale, lse)
+
+def stationary_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
+                     Os: list[SlowArray], qb: Block, lo: int, hi: int, shape: Shape,
+                     scale: float, lse: list[SlowArray] | None = None) -> None:
+    """One query block ``qb`` of the heads ``Qs`` against keys [lo, hi) (lo < hi): Q_i, O_i, m,
+    l and a score column per head held (``G·(2rd + 3r)`` words); K and V a word at a time; O_i
+    (and with ``lse`` each row's logsumexp) written.  Also ``row_hybrid``'s mode c."""
+    d = shape.d
+    heads = []
+    for Q in Qs:
+        Qi = mem.load(Q, qb, label="Q_i")
+        Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
+        m = mem.alloc((qb.size,), -np.inf, label="m_i")
+        l = mem.alloc((qb.size,), 0.0, label="l_i")
+        s = mem.alloc((qb.size,), label="s_i")
+        heads.append((Qi, Oi, m, l, s))
+    for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi):  # each key moves 2d words
+        j = kb.start
+        for _, _, _, _, s in heads:
+            mem.compute(lambda x: x.fill(0.0), s, writes=1)
+        for cb in mem.blocks(d, 1):
+            w = mem.load(K, j, cb, label="k_jl")
+            for Qi, _, _, _, s in heads:
+                mem.compute(accumulate_score(cb.start), s, Qi, w, writes=1)
+            mem.free(w)
+        for _, Oi, m, l, s in heads:
+            mem.compute(lambda x: x.__imul__(scale), s, writes=1)
+            mem.compute(_key_step(shape, qb.start, j), s, m, l, Oi, writes=4)
+        for cb in mem.blocks(d, 1):
+            w = mem.load(V, j, cb, label="v_jl")
+            for _, Oi, _, _, s in heads:
+                mem.compute(accumulate_output(cb.start), Oi, s, w, writes=1)
+            mem.free(w)
+    for g, (Qi, Oi, m, l, s) in enumerate(heads):
+        if lse is not None:  # logsumexp = m + log l into the score column, written
+            mem.compute(K_.logsumexp, s, m, l, writes=1)
+            mem.store(s, lse[g], qb)
+        mem.compute(K_.normalise_rows, Oi, l, writes=1)
+        mem.store(Oi, Os[g], qb)
+        mem.free(Qi, Oi, m, l, s)
 
 
 ALGORITHM = QStationaryMin()

@@ -51,8 +51,8 @@ from ..core.errors import ParameterError
 from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, kv_range
 from . import _kernels as K_
-from .base import Algorithm, divisors_upto, head_views
-from .q_stationary_min import _accumulate_output, _accumulate_score, _key_step
+from .base import GroupedAlgorithm, divisors_upto
+from .q_stationary_min import accumulate_output, accumulate_score, stationary_block
 from .score_resident import resident_block
 
 __all__ = ["ALGORITHM", "MAX_BLOCKS", "RowHybrid", "RowHybridTiling", "blocks"]
@@ -175,7 +175,7 @@ def blocks(shape: Shape, budget: int, modes: str, G: int) -> _Part | None:
     return tuple(reversed(out))
 
 
-class RowHybrid(Algorithm[RowHybridTiling]):
+class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
     name = "row_hybrid"
     summary = ("query blocks from the last row down, each with its score rows resident, Q/O "
                "resident, or its scores spilled, whichever moves fewest words a row")
@@ -213,9 +213,6 @@ class RowHybrid(Algorithm[RowHybridTiling]):
             raise ParameterError(f"tiling.modes must be a non-empty subset of {MODES!r}, got "
                                  f"{check!r}", param="tiling")
         super().validate_tiling(shape, tiling)
-        if shape.group % tiling.group:
-            raise ParameterError(f"tiling.group must divide heads/kv_heads = {shape.group}, got "
-                                 f"{tiling.group}", param="tiling")
         self._part(shape, tiling)
 
     def steps(self, shape: Shape, tiling: RowHybridTiling) -> int:
@@ -251,33 +248,13 @@ class RowHybrid(Algorithm[RowHybridTiling]):
                 writes += G * (q1 - q0) * d
         return IOCount(reads, writes)
 
-    def _predict(self, shape: Shape, tiling: RowHybridTiling) -> IOCount:
-        """One head's count (the partition of ``group`` = 1; GQA totals: :meth:`predict_total`)."""
-        return self._group_count(shape, RowHybridTiling(tiling.budget, tiling.modes, 1))
-
-    def predict_total(self, shape: Shape, tiling: RowHybridTiling) -> IOCount:
-        return self._group_count(shape, tiling).scaled(shape.n_heads // tiling.group)
-
     # ------------------------------------------------------------------ the schedule
-    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                     O: SlowArray, *, shape: Shape, tiling: RowHybridTiling, scale: float,
-                     lse: SlowArray | None = None) -> None:
-        if lse is not None:
-            raise ParameterError(f"{self.name} has no backward pass (it writes no logsumexp)")
-        G = tiling.group
-        for gb in mem.blocks(shape.n_heads // G, 1):  # alike: bulk count mode runs one
-            views = [head_views(mem, shape, gb.start * G + g, Q, K, V, O) for g in range(G)]
-            self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
-                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale)
-
-    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: RowHybridTiling, scale: float) -> None:
-        self.schedule_group(mem, [Q], K, V, [O], shape=shape, tiling=tiling, scale=scale)
-
     def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
                        V: SlowArray, Os: list[SlowArray], *, shape: Shape,
-                       tiling: RowHybridTiling, scale: float) -> None:
-        """Query heads ``Qs`` (one group) against one K/V head, block by block."""
+                       tiling: RowHybridTiling, scale: float,
+                       lse: list[SlowArray] | None = None) -> None:
+        """Query heads ``Qs`` (one group) against one K/V head, block by block (no logsumexp:
+        no backward)."""
         G, Nq = len(Qs), shape.Nq
         spill = gsum = None
         for q0, q1, lo, hi, m in self._part(shape, tiling):
@@ -285,47 +262,13 @@ class RowHybrid(Algorithm[RowHybridTiling]):
                 resident_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape=shape, bd=1,
                                scale=scale)
             elif m == "c":
-                _stationary_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape, scale)
+                stationary_block(mem, Qs, K, V, Os, Block(0, q0, q1), lo, hi, shape, scale)
             else:
                 if spill is None:
                     spill = mem.scratch("S_spill", (G * shape.Nkv * Nq,))  # [g, key, row]
                     gsum = mem.scratch("g_spill", (G * Nq,))
                 assert gsum is not None
                 _spilled_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape, scale, spill, gsum)
-
-
-def _stationary_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
-                      Os: list[SlowArray], q0: int, q1: int, lo: int, hi: int, shape: Shape,
-                      scale: float) -> None:
-    """Mode c: Q_i, O_i, m, l and a score column per head held; K and V a word at a time."""
-    d, r = shape.d, q1 - q0
-    rows = Block(0, q0, q1)
-    heads = []
-    for Qh in Qs:
-        heads.append((mem.load(Qh, rows, label="Q_i"), mem.alloc((r, d), 0.0, label="O_i"),
-                      mem.alloc((r,), -np.inf, label="m_i"), mem.alloc((r,), 0.0, label="l_i"),
-                      mem.alloc((r,), label="s_i")))
-    for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi):
-        j = kb.start
-        for *_, s in heads:
-            mem.compute(lambda x: x.fill(0.0), s, writes=1)
-        for cb in mem.blocks(d, 1):
-            w = mem.load(K, j, cb, label="k_jl")
-            for Qi, _, _, _, s in heads:
-                mem.compute(_accumulate_score(cb.start), s, Qi, w, writes=1)
-            mem.free(w)
-        for _, Oi, m, l, s in heads:
-            mem.compute(lambda x: x.__imul__(scale), s, writes=1)
-            mem.compute(_key_step(shape, q0, j), s, m, l, Oi, writes=4)
-        for cb in mem.blocks(d, 1):
-            w = mem.load(V, j, cb, label="v_jl")
-            for _, Oi, _, _, s in heads:
-                mem.compute(_accumulate_output(cb.start), Oi, s, w, writes=1)
-            mem.free(w)
-    for Oh, (Qi, Oi, m, l, s) in zip(Os, heads):
-        mem.compute(K_.normalise_rows, Oi, l, writes=1)
-        mem.store(Oi, Oh, rows)
-        mem.free(Qi, Oi, m, l, s)
 
 
 def _fold_column(shape: Shape, r0: int, j: int, scale: float) -> Callable[..., None]:
@@ -379,7 +322,7 @@ def _spilled_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: Sl
         for cb in mem.blocks(d, 1):
             w = mem.load(K, j, cb, label="k_jl")
             for Qi, s, _, _ in heads:
-                mem.compute(_accumulate_score(cb.start), s, Qi, w, writes=1)
+                mem.compute(accumulate_score(cb.start), s, Qi, w, writes=1)
             mem.free(w)
         for h, (_, s, m, l) in enumerate(heads):
             mem.compute(_fold_column(shape, q0, j, scale), s, m, l, writes=3)
@@ -401,7 +344,7 @@ def _spilled_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: Sl
         for cb in mem.blocks(d, 1):
             w = mem.load(V, j, cb, label="v_jl")
             for (Oi, _), p in zip(outs, ps):
-                mem.compute(_accumulate_output(cb.start), Oi, p, w, writes=1)
+                mem.compute(accumulate_output(cb.start), Oi, p, w, writes=1)
             mem.free(w)
         mem.free(*ps)
     for Oh, (Oi, gv) in zip(Os, outs):

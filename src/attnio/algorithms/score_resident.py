@@ -69,7 +69,7 @@ from ..core.errors import ParameterError
 from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, kv_range
 from . import _kernels as K_
-from .base import Algorithm, divisors_upto, head_views
+from .base import GroupedAlgorithm, divisors_upto
 
 __all__ = ["ALGORITHM", "MAX_BLOCKS", "ScoreResident", "ScoreResidentTiling", "blocks",
            "resident_block"]
@@ -168,7 +168,7 @@ def _product(O: np.ndarray, P: np.ndarray, V: np.ndarray) -> None:
     np.matmul(P, V, out=O)
 
 
-class ScoreResident(Algorithm[ScoreResidentTiling]):
+class ScoreResident(GroupedAlgorithm[ScoreResidentTiling]):
     name = "score_resident"
     summary = ("a query block's whole score rows held: exact softmax in one pass, Q, K, V "
                "streamed by column slices, O written once; wins when rows are short (N < ~2-3d)")
@@ -203,9 +203,6 @@ class ScoreResident(Algorithm[ScoreResidentTiling]):
 
     def validate_tiling(self, shape: Shape, tiling: ScoreResidentTiling) -> None:
         super().validate_tiling(shape, tiling)
-        if shape.group % tiling.group:
-            raise ParameterError(f"tiling.group must divide heads/kv_heads = {shape.group}, got "
-                                 f"{tiling.group}", param="tiling")
         self._part(shape, tiling)
 
     def steps(self, shape: Shape, tiling: ScoreResidentTiling) -> int:
@@ -239,35 +236,12 @@ class ScoreResident(Algorithm[ScoreResidentTiling]):
                 reads += G * (q1 - q0) * d + 2 * (hi - lo) * d
         return IOCount(reads, G * shape.Nq * d)
 
-    def _predict(self, shape: Shape, tiling: ScoreResidentTiling) -> IOCount:
-        """One head's count: the group's, per head, when ``group`` is 1 (the per-head view the
-        bounds compare; GQA totals are :meth:`predict_total`)."""
-        return self._group_count(shape, ScoreResidentTiling(tiling.budget, tiling.Bd, 1))
-
-    def predict_total(self, shape: Shape, tiling: ScoreResidentTiling) -> IOCount:
-        return self._group_count(shape, tiling).scaled(shape.n_heads // tiling.group)
-
     # ------------------------------------------------------------------ the schedule
-    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                     O: SlowArray, *, shape: Shape, tiling: ScoreResidentTiling, scale: float,
-                     lse: SlowArray | None = None) -> None:
-        if lse is not None:
-            raise ParameterError(f"{self.name} has no backward pass (it writes no logsumexp)")
-        G = tiling.group
-        for gb in mem.blocks(shape.n_heads // G, 1):  # alike: bulk count mode runs one
-            views = [head_views(mem, shape, gb.start * G + g, Q, K, V, O) for g in range(G)]
-            self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
-                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale)
-
-    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: ScoreResidentTiling,
-                 scale: float) -> None:
-        self.schedule_group(mem, [Q], K, V, [O], shape=shape, tiling=tiling, scale=scale)
-
     def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
                        V: SlowArray, Os: list[SlowArray], *, shape: Shape,
-                       tiling: ScoreResidentTiling, scale: float) -> None:
-        """Query heads ``Qs`` (one group) against one K/V head."""
+                       tiling: ScoreResidentTiling, scale: float,
+                       lse: list[SlowArray] | None = None) -> None:
+        """Query heads ``Qs`` (one group) against one K/V head (no logsumexp: no backward)."""
         for q0, q1, lo, hi in self._part(shape, tiling):
             resident_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape=shape, bd=tiling.Bd,
                            scale=scale)

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,7 +65,7 @@ from ..core import masks
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
-from .base import BackwardSchedule
+from .base import BackwardSchedule, kv_head_groups
 
 
 @dataclass(frozen=True)
@@ -97,12 +97,15 @@ class _Sides:
     F: int  # the footprint: the most words resident at once
 
 
-def _sides(shape: Shape, t: SmallCacheTiling) -> _Sides:
+def _sides(shape: Shape, t: SmallCacheTiling,
+           fp12: Callable[[int, int, int], int] | None = None) -> _Sides:
+    """The sides of ``t`` on ``shape``; ``fp12`` the footprint of the score phases (bm, bn, bk)
+    when it is not this schedule's (``fused_small_cache_backward``'s)."""
     bm, bn, bk = min(t.bm, shape.Nq), min(t.bn, shape.Nkv), min(t.bk, shape.d)
     bc, ak, rk, aq, rq = min(t.bc, shape.d), min(t.ba, bn), min(t.br, bm), min(t.ba, bm), \
         min(t.br, bn)
     rc = max(1, min(bm, bk * (bm + bn) // (bn + 1)))
-    F = max(_fp12(bm, bn, bk), _fp35(ak, bc, rk), _fp35(aq, bc, rq))
+    F = max((fp12 or _fp12)(bm, bn, bk), _fp35(ak, bc, rk), _fp35(aq, bc, rq))
     return _Sides(bm, bn, bk, bc, ak, rk, aq, rq, rc, F)
 
 
@@ -183,8 +186,11 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
     supports_block_mask = False
 
     # ------------------------------------------------------------------ fast memory
+    def _sides(self, shape: Shape, t: SmallCacheTiling) -> _Sides:
+        return _sides(shape, t)
+
     def footprint(self, shape: Shape, t: SmallCacheTiling) -> int:
-        return _sides(shape, t).F
+        return self._sides(shape, t).F
 
     def min_M(self, shape: Shape) -> int:
         return 3
@@ -207,7 +213,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         return IOCount(reads, writes).scaled(shape.n_kv_heads)
 
     def predict(self, shape: Shape, t: SmallCacheTiling) -> IOCount:
-        s = _sides(shape, t)
+        s = self._sides(shape, t)
         return self._count(shape, s, self._sums(shape, s))
 
     def workspace(self, shape: Shape) -> int:
@@ -215,7 +221,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         return shape.n_heads * shape.Nq * (1 + 2 * shape.Nkv)
 
     def steps(self, shape: Shape, t: SmallCacheTiling) -> int:
-        s = _sides(shape, t)
+        s = self._sides(shape, t)
         Tm, Tn = cdiv(shape.Nq, s.bm), cdiv(shape.Nkv, s.bn)
         return (2 * Tm * Tn * cdiv(shape.d, s.bk) + cdiv(shape.d, s.bc)
                 * (2 * cdiv(shape.Nkv, s.ak) * cdiv(shape.Nq, s.rk)
@@ -228,19 +234,31 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         one block of either axis or the largest that fits) of least closed form."""
         return list(_candidates(self, shape, M))
 
+    # the score phases' fit (phases 1-2: one bm x bn tile, two bk-wide slices); a variant that
+    # holds more there (fused_small_cache_backward) overrides these four
+    def _bm_fits(self, b: int, M: int) -> bool:  # a b x 1 tile
+        return 2 * b + 1 <= M
+
+    def _square_side(self, M: int) -> int:  # the square tile: (b + 1)² <= M + 1
+        return math.isqrt(M + 1) - 1
+
+    def _bn_max(self, bm: int, M: int) -> int:
+        return (M - bm) // (bm + 1)
+
+    def _bk_max(self, bm: int, bn: int, M: int) -> int:
+        return (M - bm * bn) // (bm + bn)
+
     def _candidates(self, shape: Shape, M: int) -> list[SmallCacheTiling]:
         if M < self.min_M(shape):
             return []
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        def fits(b: int) -> bool:  # a bm x 1 tile
-            return 2 * b + 1 <= M
-
+        fits = functools.partial(self._bm_fits, M=M)
         bms = {b for b in (Nq,) if fits(b)}
         b = 1
         while b <= Nq and fits(b):
             bms.add(b)
             b *= 2
-        sq = min(Nq, math.isqrt(M + 1) - 1)  # the square tile: (b + 1)² <= M + 1
+        sq = min(Nq, self._square_side(M))
         if sq >= 1:  # near-square sides, and the sides that split Nq evenly near them
             bms.update(x for x in (sq, sq - 1, sq - 2) if x >= 1)
             t0 = cdiv(Nq, sq)
@@ -248,18 +266,18 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         bcs = sorted({cdiv(d, t) for t in range(1, d + 1)})  # one bc per number of column blocks
         out = []
         for bm in sorted(bms):
-            bn_max = min(Nkv, (M - bm) // (bm + 1))
+            bn_max = min(Nkv, self._bn_max(bm, M))
             if bn_max < 1:
                 continue
             bns = {bn_max, cdiv(Nkv, cdiv(Nkv, bn_max)), max(1, bn_max // 2),
                    max(1, bn_max // 4)}
             bns.update(x for x in (sq, sq - 1, sq - 2, bm) if 1 <= x <= bn_max)
             for bn in sorted(bns):
-                bk = min(d, (M - bm * bn) // (bm + bn))
+                bk = min(d, self._bk_max(bm, bn, M))
                 # the count is _count's: a part fixed by (bm, bn) plus g·(3·Tc·SW + d·(2·Xk +
                 # Xq)), which depends on bc and a alone (not on bk or br): scored inline, in the
                 # order and with the ties of scoring each tiling through _count
-                s0 = _sides(shape, SmallCacheTiling(bm, bn, bk, 1, 1, 1))
+                s0 = self._sides(shape, SmallCacheTiling(bm, bn, bk, 1, 1, 1))
                 SC, W, SW, RK, r_last, WQ, w_last = self._sums(shape, s0)
                 best = None
                 for bc in bcs:
@@ -285,27 +303,22 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
                      tiling: SmallCacheTiling, scale: float) -> None:
         """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
         self.check_shape(shape)
-        Nq, Nkv, nh = shape.Nq, shape.Nkv, shape.n_heads
-        work = {"D": mem.scratch("D", (nh * Nq,)), "P": mem.scratch("P", (nh * Nq, Nkv)),
-                "dS": mem.scratch("dS", (nh * Nq, Nkv))}
-        s = _sides(shape, tiling)
-        for kvb in mem.blocks(shape.n_kv_heads, 1):
-            kvh = kvb.start
-            ks = slice(kvh * Nkv, (kvh + 1) * Nkv)
-            heads = range(kvh * shape.group, (kvh + 1) * shape.group)
-            qv = {n: [mem.view(a, slice(h * Nq, (h + 1) * Nq)) for h in heads]
-                  for n, a in (("Q", arrays["Q"]), ("O", arrays["O"]), ("dO", arrays["dO"]),
-                               ("L", arrays["L"]), ("dQ", arrays["dQ"]), ("D", work["D"]),
-                               ("P", work["P"]), ("dS", work["dS"]))}
-            kv = {n: mem.view(arrays[n], ks) for n in ("K", "V", "dK", "dV")}
+        s = self._sides(shape, tiling)
+        for qv, kv in kv_head_groups(mem, arrays, shape, {"P": shape.Nkv, "dS": shape.Nkv}):
             for g in range(shape.group):
-                self._phase0(mem, qv["dO"][g], qv["O"][g], qv["D"][g], shape, s)
-                self._scores(mem, qv, kv, g, shape, s, scale, phase=1)
-                self._scores(mem, qv, kv, g, shape, s, scale, phase=2)
+                self._score_phases(mem, qv, kv, g, shape, s, scale)
             self._by_keys(mem, qv["P"], qv["dO"], kv["dV"], shape, s, 1.0)  # dV = Σ Pᵀ dO
             for g in range(shape.group):  # dQ = s·dS K
                 self._by_queries(mem, qv["dS"][g], kv["K"], qv["dQ"][g], shape, s, scale)
             self._by_keys(mem, qv["dS"], qv["Q"], kv["dK"], shape, s, scale)  # dK = s·Σ dSᵀ Q
+
+    def _score_phases(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
+                      kv: dict[str, SlowArray], g: int, shape: Shape, s: _Sides,
+                      scale: float) -> None:
+        """Phases 0-2 of query head g: D, then P and dS written tile by tile."""
+        self._phase0(mem, qv["dO"][g], qv["O"][g], qv["D"][g], shape, s)
+        self._scores(mem, qv, kv, g, shape, s, scale, phase=1)
+        self._scores(mem, qv, kv, g, shape, s, scale, phase=2)
 
     def _phase0(self, mem: TwoLevelMemory, dO: SlowArray, O: SlowArray, D: SlowArray,
                 shape: Shape, s: _Sides) -> None:

@@ -53,8 +53,8 @@ from ..core import masks
 from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
-from .base import BackwardSchedule, kv_head_groups
-from .flash2_backward import _row_sum_dot
+from .base import BackwardSchedule
+from .flash2_backward import store_row_sums
 
 
 @dataclass(frozen=True)
@@ -207,13 +207,7 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
                 for _, bc, br1 in ones[:3] for _, br2, bc2 in twos[:3]]
 
     # ------------------------------------------------------------------ the schedule
-    def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
-                     tiling: SplitBackwardTiling, scale: float) -> None:
-        """``arrays``: Q, K, V, O, dO, L (inputs) and dQ, dK, dV (outputs), stacked by head."""
-        for qv, kv in kv_head_groups(mem, arrays, shape):
-            self._one_kv_head(mem, qv, kv, shape=shape, tiling=tiling, scale=scale)
-
-    def _one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
+    def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
                      kv: dict[str, SlowArray], *, shape: Shape, tiling: SplitBackwardTiling,
                      scale: float) -> None:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
@@ -221,13 +215,7 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
         Br2, Bc2 = min(tiling.Br2, Nq), min(tiling.Bc2, Nkv)
         G = len(qv["Q"])
         for g in range(G):  # preprocessing: D = rowsum(dO ∘ O)
-            for qb in mem.blocks(Nq, Br2):
-                Oi = mem.load(qv["O"][g], qb, label="O_i")
-                dOi = mem.load(qv["dO"][g], qb, label="dO_i")
-                Di = mem.alloc((qb.size,), label="D_i")
-                mem.compute(_row_sum_dot, Di, dOi, Oi, writes=1)
-                mem.store(Di, qv["D"][g], qb)
-                mem.free(Oi, dOi, Di)
+            store_row_sums(mem, qv, g, Nq, Br2)
 
         dkdv_pass(mem, qv, kv, shape=shape, Bc=Bc, Br1=Br1, scale=scale)
 

@@ -108,10 +108,12 @@ import numpy as np
 
 from ..core import masks
 from ..core.checks import check_int
-from ..core.errors import AttnioError, ParameterError
+from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
+from . import _square_kernels as SK
+from ._square_kernels import ExpOverflowError
 from .base import Algorithm
 
 __all__ = ["ALGORITHM", "ExpOverflowError", "SquareTiling", "SquareTilingTiling", "paper_side"]
@@ -125,10 +127,6 @@ _Phase1 = tuple[int, int, int, str]
 _Rung = tuple[int, int, list[int]]
 _Group = tuple[_Phase1, int]
 _SIZE_FIELDS = ("Br", "Bc", "Bd", "Br2", "Bk2", "Bd2")
-
-
-class ExpOverflowError(AttnioError, FloatingPointError):
-    """The literal (``stable=False``) schedule met an exp that overflowed or a row that underflowed."""
 
 
 @dataclass(frozen=True)
@@ -649,7 +647,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                         mem.free(Qt)
                     else:
                         l0, l1 = lb.start, lb.stop
-                        mem.compute(lambda s, q, k, l0=l0, l1=l1: _acc_slice(s, q, k, l0, l1,
+                        mem.compute(lambda s, q, k, l0=l0, l1=l1: SK.acc_slice(s, q, k, l0, l1,
                                                                              scale),
                                     S, Qi, Kt, writes=1)
                     mem.free(Kt)
@@ -658,29 +656,29 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                     mem.compute(lambda s, r0=r0, c0=c0: K_.apply_causal_mask(s, r0, c0, off), S,
                                 writes=1)
                 if scores:  # the raw scores are written; (m, l) fold them in
-                    mem.compute(_fold_scores, S, m, l, writes=3)
+                    mem.compute(SK.fold_scores, S, m, l, writes=3)
                 elif t.stable:
-                    mem.compute(_exp_stable, S, m, l, tmp, writes=4)
+                    mem.compute(SK.exp_stable, S, m, l, tmp, writes=4)
                     assert mx is not None  # schedule makes it for the stable variant
                     j0 = jb.index * Nq
                     mem.store(tmp, mx, slice(j0 + ib.start, j0 + ib.stop))
                 else:
                     r0, c0 = ib.start, jb.start
-                    mem.compute(lambda s, ll, r0=r0, c0=c0: _exp_literal(s, ll, r0, c0), S, l,
+                    mem.compute(lambda s, ll, r0=r0, c0=c0: SK.exp_literal(s, ll, r0, c0), S, l,
                                 writes=2)
                 mem.store(S, A, ib, jb)
                 mem.free(S)
             if Qi is not None:
                 mem.free(Qi)
             if scores:
-                mem.compute(_log_sum_exp, m, m, l, writes=1)  # g = m + log l, formed in m
+                mem.compute(SK.log_sum_exp, m, m, l, writes=1)  # g = m + log l, formed in m
                 mem.store(m, rowvec, ib)
             elif t.stable:
-                mem.compute(_log_sum_exp, tmp, m, l, writes=1)
+                mem.compute(SK.log_sum_exp, tmp, m, l, writes=1)
                 mem.store(tmp, rowvec, ib)
             else:
                 r0 = ib.start
-                mem.compute(lambda ll, r0=r0: _check_row_sums(ll, r0, shape), l,
+                mem.compute(lambda ll, r0=r0: SK.check_row_sums(ll, r0, shape), l,
                             writes=0)
                 mem.store(l, rowvec, ib)
             mem.free(*vecs)
@@ -709,7 +707,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                         c0 = cb.index * Nq
                         assert mx is not None  # schedule makes it for the stable variant
                         w = mem.load(mx, slice(c0 + ib.start, c0 + ib.stop), label="m_ij")
-                        mem.compute(_weights, w, g, writes=1)  # w = exp(m_ij - g_i)
+                        mem.compute(SK.weights, w, g, writes=1)  # w = exp(m_ij - g_i)
                         # the Bk2 slices of [0, hi) inside cb (Bk2 divides Bc)
                         for kb in mem.blocks(Nkv, t.Bk2, hi=hi, band=band, within=cb):
                             self._accumulate(mem, A, V, Oc, w, ib, kb, db, shape, off)
@@ -721,7 +719,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                         self._accumulate(mem, A, V, Oc, None, ib, kb, db, shape, off)
                     l = mem.load(rowvec, ib, label="l_i")
                     r0 = ib.start
-                    mem.compute(lambda o, ll, r0=r0: _normalise_literal(o, ll, r0), Oc, l,
+                    mem.compute(lambda o, ll, r0=r0: SK.normalise_literal(o, ll, r0), Oc, l,
                                 writes=1)
                     mem.store(Oc, O, ib, db)
                     mem.free(Oc, l)
@@ -743,7 +741,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             elif ws:
                 a *= ws[0][:, None]
             if masked:  # entries never written (skipped tiles) are NaN: overwrite, not multiply
-                _zero_masked(a, r0, c0, off)
+                SK.zero_masked(a, r0, c0, off)
             o += a @ v
 
         if w is None:
@@ -751,93 +749,6 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         else:
             mem.compute(step, Oc, At, Vt, w, writes=2)
         mem.free(At, Vt)
-
-
-# ---------------------------------------------------------------------- tile arithmetic
-def _acc_slice(S: np.ndarray, Q: np.ndarray, K: np.ndarray, l0: int, l1: int,
-               scale: float) -> None:
-    S += scale * (Q[:, l0:l1] @ K.T)
-
-
-def _exp_stable(S: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray) -> None:
-    """S <- exp(S - m_new) with the running max m_new; l rescaled and accumulated; t <- m_new used."""
-    np.max(S, axis=1, out=t)
-    np.maximum(t, m, out=t)
-    ts = K_.safe_max(t)
-    S -= ts[:, None]
-    np.exp(S, out=S)
-    l *= np.exp(m - ts)
-    l += S.sum(axis=1)
-    m[:] = t
-    t[:] = ts
-
-
-def _fold_scores(S: np.ndarray, m: np.ndarray, l: np.ndarray) -> None:
-    """(m, l) <- the running row max and the sum of exp(S - m) with the tile S folded in; S is
-    left as it is (the raw scores are what is written)."""
-    mn = np.maximum(m, S.max(axis=1))
-    ms = K_.safe_max(mn)
-    l *= np.exp(m - ms)
-    l += np.exp(S - ms[:, None]).sum(axis=1)
-    m[:] = mn
-
-
-def _log_sum_exp(t: np.ndarray, m: np.ndarray, l: np.ndarray) -> None:
-    """t <- m + log l per row (+inf where the row saw no key, so its weights become 0)."""
-    with np.errstate(divide="ignore"):
-        t[:] = np.where(l > 0, K_.safe_max(m) + np.log(np.where(l > 0, l, 1.0)), np.inf)
-
-
-def _weights(w: np.ndarray, g: np.ndarray) -> None:
-    with np.errstate(invalid="ignore"):
-        np.exp(w - g, out=w)
-
-
-def _zero_masked(a: np.ndarray, r0: int, c0: int, offset: int) -> None:
-    rows = np.arange(r0, r0 + a.shape[0])[:, None]
-    cols = np.arange(c0, c0 + a.shape[1])[None, :]
-    a[cols > rows + offset] = 0.0
-
-
-def _exp_literal(S: np.ndarray, l: np.ndarray, r0: int, c0: int) -> None:
-    """The paper's A = exp(S) (no max subtracted), refusing to write an overflowed tile."""
-    with np.errstate(over="ignore"):
-        np.exp(S, out=S)
-    if not np.isfinite(S).all():
-        r, c = (int(x) for x in np.argwhere(~np.isfinite(S))[0])
-        raise ExpOverflowError(
-            f"square_tiling(stable=False): exp overflowed at score S[{r0 + r}, {c0 + c}] "
-            f"(a logit above {math.log(np.finfo(S.dtype).max):.1f} in {S.dtype}); the paper's "
-            "algorithm does not subtract the row max: use stable=True")
-    l += S.sum(axis=1)
-
-
-def _check_row_sums(l: np.ndarray, r0: int, shape: Shape) -> None:
-    rows = np.arange(r0, r0 + l.shape[0])
-    if shape.causal:
-        sees = np.minimum(shape.Nkv, rows + 1 + shape.offset) > 0
-    else:
-        sees = np.ones_like(rows, bool)
-    if not np.isfinite(l).all():
-        r = int(np.argwhere(~np.isfinite(l))[0][0])
-        raise ExpOverflowError(
-            f"square_tiling(stable=False): the row sum of exp(S) overflowed in row {r0 + r}; "
-            "use stable=True")
-    bad = sees & (l <= 0)
-    if bad.any():
-        r = int(np.argwhere(bad)[0][0])
-        raise ExpOverflowError(
-            f"square_tiling(stable=False): every exp(S) of row {r0 + r} underflowed to 0 (logits "
-            f"below {math.log(np.finfo(l.dtype).tiny):.1f}); the output row would be lost: use "
-            "stable=True")
-
-
-def _normalise_literal(O: np.ndarray, l: np.ndarray, r0: int) -> None:
-    O /= np.where(l > 0, l, 1.0)[:, None]
-    if not np.isfinite(O).all():
-        r = int(np.argwhere(~np.isfinite(O))[0][0])
-        raise ExpOverflowError(f"square_tiling(stable=False): output row {r0 + r} is not finite; "
-                               "use stable=True")
 
 
 ALGORITHM = SquareTiling()

@@ -13,6 +13,8 @@ exceed that number.  The derivations are in ``docs/bounds.md``.
   ``pv_segment``, large cache; Theorem B, ``qkpv_pooled``, small cache);
 * :mod:`.levelled`: Theorem B′, ``qkpv_levelled``: Theorem B with a potential by level, its
   per-segment maxima certified offline and tabulated (M <= 4d²);
+* :mod:`.reread`: Theorem F, ``reread_cut``: the trivial reads and writes plus the values one
+  cut of the execution forces to be re-read or stored (large M, prefix masks);
 * :mod:`.exact`: the first explicit bounds (trivial; large and small cache, superseded by
   :mod:`.forward` but still valid);
 * :mod:`.asymptotic`: Saha & Ye's Θ/Ω statements (standard matmul, fast matmul over F_q, binary);
@@ -27,8 +29,8 @@ This package never names an algorithm: it bounds every schedule, and the tests h
 registered schedule to its explicit bounds.
 
 >>> [b.name for b in applicable(4096, 64, 65536)]  # doctest: +NORMALIZE_WHITESPACE
-['trivial', 'pv_segment', 'qkpv_pooled', 'qkpv_levelled', 'standard_matmul_large_cache',
- 'standard_matmul_small_cache', 'standard_matmul']
+['trivial', 'pv_segment', 'qkpv_pooled', 'qkpv_levelled', 'reread_cut',
+ 'standard_matmul_large_cache', 'standard_matmul_small_cache', 'standard_matmul']
 >>> best(applicable(4096, 64, 16384)).name
 'pv_segment'
 >>> best(applicable(4096, 256, 1024)).name
@@ -84,6 +86,7 @@ from .forward import (
 )
 from .levelled import qkpv_levelled, qkpv_levelled_for, qkpv_levelled_pairs
 from .matmul import matmul, matmul_cosma, matmul_potential, matmul_smith
+from .reread import reread_cut, reread_cut_for
 from .sparse import flash_block_sparse_for
 
 __all__ = [
@@ -117,6 +120,7 @@ __all__ = [
     "qkpv_pooled",
     "qkpv_pooled_pairs",
     "required_pairs",
+    "reread_cut",
     "seth_entry_threshold",
     "standard_matmul",
     "standard_matmul_large_cache",
@@ -130,7 +134,8 @@ def applicable_to(shape: Shape, M: int, *, q: int | None = None,
     """Every attention bound whose preconditions hold for the workload ``shape`` (all its heads).
 
     The explicit ones: :func:`trivial`, Theorems A (:func:`pv_segment`), B
-    (:func:`qkpv_pooled`) and B′ (:func:`qkpv_levelled`, tabulated for M <= 4d²), and the first-generation large- and small-cache bounds (superseded,
+    (:func:`qkpv_pooled`), B′ (:func:`qkpv_levelled`, tabulated for M <= 4d²) and F
+    (:func:`reread_cut`, prefix masks), and the first-generation large- and small-cache bounds (superseded,
     still valid); then Saha & Ye's asymptotic Θ form.  The score-counting bounds depend on the
     mask only through the required pairs and hold for grouped-query attention too (a product
     still needs its query row and key row); the trivial bound counts K and V once per key/value
@@ -143,7 +148,8 @@ def applicable_to(shape: Shape, M: int, *, q: int | None = None,
     """
     M = check_M(M)
     out = [trivial_for(shape), pv_segment_for(shape, M), qkpv_pooled_for(shape, M),
-           qkpv_levelled_for(shape, M), large_cache_for(shape, M), small_cache_for(shape, M), standard_matmul_for(shape, M)]
+           qkpv_levelled_for(shape, M), reread_cut_for(shape, M), large_cache_for(shape, M),
+           small_cache_for(shape, M), standard_matmul_for(shape, M)]
     if shape.block_mask is not None and shape.d <= M <= shape.Nq * shape.d:
         out.append(flash_block_sparse_for(shape, M))
     square = shape.Nkv == shape.Nq and not shape.causal and shape.block_mask is None

@@ -149,7 +149,7 @@ def backward_accum_value(P: int, d: int, M: int, K: int, mu: float) -> int:
 
 
 _D = PairsTheorem(
-    name="backward_accum", kind="potential", table="D", value=backward_accum_value,
+    name="backward_accum", kind="potential", table="D", value=backward_accum_value, fine=True,
     theorem="Theorem D: dV, dQ, dK products, potential on the accumulators (docs/bounds.md §10)",
     assumptions=BACKWARD_ASSUMPTIONS)
 

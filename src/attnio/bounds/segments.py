@@ -39,7 +39,8 @@ from .base import Bound, check_M, pairs_of, regime_of
 
 __all__ = ["FEW_SEGMENTS", "INFLATE", "K_FACTORS", "MORE_MEMORY_SEGMENTS", "Branch",
            "PairsTheorem", "more_memory", "more_memory_grid", "pooled_lambdas",
-           "potential_lambdas", "segments_bound", "sum_line_peak", "tabulated_best"]
+           "potential_lambdas", "segments_bound", "sum_line_peak", "tabulated_best",
+           "fine_best"]
 
 #: Every per-segment maximum is multiplied by this before it divides (rounding safety).
 INFLATE = 1.0 + 1e-9
@@ -235,6 +236,55 @@ FEW_SEGMENTS = 64
 K_FACTORS = (0.5, 0.7, 1.4, 2.0, 3.0)
 
 
+#: The fine few-segment search (:func:`fine_best`): multiples of the tabulated multiplier tried,
+#: segment lengths sampled per multiple (f·κ·M, f geometric in [FINE_F[0], FINE_F[1]]), and
+#: bisection steps on the right edge of the best one's tooth.
+FINE_MULTIPLIERS = (1.0, 0.8, 1.2)
+FINE_F = (0.35, 4.0)
+FINE_SAMPLES = 24
+FINE_BISECT = 12
+
+
+def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float,
+              best: tuple[int, int, float]) -> tuple[int, int, float]:
+    """``best`` improved by a wider search of (K, multiplier), for an execution of few segments.
+
+    ``value(K, q) = K·(h − 1)``, h the least number of segments the theorem allows: for fixed q
+    it is a sawtooth in K (each tooth one value of h − 1, rising linearly in K until h drops),
+    so the tabulated K, tuned for many segments, can sit low on a tooth.  This samples K over
+    ``FINE_F``·κ·M at each multiple of p in ``FINE_MULTIPLIERS``, then bisects for the largest K
+    on the best sample's tooth (same h − 1) below the next sample.  Every (K, q) gives a valid
+    bound (docs/bounds.md §12): the search only picks a tighter one, at a fixed number of
+    evaluations (O(1) in N)."""
+    lo, hi = FINE_F
+    fs = [lo * (hi / lo) ** (i / (FINE_SAMPLES - 1)) for i in range(FINE_SAMPLES)]
+    Ks = sorted({max(1, round(f * kappa * M)) for f in fs})
+    top = best
+    top_i = -1
+    for q in (m * p for m in FINE_MULTIPLIERS):
+        for i, K in enumerate(Ks):
+            v = value(K, q)
+            if v > top[0]:
+                top, top_i = (v, K, q), i
+    if top_i < 0:
+        return top
+    v, K, q = top
+    n = v // K  # h − 1 on this tooth
+    a, b = K, (Ks[top_i + 1] if top_i + 1 < len(Ks) else 2 * K)
+    for _ in range(FINE_BISECT):  # a: on the tooth (value(a) >= n·a); b: not known to be
+        if b - a <= 1:
+            break
+        c = (a + b) // 2
+        vc = value(c, q)
+        if vc >= n * c:
+            a = c
+            if vc > top[0]:
+                top = (vc, c, q)
+        else:
+            b = c
+    return top
+
+
 def tabulated_best(value: Callable[[int, float], int], M: int, kappa: float, p: float, *,
                    zero_too: bool, retry: bool = True) -> tuple[int, int, float]:
     """(value, K, multiplier): the largest ``value(K, multiplier)`` at the tabulated segment length
@@ -333,6 +383,9 @@ class PairsTheorem:
     value: Callable[[int, int, int, int, float], int]
     kind: Literal["potential", "pooled"]
     nu_max: float = 0.0  #: pooled: ν is capped at nu_max·d (the theorem needs ν below c·d)
+    #: with few segments, also :func:`fine_best`'s wider (K, multiplier) search at the M' chosen
+    #: (kind "potential" only: a pooled ν must stay below nu_max·d)
+    fine: bool = False
 
     def search(self, P: int, d: int, M: int, refine: bool = True) -> tuple[int, int, float]:
         """(value, K, multiplier) of the best of the few parameters tried at M itself (cached);
@@ -368,7 +421,12 @@ class PairsTheorem:
 def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, float, int]:
     if P == 0:
         return 0, 0, 0.0, M
-    return more_memory(lambda M2, refine: _search(theorem, P, d, M2, refine), M)
+    v, K, p, M2 = more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M)
+    if theorem.fine and K > 0 and v < FEW_SEGMENTS * K:  # at the M' chosen: a wider search
+        kappa, p0 = _tabulated(theorem, d, M2)
+        v, K, p = fine_best(lambda K2, q: theorem.value(P, d, M2, K2, q), M2, kappa, p0,
+                            (v, K, p))
+    return v, K, p, M2
 
 
 @functools.lru_cache(maxsize=4 * 4096)
@@ -376,15 +434,19 @@ def _search(theorem: PairsTheorem, P: int, d: int, M: int,
             refine: bool = True) -> tuple[int, int, float]:
     if P == 0:
         return 0, 0, 0.0
-    kappa, t = params.lookup(params.table(theorem.table), d * d / M)
+    kappa, p = _tabulated(theorem, d, M)
     potential = theorem.kind == "potential"
-    if potential:
-        p = t * max(math.sqrt(M), M / d)
-    else:
-        p = min(t * math.sqrt(M), theorem.nu_max * d)
 
     def value(K: int, q: float) -> int:
         return theorem.value(P, d, M, K, q)
 
     return tabulated_best(value, M, kappa, p, zero_too=potential,
                           retry=refine and (potential or M <= 16 * d * d))
+
+
+def _tabulated(theorem: PairsTheorem, d: int, M: int) -> tuple[float, float]:
+    """(κ, the multiplier) tabulated for the theorem at x = d²/M."""
+    kappa, t = params.lookup(params.table(theorem.table), d * d / M)
+    if theorem.kind == "potential":
+        return kappa, t * max(math.sqrt(M), M / d)
+    return kappa, min(t * math.sqrt(M), theorem.nu_max * d)

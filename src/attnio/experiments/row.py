@@ -37,7 +37,7 @@ from ..runner import certificate as _certificate
 from .grid import Config
 from .store import row_values
 
-__all__ = ["FORWARD_ONLY", "VERIFY_MAX_EVENTS", "bounds_for", "certificate", "certificate_columns",
+__all__ = ["FORWARD_ONLY", "VERIFY_MAX_EVENTS", "bounds_for", "certificate_columns", "count_certificate",
            "run_batch",
            "run_config", "skipped_row", "verify_columns"]
 
@@ -100,7 +100,7 @@ def certificate_columns(cert: Certificate, backward: Certificate | None = None, 
     return out
 
 
-def certificate(shape: Shape, M: int, total: int, backward_total: int | None = None, *,
+def count_certificate(shape: Shape, M: int, total: int, backward_total: int | None = None, *,
                 encoded: bool = False) -> dict[str, Any]:
     """The certificate columns of an exact count ``total`` (and ``backward_total``) on a
     workload, without a run: :func:`certificate_columns` of :func:`attnio.runner.certificate`."""
@@ -113,7 +113,7 @@ def certificate(shape: Shape, M: int, total: int, backward_total: int | None = N
 def bounds_for(cfg: Config) -> dict[str, dict[str, Any]]:
     """Lower bounds applicable to a configuration, ``{name: {value, theorem, explicit, ...}}``:
     :func:`attnio.bounds.applicable_to` (every bound whose preconditions hold)."""
-    return certificate(cfg.shape, cfg.M, 0)["bounds"]
+    return count_certificate(cfg.shape, cfg.M, 0)["bounds"]
 
 
 def _floor(shape: Shape) -> int:

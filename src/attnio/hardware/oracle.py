@@ -18,7 +18,7 @@ The search prunes with bounds before any replay and replays only the finalists:
    best time by more than the tie tolerance, or ``max_replays`` replays were spent (then the
    result says so: ``exhausted = False``).
 
-Configs within :data:`TIE` (1%) of each other share a rank: the model is no finer.  Splits are
+Configs within :data:`.ranking.TIE` (1%) of each other share a rank: the model is no finer.  Splits are
 searched where they can matter (up to four waves of CTAs, and the splits that make one KV
 head's share fit the L2); flash-attn's ``num_splits`` heuristic is not used here: :mod:`.kernels`
 transcribes it only to score flash-attn's choice next to the oracle's (docs/hardware.md).
@@ -32,7 +32,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,8 @@ from .feasibility import Feasibility, check
 from .kernels import KernelConfig, head_dim_rounded, named_config
 from .l2 import Replay, hbm_bound, read_floor, replay
 from .model import LIGHT_CTAS_PER_SM, Score, _scored, check_size, resolve, waves_of
-from .timing import RESOURCES, Params, Timing, evaluate, load_params, prepare
+from .ranking import TIE, TuneReport, explain, need, order_key, time_key, time_of
+from .timing import Params, Timing, evaluate, load_params, prepare
 from .traffic import (
     Traffic,
     build,
@@ -58,11 +59,9 @@ from .traffic import (
     work_coefficients,
 )
 
-__all__ = ["SPLITS", "TIE", "Bounds", "TuneReport", "best_splits", "bounds", "buildable",
-           "candidates", "explain", "ranks", "tune", "tune_report"]
+__all__ = ["SPLITS", "Bounds", "best_splits", "bounds", "buildable", "candidates", "tune",
+           "tune_report"]
 
-#: Relative difference under which two predicted times tie (share a rank).
-TIE = 0.01
 
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 _FAMILIES = ("fa3", "fa2", "splitkv", "fa2_bwd")
@@ -458,7 +457,7 @@ class _Search:
 
         t: Timing = calibrated(tr, self.dev, c.feas, rep, P, self.params)
         if c.determined:   # the bounds fix the time: keep it within them
-            t = dataclasses.replace(t, time_s=min(max(t.time_s, c.lb), _need(c.ub)))
+            t = dataclasses.replace(t, time_s=min(max(t.time_s, c.lb), need(c.ub)))
         s = _scored(self.dev, self.shape, c.cfg, c.feas, tr, rep, t)
         self.final[c.cfg] = s
         return s
@@ -494,7 +493,7 @@ class _Search:
             if c is None:
                 break
             if c.cfg in self.final or (c.geo, c.feas.ctas_per_sm) in self.replays:
-                known.append((c, _time(self.finish(c))))
+                known.append((c, time_of(self.finish(c))))
                 continue
             if self.upper(c) and not c.determined:
                 self.refine(c)
@@ -504,9 +503,9 @@ class _Search:
             if self.spent() >= self.max_replays:
                 exhausted = False
                 break
-            known.append((c, _time(self.finish(c))))
-        known.sort(key=lambda x: _key(x[1], x[0].cfg))
-        return sorted((self.finish(c) for c, _ in known[:top]), key=_order_key), exhausted
+            known.append((c, time_of(self.finish(c))))
+        known.sort(key=lambda x: time_key(x[1], x[0].cfg))
+        return sorted((self.finish(c) for c, _ in known[:top]), key=order_key), exhausted
 
     def rank(self, t: float) -> tuple[int, bool]:
         """1 + the feasible configs faster than ``t`` by more than :data:`TIE` (configs within
@@ -527,7 +526,7 @@ class _Search:
         better, exact = 0, True
         for c in sorted(todo, key=lambda c: c.lb):
             if c.cfg in self.final or (c.geo, c.feas.ctas_per_sm) in self.replays:
-                better += _time(self.finish(c)) < tol
+                better += time_of(self.finish(c)) < tol
             elif self.upper(c) < tol:
                 better += 1
             elif self._refined(c).lb >= tol:
@@ -539,7 +538,7 @@ class _Search:
             elif self.spent() < self.max_replays:   # only a replay can tell: a short one
                 s = self.finish(c, short=True)
                 exact = exact and not s.extrapolated
-                better += _time(s) < tol
+                better += time_of(s) < tol
             else:   # the midpoint of its bounds decides (an estimate)
                 exact = False
                 better += (c.lb + self.upper(c)) / 2 < tol
@@ -560,125 +559,6 @@ SHORT_REPLAY = 30_000
 #: Requests a finalist's replay may spend (past them, after its first wave, the rest of the
 #: waves are extrapolated, which the score says).
 FULL_REPLAY = 60_000
-
-
-def _need(x: float | None) -> float:
-    assert x is not None
-    return x
-
-
-def _time(s: Score) -> float:
-    """The predicted time of a scored (feasible) config."""
-    assert s.time_s is not None
-    return s.time_s
-
-
-def _round(time_s: float) -> float:
-    """A time to 3 significant figures (for display and ordering among ties)."""
-    return float(f"{time_s:.3g}") if math.isfinite(time_s) else time_s
-
-
-def _key(time_s: float, c: KernelConfig) -> tuple:
-    return (time_s, -c.stages, c.p != "regs", not c.overlap, -c.Bc)
-
-
-def _order_key(s: Score) -> tuple:
-    """Least time first; among equal times more stages, P in registers and overlap first, as
-    real kernels choose.  (Ranks treat times within :data:`TIE` as equal: :func:`ranks`.)"""
-    return _key(_time(s), s.config)
-
-
-def explain(named: Score, best: Score) -> str:
-    """Why the named kernel's config is slower (or not) than the oracle's, resource by
-    resource: the resource whose time differs most, and the limits that shape the choice."""
-    if not named.feasible:
-        return f"{named.config.short()} is infeasible: {named.why}"
-    if named.config == best.config:
-        return f"the oracle picks {named.config.label or 'the named kernel'}'s config itself"
-    t_named, t_best = _time(named), _time(best)
-    dt = t_named - t_best
-    rel = dt / t_best if t_best else 0.0
-    diffs = {r: named.alone.get(r, 0.0) - best.alone.get(r, 0.0) for r in RESOURCES}
-    r = max(diffs, key=lambda k: diffs[k])
-    lines = [f"{named.config.short()} ({named.config.label}) is predicted "
-             f"{t_named * 1e6:.1f} us, {rel:+.1%} against the oracle's "
-             f"{best.config.short()} ({t_best * 1e6:.1f} us)."]
-    if abs(rel) < 0.005:
-        lines.append("Within 0.5%: the model sees no material difference.")
-    words = {"hbm": "HBM traffic", "l2": "L2 bandwidth", "sm_port": "each SM's L2 port",
-             "smem": "shared-memory bandwidth", "tensor": "tensor-core time", "sfu":
-             "exponentials (SFU)", "latency": "memory latency (bytes in flight per CTA)"}
-    lines.append(
-        f"Largest difference: {words[r]}, {named.alone[r] * 1e6:.1f} us vs "
-        f"{best.alone[r] * 1e6:.1f} us alone (named kernel bound by {named.bound_by}, oracle "
-        f"by {best.bound_by}; waves {named.waves} vs {best.waves}).")
-    if r == "tensor" and named.flops and best.flops and named.flops != best.flops:
-        lines.append(f"Executed tensor FLOPs differ ({named.flops:.3g} vs {best.flops:.3g}): "
-                     "tile padding at the sequence end and on the causal diagonal.")
-    if r == "hbm":
-        lines.append(f"HBM bytes {named.hbm_bytes:,} vs {best.hbm_bytes:,} (compulsory "
-                     f"{best.compulsory_bytes:,}).")
-    lines.append(f"Limits: named {named.smem_bytes:,}/{named.smem_limit_bytes:,} B shared "
-                 f"memory, {named.regs_per_thread}/{named.regs_limit} registers; oracle "
-                 f"{best.smem_bytes:,}/{best.smem_limit_bytes:,} B, "
-                 f"{best.regs_per_thread}/{best.regs_limit}.")
-    return " ".join(lines)
-
-
-@dataclass
-class TuneReport:
-    """What :func:`tune_report` found: the best configs (scored), the named kernel's config
-    scored and ranked among the feasible ones, and why the two differ.  ``str()`` gives the
-    table ``attnio gpu tune`` prints."""
-
-    device: str
-    shape: Shape
-    algorithm: str
-    dtype: str
-    best: list[Score]
-    named: Score | None
-    named_rank: int | None          # 1 = best; configs within TIE share a rank
-    feasible: int
-    searched: int
-    replays: int
-    exhausted: bool                 # False: stopped at max_replays (ranks past it by bound)
-    why: str | None
-    seconds: float
-    bounds: list[tuple[float, KernelConfig]] = field(default_factory=list, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "workload": self.shape.describe(),
-                "algorithm": self.algorithm, "dtype": self.dtype,
-                "best": [s.to_dict() for s in self.best],
-                "named": None if self.named is None else self.named.to_dict(),
-                "named_rank": self.named_rank, "feasible": self.feasible,
-                "searched": self.searched, "replays": self.replays,
-                "exhausted": self.exhausted, "why": self.why, "seconds": self.seconds}
-
-    def __str__(self) -> str:
-        head = (f"{self.device}  {self.shape.describe()}  {self.dtype}  family "
-                f"{self.algorithm}: {self.feasible:,} feasible of {self.searched:,} configs, "
-                f"{self.replays} L2 replays, {self.seconds:.2f} s")
-        if not self.exhausted:
-            head += (" (replay budget spent: the ranks past it are estimates from the bounds or "
-                     "short replays)")
-        lines = [head]
-        lines += [f"  {r:>2}. {s.line()}" for r, s in zip(ranks(self.best), self.best)]
-        if self.named is not None:
-            rank = (f"rank {self.named_rank} of {self.feasible:,}" if self.named_rank
-                    else "infeasible")
-            lines.append(f"  named: {self.named.line()}  [{rank}]")
-            lines.append(f"  why: {self.why}")
-        return "\n".join(lines)
-
-    __repr__ = __str__
-
-
-def ranks(scores: list[Score]) -> list[int]:
-    """Ranks of scored configs: 1 + the configs faster by more than :data:`TIE` (so configs
-    within 1% of each other share a rank)."""
-    ts = [_time(s) for s in scores]
-    return [1 + sum(u < t * (1 - TIE) for u in ts) for t in ts]
 
 
 @dataclass(frozen=True)
@@ -733,7 +613,7 @@ def _named(s: _Search, kernel: str | None, alg: str) -> tuple[Score | None, int 
         return _infeasible(dev, shape, ncfg, f, compulsory_bytes(ncfg, shape)), None, True
     c = s.bounds.get(ncfg) or s.bound(ncfg, f)
     named = s.finish(c)
-    rank, exact = s.rank(_time(named))
+    rank, exact = s.rank(time_of(named))
     return named, rank, exact
 
 

@@ -1,0 +1,542 @@
+"""Stream tiling: square tiling's two blocked matmuls with Smith & van de Geijn's word streaming
+(arXiv 1702.02017), the softmax formed online in the second phase with one word per row.
+
+The small-cache regime (M < d²/4) writes the scores once and treats Q·Kᵀ and P·V as two blocked
+matmuls (:mod:`~attnio.algorithms.square_tiling`).  There each phase holds three tiles (the product
+tile and one slab of each operand), and Phase 1 holds the running row max and sum besides.  Smith
+& van de Geijn's matmul schedule holds the product tile, one column of one operand, and streams
+the other operand one word at a time: footprint ``ab + a + 1`` for an a x b tile, about
+2·mnk/√M words moved.  Here both phases are streamed, and the per-row state is put where it costs
+least:
+
+* Phase 1 writes the **raw** (scaled) scores a row sees, and keeps no row state at all;
+* Phase 2 forms the softmax **online** with **one word per row**, the running log-sum-exp g: the
+  output tile is kept normalised (a convex combination of the value rows seen), and each new
+  score s enters with weight ``β = 1/(1 + e^(g - s))``: ``O <- O - β·O + β·v``,
+  ``g <- logaddexp(g, s)``.  No maximum, no row sum, no log-sum-exp is written or read.
+
+Schedule (a row "sees" keys [0, hi_r): all of them unmasked; ``hi_r = clip(r + 1 + Nkv - Nq, 0,
+Nkv)`` bottom-right causal, ``clip(r + 1, 0, Nkv)`` top-left)::
+
+    Phase 1  for each query block i (Br rows), each key block j (Bc keys) some row of i sees:
+                 the tile, held as its visible lines (zero)          (<= Br x Bc words)
+                 (only the rows of i that see a key of j, and the keys of j some row sees)
+                 order "tile", Br <= Bc:  for l in 1..d: load Q[i, l] (<= Br words, a column)
+                                              for each key c of j: load K[c, l] (1 word)
+                                                  column c (the rows that see c) += scale·Q[., l]·K[c, l]
+                 order "tile", Br > Bc:   for l in 1..d: load K[j, l] (<= Bc words, a column)
+                                              for each row r of i: load Q[r, l] (1 word)
+                                                  row r (the keys of j it sees) += scale·K[., l]·Q[r, l]
+                 order "row":   Q_i (its rows that see a key) loaded once per query block;
+                                for each key c of j, l in 1..d: load K[c, l] (1 word)
+                                    column c += scale · Q_i[., l] · K[c, l]
+                 write each line where it lies in A (the scores the rows see, nothing else)
+    Phase 2  for each query block i (Br2 rows), each output slice c (Bd2 columns):
+                 O = 0 (Br2 x Bd2), g = -inf (Br2)
+                 for each key k that some row of the block sees (rows [top_k, Br2) see it):
+                     Bd2 <= Br2: load V[k, c] (Bd2 words); for each row r that sees k:
+                                 load A[r, k] (1 word); online step of row r; O[r] += β·V[k, c]
+                     Bd2 > Br2:  load A[top_k:, k] (a score column); online step of those rows;
+                                 for each column u of c: load V[k, u] (1 word), O[:, u] += β·V[k, u]
+                 write O
+
+A causal mask therefore skips every tile no row sees in Phase 1, reads in a tile only the Q rows
+and K keys that meet a visible score, writes exactly the Σ_r hi_r scores the rows see, and
+Phase 2 reads exactly those, once per output slice.
+
+Fast memory (a = min(Br, Nq), b = min(Bc, Nkv), a' = min(Br2, Nq), c = min(Bd2, d))::
+
+    Phase 1   a·b + min(a, b) + 1      (order "tile": the tile, one column, one word)
+              a·d + a·b + 1            (order "row": Q_i, the tile, one word)
+    Phase 2   a'·c + min(a', c) + a' + 1       (the O tile, a V row chunk or a score column,
+                                                one word, g)
+    footprint = max(Phase 1, Phase 2);  the least M is 4 (every side 1).
+
+Square tiling with the score spill holds ``ab + Bd·(a + b) + 2a`` (Phase 1: m and l) and
+``a'c + Bk2·(a' + c) + a'`` (Phase 2: g); at Bd = Bk2 = 1 the streamed phases hold
+``3a + b - min(a, b) - 1`` and ``max(a', c) - 1`` fewer words, and move ``Nq + T_d·Nq`` fewer (no
+log-sum-exp written or read).  At N = 300, d = 40, M = 200 the least count takes 12 x 15 score
+tiles (193 words; 1/Br + 1/Bc = 0.150 against 2/√M = 0.141) where square tiling takes 10 x 15
+(195 words with its slabs and row state; 0.167).
+
+Closed form (exact; ``tests/test_stream_tiling.py``).  Query block i (Br rows in Phase 1, Br2 in
+Phase 2) sees keys ``[0, hi_i)`` (hi of its last row).  A Phase-1 tile (i, j) is computed iff some
+row of i sees a key of j; it reads, once per head-dimension index, the rows of i that see key j's
+first key and the keys of j below hi_i, and writes the scores its rows see.  Over the tiles, the
+K words read are the keys each query block sees, ``d·Σ_i hi_i``; the Q words are, per key block j,
+the rows that see its first key, ``d·R`` with ``R = Σ_j q_j`` (``q_j = Nq - clip(c0_j - off, 0,
+Nq)``, :func:`attnio.core.masks.key_block_sums` with single rows); order "row" reads each row
+that sees a key once, ``d·(Nq - z)``, z = the rows that see none.  Phase-2 block i' reads, per
+output slice, every score its rows see once, and every word of ``V[0:hi'_i]`` once over the
+T_d = ⌈d/Bd2⌉ slices.  With ``H = Σ_r hi_r`` (Nq·Nkv unmasked)::
+
+    Phase 1 reads   d·R + d·Σ_i hi_i                  order "tile"
+                    d·(Nq - z) + d·Σ_i hi_i           order "row"
+    Phase 1 writes  H
+    Phase 2 reads   T_d·H + d·Σ_i' hi'_i
+    Phase 2 writes  Nq·d
+
+Unmasked (Nq x Nkv): ``⌈Nkv/Bc⌉·Nq·d + ⌈Nq/Br⌉·Nkv·d + Nq·Nkv`` (order "tile") and
+``T_d·Nq·Nkv + ⌈Nq/Br2⌉·Nkv·d + Nq·d``: with every side √M, ``4·Nq·Nkv·d/√M + Nq·Nkv + Nq·d``,
+the two blocked matmuls' ideal.  The sums are O(log N) (:func:`attnio.core.masks.covered_sums`;
+H is its sum over blocks of one row).  Heads are independent: the count of one head times
+``batch·heads`` (grouped-query attention shares no tile).  Count mode is bulk unmasked; with a
+mask it walks each query block and the tiles and keys its diagonal crosses (``count_walk``).
+
+Tiling.  The phases are not coupled (Phase 2 needs no Phase-1 block size), so each is searched by
+itself and the best three of each are combined.  Candidates: for each side on a geometric ladder
+(:func:`attnio.algorithms.square_tiling._ladder`) the largest other side that fits (in closed
+form), then the first side grown back to the most that fits, each also snapped down to the least
+size with the same number of blocks; order "row" with the fewest query blocks and a few more;
+with a mask, row blocks that meet the diagonal where it enters (z, z/2, z/3, z/4 for the z rows
+that see no key); every side within a factor 2 of √M with the largest other side (at most 96).
+All are scored exactly, O(log N) each with a mask, except the near-√M band, of which the 8 of
+least unmasked count are: a cold causal plan at N = 10⁹ spends about 1 ms here.  Measured: the
+least closed form over every tiling on 750 random tiny shapes (Nq, Nkv <= 14, d <= 6, both masks;
+the test allows 5% with a mask), and no worse than a dense search of both phases (every Br and
+Br2 with the largest other side, and a few smaller ones) on 40 held-out shapes.
+
+>>> import numpy as np, attnio
+>>> rng = np.random.default_rng(0)
+>>> Q, K, V = (rng.standard_normal((30, 8)) for _ in range(3))
+>>> r = attnio.run("stream_tiling", Q, K, V, M=60, causal=True)
+>>> bool(np.abs(r.output - attnio.reference.attention(Q, K, V, causal=True)).max() < 1e-12)
+True
+>>> ALGORITHM.predicted_io((30, 8), 60, causal=True, tiling=r.tiling).total == r.io.total
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core import masks
+from ..core.errors import ParameterError
+from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, cdiv, kv_visible_hi
+from .base import Algorithm
+from .square_tiling import _ladder
+
+__all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
+
+ORDERS = ("tile", "row")
+_OFFER = 3  # best of each phase combined into the candidate tilings
+_BAND = 8  # sides near √M scored exactly with a mask (ranked by the unmasked count)
+
+
+@dataclass(frozen=True)
+class StreamTilingTiling:
+    """Phase 1: score tiles Br x Bc (``order`` "tile": one column held, the other operand
+    streamed; "row": Q_i resident, K streamed); Phase 2: output tiles Br2 x Bd2."""
+
+    Br: int
+    Bc: int
+    Br2: int
+    Bd2: int
+    order: str = "tile"
+
+
+def _fp1(d: int, a: int, b: int, order: str) -> int:
+    if order == "row":
+        return a * d + a * b + 1
+    return a * b + min(a, b) + 1
+
+
+def _fp2(a: int, c: int) -> int:
+    return a * c + min(a, c) + a + 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _sums(Nq: int, Nkv: int, B: int, S: int, off: int) -> masks.BlockSums:
+    """:func:`masks.covered_sums` of the B-row blocks against S-key blocks (causal), cached: the
+    search scores the same (B, S) pairs again when it combines the phases."""
+    return masks.covered_sums(Nq, Nkv, B, S, off)
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_sums(Nq: int, Nkv: int, Bc: int, off: int) -> masks.BlockSums:
+    """:func:`masks.key_block_sums` of the Bc-key blocks against single rows: ``width`` is
+    Σ_j (the rows that see key block j's first key), O(log N), cached."""
+    return masks.key_block_sums(Nq, Nkv, 1, Bc, off)
+
+
+def _seen(shape: Shape) -> int:
+    """Σ_r hi_r: the scores the rows see (Nq·Nkv unmasked), O(log N)."""
+    if not shape.causal:
+        return shape.Nq * shape.Nkv
+    return _sums(shape.Nq, shape.Nkv, 1, 1, shape.offset).size_width
+
+
+def _phase1(shape: Shape, Br: int, Bc: int, order: str) -> IOCount:
+    d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+    if not shape.causal:
+        q = Nq * d if order == "row" else cdiv(Nkv, Bc) * Nq * d
+        return IOCount(q + cdiv(Nq, Br) * Nkv * d, Nq * Nkv)
+    if order == "row":  # the rows that see a key, once
+        q = Nq - max(0, min(Nq, -shape.offset))
+    else:  # per key block, the rows that see its first key
+        q = _key_sums(Nq, Nkv, Bc, shape.offset).width
+    k = _sums(Nq, Nkv, Br, 1, shape.offset).width  # per query block, the keys it sees
+    return IOCount((q + k) * d, _seen(shape))
+
+
+def _phase2(shape: Shape, Br2: int, Bd2: int) -> IOCount:
+    d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+    Td = cdiv(d, Bd2)
+    if not shape.causal:
+        return IOCount(Td * Nq * Nkv + cdiv(Nq, Br2) * Nkv * d, Nq * d)
+    s = _sums(Nq, Nkv, Br2, 1, shape.offset)  # width-1 slices: w_i = hi_i
+    return IOCount(Td * _seen(shape) + d * s.width, Nq * d)
+
+
+def _max1(M: int, x: int) -> int:
+    """The largest y with ``_fp1(·, x, y, "tile") = xy + min(x, y) + 1 <= M`` (symmetric)."""
+    y = (M - 1 - x) // x  # y >= x
+    return y if y >= x else (M - 1) // (x + 1)  # else y < x
+
+
+def _cols2(M: int, a: int) -> int:
+    """The largest c with ``_fp2(a, c) <= M``."""
+    c = (M - 1 - 2 * a) // a  # c >= a
+    return c if c >= a else (M - 1 - a) // (a + 1)  # else c < a
+
+
+def _rows2(M: int, c: int) -> int:
+    """The largest a with ``_fp2(a, c) <= M``."""
+    a = (M - 1 - c) // (c + 1)  # a > c
+    return a if a > c else min(c, (M - 1) // (c + 2))  # else a <= c
+
+
+def _pairs(X: int, Y: int, M: int, ymax: Callable[[int], int],
+           xmax: Callable[[int], int]) -> set[tuple[int, int]]:
+    """(x, y) pairs worth scoring, x in [1, X] and y in [1, Y]: for each x on a geometric ladder
+    (:func:`attnio.algorithms.square_tiling._ladder`) the largest y that fits (``ymax``), then the largest x for that y; the same from the sides of y;
+    each also snapped down to the least size with as many blocks.  A side below a quarter of
+    min(X, Y, √M) is skipped (the count falls with 1/x + 1/y at x·y ≈ M: such a tile is never
+    the least, and the other pass reaches the clamped sides).  O(log M) pairs."""
+    out: set[tuple[int, int]] = set()
+    floor = max(1, min(X, Y, math.isqrt(M)) // 4)
+    for x in _ladder(X, M):
+        y = min(Y, ymax(x))
+        if min(x, y) >= floor:
+            out.update((x, v) for v in (y, cdiv(Y, cdiv(Y, y))))
+            x2 = min(X, xmax(y))  # the other side grown back to the most that fits
+            out.update((v, y) for v in (x2, cdiv(X, cdiv(X, x2))))
+    for y in _ladder(Y, M):
+        x = min(X, xmax(y))
+        if min(x, y) >= floor:
+            out.update((v, y) for v in (x, cdiv(X, cdiv(X, x))))
+            y2 = min(Y, ymax(x))
+            out.update((x, v) for v in (y2, cdiv(Y, cdiv(Y, y2))))
+    return out
+
+
+def _band(X: int, Y: int, M: int, ymax: Callable[[int], int]) -> set[tuple[int, int]]:
+    """Every x in [√M/2, 2√M] ∩ [1, X] (at most 96 of them: a step of √M/48 beyond), with the
+    largest y <= Y that fits and that y snapped down to as many blocks: where the least count
+    lies (1/x + 1/y at x·y ≈ M), between the ladder's rungs."""
+    r = math.isqrt(M)
+    out: set[tuple[int, int]] = set()
+    for x in range(max(1, r // 2), min(X, 2 * r) + 1, max(1, r // 48)):
+        y = min(Y, ymax(x))
+        if y >= 1:
+            out.update((x, v) for v in (y, cdiv(Y, cdiv(Y, y))))
+    return out
+
+
+def _rows(shape: Shape, amax: int) -> set[int]:
+    """Row-block sizes up to ``amax`` worth scoring besides the ladder: the fewest blocks and a
+    few more, and with a mask the sizes whose blocks meet the diagonal where it enters (the z
+    rows that see no key, z/2, z/3, z/4: a block then holds no row that sees nothing)."""
+    if amax < 1:
+        return set()
+    Nq = shape.Nq
+    t0 = cdiv(Nq, amax)
+    out = {cdiv(Nq, t) for t in range(t0, min(Nq, t0 + 3) + 1)}
+    if shape.causal:
+        z = max(0, min(Nq, -shape.offset))
+        out |= {z // k for k in range(1, 5) if 1 <= z // k <= amax}
+    return out
+
+
+class StreamTiling(Algorithm[StreamTilingTiling]):
+    name = "stream_tiling"
+    summary = ("square tiling with word streaming (Smith & van de Geijn): raw scores written once, "
+               "the softmax formed online in P·V; least footprint per tile")
+    Tiling = StreamTilingTiling
+
+    def footprint(self, shape: Shape, tiling: StreamTilingTiling) -> int:
+        t = tiling
+        a, b = min(t.Br, shape.Nq), min(t.Bc, shape.Nkv)
+        a2, c = min(t.Br2, shape.Nq), min(t.Bd2, shape.d)
+        return max(_fp1(shape.d, a, b, t.order), _fp2(a2, c))
+
+    def min_M(self, shape: Shape) -> int:
+        return _fp2(1, 1)
+
+    def validate_tiling(self, shape: Shape, tiling: StreamTilingTiling) -> None:
+        super().validate_tiling(shape, tiling)
+        if tiling.order not in ORDERS:
+            raise ParameterError(f"tiling.order must be one of {ORDERS}, got {tiling.order!r}",
+                                 param="tiling")
+
+    def steps(self, shape: Shape, tiling: StreamTilingTiling) -> int:
+        t = tiling
+        return (cdiv(shape.Nq, t.Br) * cdiv(shape.Nkv, t.Bc)
+                + cdiv(shape.Nq, t.Br2) * cdiv(shape.d, t.Bd2))
+
+    def _predict(self, shape: Shape, tiling: StreamTilingTiling) -> IOCount:
+        t = tiling
+        return _phase1(shape, t.Br, t.Bc, t.order) + _phase2(shape, t.Br2, t.Bd2)
+
+    # ------------------------------------------------------------------ tilings
+    @staticmethod
+    def _best(shape: Shape, cands: Iterable[tuple[int, ...]], band: Iterable[tuple[int, ...]],
+              count: Callable[[Shape, tuple[int, ...]], int],
+              steps: Callable[[tuple[int, ...]], int]) -> list[tuple[int, ...]]:
+        """The _OFFER best by (exact count, steps) of ``cands`` and of the _BAND best of ``band``
+        by the O(1) unmasked count (all of ``band`` unmasked)."""
+        band = set(band)
+        if shape.causal:
+            plain = shape.unmasked()
+            band = set(sorted(band, key=lambda c: (count(plain, c), c))[:_BAND])
+        return sorted(set(cands) | band, key=lambda c: (count(shape, c), steps(c), c))[:_OFFER]
+
+    def _phase1_candidates(self, shape: Shape, M: int) -> list[tuple[int, ...]]:
+        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+        cands: list[tuple[int, ...]] = [
+            (a, b, 0) for a, b in _pairs(Nq, Nkv, M, functools.partial(_max1, M),
+                                         functools.partial(_max1, M))]
+        for a in _rows(shape, min(Nq, (M - 1) // (d + 1))):  # order "row": a·d + a·b + 1 <= M
+            cands += [(a, 1, 1), (a, min(Nkv, (M - 1 - a * d) // a), 1)]
+        if shape.causal:  # row blocks that meet the diagonal where it enters
+            cands += [(a, min(Nkv, _max1(M, a)), 0) for a in _rows(shape, Nq) if _max1(M, a) >= 1]
+        band = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1, M))]
+        return self._best(shape, cands, band,
+                          lambda s, c: _phase1(s, c[0], c[1], ORDERS[c[2]]).total,
+                          lambda c: cdiv(Nq, c[0]) * cdiv(Nkv, c[1]))
+
+    def _phase2_candidates(self, shape: Shape, M: int) -> list[tuple[int, ...]]:
+        d, Nq = shape.d, shape.Nq
+        cands = _pairs(Nq, d, M, functools.partial(_cols2, M), functools.partial(_rows2, M))
+        if shape.causal:
+            cands |= {(a, min(d, _cols2(M, a))) for a in _rows(shape, Nq) if _cols2(M, a) >= 1}
+        band = _band(Nq, d, M, functools.partial(_cols2, M))
+        band |= {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))}
+        return self._best(shape, cands, band, lambda s, c: _phase2(s, c[0], c[1]).total,
+                          lambda c: cdiv(Nq, c[0]) * cdiv(d, c[1]))
+
+    def candidate_tilings(self, shape: Shape, M: int) -> list[StreamTilingTiling]:
+        """The best few of each phase (scored by themselves: the phases are not coupled),
+        combined; empty when M < min_M."""
+        if M < self.min_M(shape):
+            return []
+        p2 = self._phase2_candidates(shape, M)
+        return [StreamTilingTiling(br, bc, br2, bd2, ORDERS[o])
+                for br, bc, o in self._phase1_candidates(shape, M) for br2, bd2 in p2]
+
+    def count_walk(self, shape: Shape, tiling: StreamTilingTiling) -> int:
+        """With a mask, count mode walks every query block, the tiles and keys its diagonal
+        crosses (the words written and read there depend on the position): about
+        ``Tr·(⌈Br/Bc⌉ + 2) + Tr2·T_d·(Br2 + 1)`` blocks; none without."""
+        if not shape.causal:
+            return 0
+        t = tiling
+        Tr, Tr2, Td = cdiv(shape.Nq, t.Br), cdiv(shape.Nq, t.Br2), cdiv(shape.d, t.Bd2)
+        return Tr * (cdiv(t.Br, t.Bc) + 2) + Tr2 * Td * (min(t.Br2, shape.Nq) + 1)
+
+    # ------------------------------------------------------------------ the schedule
+    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                 O: SlowArray, *, shape: Shape, tiling: StreamTilingTiling, scale: float) -> None:
+        A = mem.scratch("A", (shape.Nq, shape.Nkv))  # the raw (scaled) scores a row sees
+        self._scores(mem, Q, K, A, shape, tiling, scale)
+        self._outputs(mem, A, V, O, shape, tiling)
+
+    def _scores(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray,
+                shape: Shape, t: StreamTilingTiling, scale: float) -> None:
+        """Phase 1.  Key blocks that every row of the query block sees entirely (the keys before
+        its first row's end) are alike; those the diagonal crosses, and a short last one, are
+        walked one by one.  Order "row" loads the rows of Q_i that see a key."""
+        z = max(0, min(shape.Nq, -shape.offset)) if shape.causal else 0  # rows that see nothing
+        for ib in mem.blocks(shape.Nq, t.Br, uniform=not shape.causal):
+            hi = kv_visible_hi(shape, ib.stop)
+            full = kv_visible_hi(shape, ib.start + 1) // t.Bc * t.Bc
+            Qi = (mem.load(Q, slice(max(ib.start, z), ib.stop), label="Q_i")
+                  if (t.order == "row" and hi > 0) else None)
+            for jb in mem.blocks(shape.Nkv, t.Bc, hi=full):
+                self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
+            for jb in mem.blocks(shape.Nkv, t.Bc, lo=full, hi=hi, uniform=False):
+                self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
+            if Qi is not None:
+                mem.free(Qi)
+
+    @staticmethod
+    def _tile(mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray, Qi: FastTile | None,
+              ib: Block, jb: Block, hi: int, shape: Shape, t: StreamTilingTiling,
+              scale: float) -> None:
+        """One score tile, held as its visible lines: a column per key (the rows that see it,
+        a suffix of the block) or, with a K column held, a row per query (the keys it sees, a
+        prefix); each line written where it lies in A.  Only the rows that see a key of the
+        tile, ``[r_lo, r1)``, and the keys some row sees, ``[c0, c_hi)``, are read."""
+        d, r0, r1, c0 = shape.d, ib.start, ib.stop, jb.start
+        c_hi = min(jb.stop, hi)
+        r_lo = max(r0, min(r1, c0 - shape.offset)) if shape.causal else r0
+        by_rows = Qi is None and min(t.Br, shape.Nq) > min(t.Bc, shape.Nkv)  # a K column held
+        if by_rows:
+            lens = [min(c_hi, kv_visible_hi(shape, r + 1)) - c0 for r in range(r_lo, r1)]
+        else:
+            lens = [r1 - max(r_lo, min(r1, c - shape.offset)) if shape.causal else r1 - r0
+                    for c in range(c0, c_hi)]
+        lines = [mem.alloc((1, n) if by_rows else (n, 1), 0.0, label="S_line") if n > 0 else None
+                 for n in lens]
+        for lb in mem.blocks(d, 1):
+            if by_rows:
+                k = mem.load(K, slice(c0, c_hi), lb, label="K_jl")
+                for rc in mem.blocks(r1 - r_lo, 1):
+                    w = mem.load(Q, r_lo + rc.start, lb, label="q_rl")
+                    line = lines[rc.start]
+                    if line is not None:
+                        mem.compute(_row_update(scale), line, k, w, writes=1)
+                    mem.free(w)
+                mem.free(k)
+                continue
+            q = Qi if Qi is not None else mem.load(Q, slice(r_lo, r1), lb, label="Q_il")
+            col = lb.start if Qi is not None else 0
+            for kc in mem.blocks(c_hi - c0, 1):
+                w = mem.load(K, c0 + kc.start, lb, label="k_cl")
+                line = lines[kc.start]
+                if line is not None:
+                    mem.compute(_column_update(scale, col), line, q, w, writes=1)
+                mem.free(w)
+            if Qi is None:
+                mem.free(q)
+        for x, line in enumerate(lines):
+            if line is None:
+                continue
+            if by_rows:
+                mem.store(line, A, r_lo + x, slice(c0, c0 + lens[x]))
+            else:
+                mem.store(line, A, slice(r1 - lens[x], r1), c0 + x)
+            mem.free(line)
+
+    def _outputs(self, mem: TwoLevelMemory, A: SlowArray, V: SlowArray, O: SlowArray,
+                 shape: Shape, t: StreamTilingTiling) -> None:
+        """Phase 2.  Keys every row of the block sees (before its first row's end, ``h0``) are
+        alike; each key after it is seen by a suffix of the rows, walked one by one."""
+        for ib in mem.blocks(shape.Nq, t.Br2, uniform=not shape.causal):
+            hi = kv_visible_hi(shape, ib.stop)
+            h0 = kv_visible_hi(shape, ib.start + 1)
+            for db in mem.blocks(shape.d, t.Bd2):
+                Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
+                if hi == 0:  # no row of the block sees a key: its output is 0
+                    mem.store(Oc, O, ib, db)
+                    mem.free(Oc)
+                    continue
+                g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
+                acc = (Oc, g)
+                for kb in mem.blocks(shape.Nkv, 1, hi=h0):
+                    self._key(mem, A, V, acc, ib, kb, db, 0, t, shape)
+                for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
+                    top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size) see it
+                    self._key(mem, A, V, acc, ib, kb, db, top, t, shape)
+                mem.store(Oc, O, ib, db)  # normalised all along
+                mem.free(Oc, g)
+
+    @staticmethod
+    def _key(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, acc: tuple[FastTile, ...],
+             ib: Block, kb: Block, db: Block, top: int, t: StreamTilingTiling,
+             shape: Shape) -> None:
+        """Key kb into the output tile, for its rows [top, size): with a V row chunk held, their
+        scores streamed one word at a time; else their score column held and the V words of the
+        chunk streamed.  Rows [0, top) take the key with weight 0, as a dense P·V does (so a
+        non-finite value reaches them as it reaches the reference's rows; no word moves)."""
+        r0 = ib.start + top
+        if min(t.Bd2, shape.d) <= min(t.Br2, shape.Nq):
+            v = mem.load(V, kb, db, label="V_kc")
+            for rc in mem.blocks(ib.size - top, 1):
+                w = mem.load(A, r0 + rc.start, kb, label="a_rk")
+                mem.compute(_row_step(top + rc.start), *acc, w, v, writes=2)
+                mem.free(w)
+            if top:
+                mem.compute(_zero_weight(top), acc[0], v, writes=1)
+            mem.free(v)
+            return
+        s = mem.load(A, slice(r0, ib.stop), kb, label="A_ik")
+        mem.compute(_column_step(top), s, *acc, writes=3)
+        for cc in mem.blocks(db.size, 1):
+            w = mem.load(V, kb, db.start + cc.start, label="v_ku")
+            mem.compute(_add_column(cc.start, top), acc[0], s, w, writes=1)
+            mem.free(w)
+        mem.free(s)
+
+
+# ---------------------------------------------------------------------- word arithmetic
+def _column_update(scale: float, col: int) -> Callable[..., None]:
+    """A score column (the last h rows of the block) += scale · q[-h:, col] · w."""
+    def fn(s: np.ndarray, q: np.ndarray, w: np.ndarray) -> None:
+        s[:, 0] += scale * q[q.shape[0] - s.shape[0]:, col] * w[0, 0]
+    return fn
+
+
+def _row_update(scale: float) -> Callable[..., None]:
+    """A score row (the first n keys of the block) += scale · k[:n] · w."""
+    def fn(s: np.ndarray, k: np.ndarray, w: np.ndarray) -> None:
+        s[0, :] += scale * k[:s.shape[1], 0] * w[0, 0]
+    return fn
+
+
+def _online(s: np.ndarray, g: np.ndarray, O: np.ndarray) -> None:
+    """Rows that each take one visible (finite) score ``s``: the new key's weight among the
+    keys seen so far, ``β = e^s / (e^g + e^s) = 1 / (1 + e^(g - s))`` (1 for a row that has seen
+    nothing: g = -inf), the running log-sum-exp ``g <- logaddexp(g, s)``, and the normalised
+    accumulator ``O <- O - β·O`` (the caller adds ``β·v``); ``s`` becomes β.  O stays a convex
+    combination of value rows (within max |V|, finite near the largest float), and β as a
+    logistic of the score gap (not e^(s - g') with a rounded g') keeps the weights summing to 1:
+    float32 runs stay within twice the naive softmax's error (``tests/test_numerics.py``)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # non-finite inputs propagate quietly
+        beta = 1.0 / (1.0 + np.exp(g - s))
+        g[:] = np.logaddexp(g, s)
+        O -= beta[:, None] * O
+    s[:] = beta
+
+
+def _column_step(top: int) -> Callable[..., None]:
+    """A key's score column for rows [top, size) of the tile (all of which see it)."""
+    def fn(s: np.ndarray, O: np.ndarray, g: np.ndarray) -> None:
+        _online(s[:, 0], g[top:], O[top:])
+    return fn
+
+
+def _add_column(u: int, top: int) -> Callable[..., None]:
+    """O[top:, u] += p·w: the weight column p (held) times one streamed V word (rows above top,
+    which do not see the key: weight 0)."""
+    def fn(O: np.ndarray, p: np.ndarray, w: np.ndarray) -> None:
+        O[top:, u] += p[:, 0] * w[0, 0]
+        if top:
+            O[:top, u] += 0.0 * w[0, 0]
+    return fn
+
+
+def _zero_weight(top: int) -> Callable[..., None]:
+    """O[:top] += 0·v: the rows that do not see the key take it with weight 0."""
+    def fn(O: np.ndarray, v: np.ndarray) -> None:
+        O[:top] += 0.0 * v[0]
+    return fn
+
+
+def _row_step(r: int) -> Callable[..., None]:
+    """Row r of the tile takes one score it sees (the word w): the online step, then
+    O[r] += p·v (v the held V row chunk)."""
+    def fn(O: np.ndarray, g: np.ndarray, w: np.ndarray, v: np.ndarray) -> None:
+        p = w.reshape(1).copy()  # a register
+        _online(p, g[r:r + 1], O[r:r + 1])
+        O[r] += p[0] * v[0]
+    return fn
+
+
+ALGORITHM = StreamTiling()

@@ -1,0 +1,220 @@
+"""Theorem F (docs/bounds.md §5.1): the trivial reads and writes plus what one cut forces.
+
+Cut the execution at a boundary τ between two operations.  A *crossing* value is an input used by an
+event before τ and by one after, or a value produced before τ and used after it in an output's
+final derivation.  One not resident at τ costs an I/O beyond the trivial ones (a second read of an
+input, or the read of a stored intermediate), and at most M are resident, so
+
+    Q >= trivial + (crossing values at τ) - M.
+
+The number of crossing values is bounded below, for the prefix masks (no mask, causal in either
+alignment; any Nq, Nkv, grouped heads) by an isoperimetric argument on the products
+``p_ij·v_jl`` of one key/value head's group: per column l the bipartite graph rows × keys, a
+column whose products are split between "before" and "after" has many rows (output trees) or keys
+(V entries) on both sides (:func:`_kappas`), and columns split at different places leave pairs whose
+weight is needed on both sides (a stored pair value, or the whole q_i and k_j rows read twice).
+Each K/V group is cut on its own (the charged reads of different groups carry different values),
+so the gain is multiplied by the number of groups.
+
+The bound is non-increasing in M (the only M-dependence is the "- M" and the products one I/O-free
+stretch can do, which grows with M), so it is closed under more memory by itself (§12.1).  A call
+is O(1) in N: ``_CELLS`` binary searches of ``O(log N)`` closed-form steps.
+
+>>> reread_cut(300, 96, 8169, causal=True).value  # the trivial bound: 115,104
+126039
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.workload import Shape
+from .base import Bound, attention_shape, check_M
+from .exact import trivial_for
+
+__all__ = ["Rows", "crossing_lower", "reread_cut", "reread_cut_for", "rows_of"]
+
+#: Cells of the fixed grid over a column's product count (the adversary's per-column split).
+_CELLS = 64
+#: Where the cut is tried: these fractions of the group's products done before it.
+_FRACTIONS = tuple(j / 20 for j in range(1, 20))
+#: Relative width at which the search for κ stops (its lower end is returned): fine for groups
+#: with at most _SMALL rows or keys, coarse (fewer steps) above.
+_TOL_SMALL, _TOL_LARGE, _SMALL = 1e-4, 2e-2, 100_000
+
+_ASSUMPTIONS = (
+    "(S) each required score S_ij is a sum of the d products q_il·k_jl, any order",
+    "(W) the weight multiplying v_j in O_i comes from S_ij by a chain of pair-specific operations",
+    "(O) each O_il is a sum of one product p_ij·v_jl per required pair, with rescalings",
+    "recomputation allowed; fast memory holds <= M words between operations",
+)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """One key/value head's group: ``hq`` query heads, each with rows seeing key prefixes
+    [0, h) for h in ``lo..hi`` (one row each; the *linear* rows) and ``full`` rows seeing all
+    ``nkv`` keys; rows that see fewer than two keys have no required pair and are left out."""
+
+    hq: int
+    lo: int
+    hi: int
+    full: int
+    nkv: int
+
+    @property
+    def linear(self) -> int:
+        return max(0, self.hi - self.lo + 1)
+
+    @property
+    def rows(self) -> int:
+        return self.hq * (self.linear + self.full)
+
+    @property
+    def pairs(self) -> int:
+        """Required pairs of the group (products per column)."""
+        lin = (self.lo + self.hi) * self.linear // 2 if self.linear else 0
+        return self.hq * (lin + self.full * self.nkv)
+
+
+def rows_of(shape: Shape) -> Rows | None:
+    """The row structure of ``shape``'s groups, or None for a mask this theorem does not cover
+    (a sliding window or a block-sparse layout: their rows do not see key prefixes)."""
+    if shape.window is not None or shape.block_mask is not None:
+        return None
+    Nq, Nkv, hq = shape.Nq, shape.Nkv, shape.group
+    if Nkv < 2:
+        return Rows(hq, 2, 1, 0, Nkv)
+    if not shape.causal:
+        return Rows(hq, 2, 1, Nq, Nkv)
+    off = shape.offset  # row r sees keys [0, clip(r + 1 + off, 0, Nkv))
+    full = max(0, Nq - max(0, Nkv - 1 - off))
+    return Rows(hq, max(2, 1 + off), min(Nkv - 1, Nq + off), full, Nkv)
+
+
+def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
+    """An upper bound on max over x + v = k (x, v >= 0) of F(x, v) = S(v) + T(x) + x·v, for each
+    k below min(rows, keys) (docs/bounds.md §5.1 step 4), with the majorants
+    S(v) <= hq·(m(m+1) - lo(lo-1))/2, m = min(v, hi), for v >= lo (0 below), and T(x) = 0 for
+    x < hq·full, else T(x) <= hq·(u(u+1)/2 + full·(nkv - hi + u)), u = x/hq - full.  Between the
+    breakpoints x = hq·full, k - lo, k - hi each is a quadratic in x: its maximum over a piece is
+    at an end or at its vertex, all of which are evaluated."""
+    hq, lo, hi, full = float(r.hq), float(r.lo), float(r.hi), float(r.full)
+    c_s = lo * (lo - 1.0) / 2.0
+    xf = hq * full
+    k = np.asarray(k, dtype=float)[:, None]
+
+    def F(x: np.ndarray) -> np.ndarray:
+        v = k - x
+        m = np.minimum(v, hi)
+        s = np.where((v >= lo) & (hi >= lo), hq * (m * (m + 1.0) / 2.0 - c_s), 0.0)
+        u = x / hq - full
+        t = np.where(x >= xf, hq * (u * (u + 1.0) / 2.0 + full * (r.nkv - hi + u)), 0.0)
+        return s + t + x * v
+
+    zero = np.zeros_like(k)
+    br = np.sort(np.clip(np.hstack([zero, k, zero + xf, k - lo, k - hi]), 0.0, k), axis=1)
+    a, b = br[:, :-1], br[:, 1:]
+    mid = (a + b) / 2.0
+    s_on = (hi >= lo) & (k - mid >= lo) & (k - mid <= hi)
+    t_on = mid >= xf
+    q2 = -1.0 + np.where(s_on, hq / 2.0, 0.0) + np.where(t_on, 0.5 / hq, 0.0)
+    q1 = k - np.where(s_on, hq * (k + 0.5), 0.0) + np.where(t_on, 0.5, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xv = np.where(q2 < 0.0, -q1 / (2.0 * q2), a)
+    xv = np.where((a < xv) & (xv < b), xv, a)
+    return np.maximum(F(br).max(axis=1), F(xv).max(axis=1))
+
+
+def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
+    """For each t, a lower bound on the rows plus keys of one column split by the cut when
+    min(products before, products after) in that column is t (§5.1 step 4): the least integer k
+    with max_{x+v=k} F >= t, capped at min(rows, keys), to a relative 10⁻⁴ (2·10⁻² when rows and
+    keys both exceed 10⁵, where a search of a few steps keeps a cold call cheap; the search
+    returns the lower end, so either is a valid lower bound).  It lies in [⌈t/D⌉, ⌈2√t⌉ + 1]: a split row or key carries at most
+    D = max(keys, rows) products of the side it bounds, and F >= x·v >= k²/4 at x = v = k/2.
+    The line maximum is non-decreasing in k (F grows in x and in v): a binary search, all t at
+    once."""
+    t = np.asarray(t, dtype=float)
+    tol = _TOL_SMALL if min(r.rows, r.nkv) <= _SMALL else _TOL_LARGE
+    lo = np.ceil(t / max(r.nkv, r.rows)).astype(np.int64)
+    hi = np.where(t > 0, np.minimum(min(r.rows, r.nkv), np.ceil(2.0 * np.sqrt(t)) + 1), 0)
+    hi = np.maximum(hi.astype(np.int64), lo)
+    while True:
+        open_ = hi - lo > tol * lo
+        if not open_.any():
+            return lo
+        mid = (lo + hi) // 2
+        ok = _line_max(r, mid.astype(float)) * (1.0 + 1e-9) + 1.0 >= t
+        hi = np.where(open_ & ok, mid, hi)
+        lo = np.where(open_ & ~ok, mid + 1, lo)
+
+
+def _psi(c: np.ndarray, d: int) -> np.ndarray:
+    """Crossing values forced by c pairs whose weight is needed on both sides: min(c, 2d√c)."""
+    c = np.maximum(np.asarray(c, dtype=float), 0.0)
+    return np.minimum(c, 2.0 * d * np.sqrt(c))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cells(r: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The fixed grid over a column's count a in [0, P]: a1, a2 and κ(min(a1, P - a2)) per cell
+    (the cells are symmetric about P/2: each κ is computed once)."""
+    P = float(r.pairs)
+    a1 = P * np.arange(_CELLS) / _CELLS
+    a2 = P * np.arange(1, _CELLS + 1) / _CELLS
+    t = np.floor(np.maximum(np.minimum(a1, P - a2), 0.0))
+    uniq, inv = np.unique(t, return_inverse=True)
+    return a1, a2, _kappas(r, uniq)[inv].astype(float)
+
+
+def crossing_lower(r: Rows, d: int, m_lo: np.ndarray, m_hi: np.ndarray) -> np.ndarray:
+    """For each window [m_lo, m_hi] of the group's products done before the cut (of d·P), a lower
+    bound on the crossing values: min over the adversary's per-column split (§5.1 step 5)."""
+    a1, a2, kap = _cells(r)
+    a_lo = np.asarray(m_lo, dtype=float)[:, None] / d  # the column average lies in [a_lo, a_hi]
+    a_hi = np.asarray(m_hi, dtype=float)[:, None] / d
+    low = np.where(a1 <= a_hi, d * kap + _psi(a_lo - np.minimum(a2, a_hi), d), np.inf)
+    high = np.where(a2 >= a_lo, d * kap + _psi(np.maximum(a1, a_lo) - a_hi, d), np.inf)
+    return np.minimum(low.min(axis=1), high.min(axis=1))
+
+
+def _window(M: int, d: int) -> float:
+    """Products one I/O-free stretch can do: √(M·g(M)), g(s) = max(s²/4, s³/(27d²)) (§5 step 5)."""
+    return math.sqrt(M * max(M * M / 4.0, M ** 3 / (27.0 * d * d)))
+
+
+def reread_cut_for(shape: Shape, M: int) -> Bound:
+    """Theorem F of a Shape (all its heads): ``trivial + groups·max(0, crossing - M)``, one cut
+    in each K/V group (§5.1)."""
+    M = check_M(M)
+    triv = trivial_for(shape)
+    r = rows_of(shape)
+    value, note = triv.value, "the cut adds nothing here"
+    # every crossing count below is at most d·min(rows, keys) + 2d√P: when M is larger, skip
+    if r is not None and r.pairs > 0 and M < shape.d * (min(r.rows, r.nkv) + 2 * math.isqrt(
+            r.pairs) + 2):
+        d = shape.d
+        total = float(r.pairs) * d
+        m_hi = total * np.array(_FRACTIONS)
+        cross = float(crossing_lower(r, d, np.maximum(0.0, m_hi - _window(M, d)), m_hi).max())
+        extra = math.floor(cross) - M
+        if extra > 0:  # one cut per K/V group: the groups' charged reads are distinct (§5.1)
+            value = triv.value + shape.n_kv_heads * extra
+            note = f"crossing values >= {math.floor(cross)} at a cut in each of " \
+                   f"{shape.n_kv_heads} K/V group(s)"
+    return Bound(value, "Theorem F: trivial reads and writes plus a cut's crossing values "
+                 "(docs/bounds.md §5.1)", (*_ASSUMPTIONS, note), True, "reread_cut",
+                 "large cache (M >= Nd/4)" if 4 * M >= shape.Nq * shape.d else "")
+
+
+def reread_cut(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+               heads: int = 1, kv_heads: int | None = None, window: int | None = None) -> Bound:
+    """Theorem F: ``Q >= trivial + crossing - M`` (docs/bounds.md §5.1).  For a sliding window
+    (rows do not see key prefixes) it returns the trivial bound's value."""
+    return reread_cut_for(attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads,
+                                          kv_heads=kv_heads, window=window), M)

@@ -1,0 +1,132 @@
+"""How the oracle's results are ranked, ordered and explained: the tie tolerance, the ranks, the
+order among equal times, the resource-by-resource explanation, and :class:`TuneReport` (what
+``attnio gpu tune`` prints)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.workload import Shape
+from .kernels import KernelConfig
+from .model import Score
+from .timing import RESOURCES
+
+__all__ = ["TIE", "TuneReport", "explain", "ranks"]
+
+#: Relative difference under which two predicted times tie (share a rank).
+TIE = 0.01
+
+
+def need(x: float | None) -> float:
+    assert x is not None
+    return x
+
+
+def time_of(s: Score) -> float:
+    """The predicted time of a scored (feasible) config."""
+    assert s.time_s is not None
+    return s.time_s
+
+
+def time_key(time_s: float, c: KernelConfig) -> tuple:
+    return (time_s, -c.stages, c.p != "regs", not c.overlap, -c.Bc)
+
+
+def order_key(s: Score) -> tuple:
+    """Least time first; among equal times more stages, P in registers and overlap first, as
+    real kernels choose.  (Ranks treat times within :data:`TIE` as equal: :func:`ranks`.)"""
+    return time_key(time_of(s), s.config)
+
+
+def explain(named: Score, best: Score) -> str:
+    """Why the named kernel's config is slower (or not) than the oracle's, resource by
+    resource: the resource whose time differs most, and the limits that shape the choice."""
+    if not named.feasible:
+        return f"{named.config.short()} is infeasible: {named.why}"
+    if named.config == best.config:
+        return f"the oracle picks {named.config.label or 'the named kernel'}'s config itself"
+    t_named, t_best = time_of(named), time_of(best)
+    dt = t_named - t_best
+    rel = dt / t_best if t_best else 0.0
+    diffs = {r: named.alone.get(r, 0.0) - best.alone.get(r, 0.0) for r in RESOURCES}
+    r = max(diffs, key=lambda k: diffs[k])
+    lines = [f"{named.config.short()} ({named.config.label}) is predicted "
+             f"{t_named * 1e6:.1f} us, {rel:+.1%} against the oracle's "
+             f"{best.config.short()} ({t_best * 1e6:.1f} us)."]
+    if abs(rel) < 0.005:
+        lines.append("Within 0.5%: the model sees no material difference.")
+    words = {"hbm": "HBM traffic", "l2": "L2 bandwidth", "sm_port": "each SM's L2 port",
+             "smem": "shared-memory bandwidth", "tensor": "tensor-core time", "sfu":
+             "exponentials (SFU)", "latency": "memory latency (bytes in flight per CTA)"}
+    lines.append(
+        f"Largest difference: {words[r]}, {named.alone[r] * 1e6:.1f} us vs "
+        f"{best.alone[r] * 1e6:.1f} us alone (named kernel bound by {named.bound_by}, oracle "
+        f"by {best.bound_by}; waves {named.waves} vs {best.waves}).")
+    if r == "tensor" and named.flops and best.flops and named.flops != best.flops:
+        lines.append(f"Executed tensor FLOPs differ ({named.flops:.3g} vs {best.flops:.3g}): "
+                     "tile padding at the sequence end and on the causal diagonal.")
+    if r == "hbm":
+        lines.append(f"HBM bytes {named.hbm_bytes:,} vs {best.hbm_bytes:,} (compulsory "
+                     f"{best.compulsory_bytes:,}).")
+    lines.append(f"Limits: named {named.smem_bytes:,}/{named.smem_limit_bytes:,} B shared "
+                 f"memory, {named.regs_per_thread}/{named.regs_limit} registers; oracle "
+                 f"{best.smem_bytes:,}/{best.smem_limit_bytes:,} B, "
+                 f"{best.regs_per_thread}/{best.regs_limit}.")
+    return " ".join(lines)
+
+
+@dataclass
+class TuneReport:
+    """What :func:`tune_report` found: the best configs (scored), the named kernel's config
+    scored and ranked among the feasible ones, and why the two differ.  ``str()`` gives the
+    table ``attnio gpu tune`` prints."""
+
+    device: str
+    shape: Shape
+    algorithm: str
+    dtype: str
+    best: list[Score]
+    named: Score | None
+    named_rank: int | None          # 1 = best; configs within TIE share a rank
+    feasible: int
+    searched: int
+    replays: int
+    exhausted: bool                 # False: stopped at max_replays (ranks past it by bound)
+    why: str | None
+    seconds: float
+    bounds: list[tuple[float, KernelConfig]] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "workload": self.shape.describe(),
+                "algorithm": self.algorithm, "dtype": self.dtype,
+                "best": [s.to_dict() for s in self.best],
+                "named": None if self.named is None else self.named.to_dict(),
+                "named_rank": self.named_rank, "feasible": self.feasible,
+                "searched": self.searched, "replays": self.replays,
+                "exhausted": self.exhausted, "why": self.why, "seconds": self.seconds}
+
+    def __str__(self) -> str:
+        head = (f"{self.device}  {self.shape.describe()}  {self.dtype}  family "
+                f"{self.algorithm}: {self.feasible:,} feasible of {self.searched:,} configs, "
+                f"{self.replays} L2 replays, {self.seconds:.2f} s")
+        if not self.exhausted:
+            head += (" (replay budget spent: the ranks past it are estimates from the bounds or "
+                     "short replays)")
+        lines = [head]
+        lines += [f"  {r:>2}. {s.line()}" for r, s in zip(ranks(self.best), self.best)]
+        if self.named is not None:
+            rank = (f"rank {self.named_rank} of {self.feasible:,}" if self.named_rank
+                    else "infeasible")
+            lines.append(f"  named: {self.named.line()}  [{rank}]")
+            lines.append(f"  why: {self.why}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def ranks(scores: list[Score]) -> list[int]:
+    """Ranks of scored configs: 1 + the configs faster by more than :data:`TIE` (so configs
+    within 1% of each other share a rank)."""
+    ts = [time_of(s) for s in scores]
+    return [1 + sum(u < t * (1 - TIE) for u in ts) for t in ts]
