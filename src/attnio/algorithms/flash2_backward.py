@@ -82,6 +82,17 @@ def _backward_step(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, dK: np.ndarray
                    mask: tuple[int, int, int, int | None] | None = None,
                    block: tuple[np.ndarray, int, int, int, int] | None = None) -> None:
     """One (i, j) step: P from the saved logsumexp, then dV, dS, dQ, dK (Algorithm 2, l. 11-20)."""
+    probabilities(P, dS, Q, dO, L, D, Kj, Vj, scale, mask, block)
+    dV += P.T @ dO
+    dQ += scale * (dS @ Kj)
+    dK += scale * (dS.T @ Q)
+
+
+def probabilities(P: np.ndarray, dS: np.ndarray, Q: np.ndarray, dO: np.ndarray, L: np.ndarray,
+                  D: np.ndarray, Kj: np.ndarray, Vj: np.ndarray, scale: float,
+                  mask: tuple[int, int, int, int | None] | None,
+                  block: tuple[np.ndarray, int, int, int, int] | None = None) -> None:
+    """P = exp(scale·Q Kᵀ − L) (masked entries 0) and dS = P ∘ (dO Vᵀ − D), in place."""
     np.matmul(Q, Kj.T, out=P)
     P *= scale
     if mask is not None:
@@ -90,12 +101,9 @@ def _backward_step(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, dK: np.ndarray
         K_.apply_block_mask(P, *block)
     np.subtract(P, np.where(np.isfinite(L), L, np.inf)[:, None], out=P)  # L = -inf: P = 0
     np.exp(P, out=P)
-    dV += P.T @ dO
     np.matmul(dO, Vj.T, out=dS)
     dS -= D[:, None]
     dS *= P
-    dQ += scale * (dS @ Kj)
-    dK += scale * (dS.T @ Q)
 
 
 def aligned_sizes(b: int, limit: int) -> set[int]:

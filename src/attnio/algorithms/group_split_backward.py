@@ -76,9 +76,9 @@ from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from .base import BackwardSchedule, divisors_upto
-from .flash2_backward import _row_sum_dot
+from .flash2_backward import _row_sum_dot, probabilities
 from .split_backward import BACKWARD as _SPLIT
-from .split_backward import _fp1, _mask_of, _probabilities, dkdv_pass
+from .split_backward import _fp1, _mask_of, dkdv_pass
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def pass_a_sides(shape: Shape, M: int) -> list[tuple[int, int, int]]:
 def _dq_step(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, Q: np.ndarray, dO: np.ndarray,
              L: np.ndarray, D: np.ndarray, Kj: np.ndarray, Vj: np.ndarray, *, scale: float,
              mask: tuple[int, int, int, int | None] | None) -> None:
-    _probabilities(P, dS, Q, dO, L, D, Kj, Vj, scale, mask)
+    probabilities(P, dS, Q, dO, L, D, Kj, Vj, scale, mask)
     dQ += scale * (dS @ Kj)
 
 

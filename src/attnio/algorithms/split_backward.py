@@ -54,7 +54,7 @@ from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
 from .base import BackwardSchedule
-from .flash2_backward import store_row_sums
+from .flash2_backward import probabilities, store_row_sums
 
 
 @dataclass(frozen=True)
@@ -74,21 +74,6 @@ def _fp1(d: int, Bc: int, Br1: int) -> int:
 
 def _fp2(d: int, Br2: int, Bc2: int) -> int:
     return 3 * Br2 * d + 2 * Br2 + 2 * Bc2 * d + 2 * Br2 * Bc2
-
-
-def _probabilities(P: np.ndarray, dS: np.ndarray, Q: np.ndarray, dO: np.ndarray, L: np.ndarray,
-                   D: np.ndarray, Kj: np.ndarray, Vj: np.ndarray, scale: float,
-                   mask: tuple[int, int, int, int | None] | None) -> None:
-    """P = exp(scale·Q Kᵀ − L) (masked entries 0) and dS = P ∘ (dO Vᵀ − D), in place."""
-    np.matmul(Q, Kj.T, out=P)
-    P *= scale
-    if mask is not None:
-        K_.apply_causal_mask(P, *mask)
-    np.subtract(P, np.where(np.isfinite(L), L, np.inf)[:, None], out=P)  # L = -inf: P = 0
-    np.exp(P, out=P)
-    np.matmul(dO, Vj.T, out=dS)
-    dS -= D[:, None]
-    dS *= P
 
 
 def _mask_of(shape: Shape, qb: Block, kb: Block) -> tuple[int, int, int, int | None] | None:
@@ -126,7 +111,7 @@ def dkdv_pass(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], kv: dict[str,
                     def step1(P: np.ndarray, dS: np.ndarray, dK: np.ndarray, dV: np.ndarray,
                               Q: np.ndarray, dO: np.ndarray, L: np.ndarray, D: np.ndarray,
                               Kj: np.ndarray, Vj: np.ndarray, mk: object = mk) -> None:
-                        _probabilities(P, dS, Q, dO, L, D, Kj, Vj, scale, mk)  # type: ignore[arg-type]
+                        probabilities(P, dS, Q, dO, L, D, Kj, Vj, scale, mk)  # type: ignore[arg-type]
                         dV += P.T @ dO
                         dK += scale * (dS.T @ Q)
 
@@ -240,7 +225,7 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
                         def step2(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, Q: np.ndarray,
                                   dO: np.ndarray, L: np.ndarray, D: np.ndarray, Kj: np.ndarray,
                                   Vj: np.ndarray, mk: object = mk) -> None:
-                            _probabilities(P, dS, Q, dO, L, D, Kj, Vj, scale, mk)  # type: ignore[arg-type]
+                            probabilities(P, dS, Q, dO, L, D, Kj, Vj, scale, mk)  # type: ignore[arg-type]
                             dQ += scale * (dS @ Kj)
 
                         mem.compute(step2, P, dS, dQi, Qi, dOi, Li, Di, Kj, Vj, writes=3)
