@@ -43,7 +43,7 @@ if TYPE_CHECKING:
         @property
         def group(self) -> int: ...
 
-__all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "default_scale", "divisors_upto", "head_views",
+__all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "block_sizes", "default_scale", "divisors_upto", "head_views",
            "kv_head_groups"]
 
 #: A schedule's tiling type: a (frozen) dataclass of its tile parameters.
@@ -425,6 +425,21 @@ def default_scale(d: int, scale: object | None) -> float:
     if scale is None:
         return 1.0 / math.sqrt(d)
     return check_real("scale", scale)
+
+
+def block_sizes(n: int, most: int) -> list[int]:
+    """Row-block sizes worth scoring for n rows with at most ``most`` rows a block, ascending:
+    the sizes of the fewest blocks (⌈n/t⌉ for t = ⌈n/most⌉ .. +4) and the powers of two below
+    ``most`` ([] when most < 1)."""
+    if most < 1:
+        return []
+    tr = -(-n // most)
+    out = {-(-n // x) for x in range(tr, min(n, tr + 4) + 1)}
+    k = 1
+    while k < most:
+        out.add(k)
+        k *= 2
+    return sorted(b for b in out if b <= most)
 
 
 def divisors_upto(n: int, most: int) -> list[int]:

@@ -75,7 +75,7 @@ import numpy as np
 from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
-from .base import BackwardSchedule, divisors_upto
+from .base import BackwardSchedule, block_sizes, divisors_upto
 from .flash2_backward import _row_sum_dot, probabilities
 from .split_backward import BACKWARD as _SPLIT
 from .split_backward import _fp1, _mask_of, dkdv_pass
@@ -111,15 +111,7 @@ def pass_a_sides(shape: Shape, M: int) -> list[tuple[int, int, int]]:
     most_g = max(1, (M - 2 * d) // (3 * d + 4))
     for G in divisors_upto(shape.group, most_g):
         br_max = min(Nq, (M - 2 * d) // (G * (3 * d + 2) + 2))
-        if br_max < 1:
-            continue
-        tr = cdiv(Nq, br_max)
-        brs = {cdiv(Nq, x) for x in range(tr, min(Nq, tr + 4) + 1)}
-        k = 1
-        while k < br_max:
-            brs.add(k)
-            k *= 2
-        for br in sorted(b for b in brs if b <= br_max):
+        for br in block_sizes(Nq, br_max):
             bc2 = min(Nkv, (M - G * br * (3 * d + 2)) // (2 * d + 2 * br))
             if bc2 >= 1:
                 out.append((G, br, bc2))

@@ -53,7 +53,7 @@ from ..core import masks
 from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
-from .base import BackwardSchedule
+from .base import BackwardSchedule, block_sizes
 from .flash2_backward import probabilities, store_row_sums
 
 
@@ -173,16 +173,8 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
             if bc >= 1:
                 ones.append((self._pass1(shape, bc, b).total, bc, b))
             b *= 2
-        brs = set()
         br_max = min(Nq, (M - 2 * d) // (3 * d + 4))
-        if br_max >= 1:
-            tr = cdiv(Nq, br_max)
-            brs = {cdiv(Nq, x) for x in range(tr, min(Nq, tr + 4) + 1)}
-            b = 1
-            while b < br_max:
-                brs.add(b)
-                b *= 2
-        for br in brs:  # pass 2: the widest Bc2 that fits
+        for br in block_sizes(Nq, br_max):  # pass 2: the widest Bc2 that fits
             bc2 = min(Nkv, (M - 3 * br * d - 2 * br) // (2 * d + 2 * br))
             if br <= br_max and bc2 >= 1:
                 twos.append((self._pass2(shape, br, bc2).total, br, bc2))
