@@ -77,6 +77,21 @@ def online_update_fa2(S: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray
     m[:] = t
 
 
+def online_lse_step(s: np.ndarray, g: np.ndarray, O: np.ndarray) -> None:
+    """Rows that each take one visible (finite) score ``s``: the new key's weight among the
+    keys seen so far, ``β = e^s / (e^g + e^s) = 1 / (1 + e^(g - s))`` (1 for a row that has seen
+    nothing: g = -inf), the running log-sum-exp ``g <- logaddexp(g, s)``, and the normalised
+    accumulator ``O <- O - β·O`` (the caller adds ``β·v``); ``s`` becomes β.  O stays a convex
+    combination of value rows (within max |V|, finite near the largest float), and β as a
+    logistic of the score gap (not e^(s - g') with a rounded g') keeps the weights summing to 1:
+    float32 runs stay within twice the naive softmax's error (``tests/test_numerics.py``)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # non-finite inputs propagate quietly
+        beta = 1.0 / (1.0 + np.exp(g - s))
+        g[:] = np.logaddexp(g, s)
+        O -= beta[:, None] * O
+    s[:] = beta
+
+
 def logsumexp(out: np.ndarray, m: np.ndarray, l: np.ndarray) -> None:
     """out = m + log(l) per row (-inf where the row saw no key)."""
     with np.errstate(divide="ignore"):
@@ -154,12 +169,14 @@ def sparse_blocks(mem: TwoLevelMemory, total: int, size: int, kept: np.ndarray
 
 
 def store_empty_rows(mem: TwoLevelMemory, Os: list[SlowArray], qb: Block, d: int,
-                     lse: list[SlowArray] | None = None) -> None:
+                     lse: list[SlowArray] | None = None, cols: slice | None = None) -> None:
     """A query block no row of which sees a key: each head's output rows are 0 (``d`` words a
-    row written) and, with ``lse``, their logsumexp -inf (one word a row)."""
+    row written, or the columns ``cols`` only) and, with ``lse``, their logsumexp -inf (one word
+    a row)."""
+    width = d if cols is None else cols.stop - cols.start
     for g, O in enumerate(Os):
-        z = mem.alloc((qb.size, d), 0.0, label="O_i")
-        mem.store(z, O, qb)
+        z = mem.alloc((qb.size, width), 0.0, label="O_i")
+        mem.store(z, O, qb, cols)
         mem.free(z)
         if lse is not None:
             zl = mem.alloc((qb.size,), -np.inf, label="lse_i")

@@ -119,6 +119,7 @@ from ..core import masks
 from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
+from ._kernels import online_lse_step
 from .base import Algorithm
 from .square_tiling import _ladder
 
@@ -490,25 +491,10 @@ def _row_update(scale: float) -> Callable[..., None]:
     return fn
 
 
-def _online(s: np.ndarray, g: np.ndarray, O: np.ndarray) -> None:
-    """Rows that each take one visible (finite) score ``s``: the new key's weight among the
-    keys seen so far, ``β = e^s / (e^g + e^s) = 1 / (1 + e^(g - s))`` (1 for a row that has seen
-    nothing: g = -inf), the running log-sum-exp ``g <- logaddexp(g, s)``, and the normalised
-    accumulator ``O <- O - β·O`` (the caller adds ``β·v``); ``s`` becomes β.  O stays a convex
-    combination of value rows (within max |V|, finite near the largest float), and β as a
-    logistic of the score gap (not e^(s - g') with a rounded g') keeps the weights summing to 1:
-    float32 runs stay within twice the naive softmax's error (``tests/test_numerics.py``)."""
-    with np.errstate(over="ignore", invalid="ignore"):  # non-finite inputs propagate quietly
-        beta = 1.0 / (1.0 + np.exp(g - s))
-        g[:] = np.logaddexp(g, s)
-        O -= beta[:, None] * O
-    s[:] = beta
-
-
 def _column_step(top: int) -> Callable[..., None]:
     """A key's score column for rows [top, size) of the tile (all of which see it)."""
     def fn(s: np.ndarray, O: np.ndarray, g: np.ndarray) -> None:
-        _online(s[:, 0], g[top:], O[top:])
+        online_lse_step(s[:, 0], g[top:], O[top:])
     return fn
 
 
@@ -534,7 +520,7 @@ def _row_step(r: int) -> Callable[..., None]:
     O[r] += p·v (v the held V row chunk)."""
     def fn(O: np.ndarray, g: np.ndarray, w: np.ndarray, v: np.ndarray) -> None:
         p = w.reshape(1).copy()  # a register
-        _online(p, g[r:r + 1], O[r:r + 1])
+        online_lse_step(p, g[r:r + 1], O[r:r + 1])
         O[r] += p[0] * v[0]
     return fn
 
