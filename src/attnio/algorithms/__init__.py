@@ -33,6 +33,7 @@ from . import (
     group_spill_backward,
     group_split_backward,
     kv_stationary,
+    q_split,
     q_stationary_min,
     row_hybrid,
     small_cache_backward,
@@ -112,7 +113,7 @@ def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
 
 
 for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
-             q_stationary_min, row_hybrid, stream_tiling):
+             q_stationary_min, row_hybrid, stream_tiling, q_split):
     register(_mod.ALGORITHM)
 del _mod
 

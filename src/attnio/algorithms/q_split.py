@@ -1,0 +1,354 @@
+"""Q-stationary with a thin pass for split rows: one query block fewer than fits whole, the rows
+that do not fit kept on ``d - δ`` output columns and finished by a narrow second pass.
+
+A Q-stationary schedule holds a query block's Q rows and output while K and V stream past; with a
+one-word row state (the running log-sum-exp g of :func:`~attnio.algorithms._kernels.online_lse_step`,
+the output kept normalised) a block of Br rows holds ``Br·(2d + 1)`` words plus one key and one
+value row.  Unmasked, the count is ``Nq·d + 2d·Nkv·T + Nq·d`` with T = ⌈Nq/Br⌉ blocks, and T is
+set by M through a ceiling: at M = Nd/2, T = 5 where 4 blocks would need ``N/4·(2d + 1) + 2d``
+words, a little more than M.  ``q_split`` takes T blocks anyway and makes up the deficit
+``D = G·Br·(2d + 1) + 2d - M`` by holding, for σ rows of each block (``σ·δ·G >= D``), only the
+first ``d - δ`` output columns; the last δ columns of those rows come from a thin pass that reads
+their Q rows again, every key row and only δ words of each value row.
+
+Layout.  The T main blocks take their rows from two contiguous regions: the *split* rows
+``[0, S)`` and the *full* rows ``[S, Nq)``.  Main block i (i < T; ``rows_i`` as in a partition of
+Nq rows into blocks of Br, the last one short) holds ``σ_i = min(σ, rows_i)`` split rows
+``[i·σ, i·σ + σ_i)`` and ``f_i = rows_i - σ_i`` full rows ``[S + i·(Br - σ), S + i·(Br - σ) + f_i)``,
+so ``S = Σ σ_i`` and the full region is a partition into blocks of ``Bf = Br - σ`` (T of them, or
+T - 1 when the last main block holds split rows only).  Keeping the split rows together makes each
+thin block one contiguous run of rows, and under a causal mask puts the split rows where the fewest
+keys are seen.  Unmasked the count does not depend on where the split rows lie.
+
+Schedule (per group of G query heads sharing one K/V head; a row "sees" keys ``[0, hi_r)``,
+``hi_r = clip(r + 1 + offset, 0, Nkv)`` causal, all of them unmasked)::
+
+    Main pass  for each main block i:
+                   hi = the keys its last row sees (its full rows' last, else its split rows')
+                   hi = 0: write zeros (the held columns of its rows); next block
+                   per head: load Q of its split rows and of its full rows; O = 0 on the held
+                   columns (d - δ for split rows, d for full rows), g = -inf (one word a row)
+                   for each key j < hi:
+                       load k_j (d words), load v_j (d words)
+                       per head, per row r:  s = scale·q_r·k_j (a register)
+                           r sees j:  β = 1/(1 + e^(g_r - s)), g_r = logaddexp(g_r, s),
+                                      O_r = O_r - β·O_r + β·v_j   (its held columns)
+                           else:      O_r += 0·v_j  (weight 0: a non-finite value propagates
+                                      as it does in the reference's P·V)
+                   write O (the held columns)
+    Thin pass  (σ > 0) for each thin block [t0, t1) of the split rows (Br2 rows):
+                   hi = the keys row t1 - 1 sees; hi = 0: write zeros on columns [d - δ, d)
+                   per head: load Q[t0:t1] (d words a row); O = 0 (δ columns), g = -inf
+                   for each key j < hi: load k_j (d), load v_j[d - δ:d] (δ); the same step
+                   write O[t0:t1, d - δ:d]
+
+The thin pass recomputes each split row's scores and g over the same keys in the same order, so
+its weights are the main pass's weights, bit for bit.  The per-row loop runs as one
+``mem.compute`` per key and segment: every score is a register used by its own row's step and
+dropped (as in stream_tiling's ``_row_step``), so no score tile is held.
+
+Fast memory (``a = min(Br, Nq)``, ``a2 = min(Br2, S)``; main block 0 is the largest)::
+
+    main  G·(a·(2d + 1) - σ·δ) + 2d       (Q and g of every row, O on the held columns, k_j, v_j)
+    thin  G·a2·(d + δ + 1) + d + δ        (Q, O on δ columns, g; k_j and δ words of v_j)
+    footprint = max(main, thin)           (main alone when σ = 0: then no thin pass)
+
+The least M is 4d + 1 (one row, σ = 0).  With σ = 0 this is Q-stationary with a one-word row
+state: ``Br·(2d + 1) + 2d`` against q_stationary_min's ``Br·(2d + 3) + 1``.
+
+Closed form (exact; ``tests/test_q_split.py``).  Main block i reads its Q rows once, if it sees a
+key, and ``2d`` words per key it sees (``[0, hi_i)``, ``kv_range``); thin block t reads ``d`` words
+per row (if it sees a key) and ``d + δ`` per key it sees.  Every output word is written once:
+``d - δ`` columns of a split row by the main pass and δ by the thin pass (zeros where a block
+sees nothing), ``d`` of a full row.  So, for one group::
+
+    reads  = G·d·Σ_i [hi_i > 0]·rows_i + 2d·Σ_i hi_i
+           + G·d·Σ_t [hi_t > 0]·rows_t + (d + δ)·Σ_t hi_t
+    writes = G·Nq·d
+
+Unmasked: ``hi = Nkv`` everywhere, so ``reads = G·Nq·d + 2d·Nkv·T + G·S·d + (d + δ)·Nkv·T2`` with
+``T2 = ⌈S/Br2⌉`` (T2 = 0 when σ = 0).  Causal: main block i's ``hi_i`` is that of its full segment
+(its last rows), which is the i-th block of the full region, so Σ_i hi_i and the full rows of the
+blocks that see a key are :func:`attnio.core.masks.query_block_sums` of ``Nq - S`` rows in blocks
+of Bf at offset ``offset + S``; the blocks that see a key are a suffix (hi grows with i), which
+gives their split rows (``σ`` each, ``σ_last`` for the last); when the last main block holds split
+rows only (T - 1 full blocks) it adds ``hi(S)`` and, if that is positive, its rows.  The thin
+sums are query_block_sums of the S split rows in blocks of Br2.  All O(log N).  Heads: the
+group's count times ``batch·heads/G`` (:class:`~attnio.algorithms.base.GroupedAlgorithm`).
+
+At N = 3000, d = 40, M = 60000, unmasked: FlashAttention-2's best is 5 query blocks, 12·N·d =
+1 440 000 words; here T = 4 blocks of 750 rows, D = 750·81 + 80 - 60000 = 830, δ = 7, σ = 119,
+S = 476 split rows in one thin block: ``Nd + 8·Nd + 476·40 + 47·3000 + Nd = 1 360 040`` words,
+11.33·N·d.
+
+Tiling.  For each divisor G of the group whose one-row block fits: the fewest main blocks T0 that
+fit whole and a few more (σ = 0; with a mask also powers of two, as q_stationary_min), and
+T0 - 1 and T0 - 2 blocks with splitting: ``Br = ⌈Nq/T⌉``, the deficit D, δ on a small ladder in
+[1, d - 1] and around ``√(d·D·T/Nq)`` (where the unmasked count ``T·D·d/δ + δ·Nkv`` is least),
+``σ = ⌈D/(G·δ)⌉`` (kept only if σ < Br), Br2 the largest thin block that fits and that size
+snapped down to as many blocks.  Every candidate is scored exactly (two O(log N) sums under a
+mask).
+
+>>> import numpy as np, attnio
+>>> rng = np.random.default_rng(0)
+>>> Q, K, V = (rng.standard_normal((40, 6)) for _ in range(3))
+>>> t = QSplitTiling(Br=20, sigma=5, delta=2, Br2=8)
+>>> r = attnio.run("q_split", Q, K, V, M=ALGORITHM.footprint(Shape.make(40, 6), t), tiling=t,
+...                causal=True)
+>>> bool(np.abs(r.output - attnio.reference.attention(Q, K, V, causal=True)).max() < 1e-12)
+True
+>>> ALGORITHM.predicted_io((40, 6), r.io.peak, causal=True, tiling=t).total == r.io.total
+True
+>>> ALGORITHM.predicted_io((3000, 40), 60000).total
+1360040
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ..core import masks
+from ..core.checks import check_int
+from ..core.errors import ParameterError
+from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, cdiv, kv_visible_hi
+from . import _kernels as K_
+from .base import GroupedAlgorithm, divisors_upto
+
+__all__ = ["ALGORITHM", "QSplit", "QSplitTiling"]
+
+
+@dataclass(frozen=True)
+class QSplitTiling:
+    """Main blocks of Br query rows, the first ``sigma`` of each (the split rows) holding output
+    columns [0, d - delta) only; thin blocks of Br2 split rows for columns [d - delta, d);
+    ``group`` query heads share each streamed K/V row.  ``sigma = 0``: no split, no thin pass."""
+
+    Br: int
+    sigma: int = 0
+    delta: int = 1
+    Br2: int = 1
+    group: int = 1
+
+
+class _Layout(NamedTuple):
+    Br: int  # main block rows, clamped to Nq
+    T: int  # main blocks
+    sigma: int  # split rows of a main block (all but the last)
+    sig_last: int  # split rows of the last main block
+    S: int  # split rows in all: rows [0, S)
+    Bf: int  # full rows of a main block (all but the last): the full region's block size
+
+
+def _layout(Nq: int, t: QSplitTiling) -> _Layout:
+    Br = min(t.Br, Nq)
+    T = cdiv(Nq, Br)
+    last = Nq - (T - 1) * Br
+    sl = min(t.sigma, last)
+    return _Layout(Br, T, t.sigma, sl, (T - 1) * t.sigma + sl, Br - t.sigma)
+
+
+def _main_fp(d: int, Br: int, sigma: int, delta: int, G: int) -> int:
+    return G * (Br * (2 * d + 1) - sigma * delta) + 2 * d
+
+
+def _thin_fp(d: int, Br2: int, delta: int, G: int) -> int:
+    return G * Br2 * (d + delta + 1) + d + delta
+
+
+#: δ values tried besides those around the unmasked optimum (clipped to [1, d - 1])
+_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+class QSplit(GroupedAlgorithm[QSplitTiling]):
+    name = "q_split"
+    summary = ("Q-stationary with one block fewer than fits: the rows over M keep d - δ output "
+               "columns, a thin pass (δ columns of V) finishes them")
+    Tiling = QSplitTiling
+
+    def footprint(self, shape: Shape, tiling: QSplitTiling) -> int:
+        d, G, t = shape.d, tiling.group, tiling
+        L = _layout(shape.Nq, t)
+        main = _main_fp(d, L.Br, t.sigma, t.delta, G)
+        if t.sigma == 0:
+            return main
+        return max(main, _thin_fp(d, min(t.Br2, L.S), t.delta, G))
+
+    def min_M(self, shape: Shape) -> int:
+        return _main_fp(shape.d, 1, 0, 0, 1)
+
+    def validate_tiling(self, shape: Shape, tiling: QSplitTiling) -> None:
+        check_int("tiling.sigma", tiling.sigma, minimum=0)
+        super().validate_tiling(shape, dataclasses.replace(tiling, sigma=1))
+        if tiling.sigma and not tiling.delta < shape.d:
+            raise ParameterError(f"tiling.delta must be below d = {shape.d} when sigma > 0, got "
+                                 f"{tiling.delta}", param="tiling")
+        if tiling.sigma >= min(tiling.Br, shape.Nq):
+            raise ParameterError(f"tiling.sigma must be below min(Br, Nq) = "
+                                 f"{min(tiling.Br, shape.Nq)}, got {tiling.sigma}",
+                                 param="tiling")
+
+    def steps(self, shape: Shape, tiling: QSplitTiling) -> int:
+        L = _layout(shape.Nq, tiling)
+        thin = cdiv(L.S, tiling.Br2) if tiling.sigma else 0
+        return (L.T + thin) * shape.Nkv
+
+    def count_walk(self, shape: Shape, tiling: QSplitTiling) -> int:
+        """Masked, count mode walks the main and the thin blocks one by one."""
+        if not shape.causal:
+            return 0
+        L = _layout(shape.Nq, tiling)
+        return L.T + (cdiv(L.S, tiling.Br2) if tiling.sigma else 0)
+
+    # ------------------------------------------------------------------ tilings
+    def candidate_tilings(self, shape: Shape, M: int) -> list[QSplitTiling]:
+        d, Nq = shape.d, shape.Nq
+        out: list[QSplitTiling] = []
+        for G in divisors_upto(shape.group, max(0, (M - 2 * d) // (2 * d + 1))):
+            br_max = min(Nq, (M - 2 * d) // (G * (2 * d + 1)))
+            if br_max < 1:
+                continue
+            t0 = cdiv(Nq, br_max)
+            brs = {cdiv(Nq, t) for t in range(t0, min(Nq, t0 + 3) + 1)}
+            if shape.causal:
+                b = 1
+                while b < br_max:
+                    brs.add(b)
+                    b *= 2
+            out.extend(QSplitTiling(Br, group=G) for Br in sorted(brs) if Br <= br_max)
+            if d >= 2:
+                for T in range(max(1, t0 - 2), t0):
+                    out.extend(self._split_tilings(shape, M, T, G))
+        return out
+
+    @staticmethod
+    def _split_tilings(shape: Shape, M: int, T: int, G: int) -> list[QSplitTiling]:
+        """T main blocks (fewer than fit whole), their deficit made up by split rows."""
+        d, Nq = shape.d, shape.Nq
+        Br = cdiv(Nq, T)
+        D = _main_fp(d, Br, 0, 0, G) - M
+        if D <= 0:
+            return []
+        best = math.isqrt(d * D * T // Nq)
+        deltas = {x for x in _LADDER if x < d}
+        deltas.update(x for x in range(best - 1, best + 3) if 1 <= x < d)
+        out: list[QSplitTiling] = []
+        for delta in sorted(deltas):
+            sigma = cdiv(D, G * delta)
+            if sigma >= Br:
+                continue
+            S = _layout(Nq, QSplitTiling(Br, sigma)).S
+            br2 = min(S, (M - d - delta) // (G * (d + delta + 1)))
+            if br2 < 1:
+                continue
+            out.extend(QSplitTiling(Br, sigma, delta, b, G)
+                       for b in sorted({br2, cdiv(S, cdiv(S, br2))}))
+        return out
+
+    # ------------------------------------------------------------------ counts
+    def _group_count(self, shape: Shape, tiling: QSplitTiling) -> IOCount:
+        """The module docstring's closed form, one group of ``tiling.group`` heads."""
+        d, G, Nkv, t = shape.d, tiling.group, shape.Nkv, tiling
+        L = _layout(shape.Nq, t)
+        off = shape.offset if shape.causal else 0
+        full = masks.query_block_sums(shape.Nq - L.S, Nkv, L.Bf, 1, off + L.S, None,
+                                      shape.causal)
+        rows, width = full.size_seen, full.width
+        if full.blocks == L.T:  # every main block has full rows; those that see a key: a suffix
+            rows += L.sigma * full.seen - (L.sigma - L.sig_last) * (full.seen > 0)
+        else:  # the last main block holds its split rows only
+            rows += L.sigma * full.seen
+            h = kv_visible_hi(shape, L.S)
+            rows += L.sig_last * (h > 0)
+            width += h
+        reads = G * d * rows + 2 * d * width
+        if t.sigma:
+            thin = masks.query_block_sums(L.S, Nkv, t.Br2, 1, off, None, shape.causal)
+            reads += G * d * thin.size_seen + (d + t.delta) * thin.width
+        return IOCount(reads=reads, writes=G * shape.Nq * d)
+
+    # ------------------------------------------------------------------ the schedule
+    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
+                       V: SlowArray, Os: list[SlowArray], *, shape: Shape, tiling: QSplitTiling,
+                       scale: float, lse: list[SlowArray] | None = None) -> None:
+        """Query heads ``Qs`` (one group) against one K/V head: the main pass, then the thin
+        pass over the split rows."""
+        d = shape.d
+        L = _layout(shape.Nq, tiling)
+        dm = d - tiling.delta if tiling.sigma else d  # the columns a split row holds in main
+        for qb in mem.blocks(shape.Nq, L.Br, uniform=not shape.causal):
+            i = qb.index
+            s0, f0 = i * L.sigma, L.S + i * L.Bf
+            ns = min(L.sigma, qb.size)
+            segs = [(Block(i, s0, s0 + ns), slice(0, dm)),
+                    (Block(i, f0, f0 + qb.size - ns), slice(0, d))]
+            segs = [(b, c) for b, c in segs if b.size > 0]
+            hi = kv_visible_hi(shape, segs[-1][0].stop)
+            if hi <= 0:  # no row of the block sees a key: its output is 0
+                for b, c in segs:
+                    K_.store_empty_rows(mem, Os, b, d, cols=c)
+                continue
+            _stream(mem, Qs, K, V, Os, segs, hi, slice(0, d), shape, scale)
+        if not tiling.sigma:
+            return
+        cols = slice(dm, d)
+        for tb in mem.blocks(L.S, tiling.Br2, uniform=not shape.causal):
+            hi = kv_visible_hi(shape, tb.stop)
+            if hi <= 0:
+                K_.store_empty_rows(mem, Os, tb, d, cols=cols)
+                continue
+            _stream(mem, Qs, K, V, Os, [(tb, cols)], hi, cols, shape, scale)
+
+
+def _stream(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
+            Os: list[SlowArray], segs: list[tuple[Block, slice]], hi: int, vcols: slice,
+            shape: Shape, scale: float) -> None:
+    """Row segments ``segs`` (rows, held output columns) of every head against keys [0, hi):
+    Q rows, O on the held columns and g held; each key row and the ``vcols`` words of its value
+    row streamed; O written on the held columns."""
+    heads = []
+    for Q in Qs:
+        held = []
+        for b, c in segs:
+            q = mem.load(Q, b, label="Q_i")
+            o = mem.alloc((b.size, c.stop - c.start), 0.0, label="O_i")
+            g = mem.alloc((b.size,), -np.inf, label="g_i")
+            held.append((b, c, q, o, g))
+        heads.append(held)
+    for kb in mem.blocks(shape.Nkv, 1, hi=hi):
+        k = mem.load(K, kb, label="k_j")
+        v = mem.load(V, kb, vcols, label="v_j")
+        for held in heads:
+            for b, c, q, o, g in held:
+                mem.compute(_key_step(shape, b.start, kb.start, scale, c.start - vcols.start),
+                            o, g, q, k, v, writes=2)
+        mem.free(k, v)
+    for held, O in zip(heads, Os):
+        for b, c, q, o, g in held:
+            mem.store(o, O, b, c)
+            mem.free(q, o, g)
+
+
+def _key_step(shape: Shape, r0: int, j: int, scale: float, c0: int) -> Callable[..., None]:
+    """Key j into rows [r0, r0 + n) of a segment: the rows that see it (a suffix, ``top`` on)
+    take the online step (their scores registers), the others weight 0; O holds the value
+    row's columns from ``c0`` of the loaded ``v``."""
+    def fn(O: np.ndarray, g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        n = O.shape[0]
+        top = min(n, max(0, j - shape.offset - r0)) if shape.causal else 0
+        w = v[0, c0:c0 + O.shape[1]]
+        s = scale * (q[top:] @ k[0])  # one score a row, each a register
+        K_.online_lse_step(s, g[top:], O[top:])
+        O[top:] += s[:, None] * w
+        if top:
+            O[:top] += 0.0 * w
+    return fn
+
+
+ALGORITHM = QSplit()
