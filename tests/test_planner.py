@@ -114,8 +114,10 @@ def test_plan_run_refuses_what_the_plan_fixes_and_inputs_of_other_sizes():
 
 #: The online-softmax schedules (FlashAttention's family): Q blocks or K/V blocks stationary, the
 #: scores never written.  q_stationary_min is FlashAttention-2 with one-key tiles streamed word by
-#: word, kv_stationary FlashAttention-1's loop order with spilled partials (issue 25).
-ONLINE_SOFTMAX = ("flash1", "flash2", "flash_decoding", "q_stationary_min", "kv_stationary")
+#: word, kv_stationary FlashAttention-1's loop order with spilled partials (issue 25), q_split
+#: Q-stationary with a one-word row state and a thin pass for the rows over M.
+ONLINE_SOFTMAX = ("flash1", "flash2", "flash_decoding", "q_stationary_min", "kv_stationary",
+                  "q_split")
 
 
 def online_softmax(name: str) -> bool:
@@ -195,7 +197,7 @@ def test_plan_is_pure_cached_and_frozen():
 def test_repr_is_a_report():
     p = attnio.plan(4096, 64, 65536)
     text = repr(p)
-    for line in ("Algorithm:  flash2", "Predicted total:", "Best lower bound:", "Ratio total/bound:",
+    for line in ("Algorithm:  q_split", "Predicted total:", "Best lower bound:", "Ratio total/bound:",
                  "Regime:  large cache", "Runner-up:", "standard_matmul_large_cache", "why:"):
         assert line in text, line
     cert = p.certificate
@@ -203,7 +205,7 @@ def test_repr_is_a_report():
     assert cert.best_bound.explicit and cert.best_bound.value == max(b.value for b in cert.bounds
                                                                       if b.explicit)
     d = p.to_dict()
-    assert d["algorithm"] == "flash2" and d["total"] == p.chosen.predicted.total
+    assert d["algorithm"] == "q_split" and d["total"] == p.chosen.predicted.total
 
 
 def test_runner_up_is_the_second_least():
@@ -314,7 +316,7 @@ def test_cli_bound_and_plan(capsys):
     assert "standard_matmul_large_cache" in out and "fast_matmul_field" in out and " yes " in out
     assert main(["plan", "--N", "4096", "--d", "64", "--device", "a100", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert obj["M"] == 83456 and obj["algorithm"] == "flash2" and obj["device"] == "a100-80gb"
+    assert obj["M"] == 83456 and obj["algorithm"] == "q_split" and obj["device"] == "a100-80gb"
     assert main(["plan", "--N", "4096", "--d", "64", "--M-bytes", "65536", "--dtype", "bf16"]) == 0
     assert "Algorithm:" in capsys.readouterr().out
     assert main(["bound", "--N", "64", "--d", "8", "--M", "100", "--q", "64"]) == 2

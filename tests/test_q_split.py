@@ -1,0 +1,199 @@
+"""q_split: Q-stationary with one block fewer than fits, the rows over M finished by a thin pass.
+
+Output within 1e-10 of the float64 reference, counts (compute mode, bulk and step-by-step count
+mode) equal to the closed form, peak within the declared footprint (equal to it unmasked), never
+below an explicit bound, on hypothesis-drawn shapes (causal both alignments, GQA, Nq != Nkv) and
+tilings with and without split rows, and with the searched tiling down to the least M; the
+held-out grid's examples counted exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attnio
+from attnio import bounds
+from attnio.algorithms import flash2, q_split
+from attnio.core.errors import ParameterError
+from attnio.core.reference import attention
+from attnio.core.workload import Shape, cdiv
+
+ALG = q_split.ALGORITHM
+T = q_split.QSplitTiling
+
+
+def _reference(Q, K, V, causal):
+    B, Hq, _, _ = Q.shape
+    g = Hq // K.shape[1]
+    out = np.zeros_like(Q)
+    for b in range(B):
+        for h in range(Hq):
+            out[b, h] = attention(Q[b, h], K[b, h // g], V[b, h // g], causal=causal)
+    return out
+
+
+@st.composite
+def shapes(draw):
+    Nq, Nkv, d = draw(st.integers(1, 16)), draw(st.integers(1, 16)), draw(st.integers(1, 6))
+    causal = draw(st.sampled_from([False, True, "top_left"]))
+    kvh, g, batch = (draw(st.sampled_from(v)) for v in ([1, 2], [1, 2, 3], [1, 2]))
+    return Nq, Nkv, d, causal, batch, kvh * g, kvh
+
+
+@st.composite
+def tilings(draw, Nq, d, group):
+    Br = draw(st.integers(1, Nq + 2))
+    split = d > 1 and min(Br, Nq) > 1 and draw(st.booleans())
+    sigma = draw(st.integers(1, min(Br, Nq) - 1)) if split else 0
+    delta = draw(st.integers(1, d - 1)) if split else 1
+    G = draw(st.sampled_from([x for x in (1, 2, 3) if group % x == 0]))
+    return T(Br, sigma, delta, draw(st.integers(1, Nq + 2)), G)
+
+
+def _check(shape, M, tiling, seed):
+    """Run ``tiling`` (None: the searched one) at M; every check of the spine."""
+    rng = np.random.default_rng(seed)
+    b, h, kvh = shape.batch, shape.heads, shape.kv_heads
+    Q = rng.standard_normal((b, h, shape.Nq, shape.d))
+    K, V = (rng.standard_normal((b, kvh, shape.Nkv, shape.d)) for _ in range(2))
+    causal = shape.causal_align if shape.causal else False
+    res = attnio.run("q_split", Q, K, V, M=M, tiling=tiling, causal=causal)
+    err = np.abs(res.output - _reference(Q, K, V, causal)).max()
+    assert err <= 1e-10, err
+    t = res.tiling
+    pred = ALG.predict_total(shape, t)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+    for bulk in (True, False):
+        cnt = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=t, bulk=bulk)
+        assert (cnt.io.reads, cnt.io.writes) == (pred.reads, pred.writes)
+    assert res.io.peak <= ALG.footprint(shape, t) <= M
+    if not shape.causal:  # every block is met at its full size: the footprint is the peak
+        assert res.io.peak == ALG.footprint(shape, t)
+    for bd in bounds.applicable_to(shape, M):
+        if bd.explicit:
+            assert pred.total >= bd.value, (bd.name, pred.total, bd.value)
+    return t
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), extra=st.integers(0, 3), seed=st.integers(0, 2**16))
+def test_output_and_counts_equal_closed_form(data, extra, seed):
+    Nq, Nkv, d, causal, batch, heads, kvh = data.draw(shapes())
+    shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kvh, batch=batch)
+    tiling = data.draw(tilings(Nq, d, shape.group))
+    _check(shape, ALG.footprint(shape, tiling) + extra, tiling, seed)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(w=shapes(), extra=st.sampled_from([0, 1, 5, 30, 200]), seed=st.integers(0, 2**16))
+def test_searched_tiling_from_the_least_M(w, extra, seed):
+    """The default (searched) tiling, from M = min_M up: every check, and never worse than the
+    same schedule without split rows."""
+    Nq, Nkv, d, causal, batch, heads, kvh = w
+    shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kvh, batch=batch)
+    M = ALG.min_M(shape) + extra
+    t = _check(shape, M, None, seed)
+    plain = [c for c in ALG.candidate_tilings(shape, M) if c.sigma == 0]
+    assert plain and all(ALG.predict_total(shape, t).total <= ALG.predict_total(shape, c).total
+                         for c in plain if ALG.footprint(shape, c) <= M)
+
+
+@settings(max_examples=60, deadline=None)
+@given(Nq=st.integers(1, 400), Nkv=st.integers(1, 400), d=st.integers(2, 64),
+       br=st.integers(1, 400), s=st.integers(0, 399), dl=st.integers(1, 63),
+       br2=st.integers(1, 400), G=st.sampled_from([1, 2, 4]))
+def test_unmasked_closed_form(Nq, Nkv, d, br, s, dl, br2, G):
+    """``G·Nq·d + 2d·Nkv·T + G·S·d + (d + δ)·Nkv·⌈S/Br2⌉`` reads, ``G·Nq·d`` writes (a group)."""
+    Br = min(br, Nq)
+    sigma, delta = s % Br, 1 + dl % (d - 1)
+    shape = Shape.make(Nq, d, Nkv=Nkv, heads=4, kv_heads=4 // G)
+    t = T(br, sigma, delta, br2, G)
+    Tm = cdiv(Nq, Br)
+    S = (Tm - 1) * sigma + min(sigma, Nq - (Tm - 1) * Br)
+    thin = G * S * d + (d + delta) * Nkv * cdiv(S, br2) if sigma else 0
+    io = ALG._group_count(shape, t)
+    assert io.reads == G * Nq * d + 2 * d * Nkv * Tm + thin and io.writes == G * Nq * d
+    assert ALG.predict_total(shape, t).total == io.total * (4 // G)
+
+
+@pytest.mark.parametrize("N,d,M,total", [(3000, 40, 60000, 1_360_040),
+                                         (1000, 40, 20000, 454_680),
+                                         (20000, 96, 960000, 21_519_680)])
+def test_grid_examples_counted_exactly(N, d, M, total):
+    """M = N·d/2: four blocks where FlashAttention-2 takes five (12·N·d); the simulator agrees."""
+    shape = Shape.make(N, d)
+    t = ALG.default_tiling(shape, M)
+    assert t.sigma > 0 and cdiv(N, t.Br) == 4 and ALG.footprint(shape, t) <= M
+    pred = ALG.predict_total(shape, t)
+    assert pred.total == total
+    Tm, S = 4, 4 * t.sigma  # the last block is full: every block has sigma split rows
+    assert pred.reads == N * d + 2 * d * N * Tm + S * d + (d + t.delta) * N * cdiv(S, t.Br2)
+    assert pred.total < 12 * N * d == flash2.ALGORITHM.search(shape, M).predicted.total
+    cnt = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=t)
+    assert cnt.io.total == total and cnt.io.peak <= M
+
+
+def test_example_at_3000_40_is_the_documented_tiling():
+    t = ALG.default_tiling(Shape.make(3000, 40), 60000)
+    assert (t.Br, t.sigma, t.delta, t.Br2) == (750, 119, 7, 476)
+
+
+def test_footprint_is_the_held_words():
+    d, Br, sigma, delta, Br2, G = 10, 30, 7, 3, 20, 2
+    shape = Shape.make(200, d, heads=2, kv_heads=1)
+    t = T(Br, sigma, delta, Br2, G)
+    main = G * (Br * (2 * d + 1) - sigma * delta) + 2 * d
+    thin = G * Br2 * (d + delta + 1) + d + delta
+    assert ALG.footprint(shape, t) == max(main, thin)
+    assert ALG.footprint(shape, T(Br, group=G)) == G * Br * (2 * d + 1) + 2 * d
+    assert ALG.min_M(shape) == 4 * d + 1
+
+
+@pytest.mark.parametrize("tiling,match", [(T(4, 4, 1, 2), "sigma must be below"),
+                                          (T(4, 2, 5, 2), "delta must be below"),
+                                          (T(4, -1), "sigma"), (T(4, 1, 1, 0), "Br2")])
+def test_invalid_tilings_are_refused(tiling, match):
+    with pytest.raises(ParameterError, match=match):
+        ALG.predicted_io((10, 5), 10**6, tiling=tiling)
+
+
+def test_causal_split_rows_see_the_fewest_keys():
+    """Causal: the split rows are the first rows, so the thin pass reads only the keys they see."""
+    N, d, M = 3000, 40, 60000
+    shape = Shape.make(N, d, causal=True)
+    t = T(750, 119, 7, 476)
+    unmasked = ALG.predict_total(Shape.make(N, d), t)
+    masked = ALG.predict_total(shape, t)
+    assert masked.total < unmasked.total
+    cnt = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=t, bulk=False)
+    assert cnt.io.total == masked.total
+
+
+def test_candidates_stay_few_at_a_billion_causal():
+    shape = Shape.make(10**9, 128, causal=True)
+    cands = ALG.candidate_tilings(shape, 65536)
+    assert 0 < len(cands) <= 200
+    assert ALG.search(shape, 65536) is not None
+
+
+@settings(max_examples=80, deadline=None)
+@given(Nq=st.integers(1, 3000), Nkv=st.integers(1, 3000), d=st.integers(1, 160),
+       causal=st.sampled_from([False, True, "top_left"]), kvh=st.sampled_from([1, 2]),
+       g=st.sampled_from([1, 2, 4]), scale=st.floats(1.0, 60.0), half=st.booleans())
+def test_larger_shapes_count_mode_and_bounds(Nq, Nkv, d, causal, kvh, g, scale, half):
+    """Count mode on the searched tiling equals the closed form, within M; no explicit bound is
+    above it (M from the least to past Nq·d/2)."""
+    shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, heads=kvh * g, kv_heads=kvh)
+    lo = ALG.min_M(shape)
+    M = lo + Nq * d // 2 if half else int(lo * scale)
+    found = ALG.search(shape, M)
+    assert found is not None
+    pred = ALG.predict_total(shape, found.tiling)
+    cnt = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=found.tiling)
+    assert (cnt.io.reads, cnt.io.writes) == (pred.reads, pred.writes) and cnt.io.peak <= M
+    for bd in bounds.applicable_to(shape, M):
+        if bd.explicit:
+            assert pred.total >= bd.value, (bd.name, pred.total, bd.value)
