@@ -197,3 +197,31 @@ def test_larger_shapes_count_mode_and_bounds(Nq, Nkv, d, causal, kvh, g, scale, 
     for bd in bounds.applicable_to(shape, M):
         if bd.explicit:
             assert pred.total >= bd.value, (bd.name, pred.total, bd.value)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), extra=st.integers(0, 400), seed=st.integers(0, 2**16))
+def test_writes_the_logsumexp_a_backward_pass_reads(data, extra, seed):
+    from attnio.core.reference import attention_backward
+    from attnio.runner import BackwardPass
+
+    Nq, Nkv, d, causal, batch, heads, kvh = data.draw(shapes())
+    shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kvh, batch=batch)
+    tiling = data.draw(tilings(Nq, d, shape.group))
+    bwd = attnio.algorithms.get_backward("flash2_backward")
+    M = max(ALG.footprint(shape, tiling), bwd.min_M(shape)) + extra
+    rng = np.random.default_rng(seed)
+    Q, dO = (rng.standard_normal((batch, heads, Nq, d)) for _ in range(2))
+    K, V = (rng.standard_normal((batch, kvh, Nkv, d)) for _ in range(2))
+    res = attnio.run("q_split", Q, K, V, M=M, causal=causal, tiling=tiling,
+                     backward=BackwardPass("flash2_backward"), grad_output=dO)
+    assert np.abs(res.output - _reference(Q, K, V, causal)).max() <= 1e-10
+    for name, want in zip(("dQ", "dK", "dV"), attention_backward(Q, K, V, dO, causal=causal)):
+        assert np.abs(np.asarray(res.grads[name]).reshape(want.shape) - want).max() <= 1e-10
+    pred = ALG.predict_with_lse(shape, tiling)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+    fwd = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=tiling,
+                     backward=BackwardPass("flash2_backward"))
+    assert (fwd.io.reads, fwd.io.writes) == (pred.reads, pred.writes)
+    plain = ALG.predict_total(shape, tiling)
+    assert pred.writes == plain.writes + shape.n_heads * Nq

@@ -53,6 +53,9 @@ Fast memory (``a = min(Br, Nq)``, ``a2 = min(Br2, S)``; main block 0 is the larg
     thin  G·a2·(d + δ + 1) + d + δ        (Q, O on δ columns, g; k_j and δ words of v_j)
     footprint = max(main, thin)           (main alone when σ = 0: then no thin pass)
 
+For a backward pass the main pass also writes g, which is each row's logsumexp once every key
+has passed: Nq more writes a head (``predict_with_lse``).
+
 The least M is 4d + 1 (one row, σ = 0).  With σ = 0 this is Q-stationary with a one-word row
 state: ``Br·(2d + 1) + 2d`` against q_stationary_min's ``Br·(2d + 3) + 1``.
 
@@ -171,6 +174,7 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
     summary = ("Q-stationary with one block fewer than fits: the rows over M keep d - δ output "
                "columns, a thin pass (δ columns of V) finishes them")
     Tiling = QSplitTiling
+    supports_backward = True  # writes g, each row's logsumexp (Nq words a head), when asked
 
     def footprint(self, shape: Shape, tiling: QSplitTiling) -> int:
         d, G, t = shape.d, tiling.group, tiling
@@ -278,7 +282,8 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
                        V: SlowArray, Os: list[SlowArray], *, shape: Shape, tiling: QSplitTiling,
                        scale: float, lse: list[SlowArray] | None = None) -> None:
         """Query heads ``Qs`` (one group) against one K/V head: the main pass, then the thin
-        pass over the split rows."""
+        pass over the split rows.  ``lse`` (optional) receives each row's logsumexp, the main
+        pass's g (Nq more writes a head)."""
         d = shape.d
         L = _layout(shape.Nq, tiling)
         dm = d - tiling.delta if tiling.sigma else d  # the columns a split row holds in main
@@ -292,9 +297,9 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
             hi = kv_visible_hi(shape, segs[-1][0].stop)
             if hi <= 0:  # no row of the block sees a key: its output is 0
                 for b, c in segs:
-                    K_.store_empty_rows(mem, Os, b, d, cols=c)
+                    K_.store_empty_rows(mem, Os, b, d, lse, cols=c)
                 continue
-            _stream(mem, Qs, K, V, Os, segs, hi, slice(0, d), shape, scale)
+            _stream(mem, Qs, K, V, Os, segs, hi, slice(0, d), shape, scale, lse)
         if not tiling.sigma:
             return
         cols = slice(dm, d)
@@ -308,10 +313,10 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
 
 def _stream(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
             Os: list[SlowArray], segs: list[tuple[Block, slice]], hi: int, vcols: slice,
-            shape: Shape, scale: float) -> None:
+            shape: Shape, scale: float, lse: list[SlowArray] | None = None) -> None:
     """Row segments ``segs`` (rows, held output columns) of every head against keys [0, hi):
     Q rows, O on the held columns and g held; each key row and the ``vcols`` words of its value
-    row streamed; O written on the held columns."""
+    row streamed; O written on the held columns (and g, each row's logsumexp, to ``lse``)."""
     heads = []
     for Q in Qs:
         held = []
@@ -329,9 +334,11 @@ def _stream(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray
                 mem.compute(_key_step(shape, b.start, kb.start, scale, c.start - vcols.start),
                             o, g, q, k, v, writes=2)
         mem.free(k, v)
-    for held, O in zip(heads, Os):
+    for h, (held, O) in enumerate(zip(heads, Os)):
         for b, c, q, o, g in held:
             mem.store(o, O, b, c)
+            if lse is not None:
+                mem.store(g, lse[h], b)
             mem.free(q, o, g)
 
 
