@@ -96,11 +96,11 @@ mask).
 >>> rng = np.random.default_rng(0)
 >>> Q, K, V = (rng.standard_normal((40, 6)) for _ in range(3))
 >>> t = QSplitTiling(Br=20, sigma=5, delta=2, Br2=8)
->>> r = attnio.run("q_split", Q, K, V, M=ALGORITHM.footprint(Shape.make(40, 6), t), tiling=t,
-...                causal=True)
+>>> M = ALGORITHM.footprint(Shape.make(40, 6), t)
+>>> r = attnio.run("q_split", Q, K, V, M=M, tiling=t, causal=True)
 >>> bool(np.abs(r.output - attnio.reference.attention(Q, K, V, causal=True)).max() < 1e-12)
 True
->>> ALGORITHM.predicted_io((40, 6), r.io.peak, causal=True, tiling=t).total == r.io.total
+>>> ALGORITHM.predicted_io((40, 6), M, causal=True, tiling=t).total == r.io.total
 True
 >>> ALGORITHM.predicted_io((3000, 40), 60000).total
 1360040

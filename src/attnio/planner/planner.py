@@ -9,7 +9,7 @@ steps and then registry order.  The choice is made by predicted I/O alone, never
 >>> import attnio
 >>> p = plan(4096, 64, 65536)
 >>> p.chosen.algorithm, p.certificate.regime
-('flash2', 'large cache (M >= d^2)')
+('q_split', 'large cache (M >= d^2)')
 >>> r = p.run()  # count mode: the chosen algorithm and tiling on the planned sizes and M
 >>> p.chosen.predicted.total == r.io.total
 True
