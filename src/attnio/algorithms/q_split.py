@@ -42,10 +42,11 @@ Schedule (per group of G query heads sharing one K/V head; a row "sees" keys ``[
                    for each key j < hi: load k_j (d), load v_j[d - δ:d] (δ); the same step
                    write O[t0:t1, d - δ:d]
 
-The thin pass recomputes each split row's scores and g over the same keys in the same order, so
-its weights are the main pass's weights, bit for bit.  The per-row loop runs as one
-``mem.compute`` per key and segment: every score is a register used by its own row's step and
-dropped (as in stream_tiling's ``_row_step``), so no score tile is held.
+The thin pass recomputes each split row's scores and g over the same keys in the same order: each
+pass forms the row's softmax by itself (the weights agree up to the rounding of the dot
+products), so both parts of the row are within rounding of the reference.  The per-row loop
+runs as one ``mem.compute`` per key and segment: every score is a register used by its own row's
+step and dropped (as in stream_tiling's ``_row_step``), so no score tile is held.
 
 Fast memory (``a = min(Br, Nq)``, ``a2 = min(Br2, S)``; main block 0 is the largest)::
 
@@ -134,9 +135,10 @@ __all__ = ["ALGORITHM", "QSplit", "QSplitTiling"]
 
 @dataclass(frozen=True)
 class QSplitTiling:
-    """Main blocks of Br query rows, the first ``sigma`` of each (the split rows) holding output
-    columns [0, d - delta) only; thin blocks of Br2 split rows for columns [d - delta, d);
-    ``group`` query heads share each streamed K/V row.  ``sigma = 0``: no split, no thin pass."""
+    """Main blocks of Br query rows, ``sigma`` of each (the split rows, taken in turn from the
+    first rows of the sequence: the module docstring's layout) holding output columns
+    [0, d - delta) only; thin blocks of Br2 split rows for columns [d - delta, d); ``group``
+    query heads share each streamed K/V row.  ``sigma = 0``: no split, no thin pass."""
 
     Br: int
     sigma: int = 0
