@@ -132,13 +132,25 @@ _BAND = 8  # sides near √M scored exactly with a mask (ranked by the unmasked 
 @dataclass(frozen=True)
 class StreamTilingTiling:
     """Phase 1: score tiles Br x Bc (``order`` "tile": one column held, the other operand
-    streamed; "row": Q_i resident, K streamed); Phase 2: output tiles Br2 x Bd2."""
+    streamed; "row": Q_i resident, K streamed); Phase 2: output tiles Br2 x Bd2 over the first
+    ``d1`` output columns (every column when ``d1`` is None), and Br2b x Bd2b over the other
+    ``d - d1`` (a second slice group: set all three or none)."""
 
     Br: int
     Bc: int
     Br2: int
     Bd2: int
     order: str = "tile"
+    d1: int | None = None
+    Br2b: int | None = None
+    Bd2b: int | None = None
+
+
+def _groups(d: int, t: StreamTilingTiling) -> tuple[tuple[int, int, int, int], ...]:
+    """Phase 2's slice groups as (first column, columns, row block, slice width)."""
+    if t.d1 is None or t.Br2b is None or t.Bd2b is None:
+        return ((0, d, t.Br2, t.Bd2),)
+    return ((0, t.d1, t.Br2, t.Bd2), (t.d1, d - t.d1, t.Br2b, t.Bd2b))
 
 
 def _fp1(d: int, a: int, b: int, order: str) -> int:
@@ -185,13 +197,29 @@ def _phase1(shape: Shape, Br: int, Bc: int, order: str) -> IOCount:
     return IOCount((q + k) * d, _seen(shape))
 
 
-def _phase2(shape: Shape, Br2: int, Bd2: int) -> IOCount:
-    d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-    Td = cdiv(d, Bd2)
+def _phase2(shape: Shape, Br2: int, Bd2: int, w: int) -> IOCount:
+    """One slice group: w output columns in slices of Bd2, row blocks of Br2."""
+    Nq, Nkv = shape.Nq, shape.Nkv
+    Td = cdiv(w, Bd2)
     if not shape.causal:
-        return IOCount(Td * Nq * Nkv + cdiv(Nq, Br2) * Nkv * d, Nq * d)
+        return IOCount(Td * Nq * Nkv + cdiv(Nq, Br2) * Nkv * w, Nq * w)
     s = _sums(Nq, Nkv, Br2, 1, shape.offset)  # width-1 slices: w_i = hi_i
-    return IOCount(Td * _seen(shape) + d * s.width, Nq * d)
+    return IOCount(Td * _seen(shape) + w * s.width, Nq * w)
+
+
+def _p2(shape: Shape, g: tuple[int, ...]) -> IOCount:
+    """Phase 2 of a search candidate: (Br2, Bd2) over every column, or (Br2, Bd2, d1, Br2b,
+    Bd2b) in two slice groups."""
+    if len(g) == 2:
+        return _phase2(shape, g[0], g[1], shape.d)
+    return _phase2(shape, g[0], g[1], g[2]) + _phase2(shape, g[3], g[4], shape.d - g[2])
+
+
+def _p2_steps(Nq: int, d: int, g: tuple[int, ...]) -> int:
+    """Phase 2's output tiles (row blocks x slices, over the groups) of a search candidate."""
+    if len(g) == 2:
+        return cdiv(Nq, g[0]) * cdiv(d, g[1])
+    return cdiv(Nq, g[0]) * cdiv(g[2], g[1]) + cdiv(Nq, g[3]) * cdiv(d - g[2], g[4])
 
 
 def _max1(M: int, x: int) -> int:
@@ -264,6 +292,19 @@ def _rows(shape: Shape, amax: int) -> set[int]:
     return out
 
 
+def _group_rows(shape: Shape, M: int, c: int, w: int) -> int:
+    """The best row block of a slice group (w columns in slices of c, ``_fp2 <= M``; 0 if none
+    fits): the largest that fits, that snapped down to as many blocks, and with a mask the sizes
+    of :func:`_rows`, scored exactly (ties: the fewest blocks)."""
+    amax = min(shape.Nq, _rows2(M, min(c, w)))
+    if amax < 1:
+        return 0
+    sizes = {amax, cdiv(shape.Nq, cdiv(shape.Nq, amax))}
+    if shape.causal:
+        sizes |= _rows(shape, amax)
+    return min(sizes, key=lambda a: (_phase2(shape, a, c, w).total, cdiv(shape.Nq, a), a))
+
+
 class StreamTiling(Algorithm[StreamTilingTiling]):
     name = "stream_tiling"
     summary = ("square tiling with word streaming (Smith & van de Geijn): raw scores written once, "
@@ -273,8 +314,8 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
     def footprint(self, shape: Shape, tiling: StreamTilingTiling) -> int:
         t = tiling
         a, b = min(t.Br, shape.Nq), min(t.Bc, shape.Nkv)
-        a2, c = min(t.Br2, shape.Nq), min(t.Bd2, shape.d)
-        return max(_fp1(shape.d, a, b, t.order), _fp2(a2, c))
+        return max(_fp1(shape.d, a, b, t.order),
+                   *(_fp2(min(a2, shape.Nq), min(c, w)) for _, w, a2, c in _groups(shape.d, t)))
 
     def min_M(self, shape: Shape) -> int:
         return _fp2(1, 1)
@@ -284,15 +325,26 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         if tiling.order not in ORDERS:
             raise ParameterError(f"tiling.order must be one of {ORDERS}, got {tiling.order!r}",
                                  param="tiling")
+        second = (tiling.d1, tiling.Br2b, tiling.Bd2b)
+        if any(v is not None for v in second) and any(v is None for v in second):
+            raise ParameterError("tiling.d1, tiling.Br2b and tiling.Bd2b make the second slice "
+                                 f"group together: set all three or none, got {second}",
+                                 param="tiling")
+        if tiling.d1 is not None and tiling.d1 >= shape.d:
+            raise ParameterError(f"tiling.d1 (the first slice group's columns) must be below "
+                                 f"d = {shape.d}, got {tiling.d1}", param="tiling")
 
     def steps(self, shape: Shape, tiling: StreamTilingTiling) -> int:
         t = tiling
         return (cdiv(shape.Nq, t.Br) * cdiv(shape.Nkv, t.Bc)
-                + cdiv(shape.Nq, t.Br2) * cdiv(shape.d, t.Bd2))
+                + sum(cdiv(shape.Nq, a) * cdiv(w, c) for _, w, a, c in _groups(shape.d, t)))
 
     def _predict(self, shape: Shape, tiling: StreamTilingTiling) -> IOCount:
         t = tiling
-        return _phase1(shape, t.Br, t.Bc, t.order) + _phase2(shape, t.Br2, t.Bd2)
+        io = _phase1(shape, t.Br, t.Bc, t.order)
+        for _, w, a, c in _groups(shape.d, t):
+            io = io + _phase2(shape, a, c, w)
+        return io
 
     # ------------------------------------------------------------------ tilings
     @staticmethod
@@ -328,8 +380,33 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             cands |= {(a, min(d, _cols2(M, a))) for a in _rows(shape, Nq) if _cols2(M, a) >= 1}
         band = _band(Nq, d, M, functools.partial(_cols2, M))
         band |= {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))}
-        return self._best(shape, cands, band, lambda s, c: _phase2(s, c[0], c[1]).total,
-                          lambda c: cdiv(Nq, c[0]) * cdiv(d, c[1]))
+        steps = functools.partial(_p2_steps, Nq, d)
+        best = self._best(shape, cands, band, lambda s, c: _p2(s, c).total, steps)
+        more = self._balanced(shape, M, {cdiv(d, c[1]) + k for c in best for k in (-1, 0, 1)})
+        return sorted(set(best) | more,
+                      key=lambda c: (_p2(shape, c).total, steps(c), len(c), c))[:_OFFER]
+
+    @staticmethod
+    def _balanced(shape: Shape, M: int, counts: Iterable[int]) -> set[tuple[int, ...]]:
+        """Phase-2 candidates of T balanced slices for each T in ``counts``: r = d mod T slices
+        of ⌈d/T⌉ columns (group 1) and T - r of ⌊d/T⌋ (group 2), each group with its best row
+        block (:func:`_group_rows`); uniform slices of ⌈d/T⌉ besides.  O(log N) each."""
+        d = shape.d
+        out: set[tuple[int, ...]] = set()
+        for T in counts:
+            if not 1 <= T <= d:
+                continue
+            wide, r = cdiv(d, T), d % T
+            a = _group_rows(shape, M, wide, d)
+            if a:
+                out.add((a, wide))
+            if r == 0:
+                continue
+            a1, a2 = _group_rows(shape, M, wide, r * wide), _group_rows(shape, M, wide - 1,
+                                                                        d - r * wide)
+            if a1 and a2:
+                out.add((a1, wide, r * wide, a2, wide - 1))
+        return out
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[StreamTilingTiling]:
         """The best few of each phase (scored by themselves: the phases are not coupled),
@@ -337,8 +414,8 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         if M < self.min_M(shape):
             return []
         p2 = self._phase2_candidates(shape, M)
-        return [StreamTilingTiling(br, bc, br2, bd2, ORDERS[o])
-                for br, bc, o in self._phase1_candidates(shape, M) for br2, bd2 in p2]
+        return [StreamTilingTiling(br, bc, c[0], c[1], ORDERS[o], *c[2:])
+                for br, bc, o in self._phase1_candidates(shape, M) for c in p2]
 
     def count_walk(self, shape: Shape, tiling: StreamTilingTiling) -> int:
         """With a mask, count mode walks every query block, the tiles and keys its diagonal
@@ -347,8 +424,10 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         if not shape.causal:
             return 0
         t = tiling
-        Tr, Tr2, Td = cdiv(shape.Nq, t.Br), cdiv(shape.Nq, t.Br2), cdiv(shape.d, t.Bd2)
-        return Tr * (cdiv(t.Br, t.Bc) + 2) + Tr2 * Td * (min(t.Br2, shape.Nq) + 1)
+        Tr = cdiv(shape.Nq, t.Br)
+        return Tr * (cdiv(t.Br, t.Bc) + 2) + sum(
+            cdiv(shape.Nq, a) * cdiv(w, c) * (min(a, shape.Nq) + 1)
+            for _, w, a, c in _groups(shape.d, t))
 
     # ------------------------------------------------------------------ the schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
@@ -427,36 +506,39 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
     def _outputs(self, mem: TwoLevelMemory, A: SlowArray, V: SlowArray, O: SlowArray,
                  shape: Shape, t: StreamTilingTiling) -> None:
         """Phase 2.  Keys every row of the block sees (before its first row's end, ``h0``) are
-        alike; each key after it is seen by a suffix of the rows, walked one by one."""
-        for ib in mem.blocks(shape.Nq, t.Br2, uniform=not shape.causal):
-            hi = kv_visible_hi(shape, ib.stop)
-            h0 = kv_visible_hi(shape, ib.start + 1)
-            for db in mem.blocks(shape.d, t.Bd2):
-                Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
-                if hi == 0:  # no row of the block sees a key: its output is 0
-                    mem.store(Oc, O, ib, db)
-                    mem.free(Oc)
-                    continue
-                g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
-                acc = (Oc, g)
-                for kb in mem.blocks(shape.Nkv, 1, hi=h0):
-                    self._key(mem, A, V, acc, ib, kb, db, 0, t, shape)
-                for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
-                    top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size) see it
-                    self._key(mem, A, V, acc, ib, kb, db, top, t, shape)
-                mem.store(Oc, O, ib, db)  # normalised all along
-                mem.free(Oc, g)
+        alike; each key after it is seen by a suffix of the rows, walked one by one.  Each slice
+        group (columns [lo, lo + w)) runs by itself with its own row blocks and slices."""
+        for lo, w, a, c in _groups(shape.d, t):
+            v_held = min(c, w) <= min(a, shape.Nq)  # else a score column held
+            for ib in mem.blocks(shape.Nq, a, uniform=not shape.causal):
+                hi = kv_visible_hi(shape, ib.stop)
+                h0 = kv_visible_hi(shape, ib.start + 1)
+                for sb in mem.blocks(w, c):
+                    db = Block(sb.index, lo + sb.start, lo + sb.stop)
+                    Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
+                    if hi == 0:  # no row of the block sees a key: its output is 0
+                        mem.store(Oc, O, ib, db)
+                        mem.free(Oc)
+                        continue
+                    g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
+                    acc = (Oc, g)
+                    for kb in mem.blocks(shape.Nkv, 1, hi=h0):
+                        self._key(mem, A, V, acc, ib, kb, db, 0, v_held)
+                    for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
+                        top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size)
+                        self._key(mem, A, V, acc, ib, kb, db, top, v_held)
+                    mem.store(Oc, O, ib, db)  # normalised all along
+                    mem.free(Oc, g)
 
     @staticmethod
     def _key(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, acc: tuple[FastTile, ...],
-             ib: Block, kb: Block, db: Block, top: int, t: StreamTilingTiling,
-             shape: Shape) -> None:
+             ib: Block, kb: Block, db: Block, top: int, v_held: bool) -> None:
         """Key kb into the output tile, for its rows [top, size): with a V row chunk held, their
         scores streamed one word at a time; else their score column held and the V words of the
         chunk streamed.  Rows [0, top) take the key with weight 0, as a dense P·V does (so a
         non-finite value reaches them as it reaches the reference's rows; no word moves)."""
         r0 = ib.start + top
-        if min(t.Bd2, shape.d) <= min(t.Br2, shape.Nq):
+        if v_held:
             v = mem.load(V, kb, db, label="V_kc")
             for rc in mem.blocks(ib.size - top, 1):
                 w = mem.load(A, r0 + rc.start, kb, label="a_rk")
