@@ -31,7 +31,9 @@ Nkv)`` bottom-right causal, ``clip(r + 1, 0, Nkv)`` top-left)::
                                 for each key c of j, l in 1..d: load K[c, l] (1 word)
                                     column c += scale · Q_i[., l] · K[c, l]
                  write each line where it lies in A (the scores the rows see, nothing else)
-    Phase 2  for each query block i (Br2 rows), each output slice c (Bd2 columns):
+    Phase 2  for each slice group (columns [0, d1) with Br2, Bd2; then [d1, d) with Br2b, Bd2b;
+             one group of all d columns when d1 is None), each query block i (Br2 rows), each
+             output slice c (Bd2 columns of the group, the last one narrower):
                  O = 0 (Br2 x Bd2), g = -inf (Br2)
                  for each key k that some row of the block sees (rows [top_k, Br2) see it):
                      Bd2 <= Br2: load V[k, c] (Bd2 words); for each row r that sees k:
@@ -44,13 +46,19 @@ A causal mask therefore skips every tile no row sees in Phase 1, reads in a tile
 and K keys that meet a visible score, writes exactly the Σ_r hi_r scores the rows see, and
 Phase 2 reads exactly those, once per output slice.
 
-Fast memory (a = min(Br, Nq), b = min(Bc, Nkv), a' = min(Br2, Nq), c = min(Bd2, d))::
+Fast memory (a = min(Br, Nq), b = min(Bc, Nkv); per slice group g of w_g columns,
+a'_g = min(row block, Nq), c_g = min(slice width, w_g))::
 
     Phase 1   a·b + min(a, b) + 1      (order "tile": the tile, one column, one word)
               a·d + a·b + 1            (order "row": Q_i, the tile, one word)
-    Phase 2   a'·c + min(a', c) + a' + 1       (the O tile, a V row chunk or a score column,
-                                                one word, g)
-    footprint = max(Phase 1, Phase 2);  the least M is 4 (every side 1).
+    Phase 2   a'_g·c_g + min(a'_g, c_g) + a'_g + 1    (the O tile, a V row chunk or a score
+                                                       column, one word, g)
+    footprint = max(Phase 1, Phase 2 of each group);  the least M is 4 (every side 1).
+
+Two slice groups: d need not split evenly into slices of the best width, and a narrower slice
+fits a taller row block (fewer blocks, fewer V reads).  At M = 200, d = 40 the best one-group
+Phase 2 is 17 x 10 (T_d = 4: 4 + 40/17 = 6.35 words per Nq·Nkv); slices 14, 13, 13 with row
+blocks 12 and 13 take 3 + 14/12 + 26/13 = 6.17 (``tests/test_stream_tiling.py``).
 
 Square tiling with the score spill holds ``ab + Bd·(a + b) + 2a`` (Phase 1: m and l) and
 ``a'c + Bk2·(a' + c) + a'`` (Phase 2: g); at Bd = Bk2 = 1 the streamed phases hold
@@ -67,18 +75,23 @@ K words read are the keys each query block sees, ``d·Σ_i hi_i``; the Q words a
 the rows that see its first key, ``d·R`` with ``R = Σ_j q_j`` (``q_j = Nq - clip(c0_j - off, 0,
 Nq)``, :func:`attnio.core.masks.key_block_sums` with single rows); order "row" reads each row
 that sees a key once, ``d·(Nq - z)``, z = the rows that see none.  Phase-2 block i' reads, per
-output slice, every score its rows see once, and every word of ``V[0:hi'_i]`` once over the
-T_d = ⌈d/Bd2⌉ slices.  With ``H = Σ_r hi_r`` (Nq·Nkv unmasked)::
+output slice, every score its rows see once, and every word of ``V[0:hi'_i]`` of the slice's
+columns once; a slice group g of w_g columns in slices of c_g with row blocks a_g thus reads
+``⌈w_g/c_g⌉·H`` scores (each of its slices, every row block: H) and ``w_g·Σ_i' hi'_i(a_g)`` V
+words (each block i', its slices' widths summing to w_g), and writes its Nq·w_g outputs once.
+With ``H = Σ_r hi_r`` (Nq·Nkv unmasked), summed over the groups (one: w = d, c = Bd2,
+a = Br2; two: w = d1 and d - d1)::
 
     Phase 1 reads   d·R + d·Σ_i hi_i                  order "tile"
                     d·(Nq - z) + d·Σ_i hi_i           order "row"
     Phase 1 writes  H
-    Phase 2 reads   T_d·H + d·Σ_i' hi'_i
+    Phase 2 reads   Σ_g ⌈w_g/c_g⌉·H + w_g·Σ_i' hi'_i(a_g)
     Phase 2 writes  Nq·d
 
 Unmasked (Nq x Nkv): ``⌈Nkv/Bc⌉·Nq·d + ⌈Nq/Br⌉·Nkv·d + Nq·Nkv`` (order "tile") and
-``T_d·Nq·Nkv + ⌈Nq/Br2⌉·Nkv·d + Nq·d``: with every side √M, ``4·Nq·Nkv·d/√M + Nq·Nkv + Nq·d``,
-the two blocked matmuls' ideal.  The sums are O(log N) (:func:`attnio.core.masks.covered_sums`;
+``Σ_g ⌈w_g/c_g⌉·Nq·Nkv + ⌈Nq/a_g⌉·Nkv·w_g + Nq·d`` (one group: ``T_d·Nq·Nkv + ⌈Nq/Br2⌉·Nkv·d
++ Nq·d``, T_d = ⌈d/Bd2⌉): with every side √M, ``4·Nq·Nkv·d/√M + Nq·Nkv + Nq·d``, the two
+blocked matmuls' ideal.  The sums are O(log N) (:func:`attnio.core.masks.covered_sums`;
 H is its sum over blocks of one row).  Heads are independent: the count of one head times
 ``batch·heads`` (grouped-query attention shares no tile).  Count mode is bulk unmasked; with a
 mask it walks each query block and the tiles and keys its diagonal crosses (``count_walk``).
@@ -91,10 +104,16 @@ size with the same number of blocks; order "row" with the fewest query blocks an
 with a mask, row blocks that meet the diagonal where it enters (z, z/2, z/3, z/4 for the z rows
 that see no key); every side within a factor 2 of √M with the largest other side (at most 96).
 All are scored exactly, O(log N) each with a mask, except the near-√M band, of which the 8 of
-least unmasked count are: a cold causal plan at N = 10⁹ spends about 1 ms here.  Measured: the
-least closed form over every tiling on 750 random tiny shapes (Nq, Nkv <= 14, d <= 6, both masks;
-the test allows 5% with a mask), and no worse than a dense search of both phases (every Br and
-Br2 with the largest other side, and a few smaller ones) on 40 held-out shapes.
+least unmasked count are.  Phase 2 then adds, for T slices with T within 1 of the best three's,
+two slice groups (:meth:`StreamTiling._balanced`): k slices of c1 < ⌈d/T⌉ columns and the rest
+in T - k wider ones, c1 and the wider cap near ⌈d/T⌉ or at the widths that fit one or two row
+blocks fewer or more, each group with its best row block (:func:`_group_rows`); a few dozen more
+candidates, scored exactly (about 0.1 ms).  A cold causal plan at N = 10⁹ spends about 1.3 ms
+here.  Measured: the least closed form over every tiling, two-group ones included, on random tiny
+shapes (Nq, Nkv <= 14, d <= 8, both masks; the test allows 5% with a mask, for Phase 1); Phase 2
+within 0.6% of the least over every split d1 and every slice width (each with the best row block)
+on the held-out grid's shapes with M < 4d²; and no worse than a dense search of both phases
+(every Br and Br2 with the largest other side, and a few smaller ones) on 40 held-out shapes.
 
 >>> import numpy as np, attnio
 >>> rng = np.random.default_rng(0)
@@ -388,24 +407,39 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
 
     @staticmethod
     def _balanced(shape: Shape, M: int, counts: Iterable[int]) -> set[tuple[int, ...]]:
-        """Phase-2 candidates of T balanced slices for each T in ``counts``: r = d mod T slices
-        of ⌈d/T⌉ columns (group 1) and T - r of ⌊d/T⌋ (group 2), each group with its best row
-        block (:func:`_group_rows`); uniform slices of ⌈d/T⌉ besides.  O(log N) each."""
-        d = shape.d
+        """Phase-2 candidates of T slices for each T in ``counts``: uniform slices of
+        w = ⌈d/T⌉; and two groups: k slices of c1 < w columns, each with its best row block
+        (:func:`_group_rows`), then the other d - k·c1 columns in T - k slices of at most
+        ``cap`` >= w columns (their best row block), k the most for which they cover the rest.
+        c1 and cap near w (w - 1 with cap = w is the balanced split, k = T - d mod T) and the
+        widest slices that fit a row block or two fewer, or more, than w's (``n*``): a few
+        dozen candidates, O(log N) each."""
+        d, Nq = shape.d, shape.Nq
         out: set[tuple[int, ...]] = set()
         for T in counts:
             if not 1 <= T <= d:
                 continue
-            wide, r = cdiv(d, T), d % T
+            wide = cdiv(d, T)
             a = _group_rows(shape, M, wide, d)
-            if a:
-                out.add((a, wide))
-            if r == 0:
+            if not a:
                 continue
-            a1, a2 = _group_rows(shape, M, wide, r * wide), _group_rows(shape, M, wide - 1,
-                                                                        d - r * wide)
-            if a1 and a2:
-                out.add((a1, wide, r * wide, a2, wide - 1))
+            out.add((a, wide))
+            n = cdiv(Nq, a)  # n*: the row blocks of slices of w columns
+            level = {j: min(d, _cols2(M, cdiv(Nq, n + j))) for j in (-2, -1, 0, 1, 2) if n + j > 0}
+            narrow = {wide - 1, wide - 2} | {level[j] for j in (-2, -1) if j in level}
+            caps = {wide + 1, wide + 2} | {level[j] for j in (0, 1, 2) if j in level}
+            for c1 in narrow:
+                for cap in caps:
+                    if not 1 <= c1 < wide <= cap:
+                        continue
+                    k = min(T - 1, (T * cap - d) // (cap - c1))
+                    if k < 1:
+                        continue
+                    w2 = d - k * c1
+                    c2 = cdiv(w2, T - k)
+                    a1, a2 = _group_rows(shape, M, c1, k * c1), _group_rows(shape, M, c2, w2)
+                    if a1 and a2:
+                        out.add((a1, c1, k * c1, a2, c2))
         return out
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[StreamTilingTiling]:
@@ -420,7 +454,8 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
     def count_walk(self, shape: Shape, tiling: StreamTilingTiling) -> int:
         """With a mask, count mode walks every query block, the tiles and keys its diagonal
         crosses (the words written and read there depend on the position): about
-        ``Tr·(⌈Br/Bc⌉ + 2) + Tr2·T_d·(Br2 + 1)`` blocks; none without."""
+        ``Tr·(⌈Br/Bc⌉ + 2) + Σ_g Tr2_g·T_g·(a_g + 1)`` blocks (per slice group: its row blocks,
+        slices and rows); none without."""
         if not shape.causal:
             return 0
         t = tiling
