@@ -105,15 +105,17 @@ with a mask, row blocks that meet the diagonal where it enters (z, z/2, z/3, z/4
 that see no key); every side within a factor 2 of √M with the largest other side (at most 96).
 All are scored exactly, O(log N) each with a mask, except the near-√M band, of which the 8 of
 least unmasked count are.  Phase 2 then adds, for T slices with T within 1 of the best three's,
-two slice groups (:meth:`StreamTiling._balanced`): k slices of c1 < ⌈d/T⌉ columns and the rest
-in T - k wider ones, c1 and the wider cap near ⌈d/T⌉ or at the widths that fit one or two row
-blocks fewer or more, each group with its best row block (:func:`_group_rows`); a few dozen more
-candidates, scored exactly (about 0.1 ms).  A cold causal plan at N = 10⁹ spends about 1.3 ms
-here.  Measured: the least closed form over every tiling, two-group ones included, on random tiny
-shapes (Nq, Nkv <= 14, d <= 8, both masks; the test allows 5% with a mask, for Phase 1); Phase 2
-within 0.6% of the least over every split d1 and every slice width (each with the best row block)
-on the held-out grid's shapes with M < 4d²; and no worse than a dense search of both phases
-(every Br and Br2 with the largest other side, and a few smaller ones) on 40 held-out shapes.
+two slice groups (:meth:`StreamTiling._two_groups`): narrower slices with taller row blocks and
+wider ones, or T - 1 or T - 2 equal slices and a remainder with a row block of its own, at widths
+near ⌈d/T⌉ or that fit a few row blocks fewer or more; each group takes its best row block
+(:func:`_group_rows`), scored exactly.  A cold causal plan at N = 10⁹ spends about 1.4 ms here
+(0.2 ms of it the two groups).  Measured: the least closed form over every tiling, two-group
+ones included, on random tiny shapes (the test: Nq, Nkv <= 10, d <= 4, both masks, 5% allowed
+with a mask for Phase 1; Phase 2 alone was the least on 3000 shapes with Nq, Nkv <= 14, d <= 8);
+Phase 2 within 0.07% of the least over every split d1 and every slice width (each group with
+:func:`_group_rows`' row block) on the held-out grid's shapes with M < 4d²; and no worse than a
+dense search of both phases (every Br and Br2 with the largest other side, and a few smaller
+ones) on 40 held-out shapes (one slice group; the two-group candidates only add).
 
 >>> import numpy as np, attnio
 >>> rng = np.random.default_rng(0)
@@ -324,6 +326,13 @@ def _group_rows(shape: Shape, M: int, c: int, w: int) -> int:
     return min(sizes, key=lambda a: (_phase2(shape, a, c, w).total, cdiv(shape.Nq, a), a))
 
 
+def _pair(shape: Shape, M: int, c1: int, d1: int, c2: int) -> set[tuple[int, ...]]:
+    """The two-group Phase-2 candidate (Br2, Bd2, d1, Br2b, Bd2b): columns [0, d1) in slices of
+    c1, the rest in slices of c2, each with its best row block; empty if a group fits none."""
+    a1, a2 = _group_rows(shape, M, c1, d1), _group_rows(shape, M, c2, shape.d - d1)
+    return {(a1, c1, d1, a2, c2)} if a1 and a2 else set()
+
+
 class StreamTiling(Algorithm[StreamTilingTiling]):
     name = "stream_tiling"
     summary = ("square tiling with word streaming (Smith & van de Geijn): raw scores written once, "
@@ -401,19 +410,24 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         band |= {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))}
         steps = functools.partial(_p2_steps, Nq, d)
         best = self._best(shape, cands, band, lambda s, c: _p2(s, c).total, steps)
-        more = self._balanced(shape, M, {cdiv(d, c[1]) + k for c in best for k in (-1, 0, 1)})
+        more = self._two_groups(shape, M, {cdiv(d, c[1]) + k for c in best for k in (-1, 0, 1)})
         return sorted(set(best) | more,
                       key=lambda c: (_p2(shape, c).total, steps(c), len(c), c))[:_OFFER]
 
     @staticmethod
-    def _balanced(shape: Shape, M: int, counts: Iterable[int]) -> set[tuple[int, ...]]:
+    def _two_groups(shape: Shape, M: int, counts: Iterable[int]) -> set[tuple[int, ...]]:
         """Phase-2 candidates of T slices for each T in ``counts``: uniform slices of
-        w = ⌈d/T⌉; and two groups: k slices of c1 < w columns, each with its best row block
-        (:func:`_group_rows`), then the other d - k·c1 columns in T - k slices of at most
-        ``cap`` >= w columns (their best row block), k the most for which they cover the rest.
-        c1 and cap near w (w - 1 with cap = w is the balanced split, k = T - d mod T) and the
-        widest slices that fit a row block or two fewer, or more, than w's (``n*``): a few
-        dozen candidates, O(log N) each."""
+        w = ⌈d/T⌉, and two slice groups, each with its best row block (:func:`_group_rows`):
+
+        * k slices of c1 < w columns, then the other d - k·c1 in T - k slices of at most
+          ``cap`` >= w, k the most for which they cover it (c1 = w - 1, cap = w: the balanced
+          split, k = T - d mod T);
+        * k = T - 1 or T - 2 slices of c, and the remaining d - k·c columns in T - k slices
+          (a remainder slice with a row block of its own: uniform slices give it theirs).
+
+        c1, cap and c range over the widths within 2 of w and the widest that fit a row block
+        as tall as w's (``n*`` blocks) or n* - 3 .. n* + 2 blocks: at most a few dozen
+        candidates per T, O(log N) each."""
         d, Nq = shape.d, shape.Nq
         out: set[tuple[int, ...]] = set()
         for T in counts:
@@ -425,21 +439,17 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
                 continue
             out.add((a, wide))
             n = cdiv(Nq, a)  # n*: the row blocks of slices of w columns
-            level = {j: min(d, _cols2(M, cdiv(Nq, n + j))) for j in (-2, -1, 0, 1, 2) if n + j > 0}
-            narrow = {wide - 1, wide - 2} | {level[j] for j in (-2, -1) if j in level}
-            caps = {wide + 1, wide + 2} | {level[j] for j in (0, 1, 2) if j in level}
-            for c1 in narrow:
-                for cap in caps:
-                    if not 1 <= c1 < wide <= cap:
-                        continue
+            level = {j: min(d, _cols2(M, cdiv(Nq, n + j))) for j in range(-3, 3) if n + j > 0}
+            widths = {wide + j for j in range(-2, 3)} | set(level.values())
+            for c1 in (c for c in widths if 1 <= c < wide):
+                for cap in (c for c in widths if c >= wide):
                     k = min(T - 1, (T * cap - d) // (cap - c1))
-                    if k < 1:
-                        continue
-                    w2 = d - k * c1
-                    c2 = cdiv(w2, T - k)
-                    a1, a2 = _group_rows(shape, M, c1, k * c1), _group_rows(shape, M, c2, w2)
-                    if a1 and a2:
-                        out.add((a1, c1, k * c1, a2, c2))
+                    if k >= 1:
+                        out |= _pair(shape, M, c1, k * c1, cdiv(d - k * c1, T - k))
+            for c in (c for c in widths if c >= 1):
+                for k in (T - 1, T - 2):
+                    if k >= 1 and k * c < d:
+                        out |= _pair(shape, M, cdiv(d - k * c, T - k), d - k * c, c)
         return out
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[StreamTilingTiling]:
