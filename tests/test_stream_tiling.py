@@ -193,6 +193,8 @@ def test_two_slice_groups_footprint_and_validation():
     assert ALG.footprint(shape, two) == max(12 * 14 + 12 + 12 + 1, 13 * 13 + 13 + 13 + 1)
     assert ALG.footprint(shape, T(1, 1, 12, 40, "tile", 5, 1, 1)) == 12 * 5 + 5 + 12 + 1  # c <= d1
     assert ALG.steps(shape, two) == 100 * 100 + cdiv(100, 12) * 2 + cdiv(100, 13) * 2
+    assert repr(T(1, 2, 3, 4)) == "StreamTilingTiling(Br=1, Bc=2, Br2=3, Bd2=4, order='tile')"
+    assert eval(repr(two), {"StreamTilingTiling": T}) == two  # noqa: S307
     for bad in (T(1, 1, 2, 2, "tile", 3), T(1, 1, 2, 2, "tile", None, 2, 2),
                 T(1, 1, 2, 2, "tile", 40, 2, 2), T(1, 1, 2, 2, "tile", 0, 2, 2)):
         with pytest.raises(attnio.ParameterError, match="tiling"):

@@ -166,6 +166,12 @@ class StreamTilingTiling:
     Br2b: int | None = None
     Bd2b: int | None = None
 
+    def __repr__(self) -> str:  # the second group only when there is one
+        more = ("" if self.d1 is None and self.Br2b is None and self.Bd2b is None
+                else f", d1={self.d1!r}, Br2b={self.Br2b!r}, Bd2b={self.Bd2b!r}")
+        return (f"StreamTilingTiling(Br={self.Br!r}, Bc={self.Bc!r}, Br2={self.Br2!r}, "
+                f"Bd2={self.Bd2!r}, order={self.order!r}{more})")
+
 
 def _groups(d: int, t: StreamTilingTiling) -> tuple[tuple[int, int, int, int], ...]:
     """Phase 2's slice groups as (first column, columns, row block, slice width)."""
