@@ -109,7 +109,7 @@ two slice groups (:meth:`StreamTiling._two_groups`): narrower slices with taller
 wider ones, or T - 1 or T - 2 equal slices and a remainder with a row block of its own, at widths
 near ⌈d/T⌉ or that fit a few row blocks fewer or more; each group takes its best row block
 (:func:`_group_rows`), scored exactly.  A cold causal plan at N = 10⁹ spends about 1.4 ms here
-(0.2 ms of it the two groups).  Measured: the least closed form over every tiling, two-group
+(0.1 ms of it the two groups).  Measured: the least closed form over every tiling, two-group
 ones included, on random tiny shapes (the test: Nq, Nkv <= 10, d <= 4, both masks, 5% allowed
 with a mask for Phase 1; Phase 2 alone was the least on 3000 shapes with Nq, Nkv <= 14, d <= 8);
 Phase 2 within 0.07% of the least over every split d1 and every slice width (each group with
@@ -332,10 +332,12 @@ def _group_rows(shape: Shape, M: int, c: int, w: int) -> int:
     return min(sizes, key=lambda a: (_phase2(shape, a, c, w).total, cdiv(shape.Nq, a), a))
 
 
-def _pair(shape: Shape, M: int, c1: int, d1: int, c2: int) -> set[tuple[int, ...]]:
+def _pair(rows: Callable[[int, int], int], d: int, c1: int, d1: int,
+          c2: int) -> set[tuple[int, ...]]:
     """The two-group Phase-2 candidate (Br2, Bd2, d1, Br2b, Bd2b): columns [0, d1) in slices of
-    c1, the rest in slices of c2, each with its best row block; empty if a group fits none."""
-    a1, a2 = _group_rows(shape, M, c1, d1), _group_rows(shape, M, c2, shape.d - d1)
+    c1, the rest in slices of c2, each with its best row block (``rows(c, w)``, 0: none fits);
+    empty if a group fits none."""
+    a1, a2 = rows(c1, d1), rows(c2, d - d1)
     return {(a1, c1, d1, a2, c2)} if a1 and a2 else set()
 
 
@@ -435,12 +437,13 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         as tall as w's (``n*`` blocks) or n* - 3 .. n* + 2 blocks: at most a few dozen
         candidates per T, O(log N) each."""
         d, Nq = shape.d, shape.Nq
+        rows = functools.cache(functools.partial(_group_rows, shape, M))  # (c, w) recur
         out: set[tuple[int, ...]] = set()
         for T in counts:
             if not 1 <= T <= d:
                 continue
             wide = cdiv(d, T)
-            a = _group_rows(shape, M, wide, d)
+            a = rows(wide, d)
             if not a:
                 continue
             out.add((a, wide))
@@ -451,11 +454,11 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
                 for cap in (c for c in widths if c >= wide):
                     k = min(T - 1, (T * cap - d) // (cap - c1))
                     if k >= 1:
-                        out |= _pair(shape, M, c1, k * c1, cdiv(d - k * c1, T - k))
+                        out |= _pair(rows, d, c1, k * c1, cdiv(d - k * c1, T - k))
             for c in (c for c in widths if c >= 1):
                 for k in (T - 1, T - 2):
                     if k >= 1 and k * c < d:
-                        out |= _pair(shape, M, cdiv(d - k * c, T - k), d - k * c, c)
+                        out |= _pair(rows, d, cdiv(d - k * c, T - k), d - k * c, c)
         return out
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[StreamTilingTiling]:
