@@ -32,8 +32,9 @@ Nkv)`` bottom-right causal, ``clip(r + 1, 0, Nkv)`` top-left)::
                                     column c += scale · Q_i[., l] · K[c, l]
                  write each line where it lies in A (the scores the rows see, nothing else)
     Phase 2  for each slice group (columns [0, d1) with Br2, Bd2; then [d1, d) with Br2b, Bd2b;
-             one group of all d columns when d1 is None), each query block i (Br2 rows), each
-             output slice c (Bd2 columns of the group, the last one narrower):
+             one group of all d columns when d1 is None), each query block i (Br2 rows; Br2b in
+             group 2), each output slice c (Bd2 columns; Bd2b in group 2; the group's last
+             slice narrower if its width does not split evenly):
                  O = 0 (Br2 x Bd2), g = -inf (Br2)
                  for each key k that some row of the block sees (rows [top_k, Br2) see it):
                      Bd2 <= Br2: load V[k, c] (Bd2 words); for each row r that sees k:
