@@ -31,7 +31,10 @@ Nkv)`` bottom-right causal, ``clip(r + 1, 0, Nkv)`` top-left)::
                                 for each key c of j, l in 1..d: load K[c, l] (1 word)
                                     column c += scale · Q_i[., l] · K[c, l]
                  write each line where it lies in A (the scores the rows see, nothing else)
-    Phase 2  for each query block i (Br2 rows), each output slice c (Bd2 columns):
+    Phase 2  for each slice group (columns [0, d1) with Br2, Bd2; then [d1, d) with Br2b, Bd2b;
+             one group of all d columns when d1 is None), each query block i (Br2 rows; Br2b in
+             group 2), each output slice c (Bd2 columns; Bd2b in group 2; the group's last
+             slice narrower if its width does not split evenly):
                  O = 0 (Br2 x Bd2), g = -inf (Br2)
                  for each key k that some row of the block sees (rows [top_k, Br2) see it):
                      Bd2 <= Br2: load V[k, c] (Bd2 words); for each row r that sees k:
@@ -44,13 +47,19 @@ A causal mask therefore skips every tile no row sees in Phase 1, reads in a tile
 and K keys that meet a visible score, writes exactly the Σ_r hi_r scores the rows see, and
 Phase 2 reads exactly those, once per output slice.
 
-Fast memory (a = min(Br, Nq), b = min(Bc, Nkv), a' = min(Br2, Nq), c = min(Bd2, d))::
+Fast memory (a = min(Br, Nq), b = min(Bc, Nkv); per slice group g of w_g columns,
+a'_g = min(row block, Nq), c_g = min(slice width, w_g))::
 
     Phase 1   a·b + min(a, b) + 1      (order "tile": the tile, one column, one word)
               a·d + a·b + 1            (order "row": Q_i, the tile, one word)
-    Phase 2   a'·c + min(a', c) + a' + 1       (the O tile, a V row chunk or a score column,
-                                                one word, g)
-    footprint = max(Phase 1, Phase 2);  the least M is 4 (every side 1).
+    Phase 2   a'_g·c_g + min(a'_g, c_g) + a'_g + 1    (the O tile, a V row chunk or a score
+                                                       column, one word, g)
+    footprint = max(Phase 1, Phase 2 of each group);  the least M is 4 (every side 1).
+
+Two slice groups: d need not split evenly into slices of the best width, and a narrower slice
+fits a taller row block (fewer blocks, fewer V reads).  At M = 200, d = 40 the best one-group
+Phase 2 is 17 x 10 (T_d = 4: 4 + 40/17 = 6.35 words per Nq·Nkv); slices 14, 13, 13 with row
+blocks 12 and 13 take 3 + 14/12 + 26/13 = 6.17 (``tests/test_stream_tiling.py``).
 
 Square tiling with the score spill holds ``ab + Bd·(a + b) + 2a`` (Phase 1: m and l) and
 ``a'c + Bk2·(a' + c) + a'`` (Phase 2: g); at Bd = Bk2 = 1 the streamed phases hold
@@ -67,18 +76,23 @@ K words read are the keys each query block sees, ``d·Σ_i hi_i``; the Q words a
 the rows that see its first key, ``d·R`` with ``R = Σ_j q_j`` (``q_j = Nq - clip(c0_j - off, 0,
 Nq)``, :func:`attnio.core.masks.key_block_sums` with single rows); order "row" reads each row
 that sees a key once, ``d·(Nq - z)``, z = the rows that see none.  Phase-2 block i' reads, per
-output slice, every score its rows see once, and every word of ``V[0:hi'_i]`` once over the
-T_d = ⌈d/Bd2⌉ slices.  With ``H = Σ_r hi_r`` (Nq·Nkv unmasked)::
+output slice, every score its rows see once, and every word of ``V[0:hi'_i]`` of the slice's
+columns once; a slice group g of w_g columns in slices of c_g with row blocks a_g thus reads
+``⌈w_g/c_g⌉·H`` scores (each of its slices, every row block: H) and ``w_g·Σ_i' hi'_i(a_g)`` V
+words (each block i', its slices' widths summing to w_g), and writes its Nq·w_g outputs once.
+With ``H = Σ_r hi_r`` (Nq·Nkv unmasked), summed over the groups (one: w = d, c = Bd2,
+a = Br2; two: w = d1 and d - d1)::
 
     Phase 1 reads   d·R + d·Σ_i hi_i                  order "tile"
                     d·(Nq - z) + d·Σ_i hi_i           order "row"
     Phase 1 writes  H
-    Phase 2 reads   T_d·H + d·Σ_i' hi'_i
+    Phase 2 reads   Σ_g ⌈w_g/c_g⌉·H + w_g·Σ_i' hi'_i(a_g)
     Phase 2 writes  Nq·d
 
 Unmasked (Nq x Nkv): ``⌈Nkv/Bc⌉·Nq·d + ⌈Nq/Br⌉·Nkv·d + Nq·Nkv`` (order "tile") and
-``T_d·Nq·Nkv + ⌈Nq/Br2⌉·Nkv·d + Nq·d``: with every side √M, ``4·Nq·Nkv·d/√M + Nq·Nkv + Nq·d``,
-the two blocked matmuls' ideal.  The sums are O(log N) (:func:`attnio.core.masks.covered_sums`;
+``Σ_g ⌈w_g/c_g⌉·Nq·Nkv + ⌈Nq/a_g⌉·Nkv·w_g + Nq·d`` (one group: ``T_d·Nq·Nkv + ⌈Nq/Br2⌉·Nkv·d
++ Nq·d``, T_d = ⌈d/Bd2⌉): with every side √M, ``4·Nq·Nkv·d/√M + Nq·Nkv + Nq·d``, the two
+blocked matmuls' ideal.  The sums are O(log N) (:func:`attnio.core.masks.covered_sums`;
 H is its sum over blocks of one row).  Heads are independent: the count of one head times
 ``batch·heads`` (grouped-query attention shares no tile).  Count mode is bulk unmasked; with a
 mask it walks each query block and the tiles and keys its diagonal crosses (``count_walk``).
@@ -91,10 +105,18 @@ size with the same number of blocks; order "row" with the fewest query blocks an
 with a mask, row blocks that meet the diagonal where it enters (z, z/2, z/3, z/4 for the z rows
 that see no key); every side within a factor 2 of √M with the largest other side (at most 96).
 All are scored exactly, O(log N) each with a mask, except the near-√M band, of which the 8 of
-least unmasked count are: a cold causal plan at N = 10⁹ spends about 1 ms here.  Measured: the
-least closed form over every tiling on 750 random tiny shapes (Nq, Nkv <= 14, d <= 6, both masks;
-the test allows 5% with a mask), and no worse than a dense search of both phases (every Br and
-Br2 with the largest other side, and a few smaller ones) on 40 held-out shapes.
+least unmasked count are.  Phase 2 then adds, for T slices with T within 1 of the best three's,
+two slice groups (:meth:`StreamTiling._two_groups`): narrower slices with taller row blocks and
+wider ones, or T - 1 or T - 2 equal slices and a remainder with a row block of its own, at widths
+near ⌈d/T⌉ or that fit a few row blocks fewer or more; each group takes its best row block
+(:func:`_group_rows`), scored exactly.  A cold causal plan at N = 10⁹ spends about 1.4 ms here
+(0.1 ms of it the two groups).  Measured: the least closed form over every tiling, two-group
+ones included, on random tiny shapes (the test: Nq, Nkv <= 10, d <= 4, both masks, 5% allowed
+with a mask for Phase 1; Phase 2 alone was the least on 3000 shapes with Nq, Nkv <= 14, d <= 8);
+Phase 2 within 0.07% of the least over every split d1 and every slice width (each group with
+:func:`_group_rows`' row block) on the held-out grid's shapes with M < 4d²; and no worse than a
+dense search of both phases (every Br and Br2 with the largest other side, and a few smaller
+ones) on 40 held-out shapes (one slice group; the two-group candidates only add).
 
 >>> import numpy as np, attnio
 >>> rng = np.random.default_rng(0)
@@ -133,13 +155,31 @@ _BAND = 8  # sides near √M scored exactly with a mask (ranked by the unmasked 
 @dataclass(frozen=True)
 class StreamTilingTiling:
     """Phase 1: score tiles Br x Bc (``order`` "tile": one column held, the other operand
-    streamed; "row": Q_i resident, K streamed); Phase 2: output tiles Br2 x Bd2."""
+    streamed; "row": Q_i resident, K streamed); Phase 2: output tiles Br2 x Bd2 over the first
+    ``d1`` output columns (every column when ``d1`` is None), and Br2b x Bd2b over the other
+    ``d - d1`` (a second slice group: set all three or none)."""
 
     Br: int
     Bc: int
     Br2: int
     Bd2: int
     order: str = "tile"
+    d1: int | None = None
+    Br2b: int | None = None
+    Bd2b: int | None = None
+
+    def __repr__(self) -> str:  # the second group only when there is one
+        more = ("" if self.d1 is None and self.Br2b is None and self.Bd2b is None
+                else f", d1={self.d1!r}, Br2b={self.Br2b!r}, Bd2b={self.Bd2b!r}")
+        return (f"StreamTilingTiling(Br={self.Br!r}, Bc={self.Bc!r}, Br2={self.Br2!r}, "
+                f"Bd2={self.Bd2!r}, order={self.order!r}{more})")
+
+
+def _groups(d: int, t: StreamTilingTiling) -> tuple[tuple[int, int, int, int], ...]:
+    """Phase 2's slice groups as (first column, columns, row block, slice width)."""
+    if t.d1 is None or t.Br2b is None or t.Bd2b is None:
+        return ((0, d, t.Br2, t.Bd2),)
+    return ((0, t.d1, t.Br2, t.Bd2), (t.d1, d - t.d1, t.Br2b, t.Bd2b))
 
 
 def _fp1(d: int, a: int, b: int, order: str) -> int:
@@ -186,13 +226,29 @@ def _phase1(shape: Shape, Br: int, Bc: int, order: str) -> IOCount:
     return IOCount((q + k) * d, _seen(shape))
 
 
-def _phase2(shape: Shape, Br2: int, Bd2: int) -> IOCount:
-    d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-    Td = cdiv(d, Bd2)
+def _phase2(shape: Shape, Br2: int, Bd2: int, w: int) -> IOCount:
+    """One slice group: w output columns in slices of Bd2, row blocks of Br2."""
+    Nq, Nkv = shape.Nq, shape.Nkv
+    Td = cdiv(w, Bd2)
     if not shape.causal:
-        return IOCount(Td * Nq * Nkv + cdiv(Nq, Br2) * Nkv * d, Nq * d)
+        return IOCount(Td * Nq * Nkv + cdiv(Nq, Br2) * Nkv * w, Nq * w)
     s = _sums(Nq, Nkv, Br2, 1, shape.offset)  # width-1 slices: w_i = hi_i
-    return IOCount(Td * _seen(shape) + d * s.width, Nq * d)
+    return IOCount(Td * _seen(shape) + w * s.width, Nq * w)
+
+
+def _p2(shape: Shape, g: tuple[int, ...]) -> IOCount:
+    """Phase 2 of a search candidate: (Br2, Bd2) over every column, or (Br2, Bd2, d1, Br2b,
+    Bd2b) in two slice groups."""
+    if len(g) == 2:
+        return _phase2(shape, g[0], g[1], shape.d)
+    return _phase2(shape, g[0], g[1], g[2]) + _phase2(shape, g[3], g[4], shape.d - g[2])
+
+
+def _p2_steps(Nq: int, d: int, g: tuple[int, ...]) -> int:
+    """Phase 2's output tiles (row blocks x slices, over the groups) of a search candidate."""
+    if len(g) == 2:
+        return cdiv(Nq, g[0]) * cdiv(d, g[1])
+    return cdiv(Nq, g[0]) * cdiv(g[2], g[1]) + cdiv(Nq, g[3]) * cdiv(d - g[2], g[4])
 
 
 def _max1(M: int, x: int) -> int:
@@ -265,6 +321,28 @@ def _rows(shape: Shape, amax: int) -> set[int]:
     return out
 
 
+def _group_rows(shape: Shape, M: int, c: int, w: int) -> int:
+    """The best row block of a slice group (w columns in slices of c, ``_fp2 <= M``; 0 if none
+    fits): the largest that fits, that snapped down to as many blocks, and with a mask the sizes
+    of :func:`_rows`, scored exactly (ties: the fewest blocks)."""
+    amax = min(shape.Nq, _rows2(M, min(c, w)))
+    if amax < 1:
+        return 0
+    sizes = {amax, cdiv(shape.Nq, cdiv(shape.Nq, amax))}
+    if shape.causal:
+        sizes |= _rows(shape, amax)
+    return min(sizes, key=lambda a: (_phase2(shape, a, c, w).total, cdiv(shape.Nq, a), a))
+
+
+def _pair(rows: Callable[[int, int], int], d: int, c1: int, d1: int,
+          c2: int) -> set[tuple[int, ...]]:
+    """The two-group Phase-2 candidate (Br2, Bd2, d1, Br2b, Bd2b): columns [0, d1) in slices of
+    c1, the rest in slices of c2, each with its best row block (``rows(c, w)``, 0: none fits);
+    empty if a group fits none."""
+    a1, a2 = rows(c1, d1), rows(c2, d - d1)
+    return {(a1, c1, d1, a2, c2)} if a1 and a2 else set()
+
+
 class StreamTiling(Algorithm[StreamTilingTiling]):
     name = "stream_tiling"
     summary = ("square tiling with word streaming (Smith & van de Geijn): raw scores written once, "
@@ -274,8 +352,8 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
     def footprint(self, shape: Shape, tiling: StreamTilingTiling) -> int:
         t = tiling
         a, b = min(t.Br, shape.Nq), min(t.Bc, shape.Nkv)
-        a2, c = min(t.Br2, shape.Nq), min(t.Bd2, shape.d)
-        return max(_fp1(shape.d, a, b, t.order), _fp2(a2, c))
+        return max(_fp1(shape.d, a, b, t.order),
+                   *(_fp2(min(a2, shape.Nq), min(c, w)) for _, w, a2, c in _groups(shape.d, t)))
 
     def min_M(self, shape: Shape) -> int:
         return _fp2(1, 1)
@@ -285,15 +363,26 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         if tiling.order not in ORDERS:
             raise ParameterError(f"tiling.order must be one of {ORDERS}, got {tiling.order!r}",
                                  param="tiling")
+        second = (tiling.d1, tiling.Br2b, tiling.Bd2b)
+        if any(v is not None for v in second) and any(v is None for v in second):
+            raise ParameterError("tiling.d1, tiling.Br2b and tiling.Bd2b make the second slice "
+                                 f"group together: set all three or none, got {second}",
+                                 param="tiling")
+        if tiling.d1 is not None and tiling.d1 >= shape.d:
+            raise ParameterError(f"tiling.d1 (the first slice group's columns) must be below "
+                                 f"d = {shape.d}, got {tiling.d1}", param="tiling")
 
     def steps(self, shape: Shape, tiling: StreamTilingTiling) -> int:
         t = tiling
         return (cdiv(shape.Nq, t.Br) * cdiv(shape.Nkv, t.Bc)
-                + cdiv(shape.Nq, t.Br2) * cdiv(shape.d, t.Bd2))
+                + sum(cdiv(shape.Nq, a) * cdiv(w, c) for _, w, a, c in _groups(shape.d, t)))
 
     def _predict(self, shape: Shape, tiling: StreamTilingTiling) -> IOCount:
         t = tiling
-        return _phase1(shape, t.Br, t.Bc, t.order) + _phase2(shape, t.Br2, t.Bd2)
+        io = _phase1(shape, t.Br, t.Bc, t.order)
+        for _, w, a, c in _groups(shape.d, t):
+            io = io + _phase2(shape, a, c, w)
+        return io
 
     # ------------------------------------------------------------------ tilings
     @staticmethod
@@ -329,8 +418,50 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             cands |= {(a, min(d, _cols2(M, a))) for a in _rows(shape, Nq) if _cols2(M, a) >= 1}
         band = _band(Nq, d, M, functools.partial(_cols2, M))
         band |= {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))}
-        return self._best(shape, cands, band, lambda s, c: _phase2(s, c[0], c[1]).total,
-                          lambda c: cdiv(Nq, c[0]) * cdiv(d, c[1]))
+        steps = functools.partial(_p2_steps, Nq, d)
+        best = self._best(shape, cands, band, lambda s, c: _p2(s, c).total, steps)
+        more = self._two_groups(shape, M, {cdiv(d, c[1]) + k for c in best for k in (-1, 0, 1)})
+        return sorted(set(best) | more,
+                      key=lambda c: (_p2(shape, c).total, steps(c), len(c), c))[:_OFFER]
+
+    @staticmethod
+    def _two_groups(shape: Shape, M: int, counts: Iterable[int]) -> set[tuple[int, ...]]:
+        """Phase-2 candidates of T slices for each T in ``counts``: uniform slices of
+        w = ⌈d/T⌉, and two slice groups, each with its best row block (:func:`_group_rows`):
+
+        * k slices of c1 < w columns, then the other d - k·c1 in T - k slices of at most
+          ``cap`` >= w, k the most for which they cover it (c1 = w - 1, cap = w: the balanced
+          split, k = T - d mod T);
+        * k = T - 1 or T - 2 slices of c, and the remaining d - k·c columns in T - k slices
+          (a remainder slice with a row block of its own: uniform slices give it theirs).
+
+        c1, cap and c range over the widths within 2 of w and the widest that fit a row block
+        as tall as w's (``n*`` blocks) or n* - 3 .. n* + 2 blocks: at most a few dozen
+        candidates per T, O(log N) each."""
+        d, Nq = shape.d, shape.Nq
+        rows = functools.cache(functools.partial(_group_rows, shape, M))  # (c, w) recur
+        out: set[tuple[int, ...]] = set()
+        for T in counts:
+            if not 1 <= T <= d:
+                continue
+            wide = cdiv(d, T)
+            a = rows(wide, d)
+            if not a:
+                continue
+            out.add((a, wide))
+            n = cdiv(Nq, a)  # n*: the row blocks of slices of w columns
+            level = {j: min(d, _cols2(M, cdiv(Nq, n + j))) for j in range(-3, 3) if n + j > 0}
+            widths = {wide + j for j in range(-2, 3)} | set(level.values())
+            for c1 in (c for c in widths if 1 <= c < wide):
+                for cap in (c for c in widths if c >= wide):
+                    k = min(T - 1, (T * cap - d) // (cap - c1))
+                    if k >= 1:
+                        out |= _pair(rows, d, c1, k * c1, cdiv(d - k * c1, T - k))
+            for c in (c for c in widths if c >= 1):
+                for k in (T - 1, T - 2):
+                    if k >= 1 and k * c < d:
+                        out |= _pair(rows, d, cdiv(d - k * c, T - k), d - k * c, c)
+        return out
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[StreamTilingTiling]:
         """The best few of each phase (scored by themselves: the phases are not coupled),
@@ -338,18 +469,21 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         if M < self.min_M(shape):
             return []
         p2 = self._phase2_candidates(shape, M)
-        return [StreamTilingTiling(br, bc, br2, bd2, ORDERS[o])
-                for br, bc, o in self._phase1_candidates(shape, M) for br2, bd2 in p2]
+        return [StreamTilingTiling(br, bc, c[0], c[1], ORDERS[o], *c[2:])
+                for br, bc, o in self._phase1_candidates(shape, M) for c in p2]
 
     def count_walk(self, shape: Shape, tiling: StreamTilingTiling) -> int:
         """With a mask, count mode walks every query block, the tiles and keys its diagonal
         crosses (the words written and read there depend on the position): about
-        ``Tr·(⌈Br/Bc⌉ + 2) + Tr2·T_d·(Br2 + 1)`` blocks; none without."""
+        ``Tr·(⌈Br/Bc⌉ + 2) + Σ_g Tr2_g·T_g·(a_g + 1)`` blocks (per slice group: its row blocks,
+        slices and rows); none without."""
         if not shape.causal:
             return 0
         t = tiling
-        Tr, Tr2, Td = cdiv(shape.Nq, t.Br), cdiv(shape.Nq, t.Br2), cdiv(shape.d, t.Bd2)
-        return Tr * (cdiv(t.Br, t.Bc) + 2) + Tr2 * Td * (min(t.Br2, shape.Nq) + 1)
+        Tr = cdiv(shape.Nq, t.Br)
+        return Tr * (cdiv(t.Br, t.Bc) + 2) + sum(
+            cdiv(shape.Nq, a) * cdiv(w, c) * (min(a, shape.Nq) + 1)
+            for _, w, a, c in _groups(shape.d, t))
 
     # ------------------------------------------------------------------ the schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
@@ -428,36 +562,39 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
     def _outputs(self, mem: TwoLevelMemory, A: SlowArray, V: SlowArray, O: SlowArray,
                  shape: Shape, t: StreamTilingTiling) -> None:
         """Phase 2.  Keys every row of the block sees (before its first row's end, ``h0``) are
-        alike; each key after it is seen by a suffix of the rows, walked one by one."""
-        for ib in mem.blocks(shape.Nq, t.Br2, uniform=not shape.causal):
-            hi = kv_visible_hi(shape, ib.stop)
-            h0 = kv_visible_hi(shape, ib.start + 1)
-            for db in mem.blocks(shape.d, t.Bd2):
-                Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
-                if hi == 0:  # no row of the block sees a key: its output is 0
-                    mem.store(Oc, O, ib, db)
-                    mem.free(Oc)
-                    continue
-                g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
-                acc = (Oc, g)
-                for kb in mem.blocks(shape.Nkv, 1, hi=h0):
-                    self._key(mem, A, V, acc, ib, kb, db, 0, t, shape)
-                for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
-                    top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size) see it
-                    self._key(mem, A, V, acc, ib, kb, db, top, t, shape)
-                mem.store(Oc, O, ib, db)  # normalised all along
-                mem.free(Oc, g)
+        alike; each key after it is seen by a suffix of the rows, walked one by one.  Each slice
+        group (columns [lo, lo + w)) runs by itself with its own row blocks and slices."""
+        for lo, w, a, c in _groups(shape.d, t):
+            v_held = min(c, w) <= min(a, shape.Nq)  # else a score column held
+            for ib in mem.blocks(shape.Nq, a, uniform=not shape.causal):
+                hi = kv_visible_hi(shape, ib.stop)
+                h0 = kv_visible_hi(shape, ib.start + 1)
+                for sb in mem.blocks(w, c):
+                    db = Block(sb.index, lo + sb.start, lo + sb.stop)
+                    Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
+                    if hi == 0:  # no row of the block sees a key: its output is 0
+                        mem.store(Oc, O, ib, db)
+                        mem.free(Oc)
+                        continue
+                    g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
+                    acc = (Oc, g)
+                    for kb in mem.blocks(shape.Nkv, 1, hi=h0):
+                        self._key(mem, A, V, acc, ib, kb, db, 0, v_held)
+                    for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
+                        top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size)
+                        self._key(mem, A, V, acc, ib, kb, db, top, v_held)
+                    mem.store(Oc, O, ib, db)  # normalised all along
+                    mem.free(Oc, g)
 
     @staticmethod
     def _key(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, acc: tuple[FastTile, ...],
-             ib: Block, kb: Block, db: Block, top: int, t: StreamTilingTiling,
-             shape: Shape) -> None:
+             ib: Block, kb: Block, db: Block, top: int, v_held: bool) -> None:
         """Key kb into the output tile, for its rows [top, size): with a V row chunk held, their
         scores streamed one word at a time; else their score column held and the V words of the
         chunk streamed.  Rows [0, top) take the key with weight 0, as a dense P·V does (so a
         non-finite value reaches them as it reaches the reference's rows; no word moves)."""
         r0 = ib.start + top
-        if min(t.Bd2, shape.d) <= min(t.Br2, shape.Nq):
+        if v_held:
             v = mem.load(V, kb, db, label="V_kc")
             for rc in mem.blocks(ib.size - top, 1):
                 w = mem.load(A, r0 + rc.start, kb, label="a_rk")

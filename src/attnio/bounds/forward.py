@@ -63,7 +63,7 @@ def pv_segment_value(P: int, d: int, M: int, K: int, mu: float) -> int:
 
 
 _A = PairsTheorem(
-    name="pv_segment", kind="potential", table="A", value=pv_segment_value,
+    name="pv_segment", kind="potential", table="A", value=pv_segment_value, fine=True,
     theorem="Theorem A: P·V products, potential on the output accumulators (docs/bounds.md §5)",
     assumptions=ASSUMPTIONS)
 

@@ -237,12 +237,33 @@ K_FACTORS = (0.5, 0.7, 1.4, 2.0, 3.0)
 
 
 #: The fine few-segment search (:func:`fine_best`): multiples of the tabulated multiplier tried,
-#: segment lengths sampled per multiple (f·κ·M, f geometric in [FINE_F[0], FINE_F[1]]), and
-#: bisection steps on the right edge of the best one's tooth.
-FINE_MULTIPLIERS = (1.0, 0.8, 1.2)
+#: segment lengths sampled per multiple (f·κ·M, f geometric in [FINE_F[0], FINE_F[1]]), and for
+#: the FINE_BEST best multiples the teeth within FINE_TEETH of the best sample's bisected for their
+#: right edge.  The samples include those of the earlier search (multiples 0.8, 1, 1.2; every other
+#: f), so the result is never below it.
+FINE_MULTIPLIERS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.4, 1.7, 2.0)
 FINE_F = (0.35, 4.0)
-FINE_SAMPLES = 24
-FINE_BISECT = 12
+FINE_SAMPLES = 47
+FINE_BEST = 2
+FINE_TEETH = 6
+#: The fine search runs below this many segments (a tooth's relative depth is about 1/(h − 1):
+#: still 0.4% at 256 segments).
+FINE_SEGMENTS = 256
+
+
+def _right_edge(value: Callable[[int, float], int], q: float, n: int, a: int,
+                b: int) -> tuple[int, int]:
+    """(value, K) at the largest K in [a, b) with h − 1 >= n (``value(K, q) >= n·K``), given that
+    a has it and b has not: a bisection (h − 1 does not increase with K)."""
+    va = value(a, q)
+    while b - a > 1:
+        c = (a + b) // 2
+        vc = value(c, q)
+        if vc >= n * c:
+            a, va = c, vc
+        else:
+            b = c
+    return va, a
 
 
 def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float,
@@ -250,38 +271,39 @@ def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float
     """``best`` improved by a wider search of (K, multiplier), for an execution of few segments.
 
     ``value(K, q) = K·(h − 1)``, h the least number of segments the theorem allows: for fixed q
-    it is a sawtooth in K (each tooth one value of h − 1, rising linearly in K until h drops),
-    so the tabulated K, tuned for many segments, can sit low on a tooth.  This samples K over
-    ``FINE_F``·κ·M at each multiple of p in ``FINE_MULTIPLIERS``, then bisects for the largest K
-    on the best sample's tooth (same h − 1) below the next sample.  Every (K, q) gives a valid
-    bound (docs/bounds.md §12): the search only picks a tighter one, at a fixed number of
-    evaluations (O(1) in N)."""
+    h − 1 does not increase with K, so the value is a sawtooth in K (each tooth one value n of
+    h − 1, rising linearly until h drops), the tabulated K (tuned for many segments) can sit low
+    on a tooth, and the tabulated multiplier need not be the best either.  This samples K over
+    ``FINE_F``·κ·M at each multiple of p in ``FINE_MULTIPLIERS``; then, for the FINE_BEST
+    multiples with the best samples, it finds the right edge of every tooth n within FINE_TEETH
+    of the best sample's (bracketed by the samples, then bisected) and keeps the largest
+    n·K_edge.  Every (K, q) gives a valid bound (docs/bounds.md §12): the search only picks a
+    tighter one, at a bounded number of evaluations (O(1) in N)."""
     lo, hi = FINE_F
     fs = [lo * (hi / lo) ** (i / (FINE_SAMPLES - 1)) for i in range(FINE_SAMPLES)]
     Ks = sorted({max(1, round(f * kappa * M)) for f in fs})
     top = best
-    top_i = -1
+    rows = []
     for q in (m * p for m in FINE_MULTIPLIERS):
-        for i, K in enumerate(Ks):
-            v = value(K, q)
+        vals = [value(K, q) for K in Ks]
+        i = max(range(len(Ks)), key=lambda j: vals[j])
+        rows.append((vals[i], q, vals, i))
+        if vals[i] > top[0]:
+            top = (vals[i], Ks[i], q)
+    for _, q, vals, i in sorted(rows, key=lambda r: r[0], reverse=True)[:FINE_BEST]:
+        if vals[i] <= 0:
+            continue
+        ns = [v // K for v, K in zip(vals, Ks)]  # h − 1 at each sample: non-increasing
+        n0 = ns[i]
+        for n in range(max(1, n0 - FINE_TEETH), n0 + FINE_TEETH + 1):
+            # the last sample with h − 1 >= n, and the next one (which has less)
+            a = max((j for j in range(len(Ks)) if ns[j] >= n), default=-1)
+            if a < 0:
+                continue
+            b = Ks[a + 1] if a + 1 < len(Ks) else 2 * Ks[a]
+            v, K = _right_edge(value, q, n, Ks[a], b)
             if v > top[0]:
-                top, top_i = (v, K, q), i
-    if top_i < 0:
-        return top
-    v, K, q = top
-    n = v // K  # h − 1 on this tooth
-    a, b = K, (Ks[top_i + 1] if top_i + 1 < len(Ks) else 2 * K)
-    for _ in range(FINE_BISECT):  # a: on the tooth (value(a) >= n·a); b: not known to be
-        if b - a <= 1:
-            break
-        c = (a + b) // 2
-        vc = value(c, q)
-        if vc >= n * c:
-            a = c
-            if vc > top[0]:
-                top = (vc, c, q)
-        else:
-            b = c
+                top = (v, K, q)
     return top
 
 
@@ -422,7 +444,7 @@ def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, fl
     if P == 0:
         return 0, 0, 0.0, M
     v, K, p, M2 = more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M)
-    if theorem.fine and K > 0 and v < FEW_SEGMENTS * K:  # at the M' chosen: a wider search
+    if theorem.fine and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen: a wider search
         kappa, p0 = _tabulated(theorem, d, M2)
         v, K, p = fine_best(lambda K2, q: theorem.value(P, d, M2, K2, q), M2, kappa, p0,
                             (v, K, p))
