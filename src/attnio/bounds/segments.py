@@ -249,6 +249,10 @@ FINE_TEETH = 6
 #: The fine search runs below this many segments (a tooth's relative depth is about 1/(h − 1):
 #: still 0.4% at 256 segments).
 FINE_SEGMENTS = 256
+#: Below this much work (P·d products) the search is the earlier, narrower one (multiples 0.8, 1,
+#: 1.2 of the tabulated multiplier, every other sample, the best sample's tooth only): about 80
+#: evaluations instead of about 700, where the whole workload is small.
+FINE_MIN_WORK = 1 << 20
 
 
 def _right_edge(value: Callable[[int, float], int], q: float, n: int, a: int,
@@ -267,7 +271,7 @@ def _right_edge(value: Callable[[int, float], int], q: float, n: int, a: int,
 
 
 def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float,
-              best: tuple[int, int, float]) -> tuple[int, int, float]:
+              best: tuple[int, int, float], wide: bool = True) -> tuple[int, int, float]:
     """``best`` improved by a wider search of (K, multiplier), for an execution of few segments.
 
     ``value(K, q) = K·(h − 1)``, h the least number of segments the theorem allows: for fixed q
@@ -278,24 +282,28 @@ def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float
     multiples with the best samples, it finds the right edge of every tooth n within FINE_TEETH
     of the best sample's (bracketed by the samples, then bisected) and keeps the largest
     n·K_edge.  Every (K, q) gives a valid bound (docs/bounds.md §12): the search only picks a
-    tighter one, at a bounded number of evaluations (O(1) in N)."""
+    tighter one, at a bounded number of evaluations (O(1) in N).  ``wide=False``: the earlier,
+    narrower search (multiples 0.8, 1, 1.2, every other f, the best sample's tooth only)."""
     lo, hi = FINE_F
     fs = [lo * (hi / lo) ** (i / (FINE_SAMPLES - 1)) for i in range(FINE_SAMPLES)]
+    if not wide:
+        fs = fs[::2]
     Ks = sorted({max(1, round(f * kappa * M)) for f in fs})
     top = best
     rows = []
-    for q in (m * p for m in FINE_MULTIPLIERS):
+    for q in (m * p for m in (FINE_MULTIPLIERS if wide else (0.8, 1.0, 1.2))):
         vals = [value(K, q) for K in Ks]
         i = max(range(len(Ks)), key=lambda j: vals[j])
         rows.append((vals[i], q, vals, i))
         if vals[i] > top[0]:
             top = (vals[i], Ks[i], q)
-    for _, q, vals, i in sorted(rows, key=lambda r: r[0], reverse=True)[:FINE_BEST]:
+    reach = FINE_TEETH if wide else 0
+    for _, q, vals, i in sorted(rows, key=lambda r: r[0], reverse=True)[:FINE_BEST if wide else 1]:
         if vals[i] <= 0:
             continue
         ns = [v // K for v, K in zip(vals, Ks)]  # h − 1 at each sample: non-increasing
         n0 = ns[i]
-        for n in range(max(1, n0 - FINE_TEETH), n0 + FINE_TEETH + 1):
+        for n in range(max(1, n0 - reach), n0 + reach + 1):
             # the last sample with h − 1 >= n, and the next one (which has less)
             a = max((j for j in range(len(Ks)) if ns[j] >= n), default=-1)
             if a < 0:
@@ -447,7 +455,7 @@ def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, fl
     if theorem.fine and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen: a wider search
         kappa, p0 = _tabulated(theorem, d, M2)
         v, K, p = fine_best(lambda K2, q: theorem.value(P, d, M2, K2, q), M2, kappa, p0,
-                            (v, K, p))
+                            (v, K, p), wide=P * d >= FINE_MIN_WORK)
     return v, K, p, M2
 
 
