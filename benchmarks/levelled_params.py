@@ -189,6 +189,15 @@ def stored_constant(x: float, p: Params) -> float:
     return constant(x, *p, certified(*p, x, "mid", *tolerances(x))[0])
 
 
+def own_params(x: float) -> Params:
+    """The node's own parameters (before propagation): RETUNED at x, else the best of
+    :func:`candidates` by the many-segment constant at the search tolerance."""
+    if x in RETUNED:
+        return RETUNED[x]
+    cands = candidates(x)
+    return cands[0] if len(cands) == 1 else max(cands, key=lambda p: search_constant(x, p))
+
+
 def params_at(x: float, below: dict[float, tuple[Params, float]] | None = None) -> Params:
     """The node's parameters (monotone propagation): the best, by the many-segment constant, of
     its own candidates (RETUNED at x, else :func:`candidates`), the parameters of the nodes of its
@@ -346,7 +355,10 @@ def main(argv=None) -> int:
         kappa, lp, lo, nu = p = params_at(x, {y: (tuple(r[1:5]), constant(y, *r[1:6]))
                                               for y, (r, _) in table.items() if y < x})
         table[x] = row, tol = certify(x, kappa, lp, lo, nu)
-        alternates[x] = [certify(x, *a) for a in ALTERNATES.get(x, []) if a != p]
+        # the node's own parameters stay an alternate where propagation replaced them: a few
+        # segments' count moves with K, and they may reach one more segment
+        alternates[x] = [certify(x, *a) for a in dict.fromkeys([*ALTERNATES.get(x, []),
+                                                               own_params(x)]) if a != p]
         print(f"x = d²/M = {x:g}: K/M {kappa}, λ_p {lp}, λ_o {lo}, ν {nu}: Λ {row[5]:.6f}, "
               f"Λ_f {row[6]:.6f}, Λ_l {row[7]:.6f} (rtol {tol}), constant >= "
               f"{constant(x, kappa, lp, lo, nu, row[5]):.4f}·P·d/√M, "
