@@ -21,6 +21,7 @@ import attnio
 from attnio import bounds as B
 from attnio.bounds import levelled as L
 from attnio.bounds.base import pairs_of
+from attnio.bounds.segments import MORE_MEMORY_SEGMENTS as MORE_SEGMENTS
 from attnio.core import BlockMask
 from attnio.core.workload import Shape
 
@@ -78,18 +79,60 @@ def test_table_has_the_documented_shape():
         assert kappa >= 0.5 and lo >= lp >= 0 and 0 <= nu < 2 * math.sqrt(x)
         assert lam > 0 and lam_f > 0 and lam_l > 0
     assert L._load()["command"] == "python benchmarks/levelled_params.py --write"
-    # 2^(1/16) steps up to x = 64 (each node rounded down), and a certification tolerance per maximum
+    # 2^(1/16) steps up to x = 64, 2^(1/32) from 2 to 16 (each node rounded down), and a
+    # certification tolerance per maximum
     fine = [x for x in xs if x <= 64]
     assert all(b / a <= 2 ** (1 / 16) * 1.001 for a, b in zip(fine, fine[1:])) and fine[-1] == 64
+    finer = [x for x in xs if 2 <= x <= 16]
+    assert all(b / a <= 2 ** (1 / 32) * 1.001 for a, b in zip(finer, finer[1:]))
+    assert finer[0] == 2 and finer[-1] == 16 and len(finer) == 3 * 32 + 1
     rtols = L._load()["rtols"]
     assert len(rtols) == len(nodes) and all(0 < t <= 0.04 for row in rtols for t in row)
+
+
+def _constant(row) -> float:
+    """The many-segment constant κ(2 − ν̂/√x)/Λ̂ of a row (units P·d/√M)."""
+    x, kappa, _, _, nu, lam = row[:6]
+    return kappa * (2 - nu / math.sqrt(x)) / lam
+
+
+def test_monotone_propagation():
+    """Every node's many-segment constant is at least that of every node of its octave below,
+    up to its certification tolerance: a lower node's parameters are valid at x with at least
+    its constant there (the maxima are non-increasing in x), and levelled_params.params_at
+    compares them (docs/bounds.md §6.1)."""
+    nodes, rtols = L.nodes(), L._load()["rtols"]
+    for i, node in enumerate(nodes):
+        c = _constant(node) * (1 + rtols[i][0]) * (1 + 1e-8)
+        for low in nodes[:i]:
+            if low[0] >= L.OCTAVE * node[0]:
+                assert c >= _constant(low), (node[0], low[0], _constant(node), _constant(low))
+
+
+def test_alternates_are_valid_rows_at_nodes():
+    """Each alternate row sits at a node's x, with valid parameters, a certification tolerance
+    per maximum and maxima above random feasible configurations (as the nodes' rows)."""
+    alts = L.alternates()
+    data = L._load()
+    assert len(data["alternate_rtols"]) == len(alts) >= 1
+    xs = set(L._xs())
+    rng = np.random.default_rng(26)
+    for row, tol in zip(data["alternates"], data["alternate_rtols"]):
+        x, kappa, lp, lo, nu = row[:5]
+        assert x in xs and kappa >= 0.5 and lo >= lp >= 0 and 0 <= nu < 2 * math.sqrt(x)
+        assert all(0 < t <= 0.04 for t in tol)
+        for kind, col in (("mid", 5), ("first", 6), ("last", 7)):
+            for x2 in (x, 1.5 * x):
+                best = max(L.segment_value(random_config(rng, x2, kappa, kind), x2, kappa, lp, lo,
+                                           nu, kind) for _ in range(200))
+                assert best <= row[col], (kind, row, x2, best)
 
 
 @pytest.mark.parametrize("kind", ["mid", "first", "last"])
 def test_tabulated_maxima_are_above_random_configurations(kind):
     """The certified maximum at node x is never below the per-segment quantity at any feasible
     configuration, at x itself and at any larger d²/M (the bound uses the node below); every
-    node, a few draws each (the table has 131 nodes)."""
+    node, a few draws each (the table has 179 nodes)."""
     rng = np.random.default_rng(25)
     col = {"mid": 5, "first": 6, "last": 7}[kind]
     for node in L.nodes():
@@ -163,13 +206,41 @@ def test_node_for_is_the_largest_node_at_or_below():
     assert L.qkpv_levelled(1000, 64, 5 * 64 * 64).value == 0  # below the table: no claim
 
 
+def _scanned(d: int, M: int) -> list:
+    """The rows the few-segment scan reads: the node for d²/M, the nodes of its octave below
+    (x' >= OCTAVE·x) and the alternates from that octave up to the node."""
+    node = L.node_for(d, M)
+    return [n for n in (*L.nodes(), *L.alternates())
+            if L.OCTAVE * node[0] <= n[0] <= node[0]]
+
+
 def test_few_segments_try_the_octave_below():
-    """With few segments the largest value over the node for d²/M and the 16 below it is taken
-    (each valid at d²/M); with many, the node for d²/M alone."""
+    """With few segments the largest value over the node for d²/M, the nodes of its octave below
+    (by x: 32 nodes where the table is 2^(1/32) apart) and the alternates there is taken (each
+    valid at d²/M); with many, the node for d²/M alone."""
     P, d, M = 300 * 300, 160, 24000  # a held-out point: 4 segments at the node, 5 lower down
-    i = L._index(d, M)
-    vals = [L._value_at(L.nodes()[j], P, d, M)[0] for j in range(i - L.FEW_SEGMENT_NODES, i + 1)]
-    assert L.qkpv_levelled_value(P, d, M)[0] == max(vals) > vals[-1]
+    vals = [L._value_at(n, P, d, M)[0] for n in _scanned(d, M)]
+    node = L._value_at(L.node_for(d, M), P, d, M)[0]
+    assert L.qkpv_levelled_value(P, d, M)[0] == max(vals) > node
+    table = set(L.nodes())
+    assert len([n for n in _scanned(d, M) if n in table]) == 17  # d²/M = 1.067: 1.0442, 16 below
+    assert len([n for n in _scanned(160, 2000) if n in table]) == 33  # 12.8: 2^(1/32) steps
+    P = 10 ** 12
+    assert L.qkpv_levelled_value(P, d, M) == L._value_at(L.node_for(d, M), P, d, M)
+
+
+def test_alternates_only_with_few_segments():
+    """An alternate row is evaluated by the few-segment scan (as a valid row: its value is a
+    bound like a node's) and never replaces the node with many segments."""
+    alt = L.alternates()[0]
+    M = 4096
+    d = math.ceil(math.sqrt(alt[0] * M))  # d²/M at or just above the alternate's node
+    assert L.node_for(d, M)[0] == alt[0]
+    for P in (10 ** 5, 10 ** 6, 10 ** 7, 10 ** 8):
+        got = L.qkpv_levelled_value(P, d, M)
+        assert got[0] >= L._value_at(alt, P, d, M)[0]
+        assert got[0] == max(L._value_at(n, P, d, M)[0] for n in _scanned(d, M)) or \
+            got[0] >= MORE_SEGMENTS * got[1]
     P = 10 ** 12
     assert L.qkpv_levelled_value(P, d, M) == L._value_at(L.node_for(d, M), P, d, M)
 
@@ -223,7 +294,7 @@ def test_no_schedule_below_theorem_b_prime_on_random_shapes(N, dkv, d, mfac, cau
 
 @pytest.mark.slow
 def test_the_regenerating_command_reproduces_the_stored_maxima():
-    """The two end nodes and 12 drawn at random (the seed is in the output): recertifying all 131
+    """The two end nodes and 12 drawn at random (the seed is in the output): recertifying all 179
     nodes takes minutes (``levelled_params.py --check`` without ``--sample`` does it)."""
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "levelled_params.py"), "--check",
                         "--sample", "12"],

@@ -7,13 +7,15 @@ gets both for free.  Its per-segment maximum has no closed form: it is certified
 branch and bound (:func:`certified_lambda`, never below the true maximum) at the nodes of a table
 of x = d²/M (``levelled.json`` beside this module, written by
 ``python benchmarks/levelled_params.py --write``), each node at its own (K/M, λ_p/√M, λ_o/√M,
-ν/√M).  At run time the bound reads the table only (a bisection, then at most 17 nodes):
+ν/√M).  At run time the bound reads the table only (a bisection, then with few segments at most
+the 32 nodes of the octave below and a few alternate rows):
 
 * by scale invariance Λ/M^{3/2} depends only on (K/M, λ/√M, ν/√M, x), and at fixed M it is
   non-increasing in d (d enters only through ab/d², where a larger d shrinks the feasible work),
   so the node with the largest x at or below the actual d²/M gives a valid Λ, and so does every
-  node below it (with few segments, where K·(h − 1) moves by whole segments, the octave of nodes
-  below is tried as well and the largest value taken);
+  node below it (with few segments, where K·(h − 1) moves by whole segments, the nodes of the
+  octave below and the table's alternate parameter sets there are tried as well and the largest
+  value taken);
 * the segment length is ``K = ⌊κ·M⌋ <= κ·M``, and every per-segment maximum is non-decreasing in
   K (the I/O budget only enlarges the feasible set), so the tabulated maxima at κ cover it.
 
@@ -39,7 +41,7 @@ from .base import Bound, attention_shape, check_M, pairs_of, regime_of
 from .forward import ASSUMPTIONS
 from .segments import INFLATE, MORE_MEMORY_SEGMENTS, more_memory, segments_bound
 
-__all__ = ["THEOREM", "Node", "certified_lambda", "node_for", "nodes", "qkpv_levelled",
+__all__ = ["THEOREM", "Node", "alternates", "certified_lambda", "node_for", "nodes", "qkpv_levelled",
            "qkpv_levelled_for", "qkpv_levelled_pairs", "qkpv_levelled_value", "segment_value"]
 
 THEOREM = ("Theorem B′: QKᵀ and P·V products, a potential by level on pair-value and O words "
@@ -70,6 +72,21 @@ def _xs() -> tuple[float, ...]:
     return tuple(n[0] for n in nodes())
 
 
+@functools.cache
+def alternates() -> tuple[Node, ...]:
+    """The table's alternate rows, by increasing x: more certified parameter sets at a node's x
+    (``levelled.json`` "alternates"; none in a table written before them), evaluated by the
+    few-segment scan only (each a valid bound at any d²/M >= its x, like a node)."""
+    rows = _load().get("alternates", [])
+    return tuple(sorted((tuple(float(v) for v in row) for row in rows),  # type: ignore[misc]
+                        key=lambda n: n[0]))
+
+
+@functools.cache
+def _alt_xs() -> tuple[float, ...]:
+    return tuple(n[0] for n in alternates())
+
+
 def _index(d: int, M: int) -> int:
     """The index of the node with the largest x at or below d²/M (-1 below the smallest node)."""
     # a node exactly at x (float equality of d²/M with a tabulated x) is included by bisect_right
@@ -84,9 +101,11 @@ def node_for(d: int, M: int) -> Node | None:
 
 
 #: With fewer segments than MORE_MEMORY_SEGMENTS the count K·(h − 1) moves by whole segments, so
-#: the nodes up to this many below the node for d²/M (one octave) are tried as well (each is valid
-#: at d²/M: its x is smaller) and the largest value is taken.
-FEW_SEGMENT_NODES = 16
+#: the nodes of the octave below the node for d²/M (x' >= OCTAVE·x, 0.499 not 1/2: the nodes are
+#: rounded down to four decimals) and the alternates at x' in that octave up to the node are tried
+#: as well (each is valid at d²/M: its x is at most d²/M) and the largest value is taken: at most
+#: 32 nodes (2^(1/32) steps from x = 2 to 16) and the few alternates, a bounded number of reads.
+OCTAVE = 0.499
 
 
 def _value_at(node: Node, P: int, d: int, M: int) -> tuple[int, int, float]:
@@ -103,16 +122,20 @@ def _value_at(node: Node, P: int, d: int, M: int) -> tuple[int, int, float]:
 
 def qkpv_levelled_value(P: int, d: int, M: int) -> tuple[int, int, float]:
     """(value, K, ν): Theorem B′ at the tabulated parameters of :func:`node_for`, and with fewer
-    than MORE_MEMORY_SEGMENTS segments the best of it and the FEW_SEGMENT_NODES nodes below
-    (0, 0, 0.0 where d²/M is below the table)."""
+    than MORE_MEMORY_SEGMENTS segments the best of it, the nodes of the octave below and the
+    alternates from that octave up to the node (0, 0, 0.0 where d²/M is below the table)."""
     i = _index(d, M)
     if i < 0 or P == 0:
         return 0, 0, 0.0
-    best = _value_at(nodes()[i], P, d, M)
+    table = nodes()
+    best = _value_at(table[i], P, d, M)
     if best[1] and best[0] >= MORE_MEMORY_SEGMENTS * best[1]:
         return best
-    for j in range(i - 1, max(-1, i - 1 - FEW_SEGMENT_NODES), -1):
-        got = _value_at(nodes()[j], P, d, M)
+    x = table[i][0]
+    j0 = bisect.bisect_left(_xs(), OCTAVE * x)
+    a0, a1 = bisect.bisect_left(_alt_xs(), OCTAVE * x), bisect.bisect_right(_alt_xs(), x)
+    for node in (*table[j0:i], *alternates()[a0:a1]):
+        got = _value_at(node, P, d, M)
         if got[0] > best[0]:
             best = got
     return best
