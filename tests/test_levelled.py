@@ -301,3 +301,18 @@ def test_the_regenerating_command_reproduces_the_stored_maxima():
                        capture_output=True, text=True, timeout=1800,
                        env={"PYTHONPATH": str(ROOT / "src"), "PATH": ""})
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_node_below_is_evaluated_too():
+    """Between two nodes the lower node's parameters can give more (at N = 20000, d = 96,
+    M = 1704, d²/M = 5.408, node 5.1873's larger ν̂ beats the new midpoint 5.3009's): the value is
+    the larger of the node for d²/M and the node below it, both valid there."""
+    from attnio.bounds import levelled as LV
+
+    P, d, M = 20000 * 20001 // 2, 96, 1704
+    i = LV._index(d, M)
+    table = LV.nodes()
+    assert table[i][0] <= d * d / M and table[i - 1][0] < table[i][0]
+    here, below = LV._value_at(table[i], P, d, M)[0], LV._value_at(table[i - 1], P, d, M)[0]
+    assert below > here  # the case this covers
+    assert LV.qkpv_levelled_value(P, d, M)[0] == max(here, below)

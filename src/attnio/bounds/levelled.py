@@ -121,14 +121,19 @@ def _value_at(node: Node, P: int, d: int, M: int) -> tuple[int, int, float]:
 
 
 def qkpv_levelled_value(P: int, d: int, M: int) -> tuple[int, int, float]:
-    """(value, K, ν): Theorem B′ at the tabulated parameters of :func:`node_for`, and with fewer
-    than MORE_MEMORY_SEGMENTS segments the best of it, the nodes of the octave below and the
+    """(value, K, ν): Theorem B′ at the tabulated parameters of :func:`node_for` and of the node
+    below it (valid at d²/M too; between two nodes its parameters can give more), and with fewer
+    than MORE_MEMORY_SEGMENTS segments the best of those, the nodes of the octave below and the
     alternates from that octave up to the node (0, 0, 0.0 where d²/M is below the table)."""
     i = _index(d, M)
     if i < 0 or P == 0:
         return 0, 0, 0.0
     table = nodes()
     best = _value_at(table[i], P, d, M)
+    if i > 0:  # the node below too: its parameters can win between the nodes (finer steps)
+        got = _value_at(table[i - 1], P, d, M)
+        if got[0] > best[0]:
+            best = got
     if best[1] and best[0] >= MORE_MEMORY_SEGMENTS * best[1]:
         return best
     x = table[i][0]
