@@ -103,6 +103,20 @@ def exact_attention_names() -> list[str]:
     return [a.name for a in attnio.algorithms.all_algorithms(exact=True)]
 
 
+def gqa_reference(Q, K, V, causal):
+    """The float64 reference for stacked (batch, heads, N, d) inputs, K/V heads shared by
+    consecutive query heads (grouped-query attention)."""
+    from attnio.core.reference import attention
+
+    B, Hq, _, _ = Q.shape
+    g = Hq // K.shape[1]
+    out = np.zeros_like(Q)
+    for b in range(B):
+        for h in range(Hq):
+            out[b, h] = attention(Q[b, h], K[b, h // g], V[b, h // g], causal=causal)
+    return out
+
+
 def random_qkv(Nq: int, Nkv: int, d: int, seed: int = 0, scale: float = 1.0):
     rng = np.random.default_rng(seed)
     Q = rng.standard_normal((Nq, d)) * scale

@@ -168,21 +168,7 @@ def test_dropping_dominated_branches_changes_no_maximum():
 
 
 # ---------------------------------------------------------------- the fine few-segment search
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(P=st.integers(1, 400_000), d=st.integers(1, 200), M=st.integers(8, 60_000))
-def test_fine_search_reports_the_theorem_at_its_parameters_and_never_lowers_it(P, d, M):
-    """Theorem D with few segments also tries a wider (K, μ) search at the M' chosen
-    (segments.fine_best): the value returned is the theorem's value at the (K, μ, M') it names,
-    M' >= M, and it is at least the value without that search."""
-    import dataclasses
-
-    v, K, mu, M2 = BK._D.closed(P, d, M)
-    assert M2 >= M
-    assert v == (BK.backward_accum_value(P, d, M2, K, mu) if K > 0 else 0)
-    coarse = dataclasses.replace(BK._D, fine=False)
-    assert v >= coarse.closed(P, d, M)[0]
-
-
+# (its value at its parameters and never below the narrower search: tests/test_bounds_v2.py)
 def test_fine_search_raises_theorem_d_at_the_worst_held_out_point():
     """N = 300, d = 160, M = 13,615, causal, one head: the tabulated K sat low on a tooth of
     the sawtooth K·(h − 1); the fine search finds 359,124 words (was 346,896)."""

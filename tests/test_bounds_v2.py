@@ -440,19 +440,20 @@ def test_certificate_over_the_issue_grid_median_2_max_3():
     assert statistics.median(ratios) <= 2 and max(ratios) <= 3
 
 
-# ---------------------------------------------------------------- Theorem A's fine search
+# ---------------------------------------------------------------- Theorems A and D: the fine search
+@pytest.mark.parametrize("theorem", [F._A, BK._D], ids=["A", "D"])
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(P=st.integers(1, 2_000_000), d=st.integers(1, 200), M=st.integers(8, 200_000))
-def test_theorem_a_fine_search_reports_the_theorem_at_its_parameters_and_never_lowers_it(P, d, M):
-    """With fewer than 256 segments Theorem A also runs the wider (K, μ) search of
+def test_fine_search_reports_the_theorem_at_its_parameters_and_never_lowers_it(theorem, P, d, M):
+    """With fewer than 256 segments Theorems A and D also run the wider (K, multiplier) search of
     segments.fine_best at the M' chosen (docs/bounds.md §12): the value returned is the theorem's
     value at the (K, μ, M') it names, M' >= M, and never below the value without that search."""
     import dataclasses
 
-    v, K, mu, M2 = F._A.closed(P, d, M)
+    v, K, mu, M2 = theorem.closed(P, d, M)
     assert M2 >= M
-    assert v == (F.pv_segment_value(P, d, M2, K, mu) if K > 0 else 0)
-    coarse = dataclasses.replace(F._A, fine=False)
+    assert v == (theorem.value(P, d, M2, K, mu) if K > 0 else 0)
+    coarse = dataclasses.replace(theorem, fine=False)
     assert v >= coarse.closed(P, d, M)[0]
 
 

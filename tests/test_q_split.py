@@ -18,21 +18,11 @@ import attnio
 from attnio import bounds
 from attnio.algorithms import flash2, q_split
 from attnio.core.errors import ParameterError
-from attnio.core.reference import attention
 from attnio.core.workload import Shape, cdiv
+from conftest import gqa_reference
 
 ALG = q_split.ALGORITHM
 T = q_split.QSplitTiling
-
-
-def _reference(Q, K, V, causal):
-    B, Hq, _, _ = Q.shape
-    g = Hq // K.shape[1]
-    out = np.zeros_like(Q)
-    for b in range(B):
-        for h in range(Hq):
-            out[b, h] = attention(Q[b, h], K[b, h // g], V[b, h // g], causal=causal)
-    return out
 
 
 @st.composite
@@ -61,7 +51,7 @@ def _check(shape, M, tiling, seed):
     K, V = (rng.standard_normal((b, kvh, shape.Nkv, shape.d)) for _ in range(2))
     causal = shape.causal_align if shape.causal else False
     res = attnio.run("q_split", Q, K, V, M=M, tiling=tiling, causal=causal)
-    err = np.abs(res.output - _reference(Q, K, V, causal)).max()
+    err = np.abs(res.output - gqa_reference(Q, K, V, causal)).max()
     assert err <= 1e-10, err
     t = res.tiling
     pred = ALG.predict_total(shape, t)
@@ -215,7 +205,7 @@ def test_writes_the_logsumexp_a_backward_pass_reads(data, extra, seed):
     K, V = (rng.standard_normal((batch, kvh, Nkv, d)) for _ in range(2))
     res = attnio.run("q_split", Q, K, V, M=M, causal=causal, tiling=tiling,
                      backward=BackwardPass("flash2_backward"), grad_output=dO)
-    assert np.abs(res.output - _reference(Q, K, V, causal)).max() <= 1e-10
+    assert np.abs(res.output - gqa_reference(Q, K, V, causal)).max() <= 1e-10
     for name, want in zip(("dQ", "dK", "dV"), attention_backward(Q, K, V, dO, causal=causal)):
         assert np.abs(np.asarray(res.grads[name]).reshape(want.shape) - want).max() <= 1e-10
     pred = ALG.predict_with_lse(shape, tiling)

@@ -427,16 +427,16 @@ def default_scale(d: int, scale: object | None) -> float:
     return check_real("scale", scale)
 
 
-def block_sizes(n: int, most: int) -> list[int]:
+def block_sizes(n: int, most: int, *, more: int = 4, powers: bool = True) -> list[int]:
     """Row-block sizes worth scoring for n rows with at most ``most`` rows a block, ascending:
-    the sizes of the fewest blocks (⌈n/t⌉ for t = ⌈n/most⌉ .. +4) and the powers of two below
-    ``most`` ([] when most < 1)."""
+    the sizes of the fewest blocks (⌈n/t⌉ for t = ⌈n/most⌉ .. + ``more``) and, if ``powers``, the
+    powers of two below ``most`` ([] when most < 1)."""
     if most < 1:
         return []
     tr = -(-n // most)
-    out = {-(-n // x) for x in range(tr, min(n, tr + 4) + 1)}
+    out = {-(-n // x) for x in range(tr, min(n, tr + more) + 1)}
     k = 1
-    while k < most:
+    while powers and k < most:
         out.add(k)
         k *= 2
     return sorted(b for b in out if b <= most)

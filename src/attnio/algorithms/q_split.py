@@ -128,7 +128,7 @@ from ..core.errors import ParameterError
 from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
-from .base import GroupedAlgorithm, divisors_upto
+from .base import GroupedAlgorithm, block_sizes, divisors_upto
 
 __all__ = ["ALGORITHM", "QSplit", "QSplitTiling"]
 
@@ -226,13 +226,8 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
             if br_max < 1:
                 continue
             t0 = cdiv(Nq, br_max)
-            brs = {cdiv(Nq, t) for t in range(t0, min(Nq, t0 + 3) + 1)}
-            if shape.causal:
-                b = 1
-                while b < br_max:
-                    brs.add(b)
-                    b *= 2
-            out.extend(QSplitTiling(Br, group=G) for Br in sorted(brs) if Br <= br_max)
+            out.extend(QSplitTiling(Br, group=G)
+                       for Br in block_sizes(Nq, br_max, more=3, powers=bool(shape.causal)))
             if d >= 2:
                 for T in range(max(1, t0 - 2), t0):
                     out.extend(self._split_tilings(shape, M, T, G))

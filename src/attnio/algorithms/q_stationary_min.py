@@ -47,7 +47,7 @@ import numpy as np
 from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
-from .base import GroupedAlgorithm, divisors_upto
+from .base import GroupedAlgorithm, block_sizes, divisors_upto
 from .flash2 import ALGORITHM as _FLASH2
 from .flash2 import Flash2Tiling
 
@@ -127,16 +127,8 @@ class QStationaryMin(GroupedAlgorithm[QStationaryMinTiling]):
         # groups whose one-row block fits: G (2d + 3) + 1 <= M
         for G in divisors_upto(shape.group, max(0, (M - 1) // (2 * d + 3))):
             br_max = min(Nq, (M - 1) // (G * (2 * d + 3)))
-            if br_max < 1:
-                continue
-            tr_min = cdiv(Nq, br_max)
-            brs = {cdiv(Nq, t) for t in range(tr_min, min(Nq, tr_min + 4) + 1)}
-            if shape.causal:
-                b = 1
-                while b < br_max:
-                    brs.add(b)
-                    b *= 2
-            out.extend(QStationaryMinTiling(Br, G) for Br in sorted(brs) if Br <= br_max)
+            out.extend(QStationaryMinTiling(Br, G)
+                       for Br in block_sizes(Nq, br_max, powers=bool(shape.causal)))
         return out
 
     # ------------------------------------------------------------------ counts
