@@ -103,6 +103,22 @@ def exact_attention_names() -> list[str]:
     return [a.name for a in attnio.algorithms.all_algorithms(exact=True)]
 
 
+def gqa_shapes(n_max: int):
+    """A hypothesis strategy of small attention shapes for schedule tests: (Nq, Nkv, d, causal,
+    batch, heads, kv_heads), Nq and Nkv up to ``n_max``, both causal alignments, GQA groups."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw_shape(draw):
+        Nq, Nkv = draw(st.integers(1, n_max)), draw(st.integers(1, n_max))
+        d = draw(st.integers(1, 6))
+        causal = draw(st.sampled_from([False, True, "top_left"]))
+        kvh, g, batch = (draw(st.sampled_from(v)) for v in ([1, 2], [1, 2, 3], [1, 2]))
+        return Nq, Nkv, d, causal, batch, kvh * g, kvh
+
+    return draw_shape()
+
+
 def gqa_reference(Q, K, V, causal):
     """The float64 reference for stacked (batch, heads, N, d) inputs, K/V heads shared by
     consecutive query heads (grouped-query attention)."""

@@ -19,18 +19,10 @@ from attnio import bounds
 from attnio.algorithms import flash2, q_split
 from attnio.core.errors import ParameterError
 from attnio.core.workload import Shape, cdiv
-from conftest import gqa_reference
+from conftest import gqa_reference, gqa_shapes
 
 ALG = q_split.ALGORITHM
 T = q_split.QSplitTiling
-
-
-@st.composite
-def shapes(draw):
-    Nq, Nkv, d = draw(st.integers(1, 16)), draw(st.integers(1, 16)), draw(st.integers(1, 6))
-    causal = draw(st.sampled_from([False, True, "top_left"]))
-    kvh, g, batch = (draw(st.sampled_from(v)) for v in ([1, 2], [1, 2, 3], [1, 2]))
-    return Nq, Nkv, d, causal, batch, kvh * g, kvh
 
 
 @st.composite
@@ -71,14 +63,14 @@ def _check(shape, M, tiling, seed):
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), extra=st.integers(0, 3), seed=st.integers(0, 2**16))
 def test_output_and_counts_equal_closed_form(data, extra, seed):
-    Nq, Nkv, d, causal, batch, heads, kvh = data.draw(shapes())
+    Nq, Nkv, d, causal, batch, heads, kvh = data.draw(gqa_shapes(16))
     shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kvh, batch=batch)
     tiling = data.draw(tilings(Nq, d, shape.group))
     _check(shape, ALG.footprint(shape, tiling) + extra, tiling, seed)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(w=shapes(), extra=st.sampled_from([0, 1, 5, 30, 200]), seed=st.integers(0, 2**16))
+@given(w=gqa_shapes(16), extra=st.sampled_from([0, 1, 5, 30, 200]), seed=st.integers(0, 2**16))
 def test_searched_tiling_from_the_least_M(w, extra, seed):
     """The default (searched) tiling, from M = min_M up: every check, and never worse than the
     same schedule without split rows."""
@@ -195,7 +187,7 @@ def test_writes_the_logsumexp_a_backward_pass_reads(data, extra, seed):
     from attnio.core.reference import attention_backward
     from attnio.runner import BackwardPass
 
-    Nq, Nkv, d, causal, batch, heads, kvh = data.draw(shapes())
+    Nq, Nkv, d, causal, batch, heads, kvh = data.draw(gqa_shapes(16))
     shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kvh, batch=batch)
     tiling = data.draw(tilings(Nq, d, shape.group))
     bwd = attnio.algorithms.get_backward("flash2_backward")

@@ -23,7 +23,7 @@ from attnio import bounds
 from attnio.algorithms import stream_tiling
 from attnio.core.reference import attention
 from attnio.core.workload import Shape, cdiv
-from conftest import gqa_reference
+from conftest import gqa_reference, gqa_shapes
 
 ALG = stream_tiling.ALGORITHM
 T = stream_tiling.StreamTilingTiling
@@ -31,9 +31,7 @@ T = stream_tiling.StreamTilingTiling
 
 @st.composite
 def cases(draw):
-    Nq, Nkv, d = draw(st.integers(1, 14)), draw(st.integers(1, 14)), draw(st.integers(1, 6))
-    causal = draw(st.sampled_from([False, True, "top_left"]))
-    kvh, g, batch = (draw(st.sampled_from(v)) for v in ([1, 2], [1, 2, 3], [1, 2]))
+    Nq, Nkv, d, causal, batch, heads, kvh = draw(gqa_shapes(14))
     tiling = T(draw(st.integers(1, Nq + 2)), draw(st.integers(1, Nkv + 2)),
                draw(st.integers(1, Nq + 2)), draw(st.integers(1, d + 1)),
                draw(st.sampled_from(["tile", "row"])))
@@ -41,7 +39,7 @@ def cases(draw):
         d1 = draw(st.integers(1, d - 1))
         tiling = dataclasses.replace(tiling, d1=d1, Br2b=draw(st.integers(1, Nq + 2)),
                                      Bd2b=draw(st.integers(1, d - d1 + 1)))
-    return Nq, Nkv, d, causal, batch, kvh * g, kvh, tiling
+    return Nq, Nkv, d, causal, batch, heads, kvh, tiling
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
