@@ -21,6 +21,7 @@ import ast
 import fnmatch
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -245,3 +246,80 @@ def test_every_data_file_in_the_package_is_listed_in_package_data():
         globs = package_data.get(package, [])
         assert any(fnmatch.fnmatch(path.name, g) for g in globs), (
             f"{path.relative_to(ROOT)}: add it to [tool.setuptools.package-data] {package!r}")
+
+
+def _requirement_name(spec: str) -> str:
+    return re.split(r"[\s<>=!~;\[(]", spec.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _closure(names: set[str]) -> set[str]:
+    """``names`` and every distribution they require, recursively (installed ones only)."""
+    from importlib import metadata
+
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            reqs = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for req in reqs:
+            if "extra ==" in req:
+                continue
+            todo.append(_requirement_name(req))
+    return seen
+
+
+def test_every_package_the_tests_import_is_installed_by_the_dev_extra():
+    """A fresh environment made by the README's install command (``pip install -e '.[dev]'``)
+    has every third-party package that tests/ imports: each top-level import of a test file is
+    the standard library, attnio, a local test helper, or a distribution that the project's
+    dependencies or its dev extra require (directly or through another).  The scipy a test
+    imported without the extra naming it is the case this guards (CI's fresh venv is the other
+    guard)."""
+    from importlib import metadata
+
+    meta = _pyproject()["project"]
+    declared = {_requirement_name(s) for s in meta["dependencies"]}
+    declared |= {_requirement_name(s) for s in meta["optional-dependencies"]["dev"]}
+    allowed = _closure(declared)
+    providers = metadata.packages_distributions()
+    local = {p.stem for p in [*(ROOT / "tests").glob("*.py"), *(ROOT / ".ci").glob("*.py")]}
+    missing = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [node.module]
+            else:
+                continue
+            for mod in mods:
+                top = mod.split(".")[0]
+                if top in sys.stdlib_module_names or top in local or top == "attnio":
+                    continue
+                dists = {d.lower().replace("_", "-") for d in providers.get(top, [])}
+                if not dists & allowed:
+                    missing.append(f"{path.name}: {top} (distributions {sorted(dists)})")
+    assert not missing, "imported by tests, not installed by '.[dev]': " + "; ".join(missing)
+
+
+def test_readme_starts_with_the_two_setup_commands_ci_runs():
+    """The README's first code block is two lines, the ones .ci/run runs verbatim: an install
+    that ends by running attnio on its default, and the test command."""
+    sys.path.insert(0, str(ROOT / ".ci"))
+    try:
+        import readme_commands
+    finally:
+        sys.path.pop(0)
+    install, test = readme_commands.commands((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert "pip install torch==2.13.0" in install and "'.[dev]'" in install
+    assert " attnio run " in f" {install} "
+    assert test == "python -m pytest -q"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "readme_commands.py install" in ci and "readme_commands.py test" in ci
