@@ -297,10 +297,9 @@ def _score(args) -> int:
 
 
 def _tune(args) -> int:
+    from ..hardware import fits
     from ..hardware.oracle import tune_report
     from .common import progress_from_args
-
-    from ..hardware import fits
 
     shape = workload_from_args(args)
     dev = _device_of(args)

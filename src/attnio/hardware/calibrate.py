@@ -89,12 +89,14 @@ def calibrate(measurements: str | os.PathLike, *, devices: Iterable[Device] = ()
     """Fit every generation the rows of ``measurements`` cover (``devices``: the devices of
     device files the rows may name).  Returns ``{"generations": {gen: {"params", "before",
     "provenance"}}, "bounds"}``; ``before``: the errors of the fit it started from."""
-    import scipy
+    from ..core.extras import require
 
+    scipy = require("scipy", "calibrate", "fitting the GPU model (gpu calibrate)")
     path = Path(measurements)
     rows = load_rows(path, devices=devices)
     groups: dict[str, list[int]] = {}
     for i, m in enumerate(rows):
+        assert m.device_obj is not None   # load_rows resolves every row's device
         groups.setdefault(generation(m.device_obj), []).append(i)
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     out: dict[str, Any] = {}

@@ -42,7 +42,7 @@ from typing import Any
 
 from ..core.errors import ParameterError
 from . import devices as _devices
-from .devices import GENERATIONS, KiB, MiB, Device
+from .devices import GENERATIONS, Device, KiB, MiB
 
 try:
     import tomllib  # novermin (guarded: the tomli backport below on 3.10)
@@ -214,8 +214,8 @@ def load(path: str | os.PathLike) -> Device:
     if defaulted:
         notes.append(f"Not in the file, taken from the {ref.name} preset (assumed): "
                      f"{', '.join(defaulted)}.")
-    file_prov = ("device_file",)
-    prov = {k: file_prov for k in ("sm_count", "clock_hz", "smem_per_sm", "smem_per_block",
+    file_prov: tuple[str, ...] = ("device_file",)
+    prov: dict[str, tuple[str, ...]] = {k: file_prov for k in ("sm_count", "clock_hz", "smem_per_sm", "smem_per_block",
                                    "l2_bytes", "hbm_bw", "tensor_flops", "hbm_bytes")}
     prov.update({k: ("cuda_cc",) for k in ("regs_per_sm", "max_regs_per_thread",
                                            "max_threads_per_sm", "max_ctas_per_sm")
