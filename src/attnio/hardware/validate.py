@@ -70,6 +70,7 @@ class Measurement:
     device_obj: Device | None = None
     config: KernelConfig | None = None
     page_size: int | None = None
+    source: str = ""        # the file the row came from (for error messages)
 
     def describe(self) -> str:
         s = self.shape
@@ -199,7 +200,8 @@ def _parse(path: Path, line: int, rec: dict[str, Any], extra: Mapping[str, Devic
         what = f"{v:g} s" if col == "time_s" else f"{v:g} TFLOP/s is {t:.3g} s"
         raise _bad(path, line, col, f"{what}: a kernel time must lie in "
                    f"[{_TIME[0]:g}, {_TIME[1]:g}] s")
-    return Measurement(line, dev_name, kernel, pass_, dtype, shape, t, dev, cfg, page_size)
+    return Measurement(line, dev_name, kernel, pass_, dtype, shape, t, dev, cfg, page_size,
+                       str(path))
 
 
 def _text(p: Path) -> str:
@@ -278,13 +280,13 @@ def _config_row(m: Measurement) -> Row:
     try:
         pr = prepared(m.device_obj, m.shape, m.config)
     except ParameterError as e:
-        raise ParameterError(f"row {m.line - 1} (line {m.line}), column 'config': "
+        raise ParameterError(f"{m.source}: row {m.line - 1} (line {m.line}), column 'config': "
                              f"{' '.join(str(e).split())}", param="measurements") from None
     if pr is None:
         from .feasibility import check
 
         why = check(m.device_obj, m.config, m.shape).why
-        raise ParameterError(f"row {m.line - 1} (line {m.line}), column 'config': "
+        raise ParameterError(f"{m.source}: row {m.line - 1} (line {m.line}), column 'config': "
                              f"{m.config.short()} is infeasible on {m.device}: {why}",
                              param="measurements")
     return Row(m.kernel, m.device_obj, m.dtype, [pr], [], [m.config])
@@ -305,7 +307,8 @@ def prepare_rows(rows: list[Measurement]) -> list[Row]:
                                              m.pass_, m.dtype)
                 except ParameterError as e:
                     col = "kernel" if e.param in ("kernel", "dtype", "device") else "d"
-                    raise ParameterError(f"row {m.line - 1} (line {m.line}), column {col!r}: "
+                    raise ParameterError(f"{m.source}: row {m.line - 1} (line {m.line}), "
+                                         f"column {col!r}: "
                                          f"{' '.join(str(e).split())}",
                                          param="measurements") from None
         out.append(cache[key])
