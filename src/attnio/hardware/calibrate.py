@@ -176,7 +176,10 @@ def write(table: dict[str, Any], path: str | os.PathLike,
     check_out(path, inputs, flag)
     p = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(p))
-    text = json.dumps(table, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    try:
+        text = json.dumps(table, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    except ValueError as e:   # an infinite or NaN figure: never written
+        raise _refuse(flag, p, f"the fit holds a non-finite number ({e})") from None
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(p)}.", suffix=".partial",
                                dir=folder)
     try:
