@@ -68,6 +68,11 @@ def test_calibrate_fits_the_rows_generation_within_bounds_with_provenance(fitted
     pv = g["provenance"]
     assert pv["rows"] == 10 and pv["devices"] == ["h100-sxm"] and len(pv["sha256"]) == 64
     assert pv["fitted_to"] == str(m) and pv["underdetermined"] is False
+    # no standard-attention row: the HBM efficiency is not fitted, it keeps the stored value
+    assert "hbm_eff" in pv["kept"] and set(pv["kept"]) | set(pv["fitted"]) == set(PARAMS)
+    stored = vars(load_params("sm90"))
+    for k in pv["kept"]:
+        assert g["params"][k] == pytest.approx(stored[k], abs=1e-6)
     # the fit is no worse than the stored fit it started from, on the rows it was fitted to
     assert pv["mean_abs_err"] <= g["before"]["mean_abs_err"] + 1e-9
     assert calibrate.load(out)["sm90"]["params"] == pytest.approx(g["params"])
@@ -110,7 +115,7 @@ def test_a_users_own_fit_replaces_the_borrowed_one_and_its_warning(tmp_path, cap
     out = tmp_path / "mine.json"
     rc, o, err = _cli(capsys, "calibrate", "--measurements", str(m), "--out", str(out),
                       "--device-file", str(RTX))
-    assert rc == 0 and "sm89: 3 rows" in o and "underdetermined" in o
+    assert rc == 0 and "sm89: 3 rows" in o and "kept (the rows do not depend on them)" in o
     rc, o, err = _cli(capsys, "validate", "--measurements", str(m), "--device-file", str(RTX),
                       "--json")
     assert rc == 0 and "borrows sm80" in err

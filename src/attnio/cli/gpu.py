@@ -359,11 +359,12 @@ def _calibrate(args) -> int:
         print(f"{gen}: {pv['rows']} rows ({', '.join(pv['devices'])}); |time error| mean "
               f"{b['mean_abs_err']:.1%} -> {pv['mean_abs_err']:.1%}, max "
               f"{b['max_abs_err']:.1%} -> {pv['max_abs_err']:.1%}")
-        print("  " + ", ".join(f"{k}={v:.4g}" for k, v in e["params"].items()))
+        print("  fitted: " + ", ".join(f"{k}={e['params'][k]:.4g}" for k in pv["fitted"]))
+        if pv["kept"]:
+            print(f"  kept (the rows do not depend on them): {', '.join(pv['kept'])}")
         if pv["underdetermined"]:
-            print(f"  note: {pv['rows']} rows for {len(e['params'])} parameters: the fit is "
-                  "underdetermined; parameters the rows do not constrain keep their starting "
-                  "values")
+            print(f"  note: {pv['rows']} rows for {len(pv['fitted'])} parameters: the fit is "
+                  "underdetermined (more rows, other shapes and kernels pin it down)")
     print(f"wrote {args.out} (use it with --calibration {args.out})")
     return 0
 

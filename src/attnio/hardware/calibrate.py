@@ -5,8 +5,9 @@
 measured time, each parameter inside its :data:`~.timing.BOUNDS` (scaled to [0, 1]).  Every row
 is prepared once (traffic, L2 replay, per-CTA unit amounts do not depend on the parameters).
 :func:`calibrate` reads a measurements file (:mod:`.validate`'s format), fits each architecture
-generation its rows cover separately, starting from that generation's stored fit (so that a
-parameter the rows do not constrain keeps its stored value), and returns a table of the layout
+generation its rows cover separately, starting from that generation's stored fit and fitting
+only the parameters the rows constrain (:func:`sensitive`: the others keep their stored
+values), and returns a table of the layout
 of ``calibration.json`` with each fit's provenance; :func:`write` stores it (refusing an output
 that is an input, a device, a FIFO or a folder; written whole through a temporary file), and
 :func:`load` reads it back for ``--calibration`` (checked: the parameters and their bounds).
@@ -35,7 +36,8 @@ from .devices import Device
 from .timing import BOUNDS, PARAMS, Params, generation, load_params
 from .validate import load_rows, prepare_rows
 
-__all__ = ["MAX_BYTES", "START", "calibrate", "errors", "fit", "load", "write"]
+__all__ = ["MAX_BYTES", "START", "calibrate", "check_out", "errors", "fit", "load",
+           "sensitive", "write"]
 
 #: Where the published fit starts (the benchmark script's starting point).
 START = {"mma_sync_eff": 0.45, "wgmma_eff": 0.8, "hbm_eff": 0.85, "softmax_ops": 4.0,
@@ -44,10 +46,11 @@ START = {"mma_sync_eff": 0.45, "wgmma_eff": 0.8, "hbm_eff": 0.85, "softmax_ops":
 MAX_BYTES = 1 << 20
 
 
-def fit(prepped, measured: np.ndarray, start: dict[str, float] | None = None):
+def fit(prepped, measured: np.ndarray, start: dict[str, float] | None = None,
+        free: Sequence[str] | None = None):
     """(Params, scipy's result): the bounded least-squares fit of ``prepped`` rows
     (:func:`~.validate.prepare_rows`) to ``measured`` seconds, from ``start`` (default
-    :data:`START`)."""
+    :data:`START`); ``free``: the parameters to fit (default all), the others stay at ``start``."""
     from ..core.extras import require
 
     least_squares = require("scipy.optimize", "calibrate",
@@ -55,19 +58,39 @@ def fit(prepped, measured: np.ndarray, start: dict[str, float] | None = None):
     from .predict import row_time
 
     s = dict(START if start is None else start)
-    lo = np.array([BOUNDS[k][0] for k in PARAMS])
-    hi = np.array([BOUNDS[k][1] for k in PARAMS])
+    names = list(PARAMS if free is None else free)
+    lo = np.array([BOUNDS[k][0] for k in names])
+    hi = np.array([BOUNDS[k][1] for k in names])
     scale = hi - lo
 
+    def params(z) -> Params:
+        return Params(**{**s, **{k: float(v) for k, v in zip(names, lo + z * scale)}})
+
     def resid(z):
-        p = Params.from_vector(lo + z * scale)
+        p = params(z)
         pred = np.array([row_time(r, p) for r in prepped])
         return np.log(pred / measured)
 
     z0 = np.clip(np.array([(s[k] - BOUNDS[k][0]) / (BOUNDS[k][1] - BOUNDS[k][0])
-                           for k in PARAMS]), 0.0, 1.0)
+                           for k in names]), 0.0, 1.0)
     res = least_squares(resid, z0, bounds=(0.0, 1.0), diff_step=1e-3, x_scale=1.0)
-    return Params.from_vector(lo + res.x * scale), res
+    return params(res.x), res
+
+
+def sensitive(prepped, start: dict[str, float], rel: float = 0.05) -> list[str]:
+    """The parameters that change some row's predicted time when moved by ``rel`` of their
+    range (the others the rows cannot constrain)."""
+    from .predict import row_time
+
+    base = np.array([row_time(r, Params(**start)) for r in prepped])
+    out = []
+    for k in PARAMS:
+        lo, hi = BOUNDS[k][:2]
+        v = start[k] + rel * (hi - lo) * (1 if start[k] + rel * (hi - lo) <= hi else -1)
+        t = np.array([row_time(r, Params(**{**start, k: v})) for r in prepped])
+        if np.max(np.abs(np.log(t / base))) > 1e-9:
+            out.append(k)
+    return out
 
 
 def errors(prepped, measured: np.ndarray, p: Params) -> np.ndarray:
@@ -112,7 +135,8 @@ def calibrate(measurements: str | os.PathLike, *, devices: Iterable[Device] = ()
             warnings.simplefilter("ignore", FitWarning)   # the start: stored or borrowed fit
             p0 = load_params(gen)
         before = _summary(errors(prepped, measured, p0))
-        p, res = fit(prepped, measured, start=dict(vars(p0)))
+        free = sensitive(prepped, dict(vars(p0)))
+        p, res = fit(prepped, measured, start=dict(vars(p0)), free=free)
         after = _summary(errors(prepped, measured, p))
         out[gen] = {
             "params": {k: round(float(getattr(p, k)), 6) for k in PARAMS},
@@ -124,7 +148,9 @@ def calibrate(measurements: str | os.PathLike, *, devices: Iterable[Device] = ()
                 "method": "scipy.optimize.least_squares on log(predicted/measured time), "
                           "bounds of attnio.hardware.timing.BOUNDS, started from the stored "
                           f"fit of {gen} (or the one it borrows)",
-                "underdetermined": len(sub) < len(PARAMS),
+                "fitted": free,
+                "kept": [k for k in PARAMS if k not in free],
+                "underdetermined": len(sub) < len(free),
                 "scipy": scipy.__version__, "date": datetime.date.today().isoformat(),
                 "evaluations": int(res.nfev), **after}}
     return {"generations": out, "bounds": {k: list(v[:3]) for k, v in BOUNDS.items()}}
