@@ -57,8 +57,8 @@ _INF = float("inf")
 
 #: key -> (type: "int" | "float" | "str", low, high, required, meaning)
 KEYS: dict[str, tuple[str, float, float, bool, str]] = {
-    "name": ("str", 1, 40, True, "a name: letters, digits, '.', '_', '-'"),
-    "generation": ("str", 0, 0, True, "one of " + ", ".join(GENERATIONS)),
+    "name": ("str", 1, 40, True, "the device's name (validate and calibrate rows use it)"),
+    "generation": ("str", 0, 0, True, "the architecture generation (compute capability)"),
     "sm_count": ("int", 1, 1024, True, "SMs"),
     "clock_mhz": ("float", 100, 5000, True, "SM clock, MHz"),
     "smem_per_sm_kib": ("int", 16, 1024, True, "shared memory per SM, KiB"),
