@@ -182,6 +182,7 @@ BASE = RTX.read_text()
     (BASE.replace("fp16 = 165.2\nbf16 = 165.2\n", ""), ["key 'tensor_tflops.bf16'", "missing"]),
     (BASE.split("[tensor_tflops]")[0] + "tensor_tflops = 3\n",
      ["key 'tensor_tflops'", "must be a table"]),
+    (BASE.replace('"sm89"', '"sm86"'), ["key 'tensor_tflops.fp8'", "sm86 has no fp8"]),
     ("name = \n", ["not valid TOML"]),
     (b"\x7fELF\x02\x01\x01\x00\x00\x00\x00", ["binary file"]),
     (b"\xff\xfe\xfa garbage", ["not UTF-8"]),
@@ -220,3 +221,25 @@ def test_a_missing_device_file_is_refused_on_every_verb(tmp_path, capsys, verb):
 def test_a_folder_given_as_device_file_is_refused(tmp_path):
     with pytest.raises(ParameterError, match="is a folder"):
         device_file.load(tmp_path)
+
+
+def test_a_generation_without_a_preset_takes_its_limits_and_a_preset_dies_memory_figures(
+        tmp_path):
+    """An A10-like sm86 file with only the required keys: cuda_cc's 8.6 limits (16 CTAs, 1,536
+    threads per SM), the RTX 4090's memory-system figures marked assumed, fp16 = bf16."""
+    f = tmp_path / "a10.toml"
+    f.write_text('name = "a10"\ngeneration = "sm86"\nsm_count = 72\nclock_mhz = 1695\n'
+                 "smem_per_sm_kib = 100\nsmem_per_block_kib = 99\nl2_mib = 6\nhbm_gb_s = 600\n"
+                 "[tensor_tflops]\nbf16 = 125\n")
+    dev = device_file.load(f)
+    assert (dev.compute_capability, dev.max_ctas_per_sm, dev.max_threads_per_sm) == ("8.6", 16,
+                                                                                    1536)
+    assert dev.tensor_flops["fp16"] == dev.tensor_flops["bf16"] == 125e12
+    assert dev.tensor_flops["fp8"] is None and dev.hbm_bytes is None
+    rtx = devices.get("rtx4090")
+    assert dev.l2_hit_latency_clk == rtx.l2_hit_latency_clk
+    assert set(dev.assumed) == {"sm_l2_bytes_per_clk", "l2_hit_latency_clk", "dram_latency_clk"}
+    assert dev.l2_bytes == 6 * 2**20 and dev.hbm_bw == 600e9 and dev.clock_hz == 1695e6
+    with pytest.warns(fits.FitWarning, match=r"a10 \(sm86\).*borrows sm80"):
+        assert attnio.hardware.score(dev, (2048, 64), "fa2").feasible
+

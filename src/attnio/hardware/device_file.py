@@ -193,8 +193,9 @@ def load(path: str | os.PathLike) -> Device:
                                                  f"[{_TFLOPS[0]:g}, {_TFLOPS[1]:g}])")
     flops["fp16"] = flops["fp16"] if flops["fp16"] is not None else flops["bf16"]
     flops["bf16"] = flops["bf16"] if flops["bf16"] is not None else flops["fp16"]
-    if gen == "sm80" and flops["fp8"] is not None:
-        raise _fail(where, "tensor_tflops.fp8", "sm80 has no fp8 tensor cores; leave it out")
+    if gen in ("sm80", "sm86") and flops["fp8"] is not None:
+        raise _fail(where, "tensor_tflops.fp8", f"{gen} has no fp8 tensor cores (they start "
+                    "at sm89); leave it out")
     cc = GENERATIONS[gen][0]
     lim = _devices._cc_limits(cc)
     for k in ("regs_per_sm", "max_regs_per_thread", "max_threads_per_sm", "max_ctas_per_sm"):
