@@ -134,6 +134,7 @@ BAD = {
     "config too big": (*_with("config", "Br=256,Bc=256,warps=8,stages=3"), "config"),
     "config on fwd+bwd": (*_with("config", "Br=128,Bc=64", row=[*R[:3], "fwd+bwd", *R[4:]]),
                           "config"),
+    "config dtype conflicts": (*_with("config", "Br=128,Bc=64,dtype=fp8"), "config"),
     "config for a bwd algorithm on fwd": (*_with("config", "algorithm=fa2_bwd,Br=64,Bc=128"),
                                           "config"),
 }

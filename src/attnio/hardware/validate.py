@@ -128,6 +128,9 @@ def _config(path, line, text, kernel, pass_, dtype, d) -> KernelConfig:
         cfg = parse_config(text.replace(";", ","), algorithm=alg, dtype=dtype).validate(d)
     except (ParameterError, TypeError) as e:
         raise _bad(path, line, "config", " ".join(str(e).split())) from None
+    if cfg.dtype != dtype:
+        raise _bad(path, line, "config", f"dtype={cfg.dtype} conflicts with the row's dtype "
+                   f"{dtype}; give it once")
     if cfg.forward != (pass_ == "fwd"):
         raise _bad(path, line, "config", f"algorithm={cfg.algorithm} is a "
                    f"{'forward' if cfg.forward else 'backward'} kernel but pass is {pass_}")
