@@ -6,7 +6,8 @@ Reads ``shared/data/gpu-published/train.csv`` (default: the ``shared`` folder ne
 repository root, as the developers' checkout lays it out), prepares every row once (the traffic,
 the L2 replay and the per-CTA unit amounts do not depend on the parameters), then fits the 8
 bounded parameters of the sm90 generation with ``scipy.optimize.least_squares`` on the log of
-predicted over measured time, and prints the fit: each parameter with its bounds, the mean,
+predicted over measured time (:func:`attnio.hardware.calibrate.fit`, the same fit ``attnio gpu
+calibrate`` runs on a user's measurements), and prints the fit: each parameter with its bounds, the mean,
 median and max |time error|.  ``--write`` stores the fit with its provenance (the file's SHA-256,
 the row count, the date, scipy's version, the errors) in
 ``src/attnio/hardware/calibration.json``; sm80 (A100: no timings to fit) is written from the rule
@@ -31,39 +32,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnio.hardware.timing import BOUNDS, PARAMS, Params  # noqa: E402
+from attnio.hardware.calibrate import START, errors, fit  # noqa: E402,F401 (the fit itself)
+from attnio.hardware.timing import BOUNDS, PARAMS  # noqa: E402
 from attnio.hardware.validate import load_rows, prepare_rows  # noqa: E402
 
 DEFAULT_TRAIN = ROOT.parent / "shared" / "data" / "gpu-published" / "train.csv"
 OUT = ROOT / "src" / "attnio" / "hardware" / "calibration.json"
-START = {"mma_sync_eff": 0.45, "wgmma_eff": 0.8, "hbm_eff": 0.85, "softmax_ops": 4.0,
-         "fa2_exposed": 0.2, "fa3_exposed": 0.3, "cta_cycles": 2000.0, "launch_us": 5.0}
-
-
-def fit(prepped, measured: np.ndarray):
-    from scipy.optimize import least_squares
-
-    from attnio.hardware.predict import row_time
-
-    lo = np.array([BOUNDS[k][0] for k in PARAMS])
-    hi = np.array([BOUNDS[k][1] for k in PARAMS])
-    scale = hi - lo
-
-    def resid(z):
-        p = Params.from_vector(lo + z * scale)
-        pred = np.array([row_time(r, p) for r in prepped])
-        return np.log(pred / measured)
-
-    z0 = np.array([(START[k] - BOUNDS[k][0]) / (BOUNDS[k][1] - BOUNDS[k][0]) for k in PARAMS])
-    res = least_squares(resid, z0, bounds=(0.0, 1.0), diff_step=1e-3, x_scale=1.0)
-    return Params.from_vector(lo + res.x * scale), res
-
-
-def errors(prepped, measured, p) -> np.ndarray:
-    from attnio.hardware.predict import row_time
-
-    pred = np.array([row_time(r, p) for r in prepped])
-    return pred / measured - 1.0
 
 
 def main(argv=None) -> int:

@@ -114,6 +114,109 @@ def sustained() -> list[str]:
     return L
 
 
+def generations() -> list[str]:
+    """The "Generations" section: each generation's limits, wgmma, and whose fit it uses."""
+    from attnio.hardware import fits
+    from attnio.hardware.timing import _table
+
+    stored = _table()["generations"]
+    L = ["", "## Generations and their fits", "",
+         "A device's generation (its compute capability) sets its per-SM limits (cuda_cc), "
+         "whether FA3-style kernels run on it (`wgmma` exists on sm90 only: FA3, flash-attn's "
+         "`hopper/`, does not run on Blackwell, whose `tcgen05` kernels are not modelled) and "
+         "the time model's fitted parameters (`src/attnio/hardware/calibration.json`).  A "
+         "generation without a fit of its own borrows the one below, and **says so**: "
+         "every `attnio gpu` verb prints one warning line (`attnio gpu score: warning: device "
+         "rtx4090 (sm89) has no fitted time-model parameters: it borrows sm80's fit, so its "
+         "times are uncalibrated (fit your own: attnio gpu calibrate)`), and the Python API "
+         "issues an `attnio.hardware.fits.FitWarning`.  A fit of your own (`attnio gpu "
+         "calibrate`, below) replaces it.", "",
+         "| generation | compute capability | parts | FA3 (wgmma) | time-model parameters |",
+         "|---|---|---|---|---|"]
+    for gen, (cc, parts) in devices.GENERATIONS.items():
+        fit = ("its own (calibration.json)" if gen in stored
+               else f"none: borrows {fits.borrowed(gen, stored)}'s, with a warning")
+        L.append(f"| {gen} | {cc} | {parts} | {'yes' if cc == '9.0' else 'no'} | {fit} |")
+    L += ["", "The sm89 and sm100 presets come from vendor tables, each figure cited above: "
+          "**rtx4090** from the Ada whitepaper's Appendix A [ada_wp] (128 SMs, 2,520 MHz boost, "
+          "73,728 KB L2, 1,008 GB/s, 165.2 dense FP16/BF16 TFLOPS with FP32 accumulate); "
+          "**l40s** from its data sheet [l40s_ds] (18,176 CUDA cores = 142 SMs, 864 GB/s, "
+          "362.05 dense BF16 TFLOPS), its L2 the full AD102's 98,304 KB [ada_wp, inferred] and "
+          "its clock derived from the peak (362.05e12 / (142 x 1,024) = 2.49 GHz); **b200** "
+          "from the DGX B200 data sheet [dgx_b200] (64 TB/s and 1,440 GB over 8 GPUs), the HGX "
+          "page [hgx_page] (36 PFLOPS FP16/BF16 with sparsity over 8 GPUs: 2,250 dense TFLOPS "
+          "each), Chips and Cheese's measurements [cc_b200] (148 SMs, a 126 MB L2; NVIDIA "
+          "publishes neither) and cuda_cc's compute capability 10.0 (228 KB shared memory per "
+          "SM); its clock is derived from the peak assuming 8,192 dense FP16 FLOP per clock per "
+          "SM (twice Hopper's; `assumed`), and its memory-system latencies are GH100's "
+          "(`assumed`: no B200 microbenchmark was read)."]
+    return L
+
+
+def device_file_section() -> list[str]:
+    """The "Your own GPU" section: the device file's keys and the two shipped examples."""
+    from pathlib import Path
+
+    from attnio.hardware import device_file
+
+    here = Path(__file__).resolve().parent / "devices"
+    L = ["", "## Your own GPU: `--device-file` and `gpu calibrate`", "",
+         "Every `attnio gpu` verb (`devices`, `kernels`, `score`, `tune`, `validate`, "
+         "`calibrate`) takes `--device-file FILE.toml`, a GPU described in TOML, instead of "
+         "`--device` (in `validate` and `calibrate`, the rows name it by its `name`).  The file "
+         "is read with `tomllib` (`tomli` on Python 3.10) and checked once: a missing or "
+         "unknown key, a wrong type, a value out of range, an unknown generation, a binary or "
+         "non-UTF-8 file, a file that is not TOML or is missing is refused in one line naming "
+         "the file, the key and the allowed range (exit 2), e.g.", "",
+         "    attnio gpu score: error: --device-file my.toml: key 'sm_count': must be an "
+         "integer in [1, 1024], got 0", "",
+         "| key | required | allowed | meaning |", "|---|---|---|---|"]
+    for k, (kind, lo, hi, req, meaning) in device_file.KEYS.items():
+        allowed = {"str": "text", "table": "a table: fp16, bf16 (one at least), fp8, tf32, "
+                                            "each in [0.1, 100000]"}.get(
+            kind, f"integer in [{int(lo):,}, {int(hi):,}]" if kind == "int"
+            else f"number in [{lo:g}, {hi:g}]")
+        if k == "generation":
+            allowed = ", ".join(devices.GENERATIONS)
+        if k == "name":
+            allowed = "1-40 letters, digits, `.`, `_`, `-`; not a preset's name"
+        L.append(f"| `{k}` | {'yes' if req else 'no'} | {allowed} | {meaning} |")
+    L += ["", "Left out, the per-SM limits are the generation's (cuda_cc), and the memory "
+          "system's microbenchmark figures (`sm_l2_bytes_per_clk`, `l2_hit_latency_clk`, "
+          "`dram_latency_clk`, `tma_latency_clk`) those of the generation's preset die "
+          "(a100-80gb, rtx4090, h100-sxm, b200), listed as `assumed` in the device's "
+          "`attnio gpu devices --device-file FILE --json` entry.  Two examples ship with the "
+          "project and are tested to load and to give the same predictions as the presets "
+          "they describe:", ""]
+    for name, what in (("rtx4090.toml", "an RTX 4090 (sm89)"), ("b200.toml", "a B200 (sm100)")):
+        L += [f"`docs/devices/{name}`, {what}:", "", "```toml",
+              (here / name).read_text().rstrip(), "```", ""]
+    L += ["From the repository root:", "", "```",
+          "python -m attnio gpu score --N 8192 --d 128 --heads 16 --batch 2 --device-file "
+          "docs/devices/rtx4090.toml   # and the one warning line: sm89 borrows sm80's fit",
+          "python -m attnio gpu tune --N 8192 --d 128 --heads 16 --device-file "
+          "docs/devices/b200.toml --top 3   # FA2-style tiles: no FA3 on sm100",
+          "python -m attnio gpu calibrate --measurements my_runs.csv --device-file "
+          "docs/devices/rtx4090.toml --out my_fit.json",
+          "python -m attnio gpu score --N 8192 --d 128 --device-file docs/devices/rtx4090.toml "
+          "--calibration my_fit.json   # no warning: your fit",
+          "```", "",
+          "`gpu calibrate --measurements FILE.csv --out FILE.json` fits the time model's "
+          "parameters to your rows (the format of `gpu validate`: `attnio gpu validate --help`), "
+          "each generation the rows cover separately, starting from that generation's stored "
+          "(or borrowed) fit and fitting only the parameters the rows depend on (the others "
+          "keep their values; the output says which), with scipy's bounded least squares on "
+          "the log of predicted over measured time (`pip install 'attnio[calibrate]'`).  It "
+          "prints the error before and after; the file holds the parameters and their "
+          "provenance (the CSV's SHA-256, the rows, the devices, the date).  `--calibration "
+          "FILE.json` on `score`, `tune` and `validate` uses it in place of the stored fit of "
+          "the generations it holds (`score` and `tune` refuse a file that holds none for the "
+          "device).  `--out` is refused, before anything is written, when it is an input file "
+          "(or a link to one), a device, a FIFO or a folder; it is written whole, through a "
+          "temporary file in the same folder."]
+    return L
+
+
 def render() -> str:
     gpus = [d for d in devices.all_devices() if d.kind == "gpu"]
     L = ["# Devices", "",
@@ -148,6 +251,8 @@ def render() -> str:
                  (" Inferred: " + ", ".join(d.inferred) + "." if d.inferred else "") +
                  (" Not scorable: " + ", ".join(d.missing()) + " not public."
                   if d.missing() else ""))
+    L += generations()
+    L += device_file_section()
     L += sustained()
     L += ["", "## Sources", "",
           "`read` = the text was read during the research behind this table (directly or "

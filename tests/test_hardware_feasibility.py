@@ -32,8 +32,8 @@ def test_every_model_figure_of_a_scorable_device_is_cited():
 
 
 def test_devices_missing_public_figures_are_refused_with_the_missing_figure():
-    with pytest.raises(attnio.ParameterError, match="sm_count"):
-        devices.get("b200").require_model()
+    with pytest.raises(attnio.ParameterError, match="max_threads_per_sm"):
+        devices.get("mi300x").require_model()
     assert "CPU preset" in devices.get("cpu-l2").missing()[0]
 
 

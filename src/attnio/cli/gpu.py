@@ -6,12 +6,21 @@
     attnio gpu score --N 8192 --d 128 --config Br=128,Bc=176,stages=2,warps=12 [--json]
     attnio gpu tune  --Nq 1 --Nkv 65536 --d 128 --heads 32 --kv-heads 8 --top 5 [--json]
     attnio gpu validate --measurements FILE.csv [--json]
+    attnio gpu calibrate --measurements FILE.csv --out calib.json
+    attnio gpu score ... --device-file my_gpu.toml --calibration calib.json
+
+``--device-file FILE.toml`` (every verb) describes a GPU outside the preset table
+(:mod:`attnio.hardware.device_file`, docs/devices.md "Your own GPU"); ``--calibration FILE``
+(``score``, ``tune``, ``validate``) uses the parameters ``gpu calibrate`` fitted to a user's
+measurements.  A device whose generation has no fitted parameters gets one warning line naming
+the generation whose fit it borrows.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import warnings
 from typing import Any
 
 from ..core.errors import AttnioError, ParameterError
@@ -29,13 +38,77 @@ GPU_FLAGS = {"config": "--config", "kernel": "--kernel", "top": "--top",
              "p": "--config p", "o": "--config o", "pack_gqa": "--config pack",
              "splits": "--config splits", "overlap": "--config overlap",
              "max_replays": "--max-replays", "dtype": "--dtype", "fa1": "--config fa1",
-             "backward": "--backward"}
+             "backward": "--backward", "device_file": "--device-file",
+             "calibration": "--calibration", "measurements": "--measurements", "out": "--out"}
+
+_VALIDATE_HELP = (
+    "rows: device, kernel, pass (fwd|bwd|fwd+bwd), dtype, d, causal (0/1), N, batch, heads, and "
+    "tflops or time_s (the calibration set's format; other columns are ignored). Optional: Nq "
+    "and Nkv (queries and keys per head, default N; decode: Nq=1), window (sliding window, "
+    "causal rows), kv_heads (GQA/MQA K/V heads, default heads), page_size (paged K/V page, "
+    "tokens: shown, predicted as contiguous K/V), config (the tile the row ran, e.g. "
+    "\"Br=128,Bc=64,warps=4,stages=2\" quoted, or ';' between items; default: flash-attn's "
+    "shipped config). A row's device may be the --device-file's name.")
 
 
 def _device_arg(p, default: str | None = "h100") -> None:
-    p.add_argument("--device", default=default,
+    p.add_argument("--device", default=None,
                    help="a device preset (`attnio gpu devices`); default h100")
+    _device_file_arg(p)
     p.add_argument("--dtype", default=None, help="element type: bf16 (default), fp16, fp8")
+
+
+def _device_file_arg(p) -> None:
+    p.add_argument("--device-file", default=None, dest="device_file", metavar="FILE.toml",
+                   help="a GPU described in TOML (generation, SMs, clock, shared memory, L2, "
+                        "bandwidth, tensor TFLOP/s: docs/devices.md, 'Your own GPU'); instead "
+                        "of --device, or the device rows name in validate/calibrate")
+
+
+def _calibration_arg(p) -> None:
+    p.add_argument("--calibration", default=None, metavar="FILE.json",
+                   help="time-model parameters fitted by `attnio gpu calibrate` (they replace "
+                        "the stored fit of the generations the file holds)")
+
+
+def _device_of(args):
+    """The device of --device or --device-file (one of them; default h100)."""
+    from ..hardware import devices
+
+    if getattr(args, "device_file", None):
+        if args.device is not None:
+            raise ParameterError(f"give --device or --device-file, not both (got --device "
+                                 f"{args.device} and --device-file {args.device_file})",
+                                 param="device_file")
+        from ..hardware import device_file
+
+        return device_file.load(args.device_file)
+    return devices.get(args.device or "h100")
+
+
+def _file_devices(args) -> list:
+    if not getattr(args, "device_file", None):
+        return []
+    from ..hardware import device_file
+
+    return [device_file.load(args.device_file)]
+
+
+def _calibration(args, dev=None) -> dict:
+    """The generations of --calibration (empty without it); with ``dev``, the file must hold
+    its generation."""
+    path = getattr(args, "calibration", None)
+    if not path:
+        return {}
+    from ..hardware.calibrate import load
+    from ..hardware.timing import generation
+
+    gens = load(path)
+    if dev is not None and generation(dev) not in gens:
+        raise ParameterError(f"--calibration {path} holds the fit of {', '.join(gens)}, but "
+                             f"device {dev.name} is {generation(dev)}: calibrate on its "
+                             "measurements, or leave --calibration out", param="calibration")
+    return gens
 
 
 def _debug(p) -> None:
@@ -48,12 +121,22 @@ def _debug(p) -> None:
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     v = sub.add_parser("validate", help="the model against measured kernel times (CSV)")
-    v.add_argument("--measurements", required=True, metavar="FILE.csv",
-                   help="rows: device, kernel, pass, dtype, d, causal, N, batch, heads and "
-                        "tflops or time_s (the calibration set's format)")
+    v.add_argument("--measurements", required=True, metavar="FILE.csv", help=_VALIDATE_HELP)
+    _device_file_arg(v)
+    _calibration_arg(v)
     v.add_argument("--json", action="store_true", help="print JSON")
     _debug(v)
+    c = sub.add_parser("calibrate", help="fit the time model to your own measurements (CSV)")
+    c.add_argument("--measurements", required=True, metavar="FILE.csv",
+                   help="rows in validate's format (`attnio gpu validate --help`); each "
+                        "generation the rows cover is fitted separately")
+    c.add_argument("--out", required=True, metavar="FILE.json",
+                   help="where to write the fit (for --calibration); never an input file")
+    _device_file_arg(c)
+    c.add_argument("--json", action="store_true", help="print JSON")
+    _debug(c)
     d = sub.add_parser("devices", help="the device table with its sources")
+    _device_file_arg(d)
     d.add_argument("--json", action="store_true", help="print JSON")
     _debug(d)
     k = sub.add_parser("kernels", help="flash-attn's named tile tables on a device")
@@ -71,6 +154,7 @@ def add_arguments(p) -> None:
                         "fa2_bwd|fa3_bwd, q=, p=, o= (regs|smem), pack=, splits=, overlap=")
     g.add_argument("--kernel", default=None, choices=["fa2", "fa3", "sdpa"],
                    help="the config a named kernel runs (default fa3 on Hopper, else fa2)")
+    _calibration_arg(s)
     s.add_argument("--backward", action="store_true",
                    help="score the named kernel's backward config instead (fa3: FA3's own "
                         "backward, Hopper only; fa2, sdpa: FA2's)")
@@ -84,6 +168,7 @@ def add_arguments(p) -> None:
                    help="kernel family to search (default fa3 on Hopper, else fa2)")
     t.add_argument("--kernel", default="auto", choices=["auto", "fa2", "fa3", "sdpa", "none"],
                    help="named kernel to rank against the oracle (default: the family's)")
+    _calibration_arg(t)
     t.add_argument("--max-replays", type=int, default=6, dest="max_replays",
                    help="L2 replays the search (and the named kernel's rank) may spend "
                         "(default 6)")
@@ -103,13 +188,14 @@ def _fmt_bytes(b) -> str:
 def _devices(args) -> int:
     from ..hardware import devices
 
-    rows = [d.as_dict() for d in devices.all_devices()]
+    listed = [*devices.all_devices(), *_file_devices(args)]
+    rows = [d.as_dict() for d in listed]
     if args.json:
         print(json.dumps(rows, sort_keys=True))
         return 0
     print(f"{'device':<11} {'SMs':>4} {'smem/block':>11} {'L2':>9} {'HBM GB/s':>9} "
           f"{'bf16 TFLOP/s':>12}  scorable")
-    for d in devices.all_devices():
+    for d in listed:
         if d.kind != "gpu":
             print(f"{d.name:<11} {'':>4} {_fmt_bytes(d.fast_bytes):>11} {'':>9} {'':>9} "
                   f"{'':>12}  two-level only")
@@ -126,7 +212,7 @@ def _devices(args) -> int:
 def _kernels(args) -> int:
     from ..hardware import devices, feasibility, kernels
 
-    dev = devices.get(args.device).require_model()
+    dev = _device_of(args).require_model()
     dtype = devices.dtype_name(args.dtype or "bf16")
     if args.kernel:
         names = [args.kernel]
@@ -169,7 +255,7 @@ def _score(args) -> int:
     from ..hardware.model import score
 
     shape = workload_from_args(args)
-    dev = devices.get(args.device)
+    dev = _device_of(args)
     config: Any = args.config if args.config is not None else (
         args.kernel or ("fa3" if dev.wgmma else "fa2"))
     if args.backward:
@@ -181,7 +267,10 @@ def _score(args) -> int:
 
         config = backward_config(config, dev.require_model(), shape,
                                  devices.dtype_name(args.dtype or "bf16"))
-    s = score(dev, shape, config, dtype=args.dtype)
+    from ..hardware import fits
+
+    with fits.using(_calibration(args, dev)):
+        s = score(dev, shape, config, dtype=args.dtype)
     dtype = s.config.dtype
     if args.json:
         print(json.dumps(s.to_dict(), sort_keys=True))
@@ -208,13 +297,21 @@ def _score(args) -> int:
 
 
 def _tune(args) -> int:
+    from ..hardware import fits
     from ..hardware.oracle import tune_report
     from .common import progress_from_args
 
     shape = workload_from_args(args)
+    dev = _device_of(args)
+    if args.algorithm in ("fa3", "fa3_bwd") and not dev.wgmma:
+        raise ParameterError(f"--algorithm {args.algorithm} needs Hopper (sm90: wgmma, TMA); "
+                             f"device {dev.name} is compute capability "
+                             f"{dev.compute_capability or 'n/a'}: use --algorithm fa2 (or "
+                             "splitkv, fa2_bwd)", param="algorithm")
     kernel = None if args.kernel == "none" else args.kernel
-    with progress_from_args(args, "gpu tune: L2 replays", args.max_replays) as bar:
-        r = tune_report(args.device, shape, algorithm=args.algorithm,
+    with progress_from_args(args, "gpu tune: L2 replays", args.max_replays) as bar, \
+            fits.using(_calibration(args, dev)):
+        r = tune_report(dev, shape, algorithm=args.algorithm,
                         dtype=args.dtype or "bf16", top=args.top, kernel=kernel,
                         max_replays=args.max_replays, progress=bar)
     if args.json:
@@ -225,39 +322,87 @@ def _tune(args) -> int:
 
 
 def _validate(args) -> int:
+    from ..hardware import fits
     from ..hardware.validate import validate
 
-    res = validate(args.measurements)
+    with fits.using(_calibration(args)):
+        res = validate(args.measurements, devices=_file_devices(args))
     if args.json:
-        print(json.dumps(res, sort_keys=True))
+        print(json.dumps(res, sort_keys=True, allow_nan=False))
         return 0
-    print(f"{'line':>4}  {'row':<58} {'measured':>11} {'predicted':>11} {'error':>7}")
+    print(f"{'line':>4}  {'row':<58} {'measured':>11} {'predicted':>11} {'error':>7}  config")
     for r in res["rows"]:
+        n = f"N={r['Nq']}" if r["Nq"] == r["Nkv"] else f"Nq={r['Nq']} Nkv={r['Nkv']}"
         what = (f"{r['device']} {r['kernel']} {r['pass']} {r['dtype']} d={r['d']} "
-                f"{'causal' if r['causal'] else 'full'} N={r['N']} b={r['batch']} "
-                f"h={r['heads']}")
+                f"{'causal' if r['causal'] else 'full'} {n} b={r['batch']} "
+                f"h={r['heads']}" + (f"/{r['kv_heads']}" if r["kv_heads"] != r["heads"] else "")
+                + (f" w={r['window']}" if r["window"] else ""))
         print(f"{r['line']:>4}  {what:<58} {r['measured_s'] * 1e3:>8.3f} ms "
-              f"{r['predicted_s'] * 1e3:>8.3f} ms {r['error']:>+7.1%}")
+              f"{r['predicted_s'] * 1e3:>8.3f} ms {r['error']:>+7.1%}  {r['config']}")
     print(f"{len(res['rows'])} rows: |time error| mean {res['mean_abs_err']:.1%}, median "
           f"{res['median_abs_err']:.1%}, max {res['max_abs_err']:.1%}")
     return 0
 
 
+def _calibrate(args) -> int:
+    from ..hardware import calibrate
+
+    inputs = [args.measurements] + ([args.device_file] if args.device_file else [])
+    calibrate.check_out(args.out, inputs)     # before the (slow) fit
+    table = calibrate.calibrate(args.measurements, devices=_file_devices(args))
+    calibrate.write(table, args.out, inputs)
+    if args.json:
+        print(json.dumps(table, sort_keys=True, allow_nan=False))
+        return 0
+    for gen, e in table["generations"].items():
+        pv, b = e["provenance"], e["before"]
+        print(f"{gen}: {pv['rows']} rows ({', '.join(pv['devices'])}); |time error| mean "
+              f"{b['mean_abs_err']:.1%} -> {pv['mean_abs_err']:.1%}, max "
+              f"{b['max_abs_err']:.1%} -> {pv['max_abs_err']:.1%}")
+        print("  fitted: " + ", ".join(f"{k}={e['params'][k]:.4g}" for k in pv["fitted"]))
+        if pv["kept"]:
+            print(f"  kept (the rows do not depend on them): {', '.join(pv['kept'])}")
+        if pv["underdetermined"]:
+            print(f"  note: {pv['rows']} rows for {len(pv['fitted'])} parameters: the fit is "
+                  "underdetermined (more rows, other shapes and kernels pin it down)")
+    print(f"wrote {args.out} (use it with --calibration {args.out})")
+    return 0
+
+
+def _run(action, args) -> int:
+    """Run ``action``; the time model's warnings (a borrowed fit) as one line each on stderr."""
+    from ..hardware.fits import FitWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FitWarning)
+        rc = action(args)
+    seen: list[str] = []
+    for w in caught:
+        if issubclass(w.category, FitWarning) and str(w.message) not in seen:
+            seen.append(str(w.message))
+        elif not issubclass(w.category, FitWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for m in seen:
+        print(f"attnio gpu {args.action}: warning: {m}", file=sys.stderr)
+    return rc
+
+
 def main(args) -> int:
     actions = {"devices": _devices, "kernels": _kernels, "score": _score, "tune": _tune,
-               "validate": _validate}
+               "validate": _validate, "calibrate": _calibrate}
     if not getattr(args, "action", None):
-        print("attnio gpu: error: give an action: devices, kernels, score, tune or validate",
-              file=sys.stderr)
+        print("attnio gpu: error: give an action: devices, kernels, score, tune, validate or "
+              "calibrate", file=sys.stderr)
         return 2
     try:
-        return actions[args.action](args)
+        return _run(actions[args.action], args)
     except (AttnioError, MemoryError) as e:
         if getattr(args, "debug", False):
             raise
         msg = ("ran out of memory; give a smaller --N (--debug shows where)"
                if isinstance(e, MemoryError) else flag_message(e, GPU_FLAGS))
-        if args.action == "validate" and not isinstance(e, MemoryError):
+        if args.action in ("validate", "calibrate") and not isinstance(e, MemoryError) \
+                and getattr(e, "param", None) == "measurements":
             msg = str(e).splitlines()[0]
         print(f"attnio gpu {args.action}: error: {msg}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ EXTRAS = {
     "distributed": "dask",
     "pandas": "parquet",
     "pyarrow": "parquet",
+    "scipy": "calibrate",
 }
 
 

@@ -31,8 +31,9 @@ from typing import Any
 from ..core.checks import check_int
 from ..core.errors import ParameterError, UnknownNameError
 
-__all__ = ["ALIASES", "DTYPE_BYTES", "SOURCES", "Device", "all_devices", "dtype_bytes",
-           "dtype_name", "get", "gpu_names", "names", "words_for"]
+__all__ = ["ALIASES", "DTYPE_BYTES", "GENERATIONS", "SOURCES", "Device", "all_devices",
+           "dtype_bytes", "dtype_name", "generation_of", "get", "gpu_names", "names",
+           "words_for"]
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -118,6 +119,11 @@ SOURCES: dict[str, tuple[str, str, bool]] = {
     "cdna3_wp": ("AMD CDNA 3 Architecture white paper (L2: 4 MB per XCD, 16-way, 128 B lines)",
                  "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/"
                  "white-papers/amd-cdna-3-white-paper.pdf", False),
+    "cc_b200": ("Chips and Cheese, 'Nvidia's B200: Keeping the CUDA Juggernaut Rolling' (2025): "
+                "two dies of 80 SMs with 74 enabled each, 148 SMs; L1/shared memory 256 KB per SM "
+                "as on H100; a 126 MB L2 split over the dies (the SM count read in the article, "
+                "the L2 size through a public summary of it)",
+                "https://chipsandcheese.com/p/nvidias-b200-keeping-the-cuda-juggernaut", False),
     "intel_orm": ("Intel 64 and IA-32 Architectures Optimization Reference Manual, Golden Cove: "
                   "48 KiB L1d, 2 MiB L2 per core", "https://www.intel.com/content/www/us/en/"
                   "developer/articles/technical/intel-sdm.html", False),
@@ -148,6 +154,7 @@ SOURCES: dict[str, tuple[str, str, bool]] = {
                 "read through a verbatim public copy; its latency charts are images, not read)",
                 "https://chipsandcheese.com/2023/07/02/nvidias-h100-funny-l2-and-tons-of-"
                 "bandwidth/", True),
+    "device_file": ("a user's device file (`attnio gpu ... --device-file FILE.toml`)", "", True),
     "derived": ("derived: arithmetic on the cited figures, shown in docs/devices.md", "", True),
     "assumed": ("a modelling assumption, not a published figure (docs/hardware.md, "
                 "'Assumptions')", "", True),
@@ -199,6 +206,16 @@ class Device:
     inferred: tuple[str, ...] = ()
     assumed: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # FA3's warp-group MMA exists on sm90 only: a device claiming it elsewhere (a Blackwell
+        # part given wgmma=True) would run FA3 at a rate no such kernel reaches.
+        if self.kind == "gpu" and self.wgmma and self.compute_capability != "9.0":
+            raise ParameterError(
+                f"device {self.name!r}: wgmma=True needs compute capability 9.0 (wgmma, the "
+                f"instruction of FA3-style kernels, is sm_90a only; Blackwell's tcgen05 kernels "
+                f"are not modelled), got compute_capability={self.compute_capability!r}",
+                param="device")
 
     # -------------------------------------------------------------- the two-level view
     def words(self, dtype: int | str = 2) -> int:
@@ -324,11 +341,29 @@ def _cc_limits(cc: str) -> dict[str, Any]:
         return dict(regs_per_sm=65536, max_regs_per_thread=255, max_threads_per_sm=2048,
                     max_ctas_per_sm=32, smem_per_sm=smem_sm, smem_per_block=smem_sm - KiB,
                     smem_reserved_per_block=KiB)
-    if cc == "8.9":
+    if cc in ("8.6", "8.9"):
         return dict(regs_per_sm=65536, max_regs_per_thread=255, max_threads_per_sm=1536,
-                    max_ctas_per_sm=24, smem_per_sm=100 * KiB, smem_per_block=99 * KiB,
-                    smem_reserved_per_block=KiB)
+                    max_ctas_per_sm=24 if cc == "8.9" else 16, smem_per_sm=100 * KiB,
+                    smem_per_block=99 * KiB, smem_reserved_per_block=KiB)
     raise ValueError(cc)
+
+
+#: The architecture generations the GPU model knows: name -> (compute capability, parts).  A
+#: device's generation picks its per-SM limits (:func:`_cc_limits`), whether it has ``wgmma``
+#: (sm90 only) and the time model's parameters (``calibration.json``; a generation without a fit
+#: borrows another's, with a warning: :mod:`.fits`).
+GENERATIONS: dict[str, tuple[str, str]] = {
+    "sm80": ("8.0", "Ampere GA100 (A100)"),
+    "sm86": ("8.6", "Ampere GA10x (A10, A40, RTX 30xx)"),
+    "sm89": ("8.9", "Ada AD10x (L4, L40, L40S, RTX 40xx)"),
+    "sm90": ("9.0", "Hopper GH100 (H100, H200, H800)"),
+    "sm100": ("10.0", "Blackwell B100/B200 (GB200)"),
+}
+
+
+def generation_of(cc: str) -> str:
+    """The generation name of a compute capability (``"8.9"`` -> ``"sm89"``)."""
+    return "sm" + cc.replace(".", "") if cc else ""
 
 
 _LIMITS = ("regs_per_sm", "max_regs_per_thread", "max_threads_per_sm", "max_ctas_per_sm",
@@ -444,22 +479,42 @@ _GPUS = (
                "(inferred; check with torch.cuda.get_device_properties on a real H200).",
                _NOTE_GH100, "H200's HBM3e DRAM latency is not measured in these sources.")),
     _nv("b200", "NVIDIA B200 (Blackwell, per GPU of an 8-GPU system)", "10.0",
-        arch="Blackwell", sources=("dgx_b200", "hgx_page", "cuda_cc"), sm_count=None,
-        l2_bytes=None, hbm_bytes=180e9, hbm_bw=8.0e12, clock_hz=None,
+        arch="Blackwell", sources=("dgx_b200", "hgx_page", "cc_b200", "cuda_cc"), sm_count=148,
+        l2_bytes=126 * MiB, hbm_bytes=180e9, hbm_bw=8.0e12, clock_hz=1.8557e9,
         tensor_flops={"fp16": 2.25e15, "bf16": 2.25e15, "fp8": 4.5e15, "tf32": 1.125e15},
-        smem_bytes_per_clk=None, sfu_per_clk=None,
+        **{k: v for k, v in _MEM_GH100.items() if k != "tma_latency_clk"},
         provenance={"hbm_bytes": ("dgx_b200",), "hbm_bw": ("dgx_b200",),
-                    "tensor_flops": ("hgx_page",)},
-        notes=("SM count, L2 size and clock are not in NVIDIA's B200 material: not scorable.",
-               "HBM bandwidth 64 TB/s / 8 (DGX); the HGX page gives 62 TB/s / 8.")),
+                    "tensor_flops": ("hgx_page",), "sm_count": ("cc_b200",),
+                    "l2_bytes": ("cc_b200",), "clock_hz": ("derived",)},
+        assumed=("clock_hz", "sm_l2_bytes_per_clk", "l2_hit_latency_clk", "dram_latency_clk"),
+        notes=("148 SMs (2 dies x 74 enabled) and a 126 MB L2 measured by cc_b200; NVIDIA's B200 "
+               "material gives neither.",
+               "Clock derived: 2.25e15 / (148 SMs x 8192 FLOP/clk) = 1.856 GHz, assuming "
+               "Blackwell's SM does twice Hopper's 4096 dense fp16 FLOP per clock (assumed).",
+               "HBM bandwidth 64 TB/s / 8 (DGX); the HGX page gives 62 TB/s / 8.",
+               "Memory system: no B200 microbenchmark was read here, so the L2 port and the "
+               "latencies are GH100's (assumed).",
+               "No wgmma: FA3 (hopper/) is sm90-only; Blackwell's tcgen05 kernels (FA4) are "
+               "not modelled, FA2's mma.sync kernels are.",
+               "Time-model parameters: sm100 has no fit; it borrows sm90's (a warning says so).")),
     _nv("l40s", "NVIDIA L40S (Ada AD102)", "8.9", arch="Ada AD102",
-        sources=("l40s_ds", "ada_tuning", "cuda_cc"), sm_count=142, l2_bytes=None,
-        hbm_bytes=48e9, hbm_bw=864e9, clock_hz=None,
+        sources=("l40s_ds", "ada_wp", "ada_tuning", "cuda_cc"), sm_count=142,
+        l2_bytes=96 * MiB, hbm_bytes=48e9, hbm_bw=864e9, clock_hz=2.4898e9,
         tensor_flops={"fp16": 362.05e12, "bf16": 362.05e12, "fp8": 733e12, "tf32": 183e12},
+        **_MEM_AD102,
         provenance={"sm_count": ("l40s_ds", "derived"), "hbm_bytes": ("l40s_ds",),
-                    "hbm_bw": ("l40s_ds",), "tensor_flops": ("l40s_ds",)},
+                    "hbm_bw": ("l40s_ds",), "tensor_flops": ("l40s_ds",),
+                    "l2_bytes": ("ada_wp",), "clock_hz": ("derived",),
+                    "sm_l2_bytes_per_clk": ("cc_h100", "derived"),
+                    "l2_hit_latency_clk": ("luo2025",), "dram_latency_clk": ("luo2025",)},
+        inferred=("l2_bytes", "sm_l2_bytes_per_clk", "l2_hit_latency_clk", "dram_latency_clk"),
         notes=("SMs derived: 18,176 CUDA cores / 128 per SM = 568 Tensor Cores / 4 = 142.",
-               "L2 and clock are not on the data sheet: not scorable.")),
+               "L2: the full AD102's 98,304 KB (ada_wp), as on the 142-SM RTX 6000 Ada; not on "
+               "the L40S data sheet (inferred).",
+               "Clock derived: 362.05e12 / (142 SMs x 1024 FLOP/clk, Ada's professional rate "
+               "with FP32 accumulate, twice GeForce's 512) = 2.49 GHz.",
+               "Memory system: the RTX 4090's (the same AD102 die; inferred).",
+               "Time-model parameters: sm89 has no fit; it borrows sm80's (a warning says so).")),
     _nv("rtx4090", "NVIDIA GeForce RTX 4090 (Ada AD102)", "8.9", arch="Ada AD102",
         sources=("ada_wp", "ada_tuning", "cuda_cc"), sm_count=128, l2_bytes=72 * MiB,
         hbm_bytes=24e9, hbm_bw=1008e9, clock_hz=2520e6,
@@ -474,7 +529,8 @@ _GPUS = (
                "bandwidth / (128 SMs x 2.52 GHz) = 15.5 B/clk; L2 hit 273.0 and global memory "
                "571 cycles (luo2025 Table 3, P-chase; one L2 partition).",
                "GeForce: FP16/BF16 tensor rate with FP32 accumulate is half the FP16-accumulate "
-               "rate (165.2 vs 330.3 TFLOPS); attention accumulates in FP32.")),
+               "rate (165.2 vs 330.3 TFLOPS); attention accumulates in FP32.",
+               "Time-model parameters: sm89 has no fit; it borrows sm80's (a warning says so).")),
 )
 
 _MI300X = Device(

@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ParameterError
+from . import fits
 from .devices import Device
 from .kernels import KernelConfig
 from .traffic import Phase, Traffic, features
@@ -137,11 +138,11 @@ def _table() -> dict[str, Any]:
 
 
 def load_params(dev: Device | str) -> Params:
-    """The stored parameters of ``dev``'s generation (sm89 uses sm80's, the nearest measured)."""
+    """The parameters of ``dev``'s generation: a user's fit in force (:func:`.fits.using`), the
+    stored one, or a borrowed one with a :class:`~.fits.FitWarning` (:mod:`.fits`)."""
     gen = dev if isinstance(dev, str) else generation(dev)
-    table = _table()["generations"]
-    key = gen if gen in table else {"sm89": "sm80"}.get(gen, "sm90")
-    return Params(**table[key]["params"])
+    entry = fits.choose(gen, _table()["generations"], "" if isinstance(dev, str) else dev.name)
+    return Params(**entry["params"])
 
 
 # ---------------------------------------------------------------------- prepared amounts
