@@ -1,8 +1,33 @@
 """Speed of the things issue 18 asks to be fast: masked plans and counts at N = 10^9, sweep
-throughput in count mode, and Ctrl-C during a sweep.
+throughput in count mode, and Ctrl-C during a sweep; and, with ``--compare REF``, the speed
+guard of issue 31: this tree against an earlier commit, in one run.
 
 Run:  python benchmarks/bench_speed.py [--out benchmarks/results/speed.json] [--repeat 11]
                                        [--sweep-repeat 3] [--ctrl-c 20] [--quick]
+      python benchmarks/bench_speed.py --compare REF [--rounds 5] [--quick] [--out FILE.json]
+
+``--compare REF`` (run it before stopping whenever a change touches bounds, algorithms, the
+planner or sweeps): REF is checked out as a git worktree in a temporary folder (removed
+afterwards), and the current tree and REF are measured alternately, round after round (current,
+reference, current, reference, ...), each measurement in a fresh process whose ``PYTHONPATH`` is
+that tree's ``src`` (``_speed_probe.py``, which uses only APIs old trees have too and reports
+"missing" for what a tree lacks).  For every figure it prints the median over the rounds of each
+tree and the ratio current/reference (configs/s: higher is better; ms and s: lower is better):
+
+* ``sweep``: ``attnio sweep --N 256:32768:x2 --d 16,32,64,128 --M 1024:1048576:x2 --algo
+  flash1,flash2 --causal both --mode count --jobs 2`` (1,408 configurations) in configurations
+  per second (wall, after an untimed one-configuration sweep) and CPU seconds (with the workers);
+* ``plan``: cold ``attnio.plan`` forward and ``backward=True``, CPU ms (median of 5 calls, 3
+  with ``--quick``), at N=4096 d=64 M=65536; N=3000 d=40 M=60000; N=8192 d=128 M=65536 with 32
+  query heads on 8 K/V heads, causal;
+* ``counts``: every registered exact schedule's masked count at N = 10^9 (causal, window 4096;
+  causal alone for one without windows), d = 128, M = 65536, and every backward schedule's
+  (after flash2's forward), CPU ms; a count is stopped after 30 s (5 with ``--quick``) and not
+  tried again in later rounds;
+* ``import``: ``import attnio`` in a fresh process, wall and CPU ms.
+
+``--quick``: one round; ``--only sweep,plan``: those groups only.  Wall-clock figures are noisy on a shared machine: quote the CPU ones
+and the ratios, and rerun with more ``--rounds`` when a ratio matters.
 
 Figures (medians; the machine is shared, so every figure is the median of several runs, and the
 planner's is given both as wall time and as this process's CPU time):
@@ -33,7 +58,9 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
+import shutil
 import signal
 import sqlite3
 import statistics
@@ -43,11 +70,6 @@ import tempfile
 import time
 
 from _cold import clear_attnio_caches
-
-import attnio
-from attnio.core.workload import Shape
-from attnio.experiments.store import ResultsStore
-from attnio.experiments.sweep import Grid, parse_values, run_sweep
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -70,14 +92,19 @@ COUNTS = [
     ("standard", dict(window=4096), {"bm": 64, "bn": 64, "bk": 64, "onepass": False}),
     ("square_tiling", {}, None),
 ]
-GRIDS = {
-    "flash": Grid(N=parse_values("N", "256:16384:x2"), d=(16, 32, 64, 128),
-                  M=parse_values("M", "256:1048576:x2"), algorithms=("flash2", "flash1"),
-                  causal=(False, True)),
-    "all": Grid(N=parse_values("N", "256:16384:x2"), d=(16, 64, 128),
-                M=parse_values("M", "256:1048576:x4"), algorithms=("all",),
-                causal=(False, True)),
-}
+
+
+def _grids() -> dict:
+    from attnio.experiments.sweep import Grid, parse_values
+
+    return {
+        "flash": Grid(N=parse_values("N", "256:16384:x2"), d=(16, 32, 64, 128),
+                      M=parse_values("M", "256:1048576:x2"), algorithms=("flash2", "flash1"),
+                      causal=(False, True)),
+        "all": Grid(N=parse_values("N", "256:16384:x2"), d=(16, 64, 128),
+                    M=parse_values("M", "256:1048576:x4"), algorithms=("all",),
+                    causal=(False, True)),
+    }
 CTRL_C_GRID = ["--algo", "flash2,flash1,standard", "--N", "256:16384:x2", "--d", "16,32,64,128",
                "--M", "256:1048576:x2", "--causal", "both"]
 
@@ -100,6 +127,8 @@ def median_cold(fn, repeat: int) -> tuple[float, float, object]:
 
 
 def planner(repeat: int) -> list[dict]:
+    import attnio
+
     attnio.plan(1024, 64, 65536, causal=True)  # imports and first-call work out of the way
     rows = []
     for label, kw in PLANS:
@@ -114,6 +143,9 @@ def planner(repeat: int) -> list[dict]:
 
 
 def counts(repeat: int) -> list[dict]:
+    import attnio
+    from attnio.core.workload import Shape
+
     rows = []
     for name, extra, tiling in COUNTS:
         shape = Shape(10**9, 10**9, 128, causal=True, **extra)
@@ -161,11 +193,13 @@ def commands(repeat: int) -> dict:
 
 
 def sweeps(repeat: int) -> dict:
+    from attnio.experiments.sweep import Grid, run_sweep
+
     out = {}
     with tempfile.TemporaryDirectory() as tmp:  # warm-up: the lazy layers imported, not timed
         run_sweep(Grid(N=(256,), d=(16,), M=(1024,), algorithms=("all",)),
                   os.path.join(tmp, "warm.sqlite"), jobs=1)
-    for gname, grid in GRIDS.items():
+    for gname, grid in _grids().items():
         for jobs in (1, 2):
             rates, cpu = [], []
             s = None
@@ -204,6 +238,8 @@ def _count(db: str) -> int:
 
 
 def _stable_rows(db: str) -> list[dict]:
+    from attnio.experiments.store import ResultsStore
+
     with ResultsStore(db, readonly=True) as st:
         return [{k: v for k, v in r.items() if k not in ("wall_s", "created_at")}
                 for r in st.rows()]
@@ -260,14 +296,186 @@ def ctrl_c(trials: int) -> dict:
     return summary
 
 
+# ----------------------------------------------------------------------------- --compare REF
+PROBE = os.path.join(HERE, "_speed_probe.py")
+GROUPS = ("sweep", "plan", "counts", "import")
+
+
+class CompareError(Exception):
+    """A --compare run that cannot go on (a bad reference, a failed measurement)."""
+
+
+def _git(*args: str) -> str:
+    p = subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise CompareError(f"git {' '.join(args)}: {(p.stderr or p.stdout).strip()[:200]}")
+    return p.stdout.strip()
+
+
+def probe(group: str, tree: str, opts: dict, timeout_s: float) -> dict:
+    """One measurement: ``_speed_probe.py GROUP`` in a fresh process importing attnio from
+    ``tree``/src."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(tree, "src"))
+    env.pop("PYTHONSTARTUP", None)
+    with tempfile.TemporaryDirectory() as cwd:  # nothing of either tree on sys.path by accident
+        try:
+            p = subprocess.run([sys.executable, PROBE, group, tree, json.dumps(opts)], env=env,
+                               cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"error": f"{group}: no answer in {timeout_s:.0f} s"}
+    if p.returncode != 0 or not p.stdout.strip():
+        last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"error": f"{group}: exit code {p.returncode}: {last[:200]}"}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _median(values: list) -> float | str | None:
+    nums = [v for v in values if isinstance(v, (int, float))]
+    if nums:
+        return statistics.median(nums)
+    return values[0] if values else None
+
+
+def _fmt(v) -> str:
+    """A figure for the table: a number, or the first word of why there is none."""
+    if isinstance(v, (int, float)):
+        return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+    if v is None:
+        return "absent"
+    m = re.match(r"over (\S+) s", v)
+    return f"> {m.group(1)} s" if m else v.split(":")[0]
+
+
+def _short(key: str, group: str) -> str:
+    """A figure's name in the lines of a round (the table gives it in full)."""
+    if group == "counts":
+        return key.split(", ")[0].removeprefix("count ")
+    if group == "sweep":
+        return key.rsplit(", ", 1)[1]
+    return key.rsplit(", ", 1)[0].removeprefix("plan ")
+
+
+def compare(ref: str, rounds: int, quick: bool, out: str | None,
+            groups: tuple[str, ...] = GROUPS) -> int:
+    """Measure the current tree and ``ref`` (checked out as a git worktree in a temporary
+    folder, removed afterwards) alternately, ``rounds`` times, and print both medians and their
+    ratio for every figure."""
+    try:
+        sha = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except CompareError:
+        raise CompareError(f"{ref!r} is not a commit of {ROOT}") from None
+    opts = {"repeat": 3 if quick else 5, "timeout_s": 5.0 if quick else 30.0}
+    tmp = tempfile.mkdtemp(prefix="attnio-bench-ref-")
+    wt = os.path.join(tmp, "ref")
+    t0 = time.perf_counter()
+    try:
+        _git("worktree", "add", "--detach", "--quiet", wt, sha)
+        if not os.path.isdir(os.path.join(wt, "src", "attnio")):
+            raise CompareError(f"{ref} ({sha[:10]}) has no src/attnio")
+        trees = {"current": ROOT, "reference": wt}
+        samples: dict[str, dict[str, list]] = {"current": {}, "reference": {}}
+        over: dict[str, set] = {"current": set(), "reference": set()}  # counts past the limit
+        print(f"bench_speed --compare {ref} ({sha[:10]}): {rounds} round(s), current = {ROOT}")
+        for r in range(rounds):
+            for group in groups:
+                for name in ("current", "reference"):  # interleaved: cur, ref, cur, ref, ...
+                    o = dict(opts, skip=sorted(over[name]))
+                    res = probe(group, trees[name], o, timeout_s=600)
+                    if "error" in res:
+                        print(f"  round {r + 1} {name:9s} {res['error']}")
+                    for k, v in res.items():
+                        if k == "error":
+                            continue
+                        samples[name].setdefault(k, []).append(v)
+                        if isinstance(v, str) and v.startswith("over "):
+                            over[name].add(k)
+                    shown = "; ".join(f"{_short(k, group)} {_fmt(v)}" for k, v in res.items()
+                                      if k != "error")
+                    print(f"  round {r + 1} {name:9s} {group:6s} {shown}", flush=True)
+    finally:
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", wt],
+                       capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(["git", "-C", ROOT, "worktree", "prune"], capture_output=True)
+    keys = list(samples["current"])
+    keys += [k for k in samples["reference"] if k not in keys]
+    figures = {}
+    width = max(len(k) for k in keys) if keys else 10
+    print(f"\n{'figure (median of the rounds)':{width}s} {'current':>12s} {'reference':>12s} "
+          f"{'cur/ref':>8s}")
+    for k in keys:
+        cur, refv = _median(samples["current"].get(k, [])), _median(samples["reference"].get(k, []))
+        ratio = cur / refv if isinstance(cur, (int, float)) and isinstance(refv, (int, float)) \
+            and refv else None
+        figures[k] = {"current": samples["current"].get(k, []),
+                      "reference": samples["reference"].get(k, []),
+                      "current_median": cur, "reference_median": refv, "ratio": ratio}
+        print(f"{k:{width}s} {_fmt(cur):>12s} {_fmt(refv):>12s} "
+              f"{'' if ratio is None else f'{ratio:.2f}':>8s}")
+    text = {k: v for k, v in figures.items() if not isinstance(v["current_median"], float)
+            or not isinstance(v["reference_median"], float)}
+    for k, v in text.items():  # the reasons in full (the table cuts them)
+        for side in ("current", "reference"):
+            if isinstance(v[f"{side}_median"], str):
+                print(f"  {k} [{side}]: {v[f'{side}_median']}")
+    print("(absent: the tree has no such schedule; ratios: configs/s higher is better, ms and s "
+          "lower is better)")
+    elapsed = time.perf_counter() - t0
+    print(f"{elapsed:.0f} s")
+    if out:
+        with open("/proc/loadavg") if os.path.exists("/proc/loadavg") else open(os.devnull) as f:
+            load = f.read().split()[:3]
+        with open(out, "w") as f:
+            json.dump({"reference": ref, "reference_commit": sha, "rounds": rounds,
+                       "quick": quick, "seconds": elapsed, "load_average_at_end": load,
+                       "machine": {"python": platform.python_version(),
+                                   "platform": platform.platform(),
+                                   "cpu_count": os.cpu_count()},
+                       "figures": figures}, f, indent=1, sort_keys=True)
+            f.write("\n")
+        print(f"wrote {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "speed.json"))
+    ap.add_argument("--out", default=None,
+                    help="JSON results (default benchmarks/results/speed.json; with --compare: "
+                         "none unless given)")
     ap.add_argument("--repeat", type=int, default=11, help="cold calls per planner/count figure")
     ap.add_argument("--sweep-repeat", type=int, default=3, help="sweeps per throughput figure")
     ap.add_argument("--ctrl-c", type=int, default=0, help="Ctrl-C trials (0: none)")
-    ap.add_argument("--quick", action="store_true", help="fewer repeats, no subprocess figures")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats, no subprocess figures "
+                    "(with --compare: 1 round, 3 calls per plan and count figure, counts stopped at 5 s)")
+    ap.add_argument("--compare", metavar="REF", default=None,
+                    help="measure the current tree against commit REF, alternately (see above)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="with --compare: rounds of measurements (default 5, --quick 1)")
+    ap.add_argument("--only", default=None, metavar="GROUPS",
+                    help=f"with --compare: these groups only, comma-separated ({','.join(GROUPS)})")
     args = ap.parse_args(argv)
+    if args.compare is not None:
+        rounds = args.rounds if args.rounds is not None else (1 if args.quick else 5)
+        if rounds < 1:
+            print(f"bench_speed: --rounds must be at least 1, got {rounds}", file=sys.stderr)
+            return 2
+        groups = tuple(g.strip() for g in (args.only or ",".join(GROUPS)).split(",") if g.strip())
+        bad = [g for g in groups if g not in GROUPS]
+        if bad or not groups:
+            print(f"bench_speed: --only must name groups among {', '.join(GROUPS)}, got "
+                  f"{args.only!r}", file=sys.stderr)
+            return 2
+        try:
+            return compare(args.compare, rounds, args.quick, args.out, groups)
+        except CompareError as e:
+            print(f"bench_speed: --compare {args.compare}: {e}", file=sys.stderr)
+            return 2
+    if args.rounds is not None or args.only is not None:
+        print("bench_speed: --rounds and --only go with --compare REF", file=sys.stderr)
+        return 2
+    import attnio
+
+    out = args.out or os.path.join(HERE, "results", "speed.json")
     rep = 3 if args.quick else args.repeat
     t0 = time.perf_counter()
     with open("/proc/loadavg") if os.path.exists("/proc/loadavg") else open(os.devnull) as f:
@@ -282,10 +490,10 @@ def main(argv=None) -> int:
     if args.ctrl_c:
         res["ctrl_c"] = ctrl_c(args.ctrl_c)
     res["seconds"] = time.perf_counter() - t0
-    with open(args.out, "w") as f:
+    with open(out, "w") as f:
         json.dump(res, f, indent=1, sort_keys=True)
         f.write("\n")
-    print(f"wrote {args.out} ({res['seconds']:.0f} s)")
+    print(f"wrote {out} ({res['seconds']:.0f} s)")
     return 0
 
 

@@ -9,9 +9,11 @@ import hashlib
 import os
 import signal
 import sqlite3
+import sys
+import time
 
 import pytest
-from sweep_signals import pause_under_way, start_sweep
+from sweep_signals import HANG_S, pause_under_way, start_sweep
 
 import attnio
 from attnio.cli import main as cli_main
@@ -212,6 +214,96 @@ def test_dask_local_cluster_gives_the_same_rows(serial_db, tmp_path):
         s = run_sweep(SMALL, tmp_path / "dask.sqlite", scheduler=cluster.scheduler_address)
     assert s.errors == 0
     assert _stable(_rows(tmp_path / "dask.sqlite")) == _stable(_rows(serial_db))
+
+
+# ----------------------------------------------------------------------------- writes as it goes
+SLOW = Grid(N=(64, 128), d=(8,), M=(256, 512), algorithms=("flash2", "flash1"))  # 8 rows
+
+
+@pytest.mark.parametrize("jobs", [1, 2], ids=["serial", "pool"])
+def test_a_slow_batch_commits_its_finished_rows_before_it_ends(tmp_path, monkeypatch, jobs):
+    """The last row of the grid (one task of the pool: rows travel in tasks of 64) waits until
+    the database holds every row before it: it would wait for ever (here: until a hang guard)
+    if the rows were written only when the task or the sweep ends.  The workers' clock is a fake
+    one that jumps a second per reading, so a worker sends each row as soon as it is done (what
+    a real slow row does); the parent's commits keep their real clock.  No time is asserted.
+    Linux only (the pool's workers are forked, so the patches reach them)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("forked workers (the patched evaluator travels with the fork)")
+    from attnio.experiments import pool, row
+
+    db, seen = tmp_path / "slow.sqlite", tmp_path / "seen"
+    total = len(expand(SLOW))
+    fake = iter(range(10**9))
+    monkeypatch.setattr(pool, "_clock", lambda: float(next(fake)))
+    # forked workers inherit the patches (this test process may run other threads: a Dask
+    # cluster's, the xdist worker's; the pool's rows need no lock they could hold)
+    monkeypatch.setattr(pool, "_may_fork", lambda: True)
+    real = row.run_encoded
+    calls = []
+
+    def slow(cfg):  # runs in the worker (forked: the patch travels with it) or in this process
+        calls.append(cfg)
+        if len(calls) == total:
+            deadline = time.monotonic() + HANG_S
+            while stored_rows(db) < total - 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen.write_text(str(stored_rows(db)))
+        return real(cfg)
+
+    monkeypatch.setattr(row, "run_encoded", slow)
+    s = run_sweep(SLOW, db, jobs=jobs)
+    assert (s.ran, s.errors) == (total, 0)
+    assert seen.exists(), "the slow evaluator did not run (a spawned worker?)"
+    assert int(seen.read_text()) == total - 1  # committed while the last row was still running
+    assert stored_rows(db) == total
+
+
+def test_the_writer_commits_waiting_rows_without_new_ones(tmp_path):
+    """Rows buffered because the last commit was recent are committed by :meth:`Writer.tick`
+    (the background thread's step) once they have waited ``every_s``, with no row arriving."""
+    from attnio.experiments.store import ResultsStore, row_values
+    from attnio.experiments.writer import Writer
+
+    t = [0.0]
+    row = lambda h: row_values({"config_hash": h, "status": "skipped", "reason": "r"})  # noqa: E731
+    with ResultsStore(tmp_path / "w.sqlite") as st:
+        w = Writer(st, every_s=1.0, clock=lambda: t[0])
+        w.add([row("a")])
+        assert (w.written, len(w.buf)) == (0, 1)  # the last commit (the start) is recent
+        t[0] = 0.5
+        w.tick()
+        assert w.written == 0  # not due yet
+        t[0] = 1.0
+        w.tick()
+        assert (w.written, w.commits, st.count()) == (1, 1, 1)
+        t[0] = 1.5
+        w.add([row("b")])
+        w.add([row("c")])
+        assert w.written == 1
+        t[0] = 2.0
+        w.add([row("d")])  # a second since the last commit: all three in one transaction
+        assert (w.written, w.commits, st.count()) == (4, 2, 4)
+
+
+def test_the_eta_comes_from_the_rows_that_ran():
+    """Configurations the database holds (or stores as skipped) pass at once and do not make
+    the sweep look faster: the rate counts the rows that ran, the ETA applies it to what is
+    left."""
+    from attnio.experiments.progress import SweepProgress
+
+    t = [100.0]
+    bar = SweepProgress(1000, False, clock=lambda: t[0])
+    assert bar.eta() is None
+    bar.start()
+    bar.passed(600)  # a resumed sweep: 600 rows held, in no time
+    assert bar.rate() is None and bar.eta() is None
+    t[0] = 104.0
+    bar.finished(64)  # a batch of 64 in 4 s
+    assert bar.rate() == 16.0 and bar.eta() == (1000 - 664) / 16
+    t[0] = 108.0
+    bar.finished(16)  # 80 rows in 8 s: 10 per second, whatever the batches
+    assert bar.done == 680 and bar.rate() == 10.0 and bar.eta() == 32.0
 
 
 # count mode runs about a thousand configurations a second: a grid large enough that the kill

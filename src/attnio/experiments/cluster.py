@@ -4,19 +4,22 @@ the rows of the configurations, run as tasks of :func:`attnio.experiments.row.ru
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
-import math
 from collections.abc import Iterator
 from typing import Any
 
 from ..core.errors import AttnioError, ParameterError
 from ..core.extras import require
 from .grid import Config
-from .pool import cost
+from .pool import PART_S, tasks
 from .row import run_batch
 from .store import row_values
 
 __all__ = ["check_scheduler", "dask_client", "dask_rows"]
+
+#: Seconds of work a Dask task aims at, and the most configurations it holds.
+TASK_S, MAX_TASK = PART_S, 32
 
 _SCHEMES = ("tcp://", "tls://", "inproc://", "ucx://", "ws://", "wss://")
 
@@ -55,14 +58,36 @@ def _encode(row: dict) -> dict:
 
 
 def dask_rows(client: Any, todo: Iterator[Config], jobs: int) -> Iterator[list[tuple]]:
-    """Rows (value tuples) of the configurations run on the cluster, as they arrive; tasks of
-    up to 32 configurations, the slowest first."""
+    """Rows (value tuples) of the configurations run on the cluster, as they arrive.
+
+    The grid is streamed: each window of configurations slowest first (:func:`.pool.tasks`),
+    two tasks per worker in flight.  A task holds as many configurations as take about
+    :data:`TASK_S` seconds by the rows seen so far (1 to :data:`MAX_TASK`), so fast count-mode
+    rows share a task while slow rows travel (and are committed) one at a time."""
     from distributed import as_completed
 
-    cfgs = sorted(todo, key=cost, reverse=True)
     workers = max(1, len(client.scheduler_info().get("workers", {})) or jobs)
-    size = max(1, min(32, math.ceil(len(cfgs) / (workers * 16))))
-    futures = client.map(run_batch, [cfgs[i:i + size] for i in range(0, len(cfgs), size)],
-                         pure=False)
-    for fut in as_completed(futures):
-        yield [row_values(_encode(r)) for r in fut.result()]
+    stream = itertools.chain.from_iterable(tasks(todo, ordered=True))
+    size, per_row = 4, None  # configurations per task; seconds per row (a running mean)
+    pending = as_completed()
+    inflight = 0
+
+    def submit() -> bool:
+        batch = list(itertools.islice(stream, size))
+        if batch:
+            pending.add(client.submit(run_batch, batch, pure=False))
+        return bool(batch)
+
+    while inflight < 2 * workers and submit():
+        inflight += 1
+    for fut in pending:
+        inflight -= 1
+        rows = fut.result()
+        times = [r["wall_s"] for r in rows if isinstance(r.get("wall_s"), (int, float))]
+        if times:
+            mean = sum(times) / len(times)
+            per_row = mean if per_row is None else 0.5 * (per_row + mean)
+            size = max(1, min(MAX_TASK, int(TASK_S / max(per_row, 1e-6))))
+        while inflight < 2 * workers and submit():
+            inflight += 1
+        yield [row_values(_encode(r)) for r in rows]

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from ..core.errors import AttnioError
+from . import row as _row
 from .grid import Config
-from .row import run_values
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -36,6 +36,10 @@ MAX_JOBS = 256
 #: 64 keep the pipes quiet; compute mode sends them one at a time.
 _TASK_COUNT, _TASK_COMPUTE = 64, 1
 _WINDOW = 4096  # configurations sorted by cost at a time (slowest first) with several workers
+#: A worker sends the rows of its task so far once this many seconds have passed since it last
+#: sent (a task of slow rows does not hold them back until its end).
+PART_S = 0.25
+_clock = time.monotonic  # the workers' clock (replaceable in tests)
 
 
 def cost(c: Config) -> float:
@@ -98,7 +102,7 @@ def _worker(conn, inherited: list, parent_pid: int) -> None:
         if task is None:
             return
         try:
-            conn.send(("ok", run_values(task)))
+            _run_task(conn, task)
         except (BrokenPipeError, OSError):
             return
         except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
@@ -106,6 +110,28 @@ def _worker(conn, inherited: list, parent_pid: int) -> None:
                 conn.send(("error", f"{type(e).__name__}: {e}"))
             except OSError:
                 return
+
+
+def _run_task(conn, task: list[Config]) -> None:
+    """Run one task: its rows go back as ``("part", rows)`` messages every :data:`PART_S`
+    seconds while it runs, then ``("ok", rows)`` with the rest (the task is done)."""
+    rows: list[tuple] = []
+    last = _clock()
+    for i, cfg in enumerate(task):
+        rows.append(_row.run_encoded(cfg))
+        if i + 1 < len(task) and _clock() - last >= PART_S:
+            conn.send(("part", rows))
+            rows, last = [], _clock()
+    conn.send(("ok", rows))
+
+
+def _may_fork() -> bool:
+    """Whether workers are forked: where the platform can, and while this process runs no
+    other thread (a thread's lock held at the fork would stay held in the worker)."""
+    import multiprocessing as mp
+    import threading
+
+    return "fork" in mp.get_all_start_methods() and threading.active_count() == 1
 
 
 class Pool:
@@ -116,9 +142,8 @@ class Pool:
 
     def __init__(self, jobs: int):
         import multiprocessing as mp
-        import threading
 
-        fork = ("fork" in mp.get_all_start_methods() and threading.active_count() == 1)
+        fork = _may_fork()
         self.ctx: Any = mp.get_context("fork") if fork else mp.get_context("spawn")
         self.procs: list = []
         self.conns: list = []
@@ -148,7 +173,8 @@ class Pool:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def map(self, work: Iterator[list[Config]]) -> Iterator[list[tuple]]:
-        """The rows of every task, as they arrive (not in task order)."""
+        """The rows of every task, as they arrive (not in task order; a long task's in several
+        parts)."""
         from multiprocessing.connection import wait
 
         inflight = {c: 0 for c in self.conns}
@@ -176,11 +202,15 @@ class Pool:
                     proc.join(0.5)
                     raise AttnioError(f"a sweep worker died (exit code {proc.exitcode}); the rows "
                                       "that arrived are saved: rerun the sweep to resume") from None
+                if kind == "part":
+                    yield payload
+                    continue
                 inflight[c] -= 1
                 if kind != "ok":
                     raise AttnioError(f"a sweep worker failed: {payload}")
                 feed(c)
-                yield payload
+                if payload:
+                    yield payload
         self.close()
 
     def close(self) -> None:

@@ -298,7 +298,8 @@ class ResultsStore:
             if readonly:
                 con = sqlite3.connect(_ro_uri(path), uri=True, timeout=0.05)
             else:
-                con = sqlite3.connect(path, timeout=0.05)
+                # a sweep's writer commits from a background thread too (one at a time: its lock)
+                con = sqlite3.connect(path, timeout=0.05, check_same_thread=False)
             self._con: sqlite3.Connection = con
             self._open(check and exists and not readonly and 0 < os.path.getsize(path) <= 2**30)
         except (StoreError, KeyboardInterrupt):

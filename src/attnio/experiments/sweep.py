@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ParameterError
+from . import row as _row
 from .cluster import check_scheduler, dask_client, dask_rows
 from .grid import (
     DEFAULT_MAX_CONFIGS,
@@ -53,7 +54,6 @@ from .row import (
     bounds_for,
     run_batch,
     run_config,
-    run_encoded,
     skipped_row,
     verify_columns,
 )
@@ -208,8 +208,11 @@ def run_sweep(
     configurations (default: all cores; 1 runs in this process).
     ``scheduler="tcp://HOST:PORT"``: run on that Dask distributed scheduler; ``dask=True``: start a
     local Dask cluster of ``jobs`` workers.  The grid is streamed (never held in memory) and the
-    rows are written as they arrive, many per transaction, so a sweep killed at any instant loses
-    no row that had arrived and a rerun resumes it.  Ctrl-C (or SIGTERM, in the main thread)
+    rows are written as they go, many per transaction: a worker sends the rows of its task every
+    :data:`~attnio.experiments.pool.PART_S` seconds while it runs, and a row that has arrived is
+    committed within :data:`~attnio.experiments.writer.COMMIT_EVERY_S` seconds (twice that at
+    worst) even while the next rows take minutes, so a sweep killed at any instant loses no row
+    that had arrived and a rerun resumes it.  Ctrl-C (or SIGTERM, in the main thread)
     stops the workers at once, writes the rows that had arrived and raises
     :class:`SweepInterrupted`; workers die with this process whatever kills it.  Invalid input
     (unknown algorithm, empty grid, a grid of more than ``max_configs`` configurations, an
@@ -234,6 +237,7 @@ def run_sweep(
             if client is None and jobs > 1:
                 run.pool = Pool(jobs)  # before the progress bar's thread: workers are forked
             run.bar.start()
+            run.writer.start()  # commits what waits while a slow row or batch runs
             run.consume(_execute(run.todo(itertools.chain([first], stream)), jobs=jobs,
                                  client=client, pool=run.pool))
         except KeyboardInterrupt:
@@ -269,11 +273,11 @@ class _Run:
             counts["total"] += 1
             if _held(cfg, why, self.plain, self.verified):
                 counts["already"] += 1
-                bar.advance(1)
+                bar.passed(1)
             elif why:
                 self.writer.add([row_values(skipped_row(cfg, why))])
                 counts["skipped"] += 1
-                bar.advance(1)
+                bar.passed(1)
             else:
                 yield cfg
 
@@ -288,7 +292,7 @@ class _Run:
                 if self.on_row:
                     self.on_row(decode_row(dict(zip(COLUMN_NAMES, r))))
             self.writer.add(rows)
-            self.bar.advance(len(rows))
+            self.bar.finished(len(rows))
         self.writer.flush()
 
     def close(self) -> None:
@@ -301,6 +305,7 @@ class _Run:
         if self.store is not None:
             store, self.store = self.store, None
             try:
+                self.writer.stop()
                 self.writer.flush()
             finally:
                 store.close()
@@ -321,7 +326,7 @@ def _execute(todo: Iterator[Config], *, jobs: int, client: Any = None,
         yield from dask_rows(client, todo, jobs)
     elif pool is None:  # in this process, one configuration at a time
         for c in todo:
-            yield [run_encoded(c)]
+            yield [_row.run_encoded(c)]
     else:
         yield from pool.map(tasks(todo, ordered=True))
 
