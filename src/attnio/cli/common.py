@@ -58,6 +58,9 @@ FLAGS = {
     "out": "--out", "din": "--din", "plan": "`attnio plan`",
     "inputs": "--inputs", "allow_nonfinite": "--allow-nonfinite", "force": "--force",
     "allow_unbounded": "--allow-unbounded", "radius": "--entry-bound",
+    "db": "--db", "config": "--config", "formats": "--formats", "dpi": "--dpi",
+    "figs_per_axis": "--figs-per-axis", "max_figures": "--max-figures",
+    "measurements": "--measurements",
 }
 
 _DEFAULTS = "_workload_defaults"
@@ -214,6 +217,7 @@ def block_mask_from_args(args: argparse.Namespace, shape: Shape, M: int) -> Shap
                                  param="layout_seed")
         seed = check_int("layout_seed", seed, minimum=0)
     if path is not None:
+        check_input_file(path, "--block-mask")  # never opened when not a regular file
         bm = BlockMask.load(path, shape.Nq, shape.Nkv, bs, bs)
         if bm.bq != bm.bk:  # blocks are square: the file's rows give the side
             need = -(-shape.Nkv // bm.bq)
