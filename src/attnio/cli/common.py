@@ -217,7 +217,7 @@ def block_mask_from_args(args: argparse.Namespace, shape: Shape, M: int) -> Shap
                                  param="layout_seed")
         seed = check_int("layout_seed", seed, minimum=0)
     if path is not None:
-        check_input_file(path, "--block-mask")  # never opened when not a regular file
+        check_input_file(path, "--block-mask", required=False)  # a FIFO is never opened
         bm = BlockMask.load(path, shape.Nq, shape.Nkv, bs, bs)
         if bm.bq != bm.bk:  # blocks are square: the file's rows give the side
             need = -(-shape.Nkv // bm.bq)

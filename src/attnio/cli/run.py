@@ -21,7 +21,6 @@ from .common import (
     add_tiling_argument,
     backward_from_args,
     block_mask_from_args,
-    check_input_file,
     limits_from_args,
     memory_from_args,
     parse_tiling,
@@ -197,8 +196,6 @@ def main(args) -> int:
     tiling = _tiling_from_args(args, alg)
     mem = memory_from_args(args)
     source: Any = None
-    if args.inputs:  # a named pipe or a device is refused, never opened (it would block)
-        check_input_file(args.inputs, "--inputs")
     if not args.count_only:
         source = (NpzInputs(args.inputs) if args.inputs else
                   RandomInputs(args.seed, args.entry_bound if not alg.exact else None))

@@ -24,7 +24,7 @@ argument) and the path:
 >>> check_output_path("/dev/null", "--out")
 Traceback (most recent call last):
 ...
-attnio.core.errors.ParameterError: --out /dev/null is a character device, not a file; give a file name
+attnio.core.errors.ParameterError: --out /dev/null is a character device, not a regular file; give a file name
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def check_input_file(path: str | os.PathLike, flag: str, *, required: bool = Tru
             raise ParameterError(f"{flag} {path}: no such file", param=_param(flag))
         return None
     if not stat.S_ISREG(st.st_mode):
-        raise ParameterError(f"{flag} {path} is {kind_of(st.st_mode)}, not a file; give a file "
-                             "name", param=_param(flag))
+        raise ParameterError(f"{flag} {path} is {kind_of(st.st_mode)}, not a regular file; "
+                             "give a file name", param=_param(flag))
     return st
 
 
@@ -134,8 +134,8 @@ def check_output_path(path: str | os.PathLike, flag: str, *,
                                  "a directory name", param=_param(flag))
         if not directory and not stat.S_ISREG(st.st_mode):
             hint = "give a file name" + (" inside it" if stat.S_ISDIR(st.st_mode) else "")
-            raise ParameterError(f"{flag} {path} is {kind_of(st.st_mode)}, not a file; {hint}",
-                                 param=_param(flag))
+            raise ParameterError(f"{flag} {path} is {kind_of(st.st_mode)}, not a regular "
+                                 f"file; {hint}", param=_param(flag))
         if not os.access(path, os.W_OK) and not directory:
             raise ParameterError(f"{flag} {path} is not writable", param=_param(flag))
     folder = os.path.dirname(os.path.realpath(path))

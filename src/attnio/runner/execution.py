@@ -178,9 +178,9 @@ def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
         tc = -(-shp.Nkv // max(1, int(getattr(tl, "Bc", 1))))
         if tr * tc > MAX_TILE_MAP and not (given and k == 0):  # a tiling the caller did not give
             raise ParameterError.worded(
-                f"{{N}}: a block-sparse count of {shp.describe()} with {alg.name}'s least-I/O "
-                f"tiling for this M ({tl}) maps {tr:,} x {tc:,} tiles, more than 2**28; use "
-                f"{{plan}} (closed forms), a smaller {{N}}, or larger tiles ({{tiling}})",
+                f"{{N}}: {shp.describe()} with {alg.name}'s least-I/O tiling for this M "
+                f"({tl}) maps {tr:,} x {tc:,} tiles in a block-sparse count, more than 2**28; "
+                f"use {{plan}} (closed forms), a smaller {{N}}, or larger tiles ({{tiling}})",
                 param="N", plan="attnio.plan")
         if tr * tc > MAX_TILE_MAP:
             raise ParameterError.worded(
