@@ -70,7 +70,7 @@ def _stat(path: str, flag: str) -> os.stat_result | None:
         raise ParameterError(f"{flag} {path}: {e.strerror or e}", param=_param(flag)) from None
 
 
-def check_input_file(path: str | os.PathLike, flag: str, *, required: bool = True
+def check_input_file(path: str | os.PathLike[str], flag: str, *, required: bool = True
                      ) -> os.stat_result | None:
     """Refuse an input that is not a regular file (a named pipe, a device, a socket, a
     directory), before it is opened: a reader never blocks on a FIFO.  ``required=False``: a path
@@ -105,8 +105,8 @@ def _same(a: str, sa: os.stat_result | None, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def check_output_path(path: str | os.PathLike, flag: str, *,
-                      inputs: Iterable[tuple[str, str | os.PathLike | None]] = (),
+def check_output_path(path: str | os.PathLike[str], flag: str, *,
+                      inputs: Iterable[tuple[str, str | os.PathLike[str] | None]] = (),
                       directory: bool = False) -> None:
     """Refuse an output before anything is written: one of the command's ``inputs`` (pairs of
     flag and path; the same file or a link to it), something that is not a regular file (a
@@ -149,7 +149,7 @@ def check_output_path(path: str | os.PathLike, flag: str, *,
 
 
 @contextlib.contextmanager
-def written_whole(flag: str, path: str | os.PathLike) -> Iterator[str]:
+def written_whole(flag: str, path: str | os.PathLike[str]) -> Iterator[str]:
     """A temporary path beside ``path`` to write to; renamed over ``path`` once written whole
     (in the folder of a link's target: the link stays a link).  Refused as
     :func:`check_output_path` refuses (call that first, with the command's inputs); a failed write
