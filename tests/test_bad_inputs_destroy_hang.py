@@ -231,6 +231,14 @@ def test_tiling_nested_deep_is_one_line(capsys, depth, fragment):
              "--tiling", fragment)
 
 
+def test_config_nested_deep_is_one_line(tmp_path, capsys):
+    cfg = tmp_path / "deep.toml"
+    cfg.write_text("N = " + "[" * 30_000 + "]" * 30_000 + "\n")
+    _refused(capsys, ["sweep", "--config", str(cfg), "--db", str(tmp_path / "r.sqlite"),
+                      "--quiet"], "--config", "nested too deeply")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.toml"]
+
+
 def test_report_on_a_full_disk_is_one_line_and_leaves_nothing(db, tmp_path, capsys,
                                                              monkeypatch):
     """Every write of the report raises ENOSPC (a full disk): one line naming --out and the
