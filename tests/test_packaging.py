@@ -65,6 +65,33 @@ def test_license_is_an_spdx_expression():
     assert _pyproject()["project"]["license"] == "MIT"
 
 
+def test_license_file_is_the_mit_license_of_pyproject():
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.startswith("MIT License\n") and "Copyright (c) 2026 the attnio developers" in text
+    assert "Permission is hereby granted, free of charge" in text
+
+
+def test_citation_file_is_cff_1_2_0_with_pyproject_version_and_the_papers():
+    """CITATION.cff: the keys CFF 1.2.0 requires, pyproject's version and license, and a
+    reference (type, title, authors, year and a link) for each paper whose results attnio
+    implements (the arXiv numbers the README and the docs cite)."""
+    yaml = pytest.importorskip("yaml")  # a dependency of the dask extra
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert cff["cff-version"] == "1.2.0" and cff["type"] == "software"
+    assert cff["message"] and cff["title"].startswith("attnio") and cff["authors"]
+    assert cff["version"] == _pyproject()["project"]["version"] == attnio.__version__
+    assert cff["license"] == _pyproject()["project"]["license"]
+    links = set()
+    for ref in cff["references"]:
+        assert ref["type"] in ("article", "conference-paper") and ref["title"], ref
+        assert all(a["family-names"] and a["given-names"] for a in ref["authors"]), ref
+        assert isinstance(ref["year"], int) and (ref.get("url") or ref.get("doi")), ref
+        links.add(ref.get("url") or ref["doi"])
+    for arxiv in ("2402.07443", "2205.14135", "2307.08691", "2410.09397", "2302.13214",
+                  "1908.09606", "1702.02017"):
+        assert f"https://arxiv.org/abs/{arxiv}" in links, arxiv
+
+
 def test_every_extra_named_by_the_library_exists_in_pyproject():
     extras = _pyproject()["project"]["optional-dependencies"]
     for module, extra in EXTRAS.items():

@@ -321,6 +321,57 @@ def test_figures_show_every_series_with_a_style_of_its_own():
     assert order[-1] == ("flash_decoding", None)  # drawn on top of the series it equals
 
 
+def test_every_registered_algorithm_has_a_colour_of_its_own():
+    """No two registered algorithms share a colour (flash1 and q_stationary_min did), nor a
+    (colour, marker, line style); an algorithm's colour is the same in every report, whichever
+    others it is drawn with."""
+    from attnio.experiments.report.style import algorithm_styles, series_styles
+
+    names = attnio.algorithms.names()
+    own = algorithm_styles()
+    colours = [own[n].color for n in names]
+    assert len(set(colours)) == len(names), dict(zip(names, colours))
+    assert len({(own[n].color, own[n].marker, own[n].ls) for n in names}) == len(names)
+    every = series_styles((n, None) for n in names)
+    assert len({every[(n, None)].color for n in names}) == len(names)
+    for n in names:  # drawn alone or with all the others: one colour
+        assert series_styles([(n, None)])[(n, None)].color == every[(n, None)].color == \
+            own[n].color
+    assert own["flash1"].color != own["q_stationary_min"].color
+
+
+def test_dpi_sets_the_resolution_of_the_png_figures(tmp_path, capsys):
+    import struct
+
+    need("matplotlib")
+    db = tmp_path / "t.sqlite"
+    run_sweep(Grid(N=(256, 512, 1024), d=(16,), M=(4096,), algorithms=("flash2",)), db, jobs=1)
+
+    def width(png) -> int:  # the IHDR chunk's width (a PNG's bytes 16..20)
+        return struct.unpack(">I", png.read_bytes()[16:20])[0]
+
+    widths = {}
+    for dpi in (None, 60, 240):
+        out = tmp_path / f"o{dpi}"
+        argv = ["report", "--db", str(db), "--out", str(out), "--formats", "png", "--no-html",
+                "--max-figures", "1", "--quiet"] + ([] if dpi is None else ["--dpi", str(dpi)])
+        assert cli_main(argv) == 0, capsys.readouterr().err
+        (png,) = out.glob("*.png")
+        widths[dpi] = width(png)
+    assert widths[60] * 2 == widths[None] and widths[240] == 2 * widths[None]  # default 120
+    for bad in ("49", "1201", "abc", "1e3"):
+        assert cli_main(["report", "--db", str(db), "--out", str(tmp_path / "x"),
+                         "--dpi", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--dpi must be an integer in [50, 1200]" in err
+    from attnio.core.errors import ParameterError
+
+    for bad in (49, 1201, 120.0, True):
+        with pytest.raises(ParameterError, match=r"dpi must be an integer in \[50, 1200\]"):
+            build_report(db, tmp_path / "x", dpi=bad)
+    assert not (tmp_path / "x").exists()
+
+
 # ----------------------------------------------------------------------------- robustness
 def test_a_foreign_results_table_is_one_line(tmp_path, capsys):
     import sqlite3

@@ -67,7 +67,7 @@ from ..core import masks
 from ..core.checks import check_bool, check_int, check_real
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
-from ..core.workload import Shape, cdiv, kv_visible_hi
+from ..core.workload import MAX_SIZE, Shape, cdiv, kv_visible_hi
 from .base import Algorithm, default_scale
 
 __all__ = ["ALGORITHM", "ApproxPoly", "ApproxPolyTiling", "approx_tilings", "predicted_io"]
@@ -258,7 +258,7 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
         for f in ("Bn", "rb"):
             v = getattr(tiling, f)
             if v is not None:
-                check_int(f"tiling.{f}", v, minimum=1)
+                check_int(f"tiling.{f}", v, minimum=1, maximum=MAX_SIZE)
 
     def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None,
                       inputs: Any = None) -> ApproxPolyTiling:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from ..core.checks import check_int, check_real
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
-from ..core.workload import Shape
+from ..core.workload import MAX_SIZE, Shape
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -209,8 +209,9 @@ class Algorithm(TiledSchedule[TilingT]):
         return self.Tiling(**tiling)
 
     def validate_tiling(self, shape: Shape, tiling: TilingT) -> None:
-        """Check every integer field (tile sizes, counts) is a positive integer (None allowed
-        where the field is optional); subclasses add their own rules."""
+        """Check every integer field (tile sizes, counts) is an integer in [1, 2**50] (no size of
+        a workload is larger, :data:`~attnio.core.workload.MAX_SIZE`; None allowed where the
+        field is optional); subclasses add their own rules."""
         for f in dataclasses.fields(tiling):
             kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
             if not kind.startswith("int"):
@@ -218,7 +219,7 @@ class Algorithm(TiledSchedule[TilingT]):
             v = getattr(tiling, f.name)
             if v is None and "None" in kind:
                 continue
-            check_int(f"tiling.{f.name}", v, minimum=1)
+            check_int(f"tiling.{f.name}", v, minimum=1, maximum=MAX_SIZE)
 
     # -------------------------------------------------------------- counts
     def predicted_io(self, shape: Any, M: int, *, tiling: Any = None,

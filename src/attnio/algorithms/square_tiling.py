@@ -110,7 +110,7 @@ from ..core import masks
 from ..core.checks import check_int
 from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
-from ..core.workload import Shape, cdiv, kv_visible_hi
+from ..core.workload import MAX_SIZE, Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
 from . import _square_kernels as SK
 from ._square_kernels import ExpOverflowError
@@ -564,29 +564,32 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             unknown = set(tiling) - known
             if unknown:
                 raise ParameterError(f"tiling for {self.name} has unknown field(s) "
-                                     f"{sorted(unknown)}; its fields are {sorted(known)}")
+                                     f"{sorted(unknown)}; its fields are {sorted(known)}",
+                                     param="tiling")
             stable = tiling.get("stable", True)
             if not isinstance(stable, bool):
-                raise ParameterError(f"tiling.stable must be True or False, got {stable!r}")
+                raise ParameterError(f"tiling.stable must be True or False, got {stable!r}",
+                                     param="tiling.stable")
             sizes = [f for f in _SIZE_FIELDS if f in tiling]
             if "B" in tiling:
                 if sizes:
                     raise ParameterError("tiling: give either B (every side) or the six sides, "
-                                         "not both")
+                                         "not both", param="tiling")
                 tiling = {"B": tiling["B"], "stable": stable, "order": tiling.get("order", "tile"),
                           "spill": tiling.get("spill", "exp")}
-                B = check_int("tiling.B", tiling["B"], minimum=1)
+                B = check_int("tiling.B", tiling["B"], minimum=1, maximum=MAX_SIZE)
                 tiling = dataclasses.replace(SquareTilingTiling.square(B, stable=stable),
                                              order=tiling["order"], spill=tiling["spill"])
             elif not sizes:
                 if "order" in tiling or "spill" in tiling:
                     raise ParameterError("tiling.order and tiling.spill need the sides too (or leave "
-                                         "them to auto)")
+                                         "them to auto)", param="tiling")
                 tiling = None
             elif len(sizes) < len(_SIZE_FIELDS):
                 missing = sorted(set(_SIZE_FIELDS) - set(sizes))
                 raise ParameterError(f"tiling for {self.name} is missing {missing}: give all of "
-                                     f"{list(_SIZE_FIELDS)}, or B, or none (auto)")
+                                     f"{list(_SIZE_FIELDS)}, or B, or none (auto)",
+                                     param="tiling")
             else:
                 tiling = SquareTilingTiling(**tiling)
         if tiling is None or tiling == "auto":
@@ -595,10 +598,12 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             self._check_min_M(shape, M)
             tiling = self.paper_tiling(shape, M)
         elif isinstance(tiling, (int, np.integer)) and not isinstance(tiling, bool):
-            tiling = SquareTilingTiling.square(check_int("tiling (side B)", tiling, minimum=1))
+            tiling = SquareTilingTiling.square(check_int("tiling", tiling, minimum=1,
+                                                         maximum=MAX_SIZE))
         if not isinstance(tiling, SquareTilingTiling):
             raise ParameterError(f"tiling for {self.name} must be 'auto', 'paper', an int side B, "
-                                 f"a SquareTilingTiling or a mapping, got {tiling!r}")
+                                 f"a SquareTilingTiling or a mapping, got {tiling!r}",
+                                 param="tiling")
         self.validate_tiling(shape, tiling)
         self._check_fits(shape, M, tiling)
         return tiling

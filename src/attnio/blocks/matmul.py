@@ -236,7 +236,7 @@ class BlockedMatmul:
             raise ParameterError("tiling for matmul must be a MatmulTiling, a mapping or a rule "
                                  "name", param="tiling")
         for f in ("bm", "bn", "bk"):
-            check_int(f"tiling.{f}", getattr(tiling, f), minimum=1)
+            check_int(f"tiling.{f}", getattr(tiling, f), minimum=1, maximum=MAX_SIZE)
         need = self.footprint(s, tiling)
         if need > M:
             raise CapacityError(f"matmul with tiling {tiling}", 0, need, M)

@@ -26,11 +26,10 @@ Flags: ``--N --Nq --Nkv --d --heads --kv-heads --batch --causal [bottom_right|to
 from __future__ import annotations
 
 import argparse
-import contextlib
-from collections.abc import Iterator
 from typing import TypedDict
 
 from ..core.errors import ParameterError
+from ..core.paths import check_input_file, check_output_path, written_whole
 from ..core.workload import ALIGNMENTS, MAX_M, FastMemory, Shape
 
 __all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "add_backward_arguments",
@@ -38,8 +37,9 @@ __all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "add_backward_arguments",
            "add_sparse_workload_arguments", "add_sparsity_arguments", "add_tiling_argument",
            "add_workload_arguments",
            "backward_from_args", "block_mask_from_args", "default_block_size", "flag_message",
-           "limits_from_args", "memory_from_args", "parse_tiling", "schedule_tiling_from_args", "progress_from_args", "resources_from_args",
-           "workload_from_args"]
+           "check_input_file", "check_output_path", "limits_from_args", "memory_from_args",
+           "parse_tiling", "progress_from_args", "resources_from_args",
+           "schedule_tiling_from_args", "workload_from_args", "written_whole"]
 
 #: API argument name -> the flag that sets it (for error messages in the user's words).
 FLAGS = {
@@ -58,6 +58,9 @@ FLAGS = {
     "out": "--out", "din": "--din", "plan": "`attnio plan`",
     "inputs": "--inputs", "allow_nonfinite": "--allow-nonfinite", "force": "--force",
     "allow_unbounded": "--allow-unbounded", "radius": "--entry-bound",
+    "db": "--db", "config": "--config", "formats": "--formats", "dpi": "--dpi",
+    "figs_per_axis": "--figs-per-axis", "max_figures": "--max-figures",
+    "measurements": "--measurements",
 }
 
 _DEFAULTS = "_workload_defaults"
@@ -214,6 +217,7 @@ def block_mask_from_args(args: argparse.Namespace, shape: Shape, M: int) -> Shap
                                  param="layout_seed")
         seed = check_int("layout_seed", seed, minimum=0)
     if path is not None:
+        check_input_file(path, "--block-mask", required=False)  # a FIFO is never opened
         bm = BlockMask.load(path, shape.Nq, shape.Nkv, bs, bs)
         if bm.bq != bm.bk:  # blocks are square: the file's rows give the side
             need = -(-shape.Nkv // bm.bq)
@@ -397,25 +401,13 @@ def progress_from_args(args: argparse.Namespace, description: str, total: float 
     return Progress(description, total, enabled=False if quiet else None, **kw)  # type: ignore[arg-type]
 
 
-@contextlib.contextmanager
-def written_whole(flag: str, path: str) -> Iterator[str]:
-    """A temporary path beside ``path`` to write to; renamed to ``path`` once written whole.  A
-    failed write (a full disk, a file too large, a read-only file system) removes the partial
-    file and is refused in one line naming ``flag`` and ``path``."""
-    import os
+#: The longest --tiling accepted (a tiling is a few fields; a longer text is a mistake).
+MAX_TILING_CHARS = 10_000
 
-    folder, name = os.path.split(os.path.abspath(path))
-    stem, ext = os.path.splitext(name)
-    tmp = os.path.join(folder, f".{stem}.partial-{os.getpid()}{ext}")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except OSError as e:
-        raise ParameterError(f"{flag} {path}: cannot write it ({e.strerror or e}); nothing was "
-                             "left behind", param=flag[2:]) from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+
+def _clip(text: str, most: int = 60) -> str:
+    """``text`` quoted, cut to ``most`` characters (an error line stays one short line)."""
+    return repr(text) if len(text) <= most else repr(text[:most]) + f"... ({len(text):,} characters)"
 
 
 def parse_tiling(text: str | None) -> object:
@@ -428,13 +420,22 @@ def parse_tiling(text: str | None) -> object:
     if t.lstrip("-").isdigit():
         return int(t)
     if t[:1] in ("{", "[", '"'):
+        if len(t) > MAX_TILING_CHARS:
+            raise ParameterError(f"--tiling is {len(t):,} characters long, more than "
+                                 f"{MAX_TILING_CHARS:,}; a tiling is a few fields",
+                                 param="tiling")
         try:
             obj = json.loads(t)
         except json.JSONDecodeError as e:
-            raise ParameterError(f"--tiling is not valid JSON ({e.msg}): {text!r}",
+            raise ParameterError(f"--tiling is not valid JSON ({e.msg}): {_clip(text)}",
+                                 param="tiling") from None
+        except RecursionError:  # [[[[...]]]] nested thousands deep
+            raise ParameterError("--tiling is nested too deeply; a tiling is a JSON object of "
+                                 "numbers and names, e.g. '{\"Br\": 64, \"Bc\": 8}'",
                                  param="tiling") from None
         if not isinstance(obj, dict):
-            raise ParameterError(f"--tiling must be a JSON object, got {text!r}", param="tiling")
+            raise ParameterError(f"--tiling must be a JSON object, got {_clip(text)}",
+                                 param="tiling")
         return obj
     return t
 

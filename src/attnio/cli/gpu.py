@@ -404,5 +404,10 @@ def main(args) -> int:
         if args.action in ("validate", "calibrate") and not isinstance(e, MemoryError) \
                 and getattr(e, "param", None) == "measurements":
             msg = str(e).splitlines()[0]
+        elif getattr(e, "param", None) == "pack_gqa" and getattr(args, "config", None) is None:
+            # the kernel's own config packs the grouped heads: the workload is the cause
+            msg = (f"--heads/--kv-heads: {str(e).removeprefix('pack_gqa: ')} (the kernel packs "
+                   "the query heads of a KV head into its tiles); give fewer --heads per "
+                   "--kv-heads")
         print(f"attnio gpu {args.action}: error: {msg}", file=sys.stderr)
         return 2

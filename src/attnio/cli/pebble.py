@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from ..core.checks import check_int, check_real
-    from ..pebble.comparison import Instance, compare
+    from ..pebble.comparison import MAX_TIME_LIMIT_S, Instance, compare
     from .common import progress_from_args
 
     if args.matmul:
@@ -49,7 +49,8 @@ def main(args) -> int:
         inst = Instance("attention", (N, Nkv, d), rowmax=not args.no_rowmax,
                         normalize=args.normalize)
     M = check_int("M", args.M, minimum=1)
-    limit = check_real("time_limit", args.time_limit, lo=0, lo_open=True, what="seconds")
+    limit = check_real("time_limit", args.time_limit, lo=0, lo_open=True,
+                       hi=MAX_TIME_LIMIT_S, what="seconds; at most a day")
     with progress_from_args(args, f"pebbling {inst.label}, M={M}", limit, unit="s of the limit",
                             clock=True) as bar:
         c = compare(inst, M, time_limit=limit, sliding=not args.no_sliding,

@@ -22,6 +22,46 @@ def _count(flag: str):
     return parse
 
 
+def _dpi(text: str) -> int:
+    """An argparse type: --dpi, an integer in [50, 1200]."""
+    import argparse
+
+    from ..experiments.report.style import DPI_RANGE
+
+    lo, hi = DPI_RANGE
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not lo <= v <= hi:
+        raise argparse.ArgumentTypeError(f"--dpi must be an integer in [{lo}, {hi}], got "
+                                         f"{text[:40]!r}")
+    return v
+
+
+#: The files a report writes into --out besides its figures (a --db of one of these names inside
+#: --out would be replaced by the report).
+_REPORT_FILES = ("REPORT.md", "best.csv", "figures.json", "fits.json", "index.html")
+
+
+def check_paths(db: str, out: str) -> None:
+    """--db must be a regular file and --out a directory (or nothing yet), not the --db, not a
+    device, a named pipe or a file; a --db inside --out that the report would replace is
+    refused too.  Checked before anything is read or written."""
+    import os
+
+    from ..core.errors import ParameterError
+    from .common import check_input_file, check_output_path
+
+    check_input_file(db, "--db", required=False)  # missing: the store says how to make one
+    check_output_path(out, "--out", inputs=[("--db", db)], directory=True)
+    folder, name = os.path.split(os.path.realpath(db))
+    if os.path.isdir(out) and folder == os.path.realpath(out) and (
+            name in _REPORT_FILES or name.endswith((".png", ".pdf", ".svg"))):
+        raise ParameterError(f"--db {db} is inside --out {out}, where the report writes {name}: "
+                             "writing it would destroy it: give another --out", param="db")
+
+
 def add_arguments(p) -> None:
     p.add_argument("--db", default="attnio-results.sqlite",
                    help="results database (default attnio-results.sqlite)")
@@ -37,6 +77,8 @@ def add_arguments(p) -> None:
                    default=2, metavar="N",
                    help="figures per setting and swept axis, the fixed values with the most "
                         "points first (default 2); the others are listed in REPORT.md")
+    p.add_argument("--dpi", type=_dpi, default=None, metavar="N",
+                   help="resolution of the PNG figures, 50 to 1200 dots per inch (default 120)")
     p.add_argument("--all-bounds", dest="all_bounds", action="store_true",
                    help="draw every explicit lower bound by name (default: the best one)")
     p.add_argument("--no-html", dest="html", action="store_false",
@@ -45,14 +87,22 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
+    from ..core.errors import ParameterError
     from ..core.progress import Progress
     from ..experiments.report import build_report
+    from ..experiments.report.style import DEFAULT_DPI
+    from .common import flag_message
 
-    with Progress("attnio report: drawing figures", enabled=False if args.quiet else None,
-                  unit="figures") as bar:
-        rep = build_report(args.db, args.out, formats=args.formats, html_page=args.html,
-                           figs_per_axis=args.figs_per_axis, max_figures=args.max_figures,
-                           all_bounds=args.all_bounds, progress=bar)
+    try:
+        check_paths(args.db, args.out)
+        with Progress("attnio report: drawing figures", enabled=False if args.quiet else None,
+                      unit="figures") as bar:
+            rep = build_report(args.db, args.out, formats=args.formats, html_page=args.html,
+                               figs_per_axis=args.figs_per_axis, max_figures=args.max_figures,
+                               all_bounds=args.all_bounds, progress=bar,
+                               dpi=DEFAULT_DPI if args.dpi is None else args.dpi)
+    except ParameterError as e:  # the library's argument names (out, db ...) as flags
+        raise ParameterError(flag_message(e), param=e.param) from None
     if not args.quiet:
         for c in rep.covered:
             print(f"  {c.status.upper():4s} {c.claim}: {c.measured}")

@@ -4,7 +4,6 @@ export``: write the database as csv, json or parquet."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 
@@ -192,6 +191,8 @@ def _flagged(e, given: set[str]):
     if flag is None:
         return e
     msg = str(e)
+    if msg.startswith(flag):  # worded with the flag already
+        return e
     for head in (f"{p}:", f"{p} "):
         if msg.startswith(head):
             return ParameterError(flag + msg[len(p):], param=p)
@@ -200,14 +201,23 @@ def _flagged(e, given: set[str]):
 
 def _sweep(args) -> int:
     from ..experiments.sweep import DEFAULT_MAX_CONFIGS, SweepInterrupted, dry_run, run_sweep
+    from .common import check_input_file, check_output_path
 
+    if args.config:  # a named pipe or a device: refused, never read (it would block)
+        check_input_file(args.config, "--config")
+    if args.dry_run:  # read only (a missing file: an empty database)
+        check_input_file(args.db, "--db", required=False)
+    else:  # written in place (SQLite): a regular file or nothing yet, never the --config
+        check_output_path(args.db, "--db", inputs=[("--config", args.config)])
     grids = _grids(args)
     limit = DEFAULT_MAX_CONFIGS if args.max_configs is None else args.max_configs
     if args.dry_run:
         plan = dry_run(grids, args.db, max_configs=limit)
         print(plan)
-        for cfg, why in plan.examples:
-            print(f"  skip {cfg.describe()}: {why}")
+        if plan.reasons:
+            print("  skipped, by reason (configurations  algorithm: reason):")
+        for (alg, why), n in sorted(plan.reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+            print(f"  {n:>8,}  {alg}: {why}")
         return 0
     try:
         summary = run_sweep(grids, args.db, jobs=args.jobs, scheduler=args.scheduler,
@@ -221,29 +231,29 @@ def _sweep(args) -> int:
         return 130
     if not args.quiet:
         print(summary)
+    if summary.errors:  # exit 1 never silent: the count and where the messages are, on stderr
+        print(f"attnio sweep: {summary.errors:,} configuration(s) failed; their rows in "
+              f"{args.db} hold the error (status 'error'; a rerun retries them)", file=sys.stderr)
     return 1 if summary.errors else 0
 
 
 def _export(args) -> int:
-    from ..core.errors import ParameterError
     from ..experiments.store import ResultsStore
+    from .common import check_input_file, check_output_path, written_whole
 
     fmt = args.format
     out = args.out
     if out is None:
         fmt = fmt or "csv"
         out = f"attnio-results.{'tex' if fmt == 'latex' else fmt}"
-    if os.path.exists(out) and os.path.isdir(out):
-        raise ParameterError(f"out: {out!r} is a directory")
-    existed = os.path.exists(out)
+    # the database (or a link to it) is never the output; a device, a FIFO, a directory neither
+    check_input_file(args.db, "--db", required=False)
+    check_output_path(out, "--out", inputs=[("--db", args.db)])
     with ResultsStore(args.db, readonly=True) as st:
-        try:
-            n = st.export(out, fmt)
-        except OSError as e:  # a full disk, a read-only file system: no half-written file left
-            if not existed:
-                with contextlib.suppress(OSError):
-                    os.remove(out)
-            raise ParameterError(f"out {out!r}: {e.strerror or e}", param="out") from None
+        # written whole beside --out (the same extension: the format), then renamed over it; a
+        # full disk or a read-only file system leaves nothing behind and the old file as it was
+        with written_whole("--out", out) as tmp:
+            n = st.export(tmp, fmt)
     if not getattr(args, "quiet", False):
         print(f"wrote {n} rows to {out}")
     return 0

@@ -25,20 +25,31 @@ def add_arguments(p) -> None:
     common.add_output_arguments(p)
 
 
-def check_out_path(flag: str, path: str | None) -> None:
-    """A file we are about to write: its folder must exist and be writable (checked first)."""
-    import os
-
+def check_out_path(flag: str, path: str | None, other: tuple[str, str | None] = ("", None)
+                   ) -> None:
+    """A file we are about to write, checked before the trace is recorded: a regular file or
+    nothing yet (never a device, a named pipe, a socket or a folder), in a writable folder, and
+    not the file the ``other`` output (flag, path) names."""
     from ..core.errors import ParameterError
 
     if not path:
         return
-    if os.path.isdir(path):
-        raise ParameterError(f"{flag} {path} is a folder; give a file name", param=flag[2:])
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise ParameterError(f"{flag} {path}: its folder {folder} does not exist or is not "
-                             "writable", param=flag[2:])
+    common.check_output_path(path, flag)
+    oflag, opath = other
+    if opath and _same_file(path, opath):
+        raise ParameterError(f"{flag} {path} is the same file as {oflag} {opath}; give two "
+                             "different files", param=flag[2:])
+
+
+def _same_file(a: str, b: str) -> bool:
+    import os
+
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def main(args) -> int:
@@ -53,8 +64,8 @@ def main(args) -> int:
     M = common.memory_from_args(args).M
     check_int("--word-bytes", args.word_bytes, minimum=1)
     check_real("--max-products", args.max_products, lo=1)
-    for flag, path in (("--out", args.out), ("--din", args.din)):
-        check_out_path(flag, path)  # before the trace is recorded, not after
+    check_out_path("--out", args.out)  # before the trace is recorded, not after
+    check_out_path("--din", args.din, ("--out", args.out))
     if args.out and not args.out.endswith((".npz", ".din")):
         raise ParameterError(f"--out must end in .npz or .din, got {args.out!r}", param="out")
     products = shape.n_heads * shape.Nq * shape.Nkv * shape.d

@@ -175,8 +175,9 @@ class GridPlan:
         if g.mode not in ("count", "compute"):
             raise ParameterError(f"mode must be 'count' or 'compute', got {g.mode!r}",
                                  param="mode")
-        if isinstance(g.seed, bool) or not isinstance(g.seed, (int, np.integer)):
-            raise ParameterError(f"seed must be an integer, got {g.seed!r}", param="seed")
+        if isinstance(g.seed, bool) or not isinstance(g.seed, (int, np.integer)) or g.seed < 0:
+            # a negative seed was an error row per configuration (numpy takes seeds >= 0 only)
+            raise ParameterError(f"seed must be an integer >= 0, got {g.seed!r}", param="seed")
         self.names = parse_algorithms(g.algorithms)
         self.algs = [_alg.get(n) for n in self.names]
         sizes = _unique(g.sizes())

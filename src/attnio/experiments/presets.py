@@ -11,11 +11,13 @@ causal attention with windows): ``attnio sweep --help`` shows an example, and a 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from typing import Any
 
 from ..core.checks import check_real
 from ..core.errors import ParameterError
+from ..core.paths import kind_of
 from .grid import Grid
 from .values import parse_causal, parse_values, parse_window
 
@@ -73,6 +75,13 @@ def grids_from_toml(path: str | os.PathLike) -> list[Grid]:
     one ParameterError naming ``config`` and the file."""
     where = f"config {os.fspath(path)!r}"
     try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None  # missing or unreadable: open() below says which
+    if mode is not None and not stat.S_ISREG(mode):  # a named pipe would block the read
+        raise ParameterError(f"{where} is {kind_of(mode)}, not a regular file: not a grid file",
+                             param="config")
+    try:
         with open(path, "rb") as f:
             data = f.read(MAX_CONFIG_BYTES + 1)  # bounded: a device or a huge file is refused
     except FileNotFoundError:
@@ -90,6 +99,9 @@ def grids_from_toml(path: str | os.PathLike) -> list[Grid]:
                              param="config") from None
     except tomllib.TOMLDecodeError as e:
         raise ParameterError(f"{where}: is not valid TOML ({e})", param="config") from None
+    except RecursionError:  # arrays or tables nested thousands deep
+        raise ParameterError(f"{where}: nested too deeply: not a grid file",
+                             param="config") from None
     tables = doc.pop("grid", [])
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
         raise ParameterError(f"{where}: grid must be [[grid]] tables of keys, got "

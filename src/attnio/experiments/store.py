@@ -43,6 +43,7 @@ from typing import Any
 
 from ..core.errors import AttnioError, ParameterError
 from ..core.extras import available, require
+from ..core.paths import kind_of
 
 __all__ = ["COLUMNS", "MIGRATES", "SCHEMA_VERSION", "ResultsStore", "StoreError", "read_export"]
 
@@ -282,6 +283,10 @@ class ResultsStore:
             lock_timeout = OPEN_LOCK_TIMEOUT_S if readonly else LOCK_TIMEOUT_S
         self.lock_timeout = float(lock_timeout)
         exists = os.path.exists(path)
+        if exists and not (os.path.isfile(path) or os.path.isdir(path)):  # os.stat: no open
+            # a named pipe would block the reader; SQLite would put a -journal beside a device
+            raise StoreError(f"db path {path!r} is {kind_of(os.stat(path).st_mode)}, not a "
+                             "results database file; refusing to use it")
         if exists:
             _check_file(path)
         elif readonly:

@@ -134,6 +134,8 @@ class DryRun:
     skipped: int     # configurations that would be stored as skipped (new ones)
     db: str
     examples: list[tuple[Config, str]] = field(default_factory=list)  # a few skip reasons
+    #: every new skip, counted by (algorithm, reason): the sum of the counts is ``skipped``
+    reasons: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def __str__(self) -> str:
         held = f"{self.already:,} already in {self.db}" if self.already else \
@@ -174,6 +176,8 @@ def dry_run(grids: Grid | Iterable[Grid], db: str | os.PathLike | None = None, *
             out.already += 1
         elif why:
             out.skipped += 1
+            key = (cfg.algorithm, why)
+            out.reasons[key] = out.reasons.get(key, 0) + 1
             if len(out.examples) < examples:
                 out.examples.append((cfg, why))
         else:

@@ -154,6 +154,9 @@ PREDICT_BUDGET = 60_000
 MAX_WAVE_REQUESTS = 6_000_000
 #: The longest sequence the model lays out per head (per-row mask arrays: 128 MiB at most).
 MAX_ROWS = 1 << 24
+#: The most CTAs a launch grid may have (the replay lays out the grid's launch order: a few
+#: int64 arrays of this length, about 1 GB at most).
+MAX_GRID_CTAS = 1 << 24
 
 
 def check_size(dev: Device, shape: Shape, cfg: KernelConfig | None,
@@ -166,6 +169,13 @@ def check_size(dev: Device, shape: Shape, cfg: KernelConfig | None,
             name = "N" if shape.Nq == shape.Nkv else name
             raise ParameterError(f"{name}={n:,} is over {MAX_ROWS:,} (2^24): the GPU model lays "
                                  "out every row of a head; give a shorter sequence", param=name)
+    grid = shape.n_heads * cdiv(shape.Nq, 256)  # the fewest CTAs (256-row tiles) of any config
+    if grid > MAX_GRID_CTAS:
+        raise ParameterError.worded(
+            f"{{heads}}: {shape.n_heads:,} query heads ({{batch}} x {{heads}}) of {shape.Nq:,} "
+            f"rows make at least {grid:,} CTAs, more than the GPU model lays out "
+            f"({MAX_GRID_CTAS:,}, 2^24); give fewer {{heads}} or a smaller {{batch}}",
+            param="heads")
     assert dev.sm_count is not None
     if cfg is None:
         inner, per = 256, min(dev.sm_count, shape.n_heads * cdiv(shape.Nq, 256))

@@ -22,7 +22,7 @@ from .dag import DAG
 from .game import PebbleResult
 from .solver import solve
 
-__all__ = ["TABLE_COLUMNS", "TABLE_INSTANCES", "Instance", "compare", "format_table",
+__all__ = ["MAX_TIME_LIMIT_S", "TABLE_COLUMNS", "TABLE_INSTANCES", "Instance", "compare", "format_table",
            "seed_bounds", "simulated", "table_row"]
 
 
@@ -90,6 +90,11 @@ def seed_bounds(inst: Instance, M: int) -> list[tuple[str, float, bool]]:
     return [(b.name, float(b.value), bool(b.explicit)) for b in bs]
 
 
+#: The longest a comparison may solve (a day): the instances are tiny, and a larger limit is a
+#: mistake (``--time-limit 1e300`` ran on without end).
+MAX_TIME_LIMIT_S = 86_400
+
+
 def compare(inst: Instance, M: int, *, time_limit: float = 60.0, sliding: bool = True,
             sliding_time_limit: float | None = None, workers: int = 2,
             on_phase: Callable[[str], None] | None = None) -> dict:
@@ -101,9 +106,10 @@ def compare(inst: Instance, M: int, *, time_limit: float = 60.0, sliding: bool =
     starts (a progress display's label).
     """
     if not (isinstance(time_limit, (int, float)) and not isinstance(time_limit, bool)
-            and 0 < time_limit < float("inf")):
-        raise ParameterError(f"time_limit must be a positive number of seconds, got "
-                             f"{time_limit!r}", param="time_limit")
+            and 0 < time_limit <= MAX_TIME_LIMIT_S):
+        raise ParameterError(f"time_limit must be a number of seconds in (0, "
+                             f"{MAX_TIME_LIMIT_S:,}] (a day), got {time_limit!r}",
+                             param="time_limit")
     g = inst.dag()
     t0 = time.perf_counter()
     first = time_limit if not sliding else (

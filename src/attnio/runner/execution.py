@@ -95,7 +95,8 @@ def estimate_compute_seconds(alg: Algorithm, shape: Shape, tiling: Any) -> tuple
 
 def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
              mode: str = "compute", backward: bool = False, itemsize: int = 8,
-             inputs: bool = False, backward_schedule: tuple[Any, Any] | None = None) -> Cost:
+             inputs: bool = False, backward_schedule: tuple[Any, Any] | None = None,
+             tiling_given: bool | None = None) -> Cost:
     """The memory and time :func:`run` would spend, from closed forms (nothing is allocated).
 
     Compute mode keeps a copy of Q, K, V and O in the simulator's slow memory, the slow
@@ -103,7 +104,9 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     ``inputs=True`` adds the inputs themselves (float64), for a caller that has yet to create
     them.  ``backward`` adds the backward pass (``backward_schedule``: the (schedule, tiling) to
     run it with; None: the algorithm's own ``.backward``).  Count mode needs no arrays.
-    ``tiling`` is the algorithm's tiling for ``shape`` and ``M`` (None: the default one).
+    ``tiling`` is the algorithm's tiling for ``shape`` and ``M`` (None: the default one);
+    ``tiling_given``: whether the caller chose it (default: whether ``tiling`` is given), so that
+    a refusal blames the tiling only when the caller gave it.
     """
     alg = _alg.get(name)
     shp = Shape.coerce(shape)
@@ -113,7 +116,8 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
         if shp.block_mask is None:  # bulk: alike blocks once, except what a schedule walks
             walk = max(0, int(alg.count_walk(shp, t)))
             return Cost(0, walk * WALK_SECONDS, "count mode's walk over blocks")
-        return _sparse_count_cost(alg, shp, t, backward_schedule if backward else None)
+        given = tiling is not None if tiling_given is None else tiling_given
+        return _sparse_count_cost(alg, shp, t, backward_schedule if backward else None, given)
     seconds, _, _ = estimate_compute_seconds(alg, shp, t)
     q = shp.n_heads * shp.Nq * shp.d
     kv = shp.n_kv_heads * shp.Nkv * shp.d
@@ -154,7 +158,7 @@ MAX_TILE_MAP = 1 << 28
 
 
 def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
-                       backward_schedule: tuple[Any, Any] | None) -> Cost:
+                       backward_schedule: tuple[Any, Any] | None, given: bool = True) -> Cost:
     """Count mode on a block-sparse layout: the schedule visits its kept tiles one by one (no
     closed-form bulk over an irregular layout) from a map of every tile, built from the layout's
     prefix sums; a map of more than :data:`MAX_TILE_MAP` tiles is refused."""
@@ -167,10 +171,17 @@ def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
         bwd, bt = backward_schedule
         steps += shp.n_heads * max(0, int(bwd.steps(shp, bt)))
         tilings.append(bt)
-    for tl in tilings:  # each map: a boolean (byte) per tile, built from five int64 temporaries
-        # per tile (core.blockmask's prefix-sum differences) and four row gathers of the sums
+    for k, tl in enumerate(tilings):  # each map: a boolean (byte) per tile, built from five
+        # int64 temporaries per tile (core.blockmask's prefix-sum differences) and four row
+        # gathers of the sums
         tr = -(-shp.Nq // max(1, int(getattr(tl, "Br", 1))))
         tc = -(-shp.Nkv // max(1, int(getattr(tl, "Bc", 1))))
+        if tr * tc > MAX_TILE_MAP and not (given and k == 0):  # a tiling the caller did not give
+            raise ParameterError.worded(
+                f"{{N}}: {shp.describe()} with {alg.name}'s least-I/O tiling for this M "
+                f"({tl}) maps {tr:,} x {tc:,} tiles in a block-sparse count, more than 2**28; "
+                f"use {{plan}} (closed forms), a smaller {{N}}, or larger tiles ({{tiling}})",
+                param="N", plan="attnio.plan")
         if tr * tc > MAX_TILE_MAP:
             raise ParameterError.worded(
                 f"{{tiling}} {tl} maps {tr:,} x {tc:,} tiles in a block-sparse count, more than "
@@ -476,7 +487,7 @@ def _refuse(job: _Job) -> None:
     shp = job.shape
     creates = job.source is not None
     cost = estimate(job.alg, shp, job.M, tiling=job.est_tiling, mode=job.mode,
-                    backward=job.backward is not None,
+                    tiling_given=job.tiling is not None, backward=job.backward is not None,
                     backward_schedule=(job.bwd, job.bt) if job.backward is not None else None,
                     itemsize=job.dtype.itemsize, inputs=creates)
     if job.check and job.mode == "compute":

@@ -26,7 +26,7 @@ from .fits import FLOOR_SHARE, Fit, series_fits
 from .pages import Page, _write_best_csv, best_configurations, markdown, page_html, skips, summary
 from .plan import FIGS_PER_AXIS, planned_figures
 from .rows import _all_ok, _ok_rows, _setting, for_report, setting_label
-from .style import FORMATS, series_styles
+from .style import DEFAULT_DPI, DPI_RANGE, FORMATS, series_styles
 
 __all__ = ["Report", "build_report"]
 
@@ -77,7 +77,8 @@ def _formats(formats: Sequence[str] | str, svg: bool | None) -> tuple[str, ...]:
 def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool | None = None,
                  formats: Sequence[str] | str = ("png", "pdf"), html_page: bool = True,
                  figs_per_axis: int = FIGS_PER_AXIS, max_figures: int | None = None,
-                 all_bounds: bool = False, progress: ProgressCallback | None = None) -> Report:
+                 all_bounds: bool = False, progress: ProgressCallback | None = None,
+                 dpi: int = DEFAULT_DPI) -> Report:
     """Read ``db`` and write to ``out``: figures (PNG, and each of ``formats``: ``pdf``,
     ``svg``) for every setting present (mask, window, heads) and every swept axis, overlays
     comparing settings that differ in one thing (GQA against full heads, each window, causal
@@ -89,6 +90,7 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool | N
     first); ``max_figures``: at most this many figures (None: no cap); every figure either leaves
     out is listed in REPORT.md and :attr:`Report.not_drawn`.  ``all_bounds`` draws every explicit
     bound by name instead of the best one.  ``progress(done, total)`` is called per figure.
+    ``dpi``: the PNG figures' resolution, an integer in [50, 1200] (default 120).
     Any sweep gets a report: a database of one row, or of skipped rows only, gets a short one."""
     out = os.fspath(out)
     fmts = _formats(formats, svg)
@@ -96,6 +98,9 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool | N
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
             raise ParameterError(f"{name.replace('_', '-')} must be an integer >= {lo}, got "
                                  f"{v!r}", param=name)
+    lo, hi = DPI_RANGE
+    if isinstance(dpi, bool) or not isinstance(dpi, int) or not lo <= dpi <= hi:
+        raise ParameterError(f"dpi must be an integer in [{lo}, {hi}], got {dpi!r}", param="dpi")
     with ResultsStore(db, readonly=True) as st:
         lacking = [c for c in _NEEDED if c not in st._columns()]
         if lacking:
@@ -110,7 +115,7 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool | N
                              f"{os.fspath(db)}` first", param="db")
     tmp = _temp_folder(out)
     try:
-        look = Look(tmp, fmts, {}, all_bounds)
+        look = Look(tmp, fmts, {}, all_bounds, dpi)
         rep = _build(rows, meta, os.fspath(db), look, html_page, figs_per_axis, max_figures,
                      progress)
         _move_into_place(tmp, out)

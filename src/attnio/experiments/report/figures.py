@@ -10,7 +10,16 @@ from dataclasses import dataclass, field
 
 from .fits import FLOOR_SHARE, _make_fit
 from .rows import _bounds, setting_label
-from .style import _shade, finish, new_figure, save, series_label, set_x_ticks, set_y_ticks
+from .style import (
+    DEFAULT_DPI,
+    _shade,
+    finish,
+    new_figure,
+    save,
+    series_label,
+    set_x_ticks,
+    set_y_ticks,
+)
 
 __all__ = ["FigureFile"]
 
@@ -37,6 +46,7 @@ class Look:
     formats: Sequence[str]
     styles: dict
     all_bounds: bool = False
+    dpi: int = DEFAULT_DPI  # dots per inch of the PNG figures
 
 
 _XLABEL = {"N": "N (= Nq = Nkv)", "M": "M (fast-memory words)", "d": "d (head dimension)"}
@@ -196,7 +206,7 @@ def io_vs_axis(rows, axis, fixed: dict, setting: tuple, look: Look, stem: str) -
     label = setting_label(setting)
     finish(fig, ax, title=f"Total I/O vs {axis} ({_fixed_text(fixed)})\n{label}",
            xlabel=_XLABEL[axis], ylabel="total I/O (words)")
-    name = save(fig, look.out, stem, look.formats)
+    name = save(fig, look.out, stem, look.formats, look.dpi)
     modes = sorted({r["mode"] for r in rows})
     cap = (f"Total I/O (words, reads + writes) against {axis}, log-log, at "
            f"{_fixed_text(fixed)}; {label}; {' and '.join(modes)} mode. One line per algorithm "
@@ -221,7 +231,7 @@ def ratio_vs_M(rows, N, d, setting, look: Look, stem: str) -> FigureFile | None:
     label = setting_label(setting)
     finish(fig, ax, title=f"Ratio to the best explicit bound vs M (N={N}, d={d})\n{label}",
            xlabel=_XLABEL["M"], ylabel="total I/O / best explicit bound")
-    name = save(fig, look.out, stem, look.formats)
+    name = save(fig, look.out, stem, look.formats, look.dpi)
     return FigureFile(name, f"Total I/O divided by the best explicit lower bound at that point "
                             f"(exact algorithms: the exact-attention bounds; approximate ones: "
                             f"attnio.bounds.approximate), against M, at N={N}, d={d}; {label}. "
@@ -249,7 +259,7 @@ def error_vs_io(rows, look: Look) -> FigureFile | None:
     set_y_ticks(ax, _values(sub, "max_err"))
     finish(fig, ax, title="Approximate attention: max error vs total I/O",
            xlabel="total I/O (words)", ylabel="max |O − reference|")
-    name = save(fig, look.out, "error_vs_io", look.formats)
+    name = save(fig, look.out, "error_vs_io", look.formats, look.dpi)
     return FigureFile(name, "Approximate attention in compute mode: the largest absolute error "
                             "of the output against the float64 reference, against the total "
                             "I/O, one marker style per ε; each point labelled with its N and M.")
@@ -285,7 +295,7 @@ def overlay(rows_by_setting: dict[tuple, list[dict]], names: dict[tuple, str], a
     finish(fig, ax, title=f"{what}: total I/O vs {axis}\n({_fixed_text(fixed)}; {common})",
            xlabel=_XLABEL[axis], ylabel="total I/O (words)", handles=handles, labels=labels,
            legend_cols=3)
-    name = save(fig, look.out, stem, look.formats)
+    name = save(fig, look.out, stem, look.formats, look.dpi)
     compared = "; ".join(names[s] for s in settings)
     same = _same_in_every_setting(rows_by_setting, axis)
     cap = (f"{what}: total I/O against {axis}, log-log, at {_fixed_text(fixed)}; {common}; "

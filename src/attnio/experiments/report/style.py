@@ -1,7 +1,8 @@
 """How a report's figures look: one style per series, ticks, the legend, saving.
 
-Every series stays visible: each algorithm has its own colour (the Okabe-Ito palette, safe for
-colour-blind readers), marker and line style, and series are drawn from the widest (large hollow
+Every series stays visible: each registered algorithm has a colour no other has (the Okabe-Ito
+palette, safe for colour-blind readers, then Paul Tol's; :func:`algorithm_styles`), a marker and a
+line style, and series are drawn from the widest (large hollow
 markers, thick lines) to the narrowest (small markers, dashed lines; flash_decoding last), so that two algorithms
 whose counts coincide (flash2 and flash_decoding do on one head) show as a thin dashed line
 inside a wide one, and the later one's legend entry says which it coincides with.  Approximate
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 
 from ...core.extras import figure
 
-__all__ = ["FORMATS", "SeriesStyle", "series_styles"]
+__all__ = ["DEFAULT_DPI", "DPI_RANGE", "FORMATS", "SeriesStyle", "algorithm_styles",
+           "series_styles"]
 
 #: Formats a figure can be saved in (``build_report(formats=...)``, ``--formats``).
 FORMATS = ("png", "pdf", "svg")
@@ -64,6 +66,11 @@ _KNOWN = {
     "square_tiling": SeriesStyle("#D55E00", "D", "-.", 5, 1.4, True),
     "approx_poly": SeriesStyle("#56B4E9", "v", ":", 6, 1.6, True),
 }
+#: More colours (Paul Tol's muted and dark schemes), for the registered algorithms beyond the
+#: eight of Okabe & Ito: every registered algorithm has a colour of its own.
+_MORE = ("#332288", "#882255", "#117733", "#999933", "#AA4499", "#44AA99", "#661100",
+         "#6699CC", "#888888")
+_PALETTE = _OKABE_ITO + _MORE
 _MARKERS = "osD^v<>ph*"
 _LINES = ("-", "--", "-.", ":")
 _EPS_MARKERS = "v<>P*h"
@@ -75,13 +82,14 @@ def series_styles(keys: Iterable[tuple[str, float | None]]) -> dict[tuple, Serie
     of an approximate algorithm another marker, line style and a darker shade."""
     keys = sorted(set(keys), key=lambda k: (k[0], -1.0 if k[1] is None else -k[1]))
     out: dict[tuple, SeriesStyle] = {}
+    own = algorithm_styles()
     others = 0
     for alg in dict.fromkeys(k[0] for k in keys):
-        base = _KNOWN.get(alg)
-        if base is None:
+        base = own.get(alg)
+        if base is None:  # not registered (a row of an older attnio): the palette's end
             i = others
             others += 1
-            base = SeriesStyle(_OKABE_ITO[(i + 6) % 7], _MARKERS[i % len(_MARKERS)],
+            base = SeriesStyle(_PALETTE[-1 - i % len(_MORE)], _MARKERS[i % len(_MARKERS)],
                                _LINES[i % len(_LINES)], 5, 1.4, True)
         mine = [k for k in keys if k[0] == alg]
         for j, k in enumerate(mine):
@@ -91,6 +99,25 @@ def series_styles(keys: Iterable[tuple[str, float | None]]) -> dict[tuple, Serie
                 out[k] = SeriesStyle(_shade(base.color, 0.75 ** j), _EPS_MARKERS[j % 6],
                                      _EPS_LINES[j % 4], base.ms, base.lw, j % 2 == 0,
                                      base.layer)
+    return out
+
+
+def algorithm_styles() -> dict[str, SeriesStyle]:
+    """The style of every registered attention algorithm: the fixed ones of ``_KNOWN``, then
+    the others in registry order, each with a colour no other algorithm has (the palette's
+    colours the fixed ones leave, in order), so a colour names one algorithm in every figure of
+    every report."""
+    from ... import algorithms
+
+    out = dict(_KNOWN)
+    free = [c for c in _PALETTE if c not in {st.color for st in _KNOWN.values()}]
+    i = 0
+    for name in algorithms.names():
+        if name in out:
+            continue
+        out[name] = SeriesStyle(free[i % len(free)], _MARKERS[i % len(_MARKERS)],
+                                _LINES[i % len(_LINES)], 5, 1.4, True)
+        i += 1
     return out
 
 
@@ -200,14 +227,20 @@ def finish(fig, ax, *, title: str, xlabel: str, ylabel: str, legend_cols: int = 
                    columnspacing=1.2)
 
 
-def save(fig, out: str, stem: str, formats: Sequence[str]) -> str:
-    """Write ``stem.<fmt>`` for every format (PNG always first); returns the PNG's name.  The
-    constrained layout runs once (then the engine is switched off): each file is one draw."""
+#: The resolution of the raster figures (PNG) by default, and the range ``dpi`` may take.
+DEFAULT_DPI = 120
+DPI_RANGE = (50, 1200)
+
+
+def save(fig, out: str, stem: str, formats: Sequence[str], dpi: int = DEFAULT_DPI) -> str:
+    """Write ``stem.<fmt>`` for every format (PNG always first, at ``dpi`` dots per inch);
+    returns the PNG's name.  The constrained layout runs once (then the engine is switched
+    off): each file is one draw."""
     fig.draw_without_rendering()
     fig.set_layout_engine("none")
     for fmt in formats:
         meta = {"Software": None} if fmt == "png" else (
             {"Creator": None, "Producer": None, "CreationDate": None} if fmt == "pdf"
             else {"Date": None})
-        fig.savefig(os.path.join(out, f"{stem}.{fmt}"), dpi=120, metadata=meta)
+        fig.savefig(os.path.join(out, f"{stem}.{fmt}"), dpi=dpi, metadata=meta)
     return stem + ".png"
