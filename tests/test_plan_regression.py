@@ -1,0 +1,182 @@
+"""The planner's choices frozen (issue 31): faster searches must pick the same tilings.
+
+``tests/data/plan_regression.json`` records, on a grid of about a hundred workloads (forward and
+backward, unmasked, causal of both alignments, sliding windows, grouped-query attention, Nq != Nkv,
+M below and above d²), what the code of commit bc773e6 chose: every registered exact algorithm's
+best tiling with its reads, writes and steps (or why it was skipped), every backward schedule's best
+tiling and count, and on a subset the certificate factors' best schedule found (``cheap=8``).  The
+tests recompute them and compare, value for value.  The lower bounds are not in the file (the
+bounds have tests of their own); the plan-level test checks the chosen forward and backward
+schedules on every fifth shape end to end.
+
+Regenerate (only when a change of choice is intended, and say why in the commit):
+``PYTHONPATH=src python tests/test_plan_regression.py --write``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import sys
+from typing import Any
+
+import pytest
+
+import attnio
+from attnio import algorithms as _alg
+from attnio.core.workload import Shape
+from attnio.planner import certificate_factors
+from attnio.planner import planner as _planner
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "plan_regression.json")
+
+
+def _grid() -> list[dict[str, Any]]:
+    """About a hundred workloads: the issue's three targets, then a seeded draw."""
+    out: list[dict[str, Any]] = [
+        dict(N=4096, d=64, M=65536), dict(N=3000, d=40, M=60000),
+        dict(N=8192, d=128, M=65536, heads=32, kv_heads=8, causal=True),
+    ]
+    rng = random.Random(31)
+    Ns = [17, 64, 100, 256, 1000, 1024, 3000, 4096]
+    ds = [4, 8, 16, 40, 64, 128]
+    heads = [(1, None), (1, None), (4, 2), (6, 1), (12, 3), (8, 8), (16, 1)]
+    masks = [{}, {}, {"causal": True}, {"causal": "top_left"}, {"causal": True, "window": 100}]
+    while len(out) < 100:
+        N, d = rng.choice(Ns), rng.choice(ds)
+        M = rng.choice([max(d * d // 4, 8 * d), d * d, 4 * d * d, 65536, 3 * d + 7 * rng.randrange(1, 60)])
+        h, kv = rng.choice(heads)
+        kw: dict[str, Any] = dict(N=N, d=d, M=int(M), heads=h, kv_heads=kv, **rng.choice(masks))
+        if rng.random() < 0.2:
+            kw["Nkv"] = rng.choice(Ns)
+        if kw.get("window") and kw["window"] >= max(N, kw.get("Nkv", N)):
+            kw.pop("window")
+        out.append(kw)
+    return out
+
+
+GRID = _grid()
+
+
+def _shape(kw: dict[str, Any]) -> tuple[Shape, int]:
+    kw = dict(kw)
+    M = kw.pop("M")
+    return Shape.make(kw.pop("N"), kw.pop("d"), **kw), M
+
+
+def _tiling(t: Any) -> Any:
+    return dataclasses.asdict(t) if dataclasses.is_dataclass(t) and not isinstance(t, type) else t
+
+
+def _record(kw: dict[str, Any]) -> dict[str, Any]:
+    """Every exact algorithm's and backward schedule's choice on this workload (no bounds)."""
+    shape, M = _shape(kw)
+    fwd: dict[str, Any] = {}
+    for alg in _alg.all_algorithms(exact=True):
+        try:
+            res = _planner._score(alg, shape, M, None, None, False)
+        except attnio.AttnioError as e:
+            res = f"{type(e).__name__}"
+        fwd[alg.name] = (res if isinstance(res, str) else
+                         {"tiling": _tiling(res.tiling), "reads": res.predicted.reads,
+                          "writes": res.predicted.writes, "steps": res.steps})
+    bwd: dict[str, Any] = {}
+    for b in _alg.all_backwards():
+        why = b.unsupported(shape)
+        found = None if why or M < b.min_M(shape) else b.search(shape, M)
+        bwd[b.name] = (None if found is None else
+                       {"tiling": _tiling(found[0]), "reads": found[1].reads,
+                        "writes": found[1].writes, "steps": b.steps(shape, found[0])})
+    return {"shape": kw, "forward": fwd, "backward": bwd}
+
+
+#: the workloads whose certificate factors are recorded (small enough for a quick search)
+FACTOR_SHAPES = [i for i, kw in enumerate(GRID) if kw["N"] <= 1024 and i % 3 == 0]
+
+
+def _factors(kw: dict[str, Any]) -> dict[str, Any] | None:
+    shape, M = _shape(kw)
+    try:
+        p = _planner.plan_shape(shape, M)
+    except attnio.AttnioError:
+        return None
+    f = certificate_factors(p, cheap=8, loop_search=False)
+    return {"best_found": f.best_found, "best_found_by": f.best_found_by,
+            "best_found_tiling": _tiling(f.best_found_tiling), "searched": f.searched}
+
+
+def _plan_level(kw: dict[str, Any]) -> dict[str, Any] | None:
+    shape, M = _shape(kw)
+    try:
+        p = _planner.plan_shape(shape, M, backward=True)
+    except attnio.AttnioError:
+        return None
+    assert p.backward is not None
+    return {"algorithm": p.chosen.algorithm, "tiling": _tiling(p.chosen.tiling),
+            "total": p.chosen.predicted.total, "backward": p.backward.algorithm,
+            "backward_tiling": _tiling(p.backward.tiling),
+            "backward_total": p.backward.predicted.total}
+
+
+def _load() -> dict[str, Any]:
+    with open(DATA) as f:
+        data = json.load(f)
+    for key in ("factors", "plans"):  # stored as lists of {"i", "value"}
+        data[key] = {str(x["i"]): x["value"] for x in data[key]}
+    return data
+
+
+def _jsonable(x: Any) -> Any:
+    return json.loads(json.dumps(x))
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict[str, Any]:
+    data = _load()
+    assert [r["shape"] for r in data["searches"]] == _jsonable(GRID)
+    return data
+
+
+@pytest.mark.parametrize("i", range(len(GRID)))
+def test_every_schedule_picks_the_recorded_tiling(recorded, i):
+    assert _jsonable(_record(GRID[i])) == recorded["searches"][i]
+
+
+@pytest.mark.parametrize("i", FACTOR_SHAPES)
+def test_the_certificate_factors_find_the_recorded_schedule(recorded, i):
+    assert _jsonable(_factors(GRID[i])) == recorded["factors"][str(i)]
+
+
+@pytest.mark.parametrize("i", range(0, len(GRID), 5))
+def test_the_plan_chooses_the_recorded_forward_and_backward(recorded, i):
+    assert _jsonable(_plan_level(GRID[i])) == recorded["plans"][str(i)]
+
+
+def test_the_grid_covers_masks_gqa_and_both_regimes():
+    shapes = [_shape(kw) for kw in GRID]
+    assert any(s.causal and s.causal_align == "top_left" for s, _ in shapes)
+    assert any(s.window is not None for s, _ in shapes)
+    assert sum(s.group > 1 for s, _ in shapes) >= 20
+    assert any(M < s.d ** 2 for s, M in shapes) and any(M >= s.d ** 2 for s, M in shapes)
+    assert any(s.Nq != s.Nkv for s, _ in shapes)
+
+
+if __name__ == "__main__":  # python tests/test_plan_regression.py --write
+    if sys.argv[1:] != ["--write"]:
+        raise SystemExit("usage: python tests/test_plan_regression.py --write")
+    data = {"searches": [_record(kw) for kw in GRID],
+            "factors": {str(i): _factors(GRID[i]) for i in FACTOR_SHAPES},
+            "plans": {str(i): _plan_level(GRID[i]) for i in range(0, len(GRID), 5)}}
+    os.makedirs(os.path.dirname(DATA), exist_ok=True)
+    with open(DATA, "w") as f:  # one workload a line: diffs name the workloads that changed
+        f.write("{\n")
+        for k, (key, v) in enumerate(sorted(data.items())):
+            items = (v if isinstance(v, list) else
+                     [{"i": i, "value": x} for i, x in sorted(v.items(), key=lambda kv: int(kv[0]))])
+            f.write(f" {json.dumps(key)}: [\n")
+            f.write(",\n".join("  " + json.dumps(x, sort_keys=True) for x in items))
+            f.write("\n ]" + (",\n" if k < len(data) - 1 else "\n"))
+        f.write("}\n")
+    print(f"wrote {DATA}: {len(GRID)} workloads")
