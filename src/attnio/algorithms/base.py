@@ -20,7 +20,9 @@ planner scores).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
         @property
         def group(self) -> int: ...
 
-__all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "block_sizes", "default_scale", "divisors_upto", "head_views",
+__all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "block_sizes", "default_scale", "divisors", "divisors_upto", "head_views",
            "kv_head_groups"]
 
 #: A schedule's tiling type: a (frozen) dataclass of its tile parameters.
@@ -442,19 +444,33 @@ def block_sizes(n: int, most: int, *, more: int = 4, powers: bool = True) -> lis
     return sorted(b for b in out if b <= most)
 
 
+@functools.lru_cache(maxsize=256)
+def divisors(n: int) -> tuple[int, ...]:
+    """The divisors of n >= 1, ascending, from its factorisation by trial division: O(sqrt(n))
+    steps at worst (n prime), a few dozen for a group of 2**39 query heads, where testing every
+    k <= n would take hours."""
+    out, m, p = [1], n, 2
+    while p * p <= m:
+        if m % p == 0:
+            k = 0
+            while m % p == 0:
+                m //= p
+                k += 1
+            out = [x * p ** e for x in out for e in range(k + 1)]
+        p += 1 if p == 2 else 2
+    if m > 1:
+        out += [x * m for x in out]
+    return tuple(sorted(out))
+
+
 def divisors_upto(n: int, most: int) -> list[int]:
-    """The divisors of n that are <= most, ascending, in O(min(most, sqrt(n))) steps (a group
-    of 2**40 query heads per key/value head is as quick as one of 4)."""
-    if most * most <= n:
+    """The divisors of n that are <= most, ascending: by testing each k <= most when most is
+    small, else from :func:`divisors` (O(sqrt(n)) steps at worst: a group of 2**40 query heads
+    per key/value head is as quick as one of 4)."""
+    if most <= 64 or (most * most <= n and most <= 4096):
         return [k for k in range(1, most + 1) if n % k == 0]
-    small, large, k = [], [], 1
-    while k * k <= n:
-        if n % k == 0:
-            small.append(k)
-            if k * k != n:
-                large.append(n // k)
-        k += 1
-    return [g for g in small + large[::-1] if g <= most]
+    ds = divisors(n)
+    return list(ds[:bisect.bisect_right(ds, most)])
 
 
 def kv_head_groups(
