@@ -26,6 +26,8 @@ import pytest
 
 import attnio
 from attnio import algorithms as _alg
+from attnio.algorithms.base import BackwardSchedule
+from attnio.core import masks
 from attnio.core.workload import Shape
 from attnio.planner import certificate_factors
 from attnio.planner import planner as _planner
@@ -161,6 +163,31 @@ def test_the_grid_covers_masks_gqa_and_both_regimes():
     assert sum(s.group > 1 for s, _ in shapes) >= 20
     assert any(M < s.d ** 2 for s, M in shapes) and any(M >= s.d ** 2 for s, M in shapes)
     assert any(s.Nq != s.Nkv for s, _ in shapes)
+
+
+#: workloads beyond the grid where the pruned searches are checked against the full loop
+PRUNED_EXTRA = [dict(N=300, d=160, M=13615, causal=True),
+                dict(N=5000, d=64, M=1000, causal=True, window=700),
+                dict(N=2000, Nkv=3000, d=96, M=4000, causal="top_left"),
+                dict(N=777, d=24, M=300, heads=6, kv_heads=2, causal=True)]
+
+
+@pytest.mark.parametrize("name", ["small_cache_backward", "fused_small_cache_backward"])
+def test_the_pruned_backward_searches_equal_scoring_every_candidate(name):
+    """Branch and bound: every candidate's count is at least its bound (without and with the
+    tile sums), and the search returns what the full loop over the candidates returns."""
+    b = _alg.get_backward(name)
+    for kw in GRID[::3] + PRUNED_EXTRA:
+        shape, M = _shape(kw)
+        if b.unsupported(shape) or M < b.min_M(shape):
+            continue
+        rc = masks.row_counts(shape)
+        for t in b.candidate_tilings(shape, M):
+            s = b._sides(shape, t)
+            total = b.predict(shape, t).total * (1 + 1e-12)
+            assert b._least_total(shape, s.bm, s.bn, rc) <= total
+            assert b._least_total(shape, s.bm, s.bn, rc, b._sums(shape, s)) <= total
+        assert b.search(shape, M) == BackwardSchedule.search(b, shape, M)
 
 
 if __name__ == "__main__":  # python tests/test_plan_regression.py --write
