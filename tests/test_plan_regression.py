@@ -169,7 +169,10 @@ def test_the_grid_covers_masks_gqa_and_both_regimes():
 PRUNED_EXTRA = [dict(N=300, d=160, M=13615, causal=True),
                 dict(N=5000, d=64, M=1000, causal=True, window=700),
                 dict(N=2000, Nkv=3000, d=96, M=4000, causal="top_left"),
-                dict(N=777, d=24, M=300, heads=6, kv_heads=2, causal=True)]
+                dict(N=777, d=24, M=300, heads=6, kv_heads=2, causal=True),
+                dict(N=1000, Nkv=600, d=32, M=5000, causal=True),
+                dict(N=600, Nkv=1000, d=32, M=5000, causal="top_left"),
+                dict(N=8192, d=128, M=65536, heads=32, kv_heads=8, causal="top_left")]
 
 
 @pytest.mark.parametrize("name", ["small_cache_backward", "fused_small_cache_backward"])
@@ -188,6 +191,25 @@ def test_the_pruned_backward_searches_equal_scoring_every_candidate(name):
             assert b._least_total(shape, s.bm, s.bn, rc) <= total
             assert b._least_total(shape, s.bm, s.bn, rc, b._sums(shape, s)) <= total
         assert b.search(shape, M) == BackwardSchedule.search(b, shape, M)
+
+
+@pytest.mark.parametrize("name", ["q_split"])
+def test_the_pruned_forward_searches_equal_scoring_every_candidate(name):
+    """Algorithm.search by branch and bound (an algorithm's ``_lower_total``): the bound is at
+    most the count of every candidate that fits, and the choice, its count, steps and the
+    number of tilings that fit are the full loop's."""
+    a = _alg.get(name)
+    for kw in GRID + PRUNED_EXTRA:
+        shape, M = _shape(kw)
+        if (shape.window is not None and not a.supports_window) or M < a.min_M(shape):
+            continue
+        lower = a._lower_total(shape)
+        tilings = list(a.candidate_tilings(shape, M))
+        if lower is not None:
+            for t in tilings:
+                if a.footprint(shape, t) <= M:
+                    assert lower(t) <= a.predict_total(shape, t).total * (1 + 1e-12)
+        assert a.search(shape, M, tilings) == a._least_io(shape, M, tilings, a.predict_total)
 
 
 if __name__ == "__main__":  # python tests/test_plan_regression.py --write

@@ -168,7 +168,40 @@ class Algorithm(TiledSchedule[TilingT]):
         in M, or None when none fits."""
         if tilings is None:
             tilings = self.candidate_tilings(shape, M)
-        return self._least_io(shape, M, tilings, self.predict_total)
+        lower = self._lower_total(shape)
+        if lower is None:
+            return self._least_io(shape, M, tilings, self.predict_total)
+        return self._least_io_bounded(shape, M, tilings, lower)
+
+    def _lower_total(self, shape: Shape) -> Callable[[TilingT], float] | None:
+        """A cheap lower bound on :meth:`predict_total` for the tilings of ``shape`` (a function
+        of the tiling), or None (the default: :meth:`search` scores every candidate)."""
+        return None
+
+    def _least_io_bounded(self, shape: Shape, M: int, tilings: Iterable[TilingT],
+                          lower: Callable[[TilingT], float]) -> Choice[TilingT] | None:
+        """:meth:`_least_io` by branch and bound: the tilings that fit, in order of ``lower``,
+        scored exactly until the bound exceeds the least count found.  A tiling left unscored
+        has a bound, so a count, above the least: it can neither win nor tie, and the choice
+        is the least (count, steps, position among ``tilings``), as :meth:`_least_io`'s.
+        ``tried`` counts the tilings that fit (as there)."""
+        fit = [t for t in tilings if self.footprint(shape, t) <= M]
+        if not fit:
+            return None
+        lows = [lower(t) * (1 - 1e-9) for t in fit]  # a margin far above float rounding
+        best: tuple[int, int, int] | None = None
+        found: dict[int, IOCount] = {}
+        for i in sorted(range(len(fit)), key=lows.__getitem__):
+            if best is not None and lows[i] > best[0]:
+                break
+            io = self.predict_total(shape, fit[i])
+            key = (io.total, self.steps(shape, fit[i]), i)
+            found[i] = io
+            if best is None or key < best:
+                best = key
+        assert best is not None
+        _, steps, i = best
+        return Choice(fit[i], found[i], steps, len(fit))
 
     def default_tiling(self, shape: Any, M: int, causal: object = None) -> TilingT:
         """The least-I/O candidate tiling; ties broken toward fewer steps."""

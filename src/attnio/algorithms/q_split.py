@@ -147,6 +147,25 @@ class QSplitTiling:
     group: int = 1
 
 
+def prefix_block_keys(Nkv: int, off: int, n: int, B: int) -> float | None:
+    """A lower bound, in O(1), on ``Σ_i hi_i`` over T = ⌈n/B⌉ blocks of n consecutive query
+    rows under a causal mask (no window) where row k of them sees the keys [0, k + 1 + off),
+    none clipped (``0 <= off <= Nkv - n``; None otherwise): T - 1 blocks of B rows and a last
+    of r = n - (T - 1)·B holding the last row, block i streaming the keys [0, hi_i) its rows
+    see (hi_i at least its last row's count).
+
+    A block of m rows sees at most ``m·hi_i - m(m - 1)/2`` pairs (its rows see distinct
+    counts, all <= hi_i); the rows see ``P = n·off + n(n + 1)/2`` pairs; so with
+    ``X = P + (T - 1)·B(B - 1)/2 + r(r - 1)/2``, ``B·Σ_{i<T-1} hi_i + r·hi_last >= X`` and
+    ``Σ_i hi_i >= X/B + (1 - r/B)·hi_last``, ``hi_last >= n + off``."""
+    if not 0 <= off <= Nkv - n or n < 1:
+        return None
+    T = cdiv(n, B)
+    r = n - (T - 1) * B
+    X = n * off + n * (n + 1) // 2 + (T - 1) * B * (B - 1) // 2 + r * (r - 1) // 2
+    return X / B + (1 - r / B) * (n + off)
+
+
 class _Layout(NamedTuple):
     Br: int  # main block rows, clamped to Nq
     T: int  # main blocks
@@ -256,6 +275,35 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
             out.extend(QSplitTiling(Br, sigma, delta, b, G)
                        for b in sorted({br2, cdiv(S, cdiv(S, br2))}))
         return out
+
+    def _lower_total(self, shape: Shape) -> Callable[[QSplitTiling], float] | None:
+        """A bound on the count of every tiling in O(1) (the search's branch and bound): a
+        group writes ``G·Nq·d`` and reads ``G·d·Nq + 2d·T·Nkv`` in the main pass unmasked, and
+        under a causal mask at least ``G·d·rows1`` of Q (``rows1`` rows see a key) and
+        ``2d·Σ_i hi_i`` of K and V, the main blocks' full rows being blocks of Bf consecutive
+        rows from row S (:func:`prefix_block_keys`; where rows are clipped, ``Σ_i hi_i >= 0``);
+        the thin pass, when there is one, reads ``G·d·S`` of Q (under the mask: where every row
+        sees a key, offset >= 0) and ``(d + δ)·Σ_t hi_t`` (rows [0, S) in blocks of Br2)."""
+        if shape.block_mask is not None or (shape.causal and shape.window is not None):
+            return None
+        d, Nq, Nkv, n = shape.d, shape.Nq, shape.Nkv, shape.n_heads
+        causal, off = shape.causal, shape.offset
+        rows1 = masks.row_counts(shape).rows1
+
+        def lower(t: QSplitTiling) -> float:
+            L, G = _layout(Nq, t), t.group
+            if not causal:
+                reads: float = G * d * Nq + 2 * d * L.T * Nkv
+                if t.sigma and L.S:
+                    reads += G * d * L.S + (d + t.delta) * cdiv(L.S, t.Br2) * Nkv
+            else:
+                reads = G * d * rows1 + 2 * d * (
+                    prefix_block_keys(Nkv, off + L.S, Nq - L.S, L.Bf) or 0)
+                if t.sigma and L.S:
+                    reads += (G * d * L.S * (off >= 0) + (d + t.delta)
+                              * (prefix_block_keys(Nkv, off, L.S, min(t.Br2, L.S)) or 0))
+            return (n // G) * (reads + G * Nq * d)
+        return lower
 
     # ------------------------------------------------------------------ counts
     def _group_count(self, shape: Shape, tiling: QSplitTiling) -> IOCount:
