@@ -212,6 +212,28 @@ def test_the_pruned_forward_searches_equal_scoring_every_candidate(name):
         assert a.search(shape, M, tilings) == a._least_io(shape, M, tilings, a.predict_total)
 
 
+def test_stream_tiling_search_totals_and_bounds_are_the_counts():
+    """stream_tiling's search scores its phases with inline totals and, under a mask, prunes by
+    lower bounds: the totals equal the closed forms and the bounds are below them."""
+    from attnio.algorithms import stream_tiling as st
+
+    for kw in GRID[::4] + PRUNED_EXTRA:
+        shape, M = _shape(kw)
+        if shape.window is not None:
+            continue
+        for a, b in [(1, 1), (3, 7), (64, 64), (100, 33), (4096, 17)]:
+            for o in (0, 1):
+                exact = st._phase1(shape, a, b, st.ORDERS[o]).total
+                assert st._phase1_total(shape, (a, b, o)) == exact
+                if shape.causal:
+                    assert st._phase1_lower(shape, (a, b, o)) <= exact * (1 + 1e-12)
+            for g in [(a, b), (a, b, 1, b, a)] if shape.d > 1 else [(a, b)]:
+                exact = st._p2(shape, g).total
+                assert st._p2_total(shape, g) == exact
+                if shape.causal:
+                    assert st._p2_lower(shape, g) <= exact * (1 + 1e-12)
+
+
 if __name__ == "__main__":  # python tests/test_plan_regression.py --write
     if sys.argv[1:] != ["--write"]:
         raise SystemExit("usage: python tests/test_plan_regression.py --write")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from ..core.checks import check_int, check_real
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
-from ..core.workload import Shape
+from ..core.workload import Shape, cdiv
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         def group(self) -> int: ...
 
 __all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "block_sizes", "default_scale", "divisors", "divisors_upto", "head_views",
-           "kv_head_groups"]
+           "kv_head_groups", "prefix_block_keys"]
 
 #: A schedule's tiling type: a (frozen) dataclass of its tile parameters.
 TilingT = TypeVar("TilingT", bound="DataclassInstance")
@@ -504,6 +504,25 @@ def divisors_upto(n: int, most: int) -> list[int]:
         return [k for k in range(1, most + 1) if n % k == 0]
     ds = divisors(n)
     return list(ds[:bisect.bisect_right(ds, most)])
+
+
+def prefix_block_keys(Nkv: int, off: int, n: int, B: int) -> float | None:
+    """A lower bound, in O(1), on ``Σ_i hi_i`` over T = ⌈n/B⌉ blocks of n consecutive query
+    rows under a causal mask (no window) where row k of them sees the keys [0, k + 1 + off),
+    none clipped (``0 <= off <= Nkv - n``; None otherwise): T - 1 blocks of B rows and a last
+    of r = n - (T - 1)·B holding the last row, block i streaming the keys [0, hi_i) its rows
+    see (hi_i at least its last row's count).
+
+    A block of m rows sees at most ``m·hi_i - m(m - 1)/2`` pairs (its rows see distinct
+    counts, all <= hi_i); the rows see ``P = n·off + n(n + 1)/2`` pairs; so with
+    ``X = P + (T - 1)·B(B - 1)/2 + r(r - 1)/2``, ``B·Σ_{i<T-1} hi_i + r·hi_last >= X`` and
+    ``Σ_i hi_i >= X/B + (1 - r/B)·hi_last``, ``hi_last >= n + off``."""
+    if not 0 <= off <= Nkv - n or n < 1:
+        return None
+    T = cdiv(n, B)
+    r = n - (T - 1) * B
+    X = n * off + n * (n + 1) // 2 + (T - 1) * B * (B - 1) // 2 + r * (r - 1) // 2
+    return X / B + (1 - r / B) * (n + off)
 
 
 def kv_head_groups(

@@ -128,7 +128,7 @@ from ..core.errors import ParameterError
 from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
-from .base import GroupedAlgorithm, block_sizes, divisors_upto
+from .base import GroupedAlgorithm, block_sizes, divisors_upto, prefix_block_keys
 
 __all__ = ["ALGORITHM", "QSplit", "QSplitTiling"]
 
@@ -145,25 +145,6 @@ class QSplitTiling:
     delta: int = 1
     Br2: int = 1
     group: int = 1
-
-
-def prefix_block_keys(Nkv: int, off: int, n: int, B: int) -> float | None:
-    """A lower bound, in O(1), on ``Σ_i hi_i`` over T = ⌈n/B⌉ blocks of n consecutive query
-    rows under a causal mask (no window) where row k of them sees the keys [0, k + 1 + off),
-    none clipped (``0 <= off <= Nkv - n``; None otherwise): T - 1 blocks of B rows and a last
-    of r = n - (T - 1)·B holding the last row, block i streaming the keys [0, hi_i) its rows
-    see (hi_i at least its last row's count).
-
-    A block of m rows sees at most ``m·hi_i - m(m - 1)/2`` pairs (its rows see distinct
-    counts, all <= hi_i); the rows see ``P = n·off + n(n + 1)/2`` pairs; so with
-    ``X = P + (T - 1)·B(B - 1)/2 + r(r - 1)/2``, ``B·Σ_{i<T-1} hi_i + r·hi_last >= X`` and
-    ``Σ_i hi_i >= X/B + (1 - r/B)·hi_last``, ``hi_last >= n + off``."""
-    if not 0 <= off <= Nkv - n or n < 1:
-        return None
-    T = cdiv(n, B)
-    r = n - (T - 1) * B
-    X = n * off + n * (n + 1) // 2 + (T - 1) * B * (B - 1) // 2 + r * (r - 1) // 2
-    return X / B + (1 - r / B) * (n + off)
 
 
 class _Layout(NamedTuple):
