@@ -234,6 +234,34 @@ def test_stream_tiling_search_totals_and_bounds_are_the_counts():
                     assert st._p2_lower(shape, g) <= exact * (1 + 1e-12)
 
 
+def test_row_hybrid_leaves_out_ac_only_where_abc_has_its_blocks():
+    """row_hybrid skips modes "ac" where mode b can never be taken (spill_never_wins): there the
+    blocks of "abc" are those of "ac", so the listing before it wins every tie."""
+    from attnio.algorithms import row_hybrid as rh
+    from attnio.algorithms.base import divisors_upto
+
+    a, skipped = _alg.get("row_hybrid"), 0
+    for kw in GRID + PRUNED_EXTRA:
+        shape, M = _shape(kw)
+        if M < a.min_M(shape):
+            continue
+        full = []
+        for G in divisors_upto(shape.group, min(64, M)):
+            if rh.spill_never_wins(shape.d, M, G):
+                skipped += 1
+                abc, ac = rh.blocks(shape, M, "abc", G), rh.blocks(shape, M, "ac", G)
+                assert ac is None or ac == abc
+                assert abc is None or all(m != "b" for *_, m in abc)
+            full += [rh.RowHybridTiling(M, m, G) for m in ("abc", "ac", "a", "c")
+                     if rh.blocks(shape, M, m, G) is not None]
+        found, ref = a.search(shape, M), a._least_io(shape, M, full, a.predict_total)
+        assert (found is None) == (ref is None)
+        if found is not None and ref is not None:
+            assert (found.tiling, found.predicted, found.steps) == \
+                (ref.tiling, ref.predicted, ref.steps)
+    assert skipped > 20
+
+
 if __name__ == "__main__":  # python tests/test_plan_regression.py --write
     if sys.argv[1:] != ["--write"]:
         raise SystemExit("usage: python tests/test_plan_regression.py --write")

@@ -175,6 +175,21 @@ def blocks(shape: Shape, budget: int, modes: str, G: int) -> _Part | None:
     return tuple(reversed(out))
 
 
+def spill_never_wins(d: int, budget: int, G: int) -> bool:
+    """Whether mode ``b`` is never taken by :func:`blocks` with modes "abc" (so its blocks are
+    those of "ac"): mode c fits a row, ``r_c = ⌊(budget - 1)/(G(2d + 3))⌋ >= 1``, and
+    ``G·r_c·r_b >= d·(r_b - r_c)`` with ``r_b = ⌊(budget - 1)/(G(d + 3))⌋``.
+
+    At a block end e, c takes ``r = min(r_c, e)`` rows seeing w_c keys and b takes
+    ``min(r_b, e)`` rows seeing w_b >= w_c; their words a row are ``2Gd + 2·w_c·d/r`` and
+    ``2Gd + 2·w_b·d/r' + 2G(w_b + 1)``, and b is taken only if strictly fewer (c ranks first).
+    That needs ``G(w_b + 1)·r·r' < d·w_b·(r' - r)``, so ``G·r·r' < d·(r' - r)``, which is
+    increasing in e up to e = r_b, where it is the condition above: it never holds."""
+    rc = (budget - 1) // (G * (2 * d + 3))
+    rb = (budget - 1) // (G * (d + 3))
+    return rc >= 1 and G * rc * rb >= d * (rb - rc)
+
+
 class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
     name = "row_hybrid"
     summary = ("query blocks from the last row down, each with its score rows resident, Q/O "
@@ -232,6 +247,8 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
         out: list[RowHybridTiling] = []
         for G in divisors_upto(shape.group, min(64, M)):
             for modes in ("abc", "ac", "a", "c"):
+                if modes == "ac" and spill_never_wins(shape.d, M, G):
+                    continue  # the same blocks as "abc", listed before it: never chosen
                 if blocks(shape, M, modes, G) is not None:
                     out.append(RowHybridTiling(M, modes, G))
         return out
