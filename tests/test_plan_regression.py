@@ -234,9 +234,11 @@ def test_stream_tiling_search_totals_and_bounds_are_the_counts():
                     assert st._p2_lower(shape, g) <= exact * (1 + 1e-12)
 
 
-def test_row_hybrid_leaves_out_ac_only_where_abc_has_its_blocks():
+def test_row_hybrid_leaves_out_only_tilings_that_cannot_be_chosen():
     """row_hybrid skips modes "ac" where mode b can never be taken (spill_never_wins): there the
-    blocks of "abc" are those of "ac", so the listing before it wins every tie."""
+    blocks of "abc" are those of "ac", so the listing before it wins every tie; and modes "a"
+    where its blocks would be more than MAX_BLOCKS (resident_blocks_least, a lower bound on
+    them, is above it): blocks() refuses those."""
     from attnio.algorithms import row_hybrid as rh
     from attnio.algorithms.base import divisors_upto
 
@@ -254,6 +256,9 @@ def test_row_hybrid_leaves_out_ac_only_where_abc_has_its_blocks():
                 assert abc is None or all(m != "b" for *_, m in abc)
             full += [rh.RowHybridTiling(M, m, G) for m in ("abc", "ac", "a", "c")
                      if rh.blocks(shape, M, m, G) is not None]
+            least, resident = rh.resident_blocks_least(shape, M, G), rh.blocks(shape, M, "a", G)
+            assert resident is None or least <= len(resident) + 1e-9
+            assert least <= rh.MAX_BLOCKS + 0.5 or resident is None
         found, ref = a.search(shape, M), a._least_io(shape, M, full, a.predict_total)
         assert (found is None) == (ref is None)
         if found is not None and ref is not None:

@@ -190,6 +190,32 @@ def spill_never_wins(d: int, budget: int, G: int) -> bool:
     return rc >= 1 and G * rc * rb >= d * (rb - rc)
 
 
+def resident_blocks_least(shape: Shape, budget: int, G: int) -> float:
+    """A lower bound on the blocks :func:`blocks` makes with modes "a" alone (0: none known;
+    unmasked or causal without a window, where a block's keys depend on its end e only).
+
+    A block ending at row e takes at most ``r(e) = ⌊(budget - w(e))/(G·w(e) + 1)⌋`` rows, w(e)
+    the keys row e - 1 sees (a block that sees none, w = 0, at most ``budget``); w grows with
+    e, so r shrinks, and every row x of the block has ``r(x) >= r(e)``: the block's rows add
+    at most 1 to ``Σ_x 1/r(x)``, which is thus at most the number of blocks.  The sum is
+    taken over 4096 slices of the rows at most, each at its first row's r (a lower sum)."""
+    if shape.causal and shape.window is not None:
+        return 0.0
+    Nq, Nkv = shape.Nq, shape.Nkv
+    if not shape.causal:  # every block sees the Nkv keys
+        r1 = (budget - Nkv) // (G * Nkv + 1)
+        return float("inf") if r1 < 1 else Nq / r1
+    off = shape.offset
+    step = max(1, Nq // 4096)
+    x = np.arange(1, Nq + 1, step, dtype=np.int64)  # the slices' first rows (block ends)
+    n = np.minimum(step, Nq + 1 - x)  # rows a slice holds
+    w = np.clip(x + off, 0, Nkv)
+    r = np.where(w > 0, (budget - w) // (G * w + 1), budget)  # exact: G <= 64, sizes <= 2^50
+    if (r < 1).any():
+        return float("inf")  # some row fits in no block: blocks() refuses
+    return float(np.sum(n / r))
+
+
 class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
     name = "row_hybrid"
     summary = ("query blocks from the last row down, each with its score rows resident, Q/O "
@@ -249,6 +275,8 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
             for modes in ("abc", "ac", "a", "c"):
                 if modes == "ac" and spill_never_wins(shape.d, M, G):
                     continue  # the same blocks as "abc", listed before it: never chosen
+                if modes == "a" and resident_blocks_least(shape, M, G) > MAX_BLOCKS + 0.5:
+                    continue  # blocks() would refuse it, after walking MAX_BLOCKS blocks
                 if blocks(shape, M, modes, G) is not None:
                     out.append(RowHybridTiling(M, modes, G))
         return out
