@@ -387,9 +387,17 @@ def _group_rows(shape: Shape, M: int, c: int, w: int) -> int:
     if amax < 1:
         return 0
     sizes = {amax, cdiv(shape.Nq, cdiv(shape.Nq, amax))}
-    if shape.causal:
-        sizes |= _rows(shape, amax)
-    return min(sizes, key=lambda a: (_phase2(shape, a, c, w).total, cdiv(shape.Nq, a), a))
+    if not shape.causal:
+        return min(sizes, key=lambda a: (_phase2_total(shape, a, c, w), cdiv(shape.Nq, a), a))
+    sizes |= _rows(shape, amax)
+    # by branch and bound on _phase2_lower (exact where no row is clipped): the sizes whose
+    # bound is above the least count found can neither be least nor tie it
+    keys: list[tuple[int, int, int]] = []
+    for lo, a in sorted((_phase2_lower(shape, a, c, w) * (1 - 1e-9), a) for a in sizes):
+        if keys and lo > min(keys)[0]:
+            break
+        keys.append((_phase2_total(shape, a, c, w), cdiv(shape.Nq, a), a))
+    return min(keys)[2]
 
 
 def _pair(rows: Callable[[int, int], int], d: int, c1: int, d1: int,
