@@ -234,6 +234,19 @@ def test_stream_tiling_search_totals_and_bounds_are_the_counts():
                     assert st._p2_lower(shape, g) <= exact * (1 + 1e-12)
 
 
+def test_square_tiling_ranks_by_the_unmasked_phase_one_count():
+    from attnio.algorithms import square_tiling as sq
+
+    for shape in (Shape(100, 70, 8), Shape(4096, 4096, 64, causal=True), Shape(9, 3000, 40)):
+        plain = shape.unmasked()
+        for br, bc in [(1, 1), (3, 7), (64, 70), (100, 4096), (5000, 33)]:
+            for order in sq.ORDERS:
+                for stable, spill in [(True, "exp"), (True, "scores"), (False, "exp")]:
+                    exact = sum(sq._phase1_io(plain, br, bc, order, stable, spill))
+                    assert sq._phase1_plain(shape, sq._maxima(stable, spill),
+                                            (br, bc, 1, order)) == exact
+
+
 def test_row_hybrid_leaves_out_only_tilings_that_cannot_be_chosen():
     """row_hybrid skips modes "ac" where mode b can never be taken (spill_never_wins): there the
     blocks of "abc" are those of "ac", so the listing before it wins every tie; and modes "a"
