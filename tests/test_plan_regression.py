@@ -193,7 +193,7 @@ def test_the_pruned_backward_searches_equal_scoring_every_candidate(name):
         assert b.search(shape, M) == BackwardSchedule.search(b, shape, M)
 
 
-@pytest.mark.parametrize("name", ["q_split"])
+@pytest.mark.parametrize("name", ["q_split", "q_stationary_min"])
 def test_the_pruned_forward_searches_equal_scoring_every_candidate(name):
     """Algorithm.search by branch and bound (an algorithm's ``_lower_total``): the bound is at
     most the count of every candidate that fits, and the choice, its count, steps and the
