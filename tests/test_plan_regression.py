@@ -249,9 +249,10 @@ def test_square_tiling_ranks_by_the_unmasked_phase_one_count():
 
 def test_row_hybrid_leaves_out_only_tilings_that_cannot_be_chosen():
     """row_hybrid skips modes "ac" where mode b can never be taken (spill_never_wins): there the
-    blocks of "abc" are those of "ac", so the listing before it wins every tie; and modes "a"
-    where its blocks would be more than MAX_BLOCKS (resident_blocks_least, a lower bound on
-    them, is above it): blocks() refuses those."""
+    blocks of "abc" are those of "ac", so the listing before it wins every tie (unmasked, "a"
+    and "c" too: "abc" has at most their blocks); and modes "a" where its blocks would be more
+    than MAX_BLOCKS (resident_blocks_least, a lower bound on them, is above it): blocks()
+    refuses those.  The search over what is left chooses what the full list would."""
     from attnio.algorithms import row_hybrid as rh
     from attnio.algorithms.base import divisors_upto
 

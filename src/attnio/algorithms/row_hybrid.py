@@ -272,9 +272,15 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
             return []
         out: list[RowHybridTiling] = []
         for G in divisors_upto(shape.group, min(64, M)):
+            quiet = spill_never_wins(shape.d, M, G)
             for modes in ("abc", "ac", "a", "c"):
-                if modes == "ac" and spill_never_wins(shape.d, M, G):
-                    continue  # the same blocks as "abc", listed before it: never chosen
+                if quiet and (modes == "ac" or (not shape.causal and modes in ("a", "c"))):
+                    # "ac": the blocks of "abc", listed before it.  Unmasked, every block sees
+                    # the Nkv keys and modes a and c move the same words for the same rows, so
+                    # the count and the steps grow with the number of blocks; "abc" takes the
+                    # widest of a and c from the end (b is never taken): at most as many blocks
+                    # as "a" or "c" alone.  Neither can beat it, and it wins their ties.
+                    continue
                 if modes == "a" and resident_blocks_least(shape, M, G) > MAX_BLOCKS + 0.5:
                     continue  # blocks() would refuse it, after walking MAX_BLOCKS blocks
                 if blocks(shape, M, modes, G) is not None:
