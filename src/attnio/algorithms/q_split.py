@@ -92,8 +92,10 @@ T0 - 1 and T0 - 2 blocks with splitting: ``Br = ⌈Nq/T⌉``, the deficit D, δ 
 the thin pass is cheap and the fewest split rows are best) and around ``√(d·D·T/Nq)`` (where the
 unmasked count ``T·D·d/δ + δ·Nkv`` is least), ``σ = ⌈D/(G·δ)⌉`` (kept only if σ < Br) and δ
 then lowered to ``⌈D/(G·σ)⌉``; Br2 the largest thin block that fits and that size snapped down
-to as many blocks.  Every candidate is scored exactly (two O(log N) sums under a mask): at
-N = 10⁹, causal, d = 128, M = 65536 the search takes about 0.6 ms (39 candidates).  Measured
+to as many blocks.  The search bounds every candidate in O(1) (``_lower_total``: exact
+unmasked and, under a causal mask, where no row is clipped) and scores them exactly (two
+O(log N) sums under a mask) in order of that bound until it passes the least count: at
+N = 10⁹, causal, d = 128, M = 65536 one of the 39 candidates is scored.  Measured
 (``tests/test_q_split.py``): unmasked, the least count of every tiling on tiny shapes; with a mask
 within 8% of it where every row sees a key (19% where some do not: the least then puts the rows
 that see no key in the split region, an uneven partition the search does not list).
