@@ -36,7 +36,7 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "plan_re
 
 
 def _grid() -> list[dict[str, Any]]:
-    """About a hundred workloads: the issue's three targets, then a seeded draw."""
+    """About a hundred workloads: the issue's three targets, a seeded draw, then a few large."""
     out: list[dict[str, Any]] = [
         dict(N=4096, d=64, M=65536), dict(N=3000, d=40, M=60000),
         dict(N=8192, d=128, M=65536, heads=32, kv_heads=8, causal=True),
@@ -56,7 +56,13 @@ def _grid() -> list[dict[str, Any]]:
         if kw.get("window") and kw["window"] >= max(N, kw.get("Nkv", N)):
             kw.pop("window")
         out.append(kw)
-    return out
+    return out + [  # large workloads, where the searches' bounds meet big numbers
+        dict(N=10**9, d=128, M=65536, causal=True), dict(N=10**9, d=128, M=65536, causal=True,
+                                                         window=4096),
+        dict(N=10**9, d=128, M=65536, causal="top_left"), dict(N=2**20, d=64, M=4096, causal=True),
+        dict(N=2**20, d=64, M=65536), dict(N=2**20, d=64, M=65536, heads=32, kv_heads=8,
+                                           causal="top_left"),
+        dict(N=10**6, Nkv=2 * 10**6, d=96, M=20000, causal=True)]
 
 
 GRID = _grid()
