@@ -240,6 +240,34 @@ def test_stream_tiling_search_totals_and_bounds_are_the_counts():
                     assert st._p2_lower(shape, g) <= exact * (1 + 1e-12)
 
 
+def test_row_hybrid_abc_is_never_beaten_by_the_modes_it_leaves_out():
+    """Random small workloads where row_hybrid lists "abc" alone: its (count, steps) is at most
+    that of "ac", "a" and "c" wherever those have blocks (candidate_tilings' docstring)."""
+    from attnio.algorithms import row_hybrid as rh
+
+    a, rng, checked = rh.ALGORITHM, random.Random(7), 0
+    for _ in range(400):
+        d = rng.randint(1, 40)
+        shape = Shape.make(rng.randint(1, 300), d, Nkv=rng.randint(1, 300),
+                           causal=rng.choice([False, True, "top_left"]), heads=4, kv_heads=1)
+        M = rng.randint(2 * d + 4, 4000)
+        if shape.causal and shape.offset < 0:
+            continue
+        for G in (1, 2, 4):
+            if not rh.spill_never_wins(d, M, G):
+                continue
+            best = rh.RowHybridTiling(M, "abc", G)
+            for modes in ("ac", "a", "c"):
+                if rh.blocks(shape, M, modes, G) is None:
+                    continue
+                t = rh.RowHybridTiling(M, modes, G)
+                assert rh.blocks(shape, M, "abc", G) is not None
+                assert (a.predict_total(shape, best).total, a.steps(shape, best)) <= \
+                    (a.predict_total(shape, t).total, a.steps(shape, t))
+                checked += 1
+    assert checked > 500
+
+
 def test_square_tiling_ranks_by_the_unmasked_phase_one_count():
     from attnio.algorithms import square_tiling as sq
 

@@ -268,19 +268,32 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
         return 0 if part is None else len(part)
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[RowHybridTiling]:
+        """The budget M with modes "abc", "ac", "a" and "c" for each query-head group G (a
+        divisor of the group, at most 64) whose blocks exist, less those that cannot be chosen.
+
+        Where mode b is never taken (:func:`spill_never_wins`), "ac" has the blocks of "abc",
+        listed before it.  Where moreover every row sees a key and a block's keys are
+        [0, hi(e)), hi(e) those of its last row e - 1 (unmasked, or causal without a window
+        and offset >= 0), "a" and "c" alone cannot beat "abc" either: modes a and c move the
+        same words for the same rows, a block of r rows ending at e costs
+        ``2·G·r·d + 2·d·hi(e)``, so a partition's count is ``2·G·Nq·d + 2d·Σ_k hi(e_k)`` and its
+        steps ``2d·Σ_k hi(e_k)``; from the last row down "abc" takes
+        ``min(max(r_a(e), r_c), e)`` rows (the mode with more rows moves fewer words a row;
+        a wins ties), "a" alone ``min(r_a(e), e)`` and "c" alone ``min(r_c, e)``, no more.  By
+        induction its k-th block end is at or below theirs: at most as many blocks, each
+        seeing at most as many keys, so its count and steps are at most theirs (listed first,
+        it wins ties; where it has too many blocks, so have they).  Modes "a" are also left
+        out where :func:`resident_blocks_least` shows :func:`blocks` would refuse them."""
         if shape.block_mask is not None:
             return []
         out: list[RowHybridTiling] = []
+        # every row sees a key, and a block's keys are those its last row sees
+        prefix = not shape.causal or (shape.window is None and shape.offset >= 0)
         for G in divisors_upto(shape.group, min(64, M)):
             quiet = spill_never_wins(shape.d, M, G)
             for modes in ("abc", "ac", "a", "c"):
-                if quiet and (modes == "ac" or (not shape.causal and modes in ("a", "c"))):
-                    # "ac": the blocks of "abc", listed before it.  Unmasked, every block sees
-                    # the Nkv keys and modes a and c move the same words for the same rows, so
-                    # the count and the steps grow with the number of blocks; "abc" takes the
-                    # widest of a and c from the end (b is never taken): at most as many blocks
-                    # as "a" or "c" alone.  Neither can beat it, and it wins their ties.
-                    continue
+                if quiet and (modes == "ac" or (prefix and modes in ("a", "c"))):
+                    continue  # never chosen over "abc" (docstring)
                 if modes == "a" and resident_blocks_least(shape, M, G) > MAX_BLOCKS + 0.5:
                     continue  # blocks() would refuse it, after walking MAX_BLOCKS blocks
                 if blocks(shape, M, modes, G) is not None:
