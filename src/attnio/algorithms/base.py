@@ -165,7 +165,8 @@ class Algorithm(TiledSchedule[TilingT]):
     def search(self, shape: Shape, M: int, tilings: Iterable[TilingT] | None = None
                ) -> Choice[TilingT] | None:
         """The least-(I/O, steps) tiling among ``tilings`` (default: the candidates) that fits
-        in M, or None when none fits."""
+        in M, or None when none fits; by branch and bound (:meth:`_least_io_bounded`) where the
+        algorithm bounds its count (:meth:`_lower_total`), the same choice."""
         if tilings is None:
             tilings = self.candidate_tilings(shape, M)
         lower = self._lower_total(shape)
