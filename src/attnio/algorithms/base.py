@@ -20,9 +20,7 @@ planner scores).
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -45,7 +43,7 @@ if TYPE_CHECKING:
         @property
         def group(self) -> int: ...
 
-__all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "block_sizes", "default_scale", "divisors", "divisors_upto", "head_views",
+__all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "block_sizes", "default_scale", "divisors_upto", "head_views",
            "kv_head_groups", "prefix_block_keys"]
 
 #: A schedule's tiling type: a (frozen) dataclass of its tile parameters.
@@ -478,33 +476,24 @@ def block_sizes(n: int, most: int, *, more: int = 4, powers: bool = True) -> lis
     return sorted(b for b in out if b <= most)
 
 
-@functools.lru_cache(maxsize=256)
-def divisors(n: int) -> tuple[int, ...]:
-    """The divisors of n >= 1, ascending, from its factorisation by trial division: O(sqrt(n))
-    steps at worst (n prime), a few dozen for a group of 2**39 query heads, where testing every
-    k <= n would take hours."""
+def divisors_upto(n: int, most: int) -> list[int]:
+    """The divisors of n that are <= most, ascending, in O(min(most, sqrt(n))) steps (a group
+    of 2**40 query heads per key/value head is as quick as one of 4): n's prime factors up to
+    ``most`` by trial division (a divisor <= most has no larger one), their products <= most."""
+    if most <= 64:
+        return [k for k in range(1, most + 1) if n % k == 0]
     out, m, p = [1], n, 2
-    while p * p <= m:
+    while p <= most and p * p <= m:
         if m % p == 0:
             k = 0
             while m % p == 0:
                 m //= p
                 k += 1
-            out = [x * p ** e for x in out for e in range(k + 1)]
+            out = [y for x in out for e in range(k + 1) if (y := x * p ** e) <= most]
         p += 1 if p == 2 else 2
-    if m > 1:
-        out += [x * m for x in out]
-    return tuple(sorted(out))
-
-
-def divisors_upto(n: int, most: int) -> list[int]:
-    """The divisors of n that are <= most, ascending: by testing each k <= most when most is
-    small, else from :func:`divisors` (O(sqrt(n)) steps at worst: a group of 2**40 query heads
-    per key/value head is as quick as one of 4)."""
-    if most <= 64 or (most * most <= n and most <= 4096):
-        return [k for k in range(1, most + 1) if n % k == 0]
-    ds = divisors(n)
-    return list(ds[:bisect.bisect_right(ds, most)])
+    if 1 < m <= most and p * p > m:  # what is left is one prime, small enough
+        out += [x * m for x in out if x * m <= most]
+    return sorted(out)
 
 
 def prefix_block_keys(Nkv: int, off: int, n: int, B: int) -> float | None:

@@ -521,18 +521,24 @@ def _dense(n: int, cheap: int) -> list[int]:
 
 
 def _dense_groups(alg: Algorithm, shape: Shape, M: int, fields: set[str]) -> list[int]:
-    """The query-head groups of the dense search: the divisors of the group (from its
-    factorisation, :func:`~attnio.algorithms.base.divisors`: O(√group)) up to the first whose
-    least tiling (every other side 1) does not fit in M.  The dense algorithms' footprints grow
-    with every side and with the group (tests/test_plan_factors.py checks it), so no tiling of
-    that group or a larger one fits: the tilings left out would all have been skipped."""
-    out = []
-    for G in _alg_base.divisors(shape.group):
-        least = alg.Tiling(**{f: G if f == "group" else 1 for f in fields})
-        if alg.footprint(shape, least) > M:
-            break
-        out.append(G)
-    return out
+    """The query-head groups of the dense search: the divisors of the group whose least tiling
+    (every other side 1) fits in M.  The dense algorithms' footprints grow with every side and
+    with the group (tests/test_plan_factors.py checks it): the largest group g* whose least
+    tiling fits is found by bisection, and the divisors up to it
+    (:func:`~attnio.algorithms.base.divisors_upto`, O(min(g*, √group)) steps) are the groups
+    with a tiling that fits."""
+    def fits(G: int) -> bool:
+        return alg.footprint(shape, alg.Tiling(**{f: G if f == "group" else 1
+                                                   for f in fields})) <= M
+
+    lo, hi = 0, shape.group  # fits(lo) (or lo = 0), and no group above hi fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return _alg_base.divisors_upto(shape.group, lo)
 
 
 def _loop_search_fits(shape: Shape, M: int) -> int:
