@@ -138,7 +138,7 @@ def test_divisors_upto_equal_every_k_that_divides():
 
 @pytest.mark.parametrize("alg", ["flash2", "kv_stationary", "q_stationary_min"])
 def test_the_dense_search_footprints_grow_with_every_side(alg):
-    """What lets the dense search stop at the first group whose least tiling does not fit."""
+    """What lets the dense search bisect for the largest group whose least tiling fits."""
     a = attnio.algorithms.get(alg)
     fields = {f.name for f in dataclasses.fields(a.Tiling)}
     for shape in (Shape(50, 40, 8, heads=12, kv_heads=1), Shape(9, 30, 3, heads=6, kv_heads=2)):
@@ -162,7 +162,7 @@ def _corners(fields, sides):
                                 dict(N=100, d=4, M=300, heads=36, kv_heads=3, causal=True),
                                 dict(N=40, d=16, M=4096, heads=60, kv_heads=1)])
 def test_the_dense_search_equals_every_divisor_of_the_group(kw, monkeypatch):
-    """Stopping at the first group that does not fit finds what every divisor found, with the
+    """The groups up to the largest that fits (bisection) find what every divisor found, with the
     same number of tilings scored."""
     p = attnio.plan(**kw)
     fast = certificate_factors(p, cheap=8, loop_search=False)
