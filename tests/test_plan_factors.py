@@ -8,15 +8,19 @@ schedule factor is above 1.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 
 import attnio
+from attnio.algorithms.base import divisors_upto
 from attnio.cli import main
+from attnio.core.workload import Shape
 from attnio.pebble import loops
 from attnio.planner import certificate_factors
+from attnio.planner import planner as planner_module
 
 
 @pytest.mark.parametrize("kw", [dict(N=4096, d=64, M=65536), dict(N=300, d=40, M=621, causal=True),
@@ -119,3 +123,64 @@ def test_the_dense_flag_searches_at_least_as_well(capsys):
     dense = json.loads(capsys.readouterr().out)["factors"]
     assert dense["best_found"] <= quick["best_found"]
     assert "64 rows" in dense["how"] and "16 rows" in quick["how"]
+
+
+# ---------------------------------------------------------------- head groups in O(√group) (issue 31)
+def test_divisors_upto_equal_every_k_that_divides():
+    for n in list(range(1, 400)) + [720720, 2**20, 3**12, 999983, 2 * 999983, 999983**2]:
+        for most in (0, 1, 3, 64, 65, 100, 5000, 10**6):
+            assert divisors_upto(n, most) == [k for k in range(1, min(n, most) + 1)
+                                              if n % k == 0]
+    assert divisors_upto(2**39, 2**39) == [2**e for e in range(40)]
+    assert divisors_upto((1 << 61) - 1, 10**5) == [1]  # a prime: trial division up to 10**5
+    assert divisors_upto(3 * ((1 << 61) - 1), 10**5) == [1, 3]
+
+
+@pytest.mark.parametrize("alg", ["flash2", "kv_stationary", "q_stationary_min"])
+def test_the_dense_search_footprints_grow_with_every_side(alg):
+    """What lets the dense search bisect for the largest group whose least tiling fits."""
+    a = attnio.algorithms.get(alg)
+    fields = {f.name for f in dataclasses.fields(a.Tiling)}
+    for shape in (Shape(50, 40, 8, heads=12, kv_heads=1), Shape(9, 30, 3, heads=6, kv_heads=2)):
+        sides = {"Br": [1, 2, 7, 50, 60], "Bc": [1, 3, 39, 40, 41], "group": [1, 2, 3, 6, 12],
+                 "Bs": [1, 2, 40]}
+        for f in fields:
+            for kw in _corners(fields, sides):
+                for lo, hi in zip(sides[f], sides[f][1:]):
+                    small, big = a.Tiling(**{**kw, f: lo}), a.Tiling(**{**kw, f: hi})
+                    assert a.footprint(shape, small) <= a.footprint(shape, big)
+
+
+def _corners(fields, sides):
+    out = [{}]
+    for f in sorted(fields):
+        out = [{**kw, f: v} for kw in out for v in (sides[f][0], sides[f][2], sides[f][-1])]
+    return out
+
+
+@pytest.mark.parametrize("kw", [dict(N=64, d=8, M=1000, heads=12, kv_heads=1),
+                                dict(N=100, d=4, M=300, heads=36, kv_heads=3, causal=True),
+                                dict(N=40, d=16, M=4096, heads=60, kv_heads=1)])
+def test_the_dense_search_equals_every_divisor_of_the_group(kw, monkeypatch):
+    """The groups up to the largest that fits (bisection) find what every divisor found, with the
+    same number of tilings scored."""
+    p = attnio.plan(**kw)
+    fast = certificate_factors(p, cheap=8, loop_search=False)
+
+    def every_divisor(alg, shape, M, fields):
+        return [g for g in range(1, shape.group + 1) if shape.group % g == 0]
+
+    monkeypatch.setattr(planner_module, "_dense_groups", every_divisor)
+    slow = certificate_factors(p, cheap=8, loop_search=False)
+    assert (fast.best_found, fast.best_found_by, fast.best_found_tiling, fast.searched) == \
+        (slow.best_found, slow.best_found_by, slow.best_found_tiling, slow.searched)
+
+
+def test_a_group_of_2_to_the_39_heads_answers_with_its_factors(capsys):
+    assert main(["plan", "--N", "64", "--d", "8", "--M", "1000", "--heads", "549755813888",
+                 "--kv-heads", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    f = d["factors"]
+    assert f is not None and f["complete"] and f["tilings_searched"] > 0
+    assert f["best_found"] <= d["total"]
+    assert math.isclose(f["schedule_factor"] * f["bound_factor"], d["ratio"], rel_tol=1e-12)

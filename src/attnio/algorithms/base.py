@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from ..core.checks import check_int, check_real
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
-from ..core.workload import MAX_SIZE, Shape
+from ..core.workload import MAX_SIZE, Shape, cdiv
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
         def group(self) -> int: ...
 
 __all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "block_sizes", "default_scale", "divisors_upto", "head_views",
-           "kv_head_groups"]
+           "kv_head_groups", "prefix_block_keys"]
 
 #: A schedule's tiling type: a (frozen) dataclass of its tile parameters.
 TilingT = TypeVar("TilingT", bound="DataclassInstance")
@@ -163,10 +163,44 @@ class Algorithm(TiledSchedule[TilingT]):
     def search(self, shape: Shape, M: int, tilings: Iterable[TilingT] | None = None
                ) -> Choice[TilingT] | None:
         """The least-(I/O, steps) tiling among ``tilings`` (default: the candidates) that fits
-        in M, or None when none fits."""
+        in M, or None when none fits; by branch and bound (:meth:`_least_io_bounded`) where the
+        algorithm bounds its count (:meth:`_lower_total`), the same choice."""
         if tilings is None:
             tilings = self.candidate_tilings(shape, M)
-        return self._least_io(shape, M, tilings, self.predict_total)
+        lower = self._lower_total(shape)
+        if lower is None:
+            return self._least_io(shape, M, tilings, self.predict_total)
+        return self._least_io_bounded(shape, M, tilings, lower)
+
+    def _lower_total(self, shape: Shape) -> Callable[[TilingT], float] | None:
+        """A cheap lower bound on :meth:`predict_total` for the tilings of ``shape`` (a function
+        of the tiling), or None (the default: :meth:`search` scores every candidate)."""
+        return None
+
+    def _least_io_bounded(self, shape: Shape, M: int, tilings: Iterable[TilingT],
+                          lower: Callable[[TilingT], float]) -> Choice[TilingT] | None:
+        """:meth:`_least_io` by branch and bound: the tilings that fit, in order of ``lower``,
+        scored exactly until the bound exceeds the least count found.  A tiling left unscored
+        has a bound, so a count, above the least: it can neither win nor tie, and the choice
+        is the least (count, steps, position among ``tilings``), as :meth:`_least_io`'s.
+        ``tried`` counts the tilings that fit (as there)."""
+        fit = [t for t in tilings if self.footprint(shape, t) <= M]
+        if not fit:
+            return None
+        lows = [lower(t) * (1 - 1e-9) for t in fit]  # a margin far above float rounding
+        best: tuple[int, int, int] | None = None
+        found: dict[int, IOCount] = {}
+        for i in sorted(range(len(fit)), key=lows.__getitem__):
+            if best is not None and lows[i] > best[0]:
+                break
+            io = self.predict_total(shape, fit[i])
+            key = (io.total, self.steps(shape, fit[i]), i)
+            found[i] = io
+            if best is None or key < best:
+                best = key
+        assert best is not None
+        _, steps, i = best
+        return Choice(fit[i], found[i], steps, len(fit))
 
     def default_tiling(self, shape: Any, M: int, causal: object = None) -> TilingT:
         """The least-I/O candidate tiling; ties broken toward fewer steps."""
@@ -445,17 +479,41 @@ def block_sizes(n: int, most: int, *, more: int = 4, powers: bool = True) -> lis
 
 def divisors_upto(n: int, most: int) -> list[int]:
     """The divisors of n that are <= most, ascending, in O(min(most, sqrt(n))) steps (a group
-    of 2**40 query heads per key/value head is as quick as one of 4)."""
-    if most * most <= n:
+    of 2**40 query heads per key/value head is as quick as one of 4): n's prime factors up to
+    ``most`` by trial division (a divisor <= most has no larger one), their products <= most."""
+    if most <= 64:
         return [k for k in range(1, most + 1) if n % k == 0]
-    small, large, k = [], [], 1
-    while k * k <= n:
-        if n % k == 0:
-            small.append(k)
-            if k * k != n:
-                large.append(n // k)
-        k += 1
-    return [g for g in small + large[::-1] if g <= most]
+    out, m, p = [1], n, 2
+    while p <= most and p * p <= m:
+        if m % p == 0:
+            k = 0
+            while m % p == 0:
+                m //= p
+                k += 1
+            out = [y for x in out for e in range(k + 1) if (y := x * p ** e) <= most]
+        p += 1 if p == 2 else 2
+    if 1 < m <= most and p * p > m:  # what is left is one prime, small enough
+        out += [x * m for x in out if x * m <= most]
+    return sorted(out)
+
+
+def prefix_block_keys(Nkv: int, off: int, n: int, B: int) -> float | None:
+    """A lower bound, in O(1), on ``Σ_i hi_i`` over T = ⌈n/B⌉ blocks of n consecutive query
+    rows under a causal mask (no window) where row k of them sees the keys [0, k + 1 + off),
+    none clipped (``0 <= off <= Nkv - n``; None otherwise): T - 1 blocks of B rows and a last
+    of r = n - (T - 1)·B holding the last row, block i streaming the keys [0, hi_i) its rows
+    see (hi_i at least its last row's count).
+
+    A block of m rows sees at most ``m·hi_i - m(m - 1)/2`` pairs (its rows see distinct
+    counts, all <= hi_i); the rows see ``P = n·off + n(n + 1)/2`` pairs; so with
+    ``X = P + (T - 1)·B(B - 1)/2 + r(r - 1)/2``, ``B·Σ_{i<T-1} hi_i + r·hi_last >= X`` and
+    ``Σ_i hi_i >= X/B + (1 - r/B)·hi_last``, ``hi_last >= n + off``."""
+    if not 0 <= off <= Nkv - n or n < 1:
+        return None
+    T = cdiv(n, B)
+    r = n - (T - 1) * B
+    X = n * off + n * (n + 1) // 2 + (T - 1) * B * (B - 1) // 2 + r * (r - 1) // 2
+    return X / B + (1 - r / B) * (n + off)
 
 
 def kv_head_groups(

@@ -94,6 +94,19 @@ class FusedSmallCacheBackward(SmallCacheBackward):
         return IOCount(base.reads - saved * shape.n_kv_heads,
                        base.writes - g * shape.Nq * shape.n_kv_heads)
 
+    def _least_total(self, shape: Shape, bm: int, bn: int, rc: masks.RowCounts,
+                     sums: tuple[int, ...] | None = None) -> float:
+        """small_cache_backward's bound on this count (S >= the rows that see a key)."""
+        d, g = shape.d, shape.group
+        if sums is None:
+            P = rc.pairs
+            SC, W, SW, RK, WQ = P / bn, P / bm, P, P / bn, P / bm
+        else:
+            SC, W, SW, RK, WQ = sums[0], sums[1], sums[2], sums[3], sums[5]
+        reads = g * ((2 * d + 1) * rc.rows1 + 2 * d * (SC + W) + 3 * SW + d * (2 * RK + WQ))
+        writes = g * (2 * SW + shape.Nq * d) + 2 * shape.Nkv * d
+        return (reads + writes) * shape.n_kv_heads
+
     def steps(self, shape: Shape, t: SmallCacheTiling) -> int:
         s = self._sides(shape, t)
         return super().steps(shape, t) + cdiv(shape.Nq, s.bm) * cdiv(shape.d, s.bk)

@@ -175,6 +175,47 @@ def blocks(shape: Shape, budget: int, modes: str, G: int) -> _Part | None:
     return tuple(reversed(out))
 
 
+def spill_never_wins(d: int, budget: int, G: int) -> bool:
+    """Whether mode ``b`` is never taken by :func:`blocks` with modes "abc" (so its blocks are
+    those of "ac"): mode c fits a row, ``r_c = ⌊(budget - 1)/(G(2d + 3))⌋ >= 1``, and
+    ``G·r_c·r_b >= d·(r_b - r_c)`` with ``r_b = ⌊(budget - 1)/(G(d + 3))⌋``.
+
+    At a block end e, c takes ``r = min(r_c, e)`` rows seeing w_c keys and b takes
+    ``min(r_b, e)`` rows seeing w_b >= w_c; their words a row are ``2Gd + 2·w_c·d/r`` and
+    ``2Gd + 2·w_b·d/r' + 2G(w_b + 1)``, and b is taken only if strictly fewer (c ranks first).
+    That needs ``G(w_b + 1)·r·r' < d·w_b·(r' - r)``, so ``G·r·r' < d·(r' - r)``, which is
+    increasing in e up to e = r_b, where it is the condition above: it never holds."""
+    rc = (budget - 1) // (G * (2 * d + 3))
+    rb = (budget - 1) // (G * (d + 3))
+    return rc >= 1 and G * rc * rb >= d * (rb - rc)
+
+
+def resident_blocks_least(shape: Shape, budget: int, G: int) -> float:
+    """A lower bound on the blocks :func:`blocks` makes with modes "a" alone (0: none known;
+    unmasked or causal without a window, where a block's keys depend on its end e only).
+
+    A block ending at row e takes at most ``r(e) = ⌊(budget - w(e))/(G·w(e) + 1)⌋`` rows, w(e)
+    the keys row e - 1 sees (a block that sees none, w = 0, at most ``budget``); w grows with
+    e, so r shrinks, and every row x of the block has ``r(x) >= r(e)``: the block's rows add
+    at most 1 to ``Σ_x 1/r(x)``, which is thus at most the number of blocks.  The sum is
+    taken over 4096 slices of the rows at most, each at its first row's r (a lower sum)."""
+    if shape.causal and shape.window is not None:
+        return 0.0
+    Nq, Nkv = shape.Nq, shape.Nkv
+    if not shape.causal:  # every block sees the Nkv keys
+        r1 = (budget - Nkv) // (G * Nkv + 1)
+        return float("inf") if r1 < 1 else Nq / r1
+    off = shape.offset
+    step = max(1, Nq // 4096)
+    x = np.arange(1, Nq + 1, step, dtype=np.int64)  # the slices' first rows (block ends)
+    n = np.minimum(step, Nq + 1 - x)  # rows a slice holds
+    w = np.clip(x + off, 0, Nkv)
+    r = np.where(w > 0, (budget - w) // (G * w + 1), budget)  # exact: G <= 64, sizes <= 2^50
+    if (r < 1).any():
+        return float("inf")  # some row fits in no block: blocks() refuses
+    return float(np.sum(n / r))
+
+
 class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
     name = "row_hybrid"
     summary = ("query blocks from the last row down, each with its score rows resident, Q/O "
@@ -227,11 +268,34 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
         return 0 if part is None else len(part)
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[RowHybridTiling]:
+        """The budget M with modes "abc", "ac", "a" and "c" for each query-head group G (a
+        divisor of the group, at most 64) whose blocks exist, less those that cannot be chosen.
+
+        Where mode b is never taken (:func:`spill_never_wins`), "ac" has the blocks of "abc",
+        listed before it.  Where moreover every row sees a key and a block's keys are
+        [0, hi(e)), hi(e) those of its last row e - 1 (unmasked, or causal without a window
+        and offset >= 0), "a" and "c" alone cannot beat "abc" either: modes a and c move the
+        same words for the same rows, a block of r rows ending at e costs
+        ``2·G·r·d + 2·d·hi(e)``, so a partition's count is ``2·G·Nq·d + 2d·Σ_k hi(e_k)`` and its
+        steps ``2d·Σ_k hi(e_k)``; from the last row down "abc" takes
+        ``min(max(r_a(e), r_c), e)`` rows (the mode with more rows moves fewer words a row;
+        a wins ties), "a" alone ``min(r_a(e), e)`` and "c" alone ``min(r_c, e)``, no more.  By
+        induction its k-th block end is at or below theirs: at most as many blocks, each
+        seeing at most as many keys, so its count and steps are at most theirs (listed first,
+        it wins ties; where it has too many blocks, so have they).  Modes "a" are also left
+        out where :func:`resident_blocks_least` shows :func:`blocks` would refuse them."""
         if shape.block_mask is not None:
             return []
         out: list[RowHybridTiling] = []
+        # every row sees a key, and a block's keys are those its last row sees
+        prefix = not shape.causal or (shape.window is None and shape.offset >= 0)
         for G in divisors_upto(shape.group, min(64, M)):
+            quiet = spill_never_wins(shape.d, M, G)
             for modes in ("abc", "ac", "a", "c"):
+                if quiet and (modes == "ac" or (prefix and modes in ("a", "c"))):
+                    continue  # never chosen over "abc" (docstring)
+                if modes == "a" and resident_blocks_least(shape, M, G) > MAX_BLOCKS + 0.5:
+                    continue  # blocks() would refuse it, after walking MAX_BLOCKS blocks
                 if blocks(shape, M, modes, G) is not None:
                     out.append(RowHybridTiling(M, modes, G))
         return out

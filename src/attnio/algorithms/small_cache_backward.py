@@ -249,8 +249,14 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         return (M - bm * bn) // (bm + bn)
 
     def _candidates(self, shape: Shape, M: int) -> list[SmallCacheTiling]:
+        tiles, bcs = self._tiles(shape, M)
+        return [t for bm, bn, bk in tiles
+                if (t := self._complete(shape, M, bm, bn, bk, bcs)) is not None]
+
+    def _tiles(self, shape: Shape, M: int) -> tuple[list[tuple[int, int, int]], list[int]]:
+        """The score tiles (bm, bn, bk) of the candidates, in their order, and the bc sides."""
         if M < self.min_M(shape):
-            return []
+            return [], []
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         fits = functools.partial(self._bm_fits, M=M)
         bms = {b for b in (Nq,) if fits(b)}
@@ -264,7 +270,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
             t0 = cdiv(Nq, sq)
             bms.update(cdiv(Nq, t) for t in range(t0, t0 + 4))
         bcs = sorted({cdiv(d, t) for t in range(1, d + 1)})  # one bc per number of column blocks
-        out = []
+        out: list[tuple[int, int, int]] = []
         for bm in sorted(bms):
             bn_max = min(Nkv, self._bn_max(bm, M))
             if bn_max < 1:
@@ -272,31 +278,88 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
             bns = {bn_max, cdiv(Nkv, cdiv(Nkv, bn_max)), max(1, bn_max // 2),
                    max(1, bn_max // 4)}
             bns.update(x for x in (sq, sq - 1, sq - 2, bm) if 1 <= x <= bn_max)
-            for bn in sorted(bns):
-                bk = min(d, self._bk_max(bm, bn, M))
-                # the count is _count's: a part fixed by (bm, bn) plus g·(3·Tc·SW + d·(2·Xk +
-                # Xq)), which depends on bc and a alone (not on bk or br): scored inline, in the
-                # order and with the ties of scoring each tiling through _count
+            out.extend((bm, bn, min(d, self._bk_max(bm, bn, M))) for bn in sorted(bns))
+        return out, bcs
+
+    def _complete(self, shape: Shape, M: int, bm: int, bn: int, bk: int, bcs: list[int]
+                  ) -> SmallCacheTiling | None:
+        """The candidate of score tile (bm, bn, bk): the output block (bc, and ba one block of
+        either axis or the largest that fits) of least closed form (None: no block fits)."""
+        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+        # the count is _count's: a part fixed by (bm, bn) plus g·(3·Tc·SW + d·(2·Xk + Xq)),
+        # which depends on bc and a alone (not on bk or br): scored inline, in the order and
+        # with the ties of scoring each tiling through _count
+        s0 = self._sides(shape, SmallCacheTiling(bm, bn, bk, 1, 1, 1))
+        SC, W, SW, RK, r_last, WQ, w_last = self._sums(shape, s0)
+        best = None
+        for bc in bcs:
+            a_max = (M - bc) // (bc + 1)
+            if a_max < 1:
+                continue
+            three = 3 * cdiv(d, min(bc, d)) * SW
+            # one output sub-block per block of either axis, or the largest that fits
+            for a in {min(a_max, max(bm, bn)), min(a_max, bm), min(a_max, bn)}:
+                Xk = _subblocks(Nkv, s0.bn, min(a, s0.bn), RK, r_last)
+                Xq = _subblocks(Nq, s0.bm, min(a, s0.bm), WQ, w_last)
+                io = three + d * (2 * Xk + Xq)
+                if best is None or io < best[0]:
+                    best = (io, a, bc)
+        if best is None:
+            return None
+        _, a, bc = best
+        r = min(max(bm, bn), (M - a * bc) // (a + bc))
+        return SmallCacheTiling(bm, bn, bk, a, bc, r)
+
+    def _least_total(self, shape: Shape, bm: int, bn: int, rc: masks.RowCounts,
+                     sums: tuple[int, ...] | None = None) -> float:
+        """A lower bound on :meth:`predict`'s total for every tiling of score tile bm x bn:
+        :meth:`_count` with Tc >= 1, Xk >= ΣR_J and Xq >= ΣW_I (each sub-block count at least
+        one), and without ``sums`` (the tile sums) also, with P visible pairs, SW >= P,
+        SC >= P/bn, W >= P/bm, ΣR_J >= P/bn, ΣW_I >= P/bm (each visible pair lies in a tile of
+        at most bn columns and bm rows)."""
+        d, g, Nq = shape.d, shape.group, shape.Nq
+        if sums is None:
+            P = rc.pairs
+            SC, W, SW, RK, WQ = P / bn, P / bm, P, P / bn, P / bm
+        else:
+            SC, W, SW, RK, WQ = sums[0], sums[1], sums[2], sums[3], sums[5]
+        reads = g * (2 * Nq * d + 2 * d * (SC + W) + 2 * SC + 4 * SW + d * (2 * RK + WQ))
+        writes = g * (Nq + 2 * SW + Nq * d) + 2 * shape.Nkv * d
+        return (reads + writes) * shape.n_kv_heads
+
+    def search(self, shape: Shape, M: int) -> tuple[SmallCacheTiling, IOCount] | None:
+        """:meth:`BackwardSchedule.search` over the candidates, by branch and bound: the score
+        tiles in order of :meth:`_least_total`, each completed and scored until that bound
+        exceeds the least count found (a tile whose bound with its tile sums exceeds it is
+        passed over).  Every candidate the full loop could choose (its count
+        at most the least, so its bound too) is scored, in the candidates' order: the same
+        choice, ties included, as scoring them all (tests/test_plan_regression.py)."""
+        if M < self.min_M(shape) or self.unsupported(shape) is not None:
+            return None
+        tiles, bcs = self._tiles(shape, M)
+        rc = masks.row_counts(shape)
+        lows = [self._least_total(shape, min(bm, shape.Nq), min(bn, shape.Nkv), rc)
+                * (1 - 1e-9) for bm, bn, _ in tiles]
+        best: int | None = None
+        kept: list[tuple[int, SmallCacheTiling]] = []
+        for i in sorted(range(len(tiles)), key=lows.__getitem__):
+            if best is not None and lows[i] > best:
+                break
+            bm, bn, bk = tiles[i]
+            if best is not None:  # the bound again with the tile sums (needed to complete it)
                 s0 = self._sides(shape, SmallCacheTiling(bm, bn, bk, 1, 1, 1))
-                SC, W, SW, RK, r_last, WQ, w_last = self._sums(shape, s0)
-                best = None
-                for bc in bcs:
-                    a_max = (M - bc) // (bc + 1)
-                    if a_max < 1:
-                        continue
-                    three = 3 * cdiv(d, min(bc, d)) * SW
-                    # one output sub-block per block of either axis, or the largest that fits
-                    for a in {min(a_max, max(bm, bn)), min(a_max, bm), min(a_max, bn)}:
-                        Xk = _subblocks(Nkv, s0.bn, min(a, s0.bn), RK, r_last)
-                        Xq = _subblocks(Nq, s0.bm, min(a, s0.bm), WQ, w_last)
-                        io = three + d * (2 * Xk + Xq)
-                        if best is None or io < best[0]:
-                            best = (io, a, bc)
-                if best is not None:
-                    _, a, bc = best
-                    r = min(max(bm, bn), (M - a * bc) // (a + bc))
-                    out.append(SmallCacheTiling(bm, bn, bk, a, bc, r))
-        return out
+                if self._least_total(shape, s0.bm, s0.bn, rc, self._sums(shape, s0)) \
+                        * (1 - 1e-9) > best:
+                    continue
+            t = self._complete(shape, M, bm, bn, bk, bcs)
+            if t is None or self.footprint(shape, t) > M:
+                continue
+            total = self.predict(shape, t).total
+            kept.append((i, t))
+            best = total if best is None else min(best, total)
+        found = self._least_io(shape, M, [t for _, t in sorted(kept, key=lambda it: it[0])],
+                               self.predict)
+        return None if found is None else (found.tiling, found.predicted)
 
     # ------------------------------------------------------------------ the schedule
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,

@@ -99,6 +99,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -255,6 +256,16 @@ def _phase1_io(shape: Shape, Br: int, Bc: int, order: str, stable: bool,
     return reads, writes
 
 
+def _phase1_plain(shape: Shape, maxima: bool, c: _Phase1) -> int:
+    """``sum(_phase1_io(shape.unmasked(), Br, Bc, order, ...))`` of a search candidate
+    ``(Br, Bc, Bd, order)``, inline (the search ranks a few hundred); ``maxima``:
+    :func:`_maxima` of the variant."""
+    Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
+    tc = -(-Nkv // c[1])
+    return ((Nq * d if c[3] == "row" else tc * Nq * d) + -(-Nq // c[0]) * Nkv * d
+            + Nq * Nkv + Nq + (tc * Nq if maxima else 0))
+
+
 def _phase2_io(shape: Shape, Br2: int, Bk2: int, Bd2: int, Bc: int,
                stable: bool, spill: str = "exp") -> tuple[int, int]:
     stable = _maxima(stable, spill)  # below: whether the per-tile maxima are read
@@ -402,17 +413,18 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         if spill == "scores":  # the exp spill's sides fit too (one row vector less)
             p1 = sorted(set(p1) | set(self._phase1_candidates(shape, M, stable, "exp")))
             cut = 64  # one Phase-1 choice goes on (the phases are not coupled): score more
+        Nq, Nkv = shape.Nq, shape.Nkv
+        maxima = _maxima(stable, spill)
+        plain = functools.partial(_phase1_plain, shape, maxima)
         if shape.causal and len(p1) > cut:
             # pre-rank by the O(1) unmasked count (the mask keeps about half of every tiling's
-            # tiles) and score the best 24 exactly
-            plain = shape.unmasked()
-            p1 = sorted(p1, key=lambda c: (sum(_phase1_io(plain, c[0], c[1], c[3], stable,
-                                                          spill)),
-                                           cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))[:cut]
-        exact = {c: sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)) for c in p1}
-        scored = sorted(p1, key=lambda c: (exact[c], cdiv(shape.Nq, c[0]) * cdiv(shape.Nkv, c[1])))
+            # tiles) and score the best 24 exactly (nsmallest: sorted()[:cut], ties in order)
+            p1 = heapq.nsmallest(cut, p1, key=lambda c: (plain(c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])))
+        exact = ({c: sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)) for c in p1}
+                 if shape.causal else {c: plain(c) for c in p1})
         # the stable variant couples the phases through Bc (the per-tile maxima): keep a few
-        top = scored[:12] if _maxima(stable, spill) else scored[:1]
+        top = heapq.nsmallest(12 if maxima else 1, p1,
+                              key=lambda c: (exact[c], cdiv(Nq, c[0]) * cdiv(Nkv, c[1])))
         groups = [(c, exact[c]) for c in top]  # (phase 1 choice, its exact Phase-1 count)
         ladder = self._phase2_ladder(shape, M, stable, spill)
         paper: SquareTilingTiling | None

@@ -131,6 +131,7 @@ True
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -142,7 +143,7 @@ from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from ._kernels import online_lse_step
-from .base import Algorithm
+from .base import Algorithm, prefix_block_keys
 from .square_tiling import _ladder
 
 __all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
@@ -234,6 +235,63 @@ def _phase2(shape: Shape, Br2: int, Bd2: int, w: int) -> IOCount:
         return IOCount(Td * Nq * Nkv + cdiv(Nq, Br2) * Nkv * w, Nq * w)
     s = _sums(Nq, Nkv, Br2, 1, shape.offset)  # width-1 slices: w_i = hi_i
     return IOCount(Td * _seen(shape) + w * s.width, Nq * w)
+
+
+def _phase1_total(shape: Shape, c: tuple[int, ...]) -> int:
+    """``_phase1(shape, Br, Bc, ORDERS[o]).total`` of a search candidate (Br, Bc, o), with the
+    unmasked closed form inline (the search scores a few hundred)."""
+    if shape.causal:
+        return _phase1(shape, c[0], c[1], ORDERS[c[2]]).total
+    Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
+    q = Nq * d if c[2] else -(-Nkv // c[1]) * Nq * d
+    return q + -(-Nq // c[0]) * Nkv * d + Nq * Nkv
+
+
+def _phase2_total(shape: Shape, Br2: int, Bd2: int, w: int) -> int:
+    """``_phase2(shape, Br2, Bd2, w).total``, the unmasked closed form inline."""
+    if shape.causal:
+        return _phase2(shape, Br2, Bd2, w).total
+    Nq, Nkv = shape.Nq, shape.Nkv
+    return -(-w // Bd2) * Nq * Nkv + -(-Nq // Br2) * Nkv * w + Nq * w
+
+
+def _p2_total(shape: Shape, g: tuple[int, ...]) -> int:
+    """``_p2(shape, g).total``."""
+    if len(g) == 2:
+        return _phase2_total(shape, g[0], g[1], shape.d)
+    return _phase2_total(shape, g[0], g[1], g[2]) + _phase2_total(shape, g[3], g[4],
+                                                                  shape.d - g[2])
+
+
+def _row_keys(shape: Shape, B: int) -> float:
+    """A lower bound on Σ_i hi_i over the query blocks of B rows (causal, no window): the
+    search's branch and bound (:func:`~attnio.algorithms.base.prefix_block_keys`, else
+    P/B: each row of a block sees at most its hi_i keys)."""
+    keys = prefix_block_keys(shape.Nkv, shape.offset, shape.Nq, min(B, shape.Nq))
+    return _seen(shape) / min(B, shape.Nq) if keys is None else keys
+
+
+def _phase1_lower(shape: Shape, c: tuple[int, ...]) -> float:
+    """A lower bound on :func:`_phase1_total` under a causal mask: the rows that see a key
+    (order "row", exact) or ``P/Bc`` (order "tile": the rows that see a key block's first key
+    see all its later keys' too, so P <= Bc·Σ_j rows_j), plus the keys of :func:`_row_keys`,
+    times d, plus the P scores written."""
+    P = _seen(shape)
+    q = shape.Nq - max(0, min(shape.Nq, -shape.offset)) if c[2] else P / min(c[1], shape.Nkv)
+    return (q + _row_keys(shape, c[0])) * shape.d + P
+
+
+def _phase2_lower(shape: Shape, Br2: int, Bd2: int, w: int) -> float:
+    """A lower bound on :func:`_phase2_total` under a causal mask (``s.width`` by
+    :func:`_row_keys`; the rest exact)."""
+    return -(-w // Bd2) * _seen(shape) + w * _row_keys(shape, Br2) + shape.Nq * w
+
+
+def _p2_lower(shape: Shape, g: tuple[int, ...]) -> float:
+    if len(g) == 2:
+        return _phase2_lower(shape, g[0], g[1], shape.d)
+    return _phase2_lower(shape, g[0], g[1], g[2]) + _phase2_lower(shape, g[3], g[4],
+                                                                  shape.d - g[2])
 
 
 def _p2(shape: Shape, g: tuple[int, ...]) -> IOCount:
@@ -329,9 +387,17 @@ def _group_rows(shape: Shape, M: int, c: int, w: int) -> int:
     if amax < 1:
         return 0
     sizes = {amax, cdiv(shape.Nq, cdiv(shape.Nq, amax))}
-    if shape.causal:
-        sizes |= _rows(shape, amax)
-    return min(sizes, key=lambda a: (_phase2(shape, a, c, w).total, cdiv(shape.Nq, a), a))
+    if not shape.causal:
+        return min(sizes, key=lambda a: (_phase2_total(shape, a, c, w), cdiv(shape.Nq, a), a))
+    sizes |= _rows(shape, amax)
+    # by branch and bound on _phase2_lower (exact where no row is clipped): the sizes whose
+    # bound is above the least count found can neither be least nor tie it
+    keys: list[tuple[int, int, int]] = []
+    for lo, a in sorted((_phase2_lower(shape, a, c, w) * (1 - 1e-9), a) for a in sizes):
+        if keys and lo > min(keys)[0]:
+            break
+        keys.append((_phase2_total(shape, a, c, w), cdiv(shape.Nq, a), a))
+    return min(keys)[2]
 
 
 def _pair(rows: Callable[[int, int], int], d: int, c1: int, d1: int,
@@ -388,14 +454,26 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
     @staticmethod
     def _best(shape: Shape, cands: Iterable[tuple[int, ...]], band: Iterable[tuple[int, ...]],
               count: Callable[[Shape, tuple[int, ...]], int],
-              steps: Callable[[tuple[int, ...]], int]) -> list[tuple[int, ...]]:
+              steps: Callable[[tuple[int, ...]], int],
+              lower: Callable[[Shape, tuple[int, ...]], float]) -> list[tuple[int, ...]]:
         """The _OFFER best by (exact count, steps) of ``cands`` and of the _BAND best of ``band``
-        by the O(1) unmasked count (all of ``band`` unmasked)."""
+        by the O(1) unmasked count (all of ``band`` unmasked).  With a mask, by branch and
+        bound on ``lower`` (a lower bound on ``count``): the candidates in order of it, scored
+        until it passes the _OFFER-th least count, so those left unscored can neither be among
+        the best nor tie them."""
         band = set(band)
-        if shape.causal:
-            plain = shape.unmasked()
-            band = set(sorted(band, key=lambda c: (count(plain, c), c))[:_BAND])
-        return sorted(set(cands) | band, key=lambda c: (count(shape, c), steps(c), c))[:_OFFER]
+        if not shape.causal:
+            return heapq.nsmallest(_OFFER, set(cands) | band,
+                                   key=lambda c: (count(shape, c), steps(c), c))
+        plain = shape.unmasked()
+        band = set(heapq.nsmallest(_BAND, band, key=lambda c: (count(plain, c), c)))
+        lows = sorted((lower(shape, c) * (1 - 1e-9), c) for c in set(cands) | band)
+        scored: list[tuple[int, int, tuple[int, ...]]] = []
+        for lo, c in lows:
+            if len(scored) >= _OFFER and lo > sorted(x[0] for x in scored)[_OFFER - 1]:
+                break
+            scored.append((count(shape, c), steps(c), c))
+        return [c for _, _, c in sorted(scored)[:_OFFER]]
 
     def _phase1_candidates(self, shape: Shape, M: int) -> list[tuple[int, ...]]:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
@@ -407,9 +485,8 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         if shape.causal:  # row blocks that meet the diagonal where it enters
             cands += [(a, min(Nkv, _max1(M, a)), 0) for a in _rows(shape, Nq) if _max1(M, a) >= 1]
         band = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1, M))]
-        return self._best(shape, cands, band,
-                          lambda s, c: _phase1(s, c[0], c[1], ORDERS[c[2]]).total,
-                          lambda c: cdiv(Nq, c[0]) * cdiv(Nkv, c[1]))
+        return self._best(shape, cands, band, _phase1_total,
+                          lambda c: cdiv(Nq, c[0]) * cdiv(Nkv, c[1]), _phase1_lower)
 
     def _phase2_candidates(self, shape: Shape, M: int) -> list[tuple[int, ...]]:
         d, Nq = shape.d, shape.Nq
@@ -419,10 +496,10 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         band = _band(Nq, d, M, functools.partial(_cols2, M))
         band |= {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))}
         steps = functools.partial(_p2_steps, Nq, d)
-        best = self._best(shape, cands, band, lambda s, c: _p2(s, c).total, steps)
+        best = self._best(shape, cands, band, _p2_total, steps, _p2_lower)
         more = self._two_groups(shape, M, {cdiv(d, c[1]) + k for c in best for k in (-1, 0, 1)})
         return sorted(set(best) | more,
-                      key=lambda c: (_p2(shape, c).total, steps(c), len(c), c))[:_OFFER]
+                      key=lambda c: (_p2_total(shape, c), steps(c), len(c), c))[:_OFFER]
 
     @staticmethod
     def _two_groups(shape: Shape, M: int, counts: Iterable[int]) -> set[tuple[int, ...]]:

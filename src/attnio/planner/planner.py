@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from .. import algorithms as _alg
 from .. import bounds as _bounds
 from .. import runner as _runner
+from ..algorithms import base as _alg_base
 from ..algorithms.base import Algorithm
 from ..core.blockmask import BlockMask
 from ..core.checks import check_bool, check_int, check_real
@@ -519,6 +520,27 @@ def _dense(n: int, cheap: int) -> list[int]:
     return sorted(out)
 
 
+def _dense_groups(alg: Algorithm, shape: Shape, M: int, fields: set[str]) -> list[int]:
+    """The query-head groups of the dense search: the divisors of the group whose least tiling
+    (every other side 1) fits in M.  The dense algorithms' footprints grow with every side and
+    with the group (tests/test_plan_factors.py checks it): the largest group g* whose least
+    tiling fits is found by bisection, and the divisors up to it
+    (:func:`~attnio.algorithms.base.divisors_upto`, O(min(g*, √group)) steps) are the groups
+    with a tiling that fits."""
+    def fits(G: int) -> bool:
+        return alg.footprint(shape, alg.Tiling(**{f: G if f == "group" else 1
+                                                   for f in fields})) <= M
+
+    lo, hi = 0, shape.group  # fits(lo) (or lo = 0), and no group above hi fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return _alg_base.divisors_upto(shape.group, lo)
+
+
 def _loop_search_fits(shape: Shape, M: int) -> int:
     """How many schedules the loop-order search has for this shape (0: not a shape it covers:
     one head, no mask, Nq, Nkv <= 8, d <= 3)."""
@@ -573,11 +595,10 @@ def certificate_factors(p: Plan, *, cheap: int = 64, budget_s: float | None = No
                 continue
             if M < alg.min_M(shape):
                 continue
-            groups = [g for g in range(1, shape.group + 1) if shape.group % g == 0]
             brs = _dense(shape.Nq, cheap)
             bcs = _dense(shape.Nkv, cheap) if "Bc" in fields else [None]
             tilings = []
-            for G in (groups if "group" in fields else [None]):
+            for G in (_dense_groups(alg, shape, M, fields) if "group" in fields else [None]):
                 for Br in brs:
                     for Bc in bcs:
                         kw: dict[str, int] = {"Br": Br}
