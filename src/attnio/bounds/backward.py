@@ -25,7 +25,12 @@ depend on the mask only through the required pairs P, like the forward ones.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
 
 from ..core import masks
 from ..core.blockmask import BlockMask
@@ -33,9 +38,11 @@ from ..core.errors import ParameterError
 from ..core.workload import Shape
 from .base import Bound, attention_shape, check_M, pairs_of, regime_of
 from .segments import (
+    FloatArray,
     PairsTheorem,
     pooled_lambdas,
     potential_lambdas,
+    potential_lambdas_many,
     segments_bound,
     sum_line_peak,
 )
@@ -148,8 +155,39 @@ def backward_accum_value(P: int, d: int, M: int, K: int, mu: float) -> int:
     return segments_bound(3 * P * d, K, *backward_accum_lambdas(M, d, K, mu))
 
 
+def _d_kept(branches: Sequence[tuple[float, float]], top: FloatArray) -> npt.NDArray[np.bool_]:
+    """(elements × branches) the branches :func:`backward_accum_lambdas` keeps at each top =
+    M + K: the same tests (:func:`_dominated`, the first of equal branches kept), elementwise."""
+    c2 = np.array([b[0] for b in branches], dtype=np.float64)
+    c3 = np.array([b[1] for b in branches], dtype=np.float64)
+    n = len(branches)
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    same = (c2[:, None] == c2[None, :]) & (c3[:, None] == c3[None, :])
+    static = (i != j) & (~same | (j < i)) & (c2[:, None] <= c2[None, :])  # b_i vs c = b_j
+    linear = ((c2[:, None] - c2[None, :])[None, :, :]
+              + (c3[:, None] - c3[None, :])[None, :, :] * top[:, None, None]) <= 0.0
+    kept: npt.NDArray[np.bool_] = ~(static[None, :, :] & linear).any(axis=2)
+    return kept
+
+
+def _d_work(P: int, d: int, mu: FloatArray) -> int:
+    return 3 * P * d
+
+
+def _d_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
+               mus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`backward_accum_lambdas` on a batch (the same floats: the same branches kept)."""
+    Ma, Ka = np.asarray(Ms, dtype=np.float64), np.asarray(Ks, dtype=np.float64)
+    branches = _d_branches(d)
+    kept = _d_kept(branches, Ma + Ka)
+    used = kept.any(axis=0) if len(Ma) else np.ones(len(branches), dtype=bool)  # the branches no element keeps only cost time
+    return potential_lambdas_many(Ma, Ka, np.asarray(mus, dtype=np.float64),
+                                  [b for b, u in zip(branches, used) if u], kept[:, used])
+
+
 _D = PairsTheorem(
     name="backward_accum", kind="potential", table="D", value=backward_accum_value, fine=True,
+    work=_d_work, lambdas=_d_lambdas,
     theorem="Theorem D: dV, dQ, dK products, potential on the accumulators (docs/bounds.md §10)",
     assumptions=BACKWARD_ASSUMPTIONS)
 
@@ -198,8 +236,27 @@ def backward_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((5.0 * d - 2.0 * nu) * P, K, *backward_pooled_lambdas(M, d, K, nu))
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _e_lambdas_one(d: int, M: int, K: int, nu: float) -> tuple[float, float, float]:
+    return backward_pooled_lambdas(M, d, K, nu)
+
+
+def _e_work(P: int, d: int, nu: FloatArray) -> FloatArray:
+    out: FloatArray = (5.0 * d - 2.0 * nu) * float(P)  # (as backward_pooled_value)
+    return out
+
+
+def _e_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
+               nus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`backward_pooled_lambdas` on a batch, each cached on (d, M, K, ν): not on P."""
+    rows = np.array([_e_lambdas_one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
+                    dtype=np.float64).reshape(-1, 3)
+    return rows[:, 0], rows[:, 1], rows[:, 2]
+
+
 _E = PairsTheorem(
     name="backward_pooled", kind="pooled", table="E", value=backward_pooled_value, nu_max=2.4,
+    work=_e_work, lambdas=_e_lambdas,
     theorem="Theorem E: the five backward product families under one budget "
     "(docs/bounds.md §10)",
     assumptions=BACKWARD_ASSUMPTIONS)

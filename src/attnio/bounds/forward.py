@@ -28,10 +28,22 @@ segments, and for Theorem A (as for D) a wider (K, μ) search below 256 segments
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
 from ..core.errors import ParameterError
 from .base import Bound, attention_shape
 from .params import lookup
-from .segments import PairsTheorem, pooled_lambdas, potential_lambdas, segments_bound
+from .segments import (
+    FloatArray,
+    PairsTheorem,
+    pooled_lambdas,
+    potential_lambdas,
+    potential_lambdas_many,
+    segments_bound,
+)
 
 __all__ = ["ASSUMPTIONS", "lookup", "pv_segment", "pv_segment_for", "pv_segment_lambdas",
            "pv_segment_pairs", "pv_segment_value", "qkpv_pooled", "qkpv_pooled_for",
@@ -63,8 +75,21 @@ def pv_segment_value(P: int, d: int, M: int, K: int, mu: float) -> int:
     return segments_bound(P * d, K, *pv_segment_lambdas(M, d, K, mu))
 
 
+def _a_work(P: int, d: int, mu: FloatArray) -> int:
+    return P * d
+
+
+def _a_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
+               mus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`pv_segment_lambdas` on a batch (the same floats)."""
+    return potential_lambdas_many(np.asarray(Ms, dtype=np.float64),
+                                  np.asarray(Ks, dtype=np.float64),
+                                  np.asarray(mus, dtype=np.float64), _a_branches(d))
+
+
 _A = PairsTheorem(
     name="pv_segment", kind="potential", table="A", value=pv_segment_value, fine=True,
+    work=_a_work, lambdas=_a_lambdas,
     theorem="Theorem A: P·V products, potential on the output accumulators (docs/bounds.md §5)",
     assumptions=ASSUMPTIONS)
 
@@ -111,8 +136,27 @@ def qkpv_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((2.0 * d - nu) * P, K, *qkpv_pooled_lambdas(M, d, K, nu))
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _b_lambdas_one(d: int, M: int, K: int, nu: float) -> tuple[float, float, float]:
+    return qkpv_pooled_lambdas(M, d, K, nu)
+
+
+def _b_work(P: int, d: int, nu: FloatArray) -> FloatArray:
+    out: FloatArray = (2.0 * d - nu) * float(P)  # (as qkpv_pooled_value: float · int)
+    return out
+
+
+def _b_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
+               nus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`qkpv_pooled_lambdas` on a batch, each cached on (d, M, K, ν): not on P."""
+    rows = np.array([_b_lambdas_one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
+                    dtype=np.float64).reshape(-1, 3)
+    return rows[:, 0], rows[:, 1], rows[:, 2]
+
+
 _B = PairsTheorem(
     name="qkpv_pooled", kind="pooled", table="B", value=qkpv_pooled_value, nu_max=1.9,
+    work=_b_work, lambdas=_b_lambdas,
     theorem="Theorem B: QKᵀ and P·V products under one budget (docs/bounds.md §6)",
     assumptions=ASSUMPTIONS)
 

@@ -32,6 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from ..core.checks import check_int
 from ..core.workload import MAX_M, Shape
 from . import params
@@ -133,6 +136,136 @@ def potential_lambdas(M: float, K: float, mu: float,
     lam_f = mu * K + _polygon_max(par_f, branches, mu, g)
     lam_l = mu * (M + K) + _polygon_max(par_l, branches, mu, g)
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+
+
+# ---------------------------------------------------------------------------- vectorised (numpy)
+# The searches below evaluate a theorem at many (M, K, multiplier) at once.  Every value equals the
+# scalar code's bit for bit: the same floating-point operations in the same order, elementwise
+# (numpy's +, -, *, /, sqrt and comparisons are IEEE double like Python's), the cubes of the
+# vertical edges' peaks by Python's own float power (numpy's may round differently), every
+# degenerate case of the scalar code (coinciding vertices, μ² underflowing) decided per element,
+# and the integer arithmetic of segments_bound exact (tests/test_bounds_values.py).
+FloatArray = npt.NDArray[np.float64]
+
+
+def _cubes(x: FloatArray) -> FloatArray:
+    """``x ** 3`` elementwise, rounded as the scalar code's ``p0 ** 3`` (Python's float power)."""
+    return np.array([v ** 3 for v in x.tolist()], dtype=np.float64)
+
+
+def _sum_line_peaks(T: FloatArray, c2: float, c3: float) -> FloatArray:
+    """:func:`sum_line_peak` elementwise (the same operations)."""
+    if c3 == 0.0:
+        return 2.0 * T / 3.0
+    if c2 == 0.0:
+        return 0.75 * T
+    b = 3.0 * (c3 * T - c2)
+    return (b + np.sqrt(b * b + 32.0 * c2 * c3 * T)) / (8.0 * c3)
+
+
+def _polygon_max_many(poly: Sequence[tuple[FloatArray, FloatArray]], c2: FloatArray,
+                      c3: FloatArray, kept: npt.NDArray[np.bool_], mu: FloatArray,
+                      mu4: FloatArray) -> FloatArray:
+    """:func:`_polygon_max` elementwise: ``poly`` the vertices (p, q) as arrays over the elements,
+    ``kept`` (elements × branches) the branches in effect per element, ``mu4`` = 4·μ·μ.  The
+    candidate points are the scalar code's, per element (an edge's kind is decided per element:
+    ``p0 == p1`` a vertical edge, else ``q0 != q1`` a sum line), and their maximum is the same
+    float (a maximum does not depend on the order of its candidates)."""
+    ps: list[FloatArray] = []
+    qs: list[FloatArray] = []
+    oks: list[npt.NDArray[np.bool_]] = []
+    n = len(mu)
+    allok = np.ones(n, dtype=bool)
+    for p, q in poly:
+        ps.append(p)
+        qs.append(q)
+        oks.append(allok)
+    nv = len(poly)
+    for i in range(nv):
+        (p0, q0), (p1, q1) = poly[i], poly[(i + 1) % nv]
+        vert = p0 == p1
+        peak = vert & (mu4 > 0.0) & (p0 > 0.0)
+        if peak.any():
+            lo, hi = np.minimum(q0, q1), np.maximum(q0, q1)
+            cube = _cubes(p0)
+            for j in range(len(c2)):
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    qv = (c2[j] * p0 * p0 + c3[j] * cube) / mu4
+                ok = peak & kept[:, j] & (lo < qv) & (qv < hi)
+                if ok.any():
+                    ps.append(p0)
+                    qs.append(qv)
+                    oks.append(ok)
+        line = ~vert & (q0 != q1)
+        if line.any():
+            T = p0 + q0
+            lo, hi = np.minimum(p0, p1), np.maximum(p0, p1)
+            for j in range(len(c2)):
+                pv = _sum_line_peaks(T, float(c2[j]), float(c3[j]))
+                ok = line & kept[:, j] & (lo < pv) & (pv < hi)
+                if ok.any():
+                    ps.append(pv)
+                    qs.append(T - pv)
+                    oks.append(ok)
+    P = np.maximum(np.stack(ps, axis=1), 0.0)  # elements × candidates
+    Q = np.maximum(np.stack(qs, axis=1), 0.0)
+    Pb = P[:, :, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        G = c2 * Pb * Pb + c3 * Pb * Pb * Pb  # elements × candidates × branches
+    G = np.where(kept[:, None, :], G, -np.inf).max(axis=2)
+    with np.errstate(over="ignore", invalid="ignore"):
+        F = np.sqrt(Q * G) - mu[:, None] * (P + Q)
+    # (a NaN never wins in the scalar code's ``v > best``)
+    F = np.where(np.stack(oks, axis=1) & ~np.isnan(F), F, -np.inf)
+    out: FloatArray = F.max(axis=1)
+    return out
+
+
+def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
+                           branches: Sequence[Branch],
+                           kept: npt.NDArray[np.bool_] | None = None,
+                           ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`potential_lambdas` elementwise over arrays M, K, μ (broadcast): the same floats.
+    ``kept`` (elements × branches): the branches in effect per element (default all)."""
+    Ma, Ka, mua = (np.asarray(a, dtype=np.float64) for a in np.broadcast_arrays(M, K, mu))
+    Ma, Ka, mua = Ma.ravel(), Ka.ravel(), mua.ravel()
+    if not len(Ma):
+        return Ma.copy(), Ma.copy(), Ma.copy()
+    c2 = np.array([b[0] for b in branches], dtype=np.float64)
+    c3 = np.array([b[1] for b in branches], dtype=np.float64)
+    if kept is None:
+        kept = np.ones((len(Ma), len(branches)), dtype=bool)
+    z = np.zeros_like(Ma)
+    MK = Ma + Ka
+    mu4 = 4.0 * mua * mua
+    hexa = ((z, Ka), (z, MK), (Ma, MK), (MK, Ma), (MK, z), (Ka, z))
+    par_f = ((z, Ka), (z, MK), (Ka, Ma), (Ka, z))
+    par_l = ((Ka, z), (MK, z), (Ma, Ka), (z, Ka))
+    lam = mua * MK + _polygon_max_many(hexa, c2, c3, kept, mua, mu4)
+    lam_f = mua * Ka + _polygon_max_many(par_f, c2, c3, kept, mua, mu4)
+    lam_l = mua * MK + _polygon_max_many(par_l, c2, c3, kept, mua, mu4)
+    return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+
+
+def segments_bound_many(work: float | int | FloatArray, K: Sequence[int], lam: FloatArray,
+                        lam_f: FloatArray, lam_l: FloatArray) -> list[int]:
+    """:func:`segments_bound` elementwise: the same integers.  An int ``work`` is compared with
+    the floats exactly, as Python compares an int with a float (by the least float >= work), and
+    subtracted as ``float(work)``, as Python does; the products K·(h - 1) are Python ints."""
+    if isinstance(work, int):
+        wf = float(work)
+        w_cmp = wf if wf >= work else math.nextafter(wf, math.inf)
+        w: float | FloatArray = wf
+    else:
+        w = w_cmp = work  # type: ignore[assignment]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        c = np.ceil((w - lam_f - lam_l) / lam)  # h - 2 (h >= 3)
+    c = np.where(w_cmp <= lam_f + lam_l, 0.0, c)
+    c = np.where(w_cmp <= lam_f, -1.0, c)
+    Ks = np.asarray(K, dtype=np.int64)
+    if len(Ks) and (float(c.max()) + 1.0) * float(Ks.max()) < 2.0 ** 62:
+        return ((c.astype(np.int64) + 1) * Ks).tolist()  # type: ignore[no-any-return]
+    return [k * (1 + int(h)) for k, h in zip(Ks.tolist(), c.tolist())]
 
 
 # ---------------------------------------------------------------------------- pooled (B, E)
@@ -255,23 +388,87 @@ FINE_SEGMENTS = 256
 FINE_MIN_WORK = 1 << 20
 
 
+#: The batched bisections of :func:`fine_best` evaluate this many levels of each bisection's tree
+#: per batch (2^depth − 1 points per tooth), then walk them: the same steps as one at a time.
+EDGE_DEPTH = 3
+
+#: ``values(Ks, qs)``: the theorem's value at each (K, multiplier) pair, at one M (a batch).
+Values = Callable[[Sequence[int], Sequence[float]], list[int]]
+
+
+def _batched(value: Callable[[int, float], int]) -> Values:
+    """A batch evaluation by ``value`` one pair at a time."""
+    def values(Ks: Sequence[int], qs: Sequence[float]) -> list[int]:
+        return [value(K, q) for K, q in zip(Ks, qs)]
+    return values
+
+
 def _right_edge(value: Callable[[int, float], int], q: float, n: int, a: int,
                 b: int) -> tuple[int, int]:
     """(value, K) at the largest K in [a, b) with h − 1 >= n (``value(K, q) >= n·K``), given that
     a has it and b has not: a bisection (h − 1 does not increase with K)."""
-    va = value(a, q)
-    while b - a > 1:
-        c = (a + b) // 2
-        vc = value(c, q)
-        if vc >= n * c:
-            a, va = c, vc
-        else:
-            b = c
-    return va, a
+    return _right_edges(_batched(value), [(q, n, a, value(a, q), b)])[0]
+
+
+def _right_edges(values: Values, jobs: Sequence[tuple[float, int, int, int, int]],
+                 depth: int = EDGE_DEPTH) -> list[tuple[int, int]]:
+    """:func:`_right_edge` of every job (q, n, a, value(a, q), b) at once: each bisection's next
+    ``depth`` levels (the midpoints it can visit) are evaluated in one batch for all the jobs,
+    then each bisection walks them, step by step as it would one point at a time."""
+    state = [[a, b, va] for _, _, a, va, b in jobs]
+    while True:
+        Ks: list[int] = []
+        qs: list[float] = []
+        owner: list[int] = []
+        for i, ((q, _, _, _, _), (a0, b0, _)) in enumerate(zip(jobs, state)):
+            stack = [(a0, b0, depth)]
+            while stack:
+                a, b, left = stack.pop()
+                if b - a <= 1 or left == 0:
+                    continue
+                c = (a + b) // 2
+                Ks.append(c)
+                qs.append(q)
+                owner.append(i)
+                stack.append((a, c, left - 1))
+                stack.append((c, b, left - 1))
+        if not Ks:
+            return [(va, a) for a, _, va in state]
+        got: list[dict[int, int]] = [{} for _ in jobs]
+        for i, c, v in zip(owner, Ks, values(Ks, qs)):
+            got[i][c] = v
+        for (_, n, _, _, _), st, seen in zip(jobs, state, got):
+            a, b, va = st
+            for _ in range(depth):
+                if b - a <= 1:
+                    break
+                c = (a + b) // 2
+                vc = seen[c]
+                if vc >= n * c:
+                    a, va = c, vc
+                else:
+                    b = c
+            st[0], st[1], st[2] = a, b, va
+
+
+def fine_ks(M: int, kappa: float, wide: bool = True) -> list[int]:
+    """The segment lengths :func:`fine_best` samples at each multiple (sorted, distinct)."""
+    lo, hi = FINE_F
+    fs = [lo * (hi / lo) ** (i / (FINE_SAMPLES - 1)) for i in range(FINE_SAMPLES)]
+    if not wide:
+        fs = fs[::2]
+    return sorted({max(1, round(f * kappa * M)) for f in fs})
+
+
+def fine_multipliers(p: float, wide: bool = True) -> list[float]:
+    """The multipliers :func:`fine_best` tries: the multiples of p."""
+    return [m * p for m in (FINE_MULTIPLIERS if wide else (0.8, 1.0, 1.2))]
 
 
 def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float,
-              best: tuple[int, int, float], wide: bool = True) -> tuple[int, int, float]:
+              best: tuple[int, int, float], wide: bool = True, *,
+              values: Values | None = None,
+              samples: list[int] | None = None) -> tuple[int, int, float]:
     """``best`` improved by a wider search of (K, multiplier), for an execution of few segments.
 
     ``value(K, q) = K·(h − 1)``, h the least number of segments the theorem allows: for fixed q
@@ -283,21 +480,27 @@ def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float
     of the best sample's (bracketed by the samples, then bisected) and keeps the largest
     n·K_edge.  Every (K, q) gives a valid bound (docs/bounds.md §12): the search only picks a
     tighter one, at a bounded number of evaluations (O(1) in N).  ``wide=False``: the earlier,
-    narrower search (multiples 0.8, 1, 1.2, every other f, the best sample's tooth only)."""
-    lo, hi = FINE_F
-    fs = [lo * (hi / lo) ** (i / (FINE_SAMPLES - 1)) for i in range(FINE_SAMPLES)]
-    if not wide:
-        fs = fs[::2]
-    Ks = sorted({max(1, round(f * kappa * M)) for f in fs})
+    narrower search (multiples 0.8, 1, 1.2, every other f, the best sample's tooth only).
+
+    ``values``: the same function on a batch (``values(Ks, qs)``, one call for every sample, one
+    per few levels of all the bisections together); ``samples``: its values at the grid
+    :func:`fine_ks` × :func:`fine_multipliers` (multiplier-major), if already known."""
+    Ks = fine_ks(M, kappa, wide)
+    batch = values if values is not None else _batched(value)
+    qs_all = fine_multipliers(p, wide)
+    if samples is None:
+        samples = batch([K for _ in qs_all for K in Ks], [q for q in qs_all for _ in Ks])
     top = best
     rows = []
-    for q in (m * p for m in (FINE_MULTIPLIERS if wide else (0.8, 1.0, 1.2))):
-        vals = [value(K, q) for K in Ks]
-        i = max(range(len(Ks)), key=lambda j: vals[j])
+    nk = len(Ks)
+    for r, q in enumerate(qs_all):
+        vals = samples[r * nk:(r + 1) * nk]
+        i = max(range(nk), key=lambda j: vals[j])
         rows.append((vals[i], q, vals, i))
         if vals[i] > top[0]:
             top = (vals[i], Ks[i], q)
     reach = FINE_TEETH if wide else 0
+    jobs = []
     for _, q, vals, i in sorted(rows, key=lambda r: r[0], reverse=True)[:FINE_BEST if wide else 1]:
         if vals[i] <= 0:
             continue
@@ -305,14 +508,42 @@ def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float
         n0 = ns[i]
         for n in range(max(1, n0 - reach), n0 + reach + 1):
             # the last sample with h − 1 >= n, and the next one (which has less)
-            a = max((j for j in range(len(Ks)) if ns[j] >= n), default=-1)
+            a = max((j for j in range(nk) if ns[j] >= n), default=-1)
             if a < 0:
                 continue
-            b = Ks[a + 1] if a + 1 < len(Ks) else 2 * Ks[a]
-            v, K = _right_edge(value, q, n, Ks[a], b)
-            if v > top[0]:
-                top = (v, K, q)
+            b = Ks[a + 1] if a + 1 < nk else 2 * Ks[a]
+            jobs.append((q, n, Ks[a], vals[a], b))
+    for (q, _, _, _, _), (v, K) in zip(jobs, _right_edges(batch, jobs)):
+        if v > top[0]:
+            top = (v, K, q)
     return top
+
+
+def tabulated_candidates(M: int, kappa: float, p: float, *, zero_too: bool,
+                         retry: bool) -> list[tuple[int, float]]:
+    """The (K, multiplier) pairs :func:`tabulated_best` may try, in its order: the tabulated one
+    first, then (with ``retry``) the other segment lengths."""
+    K = max(1, round(kappa * M))
+    out = [(K, p)]
+    if retry:
+        for f in K_FACTORS:
+            K2 = max(1, round(f * kappa * M))
+            for p2 in ((p, 0.0) if zero_too else (p,)):
+                out.append((K2, p2))
+    return out
+
+
+def tabulated_pick(cands: Sequence[tuple[int, float]], vals: Sequence[int]
+                   ) -> tuple[int, int, float]:
+    """:func:`tabulated_best`'s choice among its candidates, given all their values: the first
+    unless it has few segments, then the largest (the first of equal ones)."""
+    K, p = cands[0]
+    best = (vals[0], K, p)
+    if best[0] < FEW_SEGMENTS * K:
+        for (K2, p2), v in zip(cands[1:], vals[1:]):
+            if v > best[0]:
+                best = (v, K2, p2)
+    return best
 
 
 def tabulated_best(value: Callable[[int, float], int], M: int, kappa: float, p: float, *,
@@ -321,16 +552,12 @@ def tabulated_best(value: Callable[[int, float], int], M: int, kappa: float, p: 
     ``K = κ·M`` and multiplier p and, when the execution has few segments (and ``retry``), at
     ``K = f·κ·M`` for f in :data:`K_FACTORS`, with p and, if ``zero_too``, with 0 (no potential).
     Every (K, multiplier) gives a valid bound: this only picks the tightest of a few."""
-    K = max(1, round(kappa * M))
-    best = (value(K, p), K, p)
-    if best[0] < FEW_SEGMENTS * K and retry:
-        for f in K_FACTORS:
-            K2 = max(1, round(f * kappa * M))
-            for p2 in ((p, 0.0) if zero_too else (p,)):
-                v = value(K2, p2)
-                if v > best[0]:
-                    best = (v, K2, p2)
-    return best
+    cands = tabulated_candidates(M, kappa, p, zero_too=zero_too, retry=retry)
+    K, p = cands[0]
+    v = value(K, p)
+    if v >= FEW_SEGMENTS * K:
+        return v, K, p
+    return tabulated_pick(cands, [v] + [value(K2, p2) for K2, p2 in cands[1:]])
 
 
 #: Closure under more memory is tried only when the bound at M spans fewer segments than this: with
@@ -356,6 +583,7 @@ def more_memory_grid(M: int, steps: int = MORE_MEMORY_STEPS) -> list[int]:
 
 
 def more_memory(at: Callable[[int, bool], tuple[int, int, float]], M: int,
+                at_many: Callable[[Sequence[int], bool], list[tuple[int, int, float]]] | None = None,
                 ) -> tuple[int, int, float, int]:
     """(value, K, multiplier, M'): a bound at M closed under more memory.
 
@@ -365,24 +593,27 @@ def more_memory(at: Callable[[int, bool], tuple[int, int, float]], M: int,
     evaluates the theorem at M' (``refine``: also its few-segment parameter refinements).  The
     scan runs only when the bound at M spans fewer than :data:`MORE_MEMORY_SEGMENTS` segments,
     over :func:`more_memory_grid`, cheaply (no refinement), and the three best M' found are
-    then refined."""
+    then refined.  ``at_many(Ms, refine)``: ``at`` on a batch (the scan's every M' in one call,
+    the same choices)."""
     v, K, p = at(M, True)
     best = (v, K, p, M)
     if K > 0 and v >= MORE_MEMORY_SEGMENTS * K:
         return best
+    grid = [M2 for M2 in more_memory_grid(M) if M2 <= MAX_M]  # (the grid increases)
+    if at_many is not None:
+        scanned = [r[0] for r in at_many(grid, False)]
     found: list[tuple[int, int]] = []
     zeros = 0
-    for M2 in more_memory_grid(M):
-        if M2 > MAX_M:
-            break
-        v2 = at(M2, False)[0]
+    for i, M2 in enumerate(grid):
+        v2 = scanned[i] if at_many is not None else at(M2, False)[0]
         zeros = zeros + 1 if v2 == 0 else 0
         if v2 > 0:
             found.append((v2, M2))
         if zeros >= 3:
             break
-    for _, M2 in sorted(found, reverse=True)[:3]:  # refine the three best
-        v2, K2, p2 = at(M2, True)
+    top = [M2 for _, M2 in sorted(found, reverse=True)[:3]]  # refine the three best
+    refined = at_many(top, True) if at_many is not None else [at(M2, True) for M2 in top]
+    for M2, (v2, K2, p2) in zip(top, refined):
         if v2 > best[0]:
             best = (v2, K2, p2, M2)
     return best
@@ -416,6 +647,22 @@ class PairsTheorem:
     #: with few segments, also :func:`fine_best`'s wider (K, multiplier) search at the M' chosen
     #: (kind "potential" only: a pooled ν must stay below nu_max·d)
     fine: bool = False
+    #: the work the segments must do, ``work(P, d, multipliers)`` (an int, or floats per
+    #: multiplier), and the per-segment maxima (Λ, Λ_f, Λ_l) on a batch,
+    #: ``lambdas(d, Ms, Ks, multipliers)``: together the vectorised ``value`` (the same integers,
+    #: :func:`segments_bound_many`); None: ``value`` one at a time
+    work: Callable[[int, int, FloatArray], int | FloatArray] | None = None
+    lambdas: Callable[[int, Sequence[int], Sequence[int], Sequence[float]],
+                      tuple[FloatArray, FloatArray, FloatArray]] | None = None
+
+    def values(self, P: int, d: int, Ms: Sequence[int], Ks: Sequence[int],
+               qs: Sequence[float]) -> list[int]:
+        """``[value(P, d, M, K, q) for (M, K, q) in zip(Ms, Ks, qs)]``, vectorised (the same
+        integers; no argument checks: the searches stay in range)."""
+        if self.work is None or self.lambdas is None:
+            return [self.value(P, d, M, K, q) for M, K, q in zip(Ms, Ks, qs)]
+        return segments_bound_many(self.work(P, d, np.asarray(qs, dtype=np.float64)), Ks,
+                                   *self.lambdas(d, Ms, Ks, qs))
 
     def search(self, P: int, d: int, M: int, refine: bool = True) -> tuple[int, int, float]:
         """(value, K, multiplier) of the best of the few parameters tried at M itself (cached);
@@ -451,27 +698,85 @@ class PairsTheorem:
 def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, float, int]:
     if P == 0:
         return 0, 0, 0.0, M
-    v, K, p, M2 = more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M)
+    v, K, p, M2 = more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
+                              lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
     if theorem.fine and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen: a wider search
         kappa, p0 = _tabulated(theorem, d, M2)
+        wide = P * d >= FINE_MIN_WORK
+        Ks, qs, lams = _fine_lambdas(theorem, d, M2, wide)
+        samples = (theorem.values(P, d, [M2] * len(Ks), Ks, qs) if lams is None else
+                   segments_bound_many(_work(theorem, P, d, qs), Ks, *lams))
         v, K, p = fine_best(lambda K2, q: theorem.value(P, d, M2, K2, q), M2, kappa, p0,
-                            (v, K, p), wide=P * d >= FINE_MIN_WORK)
+                            (v, K, p), wide=wide, samples=samples,
+                            values=lambda K2s, q2s: theorem.values(P, d, [M2] * len(K2s),
+                                                                   K2s, q2s))
     return v, K, p, M2
+
+
+def _work(theorem: PairsTheorem, P: int, d: int, qs: Sequence[float]) -> int | FloatArray:
+    assert theorem.work is not None
+    return theorem.work(P, d, np.asarray(qs, dtype=np.float64))
+
+
+@functools.lru_cache(maxsize=256)
+def _fine_lambdas(theorem: PairsTheorem, d: int, M: int, wide: bool
+                  ) -> tuple[list[int], list[float],
+                             tuple[FloatArray, FloatArray, FloatArray] | None]:
+    """The sample grid of :func:`fine_best` at M, multiplier-major, and the theorem's (Λ, Λ_f,
+    Λ_l) there (None without a vectorised ``lambdas``): they do not depend on P (cached)."""
+    kappa, p0 = _tabulated(theorem, d, M)
+    ks, mults = fine_ks(M, kappa, wide), fine_multipliers(p0, wide)
+    Ks = [K for _ in mults for K in ks]
+    qs = [q for q in mults for _ in ks]
+    if theorem.lambdas is None:
+        return Ks, qs, None
+    return Ks, qs, theorem.lambdas(d, [M] * len(Ks), Ks, qs)
 
 
 @functools.lru_cache(maxsize=4 * 4096)
 def _search(theorem: PairsTheorem, P: int, d: int, M: int,
             refine: bool = True) -> tuple[int, int, float]:
-    if P == 0:
-        return 0, 0, 0.0
-    kappa, p = _tabulated(theorem, d, M)
+    return _search_many(theorem, P, d, (M,), refine)[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def _candidates(theorem: PairsTheorem, d: int, Ms: tuple[int, ...], refine: bool
+                ) -> tuple[list[list[tuple[int, float]]], list[int], list[int], list[float],
+                           tuple[FloatArray, FloatArray, FloatArray] | None]:
+    """Per M in Ms the candidates of :func:`tabulated_candidates` (with ``retry`` as
+    :func:`_search` sets it), and flattened (M, K, multiplier) with the theorem's (Λ, Λ_f, Λ_l)
+    there (None without a vectorised ``lambdas``): they do not depend on P (cached)."""
     potential = theorem.kind == "potential"
+    per: list[list[tuple[int, float]]] = []
+    fM: list[int] = []
+    fK: list[int] = []
+    fq: list[float] = []
+    for M in Ms:
+        kappa, p = _tabulated(theorem, d, M)
+        cands = tabulated_candidates(M, kappa, p, zero_too=potential,
+                                     retry=refine and (potential or M <= 16 * d * d))
+        per.append(cands)
+        fM += [M] * len(cands)
+        fK += [K for K, _ in cands]
+        fq += [q for _, q in cands]
+    lams = None if theorem.lambdas is None else theorem.lambdas(d, fM, fK, fq)
+    return per, fM, fK, fq, lams
 
-    def value(K: int, q: float) -> int:
-        return theorem.value(P, d, M, K, q)
 
-    return tabulated_best(value, M, kappa, p, zero_too=potential,
-                          retry=refine and (potential or M <= 16 * d * d))
+def _search_many(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...],
+                 refine: bool = True) -> list[tuple[int, int, float]]:
+    """:func:`tabulated_best` at each M of Ms (its parameters tabulated there), on one batch."""
+    if P == 0:
+        return [(0, 0, 0.0) for _ in Ms]
+    per, fM, fK, fq, lams = _candidates(theorem, d, Ms, refine)
+    vals = (theorem.values(P, d, fM, fK, fq) if lams is None else
+            segments_bound_many(_work(theorem, P, d, fq), fK, *lams))
+    out = []
+    i = 0
+    for cands in per:
+        out.append(tabulated_pick(cands, vals[i:i + len(cands)]))
+        i += len(cands)
+    return out
 
 
 def _tabulated(theorem: PairsTheorem, d: int, M: int) -> tuple[float, float]:
