@@ -153,14 +153,19 @@ def _cubes(x: FloatArray) -> FloatArray:
     return np.array([v ** 3 for v in x.tolist()], dtype=np.float64)
 
 
-def _sum_line_peaks(T: FloatArray, c2: float, c3: float) -> FloatArray:
-    """:func:`sum_line_peak` elementwise (the same operations)."""
-    if c3 == 0.0:
-        return 2.0 * T / 3.0
-    if c2 == 0.0:
-        return 0.75 * T
-    b = 3.0 * (c3 * T - c2)
-    return (b + np.sqrt(b * b + 32.0 * c2 * c3 * T)) / (8.0 * c3)
+def _sum_line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray) -> FloatArray:
+    """:func:`sum_line_peak` elementwise, T (elements) × branches (c2, c3): the same operations
+    (its two special cases by branch)."""
+    Tc = T[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = 3.0 * (c3 * Tc - c2)
+        out: FloatArray = (b + np.sqrt(b * b + 32.0 * c2 * c3 * Tc)) / (8.0 * c3)
+    if (c3 == 0.0).any():
+        out[:, c3 == 0.0] = 2.0 * Tc / 3.0
+    c2only = (c2 == 0.0) & (c3 != 0.0)
+    if c2only.any():
+        out[:, c2only] = 0.75 * Tc
+    return out
 
 
 def _polygon_max_many(poly: Sequence[tuple[FloatArray, FloatArray]], c2: FloatArray,
@@ -171,53 +176,45 @@ def _polygon_max_many(poly: Sequence[tuple[FloatArray, FloatArray]], c2: FloatAr
     candidate points are the scalar code's, per element (an edge's kind is decided per element:
     ``p0 == p1`` a vertical edge, else ``q0 != q1`` a sum line), and their maximum is the same
     float (a maximum does not depend on the order of its candidates)."""
-    ps: list[FloatArray] = []
-    qs: list[FloatArray] = []
-    oks: list[npt.NDArray[np.bool_]] = []
-    n = len(mu)
-    allok = np.ones(n, dtype=bool)
-    for p, q in poly:
-        ps.append(p)
-        qs.append(q)
-        oks.append(allok)
+    n, nb = len(mu), len(c2)
+    ps: list[FloatArray] = [np.stack([p for p, _ in poly], axis=1)]  # elements × candidates
+    qs: list[FloatArray] = [np.stack([q for _, q in poly], axis=1)]
+    oks: list[npt.NDArray[np.bool_]] = [np.ones((n, len(poly)), dtype=bool)]
     nv = len(poly)
     for i in range(nv):
         (p0, q0), (p1, q1) = poly[i], poly[(i + 1) % nv]
         vert = p0 == p1
         peak = vert & (mu4 > 0.0) & (p0 > 0.0)
         if peak.any():
-            lo, hi = np.minimum(q0, q1), np.maximum(q0, q1)
-            cube = _cubes(p0)
-            for j in range(len(c2)):
-                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                    qv = (c2[j] * p0 * p0 + c3[j] * cube) / mu4
-                ok = peak & kept[:, j] & (lo < qv) & (qv < hi)
-                if ok.any():
-                    ps.append(p0)
-                    qs.append(qv)
-                    oks.append(ok)
+            lo, hi = np.minimum(q0, q1)[:, None], np.maximum(q0, q1)[:, None]
+            pc = p0[:, None]
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                qv = (c2 * pc * pc + c3 * _cubes(p0)[:, None]) / mu4[:, None]
+            ps.append(np.broadcast_to(pc, (n, nb)))
+            qs.append(qv)
+            oks.append(peak[:, None] & kept & (lo < qv) & (qv < hi))
         line = ~vert & (q0 != q1)
         if line.any():
             T = p0 + q0
-            lo, hi = np.minimum(p0, p1), np.maximum(p0, p1)
-            for j in range(len(c2)):
-                pv = _sum_line_peaks(T, float(c2[j]), float(c3[j]))
-                ok = line & kept[:, j] & (lo < pv) & (pv < hi)
-                if ok.any():
-                    ps.append(pv)
-                    qs.append(T - pv)
-                    oks.append(ok)
-    P = np.maximum(np.stack(ps, axis=1), 0.0)  # elements × candidates
-    Q = np.maximum(np.stack(qs, axis=1), 0.0)
-    Pb = P[:, :, None]
+            lo, hi = np.minimum(p0, p1)[:, None], np.maximum(p0, p1)[:, None]
+            pv = _sum_line_peaks(T, c2, c3)
+            ps.append(pv)
+            qs.append(T[:, None] - pv)
+            oks.append(line[:, None] & kept & (lo < pv) & (pv < hi))
+    ok_all = np.concatenate(oks, axis=1)
+    rows = np.nonzero(ok_all)[0]  # (row-major: every element's candidates together, in order)
+    P = np.maximum(np.concatenate(ps, axis=1)[ok_all], 0.0)
+    Q = np.maximum(np.concatenate(qs, axis=1)[ok_all], 0.0)
+    Pb = P[:, None]
     with np.errstate(over="ignore", invalid="ignore"):
-        G = c2 * Pb * Pb + c3 * Pb * Pb * Pb  # elements × candidates × branches
-    G = np.where(kept[:, None, :], G, -np.inf).max(axis=2)
+        G = c2 * Pb * Pb + c3 * Pb * Pb * Pb  # candidates × branches
+    G = np.where(kept[rows], G, -np.inf).max(axis=1)
     with np.errstate(over="ignore", invalid="ignore"):
-        F = np.sqrt(Q * G) - mu[:, None] * (P + Q)
-    # (a NaN never wins in the scalar code's ``v > best``)
-    F = np.where(np.stack(oks, axis=1) & ~np.isnan(F), F, -np.inf)
-    out: FloatArray = F.max(axis=1)
+        F = np.sqrt(Q * G) - mu[rows] * (P + Q)
+    F = np.where(np.isnan(F), -np.inf, F)  # (a NaN never wins in the scalar code's v > best)
+    # every element has its vertices among the candidates: one segment of rows each
+    starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
+    out: FloatArray = np.maximum.reduceat(F, starts)
     return out
 
 
