@@ -156,7 +156,7 @@ def backward_accum_value(P: int, d: int, M: int, K: int, mu: float) -> int:
 
 
 def _d_kept(branches: Sequence[tuple[float, float]], top: FloatArray) -> npt.NDArray[np.bool_]:
-    """(elements × branches) the branches :func:`backward_accum_lambdas` keeps at each top =
+    """(branches × elements) the branches :func:`backward_accum_lambdas` keeps at each top =
     M + K: the same tests (:func:`_dominated`, the first of equal branches kept), elementwise."""
     c2 = np.array([b[0] for b in branches], dtype=np.float64)
     c3 = np.array([b[1] for b in branches], dtype=np.float64)
@@ -164,9 +164,9 @@ def _d_kept(branches: Sequence[tuple[float, float]], top: FloatArray) -> npt.NDA
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     same = (c2[:, None] == c2[None, :]) & (c3[:, None] == c3[None, :])
     static = (i != j) & (~same | (j < i)) & (c2[:, None] <= c2[None, :])  # b_i vs c = b_j
-    linear = ((c2[:, None] - c2[None, :])[None, :, :]
-              + (c3[:, None] - c3[None, :])[None, :, :] * top[:, None, None]) <= 0.0
-    kept: npt.NDArray[np.bool_] = ~(static[None, :, :] & linear).any(axis=2)
+    linear = ((c2[:, None] - c2[None, :])[:, :, None]
+              + (c3[:, None] - c3[None, :])[:, :, None] * top) <= 0.0  # i × j × elements
+    kept: npt.NDArray[np.bool_] = ~(static[:, :, None] & linear).any(axis=1)
     return kept
 
 
@@ -180,9 +180,10 @@ def _d_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
     Ma, Ka = np.asarray(Ms, dtype=np.float64), np.asarray(Ks, dtype=np.float64)
     branches = _d_branches(d)
     kept = _d_kept(branches, Ma + Ka)
-    used = kept.any(axis=0) if len(Ma) else np.ones(len(branches), dtype=bool)  # the branches no element keeps only cost time
+    # (the branches no element keeps only cost time)
+    used = kept.any(axis=1) if len(Ma) else np.ones(len(branches), dtype=bool)
     return potential_lambdas_many(Ma, Ka, np.asarray(mus, dtype=np.float64),
-                                  [b for b, u in zip(branches, used) if u], kept[:, used])
+                                  [b for b, u in zip(branches, used) if u], kept[used])
 
 
 _D = PairsTheorem(

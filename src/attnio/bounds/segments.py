@@ -154,68 +154,118 @@ def _cubes(x: FloatArray) -> FloatArray:
 
 
 def _sum_line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray) -> FloatArray:
-    """:func:`sum_line_peak` elementwise, T (elements) × branches (c2, c3): the same operations
-    (its two special cases by branch)."""
-    Tc = T[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        b = 3.0 * (c3 * Tc - c2)
-        out: FloatArray = (b + np.sqrt(b * b + 32.0 * c2 * c3 * Tc)) / (8.0 * c3)
+    """:func:`sum_line_peak` elementwise, lines T (lines × pairs) × branches (c2, c3): (lines ×
+    branches × pairs), the same operations (its two special cases by branch)."""
+    c2c, c3c, Tc = c2[:, None], c3[:, None], T[:, None, :]
+    b = 3.0 * (c3c * Tc - c2c)
+    out: FloatArray = (b + np.sqrt(b * b + 32.0 * c2c * c3c * Tc)) / (8.0 * c3c)
     if (c3 == 0.0).any():
-        out[:, c3 == 0.0] = 2.0 * Tc / 3.0
+        out[:, c3 == 0.0, :] = 2.0 * Tc / 3.0
     c2only = (c2 == 0.0) & (c3 != 0.0)
     if c2only.any():
-        out[:, c2only] = 0.75 * Tc
+        out[:, c2only, :] = 0.75 * Tc
     return out
 
 
-def _polygon_max_many(poly: Sequence[tuple[FloatArray, FloatArray]], c2: FloatArray,
-                      c3: FloatArray, kept: npt.NDArray[np.bool_], mu: FloatArray,
-                      mu4: FloatArray) -> FloatArray:
-    """:func:`_polygon_max` elementwise: ``poly`` the vertices (p, q) as arrays over the elements,
-    ``kept`` (elements × branches) the branches in effect per element, ``mu4`` = 4·μ·μ.  The
-    candidate points are the scalar code's, per element (an edge's kind is decided per element:
-    ``p0 == p1`` a vertical edge, else ``q0 != q1`` a sum line), and their maximum is the same
-    float (a maximum does not depend on the order of its candidates)."""
-    n, nb = len(mu), len(c2)
-    ps: list[FloatArray] = [np.stack([p for p, _ in poly], axis=1)]  # elements × candidates
-    qs: list[FloatArray] = [np.stack([q for _, q in poly], axis=1)]
-    oks: list[npt.NDArray[np.bool_]] = [np.ones((n, len(poly)), dtype=bool)]
-    nv = len(poly)
-    for i in range(nv):
-        (p0, q0), (p1, q1) = poly[i], poly[(i + 1) % nv]
-        vert = p0 == p1
-        peak = vert & (mu4 > 0.0) & (p0 > 0.0)
-        if peak.any():
-            lo, hi = np.minimum(q0, q1)[:, None], np.maximum(q0, q1)[:, None]
-            pc = p0[:, None]
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                qv = (c2 * pc * pc + c3 * _cubes(p0)[:, None]) / mu4[:, None]
-            ps.append(np.broadcast_to(pc, (n, nb)))
-            qs.append(qv)
-            oks.append(peak[:, None] & kept & (lo < qv) & (qv < hi))
-        line = ~vert & (q0 != q1)
-        if line.any():
-            T = p0 + q0
-            lo, hi = np.minimum(p0, p1)[:, None], np.maximum(p0, p1)[:, None]
-            pv = _sum_line_peaks(T, c2, c3)
-            ps.append(pv)
-            qs.append(T[:, None] - pv)
-            oks.append(line[:, None] & kept & (lo < pv) & (pv < hi))
-    ok_all = np.concatenate(oks, axis=1)
-    rows = np.nonzero(ok_all)[0]  # (row-major: every element's candidates together, in order)
-    P = np.maximum(np.concatenate(ps, axis=1)[ok_all], 0.0)
-    Q = np.maximum(np.concatenate(qs, axis=1)[ok_all], 0.0)
-    Pb = P[:, None]
-    with np.errstate(over="ignore", invalid="ignore"):
-        G = c2 * Pb * Pb + c3 * Pb * Pb * Pb  # candidates × branches
-    G = np.where(kept[rows], G, -np.inf).max(axis=1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        F = np.sqrt(Q * G) - mu[rows] * (P + Q)
-    F = np.where(np.isnan(F), -np.inf, F)  # (a NaN never wins in the scalar code's v > best)
-    # every element has its vertices among the candidates: one segment of rows each
-    starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
-    out: FloatArray = np.maximum.reduceat(F, starts)
+def _g_many(p: FloatArray, c2: FloatArray, c3: FloatArray,
+            kept: npt.NDArray[np.bool_]) -> FloatArray:
+    """g(p) = max over the kept branches of ``c2·p·p + c3·p·p·p`` (the scalar code's operations),
+    p (points × pairs), kept (branches × pairs)."""
+    c2c, c3c = c2[:, None, None], c3[:, None, None]
+    G = c2c * p * p + c3c * p * p * p  # branches × points × pairs
+    out: FloatArray = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
     return out
+
+
+def _potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
+                            branches: Sequence[Branch],
+                            kept: npt.NDArray[np.bool_] | None = None,
+                            ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`potential_lambdas_many` (floating-point warnings off: every edge case is
+    masked as the scalar code decides it)."""
+    Ma, Ka, mua = (np.asarray(a, dtype=np.float64) for a in np.broadcast_arrays(M, K, mu))
+    Ma, Ka, mua = Ma.ravel(), Ka.ravel(), mua.ravel()
+    n, nb = len(Ma), len(branches)
+    if not n:
+        return Ma.copy(), Ma.copy(), Ma.copy()
+    c2 = np.array([b[0] for b in branches], dtype=np.float64)
+    c3 = np.array([b[1] for b in branches], dtype=np.float64)
+    if kept is None:
+        kept = np.ones((nb, n), dtype=bool)
+    order = np.lexsort((Ka, Ma))  # the distinct (M, K): u maps each element to its pair
+    Ms, Ks = Ma[order], Ka[order]
+    new = np.concatenate(([True], (Ms[1:] != Ms[:-1]) | (Ks[1:] != Ks[:-1])))
+    u = np.empty(n, dtype=np.intp)
+    u[order] = np.cumsum(new) - 1
+    first = order[new]
+    if not (kept[:, first][:, u] == kept).all():  # kept not a function of (M, K): no sharing
+        u, first = np.arange(n), np.arange(n)
+    Mu, Ku, kp = Ma[first], Ka[first], kept[:, first]  # the distinct (M, K, kept)
+    MKu = Mu + Ku
+    T2u = Mu + MKu
+    edge = MKu != Mu  # the lines T = M + K and M + (M + K) are edges (else vertical, at p = M)
+    zero = np.zeros_like(Mu)
+    # g at the vertices' p in {0, K, M, M + K} and at the sum lines' peaks (branches each)
+    peaks = _sum_line_peaks(np.stack([Ku, MKu, T2u]), c2, c3)  # 3 × branches × pairs
+    pk = np.maximum(peaks, 0.0)
+    qk = np.maximum(np.stack([Ku, MKu, T2u])[:, None, :] - peaks, 0.0)
+    g = _g_many(np.concatenate([np.stack([zero, Ku, Mu, MKu]), pk.reshape(3 * nb, -1)]),
+                c2, c3, kp)
+    g0, gK, gM, gMK = g[0], g[1], g[2], g[3]
+    gk = g[4:].reshape(3, nb, -1)
+    Sk, Wk = np.sqrt(qk * gk), pk + qk  # √(q·g(p)), p + q at the peaks
+    # the rows that do not depend on μ: (√(q·g(p)), p + q, valid), by polygon
+    vx = {"0K": (np.sqrt(Ku * g0), Ku), "0MK": (np.sqrt(MKu * g0), MKu),
+          "M,MK": (np.sqrt(MKu * gM), Mu + MKu), "MK,M": (np.sqrt(Mu * gMK), MKu + Mu),
+          "MK0": (np.sqrt(zero * gMK), MKu + zero), "K0": (np.sqrt(zero * gK), Ku + zero),
+          "KM": (np.sqrt(Mu * gK), Ku + Mu), "MK": (np.sqrt(Ku * gM), Mu + Ku)}
+    L_K, L_MK, L_T2 = 0, 1, 2
+
+    def inside(line: int, lo: FloatArray, hi: FloatArray,
+               cond: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.bool_]:
+        ok = kp & (lo < peaks[line]) & (peaks[line] < hi)
+        return ok if cond is None else ok & cond
+
+    polys = (  # vertices, (line, where its peaks are inside an edge)
+        (("0K", "0MK", "M,MK", "MK,M", "MK0", "K0"),  # the hexagon
+         ((L_T2, inside(L_T2, Mu, MKu, edge)), (L_K, inside(L_K, zero, Ku)))),
+        (("0K", "0MK", "KM", "K0"),  # the first segment's parallelogram
+         ((L_MK, inside(L_MK, zero, Ku, edge)), (L_K, inside(L_K, zero, Ku)))),
+        (("K0", "MK0", "MK", "0K"),  # the last segment's
+         ((L_MK, inside(L_MK, Mu, MKu, edge)), (L_K, inside(L_K, zero, Ku)))))
+    S_rows, W_rows, ok_rows, sizes = [], [], [], []
+    for verts, lines in polys:
+        S_rows += [vx[v][0][None, :] for v in verts] + [Sk[li] for li, _ in lines]
+        W_rows += [vx[v][1][None, :] for v in verts] + [Wk[li] for li, _ in lines]
+        ok_rows += [np.ones((len(verts), len(Mu)), dtype=bool)] + [ok for _, ok in lines]
+        sizes.append(len(verts) + nb * len(lines))
+    S = np.concatenate(S_rows)[:, u]  # rows × elements
+    W = np.concatenate(W_rows)[:, u]
+    F1 = S - mua * W
+    F1 = np.where(np.concatenate(ok_rows)[:, u] & ~np.isnan(F1), F1, -np.inf)
+    # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²)): hexagon p0 = M + K, q in (0, M);
+    # first p0 = K, q in (0, M); last (where M + K rounds to M) p0 = M + K, q in (0, K)
+    p0 = np.stack([MKu, Ku, MKu])
+    num = c2[None, :, None] * p0[:, None, :] * p0[:, None, :] + \
+        c3[None, :, None] * np.stack([_cubes(MKu), _cubes(Ku), _cubes(MKu)])[:, None, :]
+    gp0 = np.stack([gMK, gK, gMK])
+    lo = zero
+    hi = np.stack([Mu, Mu, Ku])
+    cond = np.stack([np.ones_like(edge), np.ones_like(edge), ~edge])
+    mu4 = 4.0 * mua * mua
+    qv = num[:, :, u] / mu4  # 3 × branches × elements
+    p0e = p0[:, u][:, None, :]
+    ok = ((mu4 > 0.0) & (p0e > 0.0) & cond[:, u][:, None, :] & kp[:, u][None, :, :]
+          & (lo[u] < qv) & (qv < hi[:, u][:, None, :]))
+    qc = np.maximum(qv, 0.0)
+    F2 = np.sqrt(qc * gp0[:, u][:, None, :]) - mua * (p0e + qc)
+    F2 = np.where(ok & ~np.isnan(F2), F2, -np.inf)
+    best = [F1[a:a + s].max(axis=0) for a, s in zip(np.cumsum([0] + sizes[:-1]), sizes)]
+    hexa, par_f, par_l = (np.maximum(b, f.max(axis=0)) for b, f in zip(best, F2))
+    lam = mua * (Ma + Ka) + hexa
+    lam_f = mua * Ka + par_f
+    lam_l = mua * (Ma + Ka) + par_l
+    return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
 
 
 def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
@@ -223,25 +273,17 @@ def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike
                            kept: npt.NDArray[np.bool_] | None = None,
                            ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """:func:`potential_lambdas` elementwise over arrays M, K, μ (broadcast): the same floats.
-    ``kept`` (elements × branches): the branches in effect per element (default all)."""
-    Ma, Ka, mua = (np.asarray(a, dtype=np.float64) for a in np.broadcast_arrays(M, K, mu))
-    Ma, Ka, mua = Ma.ravel(), Ka.ravel(), mua.ravel()
-    if not len(Ma):
-        return Ma.copy(), Ma.copy(), Ma.copy()
-    c2 = np.array([b[0] for b in branches], dtype=np.float64)
-    c3 = np.array([b[1] for b in branches], dtype=np.float64)
-    if kept is None:
-        kept = np.ones((len(Ma), len(branches)), dtype=bool)
-    z = np.zeros_like(Ma)
-    MK = Ma + Ka
-    mu4 = 4.0 * mua * mua
-    hexa = ((z, Ka), (z, MK), (Ma, MK), (MK, Ma), (MK, z), (Ka, z))
-    par_f = ((z, Ka), (z, MK), (Ka, Ma), (Ka, z))
-    par_l = ((Ka, z), (MK, z), (Ma, Ka), (z, Ka))
-    lam = mua * MK + _polygon_max_many(hexa, c2, c3, kept, mua, mu4)
-    lam_f = mua * Ka + _polygon_max_many(par_f, c2, c3, kept, mua, mu4)
-    lam_l = mua * MK + _polygon_max_many(par_l, c2, c3, kept, mua, mu4)
-    return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+    ``kept`` (branches × elements): the branches in effect per element (default all).
+
+    The candidate points of :func:`_polygon_max` are the scalar code's, per element: the
+    vertices, the peaks of the sum lines T = K, M + K and M + (M + K), the peaks of the vertical
+    edges p = M + K and p = K (and p = M + K on the last segment's polygon where M + K rounds to
+    M: the scalar code's edge tests, decided per element), each with the same operations; their
+    maximum is the same float (a maximum does not depend on the order of its candidates).  What
+    does not depend on μ (the points, g there, √(q·g(p)), p + q) is computed once per distinct
+    (M, K)."""
+    with np.errstate(all="ignore"):
+        return _potential_lambdas_many(M, K, mu, branches, kept)
 
 
 def segments_bound_many(work: float | int | FloatArray, K: Sequence[int], lam: FloatArray,
