@@ -177,95 +177,110 @@ def _g_many(p: FloatArray, c2: FloatArray, c3: FloatArray,
     return out
 
 
-def _potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
+def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
                             branches: Sequence[Branch],
                             kept: npt.NDArray[np.bool_] | None = None,
                             ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """:func:`potential_lambdas_many` (floating-point warnings off: every edge case is
-    masked as the scalar code decides it)."""
-    Ma, Ka, mua = (np.asarray(a, dtype=np.float64) for a in np.broadcast_arrays(M, K, mu))
-    Ma, Ka, mua = Ma.ravel(), Ka.ravel(), mua.ravel()
+    """:func:`potential_lambdas_many` on 1-d float arrays of one length (floating-point warnings
+    off: every edge case is masked as the scalar code decides it)."""
     n, nb = len(Ma), len(branches)
-    if not n:
-        return Ma.copy(), Ma.copy(), Ma.copy()
-    c2 = np.array([b[0] for b in branches], dtype=np.float64)
-    c3 = np.array([b[1] for b in branches], dtype=np.float64)
-    if kept is None:
-        kept = np.ones((nb, n), dtype=bool)
-    order = np.lexsort((Ka, Ma))  # the distinct (M, K): u maps each element to its pair
+    c2, c3 = _branch_arrays(tuple(branches))
+    # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
+    order = np.lexsort((Ka, Ma))
     Ms, Ks = Ma[order], Ka[order]
-    new = np.concatenate(([True], (Ms[1:] != Ms[:-1]) | (Ks[1:] != Ks[:-1])))
-    u = np.empty(n, dtype=np.intp)
-    u[order] = np.cumsum(new) - 1
-    first = order[new]
-    if not (kept[:, first][:, u] == kept).all():  # kept not a function of (M, K): no sharing
-        u, first = np.arange(n), np.arange(n)
-    Mu, Ku, kp = Ma[first], Ka[first], kept[:, first]  # the distinct (M, K, kept)
-    MKu = Mu + Ku
-    T2u = Mu + MKu
-    edge = MKu != Mu  # the lines T = M + K and M + (M + K) are edges (else vertical, at p = M)
-    zero = np.zeros_like(Mu)
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(Ms[1:], Ms[:-1], out=new[1:])
+    new[1:] |= Ks[1:] != Ks[:-1]
+    u: npt.NDArray[np.intp] | None = None
+    if not new.all():
+        u = np.empty(n, dtype=np.intp)
+        u[order] = np.cumsum(new) - 1
+        first = order[new]
+        if kept is not None and not (kept[:, first][:, u] == kept).all():
+            u = None  # kept not a function of (M, K): no sharing
+        else:
+            Ma, Ka = Ma[first], Ka[first]
+            if kept is not None:
+                kept = kept[:, first]
+    kp = np.ones((nb, len(Ma)), dtype=bool) if kept is None else kept
+    MK = Ma + Ka
+    T2 = Ma + MK
+    edge = MK != Ma  # the lines T = M + K and M + (M + K) are edges (else vertical, at p = M)
+    zero = np.zeros_like(Ma)
     # g at the vertices' p in {0, K, M, M + K} and at the sum lines' peaks (branches each)
-    peaks = _sum_line_peaks(np.stack([Ku, MKu, T2u]), c2, c3)  # 3 × branches × pairs
+    Ts = np.stack([Ka, MK, T2])
+    peaks = _sum_line_peaks(Ts, c2, c3)  # 3 × branches × pairs
     pk = np.maximum(peaks, 0.0)
-    qk = np.maximum(np.stack([Ku, MKu, T2u])[:, None, :] - peaks, 0.0)
-    g = _g_many(np.concatenate([np.stack([zero, Ku, Mu, MKu]), pk.reshape(3 * nb, -1)]),
+    qk = np.maximum(Ts[:, None, :] - peaks, 0.0)
+    g = _g_many(np.concatenate([np.stack([zero, Ka, Ma, MK]), pk.reshape(3 * nb, -1)]),
                 c2, c3, kp)
     g0, gK, gM, gMK = g[0], g[1], g[2], g[3]
-    gk = g[4:].reshape(3, nb, -1)
-    Sk, Wk = np.sqrt(qk * gk), pk + qk  # √(q·g(p)), p + q at the peaks
-    # the rows that do not depend on μ: (√(q·g(p)), p + q, valid), by polygon
-    vx = {"0K": (np.sqrt(Ku * g0), Ku), "0MK": (np.sqrt(MKu * g0), MKu),
-          "M,MK": (np.sqrt(MKu * gM), Mu + MKu), "MK,M": (np.sqrt(Mu * gMK), MKu + Mu),
-          "MK0": (np.sqrt(zero * gMK), MKu + zero), "K0": (np.sqrt(zero * gK), Ku + zero),
-          "KM": (np.sqrt(Mu * gK), Ku + Mu), "MK": (np.sqrt(Ku * gM), Mu + Ku)}
-    L_K, L_MK, L_T2 = 0, 1, 2
-
-    def inside(line: int, lo: FloatArray, hi: FloatArray,
-               cond: npt.NDArray[np.bool_] | None = None) -> npt.NDArray[np.bool_]:
-        ok = kp & (lo < peaks[line]) & (peaks[line] < hi)
-        return ok if cond is None else ok & cond
-
-    polys = (  # vertices, (line, where its peaks are inside an edge)
-        (("0K", "0MK", "M,MK", "MK,M", "MK0", "K0"),  # the hexagon
-         ((L_T2, inside(L_T2, Mu, MKu, edge)), (L_K, inside(L_K, zero, Ku)))),
-        (("0K", "0MK", "KM", "K0"),  # the first segment's parallelogram
-         ((L_MK, inside(L_MK, zero, Ku, edge)), (L_K, inside(L_K, zero, Ku)))),
-        (("K0", "MK0", "MK", "0K"),  # the last segment's
-         ((L_MK, inside(L_MK, Mu, MKu, edge)), (L_K, inside(L_K, zero, Ku)))))
-    S_rows, W_rows, ok_rows, sizes = [], [], [], []
-    for verts, lines in polys:
-        S_rows += [vx[v][0][None, :] for v in verts] + [Sk[li] for li, _ in lines]
-        W_rows += [vx[v][1][None, :] for v in verts] + [Wk[li] for li, _ in lines]
-        ok_rows += [np.ones((len(verts), len(Mu)), dtype=bool)] + [ok for _, ok in lines]
-        sizes.append(len(verts) + nb * len(lines))
-    S = np.concatenate(S_rows)[:, u]  # rows × elements
-    W = np.concatenate(W_rows)[:, u]
-    F1 = S - mua * W
-    F1 = np.where(np.concatenate(ok_rows)[:, u] & ~np.isnan(F1), F1, -np.inf)
+    # the rows that do not depend on μ, √(q·g(p)) and p + q: the vertices (0,K), (0,M+K),
+    # (M,M+K), (M+K,M), (M+K,0), (K,0), (K,M), (M,K), then the peaks on T = K, M + K, M + (M + K)
+    S_base = np.concatenate([
+        np.sqrt(np.stack([Ka * g0, MK * g0, MK * gM, Ma * gMK, zero * gMK, zero * gK, Ma * gK,
+                          Ka * gM])),
+        np.sqrt(qk * g[4:].reshape(3, nb, -1)).reshape(3 * nb, -1)])
+    W_base = np.concatenate([np.stack([Ka, MK, Ma + MK, MK + Ma, MK + zero, Ka + zero, Ka + Ma,
+                                       Ma + Ka]), (pk + qk).reshape(3 * nb, -1)])
+    rows, starts = _polygon_rows(nb)
+    pK, pMK, pT2 = peaks[0], peaks[1], peaks[2]
+    in_K = kp & (zero < pK) & (pK < Ka)
+    ok = np.concatenate([
+        np.ones((6, len(Ma)), dtype=bool), kp & (Ma < pT2) & (pT2 < MK) & edge, in_K,  # hexagon
+        np.ones((4, len(Ma)), dtype=bool), kp & (zero < pMK) & (pMK < Ka) & edge, in_K,  # first
+        np.ones((4, len(Ma)), dtype=bool), kp & (Ma < pMK) & (pMK < MK) & edge, in_K])  # last
+    S, W = S_base[rows], W_base[rows]
     # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²)): hexagon p0 = M + K, q in (0, M);
     # first p0 = K, q in (0, M); last (where M + K rounds to M) p0 = M + K, q in (0, K)
-    p0 = np.stack([MKu, Ku, MKu])
+    p0 = np.stack([MK, Ka, MK])
+    cMK = _cubes(MK)
     num = c2[None, :, None] * p0[:, None, :] * p0[:, None, :] + \
-        c3[None, :, None] * np.stack([_cubes(MKu), _cubes(Ku), _cubes(MKu)])[:, None, :]
+        c3[None, :, None] * np.stack([cMK, _cubes(Ka), cMK])[:, None, :]
     gp0 = np.stack([gMK, gK, gMK])
-    lo = zero
-    hi = np.stack([Mu, Mu, Ku])
+    hi = np.stack([Ma, Ma, Ka])
     cond = np.stack([np.ones_like(edge), np.ones_like(edge), ~edge])
+    if u is not None:  # to the elements
+        S, W, ok = S[:, u], W[:, u], ok[:, u]
+        p0, num, gp0, hi, cond, kp = p0[:, u], num[:, :, u], gp0[:, u], hi[:, u], cond[:, u], kp[:, u]
+    F1 = S - mua * W
+    F1[~ok | np.isnan(F1)] = -np.inf  # (a NaN never wins in the scalar code's v > best)
+    best = np.maximum.reduceat(F1, starts, axis=0)  # 3 × elements
     mu4 = 4.0 * mua * mua
-    qv = num[:, :, u] / mu4  # 3 × branches × elements
-    p0e = p0[:, u][:, None, :]
-    ok = ((mu4 > 0.0) & (p0e > 0.0) & cond[:, u][:, None, :] & kp[:, u][None, :, :]
-          & (lo[u] < qv) & (qv < hi[:, u][:, None, :]))
-    qc = np.maximum(qv, 0.0)
-    F2 = np.sqrt(qc * gp0[:, u][:, None, :]) - mua * (p0e + qc)
-    F2 = np.where(ok & ~np.isnan(F2), F2, -np.inf)
-    best = [F1[a:a + s].max(axis=0) for a, s in zip(np.cumsum([0] + sizes[:-1]), sizes)]
-    hexa, par_f, par_l = (np.maximum(b, f.max(axis=0)) for b, f in zip(best, F2))
-    lam = mua * (Ma + Ka) + hexa
-    lam_f = mua * Ka + par_f
-    lam_l = mua * (Ma + Ka) + par_l
+    qv = num / mu4  # 3 × branches × elements
+    p0e = p0[:, None, :]
+    okv = ((mu4 > 0.0) & (p0e > 0.0) & cond[:, None, :] & kp[None, :, :] & (0.0 < qv)
+           & (qv < hi[:, None, :]))
+    if okv.any():
+        qc = np.maximum(qv, 0.0)
+        F2 = np.sqrt(qc * gp0[:, None, :]) - mua * (p0e + qc)
+        F2[~okv | np.isnan(F2)] = -np.inf
+        best = np.maximum(best, F2.max(axis=1))
+    MKe = Ma + Ka if u is None else MK[u]
+    Ke = Ka if u is None else Ka[u]
+    lam = mua * MKe + best[0]
+    lam_f = mua * Ke + best[1]
+    lam_l = mua * MKe + best[2]
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+
+
+@functools.lru_cache(maxsize=64)
+def _branch_arrays(branches: tuple[Branch, ...]) -> tuple[FloatArray, FloatArray]:
+    return (np.array([b[0] for b in branches], dtype=np.float64),
+            np.array([b[1] for b in branches], dtype=np.float64))
+
+
+@functools.lru_cache(maxsize=64)
+def _polygon_rows(nb: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """The rows of :func:`_potential_lambdas_many`'s base table each polygon's candidates take,
+    and where each polygon's rows start."""
+    line = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(3)]  # T = K, M + K, T2
+    hexa = [0, 1, 2, 3, 4, 5] + line[2] + line[0]
+    first = [0, 1, 6, 5] + line[1] + line[0]
+    last = [5, 4, 7, 0] + line[1] + line[0]
+    rows = np.array(hexa + first + last, dtype=np.intp)
+    return rows, np.array([0, len(hexa), len(hexa) + len(first)], dtype=np.intp)
 
 
 def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
@@ -282,8 +297,12 @@ def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike
     maximum is the same float (a maximum does not depend on the order of its candidates).  What
     does not depend on μ (the points, g there, √(q·g(p)), p + q) is computed once per distinct
     (M, K)."""
+    Ma, Ka, mua = (np.asarray(a, dtype=np.float64).ravel()
+                   for a in np.broadcast_arrays(M, K, mu))
+    if not len(Ma):
+        return Ma.copy(), Ma.copy(), Ma.copy()
     with np.errstate(all="ignore"):
-        return _potential_lambdas_many(M, K, mu, branches, kept)
+        return _potential_lambdas_many(Ma, Ka, mua, branches, kept)
 
 
 def segments_bound_many(work: float | int | FloatArray, K: Sequence[int], lam: FloatArray,
