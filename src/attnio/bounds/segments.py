@@ -326,6 +326,19 @@ def segments_bound_many(work: float | int | FloatArray, K: Sequence[int], lam: F
     return [k * (1 + int(h)) for k, h in zip(Ks.tolist(), c.tolist())]
 
 
+def segments_h(work: float | int | FloatArray, lam: FloatArray, lam_f: FloatArray,
+               lam_l: FloatArray) -> list[tuple[float, float]]:
+    """Per element the real-valued number of segments ``2 + (work − Λ_f − Λ_l)/Λ`` (its ceiling
+    is h where h >= 3) and ``work/Λ_f`` (h >= 2 where it exceeds 1): estimates that steer the
+    batched bisections, no bound depends on them."""
+    w = float(work) if isinstance(work, int) else work
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        h = 2.0 + (w - lam_f - lam_l) / lam
+        z = w / lam_f
+    return list(zip(np.broadcast_to(h, lam.shape).tolist(),
+                    np.broadcast_to(z, lam.shape).tolist()))
+
+
 # ---------------------------------------------------------------------------- pooled (B, E)
 def _max_increasing_difference(A: Callable[[float], float], B: Callable[[float], float],
                                lo: float, hi: float, floor: float, *, cells: int = 8,
@@ -446,12 +459,19 @@ FINE_SEGMENTS = 256
 FINE_MIN_WORK = 1 << 20
 
 
-#: The batched bisections of :func:`fine_best` evaluate this many levels of each bisection's tree
-#: per batch (2^depth − 1 points per tooth), then walk them: the same steps as one at a time.
+#: The batched bisections of :func:`fine_best` evaluate, per batch, the nodes of each bisection's
+#: tree it can visit next: the next EDGE_DEPTH levels, or with a guide (estimates of h near the
+#: bracket) every node on the way to a window around the interpolated edge.  Each bisection
+#: then walks the nodes evaluated, step by step as it would one point at a time, and goes on in the
+#: next batch where a node it needs is missing: the same steps, the same result.
 EDGE_DEPTH = 3
 
 #: ``values(Ks, qs)``: the theorem's value at each (K, multiplier) pair, at one M (a batch).
 Values = Callable[[Sequence[int], Sequence[float]], list[int]]
+#: ``guide(Ks, qs)``: the values and, there, the real-valued h = 2 + (work − Λ_f − Λ_l)/Λ and
+#: work/Λ_f (h − 1 >= 1 where it exceeds 1): :func:`segments_h`.
+Guide = Callable[[Sequence[int], Sequence[float]],
+                 tuple[list[int], list[tuple[float, float]]]]
 
 
 def _batched(value: Callable[[int, float], int]) -> Values:
@@ -465,48 +485,97 @@ def _right_edge(value: Callable[[int, float], int], q: float, n: int, a: int,
                 b: int) -> tuple[int, int]:
     """(value, K) at the largest K in [a, b) with h − 1 >= n (``value(K, q) >= n·K``), given that
     a has it and b has not: a bisection (h − 1 does not increase with K)."""
-    return _right_edges(_batched(value), [(q, n, a, value(a, q), b)])[0]
+    return _right_edges(_batched(value), [(q, n, a, value(a, q), b, ())])[0]
 
 
-def _right_edges(values: Values, jobs: Sequence[tuple[float, int, int, int, int]],
+#: A bisection of :func:`_right_edges`: (q, n, a, value(a, q), b, points) with points the
+#: (K, (h, work/Λ_f)) known near [a, b) (:func:`segments_h`), or ().
+EdgeJob = tuple[float, int, int, int, int, tuple[tuple[int, tuple[float, float]], ...]]
+
+#: The half-width of the window around the interpolated edge whose every node is evaluated.
+EDGE_WINDOW = 2
+
+
+def _window(a: int, b: int, n: int, pts: Sequence[tuple[int, tuple[float, float]]]
+            ) -> tuple[int, int] | None:
+    """Where the edge of tooth n is expected in [a, b) (h − 1 >= n: h > n for n >= 2, work > Λ_f
+    for n = 1): K as a function of 1/h (1/h is about linear in K; Λ_f/work for n = 1) through the
+    three known points nearest the bracket, at 1/n, then :data:`EDGE_WINDOW` either side; None
+    without estimates."""
+    k = 1 if n == 1 else 0
+    near = sorted(((K, e[k]) for K, e in pts if e[k] > 0.0 and math.isfinite(e[k])),
+                  key=lambda p: abs(2 * p[0] - a - b))[:3]
+    if len(near) < 2:
+        return None
+    ys = [1.0 / h for _, h in near]
+    y = 1.0 / n if n > 1 else 1.0
+    if len(set(ys)) < len(ys):
+        return None
+    t = 0.0
+    for i, (Ki, _) in enumerate(near):
+        w = float(Ki)
+        for j in range(len(near)):
+            if j != i:
+                w *= (y - ys[j]) / (ys[i] - ys[j])
+        t += w
+    if not math.isfinite(t):
+        return None
+    c = min(max(int(round(t)), a), b - 1)
+    return c - EDGE_WINDOW, c + EDGE_WINDOW
+
+
+def _right_edges(values: Values, jobs: Sequence[EdgeJob], *, guide: Guide | None = None,
                  depth: int = EDGE_DEPTH) -> list[tuple[int, int]]:
-    """:func:`_right_edge` of every job (q, n, a, value(a, q), b) at once: each bisection's next
-    ``depth`` levels (the midpoints it can visit) are evaluated in one batch for all the jobs,
-    then each bisection walks them, step by step as it would one point at a time."""
-    state = [[a, b, va] for _, _, a, va, b in jobs]
+    """:func:`_right_edge` of every job at once (:data:`EDGE_DEPTH`): the bisections advance
+    together, one batch of evaluations per round."""
+    state = [[a, b, va] for _, _, a, va, b, _ in jobs]
+    known = [list(pts) for *_, pts in jobs]
     while True:
         Ks: list[int] = []
         qs: list[float] = []
         owner: list[int] = []
-        for i, ((q, _, _, _, _), (a0, b0, _)) in enumerate(zip(jobs, state)):
-            stack = [(a0, b0, depth)]
+        for i, ((q, n, *_), st) in enumerate(zip(jobs, state)):
+            a0, b0 = st[0], st[1]
+            if b0 - a0 <= 1:
+                continue
+            win = _window(a0, b0, n, known[i]) if guide is not None else None
+            stack = [(a0, b0, depth if win is None else 1)]
             while stack:
                 a, b, left = stack.pop()
-                if b - a <= 1 or left == 0:
-                    continue
                 c = (a + b) // 2
                 Ks.append(c)
                 qs.append(q)
                 owner.append(i)
-                stack.append((a, c, left - 1))
-                stack.append((c, b, left - 1))
+                # the next levels, and the children whose [a, c - 1], [c, b - 1] meet the window
+                if c - a > 1 and (left > 1 or (win is not None and a <= win[1]
+                                               and win[0] <= c - 1)):
+                    stack.append((a, c, left - 1))
+                if b - c > 1 and (left > 1 or (win is not None and c <= win[1]
+                                               and win[0] <= b - 1)):
+                    stack.append((c, b, left - 1))
         if not Ks:
             return [(va, a) for a, _, va in state]
+        if guide is not None:
+            vals, hs = guide(Ks, qs)
+        else:
+            vals, hs = values(Ks, qs), None
         got: list[dict[int, int]] = [{} for _ in jobs]
-        for i, c, v in zip(owner, Ks, values(Ks, qs)):
+        for j, (i, c, v) in enumerate(zip(owner, Ks, vals)):
             got[i][c] = v
-        for (_, n, _, _, _), st, seen in zip(jobs, state, got):
+            if hs is not None:
+                known[i].append((c, hs[j]))
+        for (_, n, *_), st, seen in zip(jobs, state, got):
             a, b, va = st
-            for _ in range(depth):
-                if b - a <= 1:
-                    break
+            while b - a > 1:
                 c = (a + b) // 2
-                vc = seen[c]
+                vc = seen.get(c)
+                if vc is None:
+                    break
                 if vc >= n * c:
                     a, va = c, vc
                 else:
                     b = c
-            st[0], st[1], st[2] = a, b, va
+            st[:] = [a, b, va]
 
 
 def fine_ks(M: int, kappa: float, wide: bool = True) -> list[int]:
@@ -525,8 +594,9 @@ def fine_multipliers(p: float, wide: bool = True) -> list[float]:
 
 def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float,
               best: tuple[int, int, float], wide: bool = True, *,
-              values: Values | None = None,
-              samples: list[int] | None = None) -> tuple[int, int, float]:
+              values: Values | None = None, samples: list[int] | None = None,
+              guide: Guide | None = None,
+              sample_h: list[tuple[float, float]] | None = None) -> tuple[int, int, float]:
     """``best`` improved by a wider search of (K, multiplier), for an execution of few segments.
 
     ``value(K, q) = K·(h − 1)``, h the least number of segments the theorem allows: for fixed q
@@ -542,7 +612,9 @@ def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float
 
     ``values``: the same function on a batch (``values(Ks, qs)``, one call for every sample, one
     per few levels of all the bisections together); ``samples``: its values at the grid
-    :func:`fine_ks` × :func:`fine_multipliers` (multiplier-major), if already known."""
+    :func:`fine_ks` × :func:`fine_multipliers` (multiplier-major), if already known;
+    ``guide``, ``sample_h``: the values with the real-valued h (:data:`Guide`) on a batch and h
+    at the samples, which steer the batches of the bisections (fewer batches, the same steps)."""
     Ks = fine_ks(M, kappa, wide)
     batch = values if values is not None else _batched(value)
     qs_all = fine_multipliers(p, wide)
@@ -553,25 +625,28 @@ def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float
     nk = len(Ks)
     for r, q in enumerate(qs_all):
         vals = samples[r * nk:(r + 1) * nk]
-        i = max(range(nk), key=lambda j: vals[j])
-        rows.append((vals[i], q, vals, i))
+        i = vals.index(max(vals))  # (the first of equal ones)
+        rows.append((vals[i], q, vals, i, r))
         if vals[i] > top[0]:
             top = (vals[i], Ks[i], q)
     reach = FINE_TEETH if wide else 0
     jobs = []
-    for _, q, vals, i in sorted(rows, key=lambda r: r[0], reverse=True)[:FINE_BEST if wide else 1]:
+    for _, q, vals, i, r in sorted(rows, key=lambda t: t[0], reverse=True)[:FINE_BEST if wide else 1]:
         if vals[i] <= 0:
             continue
         ns = [v // K for v, K in zip(vals, Ks)]  # h − 1 at each sample: non-increasing
         n0 = ns[i]
+        hs = None if sample_h is None else sample_h[r * nk:(r + 1) * nk]
         for n in range(max(1, n0 - reach), n0 + reach + 1):
             # the last sample with h − 1 >= n, and the next one (which has less)
             a = max((j for j in range(nk) if ns[j] >= n), default=-1)
             if a < 0:
                 continue
             b = Ks[a + 1] if a + 1 < nk else 2 * Ks[a]
-            jobs.append((q, n, Ks[a], vals[a], b))
-    for (q, _, _, _, _), (v, K) in zip(jobs, _right_edges(batch, jobs)):
+            near = () if hs is None else tuple((Ks[j], hs[j]) for j in (a - 1, a, a + 1)
+                                               if 0 <= j < nk)
+            jobs.append((q, n, Ks[a], vals[a], b, near))
+    for (q, *_), (v, K) in zip(jobs, _right_edges(batch, jobs, guide=guide)):
         if v > top[0]:
             top = (v, K, q)
     return top
@@ -722,6 +797,16 @@ class PairsTheorem:
         return segments_bound_many(self.work(P, d, np.asarray(qs, dtype=np.float64)), Ks,
                                    *self.lambdas(d, Ms, Ks, qs))
 
+    def values_h(self, P: int, d: int, Ms: Sequence[int], Ks: Sequence[int],
+                 qs: Sequence[float]) -> tuple[list[int], list[tuple[float, float]]]:
+        """:meth:`values` and the real-valued h there (:func:`segments_h`; NaN without a
+        vectorised ``lambdas``)."""
+        if self.work is None or self.lambdas is None:
+            return self.values(P, d, Ms, Ks, qs), [(math.nan, math.nan)] * len(Ks)
+        w = self.work(P, d, np.asarray(qs, dtype=np.float64))
+        lams = self.lambdas(d, Ms, Ks, qs)
+        return segments_bound_many(w, Ks, *lams), segments_h(w, *lams)
+
     def search(self, P: int, d: int, M: int, refine: bool = True) -> tuple[int, int, float]:
         """(value, K, multiplier) of the best of the few parameters tried at M itself (cached);
         ``refine=False``: the tabulated parameters only."""
@@ -762,12 +847,21 @@ def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, fl
         kappa, p0 = _tabulated(theorem, d, M2)
         wide = P * d >= FINE_MIN_WORK
         Ks, qs, lams = _fine_lambdas(theorem, d, M2, wide)
-        samples = (theorem.values(P, d, [M2] * len(Ks), Ks, qs) if lams is None else
-                   segments_bound_many(_work(theorem, P, d, qs), Ks, *lams))
+        if lams is None:
+            samples, sample_h = theorem.values(P, d, [M2] * len(Ks), Ks, qs), None
+        else:
+            w = _work(theorem, P, d, qs)
+            samples, sample_h = segments_bound_many(w, Ks, *lams), segments_h(w, *lams)
+
+        def guide(K2s: Sequence[int], q2s: Sequence[float]
+                  ) -> tuple[list[int], list[tuple[float, float]]]:
+            return theorem.values_h(P, d, [M2] * len(K2s), K2s, q2s)
+
         v, K, p = fine_best(lambda K2, q: theorem.value(P, d, M2, K2, q), M2, kappa, p0,
-                            (v, K, p), wide=wide, samples=samples,
+                            (v, K, p), wide=wide, samples=samples, sample_h=sample_h,
                             values=lambda K2s, q2s: theorem.values(P, d, [M2] * len(K2s),
-                                                                   K2s, q2s))
+                                                                   K2s, q2s),
+                            guide=guide if lams is not None else None)
     return v, K, p, M2
 
 
