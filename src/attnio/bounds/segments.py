@@ -891,43 +891,68 @@ def _search(theorem: PairsTheorem, P: int, d: int, M: int,
     return _search_many(theorem, P, d, (M,), refine)[0]
 
 
-@functools.lru_cache(maxsize=1024)
-def _candidates(theorem: PairsTheorem, d: int, Ms: tuple[int, ...], refine: bool
-                ) -> tuple[list[list[tuple[int, float]]], list[int], list[int], list[float],
-                           tuple[FloatArray, FloatArray, FloatArray] | None]:
-    """Per M in Ms the candidates of :func:`tabulated_candidates` (with ``retry`` as
-    :func:`_search` sets it), and flattened (M, K, multiplier) with the theorem's (Λ, Λ_f, Λ_l)
-    there (None without a vectorised ``lambdas``): they do not depend on P (cached)."""
-    potential = theorem.kind == "potential"
-    per: list[list[tuple[int, float]]] = []
-    fM: list[int] = []
-    fK: list[int] = []
-    fq: list[float] = []
-    for M in Ms:
-        kappa, p = _tabulated(theorem, d, M)
-        cands = tabulated_candidates(M, kappa, p, zero_too=potential,
-                                     retry=refine and (potential or M <= 16 * d * d))
-        per.append(cands)
-        fM += [M] * len(cands)
-        fK += [K for K, _ in cands]
-        fq += [q for _, q in cands]
-    lams = None if theorem.lambdas is None else theorem.lambdas(d, fM, fK, fq)
-    return per, fM, fK, fq, lams
+#: At most this many M per (theorem, d, refine) in :func:`_store` (then it starts again).
+STORE_SIZE = 4096
+
+#: One M of :func:`_store`: the candidates of :func:`tabulated_candidates` there, their K and
+#: multipliers, and the theorem's (Λ, Λ_f, Λ_l) at them (None without a vectorised ``lambdas``).
+Stored = tuple[list[tuple[int, float]], list[int], list[float],
+               "tuple[FloatArray, FloatArray, FloatArray] | None"]
+
+
+@functools.lru_cache(maxsize=256)
+def _store(theorem: PairsTheorem, d: int, refine: bool) -> dict[int, Stored]:
+    """Per M, what :func:`_search_many` evaluates there that does not depend on P: filled in
+    batches (every M a search asks for that is not there yet, in one call of ``lambdas``), so a
+    sweep that repeats (d, M) with other P, or the closure's scans over the same M', reuse it.
+    (An lru_cache of dicts: cleared with the other caches.)"""
+    return {}
+
+
+def _stored(theorem: PairsTheorem, d: int, Ms: Sequence[int], refine: bool) -> list[Stored]:
+    store = _store(theorem, d, refine)
+    missing = [M for M in dict.fromkeys(Ms) if M not in store]
+    if missing:
+        if len(store) + len(missing) > STORE_SIZE:
+            store.clear()
+        potential = theorem.kind == "potential"
+        per = []
+        for M in missing:
+            kappa, p = _tabulated(theorem, d, M)
+            per.append(tabulated_candidates(M, kappa, p, zero_too=potential,
+                                            retry=refine and (potential or M <= 16 * d * d)))
+        fM = [M for M, c in zip(missing, per) for _ in c]
+        fK = [K for c in per for K, _ in c]
+        fq = [q for c in per for _, q in c]
+        lams = None if theorem.lambdas is None else theorem.lambdas(d, fM, fK, fq)
+        i = 0
+        for M, cands in zip(missing, per):
+            j = i + len(cands)
+            store[M] = (cands, fK[i:j], fq[i:j],
+                        None if lams is None else (lams[0][i:j], lams[1][i:j], lams[2][i:j]))
+            i = j
+    return [store[M] for M in Ms]
 
 
 def _search_many(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...],
                  refine: bool = True) -> list[tuple[int, int, float]]:
     """:func:`tabulated_best` at each M of Ms (its parameters tabulated there), on one batch."""
-    if P == 0:
+    if P == 0 or not Ms:
         return [(0, 0, 0.0) for _ in Ms]
-    per, fM, fK, fq, lams = _candidates(theorem, d, Ms, refine)
-    vals = (theorem.values(P, d, fM, fK, fq) if lams is None else
-            segments_bound_many(_work(theorem, P, d, fq), fK, *lams))
+    got = _stored(theorem, d, Ms, refine)
+    fK = [K for g in got for K in g[1]]
+    fq = [q for g in got for q in g[2]]
+    if theorem.lambdas is None:
+        fM = [M for M, g in zip(Ms, got) for _ in g[1]]
+        vals = theorem.values(P, d, fM, fK, fq)
+    else:
+        lams = tuple(np.concatenate([g[3][k] for g in got]) for k in range(3))  # type: ignore[index]
+        vals = segments_bound_many(_work(theorem, P, d, fq), fK, *lams)
     out = []
     i = 0
-    for cands in per:
-        out.append(tabulated_pick(cands, vals[i:i + len(cands)]))
-        i += len(cands)
+    for g in got:
+        out.append(tabulated_pick(g[0], vals[i:i + len(g[0])]))
+        i += len(g[0])
     return out
 
 
