@@ -702,9 +702,8 @@ MORE_MEMORY_SEGMENTS = 256
 MORE_MEMORY_STEPS = 48
 
 
-def more_memory_grid(M: int, steps: int = MORE_MEMORY_STEPS) -> list[int]:
-    """The larger fast memories M' > M that :func:`more_memory` tries: ⌈2^(j/8)⌉ > M, a fixed grid
-    (so that for M₁ < M₂ the points tried at M₂ are among those tried at M₁)."""
+@functools.lru_cache(maxsize=4096)
+def _grid(M: int, steps: int) -> tuple[int, ...]:
     j = max(0, math.floor(8.0 * math.log2(M)))
     out: list[int] = []
     while len(out) < steps:
@@ -712,7 +711,13 @@ def more_memory_grid(M: int, steps: int = MORE_MEMORY_STEPS) -> list[int]:
         if g > M and (not out or g > out[-1]):
             out.append(g)
         j += 1
-    return out
+    return tuple(out)
+
+
+def more_memory_grid(M: int, steps: int = MORE_MEMORY_STEPS) -> list[int]:
+    """The larger fast memories M' > M that :func:`more_memory` tries: ⌈2^(j/8)⌉ > M, a fixed grid
+    (so that for M₁ < M₂ the points tried at M₂ are among those tried at M₁)."""
+    return list(_grid(M, steps))
 
 
 def more_memory(at: Callable[[int, bool], tuple[int, int, float]], M: int,
@@ -934,20 +939,29 @@ def _stored(theorem: PairsTheorem, d: int, Ms: Sequence[int], refine: bool) -> l
     return [store[M] for M in Ms]
 
 
+@functools.lru_cache(maxsize=1024)
+def _flat(theorem: PairsTheorem, d: int, Ms: tuple[int, ...], refine: bool
+          ) -> tuple[list[Stored], list[int], list[int], list[float],
+                     tuple[FloatArray, FloatArray, FloatArray] | None]:
+    """:func:`_stored` at Ms, flattened: (per M, the M, K, multipliers, maxima of all)."""
+    got = _stored(theorem, d, Ms, refine)
+    fM = [M for M, g in zip(Ms, got) for _ in g[1]]
+    fK = [K for g in got for K in g[1]]
+    fq = [q for g in got for q in g[2]]
+    lams = None
+    if theorem.lambdas is not None:
+        lams = tuple(np.concatenate([g[3][k] for g in got]) for k in range(3))  # type: ignore[index]
+    return got, fM, fK, fq, lams  # type: ignore[return-value]
+
+
 def _search_many(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...],
                  refine: bool = True) -> list[tuple[int, int, float]]:
     """:func:`tabulated_best` at each M of Ms (its parameters tabulated there), on one batch."""
     if P == 0 or not Ms:
         return [(0, 0, 0.0) for _ in Ms]
-    got = _stored(theorem, d, Ms, refine)
-    fK = [K for g in got for K in g[1]]
-    fq = [q for g in got for q in g[2]]
-    if theorem.lambdas is None:
-        fM = [M for M, g in zip(Ms, got) for _ in g[1]]
-        vals = theorem.values(P, d, fM, fK, fq)
-    else:
-        lams = tuple(np.concatenate([g[3][k] for g in got]) for k in range(3))  # type: ignore[index]
-        vals = segments_bound_many(_work(theorem, P, d, fq), fK, *lams)
+    got, fM, fK, fq, lams = _flat(theorem, d, Ms, refine)
+    vals = (theorem.values(P, d, fM, fK, fq) if lams is None else
+            segments_bound_many(_work(theorem, P, d, fq), fK, *lams))
     out = []
     i = 0
     for g in got:
