@@ -38,9 +38,13 @@ from ..core.errors import ParameterError
 from ..core.workload import Shape
 from .base import Bound, attention_shape, check_M, pairs_of, regime_of
 from .segments import (
+    POOLED_BATCH,
     FloatArray,
     PairsTheorem,
+    _cubes,
+    _pymax,
     pooled_lambdas,
+    pooled_lambdas_many,
     potential_lambdas,
     potential_lambdas_many,
     segments_bound,
@@ -237,6 +241,26 @@ def backward_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((5.0 * d - 2.0 * nu) * P, K, *backward_pooled_lambdas(M, d, K, nu))
 
 
+def _e_functions_many(d: int):  # noqa: ANN202  (the array forms of _e_functions)
+    dd = float(d * d)
+    c3 = 1.0 / (4.0 * dd)
+
+    def J(I: FloatArray) -> FloatArray:
+        out: FloatArray = I * I / 3.0 + c3 * _cubes(I)
+        return out
+
+    def peaks(T: FloatArray) -> tuple[FloatArray]:
+        c2 = 1.0 / 3.0  # sum_line_peak(T, 1/3, c3), elementwise
+        b = 3.0 * (c3 * T - c2)
+        return ((b + np.sqrt(b * b + 32.0 * c2 * c3 * T)) / (8.0 * c3),)
+
+    def rho(I: FloatArray) -> FloatArray:
+        out: FloatArray = 2.0 * _pymax(I, I * I / (4.0 * dd))
+        return out
+
+    return J, peaks, rho, (4.0 * dd,), 0.0
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _e_lambdas_one(d: int, M: int, K: int, nu: float) -> tuple[float, float, float]:
     return backward_pooled_lambdas(M, d, K, nu)
@@ -249,10 +273,15 @@ def _e_work(P: int, d: int, nu: FloatArray) -> FloatArray:
 
 def _e_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
                nus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """:func:`backward_pooled_lambdas` on a batch, each cached on (d, M, K, ν): not on P."""
-    rows = np.array([_e_lambdas_one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
-                    dtype=np.float64).reshape(-1, 3)
-    return rows[:, 0], rows[:, 1], rows[:, 2]
+    """:func:`backward_pooled_lambdas` on a batch (the same floats): one at a time below
+    POOLED_BATCH (each cached), else vectorised."""
+    if len(Ms) < POOLED_BATCH:
+        rows = np.array([_e_lambdas_one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
+                        dtype=np.float64).reshape(-1, 3)
+        return rows[:, 0], rows[:, 1], rows[:, 2]
+    return pooled_lambdas_many(np.asarray(Ms, dtype=np.float64),
+                               np.asarray(Ks, dtype=np.float64),
+                               np.asarray(nus, dtype=np.float64), *_e_functions_many(d))
 
 
 _E = PairsTheorem(

@@ -37,9 +37,13 @@ from ..core.errors import ParameterError
 from .base import Bound, attention_shape
 from .params import lookup
 from .segments import (
+    POOLED_BATCH,
     FloatArray,
     PairsTheorem,
+    _cubes,
+    _pymax,
     pooled_lambdas,
+    pooled_lambdas_many,
     potential_lambdas,
     potential_lambdas_many,
     segments_bound,
@@ -136,6 +140,25 @@ def qkpv_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((2.0 * d - nu) * P, K, *qkpv_pooled_lambdas(M, d, K, nu))
 
 
+def _b_functions_many(d: int):  # noqa: ANN202  (the array forms of _b_functions)
+    dd = float(d * d)
+
+    def J(I: FloatArray) -> FloatArray:
+        out: FloatArray = I * I / 4.0
+        big = ~(I <= 2.0 * dd)
+        if big.any():
+            out[big] = _cubes(I[big] + dd) / (27.0 * dd)
+        return out
+
+    def peaks(T: FloatArray) -> tuple[FloatArray, FloatArray]:
+        return 2.0 * T / 3.0, (3.0 * T - dd) / 4.0
+
+    def rho(I: FloatArray) -> FloatArray:
+        return _pymax(I, I * I / (4.0 * dd))
+
+    return J, peaks, rho, (2.0 * dd, 4.0 * dd), 4.0 * dd
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _b_lambdas_one(d: int, M: int, K: int, nu: float) -> tuple[float, float, float]:
     return qkpv_pooled_lambdas(M, d, K, nu)
@@ -148,10 +171,15 @@ def _b_work(P: int, d: int, nu: FloatArray) -> FloatArray:
 
 def _b_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
                nus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """:func:`qkpv_pooled_lambdas` on a batch, each cached on (d, M, K, ν): not on P."""
-    rows = np.array([_b_lambdas_one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
-                    dtype=np.float64).reshape(-1, 3)
-    return rows[:, 0], rows[:, 1], rows[:, 2]
+    """:func:`qkpv_pooled_lambdas` on a batch (the same floats): one at a time below
+    POOLED_BATCH (each cached), else vectorised."""
+    if len(Ms) < POOLED_BATCH:
+        rows = np.array([_b_lambdas_one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
+                        dtype=np.float64).reshape(-1, 3)
+        return rows[:, 0], rows[:, 1], rows[:, 2]
+    return pooled_lambdas_many(np.asarray(Ms, dtype=np.float64),
+                               np.asarray(Ks, dtype=np.float64),
+                               np.asarray(nus, dtype=np.float64), *_b_functions_many(d))
 
 
 _B = PairsTheorem(
