@@ -66,20 +66,23 @@ _mu = st.one_of(st.just(0.0), st.just(5e-324), st.floats(0.0, 1e-150),
                 st.floats(0.0, 1e7, allow_nan=False))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=_branch_sets, d=st.integers(1, 300),
-       pts=st.lists(st.tuples(_M, st.one_of(st.integers(1, 10**7), st.integers(1, 2**40)), _mu),
-                    min_size=1, max_size=6))
-def test_batched_potential_lambdas_equal_the_scalar_ones(kind, d, pts):
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=_branch_sets, d=st.integers(1, 300), Ms=st.lists(_M, min_size=1, max_size=3),
+       Ks=st.lists(st.one_of(st.integers(1, 10**7), st.integers(1, 2**40)), min_size=1,
+                   max_size=3),
+       pts=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), _mu), min_size=1,
+                    max_size=12))
+def test_batched_potential_lambdas_equal_the_scalar_ones(kind, d, Ms, Ks, pts):
+    """Elementwise the scalar floats, with repeated (M, K) (shared per distinct pair) too."""
     br = _branches(kind, d)
-    Ms, Ks, mus = zip(*pts)
-    got = S.potential_lambdas_many(np.array(Ms, dtype=float), np.array(Ks, dtype=float),
-                                   np.array(mus), br)
-    for i, (M, K, mu) in enumerate(pts):
-        assert tuple(float(g[i]) for g in got) == S.potential_lambdas(M, K, mu, br)
+    pts = [(Ms[i % len(Ms)], Ks[j % len(Ks)], mu) for i, j, mu in pts]
+    M, K, mus = (np.array(t, dtype=float) for t in zip(*pts))
+    got = S.potential_lambdas_many(M, K, mus, br)
+    for i, (Mi, Ki, mu) in enumerate(pts):
+        assert tuple(float(g[i]) for g in got) == S.potential_lambdas(Mi, Ki, mu, br)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(d=st.integers(1, 300),
        pts=st.lists(st.tuples(_M, st.integers(1, 10**7), _mu), min_size=1, max_size=6))
 def test_theorem_d_batched_lambdas_keep_the_same_branches(d, pts):
@@ -87,6 +90,30 @@ def test_theorem_d_batched_lambdas_keep_the_same_branches(d, pts):
     got = BK._d_lambdas(d, Ms, Ks, mus)
     for i, (M, K, mu) in enumerate(pts):
         assert tuple(float(g[i]) for g in got) == BK.backward_accum_lambdas(M, d, K, mu)
+
+
+@pytest.mark.parametrize("theorem", ["B", "E"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(d=st.integers(1, 300),
+       pts=st.lists(st.tuples(st.one_of(st.integers(1, 10**7), st.integers(1, 2**50)),
+                              st.integers(1, 10**7), st.floats(0.0, 1.0),
+                              st.sampled_from([None, 0.0, 1e-170])),
+                    min_size=1, max_size=12))
+def test_batched_pooled_lambdas_equal_the_scalar_ones(theorem, d, pts):
+    """Theorems B and E's vectorised pooled maxima (:func:`segments.pooled_lambdas_many`, every
+    batch size) are the scalar floats."""
+    many, one, cap = ((F._b_lambdas, F.qkpv_pooled_lambdas, 1.9 * d) if theorem == "B" else
+                      (BK._e_lambdas, BK.backward_pooled_lambdas, 2.4 * d))
+    rows = [(M, K, f * cap if nu is None else nu) for M, K, f, nu in pts]
+    fns = F._b_functions_many(d) if theorem == "B" else BK._e_functions_many(d)
+    Ms, Ks, nus = (list(t) for t in zip(*rows))
+    vec = S.pooled_lambdas_many(np.array(Ms, dtype=float), np.array(Ks, dtype=float),
+                                np.array(nus), *fns)
+    got = many(d, Ms, Ks, nus)
+    for i, (M, K, nu) in enumerate(rows):
+        ref = one(M, d, K, nu)
+        assert tuple(float(g[i]) for g in vec) == ref
+        assert tuple(float(g[i]) for g in got) == ref
 
 
 _work = st.one_of(st.integers(0, 10**6), st.integers(0, 2**70),
@@ -129,12 +156,14 @@ def test_theorem_values_on_a_batch_equal_value(theorem, P, d, M, pts):
                                                            for K, q in zip(Ks, qs)]
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("theorem", [F._A, BK._D], ids=["A", "D"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(P=st.integers(1, 5_000_000), d=st.integers(1, 200), M=st.integers(8, 300_000),
        wide=st.booleans())
-def test_batched_fine_search_is_the_scalar_one(P, d, M, wide):
-    """fine_best on a batch (samples and bisections batched) chooses as one at a time."""
-    th = F._A
+def test_batched_fine_search_is_the_scalar_one(theorem, P, d, M, wide):
+    """fine_best on a batch (samples and bisections batched, with and without the guide that
+    steers the bisections' batches) chooses as one evaluation at a time."""
+    th = theorem
     kappa, p0 = S._tabulated(th, d, M)
     K0 = max(1, round(kappa * M))
     start = (th.value(P, d, M, K0, p0), K0, p0)
@@ -142,7 +171,43 @@ def test_batched_fine_search_is_the_scalar_one(P, d, M, wide):
     def value(K, q):
         return th.value(P, d, M, K, q)
 
+    def values(Ks, qs):
+        return th.values(P, d, [M] * len(Ks), Ks, qs)
+
+    def guide(Ks, qs):
+        return th.values_h(P, d, [M] * len(Ks), Ks, qs)
+
     scalar = S.fine_best(value, M, kappa, p0, start, wide)
-    batched = S.fine_best(value, M, kappa, p0, start, wide,
-                          values=lambda Ks, qs: th.values(P, d, [M] * len(Ks), Ks, qs))
-    assert batched == scalar
+    assert S.fine_best(value, M, kappa, p0, start, wide, values=values) == scalar
+    Ks = S.fine_ks(M, kappa, wide)
+    qs = S.fine_multipliers(p0, wide)
+    samples, hs = guide([K for _ in qs for K in Ks], [q for q in qs for _ in Ks])
+    assert S.fine_best(value, M, kappa, p0, start, wide, values=values, guide=guide,
+                       samples=samples, sample_h=hs) == scalar
+
+
+def test_the_bisections_take_the_scalar_steps_with_a_misleading_guide():
+    """The guide only chooses which nodes a batch evaluates: a wrong one costs batches, not
+    values."""
+    th = F._A
+    P, d, M = 4096 * 4095, 64, 65536
+    kappa, p0 = S._tabulated(th, d, M)
+    K0 = max(1, round(kappa * M))
+    start = (th.value(P, d, M, K0, p0), K0, p0)
+
+    def value(K, q):
+        return th.value(P, d, M, K, q)
+
+    def values(Ks, qs):
+        return th.values(P, d, [M] * len(Ks), Ks, qs)
+
+    def wrong(Ks, qs):
+        return values(Ks, qs), [(1.0 + 1e-3 * (K % 7), 0.5) for K in Ks]
+
+    Ks = S.fine_ks(M, kappa)
+    qs = S.fine_multipliers(p0)
+    grid_K, grid_q = [K for _ in qs for K in Ks], [q for q in qs for _ in Ks]
+    scalar = S.fine_best(value, M, kappa, p0, start)
+    assert S.fine_best(value, M, kappa, p0, start, values=values, guide=wrong,
+                       samples=values(grid_K, grid_q),
+                       sample_h=wrong(grid_K, grid_q)[1]) == scalar

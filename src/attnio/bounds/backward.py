@@ -185,9 +185,9 @@ def _d_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
     branches = _d_branches(d)
     kept = _d_kept(branches, Ma + Ka)
     # (the branches no element keeps only cost time)
-    used = kept.any(axis=1) if len(Ma) else np.ones(len(branches), dtype=bool)
+    used = np.asarray(kept.any(axis=1) if len(Ma) else np.ones(len(branches)), dtype=bool)
     return potential_lambdas_many(Ma, Ka, np.asarray(mus, dtype=np.float64),
-                                  [b for b, u in zip(branches, used) if u], kept[used])
+                                  [b for b, u in zip(branches, used.tolist()) if u], kept[used])
 
 
 _D = PairsTheorem(

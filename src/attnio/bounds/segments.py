@@ -322,7 +322,8 @@ def segments_bound_many(work: float | int | FloatArray, K: Sequence[int], lam: F
     c = np.where(w_cmp <= lam_f, -1.0, c)
     Ks = np.asarray(K, dtype=np.int64)
     if len(Ks) and (float(c.max()) + 1.0) * float(Ks.max()) < 2.0 ** 62:
-        return ((c.astype(np.int64) + 1) * Ks).tolist()  # type: ignore[no-any-return]
+        out: list[int] = ((c.astype(np.int64) + 1) * Ks).tolist()
+        return out
     return [k * (1 + int(h)) for k, h in zip(Ks.tolist(), c.tolist())]
 
 
