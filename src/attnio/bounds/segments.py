@@ -22,6 +22,11 @@ tight it is.
   at larger M' (any schedule for M runs unchanged with M' >= M words, docs/bounds.md §12.1);
 * :class:`PairsTheorem`: Theorems A, B, D, E as data (their work, table, kind, words), evaluated
   for P required pairs or a Shape: what each theorem's three public functions return.
+
+The searches run on batches (docs/bounds.md §12.2): :func:`potential_lambdas_many`,
+:func:`pooled_lambdas_many` and :func:`segments_bound_many` are the scalar functions above
+elementwise, with the same floats and integers bit for bit (the scalar ones stay, the reference:
+``tests/test_bounds_values.py``); what does not depend on P is cached per (theorem, d, M).
 """
 
 from __future__ import annotations
@@ -41,9 +46,10 @@ from . import params
 from .base import Bound, check_M, pairs_of, regime_of
 
 __all__ = ["FEW_SEGMENTS", "INFLATE", "K_FACTORS", "MORE_MEMORY_SEGMENTS", "Branch",
-           "PairsTheorem", "more_memory", "more_memory_grid", "pooled_lambdas",
-           "potential_lambdas", "segments_bound", "sum_line_peak", "tabulated_best",
-           "fine_best"]
+           "PairsTheorem", "fine_best", "fine_ks", "fine_multipliers", "more_memory",
+           "more_memory_grid", "pooled_lambdas", "pooled_lambdas_many", "potential_lambdas",
+           "potential_lambdas_many", "segments_bound", "segments_bound_many", "segments_h",
+           "sum_line_peak", "tabulated_best", "tabulated_candidates", "tabulated_pick"]
 
 #: Every per-segment maximum is multiplied by this before it divides (rounding safety).
 INFLATE = 1.0 + 1e-9
