@@ -1068,7 +1068,7 @@ def _search(theorem: PairsTheorem, P: int, d: int, M: int,
 
 
 #: At most this many M per (theorem, d, refine) in :func:`_store` (then it starts again).
-STORE_SIZE = 4096
+STORE_SIZE = 512
 
 #: One M of :func:`_store`: the candidates of :func:`tabulated_candidates` there, their K and
 #: multipliers, and the theorem's (Λ, Λ_f, Λ_l) at them (None without a vectorised ``lambdas``).
@@ -1076,7 +1076,7 @@ Stored = tuple[list[tuple[int, float]], list[int], list[float],
                "tuple[FloatArray, FloatArray, FloatArray] | None"]
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def _store(theorem: PairsTheorem, d: int, refine: bool) -> dict[int, Stored]:
     """Per M, what :func:`_search_many` evaluates there that does not depend on P: filled in
     batches (every M a search asks for that is not there yet, in one call of ``lambdas``), so a
@@ -1110,7 +1110,7 @@ def _stored(theorem: PairsTheorem, d: int, Ms: Sequence[int], refine: bool) -> l
     return [store[M] for M in Ms]
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
 def _flat(theorem: PairsTheorem, d: int, Ms: tuple[int, ...], refine: bool
           ) -> tuple[list[Stored], list[int], list[int], list[float],
                      tuple[FloatArray, FloatArray, FloatArray] | None]:
