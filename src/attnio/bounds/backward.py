@@ -180,7 +180,12 @@ def _d_work(P: int, d: int, mu: FloatArray) -> int:
 
 def _d_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
                mus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """:func:`backward_accum_lambdas` on a batch (the same floats: the same branches kept)."""
+    """:func:`backward_accum_lambdas` on a batch (the same floats: the same branches kept; a
+    batch of one by the scalar function, where that is faster)."""
+    if len(Ms) < 2:
+        rows = np.array([backward_accum_lambdas(M, d, K, mu) for M, K, mu in zip(Ms, Ks, mus)],
+                        dtype=np.float64).reshape(-1, 3)
+        return rows[:, 0], rows[:, 1], rows[:, 2]
     Ma, Ka = np.asarray(Ms, dtype=np.float64), np.asarray(Ks, dtype=np.float64)
     branches = _d_branches(d)
     kept = _d_kept(branches, Ma + Ka)

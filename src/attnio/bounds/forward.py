@@ -85,7 +85,12 @@ def _a_work(P: int, d: int, mu: FloatArray) -> int:
 
 def _a_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
                mus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """:func:`pv_segment_lambdas` on a batch (the same floats)."""
+    """:func:`pv_segment_lambdas` on a batch (the same floats; one at a time below 6, where
+    that is faster)."""
+    if len(Ms) < 6:
+        rows = np.array([pv_segment_lambdas(M, d, K, mu) for M, K, mu in zip(Ms, Ks, mus)],
+                        dtype=np.float64).reshape(-1, 3)
+        return rows[:, 0], rows[:, 1], rows[:, 2]
     return potential_lambdas_many(np.asarray(Ms, dtype=np.float64),
                                   np.asarray(Ks, dtype=np.float64),
                                   np.asarray(mus, dtype=np.float64), _a_branches(d))

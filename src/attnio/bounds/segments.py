@@ -1067,27 +1067,30 @@ def _search(theorem: PairsTheorem, P: int, d: int, M: int,
     return _search_many(theorem, P, d, (M,), refine)[0]
 
 
-#: At most this many M per (theorem, d, refine) in :func:`_store` (then it starts again).
-STORE_SIZE = 512
+#: At most this many entries per (theorem, d, refine) in :func:`_store` (then it starts again).
+STORE_SIZE = 1024
 
-#: One M of :func:`_store`: the candidates of :func:`tabulated_candidates` there, their K and
-#: multipliers, and the theorem's (Λ, Λ_f, Λ_l) at them (None without a vectorised ``lambdas``).
+#: One entry of :func:`_store`: candidates of :func:`tabulated_candidates` at one M (the first, or
+#: the others), their K and multipliers, and the theorem's (Λ, Λ_f, Λ_l) at them (None without a
+#: vectorised ``lambdas``).
 Stored = tuple[list[tuple[int, float]], list[int], list[float],
                "tuple[FloatArray, FloatArray, FloatArray] | None"]
 
 
 @functools.lru_cache(maxsize=64)
-def _store(theorem: PairsTheorem, d: int, refine: bool) -> dict[int, Stored]:
-    """Per M, what :func:`_search_many` evaluates there that does not depend on P: filled in
-    batches (every M a search asks for that is not there yet, in one call of ``lambdas``), so a
-    sweep that repeats (d, M) with other P, or the closure's scans over the same M', reuse it.
-    (An lru_cache of dicts: cleared with the other caches.)"""
+def _store(theorem: PairsTheorem, d: int, refine: bool) -> dict[tuple[int, int], Stored]:
+    """Per (M, part), what :func:`_search_many` evaluates there that does not depend on P (part
+    0: the tabulated candidate, part 1: the others, evaluated only where the first has few
+    segments): filled in batches (every entry a search asks for that is not there yet, in one
+    call of ``lambdas``), so a sweep that repeats (d, M) with other P, or the closure's scans
+    over the same M', reuse it.  (An lru_cache of dicts: cleared with the other caches.)"""
     return {}
 
 
-def _stored(theorem: PairsTheorem, d: int, Ms: Sequence[int], refine: bool) -> list[Stored]:
+def _stored(theorem: PairsTheorem, d: int, Ms: Sequence[int], refine: bool,
+            part: int) -> list[Stored]:
     store = _store(theorem, d, refine)
-    missing = [M for M in dict.fromkeys(Ms) if M not in store]
+    missing = [M for M in dict.fromkeys(Ms) if (M, part) not in store]
     if missing:
         if len(store) + len(missing) > STORE_SIZE:
             store.clear()
@@ -1095,49 +1098,70 @@ def _stored(theorem: PairsTheorem, d: int, Ms: Sequence[int], refine: bool) -> l
         per = []
         for M in missing:
             kappa, p = _tabulated(theorem, d, M)
-            per.append(tabulated_candidates(M, kappa, p, zero_too=potential,
-                                            retry=refine and (potential or M <= 16 * d * d)))
+            cands = tabulated_candidates(M, kappa, p, zero_too=potential,
+                                         retry=refine and (potential or M <= 16 * d * d))
+            per.append(cands[:1] if part == 0 else cands[1:])
         fM = [M for M, c in zip(missing, per) for _ in c]
         fK = [K for c in per for K, _ in c]
         fq = [q for c in per for _, q in c]
-        lams = None if theorem.lambdas is None else theorem.lambdas(d, fM, fK, fq)
+        lams = None if theorem.lambdas is None or not fK else theorem.lambdas(d, fM, fK, fq)
         i = 0
         for M, cands in zip(missing, per):
             j = i + len(cands)
-            store[M] = (cands, fK[i:j], fq[i:j],
-                        None if lams is None else (lams[0][i:j], lams[1][i:j], lams[2][i:j]))
+            store[M, part] = (cands, fK[i:j], fq[i:j],
+                              None if lams is None else (lams[0][i:j], lams[1][i:j],
+                                                         lams[2][i:j]))
             i = j
-    return [store[M] for M in Ms]
+    return [store[M, part] for M in Ms]
 
 
 @functools.lru_cache(maxsize=256)
-def _flat(theorem: PairsTheorem, d: int, Ms: tuple[int, ...], refine: bool
+def _flat(theorem: PairsTheorem, d: int, Ms: tuple[int, ...], refine: bool, part: int
           ) -> tuple[list[Stored], list[int], list[int], list[float],
                      tuple[FloatArray, FloatArray, FloatArray] | None]:
     """:func:`_stored` at Ms, flattened: (per M, the M, K, multipliers, maxima of all)."""
-    got = _stored(theorem, d, Ms, refine)
+    got = _stored(theorem, d, Ms, refine, part)
     fM = [M for M, g in zip(Ms, got) for _ in g[1]]
     fK = [K for g in got for K in g[1]]
     fq = [q for g in got for q in g[2]]
     lams = None
-    if theorem.lambdas is not None:
-        lams = tuple(np.concatenate([g[3][k] for g in got]) for k in range(3))  # type: ignore[index]
+    if theorem.lambdas is not None and fK:
+        lams = tuple(np.concatenate([g[3][k] for g in got if g[1]])  # type: ignore[index]
+                     for k in range(3))
     return got, fM, fK, fq, lams  # type: ignore[return-value]
+
+
+def _flat_values(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...], refine: bool,
+                 part: int) -> tuple[list[Stored], list[int]]:
+    got, fM, fK, fq, lams = _flat(theorem, d, Ms, refine, part)
+    if not fK:
+        return got, []
+    vals = (theorem.values(P, d, fM, fK, fq) if lams is None else
+            segments_bound_many(_work(theorem, P, d, fq), fK, *lams))
+    return got, vals
 
 
 def _search_many(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...],
                  refine: bool = True) -> list[tuple[int, int, float]]:
-    """:func:`tabulated_best` at each M of Ms (its parameters tabulated there), on one batch."""
+    """:func:`tabulated_best` at each M of Ms (its parameters tabulated there), in batches: the
+    tabulated candidates of all, then the others where the first has few segments."""
     if P == 0 or not Ms:
         return [(0, 0, 0.0) for _ in Ms]
-    got, fM, fK, fq, lams = _flat(theorem, d, Ms, refine)
-    vals = (theorem.values(P, d, fM, fK, fq) if lams is None else
-            segments_bound_many(_work(theorem, P, d, fq), fK, *lams))
-    out = []
+    first, v0 = _flat_values(theorem, P, d, Ms, refine, 0)
+    out = [(v, g[0][0][0], g[0][0][1]) for v, g in zip(v0, first)]
+    more = tuple(M for M, (v, K, _) in zip(Ms, out) if v < FEW_SEGMENTS * K)
+    if not refine or not more:
+        return out
+    rest, v1 = _flat_values(theorem, P, d, more, refine, 1)
+    picks = {}
     i = 0
-    for g in got:
-        out.append(tabulated_pick(g[0], vals[i:i + len(g[0])]))
+    for M, g in zip(more, rest):
+        picks[M] = (g[0], v1[i:i + len(g[0])])
         i += len(g[0])
+    for k, (M, (v, K, p)) in enumerate(zip(Ms, out)):
+        if M in picks:
+            cands, vals = picks[M]
+            out[k] = tabulated_pick([(K, p), *cands], [v, *vals])
     return out
 
 
