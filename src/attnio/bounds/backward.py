@@ -25,7 +25,12 @@ depend on the mask only through the required pairs P, like the forward ones.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
 
 from ..core import masks
 from ..core.blockmask import BlockMask
@@ -33,9 +38,15 @@ from ..core.errors import ParameterError
 from ..core.workload import Shape
 from .base import Bound, attention_shape, check_M, pairs_of, regime_of
 from .segments import (
+    POOLED_BATCH,
+    FloatArray,
     PairsTheorem,
+    _cubes,
+    _pymax,
     pooled_lambdas,
+    pooled_lambdas_many,
     potential_lambdas,
+    potential_lambdas_many,
     segments_bound,
     sum_line_peak,
 )
@@ -148,8 +159,45 @@ def backward_accum_value(P: int, d: int, M: int, K: int, mu: float) -> int:
     return segments_bound(3 * P * d, K, *backward_accum_lambdas(M, d, K, mu))
 
 
+def _d_kept(branches: Sequence[tuple[float, float]], top: FloatArray) -> npt.NDArray[np.bool_]:
+    """(branches × elements) the branches :func:`backward_accum_lambdas` keeps at each top =
+    M + K: the same tests (:func:`_dominated`, the first of equal branches kept), elementwise."""
+    c2 = np.array([b[0] for b in branches], dtype=np.float64)
+    c3 = np.array([b[1] for b in branches], dtype=np.float64)
+    n = len(branches)
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    same = (c2[:, None] == c2[None, :]) & (c3[:, None] == c3[None, :])
+    static = (i != j) & (~same | (j < i)) & (c2[:, None] <= c2[None, :])  # b_i vs c = b_j
+    linear = ((c2[:, None] - c2[None, :])[:, :, None]
+              + (c3[:, None] - c3[None, :])[:, :, None] * top) <= 0.0  # i × j × elements
+    kept: npt.NDArray[np.bool_] = ~(static[:, :, None] & linear).any(axis=1)
+    return kept
+
+
+def _d_work(P: int, d: int, mu: FloatArray) -> int:
+    return 3 * P * d
+
+
+def _d_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
+               mus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`backward_accum_lambdas` on a batch (the same floats: the same branches kept; a
+    batch of one by the scalar function, where that is faster)."""
+    if len(Ms) < 2:
+        rows = np.array([backward_accum_lambdas(M, d, K, mu) for M, K, mu in zip(Ms, Ks, mus)],
+                        dtype=np.float64).reshape(-1, 3)
+        return rows[:, 0], rows[:, 1], rows[:, 2]
+    Ma, Ka = np.asarray(Ms, dtype=np.float64), np.asarray(Ks, dtype=np.float64)
+    branches = _d_branches(d)
+    kept = _d_kept(branches, Ma + Ka)
+    # (the branches no element keeps only cost time)
+    used = np.asarray(kept.any(axis=1) if len(Ma) else np.ones(len(branches)), dtype=bool)
+    return potential_lambdas_many(Ma, Ka, np.asarray(mus, dtype=np.float64),
+                                  [b for b, u in zip(branches, used.tolist()) if u], kept[used])
+
+
 _D = PairsTheorem(
     name="backward_accum", kind="potential", table="D", value=backward_accum_value, fine=True,
+    work=_d_work, lambdas=_d_lambdas,
     theorem="Theorem D: dV, dQ, dK products, potential on the accumulators (docs/bounds.md §10)",
     assumptions=BACKWARD_ASSUMPTIONS)
 
@@ -198,8 +246,52 @@ def backward_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((5.0 * d - 2.0 * nu) * P, K, *backward_pooled_lambdas(M, d, K, nu))
 
 
+def _e_functions_many(d: int):  # noqa: ANN202  (the array forms of _e_functions)
+    dd = float(d * d)
+    c3 = 1.0 / (4.0 * dd)
+
+    def J(I: FloatArray) -> FloatArray:
+        out: FloatArray = I * I / 3.0 + c3 * _cubes(I)
+        return out
+
+    def peaks(T: FloatArray) -> tuple[FloatArray]:
+        c2 = 1.0 / 3.0  # sum_line_peak(T, 1/3, c3), elementwise
+        b = 3.0 * (c3 * T - c2)
+        return ((b + np.sqrt(b * b + 32.0 * c2 * c3 * T)) / (8.0 * c3),)
+
+    def rho(I: FloatArray) -> FloatArray:
+        out: FloatArray = 2.0 * _pymax(I, I * I / (4.0 * dd))
+        return out
+
+    return J, peaks, rho, (4.0 * dd,), 0.0
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _e_lambdas_one(d: int, M: int, K: int, nu: float) -> tuple[float, float, float]:
+    return backward_pooled_lambdas(M, d, K, nu)
+
+
+def _e_work(P: int, d: int, nu: FloatArray) -> FloatArray:
+    out: FloatArray = (5.0 * d - 2.0 * nu) * float(P)  # (as backward_pooled_value)
+    return out
+
+
+def _e_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
+               nus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`backward_pooled_lambdas` on a batch (the same floats): one at a time below
+    POOLED_BATCH (each cached), else vectorised."""
+    if len(Ms) < POOLED_BATCH:
+        rows = np.array([_e_lambdas_one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
+                        dtype=np.float64).reshape(-1, 3)
+        return rows[:, 0], rows[:, 1], rows[:, 2]
+    return pooled_lambdas_many(np.asarray(Ms, dtype=np.float64),
+                               np.asarray(Ks, dtype=np.float64),
+                               np.asarray(nus, dtype=np.float64), *_e_functions_many(d))
+
+
 _E = PairsTheorem(
     name="backward_pooled", kind="pooled", table="E", value=backward_pooled_value, nu_max=2.4,
+    work=_e_work, lambdas=_e_lambdas,
     theorem="Theorem E: the five backward product families under one budget "
     "(docs/bounds.md §10)",
     assumptions=BACKWARD_ASSUMPTIONS)

@@ -28,10 +28,26 @@ segments, and for Theorem A (as for D) a wider (K, μ) search below 256 segments
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
 from ..core.errors import ParameterError
 from .base import Bound, attention_shape
 from .params import lookup
-from .segments import PairsTheorem, pooled_lambdas, potential_lambdas, segments_bound
+from .segments import (
+    POOLED_BATCH,
+    FloatArray,
+    PairsTheorem,
+    _cubes,
+    _pymax,
+    pooled_lambdas,
+    pooled_lambdas_many,
+    potential_lambdas,
+    potential_lambdas_many,
+    segments_bound,
+)
 
 __all__ = ["ASSUMPTIONS", "lookup", "pv_segment", "pv_segment_for", "pv_segment_lambdas",
            "pv_segment_pairs", "pv_segment_value", "qkpv_pooled", "qkpv_pooled_for",
@@ -63,8 +79,26 @@ def pv_segment_value(P: int, d: int, M: int, K: int, mu: float) -> int:
     return segments_bound(P * d, K, *pv_segment_lambdas(M, d, K, mu))
 
 
+def _a_work(P: int, d: int, mu: FloatArray) -> int:
+    return P * d
+
+
+def _a_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
+               mus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`pv_segment_lambdas` on a batch (the same floats; one at a time below 6, where
+    that is faster)."""
+    if len(Ms) < 6:
+        rows = np.array([pv_segment_lambdas(M, d, K, mu) for M, K, mu in zip(Ms, Ks, mus)],
+                        dtype=np.float64).reshape(-1, 3)
+        return rows[:, 0], rows[:, 1], rows[:, 2]
+    return potential_lambdas_many(np.asarray(Ms, dtype=np.float64),
+                                  np.asarray(Ks, dtype=np.float64),
+                                  np.asarray(mus, dtype=np.float64), _a_branches(d))
+
+
 _A = PairsTheorem(
     name="pv_segment", kind="potential", table="A", value=pv_segment_value, fine=True,
+    work=_a_work, lambdas=_a_lambdas,
     theorem="Theorem A: P·V products, potential on the output accumulators (docs/bounds.md §5)",
     assumptions=ASSUMPTIONS)
 
@@ -111,8 +145,51 @@ def qkpv_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((2.0 * d - nu) * P, K, *qkpv_pooled_lambdas(M, d, K, nu))
 
 
+def _b_functions_many(d: int):  # noqa: ANN202  (the array forms of _b_functions)
+    dd = float(d * d)
+
+    def J(I: FloatArray) -> FloatArray:
+        out: FloatArray = I * I / 4.0
+        big = ~(I <= 2.0 * dd)
+        if big.any():
+            out[big] = _cubes(I[big] + dd) / (27.0 * dd)
+        return out
+
+    def peaks(T: FloatArray) -> tuple[FloatArray, FloatArray]:
+        return 2.0 * T / 3.0, (3.0 * T - dd) / 4.0
+
+    def rho(I: FloatArray) -> FloatArray:
+        return _pymax(I, I * I / (4.0 * dd))
+
+    return J, peaks, rho, (2.0 * dd, 4.0 * dd), 4.0 * dd
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _b_lambdas_one(d: int, M: int, K: int, nu: float) -> tuple[float, float, float]:
+    return qkpv_pooled_lambdas(M, d, K, nu)
+
+
+def _b_work(P: int, d: int, nu: FloatArray) -> FloatArray:
+    out: FloatArray = (2.0 * d - nu) * float(P)  # (as qkpv_pooled_value: float · int)
+    return out
+
+
+def _b_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
+               nus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`qkpv_pooled_lambdas` on a batch (the same floats): one at a time below
+    POOLED_BATCH (each cached), else vectorised."""
+    if len(Ms) < POOLED_BATCH:
+        rows = np.array([_b_lambdas_one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
+                        dtype=np.float64).reshape(-1, 3)
+        return rows[:, 0], rows[:, 1], rows[:, 2]
+    return pooled_lambdas_many(np.asarray(Ms, dtype=np.float64),
+                               np.asarray(Ks, dtype=np.float64),
+                               np.asarray(nus, dtype=np.float64), *_b_functions_many(d))
+
+
 _B = PairsTheorem(
     name="qkpv_pooled", kind="pooled", table="B", value=qkpv_pooled_value, nu_max=1.9,
+    work=_b_work, lambdas=_b_lambdas,
     theorem="Theorem B: QKᵀ and P·V products under one budget (docs/bounds.md §6)",
     assumptions=ASSUMPTIONS)
 

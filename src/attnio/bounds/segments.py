@@ -22,6 +22,11 @@ tight it is.
   at larger M' (any schedule for M runs unchanged with M' >= M words, docs/bounds.md §12.1);
 * :class:`PairsTheorem`: Theorems A, B, D, E as data (their work, table, kind, words), evaluated
   for P required pairs or a Shape: what each theorem's three public functions return.
+
+The searches run on batches (docs/bounds.md §12.2): :func:`potential_lambdas_many`,
+:func:`pooled_lambdas_many` and :func:`segments_bound_many` are the scalar functions above
+elementwise, with the same floats and integers bit for bit (the scalar ones stay, the reference:
+``tests/test_bounds_values.py``); what does not depend on P is cached per (theorem, d, M).
 """
 
 from __future__ import annotations
@@ -32,15 +37,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from ..core.checks import check_int
 from ..core.workload import MAX_M, Shape
 from . import params
 from .base import Bound, check_M, pairs_of, regime_of
 
 __all__ = ["FEW_SEGMENTS", "INFLATE", "K_FACTORS", "MORE_MEMORY_SEGMENTS", "Branch",
-           "PairsTheorem", "more_memory", "more_memory_grid", "pooled_lambdas",
-           "potential_lambdas", "segments_bound", "sum_line_peak", "tabulated_best",
-           "fine_best"]
+           "PairsTheorem", "fine_best", "fine_ks", "fine_multipliers", "more_memory",
+           "more_memory_grid", "pooled_lambdas", "pooled_lambdas_many", "potential_lambdas",
+           "potential_lambdas_many", "segments_bound", "segments_bound_many", "segments_h",
+           "sum_line_peak", "tabulated_best", "tabulated_candidates", "tabulated_pick"]
 
 #: Every per-segment maximum is multiplied by this before it divides (rounding safety).
 INFLATE = 1.0 + 1e-9
@@ -133,6 +142,208 @@ def potential_lambdas(M: float, K: float, mu: float,
     lam_f = mu * K + _polygon_max(par_f, branches, mu, g)
     lam_l = mu * (M + K) + _polygon_max(par_l, branches, mu, g)
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+
+
+# ---------------------------------------------------------------------------- vectorised (numpy)
+# The searches below evaluate a theorem at many (M, K, multiplier) at once.  Every value equals the
+# scalar code's bit for bit: the same floating-point operations in the same order, elementwise
+# (numpy's +, -, *, /, sqrt and comparisons are IEEE double like Python's), the cubes of the
+# vertical edges' peaks by Python's own float power (numpy's may round differently), every
+# degenerate case of the scalar code (coinciding vertices, μ² underflowing) decided per element,
+# and the integer arithmetic of segments_bound exact (tests/test_bounds_values.py).
+FloatArray = npt.NDArray[np.float64]
+
+
+def _cubes(x: FloatArray) -> FloatArray:
+    """``x ** 3`` elementwise, rounded as the scalar code's ``p0 ** 3`` (Python's float power)."""
+    return np.array([v ** 3 for v in x.tolist()], dtype=np.float64)
+
+
+def _sum_line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray) -> FloatArray:
+    """:func:`sum_line_peak` elementwise, lines T (lines × pairs) × branches (c2, c3): (lines ×
+    branches × pairs), the same operations (its two special cases by branch)."""
+    c2c, c3c, Tc = c2[:, None], c3[:, None], T[:, None, :]
+    b = 3.0 * (c3c * Tc - c2c)
+    out: FloatArray = (b + np.sqrt(b * b + 32.0 * c2c * c3c * Tc)) / (8.0 * c3c)
+    if (c3 == 0.0).any():
+        out[:, c3 == 0.0, :] = 2.0 * Tc / 3.0
+    c2only = (c2 == 0.0) & (c3 != 0.0)
+    if c2only.any():
+        out[:, c2only, :] = 0.75 * Tc
+    return out
+
+
+def _g_many(p: FloatArray, c2: FloatArray, c3: FloatArray,
+            kept: npt.NDArray[np.bool_]) -> FloatArray:
+    """g(p) = max over the kept branches of ``c2·p·p + c3·p·p·p`` (the scalar code's operations),
+    p (points × pairs), kept (branches × pairs)."""
+    c2c, c3c = c2[:, None, None], c3[:, None, None]
+    G = c2c * p * p + c3c * p * p * p  # branches × points × pairs
+    out: FloatArray = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
+    return out
+
+
+def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
+                            branches: Sequence[Branch],
+                            kept: npt.NDArray[np.bool_] | None = None,
+                            ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`potential_lambdas_many` on 1-d float arrays of one length (floating-point warnings
+    off: every edge case is masked as the scalar code decides it)."""
+    n, nb = len(Ma), len(branches)
+    c2, c3 = _branch_arrays(tuple(branches))
+    # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
+    order = np.lexsort((Ka, Ma))
+    Ms, Ks = Ma[order], Ka[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(Ms[1:], Ms[:-1], out=new[1:])
+    new[1:] |= Ks[1:] != Ks[:-1]
+    u: npt.NDArray[np.intp] | None = None
+    if not new.all():
+        u = np.empty(n, dtype=np.intp)
+        u[order] = np.cumsum(new) - 1
+        first = order[new]
+        if kept is not None and not (kept[:, first][:, u] == kept).all():
+            u = None  # kept not a function of (M, K): no sharing
+        else:
+            Ma, Ka = Ma[first], Ka[first]
+            if kept is not None:
+                kept = kept[:, first]
+    kp = np.ones((nb, len(Ma)), dtype=bool) if kept is None else kept
+    MK = Ma + Ka
+    T2 = Ma + MK
+    edge = MK != Ma  # the lines T = M + K and M + (M + K) are edges (else vertical, at p = M)
+    zero = np.zeros_like(Ma)
+    # g at the vertices' p in {0, K, M, M + K} and at the sum lines' peaks (branches each)
+    Ts = np.stack([Ka, MK, T2])
+    peaks = _sum_line_peaks(Ts, c2, c3)  # 3 × branches × pairs
+    pk = np.maximum(peaks, 0.0)
+    qk = np.maximum(Ts[:, None, :] - peaks, 0.0)
+    g = _g_many(np.concatenate([np.stack([zero, Ka, Ma, MK]), pk.reshape(3 * nb, -1)]),
+                c2, c3, kp)
+    g0, gK, gM, gMK = g[0], g[1], g[2], g[3]
+    # the rows that do not depend on μ, √(q·g(p)) and p + q: the vertices (0,K), (0,M+K),
+    # (M,M+K), (M+K,M), (M+K,0), (K,0), (K,M), (M,K), then the peaks on T = K, M + K, M + (M + K)
+    S_base = np.concatenate([
+        np.sqrt(np.stack([Ka * g0, MK * g0, MK * gM, Ma * gMK, zero * gMK, zero * gK, Ma * gK,
+                          Ka * gM])),
+        np.sqrt(qk * g[4:].reshape(3, nb, -1)).reshape(3 * nb, -1)])
+    W_base = np.concatenate([np.stack([Ka, MK, Ma + MK, MK + Ma, MK + zero, Ka + zero, Ka + Ma,
+                                       Ma + Ka]), (pk + qk).reshape(3 * nb, -1)])
+    rows, starts = _polygon_rows(nb)
+    pK, pMK, pT2 = peaks[0], peaks[1], peaks[2]
+    in_K = kp & (zero < pK) & (pK < Ka)
+    ok = np.concatenate([
+        np.ones((6, len(Ma)), dtype=bool), kp & (Ma < pT2) & (pT2 < MK) & edge, in_K,  # hexagon
+        np.ones((4, len(Ma)), dtype=bool), kp & (zero < pMK) & (pMK < Ka) & edge, in_K,  # first
+        np.ones((4, len(Ma)), dtype=bool), kp & (Ma < pMK) & (pMK < MK) & edge, in_K])  # last
+    S, W = S_base[rows], W_base[rows]
+    # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²)): hexagon p0 = M + K, q in (0, M);
+    # first p0 = K, q in (0, M); last (where M + K rounds to M) p0 = M + K, q in (0, K)
+    p0 = np.stack([MK, Ka, MK])
+    cMK = _cubes(MK)
+    num = c2[None, :, None] * p0[:, None, :] * p0[:, None, :] + \
+        c3[None, :, None] * np.stack([cMK, _cubes(Ka), cMK])[:, None, :]
+    gp0 = np.stack([gMK, gK, gMK])
+    hi = np.stack([Ma, Ma, Ka])
+    cond = np.stack([np.ones_like(edge), np.ones_like(edge), ~edge])
+    if u is not None:  # to the elements
+        S, W, ok = S[:, u], W[:, u], ok[:, u]
+        p0, num, gp0, hi, cond, kp = p0[:, u], num[:, :, u], gp0[:, u], hi[:, u], cond[:, u], kp[:, u]
+    F1 = S - mua * W
+    F1[~ok | np.isnan(F1)] = -np.inf  # (a NaN never wins in the scalar code's v > best)
+    best = np.maximum.reduceat(F1, starts, axis=0)  # 3 × elements
+    mu4 = 4.0 * mua * mua
+    qv = num / mu4  # 3 × branches × elements
+    p0e = p0[:, None, :]
+    okv = ((mu4 > 0.0) & (p0e > 0.0) & cond[:, None, :] & kp[None, :, :] & (0.0 < qv)
+           & (qv < hi[:, None, :]))
+    if okv.any():
+        qc = np.maximum(qv, 0.0)
+        F2 = np.sqrt(qc * gp0[:, None, :]) - mua * (p0e + qc)
+        F2[~okv | np.isnan(F2)] = -np.inf
+        best = np.maximum(best, F2.max(axis=1))
+    MKe = Ma + Ka if u is None else MK[u]
+    Ke = Ka if u is None else Ka[u]
+    lam = mua * MKe + best[0]
+    lam_f = mua * Ke + best[1]
+    lam_l = mua * MKe + best[2]
+    return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+
+
+@functools.lru_cache(maxsize=64)
+def _branch_arrays(branches: tuple[Branch, ...]) -> tuple[FloatArray, FloatArray]:
+    return (np.array([b[0] for b in branches], dtype=np.float64),
+            np.array([b[1] for b in branches], dtype=np.float64))
+
+
+@functools.lru_cache(maxsize=64)
+def _polygon_rows(nb: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """The rows of :func:`_potential_lambdas_many`'s base table each polygon's candidates take,
+    and where each polygon's rows start."""
+    line = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(3)]  # T = K, M + K, T2
+    hexa = [0, 1, 2, 3, 4, 5] + line[2] + line[0]
+    first = [0, 1, 6, 5] + line[1] + line[0]
+    last = [5, 4, 7, 0] + line[1] + line[0]
+    rows = np.array(hexa + first + last, dtype=np.intp)
+    return rows, np.array([0, len(hexa), len(hexa) + len(first)], dtype=np.intp)
+
+
+def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
+                           branches: Sequence[Branch],
+                           kept: npt.NDArray[np.bool_] | None = None,
+                           ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`potential_lambdas` elementwise over arrays M, K, μ (broadcast): the same floats.
+    ``kept`` (branches × elements): the branches in effect per element (default all).
+
+    The candidate points of :func:`_polygon_max` are the scalar code's, per element: the
+    vertices, the peaks of the sum lines T = K, M + K and M + (M + K), the peaks of the vertical
+    edges p = M + K and p = K (and p = M + K on the last segment's polygon where M + K rounds to
+    M: the scalar code's edge tests, decided per element), each with the same operations; their
+    maximum is the same float (a maximum does not depend on the order of its candidates).  What
+    does not depend on μ (the points, g there, √(q·g(p)), p + q) is computed once per distinct
+    (M, K)."""
+    Ma, Ka, mua = (np.asarray(a, dtype=np.float64).ravel()
+                   for a in np.broadcast_arrays(M, K, mu))
+    if not len(Ma):
+        return Ma.copy(), Ma.copy(), Ma.copy()
+    with np.errstate(all="ignore"):
+        return _potential_lambdas_many(Ma, Ka, mua, branches, kept)
+
+
+def segments_bound_many(work: float | int | FloatArray, K: Sequence[int], lam: FloatArray,
+                        lam_f: FloatArray, lam_l: FloatArray) -> list[int]:
+    """:func:`segments_bound` elementwise: the same integers.  An int ``work`` is compared with
+    the floats exactly, as Python compares an int with a float (by the least float >= work), and
+    subtracted as ``float(work)``, as Python does; the products K·(h - 1) are Python ints."""
+    if isinstance(work, int):
+        wf = float(work)
+        w_cmp = wf if wf >= work else math.nextafter(wf, math.inf)
+        w: float | FloatArray = wf
+    else:
+        w = w_cmp = work  # type: ignore[assignment]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        c = np.ceil((w - lam_f - lam_l) / lam)  # h - 2 (h >= 3)
+    c = np.where(w_cmp <= lam_f + lam_l, 0.0, c)
+    c = np.where(w_cmp <= lam_f, -1.0, c)
+    Ks = np.asarray(K, dtype=np.int64)
+    if len(Ks) and (float(c.max()) + 1.0) * float(Ks.max()) < 2.0 ** 62:
+        out: list[int] = ((c.astype(np.int64) + 1) * Ks).tolist()
+        return out
+    return [k * (1 + int(h)) for k, h in zip(Ks.tolist(), c.tolist())]
+
+
+def segments_h(work: float | int | FloatArray, lam: FloatArray, lam_f: FloatArray,
+               lam_l: FloatArray) -> list[tuple[float, float]]:
+    """Per element the real-valued number of segments ``2 + (work − Λ_f − Λ_l)/Λ`` (its ceiling
+    is h where h >= 3) and ``work/Λ_f`` (h >= 2 where it exceeds 1): estimates that steer the
+    batched bisections, no bound depends on them."""
+    w = float(work) if isinstance(work, int) else work
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        h = 2.0 + (w - lam_f - lam_l) / lam
+        z = w / lam_f
+    return list(zip(np.broadcast_to(h, lam.shape).tolist(),
+                    np.broadcast_to(z, lam.shape).tolist()))
 
 
 # ---------------------------------------------------------------------------- pooled (B, E)
@@ -229,6 +440,170 @@ def pooled_lambdas(M: float, K: float, nu: float, J: Callable[[float], float],
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
 
 
+def _pymax(a: npt.ArrayLike, b: npt.ArrayLike) -> FloatArray:
+    """Python's ``max(a, b)`` elementwise: a unless b > a."""
+    out: FloatArray = np.where(np.greater(b, a), b, a)
+    return out
+
+
+def _pymin(a: npt.ArrayLike, b: npt.ArrayLike) -> FloatArray:
+    """Python's ``min(a, b)`` elementwise: a unless b < a."""
+    out: FloatArray = np.where(np.less(b, a), b, a)
+    return out
+
+
+#: Batches of fewer (M, K, ν) than this are evaluated one at a time by the theorems (the
+#: vectorised pooled maxima cost a fixed ~0.5 ms a call, the scalar ones ~0.08 ms each).
+POOLED_BATCH = 8
+
+#: The array forms of a pooled argument's functions (:func:`pooled_lambdas_many`): J(I), the
+#: maximisers of J(I)·(T − I) (every smooth piece: the scalar ``J_peaks`` must not depend on the
+#: piece), ρ(I), elementwise with the scalar code's operations.
+ArrayFn = Callable[[FloatArray], FloatArray]
+
+
+def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
+              B: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
+              lo: FloatArray, hi: FloatArray, floor: FloatArray, *, cells: int = 8,
+              levels: int = 8, split: int = 4, rtol: float = 1e-4) -> FloatArray:
+    """:func:`_max_increasing_difference` of many problems at once, level by level (a level's
+    cells are kept against the best value before it, as there): the same floats.  ``A(x, i)``,
+    ``B(x, i)``: the functions of problem i at x."""
+    n = len(lo)
+    ids = np.arange(n)
+    out = np.empty(n)
+    deg = hi <= lo
+    if deg.any():
+        di = ids[deg]
+        out[deg] = _pymax(floor[deg], A(lo[deg], di) - B(lo[deg], di))
+    live = ids[~deg]
+    if not len(live):
+        return out
+    tol = np.zeros(n)
+    tol[live] = rtol * np.abs(A(hi[live], live))
+    best = floor.copy()
+    E = lo[live][:, None] + (hi[live] - lo[live])[:, None] * np.arange(cells + 1) / cells
+    pe = np.repeat(live, cells + 1)
+    diff = (A(E.ravel(), pe) - B(E.ravel(), pe)).reshape(len(live), cells + 1)
+    best[live] = _pymax(floor[live], diff.max(axis=1))
+    u, v = E[:, :-1].ravel(), E[:, 1:].ravel()
+    pid = np.repeat(live, cells)
+    for level in range(levels + 1):
+        bound = A(v, pid) - B(u, pid)
+        keep = bound > (best + tol)[pid]
+        has = np.zeros(n, dtype=bool)
+        has[pid[keep]] = True
+        active = np.zeros(n, dtype=bool)
+        active[pid] = True
+        stop = active & ~has
+        out[stop] = best[stop] + tol[stop]
+        if level == levels:
+            mk = np.full(n, -np.inf)
+            np.maximum.at(mk, pid[keep], bound[keep])
+            out[has] = _pymax(best[has] + tol[has], mk[has])
+            return out
+        u, v, pid = u[keep], v[keep], pid[keep]
+        if not len(pid):
+            return out
+        w = v - u
+        pts = [u + w * i / split for i in range(split + 1)]
+        mx = np.full(n, -np.inf)
+        for i in range(1, split):
+            np.maximum.at(mx, pid, A(pts[i], pid) - B(pts[i], pid))
+        best[has] = _pymax(best[has], mx[has])
+        u = np.concatenate(pts[:-1])
+        v = np.concatenate(pts[1:])
+        pid = np.tile(pid, split)
+    return out  # pragma: no cover
+
+
+def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J: ArrayFn,
+                        J_peaks: Callable[[FloatArray], Sequence[FloatArray]], rho: ArrayFn,
+                        breaks: Sequence[float], flat_until: float = 0.0,
+                        ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`pooled_lambdas` elementwise over arrays M, K, ν (broadcast): the same floats.  ``J``,
+    ``rho`` elementwise; ``J_peaks(T)`` the maximisers of J(I)·(T − I) (the same on every
+    piece, as for Theorems B and E); ``breaks`` increasing.  Every step of :func:`_pooled_max`
+    runs on all the problems (three per element) at once, with Python's max and min
+    elementwise."""
+    Ma, Ka, nua = (np.asarray(a, dtype=np.float64).ravel()
+                   for a in np.broadcast_arrays(M, K, nu))
+    n = len(Ma)
+    if not n:
+        return Ma.copy(), Ma.copy(), Ma.copy()
+    with np.errstate(all="ignore"):
+        MK = Ma + Ka
+        T2 = 2 * Ma + Ka
+        T = np.concatenate([T2, MK, MK])  # the middle, first and last segments' problems
+        lo = np.concatenate([Ma, np.zeros(n), Ma])
+        hi = np.concatenate([MK, Ka, MK])
+        best = _pooled_max_many(T, lo, hi, np.tile(nua, 3), J, J_peaks, rho, breaks,
+                                flat_until)
+        lam = best[:n] + nua * T2
+        lam_f = best[n:2 * n] + nua * MK
+        lam_l = best[2 * n:] + nua * MK
+    return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+
+
+def _pooled_max_many(T: FloatArray, lo: FloatArray, hi: FloatArray, nu: FloatArray, J: ArrayFn,
+                     J_peaks: Callable[[FloatArray], Sequence[FloatArray]], rho: ArrayFn,
+                     breaks: Sequence[float], flat_until: float) -> FloatArray:
+    """:func:`_pooled_max` of each problem (T, lo, hi, ν)."""
+    nu4 = 4.0 * nu * nu
+
+    def at(I: FloatArray, Y: FloatArray, i: npt.NDArray[np.intp]) -> FloatArray:
+        out: FloatArray = np.sqrt(_pymax(J(I), 0.0) * _pymax(Y, 0.0)) - nu[i] * (Y + I)
+        return out
+
+    def best_y(I: FloatArray, i: npt.NDArray[np.intp]) -> FloatArray:
+        ylo = T[i] - I
+        yhi = T[i] - I + rho(I)
+        Y = np.where(nu4[i] > 0.0, _pymin(_pymax(J(I) / nu4[i], ylo), yhi), yhi)
+        return at(I, Y, i)
+
+    n = len(T)
+    ids = np.arange(n)
+    best = _pymax(best_y(lo, ids), best_y(hi, ids))
+    # the cuts: lo, the breaks strictly inside, hi (none where lo == hi: no piece)
+    C = np.full((n, len(breaks) + 2), np.nan)
+    C[:, 0] = lo
+    pos = np.ones(n, dtype=np.intp)
+    for b in breaks:
+        m = (lo < b) & (b < hi)
+        C[m, pos[m]] = b
+        pos[m] += 1
+    valid = hi > lo
+    C[ids[valid], pos[valid]] = hi[valid]
+    pieces = np.where(valid, pos, 0)
+    for k in range(int(pieces.max(initial=0))):
+        i = ids[pieces > k]
+        a, b = C[i, k], C[i, k + 1]
+        Ti = T[i]
+        bi = best[i]
+        for I in J_peaks(Ti):
+            ok = (a < I) & (I < b)
+            if ok.any():
+                bi = np.where(ok, _pymax(bi, at(I, Ti - I, i)), bi)
+        bi = _pymax(_pymax(bi, best_y(a, i)), best_y(b, i))
+        best[i] = bi
+        r = b > flat_until
+        if r.any():
+            ri = i[r]
+
+            def up_a(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
+                out: FloatArray = np.sqrt(_pymax(J(x), 0.0) * _pymax(T[j] - x + rho(x), 0.0))
+                return out
+
+            def up_b(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
+                out: FloatArray = nu[j] * (T[j] + rho(x))
+                return out
+
+            got = _mid_many(lambda x, j: up_a(x, ri[j]), lambda x, j: up_b(x, ri[j]),
+                            a[r], b[r], best[ri])
+            best[ri] = got
+    return best
+
+
 # ---------------------------------------------------------------------------- evaluation (A-E)
 #: Fewer segments than this (value < FEW_SEGMENTS·K): the first and last segments weigh, and
 #: :func:`tabulated_best` tries the segment lengths ``K_FACTORS`` times the tabulated one too.
@@ -255,23 +630,144 @@ FINE_SEGMENTS = 256
 FINE_MIN_WORK = 1 << 20
 
 
+#: The batched bisections of :func:`fine_best` evaluate, per batch, the nodes of each bisection's
+#: tree it can visit next: the next EDGE_DEPTH levels, or with a guide (estimates of h near the
+#: bracket) every node on the way to a window around the interpolated edge.  Each bisection
+#: then walks the nodes evaluated, step by step as it would one point at a time, and goes on in the
+#: next batch where a node it needs is missing: the same steps, the same result.
+EDGE_DEPTH = 3
+
+#: ``values(Ks, qs)``: the theorem's value at each (K, multiplier) pair, at one M (a batch).
+Values = Callable[[Sequence[int], Sequence[float]], list[int]]
+#: ``guide(Ks, qs)``: the values and, there, the real-valued h = 2 + (work − Λ_f − Λ_l)/Λ and
+#: work/Λ_f (h − 1 >= 1 where it exceeds 1): :func:`segments_h`.
+Guide = Callable[[Sequence[int], Sequence[float]],
+                 tuple[list[int], list[tuple[float, float]]]]
+
+
+def _batched(value: Callable[[int, float], int]) -> Values:
+    """A batch evaluation by ``value`` one pair at a time."""
+    def values(Ks: Sequence[int], qs: Sequence[float]) -> list[int]:
+        return [value(K, q) for K, q in zip(Ks, qs)]
+    return values
+
+
 def _right_edge(value: Callable[[int, float], int], q: float, n: int, a: int,
                 b: int) -> tuple[int, int]:
     """(value, K) at the largest K in [a, b) with h − 1 >= n (``value(K, q) >= n·K``), given that
     a has it and b has not: a bisection (h − 1 does not increase with K)."""
-    va = value(a, q)
-    while b - a > 1:
-        c = (a + b) // 2
-        vc = value(c, q)
-        if vc >= n * c:
-            a, va = c, vc
+    return _right_edges(_batched(value), [(q, n, a, value(a, q), b, ())])[0]
+
+
+#: A bisection of :func:`_right_edges`: (q, n, a, value(a, q), b, points) with points the
+#: (K, (h, work/Λ_f)) known near [a, b) (:func:`segments_h`), or ().
+EdgeJob = tuple[float, int, int, int, int, tuple[tuple[int, tuple[float, float]], ...]]
+
+#: The half-width of the window around the interpolated edge whose every node is evaluated.
+EDGE_WINDOW = 2
+
+
+def _window(a: int, b: int, n: int, pts: Sequence[tuple[int, tuple[float, float]]]
+            ) -> tuple[int, int] | None:
+    """Where the edge of tooth n is expected in [a, b) (h − 1 >= n: h > n for n >= 2, work > Λ_f
+    for n = 1): K as a function of 1/h (1/h is about linear in K; Λ_f/work for n = 1) through the
+    three known points nearest the bracket, at 1/n, then :data:`EDGE_WINDOW` either side; None
+    without estimates."""
+    k = 1 if n == 1 else 0
+    near = sorted(((K, e[k]) for K, e in pts if e[k] > 0.0 and math.isfinite(e[k])),
+                  key=lambda p: abs(2 * p[0] - a - b))[:3]
+    if len(near) < 2:
+        return None
+    ys = [1.0 / h for _, h in near]
+    y = 1.0 / n if n > 1 else 1.0
+    if len(set(ys)) < len(ys):
+        return None
+    t = 0.0
+    for i, (Ki, _) in enumerate(near):
+        w = float(Ki)
+        for j in range(len(near)):
+            if j != i:
+                w *= (y - ys[j]) / (ys[i] - ys[j])
+        t += w
+    if not math.isfinite(t):
+        return None
+    c = min(max(int(round(t)), a), b - 1)
+    return c - EDGE_WINDOW, c + EDGE_WINDOW
+
+
+def _right_edges(values: Values, jobs: Sequence[EdgeJob], *, guide: Guide | None = None,
+                 depth: int = EDGE_DEPTH) -> list[tuple[int, int]]:
+    """:func:`_right_edge` of every job at once (:data:`EDGE_DEPTH`): the bisections advance
+    together, one batch of evaluations per round."""
+    state = [[a, b, va] for _, _, a, va, b, _ in jobs]
+    known = [list(pts) for *_, pts in jobs]
+    while True:
+        Ks: list[int] = []
+        qs: list[float] = []
+        owner: list[int] = []
+        for i, ((q, n, *_), st) in enumerate(zip(jobs, state)):
+            a0, b0 = st[0], st[1]
+            if b0 - a0 <= 1:
+                continue
+            win = _window(a0, b0, n, known[i]) if guide is not None else None
+            stack = [(a0, b0, depth if win is None else 1)]
+            while stack:
+                a, b, left = stack.pop()
+                c = (a + b) // 2
+                Ks.append(c)
+                qs.append(q)
+                owner.append(i)
+                # the next levels, and the children whose [a, c - 1], [c, b - 1] meet the window
+                if c - a > 1 and (left > 1 or (win is not None and a <= win[1]
+                                               and win[0] <= c - 1)):
+                    stack.append((a, c, left - 1))
+                if b - c > 1 and (left > 1 or (win is not None and c <= win[1]
+                                               and win[0] <= b - 1)):
+                    stack.append((c, b, left - 1))
+        if not Ks:
+            return [(va, a) for a, _, va in state]
+        if guide is not None:
+            vals, hs = guide(Ks, qs)
         else:
-            b = c
-    return va, a
+            vals, hs = values(Ks, qs), None
+        got: list[dict[int, int]] = [{} for _ in jobs]
+        for j, (i, c, v) in enumerate(zip(owner, Ks, vals)):
+            got[i][c] = v
+            if hs is not None:
+                known[i].append((c, hs[j]))
+        for (_, n, *_), st, seen in zip(jobs, state, got):
+            a, b, va = st
+            while b - a > 1:
+                c = (a + b) // 2
+                vc = seen.get(c)
+                if vc is None:
+                    break
+                if vc >= n * c:
+                    a, va = c, vc
+                else:
+                    b = c
+            st[:] = [a, b, va]
+
+
+def fine_ks(M: int, kappa: float, wide: bool = True) -> list[int]:
+    """The segment lengths :func:`fine_best` samples at each multiple (sorted, distinct)."""
+    lo, hi = FINE_F
+    fs = [lo * (hi / lo) ** (i / (FINE_SAMPLES - 1)) for i in range(FINE_SAMPLES)]
+    if not wide:
+        fs = fs[::2]
+    return sorted({max(1, round(f * kappa * M)) for f in fs})
+
+
+def fine_multipliers(p: float, wide: bool = True) -> list[float]:
+    """The multipliers :func:`fine_best` tries: the multiples of p."""
+    return [m * p for m in (FINE_MULTIPLIERS if wide else (0.8, 1.0, 1.2))]
 
 
 def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float,
-              best: tuple[int, int, float], wide: bool = True) -> tuple[int, int, float]:
+              best: tuple[int, int, float], wide: bool = True, *,
+              values: Values | None = None, samples: list[int] | None = None,
+              guide: Guide | None = None,
+              sample_h: list[tuple[float, float]] | None = None) -> tuple[int, int, float]:
     """``best`` improved by a wider search of (K, multiplier), for an execution of few segments.
 
     ``value(K, q) = K·(h − 1)``, h the least number of segments the theorem allows: for fixed q
@@ -283,36 +779,75 @@ def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float
     of the best sample's (bracketed by the samples, then bisected) and keeps the largest
     n·K_edge.  Every (K, q) gives a valid bound (docs/bounds.md §12): the search only picks a
     tighter one, at a bounded number of evaluations (O(1) in N).  ``wide=False``: the earlier,
-    narrower search (multiples 0.8, 1, 1.2, every other f, the best sample's tooth only)."""
-    lo, hi = FINE_F
-    fs = [lo * (hi / lo) ** (i / (FINE_SAMPLES - 1)) for i in range(FINE_SAMPLES)]
-    if not wide:
-        fs = fs[::2]
-    Ks = sorted({max(1, round(f * kappa * M)) for f in fs})
+    narrower search (multiples 0.8, 1, 1.2, every other f, the best sample's tooth only).
+
+    ``values``: the same function on a batch (``values(Ks, qs)``, one call for every sample, one
+    per few levels of all the bisections together); ``samples``: its values at the grid
+    :func:`fine_ks` × :func:`fine_multipliers` (multiplier-major), if already known;
+    ``guide``, ``sample_h``: the values with the real-valued h (:data:`Guide`) on a batch and h
+    at the samples, which steer the batches of the bisections (fewer batches, the same steps)."""
+    Ks = fine_ks(M, kappa, wide)
+    batch = values if values is not None else _batched(value)
+    qs_all = fine_multipliers(p, wide)
+    if samples is None:
+        samples = batch([K for _ in qs_all for K in Ks], [q for q in qs_all for _ in Ks])
     top = best
     rows = []
-    for q in (m * p for m in (FINE_MULTIPLIERS if wide else (0.8, 1.0, 1.2))):
-        vals = [value(K, q) for K in Ks]
-        i = max(range(len(Ks)), key=lambda j: vals[j])
-        rows.append((vals[i], q, vals, i))
+    nk = len(Ks)
+    for r, q in enumerate(qs_all):
+        vals = samples[r * nk:(r + 1) * nk]
+        i = vals.index(max(vals))  # (the first of equal ones)
+        rows.append((vals[i], q, vals, i, r))
         if vals[i] > top[0]:
             top = (vals[i], Ks[i], q)
     reach = FINE_TEETH if wide else 0
-    for _, q, vals, i in sorted(rows, key=lambda r: r[0], reverse=True)[:FINE_BEST if wide else 1]:
+    jobs = []
+    for _, q, vals, i, r in sorted(rows, key=lambda t: t[0], reverse=True)[:FINE_BEST if wide else 1]:
         if vals[i] <= 0:
             continue
         ns = [v // K for v, K in zip(vals, Ks)]  # h − 1 at each sample: non-increasing
         n0 = ns[i]
+        hs = None if sample_h is None else sample_h[r * nk:(r + 1) * nk]
         for n in range(max(1, n0 - reach), n0 + reach + 1):
             # the last sample with h − 1 >= n, and the next one (which has less)
-            a = max((j for j in range(len(Ks)) if ns[j] >= n), default=-1)
+            a = max((j for j in range(nk) if ns[j] >= n), default=-1)
             if a < 0:
                 continue
-            b = Ks[a + 1] if a + 1 < len(Ks) else 2 * Ks[a]
-            v, K = _right_edge(value, q, n, Ks[a], b)
-            if v > top[0]:
-                top = (v, K, q)
+            b = Ks[a + 1] if a + 1 < nk else 2 * Ks[a]
+            near = () if hs is None else tuple((Ks[j], hs[j]) for j in (a - 1, a, a + 1)
+                                               if 0 <= j < nk)
+            jobs.append((q, n, Ks[a], vals[a], b, near))
+    for (q, *_), (v, K) in zip(jobs, _right_edges(batch, jobs, guide=guide)):
+        if v > top[0]:
+            top = (v, K, q)
     return top
+
+
+def tabulated_candidates(M: int, kappa: float, p: float, *, zero_too: bool,
+                         retry: bool) -> list[tuple[int, float]]:
+    """The (K, multiplier) pairs :func:`tabulated_best` may try, in its order: the tabulated one
+    first, then (with ``retry``) the other segment lengths."""
+    K = max(1, round(kappa * M))
+    out = [(K, p)]
+    if retry:
+        for f in K_FACTORS:
+            K2 = max(1, round(f * kappa * M))
+            for p2 in ((p, 0.0) if zero_too else (p,)):
+                out.append((K2, p2))
+    return out
+
+
+def tabulated_pick(cands: Sequence[tuple[int, float]], vals: Sequence[int]
+                   ) -> tuple[int, int, float]:
+    """:func:`tabulated_best`'s choice among its candidates, given all their values: the first
+    unless it has few segments, then the largest (the first of equal ones)."""
+    K, p = cands[0]
+    best = (vals[0], K, p)
+    if best[0] < FEW_SEGMENTS * K:
+        for (K2, p2), v in zip(cands[1:], vals[1:]):
+            if v > best[0]:
+                best = (v, K2, p2)
+    return best
 
 
 def tabulated_best(value: Callable[[int, float], int], M: int, kappa: float, p: float, *,
@@ -321,16 +856,12 @@ def tabulated_best(value: Callable[[int, float], int], M: int, kappa: float, p: 
     ``K = κ·M`` and multiplier p and, when the execution has few segments (and ``retry``), at
     ``K = f·κ·M`` for f in :data:`K_FACTORS`, with p and, if ``zero_too``, with 0 (no potential).
     Every (K, multiplier) gives a valid bound: this only picks the tightest of a few."""
-    K = max(1, round(kappa * M))
-    best = (value(K, p), K, p)
-    if best[0] < FEW_SEGMENTS * K and retry:
-        for f in K_FACTORS:
-            K2 = max(1, round(f * kappa * M))
-            for p2 in ((p, 0.0) if zero_too else (p,)):
-                v = value(K2, p2)
-                if v > best[0]:
-                    best = (v, K2, p2)
-    return best
+    cands = tabulated_candidates(M, kappa, p, zero_too=zero_too, retry=retry)
+    K, p = cands[0]
+    v = value(K, p)
+    if v >= FEW_SEGMENTS * K:
+        return v, K, p
+    return tabulated_pick(cands, [v] + [value(K2, p2) for K2, p2 in cands[1:]])
 
 
 #: Closure under more memory is tried only when the bound at M spans fewer segments than this: with
@@ -342,9 +873,8 @@ MORE_MEMORY_SEGMENTS = 256
 MORE_MEMORY_STEPS = 48
 
 
-def more_memory_grid(M: int, steps: int = MORE_MEMORY_STEPS) -> list[int]:
-    """The larger fast memories M' > M that :func:`more_memory` tries: ⌈2^(j/8)⌉ > M, a fixed grid
-    (so that for M₁ < M₂ the points tried at M₂ are among those tried at M₁)."""
+@functools.lru_cache(maxsize=4096)
+def _grid(M: int, steps: int) -> tuple[int, ...]:
     j = max(0, math.floor(8.0 * math.log2(M)))
     out: list[int] = []
     while len(out) < steps:
@@ -352,10 +882,17 @@ def more_memory_grid(M: int, steps: int = MORE_MEMORY_STEPS) -> list[int]:
         if g > M and (not out or g > out[-1]):
             out.append(g)
         j += 1
-    return out
+    return tuple(out)
+
+
+def more_memory_grid(M: int, steps: int = MORE_MEMORY_STEPS) -> list[int]:
+    """The larger fast memories M' > M that :func:`more_memory` tries: ⌈2^(j/8)⌉ > M, a fixed grid
+    (so that for M₁ < M₂ the points tried at M₂ are among those tried at M₁)."""
+    return list(_grid(M, steps))
 
 
 def more_memory(at: Callable[[int, bool], tuple[int, int, float]], M: int,
+                at_many: Callable[[Sequence[int], bool], list[tuple[int, int, float]]] | None = None,
                 ) -> tuple[int, int, float, int]:
     """(value, K, multiplier, M'): a bound at M closed under more memory.
 
@@ -365,24 +902,27 @@ def more_memory(at: Callable[[int, bool], tuple[int, int, float]], M: int,
     evaluates the theorem at M' (``refine``: also its few-segment parameter refinements).  The
     scan runs only when the bound at M spans fewer than :data:`MORE_MEMORY_SEGMENTS` segments,
     over :func:`more_memory_grid`, cheaply (no refinement), and the three best M' found are
-    then refined."""
+    then refined.  ``at_many(Ms, refine)``: ``at`` on a batch (the scan's every M' in one call,
+    the same choices)."""
     v, K, p = at(M, True)
     best = (v, K, p, M)
     if K > 0 and v >= MORE_MEMORY_SEGMENTS * K:
         return best
+    grid = [M2 for M2 in more_memory_grid(M) if M2 <= MAX_M]  # (the grid increases)
+    if at_many is not None:
+        scanned = [r[0] for r in at_many(grid, False)]
     found: list[tuple[int, int]] = []
     zeros = 0
-    for M2 in more_memory_grid(M):
-        if M2 > MAX_M:
-            break
-        v2 = at(M2, False)[0]
+    for i, M2 in enumerate(grid):
+        v2 = scanned[i] if at_many is not None else at(M2, False)[0]
         zeros = zeros + 1 if v2 == 0 else 0
         if v2 > 0:
             found.append((v2, M2))
         if zeros >= 3:
             break
-    for _, M2 in sorted(found, reverse=True)[:3]:  # refine the three best
-        v2, K2, p2 = at(M2, True)
+    top = [M2 for _, M2 in sorted(found, reverse=True)[:3]]  # refine the three best
+    refined = at_many(top, True) if at_many is not None else [at(M2, True) for M2 in top]
+    for M2, (v2, K2, p2) in zip(top, refined):
         if v2 > best[0]:
             best = (v2, K2, p2, M2)
     return best
@@ -416,6 +956,32 @@ class PairsTheorem:
     #: with few segments, also :func:`fine_best`'s wider (K, multiplier) search at the M' chosen
     #: (kind "potential" only: a pooled ν must stay below nu_max·d)
     fine: bool = False
+    #: the work the segments must do, ``work(P, d, multipliers)`` (an int, or floats per
+    #: multiplier), and the per-segment maxima (Λ, Λ_f, Λ_l) on a batch,
+    #: ``lambdas(d, Ms, Ks, multipliers)``: together the vectorised ``value`` (the same integers,
+    #: :func:`segments_bound_many`); None: ``value`` one at a time
+    work: Callable[[int, int, FloatArray], int | FloatArray] | None = None
+    lambdas: Callable[[int, Sequence[int], Sequence[int], Sequence[float]],
+                      tuple[FloatArray, FloatArray, FloatArray]] | None = None
+
+    def values(self, P: int, d: int, Ms: Sequence[int], Ks: Sequence[int],
+               qs: Sequence[float]) -> list[int]:
+        """``[value(P, d, M, K, q) for (M, K, q) in zip(Ms, Ks, qs)]``, vectorised (the same
+        integers; no argument checks: the searches stay in range)."""
+        if self.work is None or self.lambdas is None:
+            return [self.value(P, d, M, K, q) for M, K, q in zip(Ms, Ks, qs)]
+        return segments_bound_many(self.work(P, d, np.asarray(qs, dtype=np.float64)), Ks,
+                                   *self.lambdas(d, Ms, Ks, qs))
+
+    def values_h(self, P: int, d: int, Ms: Sequence[int], Ks: Sequence[int],
+                 qs: Sequence[float]) -> tuple[list[int], list[tuple[float, float]]]:
+        """:meth:`values` and the real-valued h there (:func:`segments_h`; NaN without a
+        vectorised ``lambdas``)."""
+        if self.work is None or self.lambdas is None:
+            return self.values(P, d, Ms, Ks, qs), [(math.nan, math.nan)] * len(Ks)
+        w = self.work(P, d, np.asarray(qs, dtype=np.float64))
+        lams = self.lambdas(d, Ms, Ks, qs)
+        return segments_bound_many(w, Ks, *lams), segments_h(w, *lams)
 
     def search(self, P: int, d: int, M: int, refine: bool = True) -> tuple[int, int, float]:
         """(value, K, multiplier) of the best of the few parameters tried at M itself (cached);
@@ -451,27 +1017,152 @@ class PairsTheorem:
 def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, float, int]:
     if P == 0:
         return 0, 0, 0.0, M
-    v, K, p, M2 = more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M)
+    v, K, p, M2 = more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
+                              lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
     if theorem.fine and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen: a wider search
         kappa, p0 = _tabulated(theorem, d, M2)
+        wide = P * d >= FINE_MIN_WORK
+        Ks, qs, lams = _fine_lambdas(theorem, d, M2, wide)
+        if lams is None:
+            samples, sample_h = theorem.values(P, d, [M2] * len(Ks), Ks, qs), None
+        else:
+            w = _work(theorem, P, d, qs)
+            samples, sample_h = segments_bound_many(w, Ks, *lams), segments_h(w, *lams)
+
+        def guide(K2s: Sequence[int], q2s: Sequence[float]
+                  ) -> tuple[list[int], list[tuple[float, float]]]:
+            return theorem.values_h(P, d, [M2] * len(K2s), K2s, q2s)
+
         v, K, p = fine_best(lambda K2, q: theorem.value(P, d, M2, K2, q), M2, kappa, p0,
-                            (v, K, p), wide=P * d >= FINE_MIN_WORK)
+                            (v, K, p), wide=wide, samples=samples, sample_h=sample_h,
+                            values=lambda K2s, q2s: theorem.values(P, d, [M2] * len(K2s),
+                                                                   K2s, q2s),
+                            guide=guide if lams is not None else None)
     return v, K, p, M2
+
+
+def _work(theorem: PairsTheorem, P: int, d: int, qs: Sequence[float]) -> int | FloatArray:
+    assert theorem.work is not None
+    return theorem.work(P, d, np.asarray(qs, dtype=np.float64))
+
+
+@functools.lru_cache(maxsize=256)
+def _fine_lambdas(theorem: PairsTheorem, d: int, M: int, wide: bool
+                  ) -> tuple[list[int], list[float],
+                             tuple[FloatArray, FloatArray, FloatArray] | None]:
+    """The sample grid of :func:`fine_best` at M, multiplier-major, and the theorem's (Λ, Λ_f,
+    Λ_l) there (None without a vectorised ``lambdas``): they do not depend on P (cached)."""
+    kappa, p0 = _tabulated(theorem, d, M)
+    ks, mults = fine_ks(M, kappa, wide), fine_multipliers(p0, wide)
+    Ks = [K for _ in mults for K in ks]
+    qs = [q for q in mults for _ in ks]
+    if theorem.lambdas is None:
+        return Ks, qs, None
+    return Ks, qs, theorem.lambdas(d, [M] * len(Ks), Ks, qs)
 
 
 @functools.lru_cache(maxsize=4 * 4096)
 def _search(theorem: PairsTheorem, P: int, d: int, M: int,
             refine: bool = True) -> tuple[int, int, float]:
-    if P == 0:
-        return 0, 0, 0.0
-    kappa, p = _tabulated(theorem, d, M)
-    potential = theorem.kind == "potential"
+    return _search_many(theorem, P, d, (M,), refine)[0]
 
-    def value(K: int, q: float) -> int:
-        return theorem.value(P, d, M, K, q)
 
-    return tabulated_best(value, M, kappa, p, zero_too=potential,
-                          retry=refine and (potential or M <= 16 * d * d))
+#: At most this many entries per (theorem, d, refine) in :func:`_store` (then it starts again).
+STORE_SIZE = 1024
+
+#: One entry of :func:`_store`: candidates of :func:`tabulated_candidates` at one M (the first, or
+#: the others), their K and multipliers, and the theorem's (Λ, Λ_f, Λ_l) at them (None without a
+#: vectorised ``lambdas``).
+Stored = tuple[list[tuple[int, float]], list[int], list[float],
+               "tuple[FloatArray, FloatArray, FloatArray] | None"]
+
+
+@functools.lru_cache(maxsize=64)
+def _store(theorem: PairsTheorem, d: int, refine: bool) -> dict[tuple[int, int], Stored]:
+    """Per (M, part), what :func:`_search_many` evaluates there that does not depend on P (part
+    0: the tabulated candidate, part 1: the others, evaluated only where the first has few
+    segments): filled in batches (every entry a search asks for that is not there yet, in one
+    call of ``lambdas``), so a sweep that repeats (d, M) with other P, or the closure's scans
+    over the same M', reuse it.  (An lru_cache of dicts: cleared with the other caches.)"""
+    return {}
+
+
+def _stored(theorem: PairsTheorem, d: int, Ms: Sequence[int], refine: bool,
+            part: int) -> list[Stored]:
+    store = _store(theorem, d, refine)
+    missing = [M for M in dict.fromkeys(Ms) if (M, part) not in store]
+    if missing:
+        if len(store) + len(missing) > STORE_SIZE:
+            store.clear()
+        potential = theorem.kind == "potential"
+        per = []
+        for M in missing:
+            kappa, p = _tabulated(theorem, d, M)
+            cands = tabulated_candidates(M, kappa, p, zero_too=potential,
+                                         retry=refine and (potential or M <= 16 * d * d))
+            per.append(cands[:1] if part == 0 else cands[1:])
+        fM = [M for M, c in zip(missing, per) for _ in c]
+        fK = [K for c in per for K, _ in c]
+        fq = [q for c in per for _, q in c]
+        lams = None if theorem.lambdas is None or not fK else theorem.lambdas(d, fM, fK, fq)
+        i = 0
+        for M, cands in zip(missing, per):
+            j = i + len(cands)
+            store[M, part] = (cands, fK[i:j], fq[i:j],
+                              None if lams is None else (lams[0][i:j], lams[1][i:j],
+                                                         lams[2][i:j]))
+            i = j
+    return [store[M, part] for M in Ms]
+
+
+@functools.lru_cache(maxsize=256)
+def _flat(theorem: PairsTheorem, d: int, Ms: tuple[int, ...], refine: bool, part: int
+          ) -> tuple[list[Stored], list[int], list[int], list[float],
+                     tuple[FloatArray, FloatArray, FloatArray] | None]:
+    """:func:`_stored` at Ms, flattened: (per M, the M, K, multipliers, maxima of all)."""
+    got = _stored(theorem, d, Ms, refine, part)
+    fM = [M for M, g in zip(Ms, got) for _ in g[1]]
+    fK = [K for g in got for K in g[1]]
+    fq = [q for g in got for q in g[2]]
+    lams = None
+    if theorem.lambdas is not None and fK:
+        lams = tuple(np.concatenate([g[3][k] for g in got if g[1]])  # type: ignore[index]
+                     for k in range(3))
+    return got, fM, fK, fq, lams  # type: ignore[return-value]
+
+
+def _flat_values(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...], refine: bool,
+                 part: int) -> tuple[list[Stored], list[int]]:
+    got, fM, fK, fq, lams = _flat(theorem, d, Ms, refine, part)
+    if not fK:
+        return got, []
+    vals = (theorem.values(P, d, fM, fK, fq) if lams is None else
+            segments_bound_many(_work(theorem, P, d, fq), fK, *lams))
+    return got, vals
+
+
+def _search_many(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...],
+                 refine: bool = True) -> list[tuple[int, int, float]]:
+    """:func:`tabulated_best` at each M of Ms (its parameters tabulated there), in batches: the
+    tabulated candidates of all, then the others where the first has few segments."""
+    if P == 0 or not Ms:
+        return [(0, 0, 0.0) for _ in Ms]
+    first, v0 = _flat_values(theorem, P, d, Ms, refine, 0)
+    out = [(v, g[0][0][0], g[0][0][1]) for v, g in zip(v0, first)]
+    more = tuple(M for M, (v, K, _) in zip(Ms, out) if v < FEW_SEGMENTS * K)
+    if not refine or not more:
+        return out
+    rest, v1 = _flat_values(theorem, P, d, more, refine, 1)
+    picks = {}
+    i = 0
+    for M, g in zip(more, rest):
+        picks[M] = (g[0], v1[i:i + len(g[0])])
+        i += len(g[0])
+    for k, (M, (v, K, p)) in enumerate(zip(Ms, out)):
+        if M in picks:
+            cands, vals = picks[M]
+            out[k] = tabulated_pick([(K, p), *cands], [v, *vals])
+    return out
 
 
 def _tabulated(theorem: PairsTheorem, d: int, M: int) -> tuple[float, float]:

@@ -1,0 +1,213 @@
+"""The vectorised evaluation of Theorems A-E (issue 31) gives the same integers as the scalar one.
+
+``tests/data/bound_values.json`` holds every explicit bound value of :mod:`attnio.bounds`
+(forward and backward, and the (value, K, multiplier, M') Theorems A, B, B′, D and E chose) on 420
+shapes, written by ``benchmarks/bound_values.py`` from the scalar evaluation before the searches
+were vectorised; the current code must reproduce every one.  The batched per-segment maxima are
+compared with the scalar functions (kept as the reference: :func:`segments.potential_lambdas`,
+:func:`segments.segments_bound`, the theorems' ``value``) on drawn inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attnio import bounds
+from attnio.bounds import backward as BK
+from attnio.bounds import forward as F
+from attnio.bounds import segments as S
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
+import bound_values  # noqa: E402
+
+with open(os.path.join(HERE, "data", "bound_values.json"), encoding="utf-8") as _f:
+    REFERENCE = json.load(_f)
+
+
+def test_the_reference_grid_is_the_script_s_grid():
+    assert [r["shape"] for r in REFERENCE["shapes"]] == bound_values.grid()
+    assert len(REFERENCE["shapes"]) == 420
+
+
+@pytest.mark.parametrize("chunk", range(6))
+def test_every_bound_value_is_unchanged_on_the_grid(chunk):
+    """Every explicit forward and backward bound, and Theorems A-E's chosen parameters, value for
+    value (integers, and the multipliers as floats, bit for bit)."""
+    rows = REFERENCE["shapes"][chunk::6]
+    for row in rows:
+        got = bound_values.values(row["shape"])
+        assert got == row, row["shape"]
+
+
+def test_theorem_c_values_are_unchanged():
+    for m, k, n, M, v in REFERENCE["matmul_potential"]:
+        assert bounds.matmul_potential(m, k, n, M).value == v
+
+
+_branch_sets = st.sampled_from(["A", "C", "D", "cubic"])
+
+
+def _branches(kind: str, d: int) -> tuple[tuple[float, float], ...]:
+    return {"A": F._a_branches(d), "C": ((0.25, 0.0),), "D": BK._d_branches(d),
+            "cubic": ((0.0, 1.0 / (27.0 * d * d)),)}[kind]
+
+
+_M = st.one_of(st.integers(1, 10**7), st.integers(1, 2**60))
+_mu = st.one_of(st.just(0.0), st.just(5e-324), st.floats(0.0, 1e-150),
+                st.floats(0.0, 1e7, allow_nan=False))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=_branch_sets, d=st.integers(1, 300), Ms=st.lists(_M, min_size=1, max_size=3),
+       Ks=st.lists(st.one_of(st.integers(1, 10**7), st.integers(1, 2**40)), min_size=1,
+                   max_size=3),
+       pts=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), _mu), min_size=1,
+                    max_size=12))
+def test_batched_potential_lambdas_equal_the_scalar_ones(kind, d, Ms, Ks, pts):
+    """Elementwise the scalar floats, with repeated (M, K) (shared per distinct pair) too."""
+    br = _branches(kind, d)
+    pts = [(Ms[i % len(Ms)], Ks[j % len(Ks)], mu) for i, j, mu in pts]
+    M, K, mus = (np.array(t, dtype=float) for t in zip(*pts))
+    got = S.potential_lambdas_many(M, K, mus, br)
+    for i, (Mi, Ki, mu) in enumerate(pts):
+        assert tuple(float(g[i]) for g in got) == S.potential_lambdas(Mi, Ki, mu, br)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(d=st.integers(1, 300),
+       pts=st.lists(st.tuples(_M, st.integers(1, 10**7), _mu), min_size=1, max_size=6))
+def test_theorem_d_batched_lambdas_keep_the_same_branches(d, pts):
+    Ms, Ks, mus = (list(t) for t in zip(*pts))
+    got = BK._d_lambdas(d, Ms, Ks, mus)
+    for i, (M, K, mu) in enumerate(pts):
+        assert tuple(float(g[i]) for g in got) == BK.backward_accum_lambdas(M, d, K, mu)
+
+
+@pytest.mark.parametrize("theorem", ["B", "E"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(d=st.integers(1, 300),
+       pts=st.lists(st.tuples(st.one_of(st.integers(1, 10**7), st.integers(1, 2**50)),
+                              st.integers(1, 10**7), st.floats(0.0, 1.0),
+                              st.sampled_from([None, 0.0, 1e-170])),
+                    min_size=1, max_size=12))
+def test_batched_pooled_lambdas_equal_the_scalar_ones(theorem, d, pts):
+    """Theorems B and E's vectorised pooled maxima (:func:`segments.pooled_lambdas_many`, every
+    batch size) are the scalar floats."""
+    many, one, cap = ((F._b_lambdas, F.qkpv_pooled_lambdas, 1.9 * d) if theorem == "B" else
+                      (BK._e_lambdas, BK.backward_pooled_lambdas, 2.4 * d))
+    rows = [(M, K, f * cap if nu is None else nu) for M, K, f, nu in pts]
+    fns = F._b_functions_many(d) if theorem == "B" else BK._e_functions_many(d)
+    Ms, Ks, nus = (list(t) for t in zip(*rows))
+    vec = S.pooled_lambdas_many(np.array(Ms, dtype=float), np.array(Ks, dtype=float),
+                                np.array(nus), *fns)
+    got = many(d, Ms, Ks, nus)
+    for i, (M, K, nu) in enumerate(rows):
+        ref = one(M, d, K, nu)
+        assert tuple(float(g[i]) for g in vec) == ref
+        assert tuple(float(g[i]) for g in got) == ref
+
+
+_work = st.one_of(st.integers(0, 10**6), st.integers(0, 2**70),
+                  st.integers(2**53 - 5, 2**53 + 5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(work=_work, K=st.integers(1, 10**9),
+       lam=st.floats(1e-3, 1e30), lam_f=st.floats(0.0, 1e30), lam_l=st.floats(0.0, 1e30),
+       as_float=st.booleans())
+def test_batched_segments_bound_is_the_scalar_one(work, K, lam, lam_f, lam_l, as_float):
+    """Exact for int work beyond 2^53 too (compared as Python compares an int with a float)."""
+    w = float(work) if as_float else work
+    if math.isinf(float(work)):
+        return
+    got = S.segments_bound_many(np.array([w]) if as_float else w, [K], np.array([lam]),
+                                np.array([lam_f]), np.array([lam_l]))
+    assert got == [S.segments_bound(w, K, lam, lam_f, lam_l)]
+
+
+def test_segments_bound_near_a_float_boundary():
+    """An int work just above a float: Python's int/float comparison is exact."""
+    w = 2**53 + 1
+    f = float(2**53)
+    got = S.segments_bound_many(w, [7], np.array([1.0]), np.array([f]), np.array([0.0]))
+    assert got == [S.segments_bound(w, 7, 1.0, f, 0.0)] == [7]  # (a float comparison: [0])
+
+
+@pytest.mark.parametrize("theorem", [F._A, F._B, BK._D, BK._E], ids=["A", "B", "D", "E"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(P=st.integers(1, 10**12), d=st.integers(1, 256), M=st.integers(1, 10**7),
+       pts=st.lists(st.tuples(st.integers(1, 10**7), st.floats(0.0, 1.0)), min_size=1,
+                    max_size=5))
+def test_theorem_values_on_a_batch_equal_value(theorem, P, d, M, pts):
+    """``PairsTheorem.values`` (the searches' batch evaluation) is ``value`` at each point."""
+    Ks = [K for K, _ in pts]
+    cap = theorem.nu_max * d if theorem.kind == "pooled" else 10.0 * math.sqrt(M)
+    qs = [f * cap for _, f in pts]
+    assert theorem.values(P, d, [M] * len(Ks), Ks, qs) == [theorem.value(P, d, M, K, q)
+                                                           for K, q in zip(Ks, qs)]
+
+
+@pytest.mark.parametrize("theorem", [F._A, BK._D], ids=["A", "D"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(P=st.integers(1, 5_000_000), d=st.integers(1, 200), M=st.integers(8, 300_000),
+       wide=st.booleans())
+def test_batched_fine_search_is_the_scalar_one(theorem, P, d, M, wide):
+    """fine_best on a batch (samples and bisections batched, with and without the guide that
+    steers the bisections' batches) chooses as one evaluation at a time."""
+    th = theorem
+    kappa, p0 = S._tabulated(th, d, M)
+    K0 = max(1, round(kappa * M))
+    start = (th.value(P, d, M, K0, p0), K0, p0)
+
+    def value(K, q):
+        return th.value(P, d, M, K, q)
+
+    def values(Ks, qs):
+        return th.values(P, d, [M] * len(Ks), Ks, qs)
+
+    def guide(Ks, qs):
+        return th.values_h(P, d, [M] * len(Ks), Ks, qs)
+
+    scalar = S.fine_best(value, M, kappa, p0, start, wide)
+    assert S.fine_best(value, M, kappa, p0, start, wide, values=values) == scalar
+    Ks = S.fine_ks(M, kappa, wide)
+    qs = S.fine_multipliers(p0, wide)
+    samples, hs = guide([K for _ in qs for K in Ks], [q for q in qs for _ in Ks])
+    assert S.fine_best(value, M, kappa, p0, start, wide, values=values, guide=guide,
+                       samples=samples, sample_h=hs) == scalar
+
+
+def test_the_bisections_take_the_scalar_steps_with_a_misleading_guide():
+    """The guide only chooses which nodes a batch evaluates: a wrong one costs batches, not
+    values."""
+    th = F._A
+    P, d, M = 4096 * 4095, 64, 65536
+    kappa, p0 = S._tabulated(th, d, M)
+    K0 = max(1, round(kappa * M))
+    start = (th.value(P, d, M, K0, p0), K0, p0)
+
+    def value(K, q):
+        return th.value(P, d, M, K, q)
+
+    def values(Ks, qs):
+        return th.values(P, d, [M] * len(Ks), Ks, qs)
+
+    def wrong(Ks, qs):
+        return values(Ks, qs), [(1.0 + 1e-3 * (K % 7), 0.5) for K in Ks]
+
+    Ks = S.fine_ks(M, kappa)
+    qs = S.fine_multipliers(p0)
+    grid_K, grid_q = [K for _ in qs for K in Ks], [q for q in qs for _ in Ks]
+    scalar = S.fine_best(value, M, kappa, p0, start)
+    assert S.fine_best(value, M, kappa, p0, start, values=values, guide=wrong,
+                       samples=values(grid_K, grid_q),
+                       sample_h=wrong(grid_K, grid_q)[1]) == scalar
