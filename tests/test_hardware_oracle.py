@@ -165,7 +165,7 @@ def test_more_stages_are_never_slower_and_faster_where_latency_binds():
             if prev is not None and (prev.ctas_per_sm == s.ctas_per_sm      # occupancy moot:
                                      or s.waves == prev.waves == 1 + (c.splits > 1)):
                 assert s.time_s <= prev.time_s
-                if prev.bound_by == "latency":
+                if prev.breakdown["latency"] > 0.01 * prev.time_s:
                     assert s.time_s < prev.time_s
                     strictly += 1
             prev = s
@@ -186,7 +186,8 @@ def test_decode_split_speedup_is_set_by_one_sms_l2_port():
     """Unsplit, one CTA per KV head draws its K and V through one SM's L2 port."""
     unsplit = tune(H100, DECODE, top=1, where=lambda c: c.splits == 1)[0]
     kv_head = 4096 * 2 * 128 * 2
-    assert unsplit.bound_by == "sm_port"
+    work = {k: v for k, v in unsplit.breakdown.items() if k != "launch"}
+    assert max(work, key=lambda k: work[k]) == "sm_port"
     assert unsplit.time_s >= kv_head / H100.sm_l2_bw
 
 
@@ -198,7 +199,9 @@ def test_configs_sharing_a_geometry_keep_their_own_work():
 
     shape = Shape(4096, 4096, 128, heads=16, batch=2)
     s = _Search(A100, shape, "fa2", "bf16", 6)
-    cfgs = [KernelConfig("fa2", 64, 64, 4, 2), KernelConfig("fa2", 64, 64, 4, 2, q="regs"),
+    # (O in shared memory, not Q in registers: with the per-step rescale and synchronisation
+    # terms Q's placement no longer changes this shape's time; O's fp32 round trip does)
+    cfgs = [KernelConfig("fa2", 64, 64, 4, 2), KernelConfig("fa2", 64, 64, 4, 2, o="smem"),
             KernelConfig("fa2", 64, 64, 2, 2)]
     times = []
     for cfg in cfgs:

@@ -48,7 +48,7 @@ from .kernels import KernelConfig, head_dim_rounded, named_config
 from .l2 import Replay, hbm_bound, read_floor, replay
 from .model import LIGHT_CTAS_PER_SM, Score, _scored, check_size, resolve, waves_of
 from .ranking import TIE, TuneReport, explain, need, order_key, time_key, time_of
-from .timing import Params, Timing, evaluate, load_params, prepare
+from .timing import STREAM_HBM_EFF, Params, Timing, evaluate, load_params, prepare
 from .traffic import (
     Traffic,
     build,
@@ -232,7 +232,7 @@ def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
     if ctas:   # the makespan is at least the mean CTA's time through its SM's L2 port
         span = max(span, kvrows * 2 * shape.d * cfg.elem_bytes / (ctas * dev.sm_l2_bw) + fixed)
     kernels = 2 if (cfg.splits > 1 or a == "fa2_bwd") else 1
-    hbm = (comp_rw[0] + comp_rw[1]) / (dev.hbm_bw * p.hbm_eff)
+    hbm = (comp_rw[0] + comp_rw[1]) / (dev.hbm_bw * STREAM_HBM_EFF)
     return kernels * p.launch_us * 1e-6 + max(span, hbm)
 
 
@@ -457,7 +457,10 @@ class _Search:
 
         t: Timing = calibrated(tr, self.dev, c.feas, rep, P, self.params)
         if c.determined:   # the bounds fix the time: keep it within them
-            t = dataclasses.replace(t, time_s=min(max(t.time_s, c.lb), need(c.ub)))
+            new = min(max(t.time_s, c.lb), need(c.ub))
+            scale = new / t.time_s if t.time_s else 1.0   # the split keeps summing to the time
+            t = dataclasses.replace(t, time_s=new,
+                                    breakdown={k: v * scale for k, v in t.breakdown.items()})
         s = _scored(self.dev, self.shape, c.cfg, c.feas, tr, rep, t)
         self.final[c.cfg] = s
         return s
