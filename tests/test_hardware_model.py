@@ -115,12 +115,19 @@ def test_cli_score_json_has_the_documented_keys(capsys):
     assert rc == 1 and obj["feasible"] is False and "why" in obj and KEYS <= set(obj)
 
 
-def test_cli_tune_json_is_a_list_best_first(capsys):
+def test_cli_tune_json_is_top_named_why_best_first(capsys):
+    """Issue 32: {"top": [...], "named": {..., "rank": k}, "why": ...}; distinct tiles; each
+    entry's breakdown_s sums to its time_s."""
     rc, out, _ = _cli(capsys, "tune", "--N", "1024", "--d", "256", "--heads", "4",
-                      "--device", "h100", "--top", "3", "--json", "--kernel", "none")
-    rows = json.loads(out)
-    assert rc == 0 and len(rows) == 3 and all(KEYS <= set(r) for r in rows)
-    assert [r["time_s"] for r in rows] == sorted(r["time_s"] for r in rows)
+                      "--device", "h100", "--top", "3", "--json")
+    r = json.loads(out)
+    rows = r["top"]
+    assert rc == 0 and len(rows) == 3 and all(KEYS <= set(x) for x in rows)
+    assert [x["time_s"] for x in rows] == sorted(x["time_s"] for x in rows)
+    assert len({(x["config"]["Br"], x["config"]["Bc"]) for x in rows}) == 3
+    assert r["named"]["rank"] >= 1 and r["why"]
+    for x in rows + [r["named"]]:
+        assert sum(x["breakdown_s"].values()) == pytest.approx(x["time_s"], rel=0.01)
 
 
 def test_cli_devices_and_kernels(capsys):

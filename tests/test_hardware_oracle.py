@@ -117,10 +117,21 @@ def test_tune_returns_what_scoring_every_config_returns(shape, where):
     from attnio.hardware.ranking import TIE
 
     every = sorted(_brute(H100, shape, "fa3", where), key=lambda s: s.time_s)
-    r = tune_report(H100, shape, algorithm="fa3", top=3, where=where, max_replays=1000)
+    r = tune_report(H100, shape, algorithm="fa3", top=3, where=where, max_replays=1000,
+                    distinct=False)
     # a config whose bounds fix its time to TIE/2 is not replayed: its time is within that
     assert r.best[0].time_s <= every[0].time_s * (1 + TIE / 2)
     assert all(s.time_s <= every[2].time_s * (1 + TIE / 2) for s in r.best)
+    # the default report: the best distinct tiles, each at most a tie slower than the best
+    # config of that tile
+    d = tune_report(H100, shape, algorithm="fa3", top=2, where=where, max_replays=1000)
+    tiles = {}
+    for s in every:
+        tiles.setdefault((s.config.Br, s.config.Bc), s.time_s)
+    want = sorted(tiles.values())
+    assert len({(s.config.Br, s.config.Bc) for s in d.best}) == len(d.best) == min(2, len(want))
+    for s, w in zip(d.best, want):
+        assert s.time_s <= w * (1 + TIE) * (1 + TIE / 2)
     # configs within TIE of the named kernel's time share its rank (every config replayed here)
     t = r.named.time_s
     lo = 1 + sum(s.time_s < t * (1 - TIE) * (1 - TIE / 2) for s in every)
@@ -138,7 +149,8 @@ def test_fa2_tune_returns_what_scoring_every_config_returns():
         return c.Br in (16, 32, 64) and c.Bc in (32, 64, 128) and c.splits in (1, 2, 4)
 
     every = sorted(_brute(A100, DECODE, "fa2", where), key=lambda s: s.time_s)
-    r = tune_report(A100, DECODE, algorithm="fa2", top=3, where=where, max_replays=1000)
+    r = tune_report(A100, DECODE, algorithm="fa2", top=3, where=where, max_replays=1000,
+                    distinct=False)
     assert r.best[0].time_s <= every[0].time_s * (1 + TIE / 2)
     assert all(s.time_s <= every[2].time_s * (1 + TIE / 2) for s in r.best)
     best = {s.config: s.time_s for s in every}

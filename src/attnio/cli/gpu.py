@@ -200,8 +200,14 @@ def _score(args) -> int:
           f"({hbm / s.compulsory_bytes:.2f}x the compulsory {s.compulsory_bytes:,} B); "
           f"L2 requests {l2:,} B (= the two-level count of these tiles, "
           f"{l2 / s.compulsory_bytes:.1f}x)" + (" [extrapolated]" if s.extrapolated else ""))
+    if s.bound_by in ("hbm", "l2", "sm_port", "latency", "launch"):   # memory-bound: bandwidth
+        rate = f"{hbm / time_s / 1e9:,.0f} GB/s of HBM traffic"
+    else:
+        rate = f"{flops / time_s / 1e12:,.0f} TFLOP/s executed"
     print(f"  time        {time_s * 1e6:,.1f} us over {s.waves} waves, bound by {s.bound_by}; "
-          f"{flops / time_s / 1e12:,.0f} TFLOP/s executed")
+          f"{rate}")
+    split = ", ".join(f"{k} {v * 1e6:,.1f}" for k, v in s.breakdown.items() if abs(v) > 5e-8)
+    print(f"  breakdown (us, sums to the time): {split}")
     alone = ", ".join(f"{k} {v * 1e6:,.1f}" for k, v in s.alone.items())
     print(f"  per resource alone (us): {alone}")
     return 0
@@ -218,7 +224,7 @@ def _tune(args) -> int:
                         dtype=args.dtype or "bf16", top=args.top, kernel=kernel,
                         max_replays=args.max_replays, progress=bar)
     if args.json:
-        print(json.dumps([s.to_dict() for s in r.best], sort_keys=True))
+        print(json.dumps(r.json(), sort_keys=True))
         return 0
     print(r)
     return 0

@@ -47,7 +47,7 @@ from .feasibility import Feasibility, check
 from .kernels import KernelConfig, head_dim_rounded, named_config
 from .l2 import Replay, hbm_bound, read_floor, replay
 from .model import LIGHT_CTAS_PER_SM, Score, _scored, check_size, resolve, waves_of
-from .ranking import TIE, TuneReport, explain, need, order_key, time_key, time_of
+from .ranking import TIE, TuneReport, explain, need, order_key, preference, time_key, time_of
 from .timing import STREAM_HBM_EFF, Params, Timing, evaluate, load_params, prepare
 from .traffic import (
     Traffic,
@@ -481,16 +481,26 @@ class _Search:
                       [np.array([r]) for r in reads], [np.array([w]) for w in writes], 0, True,
                       "bound")
 
-    def best(self, top: int) -> tuple[list[Score], bool]:
+    def best(self, top: int, distinct: bool = False) -> tuple[list[Score], bool]:
         """The ``top`` configs of least time: configs are taken in order of their lower bound
         until the next bound is within half the tie tolerance of the ``top``-th best time (what
-        is left can at best tie with it)."""
+        is left can at best tie with it).  ``distinct``: the ``top`` best distinct tiles
+        (Br, Bc), each with its best config (:func:`distinct_tiles`; configs are taken until
+        the next bound is above the ``top``-th tile's time by the tie tolerance)."""
         known: list[tuple[_Cand, float]] = []
         exhausted = True
         while True:
-            if len(known) >= top:   # configs left tie with the top-th at best: stop
-                kth = sorted(t for _, t in known)[top - 1]
-                if self.peek() >= kth * (1 - TIE / 2):
+            if distinct:
+                per: dict[tuple, float] = {}
+                for c, t in known:
+                    key = (c.cfg.Br, c.cfg.Bc)
+                    per[key] = min(per.get(key, math.inf), t)
+                times = sorted(per.values())
+            else:
+                times = sorted(t for _, t in known)
+            if len(times) >= top:   # configs left tie with the top-th at best: stop
+                kth = times[top - 1]
+                if self.peek() >= kth * (1 + TIE if distinct else 1 - TIE / 2):
                     break
             c = self.pop(TIE / 2)
             if c is None:
@@ -508,6 +518,14 @@ class _Search:
                 break
             known.append((c, time_of(self.finish(c))))
         known.sort(key=lambda x: time_key(x[1], x[0].cfg))
+        if distinct:
+            least: dict[tuple, float] = {}
+            for c, t in known:
+                key = (c.cfg.Br, c.cfg.Bc)
+                least[key] = min(least.get(key, math.inf), t)
+            scored = [self.finish(c) for c, t in known
+                      if t <= least[(c.cfg.Br, c.cfg.Bc)] * (1 + TIE)]
+            return distinct_tiles(scored)[:top], exhausted
         return sorted((self.finish(c) for c, _ in known[:top]), key=order_key), exhausted
 
     def rank(self, t: float) -> tuple[int, bool]:
@@ -546,6 +564,22 @@ class _Search:
                 exact = False
                 better += (c.lb + self.upper(c)) / 2 < tol
         return better + 1, exact
+
+
+def distinct_tiles(scores: list[Score]) -> list[Score]:
+    """One config per tile (Br, Bc), best tile first: within a tile, the configs within
+    :data:`~.ranking.TIE` of its least time tie and the shipped preferences break the tie
+    (:func:`~.ranking.preference`: more stages, overlap and warp specialization on, P in
+    registers)."""
+    by: dict[tuple[int, int], list[Score]] = {}
+    for s in scores:
+        by.setdefault((s.config.Br, s.config.Bc), []).append(s)
+    out = []
+    for group in by.values():
+        t0 = min(time_of(s) for s in group)
+        tied = [s for s in group if time_of(s) <= t0 * (1 + TIE)]
+        out.append(min(tied, key=lambda s: preference(s.config)))
+    return sorted(out, key=order_key)
 
 
 def _small_enough(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility) -> bool:
@@ -623,12 +657,16 @@ def _named(s: _Search, kernel: str | None, alg: str) -> tuple[Score | None, int 
 def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = None,
                 dtype: str = "bf16", top: int = 5, kernel: str | None = "auto",
                 max_replays: int = 6, where: Callable[[KernelConfig], bool] | None = None,
-                progress: Callable[[int, int], None] | None = None) -> TuneReport:
+                progress: Callable[[int, int], None] | None = None,
+                distinct: bool = True) -> TuneReport:
     """Search ``algorithm``'s configs (default: ``fa3`` on Hopper, else ``fa2`` with its
     split-KV kernel) for ``workload`` on ``device``; score the named kernel (``kernel``: a name
     of :data:`~.kernels.KERNELS`, ``"auto"`` = flash-attn's config of the family, None = none)
     and rank it.  ``where`` restricts the space (``lambda c: c.splits == 1``: the best unsplit
     config); ``progress(replays, max_replays)`` is called after each L2 replay.
+    ``distinct`` (default): the ``top`` best distinct tiles (Br, Bc), each with its best warps,
+    stages, overlap and placement (ties within 1% go to the shipped preferences); False: the
+    ``top`` configs.
     """
     t0 = time.perf_counter()
     dev = _devices.get(device).require_model()
@@ -644,7 +682,7 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
     if not s.heap:
         raise ParameterError(f"no feasible {alg} config for {shape.describe()} on {dev.name}",
                              param="algorithm")
-    best, exhausted = s.best(top)
+    best, exhausted = s.best(top, distinct=distinct)
     named, rank, exact = _named(s, kernel, alg)
     why = explain(named, best[0]) if named is not None else None
     return TuneReport(dev.name, shape, alg, dt, best, named, rank, s.feasible, s.searched,
@@ -684,7 +722,8 @@ def tune(device: str | Device, workload: Any, *, algorithm: str | None = None,
         The ``top`` scored configs, least predicted time first.
     """
     return tune_report(device, workload, algorithm=algorithm, dtype=dtype, top=top,
-                       kernel=None, max_replays=max_replays, where=where).best
+                       kernel=None, max_replays=max_replays, where=where,
+                       distinct=False).best
 
 
 def best_splits(device: str | Device, workload: Any, *, algorithm: str | None = None,

@@ -209,6 +209,7 @@ class _PhaseWork:
     rescale: np.ndarray = field(default_factory=lambda: np.zeros(0))  # O-rescale FP32 ops
     stages: int = 1        # K/V (backward: Q/dO) buffers: loads issued this many steps ahead
     tile_s: float = 0.0    # one step's K (or Q) tile through the SM's L2 port (s)
+    lead: float = 0.5      # share of a step between a buffer's release and its next use
     hbm_eff: float | None = None   # this phase's access pattern's HBM efficiency (None: fitted)
 
 
@@ -283,6 +284,7 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
             float(load.sum() + store.sum()), heavy, max(1.0, k * cfg.warps / 4.0),
             steps if heavy else np.zeros(ph.n), resc, cfg.stages,
             (cfg.Bc if cfg.forward else cfg.Br) * tr.d_pad * cfg.elem_bytes / dev.sm_l2_bw,
+            0.5 / max(1, cfg.consumer_wgs) if cfg.wgmma else 0.5,
             stream_eff(cfg.page_size, tr.d_pad, cfg.elem_bytes) if heavy else STREAM_HBM_EFF))
     fam = "fa3" if cfg.wgmma else "fa2"
     return Prepared(fam, "wgmma" if fam == "fa3" else "sync",
@@ -444,10 +446,12 @@ def _cta_durations(pw: _PhaseWork, pr: Prepared, p: Params
         sync = pr.sync_mult * p.step_cycles / pr.clock
         n = np.maximum(pw.steps, 1.0)
         c = sm / n + sync   # one step on the critical path
-        # the load of a step is issued (stages - 1/2) steps ahead: K and V have their own
-        # buffers, so even one stage overlaps each load with the other tensor's GEMM
-        # a load takes the latency plus its tile's transfer through the SM's L2 port
-        expo = np.maximum(0.0, pw.latency + pw.tile_s - (pw.stages - 0.5) * c) * (pw.steps > 0)
+        # a load (its latency plus its tile's transfer through the SM's L2 port) is issued
+        # (stages - 1 + lead) steps before its use: K and V have their own buffers, so even
+        # one stage overlaps a K load with the PV GEMM (lead = 1/2); FA3's consumer groups
+        # ping-pong, so K is released only after the last group's QK^T (lead = 1/(2 groups))
+        expo = np.maximum(0.0, pw.latency + pw.tile_s - (pw.stages - 1 + pw.lead) * c
+                          ) * (pw.steps > 0)
         chain = sm + pw.steps * (sync + expo)
         sync_part = pw.steps * sync
     else:
