@@ -80,8 +80,10 @@ def add_arguments(p) -> None:
     add_workload_arguments(t)
     _device_arg(t)
     t.add_argument("--top", type=int, default=5, help="how many configs to print (default 5)")
-    t.add_argument("--algorithm", default=None, choices=["fa3", "fa2", "splitkv", "fa2_bwd"],
-                   help="kernel family to search (default fa3 on Hopper, else fa2)")
+    t.add_argument("--algorithm", default=None,
+                   choices=["fa3", "fa2", "splitkv", "fa2_bwd", "fa3_bwd"],
+                   help="kernel family to search (default fa3 on Hopper, else fa2; fa2_bwd, "
+                        "fa3_bwd: the backward, ranked against flash-attn's backward config)")
     t.add_argument("--kernel", default="auto", choices=["auto", "fa2", "fa3", "sdpa", "none"],
                    help="named kernel to rank against the oracle (default: the family's)")
     t.add_argument("--max-replays", type=int, default=6, dest="max_replays",

@@ -64,7 +64,7 @@ __all__ = ["SPLITS", "Bounds", "best_splits", "bounds", "buildable", "candidates
 
 
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-_FAMILIES = ("fa3", "fa2", "splitkv", "fa2_bwd")
+_FAMILIES = ("fa3", "fa2", "splitkv", "fa2_bwd", "fa3_bwd")
 
 
 def _split_options(dev: Device, shape: Shape, algorithm: str, Br: int, Bc: int, G: int,
@@ -98,7 +98,7 @@ def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
     e = _devices.dtype_bytes(dt)
     head_dim_rounded(algorithm, shape.d)
     G = shape.group
-    packs = (False, True) if G > 1 and algorithm != "fa2_bwd" else (False,)
+    packs = (False, True) if G > 1 and algorithm not in ("fa2_bwd", "fa3_bwd") else (False,)
     bcs = range(16, 257, 16)
     out = []
     if algorithm == "fa3":
@@ -119,6 +119,17 @@ def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
                             for p, ov in places:
                                 out.append(KernelConfig("fa3", Br, Bc, 4 * (Br // 64 + 1), st,
                                                         "smem", p, "regs", dt, pack, sp, ov))
+        return out
+    if algorithm == "fa3_bwd":
+        if e != 2:
+            raise ParameterError(f"dtype={dtype}: fa3_bwd kernels are fp16/bf16 only",
+                                 param="dtype")
+        for w in (12, 16):   # 2 or 3 consumer warp groups + the producer
+            for Br in range(16, 193, 16):
+                for Bc in range(16, 257, 16):
+                    for st in (1, 2):
+                        for p in ("regs", "smem"):
+                            out.append(KernelConfig("fa3_bwd", Br, Bc, w, st, p=p, dtype=dt))
         return out
     if algorithm == "fa2_bwd":
         for w in (4, 8):
@@ -174,7 +185,7 @@ def _steps(shape: Shape, algorithm: str, Br: int, Bc: int, G: int, splits: int
            ) -> tuple[int, int, int, int]:
     """(CTAs, inner steps, rows of split partials, K/V rows the CTAs' inner loops load) of the
     main/split phase, from the mask geometry alone (the backward's K/V rows: 0, not used)."""
-    if algorithm == "fa2_bwd":
+    if algorithm in ("fa2_bwd", "fa3_bwd"):
         ks, ke = geometry.block_counts(shape.Nkv, Bc)
         lo, hi = geometry.q_ranges(shape, ks, ke)
         cnt, _, _ = geometry.meeting(lo, hi, Br, shape.Nq)
@@ -215,23 +226,23 @@ def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
     assert dev.hbm_bw is not None and dev.sm_count is not None and dev.clock_hz is not None
     S = dev.sm_count
     k = max(1, min(f.ctas_per_sm, cdiv(ctas, S))) if ctas else 1
-    frac = 1.0 if a == "fa3" else min(1.0, cfg.warps * k / 4.0)
+    frac = 1.0 if cfg.wgmma else min(1.0, cfg.warps * k / 4.0)
     if cfg.forward:
         flops, exps, smem = 4.0 * Br * Bc * d, Br * Bc + Br, fwd_smem_step(cfg, d)
     else:
         flops, exps, smem = 10.0 * Br * Bc * d, Br * Bc, bwd_smem_step(cfg, d)
-    eff = p.wgmma_eff if a == "fa3" else p.mma_sync_eff
+    eff = p.wgmma_eff if cfg.wgmma else p.mma_sync_eff
     fp32 = (64 if dev.compute_capability == "8.0" else 128) * dev.clock_hz
     mma = steps * flops / (dev.flops(cfg.dtype) / S * frac * eff)
     soft = steps * exps * (1 / dev.sfu_rate_per_sm + p.softmax_ops / fp32)
     sm = max(mma, soft, steps * smem / dev.smem_bw_per_sm)
-    if a != "fa3":
+    if not cfg.wgmma:
         sm = max(sm, (mma + soft) / max(1.0, k * cfg.warps / 4.0)) + p.fa2_exposed * soft
     fixed = p.cta_cycles / dev.clock_hz
     span = sm / S + ctas * fixed / (S * k)
     if ctas:   # the makespan is at least the mean CTA's time through its SM's L2 port
         span = max(span, kvrows * 2 * shape.d * cfg.elem_bytes / (ctas * dev.sm_l2_bw) + fixed)
-    kernels = 2 if (cfg.splits > 1 or a == "fa2_bwd") else 1
+    kernels = 2 if (cfg.splits > 1 or not cfg.forward) else 1
     hbm = (comp_rw[0] + comp_rw[1]) / (dev.hbm_bw * STREAM_HBM_EFF)
     return kernels * p.launch_us * 1e-6 + max(span, hbm)
 
@@ -632,7 +643,7 @@ def _named(s: _Search, kernel: str | None, alg: str) -> tuple[Score | None, int 
     """The named kernel's config scored and ranked (None when there is none to rank)."""
     dev, shape, dt = s.dev, s.shape, s.dtype
     if kernel == "auto":
-        kernel = "fa3" if dev.wgmma and alg == "fa3" else (
+        kernel = "fa3" if dev.wgmma and alg in ("fa3", "fa3_bwd") else (
             "fa2" if alg in ("fa2", "splitkv", "fa2_bwd") else None)
     if kernel is None:
         return None, None, True
@@ -640,6 +651,10 @@ def _named(s: _Search, kernel: str | None, alg: str) -> tuple[Score | None, int 
         from .kernels import fa2_bwd_config
 
         ncfg = fa2_bwd_config(dev, shape, dt)
+    elif alg == "fa3_bwd":
+        from .kernels import fa3_bwd_config
+
+        ncfg = fa3_bwd_config(dev, shape, dt)
     else:
         _, _, ncfg = resolve(dev, shape, named_config(kernel, dev, shape, dt))
     f = check(dev, ncfg, shape)
@@ -704,7 +719,8 @@ def tune(device: str | Device, workload: Any, *, algorithm: str | None = None,
         The attention workload: a :class:`~attnio.core.workload.Shape`, ``(N, d)`` or
         ``(Nq, Nkv, d)``.
     algorithm : str, optional
-        The kernel family searched (``"fa2"``, ``"fa3"``, ``"splitkv"``, ``"fa2_bwd"``);
+        The kernel family searched (``"fa2"``, ``"fa3"``, ``"splitkv"``, ``"fa2_bwd"``,
+        ``"fa3_bwd"``: FA3's backward, Hopper only);
         default ``fa3`` on Hopper, else ``fa2`` with its split-KV kernel.
     dtype : str
         The element type (default ``"bf16"``).

@@ -29,7 +29,7 @@ from ..core.workload import Shape
 from . import devices as _devices
 from .devices import Device
 from .kernels import KernelConfig, backward_config, fa1_config, named_config
-from .timing import Params, Prepared, evaluate, load_params
+from .timing import STREAM_HBM_EFF, Params, Prepared, evaluate, load_params
 
 __all__ = ["KERNELS", "PASSES", "Row", "flash_flops", "pass_configs", "dq_convert_kernel", "predict", "prepare_row",
            "row_time", "standard_kernels", "standard_words"]
@@ -63,7 +63,11 @@ def pass_configs(kernel: str, dev: Device, shape: Shape, pass_: str, dtype: str
 
 def dq_convert_kernel(shape: Shape, e: int) -> _Kernel:
     """FA3's backward ends with ``flash_bwd_convert_dq``: the fp32 dQaccum its main kernel added
-    to with atomics (TMA reduce-add) read once, dQ written in the input type."""
+    to with atomics (TMA reduce-add) read once, dQ written in the input type.  FA2's backward
+    does the same (``run_flash_bwd_seqk_parallel`` in ``flash_bwd_launch_template.h``: the
+    ``flash_bwd_dot_do_o`` kernel, the main kernel adding dQ to an fp32 ``dq_accum`` with
+    atomics, then ``flash_bwd_convert_dq_kernel``).  Streamed at the flash kernels' HBM
+    efficiency (:data:`~.timing.STREAM_HBM_EFF`)."""
     n = float(shape.n_heads) * shape.Nq * shape.d
     return _Kernel("convert dQ", 0, n * (4 + e))
 
@@ -117,10 +121,13 @@ def standard_kernels(shape: Shape, e: int, backward: bool) -> list[_Kernel]:
             _Kernel("stack dqkv", 0, 2 * (q + 2 * kv))]
 
 
-def _standard_time(dev: Device, kernels: list[_Kernel], dtype: str, p: Params) -> float:
+def _standard_time(dev: Device, kernels: list[_Kernel], dtype: str, p: Params,
+                   hbm_eff: float | None = None) -> float:
+    """Each kernel: a launch + max(GEMM FLOPs / sustained rate, bytes / sustained bandwidth);
+    ``hbm_eff`` (default: the fitted unfused pattern's ``p.hbm_eff``)."""
     assert dev.hbm_bw is not None
     rate = dev.flops(dtype) * (p.wgmma_eff if dev.wgmma else p.mma_sync_eff)
-    bw = dev.hbm_bw * p.hbm_eff
+    bw = dev.hbm_bw * (p.hbm_eff if hbm_eff is None else hbm_eff)
     return sum(p.launch_us * 1e-6 + max(k.flops / rate, k.bytes / bw) for k in kernels)
 
 
@@ -171,7 +178,8 @@ def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
                                  f"{dev.name} for {shape.describe()}", param="kernel")
         preps.append(pr)
     extra = tuple(dq_convert_kernel(shape, _devices.dtype_bytes(dt))
-                  for c in cfgs if c.algorithm == "fa3_bwd")
+                  for c in cfgs if c.algorithm == "fa3_bwd"
+                  or (c.algorithm == "fa2_bwd" and not c.fa1))
     return Row(kernel, dev, dt, preps, [], cfgs, extra)
 
 
@@ -183,7 +191,7 @@ def row_time(row: Row, p: Params | None = None) -> float:
         return _standard_time(row.device, row.standard, row.dtype, p)
     t = float(np.sum([evaluate(pr, p)[0] for pr in row.flash]))
     if row.extra:
-        t += _standard_time(row.device, list(row.extra), row.dtype, p)
+        t += _standard_time(row.device, list(row.extra), row.dtype, p, STREAM_HBM_EFF)
     return t
 
 

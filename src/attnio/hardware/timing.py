@@ -111,7 +111,7 @@ BOUNDS: dict[str, tuple[float, float, str, str]] = {
     "launch_us": (0.0, 50.0, "us", "per kernel launch (host to first CTA, last CTA to done)"),
     "step_cycles": (0.0, 200.0, "SM clocks", "per K/V (Q) step: barriers, warp-group "
                     "synchronisation, pipeline waits (on the step's critical path)"),
-    "wgmma_n0": (0.0, 128.0, "columns", "wgmma's per-instruction overhead, in N columns: an "
+    "wgmma_n0": (8.0, 64.0, "columns", "wgmma's per-instruction overhead, in N columns: an "
                  "m64nNk16 runs at N/(N + wgmma_n0) of the large-N rate"),
 }
 
@@ -278,6 +278,8 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
         resc = np.zeros(ph.n)
         if heavy and cfg.forward:   # the online softmax rescales O (Br x dv, fp32) every step
             resc = steps * float(cfg.Br) * tr.d_pad
+        if heavy and tr.shape.causal:   # the steps that straddle the diagonal apply the mask
+            resc = resc + MASK_OPS * cfg.Br * cfg.Bc * masked_steps(cfg, steps)
         phases.append(_PhaseWork(
             ph.name, ph.n, k, ph.flops / (peak_sm * frac), ph.exps / dev.sfu_rate_per_sm,
             ph.exps.astype(np.float64), ph.smem / dev.smem_bw_per_sm, l2, serial, rounds, lat,
@@ -307,15 +309,31 @@ def sync_rounds(cfg: KernelConfig) -> float:
     return r
 
 
+#: FP32-pipe instructions per score of a step that straddles the causal diagonal (the index
+#: comparison and the select of -inf).
+MASK_OPS = 2.0
+
+
+def masked_steps(cfg: KernelConfig, steps: np.ndarray) -> np.ndarray:
+    """Steps of each CTA whose block straddles the causal diagonal: a block of ``Br`` rows
+    (backward: ``Bc`` key rows) meets ``ceil(Br/Bc) + 1`` inner blocks on it (at most its
+    steps)."""
+    own, inner = (cfg.Br, cfg.Bc) if cfg.forward else (cfg.Bc, cfg.Br)
+    return np.minimum(steps, -(-own // inner) + 1)
+
+
 def hiding_mechanisms(cfg: KernelConfig) -> int:
     """FA3's mechanisms that hide the softmax behind a GEMM (FA3 paper, arXiv 2407.08608, §3.1
     and §3.2): ping-pong scheduling of two or more consumer warp groups (named barriers; it needs
     warp specialization, ``ws``) and intra-warp-group pipelining (``overlap``: the next QKᵀ is
     issued before this step's softmax).  ``fa3_bwd``'s consumer groups run in lockstep (no
-    ping-pong; module docstring): 0.  Other families: 0 (not used)."""
+    ping-pong; module docstring): 0.  Other families: 0 (not used).  Ping-pong counts once
+    per other consumer group (a group's softmax runs under the GEMMs of each of the others):
+    2 groups with overlap give 2 (FA3's shipped d = 128), 3 groups 3."""
     if cfg.algorithm != "fa3":
         return 0
-    return int(cfg.ws and cfg.consumer_wgs >= 2) + int(cfg.overlap)
+    pp = cfg.consumer_wgs - 1 if cfg.ws else 0   # each other consumer group's GEMMs hide
+    return pp + int(cfg.overlap)
 
 
 def wgmma_inv_n(cfg: KernelConfig, d: int) -> float:
@@ -419,8 +437,9 @@ def _sm_time(pw: _PhaseWork, pr: Prepared, p: Params
              "smem": np.where(m_top, top, zero),
              "sm_port": np.where(~t_top & ~s_top & ~m_top, top, zero)}
     if pr.family == "fa3":
-        # each hiding mechanism leaves sqrt(fa3_exposed) of what the other leaves exposed:
-        # both on, fa3_exposed of min(GEMM, softmax); one, its square root; none, all of it
+        # each hiding mechanism leaves sqrt(fa3_exposed) of what the others leave exposed:
+        # two (FA3's two ping-ponged groups with intra-group overlap), fa3_exposed of
+        # min(GEMM, softmax); one, its square root; none, all of it
         x = p.fa3_exposed ** (pr.hiding / 2.0) if pr.hiding else 1.0
         extra = x * np.minimum(mma, soft)
     else:   # other resident warps hide the softmax; fa2_exposed of it takes issue slots
