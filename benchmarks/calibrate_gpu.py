@@ -38,8 +38,8 @@ from attnio.hardware.validate import load_rows, prepare_rows  # noqa: E402
 DEFAULT_TRAIN = ROOT.parent / "shared" / "data" / "gpu-published" / "train.csv"
 OUT = ROOT / "src" / "attnio" / "hardware" / "calibration.json"
 START = {"mma_sync_eff": 0.45, "wgmma_eff": 0.8, "hbm_eff": 0.85, "softmax_ops": 4.0,
-         "fa2_exposed": 0.2, "fa3_exposed": 0.3, "cta_cycles": 2000.0, "launch_us": 5.0,
-         "step_cycles": 100.0, "wgmma_n0": 16.0}
+         "fa2_exposed": 0.2, "fa3_exposed": 0.3, "cta_cycles": 2000.0, "launch_us": 3.0,
+         "step_cycles": 100.0, "wgmma_n0": 8.0, "call_us": 10.0}
 
 
 def fit(prepped, measured: np.ndarray, names: tuple[str, ...], fixed: dict[str, float]):

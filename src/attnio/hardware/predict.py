@@ -144,6 +144,7 @@ class Row:
     standard: list[_Kernel]
     configs: list[KernelConfig]
     extra: tuple[_Kernel, ...] = ()   # memory-bound kernels after the flash ones (FA3's dQ convert)
+    calls: int = 1                    # framework calls the pass makes (fwd+bwd: 2)
 
 
 def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
@@ -168,7 +169,7 @@ def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
             ks += standard_kernels(shape, 2, False)
         if pass_ in ("bwd", "fwd+bwd"):
             ks += standard_kernels(shape, 2, True)
-        return Row(kernel, dev, dt, [], ks, [])
+        return Row(kernel, dev, dt, [], ks, [], calls=2 if pass_ == "fwd+bwd" else 1)
     cfgs = pass_configs(kernel, dev, shape, pass_, dt)
     preps = []
     for c in cfgs:
@@ -180,16 +181,17 @@ def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
     extra = tuple(dq_convert_kernel(shape, _devices.dtype_bytes(dt))
                   for c in cfgs if c.algorithm == "fa3_bwd"
                   or (c.algorithm == "fa2_bwd" and not c.fa1))
-    return Row(kernel, dev, dt, preps, [], cfgs, extra)
+    return Row(kernel, dev, dt, preps, [], cfgs, extra, 2 if pass_ == "fwd+bwd" else 1)
 
 
 def row_time(row: Row, p: Params | None = None) -> float:
     """The predicted time (seconds) of a prepared row under parameters ``p`` (default: the
     stored ones of the device's generation)."""
     p = p or load_params(row.device)
+    calls = p.call_us * 1e-6 * row.calls
     if row.standard:
-        return _standard_time(row.device, row.standard, row.dtype, p)
-    t = float(np.sum([evaluate(pr, p)[0] for pr in row.flash]))
+        return calls + _standard_time(row.device, row.standard, row.dtype, p)
+    t = calls + float(np.sum([evaluate(pr, p)[0] for pr in row.flash]))
     if row.extra:
         t += _standard_time(row.device, list(row.extra), row.dtype, p, STREAM_HBM_EFF)
     return t

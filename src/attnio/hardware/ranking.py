@@ -120,10 +120,23 @@ class TuneReport:
         named = None
         if self.named is not None:
             named = {**self.named.to_dict(), "rank": self.named_rank}
-        return {"top": top, "named": named, "why": self.why, "device": self.device,
+        return {"top": top, "named": named, "why": self.why, "splits": self.splits(),
+                "device": self.device,
                 "workload": self.shape.describe(), "algorithm": self.algorithm,
                 "dtype": self.dtype, "feasible": self.feasible, "searched": self.searched,
                 "exhausted": self.exhausted}
+
+    def splits(self) -> dict[str, Any] | None:
+        """The KV split count the model's best config uses next to flash-attn's
+        ``num_splits`` heuristic (the named kernel's config), with their times; None when
+        neither splits."""
+        if not self.best or self.named is None or not self.named.feasible:
+            return None
+        b, n = self.best[0], self.named
+        if b.config.splits == 1 and n.config.splits == 1:
+            return None
+        return {"model": b.config.splits, "model_time_s": b.time_s,
+                "heuristic": n.config.splits, "heuristic_time_s": n.time_s}
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "workload": self.shape.describe(),
@@ -147,6 +160,12 @@ class TuneReport:
             rank = (f"rank {self.named_rank} of {self.feasible:,}" if self.named_rank
                     else "infeasible")
             lines.append(f"  named: {self.named.line()}  [{rank}]")
+            sp = self.splits()
+            if sp is not None:
+                lines.append(f"  KV splits: the model's best {sp['model']} "
+                             f"({sp['model_time_s'] * 1e6:.1f} us); flash-attn's num_splits "
+                             f"heuristic {sp['heuristic']} ({sp['heuristic_time_s'] * 1e6:.1f} "
+                             "us)")
             lines.append(f"  why: {self.why}")
         return "\n".join(lines)
 
