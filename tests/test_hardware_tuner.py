@@ -108,6 +108,8 @@ def test_streaming_paged_and_unfused_hbm_efficiencies():
     assert timing.stream_eff(0, 128, 2) == timing.STREAM_HBM_EFF
     small, large = timing.stream_eff(8, 128, 2), timing.stream_eff(256, 128, 2)
     assert small < large < timing.STREAM_HBM_EFF
+    # [pages, page_size, kv_heads, d]: with several KV heads a head's run is one row
+    assert timing.stream_eff(8, 128, 2, 8) == timing.stream_eff(256, 128, 2, 8) < small
     p = timing.load_params("sm90")
     assert p.hbm_eff < timing.STREAM_HBM_EFF   # unfused S/P traffic: the fitted, lower one
     long_decode = Shape(1, 65536, 128, heads=32, kv_heads=8, batch=8)

@@ -139,10 +139,10 @@ WGMMA_N0 = 8.0
 #: (S and P written and read back by separate kernels).
 STREAM_HBM_EFF = 0.90
 
-#: A paged K/V cache (``page_size`` rows per page, gathered through a page table): each page is
-#: one contiguous run, and each run costs about this many bytes of bandwidth beyond its own
-#: (its page-table entry, partial DRAM bursts at its ends, one more request): the streaming
-#: efficiency times ``run / (run + PAGE_OVERHEAD_BYTES)``.
+#: A paged K/V cache (``page_size`` rows per page, gathered through a page table): each
+#: contiguous run (:func:`stream_eff`) costs about this many bytes of bandwidth beyond its own
+#: (partial DRAM bursts at its ends, one more request, its share of the page-table reads): the
+#: streaming efficiency times ``run / (run + PAGE_OVERHEAD_BYTES)``.  An assumption.
 PAGE_OVERHEAD_BYTES = 256.0
 
 PARAMS = tuple(BOUNDS)
@@ -297,7 +297,8 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
             steps if heavy else np.zeros(ph.n), resc, cfg.stages,
             (cfg.Bc if cfg.forward else cfg.Br) * tr.d_pad * cfg.elem_bytes / dev.sm_l2_bw,
             0.5 / max(1, cfg.consumer_wgs) if cfg.wgmma else 0.5,
-            stream_eff(cfg.page_size, tr.d_pad, cfg.elem_bytes) if heavy else STREAM_HBM_EFF))
+            stream_eff(cfg.page_size, tr.d_pad, cfg.elem_bytes, tr.shape.kv_heads or 1)
+            if heavy else STREAM_HBM_EFF))
     fam = "fa3" if cfg.wgmma else "fa2"
     return Prepared(fam, "wgmma" if fam == "fa3" else "sync",
                     cfg.algorithm == "fa3" and (cfg.consumer_wgs >= 2 or cfg.overlap), phases,
@@ -358,13 +359,16 @@ def wgmma_inv_n(cfg: KernelConfig, d: int) -> float:
     return 0.4 / cfg.Bc + 0.6 / d
 
 
-def stream_eff(page_size: int | None, d: int, e: int) -> float:
+def stream_eff(page_size: int | None, d: int, e: int, kv_heads: int = 1) -> float:
     """HBM efficiency of a flash kernel's K/V reads: contiguous streaming
-    (:data:`STREAM_HBM_EFF`), or paged with ``page_size`` rows per page (a run of
-    ``page_size·d·e`` bytes per page and tensor: :data:`PAGE_OVERHEAD_BYTES` each)."""
+    (:data:`STREAM_HBM_EFF`), or paged with ``page_size`` rows per page, each contiguous run
+    costing :data:`PAGE_OVERHEAD_BYTES` more.  flash-attn's (and vLLM's) paged cache is laid
+    out ``[pages, page_size, kv_heads, d]``: one KV head's rows of a page are ``d·e``-byte
+    runs ``kv_heads·d·e`` apart, so a run is one row when there are several KV heads, the
+    whole page (``page_size·d·e``) with one."""
     if not page_size:
         return STREAM_HBM_EFF
-    run = float(page_size) * d * e
+    run = float(d * e) * (page_size if kv_heads <= 1 else 1)
     return STREAM_HBM_EFF * run / (run + PAGE_OVERHEAD_BYTES)
 
 
