@@ -48,7 +48,7 @@ from .kernels import KernelConfig, head_dim_rounded, named_config
 from .l2 import Replay, hbm_bound, read_floor, replay
 from .model import LIGHT_CTAS_PER_SM, Score, _scored, check_size, resolve, waves_of
 from .ranking import TIE, TuneReport, explain, need, order_key, preference, time_key, time_of
-from .timing import STREAM_HBM_EFF, Params, Timing, evaluate, load_params, prepare
+from .timing import STREAM_HBM_EFF, Params, Timing, evaluate, load_params, prepare, softmax_hiders
 from .traffic import (
     Traffic,
     build,
@@ -237,7 +237,7 @@ def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
     soft = steps * exps * (1 / dev.sfu_rate_per_sm + p.softmax_ops / fp32)
     sm = max(mma, soft, steps * smem / dev.smem_bw_per_sm)
     if not cfg.wgmma:
-        sm = max(sm, (mma + soft) / max(1.0, k * cfg.warps / 4.0)) + p.fa2_exposed * soft
+        sm = max(sm, (mma + soft) / softmax_hiders(cfg, k)) + p.fa2_exposed * soft
     fixed = p.cta_cycles / dev.clock_hz
     span = sm / S + ctas * fixed / (S * k)
     if ctas:   # the makespan is at least the mean CTA's time through its SM's L2 port

@@ -293,7 +293,7 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
         phases.append(_PhaseWork(
             ph.name, ph.n, k, ph.flops / (peak_sm * frac), ph.exps / dev.sfu_rate_per_sm,
             ph.exps.astype(np.float64), ph.smem / dev.smem_bw_per_sm, l2, serial, rounds, lat,
-            float(load.sum() + store.sum()), heavy, max(1.0, k * cfg.warps / 4.0),
+            float(load.sum() + store.sum()), heavy, softmax_hiders(cfg, k),
             steps if heavy else np.zeros(ph.n), resc, cfg.stages,
             (cfg.Bc if cfg.forward else cfg.Br) * tr.d_pad * cfg.elem_bytes / dev.sm_l2_bw,
             0.5 / max(1, cfg.consumer_wgs) if cfg.wgmma else 0.5,
@@ -333,17 +333,28 @@ def masked_steps(cfg: KernelConfig, steps: np.ndarray) -> np.ndarray:
     return np.minimum(steps, -(-own // inner) + 1)
 
 
+def softmax_hiders(cfg: KernelConfig, k: int) -> float:
+    """FA2-style kernels: how many independent instruction streams share each warp scheduler
+    (at least 1).  A CTA's warps meet at a barrier every K/V step, so they run their softmax
+    at the same time: only other resident CTAs hide it, ``k`` CTAs each with ``min(warps,
+    4)/4`` of the 4 schedulers (a 2-warp CTA reaches half of them)."""
+    return max(1.0, k * min(cfg.warps, 4) / 4.0)
+
+
 def hiding_mechanisms(cfg: KernelConfig) -> int:
     """FA3's mechanisms that hide the softmax behind a GEMM (FA3 paper, arXiv 2407.08608, §3.1
-    and §3.2): ping-pong scheduling of two or more consumer warp groups (named barriers; it needs
-    warp specialization, ``ws``) and intra-warp-group pipelining (``overlap``: the next QKᵀ is
-    issued before this step's softmax).  ``fa3_bwd``'s consumer groups run in lockstep (no
-    ping-pong; module docstring): 0.  Other families: 0 (not used).  Ping-pong counts once
-    per other consumer group (a group's softmax runs under the GEMMs of each of the others):
-    2 groups with overlap give 2 (FA3's shipped d = 128), 3 groups 3."""
+    and §3.2): ping-pong scheduling of the consumer warp groups (it needs warp
+    specialization, ``ws``) and intra-warp-group pipelining (``overlap``: the next QKᵀ is
+    issued before this step's softmax).  Ping-pong counts once per other consumer group (a
+    group's softmax runs under each other group's GEMMs): 2 groups with overlap give 2
+    (FA3's shipped d = 128), 3 groups 3.  ``fa3_bwd``'s consumer groups run in lockstep
+    (module docstring): 0.  (flash-attn at commit 0251105a turns its scheduler barrier off for
+    fp16 at d = 256; counting that lowered the d = 256 rows' hiding and pushed the fit to a
+    d = 128 kernel 19% too fast on the FA3 paper's ablation, so the model keeps the paper's
+    description: ping-pong wherever warp specialization runs two or more consumer groups.)"""
     if cfg.algorithm != "fa3":
         return 0
-    pp = cfg.consumer_wgs - 1 if cfg.ws else 0   # each other consumer group's GEMMs hide
+    pp = cfg.consumer_wgs - 1 if cfg.ws else 0
     return pp + int(cfg.overlap)
 
 
