@@ -503,9 +503,9 @@ class _Search:
         while True:
             if distinct:
                 per: dict[tuple, float] = {}
-                for c, t in known:
-                    key = (c.cfg.Br, c.cfg.Bc)
-                    per[key] = min(per.get(key, math.inf), t)
+                for kc, kt in known:
+                    key = (kc.cfg.Br, kc.cfg.Bc)
+                    per[key] = min(per.get(key, math.inf), kt)
                 times = sorted(per.values())
             else:
                 times = sorted(t for _, t in known)

@@ -541,8 +541,8 @@ def evaluate(pr: Prepared, p: Params, mode: str = "exact",
             mean = 0.0
             one_wave = pw.n <= slots   # the longest CTA is the time: its own split
             i = int(np.argmax(dur)) if one_wave else -1
-            for r, v in parts.items():
-                x = float(v[i]) if one_wave else float(v.sum()) / slots
+            for r, arr in parts.items():
+                x = float(arr[i]) if one_wave else float(arr.sum()) / slots
                 split[r] += x
                 mean += x
             split["tail"] += span - mean
