@@ -78,8 +78,9 @@ RESOURCES = ("hbm", "l2", "sm_port", "smem", "tensor", "sfu", "latency")
 #: and warp-group synchronisation on a CTA's critical path (and FA1's serial reduction);
 #: ``latency``: load latency the stages (and the other resident CTAs) do not hide; ``cta``: the
 #: per-CTA prologue and epilogue; ``tail``: the makespan beyond the SMs' mean busy time (the
-#: last wave, unequal causal CTAs); ``hbm`` and ``l2``: memory time beyond the SMs' time (a
-#: bandwidth-bound kernel); ``launch``: kernel launches.  ``smem``, ``sm_port``, ``latency``,
+#: last wave, unequal causal CTAs); ``hbm`` and ``l2``: a kernel whose memory time exceeds its
+#: SMs' time is all ``hbm`` (or ``l2``), the SMs' work running beneath it; ``launch``: kernel
+#: launches.  ``smem``, ``sm_port``, ``latency``,
 #: ``hbm`` and ``l2`` are the memory stalls.
 BREAKDOWN = ("tensor", "softmax", "step_overhead", "cta", "tail", "launch", "hbm", "l2", "smem",
              "sm_port", "latency")
@@ -536,7 +537,11 @@ def evaluate(pr: Prepared, p: Params, mode: str = "exact",
         l2 = pw.l2_bytes / pr.l2_bw
         t = launch + max(span, hbm, l2)
         total += t
-        if split is not None:
+        if split is not None and max(hbm, l2) > span:
+            # memory-bound: the SMs' work runs beneath the memory time, which is all named
+            split["launch"] += launch
+            split["hbm" if hbm >= l2 else "l2"] += max(hbm, l2)
+        elif split is not None:
             split["launch"] += launch
             mean = 0.0
             one_wave = pw.n <= slots   # the longest CTA is the time: its own split
@@ -546,8 +551,6 @@ def evaluate(pr: Prepared, p: Params, mode: str = "exact",
                 split[r] += x
                 mean += x
             split["tail"] += span - mean
-            if max(hbm, l2) > span:
-                split["hbm" if hbm >= l2 else "l2"] += max(hbm, l2) - span
         sums = {r: float(v.sum()) / pr.sm_count for r, v in units.items()}
         lat = pw.rounds * pw.latency
         sums.update(hbm=hbm, l2=l2, latency=float(lat.max()) if pw.n else 0.0)
