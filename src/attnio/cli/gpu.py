@@ -27,7 +27,8 @@ GPU_FLAGS = {"config": "--config", "kernel": "--kernel", "top": "--top",
              "algorithm": "--algorithm", "Br": "--config Br", "Bc": "--config Bc",
              "warps": "--config warps", "stages": "--config stages", "q": "--config q",
              "p": "--config p", "o": "--config o", "pack_gqa": "--config pack",
-             "splits": "--config splits", "overlap": "--config overlap",
+             "splits": "--config splits", "overlap": "--config overlap", "ws": "--config ws",
+             "page_size": "--config page",
              "max_replays": "--max-replays", "dtype": "--dtype", "fa1": "--config fa1",
              "backward": "--backward"}
 
@@ -68,7 +69,9 @@ def add_arguments(p) -> None:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--config", default=None,
                    help="Br=..,Bc=..,warps=..,stages=.. and optional algorithm=fa2|fa3|splitkv|"
-                        "fa2_bwd|fa3_bwd, q=, p=, o= (regs|smem), pack=, splits=, overlap=")
+                        "fa2_bwd|fa3_bwd, q=, p=, o= (regs|smem), pack=, splits=, overlap=0|1, "
+                        "ws=0|1 (fa3: FA3's shipped overlap=1, ws=1 unless given), page=P "
+                        "(K/V in pages of P rows)")
     g.add_argument("--kernel", default=None, choices=["fa2", "fa3", "sdpa"],
                    help="the config a named kernel runs (default fa3 on Hopper, else fa2)")
     s.add_argument("--backward", action="store_true",
