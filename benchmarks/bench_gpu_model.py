@@ -184,28 +184,39 @@ def scatter(res, path: Path) -> None:
 
 
 def markdown(res, val_cpu, tr, ship, sp) -> str:
-    L = ["### Calibration: the fitted parameters (sm90; `src/attnio/hardware/calibration.json`)",
-         "", "| parameter | value | bounds | unit | meaning |", "|---|---:|---|---|---|"]
-    p = load_params("sm90")
+    from attnio.hardware.timing import FITTED
+
+    L = ["### Calibration: the fitted parameters (`src/attnio/hardware/calibration.json`)",
+         "", "Each generation fitted to its own rows only (sm90: the H100 rows; sm80: the A100 "
+         "rows); `-` marks a parameter the generation does not fit (it does not enter its "
+         "kernels: Ampere has no wgmma and no FA3; `wgmma_n0` is held at 8).", "",
+         "| parameter | sm90 | sm80 | bounds | unit | meaning |", "|---|---:|---:|---|---|---|"]
+    p90, p80 = load_params("sm90"), load_params("sm80")
     for k in PARAMS:
         lo, hi, unit, what = BOUNDS[k]
-        L.append(f"| `{k}` | {getattr(p, k):.4g} | [{lo:g}, {hi:g}] | {unit} | {what} |")
-    prov = _table()["generations"]["sm80"]["provenance"]["rule"]
-    L += ["", f"A100 (sm80): {prov}", ""]
+        a = f"{getattr(p90, k):.4g}" if k in FITTED["sm90"] else "-"
+        b = f"{getattr(p80, k):.4g}" if k in FITTED["sm80"] else "-"
+        L.append(f"| `{k}` | {a} | {b} | [{lo:g}, {hi:g}] | {unit} | {what} |")
+    gens = _table()["generations"]
+    L += [""] + [f"{g}: {gens[g]['provenance']['rows']} rows "
+                 f"({', '.join(gens[g]['provenance']['devices'])}), |time error| mean "
+                 f"{gens[g]['provenance']['mean_abs_err']:.1%}, max "
+                 f"{gens[g]['provenance']['max_abs_err']:.1%}." for g in ("sm90", "sm80")] + [""]
     L += ["### The calibration set: predicted against measured",
           "", "attnio gpu validate with --measurements ../shared/data/gpu-published/train.csv: "
           f"{len(res['rows'])} rows, |time error| mean **{res['mean_abs_err']:.1%}**, median "
           f"{res['median_abs_err']:.1%}, max **{res['max_abs_err']:.1%}** ({val_cpu:.1f} s CPU "
           "for the whole command's work).", "",
           "![predicted vs measured](img/gpu_validation.png)", "",
-          "| kernel | pass | d | mask | error at N = 512, 1k, 2k, 4k, 8k, 16k |",
-          "|---|---|---:|---|---|"]
+          "| device | kernel | pass | d | mask | error at N = 512, 1k, 2k, 4k, 8k, 16k |",
+          "|---|---|---|---:|---|---|"]
     groups: dict[tuple, list] = {}
     for r in res["rows"]:
-        groups.setdefault((r["kernel"], r["pass"], r["d"], r["causal"]), []).append(r)
-    for (k, ps, d, c), rs in groups.items():
+        groups.setdefault((r["device"], r["kernel"], r["pass"], r["d"], r["causal"]),
+                          []).append(r)
+    for (dv, k, ps, d, c), rs in groups.items():
         errs = ", ".join(f"{r['error']:+.0%}" for r in sorted(rs, key=lambda r: r["N"]))
-        L.append(f"| {k} | {ps} | {d} | {'causal' if c else 'full'} | {errs} |")
+        L.append(f"| {dv} | {k} | {ps} | {d} | {'causal' if c else 'full'} | {errs} |")
     L += ["", "### Trends (model predictions; TFLOPs as flash-attn counts them)", "",
           "| figure | value |", "|---|---:|"]
     for k, v in tr.items():

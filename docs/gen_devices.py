@@ -72,14 +72,31 @@ def sustained() -> list[str]:
     L = ["", "## Sustained rates (the calibrated time model)", "",
          "What each unit sustains in the time model (docs/hardware.md, section 6): the peak of "
          "the table above times an efficiency of the device's generation from "
-         "`src/attnio/hardware/calibration.json`.  The sm90 efficiencies were fitted by "
-         "`benchmarks/calibrate_gpu.py` to the calibration set (flash-attn's published H100 "
-         "measurements); sm80 has no timings to fit and takes the rule stated in that file "
-         "(docs/hardware.md, section 11).  The microbenchmark papers (luo2024, luo2025) "
-         "report that Hopper reaches its tensor rate only through the asynchronous warp-group "
-         "`wgmma`, the synchronous `mma.sync` of Ampere-style kernels (FA2) staying well "
-         "below: the fit puts the two apart in that direction; their exact figures were not "
-         "re-read here, so none is copied.", "",
+         "`src/attnio/hardware/calibration.json`, each generation fitted separately by "
+         "`benchmarks/calibrate_gpu.py` to its own rows of the calibration set (sm90: the 91 "
+         "H100 rows, 10 parameters; sm80: the 33 A100 rows of the FA2 paper, 8 parameters; "
+         "`timing.FITTED`).  The microbenchmark papers (luo2024, luo2025) report that Hopper "
+         "reaches its tensor rate only through the asynchronous warp-group `wgmma`, the "
+         "synchronous `mma.sync` of Ampere-style kernels (FA2) staying well below, and that a "
+         "`wgmma`'s throughput rises with its N dimension: the fit puts the two families apart in "
+         "that direction, and the model charges an m64nNk16 `N/(N + 8)` of the large-N rate "
+         "(`WGMMA_N0` = 8 columns, about 4 clocks per instruction; held, not fitted: the free "
+         "fit went to the lower bound of its physical range [8, 64]); their exact figures were "
+         "not re-read here, so none is copied.", "",
+         "Per-step and per-access-pattern costs (docs/hardware.md, section 6): the online "
+         "softmax's O rescale (Br x dv FP32 multiplies per K/V step) and the causal mask (2 "
+         "FP32 instructions per score on the steps that straddle the diagonal) on the FP32 "
+         "pipes; `step_cycles` of synchronisation per step (barriers, warp-group waits; two "
+         "rounds without warp specialization, one more with P in shared memory); HBM: flash "
+         "kernels stream contiguous K/V at 0.90 of the data sheet (STREAM-like copies reach "
+         "about 90% on A100 and H100; `STREAM_HBM_EFF`, an assumption), a paged cache loses "
+         "256 B per page run (`PAGE_OVERHEAD_BYTES`, an assumption), and unfused attention's "
+         "S and P kernels run at the fitted `hbm_eff`.  The FA2 paper (arXiv 2307.08691) "
+         "motivates the per-step terms (its section 3.1: fewer non-matmul FLOPs, the rescale "
+         "deferred to the end for the output but still applied to O per block); the FA3 paper "
+         "(arXiv 2407.08608) the three mechanisms of its section 3 (warp specialization, "
+         "ping-pong, intra-warp-group overlap), whose ablation (Table 2: 661 / 582 / 570 "
+         "TFLOP/s) is validation, never fitted.", "",
          "| unit | " + " | ".join(f"{d.name} ({generation(d)})" for d in pick) + " | source |",
          "|---|" + "---|" * len(pick) + "---|"]
 
@@ -89,7 +106,7 @@ def sustained() -> list[str]:
 
     row("tensor, mma.sync (FA1, FA2, split-KV; cuBLAS on sm80), bf16",
         lambda d, p: f"{d.flops('bf16') * p.mma_sync_eff / 1e12:,.0f} TFLOP/s "
-                     f"({p.mma_sync_eff:.3f} x peak)", "fitted (sm90); rule (sm80)")
+                     f"({p.mma_sync_eff:.3f} x peak)", "fitted per generation")
     row("tensor, wgmma (FA3; cuBLAS on sm90), bf16",
         lambda d, p: (f"{d.flops('bf16') * p.wgmma_eff / 1e12:,.0f} TFLOP/s "
                       f"({p.wgmma_eff:.3f} x peak)") if d.wgmma else "no wgmma",
@@ -108,9 +125,13 @@ def sustained() -> list[str]:
     row("L2 (all SMs' ports)", lambda d, p: f"{d.l2_bandwidth / 1e12:.1f} TB/s "
         f"({d.sm_l2_bytes_per_clk} B/clock/SM)", "gpu_benches, luo2025 (derived)")
     row("HBM", lambda d, p: f"{d.hbm_bw * p.hbm_eff / 1e12:.2f} TB/s ({p.hbm_eff:.3f} x "
-        f"{d.hbm_bw / 1e12:.2f})", "fitted (sm90, the standard-attention rows); rule (sm80)")
-    row("per CTA, per launch", lambda d, p: f"{p.cta_cycles:,.0f} clocks; {p.launch_us:.1f} us",
-        "fitted")
+        f"{d.hbm_bw / 1e12:.2f})", "fitted per generation (unfused attention's S/P pattern)")
+    row("HBM, flash kernels' streaming K/V", lambda d, p: f"{d.hbm_bw * 0.9 / 1e12:.2f} TB/s "
+        f"(0.90 x {d.hbm_bw / 1e12:.2f})", "assumed (STREAM-like copies)")
+    row("per K/V step", lambda d, p: f"{p.step_cycles:,.0f} clocks", "fitted per generation")
+    row("per CTA, per launch, per framework call",
+        lambda d, p: f"{p.cta_cycles:,.0f} clocks; {p.launch_us:.1f} us; {p.call_us:.1f} us",
+        "fitted per generation")
     return L
 
 

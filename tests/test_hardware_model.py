@@ -66,6 +66,9 @@ def test_decode_oracle_splits_the_kv_cache_with_gqa_packing():
     best = tune(H100, DECODE, top=1)[0]
     assert best.config.splits > 1 and best.config.pack_gqa
     assert best.bound_by == "hbm"
+    # within 1.25x of the compulsory bytes at the streaming HBM efficiency (issue 32: 1.55x
+    # when unfused attention's fitted efficiency applied to these streaming reads)
+    assert best.time_s <= 1.25 * best.compulsory_bytes / (H100.hbm_bw * 0.9)
     unsplit = tune(H100, DECODE, top=1, where=lambda c: c.splits == 1)[0]
     assert unsplit.bound_by == "sm_port"
     assert unsplit.time_s >= 4 * best.time_s
@@ -80,14 +83,16 @@ def test_fa3_shipped_config_ranks_in_the_oracles_best_tenth(d):
 
 
 @pytest.mark.slow
-def test_fa3_d64_disagreement_is_shared_memory_bandwidth():
-    """At d = 64 FA3 keeps P in shared memory (192 x 192, SS): the model charges its write and
-    read to shared-memory bandwidth, which then binds; the oracle keeps P in registers."""
+def test_fa3_d64_shipped_tile_is_the_oracles_choice():
+    """At d = 64 FA3 ships 192 x 192 with P in shared memory (SS): three consumer warp groups
+    ping-pong, so the softmax, which binds at d = 64, is hidden best; the oracle picks that tile
+    and placement too.  (Issue 32: the earlier model, ping-pong counted once, put P in
+    registers on a two-group tile and called the difference shared-memory bandwidth.)"""
     r = tune_report(H100, Shape(8192, 8192, 64, batch=2, heads=32), top=1)
     named, best = r.named, r.best[0]
-    assert named.config.p == "smem" and named.bound_by == "smem"
-    assert best.config.p == "regs" and best.alone["smem"] < named.alone["smem"]
-    assert "shared-memory" in r.why
+    assert named.config.p == "smem" and r.named_rank == 1
+    assert (best.config.Br, best.config.Bc, best.config.p) == (192, 192, "smem")
+    assert named.bound_by == "softmax"
 
 
 # ---------------------------------------------------------------------- the CLI
@@ -115,12 +120,19 @@ def test_cli_score_json_has_the_documented_keys(capsys):
     assert rc == 1 and obj["feasible"] is False and "why" in obj and KEYS <= set(obj)
 
 
-def test_cli_tune_json_is_a_list_best_first(capsys):
+def test_cli_tune_json_is_top_named_why_best_first(capsys):
+    """Issue 32: {"top": [...], "named": {..., "rank": k}, "why": ...}; distinct tiles; each
+    entry's breakdown_s sums to its time_s."""
     rc, out, _ = _cli(capsys, "tune", "--N", "1024", "--d", "256", "--heads", "4",
-                      "--device", "h100", "--top", "3", "--json", "--kernel", "none")
-    rows = json.loads(out)
-    assert rc == 0 and len(rows) == 3 and all(KEYS <= set(r) for r in rows)
-    assert [r["time_s"] for r in rows] == sorted(r["time_s"] for r in rows)
+                      "--device", "h100", "--top", "3", "--json")
+    r = json.loads(out)
+    rows = r["top"]
+    assert rc == 0 and len(rows) == 3 and all(KEYS <= set(x) for x in rows)
+    assert [x["time_s"] for x in rows] == sorted(x["time_s"] for x in rows)
+    assert len({(x["config"]["Br"], x["config"]["Bc"]) for x in rows}) == 3
+    assert r["named"]["rank"] >= 1 and r["why"]
+    for x in rows + [r["named"]]:
+        assert sum(x["breakdown_s"].values()) == pytest.approx(x["time_s"], rel=0.01)
 
 
 def test_cli_devices_and_kernels(capsys):

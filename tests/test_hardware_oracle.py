@@ -117,10 +117,21 @@ def test_tune_returns_what_scoring_every_config_returns(shape, where):
     from attnio.hardware.ranking import TIE
 
     every = sorted(_brute(H100, shape, "fa3", where), key=lambda s: s.time_s)
-    r = tune_report(H100, shape, algorithm="fa3", top=3, where=where, max_replays=1000)
+    r = tune_report(H100, shape, algorithm="fa3", top=3, where=where, max_replays=1000,
+                    distinct=False)
     # a config whose bounds fix its time to TIE/2 is not replayed: its time is within that
     assert r.best[0].time_s <= every[0].time_s * (1 + TIE / 2)
     assert all(s.time_s <= every[2].time_s * (1 + TIE / 2) for s in r.best)
+    # the default report: the best distinct tiles, each at most a tie slower than the best
+    # config of that tile
+    d = tune_report(H100, shape, algorithm="fa3", top=2, where=where, max_replays=1000)
+    tiles = {}
+    for s in every:
+        tiles.setdefault((s.config.Br, s.config.Bc), s.time_s)
+    want = sorted(tiles.values())
+    assert len({(s.config.Br, s.config.Bc) for s in d.best}) == len(d.best) == min(2, len(want))
+    for s, w in zip(d.best, want):
+        assert s.time_s <= w * (1 + TIE) * (1 + TIE / 2)
     # configs within TIE of the named kernel's time share its rank (every config replayed here)
     t = r.named.time_s
     lo = 1 + sum(s.time_s < t * (1 - TIE) * (1 - TIE / 2) for s in every)
@@ -138,7 +149,8 @@ def test_fa2_tune_returns_what_scoring_every_config_returns():
         return c.Br in (16, 32, 64) and c.Bc in (32, 64, 128) and c.splits in (1, 2, 4)
 
     every = sorted(_brute(A100, DECODE, "fa2", where), key=lambda s: s.time_s)
-    r = tune_report(A100, DECODE, algorithm="fa2", top=3, where=where, max_replays=1000)
+    r = tune_report(A100, DECODE, algorithm="fa2", top=3, where=where, max_replays=1000,
+                    distinct=False)
     assert r.best[0].time_s <= every[0].time_s * (1 + TIE / 2)
     assert all(s.time_s <= every[2].time_s * (1 + TIE / 2) for s in r.best)
     best = {s.config: s.time_s for s in every}
@@ -165,7 +177,7 @@ def test_more_stages_are_never_slower_and_faster_where_latency_binds():
             if prev is not None and (prev.ctas_per_sm == s.ctas_per_sm      # occupancy moot:
                                      or s.waves == prev.waves == 1 + (c.splits > 1)):
                 assert s.time_s <= prev.time_s
-                if prev.bound_by == "latency":
+                if prev.breakdown["latency"] > 0.01 * prev.time_s:
                     assert s.time_s < prev.time_s
                     strictly += 1
             prev = s
@@ -186,7 +198,8 @@ def test_decode_split_speedup_is_set_by_one_sms_l2_port():
     """Unsplit, one CTA per KV head draws its K and V through one SM's L2 port."""
     unsplit = tune(H100, DECODE, top=1, where=lambda c: c.splits == 1)[0]
     kv_head = 4096 * 2 * 128 * 2
-    assert unsplit.bound_by == "sm_port"
+    work = {k: v for k, v in unsplit.breakdown.items() if k != "launch"}
+    assert max(work, key=lambda k: work[k]) == "sm_port"
     assert unsplit.time_s >= kv_head / H100.sm_l2_bw
 
 
@@ -198,7 +211,9 @@ def test_configs_sharing_a_geometry_keep_their_own_work():
 
     shape = Shape(4096, 4096, 128, heads=16, batch=2)
     s = _Search(A100, shape, "fa2", "bf16", 6)
-    cfgs = [KernelConfig("fa2", 64, 64, 4, 2), KernelConfig("fa2", 64, 64, 4, 2, q="regs"),
+    # (O in shared memory, not Q in registers: with the per-step rescale and synchronisation
+    # terms Q's placement no longer changes this shape's time; O's fp32 round trip does)
+    cfgs = [KernelConfig("fa2", 64, 64, 4, 2), KernelConfig("fa2", 64, 64, 4, 2, o="smem"),
             KernelConfig("fa2", 64, 64, 2, 2)]
     times = []
     for cfg in cfgs:

@@ -36,7 +36,8 @@ GPU_FLAGS = {"config": "--config", "kernel": "--kernel", "top": "--top",
              "algorithm": "--algorithm", "Br": "--config Br", "Bc": "--config Bc",
              "warps": "--config warps", "stages": "--config stages", "q": "--config q",
              "p": "--config p", "o": "--config o", "pack_gqa": "--config pack",
-             "splits": "--config splits", "overlap": "--config overlap",
+             "splits": "--config splits", "overlap": "--config overlap", "ws": "--config ws",
+             "page_size": "--config page",
              "max_replays": "--max-replays", "dtype": "--dtype", "fa1": "--config fa1",
              "backward": "--backward", "device_file": "--device-file",
              "calibration": "--calibration", "measurements": "--measurements", "out": "--out"}
@@ -151,7 +152,9 @@ def add_arguments(p) -> None:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--config", default=None,
                    help="Br=..,Bc=..,warps=..,stages=.. and optional algorithm=fa2|fa3|splitkv|"
-                        "fa2_bwd|fa3_bwd, q=, p=, o= (regs|smem), pack=, splits=, overlap=")
+                        "fa2_bwd|fa3_bwd, q=, p=, o= (regs|smem), pack=, splits=, overlap=0|1, "
+                        "ws=0|1 (fa3: FA3's shipped overlap=1, ws=1 unless given), page=P "
+                        "(K/V in pages of P rows)")
     g.add_argument("--kernel", default=None, choices=["fa2", "fa3", "sdpa"],
                    help="the config a named kernel runs (default fa3 on Hopper, else fa2)")
     _calibration_arg(s)
@@ -164,8 +167,10 @@ def add_arguments(p) -> None:
     add_workload_arguments(t)
     _device_arg(t)
     t.add_argument("--top", type=int, default=5, help="how many configs to print (default 5)")
-    t.add_argument("--algorithm", default=None, choices=["fa3", "fa2", "splitkv", "fa2_bwd"],
-                   help="kernel family to search (default fa3 on Hopper, else fa2)")
+    t.add_argument("--algorithm", default=None,
+                   choices=["fa3", "fa2", "splitkv", "fa2_bwd", "fa3_bwd"],
+                   help="kernel family to search (default fa3 on Hopper, else fa2; fa2_bwd, "
+                        "fa3_bwd: the backward, ranked against flash-attn's backward config)")
     t.add_argument("--kernel", default="auto", choices=["auto", "fa2", "fa3", "sdpa", "none"],
                    help="named kernel to rank against the oracle (default: the family's)")
     _calibration_arg(t)
@@ -289,8 +294,14 @@ def _score(args) -> int:
           f"({hbm / s.compulsory_bytes:.2f}x the compulsory {s.compulsory_bytes:,} B); "
           f"L2 requests {l2:,} B (= the two-level count of these tiles, "
           f"{l2 / s.compulsory_bytes:.1f}x)" + (" [extrapolated]" if s.extrapolated else ""))
+    if s.bound_by in ("hbm", "l2", "sm_port", "latency", "launch"):   # memory-bound: bandwidth
+        rate = f"{hbm / time_s / 1e9:,.0f} GB/s of HBM traffic"
+    else:
+        rate = f"{flops / time_s / 1e12:,.0f} TFLOP/s executed"
     print(f"  time        {time_s * 1e6:,.1f} us over {s.waves} waves, bound by {s.bound_by}; "
-          f"{flops / time_s / 1e12:,.0f} TFLOP/s executed")
+          f"{rate}")
+    split = ", ".join(f"{k} {v * 1e6:,.1f}" for k, v in s.breakdown.items() if abs(v) > 5e-8)
+    print(f"  breakdown (us, sums to the time): {split}")
     alone = ", ".join(f"{k} {v * 1e6:,.1f}" for k, v in s.alone.items())
     print(f"  per resource alone (us): {alone}")
     return 0
@@ -315,7 +326,7 @@ def _tune(args) -> int:
                         dtype=args.dtype or "bf16", top=args.top, kernel=kernel,
                         max_replays=args.max_replays, progress=bar)
     if args.json:
-        print(json.dumps([s.to_dict() for s in r.best], sort_keys=True))
+        print(json.dumps(r.json(), sort_keys=True))
         return 0
     print(r)
     return 0

@@ -41,7 +41,8 @@ __all__ = ["MAX_BYTES", "START", "calibrate", "check_out", "errors", "fit", "loa
 
 #: Where the published fit starts (the benchmark script's starting point).
 START = {"mma_sync_eff": 0.45, "wgmma_eff": 0.8, "hbm_eff": 0.85, "softmax_ops": 4.0,
-         "fa2_exposed": 0.2, "fa3_exposed": 0.3, "cta_cycles": 2000.0, "launch_us": 5.0}
+         "fa2_exposed": 0.2, "fa3_exposed": 0.3, "cta_cycles": 2000.0, "launch_us": 3.0,
+         "step_cycles": 100.0, "wgmma_n0": 8.0, "call_us": 10.0}
 
 MAX_BYTES = 1 << 20
 

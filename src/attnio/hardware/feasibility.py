@@ -21,7 +21,7 @@ Closed forms, per CTA (e = element bytes, d/dv the rounded head dims, s = stages
   plus the overhead flash-attn's own tuning note counts
   (:data:`FA3_REGS`: 24 with 2 WGs, 32 with 3); the limit is the consumer warp groups'
   ``setmaxnreg`` budget (240 with 2 WGs, 160 with 3): Hopper's register reallocation moves the
-  producer's registers to them.  ``fa3_bwd``: a consumer thread holds its share of the dK, dV
+  producer's registers to them (``ws = False``, no producer: the even share, at most 255).  ``fa3_bwd``: a consumer thread holds its share of the dK, dV
   accumulators ``2·Bc·d/(128·WGs)`` and of S and dP ``2·Br·Bc/(128·WGs)``, plus the same
   overhead, against the same budget (``flash_bwd_kernel_sm90.h``: 24/240 and 32/160).
 * **CTAs per SM**: the least of shared memory (``smem_per_sm // (smem + 1 KiB reserved)``),
@@ -105,8 +105,12 @@ def smem_bytes(cfg: KernelConfig, shape: Shape) -> int:
 
 
 def fa3_register_budget(cfg: KernelConfig) -> tuple[int, int]:
-    """(consumer setmaxnreg, usable registers after the overhead) of an FA3-style config."""
+    """(consumer setmaxnreg, usable registers after the overhead) of an FA3-style config.
+    Without warp specialization (``ws = False``) there is no producer to take registers from:
+    every thread gets the register file's even share, at most 255 (whole 8-register granules)."""
     _, cons, over = FA3_REGS[cfg.consumer_wgs]
+    if not cfg.ws:
+        cons = min(255, (65536 // cfg.threads) // 8 * 8)
     return cons, cons - over
 
 

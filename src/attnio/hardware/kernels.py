@@ -91,8 +91,11 @@ class KernelConfig:
     """One kernel's mapping of an attention workload onto a GPU (see the module docstring).
 
     ``warps`` counts every warp of a CTA (``fa3``: the producer warp group's 4 too, so
-    ``warps = 4·(Br/64 + 1)``).  ``overlap`` is FA3's IntraWGOverlap (the next S and this P live
-    together in registers).  ``label`` names a preset (``"fa3_sm90 d=128"``).
+    ``warps = 4·(Br/64 + 1)``; without warp specialization, ``ws = False``, no producer group:
+    ``4·Br/64``).  ``overlap`` is FA3's IntraWGOverlap (the next S and this P live together in
+    registers); ``ws`` its warp specialization (a producer warp group issues the TMA loads, the
+    consumer groups ping-pong; FA3 paper §3.1).  ``page_size``: K/V rows per page of a paged
+    cache (0: contiguous).  ``label`` names a preset (``"fa3_sm90 d=128"``).
     """
 
     algorithm: str = "fa2"
@@ -109,6 +112,8 @@ class KernelConfig:
     overlap: bool = False
     label: str = ""
     fa1: bool = False
+    ws: bool = True
+    page_size: int = 0
 
     # ------------------------------------------------------------------ derived
     @property
@@ -157,6 +162,10 @@ class KernelConfig:
             s.append(f"q={self.q}")
         if self.o != "regs":
             s.append(f"o={self.o}")
+        if self.algorithm == "fa3" and not self.ws:
+            s.append("no-ws")
+        if self.page_size:
+            s.append(f"page={self.page_size}")
         if self.pack_gqa:
             s.append("pack")
         if self.fa1:
@@ -180,6 +189,14 @@ class KernelConfig:
         check_bool("pack_gqa", self.pack_gqa)
         check_bool("overlap", self.overlap)
         check_bool("fa1", self.fa1)
+        check_bool("ws", self.ws)
+        if not isinstance(self.page_size, int) or isinstance(self.page_size, bool) or \
+                not 0 <= self.page_size <= 1 << 20:
+            raise ParameterError(f"page_size must be an integer in [0, 1048576] (0: contiguous "
+                                 f"K/V), got {self.page_size!r}", param="page_size")
+        if not self.ws and self.algorithm != "fa3":
+            raise ParameterError(f"ws=0: warp specialization is an fa3 option; {self.algorithm} "
+                                 "has none to turn off", param="ws")
         dtype_name(self.dtype)
         if not 1 <= self.stages <= 3:
             raise ParameterError(f"stages must be 1, 2 or 3, got {self.stages}", param="stages")
@@ -189,10 +206,11 @@ class KernelConfig:
                 raise ParameterError(f"Br={self.Br} is not a multiple of the MMA tile (fa3 gives "
                                      "each consumer warp group 64 rows, wgmma m64, with 1-3 of "
                                      "them): Br in {64, 128, 192}", param="Br")
-            want = 4 * (self.Br // 64 + 1)
+            want = 4 * (self.Br // 64 + int(self.ws))
             if self.warps != want:
+                prod = " + 1 producer" if self.ws else " (ws=0: no producer)"
                 raise ParameterError(f"warps={self.warps}: fa3 with Br={self.Br} has "
-                                     f"{self.Br // 64} consumer warp groups + 1 producer = "
+                                     f"{self.Br // 64} consumer warp groups{prod} = "
                                      f"{want} warps", param="warps")
             if self.q != "smem":
                 raise ParameterError("q=regs: fa3 reads Q from shared memory (MmaQK_is_RS = "
@@ -253,14 +271,19 @@ class KernelConfig:
 # ---------------------------------------------------------------------- --config parsing
 _KEYS = {"algorithm": str, "alg": str, "Br": int, "Bc": int, "warps": int, "stages": int,
          "q": str, "p": str, "o": str, "s": str, "dtype": str, "pack_gqa": bool, "pack": bool,
-         "splits": int, "overlap": bool, "fa1": bool}
+         "splits": int, "overlap": bool, "fa1": bool, "ws": bool, "page": int,
+         "page_size": int}
 
 
 def parse_config(text: str, **defaults: Any) -> KernelConfig:
     """A config from ``"Br=128,Bc=176,stages=2,warps=12"`` (keys: algorithm, Br, Bc, warps,
-    stages, q, p, o, pack, splits, overlap, dtype); ``defaults`` fill the rest.
+    stages, q, p, o, pack, splits, overlap, ws, page, dtype); ``defaults`` fill the rest.  An
+    fa3 config not naming them gets FA3's shipped mechanisms: ``overlap=1`` (IntraWGOverlap),
+    ``ws=1`` (warp specialization), 2 stages, the warps its ``Br`` and ``ws`` imply.
 
     >>> parse_config("Br=128,Bc=176,stages=2,warps=12", algorithm="fa3").short()
+    'fa3 128x176 w12 s2 RS overlap'
+    >>> parse_config("Br=128,Bc=176,overlap=0", algorithm="fa3").short()
     'fa3 128x176 w12 s2 RS no-overlap'
     """
     fields: dict[str, Any] = {}
@@ -276,9 +299,10 @@ def parse_config(text: str, **defaults: Any) -> KernelConfig:
         key, val = (x.strip() for x in part.split("=", 1))
         if key not in _KEYS:
             raise ParameterError(f"config key {key!r} is unknown; keys are Br Bc warps stages "
-                                 "q p o pack splits overlap algorithm dtype", param="config")
+                                 "q p o pack splits overlap ws page algorithm dtype", param="config")
         typ = _KEYS[key]
-        name = {"alg": "algorithm", "s": "p", "pack": "pack_gqa"}.get(key, key)
+        name = {"alg": "algorithm", "s": "p", "pack": "pack_gqa",
+                "page": "page_size"}.get(key, key)
         if typ is int:
             try:
                 fields[name] = int(val)
@@ -294,8 +318,11 @@ def parse_config(text: str, **defaults: Any) -> KernelConfig:
         else:
             fields[name] = val
     base = {**defaults, **fields}
+    if base.get("algorithm") == "fa3":
+        base.setdefault("overlap", True)
+        base.setdefault("ws", True)
     if "warps" not in fields and base.get("algorithm") == "fa3":
-        base["warps"] = 4 * (int(base.get("Br", KernelConfig.Br)) // 64 + 1)
+        base["warps"] = 4 * (int(base.get("Br", KernelConfig.Br)) // 64 + int(bool(base["ws"])))
     if "stages" not in fields and base.get("algorithm") == "fa3":
         base["stages"] = 2
     return KernelConfig(**base)

@@ -57,6 +57,7 @@ class Score(Feasibility):
     bound_by: str | None = None
     by_resource: dict[str, float] = field(default_factory=dict)
     alone: dict[str, float] = field(default_factory=dict)
+    breakdown: dict[str, float] = field(default_factory=dict)
     extrapolated: bool = False
     granularity: str = "tile"
 
@@ -82,6 +83,7 @@ class Score(Feasibility):
             "compulsory_bytes": self.compulsory_bytes, "l2_bytes": self.l2_bytes,
             "flops": self.flops, "time_s": self.time_s, "bound_by": self.bound_by,
             "time_by_resource_s": self.by_resource, "time_alone_s": self.alone,
+            "breakdown_s": self.breakdown,
             "extrapolated": self.extrapolated, "device": self.device,
             "workload": self.shape.describe(),
         })
@@ -125,8 +127,11 @@ def resolve(device: str | Device, workload: Any, config: Any,
                                  "given inside --config; give it once", param="dtype")
     elif isinstance(config, Mapping):
         base = {"algorithm": "fa3" if dev.wgmma else "fa2", "dtype": dt}
+        merged = {**base, **config}
+        if merged["algorithm"] == "fa3":   # FA3's shipped mechanisms unless given
+            merged.setdefault("overlap", True)
         try:
-            cfg = KernelConfig(**{**base, **config})
+            cfg = KernelConfig(**merged)
         except TypeError as e:
             raise ParameterError(f"config: {e}", param="config") from None
     else:
@@ -260,9 +265,15 @@ def calibrated(tr: Traffic, dev: Device, f: Feasibility, rep: Replay, wv: list[i
                params: Params | None = None) -> Timing:
     """The calibrated time (:mod:`.timing`) of built traffic and its replay."""
     pr = _prepare(tr, dev, f, rep)
-    t, bound, by, alone = evaluate(pr, params or load_params(dev))
+    split: dict[str, float] = {}
+    t, _, by, alone = evaluate(pr, params or load_params(dev), breakdown=split)
     waves = sum(-(-ph.n // P) for ph, P in zip(tr.phases, wv) if ph.n)
-    return Timing(t, bound, waves, by, alone)
+    return Timing(t, bound_of(split), waves, by, alone, split)
+
+
+def bound_of(breakdown: dict[str, float]) -> str:
+    """What binds: the largest term of the additive split (:data:`~.timing.BREAKDOWN`)."""
+    return max(breakdown, key=lambda r: breakdown[r]) if breakdown else "none"
 
 
 def _prepare(tr: Traffic, dev: Device, f: Feasibility, rep: Replay) -> Prepared:
@@ -298,6 +309,7 @@ def _scored(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility, tr: Tr
                  compulsory_bytes=tr.compulsory, waves=t.waves, hbm_read_bytes=rd,
                  hbm_write_bytes=wr, l2_bytes=tr.two_level, flops=flops,
                  time_s=t.time_s, bound_by=t.bound_by, by_resource=t.by_resource, alone=t.alone,
+                 breakdown=t.breakdown,
                  extrapolated=rep.extrapolated, granularity=rep.granularity)
 
 

@@ -47,8 +47,8 @@ from .feasibility import Feasibility, check
 from .kernels import KernelConfig, head_dim_rounded, named_config
 from .l2 import Replay, hbm_bound, read_floor, replay
 from .model import LIGHT_CTAS_PER_SM, Score, _scored, check_size, resolve, waves_of
-from .ranking import TIE, TuneReport, explain, need, order_key, time_key, time_of
-from .timing import Params, Timing, evaluate, load_params, prepare
+from .ranking import TIE, TuneReport, explain, need, order_key, preference, time_key, time_of
+from .timing import STREAM_HBM_EFF, Params, Timing, evaluate, load_params, prepare, softmax_hiders
 from .traffic import (
     Traffic,
     build,
@@ -64,7 +64,7 @@ __all__ = ["SPLITS", "Bounds", "best_splits", "bounds", "buildable", "candidates
 
 
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-_FAMILIES = ("fa3", "fa2", "splitkv", "fa2_bwd")
+_FAMILIES = ("fa3", "fa2", "splitkv", "fa2_bwd", "fa3_bwd")
 
 
 def _split_options(dev: Device, shape: Shape, algorithm: str, Br: int, Bc: int, G: int,
@@ -98,7 +98,7 @@ def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
     e = _devices.dtype_bytes(dt)
     head_dim_rounded(algorithm, shape.d)
     G = shape.group
-    packs = (False, True) if G > 1 and algorithm != "fa2_bwd" else (False,)
+    packs = (False, True) if G > 1 and algorithm not in ("fa2_bwd", "fa3_bwd") else (False,)
     bcs = range(16, 257, 16)
     out = []
     if algorithm == "fa3":
@@ -119,6 +119,17 @@ def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
                             for p, ov in places:
                                 out.append(KernelConfig("fa3", Br, Bc, 4 * (Br // 64 + 1), st,
                                                         "smem", p, "regs", dt, pack, sp, ov))
+        return out
+    if algorithm == "fa3_bwd":
+        if e != 2:
+            raise ParameterError(f"dtype={dtype}: fa3_bwd kernels are fp16/bf16 only",
+                                 param="dtype")
+        for w in (12, 16):   # 2 or 3 consumer warp groups + the producer
+            for Br in range(16, 193, 16):
+                for Bc in range(16, 257, 16):
+                    for st in (1, 2):
+                        for p in ("regs", "smem"):
+                            out.append(KernelConfig("fa3_bwd", Br, Bc, w, st, p=p, dtype=dt))
         return out
     if algorithm == "fa2_bwd":
         for w in (4, 8):
@@ -174,7 +185,7 @@ def _steps(shape: Shape, algorithm: str, Br: int, Bc: int, G: int, splits: int
            ) -> tuple[int, int, int, int]:
     """(CTAs, inner steps, rows of split partials, K/V rows the CTAs' inner loops load) of the
     main/split phase, from the mask geometry alone (the backward's K/V rows: 0, not used)."""
-    if algorithm == "fa2_bwd":
+    if algorithm in ("fa2_bwd", "fa3_bwd"):
         ks, ke = geometry.block_counts(shape.Nkv, Bc)
         lo, hi = geometry.q_ranges(shape, ks, ke)
         cnt, _, _ = geometry.meeting(lo, hi, Br, shape.Nq)
@@ -215,24 +226,24 @@ def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
     assert dev.hbm_bw is not None and dev.sm_count is not None and dev.clock_hz is not None
     S = dev.sm_count
     k = max(1, min(f.ctas_per_sm, cdiv(ctas, S))) if ctas else 1
-    frac = 1.0 if a == "fa3" else min(1.0, cfg.warps * k / 4.0)
+    frac = 1.0 if cfg.wgmma else min(1.0, cfg.warps * k / 4.0)
     if cfg.forward:
         flops, exps, smem = 4.0 * Br * Bc * d, Br * Bc + Br, fwd_smem_step(cfg, d)
     else:
         flops, exps, smem = 10.0 * Br * Bc * d, Br * Bc, bwd_smem_step(cfg, d)
-    eff = p.wgmma_eff if a == "fa3" else p.mma_sync_eff
+    eff = p.wgmma_eff if cfg.wgmma else p.mma_sync_eff
     fp32 = (64 if dev.compute_capability == "8.0" else 128) * dev.clock_hz
     mma = steps * flops / (dev.flops(cfg.dtype) / S * frac * eff)
     soft = steps * exps * (1 / dev.sfu_rate_per_sm + p.softmax_ops / fp32)
     sm = max(mma, soft, steps * smem / dev.smem_bw_per_sm)
-    if a != "fa3":
-        sm = max(sm, (mma + soft) / max(1.0, k * cfg.warps / 4.0)) + p.fa2_exposed * soft
+    if not cfg.wgmma:
+        sm = max(sm, (mma + soft) / softmax_hiders(cfg, k)) + p.fa2_exposed * soft
     fixed = p.cta_cycles / dev.clock_hz
     span = sm / S + ctas * fixed / (S * k)
     if ctas:   # the makespan is at least the mean CTA's time through its SM's L2 port
         span = max(span, kvrows * 2 * shape.d * cfg.elem_bytes / (ctas * dev.sm_l2_bw) + fixed)
-    kernels = 2 if (cfg.splits > 1 or a == "fa2_bwd") else 1
-    hbm = (comp_rw[0] + comp_rw[1]) / (dev.hbm_bw * p.hbm_eff)
+    kernels = 2 if (cfg.splits > 1 or not cfg.forward) else 1
+    hbm = (comp_rw[0] + comp_rw[1]) / (dev.hbm_bw * STREAM_HBM_EFF)
     return kernels * p.launch_us * 1e-6 + max(span, hbm)
 
 
@@ -457,7 +468,10 @@ class _Search:
 
         t: Timing = calibrated(tr, self.dev, c.feas, rep, P, self.params)
         if c.determined:   # the bounds fix the time: keep it within them
-            t = dataclasses.replace(t, time_s=min(max(t.time_s, c.lb), need(c.ub)))
+            new = min(max(t.time_s, c.lb), need(c.ub))
+            scale = new / t.time_s if t.time_s else 1.0   # the split keeps summing to the time
+            t = dataclasses.replace(t, time_s=new,
+                                    breakdown={k: v * scale for k, v in t.breakdown.items()})
         s = _scored(self.dev, self.shape, c.cfg, c.feas, tr, rep, t)
         self.final[c.cfg] = s
         return s
@@ -478,16 +492,26 @@ class _Search:
                       [np.array([r]) for r in reads], [np.array([w]) for w in writes], 0, True,
                       "bound")
 
-    def best(self, top: int) -> tuple[list[Score], bool]:
+    def best(self, top: int, distinct: bool = False) -> tuple[list[Score], bool]:
         """The ``top`` configs of least time: configs are taken in order of their lower bound
         until the next bound is within half the tie tolerance of the ``top``-th best time (what
-        is left can at best tie with it)."""
+        is left can at best tie with it).  ``distinct``: the ``top`` best distinct tiles
+        (Br, Bc), each with its best config (:func:`distinct_tiles`; configs are taken until
+        the next bound is above the ``top``-th tile's time by the tie tolerance)."""
         known: list[tuple[_Cand, float]] = []
         exhausted = True
         while True:
-            if len(known) >= top:   # configs left tie with the top-th at best: stop
-                kth = sorted(t for _, t in known)[top - 1]
-                if self.peek() >= kth * (1 - TIE / 2):
+            if distinct:
+                per: dict[tuple, float] = {}
+                for kc, kt in known:
+                    key = (kc.cfg.Br, kc.cfg.Bc)
+                    per[key] = min(per.get(key, math.inf), kt)
+                times = sorted(per.values())
+            else:
+                times = sorted(t for _, t in known)
+            if len(times) >= top:   # configs left tie with the top-th at best: stop
+                kth = times[top - 1]
+                if self.peek() >= kth * (1 + TIE if distinct else 1 - TIE / 2):
                     break
             c = self.pop(TIE / 2)
             if c is None:
@@ -505,6 +529,14 @@ class _Search:
                 break
             known.append((c, time_of(self.finish(c))))
         known.sort(key=lambda x: time_key(x[1], x[0].cfg))
+        if distinct:
+            least: dict[tuple, float] = {}
+            for c, t in known:
+                key = (c.cfg.Br, c.cfg.Bc)
+                least[key] = min(least.get(key, math.inf), t)
+            scored = [self.finish(c) for c, t in known
+                      if t <= least[(c.cfg.Br, c.cfg.Bc)] * (1 + TIE)]
+            return distinct_tiles(scored)[:top], exhausted
         return sorted((self.finish(c) for c, _ in known[:top]), key=order_key), exhausted
 
     def rank(self, t: float) -> tuple[int, bool]:
@@ -543,6 +575,22 @@ class _Search:
                 exact = False
                 better += (c.lb + self.upper(c)) / 2 < tol
         return better + 1, exact
+
+
+def distinct_tiles(scores: list[Score]) -> list[Score]:
+    """One config per tile (Br, Bc), best tile first: within a tile, the configs within
+    :data:`~.ranking.TIE` of its least time tie and the shipped preferences break the tie
+    (:func:`~.ranking.preference`: more stages, overlap and warp specialization on, P in
+    registers)."""
+    by: dict[tuple[int, int], list[Score]] = {}
+    for s in scores:
+        by.setdefault((s.config.Br, s.config.Bc), []).append(s)
+    out = []
+    for group in by.values():
+        t0 = min(time_of(s) for s in group)
+        tied = [s for s in group if time_of(s) <= t0 * (1 + TIE)]
+        out.append(min(tied, key=lambda s: preference(s.config)))
+    return sorted(out, key=order_key)
 
 
 def _small_enough(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility) -> bool:
@@ -595,7 +643,7 @@ def _named(s: _Search, kernel: str | None, alg: str) -> tuple[Score | None, int 
     """The named kernel's config scored and ranked (None when there is none to rank)."""
     dev, shape, dt = s.dev, s.shape, s.dtype
     if kernel == "auto":
-        kernel = "fa3" if dev.wgmma and alg == "fa3" else (
+        kernel = "fa3" if dev.wgmma and alg in ("fa3", "fa3_bwd") else (
             "fa2" if alg in ("fa2", "splitkv", "fa2_bwd") else None)
     if kernel is None:
         return None, None, True
@@ -603,6 +651,10 @@ def _named(s: _Search, kernel: str | None, alg: str) -> tuple[Score | None, int 
         from .kernels import fa2_bwd_config
 
         ncfg = fa2_bwd_config(dev, shape, dt)
+    elif alg == "fa3_bwd":
+        from .kernels import fa3_bwd_config
+
+        ncfg = fa3_bwd_config(dev, shape, dt)
     else:
         _, _, ncfg = resolve(dev, shape, named_config(kernel, dev, shape, dt))
     f = check(dev, ncfg, shape)
@@ -620,12 +672,16 @@ def _named(s: _Search, kernel: str | None, alg: str) -> tuple[Score | None, int 
 def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = None,
                 dtype: str = "bf16", top: int = 5, kernel: str | None = "auto",
                 max_replays: int = 6, where: Callable[[KernelConfig], bool] | None = None,
-                progress: Callable[[int, int], None] | None = None) -> TuneReport:
+                progress: Callable[[int, int], None] | None = None,
+                distinct: bool = True) -> TuneReport:
     """Search ``algorithm``'s configs (default: ``fa3`` on Hopper, else ``fa2`` with its
     split-KV kernel) for ``workload`` on ``device``; score the named kernel (``kernel``: a name
     of :data:`~.kernels.KERNELS`, ``"auto"`` = flash-attn's config of the family, None = none)
     and rank it.  ``where`` restricts the space (``lambda c: c.splits == 1``: the best unsplit
     config); ``progress(replays, max_replays)`` is called after each L2 replay.
+    ``distinct`` (default): the ``top`` best distinct tiles (Br, Bc), each with its best warps,
+    stages, overlap and placement (ties within 1% go to the shipped preferences); False: the
+    ``top`` configs.
     """
     t0 = time.perf_counter()
     dev = _devices.get(device).require_model()
@@ -641,7 +697,7 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
     if not s.heap:
         raise ParameterError(f"no feasible {alg} config for {shape.describe()} on {dev.name}",
                              param="algorithm")
-    best, exhausted = s.best(top)
+    best, exhausted = s.best(top, distinct=distinct)
     named, rank, exact = _named(s, kernel, alg)
     why = explain(named, best[0]) if named is not None else None
     return TuneReport(dev.name, shape, alg, dt, best, named, rank, s.feasible, s.searched,
@@ -663,7 +719,8 @@ def tune(device: str | Device, workload: Any, *, algorithm: str | None = None,
         The attention workload: a :class:`~attnio.core.workload.Shape`, ``(N, d)`` or
         ``(Nq, Nkv, d)``.
     algorithm : str, optional
-        The kernel family searched (``"fa2"``, ``"fa3"``, ``"splitkv"``, ``"fa2_bwd"``);
+        The kernel family searched (``"fa2"``, ``"fa3"``, ``"splitkv"``, ``"fa2_bwd"``,
+        ``"fa3_bwd"``: FA3's backward, Hopper only);
         default ``fa3`` on Hopper, else ``fa2`` with its split-KV kernel.
     dtype : str
         The element type (default ``"bf16"``).
@@ -681,7 +738,8 @@ def tune(device: str | Device, workload: Any, *, algorithm: str | None = None,
         The ``top`` scored configs, least predicted time first.
     """
     return tune_report(device, workload, algorithm=algorithm, dtype=dtype, top=top,
-                       kernel=None, max_replays=max_replays, where=where).best
+                       kernel=None, max_replays=max_replays, where=where,
+                       distinct=False).best
 
 
 def best_splits(device: str | Device, workload: Any, *, algorithm: str | None = None,

@@ -29,7 +29,7 @@ from ..core.workload import Shape
 from . import devices as _devices
 from .devices import Device
 from .kernels import KernelConfig, backward_config, fa1_config, named_config
-from .timing import Params, Prepared, evaluate, load_params
+from .timing import STREAM_HBM_EFF, Params, Prepared, evaluate, load_params
 
 __all__ = ["KERNELS", "PASSES", "Row", "flash_flops", "pass_configs", "dq_convert_kernel", "predict", "prepare_row",
            "row_time", "standard_kernels", "standard_words"]
@@ -63,7 +63,11 @@ def pass_configs(kernel: str, dev: Device, shape: Shape, pass_: str, dtype: str
 
 def dq_convert_kernel(shape: Shape, e: int) -> _Kernel:
     """FA3's backward ends with ``flash_bwd_convert_dq``: the fp32 dQaccum its main kernel added
-    to with atomics (TMA reduce-add) read once, dQ written in the input type."""
+    to with atomics (TMA reduce-add) read once, dQ written in the input type.  FA2's backward
+    does the same (``run_flash_bwd_seqk_parallel`` in ``flash_bwd_launch_template.h``: the
+    ``flash_bwd_dot_do_o`` kernel, the main kernel adding dQ to an fp32 ``dq_accum`` with
+    atomics, then ``flash_bwd_convert_dq_kernel``).  Streamed at the flash kernels' HBM
+    efficiency (:data:`~.timing.STREAM_HBM_EFF`)."""
     n = float(shape.n_heads) * shape.Nq * shape.d
     return _Kernel("convert dQ", 0, n * (4 + e))
 
@@ -117,10 +121,13 @@ def standard_kernels(shape: Shape, e: int, backward: bool) -> list[_Kernel]:
             _Kernel("stack dqkv", 0, 2 * (q + 2 * kv))]
 
 
-def _standard_time(dev: Device, kernels: list[_Kernel], dtype: str, p: Params) -> float:
+def _standard_time(dev: Device, kernels: list[_Kernel], dtype: str, p: Params,
+                   hbm_eff: float | None = None) -> float:
+    """Each kernel: a launch + max(GEMM FLOPs / sustained rate, bytes / sustained bandwidth);
+    ``hbm_eff`` (default: the fitted unfused pattern's ``p.hbm_eff``)."""
     assert dev.hbm_bw is not None
     rate = dev.flops(dtype) * (p.wgmma_eff if dev.wgmma else p.mma_sync_eff)
-    bw = dev.hbm_bw * p.hbm_eff
+    bw = dev.hbm_bw * (p.hbm_eff if hbm_eff is None else hbm_eff)
     return sum(p.launch_us * 1e-6 + max(k.flops / rate, k.bytes / bw) for k in kernels)
 
 
@@ -137,6 +144,7 @@ class Row:
     standard: list[_Kernel]
     configs: list[KernelConfig]
     extra: tuple[_Kernel, ...] = ()   # memory-bound kernels after the flash ones (FA3's dQ convert)
+    calls: int = 1                    # framework calls the pass makes (fwd+bwd: 2)
 
 
 def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
@@ -161,7 +169,7 @@ def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
             ks += standard_kernels(shape, 2, False)
         if pass_ in ("bwd", "fwd+bwd"):
             ks += standard_kernels(shape, 2, True)
-        return Row(kernel, dev, dt, [], ks, [])
+        return Row(kernel, dev, dt, [], ks, [], calls=2 if pass_ == "fwd+bwd" else 1)
     cfgs = pass_configs(kernel, dev, shape, pass_, dt)
     preps = []
     for c in cfgs:
@@ -171,19 +179,21 @@ def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
                                  f"{dev.name} for {shape.describe()}", param="kernel")
         preps.append(pr)
     extra = tuple(dq_convert_kernel(shape, _devices.dtype_bytes(dt))
-                  for c in cfgs if c.algorithm == "fa3_bwd")
-    return Row(kernel, dev, dt, preps, [], cfgs, extra)
+                  for c in cfgs if c.algorithm == "fa3_bwd"
+                  or (c.algorithm == "fa2_bwd" and not c.fa1))
+    return Row(kernel, dev, dt, preps, [], cfgs, extra, 2 if pass_ == "fwd+bwd" else 1)
 
 
 def row_time(row: Row, p: Params | None = None) -> float:
     """The predicted time (seconds) of a prepared row under parameters ``p`` (default: the
     stored ones of the device's generation)."""
     p = p or load_params(row.device)
+    calls = p.call_us * 1e-6 * row.calls
     if row.standard:
-        return _standard_time(row.device, row.standard, row.dtype, p)
-    t = float(np.sum([evaluate(pr, p)[0] for pr in row.flash]))
+        return calls + _standard_time(row.device, row.standard, row.dtype, p)
+    t = calls + float(np.sum([evaluate(pr, p)[0] for pr in row.flash]))
     if row.extra:
-        t += _standard_time(row.device, list(row.extra), row.dtype, p)
+        t += _standard_time(row.device, list(row.extra), row.dtype, p, STREAM_HBM_EFF)
     return t
 
 

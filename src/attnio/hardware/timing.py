@@ -54,7 +54,7 @@ from __future__ import annotations
 import functools
 import heapq
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -66,11 +66,25 @@ from .devices import Device
 from .kernels import KernelConfig
 from .traffic import Phase, Traffic, features
 
-__all__ = ["BOUNDS", "PARAMS", "RESOURCES", "Params", "Prepared", "Timing", "evaluate",
+__all__ = ["BOUNDS", "BREAKDOWN", "FITTED", "PAGE_OVERHEAD_BYTES", "PARAMS", "STREAM_HBM_EFF", "RESOURCES", "Params", "Prepared", "Timing", "evaluate",
            "generation", "greedy_makespan", "load_params", "prepare"]
 
 #: The resources a time is attributed to (``Score.alone`` and ``Score.by_resource`` keys).
 RESOURCES = ("hbm", "l2", "sm_port", "smem", "tensor", "sfu", "latency")
+
+#: The additive split of a predicted time (``Timing.breakdown``, ``breakdown_s`` in JSON): the
+#: terms sum to the time.  ``tensor``: the SMs' tensor-core time; ``softmax``: softmax time the
+#: schedule does not hide behind the GEMMs; ``smem`` and ``sm_port``: time a CTA's
+#: shared-memory or L2-port traffic adds beyond its GEMMs; ``step_overhead``: per-step barriers
+#: and warp-group synchronisation on a CTA's critical path (and FA1's serial reduction);
+#: ``latency``: load latency the stages (and the other resident CTAs) do not hide; ``cta``: the
+#: per-CTA prologue and epilogue; ``tail``: the makespan beyond the SMs' mean busy time (the
+#: last wave, unequal causal CTAs); ``hbm`` and ``l2``: a kernel whose memory time exceeds its
+#: SMs' time is all ``hbm`` (or ``l2``), the SMs' work running beneath it; ``launch``: kernel
+#: launches.  ``smem``, ``sm_port``, ``latency``,
+#: ``hbm`` and ``l2`` are the memory stalls.
+BREAKDOWN = ("tensor", "softmax", "step_overhead", "cta", "tail", "launch", "hbm", "l2", "smem",
+             "sm_port", "latency")
 
 
 @dataclass(frozen=True)
@@ -84,18 +98,54 @@ class Timing:
     waves: int
     by_resource: dict[str, float]
     alone: dict[str, float]
+    breakdown: dict[str, float] = field(default_factory=dict)
 
 #: Parameter -> (lower, upper, unit, meaning).
 BOUNDS: dict[str, tuple[float, float, str, str]] = {
     "mma_sync_eff": (0.05, 1.0, "fraction", "mma.sync's sustained share of the dense tensor peak"),
-    "wgmma_eff": (0.05, 1.0, "fraction", "wgmma's sustained share of the dense tensor peak"),
+    "wgmma_eff": (0.05, 0.9, "fraction", "wgmma's sustained share of the dense tensor peak "
+                  "(at most 0.9: no published Hopper GEMM sustains more of the dense peak)"),
     "hbm_eff": (0.3, 1.0, "fraction", "achievable share of the data sheet's HBM bandwidth"),
     "softmax_ops": (2.0, 16.0, "instr/exp", "FP32-pipe instructions of the softmax per exponential"),
     "fa2_exposed": (0.0, 1.0, "fraction", "FA2: share of the softmax other warps cannot hide"),
     "fa3_exposed": (0.0, 1.0, "fraction", "FA3: share of min(GEMM, softmax) ping-pong leaves"),
     "cta_cycles": (0.0, 50000.0, "SM clocks", "per-CTA prologue + epilogue beyond its loads"),
-    "launch_us": (0.0, 50.0, "us", "per kernel launch (host to first CTA, last CTA to done)"),
+    "launch_us": (0.0, 10.0, "us", "per kernel launch (first CTA start to last CTA done, "
+                  "beyond the CTAs' own time: launch latency, grid drain)"),
+    "call_us": (0.0, 50.0, "us", "per framework call (PyTorch's dispatch of one attention "
+                "call as flash-attn's benchmark times it): added to published rows only, not "
+                "to a kernel's time"),
+    "step_cycles": (0.0, 200.0, "SM clocks", "per K/V (Q) step: barriers, warp-group "
+                    "synchronisation, pipeline waits (on the step's critical path)"),
+    "wgmma_n0": (8.0, 64.0, "columns", "wgmma's per-instruction overhead, in N columns: an "
+                 "m64nNk16 runs at N/(N + wgmma_n0) of the large-N rate"),
 }
+
+#: The parameters each generation fits (the others do not enter its kernels' times: Ampere has
+#: no wgmma and no FA3).  At most 10 per generation.
+FITTED: dict[str, tuple[str, ...]] = {
+    "sm90": ("mma_sync_eff", "wgmma_eff", "hbm_eff", "softmax_ops", "fa2_exposed",
+             "fa3_exposed", "cta_cycles", "launch_us", "call_us", "step_cycles"),
+    "sm80": ("mma_sync_eff", "hbm_eff", "softmax_ops", "fa2_exposed", "cta_cycles",
+             "launch_us", "call_us", "step_cycles"),
+}
+
+#: wgmma's per-instruction overhead in N columns, held (not fitted): the sm90 fit with it free
+#: went to its lower bound, 8 columns (about 4 clocks per instruction at the m64nNk16 rate of
+#: N/2 clocks); docs/devices.md, "Sustained rates".
+WGMMA_N0 = 8.0
+
+#: Achievable share of the data sheet's HBM bandwidth for a flash kernel's streaming reads of
+#: contiguous K/V tiles (and its O writes): STREAM-like copies reach about 90% on A100 and H100
+#: (docs/devices.md, "Sustained rates").  The fitted ``hbm_eff`` is unfused attention's pattern
+#: (S and P written and read back by separate kernels).
+STREAM_HBM_EFF = 0.90
+
+#: A paged K/V cache (``page_size`` rows per page, gathered through a page table): each
+#: contiguous run (:func:`stream_eff`) costs about this many bytes of bandwidth beyond its own
+#: (partial DRAM bursts at its ends, one more request, its share of the page-table reads): the
+#: streaming efficiency times ``run / (run + PAGE_OVERHEAD_BYTES)``.  An assumption.
+PAGE_OVERHEAD_BYTES = 256.0
 
 PARAMS = tuple(BOUNDS)
 
@@ -112,6 +162,9 @@ class Params:
     fa3_exposed: float
     cta_cycles: float
     launch_us: float
+    step_cycles: float = 0.0
+    wgmma_n0: float = WGMMA_N0
+    call_us: float = 0.0
 
     def check(self) -> Params:
         for k, v in asdict(self).items():
@@ -164,6 +217,12 @@ class _PhaseWork:
     l2_bytes: float
     heavy: bool            # main/split (MMA) phase, or a light kernel
     hide: float = 1.0      # warps per warp scheduler (of 4 per SM): who can hide the softmax
+    steps: np.ndarray = field(default_factory=lambda: np.zeros(0))   # inner steps per CTA
+    rescale: np.ndarray = field(default_factory=lambda: np.zeros(0))  # O-rescale FP32 ops
+    stages: int = 1        # K/V (backward: Q/dO) buffers: loads issued this many steps ahead
+    tile_s: float = 0.0    # one step's K (or Q) tile through the SM's L2 port (s)
+    lead: float = 0.5      # share of a step between a buffer's release and its next use
+    hbm_eff: float | None = None   # this phase's access pattern's HBM efficiency (None: fitted)
 
 
 @dataclass
@@ -181,6 +240,9 @@ class Prepared:
     l2_bw: float
     dram_latency: float
     fp32_rate: float       # FP32 instructions per second per SM (per lane-instruction)
+    hiding: int = 2        # FA3: softmax-hiding mechanisms on (ping-pong, intra-WG overlap)
+    inv_n: float = 0.0     # wgmma: sum over the GEMMs of (FLOP share / instruction N)
+    sync_mult: float = 1.0  # per-step synchronisation rounds (2 without warp specialization)
 
 
 def _fp32_per_clk(dev: Device) -> int:
@@ -225,16 +287,102 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
         lat = dev.l2_hit_latency_s + m * (dev.dram_latency_s - dev.l2_hit_latency_s)
         if heavy and cfg.wgmma:
             lat += dev.tma_latency_s
+        resc = np.zeros(ph.n)
+        if heavy and cfg.forward:   # the online softmax rescales O (Br x dv, fp32) every step
+            resc = steps * float(cfg.Br) * tr.d_pad
+        if heavy and tr.shape.causal:   # the steps that straddle the diagonal apply the mask
+            resc = resc + MASK_OPS * cfg.Br * cfg.Bc * masked_steps(cfg, steps)
         phases.append(_PhaseWork(
             ph.name, ph.n, k, ph.flops / (peak_sm * frac), ph.exps / dev.sfu_rate_per_sm,
             ph.exps.astype(np.float64), ph.smem / dev.smem_bw_per_sm, l2, serial, rounds, lat,
-            float(load.sum() + store.sum()), heavy, max(1.0, k * cfg.warps / 4.0)))
+            float(load.sum() + store.sum()), heavy, softmax_hiders(cfg, k),
+            steps if heavy else np.zeros(ph.n), resc, cfg.stages,
+            (cfg.Bc if cfg.forward else cfg.Br) * tr.d_pad * cfg.elem_bytes / dev.sm_l2_bw,
+            0.5 / max(1, cfg.consumer_wgs) if cfg.wgmma else 0.5,
+            stream_eff(cfg.page_size, tr.d_pad, cfg.elem_bytes, tr.shape.kv_heads or 1)
+            if heavy else STREAM_HBM_EFF))
     fam = "fa3" if cfg.wgmma else "fa2"
     return Prepared(fam, "wgmma" if fam == "fa3" else "sync",
                     cfg.algorithm == "fa3" and (cfg.consumer_wgs >= 2 or cfg.overlap), phases,
                     list(hbm_per_phase), float(dev.clock_hz), S, float(dev.hbm_bw),
                     dev.l2_bandwidth, dev.dram_latency_s,
-                    float(_fp32_per_clk(dev) * dev.clock_hz))
+                    float(_fp32_per_clk(dev) * dev.clock_hz), hiding_mechanisms(cfg),
+                    wgmma_inv_n(cfg, tr.d_pad), sync_rounds(cfg))
+
+
+def sync_rounds(cfg: KernelConfig) -> float:
+    """Synchronisation rounds per step, in units of ``step_cycles``: 1; FA3 without warp
+    specialization (``ws = False``) 2 (the consumers also run the producer's side of the
+    pipeline: TMA issue, expect-tx, waiting on the full barrier, releasing the buffer); FA3 with
+    P in shared memory (``p = smem``) one more (P stored, a proxy fence and a warp-group
+    barrier before the PV wgmma may read it)."""
+    r = 1.0
+    if cfg.algorithm == "fa3":
+        r += (not cfg.ws) + (cfg.p == "smem")
+    return r
+
+
+#: FP32-pipe instructions per score of a step that straddles the causal diagonal (the index
+#: comparison and the select of -inf).
+MASK_OPS = 2.0
+
+
+def masked_steps(cfg: KernelConfig, steps: np.ndarray) -> np.ndarray:
+    """Steps of each CTA whose block straddles the causal diagonal: a block of ``Br`` rows
+    (backward: ``Bc`` key rows) meets ``ceil(Br/Bc) + 1`` inner blocks on it (at most its
+    steps)."""
+    own, inner = (cfg.Br, cfg.Bc) if cfg.forward else (cfg.Bc, cfg.Br)
+    return np.minimum(steps, -(-own // inner) + 1)
+
+
+def softmax_hiders(cfg: KernelConfig, k: int) -> float:
+    """FA2-style kernels: how many independent instruction streams share each warp scheduler
+    (at least 1).  A CTA's warps meet at a barrier every K/V step, so they run their softmax
+    at the same time: only other resident CTAs hide it, ``k`` CTAs each with ``min(warps,
+    4)/4`` of the 4 schedulers (a 2-warp CTA reaches half of them)."""
+    return max(1.0, k * min(cfg.warps, 4) / 4.0)
+
+
+def hiding_mechanisms(cfg: KernelConfig) -> int:
+    """FA3's mechanisms that hide the softmax behind a GEMM (FA3 paper, arXiv 2407.08608, §3.1
+    and §3.2): ping-pong scheduling of the consumer warp groups (it needs warp
+    specialization, ``ws``) and intra-warp-group pipelining (``overlap``: the next QKᵀ is
+    issued before this step's softmax).  Ping-pong counts once per other consumer group (a
+    group's softmax runs under each other group's GEMMs): 2 groups with overlap give 2
+    (FA3's shipped d = 128), 3 groups 3.  ``fa3_bwd``'s consumer groups run in lockstep
+    (module docstring): 0.  (flash-attn at commit 0251105a turns its scheduler barrier off for
+    fp16 at d = 256; counting that lowered the d = 256 rows' hiding and pushed the fit to a
+    d = 128 kernel 19% too fast on the FA3 paper's ablation, so the model keeps the paper's
+    description: ping-pong wherever warp specialization runs two or more consumer groups.)"""
+    if cfg.algorithm != "fa3":
+        return 0
+    pp = cfg.consumer_wgs - 1 if cfg.ws else 0
+    return pp + int(cfg.overlap)
+
+
+def wgmma_inv_n(cfg: KernelConfig, d: int) -> float:
+    """Sum over a step's GEMMs of (their share of the FLOPs) / (their wgmma N dimension): the
+    forward's QKᵀ has N = Bc, PV N = dv (half the FLOPs each); the backward's S and dP have
+    N = Bc, dV, dK and dQ N = d (two and three fifths).  0 for ``mma.sync`` kernels (one
+    fixed m16n8k16 shape: their operand traffic is in the shared-memory term)."""
+    if not cfg.wgmma:
+        return 0.0
+    if cfg.forward:
+        return 0.5 / cfg.Bc + 0.5 / d
+    return 0.4 / cfg.Bc + 0.6 / d
+
+
+def stream_eff(page_size: int | None, d: int, e: int, kv_heads: int = 1) -> float:
+    """HBM efficiency of a flash kernel's K/V reads: contiguous streaming
+    (:data:`STREAM_HBM_EFF`), or paged with ``page_size`` rows per page, each contiguous run
+    costing :data:`PAGE_OVERHEAD_BYTES` more.  flash-attn's (and vLLM's) paged cache is laid
+    out ``[pages, page_size, kv_heads, d]``: one KV head's rows of a page are ``d·e``-byte
+    runs ``kv_heads·d·e`` apart, so a run is one row when there are several KV heads, the
+    whole page (``page_size·d·e``) with one."""
+    if not page_size:
+        return STREAM_HBM_EFF
+    run = float(d * e) * (page_size if kv_heads <= 1 else 1)
+    return STREAM_HBM_EFF * run / (run + PAGE_OVERHEAD_BYTES)
 
 
 def inflight_bytes(ph: Phase, cfg: KernelConfig) -> float | None:
@@ -292,53 +440,129 @@ def greedy_makespan(dur: np.ndarray, slots: int, mode: str = "exact") -> float:
     return float(max(h))
 
 
-def _sm_time(pw: _PhaseWork, pr: Prepared, p: Params) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """SM time per CTA (one CTA's share of its SM with ``k`` resident) and each unit's time."""
+def _sm_time(pw: _PhaseWork, pr: Prepared, p: Params
+             ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """SM time per CTA (one CTA's share of its SM with ``k`` resident), each unit's time, and
+    that time's split (tensor, softmax, smem, sm_port: summing to it without FA1's serial
+    work)."""
     eff = p.mma_sync_eff if pr.mma_kind == "sync" else p.wgmma_eff
     mma = pw.mma_s / eff
-    soft = pw.sfu_s + p.softmax_ops * pw.alu_exp / pr.fp32_rate
+    if pr.inv_n and pw.heavy:   # wgmma's instruction shape (docs/devices.md)
+        mma = mma * (1.0 + p.wgmma_n0 * pr.inv_n)
+    soft = pw.sfu_s + (p.softmax_ops * pw.alu_exp + pw.rescale) / pr.fp32_rate
     units = {"tensor": mma, "sfu": soft, "smem": pw.smem_s, "sm_port": pw.l2_s}
+    zero = np.zeros(pw.n)
     if not pw.heavy:
-        return np.maximum(soft, pw.l2_s), units
+        t = np.maximum(soft, pw.l2_s)
+        return t, units, {"softmax": np.minimum(soft, t), "sm_port": t - np.minimum(soft, t)}
+    # the largest unit sets the step (the others run beneath it): its time is named after it
     top = np.maximum(np.maximum(mma, soft), np.maximum(pw.smem_s, pw.l2_s))
+    t_top = mma >= np.maximum(np.maximum(soft, pw.smem_s), pw.l2_s)
+    s_top = ~t_top & (soft >= pw.smem_s) & (soft >= pw.l2_s)
+    m_top = ~t_top & ~s_top & (pw.smem_s >= pw.l2_s)
+    split = {"tensor": np.where(t_top, top, zero), "softmax": np.where(s_top, top, zero),
+             "smem": np.where(m_top, top, zero),
+             "sm_port": np.where(~t_top & ~s_top & ~m_top, top, zero)}
     if pr.family == "fa3":
-        t = top + p.fa3_exposed * np.minimum(mma, soft) if pr.overlap_ok else \
-            np.maximum(mma + soft, top)
+        # each hiding mechanism leaves sqrt(fa3_exposed) of what the others leave exposed:
+        # two (FA3's two ping-ponged groups with intra-group overlap), fa3_exposed of
+        # min(GEMM, softmax); one, its square root; none, all of it
+        x = p.fa3_exposed ** (pr.hiding / 2.0) if pr.hiding else 1.0
+        extra = x * np.minimum(mma, soft)
+    else:   # other resident warps hide the softmax; fa2_exposed of it takes issue slots
+        extra = np.maximum(top, (mma + soft) / pw.hide) - top + p.fa2_exposed * soft
+    split["softmax"] = split["softmax"] + extra
+    return top + extra + pw.serial_s, units, split
+
+
+def _cta_durations(pw: _PhaseWork, pr: Prepared, p: Params
+                   ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(each CTA's time on its slot, unit times, the additive split of that time).
+
+    A CTA's slot time is the largest of: its share of the SM (``k`` CTAs interleave their
+    steps: ``k`` times its unit time), its critical path (its steps one after another, each
+    with the per-step synchronisation ``step_cycles`` and the load latency its ``stages`` do
+    not cover), and Little's law's bound on its loads; plus its prologue and epilogue."""
+    sm, units, split = _sm_time(pw, pr, p)
+    k = pw.k
+    thr = k * sm
+    fixed = p.cta_cycles / pr.clock if pw.heavy else 0.0
+    lat_bound = pw.rounds * pw.latency
+    if pw.heavy:
+        sync = pr.sync_mult * p.step_cycles / pr.clock
+        n = np.maximum(pw.steps, 1.0)
+        c = sm / n + sync   # one step on the critical path
+        # a load (its latency plus its tile's transfer through the SM's L2 port) is issued
+        # (stages - 1 + lead) steps before its use: K and V have their own buffers, so even
+        # one stage overlaps a K load with the PV GEMM (lead = 1/2); FA3's consumer groups
+        # ping-pong, so K is released only after the last group's QK^T (lead = 1/(2 groups))
+        expo = np.maximum(0.0, pw.latency + pw.tile_s - (pw.stages - 1 + pw.lead) * c
+                          ) * (pw.steps > 0)
+        chain = sm + pw.steps * (sync + expo)
+        sync_part = pw.steps * sync
     else:
-        t = np.maximum(top, (mma + soft) / pw.hide) + p.fa2_exposed * soft
-    return t + pw.serial_s, units
+        chain = sm
+        sync_part = np.zeros(pw.n)
+    body = np.maximum(np.maximum(thr, chain), lat_bound)
+    parts: dict[str, np.ndarray] = {r: k * v for r, v in split.items()}
+    parts["step_overhead"] = k * pw.serial_s
+    # the critical path beyond the SM share: synchronisation first, then exposed latency
+    beyond = np.maximum(0.0, chain - thr)
+    s_share = np.minimum(beyond, sync_part)
+    parts["step_overhead"] = parts["step_overhead"] + s_share
+    lat_part = beyond - s_share
+    lat_part = lat_part + np.maximum(0.0, body - np.maximum(thr, chain))
+    parts["latency"] = lat_part
+    parts["cta"] = np.full(pw.n, fixed)
+    return body + fixed, units, parts
 
 
-def evaluate(pr: Prepared, p: Params, mode: str = "exact"
+def evaluate(pr: Prepared, p: Params, mode: str = "exact",
+             breakdown: dict[str, float] | None = None
              ) -> tuple[float, str, dict[str, float], dict[str, float]]:
     """(time, binding resource, seconds by binding resource, seconds of each resource alone);
-    ``mode`` as :func:`greedy_makespan`'s (bounds for the oracle's pruning)."""
+    ``mode`` as :func:`greedy_makespan`'s (bounds for the oracle's pruning).  ``breakdown``, if
+    given, is filled with the additive split of :data:`BREAKDOWN` (summing to the time)."""
     total = 0.0
     by: dict[str, float] = {}
     alone: dict[str, float] = {}
     launch = p.launch_us * 1e-6
+    split = {r: 0.0 for r in BREAKDOWN} if breakdown is not None else None
     for pw, hb in zip(pr.phases, pr.hbm_bytes):
         if pw.n == 0:
             continue
-        sm, units = _sm_time(pw, pr, p)
-        fixed = p.cta_cycles / pr.clock if pw.heavy else 0.0
-        lat = pw.rounds * pw.latency
-        dur = np.maximum(pw.k * sm, lat) + fixed
-        span = greedy_makespan(dur, pr.sm_count * pw.k, mode)
-        hbm = hb / (pr.hbm_bw * p.hbm_eff)
+        dur, units, parts = _cta_durations(pw, pr, p)
+        slots = pr.sm_count * pw.k
+        span = greedy_makespan(dur, slots, mode)
+        hbm = hb / (pr.hbm_bw * (pw.hbm_eff if pw.hbm_eff is not None else p.hbm_eff))
         l2 = pw.l2_bytes / pr.l2_bw
         t = launch + max(span, hbm, l2)
         total += t
+        if split is not None and max(hbm, l2) > span:
+            # memory-bound: the SMs' work runs beneath the memory time, which is all named
+            split["launch"] += launch
+            split["hbm" if hbm >= l2 else "l2"] += max(hbm, l2)
+        elif split is not None:
+            split["launch"] += launch
+            mean = 0.0
+            one_wave = pw.n <= slots   # the longest CTA is the time: its own split
+            i = int(np.argmax(dur)) if one_wave else -1
+            for r, arr in parts.items():
+                x = float(arr[i]) if one_wave else float(arr.sum()) / slots
+                split[r] += x
+                mean += x
+            split["tail"] += span - mean
         sums = {r: float(v.sum()) / pr.sm_count for r, v in units.items()}
+        lat = pw.rounds * pw.latency
         sums.update(hbm=hbm, l2=l2, latency=float(lat.max()) if pw.n else 0.0)
         for r, v in sums.items():
             alone[r] = alone.get(r, 0.0) + v
         if span >= max(hbm, l2):
             if pw.n <= pr.sm_count * pw.k:    # one wave: what sets its longest CTA
                 i = int(np.argmax(dur))
-                parts = {u: pw.k * float(v[i]) for u, v in units.items()}
-                parts["latency"] = float(lat[i])
-                r = max(parts, key=lambda u: parts[u])
+                pp = {u: pw.k * float(v[i]) for u, v in units.items()}
+                pp["latency"] = float(lat[i])
+                r = max(pp, key=lambda u: pp[u])
             else:
                 r = max(units, key=lambda u: sums[u])
                 if sums[r] < 0.5 * span:      # mostly memory latency, fixed costs and the tail
@@ -350,4 +574,6 @@ def evaluate(pr: Prepared, p: Params, mode: str = "exact"
     for r in RESOURCES:
         alone.setdefault(r, 0.0)
         by.setdefault(r, 0.0)
+    if breakdown is not None and split is not None:
+        breakdown.update(split)
     return total, bound, by, alone
