@@ -1,0 +1,190 @@
+"""attnio.parallel: the referee refuses what the model forbids; every scheme's closed form equals
+the referee's counts (per processor: sent, received, work), its output equals the float64
+reference, and no scheme moves fewer words than the proven bound (hypothesis, random shapes and
+P: causal both alignments, windows, GQA, batch)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attnio.parallel as cp
+from attnio.core.errors import ParameterError, ScheduleError
+from attnio.core.reference import attention
+from attnio.core.workload import Shape
+from attnio.parallel import bounds
+from attnio.parallel.cluster import Cluster, Layout
+
+SLOW = settings(max_examples=25, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
+
+
+def _data(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((shape.batch, shape.heads, shape.Nq, shape.d))
+    K = rng.standard_normal((shape.batch, shape.kv_heads, shape.Nkv, shape.d))
+    V = rng.standard_normal(K.shape)
+    return Q, K, V
+
+
+@st.composite
+def cases(draw, max_rows=4):
+    P = draw(st.sampled_from([1, 2, 3, 4, 6, 8]))
+    kv = draw(st.sampled_from([1, 2, 4]))
+    heads = kv * draw(st.sampled_from([1, 2, 4]))
+    unit = 2 * P
+    Nq = unit * draw(st.integers(1, max_rows))
+    Nkv = draw(st.sampled_from([Nq, unit * draw(st.integers(1, max_rows))]))
+    causal = draw(st.sampled_from([False, "bottom_right", "top_left"]))
+    window = draw(st.sampled_from([None, 1, 3, 7])) if causal else None
+    shape = Shape.make(d=draw(st.integers(1, 3)), Nq=Nq, Nkv=Nkv, heads=heads, kv_heads=kv,
+                       batch=draw(st.integers(1, 2)), causal=causal, window=window)
+    return shape, P
+
+
+def _all_candidates(shape, P):
+    for name in cp.names():
+        for c in cp.mapspace(name, shape, P).candidates:
+            yield name, c
+
+
+# ---------------------------------------------------------------------- the referee
+def test_referee_refuses_compute_on_rows_not_held():
+    s = Shape(4, 4, 2)
+    c = Cluster(s, Layout.sequence(s, 2))
+    with pytest.raises(ScheduleError, match="does not hold the K rows"):
+        c.compute(0, [0], [0, 1], [2])
+
+
+def test_referee_refuses_sending_rows_not_held_and_double_counting():
+    s = Shape(4, 4, 2)
+    lay = Layout.sequence(s, 2)
+    c = Cluster(s, lay)
+    with pytest.raises(ScheduleError, match="does not hold Q row"):
+        c.send(0, 1, "Q", [0], [3])
+    c.compute(0, [0], [0, 1], [0, 1])
+    with pytest.raises(ScheduleError, match="counted twice"):
+        c.compute(0, [0], [0], [1])
+
+
+def test_referee_refuses_unfinished_outputs():
+    s = Shape(4, 4, 2)
+    c = Cluster(s, Layout.sequence(s, 2))
+    c.compute(0, [0], [0, 1], [0, 1])
+    with pytest.raises(ScheduleError, match="not finished"):
+        c.finish()
+
+
+def test_referee_counts_links_and_partial_words():
+    s = Shape(4, 4, 3)
+    c = Cluster(s, Layout.sequence(s, 2))
+    c.send(1, 0, "K", [0], [2, 3])
+    c.send(1, 0, "V", [0], [2, 3])
+    c.compute(0, [0], [0, 1], [0, 1, 2, 3])
+    c.send(0, 1, "K", [0], [0, 1])
+    c.send(0, 1, "V", [0], [0, 1])
+    c.compute(1, [0], [2, 3], [0, 1, 2, 3])
+    st_ = c.finish()
+    assert st_.links == {(1, 0): 12, (0, 1): 12}
+    assert st_.total == 24 and st_.critical == 24 and st_.work == [8, 8]
+
+
+def test_layouts_cover_the_sequence():
+    s = Shape(16, 16, 1)
+    for kind in ("contiguous", "zigzag", "striped"):
+        lay = Layout.sequence(s, 4, kind)
+        assert sorted(np.bincount(lay.q_owner[0])) == [4, 4, 4, 4]
+    assert Layout.sequence(s, 4, "zigzag").q_rows(0).tolist() == [0, 1, 14, 15]
+    assert Layout.sequence(s, 4, "striped").q_rows(1).tolist() == [1, 5, 9, 13]
+    with pytest.raises(ParameterError, match="cover"):
+        Layout(2, np.array([[0, 2]]), np.array([[0, 1]]))
+
+
+# ---------------------------------------------------------------------- closed forms = referee
+@SLOW
+@given(cases())
+def test_closed_forms_equal_the_referee_and_outputs_the_reference(case):
+    shape, P = case
+    data = _data(shape)
+    ref = attention(*data, causal=shape.mask, window=shape.window)
+    for name, params in _all_candidates(shape, P):
+        stats, out = cp.execute(name, shape, P, params, data=data)
+        c = cp.cost(name, shape, P, params)
+        assert list(c.sent) == stats.sent, (name, params)
+        assert list(c.received) == stats.received, (name, params)
+        assert list(c.work) == stats.work, (name, params)
+        assert c.words_per_device == stats.critical and c.total == stats.total
+        assert np.abs(out - ref).max() <= 1e-10, (name, params)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(max_rows=64))
+def test_no_scheme_below_the_bound(case):
+    shape, P = case
+    b = cp.bound(shape, P).value
+    assert b >= 0
+    for name, params in _all_candidates(shape, P):
+        assert cp.cost(name, shape, P, params, work=False).words_per_device >= b, (name, params)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 1 << 12), st.integers(1, 64), st.integers(0, 5), st.integers(0, 3),
+       st.sampled_from([False, True, "top_left"]), st.sampled_from([1, 2, 4, 8, 16, 64]))
+def test_no_scheme_below_the_bound_large(n, d, lh, lk, causal, P):
+    kv = 1 << min(lk, lh)
+    shape = Shape.make(n * 2 * P, d, heads=1 << lh, kv_heads=kv, causal=causal)
+    b = cp.bound(shape, P).value
+    for name, params in _all_candidates(shape, P):
+        assert cp.cost(name, shape, P, params, work=False).words_per_device >= b
+
+
+def test_work_is_balanced_by_zigzag_and_ulysses():
+    s = Shape(64, 64, 2, causal=True)
+    ring = cp.cost("ring", s, 4).work
+    zz = cp.cost("zigzag", s, 4).work
+    assert ring[-1] > 4 * ring[0]
+    assert len(set(zz)) == 1 and sum(zz) == sum(ring)
+    s4 = Shape(64, 64, 2, heads=4, causal=True)
+    assert len(set(cp.cost("ulysses", s4, 4).work)) == 1
+
+
+def test_closed_forms_in_words():
+    s = Shape(1024, 1024, 64, heads=8, kv_heads=2)
+    # ring: 4·kv_heads·d·N·(P-1)/P; Ulysses: 2·d·(P-1)/P·(2·N·H/P + 2·N·K_P)
+    assert cp.cost("ring", s, 4).words_per_device == 4 * 2 * 64 * 1024 * 3 // 4
+    assert cp.cost("ulysses", s, 2).words_per_device == 2 * 64 * 1 * (2 * 1024 * 8 // 2
+                                                                      + 2 * 1024 * 1) // 2
+
+
+# ---------------------------------------------------------------------- mapspace reasons
+def test_mapspace_reasons_name_the_parameter():
+    ms = cp.mapspace("ulysses", Shape(64, 64, 2, heads=4), 8)
+    assert not ms.supported and ms.reasons[0][0] == "heads"
+    ms = cp.mapspace("ulysses", Shape(64, 64, 2, heads=8, kv_heads=1), 8)
+    assert ms.supported  # one key/value head, replicated
+    ms = cp.mapspace("ring", Shape(100, 100, 2), 3)
+    assert ms.reasons[0][0] == "N"
+    with pytest.raises(ParameterError) as e:
+        cp.cost("zigzag", Shape(24, 24, 2), 8)
+    assert e.value.param == "N"
+    with pytest.raises(ParameterError) as e:
+        cp.cost("ring", Shape(8, 8, 2), 0)
+    assert e.value.param == "P"
+
+
+# ---------------------------------------------------------------------- the bounds
+def test_bound_orders():
+    N, d = 1 << 16, 128
+    # h >= P: of order N·d·h/P (whole heads); Ulysses within a small factor
+    s = Shape(N, N, d, heads=64)
+    for P in (8, 64):
+        b = cp.bound(s, P).value
+        u = cp.cost("ulysses", s, P, work=False).words_per_device
+        assert b >= N * d * 64 / P and u / b < 2
+    # h = 1: of order N·d/√P (the busiest processor's rectangle)
+    s1 = Shape(N, N, d)
+    b16, b256 = cp.bound(s1, 16).value, cp.bound(s1, 256).value
+    assert 3.0 < b16 / b256 < 5.0
+    assert bounds.bound(Shape(N, N, d), 1).value == 0
