@@ -188,3 +188,71 @@ def test_bound_orders():
     b16, b256 = cp.bound(s1, 16).value, cp.bound(s1, 256).value
     assert 3.0 < b16 / b256 < 5.0
     assert bounds.bound(Shape(N, N, d), 1).value == 0
+
+
+# ---------------------------------------------------------------------- the planner
+def test_planner_picks_the_least_words_and_reports_the_ratio():
+    from attnio.parallel.planner import plan
+
+    s = Shape(4096, 4096, 64, heads=32, kv_heads=8, causal=True)
+    for P in (1, 2, 8, 64):
+        p = plan(s, P)
+        every = [cp.cost(n, s, P, c, work=False).words_per_device
+                 for n, c in _all_candidates(s, P)]
+        assert p.words_per_device == min(every)
+        assert p.bound == cp.bound(s, P).value <= p.words_per_device
+        assert p.ratio is None or p.ratio >= 1
+    assert plan(Shape(4096, 4096, 64, heads=1), 1).words_per_device == 0
+    assert plan(s, 8, "ring").scheme == "ring"
+    with pytest.raises(ParameterError) as e:
+        plan(Shape(64, 64, 2, heads=4), 8, "ulysses")
+    assert e.value.param == "heads"
+
+
+def test_planner_regimes():
+    from attnio.parallel.planner import plan
+
+    N, d = 1 << 16, 128
+    assert plan(Shape(N, N, d, heads=64), 8).scheme == "ulysses"  # heads >= P
+    assert plan(Shape(N, N, d, heads=1), 64).scheme == "grid"  # one head: the 2-D grid
+
+
+# ---------------------------------------------------------------------- the command line
+def _cli(capsys, *argv):
+    from attnio.cli.app import main
+
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_cp_plan_json(capsys):
+    import json
+
+    rc, out, _ = _cli(capsys, "cp", "plan", "--N", "4096", "--d", "64", "--heads", "8",
+                      "--kv-heads", "2", "--causal", "--P", "4", "--json")
+    assert rc == 0
+    got = json.loads(out)
+    assert {"scheme", "words_per_device", "total_words", "bound", "ratio"} <= set(got)
+    shape = Shape(4096, 4096, 64, heads=8, kv_heads=2, causal=True)
+    c = cp.cost(got["scheme"], shape, 4, got["params"], work=False)
+    assert got["words_per_device"] == c.words_per_device and got["total_words"] == c.total
+    assert got["bound"] == cp.bound(shape, 4).value
+    rc, out, _ = _cli(capsys, "cp", "bound", "--N", "4096", "--d", "64", "--P", "4",
+                      "--scheme", "ring", "--json")
+    assert rc == 0 and json.loads(out)["bound"] == cp.bound(Shape(4096, 4096, 64), 4).value
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--P", "0"], "--P"),
+    (["--P", "8", "--scheme", "ulysses", "--heads", "4"], "--heads"),
+    (["--P", "8", "--scheme", "ulysses", "--heads", "8", "--kv-heads", "8", "--N", "60"], "--N"),
+    (["--P", "3", "--N", "100"], "--N"),
+    (["--P", "8", "--scheme", "zigzag", "--N", "24"], "--N"),
+    (["--P", "4", "--scheme", "nope"], "--scheme"),
+    (["--P", "8", "--heads", "8", "--kv-heads", "3"], "--kv-heads"),
+])
+def test_cli_cp_bad_input_one_line_naming_the_flag(capsys, argv, flag):
+    rc, out, err = _cli(capsys, "cp", "plan", "--N", "64", "--d", "8", *argv)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and flag in err, err

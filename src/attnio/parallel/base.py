@@ -13,7 +13,9 @@ A scheme is one module with
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,29 +89,34 @@ class Mapspace:
 
 @dataclass(frozen=True)
 class CommCost:
-    """A scheme's closed form: words ``sent`` and ``received`` per processor (tuples of P), the
-    ``work`` (visible score pairs) per processor (None when not asked for)."""
+    """A scheme's closed form on P processors: the critical path ``words_per_device`` (max over
+    processors of words sent plus received), ``total`` (words moved in all), the per-processor
+    words ``sent`` and ``received`` (tuples of P, built on first use from ``per_processor``) and
+    the ``work`` (visible score pairs) per processor (None when not asked for)."""
 
     scheme: str
     params: dict[str, Any]
     P: int
-    sent: tuple[int, ...]
-    received: tuple[int, ...]
+    words_per_device: int
+    total: int
+    per_processor: Callable[[], tuple[tuple[int, ...], tuple[int, ...]]] = field(repr=False)
     work: tuple[int, ...] | None = None
-    notes: tuple[str, ...] = field(default=())
+
+    @functools.cached_property
+    def _expanded(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return self.per_processor()
+
+    @property
+    def sent(self) -> tuple[int, ...]:
+        return self._expanded[0]
+
+    @property
+    def received(self) -> tuple[int, ...]:
+        return self._expanded[1]
 
     @property
     def words(self) -> tuple[int, ...]:
         return tuple(s + r for s, r in zip(self.sent, self.received))
-
-    @property
-    def words_per_device(self) -> int:
-        """The critical path: max over processors of words sent plus received."""
-        return max(self.words)
-
-    @property
-    def total(self) -> int:
-        return sum(self.sent)
 
     def to_dict(self) -> dict[str, Any]:
         w = self.work

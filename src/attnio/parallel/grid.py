@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..core.workload import Shape
 from .base import CommCost, Mapspace, divisors, ulysses_reason
 from .cluster import Cluster, Layout
@@ -79,8 +81,16 @@ def cost(shape: Shape, P: int, params: dict[str, Any] | None = None, *, work: bo
     cq, ck = shape.Nq // (a * b), shape.Nkv // (a * b)
     base = (2 * B * (shape.Nq // P) * d * Hu * (u - 1) + 2 * B * (u - 1) * (shape.Nkv // P) * d * Ku
             + B * (b - 1) * cq * d * Hu + B * (b - 1) * cq * (d + 1) * Hu)
-    kv = [2 * B * (a - _delta(a, b, q)) * ck * d * Ku for q in range(a * b)]
-    each = tuple(base + kv[pp // u] for pp in range(P))
+    kv0, kv1 = (2 * B * (a - dl) * ck * d * Ku for dl in (0, 1))
+    q = np.arange(a * b)
+    n1 = int(np.count_nonzero(q // a == q % b))  # cells holding one of their key chunks
+    peak = 2 * (base + (kv0 if n1 < a * b else kv1))
+    total = P * base + u * ((a * b - n1) * kv0 + n1 * kv1)
+
+    def per_processor() -> tuple[tuple[int, ...], tuple[int, ...]]:
+        each = tuple(base + (kv1 if _delta(a, b, pp // u) else kv0) for pp in range(P))
+        return each, each
+
     w = None
     if work:
         cell = []
@@ -89,7 +99,7 @@ def cost(shape: Shape, P: int, params: dict[str, Any] | None = None, *, work: bo
             cell.append(B * Hu * rect_pairs(shape, i * b * cq, (i + 1) * b * cq,
                                             j * a * ck, (j + 1) * a * ck))
         w = tuple(cell[pp // u] for pp in range(P))
-    return CommCost(NAME, p, P, each, each, w)
+    return CommCost(NAME, p, P, peak, total, per_processor, w)
 
 
 def layout(shape: Shape, P: int, params: dict[str, Any] | None = None) -> Layout:

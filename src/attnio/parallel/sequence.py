@@ -53,7 +53,7 @@ def layout_reasons(shape: Shape, P: int, r: int, kind: str) -> list[tuple[str, s
     sequences in equal parts."""
     out = []
     for name, n in (("Nq", shape.Nq), ("Nkv", shape.Nkv)):
-        flag = "N" if shape.Nq == shape.Nkv else name
+        flag = name = "N" if shape.Nq == shape.Nkv else name
         if n % P:
             out.append((flag, f"{name}={n} is not a multiple of P={P}: the {kind} layout "
                               f"gives each processor an equal part of the sequence"))
@@ -102,7 +102,8 @@ def seq_cost(shape: Shape, P: int, u: int, kind: str, name: str, params: dict[st
     if work:
         per_block = [B * (H // u) * block_pairs(shape, r, g, kind) for g in range(r)]
         w = tuple(per_block[p // u] for p in range(P))
-    return CommCost(name, dict(params), P, (each,) * P, (each,) * P, w)
+    per = (each,) * P
+    return CommCost(name, dict(params), P, 2 * each, P * each, lambda: (per, per), w)
 
 
 def member_heads(shape: Shape, u: int, k: int) -> list[int]:

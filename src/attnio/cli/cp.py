@@ -1,0 +1,71 @@
+"""``attnio cp plan|bound``: attention across P devices (context parallelism).
+
+``cp plan`` picks the scheme and parameters of least critical-path words (sent plus received by
+the busiest processor) and reports its ratio to the proven bound; ``cp bound`` prints the bound
+(and, with ``--scheme``, that scheme's best words beside it).  ``--json`` prints one object:
+for ``plan`` ``{"scheme", "params", "words_per_device", "total_words", "bound", "ratio", ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import common
+
+NAME = "cp"
+HELP = "attention across P devices: plan the scheme of least words per device, or bound them"
+FLAG_NAMES = {"P": "--P", "scheme": "--scheme", "layout": "--N"}
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="cp_command", metavar="{plan,bound}", parser_class=type(p))
+    sub.required = True
+    for name, what in (("plan", "the scheme and parameters of least words per device, with "
+                                "the ratio to the bound"),
+                       ("bound", "the proven lower bound on words per device")):
+        q = sub.add_parser(name, help=what, description=what)
+        common.add_workload_arguments(q)
+        q.add_argument("--P", type=int, required=True, help="processors (devices)")
+        q.add_argument("--scheme", default=None,
+                       help="ring, zigzag, striped, ulysses, usp or grid (plan: only this one; "
+                            "bound: print its best words beside the bound)")
+        common.add_output_arguments(q)
+
+
+def main(args) -> int:
+    from ..parallel import bounds, get
+    from ..parallel.base import check_P
+    from ..parallel.planner import plan
+
+    args.flag_names = FLAG_NAMES
+    shape = common.workload_from_args(args)
+    P = check_P(args.P)
+    if args.scheme is not None:
+        get(args.scheme)  # an unknown name, before anything else
+    if args.cp_command == "plan":
+        p = plan(shape, P, args.scheme)
+        print(json.dumps(p.to_dict(), sort_keys=True) if args.json else repr(p))
+        return 0
+    b = bounds.bound(shape, P)
+    out = {"bound": int(b.value), "theorem": b.theorem, "P": P, "shape": shape.describe(),
+           "theorem1_linear": float(bounds.linear_bound(shape, P)),
+           "theorem2_busiest": bounds.busiest_bound(shape, P),
+           "theorem3_groups": float(bounds.group_bound(shape, P)),
+           "assumptions": list(b.assumptions)}
+    if args.scheme is not None:
+        s = plan(shape, P, args.scheme)
+        out.update(scheme=s.scheme, params=s.params, words_per_device=s.words_per_device,
+                   ratio=s.ratio)
+    if args.json:
+        print(json.dumps(out, sort_keys=True))
+    else:
+        print(f"Lower bound on words per device for {out['shape']}, P={P}: {out['bound']:,}")
+        print(f"  {b.theorem}")
+        print(f"  Theorem 1 (linear caps): {out['theorem1_linear']:,.0f}; Theorem 2 (busiest "
+              f"rectangle): {out['theorem2_busiest']:,.0f}; Theorem 3 (rectangles per group): "
+              f"{out['theorem3_groups']:,.0f}")
+        if args.scheme is not None:
+            r = "n/a" if out["ratio"] is None else f"{out['ratio']:.3f}"
+            print(f"  {out['scheme']} {out['params'] or ''}: {out['words_per_device']:,} words "
+                  f"per device, ratio {r}")
+    return 0
