@@ -28,9 +28,10 @@ received, by the symmetry of each step):
     K, V:      2·B·(a - δ_q)·ck·d·K_u
     partials:  B·(b - 1)·cq·(d + 1)·H_u
 
-The processors with δ_q = 0 (any, when a, b >= 2) carry the critical path; with a = b = √(P/u)
-and N = Nq = Nkv the grid terms are ≈ (N/√(P/u))·d·(2·H_u + 2·K_u)·2/√(P/u)... i.e.
-of order N·d·(H + h_kv)/√(P·u) against the ring's 4·N·d·h_kv.  Work of cell (i, j):
+The processors with δ_q = 0 (any, when a, b >= 2) carry the critical path.  With u = 1,
+a = b = √P and N = Nq = Nkv the words per device are about ``4·(H + H_kv)·N·d/√P`` (Q gathered,
+partials scattered: N·d·H/√P each way; K and V: 2·N·d·H_kv/√P each way), against the ring's
+``4·N·d·H_kv``.  Work of cell (i, j):
 ``B·H_u·rect(query block i, key block j)``.
 """
 
@@ -82,8 +83,8 @@ def cost(shape: Shape, P: int, params: dict[str, Any] | None = None, *, work: bo
     base = (2 * B * (shape.Nq // P) * d * Hu * (u - 1) + 2 * B * (u - 1) * (shape.Nkv // P) * d * Ku
             + B * (b - 1) * cq * d * Hu + B * (b - 1) * cq * (d + 1) * Hu)
     kv0, kv1 = (2 * B * (a - dl) * ck * d * Ku for dl in (0, 1))
-    q = np.arange(a * b)
-    n1 = int(np.count_nonzero(q // a == q % b))  # cells holding one of their key chunks
+    cell_ix = np.arange(a * b)
+    n1 = int(np.count_nonzero(cell_ix // a == cell_ix % b))  # cells holding one of their key chunks
     peak = 2 * (base + (kv0 if n1 < a * b else kv1))
     total = P * base + u * ((a * b - n1) * kv0 + n1 * kv1)
 

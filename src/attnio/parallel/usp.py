@@ -32,8 +32,9 @@ RINGS = ("contiguous", "zigzag")
 
 def mapspace(shape: Shape, P: int) -> Mapspace:
     cands, reasons = [], []
+    rings = RINGS[::-1] if shape.causal else RINGS  # causal: zigzag first (balanced work)
     for u in divisors(P)[1:-1]:
-        for kind in RINGS:
+        for kind in rings:
             why = seq_reasons(shape, P, u, kind)
             if why:
                 reasons.extend(why)
