@@ -256,3 +256,46 @@ def test_cli_cp_bad_input_one_line_naming_the_flag(capsys, argv, flag):
     rc, out, err = _cli(capsys, "cp", "plan", "--N", "64", "--d", "8", *argv)
     assert rc == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and flag in err, err
+
+
+# ---------------------------------------------------------------------- the real run (torchrun)
+def _torchrun_case(shape, P, scheme, params=None):
+    pytest.importorskip("torch")
+    from attnio.parallel.distributed import launch
+
+    res = launch(shape, P, scheme, params)
+    assert res["measured_words"] == res["predicted_words"], res
+    assert res["measured_sent"] == res["predicted_sent"], res
+    assert res["max_abs_err"] <= 1e-5, res
+    return res
+
+
+def test_torchrun_ring_counts_equal_the_closed_form_gqa_causal():
+    _torchrun_case(Shape(16, 16, 4, heads=4, kv_heads=2, causal=True), 2, "ring")
+
+
+def test_torchrun_grid_three_ranks():
+    _torchrun_case(Shape(12, 12, 3, heads=2, batch=2), 3, "grid", {"u": 1, "a": 1, "b": 3})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape, scheme, params", [
+    (Shape(32, 32, 4, heads=4, kv_heads=2, causal="top_left", window=5), "usp",
+     {"u": 2, "ring": "zigzag"}),
+    (Shape(16, 16, 4, heads=4, kv_heads=1), "ulysses", None),
+    (Shape(32, 32, 2, heads=2, causal=True), "zigzag", None),
+    (Shape(16, 24, 2, heads=2, causal=True), "striped", None),
+    (Shape(16, 16, 2, heads=4, kv_heads=2, causal=True), "grid", {"u": 2, "a": 2, "b": 1}),
+    (Shape(16, 16, 2, heads=1, causal=True), "grid", {"u": 1, "a": 2, "b": 2}),
+])
+def test_torchrun_four_ranks(shape, scheme, params):
+    _torchrun_case(shape, 4, scheme, params)
+
+
+def test_cp_run_without_torchrun_is_one_line(capsys, monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
+    rc, out, err = _cli(capsys, "cp", "run", "--scheme", "ring", "--P", "2", "--N", "8",
+                        "--d", "2")
+    assert rc == 2 and "torchrun is not installed" in err and len(err.strip().splitlines()) == 1

@@ -1,9 +1,11 @@
-"""``attnio cp plan|bound``: attention across P devices (context parallelism).
+"""``attnio cp plan|bound|run``: attention across P devices (context parallelism).
 
 ``cp plan`` picks the scheme and parameters of least critical-path words (sent plus received by
 the busiest processor) and reports its ratio to the proven bound; ``cp bound`` prints the bound
 (and, with ``--scheme``, that scheme's best words beside it).  ``--json`` prints one object:
 for ``plan`` ``{"scheme", "params", "words_per_device", "total_words", "bound", "ratio", ...}``.
+``cp run`` launches the scheme under torchrun (gloo, P local processes) and prints
+``{"scheme", "P", "measured_words", "predicted_words", "max_abs_err", ...}``.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from . import common
 
 NAME = "cp"
 HELP = "attention across P devices: plan the scheme of least words per device, or bound them"
-FLAG_NAMES = {"P": "--P", "scheme": "--scheme", "layout": "--N"}
+FLAG_NAMES = {"P": "--P", "scheme": "--scheme", "layout": "--N", "params": "--params"}
 
 
 def add_arguments(p) -> None:
-    sub = p.add_subparsers(dest="cp_command", metavar="{plan,bound}", parser_class=type(p))
+    sub = p.add_subparsers(dest="cp_command", metavar="{plan,bound,run}", parser_class=type(p))
     sub.required = True
     for name, what in (("plan", "the scheme and parameters of least words per device, with "
                                 "the ratio to the bound"),
@@ -30,6 +32,44 @@ def add_arguments(p) -> None:
                        help="ring, zigzag, striped, ulysses, usp or grid (plan: only this one; "
                             "bound: print its best words beside the bound)")
         common.add_output_arguments(q)
+    q = sub.add_parser("run", help="run a scheme for real: torchrun with P gloo processes, "
+                                   "bytes counted per rank, output against SDPA",
+                       description="run a scheme with torch.distributed (gloo) under torchrun "
+                                   "on this machine; small shapes (a check, not a benchmark)")
+    common.add_workload_arguments(q)
+    q.add_argument("--P", type=int, required=True, help="processes (ranks)")
+    q.add_argument("--scheme", required=True,
+                   help="ring, zigzag, striped, ulysses, usp or grid")
+    q.add_argument("--params", default=None, metavar="JSON",
+                   help="the scheme's parameters, e.g. '{\"u\": 2, \"ring\": \"zigzag\"}' "
+                        "(default: the least words per device)")
+    q.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    common.add_output_arguments(q)
+
+
+def _run(args, shape, P) -> int:
+    from ..parallel.distributed import launch
+    from ..parallel.planner import plan
+
+    params = common.parse_tiling(args.params) if args.params is not None else None
+    if args.params is not None and not isinstance(params, dict):
+        from ..core.errors import ParameterError
+
+        raise ParameterError("--params must be a JSON object", param="params")
+    if params is None:
+        params = plan(shape, P, args.scheme).params
+    res = launch(shape, P, args.scheme, params, seed=args.seed)
+    if args.json:
+        print(json.dumps(res, sort_keys=True))
+    else:
+        same = res["measured_words"] == res["predicted_words"]
+        print(f"{res['scheme']} {res['params'] or ''} on {P} ranks ({res['backend']}, "
+              f"{res['dtype']}) for {shape.describe()}")
+        print(f"  measured words per rank:  {res['measured_words']}")
+        print(f"  predicted words per rank: {res['predicted_words']} "
+              f"({'equal' if same else 'DIFFERENT'})")
+        print(f"  max |out - SDPA| = {res['max_abs_err']:.2e}")
+    return 0
 
 
 def main(args) -> int:
@@ -42,6 +82,8 @@ def main(args) -> int:
     P = check_P(args.P)
     if args.scheme is not None:
         get(args.scheme)  # an unknown name, before anything else
+    if args.cp_command == "run":
+        return _run(args, shape, P)
     if args.cp_command == "plan":
         p = plan(shape, P, args.scheme)
         print(json.dumps(p.to_dict(), sort_keys=True) if args.json else repr(p))

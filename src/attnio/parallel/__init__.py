@@ -12,7 +12,9 @@ closed forms, the lower bounds and the planner.  Proofs and derivations: docs/pa
 * :mod:`.geometry`: closed-form pair counts under causal and windowed masks;
 * :mod:`.bounds`: memory-independent lower bounds with explicit constants;
 * :mod:`.planner`: the scheme and parameters of least critical-path words, with the ratio to
-  the bound.
+  the bound;
+* :mod:`.distributed`: the schemes run with ``torch.distributed`` under torchrun, bytes counted
+  per rank (``attnio cp run``; torch is imported there only).
 
 >>> from attnio.core.workload import Shape
 >>> cost("ring", Shape(1024, 1024, 64, heads=8), 4).words_per_device
