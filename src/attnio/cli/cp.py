@@ -51,11 +51,12 @@ def _run(args, shape, P) -> int:
     from ..parallel.distributed import launch
     from ..parallel.planner import plan
 
-    params = common.parse_tiling(args.params) if args.params is not None else None
-    if args.params is not None and not isinstance(params, dict):
+    parsed = common.parse_tiling(args.params) if args.params is not None else None
+    if args.params is not None and not isinstance(parsed, dict):
         from ..core.errors import ParameterError
 
         raise ParameterError("--params must be a JSON object", param="params")
+    params = parsed if isinstance(parsed, dict) else None
     if params is None:
         params = plan(shape, P, args.scheme).params
     res = launch(shape, P, args.scheme, params, seed=args.seed)

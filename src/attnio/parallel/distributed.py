@@ -151,7 +151,7 @@ def _reference(shape: Shape, data: tuple[Any, Any, Any]) -> Any:
 def _inputs(shape: Shape, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     Q = rng.standard_normal((shape.batch, shape.heads, shape.Nq, shape.d))
-    K = rng.standard_normal((shape.batch, shape.kv_heads, shape.Nkv, shape.d))
+    K = rng.standard_normal((shape.batch, shape.n_kv_heads // shape.batch, shape.Nkv, shape.d))
     return Q, K, rng.standard_normal(K.shape)
 
 
