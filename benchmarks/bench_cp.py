@@ -1,6 +1,7 @@
 """Context parallelism: ``cp plan`` latency and closed-form counts at N = 10^9, P = 1024.
 
 Run:  python benchmarks/bench_cp.py  [--out benchmarks/results/cp.json]
+      [--figure docs/img/cp_words_vs_P.png]
 
 Targets (issue 34): ``attnio.parallel.planner.plan`` <= 10 ms; every scheme's count (its best
 candidate) at N = 10^9 (rounded to a multiple of 2P), P = 1024 in milliseconds (closed forms:
@@ -49,6 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--figure", default=None, help="write the words-per-device figure (PNG)")
     a = ap.parse_args()
     P = 1024
     N = 10**9 // (2 * P) * (2 * P)
@@ -93,6 +95,36 @@ def main() -> None:
     if a.out:
         with open(a.out, "w") as f:
             json.dump(out, f, indent=1)
+    if a.figure:
+        figure(out["figure"], a.figure)
+
+
+def figure(data: dict, path: str) -> None:
+    """Words per device against P, every scheme's best candidate and the bound, log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, (label, fig_data) in zip(axes, data.items()):
+        rows = fig_data["rows"]
+        Ps = sorted(rows)
+        for key in ("ring", "zigzag", "ulysses", "usp", "grid", "bound"):
+            pts = [(p, rows[p][key]) for p in Ps if key in rows[p] and rows[p][key] > 0]
+            if not pts:
+                continue
+            slope = fig_data["slopes_P64_1024"].get(key)
+            name = f"{key} (slope {slope:+.2f})" if slope is not None else key
+            ax.loglog(*zip(*pts), "k--" if key == "bound" else "-o", ms=3, label=name,
+                      base=2)
+        ax.set_title(f"N = 2^20, d = 128, {label.replace('H', 'heads = ')}")
+        ax.set_xlabel("P (devices)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("words per device (sent + received, busiest)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

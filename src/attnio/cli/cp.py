@@ -51,11 +51,17 @@ def _run(args, shape, P) -> int:
     from ..parallel.distributed import launch
     from ..parallel.planner import plan
 
-    parsed = common.parse_tiling(args.params) if args.params is not None else None
-    if args.params is not None and not isinstance(parsed, dict):
-        from ..core.errors import ParameterError
+    from ..core.errors import ParameterError
 
-        raise ParameterError("--params must be a JSON object", param="params")
+    parsed = None
+    if args.params is not None:
+        try:
+            parsed = json.loads(args.params)
+        except json.JSONDecodeError as e:
+            raise ParameterError(f"--params is not valid JSON ({e.msg}): {args.params!r}",
+                                 param="params") from None
+        if not isinstance(parsed, dict):
+            raise ParameterError("--params must be a JSON object", param="params")
     params = parsed if isinstance(parsed, dict) else None
     if params is None:
         params = plan(shape, P, args.scheme).params
