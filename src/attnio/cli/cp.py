@@ -48,10 +48,9 @@ def add_arguments(p) -> None:
 
 
 def _run(args, shape, P) -> int:
+    from ..core.errors import ParameterError
     from ..parallel.distributed import launch
     from ..parallel.planner import plan
-
-    from ..core.errors import ParameterError
 
     parsed = None
     if args.params is not None:
