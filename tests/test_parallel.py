@@ -158,6 +158,16 @@ def test_closed_forms_in_words():
                                                                       + 2 * 1024 * 1) // 2
 
 
+def test_window_ring_stops_after_the_window():
+    s = Shape(1 << 12, 1 << 12, 8, heads=2, causal=True, window=300)
+    w = cp.cost("window_ring", s, 16)  # blocks of 256 keys: 2 behind
+    assert w.words_per_device == 4 * 2 * 2 * 256 * 8
+    assert w.work == cp.cost("ring", s, 16).work
+    assert not cp.mapspace("window_ring", Shape(64, 64, 2, causal=True), 4).supported
+    assert not cp.mapspace("window_ring", Shape.make(d=2, Nq=16, Nkv=64, causal=True, window=4),
+                           4).supported  # bottom-right, Nq < Nkv: a later block is needed
+
+
 # ---------------------------------------------------------------------- mapspace reasons
 def test_mapspace_reasons_name_the_parameter():
     ms = cp.mapspace("ulysses", Shape(64, 64, 2, heads=4), 8)
@@ -287,6 +297,7 @@ def test_torchrun_grid_three_ranks():
     (Shape(16, 24, 2, heads=2, causal=True), "striped", None),
     (Shape(16, 16, 2, heads=4, kv_heads=2, causal=True), "grid", {"u": 2, "a": 2, "b": 1}),
     (Shape(16, 16, 2, heads=1, causal=True), "grid", {"u": 1, "a": 2, "b": 2}),
+    (Shape(32, 32, 2, heads=2, kv_heads=1, causal=True, window=6), "window_ring", None),
 ])
 def test_torchrun_four_ranks(shape, scheme, params):
     _torchrun_case(shape, 4, scheme, params)

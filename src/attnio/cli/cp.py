@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
         common.add_workload_arguments(q)
         q.add_argument("--P", type=int, required=True, help="processors (devices)")
         q.add_argument("--scheme", default=None,
-                       help="ring, zigzag, striped, ulysses, usp or grid (plan: only this one; "
+                       help="ring, zigzag, striped, ulysses, usp, grid or window_ring (plan: only this one; "
                             "bound: print its best words beside the bound)")
         common.add_output_arguments(q)
     q = sub.add_parser("run", help="run a scheme for real: torchrun with P gloo processes, "
@@ -39,7 +39,7 @@ def add_arguments(p) -> None:
     common.add_workload_arguments(q)
     q.add_argument("--P", type=int, required=True, help="processes (ranks)")
     q.add_argument("--scheme", required=True,
-                   help="ring, zigzag, striped, ulysses, usp or grid")
+                   help="ring, zigzag, striped, ulysses, usp, grid or window_ring")
     q.add_argument("--params", default=None, metavar="JSON",
                    help="the scheme's parameters, e.g. '{\"u\": 2, \"ring\": \"zigzag\"}' "
                         "(default: the least words per device)")

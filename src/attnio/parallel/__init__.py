@@ -8,7 +8,7 @@ closed forms, the lower bounds and the planner.  Proofs and derivations: docs/pa
   ``execute`` (on the referee): :mod:`.ring`, :mod:`.zigzag`, :mod:`.striped`,
   :mod:`.ulysses`, :mod:`.usp` (Ulysses x ring; the shared engine is :mod:`.sequence`) and
   :mod:`.grid` (the 2-D grid, partial outputs merged by log-sum-exp, optionally with heads
-  split);
+  split), :mod:`.window_ring` (the ring cut short by a sliding window);
 * :mod:`.geometry`: closed-form pair counts under causal and windowed masks;
 * :mod:`.bounds`: memory-independent lower bounds with explicit constants;
 * :mod:`.planner`: the scheme and parameters of least critical-path words, with the ratio to
@@ -30,7 +30,7 @@ import numpy as np
 
 from ..core.errors import UnknownNameError
 from ..core.workload import Shape
-from . import grid, ring, striped, ulysses, usp, zigzag
+from . import grid, ring, striped, ulysses, usp, window_ring, zigzag
 from .base import CommCost, Mapspace, check_P
 from .bounds import bound
 from .cluster import Cluster, CommStats, Layout
@@ -39,7 +39,8 @@ __all__ = ["SCHEMES", "Cluster", "CommCost", "CommStats", "Layout", "Mapspace", 
            "execute", "get", "mapspace", "names"]
 
 #: The schemes, by name.
-SCHEMES: dict[str, ModuleType] = {m.NAME: m for m in (ring, zigzag, striped, ulysses, usp, grid)}
+SCHEMES: dict[str, ModuleType] = {m.NAME: m for m in (ring, zigzag, striped, ulysses, usp, grid,
+                                                       window_ring)}
 
 
 def names() -> list[str]:
