@@ -227,6 +227,27 @@ def test_planner_regimes():
     assert plan(Shape(N, N, d, heads=1), 64).scheme == "grid"  # one head: the 2-D grid
 
 
+def test_time_estimate_and_planning_by_time():
+    from attnio.hardware import devices
+    from attnio.parallel.planner import plan
+    from attnio.parallel.timing import LINKS, predict
+
+    s = Shape(1 << 14, 1 << 14, 128, heads=8, kv_heads=2, causal=True)
+    c = cp.cost("ring", s, 8)
+    t = predict(s, c, "ib-ndr", "h100", "bf16")
+    assert t["comm_s"] == max(c.sent) * 2 / LINKS["ib-ndr"].bytes_per_s
+    assert t["compute_s"] == 4 * 128 * max(c.work) / devices.get("h100").flops("bf16")
+    assert t["time_s"] == max(max(max(c.sent) * 2 / 50e9, 4 * 128 * w / devices.get(
+        "h100").flops("bf16")) for w in c.work)
+    p = plan(s, 8, link="ib-ndr")
+    best = min(predict(s, cp.cost(n, s, 8, prm), "ib-ndr")["time_s"]
+               for n, prm in _all_candidates(s, 8))
+    assert p.time["time_s"] == best
+    with pytest.raises(ParameterError) as e:
+        plan(s, 8, link="carrier-pigeon")
+    assert e.value.param == "link"
+
+
 # ---------------------------------------------------------------------- the command line
 def _cli(capsys, *argv):
     from attnio.cli.app import main
@@ -261,6 +282,7 @@ def test_cli_cp_plan_json(capsys):
     (["--P", "8", "--scheme", "zigzag", "--N", "24"], "--N"),
     (["--P", "4", "--scheme", "nope"], "--scheme"),
     (["--P", "8", "--heads", "8", "--kv-heads", "3"], "--kv-heads"),
+    (["--P", "2", "--link", "smoke"], "--link"),
 ])
 def test_cli_cp_bad_input_one_line_naming_the_flag(capsys, argv, flag):
     rc, out, err = _cli(capsys, "cp", "plan", "--N", "64", "--d", "8", *argv)

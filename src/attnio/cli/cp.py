@@ -16,7 +16,8 @@ from . import common
 
 NAME = "cp"
 HELP = "attention across P devices: plan the scheme of least words per device, or bound them"
-FLAG_NAMES = {"P": "--P", "scheme": "--scheme", "layout": "--N", "params": "--params"}
+FLAG_NAMES = {"P": "--P", "scheme": "--scheme", "layout": "--N", "params": "--params",
+              "link": "--link"}
 
 
 def add_arguments(p) -> None:
@@ -31,6 +32,16 @@ def add_arguments(p) -> None:
         q.add_argument("--scheme", default=None,
                        help="ring, zigzag, striped, ulysses, usp, grid or window_ring (plan: only this one; "
                             "bound: print its best words beside the bound)")
+        if name == "plan":
+            q.add_argument("--link", default=None,
+                           help="rank by predicted time on a link preset instead of words: "
+                                "nvlink4, nvswitch, nvlink5, ib-ndr")
+            q.add_argument("--device", default="h100",
+                           help="with --link: the GPU whose peak FLOP/s times the compute "
+                                "(default h100)")
+            q.add_argument("--dtype", default="bf16",
+                           help="with --link: bytes per word and the tensor-core rate "
+                                "(default bf16)")
         common.add_output_arguments(q)
     q = sub.add_parser("run", help="run a scheme for real: torchrun with P gloo processes, "
                                    "bytes counted per rank, output against SDPA",
@@ -91,7 +102,7 @@ def main(args) -> int:
     if args.cp_command == "run":
         return _run(args, shape, P)
     if args.cp_command == "plan":
-        p = plan(shape, P, args.scheme)
+        p = plan(shape, P, args.scheme, link=args.link, device=args.device, dtype=args.dtype)
         print(json.dumps(p.to_dict(), sort_keys=True) if args.json else repr(p))
         return 0
     b = bounds.bound(shape, P)

@@ -40,6 +40,7 @@ class CPPlan:
     bound_theorem: str
     runner_up: CommCost | None
     candidates: int
+    time: dict[str, Any] | None = None
 
     @property
     def scheme(self) -> str:
@@ -71,7 +72,7 @@ class CPPlan:
                 "runner_up": None if ru is None else {"scheme": ru.scheme,
                                                       "params": dict(ru.params),
                                                       "words_per_device": ru.words_per_device},
-                "shape": self.shape.describe()}
+                "shape": self.shape.describe(), "time": self.time}
 
     def __repr__(self) -> str:
         w = self.cost.work or (0,)
@@ -88,6 +89,13 @@ class CPPlan:
             ru = self.runner_up
             lines.append(f"  Runner-up:         {ru.scheme} {ru.params or ''} "
                          f"{ru.words_per_device:,} words per device")
+        if self.time is not None:
+            t = self.time
+            lines.append(f"  Time ({t['link']}, {t['device']} {t['dtype']} peak): "
+                         f"{t['time_s'] * 1e3:.3f} ms overlapped, {t['time_serial_s'] * 1e3:.3f} "
+                         f"ms serial; communication {t['comm_s'] * 1e3:.3f} ms, compute "
+                         f"{t['compute_s'] * 1e3:.3f} ms: "
+                         + ("hidden behind compute" if t["hidden"] else "communication-bound"))
         lines.append(f"  ({self.candidates} candidates scored by closed form)")
         return "\n".join(lines)
 
@@ -96,8 +104,11 @@ def _key(c: CommCost, order: dict[str, int]) -> tuple[int, int, int]:
     return (c.words_per_device, c.total, order[c.scheme])
 
 
-def plan(shape: Any, P: int, scheme: str | None = None) -> CPPlan:
-    """The least critical-path words over every scheme (or only ``scheme``) for P processors."""
+def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = None,
+         device: str = "h100", dtype: str = "bf16") -> CPPlan:
+    """The least critical-path words over every scheme (or only ``scheme``) for P processors;
+    with ``link`` (a :data:`~attnio.parallel.timing.LINKS` preset) the least predicted time
+    (overlapped; ties: fewer words) on ``device`` in ``dtype`` instead."""
     from . import SCHEMES, get
 
     shape = Shape.coerce(shape)
@@ -125,6 +136,20 @@ def plan(shape: Any, P: int, scheme: str | None = None) -> CPPlan:
     ranked = sorted(best.values(), key=lambda c: _key(c, order))
     pick = ranked[0]
     pick = get(pick.scheme).cost(shape, P, pick.params, work=True)
+    timed = None
+    if link is not None:
+        from .timing import predict
+
+        scored = []
+        for mod in mods:
+            ms = mod.mapspace(shape, P)
+            for params in ms.candidates:
+                c = mod.cost(shape, P, params, work=True)
+                t = predict(shape, c, link, device, dtype)
+                scored.append((t["time_s"], *_key(c, order), c, t))
+        scored.sort(key=lambda x: x[:4])
+        pick, timed = scored[0][4], scored[0][5]
+        ranked = [pick] + [x[4] for x in scored[1:] if x[4].scheme != pick.scheme][:1]
     b = bound(shape, P)
     return CPPlan(shape, P, pick, int(b.value), b.theorem.split(";")[0],
-                  ranked[1] if len(ranked) > 1 else None, n)
+                  ranked[1] if len(ranked) > 1 else None, n, timed)
