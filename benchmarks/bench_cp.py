@@ -51,6 +51,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--out", default=None)
     ap.add_argument("--figure", default=None, help="write the words-per-device figure (PNG)")
+    ap.add_argument("--grid", action="store_true",
+                    help="also the certificate grid: the planner's ratio to the bound over N, "
+                         "d, heads/kv_heads, P and the mask (a markdown table)")
     a = ap.parse_args()
     P = 1024
     N = 10**9 // (2 * P) * (2 * P)
@@ -97,6 +100,36 @@ def main() -> None:
             json.dump(out, f, indent=1)
     if a.figure:
         figure(out["figure"], a.figure)
+    if a.grid:
+        out["grid"] = certificate_grid()
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(out, f, indent=1)
+
+
+def certificate_grid() -> list[dict]:
+    """The planner's ratio words per device / bound over N in {2^14, 2^17, 2^20}, d in {64, 128},
+    (heads, kv_heads) in {(1, 1), (8, 8), (32, 8), (32, 32)}, P in {4, 16, 64, 256}, unmasked
+    and causal; printed as a table of the largest ratio over N and d."""
+    rows = []
+    heads_kv = [(1, 1), (8, 8), (32, 8), (32, 32)]
+    for causal in (False, True):
+        for P in (4, 16, 64, 256):
+            cells = []
+            for h, kv in heads_kv:
+                worst, picks = 0.0, set()
+                for N in (1 << 14, 1 << 17, 1 << 20):
+                    for d in (64, 128):
+                        p = plan(Shape(N, N, d, heads=h, kv_heads=kv, causal=causal), P)
+                        worst = max(worst, p.ratio or 0.0)
+                        picks.add(p.scheme)
+                        rows.append({"N": N, "d": d, "heads": h, "kv_heads": kv, "P": P,
+                                     "causal": causal, "scheme": p.scheme, "params": p.params,
+                                     "words": p.words_per_device, "bound": p.bound,
+                                     "ratio": p.ratio})
+                cells.append(f"{worst:.2f} ({', '.join(sorted(picks))})")
+            print(f"| {'causal' if causal else 'none'} | {P} | " + " | ".join(cells) + " |")
+    return rows
 
 
 def figure(data: dict, path: str) -> None:
