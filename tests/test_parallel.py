@@ -140,6 +140,36 @@ def test_no_scheme_below_the_bound_large(n, d, lh, lk, causal, P):
         assert cp.cost(name, shape, P, params, work=False).words_per_device >= b
 
 
+@SLOW
+@given(cases())
+def test_backward_closed_forms_equal_the_referee_and_gradients_the_reference(case):
+    from attnio.core.reference import attention_backward
+    from attnio.parallel import backward
+
+    shape, P = case
+    Q, K, V = _data(shape)
+    dO = np.random.default_rng(1).standard_normal(Q.shape)
+    ref = attention_backward(Q, K, V, dO, causal=shape.mask, window=shape.window)
+    b = cp.bound(shape, P).value
+    for name in backward.SCHEMES:
+        for params in cp.mapspace(name, shape, P).candidates:
+            (sent, received, work), grads = backward.execute_backward(
+                name, shape, P, params, data=(Q, K, V, dO))
+            c = backward.cost_backward(name, shape, P, params)
+            assert (list(c.sent), list(c.received), list(c.work)) == (sent, received, work)
+            assert c.words_per_device >= b
+            for got, want in zip(grads, ref):
+                assert np.abs(got - want).max() <= 1e-10, (name, params)
+
+
+def test_backward_refuses_schemes_without_one():
+    from attnio.parallel import backward
+
+    with pytest.raises(ParameterError) as e:
+        backward.cost_backward("grid", Shape(16, 16, 2), 4, {"u": 1, "a": 2, "b": 2})
+    assert e.value.param == "scheme"
+
+
 def test_work_is_balanced_by_zigzag_and_ulysses():
     s = Shape(64, 64, 2, causal=True)
     ring = cp.cost("ring", s, 4).work

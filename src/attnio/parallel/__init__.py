@@ -13,6 +13,8 @@ closed forms, the lower bounds and the planner.  Proofs and derivations: docs/pa
 * :mod:`.bounds`: memory-independent lower bounds with explicit constants;
 * :mod:`.planner`: the scheme and parameters of least critical-path words, with the ratio to
   the bound;
+* :mod:`.backward`: the backward pass (its referee, the sequence family's schedules and closed
+  forms);
 * :mod:`.timing`: link presets and a time estimate (communication against compute at the
   device's peak);
 * :mod:`.distributed`: the schemes run with ``torch.distributed`` under torchrun, bytes counted
