@@ -131,10 +131,12 @@ def test_no_scheme_below_the_bound(case):
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 1 << 12), st.integers(1, 64), st.integers(0, 5), st.integers(0, 3),
-       st.sampled_from([False, True, "top_left"]), st.sampled_from([1, 2, 4, 8, 16, 64]))
-def test_no_scheme_below_the_bound_large(n, d, lh, lk, causal, P):
+       st.sampled_from([False, True, "top_left"]), st.sampled_from([1, 2, 4, 8, 16, 64]),
+       st.sampled_from([None, 1, 100, 5000]))
+def test_no_scheme_below_the_bound_large(n, d, lh, lk, causal, P, window):
     kv = 1 << min(lk, lh)
-    shape = Shape.make(n * 2 * P, d, heads=1 << lh, kv_heads=kv, causal=causal)
+    shape = Shape.make(n * 2 * P, d, heads=1 << lh, kv_heads=kv, causal=causal,
+                       window=window if causal else None)
     b = cp.bound(shape, P).value
     for name, params in _all_candidates(shape, P):
         assert cp.cost(name, shape, P, params, work=False).words_per_device >= b

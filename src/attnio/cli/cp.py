@@ -15,7 +15,8 @@ import json
 from . import common
 
 NAME = "cp"
-HELP = "attention across P devices: plan the scheme of least words per device, or bound them"
+HELP = ("attention across P devices: plan the scheme of least words per device, bound them, "
+        "or run a scheme under torchrun")
 FLAG_NAMES = {"P": "--P", "scheme": "--scheme", "layout": "--N", "params": "--params",
               "link": "--link"}
 
