@@ -164,6 +164,19 @@ def test_backward_closed_forms_equal_the_referee_and_gradients_the_reference(cas
                 assert np.abs(got - want).max() <= 1e-10, (name, params)
 
 
+def test_planner_backward_adds_the_passes():
+    from attnio.parallel import backward
+    from attnio.parallel.planner import plan
+
+    s = Shape(4096, 4096, 64, heads=8, kv_heads=2, causal=True)
+    p = plan(s, 8, backward=True)
+    best = min(cp.cost(n, s, 8, c, work=False).words_per_device
+               + backward.cost_backward(n, s, 8, c).words_per_device
+               for n in backward.SCHEMES for c in cp.mapspace(n, s, 8).candidates)
+    assert p.words_per_device == best and p.bound <= best
+    assert p.bound >= cp.bound(s, 8).value
+
+
 def test_backward_refuses_schemes_without_one():
     from attnio.parallel import backward
 

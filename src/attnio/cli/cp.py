@@ -34,6 +34,9 @@ def add_arguments(p) -> None:
                        help="ring, zigzag, striped, ulysses, usp, grid or window_ring (plan: only this one; "
                             "bound: print its best words beside the bound)")
         if name == "plan":
+            q.add_argument("--backward", action="store_true",
+                           help="the forward and backward passes together (ring, zigzag, "
+                                "striped, ulysses, usp)")
             q.add_argument("--link", default=None,
                            help="rank by predicted time on a link preset instead of words: "
                                 "nvlink4, nvswitch, nvlink5, ib-ndr")
@@ -103,7 +106,8 @@ def main(args) -> int:
     if args.cp_command == "run":
         return _run(args, shape, P)
     if args.cp_command == "plan":
-        p = plan(shape, P, args.scheme, link=args.link, device=args.device, dtype=args.dtype)
+        p = plan(shape, P, args.scheme, link=args.link, device=args.device, dtype=args.dtype,
+                 backward=args.backward)
         print(json.dumps(p.to_dict(), sort_keys=True) if args.json else repr(p))
         return 0
     b = bounds.bound(shape, P)

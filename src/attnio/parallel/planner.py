@@ -104,16 +104,43 @@ def _key(c: CommCost, order: dict[str, int]) -> tuple[int, int, int]:
     return (c.words_per_device, c.total, order[c.scheme])
 
 
+def _with_backward(shape: Shape, P: int, c: CommCost) -> CommCost:
+    """``c`` plus its scheme's backward pass (words add per processor; work counted twice)."""
+    from .backward import cost_backward
+
+    b = cost_backward(c.scheme, shape, P, c.params)
+
+    def per() -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return (tuple(x + y for x, y in zip(c.sent, b.sent)),
+                tuple(x + y for x, y in zip(c.received, b.received)))
+
+    # every scheme with a backward moves the same words on every processor: the peaks add
+    work = None if c.work is None else tuple(2 * w for w in c.work)
+    return CommCost(c.scheme, c.params, P, c.words_per_device + b.words_per_device,
+                    c.total + b.total, per, work)
+
+
 def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = None,
-         device: str = "h100", dtype: str = "bf16") -> CPPlan:
+         device: str = "h100", dtype: str = "bf16", backward: bool = False) -> CPPlan:
     """The least critical-path words over every scheme (or only ``scheme``) for P processors;
     with ``link`` (a :data:`~attnio.parallel.timing.LINKS` preset) the least predicted time
-    (overlapped; ties: fewer words) on ``device`` in ``dtype`` instead."""
+    (overlapped; ties: fewer words) on ``device`` in ``dtype`` instead.  ``backward``: the
+    forward and backward passes together, over the schemes with a backward schedule
+    (:data:`attnio.parallel.backward.SCHEMES`).  Each pass starts from the declared layout and
+    processes every required pair, so the averaging bounds (Theorems 1 and 3) count twice and the
+    busiest processor's (Theorem 2) once."""
     from . import SCHEMES, get
 
     shape = Shape.coerce(shape)
     P = check_P(P)
     mods: list[ModuleType] = [get(scheme)] if scheme is not None else list(SCHEMES.values())
+    if backward:
+        from .backward import SCHEMES as WITH_BACKWARD
+
+        if scheme is not None and scheme not in WITH_BACKWARD:
+            raise ParameterError(f"scheme {scheme!r} has no backward schedule here; those that "
+                                 f"do: {', '.join(WITH_BACKWARD)}", param="scheme")
+        mods = [m for m in mods if m.NAME in WITH_BACKWARD]
     order = {name: i for i, name in enumerate(SCHEMES)}
     best: dict[str, CommCost] = {}
     reasons: list[tuple[str, str]] = []
@@ -127,6 +154,8 @@ def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = No
             continue
         for params in ms.candidates:
             c = mod.cost(shape, P, params, work=False)
+            if backward:
+                c = _with_backward(shape, P, c)
             n += 1
             if mod.NAME not in best or _key(c, order) < _key(best[mod.NAME], order):
                 best[mod.NAME] = c
@@ -136,6 +165,8 @@ def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = No
     ranked = sorted(best.values(), key=lambda c: _key(c, order))
     pick = ranked[0]
     pick = get(pick.scheme).cost(shape, P, pick.params, work=True)
+    if backward:
+        pick = _with_backward(shape, P, pick)
     timed = None
     if link is not None:
         from .timing import predict
@@ -145,11 +176,23 @@ def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = No
             ms = mod.mapspace(shape, P)
             for params in ms.candidates:
                 c = mod.cost(shape, P, params, work=True)
+                if backward:
+                    c = _with_backward(shape, P, c)
                 t = predict(shape, c, link, device, dtype)
                 scored.append((t["time_s"], *_key(c, order), c, t))
         scored.sort(key=lambda x: x[:4])
         pick, timed = scored[0][4], scored[0][5]
         ranked = [pick] + [x[4] for x in scored[1:] if x[4].scheme != pick.scheme][:1]
     b = bound(shape, P)
-    return CPPlan(shape, P, pick, int(b.value), b.theorem.split(";")[0],
+    bval, theorem = int(b.value), b.theorem.split(";")[0]
+    if backward:  # each pass starts from the layout: the averaging bounds (1, 3) add up
+        import math
+
+        from .bounds import busiest_bound, group_bound, linear_bound
+
+        avg = 2 * math.ceil(max(linear_bound(shape, P), group_bound(shape, P)))
+        busy = math.floor(busiest_bound(shape, P))
+        bval, theorem = ((avg, "Theorems 1/3 over both passes") if avg >= busy
+                         else (busy, "Theorem 2 (the busiest processor, one pass)"))
+    return CPPlan(shape, P, pick, bval, theorem,
                   ranked[1] if len(ranked) > 1 else None, n, timed)
