@@ -336,23 +336,34 @@ def test_cli_cp_bad_input_one_line_naming_the_flag(capsys, argv, flag):
 
 
 # ---------------------------------------------------------------------- the real run (torchrun)
-def _torchrun_case(shape, P, scheme, params=None):
+def _torchrun_case(shape, P, scheme, params=None, backward=False):
     pytest.importorskip("torch")
     from attnio.parallel.distributed import launch
 
-    res = launch(shape, P, scheme, params)
+    res = launch(shape, P, scheme, params, backward=backward)
     assert res["measured_words"] == res["predicted_words"], res
     assert res["measured_sent"] == res["predicted_sent"], res
     assert res["max_abs_err"] <= 1e-5, res
+    if backward:
+        assert res["measured_words_backward"] == res["predicted_words_backward"], res
+        assert res["max_abs_err_grad"] <= 1e-4, res
     return res
 
 
 def test_torchrun_ring_counts_equal_the_closed_form_gqa_causal():
-    _torchrun_case(Shape(16, 16, 4, heads=4, kv_heads=2, causal=True), 2, "ring")
+    _torchrun_case(Shape(16, 16, 4, heads=4, kv_heads=2, causal=True), 2, "ring", backward=True)
 
 
 def test_torchrun_grid_three_ranks():
     _torchrun_case(Shape(12, 12, 3, heads=2, batch=2), 3, "grid", {"u": 1, "a": 1, "b": 3})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape, scheme, params", [
+    (Shape(18, 18, 2, heads=3, kv_heads=1, causal="top_left"), "zigzag", None),
+])
+def test_torchrun_three_ranks_backward(shape, scheme, params):
+    _torchrun_case(shape, 3, scheme, params, backward=True)
 
 
 @pytest.mark.slow
@@ -367,7 +378,9 @@ def test_torchrun_grid_three_ranks():
     (Shape(32, 32, 2, heads=2, kv_heads=1, causal=True, window=6), "window_ring", None),
 ])
 def test_torchrun_four_ranks(shape, scheme, params):
-    _torchrun_case(shape, 4, scheme, params)
+    from attnio.parallel.backward import SCHEMES
+
+    _torchrun_case(shape, 4, scheme, params, backward=scheme in SCHEMES)
 
 
 def test_cp_run_without_torchrun_is_one_line(capsys, monkeypatch):

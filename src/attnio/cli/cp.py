@@ -59,6 +59,9 @@ def add_arguments(p) -> None:
                    help="the scheme's parameters, e.g. '{\"u\": 2, \"ring\": \"zigzag\"}' "
                         "(default: the least words per device)")
     q.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    q.add_argument("--backward", action="store_true",
+                   help="also the backward pass (ring, zigzag, striped, ulysses, usp): words per "
+                        "rank and gradients against autograd through SDPA")
     common.add_output_arguments(q)
 
 
@@ -79,7 +82,7 @@ def _run(args, shape, P) -> int:
     params = parsed if isinstance(parsed, dict) else None
     if params is None:
         params = plan(shape, P, args.scheme).params
-    res = launch(shape, P, args.scheme, params, seed=args.seed)
+    res = launch(shape, P, args.scheme, params, seed=args.seed, backward=args.backward)
     if args.json:
         print(json.dumps(res, sort_keys=True))
     else:
@@ -90,6 +93,12 @@ def _run(args, shape, P) -> int:
         print(f"  predicted words per rank: {res['predicted_words']} "
               f"({'equal' if same else 'DIFFERENT'})")
         print(f"  max |out - SDPA| = {res['max_abs_err']:.2e}")
+        if args.backward:
+            same_b = res["measured_words_backward"] == res["predicted_words_backward"]
+            print(f"  backward: measured words per rank {res['measured_words_backward']}, "
+                  f"predicted {res['predicted_words_backward']} "
+                  f"({'equal' if same_b else 'DIFFERENT'})")
+            print(f"  max |grad - autograd(SDPA)| = {res['max_abs_err_grad']:.2e}")
     return 0
 
 

@@ -43,13 +43,15 @@ from .base import CommCost, check_P
 from .cluster import Layout, sequence_rows
 from .sequence import kv_per_member, member_heads, seq_cost
 
-__all__ = ["BackwardCluster", "cost_backward", "execute_backward", "SCHEMES"]
+__all__ = ["SCHEMES", "BackwardCluster", "cost_backward", "execute_backward", "scheme_u_kind",
+           "schedule_backward"]
 
 #: The schemes with a backward schedule: name -> (u as a function of P and params, ring kind).
 SCHEMES = ("ring", "zigzag", "striped", "ulysses", "usp")
 
 
-def _u_kind(name: str, P: int, params: dict[str, Any]) -> tuple[int, str]:
+def scheme_u_kind(name: str, P: int, params: dict[str, Any]) -> tuple[int, str]:
+    """(u, ring kind) of a scheme of the sequence family."""
     if name == "ulysses":
         return P, "contiguous"
     if name == "usp":
@@ -225,7 +227,7 @@ def cost_backward(name: str, shape: Any, P: int, params: dict[str, Any] | None =
     shape = Shape.coerce(shape)
     P = check_P(P)
     params = _check(name, shape, P, params)
-    u, kind = _u_kind(name, P, params)
+    u, kind = scheme_u_kind(name, P, params)
     r = P // u
     B, H, d = shape.batch, shape.heads, shape.d
     Ku = kv_per_member(shape, u)
@@ -247,9 +249,20 @@ def execute_backward(name: str, shape: Any, P: int, params: dict[str, Any] | Non
     shape = Shape.coerce(shape)
     P = check_P(P)
     params = _check(name, shape, P, params)
-    u, kind = _u_kind(name, P, params)
+    u, kind = scheme_u_kind(name, P, params)
     r = P // u
     cl = BackwardCluster(shape, Layout.sequence(shape, P, kind, G=r), data)
+    schedule_backward(cl, u, kind)
+    counts = cl.finish()
+    return counts, (cl.gradients() if data is not None else None)
+
+
+def schedule_backward(cl: Any, u: int, kind: str) -> None:
+    """The backward schedule of the sequence family (u Ulysses members, ``kind`` ring blocks) on
+    any cluster with the referee's interface (:class:`BackwardCluster`, or the torch.distributed
+    one of :mod:`~attnio.parallel.distributed`)."""
+    shape, P = cl.shape, cl.P
+    r = P // u
     heads = [member_heads(shape, u, k) for k in range(u)]
     kvh = [sorted({int(j) for j in cl.kv_head(h)}) for h in heads]
     qb = [sequence_rows(shape.Nq, r, g, kind) for g in range(r)]
@@ -290,5 +303,3 @@ def execute_backward(name: str, shape: Any, P: int, params: dict[str, Any] | Non
                     cl.send(src, dst, "dQ", heads[k], part(qb[g], k2, mq))
                     for ten in ("dK", "dV"):
                         cl.send(src, dst, ten, kvh[k], part(kb[g], k2, mk))
-    counts = cl.finish()
-    return counts, (cl.gradients() if data is not None else None)
