@@ -102,6 +102,23 @@ def test_layouts_cover_the_sequence():
         Layout(2, np.array([[0, 2]]), np.array([[0, 1]]))
 
 
+def test_head_sharded_layout_needs_no_words():
+    s = Shape(8, 8, 2, heads=4, kv_heads=2, causal=True)
+    lay = Layout.heads(s, 2)
+    assert lay.q_owner[:, 0].tolist() == [0, 0, 1, 1] and lay.kv_owner[:, 0].tolist() == [0, 1]
+    c = Cluster(s, lay)
+    for p in (0, 1):
+        c.compute(p, [2 * p, 2 * p + 1], range(8), range(8))
+    st_ = c.finish()
+    assert st_.critical == 0 and st_.work == [72, 72]
+
+
+def test_referee_refuses_large_shapes_before_allocating():
+    s = Shape(1 << 14, 1 << 14, 2, heads=8)
+    with pytest.raises(ParameterError, match="closed form"):
+        Cluster(s, Layout.sequence(s, 2))
+
+
 # ---------------------------------------------------------------------- closed forms = referee
 @SLOW
 @given(cases())

@@ -40,7 +40,7 @@ from ..core.errors import ParameterError, ScheduleError
 from ..core.reference import mask as reference_mask
 from ..core.workload import Shape
 from .base import CommCost, check_P
-from .cluster import Layout, sequence_rows
+from .cluster import MAX_REFEREE_PAIRS, Layout, sequence_rows
 from .sequence import kv_per_member, member_heads, seq_cost
 
 __all__ = ["SCHEMES", "BackwardCluster", "cost_backward", "execute_backward", "scheme_u_kind",
@@ -66,6 +66,11 @@ class BackwardCluster:
     def __init__(self, shape: Shape, layout: Layout, data: tuple[Any, ...] | None = None):
         self.shape, self.layout, self.P = shape, layout, layout.P
         P, nH, Nq, Nkv, d = layout.P, shape.n_heads, shape.Nq, shape.Nkv, shape.d
+        if P * nH * Nq * Nkv > MAX_REFEREE_PAIRS:
+            raise ParameterError(f"the referee keeps booleans per (processor, head, query, key): "
+                                 f"P x heads x Nq x Nkv = {P * nH * Nq * Nkv:,} is more than "
+                                 f"{MAX_REFEREE_PAIRS:,}; use cost_backward at this size",
+                                 param="N")
         p_ix = np.arange(P)[:, None, None]
         qown = layout.q_owner[None] == p_ix
         kown = layout.kv_owner[None] == p_ix

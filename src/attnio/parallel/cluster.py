@@ -55,7 +55,11 @@ from ..core.errors import ParameterError, ScheduleError
 from ..core.reference import mask as reference_mask
 from ..core.workload import Shape
 
-__all__ = ["SEQUENCE_KINDS", "Cluster", "CommStats", "Layout", "sequence_rows"]
+__all__ = ["MAX_REFEREE_PAIRS", "SEQUENCE_KINDS", "Cluster", "CommStats", "Layout",
+           "sequence_rows"]
+
+#: The largest P x heads x Nq x Nkv the referee takes (its coverage booleans: 64 MiB).
+MAX_REFEREE_PAIRS = 1 << 26
 
 #: The sequence layouts: contiguous chunks, zigzag (chunks i and 2G-1-i of 2G), striped
 #: (row r on r mod G).
@@ -188,6 +192,11 @@ class Cluster:
                                  f"{layout.kv_owner.shape} key rows; the shape has ({nH}, {Nq})"
                                  f" and ({nK}, {Nkv}): it does not cover the sequence",
                                  param="layout")
+        if P * nH * Nq * Nkv > MAX_REFEREE_PAIRS:
+            raise ParameterError(f"the referee keeps a boolean per (processor, head, query, key): "
+                                 f"P x heads x Nq x Nkv = {P * nH * Nq * Nkv:,} is more than "
+                                 f"{MAX_REFEREE_PAIRS:,}; use the closed form (cost) at this "
+                                 f"size", param="N")
         p_ix = np.arange(P)[:, None, None]
         self.held = {"Q": layout.q_owner[None] == p_ix,
                      "K": layout.kv_owner[None] == p_ix,
