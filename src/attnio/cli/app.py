@@ -16,11 +16,11 @@ from types import ModuleType
 
 from ..core.errors import AttnioError
 from ..core.version import __version__
-from . import bound, gpu, pebble, plan, report, run, sweep, trace, verify
+from . import bound, cp, gpu, pebble, plan, report, run, sweep, trace, verify
 from .common import flag_message
 
 #: The verbs, in the order ``attnio --help`` lists them.
-COMMANDS: tuple[ModuleType, ...] = (bound, gpu, pebble, plan, report, run, sweep, trace,
+COMMANDS: tuple[ModuleType, ...] = (bound, cp, gpu, pebble, plan, report, run, sweep, trace,
                                     verify)
 
 

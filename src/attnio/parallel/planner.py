@@ -1,0 +1,198 @@
+"""The planner for P processors: the scheme and parameters (Ulysses degree, grid shape, ring
+layout) of least critical-path words, with its ratio to the best proven bound, as
+:func:`attnio.plan` does for one chip.
+
+Every legal candidate of every scheme's mapspace is scored by its closed form (O(P) each), the
+least words per device wins (ties: fewer words in all, then the simpler scheme, in
+:data:`~attnio.parallel.SCHEMES` order); the work per processor of the pick is reported beside it
+(its causal imbalance).
+
+>>> from attnio.core.workload import Shape
+>>> p = plan(Shape(4096, 4096, 128, heads=32), 8)
+>>> p.scheme, p.words_per_device, round(p.ratio, 2)
+('ulysses', 14680064, 1.5)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ..core.errors import ParameterError
+from ..core.workload import Shape
+from .base import CommCost, check_P
+from .bounds import bound
+
+__all__ = ["CPPlan", "plan"]
+
+
+@dataclass(frozen=True)
+class CPPlan:
+    """The pick: ``scheme`` and ``params``, its ``cost`` (closed form, with the work), the
+    ``bound`` (words) and ``ratio`` = words per device / bound (None when the bound is 0), the
+    ``runner_up`` (another scheme's best) and how many candidates were scored."""
+
+    shape: Shape
+    P: int
+    cost: CommCost
+    bound: int
+    bound_theorem: str
+    runner_up: CommCost | None
+    candidates: int
+    time: dict[str, Any] | None = None
+
+    @property
+    def scheme(self) -> str:
+        return self.cost.scheme
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.cost.params)
+
+    @property
+    def words_per_device(self) -> int:
+        return self.cost.words_per_device
+
+    @property
+    def total_words(self) -> int:
+        return self.cost.total
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.bound <= 0 else self.words_per_device / self.bound
+
+    def to_dict(self) -> dict[str, Any]:
+        w = self.cost.work or (0,)
+        ru = self.runner_up
+        return {"scheme": self.scheme, "params": self.params, "P": self.P,
+                "words_per_device": self.words_per_device, "total_words": self.total_words,
+                "bound": self.bound, "ratio": self.ratio, "bound_theorem": self.bound_theorem,
+                "max_work": max(w), "min_work": min(w), "candidates": self.candidates,
+                "runner_up": None if ru is None else {"scheme": ru.scheme,
+                                                      "params": dict(ru.params),
+                                                      "words_per_device": ru.words_per_device},
+                "shape": self.shape.describe(), "time": self.time}
+
+    def __repr__(self) -> str:
+        w = self.cost.work or (0,)
+        ratio = "n/a (bound 0)" if self.ratio is None else f"{self.ratio:.3f}"
+        lines = [f"Context-parallel plan for {self.shape.describe()}, P={self.P}",
+                 f"  Scheme:            {self.scheme} {self.params or ''}".rstrip(),
+                 f"  Words per device:  {self.words_per_device:,} (sent + received, the "
+                 f"busiest processor)",
+                 f"  Total words:       {self.total_words:,}",
+                 f"  Work per device:   {min(w):,} .. {max(w):,} score pairs",
+                 f"  Bound:             {self.bound:,} ({self.bound_theorem})",
+                 f"  Ratio words/bound: {ratio}"]
+        if self.runner_up is not None:
+            ru = self.runner_up
+            lines.append(f"  Runner-up:         {ru.scheme} {ru.params or ''} "
+                         f"{ru.words_per_device:,} words per device")
+        if self.time is not None:
+            t = self.time
+            lines.append(f"  Time ({t['link']}, {t['device']} {t['dtype']} peak): "
+                         f"{t['time_s'] * 1e3:.3f} ms overlapped, {t['time_serial_s'] * 1e3:.3f} "
+                         f"ms serial; communication {t['comm_s'] * 1e3:.3f} ms, compute "
+                         f"{t['compute_s'] * 1e3:.3f} ms: "
+                         + ("hidden behind compute" if t["hidden"] else "communication-bound"))
+        lines.append(f"  ({self.candidates} candidates scored by closed form)")
+        return "\n".join(lines)
+
+
+def _key(c: CommCost, order: dict[str, int]) -> tuple[int, int, int]:
+    return (c.words_per_device, c.total, order[c.scheme])
+
+
+def _with_backward(shape: Shape, P: int, c: CommCost) -> CommCost:
+    """``c`` plus its scheme's backward pass (words add per processor; work counted twice)."""
+    from .backward import cost_backward
+
+    b = cost_backward(c.scheme, shape, P, c.params)
+
+    def per() -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return (tuple(x + y for x, y in zip(c.sent, b.sent)),
+                tuple(x + y for x, y in zip(c.received, b.received)))
+
+    # every scheme with a backward moves the same words on every processor: the peaks add
+    work = None if c.work is None else tuple(2 * w for w in c.work)
+    return CommCost(c.scheme, c.params, P, c.words_per_device + b.words_per_device,
+                    c.total + b.total, per, work)
+
+
+def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = None,
+         device: str = "h100", dtype: str = "bf16", backward: bool = False) -> CPPlan:
+    """The least critical-path words over every scheme (or only ``scheme``) for P processors;
+    with ``link`` (a :data:`~attnio.parallel.timing.LINKS` preset) the least predicted time
+    (overlapped; ties: fewer words) on ``device`` in ``dtype`` instead.  ``backward``: the
+    forward and backward passes together, over the schemes with a backward schedule
+    (:data:`attnio.parallel.backward.SCHEMES`).  Each pass starts from the declared layout and
+    processes every required pair, so the averaging bounds (Theorems 1 and 3) count twice and the
+    busiest processor's (Theorem 2) once."""
+    from . import SCHEMES, get
+
+    shape = Shape.coerce(shape)
+    P = check_P(P)
+    mods: list[ModuleType] = [get(scheme)] if scheme is not None else list(SCHEMES.values())
+    if backward:
+        from .backward import SCHEMES as WITH_BACKWARD
+
+        if scheme is not None and scheme not in WITH_BACKWARD:
+            raise ParameterError(f"scheme {scheme!r} has no backward schedule here; those that "
+                                 f"do: {', '.join(WITH_BACKWARD)}", param="scheme")
+        mods = [m for m in mods if m.NAME in WITH_BACKWARD]
+    order = {name: i for i, name in enumerate(SCHEMES)}
+    best: dict[str, CommCost] = {}
+    reasons: list[tuple[str, str]] = []
+    n = 0
+    for mod in mods:
+        ms = mod.mapspace(shape, P)
+        if not ms.supported:
+            reasons.extend(ms.reasons)
+            if scheme is not None:
+                raise ms.error()
+            continue
+        for params in ms.candidates:
+            c = mod.cost(shape, P, params, work=False)
+            if backward:
+                c = _with_backward(shape, P, c)
+            n += 1
+            if mod.NAME not in best or _key(c, order) < _key(best[mod.NAME], order):
+                best[mod.NAME] = c
+    if not best:
+        param, msg = reasons[0] if reasons else ("P", "no scheme applies")
+        raise ParameterError(f"{param}: no scheme can run it: {msg}", param=param)
+    ranked = sorted(best.values(), key=lambda c: _key(c, order))
+    pick = ranked[0]
+    pick = get(pick.scheme).cost(shape, P, pick.params, work=True)
+    if backward:
+        pick = _with_backward(shape, P, pick)
+    timed = None
+    if link is not None:
+        from .timing import predict
+
+        scored = []
+        for mod in mods:
+            ms = mod.mapspace(shape, P)
+            for params in ms.candidates:
+                c = mod.cost(shape, P, params, work=True)
+                if backward:
+                    c = _with_backward(shape, P, c)
+                t = predict(shape, c, link, device, dtype)
+                scored.append((t["time_s"], *_key(c, order), c, t))
+        scored.sort(key=lambda x: x[:4])
+        pick, timed = scored[0][4], scored[0][5]
+        ranked = [pick] + [x[4] for x in scored[1:] if x[4].scheme != pick.scheme][:1]
+    b = bound(shape, P)
+    bval, theorem = int(b.value), b.theorem.split(";")[0]
+    if backward:  # each pass starts from the layout: the averaging bounds (1, 3) add up
+        import math
+
+        from .bounds import busiest_bound, group_bound, linear_bound
+
+        avg = 2 * math.ceil(max(linear_bound(shape, P), group_bound(shape, P)))
+        busy = math.floor(busiest_bound(shape, P))
+        bval, theorem = ((avg, "Theorems 1/3 over both passes") if avg >= busy
+                         else (busy, "Theorem 2 (the busiest processor, one pass)"))
+    return CPPlan(shape, P, pick, bval, theorem,
+                  ranked[1] if len(ranked) > 1 else None, n, timed)

@@ -1,0 +1,91 @@
+"""The ring cut short by a sliding window: a schedule the bound suggests and the published rings
+miss (they pass every block round the whole ring whatever the mask).
+
+Layout: contiguous sequence shards, as :mod:`~attnio.parallel.ring` (``Nq``, ``Nkv`` multiples
+of P; block size ``s = Nkv/P``).  Under a causal mask with a window of W keys, the query rows of
+processor g see the keys ``kv_range(rows of g) = [lo_g, hi_g)``, i.e. key blocks
+``lo_g // s .. (hi_g - 1) // s``.  When no processor needs a block after its own
+(``(hi_g - 1) // s <= g``: true for the bottom-right diagonal with Nq = Nkv, and for top-left),
+it needs only the blocks up to ``S = max_g (g - lo_g // s)`` hops behind it, so the ring runs
+S + 1 compute steps and S passes instead of P - 1:
+
+    sent = received = 2·B·kv_heads·S·(Nkv/P)·d,   words per device = 4·B·kv_heads·S·(Nkv/P)·d
+
+with ``S ≈ ⌈(W - 1)/s⌉`` (at most P - 1).  At step t processor g computes its rows against block
+(g - t) mod P; a wrapped block lies after every key g's rows see, so it adds no pair, and the
+work is the ring's.  Needs a window (without one S = P - 1: the ring).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.workload import Shape, kv_range
+from .base import CommCost, Mapspace
+from .cluster import Cluster, Layout
+from .sequence import block_pairs, seq_layout, seq_reasons
+
+NAME = "window_ring"
+KIND = "contiguous"
+LAYOUT = "sequence-sharded, contiguous"
+
+
+def hops(shape: Shape, P: int) -> int | None:
+    """S, the blocks behind its own that some processor needs; None when one needs a later
+    block."""
+    q, s = shape.Nq // P, shape.Nkv // P
+    S = 0
+    for g in range(P):
+        lo, hi = kv_range(shape, g * q, (g + 1) * q)
+        if hi <= lo:
+            continue
+        if (hi - 1) // s > g:
+            return None
+        S = max(S, g - lo // s)
+    return S
+
+
+def mapspace(shape: Shape, P: int) -> Mapspace:
+    why = seq_reasons(shape, P, 1, KIND)
+    if not why and shape.window is None:
+        why.append(("window", "window_ring needs a sliding window (without one it is the ring)"))
+    if not why and hops(shape, P) is None:
+        why.append(("causal", "a processor needs keys of a later block (bottom-right diagonal "
+                              "with Nq < Nkv): the ring passes blocks forward only"))
+    return Mapspace(NAME, () if why else ({},), tuple(why))
+
+
+def cost(shape: Shape, P: int, params: dict[str, Any] | None = None, *, work: bool = True
+         ) -> CommCost:
+    mapspace(shape, P).check(params)
+    S = hops(shape, P)
+    assert S is not None
+    each = 2 * shape.n_kv_heads * S * (shape.Nkv // P) * shape.d
+    w = None
+    if work:
+        w = tuple(shape.n_heads * block_pairs(shape, P, g, KIND) for g in range(P))
+    per = (each,) * P
+    return CommCost(NAME, {}, P, 2 * each, P * each, lambda: (per, per), w)
+
+
+def layout(shape: Shape, P: int, params: dict[str, Any] | None = None) -> Layout:
+    return seq_layout(shape, P, 1, KIND)
+
+
+def execute(cluster: Cluster, params: dict[str, Any] | None = None) -> None:
+    shape, P = cluster.shape, cluster.P
+    S = hops(shape, P)
+    if S is None:
+        raise mapspace(shape, P).error()
+    q, s = shape.Nq // P, shape.Nkv // P
+    heads = list(range(shape.n_heads))
+    kvh = list(range(shape.n_kv_heads))
+    for t in range(S + 1):
+        for g in range(P):
+            b = (g - t) % P
+            cluster.compute(g, heads, range(g * q, (g + 1) * q), range(b * s, (b + 1) * s))
+        if t < S:
+            for g in range(P):
+                b = (g - t) % P
+                for ten in ("K", "V"):
+                    cluster.send(g, (g + 1) % P, ten, kvh, range(b * s, (b + 1) * s))
