@@ -38,6 +38,8 @@ def level_layout(d: int, g: int) -> tuple[tuple[tuple[int, int, int, int], ...],
     ``M[..., dst:dst+count] = M[..., src:src+count] * x[..., v]``; ``perm[i]`` is the index in
     :func:`attnio.approx.features.monomials` order of the i-th monomial in this order.
     """
+    if feature_dim(d, g) > MAX_R_COMPUTE:
+        monomials(d, g)  # the clear refusal (naming degree) before any table is built
     levels: list[list[tuple[int, ...]]] = [[()]]
     steps = []
     start = [0]  # first index of each level
