@@ -56,8 +56,8 @@ except ImportError:  # pragma: no cover - the optional extra is missing
     torch = None  # type: ignore[assignment]
     _Function = object  # type: ignore[assignment,misc]
 
-    def once_differentiable(f):  # type: ignore[no-redef]
-        return f
+    def once_differentiable(fn):  # type: ignore[misc]
+        return fn
 
 
 

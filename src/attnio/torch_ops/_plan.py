@@ -24,6 +24,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from ..approx.features import MAX_R_COMPUTE, FeatureMap, feature_dim
 from ..approx.poly import PolyApprox, output_error_factor
@@ -325,7 +326,8 @@ def warn_at_caller(message: str, category) -> None:
     import torch
 
     skip = _HERE + (str(Path(torch.__file__).resolve().parent) + os.sep,)
-    level, f = 2, sys._getframe(1)
+    level = 2
+    f: FrameType | None = sys._getframe(1)
     while f is not None and str(Path(f.f_code.co_filename).resolve()).startswith(skip):
         f = f.f_back
         level += 1
