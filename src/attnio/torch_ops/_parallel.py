@@ -20,6 +20,7 @@ its state gradient), so the pieces are sized unequally to balance that extra wor
 from __future__ import annotations
 
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,6 +29,16 @@ __all__ = ["causal_blocks", "causal_pieces", "pieces", "pmap", "workers"]
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _LOCK = threading.Lock()
 _LOCAL = threading.local()
+
+
+def _forget_pools():  # a forked child (a DataLoader worker) has none of the parent's threads
+    global _LOCK
+    _POOLS.clear()
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
 # extra work of a row piece, per row before it, relative to the work per row of its own: the
 # forward absorbs earlier keys (features of k and one product) where a block does about
 # 2.5 times that; the backward absorbs later queries where a block does about 7 times that

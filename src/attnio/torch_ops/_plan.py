@@ -1,16 +1,19 @@
 """The cost guard: what ``poly_attention`` will do on a shape, and what it will cost, before it runs.
 
 :func:`poly_plan` returns a :class:`PolyPlan`: the polynomial (degree, proven relative error), the
-feature dimension ``r = C(E+g, g)``, the score radius R, and a predicted time for the polynomial
-method and for ``scaled_dot_product_attention`` on the same shape.  The predictions come from
-operation counts (the engine's matmuls and feature products; SDPA's two L x S x E products and
-the L x S exponentials, halved when causal) divided by rates measured once per process and device
-kind on two small shapes each (:func:`calibration`; about 0.1 s on a CPU), or by fixed default
-rates where no measurement can run (under ``torch.compile`` tracing, on the meta device, or with
+feature dimension ``r = C(E+g, g)``, the score radius R, the worst-case rounding term of the
+compute dtype, the working memory, and a predicted time for the polynomial method and for
+``scaled_dot_product_attention`` on the same shape.  The predictions come from operation counts
+(the engine's matmuls, feature products and torch operations; SDPA's two L x S x E products and
+the L x S exponentials, halved when causal) times rates measured once per machine, device,
+dtype and thread count (:func:`calibration`, about 0.5 s, cached in memory and in a file under
+the user's cache directory, like cuDNN's benchmark mode), or fixed default rates where no
+measurement can run (under ``torch.compile`` tracing, on the meta device, or with
 ``calibrate=False``).  A plan is *slow* when ``r > n`` (the features outnumber the keys: exact
-attention is cheaper by construction) or when the prediction for the polynomial method exceeds
-the one for SDPA; ``poly_attention`` then warns with :class:`SlowApproximationWarning`, refuses,
-or falls back to SDPA (``on_slow``), before it computes any feature.
+attention is cheaper by construction), when the prediction for the polynomial method exceeds
+the one for SDPA, when r exceeds the features the kernel builds, or when its memory exceeds
+``memory_limit``; ``poly_attention`` then falls back to SDPA (the default, with a warning),
+warns and runs, or refuses (``on_slow``), before anything is allocated.
 """
 
 from __future__ import annotations
@@ -34,14 +37,15 @@ __all__ = ["MEMORY_LIMIT", "PolyPlan", "SlowApproximationWarning", "calibration"
 
 ON_SLOW = ("exact", "warn", "error")
 MEMORY_LIMIT = 1 << 30  # bytes of working memory a plan may use by default (beyond q, k, v, out)
-_CAL_VERSION = 2  # bump when the engine or the calibration shapes change (invalidates the file)
+_CAL_VERSION = 3  # bump when the engine or the calibration shapes change (invalidates the file)
 
 # seconds per unit of work when nothing can be measured: the order of magnitude calibration()
 # found on one core of the development machine (float32, torch 2.13); only the ratio matters to
 # the guard
-_DEFAULT_RATES = {"poly_feat": 1.2e-9, "poly_mm": 0.35e-9, "poly_op": 5e-6, "sdpa_exp": 2.2e-9,
-                  "sdpa_mm": 0.25e-9}
+_DEFAULT_RATES = {"poly_feat": 1.2e-9, "poly_mm": 0.35e-9, "poly_op": 5e-6, "poly_call": 5e-4,
+                  "sdpa_exp": 2.2e-9, "sdpa_mm": 0.25e-9, "sdpa_call": 3e-5}
 _RATES: dict[str, dict[str, float]] = {}
+_LAST_TIMES: dict[str, float] = {}  # the last calibration's medians (for inspection)
 
 
 class SlowApproximationWarning(UserWarning):
@@ -119,8 +123,9 @@ def _work(heads, L, S, E, Ev, r, g, causal, tile=64):
 
 def predict(heads, L, S, E, Ev, r, g, causal, rates) -> tuple[float, float]:
     feat, mm, ops, pairs, smm = _work(heads, L, S, E, Ev, r, g, causal)
-    poly = feat * rates["poly_feat"] + mm * rates["poly_mm"] + ops * rates.get("poly_op", 0.0)
-    sdpa = pairs * rates["sdpa_exp"] + smm * rates["sdpa_mm"]
+    poly = (feat * rates["poly_feat"] + mm * rates["poly_mm"] + ops * rates["poly_op"]
+            + rates["poly_call"])
+    sdpa = pairs * rates["sdpa_exp"] + smm * rates["sdpa_mm"] + rates["sdpa_call"]
     return poly, sdpa
 
 
@@ -224,8 +229,9 @@ def _write_cache(key, rates):
 def calibration(device=None, dtype=None, *, refresh: bool = False) -> tuple[dict[str, float], bool]:
     """Seconds per unit of work for this device, dtype and thread count, like cuDNN's benchmark
     mode: measured once per machine (a micro-benchmark of about 0.5 s: two small shapes per
-    kernel, two equations in the two rates of each kernel's model, :func:`_work`, and the cost of
-    one small torch operation), then kept in memory and in a file under the user's cache
+    kernel, two equations in the two rates of each kernel's model, :func:`_work`, the cost of one
+    small torch operation and of a call on 16 tokens; all timed interleaved, five rounds,
+    medians, so that a change of the machine's load hits every rate alike), then kept in memory and in a file under the user's cache
     directory (:func:`_cache_file`), so that every process on the machine decides the same way.
     ``refresh`` measures again and replaces the cached rates."""
     import torch
@@ -245,6 +251,9 @@ def calibration(device=None, dtype=None, *, refresh: bool = False) -> tuple[dict
         if cached is not None:
             _RATES[key] = cached
             return cached, True
+    from ._checks import Inputs, value_stats
+    from ._core import run as run_engine
+
     g = torch.Generator(device="cpu").manual_seed(0)
 
     def rnd(*shape):
@@ -252,37 +261,59 @@ def calibration(device=None, dtype=None, *, refresh: bool = False) -> tuple[dict
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sd = torch.nn.functional.scaled_dot_product_attention
+    n = 2048
+    fm = FeatureMap(4, 8, tuple(1.0 / math.factorial(j) for j in range(9)), 0.5)  # r = 495
+    kern = PolyKernel(fm, dtype, device)
+    x = rnd(64, 64)
+    y = torch.empty_like(x)
+
+    def small_ops():
+        for _ in range(100):
+            torch.mul(x, x, out=y)
+        sync()
+
+    q16, k16, v16 = rnd(1, 1, 16, 4), rnd(1, 1, 16, 4), rnd(1, 1, 16, 4)
+    inp16 = Inputs(q16, k16, v16, 1, dtype)
+
+    def call16():  # what a poly_attention call costs besides its work: checks, centring, engine
+        value_stats(q16, k16, v16)
+        run_engine(q16, k16, v16, inp16, lambda qc, kc: kern, None, None)
+        sync()
+
+    cases: dict = {}  # name: (work, callable); timed interleaved, so that a change of load hits all
+    for E in (8, 64):
+        q, k, v = rnd(1, 1, n, E), rnd(1, 1, n, E), rnd(1, 1, n, E)
+        cases[f"sdpa{E}"] = (_work(1, n, n, E, E, 1, 1, False)[3:],
+                             lambda q=q, k=k, v=v: (sd(q, k, v), sync()))
+    for Ev in (1, 128):  # feature-bound and matmul-bound
+        q, k, v = rnd(1, 4 * n, 4), rnd(1, 4 * n, 4), rnd(1, 4 * n, Ev)
+        cases[f"poly{Ev}"] = (_work(1, 4 * n, 4 * n, 4, Ev, fm.r, 8, False)[:3],
+                              lambda q=q, k=k, v=v: (linear_attention(q, k, v, kern, None),
+                                                     sync()))
+    cases["ops"] = (None, small_ops)
+    cases["call"] = (None, call16)
+    cases["sdpa_call"] = (None, lambda: (sd(q16, k16, v16), sync()))
+    times: dict[str, list[float]] = {name: [] for name in cases}
     with torch.no_grad():
-        n = 1024
-        pts = []
-        for E in (8, 64):
-            q, k, v = rnd(1, 1, n, E), rnd(1, 1, n, E), rnd(1, 1, n, E)
-            pts.append((_work(1, n, n, E, E, 1, 1, False)[3:],
-                        _timed(lambda: (sd(q, k, v), sync()))))
-        (p1, m1), t1 = pts[0]
-        (_, m2), t2 = pts[1]
-        mm_rate = max((t2 - t1) / (m2 - m1), 1e-13)
-        rates = {"sdpa_mm": mm_rate, "sdpa_exp": max((t1 - m1 * mm_rate) / p1, 1e-13)}
-        x = rnd(64, 64)
-        y = torch.empty_like(x)
-
-        def small_ops():
-            for _ in range(200):
-                torch.mul(x, x, out=y)
-            sync()
-
-        op = _timed(small_ops) / 200
-        fm = FeatureMap(4, 8, tuple(1.0 / math.factorial(j) for j in range(9)), 0.5)  # r = 495
-        kern = PolyKernel(fm, dtype, device)
-        ppts = []
-        for Ev in (1, 32):  # feature-bound and matmul-bound
-            q, k, v = rnd(1, 8 * n, 4), rnd(1, 8 * n, 4), rnd(1, 8 * n, Ev)
-            work = _work(1, 8 * n, 8 * n, 4, Ev, fm.r, 8, False)
-            ppts.append((work[:2], work[2] * op,
-                         _timed(lambda: (linear_attention(q, k, v, kern, None), sync()))))
-    (f1, mm1), o1, t1 = ppts[0]
-    (f2, mm2), o2, t2 = ppts[1]
-    t1, t2 = max(t1 - o1, t1 / 2), max(t2 - o2, t2 / 2)
+        for _, f in cases.values():
+            f()
+        for _ in range(5):
+            for name, (_, f) in cases.items():
+                t = time.perf_counter()
+                f()
+                times[name].append(time.perf_counter() - t)
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    _LAST_TIMES.clear()
+    _LAST_TIMES.update(med)
+    op = med["ops"] / 100
+    (p1, m1), t1 = cases["sdpa8"][0], med["sdpa8"] - med["sdpa_call"]
+    (_, m2), t2 = cases["sdpa64"][0], med["sdpa64"] - med["sdpa_call"]
+    mm_rate = max((t2 - t1) / (m2 - m1), 1e-13)
+    rates = {"sdpa_mm": mm_rate, "sdpa_exp": max((t1 - m1 * mm_rate) / p1, 1e-13),
+             "sdpa_call": max(med["sdpa_call"], 1e-7), "poly_call": max(med["call"], 1e-7)}
+    (f1, mm1, o1), (_, mm2, o2) = cases["poly1"][0], cases["poly128"][0]
+    t1, t2 = med["poly1"], med["poly128"]
+    t1, t2 = max(t1 - o1 * op, t1 / 2), max(t2 - o2 * op, t2 / 2)
     b = max((t2 - t1) / (mm2 - mm1), 1e-13)  # t = f a + mm b (f equal in both)
     a = max((t1 - mm1 * b) / f1, 1e-13)
     rates.update(poly_feat=a, poly_mm=b, poly_op=op)
