@@ -443,6 +443,70 @@ def cost_grid(torch, args):
     return rows
 
 
+def _g(x):
+    return "—" if x is None else f"{x:.3g}"
+
+
+def tables():
+    """docs/approximate.md's §7 tables (markdown) from the results files."""
+    out = []
+    sp = json.loads((RESULTS / "torch_speed.json").read_text())
+    summ = {(x["threads"], x["pass"], x["causal"]): x for x in sp["summary"]}
+    by = {(r["threads"], r["pass"], r["causal"], r["n"]): r for r in sp["rows"]}
+    n = max(r["n"] for r in sp["rows"])
+    out.append("| threads | pass | mask | SDPA fused (s) | poly_attention (s) | speed-up | "
+               "crossover n |")
+    out.append("|---|---|---|---|---|---|---|")
+    for th in sorted({r["threads"] for r in sp["rows"]}):
+        for mode in ("fwd", "fwdbwd"):
+            for causal in (False, True):
+                r = by.get((th, mode, causal, n), {})
+                sm = summ.get((th, mode, causal), {})
+                sup = r.get("speedup")
+                cross = sm.get("crossover_n")
+                out.append(f"| {th} | {'forward' if mode == 'fwd' else 'fwd+bwd'} | "
+                           f"{'causal' if causal else 'none'} | {_g(r.get('sdpa_s'))} | "
+                           f"{_g(r.get('poly_s'))} | "
+                           f"{'—' if sup is None else f'**{sup:.3g}×**'} | "
+                           f"{'none' if cross is None else f'{cross:,}'} |")
+    out.append("")
+    path = RESULTS / "torch_threads.json"
+    if path.exists():
+        out.append("| method | pass | mask | 1 thread: wall (CPU) s | 2 threads: wall (CPU) s | "
+                   "wall speed-up | CPU 2t / 1t |")
+        out.append("|---|---|---|---|---|---|---|")
+        for r in json.loads(path.read_text())["rows"]:
+            out.append(f"| {r['method']} | {r['pass']} | {'causal' if r['causal'] else 'none'} | "
+                       f"{r['wall_1t']:.3g} ({r['cpu_1t']:.3g}) | {r['wall_2t']:.3g} "
+                       f"({r['cpu_2t']:.3g}) | {r['speedup_2t']:.2f}× | {r['cpu_ratio_2t']:.2f} |")
+        out.append("")
+    path = RESULTS / "torch_cost_grid.json"
+    if path.exists():
+        rows = json.loads(path.read_text())["rows"]
+        out.append("| n | d | R | causal | r | predicted poly/SDPA | measured poly/SDPA | "
+                   "falls back | decision |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            if "skipped" in r:
+                continue
+            pr = r["predicted_s"] / r["sdpa_predicted_s"]
+            if "measured_ratio" in r:
+                m = f"{r['measured_ratio']:.3g}"
+                dec = ("right" if r["right"] else "wrong") + ("" if r["clear"] else " (tie)")
+            else:
+                m, dec = "not run", "—"
+            out.append(f"| {r['n']:,} | {r['d']} | {r['R']} | {'yes' if r['causal'] else 'no'} | "
+                       f"{r['r']:,} | {pr:.3g} | {m} | {'yes' if r['falls_back'] else 'no'} | "
+                       f"{dec} |")
+        clear = [r for r in rows if r.get("clear")]
+        out.append("")
+        out.append(f"{sum(r['right'] for r in clear)} of {len(clear)} measured cases where the two "
+                   f"differ by more than 1.5× decided right; "
+                   f"{sum(r.get('right', False) for r in rows)} of "
+                   f"{sum('right' in r for r in rows)} measured cases in all.")
+    print("\n".join(out))
+
+
 def plot_speed(rows, path):
     """Seconds against n, SDPA (fused) and poly, per pass and mask, one thread (d = 8, R = 1)."""
     import matplotlib
@@ -484,6 +548,7 @@ def main():
                     help="1 against 2 threads at n = 65,536, d = 8 (wall and CPU time)")
     ap.add_argument("--threads-n", type=int, default=65536)
     ap.add_argument("--threads-sdpa", action="store_true", help="--threads-check: SDPA too")
+    ap.add_argument("--tables", action="store_true", help="print docs/approximate.md's tables")
     ap.add_argument("--cost-grid", action="store_true",
                     help="the cost model's decision against the measured winner")
     ap.add_argument("--from-log", nargs="+", default=None, metavar="LOG",
@@ -528,6 +593,9 @@ def main():
         (RESULTS / "torch_speed_full.json").write_text(json.dumps(data, indent=1))
         for s_ in data["summary"]:
             print(s_)
+        return
+    if args.tables:
+        tables()
         return
     if args.threads_check:
         rows = threads_check(torch, args)

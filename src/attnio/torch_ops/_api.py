@@ -35,7 +35,7 @@ def poly_plan(q, k, v=None, *, eps: float = 1e-3, entry_bound: float | None = No
     eps, entry_bound, scale, is_causal, enable_gqa, variant, degree, allow_unbounded
         As for :func:`poly_attention`.
     calibrate : bool, default True
-        Measure this machine's rates once (about 0.5 s; cached in memory and in a file under the
+        Measure this machine's rates once (about 1 s; cached in memory and in a file under the
         user's cache directory, see :func:`attnio.torch_ops._plan.calibration`) for the time
         predictions; False uses fixed default rates.
     memory_limit : int

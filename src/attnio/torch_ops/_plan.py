@@ -6,7 +6,7 @@ compute dtype, the working memory, and a predicted time for the polynomial metho
 ``scaled_dot_product_attention`` on the same shape.  The predictions come from operation counts
 (the engine's matmuls, feature products and torch operations; SDPA's two L x S x E products and
 the L x S exponentials, halved when causal) times rates measured once per machine, device,
-dtype and thread count (:func:`calibration`, about 0.5 s, cached in memory and in a file under
+dtype and thread count (:func:`calibration`, about 1 s, cached in memory and in a file under
 the user's cache directory, like cuDNN's benchmark mode), or fixed default rates where no
 measurement can run (under ``torch.compile`` tracing, on the meta device, or with
 ``calibrate=False``).  A plan is *slow* when ``r > n`` (the features outnumber the keys: exact
@@ -37,13 +37,13 @@ __all__ = ["MEMORY_LIMIT", "PolyPlan", "SlowApproximationWarning", "calibration"
 
 ON_SLOW = ("exact", "warn", "error")
 MEMORY_LIMIT = 1 << 30  # bytes of working memory a plan may use by default (beyond q, k, v, out)
-_CAL_VERSION = 3  # bump when the engine or the calibration shapes change (invalidates the file)
+_CAL_VERSION = 4  # bump when the engine or the calibration shapes change (invalidates the file)
 
 # seconds per unit of work when nothing can be measured: the order of magnitude calibration()
 # found on one core of the development machine (float32, torch 2.13); only the ratio matters to
 # the guard
 _DEFAULT_RATES = {"poly_feat": 1.2e-9, "poly_mm": 0.35e-9, "poly_op": 5e-6, "poly_call": 5e-4,
-                  "sdpa_exp": 2.2e-9, "sdpa_mm": 0.25e-9, "sdpa_call": 3e-5}
+                  "poly_causal": 1.5, "sdpa_exp": 2.2e-9, "sdpa_mm": 0.25e-9, "sdpa_call": 3e-5}
 _RATES: dict[str, dict[str, float]] = {}
 _LAST_TIMES: dict[str, float] = {}  # the last calibration's medians (for inspection)
 
@@ -123,8 +123,10 @@ def _work(heads, L, S, E, Ev, r, g, causal, tile=64):
 
 def predict(heads, L, S, E, Ev, r, g, causal, rates) -> tuple[float, float]:
     feat, mm, ops, pairs, smm = _work(heads, L, S, E, Ev, r, g, causal)
-    poly = (feat * rates["poly_feat"] + mm * rates["poly_mm"] + ops * rates["poly_op"]
-            + rates["poly_call"])
+    poly = (feat * rates["poly_feat"] + mm * rates["poly_mm"] + ops * rates["poly_op"])
+    if causal:  # the chunked form's per-tile products: a factor measured on a causal shape
+        poly *= rates["poly_causal"]
+    poly += rates["poly_call"]
     sdpa = pairs * rates["sdpa_exp"] + smm * rates["sdpa_mm"] + rates["sdpa_call"]
     return poly, sdpa
 
@@ -228,7 +230,7 @@ def _write_cache(key, rates):
 
 def calibration(device=None, dtype=None, *, refresh: bool = False) -> tuple[dict[str, float], bool]:
     """Seconds per unit of work for this device, dtype and thread count, like cuDNN's benchmark
-    mode: measured once per machine (a micro-benchmark of about 0.5 s: two small shapes per
+    mode: measured once per machine (a micro-benchmark of about 1 s: two small shapes per
     kernel, two equations in the two rates of each kernel's model, :func:`_work`, the cost of one
     small torch operation and of a call on 16 tokens; all timed interleaved, five rounds,
     medians, so that a change of the machine's load hits every rate alike), then kept in memory and in a file under the user's cache
@@ -281,15 +283,18 @@ def calibration(device=None, dtype=None, *, refresh: bool = False) -> tuple[dict
         sync()
 
     cases: dict = {}  # name: (work, callable); timed interleaved, so that a change of load hits all
-    for E in (8, 64):
-        q, k, v = rnd(1, 1, n, E), rnd(1, 1, n, E), rnd(1, 1, n, E)
-        cases[f"sdpa{E}"] = (_work(1, n, n, E, E, 1, 1, False)[3:],
+    for E, m in ((8, n), (64, 2 * n)):  # E = 64 at 4,096 rows: K and V beyond a 2 MB cache
+        q, k, v = rnd(1, 1, m, E), rnd(1, 1, m, E), rnd(1, 1, m, E)
+        cases[f"sdpa{E}"] = (_work(1, m, m, E, E, 1, 1, False)[3:],
                              lambda q=q, k=k, v=v: (sd(q, k, v), sync()))
     for Ev in (1, 128):  # feature-bound and matmul-bound
         q, k, v = rnd(1, 4 * n, 4), rnd(1, 4 * n, 4), rnd(1, 4 * n, Ev)
         cases[f"poly{Ev}"] = (_work(1, 4 * n, 4 * n, 4, Ev, fm.r, 8, False)[:3],
                               lambda q=q, k=k, v=v: (linear_attention(q, k, v, kern, None),
                                                      sync()))
+    q, k, v = rnd(1, 2 * n, 4), rnd(1, 2 * n, 4), rnd(1, 2 * n, 32)
+    cases["causal"] = (_work(1, 2 * n, 2 * n, 4, 32, fm.r, 8, True)[:3],
+                       lambda q=q, k=k, v=v: (linear_attention(q, k, v, kern, 0), sync()))
     cases["ops"] = (None, small_ops)
     cases["call"] = (None, call16)
     cases["sdpa_call"] = (None, lambda: (sd(q16, k16, v16), sync()))
@@ -316,6 +321,8 @@ def calibration(device=None, dtype=None, *, refresh: bool = False) -> tuple[dict
     t1, t2 = max(t1 - o1 * op, t1 / 2), max(t2 - o2 * op, t2 / 2)
     b = max((t2 - t1) / (mm2 - mm1), 1e-13)  # t = f a + mm b (f equal in both)
     a = max((t1 - mm1 * b) / f1, 1e-13)
+    fc, mmc, oc = cases["causal"][0]
+    rates["poly_causal"] = min(max(med["causal"] / (fc * a + mmc * b + oc * op), 1.0), 20.0)
     rates.update(poly_feat=a, poly_mm=b, poly_op=op)
     _RATES[key] = rates
     _write_cache(key, rates)
