@@ -19,7 +19,7 @@ Tensors follow SDPA: ``(..., Hq, L, E)`` queries, ``(..., H, S, E)`` keys, ``(..
 values (``enable_gqa`` for H < Hq); float32/float64, and bfloat16/float16 computed in float32.
 ``is_causal`` means what SDPA's means, top-left aligned (query i sees keys j <= i, also when
 L != S); ``causal_align="bottom_right"`` gives the project's and flash-attn's alignment (j <= i +
-S - L).  By default a plan predicted slower than SDPA, one that no degree can meet, or one above
+S - L).  By default a plan predicted slower than SDPA (by 1.25x), one no degree can meet, or one above
 ``memory_limit`` falls back to exact SDPA with a warning (``on_slow="exact"``).
 :class:`PolyAttention` is an ``nn.Module`` with bounded q/k projections.  The engine runs one
 piece of work per torch thread (:mod:`._parallel`).  ``torch`` is imported lazily: it is an

@@ -125,7 +125,8 @@ def poly_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: b
     allow_unbounded : bool, default False
         Run on entries beyond ``entry_bound`` with an UnboundedWarning (no guarantee).
     on_slow : {"exact", "warn", "error"}, default "exact"
-        What to do when the plan is slow (``r > S``, predicted slower than SDPA, more features
+        What to do when the plan is slow (``r > S``, predicted more than 1.25x slower than SDPA
+        (``SLOW_MARGIN``), more features
         than the kernel builds, or more memory than ``memory_limit``), decided from shapes and
         sizes before anything is allocated: return exact ``scaled_dot_product_attention``
         instead (also when no degree reaches ``eps``), with a SlowApproximationWarning once per
