@@ -490,16 +490,22 @@ def tables():
             if "skipped" in r:
                 continue
             pr = r["predicted_s"] / r["sdpa_predicted_s"]
-            if "measured_ratio" in r:
-                m = f"{r['measured_ratio']:.3g}"
-                dec = ("right" if r["right"] else "wrong") + ("" if r["clear"] else " (tie)")
-            else:
-                m, dec = "not run", "—"
+            if "measured_ratio" not in r:
+                continue
+            m = f"{r['measured_ratio']:.3g}"
+            dec = ("right" if r["right"] else "wrong") + ("" if r["clear"] else " (tie)")
             out.append(f"| {r['n']:,} | {r['d']} | {r['R']} | {'yes' if r['causal'] else 'no'} | "
                        f"{r['r']:,} | {pr:.3g} | {m} | {'yes' if r['falls_back'] else 'no'} | "
                        f"{dec} |")
         clear = [r for r in rows if r.get("clear")]
+        rest = [r for r in rows if "measured_ratio" not in r and "skipped" not in r]
         out.append("")
+        if rest:
+            lo = min(r["predicted_s"] / r["sdpa_predicted_s"] for r in rest)
+            out.append(f"Not run: {len(rest)} shapes whose plan predicts more than the budget or "
+                       f"exceeds the kernel's feature or memory limits (predicted {lo:.3g}× to "
+                       f"{max(r['predicted_s'] / r['sdpa_predicted_s'] for r in rest):.3g}× "
+                       f"SDPA's time); {sum(r['falls_back'] for r in rest)} of them fall back.")
         out.append(f"{sum(r['right'] for r in clear)} of {len(clear)} measured cases where the two "
                    f"differ by more than 1.5× decided right; "
                    f"{sum(r.get('right', False) for r in rows)} of "
