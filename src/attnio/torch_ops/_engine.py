@@ -68,7 +68,7 @@ class Absorb(_Function):
     def forward(ctx, k, v1, kern, T):
         BH, S = k.shape[0], k.shape[-2]
         U = k.new_zeros(k.shape[:-2] + (kern.r, v1.shape[-1]))
-        pieces = _pieces(BH, S, T, 1)
+        pieces = _pieces(BH, S, T, 1, k.device)
 
         def part(piece):
             b0, b1, blocks = piece
@@ -96,7 +96,7 @@ class Absorb(_Function):
                 dk[b0:b1, a:b, :] = kern.grad_outer(
                     kT, M, [(dU[b0:b1], v1[b0:b1, a:b, :])]).transpose(-1, -2)
 
-        pmap(part, _pieces(k.shape[0], k.shape[-2], ctx.T, 1))
+        pmap(part, _pieces(k.shape[0], k.shape[-2], ctx.T, 1, k.device))
         return dk, dv1, None, None
 
 
@@ -114,7 +114,7 @@ class Readout(_Function):
                 qT = q[b0:b1, a:b, :].transpose(-1, -2)
                 out[b0:b1, a:b, :] = kern.mt_mul(qT, kern.lower(qT, True), Uw[b0:b1])
 
-        pmap(part, _pieces(q.shape[0], q.shape[-2], T, 1))
+        pmap(part, _pieces(q.shape[0], q.shape[-2], T, 1, q.device))
         ctx.kern, ctx.T = kern, T
         ctx.save_for_backward(q, U)
         return out
@@ -139,7 +139,7 @@ class Readout(_Function):
                 dq[b0:b1, a:b, :] = kern.grad_outer(qT, M, [(Uw[b0:b1], G)]).transpose(-1, -2)
             return acc
 
-        pieces = _pieces(q.shape[0], q.shape[-2], ctx.T, 1)
+        pieces = _pieces(q.shape[0], q.shape[-2], ctx.T, 1, q.device)
         for (b0, b1, _), acc in zip(pieces, pmap(part, pieces)):
             dUw[b0:b1] += acc
         return dq, dUw * kern.cw[:, None], None, None
@@ -158,8 +158,8 @@ class Causal(_Function):
         tril = torch.ones(c, c, dtype=q.dtype, device=q.device).tril()
         cw = kern.cw[:, None]
         N1 = q.new_empty(BH, Lp, v1.shape[-1])
-        blocks = causal_blocks(BH, Lp, T, c)
-        pieces = causal_pieces(BH, blocks, forward=True)
+        blocks = causal_blocks(BH, Lp, T, c, q.device)
+        pieces = causal_pieces(BH, blocks, True, q.device)
         states = q.new_empty((len(blocks),) + tuple(U0.shape))
 
         def part(piece):
@@ -202,7 +202,7 @@ class Causal(_Function):
         dq, dk, dv1 = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v1)
         dU0 = torch.empty_like(states[0])
         blocks = ctx.blocks
-        pieces = causal_pieces(BH, blocks, forward=False)
+        pieces = causal_pieces(BH, blocks, False, q.device)
 
         def part(piece):
             b0, b1, idx = piece

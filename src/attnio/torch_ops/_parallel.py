@@ -45,11 +45,13 @@ if hasattr(os, "register_at_fork"):
 _PREFIX = {True: 0.4, False: 0.15}
 
 
-def workers() -> int:
-    """Pieces to cut the work into: torch's thread count (1 inside a pool thread)."""
+def workers(device=None) -> int:
+    """Pieces to cut the work into: torch's thread count on the CPU (1 inside a pool thread, and
+    on an accelerator, whose operations are queued asynchronously anyway)."""
     import torch
 
-    if getattr(_LOCAL, "in_pool", False) or torch.compiler.is_compiling():
+    if getattr(_LOCAL, "in_pool", False) or torch.compiler.is_compiling() \
+            or (device is not None and device.type != "cpu"):
         return 1
     return max(1, torch.get_num_threads())
 
@@ -109,11 +111,11 @@ def _split(n: int, p: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
-def pieces(BH: int, n: int, T: int, align: int = 1) -> list[tuple[int, int, list]]:
+def pieces(BH: int, n: int, T: int, align: int = 1, device=None) -> list[tuple[int, int, list]]:
     """``(b0, b1, blocks)``: heads b0:b1 and the row blocks (of at most T rows) of each piece;
     one piece per worker, by heads when there are at least as many heads as workers, else by
     rows (blocks of at most ``n/p`` rows, so each worker gets some)."""
-    p = workers()
+    p = workers(device)
     if p <= 1:
         return [(0, BH, _blocks(n, T))]
     if BH >= p:
@@ -123,22 +125,23 @@ def pieces(BH: int, n: int, T: int, align: int = 1) -> list[tuple[int, int, list
     return [(0, BH, blocks[a:b]) for a, b in _split(len(blocks), p)]
 
 
-def causal_blocks(BH: int, Lp: int, T: int, c: int) -> list[tuple[int, int]]:
+def causal_blocks(BH: int, Lp: int, T: int, c: int, device=None) -> list[tuple[int, int]]:
     """The row blocks of the causal pass (the forward's states are saved per block): blocks of
     T rows, or, when the rows are split between workers, of at most ``Lp / (4 p)`` rows (a
     multiple of the tile c) so that the pieces can be balanced."""
-    p = workers()
+    p = workers(device)
     if p <= 1 or BH >= p:
         return _blocks(Lp, T)
     return _blocks(Lp, min(T, _ceil_to(Lp // (4 * p), c)))
 
 
-def causal_pieces(BH: int, blocks: list, forward: bool) -> list[tuple[int, int, list[int]]]:
+def causal_pieces(BH: int, blocks: list, forward: bool,
+                  device=None) -> list[tuple[int, int, list[int]]]:
     """``(b0, b1, block indices)`` of each worker for the causal pass over ``blocks``: ranges of
     heads, or consecutive blocks sized so that a piece's work plus its prefix's (forward: the
     rows before it; backward: after it) is equal for all (``x_j = x_0 - rho X_j`` with X_j the
     rows on the prefix side)."""
-    p = workers()
+    p = workers(device)
     idx = list(range(len(blocks)))
     if p <= 1 or len(blocks) == 1:
         return [(0, BH, idx)]
