@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from ..core.errors import ParameterError
 from ._api import poly_attention
+
+try:  # the class needs torch's base class; without torch attnio.torch_ops.PolyAttention says so
+    import torch
+    _Module = torch.nn.Module
+except ImportError:  # pragma: no cover - the optional extra is missing
+    torch = None  # type: ignore[assignment]
+    _Module = object  # type: ignore[assignment,misc]
 
 __all__ = ["PolyAttention"]
 
 
-class PolyAttention(torch.nn.Module):
+class PolyAttention(_Module):
     """Multi-head (or grouped-query) self-attention through :func:`poly_attention`, with bounded
     query and key projections: ``q = B tanh(x W_q)``, ``k = B tanh(x W_k)``, ``v = x W_v``, so
     every entry of q and k lies in [-B, B] and the score range is ``R = B^2 sqrt(head_dim)``
