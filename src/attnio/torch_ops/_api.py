@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from ..approx.features import FeatureMap
+from ..approx.radius import score_radius
 from ..core.errors import ParameterError
 from ._checks import causal_offset, check_inputs, resolve_mask
 from ._compiled import poly_op
@@ -165,6 +166,8 @@ def poly_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: b
     if torch.compiler.is_compiling():  # one opaque custom op: no graph break
         # without entry_bound the operator measures R from the values when it runs (one host
         # synchronisation inside it, as in eager mode); with it, no synchronisation
+        if entry_bound is not None:
+            score_radius(inp.E, s, entry_bound)  # refuses a bad one here (-1 means none below)
         return poly_op()(q, k, v, float(eps), -1.0 if entry_bound is None else float(entry_bound),
                          s, str(variant), -1 if degree is None else int(degree),
                          bool(allow_unbounded), str(on_slow), offset is not None,
