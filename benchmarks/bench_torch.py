@@ -5,6 +5,8 @@ trade-off of poly_attention, Based and FAVOR+.
     python benchmarks/bench_torch.py --full           # d in {8,16,32}, R in {0.5,1,2}, 2^10..2^17
     python benchmarks/bench_torch.py --tradeoff       # error vs time plot (docs/img)
     python benchmarks/bench_torch.py --guard          # the cost guard on issue 23's R = 4.17 case
+    python benchmarks/bench_torch.py --threads-check  # 1 and 2 threads at n = 65,536, d = 8
+    python benchmarks/bench_torch.py --cost-grid      # the cost model's decision against measured
 
 Speed (``speed``): SDPA is called in the layout modules use, 4-D ``(B, H, L, E) = (1, 1, n, d)``,
 which takes its fused CPU kernel; the backend SDPA selects is recorded for every shape
@@ -34,6 +36,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import time
 import warnings
 from pathlib import Path
@@ -52,14 +55,21 @@ def _inputs(torch, n, d, R, seed=0, dtype=None):
 
 
 def _time(torch, fn, reps, rep_limit):
-    best = math.inf
+    return _time2(torch, fn, reps, rep_limit)[0]
+
+
+def _time2(torch, fn, reps, rep_limit):
+    """(min wall seconds, CPU seconds of that repetition: all threads of the process)."""
+    best, cpu = math.inf, math.inf
     for _ in range(reps):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t)
+        w = time.perf_counter() - t
+        if w < best:
+            best, cpu = w, time.process_time() - c
         if best > rep_limit:
             break
-    return best
+    return best, cpu
 
 
 def _fwdbwd(torch, f, q, k, v, G):
@@ -119,16 +129,18 @@ def speed(torch, args):
                         def sd_f(a, b, c, cz=causal):
                             return sd(a, b, c, is_causal=cz)
                         run = (lambda: sd_f(q0, k0, v0)) if mode == "fwd" else _fwdbwd(torch, sd_f, q0, k0, v0, G)
+                        tsc = None
                         if pred > args.sdpa_budget:
                             ts = None
                         else:
                             _warm(torch, sd_f, n, d, mode, causal)
-                            ts = _time(torch, run, args.reps, args.rep_limit)
+                            ts, tsc = _time2(torch, run, args.reps, args.rep_limit)
                             sdpa_prev[key] = ts
                         backend = int(torch._fused_sdp_choice(q0, k0, v0, is_causal=causal))
                         for R in args.R:
                             row = _poly_case(torch, poly_attention, poly_plan, args, threads, d, n, R,
                                              causal, mode, eps, ts, backend, G)
+                            row["sdpa_cpu_s"] = tsc
                             rows.append(row)
                             print(json.dumps(row), flush=True)
     return rows
@@ -167,7 +179,7 @@ def _poly_case(torch, poly_attention, poly_plan, args, threads, d, n, R, causal,
         warnings.simplefilter("ignore")
         _warm_poly(torch, f, q, k, v, n, mode)
         run = (lambda: f(q, k, v)) if mode == "fwd" else _fwdbwd(torch, f, q, k, v, G)
-        tp = _time(torch, run, args.reps, args.rep_limit)
+        tp, row["poly_cpu_s"] = _time2(torch, run, args.reps, args.rep_limit)
         row["poly_s"] = tp
         row["speedup"] = None if ts is None else ts / tp
         if mode == "fwd" and (n <= args.err_max_n):
@@ -339,6 +351,168 @@ def guard_case(torch):
     return row
 
 
+def threads_check(torch, args):
+    """poly_attention and SDPA at n = 65,536, d = 8, R = 1 with 1 and 2 threads, in one process,
+    interleaved (1, 2, 1, 2, ...) so that a change of the machine's load hits both: wall and
+    CPU seconds (all threads) of each, fwd and fwd+bwd, causal and not."""
+    from attnio.torch_ops import poly_attention
+
+    n, d = args.threads_n, 8
+    q, k, v, B = _inputs(torch, n, d, 1.0)
+    G = torch.randn(q.shape[:-1] + (d,), generator=torch.Generator().manual_seed(2))
+    sd = torch.nn.functional.scaled_dot_product_attention
+    rows = []
+    for mode in ("fwd", "fwdbwd"):
+        for causal in (False, True):
+            def pf(a, b, c, cz=causal):
+                return poly_attention(a, b, c, entry_bound=B, is_causal=cz, on_slow="warn")
+
+            def sf(a, b, c, cz=causal):
+                return sd(a, b, c, is_causal=cz)
+
+            for name, f in (("poly", pf), ("sdpa", sf)):
+                if name == "sdpa" and not args.threads_sdpa:
+                    continue
+                run = (lambda f=f: f(q, k, v)) if mode == "fwd" else _fwdbwd(torch, f, q, k, v, G)
+                times: dict = {1: [], 2: []}
+                for _ in range(args.reps):
+                    for th in (1, 2):
+                        torch.set_num_threads(th)
+                        run()  # warm at this thread count
+                        times[th].append(_time2(torch, run, 1, math.inf))
+                row = {"method": name, "pass": mode, "causal": causal, "n": n, "d": d}
+                for th in (1, 2):
+                    w, c = min(times[th])
+                    row[f"wall_{th}t"], row[f"cpu_{th}t"] = w, c
+                row["speedup_2t"] = row["wall_1t"] / row["wall_2t"]
+                row["cpu_ratio_2t"] = row["cpu_2t"] / row["cpu_1t"]
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    torch.set_num_threads(1)
+    return rows
+
+
+def cost_grid(torch, args):
+    """The cost model's decision (plan.slow: fall back to SDPA) against the measured winner,
+    forward, on a grid of (n, d, R, causal); one thread; poly not run where its plan predicts
+    more than ``--budget`` seconds (recorded)."""
+    from attnio.torch_ops import poly_attention, poly_plan
+
+    torch.set_num_threads(1)
+    sd = torch.nn.functional.scaled_dot_product_attention
+    rows = []
+    for d in (8, 16, 32, 64):
+        for R in (0.5, 1.0, 2.0):
+            for n in (1024, 4096, 16384):
+                for causal in (False, True):
+                    q, k, v, B = _inputs(torch, n, d, R)
+                    row = {"n": n, "d": d, "R": R, "causal": causal}
+                    try:
+                        pl = poly_plan(q, k, v, entry_bound=B, is_causal=causal)
+                    except Exception as e:  # noqa: BLE001 - recorded: no degree reaches eps
+                        row["skipped"] = str(e)
+                        rows.append(row)
+                        continue
+                    row.update(degree=pl.degree, r=pl.r, predicted_s=pl.predicted_s,
+                               sdpa_predicted_s=pl.sdpa_predicted_s, falls_back=pl.slow,
+                               reason=pl.reason)
+                    def sf(cz=causal):
+                        return sd(q, k, v, is_causal=cz)
+                    sf()
+                    row["sdpa_s"] = statistics.median(_time(torch, sf, 1, math.inf)
+                                                      for _ in range(3))
+                    if pl.predicted_s > args.budget or "features the kernel" in pl.reason \
+                            or "memory_limit" in pl.reason:
+                        row["poly_s"] = None
+                    else:
+                        def pf(cz=causal):
+                            return poly_attention(q, k, v, entry_bound=B, is_causal=cz,
+                                                  on_slow="warn")
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            pf()
+                            row["poly_s"] = statistics.median(_time(torch, pf, 1, math.inf)
+                                                              for _ in range(3))
+                    if row["poly_s"] is not None:
+                        ratio = row["poly_s"] / row["sdpa_s"]
+                        row["measured_ratio"] = ratio
+                        row["clear"] = ratio > 1.5 or ratio < 1 / 1.5
+                        row["right"] = (ratio > 1) == pl.slow
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+    return rows
+
+
+def _g(x):
+    return "—" if x is None else f"{x:.3g}"
+
+
+def tables():
+    """docs/approximate.md's §7 tables (markdown) from the results files."""
+    out = []
+    sp = json.loads((RESULTS / "torch_speed.json").read_text())
+    summ = {(x["threads"], x["pass"], x["causal"]): x for x in sp["summary"]}
+    by = {(r["threads"], r["pass"], r["causal"], r["n"]): r for r in sp["rows"]}
+    n = max(r["n"] for r in sp["rows"])
+    out.append("| threads | pass | mask | SDPA fused (s) | poly_attention (s) | speed-up | "
+               "crossover n |")
+    out.append("|---|---|---|---|---|---|---|")
+    for th in sorted({r["threads"] for r in sp["rows"]}):
+        for mode in ("fwd", "fwdbwd"):
+            for causal in (False, True):
+                r = by.get((th, mode, causal, n), {})
+                sm = summ.get((th, mode, causal), {})
+                sup = r.get("speedup")
+                cross = sm.get("crossover_n")
+                out.append(f"| {th} | {'forward' if mode == 'fwd' else 'fwd+bwd'} | "
+                           f"{'causal' if causal else 'none'} | {_g(r.get('sdpa_s'))} | "
+                           f"{_g(r.get('poly_s'))} | "
+                           f"{'—' if sup is None else f'**{sup:.3g}×**'} | "
+                           f"{'none' if cross is None else f'{cross:,}'} |")
+    out.append("")
+    path = RESULTS / "torch_threads.json"
+    if path.exists():
+        out.append("| method | pass | mask | 1 thread: wall (CPU) s | 2 threads: wall (CPU) s | "
+                   "wall speed-up | CPU 2t / 1t |")
+        out.append("|---|---|---|---|---|---|---|")
+        for r in json.loads(path.read_text())["rows"]:
+            out.append(f"| {r['method']} | {r['pass']} | {'causal' if r['causal'] else 'none'} | "
+                       f"{r['wall_1t']:.3g} ({r['cpu_1t']:.3g}) | {r['wall_2t']:.3g} "
+                       f"({r['cpu_2t']:.3g}) | {r['speedup_2t']:.2f}× | {r['cpu_ratio_2t']:.2f} |")
+        out.append("")
+    path = RESULTS / "torch_cost_grid.json"
+    if path.exists():
+        rows = json.loads(path.read_text())["rows"]
+        out.append("| n | d | R | causal | r | predicted poly/SDPA | measured poly/SDPA | "
+                   "falls back | decision |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            if "skipped" in r:
+                continue
+            pr = r["predicted_s"] / r["sdpa_predicted_s"]
+            if "measured_ratio" not in r:
+                continue
+            m = f"{r['measured_ratio']:.3g}"
+            dec = ("right" if r["right"] else "wrong") + ("" if r["clear"] else " (tie)")
+            out.append(f"| {r['n']:,} | {r['d']} | {r['R']} | {'yes' if r['causal'] else 'no'} | "
+                       f"{r['r']:,} | {pr:.3g} | {m} | {'yes' if r['falls_back'] else 'no'} | "
+                       f"{dec} |")
+        clear = [r for r in rows if r.get("clear")]
+        rest = [r for r in rows if "measured_ratio" not in r and "skipped" not in r]
+        out.append("")
+        if rest:
+            lo = min(r["predicted_s"] / r["sdpa_predicted_s"] for r in rest)
+            out.append(f"Not run: {len(rest)} shapes whose plan predicts more than the budget or "
+                       f"exceeds the kernel's feature or memory limits (predicted {lo:.3g}× to "
+                       f"{max(r['predicted_s'] / r['sdpa_predicted_s'] for r in rest):.3g}× "
+                       f"SDPA's time); {sum(r['falls_back'] for r in rest)} of them fall back.")
+        out.append(f"{sum(r['right'] for r in clear)} of {len(clear)} measured cases where the two "
+                   f"differ by more than 1.5× decided right; "
+                   f"{sum(r.get('right', False) for r in rows)} of "
+                   f"{sum('right' in r for r in rows)} measured cases in all.")
+    print("\n".join(out))
+
+
 def plot_speed(rows, path):
     """Seconds against n, SDPA (fused) and poly, per pass and mask, one thread (d = 8, R = 1)."""
     import matplotlib
@@ -371,11 +545,18 @@ def plot_speed(rows, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="d=8, R=1, n=2^10..2^16, 1 thread")
+    ap.add_argument("--quick", action="store_true", help="d=8, R=1, n=2^10..2^16, 1 and 2 threads")
     ap.add_argument("--full", action="store_true",
                     help="d in {8,16,32}, R in {0.5,1,2}, n=2^10..2^17, 1 thread and all threads")
     ap.add_argument("--tradeoff", action="store_true", help="the error/time plot only")
     ap.add_argument("--guard", action="store_true", help="the R = 4.17, L = 512 cost-guard case")
+    ap.add_argument("--threads-check", action="store_true",
+                    help="1 against 2 threads at n = 65,536, d = 8 (wall and CPU time)")
+    ap.add_argument("--threads-n", type=int, default=65536)
+    ap.add_argument("--threads-sdpa", action="store_true", help="--threads-check: SDPA too")
+    ap.add_argument("--tables", action="store_true", help="print docs/approximate.md's tables")
+    ap.add_argument("--cost-grid", action="store_true",
+                    help="the cost model's decision against the measured winner")
     ap.add_argument("--from-log", nargs="+", default=None, metavar="LOG",
                     help="summarise the rows stopped --full runs printed to these logs")
     ap.add_argument("--max-loss", type=float, default=10.0,
@@ -419,6 +600,23 @@ def main():
         for s_ in data["summary"]:
             print(s_)
         return
+    if args.tables:
+        tables()
+        return
+    if args.threads_check:
+        rows = threads_check(torch, args)
+        (RESULTS / "torch_threads.json").write_text(json.dumps({"machine": meta, "rows": rows},
+                                                               indent=1))
+        return
+    if args.cost_grid:
+        rows = cost_grid(torch, args)
+        (RESULTS / "torch_cost_grid.json").write_text(json.dumps({"machine": meta, "rows": rows},
+                                                                 indent=1))
+        clear = [r for r in rows if r.get("clear")]
+        print(f"{sum(r['right'] for r in clear)} of {len(clear)} clear cases decided right; "
+              f"{sum(r.get('right', False) for r in rows)} of "
+              f"{sum('right' in r for r in rows)} measured")
+        return
     if args.guard:
         (RESULTS / "torch_guard.json").write_text(json.dumps({"machine": meta, **guard_case(torch)}, indent=1))
         return
@@ -436,7 +634,7 @@ def main():
     else:
         args.d, args.R = [8], [1.0]
         args.n = [2**e for e in range(10, 17)]
-        args.threads = [1]
+        args.threads = [int(x) for x in args.threads_arg.split(",")] if args.threads_arg else [1, 2]
     if args.n_max:
         args.n = [n for n in args.n if n <= args.n_max]
     args.modes = ["fwd", "fwdbwd"]

@@ -64,6 +64,7 @@ __all__ = [
     "EPS_MAX",
     "EPS_MIN",
     "PolyApprox",
+    "UnreachableError",
     "VARIANTS",
     "bessel_i",
     "check_eps",
@@ -80,6 +81,10 @@ EPS_MIN = 1e-12  # below this float64 rounding of the feature sums dominates the
 EPS_MAX = 0.5  # delta <= 1/2 keeps P >= e^x / 2 > 0 and the output factor delta/(1-delta) <= 1
 MAX_DEGREE = 200
 _U = float(np.finfo(np.float64).eps) / 2  # unit roundoff
+
+
+class UnreachableError(ParameterError):
+    """No degree <= MAX_DEGREE reaches eps on [-R, R] (the score range is too large)."""
 
 
 def check_eps(eps: object) -> float:
@@ -243,7 +248,7 @@ def polynomial(eps: float, R: float, variant: str = "chebyshev", degree: int | N
                 f"degree={degree} gives a proven relative error {p.bound:.3g} > eps={eps:g} on "
                 f"[-{R:g}, {R:g}] ({variant}); the least degree that meets eps is {least}", param="degree")
         return p
-    too_large = ParameterError(
+    too_large = UnreachableError(
         f"no degree <= {MAX_DEGREE} reaches eps={eps:g} on [-{R:.4g}, {R:.4g}]: the score range "
         "R = |scale|·entry_bound²·d is too large for the polynomial method (use a smaller "
         "entry_bound, raise eps, or an exact algorithm)", param="entry_bound")

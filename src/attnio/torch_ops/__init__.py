@@ -17,10 +17,13 @@ batched over batch, heads and tiles, with hand-written backward passes (custom
 
 Tensors follow SDPA: ``(..., Hq, L, E)`` queries, ``(..., H, S, E)`` keys, ``(..., H, S, Ev)``
 values (``enable_gqa`` for H < Hq); float32/float64, and bfloat16/float16 computed in float32.
-``is_causal`` masks with the project's convention, bottom-right aligned (query i sees keys
-j <= i + S - L; flash-attn >= 2.1); ``causal_align="top_left"`` gives SDPA's ``is_causal``
-(j <= i).  They agree when L == S.  ``torch`` is imported lazily: it is an optional extra
-(``attnio[torch]``).
+``is_causal`` means what SDPA's means, top-left aligned (query i sees keys j <= i, also when
+L != S); ``causal_align="bottom_right"`` gives the project's and flash-attn's alignment (j <= i +
+S - L).  By default a plan predicted slower than SDPA (by 1.25x), one no degree can meet, or one above
+``memory_limit`` falls back to exact SDPA with a warning (``on_slow="exact"``).
+:class:`PolyAttention` is an ``nn.Module`` with bounded q/k projections.  The engine runs one
+piece of work per torch thread (:mod:`._parallel`).  ``torch`` is imported lazily: it is an
+optional extra (``attnio[torch]``).
 """
 
 from __future__ import annotations
@@ -37,5 +40,16 @@ else:
 
     _poly_op()
 
-__all__ = ["PolyPlan", "SlowApproximationWarning", "based_attention", "favor_attention",
-           "poly_attention", "poly_plan"]
+__all__ = ["PolyAttention", "PolyPlan", "SlowApproximationWarning", "based_attention",
+           "favor_attention", "poly_attention", "poly_plan"]
+
+
+def __getattr__(name):
+    if name == "PolyAttention":  # an nn.Module: needs torch at class creation
+        from ._core import torch_module
+
+        torch_module()
+        from ._module import PolyAttention
+
+        return PolyAttention
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

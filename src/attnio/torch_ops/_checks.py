@@ -6,7 +6,7 @@ import math
 
 from ..core.errors import ParameterError
 
-__all__ = ["Inputs", "check_inputs", "resolve_mask", "value_stats"]
+__all__ = ["Inputs", "check_inputs", "resolve_mask", "unit_roundoff", "value_stats"]
 
 _ALIGN = ("bottom_right", "top_left")
 _LOW = ("bfloat16", "float16")
@@ -107,9 +107,25 @@ def causal_offset(L, S, is_causal, causal_align):
     return S - L if causal_align == "bottom_right" else 0
 
 
-def resolve_mask(attn_mask, L, S, is_causal):
-    """A causal-shaped ``attn_mask`` (boolean or additive 0/-inf, lower triangular, top-left or
-    bottom-right aligned) becomes ``(True, alignment)``; anything else is refused."""
+# an additive mask entry at or below this is a masked position: exp(score + m) is 0 in every
+# float dtype (exp(-745) underflows float64) for every score range the method accepts (R < 700)
+_MASKED = -1e4
+_PADDING = ("attn_mask: poly_attention cannot apply a padding or arbitrary mask (its features "
+            "sum over all keys at once); drop the padded keys (one call per sequence length, or "
+            "pack sequences), or use scaled_dot_product_attention for this mask")
+
+
+def resolve_mask(attn_mask, L, S, is_causal, lead=()):
+    """The causal offset an ``attn_mask`` means (None: no mask), as SDPA reads it.
+
+    Accepted: boolean masks (True = attend) and additive float masks whose entries are 0 or a
+    masked value (-inf, ``finfo.min``, -1e9, anything <= -1e4: Hugging Face's encodings), of any
+    shape that broadcasts to ``(*lead, L, S)``, the same for every batch and head, that are
+    all-allowed (no mask), or lower triangular with the top-left (``j <= i``, SDPA's
+    ``is_causal``) or bottom-right (``j <= i + S - L``) alignment.  Anything else (a padding mask,
+    a bias such as ALiBi) raises ParameterError naming ``attn_mask`` and what to use instead.
+    Returns ``(is_causal, alignment)`` with alignment None for no mask or no attn_mask.
+    """
     import torch
 
     if attn_mask is None:
@@ -117,39 +133,68 @@ def resolve_mask(attn_mask, L, S, is_causal):
     if is_causal:
         raise ParameterError("attn_mask and is_causal=True were both given; pass one of them "
                              "(as scaled_dot_product_attention requires)", param="attn_mask")
-    refuse = ("attn_mask: poly_attention honours only a causal mask (lower triangular, as a "
-              "boolean or an additive 0/-inf tensor of shape (L, S), broadcast over heads); "
-              "pass is_causal=True instead, or use scaled_dot_product_attention for other masks")
-    if not isinstance(attn_mask, torch.Tensor) or attn_mask.dim() < 2 \
-            or tuple(attn_mask.shape[-2:]) != (L, S) or attn_mask.device.type == "meta" \
-            or torch.compiler.is_compiling():
-        raise ParameterError(refuse, param="attn_mask")
-    m = attn_mask.reshape(-1, L, S)
-    allowed = m if m.dtype == torch.bool else (m == 0)
-    if m.dtype != torch.bool and not bool(((m == 0) | (m == -math.inf)).all()):
-        raise ParameterError(refuse, param="attn_mask")
+    if not isinstance(attn_mask, torch.Tensor):
+        raise ParameterError(f"attn_mask must be a torch.Tensor or None, got "
+                             f"{type(attn_mask).__name__}", param="attn_mask")
+    if attn_mask.device.type == "meta" or torch.compiler.is_compiling():
+        raise ParameterError("attn_mask cannot be read on the meta device or under "
+                             "torch.compile: pass is_causal=True (with causal_align) instead",
+                             param="attn_mask")
+    try:
+        full = torch.broadcast_shapes(tuple(attn_mask.shape), tuple(lead) + (L, S))
+    except RuntimeError:
+        full = None
+    if full != tuple(lead) + (L, S):
+        raise ParameterError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to "
+                             f"(..., L, S) = {tuple(lead) + (L, S)}", param="attn_mask")
+    m = attn_mask if attn_mask.dim() >= 2 else attn_mask.reshape(1, -1)
+    m = m.reshape(-1, m.shape[-2], m.shape[-1])
+    if m.dtype == torch.bool:
+        allowed = m
+    else:
+        if not (m.is_floating_point() and bool(((m == 0) | (m <= _MASKED)).all())):
+            raise ParameterError("attn_mask: an additive mask must hold 0 (attend) or a masked "
+                                 "value (-inf, finfo.min, or <= -1e4) only; a bias (ALiBi, "
+                                 "relative positions) cannot be applied by poly_attention: use "
+                                 "scaled_dot_product_attention", param="attn_mask")
+        allowed = m == 0
+    if not bool((allowed == allowed[:1]).all()):
+        raise ParameterError(_PADDING, param="attn_mask")
+    a = allowed[0].expand(L, S)
+    if bool(a.all()):
+        return False, None
     for align, off in (("top_left", 0), ("bottom_right", S - L)):
-        tri = torch.ones(L, S, dtype=torch.bool, device=m.device).tril(diagonal=off)
-        if bool((allowed == tri).all()):
+        tri = torch.ones(L, S, dtype=torch.bool, device=a.device).tril(diagonal=off)
+        if bool((a == tri).all()):
             return True, align
-    raise ParameterError(refuse, param="attn_mask")
+    raise ParameterError(_PADDING, param="attn_mask")
+
+
+def unit_roundoff(dtype) -> float:
+    """The unit roundoff of a torch float dtype (half the gap above 1)."""
+    import torch
+
+    return float(torch.finfo(dtype).eps) / 2
 
 
 def value_stats(q, k, v):
-    """(max|q|, max|k|, max row norm of q, of k, all finite q, k, v): one host synchronisation.
-
-    The norms are computed in float64 (an upper bound to rounding is what the radius needs)."""
+    """(max|q|, max|k|, upper bounds on the largest row norms of q and of k); checks that q, k
+    and v are finite.  One host synchronisation, and no copy of q, k or v: the extremes come
+    from ``aminmax`` (NaN and inf propagate into them) and the row norms, computed in the input
+    dtype, are inflated by ``(E + 2) u`` to remain upper bounds."""
     import torch
 
     with torch.no_grad():
-        qf, kf = q.detach().double(), k.detach().double()
-        vals = torch.stack([qf.abs().amax(), kf.abs().amax(), qf.norm(dim=-1).amax(),
-                            kf.norm(dim=-1).amax(), torch.isfinite(qf).all().float(),
-                            torch.isfinite(kf).all().float(),
-                            torch.isfinite(v.detach()).all().float()])
-        out = vals.double().tolist()
-    for name, ok in zip(("q", "k", "v"), out[4:]):
-        if not ok:
+        parts = []
+        for x in (q, k, v):
+            lo, hi = torch.aminmax(x.detach())
+            parts += [lo.double(), hi.double()]
+        for x in (q, k):
+            parts.append(torch.linalg.vector_norm(x.detach(), dim=-1).amax().double())
+        out = torch.stack(parts).tolist()
+    for i, name in enumerate(("q", "k", "v")):
+        if not (math.isfinite(out[2 * i]) and math.isfinite(out[2 * i + 1])):
             raise ParameterError(f"{name} contains NaN or inf: poly_attention needs finite q, k "
                                  "and v", param=name)
-    return out[:4]
+    grow = 1 + (q.shape[-1] + 2) * unit_roundoff(q.dtype)
+    return (max(-out[0], out[1]), max(-out[2], out[3]), out[6] * grow, out[7] * grow)

@@ -17,13 +17,17 @@ __all__ = ["poly_op"]
 
 
 def _impl(q, k, v, eps, entry_bound, scale, variant, degree, allow_unbounded, on_slow, causal,
-          offset, chunk):
+          offset, chunk, memory_limit):
+    """The eager path; ``entry_bound < 0`` means none (R measured from the values, with one
+    host synchronisation inside the operator)."""
     inp, _ = check_inputs(q, k, v, is_causal=causal, causal_align="bottom_right",
                           enable_gqa=True, dropout_p=0.0, scale=scale)
+    bounded = entry_bound >= 0
     return eager(q, k, v, inp, scale, offset if causal else None, eps=eps,
-                 entry_bound=entry_bound, variant=variant, degree=None if degree < 0 else degree,
-                 allow_unbounded=allow_unbounded, on_slow=on_slow, chunk=chunk or None,
-                 asynchronous=True)
+                 entry_bound=entry_bound if bounded else None, variant=variant,
+                 degree=None if degree < 0 else degree, allow_unbounded=allow_unbounded,
+                 on_slow=on_slow, chunk=chunk or None, asynchronous=bounded,
+                 memory_limit=memory_limit)
 
 
 _OP: list = []
@@ -39,10 +43,10 @@ def poly_op():
     @torch.library.custom_op("attnio::poly_attention", mutates_args=())
     def op(q: Tensor, k: Tensor, v: Tensor, eps: float, entry_bound: float, scale: float,
            variant: str, degree: int, allow_unbounded: bool, on_slow: str, causal: bool,
-           offset: int, chunk: int) -> Tensor:
+           offset: int, chunk: int, memory_limit: int) -> Tensor:
         with torch.no_grad():
             return _impl(q, k, v, eps, entry_bound, scale, variant, degree, allow_unbounded,
-                         on_slow, causal, offset, chunk).contiguous().clone()
+                         on_slow, causal, offset, chunk, memory_limit).contiguous().clone()
 
     @op.register_fake
     def _(q, k, v, *args):
@@ -51,12 +55,13 @@ def poly_op():
     @torch.library.custom_op("attnio::poly_attention_backward", mutates_args=())
     def bwd(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, eps: float, entry_bound: float,
             scale: float, variant: str, degree: int, allow_unbounded: bool, on_slow: str,
-            causal: bool, offset: int, chunk: int) -> tuple[Tensor, Tensor, Tensor]:
+            causal: bool, offset: int, chunk: int,
+            memory_limit: int) -> tuple[Tensor, Tensor, Tensor]:
         def run():
             with torch.enable_grad():
                 xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
-                out = _impl(xs[0], xs[1], xs[2], eps, entry_bound, scale, variant, degree, allow_unbounded,
-                            on_slow, causal, offset, chunk)
+                out = _impl(xs[0], xs[1], xs[2], eps, entry_bound, scale, variant, degree,
+                            allow_unbounded, on_slow, causal, offset, chunk, memory_limit)
                 return torch.autograd.grad(out, xs, grad)
 
         # an operator's implementation runs with autograd's dispatch keys excluded (thread-local

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from ..approx.features import FeatureMap
-from ..approx.poly import polynomial
+from ..approx.poly import UnreachableError, polynomial
 from ..approx.radius import check_entries, score_radius
 from ..core.errors import ParameterError
 from ..core.extras import require
-from ._checks import value_stats
+from ._checks import unit_roundoff, value_stats
 from ._engine import linear_attention
 from ._kernels import poly_kernel
-from ._plan import guard, make_plan
+from ._plan import MEMORY_LIMIT, SlowApproximationWarning, guard, make_plan, warn_at_caller
 
 __all__ = ["chunk_arg", "eager", "plan", "run", "torch_module"]
 
@@ -25,8 +25,20 @@ def torch_module():
 
 def run(q, k, v, inp, kern_of, offset, chunk):
     """Flatten heads (GQA: merge the query groups when non-causal, repeat K, V when causal), run
-    the engine in the compute dtype, restore the layout and the input dtype."""
+    the engine in the compute dtype, restore the layout and the input dtype.
+
+    V is centred on its column midpoints first and they are added back to the output: every
+    row's weights sum to one, so this changes nothing exactly, but the rounding of the sums then
+    scales with V's column range instead of its magnitude (a float32 offset of 1e4 no longer
+    eats the guarantee).  The midpoints are constants for the gradient (the output does not
+    depend on them)."""
     q, k, v = q.to(inp.compute), k.to(inp.compute), v.to(inp.compute)
+    with torch_module().no_grad():
+        lo, hi = torch_module().aminmax(v.detach(), dim=-2, keepdim=True)
+        mid = (lo + hi) * 0.5
+    v = v - mid
+    if inp.group > 1:
+        mid = mid.repeat_interleave(inp.group, dim=-3)
     kern = kern_of(q, k)
     G, L, S, E, Ev = inp.group, inp.L, inp.S, inp.E, inp.Ev
     if G > 1 and offset is None:  # every query head of a group sees the same keys: one sequence
@@ -37,7 +49,11 @@ def run(q, k, v, inp, kern_of, offset, chunk):
             k, v = k.repeat_interleave(G, dim=-3), v.repeat_interleave(G, dim=-3)
         out = linear_attention(q.reshape(-1, L, E), k.reshape(-1, S, E), v.reshape(-1, S, Ev),
                                kern, offset, chunk)
-    return out.reshape(inp.lead + (L, Ev)).to(inp.out)
+    out = out.reshape(inp.lead + (L, Ev))
+    if offset is not None and offset < 0:  # rows that see no key stay zero
+        seen = (torch_module().arange(L, device=out.device) >= -offset).to(out.dtype)
+        mid = mid * seen[:, None]
+    return (out + mid).to(inp.out)
 
 
 def chunk_arg(chunk):
@@ -47,19 +63,26 @@ def chunk_arg(chunk):
 
 
 def plan(q, k, v, inp, s, *, eps, entry_bound, variant, degree, allow_unbounded, is_causal,
-          calibrate, asynchronous=False):
+          calibrate, asynchronous=False, memory_limit=MEMORY_LIMIT):
     """The plan; checks the values (NaN/inf, entry bound) with one host synchronisation, or with
-    device-side asserts and no synchronisation when ``asynchronous`` (the torch.compile path)."""
+    device-side asserts and no synchronisation when ``asynchronous`` (the torch.compile path).
+
+    The entry bound is checked with one unit of rounding of the input dtype (``|x| <= B (1 +
+    u)``: ``0.3 * tanh(x)`` rounded to bfloat16 can be 0.30078), and R is computed from that
+    bound, so the guarantee covers the values actually passed."""
     torch = torch_module()
+    grow = 1 + unit_roundoff(inp.out)
+    if entry_bound is not None:
+        score_radius(inp.E, s, entry_bound)  # refuses a bad entry_bound, naming it
     if inp.meta or asynchronous:
         if entry_bound is None:
             where = "on the meta device" if inp.meta else "under torch.compile"
             raise ParameterError(f"entry_bound is required {where}: without it the score range "
                                  "(hence the degree) is measured from the values of q and k",
                                  param="entry_bound")
-        R = score_radius(inp.E, s, entry_bound)
+        R = score_radius(inp.E, s, float(entry_bound) * grow)
         if asynchronous and not inp.meta:
-            b = float(entry_bound)
+            b = float(entry_bound) * grow
             ok = torch.isfinite(v).all()
             if not allow_unbounded:  # NaN fails the comparison too
                 ok = ok & (q.abs().amax() <= b) & (k.abs().amax() <= b)
@@ -68,15 +91,16 @@ def plan(q, k, v, inp, s, *, eps, entry_bound, variant, degree, allow_unbounded,
     else:
         aq, ak, nq, nk = value_stats(q, k, v)  # NaN/inf in q, k, v reported the same way
         if entry_bound is not None:
-            check_entries(aq, ak, entry_bound, allow_unbounded)
-            R = score_radius(inp.E, s, entry_bound)
+            check_entries(aq / grow, ak / grow, entry_bound, allow_unbounded)
+            R = score_radius(inp.E, s, float(entry_bound) * grow)
         else:
             R = score_radius(inp.E, s, max_norm_q=nq, max_norm_k=nk)
     p = polynomial(eps, R, variant, degree)
     fm = FeatureMap(inp.E, p.degree, p.coefficients, s)
     shape = (inp.heads, inp.L, inp.S, inp.E, inp.Ev)
     return make_plan(p, fm, R, eps, shape, is_causal, q.device, inp.compute,
-                     calibrate and not inp.meta)
+                     calibrate and not inp.meta, unit=unit_roundoff(inp.compute),
+                     memory_limit=memory_limit, itemsize=8 if inp.compute == torch.float64 else 4)
 
 
 def _exact(q, k, v, s, offset, group):
@@ -93,11 +117,19 @@ def _exact(q, k, v, s, offset, group):
 
 
 def eager(q, k, v, inp, s, offset, *, eps, entry_bound, variant, degree, allow_unbounded,
-          on_slow, chunk, asynchronous=False):
-    """poly_attention after the argument checks: plan, guard, compute."""
-    pl = plan(q, k, v, inp, s, eps=eps, entry_bound=entry_bound, variant=variant,
-                 degree=degree, allow_unbounded=allow_unbounded, is_causal=offset is not None,
-                 calibrate=True, asynchronous=asynchronous)
+          on_slow, chunk, asynchronous=False, memory_limit=MEMORY_LIMIT):
+    """poly_attention after the argument checks: plan, guard, compute.  With ``on_slow="exact"``
+    a plan that no degree can meet falls back to exact attention too (with the warning)."""
+    try:
+        pl = plan(q, k, v, inp, s, eps=eps, entry_bound=entry_bound, variant=variant,
+                  degree=degree, allow_unbounded=allow_unbounded, is_causal=offset is not None,
+                  calibrate=True, asynchronous=asynchronous, memory_limit=memory_limit)
+    except UnreachableError as e:
+        if on_slow != "exact":
+            raise
+        warn_at_caller(f"poly_attention: {e} (falling back to exact attention: "
+                       "on_slow='exact')", SlowApproximationWarning)
+        return _exact(q, k, v, s, offset, inp.group)
     if guard(pl, on_slow):
         return _exact(q, k, v, s, offset, inp.group)
     fm = pl.feature_map

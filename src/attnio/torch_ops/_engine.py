@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import math
 
+from ._parallel import causal_blocks, causal_pieces, pmap
+from ._parallel import pieces as _pieces
+
 __all__ = ["Absorb", "Causal", "Readout", "block_rows", "linear_attention"]
 
 _BUDGET = 1 << 22  # feature elements per block, all heads together (16 MB in float32)
@@ -41,16 +44,21 @@ def block_rows(n: int, r: int, heads: int, ev1: int, tile: int, chunk: int | Non
     return max(tile, -(-T // tile) * tile)
 
 
-def _blocks(n: int, T: int):
-    return [(a, min(n, a + T)) for a in range(0, n, T)]
+def _blocks(n: int, T: int, start: int = 0):
+    return [(a, min(n, a + T)) for a in range(start, n, T)]
 
 
 try:  # the Functions below need torch's base class; without torch nothing here is called
     import torch
     from torch.autograd import Function as _Function
+    from torch.autograd.function import once_differentiable
 except ImportError:  # pragma: no cover - the optional extra is missing
     torch = None  # type: ignore[assignment]
     _Function = object  # type: ignore[assignment,misc]
+
+    def once_differentiable(fn):  # type: ignore[misc]
+        return fn
+
 
 
 class Absorb(_Function):
@@ -58,25 +66,39 @@ class Absorb(_Function):
 
     @staticmethod
     def forward(ctx, k, v1, kern, T):
+        BH, S = k.shape[0], k.shape[-2]
         U = k.new_zeros(k.shape[:-2] + (kern.r, v1.shape[-1]))
-        for a, b in _blocks(k.shape[-2], T):
-            kT = k[..., a:b, :].transpose(-1, -2)
-            U += kern.m_mul(kT, kern.lower(kT, False), v1[..., a:b, :])
+        pieces = _pieces(BH, S, T, 1, k.device)
+
+        def part(piece):
+            b0, b1, blocks = piece
+            return _absorb(kern, k[b0:b1], v1[b0:b1], blocks)
+
+        for (b0, b1, _), Up in zip(pieces, pmap(part, pieces)):
+            U[b0:b1] += Up
         ctx.kern, ctx.T = kern, T
         ctx.save_for_backward(k, v1)
         return U
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dU):
         k, v1 = ctx.saved_tensors
         kern = ctx.kern
         dk, dv1 = torch.empty_like(k), torch.empty_like(v1)
-        for a, b in _blocks(k.shape[-2], ctx.T):
-            kT = k[..., a:b, :].transpose(-1, -2)
-            M = kern.lower(kT, False)
-            dv1[..., a:b, :] = kern.mt_mul(kT, M, dU)
-            dk[..., a:b, :] = kern.grad_outer(kT, M, [(dU, v1[..., a:b, :])]).transpose(-1, -2)
+
+        def part(piece):
+            b0, b1, blocks = piece
+            for a, b in blocks:
+                kT = k[b0:b1, a:b, :].transpose(-1, -2)
+                M = kern.lower(kT, False)
+                dv1[b0:b1, a:b, :] = kern.mt_mul(kT, M, dU[b0:b1])
+                dk[b0:b1, a:b, :] = kern.grad_outer(
+                    kT, M, [(dU[b0:b1], v1[b0:b1, a:b, :])]).transpose(-1, -2)
+
+        pmap(part, _pieces(k.shape[0], k.shape[-2], ctx.T, 1, k.device))
         return dk, dv1, None, None
+
 
 class Readout(_Function):
     """N1 = M(q)^T (cw * U) (BH, L, Ev1)."""
@@ -85,27 +107,43 @@ class Readout(_Function):
     def forward(ctx, q, U, kern, T):
         Uw = U * kern.cw[:, None]
         out = q.new_empty(q.shape[:-1] + (U.shape[-1],))
-        for a, b in _blocks(q.shape[-2], T):
-            qT = q[..., a:b, :].transpose(-1, -2)
-            out[..., a:b, :] = kern.mt_mul(qT, kern.lower(qT, True), Uw)
+
+        def part(piece):
+            b0, b1, blocks = piece
+            for a, b in blocks:
+                qT = q[b0:b1, a:b, :].transpose(-1, -2)
+                out[b0:b1, a:b, :] = kern.mt_mul(qT, kern.lower(qT, True), Uw[b0:b1])
+
+        pmap(part, _pieces(q.shape[0], q.shape[-2], T, 1, q.device))
         ctx.kern, ctx.T = kern, T
         ctx.save_for_backward(q, U)
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dN):
         q, U = ctx.saved_tensors
         kern = ctx.kern
         Uw = U * kern.cw[:, None]
         dq = torch.empty_like(q)
         dUw = torch.zeros_like(U)
-        for a, b in _blocks(q.shape[-2], ctx.T):
-            qT = q[..., a:b, :].transpose(-1, -2)
-            M = kern.lower(qT, True)
-            G = dN[..., a:b, :]
-            dUw += kern.m_mul(qT, M, G)
-            dq[..., a:b, :] = kern.grad_outer(qT, M, [(Uw, G)]).transpose(-1, -2)
+
+        def part(piece):
+            b0, b1, blocks = piece
+            acc = torch.zeros_like(U[b0:b1])
+            for a, b in blocks:
+                qT = q[b0:b1, a:b, :].transpose(-1, -2)
+                M = kern.lower(qT, True)
+                G = dN[b0:b1, a:b, :]
+                acc += kern.m_mul(qT, M, G)
+                dq[b0:b1, a:b, :] = kern.grad_outer(qT, M, [(Uw[b0:b1], G)]).transpose(-1, -2)
+            return acc
+
+        pieces = _pieces(q.shape[0], q.shape[-2], ctx.T, 1, q.device)
+        for (b0, b1, _), acc in zip(pieces, pmap(part, pieces)):
+            dUw[b0:b1] += acc
         return dq, dUw * kern.cw[:, None], None, None
+
 
 class Causal(_Function):
     """Square causal (query i sees key i and before, plus the initial state U0)."""
@@ -120,26 +158,39 @@ class Causal(_Function):
         tril = torch.ones(c, c, dtype=q.dtype, device=q.device).tril()
         cw = kern.cw[:, None]
         N1 = q.new_empty(BH, Lp, v1.shape[-1])
-        states = []
-        U = U0
-        for a, b in _blocks(Lp, T):
-            states.append(U)
-            nc = (b - a) // c
-            Qc, Kc, Vc = (x[:, a:b].reshape(BH, nc, c, x.shape[-1]) for x in (q, k, v1))
-            QT, KT = Qc.transpose(-1, -2), Kc.transpose(-1, -2)
-            Mq, Mk = kern.lower(QT, True), kern.lower(KT, False)
-            dU = kern.m_mul(KT, Mk, Vc)  # (BH, nc, r, Ev1)
-            S = _exclusive_cumsum(torch, dU, U)
-            U = S[:, -1] + dU[:, -1]
-            out = kern.mt_mul(QT, Mq, S * cw)
-            A = _intra(kern, Qc, Kc, Mq, Mk) * tril
-            out += A @ Vc
-            N1[:, a:b] = out.reshape(BH, b - a, -1)
-        ctx.kern, ctx.T, ctx.c, ctx.L = kern, T, c, L
-        ctx.save_for_backward(q, k, v1, torch.stack(states))
+        blocks = causal_blocks(BH, Lp, T, c, q.device)
+        pieces = causal_pieces(BH, blocks, True, q.device)
+        states = q.new_empty((len(blocks),) + tuple(U0.shape))
+
+        def part(piece):
+            b0, b1, idx = piece
+            a0 = blocks[idx[0]][0]
+            U = U0[b0:b1]
+            if a0 > 0:  # the state entering this segment: the keys before it, absorbed here
+                U = U + _absorb(kern, k[b0:b1], v1[b0:b1], _blocks(a0, T))
+            for i in idx:
+                a, b = blocks[i]
+                states[i, b0:b1] = U
+                nc = (b - a) // c
+                Qc, Kc, Vc = (x[b0:b1, a:b].reshape(b1 - b0, nc, c, x.shape[-1])
+                              for x in (q, k, v1))
+                QT, KT = Qc.transpose(-1, -2), Kc.transpose(-1, -2)
+                Mq, Mk = kern.lower(QT, True), kern.lower(KT, False)
+                dU = kern.m_mul(KT, Mk, Vc)  # (BH, nc, r, Ev1)
+                Sx = _exclusive_cumsum(torch, dU, U)
+                U = Sx[:, -1] + dU[:, -1]
+                out = kern.mt_mul(QT, Mq, Sx * cw)
+                A = _intra(kern, Qc, Kc, Mq, Mk) * tril
+                out += A @ Vc
+                N1[b0:b1, a:b] = out.reshape(b1 - b0, b - a, -1)
+
+        pmap(part, pieces)
+        ctx.kern, ctx.T, ctx.c, ctx.L, ctx.blocks = kern, T, c, L, blocks
+        ctx.save_for_backward(q, k, v1, states)
         return N1[:, :L]
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dN1):
         q, k, v1, states = ctx.saved_tensors
         kern, T, c, L = ctx.kern, ctx.T, ctx.c, ctx.L
@@ -149,42 +200,68 @@ class Causal(_Function):
         tril = torch.ones(c, c, dtype=q.dtype, device=q.device).tril()
         cw = kern.cw[:, None]
         dq, dk, dv1 = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v1)
-        dSuf = torch.zeros_like(states[0])  # gradient of the state entering later blocks
-        blocks = _blocks(Lp, T)
-        for i in range(len(blocks) - 1, -1, -1):
-            a, b = blocks[i]
-            nc = (b - a) // c
-            Qc, Kc, Vc = (x[:, a:b].reshape(BH, nc, c, x.shape[-1]) for x in (q, k, v1))
-            G = dN1[:, a:b].reshape(BH, nc, c, -1)
-            QT, KT = Qc.transpose(-1, -2), Kc.transpose(-1, -2)
-            Mq, Mk = kern.lower(QT, True), kern.lower(KT, False)
-            Sw = _exclusive_cumsum(torch, kern.m_mul(KT, Mk, Vc), states[i]) * cw
-            dS = kern.m_mul(QT, Mq, G) * cw  # gradient of each tile's S_t
-            suf = _suffix_cumsum(torch, dS)
-            gdU = torch.cat([suf[:, 1:], torch.zeros_like(suf[:, :1])], 1) + dSuf[:, None]
-            dSuf = dSuf + suf[:, 0]
-            pq, pk = [(Sw, G)], [(gdU, Vc)]  # dL/dM(Q) = Sw G^T, dL/dM(K) = gdU Vc^T
-            dV = kern.mt_mul(KT, Mk, gdU)
-            dA = (G @ Vc.transpose(-1, -2)) * tril
-            if kern.direct:
-                A, X = kern.scores(Qc, Kc)
-                dV += (A * tril).transpose(-1, -2) @ G
-                dX = dA * kern.dscores(X)
-                dQ, dK = dX @ Kc, dX.transpose(-1, -2) @ Qc
-            else:  # in-tile weights from the features: A = M(Q)^T (cw M(K))
-                Mkw = Mk * cw
-                dV += ((Mq.transpose(-1, -2) @ Mkw) * tril).transpose(-1, -2) @ G
-                pq.append((Mkw, dA))
-                pk.append((Mq * cw, dA.transpose(-1, -2)))
-                dQ = dK = None
-            gq = kern.grad_outer(QT, Mq, pq).transpose(-1, -2)
-            gk = kern.grad_outer(KT, Mk, pk).transpose(-1, -2)
-            if dQ is not None:
-                gq, gk = gq + dQ, gk + dK
-            dq[:, a:b] = gq.reshape(BH, b - a, E)
-            dk[:, a:b] = gk.reshape(BH, b - a, E)
-            dv1[:, a:b] = dV.reshape(BH, b - a, -1)
-        return dq[:, :L], dk[:, :L], dv1[:, :L], dSuf, None, None, None
+        dU0 = torch.empty_like(states[0])
+        blocks = ctx.blocks
+        pieces = causal_pieces(BH, blocks, False, q.device)
+
+        def part(piece):
+            b0, b1, idx = piece
+            end = blocks[idx[-1]][1]
+            # gradient of the state entering the blocks after this segment: their queries'
+            # cw * M(q) G, absorbed here
+            dSuf = torch.zeros_like(states[0, b0:b1])
+            if end < Lp:
+                dSuf += _absorb(kern, q[b0:b1], dN1[b0:b1], _blocks(Lp, T, end), True) * cw
+            for i in reversed(idx):
+                a, b = blocks[i]
+                nc = (b - a) // c
+                Qc, Kc, Vc = (x[b0:b1, a:b].reshape(b1 - b0, nc, c, x.shape[-1])
+                              for x in (q, k, v1))
+                G = dN1[b0:b1, a:b].reshape(b1 - b0, nc, c, -1)
+                QT, KT = Qc.transpose(-1, -2), Kc.transpose(-1, -2)
+                Mq, Mk = kern.lower(QT, True), kern.lower(KT, False)
+                Sw = _exclusive_cumsum(torch, kern.m_mul(KT, Mk, Vc), states[i, b0:b1]) * cw
+                dS = kern.m_mul(QT, Mq, G) * cw  # gradient of each tile's S_t
+                suf = _suffix_cumsum(torch, dS)
+                gdU = torch.cat([suf[:, 1:], torch.zeros_like(suf[:, :1])], 1) + dSuf[:, None]
+                dSuf = dSuf + suf[:, 0]
+                pq, pk = [(Sw, G)], [(gdU, Vc)]  # dL/dM(Q) = Sw G^T, dL/dM(K) = gdU Vc^T
+                dV = kern.mt_mul(KT, Mk, gdU)
+                dA = (G @ Vc.transpose(-1, -2)) * tril
+                if kern.direct:
+                    A, X = kern.scores(Qc, Kc)
+                    dV += (A * tril).transpose(-1, -2) @ G
+                    dX = dA * kern.dscores(X)
+                    dQ, dK = dX @ Kc, dX.transpose(-1, -2) @ Qc
+                else:  # in-tile weights from the features: A = M(Q)^T (cw M(K))
+                    Mkw = Mk * cw
+                    dV += ((Mq.transpose(-1, -2) @ Mkw) * tril).transpose(-1, -2) @ G
+                    pq.append((Mkw, dA))
+                    pk.append((Mq * cw, dA.transpose(-1, -2)))
+                    dQ = dK = None
+                gq = kern.grad_outer(QT, Mq, pq).transpose(-1, -2)
+                gk = kern.grad_outer(KT, Mk, pk).transpose(-1, -2)
+                if dQ is not None:
+                    gq, gk = gq + dQ, gk + dK
+                dq[b0:b1, a:b] = gq.reshape(b1 - b0, b - a, E)
+                dk[b0:b1, a:b] = gk.reshape(b1 - b0, b - a, E)
+                dv1[b0:b1, a:b] = dV.reshape(b1 - b0, b - a, -1)
+            if blocks[idx[0]][0] == 0:
+                dU0[b0:b1] = dSuf
+
+        pmap(part, pieces)
+        return dq[:, :L], dk[:, :L], dv1[:, :L], dU0, None, None, None
+
+
+def _absorb(kern, x, y, blocks, query=False):
+    """sum over the rows of ``blocks`` of M(x_j) y_j^T: (BH, r, m), unweighted."""
+    U = None
+    for a, b in blocks:
+        xT = x[:, a:b, :].transpose(-1, -2)
+        part = kern.m_mul(xT, kern.lower(xT, query), y[:, a:b, :])
+        U = part if U is None else U.add_(part)
+    assert U is not None, "_absorb needs at least one block"
+    return U
 
 
 def _exclusive_cumsum(torch, dU, U):

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..approx.features import FeatureMap, monomials
+from ..approx.features import MAX_R_COMPUTE, FeatureMap, feature_dim, monomials
 
 __all__ = ["FavorKernel", "PolyKernel", "level_layout", "poly_kernel"]
 
@@ -38,6 +38,8 @@ def level_layout(d: int, g: int) -> tuple[tuple[tuple[int, int, int, int], ...],
     ``M[..., dst:dst+count] = M[..., src:src+count] * x[..., v]``; ``perm[i]`` is the index in
     :func:`attnio.approx.features.monomials` order of the i-th monomial in this order.
     """
+    if feature_dim(d, g) > MAX_R_COMPUTE:
+        monomials(d, g)  # the clear refusal (naming degree) before any table is built
     levels: list[list[tuple[int, ...]]] = [[()]]
     steps = []
     start = [0]  # first index of each level
@@ -76,8 +78,8 @@ class PolyKernel:
         self.d, self.g, self.r = fm.d, fm.degree, fm.r
         self.scale = float(fm.scale)
         self.coefficients = tuple(float(c) for c in fm.coefficients)
+        monomials(fm.d, fm.degree)  # refuses r beyond MAX_R_COMPUTE before any table is built
         steps, perm = level_layout(fm.d, fm.degree)
-        monomials(fm.d, fm.degree)  # refuses r beyond MAX_R_COMPUTE with a clear message
         wq, wk = fm.weights()
         self.cw = torch.as_tensor(np.ascontiguousarray((wq * wk)[perm]), dtype=dtype, device=device)
         nt = len(steps) - fm.d if fm.degree >= 1 else len(steps)

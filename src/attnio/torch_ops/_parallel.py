@@ -1,0 +1,173 @@
+"""Coarse-grained parallelism for the engine: a few large pieces, one per thread, each run with
+torch's intra-op parallelism off.
+
+The engine's work is thousands of small torch operations (a feature level, a slice product, a
+tile's prefix sum); run with several intra-op threads, each of them forks and joins the thread
+pool, and the threads spin between operations: with two threads the engine took more CPU time
+than with one (3.4x on the development machine) and, on a busy machine, up to 40x the wall-clock
+time, since every join waits for the slowest thread.  Here the work is instead cut into as many
+independent pieces as ``torch.get_num_threads()`` - ranges of batch x heads when there are
+enough, else ranges of rows - and each piece runs its operations on one thread of a persistent
+pool whose threads have torch's intra-op threads set to 1 (OpenMP's and MKL's thread counts are
+per thread), so the threads never nest and the only synchronisation is one join per pass.
+Torch releases the GIL inside its operations, so the Python threads run in parallel.
+
+Causal rows are sequential (a running state); a piece of rows that does not start at row 0 first
+absorbs the keys before it into its own starting state (and, backward, the queries after it into
+its state gradient), so the pieces are sized unequally to balance that extra work.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["causal_blocks", "causal_pieces", "pieces", "pmap", "workers"]
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_LOCK = threading.Lock()
+_LOCAL = threading.local()
+
+
+def _forget_pools():  # a forked child (a DataLoader worker) has none of the parent's threads
+    global _LOCK
+    _POOLS.clear()
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
+# extra work of a row piece, per row before it, relative to the work per row of its own: the
+# forward absorbs earlier keys (features of k and one product) where a block does about
+# 2.5 times that; the backward absorbs later queries where a block does about 7 times that
+_PREFIX = {True: 0.4, False: 0.15}
+
+
+def workers(device=None) -> int:
+    """Pieces to cut the work into: torch's thread count on the CPU (1 inside a pool thread, and
+    on an accelerator, whose operations are queued asynchronously anyway)."""
+    import torch
+
+    if getattr(_LOCAL, "in_pool", False) or torch.compiler.is_compiling() \
+            or (device is not None and device.type != "cpu"):
+        return 1
+    return max(1, torch.get_num_threads())
+
+
+def _init():
+    import torch
+
+    _LOCAL.in_pool = True
+    torch.set_num_threads(1)
+
+
+def _pool(p: int) -> ThreadPoolExecutor:
+    import torch
+
+    with _LOCK:
+        pool = _POOLS.get(p)
+        if pool is None:
+            main = torch.get_num_threads()
+            pool = ThreadPoolExecutor(p, thread_name_prefix="attnio", initializer=_init)
+            barrier = threading.Barrier(p)
+            list(pool.map(lambda _: barrier.wait(), range(p)))  # start all p threads now
+            # torch.set_num_threads in a pool thread also sets the count that threads started
+            # later inherit: put it back (this thread's own count never changed)
+            torch.set_num_threads(main)
+            _POOLS[p] = pool
+        return pool
+
+
+def pmap(fn, items: list) -> list:
+    """``[fn(x) for x in items]``, the items in parallel on the pool when there are several,
+    each under ``torch.no_grad()`` (the engine's passes are hand-written)."""
+    import torch
+
+    if len(items) <= 1:
+        with torch.no_grad():
+            return [fn(x) for x in items]
+
+    def run(x):
+        with torch.no_grad():
+            return fn(x)
+
+    futures = [_pool(len(items)).submit(run, x) for x in items]
+    return [f.result() for f in futures]
+
+
+def _ceil_to(x: int, a: int) -> int:
+    return max(a, -(-x // a) * a)
+
+
+def _blocks(n: int, T: int) -> list[tuple[int, int]]:
+    return [(a, min(n, a + T)) for a in range(0, n, T)]
+
+
+def _split(n: int, p: int) -> list[tuple[int, int]]:
+    """p nearly equal contiguous ranges of range(n) (empty ones dropped)."""
+    cuts = [round(i * n / p) for i in range(p + 1)]
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def pieces(BH: int, n: int, T: int, align: int = 1, device=None) -> list[tuple[int, int, list]]:
+    """``(b0, b1, blocks)``: heads b0:b1 and the row blocks (of at most T rows) of each piece;
+    one piece per worker, by heads when there are at least as many heads as workers, else by
+    rows (blocks of at most ``n/p`` rows, so each worker gets some)."""
+    p = workers(device)
+    if p <= 1:
+        return [(0, BH, _blocks(n, T))]
+    if BH >= p:
+        return [(b0, b1, _blocks(n, T)) for b0, b1 in _split(BH, p)]
+    Tw = min(_ceil_to(max(1, T // p), align), _ceil_to(-(-n // p), align))
+    blocks = _blocks(n, Tw)
+    return [(0, BH, blocks[a:b]) for a, b in _split(len(blocks), p)]
+
+
+def causal_blocks(BH: int, Lp: int, T: int, c: int, device=None) -> list[tuple[int, int]]:
+    """The row blocks of the causal pass (the forward's states are saved per block): blocks of
+    T rows, or, when the rows are split between workers, of at most ``Lp / (4 p)`` rows (a
+    multiple of the tile c) so that the pieces can be balanced."""
+    p = workers(device)
+    if p <= 1 or BH >= p:
+        return _blocks(Lp, T)
+    return _blocks(Lp, min(T, _ceil_to(Lp // (4 * p), c)))
+
+
+def causal_pieces(BH: int, blocks: list, forward: bool,
+                  device=None) -> list[tuple[int, int, list[int]]]:
+    """``(b0, b1, block indices)`` of each worker for the causal pass over ``blocks``: ranges of
+    heads, or consecutive blocks sized so that a piece's work plus its prefix's (forward: the
+    rows before it; backward: after it) is equal for all (``x_j = x_0 - rho X_j`` with X_j the
+    rows on the prefix side)."""
+    p = workers(device)
+    idx = list(range(len(blocks)))
+    if p <= 1 or len(blocks) == 1:
+        return [(0, BH, idx)]
+    if BH >= p:
+        return [(b0, b1, idx) for b0, b1 in _split(BH, p)]
+    rho = _PREFIX[forward]
+    while p > 1:
+        x, X = [1.0], 1.0
+        for _ in range(p - 1):
+            x.append(1.0 - rho * X)
+            X += x[-1]
+        if x[-1] > 0.05:
+            break
+        p -= 1
+    n = blocks[-1][1]
+    sizes = [v / sum(x) * n for v in x]
+    if not forward:
+        sizes.reverse()
+    out, start, bound = [], 0, 0.0
+    for j, size in enumerate(sizes):
+        bound += size
+        stop = start
+        while stop < len(blocks) and (j == len(sizes) - 1 or
+                                      (blocks[stop][0] + blocks[stop][1]) / 2 < bound):
+            stop += 1
+        if stop > start:
+            out.append((0, BH, idx[start:stop]))
+        start = stop
+    return out if not math.isnan(n) else [(0, BH, idx)]
