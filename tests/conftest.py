@@ -26,6 +26,9 @@ def pytest_configure(config):
     Two workers on two cores each spinning up two torch/OpenMP threads oversubscribe the
     machine: their busy-waiting threads cost several times the CPU of one thread (a float32
     gradient test: 7 s of CPU against 0.4 s)."""
+    # the PyTorch kernel's per-machine calibration (torch_ops) is kept in memory only: the suite
+    # writes nothing under the user's ~/.cache (a test that checks the file sets its own folder)
+    os.environ.setdefault("ATTNIO_CACHE_DIR", "")
     workers = getattr(config.option, "numprocesses", None)
     if workers and not hasattr(config, "workerinput"):
         threads = str(max(1, (os.cpu_count() or 1) // int(workers)))
