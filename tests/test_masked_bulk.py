@@ -21,7 +21,8 @@ from attnio.core.memory import TwoLevelMemory
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
 
-EXACT = ("flash2", "flash1", "standard", "flash_decoding", "square_tiling", "stream_tiling")
+EXACT = ("flash2", "flash1", "standard", "flash_decoding", "square_tiling", "stream_tiling",
+         "kv_stationary", "q_stationary_min", "q_split")
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 sizes = st.one_of(st.integers(1, 12), st.integers(1, 120))
@@ -84,7 +85,10 @@ def test_approx_poly_causal_runs_equal_step_by_step_and_closed_form(align, Nq, N
 
 @pytest.mark.parametrize("name,window", [("flash2", 4096), ("flash2", None), ("flash1", 4096),
                                          ("standard", 4096), ("flash_decoding", 4096),
-                                         ("square_tiling", None), ("stream_tiling", None)])
+                                         ("square_tiling", None), ("stream_tiling", None),
+                                         ("kv_stationary", 4096), ("kv_stationary", None),
+                                         ("q_stationary_min", 4096), ("q_stationary_min", None),
+                                         ("q_split", None)])
 def test_masked_count_at_a_billion_equals_the_closed_form(name, window):
     """N = 10^9: bulk count executes a few dozen blocks (step by step it would be ~10^7)."""
     shape = Shape(10**9, 10**9, 128, causal=True, window=window)
