@@ -673,11 +673,40 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             if full_part:
                 for kb in mem.blocks(shape.Nkv, 1, hi=h0):
                     self._key(mem, A, V, acc, ib, kb, db, 0, v_held)
-            for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
-                top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size)
-                self._key(mem, A, V, acc, ib, kb, db, top, v_held)
+            if mem.bulk and v_held:
+                self._diagonal_bulk(mem, A, V, acc, ib, db, h0, hi, shape)
+            else:
+                for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
+                    top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size)
+                    self._key(mem, A, V, acc, ib, kb, db, top, v_held)
             mem.store(Oc, O, ib, db)  # normalised all along
             mem.free(Oc, g)
+
+    @staticmethod
+    def _diagonal_bulk(mem: TwoLevelMemory, A: SlowArray, V: SlowArray,
+                       acc: tuple[FastTile, ...], ib: Block, db: Block, h0: int, hi: int,
+                       shape: Shape) -> None:
+        """The keys [h0, hi) of row block ``ib`` that a suffix of its rows sees, in bulk count
+        mode with a V row chunk held (:meth:`_key`): each key loads its chunk (a uniform loop,
+        run once), and its rows [top, size) one score each: their sum over the keys, in closed
+        form, runs once as one loop with a stand-in for the chunk (the same words resident,
+        none moved).  O(1) where walking the keys costs O(size)."""
+        n = hi - h0
+        if n <= 0:
+            return
+        t0 = h0 - shape.offset - ib.start  # top of key h0 before the clip at 0
+        t1 = t0 + n - 1
+        lo = max(t0, 1)
+        rows = n * ib.size - ((lo + t1) * (t1 - lo + 1) // 2 if t1 >= lo else 0)
+        for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi):  # the key loop's steps
+            mem.free(mem.load(V, kb, db, label="V_kc"))
+        v = mem.alloc((1, db.size), label="V_kc")
+        kb = Block(h0, h0, h0 + 1)
+        for _ in mem.blocks(rows, 1):  # a step per row and key, as the rows loop
+            w = mem.load(A, ib.start, kb, label="a_rk")
+            mem.compute(_row_step(0), *acc, w, v, writes=2)
+            mem.free(w)
+        mem.free(v)
 
     @staticmethod
     def _key(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, acc: tuple[FastTile, ...],
