@@ -17,8 +17,9 @@ Run:  python benchmarks/bench_counts.py [--repeat 5] [--grid] [--grid-share K/J]
 * ``grid`` (``--grid``): the configurations of ``attnio sweep --N 256:65536:x2 --d
   16,32,64,128,256 --M 1024:16777216:x2 --causal none,bottom_right,top_left --algo all --mode
   count`` (22,275, of which 19,872 run) through the sweep's own count call
-  (``attnio.experiments.row._measure``: the count alone, no certificate, no database): CPU
-  seconds per algorithm and in all, and the slowest configurations.  ``--grid-share K/J`` runs
+  (``attnio.experiments.row._measure``, no database; the run's certificate, the bounds, left
+  out unless ``--with-certificates``: the count alone): CPU seconds per algorithm and in all,
+  and the slowest configurations.  ``--grid-share K/J`` runs
   every J-th configuration from the K-th (to split the grid over processes: the sum of the
   shares' CPU is the grid's).
 """
@@ -109,10 +110,14 @@ def billion(repeat: int) -> list[dict]:
     return rows
 
 
-def grid(share: tuple[int, int]) -> dict:
+def grid(share: tuple[int, int], certificates: bool) -> dict:
     from attnio.experiments.grid import Grid, iter_expand
     from attnio.experiments.row import _measure
     from attnio.experiments.values import parse_values
+    from attnio.runner import execution
+
+    if not certificates:  # the count alone: the run's certificate (the bounds) left out
+        execution.certificate = lambda *a, **k: None  # type: ignore[assignment]
 
     g = Grid(N=parse_values("N", GRID_ARGS["N"]), d=parse_values("d", GRID_ARGS["d"]),
              M=parse_values("M", GRID_ARGS["M"]), algorithms=("all",),
@@ -137,11 +142,13 @@ def grid(share: tuple[int, int]) -> dict:
         slow.append((dt, cfg.describe()))
     slow.sort(reverse=True)
     total = sum(per.values())
-    print(f"grid: {n:,} configurations, {ran:,} counted (share {k}/{j}): {total:.1f} s CPU")
+    print(f"grid: {n:,} configurations, {ran:,} counted (share {k}/{j}"
+          f"{', with certificates' if certificates else ', counts alone'}): {total:.1f} s CPU")
     for name, s in sorted(per.items(), key=lambda x: -x[1]):
         print(f"  {name:18s} {s:8.2f} s CPU")
     print("  slowest:", *(f"{dt * 1e3:.0f} ms {d}" for dt, d in slow[:5]), sep="\n    ")
     return {"configurations": n, "counted": ran, "share": f"{k}/{j}", "cpu_s": total,
+            "certificates": certificates,
             "per_algorithm_cpu_s": per, "slowest": slow[:10]}
 
 
@@ -151,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid", action="store_true", help="also the sweep grid's count part")
     ap.add_argument("--grid-share", default="0/1", help="K/J: every J-th configuration from K")
     ap.add_argument("--no-billion", action="store_true")
+    ap.add_argument("--with-certificates", action="store_true",
+                    help="grid: keep each run's certificate (default: the count alone)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     out: dict = {}
@@ -158,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         out["billion"] = billion(a.repeat)
     if a.grid:
         k, j = (int(x) for x in a.grid_share.split("/"))
-        out["grid"] = grid((k, j))
+        out["grid"] = grid((k, j), a.with_certificates)
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as f:
