@@ -307,9 +307,9 @@ class KVStationary(Algorithm[KVStationaryTiling]):
                 for _gb in mem.blocks(G, 1):  # the head loop's steps
                     pass
                 mem.free(Kj, Vj)
-            Kj = mem.alloc((size, d), label="K_j")
-            Vj = mem.alloc((size, d), label="V_j")
-            for qkind, qb in (("full", Block(0, 0, Br)), ("short", Block(Nq // Br, Nq // Br * Br, Nq))):
+            runs = []  # (query block, first, last, visits) of each kind with visits
+            for qkind, qb in (("full", Block(0, 0, Br)),
+                              ("short", Block(Nq // Br, Nq // Br * Br, Nq))):
                 nv, nfirst, nlast = short_q[kind]
                 if qkind == "full":
                     tv, tfirst, tlast = tot[kind]
@@ -317,12 +317,17 @@ class KVStationary(Algorithm[KVStationaryTiling]):
                 if nv <= 0 or qb.size <= 0:
                     continue
                 both = max(0, nfirst + nlast - nv)  # any split with these marginals counts alike
-                for first, last, n in ((True, True, both), (True, False, nfirst - both),
-                                       (False, True, nlast - both),
-                                       (False, False, nv - nfirst - nlast + both)):
-                    for _ in mem.blocks(G * n, 1):  # a step per visit and head
-                        _visit(mem, Q, O, Op, mp, lp, Kj, Vj, 0, qb, kb, first, last, shape,
-                               Bs, scale)
+                runs += [(qb, first, last, n) for first, last, n in (
+                    (True, True, both), (True, False, nfirst - both), (False, True, nlast - both),
+                    (False, False, nv - nfirst - nlast + both)) if n]
+            if not runs:
+                continue
+            Kj = mem.alloc((size, d), label="K_j")
+            Vj = mem.alloc((size, d), label="V_j")
+            for qb, first, last, n in runs:
+                for _ in mem.blocks(G * n, 1):  # a step per visit and head
+                    _visit(mem, Q, O, Op, mp, lp, Kj, Vj, 0, qb, kb, first, last, shape, Bs,
+                           scale)
             mem.free(Kj, Vj)
 
     def workspace(self, shape: Shape) -> int:
