@@ -142,3 +142,13 @@ def test_band_loop_body_must_free_what_it_allocates():
     with pytest.raises(ScheduleError, match="occupancy"):
         for _ in mem.blocks(16, 4, band=band):
             mem.alloc((1,))
+
+
+def test_kv_stationary_bulk_peak_with_only_the_short_key_block_visited():
+    # the one query row sees key 29 only, in the short last key block [28, 30): no whole key
+    # block is visited, so none is held (the bulk count held a stand-in for one: peak 40 > 37)
+    shape = Shape(1, 30, 5, causal=True, window=1, heads=4, kv_heads=2)
+    tiling = {"Bc": 4, "Br": 1, "Bs": 4}
+    a = attnio.run("kv_stationary", shape=shape, M=2000, mode="count", tiling=tiling)
+    b = attnio.run("kv_stationary", shape=shape, M=2000, mode="count", tiling=tiling, bulk=False)
+    assert _same(a.io, b.io) and a.io.peak == 37
