@@ -522,10 +522,62 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         if full_part:
             for jb in mem.blocks(shape.Nkv, t.Bc, hi=full):
                 self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
-        for jb in mem.blocks(shape.Nkv, t.Bc, lo=full, hi=hi, uniform=False):
-            self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
+        if mem.bulk and Qi is not None:
+            self._diagonal_tiles_bulk(mem, Q, K, A, Qi, ib, full, hi, shape, t, scale)
+        else:
+            for jb in mem.blocks(shape.Nkv, t.Bc, lo=full, hi=hi, uniform=False):
+                self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
         if Qi is not None:
             mem.free(Qi)
+
+    def _diagonal_tiles_bulk(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray,
+                             A: SlowArray, Qi: FastTile, ib: Block, full: int, hi: int,
+                             shape: Shape, t: StreamTilingTiling, scale: float) -> None:
+        """The key blocks [full, hi) the diagonal of query block ``ib`` crosses, Q_i held, in
+        bulk count mode.  The first (the most lines: the peak), the last (maybe short) and, for
+        an exact mean, the second are walked; between them every tile is Bc whole columns whose
+        column c holds ``r1 + off - c`` rows, so they load alike words (one uniform loop, with a
+        stand-in for their lines) and write, on average, ``S/T`` words each (S their lines' sum,
+        an arithmetic series, T their number), stored as one tile of the loop.  O(Bc) where
+        walking them costs O(Br)."""
+        Bc, off, d = t.Bc, shape.offset, shape.d
+        j0, j1 = full // Bc, (hi - 1) // Bc  # the first and last tiles (inclusive)
+
+        def walk(j: int) -> None:
+            for jb in mem.blocks(shape.Nkv, Bc, lo=max(full, j * Bc), hi=min(hi, (j + 1) * Bc),
+                                 uniform=False):
+                self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
+
+        def tile_sum(j: int) -> int:  # Σ_c (r1 + off - c) over the Bc columns of tile j
+            return Bc * (ib.stop + off - j * Bc) - Bc * (Bc - 1) // 2
+
+        if hi <= full or j1 - j0 < 3:
+            for j in range(j0, j1 + 1) if hi > full else ():
+                walk(j)
+            return
+        walk(j0)
+        ja, T = j0 + 1, j1 - j0 - 1
+        S = T * tile_sum(ja) - Bc * Bc * (T * (T - 1) // 2)
+        if S % T:  # Bc odd and T even: one more by itself, then the mean is whole
+            walk(ja)
+            ja, T = ja + 1, T - 1
+            S -= tile_sum(ja - 1)
+        for _ in mem.blocks(T * Bc, Bc):  # the tiles' steps, one run
+            lines = mem.alloc((tile_sum(ja), 1), 0.0, label="S_line")  # the most of them
+            for lb in mem.blocks(d, 1):
+                for kc in mem.blocks(Bc, 1):
+                    w = mem.load(K, ja * Bc + kc.start, lb, label="k_cl")
+                    mem.compute(_column_update(scale, lb.start), lines, Qi, w, writes=1)
+                    mem.free(w)
+            mem.free(lines)
+            rows, rest = divmod(S // T, Bc)  # the mean tile's words: rows x Bc, and the rest
+            for shp, where in (((rows, Bc), (slice(0, rows), slice(ja * Bc, ja * Bc + Bc))),
+                               ((1, rest), (ib.start, slice(ja * Bc, ja * Bc + rest)))):
+                if shp[0] and shp[1]:
+                    out = mem.alloc(shp, 0.0, label="S_line")
+                    mem.store(out, A, *where)
+                    mem.free(out)
+        walk(j1)
 
     def _scores_bulk(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray,
                      z: int, shape: Shape, t: StreamTilingTiling, scale: float) -> None:
