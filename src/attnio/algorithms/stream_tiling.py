@@ -480,15 +480,16 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         """With a mask, a bulk count walks the diagonal of one query block per phase class and
         of the few blocks at its edges (:func:`_row_classes`): about
         ``(P + ⌈(Br + Bc)/Br⌉ + 3)·(⌈Br/Bc⌉ + 2)`` tiles in Phase 1 (P = Bc/gcd(Br, Bc), at most
-        the blocks) and ``8·(a_g + 1)`` keys per slice group in Phase 2, whatever N; none
-        without."""
+        the blocks; order "row": 5 tiles a block, the others in bulk) and ``8·(a_g + 1)`` keys
+        per slice group in Phase 2 (fewer with a V chunk held), whatever N; none without."""
         if not shape.causal:
             return 0
         t = tiling
         Br, Bc = min(t.Br, shape.Nq), min(t.Bc, shape.Nkv)
         classes = min(Bc // math.gcd(Br, Bc), cdiv(shape.Nq, Br)) + cdiv(Br + Bc, Br) + 3
-        return classes * (cdiv(Br, Bc) + 2) + sum(8 * (min(a, shape.Nq) + 1)
-                                                  for _, _, a, _ in _groups(shape.d, t))
+        diagonal = 5 if t.order == "row" else cdiv(Br, Bc) + 2  # "row": the middle tiles bulk
+        return classes * diagonal + sum(8 * (min(a, shape.Nq) + 1)
+                                        for _, _, a, _ in _groups(shape.d, t))
 
     # ------------------------------------------------------------------ the schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
