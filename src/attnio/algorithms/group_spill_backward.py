@@ -48,17 +48,20 @@ of P or dS (r·a at most) and of dO or Q (r·bc)::
     footprint = max(G·Br·(3d + 2) + 2·Bc2·d + 2·Br·Bc2,  a·bc + r·(a + bc))
 
 so M >= 5d + 4.  The matmul phases' loops visit each (A, I) pair (the written runs meet A
-unevenly near the diagonal), so count mode executes them block by block.  Masks (causal of both
+unevenly near the diagonal); a pair's words depend on the sizes of A and I and on the width of
+the run inside A only, so bulk count mode counts the pairs of each kind (O(a/Br + a/gcd(Br, a))
+whatever N) and runs each kind once.  Masks (causal of both
 alignments, sliding windows) and grouped-query attention; block-sparse layouts are not
 supported (use ``flash2_backward``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..core import masks
-from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from .base import BackwardSchedule, kv_head_groups
 from .group_split_backward import _fpA, _stack, dq_pass, pass_a_sides
@@ -200,7 +203,12 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
 
     def _by_keys(self, mem: TwoLevelMemory, X: list[SlowArray], Y: list[SlowArray],
                  out: SlowArray, shape: Shape, s: _Sides, alpha: float) -> None:
-        """out[A] = alpha·Σ_h X_h[:, A]ᵀ Y_h over the written runs, output-stationary."""
+        """out[A] = alpha·Σ_h X_h[:, A]ᵀ Y_h over the written runs, output-stationary.  Every
+        (A, I) pair is visited step by step; bulk count mode runs each kind of pair once
+        (:meth:`_by_keys_bulk`)."""
+        if mem.bulk:
+            self._by_keys_bulk(mem, X, Y, out, shape, s, alpha)
+            return
         d, Nq = shape.d, shape.Nq
         for A in mem.blocks(shape.Nkv, s.a, uniform=False):
             for cb in mem.blocks(d, s.bc):
@@ -214,17 +222,175 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
                         w0, w1 = max(w0, A.start), min(w1, A.stop)
                         if w1 <= w0:
                             continue
-                        for rb in mem.blocks(qb.size, s.r):
-                            rows = slice(qb.start + rb.start, qb.start + rb.stop)
-                            x = mem.load(X[h], rows, slice(w0, w1), label="X_rw")
-                            y = mem.load(Y[h], rows, cb, label="Y_rc")
-                            c0, c1 = w0 - A.start, w1 - A.start
-                            mem.compute(lambda c, a, b, c0=c0, c1=c1:
-                                        c[c0:c1].__iadd__(alpha * (a.T @ b)),
-                                        acc, x, y, writes=1)
-                            mem.free(x, y)
+                        _pair(mem, X[h], Y[h], acc, qb, cb, A, w0, w1, s.r, alpha)
                 mem.store(acc, out, A, cb)
                 mem.free(acc)
 
+    def _by_keys_bulk(self, mem: TwoLevelMemory, X: list[SlowArray], Y: list[SlowArray],
+                      out: SlowArray, shape: Shape, s: _Sides, alpha: float) -> None:
+        """:meth:`_by_keys` in bulk count mode, O(a/Br + a/gcd(Br, a)) whatever N.
+
+        A pair (A, I) moves words that depend on the sizes of A and of I and on the width of
+        the written run inside A only, so the counts, the peak and the steps depend on how
+        many pairs of each kind there are (:func:`_pair_kinds`).  The output blocks of each
+        size run once with their multiplicity (accumulator, store), and each kind of pair once
+        with its own, the accumulator held as a stand-in (the same words resident, none moved);
+        the query blocks an (A, column block, head) meets no written key of take their step."""
+        d, Nq, Nkv, g = shape.d, shape.Nq, shape.Nkv, len(X)
+        kinds = _pair_kinds(shape, s)
+        tq, tcb = cdiv(Nq, s.Br), cdiv(d, s.bc)
+        sizes = [(s.a, Nkv // s.a, Block(0, 0, s.a))]
+        if Nkv % s.a:
+            sizes.append((Nkv % s.a, 1, Block(Nkv // s.a, Nkv // s.a * s.a, Nkv)))
+        for size, count, A in sizes:
+            for _ in mem.blocks(count, 1):  # the output blocks' steps
+                for cb in mem.blocks(d, s.bc):
+                    acc = mem.alloc((A.size, cb.size), 0.0, label="acc")
+                    mem.store(acc, out, A, cb)
+                    mem.free(acc)
+            pairs = 0
+            for cb in _column_runs(d, s.bc):
+                acc = mem.alloc((A.size, cb.size), label="acc")
+                for (asize, qsize, width), n in sorted(kinds.items()):
+                    if asize != size:
+                        continue
+                    if cb.start == 0:
+                        pairs += n
+                    qb = Block(0, 0, qsize) if qsize == min(s.Br, Nq) else \
+                        Block(Nq // s.Br, Nq - qsize, Nq)
+                    for _ in mem.blocks(n * cb.index * g, 1):  # a step per pair and head
+                        _pair(mem, X[0], Y[0], acc, qb, cb, A, A.start, A.start + width, s.r,
+                              alpha)
+                mem.free(acc)
+            for _ in mem.blocks((count * tq - pairs) * tcb * g, 1):  # query blocks skipped
+                pass
+
+
+def _pair(mem: TwoLevelMemory, X: SlowArray, Y: SlowArray, acc: FastTile, qb: Block,
+          cb: Block, A: Block, w0: int, w1: int, r: int, alpha: float) -> None:
+    """acc[w0 - A.start : w1 - A.start] += alpha·X[I, w0:w1]ᵀ Y[I, cb], r rows at a time."""
+    for rb in mem.blocks(qb.size, r):
+        rows = slice(qb.start + rb.start, qb.start + rb.stop)
+        x = mem.load(X, rows, slice(w0, w1), label="X_rw")
+        y = mem.load(Y, rows, cb, label="Y_rc")
+        c0, c1 = w0 - A.start, w1 - A.start
+        mem.compute(lambda c, a, b, c0=c0, c1=c1: c[c0:c1].__iadd__(alpha * (a.T @ b)),
+                    acc, x, y, writes=1)
+        mem.free(x, y)
+
+
+def _column_runs(d: int, bc: int) -> list[Block]:
+    """The column blocks of ``[0, d)`` in runs of equal size: ``Block(count, start, stop)``
+    of a representative each."""
+    bc = min(bc, d)
+    out = [Block(d // bc, 0, bc)]
+    if d % bc:
+        out.append(Block(1, d // bc * bc, d))
+    return out
+
+
+def _pairs_of(shape: Shape, s: _Sides, lo: int, hi: int
+              ) -> tuple[list[tuple[int, int]], int]:
+    """The pairs a query block seeing keys [lo, hi) (hi > lo) makes with the output blocks:
+    ``(partials, middle)``, the (A size, width) of the first and last output blocks its
+    written run meets, and the number of whole blocks (size a, width a) between them."""
+    Nkv, a = shape.Nkv, s.a
+    w0, w1 = _written(shape, lo, hi, s.Bc2)
+    fa, la = w0 // a, (w1 - 1) // a
+    def size(A: int) -> int:
+        return min(Nkv, (A + 1) * a) - A * a
+    if fa == la:
+        return [(size(fa), w1 - w0)], 0
+    return [(size(fa), (fa + 1) * a - w0), (size(la), w1 - la * a)], la - fa - 1
+
+
+def _pair_kinds(shape: Shape, s: _Sides) -> dict[tuple[int, int, int], int]:
+    """How many (A, I) pairs there are of each kind ``(A size, I rows, width)``, per head and
+    column block, in O(a/Br + a/gcd(Br, a)): the query blocks fall into intervals where each
+    end of the keys they see is constant (clipped) or moves with the block inside the whole
+    output blocks; the few where an end lies in the short last output block are counted one
+    by one, the others in classes of one phase modulo a (an arithmetic progression of
+    blocks), whose pairs differ only in their number of whole blocks, linear in the block."""
+    Nq, Nkv, Br, a, off = shape.Nq, shape.Nkv, s.Br, s.a, shape.offset
+    afull = Nkv // a * a
+    W = shape.window if shape.causal else None
+    kinds: dict[tuple[int, int, int], int] = {}
+
+    def add(key: tuple[int, int, int], n: int) -> None:
+        if n:
+            kinds[key] = kinds.get(key, 0) + n
+
+    def one(i0: int, i1: int) -> None:  # query blocks [i0, i1) one by one
+        for i in range(i0, i1):
+            r0, r1 = i * Br, min(Nq, (i + 1) * Br)
+            lo, hi = kv_range(shape, r0, r1)
+            if hi > lo:
+                parts, mid = _pairs_of(shape, s, lo, hi)
+                for sz, w in parts:
+                    add((sz, r1 - r0, w), 1)
+                add((a, r1 - r0, a), mid)
+
+    n = Nq // Br  # whole query blocks; the short last one by itself
+    if not shape.causal:
+        parts, mid = _pairs_of(shape, s, 0, Nkv)
+        for sz, w in parts:
+            add((sz, Br, w), n)
+        add((a, Br, a), n * mid)
+        one(n, cdiv(Nq, Br))
+        return kinds
+    # unclipped ends of block i: lo = i·Br + cl (with a window), hi = i·Br + ch
+    cl = None if W is None else off + 1 - W
+    ch = Br + off
+    cuts = {0, n}
+    for x in (1, afull + 1, Nkv):  # hi >= x from i >= ceil((x - ch)/Br)
+        cuts.add(min(n, max(0, -(-(x - ch) // Br))))
+    if cl is not None:
+        for x in (0, afull, Nkv):  # lo >= x
+            cuts.add(min(n, max(0, -(-(x - cl) // Br))))
+    P = a // math.gcd(Br, a)
+    marks = sorted(cuts)
+    for i0, i1 in zip(marks[:-1], marks[1:]):
+        uh = i0 * Br + ch
+        ul = None if cl is None else i0 * Br + cl
+        hi_moves = 1 <= uh <= afull
+        lo_moves = ul is not None and 0 <= ul < afull
+        if (afull < uh < Nkv) or (ul is not None and afull <= ul < Nkv):
+            one(i0, i1)  # an end inside the short last output block: a few blocks
+            continue
+        if not (hi_moves or lo_moves):  # both ends constant: alike
+            lo, hi = kv_range(shape, i0 * Br, i0 * Br + Br)
+            if hi > lo:
+                parts, mid = _pairs_of(shape, s, lo, hi)
+                for sz, w in parts:
+                    add((sz, Br, w), i1 - i0)
+                add((a, Br, a), (i1 - i0) * mid)
+            continue
+        step = P * Br // a  # output blocks an end moves over per member of a class
+        grow = step * (int(hi_moves) - int(lo_moves))
+        def pairs(i: int) -> tuple[list[tuple[int, int]], int] | None:
+            lo, hi = kv_range(shape, i * Br, i * Br + Br)
+            return _pairs_of(shape, s, lo, hi) if hi > lo else None
+
+        for k in range(min(P, i1 - i0)):
+            first = i0 + k
+            m = -(-(i1 - first) // P)
+            # a member whose run lies in one output block (one pair) can only be the first or
+            # the last of its class: by itself
+            if m > 1 and grow and (p := pairs(first)) is not None and len(p[0]) == 1:
+                one(first, first + 1)
+                first, m = first + P, m - 1
+            if m > 1 and grow and (p := pairs(first + (m - 1) * P)) is not None \
+                    and len(p[0]) == 1:
+                one(first + (m - 1) * P, first + (m - 1) * P + 1)
+                m -= 1
+            got = pairs(first) if m else None
+            if got is None:
+                continue
+            parts, mid = got
+            for sz, w in parts:
+                add((sz, Br, w), m)
+            add((a, Br, a), m * mid + grow * (m * (m - 1) // 2))
+    one(n, cdiv(Nq, Br))
+    return kinds
 
 BACKWARD = GroupSpillBackward()

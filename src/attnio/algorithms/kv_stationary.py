@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import masks
-from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
 from .base import Algorithm
@@ -118,10 +118,6 @@ class KVStationary(Algorithm[KVStationaryTiling]):
 
     def steps(self, shape: Shape, tiling: KVStationaryTiling) -> int:
         return cdiv(shape.Nkv, tiling.Bc) * cdiv(shape.Nq, tiling.Br)
-
-    def count_walk(self, shape: Shape, tiling: KVStationaryTiling) -> int:
-        """Masked, bulk count mode walks the key blocks one by one (unmasked: three runs)."""
-        return cdiv(shape.Nkv, tiling.Bc) if shape.causal else 0
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[KVStationaryTiling]:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
@@ -225,8 +221,13 @@ class KVStationary(Algorithm[KVStationaryTiling]):
                     zt = mem.alloc((qb.size, d), 0.0, label="O_i")
                     mem.store(zt, head(gb.start)[1], qb)
                     mem.free(zt)
+        if masked and mem.bulk:
+            self._visits_bulk(mem, head, G, K, V, Op, mp, lp, shape=shape, tiling=tiling,
+                              scale=scale)
+            return
         # unmasked, the first key block, the middle ones and the last move alike words: three
-        # uniform runs (bulk count mode executes each once); masked, block by block
+        # uniform runs (bulk count mode executes each once); masked, block by block (step by
+        # step: bulk count mode counts the visits by kind, :meth:`_visits_bulk`)
         Tc = -(-Nkv // Bc)
         cuts = sorted({0, min(Nkv, Bc), max(Bc, (Tc - 1) * Bc), Nkv})
         ranges = [(0, Nkv)] if masked else list(zip(cuts[:-1], cuts[1:]))
@@ -251,33 +252,118 @@ class KVStationary(Algorithm[KVStationaryTiling]):
                 for c0, c1 in zip(marks[:-1], marks[1:]):
                     first, last = c0 >= a, c0 < b
                     for qb in mem.blocks(Nq, Br, lo=c0 * Br, hi=min(Nq, c1 * Br)):
-                        part = slice(g * Nq + qb.start, g * Nq + qb.stop)
-                        Qi = mem.load(Q, qb, label="Q_i")
-                        if first:
-                            Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
-                            m = mem.alloc((qb.size,), -np.inf, label="m_i")
-                            l = mem.alloc((qb.size,), 0.0, label="l_i")
-                        else:
-                            Oi = mem.load(Op, part, label="O_i")
-                            m = mem.load(mp, part, label="m_i")
-                            l = mem.load(lp, part, label="l_i")
-                        t = mem.alloc((qb.size,), 0.0, label="tmp")
-                        S = mem.alloc((qb.size, Bs), label="S_chunk")
-                        mem.compute(_chunked_update(scale, qb.start, kb.start, shape, Bs),
-                                    S, m, l, t, Oi, Qi, Kj, Vj, writes=5)
-                        if last:
-                            mem.compute(K_.normalise_rows, Oi, l, writes=1)
-                            mem.store(Oi, O, qb)
-                        else:
-                            mem.store(Oi, Op, part)
-                            mem.store(m, mp, part)
-                            mem.store(l, lp, part)
-                        mem.free(S, t, Qi, Oi, m, l)
+                        _visit(mem, Q, O, Op, mp, lp, Kj, Vj, g, qb, kb, first, last, shape,
+                               Bs, scale)
+            mem.free(Kj, Vj)
+
+    def _visits_bulk(self, mem: TwoLevelMemory,
+                     head: Callable[[int], tuple[SlowArray, SlowArray]], G: int, K: SlowArray,
+                     V: SlowArray, Op: SlowArray, mp: SlowArray, lp: SlowArray, *, shape: Shape,
+                     tiling: KVStationaryTiling, scale: float) -> None:
+        """The key blocks and their visits in masked bulk count mode, O(log N).
+
+        A visit (query block i, key block j) moves words that depend on the two blocks' sizes
+        and on two flags only: whether j is the first key block i sees (no partial to load) and
+        whether it is the last (O written instead of the partial), each adding its words
+        whatever the other; its fast memory does not depend on the flags.  So the counts, the
+        peak and the steps depend, per pair of sizes (whole or short key block, whole or short
+        query block), on the number of visits, of first visits and of last visits only: sums
+        in closed form (:func:`attnio.core.masks.query_block_sums` over the whole key blocks and
+        over all, the short query block by itself).  Each visible key block is loaded once (a
+        run per size), and each kind of visit runs once with its multiplicity, the key block
+        held as a stand-in (the same words resident, none moved)."""
+        d, Nq, Nkv, off, W = shape.d, shape.Nq, shape.Nkv, shape.offset, shape.window
+        Bc, Br = min(tiling.Bc, Nkv), min(tiling.Br, Nq)
+        Bs = min(tiling.Bs, Bc)
+        kfull = Nkv // Bc * Bc
+        alls = masks.query_block_sums(Nq, Nkv, Br, Bc, off, W)
+        part = masks.query_block_sums(Nq, kfull, Br, Bc, off, W) if kfull else None
+        # (visits, first visits, last visits) over every query block, per key block size
+        v_f = part.count if part else 0
+        f_f = part.seen if part else 0
+        v_s = alls.count - v_f  # a query block meets the short key block at most once: last
+        tot = {"full": (v_f, f_f, alls.seen - v_s), "short": (v_s, alls.seen - f_f, v_s)}
+        short_q = {"full": (0, 0, 0), "short": (0, 0, 0)}
+        if Nq % Br:  # the short last query block, by itself
+            lo, hi = kv_range(shape, Nq // Br * Br, Nq)
+            if hi > lo:
+                nf = masks.meet(lo, min(hi, kfull), Bc, kfull)[0] if lo < kfull else 0
+                first_full, last_full = int(lo < kfull), int(hi <= kfull)
+                short_q = {"full": (nf, first_full, last_full),
+                           "short": (int(hi > kfull), 1 - first_full, 1 - last_full)}
+        nvis_f = masks.key_block_sums(Nq, kfull, Br, Bc, off, W).seen if kfull else 0
+        sizes = [("full", kfull // Bc, Bc, nvis_f)]
+        if Nkv > kfull:
+            qlo, qhi = q_range(shape, kfull, Nkv)
+            sizes.append(("short", 1, Nkv - kfull, int(qhi > qlo)))
+        Q, O = head(0)
+        for kind, blocks, size, vis in sizes:
+            for _ in mem.blocks(blocks - vis, 1):  # key blocks no query sees: a step each
+                pass
+            kb = Block(0, 0, size) if kind == "full" else Block(kfull // Bc, kfull, Nkv)
+            for _ in mem.blocks(vis, 1):
+                Kj = mem.load(K, kb, label="K_j")
+                Vj = mem.load(V, kb, label="V_j")
+                for _gb in mem.blocks(G, 1):  # the head loop's steps
+                    pass
+                mem.free(Kj, Vj)
+            runs = []  # (query block, first, last, visits) of each kind with visits
+            for qkind, qb in (("full", Block(0, 0, Br)),
+                              ("short", Block(Nq // Br, Nq // Br * Br, Nq))):
+                nv, nfirst, nlast = short_q[kind]
+                if qkind == "full":
+                    tv, tfirst, tlast = tot[kind]
+                    nv, nfirst, nlast = tv - nv, tfirst - nfirst, tlast - nlast
+                if nv <= 0 or qb.size <= 0:
+                    continue
+                both = max(0, nfirst + nlast - nv)  # any split with these marginals counts alike
+                runs += [(qb, first, last, n) for first, last, n in (
+                    (True, True, both), (True, False, nfirst - both), (False, True, nlast - both),
+                    (False, False, nv - nfirst - nlast + both)) if n]
+            if not runs:
+                continue
+            Kj = mem.alloc((size, d), label="K_j")
+            Vj = mem.alloc((size, d), label="V_j")
+            for qb, first, last, n in runs:
+                for _ in mem.blocks(G * n, 1):  # a step per visit and head
+                    _visit(mem, Q, O, Op, mp, lp, Kj, Vj, 0, qb, kb, first, last, shape, Bs,
+                           scale)
             mem.free(Kj, Vj)
 
     def workspace(self, shape: Shape) -> int:
         """Slow-memory words of the spilled partials (one K/V head's group at a time)."""
         return shape.group * shape.Nq * (shape.d + 2)
+
+
+def _visit(mem: TwoLevelMemory, Q: SlowArray, O: SlowArray, Op: SlowArray, mp: SlowArray,
+           lp: SlowArray, Kj: FastTile, Vj: FastTile, g: int, qb: Block, kb: Block, first: bool,
+           last: bool, shape: Shape, Bs: int, scale: float) -> None:
+    """Query block ``qb`` of head g against the held key block ``kb``: the partial (O, m, l)
+    started (``first``) or loaded, updated chunk by chunk, then written: normalised to O when
+    ``last``, else spilled."""
+    d, Nq = shape.d, shape.Nq
+    part = slice(g * Nq + qb.start, g * Nq + qb.stop)
+    Qi = mem.load(Q, qb, label="Q_i")
+    if first:
+        Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
+        m = mem.alloc((qb.size,), -np.inf, label="m_i")
+        l = mem.alloc((qb.size,), 0.0, label="l_i")
+    else:
+        Oi = mem.load(Op, part, label="O_i")
+        m = mem.load(mp, part, label="m_i")
+        l = mem.load(lp, part, label="l_i")
+    t = mem.alloc((qb.size,), 0.0, label="tmp")
+    S = mem.alloc((qb.size, Bs), label="S_chunk")
+    mem.compute(_chunked_update(scale, qb.start, kb.start, shape, Bs),
+                S, m, l, t, Oi, Qi, Kj, Vj, writes=5)
+    if last:
+        mem.compute(K_.normalise_rows, Oi, l, writes=1)
+        mem.store(Oi, O, qb)
+    else:
+        mem.store(Oi, Op, part)
+        mem.store(m, mp, part)
+        mem.store(l, lp, part)
+    mem.free(S, t, Qi, Oi, m, l)
 
 
 ALGORITHM = KVStationary()

@@ -117,6 +117,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -211,13 +212,6 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         L = _layout(shape.Nq, tiling)
         thin = cdiv(L.S, tiling.Br2) if tiling.sigma else 0
         return (L.T + thin) * shape.Nkv
-
-    def count_walk(self, shape: Shape, tiling: QSplitTiling) -> int:
-        """Masked, count mode walks the main and the thin blocks one by one."""
-        if not shape.causal:
-            return 0
-        L = _layout(shape.Nq, tiling)
-        return L.T + (cdiv(L.S, tiling.Br2) if tiling.sigma else 0)
 
     # ------------------------------------------------------------------ tilings
     def candidate_tilings(self, shape: Shape, M: int) -> list[QSplitTiling]:
@@ -320,36 +314,92 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         d = shape.d
         L = _layout(shape.Nq, tiling)
         dm = d - tiling.delta if tiling.sigma else d  # the columns a split row holds in main
-        for qb in mem.blocks(shape.Nq, L.Br, uniform=not shape.causal):
-            i = qb.index
-            s0, f0 = i * L.sigma, L.S + i * L.Bf
-            ns = min(L.sigma, qb.size)
-            segs = [(Block(i, s0, s0 + ns), slice(0, dm)),
-                    (Block(i, f0, f0 + qb.size - ns), slice(0, d))]
-            segs = [(b, c) for b, c in segs if b.size > 0]
-            hi = kv_visible_hi(shape, segs[-1][0].stop)
-            if hi <= 0:  # no row of the block sees a key: its output is 0
-                for b, c in segs:
-                    K_.store_empty_rows(mem, Os, b, d, lse, cols=c)
-                continue
-            _stream(mem, Qs, K, V, Os, segs, hi, slice(0, d), shape, scale, lse)
+        main = functools.partial(self._main_block, mem, Qs, K, V, Os, L, dm, shape, scale, lse)
+        if shape.causal and mem.bulk:
+            self._main_bulk(mem, Qs, K, V, L, dm, shape, main)
+        else:
+            for qb in mem.blocks(shape.Nq, L.Br, uniform=not shape.causal):
+                main(qb)
         if not tiling.sigma:
             return
         cols = slice(dm, d)
-        for tb in mem.blocks(L.S, tiling.Br2, uniform=not shape.causal):
+        # thin block [t0, t1) sees keys [0, clip(t1 + offset, 0, Nkv)): a band (a masked bulk
+        # count runs each run of alike blocks once, the keys with the run's visits)
+        band = masks.Band(L.S, shape.Nkv, None, shape.offset) if shape.causal else None
+        for tb in mem.blocks(L.S, tiling.Br2, band=band):
             hi = kv_visible_hi(shape, tb.stop)
             if hi <= 0:
                 K_.store_empty_rows(mem, Os, tb, d, cols=cols)
                 continue
-            _stream(mem, Qs, K, V, Os, [(tb, cols)], hi, cols, shape, scale)
+            _stream(mem, Qs, K, V, Os, [(tb, cols)], hi, cols, shape, scale, band=band)
+
+    @staticmethod
+    def _segments(L: _Layout, dm: int, d: int, qb: Block) -> list[tuple[Block, slice]]:
+        """Main block ``qb``'s row segments: its split rows (``dm`` columns held) and its full
+        rows (``d``), the empty ones left out."""
+        i = qb.index
+        s0, f0 = i * L.sigma, L.S + i * L.Bf
+        ns = min(L.sigma, qb.size)
+        segs = [(Block(i, s0, s0 + ns), slice(0, dm)),
+                (Block(i, f0, f0 + qb.size - ns), slice(0, d))]
+        return [(b, c) for b, c in segs if b.size > 0]
+
+    def _main_block(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
+                    Os: list[SlowArray], L: _Layout, dm: int, shape: Shape, scale: float,
+                    lse: list[SlowArray] | None, qb: Block, keys: bool = True) -> None:
+        """Main block ``qb`` (without its key loop when not ``keys``: a masked bulk count runs
+        the keys of alike blocks apart)."""
+        d = shape.d
+        segs = self._segments(L, dm, d, qb)
+        hi = kv_visible_hi(shape, segs[-1][0].stop)
+        if hi <= 0:  # no row of the block sees a key: its output is 0
+            for b, c in segs:
+                K_.store_empty_rows(mem, Os, b, d, lse, cols=c)
+            return
+        _stream(mem, Qs, K, V, Os, segs, hi if keys else 0, slice(0, d), shape, scale, lse)
+
+    def _main_bulk(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
+                   L: _Layout, dm: int, shape: Shape, main: Callable[..., None]) -> None:
+        """The main pass in masked bulk count mode.  The whole blocks but the last move alike
+        words but for their keys: block i sees ``clip(S + (i + 1)·Bf + offset, 0, Nkv)`` of
+        them, so those that see none, those that see all and those in between are three runs,
+        each run once; the keys of the middle run, their sum in closed form, run once more as
+        one uniform loop with stand-ins for the held tiles (the same words, none moved).  The
+        last blocks are walked."""
+        Nq, Nkv, Br, Bf, d = shape.Nq, shape.Nkv, L.Br, L.Bf, shape.d
+        n = min(Nq // Br, L.T - 1)  # whole blocks with both segments at their full size
+        c = L.S + shape.offset
+        ie = max(0, min(n, -c // Bf))  # c + (i + 1)·Bf <= 0: no key
+        isat = max(ie, min(n, -(-(Nkv - c) // Bf) - 1))  # c + (i + 1)·Bf >= Nkv: every key
+        for i0, count, keys in ((0, ie, True), (ie, isat - ie, False), (isat, n - isat, True)):
+            if count <= 0:
+                continue
+            for _ in mem.blocks(count, 1):  # the main loop's steps, one per block
+                main(Block(i0, i0 * Br, (i0 + 1) * Br), keys)
+            if keys:
+                continue
+            seen = count * c + Bf * (count * (2 * i0 + count + 1) // 2)  # Σ (c + (i + 1)·Bf)
+            segs = self._segments(L, dm, d, Block(i0, i0 * Br, (i0 + 1) * Br))
+            held = [mem.alloc(shp, label=lab) for _ in Qs for b, col in segs
+                    for shp, lab in (((b.size, d), "Q_i"), ((b.size, col.stop - col.start), "O_i"),
+                                     ((b.size,), "g_i"))]
+            for kb in mem.blocks(seen, 1):
+                k = mem.load(K, kb, label="k_j")
+                v = mem.load(V, kb, slice(0, d), label="v_j")
+                mem.free(k, v)
+            mem.free(*held)
+        for qb in mem.blocks(Nq, Br, lo=n * Br, uniform=False):
+            main(qb)
 
 
 def _stream(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
             Os: list[SlowArray], segs: list[tuple[Block, slice]], hi: int, vcols: slice,
-            shape: Shape, scale: float, lse: list[SlowArray] | None = None) -> None:
+            shape: Shape, scale: float, lse: list[SlowArray] | None = None, *,
+            band: masks.Band | None = None) -> None:
     """Row segments ``segs`` (rows, held output columns) of every head against keys [0, hi):
     Q rows, O on the held columns and g held; each key row and the ``vcols`` words of its value
-    row streamed; O written on the held columns (and g, each row's logsumexp, to ``lse``)."""
+    row streamed; O written on the held columns (and g, each row's logsumexp, to ``lse``).
+    ``band``: the mask's band of the enclosing loop (``hi`` its range)."""
     heads = []
     for Q in Qs:
         held = []
@@ -359,7 +409,7 @@ def _stream(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray
             g = mem.alloc((b.size,), -np.inf, label="g_i")
             held.append((b, c, q, o, g))
         heads.append(held)
-    for kb in mem.blocks(shape.Nkv, 1, hi=hi):
+    for kb in mem.blocks(shape.Nkv, 1, hi=hi, band=band):
         k = mem.load(K, kb, label="k_j")
         v = mem.load(V, kb, vcols, label="v_j")
         for held in heads:

@@ -118,10 +118,6 @@ class QStationaryMin(GroupedAlgorithm[QStationaryMinTiling]):
     def steps(self, shape: Shape, tiling: QStationaryMinTiling) -> int:
         return cdiv(shape.Nq, tiling.Br) * shape.Nkv
 
-    def count_walk(self, shape: Shape, tiling: QStationaryMinTiling) -> int:
-        """Masked, bulk count mode walks the query blocks one by one."""
-        return cdiv(shape.Nq, tiling.Br) if shape.causal else 0
-
     def candidate_tilings(self, shape: Shape, M: int) -> list[QStationaryMinTiling]:
         d, Nq = shape.d, shape.Nq
         out: list[QStationaryMinTiling] = []
@@ -162,19 +158,23 @@ class QStationaryMin(GroupedAlgorithm[QStationaryMinTiling]):
         """Query heads ``Qs`` (one group) against one K/V head; ``lse`` (optional) receives each
         row's logsumexp, for the backward pass (Nq more writes a head)."""
         d = shape.d
-        for qb in mem.blocks(shape.Nq, tiling.Br, uniform=not shape.causal):
+        band = masks.Band.queries(shape) if shape.causal else None  # the keys each block sees
+        for qb in mem.blocks(shape.Nq, tiling.Br, band=band):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             if hi <= lo:  # no row of the block sees a key: its output is 0
                 K_.store_empty_rows(mem, Os, qb, d, lse)
                 continue
-            stationary_block(mem, Qs, K, V, Os, qb, lo, hi, shape, scale, lse)
+            stationary_block(mem, Qs, K, V, Os, qb, lo, hi, shape, scale, lse, band=band)
 
 def stationary_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
                      Os: list[SlowArray], qb: Block, lo: int, hi: int, shape: Shape,
-                     scale: float, lse: list[SlowArray] | None = None) -> None:
+                     scale: float, lse: list[SlowArray] | None = None, *,
+                     band: masks.Band | None = None) -> None:
     """One query block ``qb`` of the heads ``Qs`` against keys [lo, hi) (lo < hi): Q_i, O_i, m,
     l and a score column per head held (``G·(2rd + 3r)`` words); K and V a word at a time; O_i
-    (and with ``lse`` each row's logsumexp) written.  Also ``row_hybrid``'s mode c."""
+    (and with ``lse`` each row's logsumexp) written.  Also ``row_hybrid``'s mode c.  ``band``:
+    the mask's band of the enclosing query loop (a masked bulk count runs each run of alike
+    query blocks once, the keys with the run's visits)."""
     d = shape.d
     heads = []
     for Q in Qs:
@@ -184,7 +184,7 @@ def stationary_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: 
         l = mem.alloc((qb.size,), 0.0, label="l_i")
         s = mem.alloc((qb.size,), label="s_i")
         heads.append((Qi, Oi, m, l, s))
-    for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi):  # each key moves 2d words
+    for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi, band=band):  # each key moves 2d words
         j = kb.start
         for _, _, _, _, s in heads:
             mem.compute(lambda x: x.fill(0.0), s, writes=1)

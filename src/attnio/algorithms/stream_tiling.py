@@ -94,8 +94,12 @@ Unmasked (Nq x Nkv): ``⌈Nkv/Bc⌉·Nq·d + ⌈Nq/Br⌉·Nkv·d + Nq·Nkv`` (or
 + Nq·d``, T_d = ⌈d/Bd2⌉): with every side √M, ``4·Nq·Nkv·d/√M + Nq·Nkv + Nq·d``, the two
 blocked matmuls' ideal.  The sums are O(log N) (:func:`attnio.core.masks.covered_sums`;
 H is its sum over blocks of one row).  Heads are independent: the count of one head times
-``batch·heads`` (grouped-query attention shares no tile).  Count mode is bulk unmasked; with a
-mask it walks each query block and the tiles and keys its diagonal crosses (``count_walk``).
+``batch·heads`` (grouped-query attention shares no tile).  Count mode is bulk: with a mask, the
+query blocks fall into classes that move alike words (those that see no key, those that see
+every key, and in between one class per phase of the diagonal modulo Bc in Phase 1, one in
+Phase 2), each run once, the keys its blocks see entirely as one uniform loop whose length is a
+sum in closed form; only the few blocks where the diagonal meets an edge are walked
+(``count_walk``), so a causal count at N = 10⁹ costs milliseconds.
 
 Tiling.  The phases are not coupled (Phase 2 needs no Phase-1 block size), so each is searched by
 itself and the best three of each are combined.  Candidates: for each side on a geometric ladder
@@ -550,17 +554,19 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
                 for br, bc, o in self._phase1_candidates(shape, M) for c in p2]
 
     def count_walk(self, shape: Shape, tiling: StreamTilingTiling) -> int:
-        """With a mask, count mode walks every query block, the tiles and keys its diagonal
-        crosses (the words written and read there depend on the position): about
-        ``Tr·(⌈Br/Bc⌉ + 2) + Σ_g Tr2_g·T_g·(a_g + 1)`` blocks (per slice group: its row blocks,
-        slices and rows); none without."""
+        """With a mask, a bulk count walks the diagonal of one query block per phase class and
+        of the few blocks at its edges (:func:`_row_classes`): about
+        ``(P + ⌈(Br + Bc)/Br⌉ + 3)·(⌈Br/Bc⌉ + 2)`` tiles in Phase 1 (P = Bc/gcd(Br, Bc), at most
+        the blocks; order "row": 5 tiles a block, the others in bulk) and ``8·(a_g + 1)`` keys
+        per slice group in Phase 2 (fewer with a V chunk held), whatever N; none without."""
         if not shape.causal:
             return 0
         t = tiling
-        Tr = cdiv(shape.Nq, t.Br)
-        return Tr * (cdiv(t.Br, t.Bc) + 2) + sum(
-            cdiv(shape.Nq, a) * cdiv(w, c) * (min(a, shape.Nq) + 1)
-            for _, w, a, c in _groups(shape.d, t))
+        Br, Bc = min(t.Br, shape.Nq), min(t.Bc, shape.Nkv)
+        classes = min(Bc // math.gcd(Br, Bc), cdiv(shape.Nq, Br)) + cdiv(Br + Bc, Br) + 3
+        diagonal = 5 if t.order == "row" else cdiv(Br, Bc) + 2  # "row": the middle tiles bulk
+        return classes * diagonal + sum(8 * (min(a, shape.Nq) + 1)
+                                        for _, _, a, _ in _groups(shape.d, t))
 
     # ------------------------------------------------------------------ the schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
@@ -573,19 +579,121 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
                 shape: Shape, t: StreamTilingTiling, scale: float) -> None:
         """Phase 1.  Key blocks that every row of the query block sees entirely (the keys before
         its first row's end) are alike; those the diagonal crosses, and a short last one, are
-        walked one by one.  Order "row" loads the rows of Q_i that see a key."""
+        walked one by one.  Order "row" loads the rows of Q_i that see a key.  A masked bulk
+        count runs alike query blocks once (:meth:`_scores_bulk`)."""
         z = max(0, min(shape.Nq, -shape.offset)) if shape.causal else 0  # rows that see nothing
+        if shape.causal and mem.bulk:
+            self._scores_bulk(mem, Q, K, A, z, shape, t, scale)
+            return
         for ib in mem.blocks(shape.Nq, t.Br, uniform=not shape.causal):
-            hi = kv_visible_hi(shape, ib.stop)
-            full = kv_visible_hi(shape, ib.start + 1) // t.Bc * t.Bc
-            Qi = (mem.load(Q, slice(max(ib.start, z), ib.stop), label="Q_i")
-                  if (t.order == "row" and hi > 0) else None)
+            self._scores_block(mem, Q, K, A, ib, z, shape, t, scale)
+
+    def _scores_block(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray,
+                      ib: Block, z: int, shape: Shape, t: StreamTilingTiling, scale: float,
+                      *, full_part: bool = True) -> None:
+        """Query block ``ib`` of Phase 1 (without its fully seen key blocks when not
+        ``full_part``: a masked bulk count runs those apart)."""
+        hi = kv_visible_hi(shape, ib.stop)
+        full = kv_visible_hi(shape, ib.start + 1) // t.Bc * t.Bc
+        Qi = (mem.load(Q, slice(max(ib.start, z), ib.stop), label="Q_i")
+              if (t.order == "row" and hi > 0) else None)
+        if full_part:
             for jb in mem.blocks(shape.Nkv, t.Bc, hi=full):
                 self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
+        if mem.bulk and Qi is not None:
+            self._diagonal_tiles_bulk(mem, Q, K, A, Qi, ib, full, hi, shape, t, scale)
+        else:
             for jb in mem.blocks(shape.Nkv, t.Bc, lo=full, hi=hi, uniform=False):
                 self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
-            if Qi is not None:
-                mem.free(Qi)
+        if Qi is not None:
+            mem.free(Qi)
+
+    def _diagonal_tiles_bulk(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray,
+                             A: SlowArray, Qi: FastTile, ib: Block, full: int, hi: int,
+                             shape: Shape, t: StreamTilingTiling, scale: float) -> None:
+        """The key blocks [full, hi) the diagonal of query block ``ib`` crosses, Q_i held, in
+        bulk count mode.  The first (the most lines: the peak), the last (maybe short) and, for
+        an exact mean, the second are walked; between them every tile is Bc whole columns whose
+        column c holds ``r1 + off - c`` rows, so they load alike words (one uniform loop, with a
+        stand-in for their lines) and write, on average, ``S/T`` words each (S their lines' sum,
+        an arithmetic series, T their number), stored as one tile of the loop.  O(Bc) where
+        walking them costs O(Br)."""
+        Bc, off, d = t.Bc, shape.offset, shape.d
+        j0, j1 = full // Bc, (hi - 1) // Bc  # the first and last tiles (inclusive)
+
+        def walk(j: int) -> None:
+            for jb in mem.blocks(shape.Nkv, Bc, lo=max(full, j * Bc), hi=min(hi, (j + 1) * Bc),
+                                 uniform=False):
+                self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
+
+        def tile_sum(j: int) -> int:  # Σ_c (r1 + off - c) over the Bc columns of tile j
+            return Bc * (ib.stop + off - j * Bc) - Bc * (Bc - 1) // 2
+
+        if hi <= full or j1 - j0 < 3:
+            for j in range(j0, j1 + 1) if hi > full else ():
+                walk(j)
+            return
+        walk(j0)
+        ja, T = j0 + 1, j1 - j0 - 1
+        S = T * tile_sum(ja) - Bc * Bc * (T * (T - 1) // 2)
+        if S % T:  # Bc odd and T even: one more by itself, then the mean is whole
+            walk(ja)
+            ja, T = ja + 1, T - 1
+            S -= tile_sum(ja - 1)
+        for _ in mem.blocks(T * Bc, Bc):  # the tiles' steps, one run
+            lines = mem.alloc((tile_sum(ja), 1), 0.0, label="S_line")  # the most of them
+            for lb in mem.blocks(d, 1):
+                for kc in mem.blocks(Bc, 1):
+                    w = mem.load(K, ja * Bc + kc.start, lb, label="k_cl")
+                    mem.compute(_column_update(scale, lb.start), lines, Qi, w, writes=1)
+                    mem.free(w)
+            mem.free(lines)
+            rows, rest = divmod(S // T, Bc)  # the mean tile's words: rows x Bc, and the rest
+            for shp, where in (((rows, Bc), (slice(0, rows), slice(ja * Bc, ja * Bc + Bc))),
+                               ((1, rest), (ib.start, slice(ja * Bc, ja * Bc + rest)))):
+                if shp[0] and shp[1]:
+                    out = mem.alloc(shp, 0.0, label="S_line")
+                    mem.store(out, A, *where)
+                    mem.free(out)
+        walk(j1)
+
+    def _scores_bulk(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray,
+                     z: int, shape: Shape, t: StreamTilingTiling, scale: float) -> None:
+        """Phase 1 in masked bulk count mode: the query blocks in classes that move alike words
+        (:func:`_row_classes`), each run once with its multiplicity.  In the interior (the
+        diagonal crosses only full key blocks) a block's diagonal tiles depend on its first
+        row's phase modulo Bc only, so the blocks of one phase (an arithmetic progression) run
+        their diagonal once; their fully seen key blocks (as many as the phase's blocks see in
+        all, a sum in closed form) run once more, as one uniform loop, with a stand-in for Q_i
+        (the same words resident, none moved)."""
+        Nq, Nkv, off, Br, Bc = shape.Nq, shape.Nkv, shape.offset, t.Br, t.Bc
+        kfull = Nkv // Bc * Bc
+        for kind, i0, count, step in _row_classes(Nq, Br, off, Nkv, kfull, 0, Bc):
+            if kind == "walk":
+                for ib in mem.blocks(Nq, Br, lo=i0 * Br, hi=min(Nq, (i0 + count) * Br),
+                                     uniform=False):
+                    self._scores_block(mem, Q, K, A, ib, z, shape, t, scale)
+                continue
+            rep = Block(i0, i0 * Br, min(Nq, (i0 + 1) * Br))
+            interior = kind == "phase"
+            for _ in mem.blocks(count, 1):  # the query loop's steps, one per block
+                self._scores_block(mem, Q, K, A, rep, z, shape, t, scale, full_part=not interior)
+            if not interior:
+                continue
+            # the fully seen key blocks of the class: block i0 + k·step sees
+            # ⌊(r0 + 1 + off)/Bc⌋ of them, growing by step·Br/Bc (a whole number) with k
+            first = (i0 * Br + 1 + off) // Bc
+            seen = count * first + (step * Br // Bc) * (count * (count - 1) // 2)
+            if not seen:
+                continue
+            last = i0 + (count - 1) * step
+            lb = Block(last, last * Br, (last + 1) * Br)  # it sees key block 0 entirely
+            held = mem.alloc((Br, shape.d), label="Q_i") if t.order == "row" else None
+            for jb in mem.blocks(seen * Bc, Bc):
+                self._tile(mem, Q, K, A, held, lb, jb, kv_visible_hi(shape, lb.stop), shape, t,
+                           scale)
+            if held is not None:
+                mem.free(held)
 
     @staticmethod
     def _tile(mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray, Qi: FastTile | None,
@@ -640,28 +748,95 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
                  shape: Shape, t: StreamTilingTiling) -> None:
         """Phase 2.  Keys every row of the block sees (before its first row's end, ``h0``) are
         alike; each key after it is seen by a suffix of the rows, walked one by one.  Each slice
-        group (columns [lo, lo + w)) runs by itself with its own row blocks and slices."""
+        group (columns [lo, lo + w)) runs by itself with its own row blocks and slices.  A masked
+        bulk count runs alike row blocks once: in the interior (the block's keys all inside
+        [0, Nkv)) every block walks the same a - 1 keys of its diagonal, and the keys they all
+        see entirely, their sum in closed form, run once more as one uniform loop, with
+        stand-ins for the output tile and its log-sum-exp (the same words resident, none
+        moved)."""
+        Nq, Nkv, off = shape.Nq, shape.Nkv, shape.offset
         for lo, w, a, c in _groups(shape.d, t):
-            v_held = min(c, w) <= min(a, shape.Nq)  # else a score column held
-            for ib in mem.blocks(shape.Nq, a, uniform=not shape.causal):
-                hi = kv_visible_hi(shape, ib.stop)
-                h0 = kv_visible_hi(shape, ib.start + 1)
-                for sb in mem.blocks(w, c):
+            v_held = min(c, w) <= min(a, Nq)  # else a score column held
+            if not (shape.causal and mem.bulk):
+                for ib in mem.blocks(Nq, a, uniform=not shape.causal):
+                    self._output_block(mem, A, V, O, ib, lo, w, c, v_held, shape)
+                continue
+            for kind, i0, count, _ in _row_classes(Nq, a, off, Nkv, Nkv, 1, 1):
+                if kind == "walk":
+                    for ib in mem.blocks(Nq, a, lo=i0 * a, hi=min(Nq, (i0 + count) * a),
+                                         uniform=False):
+                        self._output_block(mem, A, V, O, ib, lo, w, c, v_held, shape)
+                    continue
+                rep = Block(i0, i0 * a, min(Nq, (i0 + 1) * a))
+                interior = kind == "phase"
+                for _ in mem.blocks(count, 1):  # the row-block loop's steps, one per block
+                    self._output_block(mem, A, V, O, rep, lo, w, c, v_held, shape,
+                                       full_part=not interior)
+                # the keys the class's blocks see entirely: r0 + 1 + off each
+                seen = a * (count * (2 * i0 + count - 1) // 2) + count * (1 + off)
+                if not interior or not seen:
+                    continue
+                for sb in _partition(w, c):  # each run of equal slices: its slices x keys
                     db = Block(sb.index, lo + sb.start, lo + sb.stop)
-                    Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
-                    if hi == 0:  # no row of the block sees a key: its output is 0
-                        mem.store(Oc, O, ib, db)
-                        mem.free(Oc)
-                        continue
-                    g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
-                    acc = (Oc, g)
-                    for kb in mem.blocks(shape.Nkv, 1, hi=h0):
-                        self._key(mem, A, V, acc, ib, kb, db, 0, v_held)
-                    for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
-                        top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size)
-                        self._key(mem, A, V, acc, ib, kb, db, top, v_held)
-                    mem.store(Oc, O, ib, db)  # normalised all along
+                    Oc = mem.alloc((a, db.size), label="O_ic")
+                    g = mem.alloc((a,), label="g_i")
+                    for kb in mem.blocks(sb.index * seen, 1):
+                        self._key(mem, A, V, (Oc, g), rep, kb, db, 0, v_held)
                     mem.free(Oc, g)
+
+    def _output_block(self, mem: TwoLevelMemory, A: SlowArray, V: SlowArray, O: SlowArray,
+                      ib: Block, lo: int, w: int, c: int, v_held: bool, shape: Shape, *,
+                      full_part: bool = True) -> None:
+        """Row block ``ib`` of one slice group of Phase 2 (without the keys all its rows see
+        when not ``full_part``: a masked bulk count runs those apart)."""
+        hi = kv_visible_hi(shape, ib.stop)
+        h0 = kv_visible_hi(shape, ib.start + 1)
+        for sb in mem.blocks(w, c):
+            db = Block(sb.index, lo + sb.start, lo + sb.stop)
+            Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
+            if hi == 0:  # no row of the block sees a key: its output is 0
+                mem.store(Oc, O, ib, db)
+                mem.free(Oc)
+                continue
+            g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
+            acc = (Oc, g)
+            if full_part:
+                for kb in mem.blocks(shape.Nkv, 1, hi=h0):
+                    self._key(mem, A, V, acc, ib, kb, db, 0, v_held)
+            if mem.bulk and v_held:
+                self._diagonal_bulk(mem, A, V, acc, ib, db, h0, hi, shape)
+            else:
+                for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
+                    top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size)
+                    self._key(mem, A, V, acc, ib, kb, db, top, v_held)
+            mem.store(Oc, O, ib, db)  # normalised all along
+            mem.free(Oc, g)
+
+    @staticmethod
+    def _diagonal_bulk(mem: TwoLevelMemory, A: SlowArray, V: SlowArray,
+                       acc: tuple[FastTile, ...], ib: Block, db: Block, h0: int, hi: int,
+                       shape: Shape) -> None:
+        """The keys [h0, hi) of row block ``ib`` that a suffix of its rows sees, in bulk count
+        mode with a V row chunk held (:meth:`_key`): each key loads its chunk (a uniform loop,
+        run once), and its rows [top, size) one score each: their sum over the keys, in closed
+        form, runs once as one loop with a stand-in for the chunk (the same words resident,
+        none moved).  O(1) where walking the keys costs O(size)."""
+        n = hi - h0
+        if n <= 0:
+            return
+        t0 = h0 - shape.offset - ib.start  # top of key h0 before the clip at 0
+        t1 = t0 + n - 1
+        lo = max(t0, 1)
+        rows = n * ib.size - ((lo + t1) * (t1 - lo + 1) // 2 if t1 >= lo else 0)
+        for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi):  # the key loop's steps
+            mem.free(mem.load(V, kb, db, label="V_kc"))
+        v = mem.alloc((1, db.size), label="V_kc")
+        kb = Block(h0, h0, h0 + 1)
+        for _ in mem.blocks(rows, 1):  # a step per row and key, as the rows loop
+            w = mem.load(A, ib.start, kb, label="a_rk")
+            mem.compute(_row_step(0), *acc, w, v, writes=2)
+            mem.free(w)
+        mem.free(v)
 
     @staticmethod
     def _key(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, acc: tuple[FastTile, ...],
@@ -688,6 +863,53 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             mem.compute(_add_column(cc.start, top), acc[0], s, w, writes=1)
             mem.free(w)
         mem.free(s)
+
+
+def _partition(w: int, c: int) -> list[Block]:
+    """The runs of equal slices of ``[0, w)`` in slices of c: (count, start, stop) of one
+    representative each, as ``Block(count, start, stop)``."""
+    c = min(c, w)
+    out = [Block(w // c, 0, c)]
+    if w % c:
+        out.append(Block(1, w // c * c, w))
+    return out
+
+
+def _row_classes(N: int, B: int, off: int, Nkv: int, kfull: int, lead: int, S: int
+                 ) -> list[tuple[str, int, int, int]]:
+    """The row blocks ``[i·B, (i+1)·B)`` of ``[0, N)`` under the causal mask (row r sees keys
+    ``[0, clip(r + 1 + off, 0, Nkv))``) in classes whose blocks move alike words, for a masked
+    bulk count: ``(kind, first, count, step)`` with kind
+
+    * "walk": blocks ``first .. first + count - 1``, walked one by one (the few where the
+      diagonal meets an edge, and a short last block);
+    * "alike": ``count`` blocks alike in every way (those that see no key, those that see every
+      key from their first row on);
+    * "phase": the interior blocks ``first + k·step`` (k < count) of one phase of their first
+      row modulo S (``step = S/gcd(B, S)``): alike but for the keys all their rows see.
+
+    The interior: ``r0 + lead + off >= 0`` and ``r1 + off <= kfull`` (the diagonal inside
+    ``[0, kfull)``).  O(S) classes whatever N."""
+    n = N // B  # full blocks
+    ie = max(0, min(n, -off // B))  # (i + 1)·B + off <= 0: see no key
+    isat = max(ie, min(n, -(-(Nkv - 1 - off) // B)))  # i·B + 1 + off >= Nkv: see every key
+    ia = max(ie, min(isat, -(-(-lead - off) // B)))
+    ib = max(ia, min(isat, (kfull - off) // B))
+    out: list[tuple[str, int, int, int]] = []
+    if ie:
+        out.append(("alike", 0, ie, 1))
+    if ia > ie:
+        out.append(("walk", ie, ia - ie, 1))
+    step = S // math.gcd(B, S)
+    for k in range(min(step, ib - ia)):
+        out.append(("phase", ia + k, -(-(ib - ia - k) // step), step))
+    if isat > ib:
+        out.append(("walk", ib, isat - ib, 1))
+    if n > isat:
+        out.append(("alike", isat, n - isat, 1))
+    if N % B:
+        out.append(("walk", n, 1, 1))
+    return out
 
 
 # ---------------------------------------------------------------------- word arithmetic
