@@ -30,7 +30,7 @@ from typing import TypedDict
 
 from ..core.errors import ParameterError
 from ..core.paths import check_input_file, check_output_path, written_whole
-from ..core.workload import ALIGNMENTS, MAX_M, FastMemory, Shape
+from ..core.workload import ALIGNMENTS, FastMemory, Shape
 
 __all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "add_backward_arguments",
            "add_memory_arguments", "add_output_arguments", "add_resource_arguments",
@@ -335,29 +335,19 @@ def _or(x: int | None, default: int) -> int:
 
 
 def memory_from_args(args: argparse.Namespace) -> FastMemory:
-    """``--M``, ``--M-bytes --dtype`` or ``--device [--dtype]`` as words of fast memory."""
-    from ..core.checks import check_int
-    from ..hardware import devices
+    """``--M``, ``--M-bytes --dtype`` or ``--device [--dtype]`` as words of fast memory
+    (:func:`attnio.planner.fast_memory`, the one place that turns them into words); notes where
+    the words came from in ``args.memory_note``."""
+    from ..planner import fast_memory
 
-    db = devices.dtype_bytes(args.dtype) if getattr(args, "dtype", None) is not None else None
-    if getattr(args, "device", None) is not None:
-        dev = devices.get(args.device)
-        db = db or 2
-        args.memory_note = f"--M here: {dev.words(db):,} words from --device {dev.name}"
-        return FastMemory(dev.words(db), db, dev.name)
-    if getattr(args, "M_bytes", None) is not None:
-        if db is None:
-            raise ParameterError("--M-bytes needs --dtype (e.g. --dtype float16)", param="M_bytes")
-        words = devices.words_for(args.M_bytes, args.dtype)
-        if words > MAX_M:
-            raise ParameterError(f"--M-bytes {args.M_bytes} is {words:.3g} words of --dtype "
-                                 f"{args.dtype}, more than the largest fast memory, 2**60 words",
-                                 param="M_bytes")
-        args.memory_note = f"--M here: {words:,} words from --M-bytes {args.M_bytes}"
-        return FastMemory(words, db, None)
-    if args.M is None:
-        raise ParameterError("give --M (words), --M-bytes with --dtype, or --device", param="M")
-    return FastMemory(check_int("M", args.M, minimum=1, maximum=MAX_M), db, None)
+    device, M_bytes = getattr(args, "device", None), getattr(args, "M_bytes", None)
+    M = args.M if device is None and M_bytes is None else None  # --M may carry a verb's default
+    mem = fast_memory(M, M_bytes=M_bytes, dtype_bytes=getattr(args, "dtype", None), device=device)
+    if device is not None:
+        args.memory_note = f"--M here: {mem.M:,} words from --device {mem.device}"
+    elif M_bytes is not None:
+        args.memory_note = f"--M here: {mem.M:,} words from --M-bytes {M_bytes}"
+    return mem
 
 
 def limits_from_args(args: argparse.Namespace):

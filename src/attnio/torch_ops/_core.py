@@ -10,7 +10,14 @@ from ..core.extras import require
 from ._checks import unit_roundoff, value_stats
 from ._engine import linear_attention
 from ._kernels import poly_kernel
-from ._plan import MEMORY_LIMIT, SlowApproximationWarning, guard, make_plan, warn_at_caller
+from ._plan import (
+    MEMORY_LIMIT,
+    SlowApproximationWarning,
+    guard,
+    make_plan,
+    register_engine,
+    warn_at_caller,
+)
 
 __all__ = ["chunk_arg", "eager", "plan", "run", "torch_module"]
 
@@ -134,3 +141,6 @@ def eager(q, k, v, inp, s, offset, *, eps, entry_bound, variant, degree, allow_u
         return _exact(q, k, v, s, offset, inp.group)
     fm = pl.feature_map
     return run(q, k, v, inp, lambda qc, kc: poly_kernel(fm, qc.dtype, qc.device), offset, chunk)
+
+
+register_engine(run)  # the engine calibration() times (._plan cannot import this module)

@@ -232,6 +232,17 @@ def _write_cache(key, rates):
         pass
 
 
+#: The engine :func:`calibration` times (``._core.run``): ``._core`` imports this module, so this
+#: module cannot import it; ``._core`` registers it here when it loads (``attnio.torch_ops``'s
+#: ``__init__`` loads it, so it is there before any call).
+_ENGINE: dict = {}
+
+
+def register_engine(run) -> None:
+    """Record the engine that :func:`calibration` times (called once, by ``._core``)."""
+    _ENGINE["run"] = run
+
+
 def calibration(device=None, dtype=None, *, refresh: bool = False) -> tuple[dict[str, float], bool]:
     """Seconds per unit of work for this device, dtype and thread count, like cuDNN's benchmark
     mode: measured once per machine (a micro-benchmark of about 1 s: two small shapes per
@@ -258,7 +269,8 @@ def calibration(device=None, dtype=None, *, refresh: bool = False) -> tuple[dict
             _RATES[key] = cached
             return cached, True
     from ._checks import Inputs, value_stats
-    from ._core import run as run_engine
+
+    run_engine = _ENGINE["run"]  # registered by ._core when the package loads
 
     g = torch.Generator(device="cpu").manual_seed(0)
 
