@@ -8,7 +8,8 @@ replay); nothing is counted here.  This module turns them into time:
 * **Sustained unit rates** (docs/devices.md, "Sustained rates"): tensor cores at the dense peak
   times an efficiency per instruction family (``mma_sync_eff`` for ``mma.sync``, FA1/FA2 and
   split-KV kernels and, on Ampere, cuBLAS; ``wgmma_eff`` for ``wgmma``, FA3 and cuBLAS on
-  Hopper; FP8 at its own peak), the exponentials on the special-function units (16 per clock per
+  Hopper; FP8 at its own peak; an fa3 GEMM whose operands both come from shared memory no faster
+  than their reads, :func:`ss_operand_floor`), the exponentials on the special-function units (16 per clock per
   SM), the softmax's other instructions (``softmax_ops`` FP32-pipe instructions per exponential:
   scale, max, subtract, row sum, conversion, rescale), shared memory at 128 B per clock per SM,
   each SM's port to the L2, HBM at ``hbm_eff`` of the data sheet's bandwidth.
@@ -318,8 +319,8 @@ def sync_rounds(cfg: KernelConfig) -> float:
     """Synchronisation rounds per step, in units of ``step_cycles``: 1; FA3 without warp
     specialization (``ws = False``) 2 (the consumers also run the producer's side of the
     pipeline: TMA issue, expect-tx, waiting on the full barrier, releasing the buffer); FA3 with
-    P in shared memory (``p = smem``) one more (P stored, a proxy fence and a warp-group
-    barrier before the PV wgmma may read it)."""
+    P in shared memory (``p = smem``) one more (P stored, a proxy fence and a ``__syncwarp``
+    before the PV wgmma may read it: flash-attn's ``arrive_on_P_write_barrier``)."""
     r = 1.0
     if cfg.algorithm == "fa3":
         r += (not cfg.ws) + (cfg.p == "smem")
