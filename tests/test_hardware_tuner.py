@@ -87,6 +87,36 @@ def test_small_bc_pays_more_per_step_at_equal_flops():
     assert timing.wgmma_inv_n(KernelConfig("fa2", 128, 64, 4, 1), 128) == 0.0
 
 
+def test_ss_wgmma_shared_memory_floor():
+    """An SS wgmma (both operands from shared memory) reads (64 + N)·32 B per m64nNk16 and does
+    2·64·N·16 FLOPs: at H100's 128 B per clock per SM that is (64 + N)/(2N) of its tensor time,
+    binding below N = 64 (fp8: k32, the same ratio); RS reads half: never binding."""
+    h = H100
+    for n in (16, 32, 48, 64, 80, 128, 256):
+        assert timing.ss_operand_floor(n, 2, h, "fp16") == pytest.approx((64 + n) / (2 * n),
+                                                                          rel=1e-3)
+        assert timing.ss_operand_floor(n, 1, h, "fp8") == pytest.approx((64 + n) / (2 * n),
+                                                                         rel=1e-3)
+    g = timing.wgmma_gemms(KernelConfig("fa3", 128, 48, 12, 2, overlap=True), 256, h)
+    assert [x[:2] for x in g] == [(0.5, 48), (0.5, 256)] and g[0][2] > 1.0 and g[1][2] == 0.0
+    ss = timing.wgmma_gemms(KernelConfig("fa3", 192, 128, 16, 2, p="smem"), 128, h)
+    assert 0.0 < ss[1][2] < 1.0     # PV from shared memory at N = 128: below the tensor time
+    assert timing.wgmma_gemms(KernelConfig("fa2", 128, 64, 4, 1), 128, h) == ()
+
+
+def test_ss_floor_slows_bc_below_64_only():
+    """The floor is a lower bound on QK^T's time: Bc = 48 at d = 256 is slower than without it,
+    Bc = 64 and 80 (floor <= 1) are unchanged."""
+    sh = Shape(8192, 8192, 256, batch=2, heads=8)
+    t = {}
+    for bc in (48, 64, 80):
+        s = score(H100, sh, f"Br=128,Bc={bc},stages=2", dtype="fp16")
+        t[bc] = (s.time_s, timing.wgmma_gemms(s.config, 256, H100)[0][2])
+    assert t[48][1] > 1.0 >= t[64][1] > t[80][1]
+    # per FLOP (non-causal, equal FLOPs): 48 is at least 8% slower than 80 (QK^T x 1.17)
+    assert t[48][0] > 1.08 * t[80][0]
+
+
 def test_one_stage_exposes_latency_where_steps_are_short():
     """A small tile's step is shorter than its load: one stage exposes latency, more hide it."""
     s1 = score(H100, PREFILL, "Br=128,Bc=32,stages=1")

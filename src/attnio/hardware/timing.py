@@ -8,7 +8,8 @@ replay); nothing is counted here.  This module turns them into time:
 * **Sustained unit rates** (docs/devices.md, "Sustained rates"): tensor cores at the dense peak
   times an efficiency per instruction family (``mma_sync_eff`` for ``mma.sync``, FA1/FA2 and
   split-KV kernels and, on Ampere, cuBLAS; ``wgmma_eff`` for ``wgmma``, FA3 and cuBLAS on
-  Hopper; FP8 at its own peak), the exponentials on the special-function units (16 per clock per
+  Hopper; FP8 at its own peak; an fa3 GEMM whose operands both come from shared memory no faster
+  than their reads, :func:`ss_operand_floor`), the exponentials on the special-function units (16 per clock per
   SM), the softmax's other instructions (``softmax_ops`` FP32-pipe instructions per exponential:
   scale, max, subtract, row sum, conversion, rescale), shared memory at 128 B per clock per SM,
   each SM's port to the L2, HBM at ``hbm_eff`` of the data sheet's bandwidth.
@@ -66,7 +67,7 @@ from .devices import Device
 from .kernels import KernelConfig
 from .traffic import Phase, Traffic, features
 
-__all__ = ["BOUNDS", "BREAKDOWN", "FITTED", "PAGE_OVERHEAD_BYTES", "PARAMS", "STREAM_HBM_EFF", "RESOURCES", "Params", "Prepared", "Timing", "evaluate",
+__all__ = ["BOUNDS", "BREAKDOWN", "FITTED", "PAGE_OVERHEAD_BYTES", "PARAMS", "STREAM_HBM_EFF", "RESOURCES", "ss_operand_floor", "wgmma_gemms", "Params", "Prepared", "Timing", "evaluate",
            "generation", "greedy_makespan", "load_params", "prepare"]
 
 #: The resources a time is attributed to (``Score.alone`` and ``Score.by_resource`` keys).
@@ -243,6 +244,9 @@ class Prepared:
     hiding: int = 2        # FA3: softmax-hiding mechanisms on (ping-pong, intra-WG overlap)
     inv_n: float = 0.0     # wgmma: sum over the GEMMs of (FLOP share / instruction N)
     sync_mult: float = 1.0  # per-step synchronisation rounds (2 without warp specialization)
+    #: fa3 forward: each GEMM's (FLOP share, wgmma N, shared-memory operand floor): see
+    #: :func:`wgmma_gemms` (empty: the ``inv_n`` form)
+    gemms: tuple[tuple[float, int, float], ...] = ()
 
 
 def _fp32_per_clk(dev: Device) -> int:
@@ -307,15 +311,16 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
                     list(hbm_per_phase), float(dev.clock_hz), S, float(dev.hbm_bw),
                     dev.l2_bandwidth, dev.dram_latency_s,
                     float(_fp32_per_clk(dev) * dev.clock_hz), hiding_mechanisms(cfg),
-                    wgmma_inv_n(cfg, tr.d_pad), sync_rounds(cfg))
+                    wgmma_inv_n(cfg, tr.d_pad), sync_rounds(cfg),
+                    wgmma_gemms(cfg, tr.d_pad, dev))
 
 
 def sync_rounds(cfg: KernelConfig) -> float:
     """Synchronisation rounds per step, in units of ``step_cycles``: 1; FA3 without warp
     specialization (``ws = False``) 2 (the consumers also run the producer's side of the
     pipeline: TMA issue, expect-tx, waiting on the full barrier, releasing the buffer); FA3 with
-    P in shared memory (``p = smem``) one more (P stored, a proxy fence and a warp-group
-    barrier before the PV wgmma may read it)."""
+    P in shared memory (``p = smem``) one more (P stored, a proxy fence and a ``__syncwarp``
+    before the PV wgmma may read it: flash-attn's ``arrive_on_P_write_barrier``)."""
     r = 1.0
     if cfg.algorithm == "fa3":
         r += (not cfg.ws) + (cfg.p == "smem")
@@ -370,6 +375,39 @@ def wgmma_inv_n(cfg: KernelConfig, d: int) -> float:
     if cfg.forward:
         return 0.5 / cfg.Bc + 0.5 / d
     return 0.4 / cfg.Bc + 0.6 / d
+
+
+def ss_operand_floor(n: int, e: int, dev: Device, dtype: str) -> float:
+    """Shared-memory floor of one ``wgmma.m64nNkK`` whose A operand (64 x K) and B operand
+    (N x K) both come from shared memory (SS), in units of its tensor time at the dense peak.
+
+    An SS instruction reads ``(64 + N)·K·e`` bytes from shared memory (PTX ISA, ``wgmma``
+    operand shapes: A is 64 x K, B is K x N, K·e = 32 bytes for 16-bit and 8-bit types) and does
+    ``2·64·N·K`` FLOPs; the SM's shared memory delivers 128 B per clock (32 banks x 4 B; CUDA
+    programming guide, compute capability 9.0).  On H100 at fp16 that is ``(64 + N)/(2N)``
+    of the tensor time: above 1 (shared memory, not the tensor cores, sets the instruction's
+    time) for N < 64, 1.17 at N = 48, 1.5 at N = 32, 2.5 at N = 16.  An RS instruction (A from
+    registers) reads only B, ``N·K·e`` bytes: half the tensor time, never binding on H100."""
+    assert dev.sm_count is not None and dev.clock_hz is not None
+    peak_sm = dev.flops(dtype) / dev.sm_count
+    k_elems = 32 // e   # K·e = 32 bytes
+    t_smem = (64 + n) * k_elems * e / dev.smem_bw_per_sm
+    t_mma = 2.0 * 64 * n * k_elems / peak_sm
+    return t_smem / t_mma
+
+
+def wgmma_gemms(cfg: KernelConfig, d: int, dev: Device) -> tuple[tuple[float, int, float], ...]:
+    """An fa3 forward step's two GEMMs as (FLOP share, wgmma N, shared-memory floor): QKᵀ has
+    N = Bc and reads Q from shared memory (flash-attn's ``MmaQK_is_RS = false``, SS); PV has
+    N = dv and reads P from registers (RS, ``p = regs``: no floor) or from shared memory (SS,
+    ``p = smem``).  The floor (:func:`ss_operand_floor`) bounds each GEMM's time below by its
+    operands' shared-memory reads; empty for other families (their ``inv_n`` form)."""
+    if cfg.algorithm != "fa3":
+        return ()
+    e = cfg.elem_bytes
+    qk = ss_operand_floor(cfg.Bc, e, dev, cfg.dtype)
+    pv = ss_operand_floor(d, e, dev, cfg.dtype) if cfg.p == "smem" else 0.0
+    return ((0.5, cfg.Bc, qk), (0.5, d, pv))
 
 
 def stream_eff(page_size: int | None, d: int, e: int, kv_heads: int = 1) -> float:
@@ -447,7 +485,10 @@ def _sm_time(pw: _PhaseWork, pr: Prepared, p: Params
     work)."""
     eff = p.mma_sync_eff if pr.mma_kind == "sync" else p.wgmma_eff
     mma = pw.mma_s / eff
-    if pr.inv_n and pw.heavy:   # wgmma's instruction shape (docs/devices.md)
+    if pr.gemms and pw.heavy:   # fa3: each GEMM's instruction shape and shared-memory floor
+        mma = pw.mma_s / eff * sum(sh * max(1.0, floor) * (1.0 + p.wgmma_n0 / n)
+                                   for sh, n, floor in pr.gemms)
+    elif pr.inv_n and pw.heavy:   # wgmma's instruction shape (docs/devices.md)
         mma = mma * (1.0 + p.wgmma_n0 * pr.inv_n)
     soft = pw.sfu_s + (p.softmax_ops * pw.alu_exp + pw.rescale) / pr.fp32_rate
     units = {"tensor": mma, "sfu": soft, "smem": pw.smem_s, "sm_port": pw.l2_s}
