@@ -198,8 +198,10 @@ def test_the_store_refuses_a_device_or_a_fifo(tmp_path):
     ["run", "flash2", "--N", "64", "--d", "16", "--M", "1024", "--block-mask", "{fifo}",
      "--count-only"],
     ["run", "flash2", "--N", "64", "--d", "16", "--M", "1024", "--inputs", "{fifo}"],
+    ["gpu", "validate", "--measurements", "{fifo}"],
+    ["gpu", "calibrate", "--measurements", "{fifo}", "--out", "{tmp}/fit.json"],
 ], ids=["sweep-db", "dry-run-db", "sweep-config", "export-db", "export-out", "report-db",
-        "report-out", "run-block-mask", "run-inputs"])
+        "report-out", "run-block-mask", "run-inputs", "gpu-validate", "gpu-calibrate"])
 def test_a_named_pipe_never_blocks(db, tmp_path, argv):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -216,7 +218,10 @@ def test_a_named_pipe_never_blocks(db, tmp_path, argv):
     (["report", "--db", "{db}", "--out", os.devnull], "--out"),
     (["report", "--db", "{tmp}", "--out", "{tmp}/rep"], "--db"),
     (["sweep", "export", "--db", "{db}", "--out", os.devnull], "--out"),
-], ids=["export-dir", "trace-dir", "report-out-device", "report-db-dir", "export-device"])
+    (["gpu", "validate", "--measurements", os.devnull], "--measurements"),
+    (["gpu", "validate", "--measurements", "{tmp}"], "--measurements"),
+], ids=["export-dir", "trace-dir", "report-out-device", "report-db-dir", "export-device",
+        "gpu-validate-device", "gpu-validate-dir"])
 def test_a_directory_or_device_where_a_file_is_expected(db, tmp_path, capsys, argv, flag):
     argv = [a.format(tmp=tmp_path, db=db) for a in argv]
     _refused(capsys, argv, flag, "not a ")

@@ -24,7 +24,13 @@ import warnings
 from typing import Any
 
 from ..core.errors import AttnioError, ParameterError
-from .common import add_output_arguments, add_workload_arguments, flag_message, workload_from_args
+from .common import (
+    add_output_arguments,
+    add_workload_arguments,
+    check_input_file,
+    flag_message,
+    workload_from_args,
+)
 
 NAME = "gpu"
 HELP = "the GPU model: devices, kernel tables, score a kernel config, tune tiles"
@@ -336,6 +342,7 @@ def _validate(args) -> int:
     from ..hardware import fits
     from ..hardware.validate import validate
 
+    check_input_file(args.measurements, "--measurements")  # a FIFO or a device: refused, unread
     with fits.using(_calibration(args)):
         res = validate(args.measurements, devices=_file_devices(args))
     if args.json:
@@ -358,6 +365,7 @@ def _validate(args) -> int:
 def _calibrate(args) -> int:
     from ..hardware import calibrate
 
+    check_input_file(args.measurements, "--measurements")
     inputs = [args.measurements] + ([args.device_file] if args.device_file else [])
     calibrate.check_out(args.out, inputs)     # before the (slow) fit
     table = calibrate.calibrate(args.measurements, devices=_file_devices(args))
