@@ -93,8 +93,16 @@ def pmap(fn, items: list) -> list:
         with torch.no_grad():
             return fn(x)
 
-    futures = [_pool(len(items)).submit(run, x) for x in items]
-    return [f.result() for f in futures]
+    # the last piece runs here, on one thread (this thread's OpenMP team would otherwise spin
+    # beside the pool's threads), the others on the pool
+    futures = [_pool(len(items) - 1).submit(run, x) for x in items[:-1]]
+    main = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        last = run(items[-1])
+    finally:
+        torch.set_num_threads(main)
+    return [f.result() for f in futures] + [last]
 
 
 def _ceil_to(x: int, a: int) -> int:
