@@ -216,6 +216,63 @@ def test_dask_local_cluster_gives_the_same_rows(serial_db, tmp_path):
     assert _stable(_rows(tmp_path / "dask.sqlite")) == _stable(_rows(serial_db))
 
 
+def test_pool_tasks_keep_the_configurations_of_one_certificate_together():
+    """The pool's tasks (count mode, several workers): every configuration exactly once, those
+    sharing (workload, M) (one certificate, for every algorithm) in the same task although the
+    grid has the algorithm outermost, a task at most 64 configurations, and within a block of
+    one d the M in order; a compute-mode configuration travels alone."""
+    from attnio.experiments.pool import tasks
+
+    grid = Grid(N=parse_values("N", "64:4096:x2"), d=(8, 16, 32),
+                M=parse_values("M", "256:65536:x2"), algorithms=("flash1", "flash2", "standard"), causal=(False, True))
+    cfgs = list(expand(grid).configs)
+    got = list(tasks(iter(cfgs), ordered=True))
+    flat = [c for t in got for c in t]
+    assert sorted(c.hash() for c in flat) == sorted(c.hash() for c in cfgs)
+    home = {}
+    for i, t in enumerate(got):
+        assert 0 < len(t) <= 64
+        for c in t:
+            assert home.setdefault((c.shape, c.M), i) == i
+    assert len({(c.shape, c.M) for c in cfgs}) < len(cfgs)  # (the test has bundles to keep)
+    for t in got:
+        for a, b in zip(t, t[1:]):
+            if a.shape.d == b.shape.d:
+                assert a.M <= b.M
+    compute = [dataclasses.replace(c, mode="compute") for c in cfgs[:5]]
+    assert [len(t) for t in tasks(iter(compute), ordered=True)] == [1] * 5
+    assert [c for t in tasks(iter(cfgs), ordered=False) for c in t] == cfgs
+
+
+def test_dask_tasks_end_between_workloads():
+    """The Dask path's tasks (:func:`attnio.experiments.cluster.take`, whatever the size the
+    rows' times ask for): the pool's order, every configuration once, those sharing (workload,
+    M) never split across tasks in count mode."""
+    import itertools
+
+    from attnio.experiments.cluster import _Peekable, take
+    from attnio.experiments.pool import tasks
+
+    grid = Grid(N=(64, 128, 256), d=(8, 16), M=parse_values("M", "256:4096:x4"),
+                algorithms=("flash1", "flash2", "standard"), causal=(False, True))
+    cfgs = list(expand(grid).configs)
+    order = [c for t in tasks(iter(cfgs), ordered=True) for c in t]
+    for size in (1, 2, 5):
+        stream = _Peekable(itertools.chain.from_iterable(tasks(iter(cfgs), ordered=True)))
+        got = []
+        while batch := take(stream, size):
+            got.append(batch)
+        assert [c for b in got for c in b] == order
+        home = {}
+        for i, b in enumerate(got):
+            assert len(b) >= size or b is got[-1]
+            for c in b:
+                assert home.setdefault((c.shape, c.M), i) == i
+    compute = [dataclasses.replace(c, mode="compute") for c in cfgs[:6]]
+    stream = _Peekable(iter(compute))
+    assert [len(take(stream, 1)) for _ in range(6)] == [1] * 6
+
+
 # ----------------------------------------------------------------------------- writes as it goes
 SLOW = Grid(N=(64, 128), d=(8,), M=(256, 512), algorithms=("flash2", "flash1"))  # 8 rows
 

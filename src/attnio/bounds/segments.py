@@ -1089,7 +1089,8 @@ def _store(theorem: PairsTheorem, d: int, refine: bool) -> dict[tuple[int, int],
 
 def _stored(theorem: PairsTheorem, d: int, Ms: Sequence[int], refine: bool,
             part: int) -> list[Stored]:
-    store = _store(theorem, d, refine)
+    # (part 0, the tabulated candidate, does not depend on refine: one store for both)
+    store = _store(theorem, d, refine or part == 0)
     missing = [M for M in dict.fromkeys(Ms) if (M, part) not in store]
     if missing:
         if len(store) + len(missing) > STORE_SIZE:

@@ -52,6 +52,46 @@ def dask_client(scheduler: str | None, jobs: int, dask: bool) -> Iterator[Any]:
         yield client
 
 
+class _Peekable:
+    """An iterator of configurations whose next one can be looked at."""
+
+    def __init__(self, it: Iterator[Config]):
+        self.it: Iterator[Config] = it
+        self.head: Config | None = None
+
+    def peek(self) -> Config | None:
+        if self.head is None:
+            self.head = next(self.it, None)
+        return self.head
+
+    def pop(self) -> Config | None:
+        c = self.peek()
+        self.head = None
+        return c
+
+
+def _bundle(c: Config) -> tuple:
+    return (c.shape, c.M, c.mode, c.backward)
+
+
+def take(stream: _Peekable, size: int) -> list[Config]:
+    """The next ``size`` configurations of the stream and, in count mode, the next ones that
+    share the last one's workload and M (its other algorithms, which share its certificate:
+    :func:`.pool.tasks` puts them next to each other), at most :data:`MAX_TASK` more."""
+    batch: list[Config] = []
+    while len(batch) < size and (c := stream.pop()) is not None:
+        batch.append(c)
+    extra = 0
+    while batch and batch[-1].mode != "compute" and extra < MAX_TASK:
+        nxt = stream.peek()
+        if nxt is None or _bundle(nxt) != _bundle(batch[-1]):
+            break
+        batch.append(nxt)
+        stream.pop()
+        extra += 1
+    return batch
+
+
 def _encode(row: dict) -> dict:
     return {k: (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v)
             for k, v in row.items()}
@@ -60,20 +100,21 @@ def _encode(row: dict) -> dict:
 def dask_rows(client: Any, todo: Iterator[Config], jobs: int) -> Iterator[list[tuple]]:
     """Rows (value tuples) of the configurations run on the cluster, as they arrive.
 
-    The grid is streamed: each window of configurations slowest first (:func:`.pool.tasks`),
-    two tasks per worker in flight.  A task holds as many configurations as take about
-    :data:`TASK_S` seconds by the rows seen so far (1 to :data:`MAX_TASK`), so fast count-mode
-    rows share a task while slow rows travel (and are committed) one at a time."""
+    The grid is streamed: each window of configurations slowest first (:func:`.pool.tasks`,
+    count mode grouped by locality), two tasks per worker in flight.  A task holds as many
+    configurations as take about :data:`TASK_S` seconds by the rows seen so far (1 to
+    :data:`MAX_TASK`), so fast count-mode rows share a task while slow rows travel (and are
+    committed) one at a time; a count-mode task ends between workloads (:func:`take`)."""
     from distributed import as_completed
 
     workers = max(1, len(client.scheduler_info().get("workers", {})) or jobs)
-    stream = itertools.chain.from_iterable(tasks(todo, ordered=True))
+    stream = _Peekable(itertools.chain.from_iterable(tasks(todo, ordered=True)))
     size, per_row = 4, None  # configurations per task; seconds per row (a running mean)
     pending = as_completed()
     inflight = 0
 
     def submit() -> bool:
-        batch = list(itertools.islice(stream, size))
+        batch = take(stream, size)
         if batch:
             pending.add(client.submit(run_batch, batch, pure=False))
         return bool(batch)

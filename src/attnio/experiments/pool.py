@@ -35,7 +35,9 @@ MAX_JOBS = 256
 #: Configurations per task: count mode runs a configuration in about a millisecond, so tasks of
 #: 64 keep the pipes quiet; compute mode sends them one at a time.
 _TASK_COUNT, _TASK_COMPUTE = 64, 1
-_WINDOW = 4096  # configurations sorted by cost at a time (slowest first) with several workers
+#: Configurations sorted at a time with several workers (slowest first, count mode by locality:
+#: :func:`tasks`); the first window too, so that a grid's algorithms (its outermost loop) meet.
+_WINDOW = 4096
 #: A worker sends the rows of its task so far once this many seconds have passed since it last
 #: sent (a task of slow rows does not hold them back until its end).
 PART_S = 0.25
@@ -49,23 +51,49 @@ def cost(c: Config) -> float:
     return work * (50.0 if c.mode == "compute" else 1.0) * (8.0 if s.causal else 1.0)
 
 
+def _by_locality(window: list[Config]) -> list[list[Config]]:
+    """Count mode: the window's configurations in bundles that share (workload, M) (the same
+    certificate: the same required pairs, d and M), ordered by d (the blocks of one d slowest
+    first), then M (increasing), then workload (as they came).  The bundles of one worker's tasks
+    then share the bounds' caches: a certificate computed once for every algorithm of the
+    bundle, and the tables per (d, M) of :mod:`attnio.bounds.segments` for neighbouring M."""
+    bundles: dict[tuple, list[Config]] = {}
+    for c in window:
+        bundles.setdefault((c.shape, c.M, c.mode, c.backward), []).append(c)
+    blocks: dict[tuple, list[list[Config]]] = {}
+    for (shape, _, mode, backward), b in bundles.items():
+        blocks.setdefault((shape.d, mode, backward), []).append(b)
+    out: list[list[Config]] = []
+    ranked = sorted(blocks.values(), key=lambda bl: sum(cost(c) for b in bl for c in b),
+                    reverse=True)
+    for bl in ranked:
+        out.extend(sorted(bl, key=lambda b: b[0].M))  # (stable: the workloads as they came)
+    return out
+
+
 def tasks(todo: Iterator[Config], ordered: bool) -> Iterator[list[Config]]:
     """Batches of configurations from the stream; with ``ordered``, each window of
-    :data:`_WINDOW` configurations slowest first."""
-    size = 2 * _TASK_COUNT  # a small first window: the workers start at once
+    :data:`_WINDOW` configurations slowest first, count-mode ones grouped by locality
+    (:func:`_by_locality`: the configurations that share a certificate in one task, those that
+    share d and M next to each other), a task cut only between such bundles."""
     while True:
-        window = list(itertools.islice(todo, size))
-        size = min(_WINDOW, 4 * size)
+        window = list(itertools.islice(todo, _WINDOW))
         if not window:
             return
         if ordered:
             window.sort(key=cost, reverse=True)
+            count = [c for c in window if c.mode != "compute"]
+            bundles = [[c] for c in window if c.mode == "compute"]
+            bundles += _by_locality(count) if count else []
+        else:
+            bundles = [[c] for c in window]
         batch: list[Config] = []
-        for c in window:
-            batch.append(c)
-            if len(batch) >= (_TASK_COMPUTE if c.mode == "compute" else _TASK_COUNT):
+        for b in bundles:
+            limit = _TASK_COMPUTE if b[0].mode == "compute" else _TASK_COUNT
+            if batch and len(batch) + len(b) > limit:
                 yield batch
                 batch = []
+            batch.extend(b)
         if batch:
             yield batch
 

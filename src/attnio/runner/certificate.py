@@ -7,6 +7,7 @@ lower bound that applies to its workload; ``attnio plan``, ``attnio run`` (and
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,13 @@ def _approximate_bounds(shape: Shape, M: int, features: int | None) -> tuple[_bo
     return (_ab.approx_w_stationary(shape.Nq, shape.Nkv, shape.d, M, int(features)),)
 
 
+@functools.lru_cache(maxsize=1024)
+def _exact_bounds(shape: Shape, M: int, backward: bool) -> tuple[_bounds.Bound, ...]:
+    """The exact bounds of (shape, M), forward or backward (cached: a sweep asks again for each
+    algorithm of one workload; a Bound is immutable)."""
+    return tuple(backward_applicable_to(shape, M) if backward else _bounds.applicable_to(shape, M))
+
+
 def certificate(shape: Shape, M: int, total: int, *, exact: bool = True,
                 backward: bool = False, features: int | None = None) -> Certificate:
     """The certificate of ``total`` words moved on ``shape`` with ``M`` words of fast memory: the
@@ -66,8 +74,13 @@ def certificate(shape: Shape, M: int, total: int, *, exact: bool = True,
     (True, True)
     """
     approx = () if exact or backward else _approximate_bounds(shape, M, features)
-    bnds = approx or tuple(backward_applicable_to(shape, M) if backward else
-                           _bounds.applicable_to(shape, M))
+    if approx:
+        bnds = approx
+    elif type(M) is int and type(shape) is Shape:  # (cached only where the key is exact)
+        bnds = _exact_bounds(shape, M, backward)
+    else:
+        bnds = tuple(backward_applicable_to(shape, M) if backward else
+                     _bounds.applicable_to(shape, M))
     best = _bounds.best(bnds)
     binds = exact or bool(approx)
     ratio = total / best.value if binds and best.value > 0 else None
