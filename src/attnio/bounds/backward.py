@@ -28,9 +28,9 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
 from ..core import masks
 from ..core.blockmask import BlockMask
@@ -39,7 +39,6 @@ from ..core.workload import Shape
 from .base import Bound, attention_shape, check_M, pairs_of, regime_of
 from .segments import (
     POOLED_BATCH,
-    FloatArray,
     PairsTheorem,
     _cubes,
     _pymax,
@@ -50,6 +49,11 @@ from .segments import (
     segments_bound,
     sum_line_peak,
 )
+
+if TYPE_CHECKING:  # annotations only (numpy.typing costs ~15 ms at import)
+    import numpy.typing as npt
+
+    from .segments import FloatArray
 
 __all__ = ["BACKWARD_ASSUMPTIONS", "LI_ET_AL", "backward_accum", "backward_accum_for",
            "backward_inputs", "backward_inputs_for",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,7 +39,6 @@ from .base import Bound, attention_shape
 from .params import lookup
 from .segments import (
     POOLED_BATCH,
-    FloatArray,
     PairsTheorem,
     _cubes,
     _pymax,
@@ -48,6 +48,9 @@ from .segments import (
     potential_lambdas_many,
     segments_bound,
 )
+
+if TYPE_CHECKING:  # annotations only
+    from .segments import FloatArray
 
 __all__ = ["ASSUMPTIONS", "lookup", "pv_segment", "pv_segment_for", "pv_segment_lambdas",
            "pv_segment_pairs", "pv_segment_value", "qkpv_pooled", "qkpv_pooled_for",

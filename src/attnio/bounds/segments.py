@@ -35,10 +35,12 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:  # numpy.typing costs ~15 ms at import: annotations only
+    import numpy.typing as npt
 
 from ..core.checks import check_int
 from ..core.workload import MAX_M, Shape
@@ -151,7 +153,8 @@ def potential_lambdas(M: float, K: float, mu: float,
 # vertical edges' peaks by Python's own float power (numpy's may round differently), every
 # degenerate case of the scalar code (coinciding vertices, μ² underflowing) decided per element,
 # and the integer arithmetic of segments_bound exact (tests/test_bounds_values.py).
-FloatArray = npt.NDArray[np.float64]
+if TYPE_CHECKING:
+    FloatArray = npt.NDArray[np.float64]
 
 
 def _cubes(x: FloatArray) -> FloatArray:
@@ -459,7 +462,8 @@ POOLED_BATCH = 8
 #: The array forms of a pooled argument's functions (:func:`pooled_lambdas_many`): J(I), the
 #: maximisers of J(I)·(T − I) (every smooth piece: the scalar ``J_peaks`` must not depend on the
 #: piece), ρ(I), elementwise with the scalar code's operations.
-ArrayFn = Callable[[FloatArray], FloatArray]
+if TYPE_CHECKING:
+    ArrayFn = Callable[[FloatArray], FloatArray]
 
 
 def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
