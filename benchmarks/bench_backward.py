@@ -2,7 +2,7 @@
 
 For each head dimension d and every M a power of two from the least M both schedules run
 (flash2's backward needs M >= 7d + 4) up to d²/4, the least-I/O tiling of each schedule by
-closed form (equal to the simulated count: tests/test_backward_schedules.py asserts it on every
+closed form (equal to the simulated count: tests/algorithms/test_backward_schedules.py asserts it on every
 candidate tiling; one point per d is also simulated here, in count mode), the factor
 FA2 / small-cache, and the slope of log(factor) against log(d/√M) (Li et al. predict the factor
 grows like d/√M: slope 1).  Then the crossover: the least power-of-two M at which FA2's backward

@@ -1,7 +1,7 @@
 """How fast bad input is refused: ``python benchmarks/bench_bad_inputs.py``.
 
 Issue 18 asks every case of the bad-input catalogue to be refused in under 2 s however absurd
-the size.  This times every case of ``tests/test_bad_inputs_catalogue.py``:
+the size.  This times every case of ``tests/cli/test_bad_inputs_catalogue.py``:
 
 * in process (``attnio.cli.main(argv)`` / the API call), best of 3, after one warm-up call, so
   the figure is the refusal itself, not Python's start-up;

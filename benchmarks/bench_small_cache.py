@@ -3,7 +3,7 @@
 Counts only (the simulator in count mode, bulk counting); no timings.  Prints every figure quoted
 in docs/small_cache.md; with ``--write`` it regenerates the crossover tables in
 docs/small_cache.md and in the docstring of ``attnio.algorithms.square_tiling`` (between their
-``crossover-table`` markers; tests/test_crossover.py fails when they drift from a fresh run).
+``crossover-table`` markers; tests/experiments/test_crossover.py fails when they drift from a fresh run).
 
     python benchmarks/bench_small_cache.py            # print
     python benchmarks/bench_small_cache.py --write    # print and regenerate the tables

@@ -2,7 +2,7 @@
 
 A random layout of density s (blocks of b x b, b the flash2 tile side M/(4d) rounded down to a
 power of two, as ``attnio run --density`` defaults), s from 1/64 to 1; each pass's least-I/O
-tiling by closed form (equal to the simulated count: tests/test_block_sparse.py; one point per
+tiling by closed form (equal to the simulated count: tests/algorithms/test_block_sparse.py; one point per
 pass is simulated here in count mode).  FlashAttention's block-sparse algorithm moves
 Θ(Nd + N²d²s/M) words: the fitted slope of log(words) against log(s) over the densities where
 the read-once floor (forward 4Nd: Q, K, V read once, O written once; backward 8Nd: Q, K, V, O,

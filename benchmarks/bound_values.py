@@ -1,5 +1,5 @@
 """Every explicit bound value of ``attnio.bounds`` on a fixed grid of shapes, as JSON: the
-reference that ``tests/test_bounds_values.py`` holds the evaluation to, value for value.
+reference that ``tests/bounds/test_bounds_values.py`` holds the evaluation to, value for value.
 
 The grid (:func:`grid`, a few hundred shapes, deterministic) spans tiny to huge N, head dimensions
 1 to 256, M from below d² to above N·d, no mask, causal (both alignments), sliding windows and

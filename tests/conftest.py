@@ -147,3 +147,27 @@ def random_qkv(Nq: int, Nkv: int, d: int, seed: int = 0, scale: float = 1.0):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def least_forward_count(shape: attnio.Shape, M: int) -> int | None:
+    """The least closed-form count over every exact algorithm and every candidate tiling (the
+    bound tests hold every explicit bound below it)."""
+    best = None
+    for alg in (a for a in attnio.algorithms.all_algorithms() if a.exact):
+        if getattr(alg, "unsupported", None) and alg.unsupported(shape):  # pragma: no cover
+            continue
+        if shape.window is not None and not alg.supports_window:
+            continue
+        if shape.block_mask is not None and not alg.supports_block_mask:
+            continue
+        if M < alg.min_M(shape):
+            continue
+        for t in alg.candidate_tilings(shape, M):
+            if alg.footprint(shape, t) > M:
+                continue
+            try:
+                total = alg.predict_total(shape, t).total
+            except attnio.ParameterError:
+                continue
+            best = total if best is None else min(best, total)
+    return best

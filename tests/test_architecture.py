@@ -64,3 +64,14 @@ def test_docs_index_links_every_page():
     linked = set(re.findall(r"\]\(([\w.-]+\.md)\)", index))
     pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
     assert pages <= linked, f"docs/index.md misses {sorted(pages - linked)}"
+
+
+def test_tests_mirror_the_package_tree():
+    """Every folder of tests/ (but data/) is a package of src/attnio, and no test file is left at
+    the top but the project-wide checks."""
+    tests = ROOT / "tests"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert folders - {"data"} <= _packages(), sorted(folders - {"data"} - _packages())
+    top = {p.name for p in tests.glob("test_*.py")}
+    assert top <= {"test_architecture.py", "test_docs_commands.py", "test_doctests.py",
+                   "test_packaging.py", "test_report_docs.py"}, sorted(top)

@@ -315,7 +315,7 @@ def test_every_package_the_tests_import_is_installed_by_the_dev_extra():
     declared |= {_requirement_name(s) for s in meta["optional-dependencies"]["dev"]}
     allowed = _closure(declared)
     providers = metadata.packages_distributions()
-    local = {p.stem for folder in ("tests", ".ci", "benchmarks") for p in (ROOT / folder).glob("*.py")}
+    local = {p.stem for folder in ("tests", ".ci", "benchmarks") for p in (ROOT / folder).rglob("*.py")}
     missing = []
     for path in sorted((ROOT / "tests").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -84,7 +84,7 @@ def online_lse_step(s: np.ndarray, g: np.ndarray, O: np.ndarray) -> None:
     accumulator ``O <- O - β·O`` (the caller adds ``β·v``); ``s`` becomes β.  O stays a convex
     combination of value rows (within max |V|, finite near the largest float), and β as a
     logistic of the score gap (not e^(s - g') with a rounded g') keeps the weights summing to 1:
-    float32 runs stay within twice the naive softmax's error (``tests/test_numerics.py``)."""
+    float32 runs stay within twice the naive softmax's error (``tests/core/test_numerics.py``)."""
     with np.errstate(over="ignore", invalid="ignore"):  # non-finite inputs propagate quietly
         beta = 1.0 / (1.0 + np.exp(g - s))
         g[:] = np.logaddexp(g, s)

@@ -60,7 +60,7 @@ has passed: Nq more writes a head (``predict_with_lse``).
 The least M is 4d + 1 (one row, σ = 0).  With σ = 0 this is Q-stationary with a one-word row
 state: ``Br·(2d + 1) + 2d`` against q_stationary_min's ``Br·(2d + 3) + 1``.
 
-Closed form (exact; ``tests/test_q_split.py``).  Main block i reads its Q rows once, if it sees a
+Closed form (exact; ``tests/algorithms/test_q_split.py``).  Main block i reads its Q rows once, if it sees a
 key, and ``2d`` words per key it sees (``[0, hi_i)``, ``kv_range``); thin block t reads ``d`` words
 per row (if it sees a key) and ``d + δ`` per key it sees.  Every output word is written once:
 ``d - δ`` columns of a split row by the main pass and δ by the thin pass (zeros where a block
@@ -96,7 +96,7 @@ to as many blocks.  The search bounds every candidate in O(1) (``_lower_total``:
 unmasked and, under a causal mask, where no row is clipped) and scores them exactly (two
 O(log N) sums under a mask) in order of that bound until it passes the least count: at
 N = 10⁹, causal, d = 128, M = 65536 one of the 39 candidates is scored.  Measured
-(``tests/test_q_split.py``): unmasked, the least count of every tiling on tiny shapes; with a mask
+(``tests/algorithms/test_q_split.py``): unmasked, the least count of every tiling on tiny shapes; with a mask
 within 8% of it where every row sees a key (19% where some do not: the least then puts the rows
 that see no key in the split region, an uneven partition the search does not list).
 

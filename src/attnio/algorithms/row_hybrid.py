@@ -27,7 +27,7 @@ costs most: at N = 3000, d = 160, M = 240000 its five blocks of 600 rows read K 
 9000 keys, the hybrid's four of 743 and one of 28 for 7570), and it runs the first rows, whose
 score rows are shorter than 2d, with their scores resident.
 
-Closed form (exact; ``tests/test_new_schedules.py``), per group, blocks b with r_b rows, w_b
+Closed form (exact; ``tests/algorithms/test_kv_and_q_stationary.py``), per group, blocks b with r_b rows, w_b
 keys and mode μ_b::
 
     reads  = Σ_{w_b > 0} (G·r_b·d + 2·w_b·d + [μ_b = b]·(G·r_b·w_b + G·r_b))

@@ -38,7 +38,7 @@ slice and one Q (or O) slice, ``G·r·w + bd·(w + r)``; the softmax's row vecto
 the slices' room.  A block seeing no key holds one r×bd zero tile.  The tiling's footprint is the
 largest over its blocks.
 
-Closed form (exact; checked by ``tests/test_new_schedules.py``).  Per group of G query heads on
+Closed form (exact; checked by ``tests/algorithms/test_kv_and_q_stationary.py``).  Per group of G query heads on
 one K/V head, blocks b with r_b rows and w_b visible keys::
 
     reads  = Σ_{w_b > 0} (G·r_b·d + 2·w_b·d)

@@ -333,7 +333,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         exceeds the least count found (a tile whose bound with its tile sums exceeds it is
         passed over).  Every candidate the full loop could choose (its count
         at most the least, so its bound too) is scored, in the candidates' order: the same
-        choice, ties included, as scoring them all (tests/test_plan_regression.py)."""
+        choice, ties included, as scoring them all (tests/planner/test_plan_regression.py)."""
         if M < self.min_M(shape) or self.unsupported(shape) is not None:
             return None
         tiles, bcs = self._tiles(shape, M)

@@ -59,7 +59,7 @@ a'_g = min(row block, Nq), c_g = min(slice width, w_g))::
 Two slice groups: d need not split evenly into slices of the best width, and a narrower slice
 fits a taller row block (fewer blocks, fewer V reads).  At M = 200, d = 40 the best one-group
 Phase 2 is 17 x 10 (T_d = 4: 4 + 40/17 = 6.35 words per Nq·Nkv); slices 14, 13, 13 with row
-blocks 12 and 13 take 3 + 14/12 + 26/13 = 6.17 (``tests/test_stream_tiling.py``).
+blocks 12 and 13 take 3 + 14/12 + 26/13 = 6.17 (``tests/algorithms/test_stream_tiling.py``).
 
 Square tiling with the score spill holds ``ab + Bd·(a + b) + 2a`` (Phase 1: m and l) and
 ``a'c + Bk2·(a' + c) + a'`` (Phase 2: g); at Bd = Bk2 = 1 the streamed phases hold
@@ -68,7 +68,7 @@ log-sum-exp written or read).  At N = 300, d = 40, M = 200 the least count takes
 tiles (193 words; 1/Br + 1/Bc = 0.150 against 2/√M = 0.141) where square tiling takes 10 x 15
 (195 words with its slabs and row state; 0.167).
 
-Closed form (exact; ``tests/test_stream_tiling.py``).  Query block i (Br rows in Phase 1, Br2 in
+Closed form (exact; ``tests/algorithms/test_stream_tiling.py``).  Query block i (Br rows in Phase 1, Br2 in
 Phase 2) sees keys ``[0, hi_i)`` (hi of its last row).  A Phase-1 tile (i, j) is computed iff some
 row of i sees a key of j; it reads, once per head-dimension index, the rows of i that see key j's
 first key and the keys of j below hi_i, and writes the scores its rows see.  Over the tiles, the

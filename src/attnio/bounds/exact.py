@@ -1,7 +1,7 @@
 """Explicit lower bounds on the I/O of exact attention (every constant proven: docs/bounds.md).
 
 ``explicit=True`` means the value is a proven lower bound with every constant spelled out, so a
-measured count may be compared with it (``tests/test_bounds.py`` holds every exact algorithm to
+measured count may be compared with it (``tests/bounds/test_bounds.py`` holds every exact algorithm to
 it).  Counts are in words (reads + writes between slow and fast memory), as the simulator counts
 them.
 

@@ -26,7 +26,7 @@ tight it is.
 The searches run on batches (docs/bounds.md §12.2): :func:`potential_lambdas_many`,
 :func:`pooled_lambdas_many` and :func:`segments_bound_many` are the scalar functions above
 elementwise, with the same floats and integers bit for bit (the scalar ones stay, the reference:
-``tests/test_bounds_values.py``); what does not depend on P is cached per (theorem, d, M).
+``tests/bounds/test_bounds_values.py``); what does not depend on P is cached per (theorem, d, M).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def potential_lambdas(M: float, K: float, mu: float,
 # (numpy's +, -, *, /, sqrt and comparisons are IEEE double like Python's), the cubes of the
 # vertical edges' peaks by Python's own float power (numpy's may round differently), every
 # degenerate case of the scalar code (coinciding vertices, μ² underflowing) decided per element,
-# and the integer arithmetic of segments_bound exact (tests/test_bounds_values.py).
+# and the integer arithmetic of segments_bound exact (tests/bounds/test_bounds_values.py).
 if TYPE_CHECKING:
     FloatArray = npt.NDArray[np.float64]
 

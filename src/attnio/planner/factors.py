@@ -108,7 +108,7 @@ def _dense(n: int, cheap: int) -> list[int]:
 def _dense_groups(alg: Algorithm, shape: Shape, M: int, fields: set[str]) -> list[int]:
     """The query-head groups of the dense search: the divisors of the group whose least tiling
     (every other side 1) fits in M.  The dense algorithms' footprints grow with every side and
-    with the group (tests/test_plan_factors.py checks it): the largest group g* whose least
+    with the group (tests/planner/test_plan_factors.py checks it): the largest group g* whose least
     tiling fits is found by bisection, and the divisors up to it
     (:func:`~attnio.algorithms.base.divisors_upto`, O(min(g*, √group)) steps) are the groups
     with a tiling that fits."""

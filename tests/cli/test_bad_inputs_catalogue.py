@@ -9,7 +9,7 @@ Every case must be refused the same way, however absurd the size:
 
 Each case is refused before anything large is allocated; no test times it (a busy machine
 must not fail the suite): the measured times are in ``benchmarks/bench_bad_inputs.py``.  The sweep and database
-cases are in ``tests/test_bad_inputs_experiments.py``.
+cases are in ``tests/cli/test_bad_inputs_experiments.py``.
 """
 
 from __future__ import annotations

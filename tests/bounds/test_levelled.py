@@ -2,7 +2,7 @@
 configurations of the per-segment problem, the table's use (largest node at or below d²/M), and
 no schedule, tiling or pebbling optimum below it (with masks, GQA, Nq ≠ Nkv, block-sparse).
 
-Every schedule and tiling is also held above it by tests/test_bounds_v2.py (it is in
+Every schedule and tiling is also held above it by tests/bounds/test_bounds_segments.py (it is in
 ``bounds.applicable_to``); here the shapes are drawn where the table applies (M <= 4d²)."""
 
 from __future__ import annotations
@@ -24,30 +24,10 @@ from attnio.bounds.base import pairs_of
 from attnio.bounds.segments import MORE_MEMORY_SEGMENTS as MORE_SEGMENTS
 from attnio.core import BlockMask
 from attnio.core.workload import Shape
+from conftest import least_forward_count
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
-
-
-def least_count(shape: Shape, M: int) -> int | None:
-    """The least closed-form count over every exact schedule and every candidate tiling."""
-    best = None
-    for alg in EXACT:
-        if shape.window is not None and not alg.supports_window:
-            continue
-        if shape.block_mask is not None and not alg.supports_block_mask:
-            continue
-        if M < alg.min_M(shape):
-            continue
-        for t in alg.candidate_tilings(shape, M):
-            if alg.footprint(shape, t) > M:
-                continue
-            try:
-                total = alg.predict_total(shape, t).total
-            except attnio.ParameterError:
-                continue
-            best = total if best is None else min(best, total)
-    return best
 
 
 def random_config(rng: np.random.Generator, x: float, kappa: float, kind: str) -> list[float]:
@@ -268,7 +248,7 @@ def test_every_schedule_is_above_theorem_b_prime(shape):
     d = shape.d
     ran = 0
     for M in sorted({d * d // 4, d * d // 2, d * d, 2 * d * d, 4 * d * d, 3 * d + 1, 4 * d + 8}):
-        least = least_count(shape, M)
+        least = least_forward_count(shape, M)
         if least is None:
             continue
         b = L.qkpv_levelled_for(shape, M)
@@ -284,7 +264,7 @@ def test_every_schedule_is_above_theorem_b_prime(shape):
 def test_no_schedule_below_theorem_b_prime_on_random_shapes(N, dkv, d, mfac, causal, gqa):
     shape = Shape.make(N, d, Nkv=max(1, N + dkv), causal=causal, heads=gqa[0], kv_heads=gqa[1])
     M = max(1, round(mfac * d * d))
-    least = least_count(shape, M)
+    least = least_forward_count(shape, M)
     if least is None:
         return
     assert L.qkpv_levelled_for(shape, M).value <= least

@@ -13,7 +13,7 @@ from attnio.core.errors import ParameterError
 from attnio.pebble import IllegalMoveError, Instance, Move, dag, replay
 from conftest import needs
 
-DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "pebbling.md"
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "pebbling.md"
 
 
 # ---------------------------------------------------------------------- the checker

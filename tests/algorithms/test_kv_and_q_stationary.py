@@ -264,7 +264,7 @@ def test_group_split_backward_beats_the_issue_example():
     """The issue's worst backward point (N = 300, d = 160, M = 24000, causal, 8 query heads on 2
     K/V heads): the planner chose flash2_backward at 8,749,344 words; group_split_backward, its
     four query heads stacked on each K/V stream, moves fewer (the planner's pick there is now
-    group_spill_backward, fewer still: tests/test_backward_schedules.py)."""
+    group_spill_backward, fewer still: tests/algorithms/test_backward_schedules.py)."""
     from attnio.planner.planner import backward_plan
 
     shape = Shape.make(300, 160, causal=True, heads=8, kv_heads=2)

@@ -18,7 +18,7 @@ from attnio.hardware.timing import BOUNDS, PARAMS, load_params
 
 pytest.importorskip("scipy")
 
-RTX = Path(__file__).resolve().parents[1] / "docs" / "devices" / "rtx4090.toml"
+RTX = Path(__file__).resolve().parents[2] / "docs" / "devices" / "rtx4090.toml"
 
 #: Ten rows of the calibration set (shared/data/gpu-published/train.csv: the FlashAttention-3
 #: paper's forward FP16 figure, H100 SXM5, d = 64, non-causal).

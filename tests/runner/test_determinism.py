@@ -64,14 +64,17 @@ def serial(tmp_path_factory):
     return _stable(db)
 
 
+#: the repository root (the subprocess imports this module as tests.runner.test_determinism)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def test_sweep_twice_in_fresh_dbs_gives_identical_rows(serial, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), PYTHONHASHSEED="99")
     code = ("import sys; from attnio.experiments.sweep import run_sweep; "
-            "from tests.test_determinism import GRIDS; "
+            "from tests.runner.test_determinism import GRIDS; "
             "sys.exit(run_sweep(GRIDS, sys.argv[1], jobs=1).errors)")
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "b.sqlite")], env=env,
-                       cwd=os.path.dirname(os.path.dirname(__file__)), capture_output=True,
-                       timeout=120)
+                       cwd=ROOT, capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     rows = _stable(tmp_path / "b.sqlite")
     assert len(rows) == len(serial) and rows == serial

@@ -10,7 +10,7 @@ bounds have tests of their own); the plan-level test checks the chosen forward a
 schedules on every fifth shape end to end.
 
 Regenerate (only when a change of choice is intended, and say why in the commit):
-``PYTHONPATH=src python tests/test_plan_regression.py --write``.
+``PYTHONPATH=src python tests/planner/test_plan_regression.py --write``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from attnio.core.workload import Shape
 from attnio.planner import certificate_factors
 from attnio.planner import planner as _planner
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "plan_regression.json")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "plan_regression.json")
 
 
 def _grid() -> list[dict[str, Any]]:
@@ -315,9 +315,9 @@ def test_row_hybrid_leaves_out_only_tilings_that_cannot_be_chosen():
     assert skipped > 20
 
 
-if __name__ == "__main__":  # python tests/test_plan_regression.py --write
+if __name__ == "__main__":  # python tests/planner/test_plan_regression.py --write
     if sys.argv[1:] != ["--write"]:
-        raise SystemExit("usage: python tests/test_plan_regression.py --write")
+        raise SystemExit("usage: python tests/planner/test_plan_regression.py --write")
     data = {"searches": [_record(kw) for kw in GRID],
             "factors": {str(i): _factors(GRID[i]) for i in FACTOR_SHAPES},
             "plans": {str(i): _plan_level(GRID[i]) for i in range(0, len(GRID), 5)}}

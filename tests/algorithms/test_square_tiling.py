@@ -1,6 +1,6 @@
 """Square tiling (Saha & Ye Algorithm 1): output, exact counts, capacity, stability, tilings.
 
-The registry-wide spine (tests/test_exact_algorithms.py) already holds square_tiling's default
+The registry-wide spine (tests/algorithms/test_exact_algorithms.py) already holds square_tiling's default
 tiling to the reference and to its closed form; here every tiling knob is exercised: both
 ``stable`` values, both Phase-1 orders, the paper's rule, square sides, hand-made rectangular
 tiles, rectangular and causal shapes, and the overflow behaviour of the literal version.

@@ -1,7 +1,7 @@
 """Nothing destroyed, nothing hangs (issue 36's catalogue of commands that destroy or hang, and of
 wrong refusals).
 
-Every case is refused as the bad-input catalogue's are (``tests/test_bad_inputs_catalogue.py``):
+Every case is refused as the bad-input catalogue's are (``tests/cli/test_bad_inputs_catalogue.py``):
 exit code 2, one line on stderr naming the flag, no traceback; and here also: the file the
 command would have destroyed is intact afterwards (same bytes, same kind: a database stays a
 database, a device a device, a named pipe a named pipe), and a command that would have blocked

@@ -16,7 +16,7 @@ from attnio.core.errors import ParameterError
 from attnio.hardware import device_file, devices, fits
 from attnio.hardware.timing import generation, load_params
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "devices"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "devices"
 RTX = DOCS / "rtx4090.toml"
 B200 = DOCS / "b200.toml"
 

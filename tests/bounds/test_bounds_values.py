@@ -25,7 +25,7 @@ from attnio.bounds import backward as BK
 from attnio.bounds import forward as F
 from attnio.bounds import segments as S
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
 import bound_values  # noqa: E402
 

@@ -1,7 +1,7 @@
 """The M = d² crossover between square tiling and FlashAttention, and the scaling slopes.
 
 All counts are simulated (count mode, bulk counting) and equal to the closed forms (checked in
-tests/test_square_tiling.py and tests/test_exact_algorithms.py).
+tests/algorithms/test_square_tiling.py and tests/algorithms/test_exact_algorithms.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from attnio.algorithms import square_tiling
 from attnio.core.workload import Shape
 from attnio.experiments import crossover as st
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NS, DS, FACTORS = (1024, 4096), (64, 128, 256), (1 / 16, 1 / 4, 1, 4, 16)
 
 

@@ -168,7 +168,7 @@ def test_dropping_dominated_branches_changes_no_maximum():
 
 
 # ---------------------------------------------------------------- the fine few-segment search
-# (its value at its parameters and never below the narrower search: tests/test_bounds_v2.py)
+# (its value at its parameters and never below the narrower search: tests/bounds/test_bounds_segments.py)
 def test_fine_search_raises_theorem_d_at_the_worst_held_out_point():
     """N = 300, d = 160, M = 13,615, causal, one head: the tabulated K sat low on a tooth of
     the sawtooth K·(h − 1); the fine search finds 359,124 words (was 346,896)."""

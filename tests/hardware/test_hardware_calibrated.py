@@ -27,7 +27,7 @@ H100 = devices.get("h100")
 A100 = devices.get("a100")
 #: The calibration set: ../shared/data/gpu-published/train.csv from the repository root (or
 #: $ATTNIO_GPU_TRAIN, for a checkout laid out otherwise, such as a worktree).
-TRAIN = Path(os.environ.get("ATTNIO_GPU_TRAIN") or Path(__file__).resolve().parents[2] / "shared"
+TRAIN = Path(os.environ.get("ATTNIO_GPU_TRAIN") or Path(__file__).resolve().parents[3] / "shared"
              / "data" / "gpu-published" / "train.csv")
 
 

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_bounds_v2 import least_forward_count
 
 import attnio
 from attnio import bounds as B
 from attnio.bounds import reread as R
 from attnio.core import masks
 from attnio.core.workload import Shape
+from conftest import least_forward_count
 
 CAUSAL = st.sampled_from([False, "bottom_right", "top_left"])
 

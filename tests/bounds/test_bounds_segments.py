@@ -28,33 +28,11 @@ from attnio.bounds import forward as F
 from attnio.core import BlockMask
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
+from conftest import least_forward_count
 
 EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
 NEW_FORWARD = {"pv_segment", "qkpv_pooled", "qkpv_levelled"}
 NEW_BACKWARD = {"backward_trivial", "backward_inputs", "backward_accum", "backward_pooled"}
-
-
-def least_forward_count(shape: Shape, M: int) -> int | None:
-    """The least closed-form count over every exact algorithm and every candidate tiling."""
-    best = None
-    for alg in EXACT:
-        if getattr(alg, "unsupported", None) and alg.unsupported(shape):  # pragma: no cover
-            continue
-        if shape.window is not None and not alg.supports_window:
-            continue
-        if shape.block_mask is not None and not alg.supports_block_mask:
-            continue
-        if M < alg.min_M(shape):
-            continue
-        for t in alg.candidate_tilings(shape, M):
-            if alg.footprint(shape, t) > M:
-                continue
-            try:
-                total = alg.predict_total(shape, t).total
-            except attnio.ParameterError:
-                continue
-            best = total if best is None else min(best, total)
-    return best
 
 
 def explicit(shape: Shape, M: int) -> list[B.Bound]:
@@ -189,7 +167,7 @@ def test_flash2_backward_simulated_is_above_the_backward_bounds():
 
 
 # ---------------------------------------------------------------- pebbling optima
-DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "pebbling.md"
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "pebbling.md"
 
 
 def _pebble_upper_ends() -> dict[tuple[str, str], int]:
