@@ -560,3 +560,20 @@ def test_an_approximate_row_is_held_to_the_approximate_bound_not_the_exact_ones(
         assert causal["ratio"] is None and "approx_w_stationary" not in causal["bounds"]
     exact = run_config(Config("flash2", Shape(256, 256, 4), 4096))
     assert exact["bound_name"] != "approx_w_stationary" and exact["ratio"] >= 1
+
+
+def test_a_local_dask_cluster_serves_its_dashboard_and_says_where():
+    """``--dask`` starts a local cluster whose dashboard answers HTTP 200 while the sweep runs
+    (bokeh, from the dask extra, serves it); the sweep prints its URL on stderr."""
+    need("distributed")
+    need("bokeh")
+    import urllib.request
+
+    from attnio.experiments.cluster import dask_client
+
+    seen: list[str] = []
+    with dask_client(None, 1, True, seen.append) as client:
+        assert client is not None and len(seen) == 1
+        assert seen[0].startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(seen[0], timeout=30) as r:  # the address a user opens
+            assert r.status == 200

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..core.errors import AttnioError, ParameterError
@@ -16,7 +16,7 @@ from .pool import PART_S, tasks
 from .row import run_batch
 from .store import row_values
 
-__all__ = ["check_scheduler", "dask_client", "dask_rows"]
+__all__ = ["check_scheduler", "dashboard_link", "dask_client", "dask_rows"]
 
 #: Seconds of work a Dask task aims at, and the most configurations it holds.
 TASK_S, MAX_TASK = PART_S, 32
@@ -31,9 +31,29 @@ def check_scheduler(scheduler: str | None) -> None:
                              f"{scheduler!r}", param="scheduler")
 
 
+def _has_bokeh() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
+
+
+def dashboard_link(client: Any) -> str | None:
+    """The URL of the Dask dashboard ``client`` is attached to, or None when there is none (a
+    local cluster without bokeh, which the dashboard needs: ``pip install 'attnio[dask]'``)."""
+    try:
+        link = client.dashboard_link
+    except Exception:  # noqa: BLE001 (no dashboard: the scheduler runs without its HTTP server)
+        return None
+    return link or None
+
+
 @contextlib.contextmanager
-def dask_client(scheduler: str | None, jobs: int, dask: bool) -> Iterator[Any]:
-    """A Dask distributed client (remote scheduler or a local cluster), or None."""
+def dask_client(scheduler: str | None, jobs: int, dask: bool,
+                on_dashboard: Callable[[str], None] | None = None) -> Iterator[Any]:
+    """A Dask distributed client (remote scheduler or a local cluster), or None.
+
+    A local cluster serves its dashboard on a free port of 127.0.0.1 when bokeh is installed
+    (the ``dask`` extra brings it); ``on_dashboard(url)`` is told where, for either kind."""
     if not (scheduler or dask):
         yield None
         return
@@ -45,10 +65,17 @@ def dask_client(scheduler: str | None, jobs: int, dask: bool) -> Iterator[Any]:
         except (OSError, TimeoutError) as e:
             raise AttnioError(f"cannot reach Dask scheduler {scheduler}: {e}") from None
         with client:
+            link = dashboard_link(client)
+            if link and on_dashboard is not None:
+                on_dashboard(link)
             yield client
         return
+    address = "127.0.0.1:0" if _has_bokeh() else None
     with LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address=address) as cluster, Client(cluster) as client:
+        link = dashboard_link(client) if address else None
+        if link and on_dashboard is not None:
+            on_dashboard(link)
         yield client
 
 

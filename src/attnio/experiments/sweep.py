@@ -24,6 +24,7 @@ import contextlib
 import itertools
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -195,6 +196,11 @@ def check_jobs(jobs: Any) -> int:
     return jobs
 
 
+def _say_dashboard(url: str) -> None:
+    """One line on stderr: where the Dask dashboard of this sweep is (it answers while it runs)."""
+    print(f"Dask dashboard: {url}", file=sys.stderr, flush=True)
+
+
 def run_sweep(
     grids: Grid | Iterable[Grid],
     db: str | os.PathLike = "attnio-results.sqlite",
@@ -235,7 +241,7 @@ def run_sweep(
         raise ParameterError("grid: it expands to no configuration (an empty grid)")
     ResultsStore.check(db)  # refuse a foreign/old/unwritable db before connecting anywhere
     run = _Run(total, os.fspath(db), t0, on_row)
-    with _sigterm_as_interrupt(), dask_client(scheduler, jobs, dask) as client:
+    with _sigterm_as_interrupt(), dask_client(scheduler, jobs, dask, _say_dashboard) as client:
         run.open(any(p.g.verify for p in ps), progress)
         try:
             if client is None and jobs > 1:
