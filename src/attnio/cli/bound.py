@@ -18,6 +18,14 @@ def add_arguments(p) -> None:
                    help="inputs over the finite field F_q (prime power q > N): adds Theorem 4.8")
     p.add_argument("--binary", action="store_true",
                    help="binary inputs Q, K in {0,1}: adds Theorem 4.14")
+    p.add_argument("--eps", type=float, default=None, metavar="E",
+                   help="also list the bounds on eps-approximate attention (polynomial method: "
+                        "the W-stationary feature-space bound at the features a degree reaching "
+                        "eps needs, the degree's asymptotic form, SETH's entry threshold); "
+                        "needs --entry-bound")
+    p.add_argument("--entry-bound", dest="entry_bound", type=float, default=None, metavar="B",
+                   help="with --eps: the bound B on |Q|, |K| entries (scores in [-R, R], "
+                        "R = B^2 d / sqrt(d))")
     common.add_output_arguments(p)
 
 
@@ -33,6 +41,7 @@ def main(args) -> int:
     bs = bounds.applicable_to(shape, M, q=args.q, binary=args.binary)
     best = bounds.best(bs)
     bbs = backward_applicable_to(shape, M) if args.backward else []
+    abs_ = _approximate(args, shape, M)
     bbest = bounds.best(bbs) if bbs else None
     regime = regime_of(shape.d, M)
     bm = shape.block_mask
@@ -48,7 +57,8 @@ def main(args) -> int:
                           "density": None if bm is None else bm.density,
                           "backward_bounds": [b.to_dict() for b in bbs] if bbs else None,
                           "backward_best": None if bbest is None else bbest.name,
-                          "backward_best_value": None if bbest is None else bbest.value},
+                          "backward_best_value": None if bbest is None else bbest.value,
+                          "approximate_bounds": [b.to_dict() for b in abs_] if abs_ else None},
                          sort_keys=True, default=str))
         return 0
     print(f"lower bounds for attention {shape.describe()} M={M:,}: {regime}")
@@ -56,8 +66,48 @@ def main(args) -> int:
     if bbs:
         print(f"\nlower bounds for its backward pass (dQ, dK, dV) M={M:,}:")
         _table(bbs, bbest, fmt_count)
+    if abs_:
+        print(f"\nlower bounds for eps = {args.eps:g}-approximate attention (|Q|, |K| entries "
+              f"<= {args.entry_bound:g}) M={M:,}:")
+        _table(abs_, bounds.best(abs_) if any(b.explicit for b in abs_) else None, fmt_count)
     print("* the largest explicit bound; asymptotic bounds are Θ/Ω forms with constant 1")
     return 0
+
+
+def _approximate(args, shape, M: int) -> list:
+    """The bounds of :mod:`attnio.bounds.approximate` for ``--eps`` (with ``--entry-bound``): the
+    features r = C(d + g, g) of the least degree g whose proven relative error on [-R, R] is at
+    most eps (R = B²·d·scale, the default scale 1/√d), for one unmasked head."""
+    import math
+
+    from ..approx.features import feature_dim
+    from ..approx.poly import check_eps, polynomial
+    from ..approx.radius import score_radius
+    from ..bounds import approximate as ab
+    from ..core.errors import ParameterError
+
+    if args.eps is None:
+        if args.entry_bound is not None:
+            raise ParameterError("--entry-bound goes with --eps (the approximate bounds)",
+                                 param="entry_bound")
+        return []
+    eps = check_eps(args.eps)
+    if args.entry_bound is None:
+        raise ParameterError("--eps needs --entry-bound B (|Q|, |K| entries <= B): the "
+                             "polynomial's range depends on it", param="eps")
+    if shape.causal or shape.window is not None or shape.heads != 1 or shape.batch != 1 \
+            or shape.block_mask is not None:
+        raise ParameterError("--eps: the approximate bounds are for one unmasked head "
+                             "(no --causal, --window, --heads, --batch or block mask)",
+                             param="approx_eps")
+    R = score_radius(shape.d, 1.0 / math.sqrt(shape.d), args.entry_bound)
+    p = polynomial(eps, R)
+    r = feature_dim(shape.d, p.degree)
+    out = [ab.approx_w_stationary(shape.Nq, shape.Nkv, shape.d, M, r),
+           ab.alman_song_degree(eps, R)]
+    if min(shape.Nq, shape.Nkv) >= 2:
+        out.append(ab.seth_entry_threshold(max(shape.Nq, shape.Nkv)))
+    return out
 
 
 def _table(bs, best, fmt_count) -> None:
