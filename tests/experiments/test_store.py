@@ -319,3 +319,61 @@ def test_latex_export_is_a_booktabs_table(tmp_path, capsys):
     assert "flash2" in tex and "bottom-right" in tex
     with pytest.raises(ParameterError):
         read_export(out)
+
+
+# ------------------------------------------------------------------ export: --where, latex options
+def test_export_where_keeps_the_matching_rows_only(swept, tmp_path):
+    from attnio.experiments.store import read_export
+
+    out = tmp_path / "w.csv"
+    with ResultsStore(swept, readonly=True) as st:
+        all_rows = st.rows()
+        n = st.export(out, where="algorithm=flash1|flash2,causal=false,N=128")
+    want = [r for r in all_rows if r["algorithm"] in ("flash1", "flash2") and not r["causal"]
+            and r["Nq"] == 128]
+    assert n == len(want) > 0
+    assert sorted(r["config_hash"] for r in read_export(out)) == \
+        sorted(r["config_hash"] for r in want)
+
+
+def test_latex_pivot_caption_label_and_longtable(swept, tmp_path):
+    from attnio.experiments.store import LatexOptions
+
+    with ResultsStore(swept, readonly=True) as st:
+        rows = st.rows()
+        out = tmp_path / "p.tex"
+        st.export(out, where="d=8,M=1024,causal=false",
+                  latex=LatexOptions(caption="I/O at M = 1024", label="tab:io",
+                                     pivot=("N", "algorithm")))
+        text = out.read_text()
+        assert "\\begin{table}" in text and "\\caption{I/O at M = 1024}" in text
+        assert "\\label{tab:io}" in text and "N & flash1 & flash2 & standard \\\\" in text
+        for n in (64, 128):  # each cell is that row's total
+            cells = [next(r["total"] for r in rows if r["algorithm"] == a and r["Nq"] == n
+                          and r["M"] == 1024 and not r["causal"])
+                     for a in ("flash1", "flash2", "standard")]
+            line = " & ".join([f"{n:,}".replace(",", "\\,")]
+                              + [f"{c:,}".replace(",", "\\,") for c in cells]) + " \\\\"
+            assert line in text
+        st.export(tmp_path / "l.tex", latex=LatexOptions(longtable=True, caption="all rows"))
+        long = (tmp_path / "l.tex").read_text()
+        assert "\\begin{longtable}" in long and "\\endhead" in long and "\\caption{all rows}" in long
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--where", "dd=8"], "--where: unknown field 'dd'"),
+    (["--where", "d"], "--where: 'd' is not field=value"),
+    (["--pivot", "N"], "--pivot must be ROW,COLUMN"),
+    (["--pivot", "N,algorithm"], "--pivot: several rows have"),
+    (["--pivot", "N,nope"], "--pivot: unknown field 'nope'"),
+    (["--value", "ratio"], "--value goes with --pivot"),
+    (["--caption", "x", "--format", "csv"], "--caption is for a latex export"),
+])
+def test_export_option_errors_are_one_line(swept, tmp_path, capsys, argv, fragment):
+    from attnio.cli import main
+
+    out = tmp_path / ("x.csv" if "csv" in argv else "x.tex")
+    assert main(["sweep", "export", "--db", str(swept), "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0], err
+    assert not out.exists()

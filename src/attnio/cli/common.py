@@ -60,7 +60,8 @@ FLAGS = {
     "allow_unbounded": "--allow-unbounded", "radius": "--entry-bound",
     "db": "--db", "config": "--config", "formats": "--formats", "dpi": "--dpi",
     "figs_per_axis": "--figs-per-axis", "max_figures": "--max-figures",
-    "measurements": "--measurements",
+    "measurements": "--measurements", "where": "--where", "pivot": "--pivot",
+    "caption": "--caption", "label": "--label", "value": "--value", "format": "--format",
 }
 
 _DEFAULTS = "_workload_defaults"

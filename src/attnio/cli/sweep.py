@@ -49,7 +49,9 @@ FLAGS = {"N": "--N", "Nq": "--Nq", "Nkv": "--Nkv", "d": "--d", "M": "--M", "algo
          "kv_heads": "--kv-heads", "window": "--window"}
 #: Parameters that only ever come from a flag.
 OWN_FLAGS = {"jobs": "--jobs", "max_configs": "--max-configs", "scheduler": "--scheduler",
-             "config": "--config", "preset": "--preset", "db": "--db", "out": "--out"}
+             "config": "--config", "preset": "--preset", "db": "--db", "out": "--out",
+             "where": "--where", "pivot": "--pivot", "caption": "--caption", "label": "--label",
+             "value": "--value", "format": "--format"}
 DEFAULT_DB = "attnio-results.sqlite"
 
 
@@ -109,6 +111,18 @@ def add_arguments(p) -> None:
                         "and parquet add a column per tiling parameter and per bound, latex "
                         "writes a booktabs table of the rows that ran")
     e.add_argument("--out", default=None, help="output file (default attnio-results.FORMAT)")
+    e.add_argument("--where", default=None, metavar="FIELD=VALUE,...",
+                   help="only the rows that match every condition, e.g. "
+                        "'d=64,causal=true,algorithm=flash1|flash2' (| separates alternatives)")
+    e.add_argument("--caption", default=None, help="latex: the table's caption (a table float)")
+    e.add_argument("--label", default=None, help="latex: the table's \\label")
+    e.add_argument("--pivot", default=None, metavar="ROW,COLUMN",
+                   help="latex: one line per value of ROW, one column per value of COLUMN, each "
+                        "cell the --value field (e.g. --pivot N,algorithm)")
+    e.add_argument("--value", default=None, metavar="FIELD",
+                   help="latex with --pivot: the field in each cell (default total)")
+    e.add_argument("--longtable", action="store_true",
+                   help="latex: a longtable (breaks across pages; \\usepackage{longtable})")
     e.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS)
 
 
@@ -238,10 +252,34 @@ def _sweep(args) -> int:
 
 
 def _export(args) -> int:
-    from ..experiments.store import ResultsStore
+    from ..core.errors import ParameterError
+    from ..experiments.store import LatexOptions, ResultsStore
     from .common import check_input_file, check_output_path, written_whole
 
     fmt = args.format
+    latex = None
+    if any(x is not None for x in (args.caption, args.label, args.pivot, args.value)) \
+            or args.longtable:
+        pivot = None
+        if args.pivot is not None:
+            parts = tuple(p.strip() for p in args.pivot.split(","))
+            if len(parts) != 2:
+                raise ParameterError(f"--pivot must be ROW,COLUMN (two fields), got "
+                                     f"{args.pivot!r}", param="pivot")
+            pivot = (parts[0], parts[1])
+        if args.value is not None and pivot is None:
+            raise ParameterError("--value goes with --pivot", param="value")
+        latex = LatexOptions(args.caption, args.label, args.longtable, pivot,
+                             args.value or "total")
+        if fmt is None:  # a caption, a pivot, a longtable: a latex table (or --out's extension)
+            fmt = "latex" if args.out is None else (
+                "latex" if args.out.lower().endswith(".tex") else None)
+        if fmt != "latex":
+            first = next(f for f, v in (("--caption", args.caption), ("--label", args.label),
+                                        ("--pivot", args.pivot), ("--value", args.value),
+                                        ("--longtable", args.longtable or None)) if v is not None)
+            raise ParameterError(f"{first} is for a latex export: give --format latex or an "
+                                 "--out ending in .tex", param=first[2:])
     out = args.out
     if out is None:
         fmt = fmt or "csv"
@@ -253,7 +291,7 @@ def _export(args) -> int:
         # written whole beside --out (the same extension: the format), then renamed over it; a
         # full disk or a read-only file system leaves nothing behind and the old file as it was
         with written_whole("--out", out) as tmp:
-            n = st.export(tmp, fmt)
+            n = st.export(tmp, fmt, where=args.where, latex=latex)
     if not getattr(args, "quiet", False):
         print(f"wrote {n} rows to {out}")
     return 0

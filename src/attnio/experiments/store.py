@@ -39,6 +39,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import AttnioError, ParameterError
@@ -464,16 +465,23 @@ class ResultsStore:
         return dict(self._con.execute("SELECT key, value FROM attnio_meta").fetchall())
 
     # ---------------------------------------------------------------- export
-    def export(self, path: str | os.PathLike, fmt: str | None = None) -> int:
+    def export(self, path: str | os.PathLike, fmt: str | None = None, *,
+               where: str | None = None, latex: LatexOptions | None = None) -> int:
         """Write every row to ``path`` as csv, json, parquet or latex; returns the number of
         rows.  csv and parquet keep every store column (so :func:`read_export` gives the rows
         back) and add one column per tiling parameter (``tiling_Br`` ...) and per bound
         (``bound_pv_segment`` ...: its value); integer columns stay integer (parquet: nullable
         ``Int64``).  json holds the tiling, the bounds and the per-array counts as objects.
-        latex writes a booktabs table of the rows that ran (one line per row)."""
+        latex writes a booktabs table of the rows that ran (one line per row, or a pivot, a
+        caption, a longtable: :class:`LatexOptions`).  ``where``: only the rows that match
+        (:func:`parse_where`, e.g. ``"d=64,causal=true,algorithm=flash1|flash2"``)."""
         path = os.fspath(path)
         fmt = _format(path, fmt)
-        rows = self.rows()
+        if latex is not None and fmt != "latex":
+            raise ParameterError(f"caption, label, pivot and longtable are for a latex export, "
+                                 f"not {fmt}", param="format")
+        match = parse_where(where)
+        rows = [r for r in self.rows() if match(r)]
         if fmt == "parquet":
             pd = _parquet_engine()
             wide, cols = _wide(rows)
@@ -496,7 +504,7 @@ class ResultsStore:
                     w.writerow(["" if r.get(c) is None else _csv_value(r[c]) for c in cols])
         elif fmt == "latex":
             with open(path, "w") as f:
-                f.write(latex_table(rows))
+                f.write(latex_table(rows, latex))
         else:
             with open(path, "w") as f:
                 json.dump({"schema_version": SCHEMA_VERSION,
@@ -595,25 +603,156 @@ def _tex(v: Any) -> str:
             .replace("%", "\\%").replace("#", "\\#"))
 
 
-def latex_table(rows: Sequence[dict]) -> str:
-    """A booktabs table (``\\usepackage{booktabs}``) of the rows that ran: algorithm, sizes,
-    setting (mask, window, heads), total I/O, the best explicit bound and the ratio."""
+@dataclass(frozen=True)
+class LatexOptions:
+    """How a latex export looks: a ``caption`` and ``label`` (a ``table`` float around it, or a
+    ``longtable`` that breaks across pages), and ``pivot = (row field, column field)``: one line
+    per value of the row field, one column per value of the column field, each cell the
+    ``value`` field of the row that has both (its total I/O by default), e.g. ``("N",
+    "algorithm")``."""
+
+    caption: str | None = None
+    label: str | None = None
+    longtable: bool = False
+    pivot: tuple[str, str] | None = None
+    value: str = "total"
+
+    def __post_init__(self) -> None:
+        for name in ("caption", "label"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or len(v) > 2000 or "\n" in v):
+                raise ParameterError(f"{name} must be one line of text (at most 2,000 "
+                                     f"characters), got {str(v)[:40]!r}", param=name)
+        if self.pivot is not None:
+            if len(self.pivot) != 2 or self.pivot[0] == self.pivot[1]:
+                raise ParameterError("pivot must be two different fields ROW,COLUMN, e.g. "
+                                     f"N,algorithm, got {','.join(self.pivot)!r}", param="pivot")
+            for f in (*self.pivot, self.value):
+                if f not in _PIVOT_FIELDS:
+                    raise ParameterError(f"pivot: unknown field {f!r}; a column of the "
+                                         f"results, e.g. {_COMMON_FIELDS}", param="pivot")
+
+
+#: fields a ``--where`` condition or a pivot may name: a row's columns, ``N`` (= Nq, the
+#: sequence length of a square problem) and ``setting`` (mask, window, heads in words)
+_PIVOT_FIELDS = frozenset(COLUMN_NAMES) | {"setting", "N"}
+_COMMON_FIELDS = "algorithm, N, Nq, Nkv, d, M, causal, window, heads, kv_heads, setting, total, ratio"
+
+
+def _coerce(text: str) -> Any:
+    t = text.strip()
+    low = t.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(t)
+        except ValueError:
+            pass
+    return t
+
+
+def parse_where(where: str | None) -> Callable[[dict], bool]:
+    """A row filter from ``"field=value,field=v1|v2,..."`` (every condition must hold; ``|``
+    separates the values a field may take; true/false/none and numbers are typed), or every
+    row for None.  A field that is not a column is a ParameterError naming it."""
+    if where is None:
+        return lambda r: True
+    if not isinstance(where, str) or len(where) > 10_000:
+        raise ParameterError("where must be conditions like d=64,causal=true (at most 10,000 "
+                             "characters)", param="where")
+    conds: list[tuple[str, list[Any]]] = []
+    for part in filter(None, (p.strip() for p in where.split(","))):
+        field, eq, values = part.partition("=")
+        field = field.strip()
+        if not eq or not field:
+            raise ParameterError(f"where: {part!r} is not field=value (e.g. d=64)",
+                                 param="where")
+        if field not in _PIVOT_FIELDS:
+            raise ParameterError(f"where: unknown field {field!r}; a column of the results, "
+                                 f"e.g. {_COMMON_FIELDS}", param="where")
+        conds.append((field, [_coerce(v) for v in values.split("|")]))
+    if not conds:
+        raise ParameterError("where: no condition given (e.g. d=64,causal=true)", param="where")
+
+    def match(row: dict) -> bool:
+        return all(_value(row, f) in vals for f, vals in conds)
+
+    return match
+
+
+def _setting(r: dict) -> str:
+    heads = r.get("heads") or 1
+    return ", ".join(p for p in (
+        (r.get("causal_align") or "causal").replace("_", "-") if r.get("causal") else "",
+        f"window {r['window']}" if r.get("window") is not None else "",
+        f"{heads}/{r.get('kv_heads') or heads} heads" if heads > 1 else "") if p) or "--"
+
+
+def _value(r: dict, field: str) -> Any:
+    v = _setting(r) if field == "setting" else r.get("Nq" if field == "N" else field)
+    return bool(v) if field == "causal" and v is not None else v
+
+
+def latex_table(rows: Sequence[dict], options: LatexOptions | None = None) -> str:
+    """A booktabs table (``\\usepackage{booktabs}``; ``longtable`` too for a long one) of the
+    rows that ran: algorithm, sizes, setting (mask, window, heads), total I/O, the best explicit
+    bound and the ratio; or a pivot of one field (:class:`LatexOptions`)."""
+    o = options or LatexOptions()
     ok = sorted((r for r in rows if r.get("status") == "ok"),
                 key=lambda r: (r["algorithm"], r["Nq"], r["Nkv"], r["d"], r["M"]))
-    lines = ["% attnio sweep export --format latex (needs \\usepackage{booktabs})",
-             "\\begin{tabular}{lrrrrlrlr}", "\\toprule",
-             " & ".join(h for _, h in _LATEX_COLS) + " \\\\", "\\midrule"]
-    for r in ok:
-        heads = r.get("heads") or 1
-        setting = ", ".join(p for p in (
-            (r.get("causal_align") or "causal").replace("_", "-") if r.get("causal") else "",
-            f"window {r['window']}" if r.get("window") is not None else "",
-            f"{heads}/{r.get('kv_heads') or heads} heads" if heads > 1 else "") if p) or "--"
-        vals = dict(r, setting=setting)
-        lines.append(" & ".join(_tex(vals.get(c)) if c != "setting" else setting
-                                for c, _ in _LATEX_COLS) + " \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}", ""]
-    return "\n".join(lines)
+    if o.pivot is None:
+        head = [h for _, h in _LATEX_COLS]
+        spec = "lrrrrlrlr"
+        body = [" & ".join(_tex(dict(r, setting=_setting(r)).get(c)) if c != "setting"
+                           else _setting(r) for c, _ in _LATEX_COLS) + " \\\\" for r in ok]
+    else:
+        rf, cf = o.pivot
+        keys = sorted({_value(r, rf) for r in ok}, key=_sort_key)
+        cols = sorted({_value(r, cf) for r in ok}, key=_sort_key)
+        cell: dict[tuple[Any, Any], Any] = {}
+        for r in ok:
+            k = (_value(r, rf), _value(r, cf))
+            if k in cell and cell[k] != r.get(o.value):
+                raise ParameterError(
+                    f"pivot: several rows have {rf}={k[0]}, {cf}={k[1]} with different "
+                    f"{o.value}; narrow them with --where (e.g. fix d, M and the mask)",
+                    param="pivot")
+            cell[k] = r.get(o.value)
+        head = [_tex(rf)] + [_tex(c) for c in cols]
+        spec = "l" + "r" * len(cols)
+        body = [" & ".join([_tex(k)] + [_tex(cell.get((k, c))) for c in cols]) + " \\\\"
+                for k in keys]
+    lines = ["% attnio sweep export --format latex (needs \\usepackage{booktabs}"
+             + (", longtable" if o.longtable else "") + ")"]
+    top = [" & ".join(head) + " \\\\"]
+    if o.longtable:
+        lines += [f"\\begin{{longtable}}{{{spec}}}"]
+        if o.caption:
+            lines += [f"\\caption{{{_tex(o.caption)}}}"
+                      + (f"\\label{{{o.label}}}" if o.label else "") + " \\\\"]
+        lines += ["\\toprule", *top, "\\midrule", "\\endfirsthead",
+                  "\\toprule", *top, "\\midrule", "\\endhead",
+                  "\\bottomrule", "\\endlastfoot", *body, "\\end{longtable}", ""]
+        return "\n".join(lines)
+    float_ = o.caption is not None or o.label is not None
+    if float_:
+        lines += ["\\begin{table}", "\\centering"]
+        if o.caption:
+            lines.append(f"\\caption{{{_tex(o.caption)}}}")
+        if o.label:
+            lines.append(f"\\label{{{o.label}}}")
+    lines += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", *top, "\\midrule", *body,
+              "\\bottomrule", "\\end{tabular}"]
+    if float_:
+        lines.append("\\end{table}")
+    return "\n".join(lines + [""])
+
+
+def _sort_key(v: Any) -> tuple[int, Any]:
+    return (0, v) if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, str(v))
 
 
 def _format(path: str, fmt: str | None) -> str:
