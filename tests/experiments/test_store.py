@@ -377,3 +377,32 @@ def test_export_option_errors_are_one_line(swept, tmp_path, capsys, argv, fragme
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and fragment in err[0], err
     assert not out.exists()
+
+
+def test_a_sweep_records_its_provenance_and_the_report_shows_it(swept, tmp_path):
+    """The database records where each sweep ran (attnio's version, the git commit, Python,
+    platform, host, time: ``first_sweep_*`` once, ``last_sweep_*`` every run); the report names
+    it."""
+    import attnio
+    from attnio.core.provenance import provenance
+    from attnio.experiments.report.pages import summary
+
+    with ResultsStore(swept, readonly=True) as st:
+        meta = st.meta()
+    for key in ("attnio", "git_commit", "python", "platform", "host", "at"):
+        assert meta[f"last_sweep_{key}"] and meta[f"first_sweep_{key}"]
+    assert meta["last_sweep_attnio"] == attnio.__version__
+    assert set(provenance()) == {"attnio", "git_commit", "python", "platform", "host", "at"}
+    s = summary([], meta, str(swept))
+    assert s["provenance"].startswith(f"swept with attnio {attnio.__version__}")
+    assert meta["last_sweep_host"] in s["provenance"]
+
+
+def test_provenance_keeps_the_first_sweep_and_updates_the_last(tmp_path):
+    db = tmp_path / "p.sqlite"
+    with ResultsStore(db) as st:
+        st.record_provenance({"attnio": "0.1", "at": "t1"})
+        st.record_provenance({"attnio": "0.2", "at": "t2"})
+        meta = st.meta()
+    assert meta["first_sweep_attnio"] == "0.1" and meta["last_sweep_attnio"] == "0.2"
+    assert meta["first_sweep_at"] == "t1" and meta["last_sweep_at"] == "t2"

@@ -464,6 +464,21 @@ class ResultsStore:
     def meta(self) -> dict[str, str]:
         return dict(self._con.execute("SELECT key, value FROM attnio_meta").fetchall())
 
+    @_guarded
+    def record_provenance(self, prov: dict[str, str] | None = None) -> None:
+        """Record where this sweep runs (:func:`attnio.core.provenance.provenance`: attnio's
+        version, the git commit, Python, platform, host, time) as ``last_sweep_*`` keys of the
+        database's metadata, and as ``first_sweep_*`` the first time."""
+        from ..core.provenance import provenance
+
+        prov = provenance() if prov is None else prov
+        with self._con:
+            for k, v in prov.items():
+                self._con.execute("INSERT OR IGNORE INTO attnio_meta VALUES (?, ?)",
+                                  (f"first_sweep_{k}", v))
+                self._con.execute("INSERT OR REPLACE INTO attnio_meta VALUES (?, ?)",
+                                  (f"last_sweep_{k}", v))
+
     # ---------------------------------------------------------------- export
     def export(self, path: str | os.PathLike, fmt: str | None = None, *,
                where: str | None = None, latex: LatexOptions | None = None) -> int:

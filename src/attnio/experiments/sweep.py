@@ -272,6 +272,7 @@ class _Run:
 
     def open(self, any_verify: bool, progress: bool) -> None:
         self.store = ResultsStore(self.db)
+        self.store.record_provenance()
         self.writer = Writer(self.store)
         self.bar = SweepProgress(self.bar.total, progress)
         self.plain, self.verified = _done_sets(self.store, any_verify)

@@ -97,7 +97,19 @@ def summary(rows, meta, db) -> dict:
     return {"db": os.path.basename(db), "rows": len(rows), "status": dict(st),
             "versions": sorted({r["version"] for r in rows if r.get("version")}),
             "algorithms": sorted({r["algorithm"] for r in rows}),
-            "schema": meta.get("schema_version")}
+            "schema": meta.get("schema_version"), "provenance": _provenance(meta)}
+
+
+def _provenance(meta) -> str | None:
+    """Where the rows were swept (the database's ``last_sweep_*`` metadata), in one sentence."""
+    m = {k[len("last_sweep_"):]: v for k, v in meta.items() if k.startswith("last_sweep_")}
+    if not m:
+        return None
+    commit = m.get("git_commit", "none")
+    where = "" if commit == "none" else f" at git commit {commit[:12]}{'+dirty' if commit.endswith('+dirty') else ''}"
+    return (f"swept with attnio {m.get('attnio', '?')}{where}, Python {m.get('python', '?')} "
+            f"on {m.get('platform', '?')} (host {m.get('host', '?')}), last run "
+            f"{m.get('at', '?')}")
 
 
 def skips(rows) -> list[tuple[str, int]]:
@@ -198,6 +210,8 @@ def markdown(p: Page) -> str:
              f"({', '.join(f'{v} {k}' for k, v in sorted(s['status'].items()))}), "
              f"attnio {', '.join(s['versions'])}, schema {s['schema']}; "
              f"algorithms: {', '.join(s['algorithms'])}.", ""]
+    if s.get("provenance"):
+        lines += [f"Provenance: {s['provenance']}.", ""]
     if p.settings:
         lines += ["Settings present: " + "; ".join(p.settings) + ".", ""]
     lines += _claims_md(p.claims)
@@ -253,7 +267,9 @@ def page_html(p: Page, folder: str) -> str:
              f"<p>Database <code>{e(s['db'])}</code>: {s['rows']} rows ("
              + e(", ".join(f"{v} {k}" for k, v in sorted(s["status"].items())))
              + f"), attnio {e(', '.join(s['versions']))}; algorithms: "
-             f"{e(', '.join(s['algorithms']))}.</p>", "<h2>Claims this grid covers</h2>"]
+             f"{e(', '.join(s['algorithms']))}.</p>"
+             + (f"<p>Provenance: {e(s['provenance'])}.</p>" if s.get("provenance") else ""),
+             "<h2>Claims this grid covers</h2>"]
     covered = [c for c in p.claims if c.status != "not available"]
     cls = {"pass": "pass", "fail": "fail"}
     parts.append(_table(["claim", "source", "criterion", "measured", "result"],
