@@ -577,3 +577,29 @@ def test_a_local_dask_cluster_serves_its_dashboard_and_says_where():
         assert seen[0].startswith("http://127.0.0.1:")
         with urllib.request.urlopen(seen[0], timeout=30) as r:  # the address a user opens
             assert r.status == 200
+
+
+def test_a_grid_takes_a_list_of_error_targets(tmp_path):
+    """eps as several targets: one row per target for each approximate algorithm, one for each
+    exact one; the size counted arithmetically equals the expansion; a rerun holds them all; a
+    TOML list and a CLI comma list give the same grid."""
+    from attnio.experiments.grid import expand, plans
+    from attnio.experiments.sweep import grid_from_mapping
+
+    g = Grid(N=(256, 512), d=(8,), M=(65536,), algorithms=("approx_poly", "flash2"),
+             eps=(1e-1, 1e-2, 1e-3), entry_bound=0.5)
+    ex = expand(g)
+    assert len(ex.configs) == plans(g)[0].size() == 2 * 3 + 2
+    assert sorted({c.eps for c in ex.configs if c.algorithm == "approx_poly"}) == \
+        [1e-3, 1e-2, 1e-1]
+    db = tmp_path / "e.sqlite"
+    assert run_sweep(g, db, jobs=1).ran == 8
+    assert run_sweep(g, db, jobs=1).ran == 0  # every target held
+    from_toml = grid_from_mapping({"N": [256, 512], "d": 8, "M": 65536,
+                                   "algo": "approx_poly,flash2", "eps": [0.1, 0.01, 0.001],
+                                   "entry_bound": 0.5}, where="test")
+    from_flags = grid_from_mapping({"N": "256,512", "d": "8", "M": "65536",
+                                    "algo": "approx_poly,flash2", "eps": "1e-1,1e-2,1e-3",
+                                    "entry_bound": 0.5}, where="flags")
+    assert [c.key() for c in expand(from_toml).configs] == \
+        [c.key() for c in expand(from_flags).configs] == [c.key() for c in ex.configs]

@@ -87,8 +87,9 @@ def add_arguments(p) -> None:
     p.add_argument("--mode", default=None, choices=("count", "compute"),
                    help="count (shapes only, default) or compute (random data, max error)")
     p.add_argument("--seed", type=int, default=None, help="seed of the compute-mode inputs")
-    p.add_argument("--eps", type=float, default=None,
-                   help="error target for approximate algorithms (else they are skipped)")
+    p.add_argument("--eps", default=None, metavar="E[,E...]",
+                   help="error target(s) for approximate algorithms, e.g. 1e-2 or "
+                        "1e-1,1e-2,1e-3 (one row per target; else they are skipped)")
     p.add_argument("--entry-bound", dest="entry_bound", type=float, default=None,
                    help="approximate algorithms: entry bound B with |Q|, |K| <= B (default 1)")
     p.add_argument("--jobs", type=int, default=None,

@@ -60,7 +60,7 @@ class Grid:
     causal: tuple = (False,)        # False | True (bottom-right aligned) | "top_left"
     mode: str = "count"
     seed: int = 0
-    eps: float | None = None
+    eps: float | tuple[float, ...] | None = None  # one error target or several (approximate only)
     entry_bound: float = 1.0
     Nq: tuple[int, ...] = ()
     Nkv: tuple[int, ...] = ()
@@ -190,8 +190,8 @@ class GridPlan:
         for name, vals in (*lists, ("d", g.d), ("M", g.M)):
             for v in vals:
                 _integer(name, v)
-        self.eps = None if g.eps is None else check_real("eps", g.eps, lo=0, hi=1, lo_open=True,
-                                                         hi_open=True)
+        self.eps_values = parse_eps(g.eps)
+        self.eps = self.eps_values[0]  # the first (the only one, in most grids)
         self.entry_bound = check_real("entry_bound", g.entry_bound, lo=0, lo_open=True)
         self.g = g
         self.sizes = sizes
@@ -202,9 +202,10 @@ class GridPlan:
         self._members: tuple[set[Any], ...] | None = None
 
     def size(self) -> int:
-        """Configurations of this grid (the product of its value lists), in O(1)."""
-        return (len(self.algs) * len(self.sizes) * len(self.d) * len(self.workloads)
-                * len(self.M))
+        """Configurations of this grid (the product of its value lists; an approximate algorithm
+        once per error target), in O(1)."""
+        per_alg = sum(1 if a.exact else len(self.eps_values) for a in self.algs)
+        return per_alg * len(self.sizes) * len(self.d) * len(self.workloads) * len(self.M)
 
     def dims(self) -> list[tuple[str, int]]:
         """(name, number of values) of each dimension, for messages."""
@@ -220,16 +221,16 @@ class GridPlan:
                   for (nq, nkv) in self.sizes for d in self.d
                   for (b, h, kvh, w, mask) in self.workloads]
         for alg in self.algs:
-            eps = None if alg.exact else self.eps
             eb = None if alg.exact else float(self.entry_bound)
-            for shape in shapes:
-                why, min_m = _pre_reason(alg, shape), None
-                if why is None:
-                    min_m, why = _min_M(alg, shape)
-                for M in self.M:
-                    cfg = Config(alg.name, shape, M, g.mode, self.seed, eps, eb, bool(g.verify),
-                                 bool(g.backward))
-                    yield cfg, why or _skip_reason(alg, cfg, min_m)
+            for eps in ((None,) if alg.exact else self.eps_values):
+                for shape in shapes:
+                    why, min_m = _pre_reason(alg, shape), None
+                    if why is None:
+                        min_m, why = _min_M(alg, shape)
+                    for M in self.M:
+                        cfg = Config(alg.name, shape, M, g.mode, self.seed, eps, eb,
+                                     bool(g.verify), bool(g.backward))
+                        yield cfg, why or _skip_reason(alg, cfg, min_m)
 
     def holds(self, cfg: Config) -> bool:
         """Whether this grid has a configuration of the same key (the same row) as ``cfg``."""
@@ -241,15 +242,38 @@ class GridPlan:
                 or cfg.backward != bool(self.g.backward):
             return False
         alg = _alg.get(cfg.algorithm)
-        eps = None if alg.exact else self.eps
+        eps_ok = (None,) if alg.exact else self.eps_values
         eb = None if alg.exact else float(self.entry_bound)
         if cfg.mode == "compute" and cfg.seed != self.seed:
             return False
         s = cfg.shape
         return ((s.Nq, s.Nkv) in sizes and s.d in ds and cfg.M in Ms
                 and (s.batch, s.heads, s.kv_heads, s.window, mask_key(s)) in wls
-                and (None if cfg.eps is None else float(cfg.eps)) == eps
+                and (None if cfg.eps is None else float(cfg.eps)) in eps_ok
                 and (None if cfg.entry_bound is None else float(cfg.entry_bound)) == eb)
+
+
+def parse_eps(eps: Any) -> tuple[float | None, ...]:
+    """The error targets of a grid: None (none: approximate algorithms are skipped), one number
+    in (0, 1), or several (a sequence, or a comma list ``"1e-1,1e-2,1e-3"``), each checked;
+    duplicates dropped, order kept."""
+    if eps is None:
+        return (None,)
+    if isinstance(eps, str):
+        parts = [p.strip() for p in eps.split(",") if p.strip()]
+        try:
+            vals: list[Any] = [float(p) for p in parts]
+        except ValueError:
+            raise ParameterError(f"eps must be a number or a comma list of numbers in (0, 1), "
+                                 f"got {eps!r}", param="eps") from None
+    elif isinstance(eps, (list, tuple)):
+        vals = list(eps)
+    else:
+        vals = [eps]
+    if not vals:
+        raise ParameterError("eps: no value given (an empty list)", param="eps")
+    out = _unique(check_real("eps", v, lo=0, hi=1, lo_open=True, hi_open=True) for v in vals)
+    return tuple(out)
 
 
 def _integer(name: str, v: Any) -> int:

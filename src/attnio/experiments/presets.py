@@ -18,7 +18,7 @@ from typing import Any
 from ..core.checks import check_real
 from ..core.errors import ParameterError
 from ..core.paths import kind_of
-from .grid import Grid
+from .grid import Grid, parse_eps
 from .values import parse_causal, parse_values, parse_window
 
 try:  # Python 3.11+
@@ -168,8 +168,9 @@ def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ParameterError(f"{where}: seed must be an integer, got {seed!r}", param="seed")
         kw["seed"] = seed
-    if "eps" in t:
-        kw["eps"] = check_real("eps", t["eps"], lo=0, hi=1, lo_open=True, hi_open=True)
+    if "eps" in t:  # a number, a list of numbers or a comma list
+        vals = parse_eps(t["eps"])
+        kw["eps"] = vals[0] if len(vals) == 1 else vals
     if "entry_bound" in t:
         kw["entry_bound"] = check_real("entry_bound", t["entry_bound"], lo=0, lo_open=True)
     return Grid(**kw)
