@@ -334,7 +334,7 @@ def test_disk_errors_name_the_flag_and_the_file(good_db, tmp_path, capsys, monke
     assert code == 2 and err.count("\n") == 1 and text in err, err
     assert "--db" in err and "r.sqlite" in err
 
-    def partial(self, path, fmt=None):
+    def partial(self, path, fmt=None, **options):  # (where=, latex=: the export options)
         Path(path).write_text("config_hash,status\nab")
         raise OSError(errno_, text)
 
