@@ -115,9 +115,10 @@ def test_plan_run_refuses_what_the_plan_fixes_and_inputs_of_other_sizes():
 #: The online-softmax schedules (FlashAttention's family): Q blocks or K/V blocks stationary, the
 #: scores never written.  q_stationary_min is FlashAttention-2 with one-key tiles streamed word by
 #: word, kv_stationary FlashAttention-1's loop order with spilled partials (issue 25), q_split
-#: Q-stationary with a one-word row state and a thin pass for the rows over M.
+#: Q-stationary with a one-word row state and a thin pass for the rows over M, window_cache
+#: FlashAttention-2 with the band's K/V rows cached across query blocks.
 ONLINE_SOFTMAX = ("flash1", "flash2", "flash_decoding", "q_stationary_min", "kv_stationary",
-                  "q_split")
+                  "q_split", "window_cache")
 
 
 def online_softmax(name: str) -> bool:

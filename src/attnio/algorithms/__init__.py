@@ -41,6 +41,7 @@ from . import (
     square_tiling,
     standard,
     stream_tiling,
+    window_cache,
 )
 from .base import Algorithm, BackwardSchedule, Choice
 
@@ -113,7 +114,7 @@ def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
 
 
 for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
-             q_stationary_min, row_hybrid, stream_tiling, q_split):
+             q_stationary_min, row_hybrid, stream_tiling, q_split, window_cache):
     register(_mod.ALGORITHM)
 del _mod
 
