@@ -17,7 +17,7 @@ from attnio.experiments.sweep import Grid, parse_values, run_sweep
 from conftest import need
 
 D_N, M_N = 16, 1024            # N-series: d = 16, M = 1024, N = 1024 .. 8192
-N_M, D_M = 2048, 32            # M-series: N = 2048, d = 32, M = 64 .. 65536 (d² = 1024)
+N_M, D_M = 8192, 32            # M-series: N = 8192, d = 32, M = 64 .. 65536 (d² = 1024)
 NS = parse_values("N", "1024:8192:x2")
 MS = parse_values("M", "64:65536:x2")
 
@@ -112,9 +112,9 @@ def test_fits_leave_out_points_near_the_read_once_floor(report):
 def test_claims_on_the_small_sweep(report):
     rep, _, _ = report
     by = {c.claim: c for c in rep.claims}
-    assert by["flash2: I/O grows as N^2 at fixed d, M"].status == "pass"
-    assert by["flash2: I/O ∝ 1/M for M >= d²"].status == "pass"
-    assert by["square_tiling: I/O ∝ 1/√M for M < d²"].status == "pass"
+    assert by["flash2: I/O grows as N^2 at fixed d, M (N >= 4·M/d)"].status == "pass"
+    assert by["flash2: I/O ∝ 1/M for 4d² <= M <= N·d/4"].status == "pass"
+    assert by["square_tiling: I/O ∝ 1/√M for M <= d²/4"].status == "pass"
     assert by["exact attention: every measured count >= every applicable explicit lower bound"].status == "pass"
     assert by["simulated counts equal each algorithm's derived closed form"].status == "pass"
     cross = by["crossover between small- and large-cache algorithms at M ≈ d²"]
@@ -123,7 +123,7 @@ def test_claims_on_the_small_sweep(report):
     m = float(re.search(r"M\*/d² = ([0-9.]+)", cross.measured).group(1))
     assert 1 / 16 <= m <= 16
     # flash1 was not swept: its claim has no data and must not pass
-    assert by["flash1: I/O ∝ 1/M for M >= d²"].status == "not available"
+    assert by["flash1: I/O ∝ 1/M for 4d² <= M <= N·d/4"].status == "not covered"
 
 
 def test_claims_need_square_tiling_registered(report):
@@ -131,9 +131,9 @@ def test_claims_need_square_tiling_registered(report):
     without = [r for r in rows if r["algorithm"] != "square_tiling"]
     table = claims(without, registered=["standard", "flash1", "flash2"])
     by = {c.claim: c for c in table}
-    for name in ("square_tiling: I/O ∝ 1/√M for M < d²",
+    for name in ("square_tiling: I/O ∝ 1/√M for M <= d²/4",
                  "crossover between small- and large-cache algorithms at M ≈ d²"):
-        assert by[name].status == "not available"
+        assert by[name].status == "not covered"
         assert "not registered" in by[name].measured
 
 
@@ -217,8 +217,8 @@ def test_claims_section_lists_what_the_grid_covers_and_what_it_does_not(user_rep
     rep, out = user_report
     md = (out / "REPORT.md").read_text()
     covered = {c.claim for c in rep.covered}
-    assert "standard: I/O grows as N^2 at fixed d, M" in covered  # multi-head series count
-    assert all(c.status != "not available" for c in rep.covered)
+    assert "standard: I/O grows as N^2 at fixed d, M (N >= 4·M/d)" in covered  # multi-head series count
+    assert all(c.status != "not covered" for c in rep.covered)
     assert any("square_tiling" in c.claim for c in rep.not_covered)
     table = md.split("## Claims this grid covers")[1].split("Not covered")[0]
     assert "square_tiling" not in table and "Not covered by this grid" in md
