@@ -540,3 +540,19 @@ def test_flash2_within_the_stated_constant_of_the_bound_at_large_cache(report):
     (c3,) = [c for c in claims([r for r in rows if r["algorithm"] != "flash2"])
              if c.claim.startswith("flash2 ÷")]
     assert c3.status == "not covered"
+
+
+def test_overlay_titles_say_what_is_compared():
+    from attnio.experiments.report.plan import _common_label, _comparisons, _varying_label
+
+    plain, causal = (None, None, 1, 1, 1), ("bottom_right", None, 1, 1, 1)
+    ((kind, _, common, ss),) = _comparisons([plain, causal])
+    assert kind == "causal" and ss == [plain, causal]
+    # the mask is what differs: the shared part names no mask (was "...; no mask")
+    assert _common_label(0, common) == "one head"
+    assert " against ".join(_varying_label(0, s) for s in ss) == \
+        "no mask against causal (bottom-right)"
+    w = ("bottom_right", 512, 1, 1, 1)
+    ((kind, _, common, ss),) = _comparisons([causal, w])
+    assert kind == "window" and _common_label(1, common) == "causal (bottom-right)"
+    assert " against ".join(_varying_label(1, s) for s in ss) == "no window against window 512"
