@@ -556,3 +556,20 @@ def test_overlay_titles_say_what_is_compared():
     ((kind, _, common, ss),) = _comparisons([causal, w])
     assert kind == "window" and _common_label(1, common) == "causal (bottom-right)"
     assert " against ".join(_varying_label(1, s) for s in ss) == "no window against window 512"
+
+
+def test_the_approximate_claim_fits_only_where_the_features_fit(tmp_path):
+    # approx_poly at eps = 0.01, d = 8 takes r = 12870 features: r·(d+1) = 115,830 words, more
+    # than M = 65536 (not its regime) and less than M = 262144
+    db = tmp_path / "approx.sqlite"
+    run_sweep([Grid(N=parse_values("N", "1024:8192:x2"), d=(8,), M=(65536, 262144),
+                    algorithms=("approx_poly",), eps=0.01)], db, jobs=1)
+    with ResultsStore(db, readonly=True) as st:
+        rows = st.rows(decode=True)
+    assert {r["tiling"]["r"] for r in rows if r["status"] == "ok"} == {12870}
+    (c,) = [c for c in claims(rows) if c.claim.startswith("approx_poly: I/O near-linear")]
+    assert "r·(d+1) <= M" in c.claim and c.status == "pass"
+    assert "M=262144" in c.measured and "M=65536" not in c.measured
+    (c,) = [c for c in claims([r for r in rows if r["M"] == 65536])
+            if c.claim.startswith("approx_poly: I/O near-linear")]
+    assert c.status == "not covered"
