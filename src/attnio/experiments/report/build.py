@@ -50,11 +50,11 @@ class Report:
     @property
     def covered(self) -> list[Claim]:
         """The claims this sweep's grid has data for (pass or fail)."""
-        return [c for c in self.claims if c.status != "not available"]
+        return [c for c in self.claims if c.status != "not covered"]
 
     @property
     def not_covered(self) -> list[Claim]:
-        return [c for c in self.claims if c.status == "not available"]
+        return [c for c in self.claims if c.status == "not covered"]
 
     @property
     def all_pass(self) -> bool:

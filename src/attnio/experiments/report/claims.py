@@ -4,9 +4,18 @@ Tolerances (ours, stated in the table): exponents within 0.1 of the theorem's; t
 between square tiling and FlashAttention within a factor 16 of d² for every d and growing as
 d^(2 ± 0.25) across d; counts >= explicit bounds with no tolerance at all.  Each claim is applied
 only to the algorithms it is about: the exact-attention bounds to exact algorithms, the
-approximate bounds (:mod:`attnio.bounds.approximate`) to approximate ones.  A claim whose data are
-missing (no such algorithm registered, or fewer than 3 fit points) is "not available", never
-passing.
+approximate bounds (:mod:`attnio.bounds.approximate`) to approximate ones.
+
+Each exponent claim is fitted in its asymptotic range only (:data:`.fits.RANGES`, stated in the
+claim: N >= 4·M/d for N², 4d² <= M <= N·d/4 for FlashAttention's 1/M, M <= d²/4 for square
+tiling's 1/√M), on series with at least :data:`.fits.MIN_POINTS` distinct values in that range,
+and its "measured" cell names every series it covers (algorithm, d, the fixed size, the setting,
+the range of the variable, the number of points).  A claim whose data are missing (no such
+algorithm registered, or no series with enough points in range) is "not covered": a grid that
+cannot support a claim never fails it, and never passes it.
+
+FlashAttention-2 against the bounds: every unwindowed flash2 count at M >= d² is within
+:data:`FA2_BOUND_C` of the best explicit lower bound.
 """
 
 from __future__ import annotations
@@ -15,10 +24,29 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .fits import MIN_POINTS, Fit, fit_slope, series_fits
-from .rows import _DEFAULT_SETTING, _all_ok, _bounds, _ok_rows, _setting, for_report, setting_label
+from .fits import MIN_POINTS, RANGES, Fit, fit_slope, restricted, series_fits
+from .rows import (
+    _DEFAULT_SETTING,
+    _all_ok,
+    _best_bound,
+    _bounds,
+    _decoded,
+    _ok_rows,
+    _setting,
+    for_report,
+    setting_label,
+)
 
-__all__ = ["Claim", "claims"]
+__all__ = ["FA2_BOUND_C", "NOT_COVERED", "Claim", "claims"]
+
+NOT_COVERED = "not covered"
+#: the constant of the claim "flash2 ÷ best explicit bound <= c for M >= d²".  Measured (count
+#: mode, every power of two N = 2^8..2^16, d = 32..256, M = d²..2^24, causal and not): the
+#: largest ratio is 2.43 unmasked and 2.54 causal, both at M = d² (the planner's best schedule
+#: reaches 2.31 there, docs/bounds.md §13, regime B); c = 3 leaves room for sizes off the
+#: powers of two.  An empirical constant, not a theorem: the claim guards that FlashAttention-2
+#: stays within a small constant of the proven bounds in the large-cache regime.
+FA2_BOUND_C = 3.0
 
 EXP_TOL = 0.10
 FLASH = ("flash1", "flash2")
@@ -34,7 +62,7 @@ class Claim:
     source: str
     criterion: str
     measured: str
-    status: str            # "pass" | "fail" | "not available"
+    status: str            # "pass" | "fail" | "not covered"
 
 
 _SY = "Saha & Ye (arXiv 2402.07443): Θ(min(N²d/√M, N²d²/M)), the two terms equal at M = d²"
@@ -48,21 +76,39 @@ _N_SOURCES = {
 _CROSS = "crossover between small- and large-cache algorithms at M ≈ d²"
 
 
+def _span(f: Fit) -> str:
+    xs = sorted({p[0] for p in f.points})
+    return f"{f.var}={xs[0]}..{xs[-1]}" if xs else f"no {f.var} in range"
+
+
 def _fmt_slopes(fits: list[Fit]) -> str:
+    """Each fit with exactly the points it covers: its slope, algorithm, d, the fixed size, ε,
+    the setting (mask, window, heads), the range of the variable and the number of points."""
     return "; ".join(
         f"{f.slope:+.3f} ({f.algorithm}, d={f.d}, {'M=' + str(f.M) if f.var == 'N' else 'N=' + str(f.N)}"
-        f"{'' if f.eps is None else f', eps={f.eps:g}'}"
-        f"{'' if f.setting == _DEFAULT_SETTING else ', ' + setting_label(f.setting)}, "
-        f"{len(f.points)} pts)" for f in fits)
+        f"{'' if f.eps is None else f', eps={f.eps:g}'}, "
+        f"{'no mask' if f.setting == _DEFAULT_SETTING else setting_label(f.setting)}, "
+        f"{_span(f)}, {len(f.points)} pts)" for f in fits)
 
 
-def _exponent_claim(fits, target, claim, source, crit_extra, na_why) -> Claim:
-    usable = [f for f in fits if f.slope is not None and len(f.points) >= MIN_POINTS]
-    criterion = f"fitted slope within {EXP_TOL} of {target:+g}{crit_extra}"
+def _exponent_claim(fits: list[Fit], rule: str, target: float, claim: str, source: str,
+                    na_why: str) -> Claim:
+    """An exponent claim on the series ``fits`` refitted in the asymptotic range ``rule``:
+    "not covered" when no series keeps :data:`MIN_POINTS` distinct values there."""
+    words = RANGES[rule][0]
+    inr = [restricted(f, rule) for f in fits]
+    usable = [f for f in inr if f.slope is not None]
+    short = len(inr) - len(usable)
+    criterion = (f"fitted slope within {EXP_TOL} of {target:+g}, fitted only where {words} "
+                 f"(asymptotic range), in every series with >= {MIN_POINTS} points there")
     if not usable:
-        return Claim(claim, source, criterion, na_why, "not available")
-    ok = all(abs(f.slope - target) <= EXP_TOL for f in usable)
-    return Claim(claim, source, criterion, _fmt_slopes(usable), "pass" if ok else "fail")
+        why = (f"{len(inr)} series swept, none with >= {MIN_POINTS} points where {words}"
+               if inr else na_why)
+        return Claim(claim, source, criterion, why, NOT_COVERED)
+    ok = all(f.slope is not None and abs(f.slope - target) <= EXP_TOL for f in usable)
+    note = (f" [{short} series with < {MIN_POINTS} points where {words}: not covered]"
+            if short else "")
+    return Claim(claim, source, criterion, _fmt_slopes(usable) + note, "pass" if ok else "fail")
 
 
 def _crossover(rows: list[dict], N: int, d: int, setting: tuple = _DEFAULT_SETTING
@@ -95,34 +141,31 @@ def _n_exponent_claims(ok: list[dict], fits: list[Fit]) -> list[Claim]:
     for alg in exact_algs:
         fs = [f for f in fits if f.algorithm == alg and f.var == "N" and f.mode == "count"]
         out.append(_exponent_claim(
-            fs, 2.0, f"{alg}: I/O grows as N^2 at fixed d, M", _N_SOURCES.get(
+            fs, "N2", 2.0, f"{alg}: I/O grows as N^2 at fixed d, M (N >= 4·M/d)", _N_SOURCES.get(
                 alg, "Saha & Ye (arXiv 2402.07443): Θ(min(N²d/√M, N²d²/M)) for exact attention"),
-            " in every N-series with >= 3 fit points",
-            "no N-series with >= 3 points above the floor rule"))
+            "no N-series"))
     if not exact_algs:
         out.append(Claim("exact algorithms: I/O grows as N^2", "Saha & Ye", "slope 2 ± 0.1",
-                         "no exact attention rows", "not available"))
+                         "no exact attention rows", NOT_COVERED))
     return out
 
 
 def _m_exponent_claims(fits: list[Fit], registered: set[str]) -> list[Claim]:
-    """2. M-exponent -1 for FlashAttention above d²; 3. -1/2 for square tiling below it."""
+    """2. M-exponent -1 for FlashAttention in 4d² <= M <= N·d/4; 3. -1/2 for square tiling at
+    M <= d²/4."""
     out = []
     for alg in FLASH:
         fs = [f for f in fits if f.algorithm == alg and f.var == "M" and f.region == "M>=d2"
               and not f.causal]
-        na = (f"{alg} not registered" if alg not in registered else
-              "no M-series with >= 3 points at M >= d² above the floor rule")
-        out.append(_exponent_claim(fs, -1.0, f"{alg}: I/O ∝ 1/M for M >= d²",
+        na = f"{alg} not registered" if alg not in registered else "no unmasked M-series"
+        out.append(_exponent_claim(fs, "flash_M", -1.0, f"{alg}: I/O ∝ 1/M for 4d² <= M <= N·d/4",
                                    "Dao et al. 2022, Theorem 2: Θ(N²d²/M); Saha & Ye (large cache)",
-                                   ", M >= d², every M-series", na))
+                                   na))
     fs = [f for f in fits if f.algorithm == SQUARE and f.var == "M" and f.region == "M<d2"
           and not f.causal]
-    na = (f"{SQUARE} not registered" if SQUARE not in registered else
-          f"no {SQUARE} M-series with >= 3 points at M < d²")
-    out.append(_exponent_claim(fs, -0.5, f"{SQUARE}: I/O ∝ 1/√M for M < d²",
-                               "Saha & Ye Thm 3.5 (Algorithm 1): O(N²d/√M)",
-                               ", M < d², every M-series", na))
+    na = f"{SQUARE} not registered" if SQUARE not in registered else "no unmasked M-series"
+    out.append(_exponent_claim(fs, "square_M", -0.5, f"{SQUARE}: I/O ∝ 1/√M for M <= d²/4",
+                               "Saha & Ye Thm 3.5 (Algorithm 1): O(N²d/√M)", na))
     return out
 
 
@@ -134,7 +177,7 @@ def _crossover_claim(ok: list[dict], registered: set[str]) -> Claim:
     if SQUARE not in registered or SQUARE not in present:
         return Claim(_CROSS, _SY, crit, f"{SQUARE} "
                      f"{'not registered' if SQUARE not in registered else 'has no rows'}",
-                     "not available")
+                     NOT_COVERED)
     found = []
     for N, d, st in sorted({(r["Nq"], r["d"], _setting(r)) for r in ok
                             if r["algorithm"] == SQUARE and not r["causal"]}, key=str):
@@ -142,7 +185,7 @@ def _crossover_claim(ok: list[dict], registered: set[str]) -> Claim:
         if m is not None:
             found.append((N, d, m))
     if not found:
-        return Claim(_CROSS, _SY, crit, "no crossover inside the swept M range", "not available")
+        return Claim(_CROSS, _SY, crit, "no crossover inside the swept M range", NOT_COVERED)
     within = all(1 / 16 <= m / (d * d) <= 16 for _, d, m in found)
     measured = "; ".join(f"M*/d² = {m / (d * d):.3f} (N={N}, d={d})" for N, d, m in found)
     ds: dict[int, float] = {}
@@ -175,12 +218,37 @@ def _bound_claim(rows: list[dict], exact: bool) -> Claim:
     if worst_row is None:
         why = (f"no {'exact' if exact else 'approximate'}-algorithm rows" if not sel else
                "no explicit bound applies to these rows")
-        return Claim(name, source, "total >= bound, no tolerance", why, "not available")
+        return Claim(name, source, "total >= bound, no tolerance", why, NOT_COVERED)
     r, bname = worst_row
     return Claim(name, source, "total >= bound for every (row, bound), no tolerance",
                  f"{pairs} (row, bound) pairs over {len(sel)} rows; least total/bound = "
                  f"{worst:.4f} ({r['algorithm']} N={r['Nq']} d={r['d']} M={r['M']} vs {bname})",
                  "pass" if worst >= 1 else "fail")
+
+
+def _fa2_bound_claim(rows: list[dict], registered: set[str]) -> Claim:
+    """FlashAttention-2 within :data:`FA2_BOUND_C` of the best explicit bound for M >= d²
+    (every unwindowed flash2 row: masks, heads and GQA included)."""
+    name = f"flash2 ÷ best explicit bound <= {FA2_BOUND_C:g} for M >= d²"
+    source = ("attnio.bounds (explicit bounds); the constant from count-mode sweeps of "
+              "N = 2^8..2^16, d = 32..256 (max 2.43 unmasked, 2.54 causal, at M = d²) and "
+              "docs/bounds.md §13")
+    crit = (f"total / best explicit bound <= {FA2_BOUND_C:g} for every flash2 row with M >= d² "
+            "and no window (an empirical constant, not a theorem)")
+    sel = [r for r in _all_ok(rows) if r["algorithm"] == "flash2" and r.get("window") is None
+           and r["M"] >= r["d"] ** 2]
+    qs = [(r["total"] / b, r) for r in sel if (b := _best_bound(r))]
+    if not qs:
+        why = ("flash2 not registered" if "flash2" not in registered else
+               "no unwindowed flash2 row at M >= d² with an explicit bound")
+        return Claim(name, source, crit, why, NOT_COVERED)
+    q, r = max(qs, key=lambda t: t[0])
+    return Claim(name, source, crit,
+                 f"{len(qs)} rows (d={','.join(str(d) for d in sorted({x['d'] for _, x in qs}))}, "
+                 f"M={min(x['M'] for _, x in qs)}..{max(x['M'] for _, x in qs)}); largest "
+                 f"total/bound = {q:.4f} (N={r['Nq']} d={r['d']} M={r['M']}, "
+                 f"{setting_label(_setting(r))})",
+                 "pass" if q <= FA2_BOUND_C else "fail")
 
 
 def _closed_form_claim(rows: list[dict]) -> Claim:
@@ -193,11 +261,20 @@ def _closed_form_claim(rows: list[dict]) -> Claim:
                  f"{len(checked) - len(bad)} of {len(checked)} rows equal"
                  + (f"; first mismatch {bad[0]['algorithm']} N={bad[0]['Nq']} M={bad[0]['M']}"
                     if bad else ""),
-                 "not available" if not checked else ("pass" if not bad else "fail"))
+                 NOT_COVERED if not checked else ("pass" if not bad else "fail"))
 
 
-def _approx_claims(ok: list[dict], fits: list[Fit], registered: set[str]) -> list[Claim]:
-    """7. Approximate attention near-linear in N (one series per eps)."""
+def _features_fit(r: dict) -> bool:
+    """Whether an approximate row is in the regime where its features fit in M: the feature
+    count r its tiling names, with W = ψ(K)ᵀV (r·d words) and the normaliser (r words), takes
+    r·(d + 1) <= M."""
+    t = _decoded(r.get("tiling"))
+    return bool(t.get("r")) and int(t["r"]) * (r["d"] + 1) <= r["M"]
+
+
+def _approx_claims(ok: list[dict], registered: set[str]) -> list[Claim]:
+    """7. Approximate attention near-linear in N (one series per eps), fitted on the rows where
+    its features fit in M (r·(d+1) <= M) only."""
     present = {r["algorithm"] for r in ok}
     approx_algs = sorted({r["algorithm"] for r in ok if not r["exact"]})
     if not approx_algs:
@@ -205,19 +282,22 @@ def _approx_claims(ok: list[dict], fits: list[Fit], registered: set[str]) -> lis
         return [Claim("approximate attention: I/O near-linear in N",
                       "arXiv 2605.23751 (abstract); Alman & Song 2023", "slope within 0.15 of 1",
                       "no approximate-algorithm rows" + (" (run the sweep with --eps)"
-                                                         if missing else ""), "not available")]
+                                                         if missing else ""), NOT_COVERED)]
     out = []
+    crit = (f"slope within 0.15 of 1, fitted only on rows whose r features fit in M "
+            f"(r·(d+1) <= M), in every N-series with >= {MIN_POINTS} such points")
     for alg in approx_algs:
-        usable = [f for f in fits if f.algorithm == alg and f.var == "N"
-                  and f.slope is not None and len(f.points) >= MIN_POINTS]
+        name = f"{alg}: I/O near-linear in N where its features fit in M (r·(d+1) <= M)"
+        sel = [r for r in ok if r["algorithm"] == alg and _features_fit(r)]
+        usable = [f for f in series_fits(sel) if f.var == "N" and f.slope is not None
+                  and len(f.points) >= MIN_POINTS]
         if not usable:
-            out.append(Claim(f"{alg}: I/O near-linear in N", "arXiv 2605.23751",
-                             "slope within 0.15 of 1", "no N-series with >= 3 points",
-                             "not available"))
+            out.append(Claim(name, "arXiv 2605.23751 (abstract; derived regime)", crit,
+                             f"no N-series with >= {MIN_POINTS} points where r·(d+1) <= M",
+                             NOT_COVERED))
             continue
         okk = all(f.slope is not None and abs(f.slope - 1) <= 0.15 for f in usable)
-        out.append(Claim(f"{alg}: I/O near-linear in N (regime where its features fit in M)",
-                         "arXiv 2605.23751 (abstract; derived regime)", "slope within 0.15 of 1",
+        out.append(Claim(name, "arXiv 2605.23751 (abstract; derived regime)", crit,
                          _fmt_slopes(usable), "pass" if okk else "fail"))
     return out
 
@@ -235,4 +315,5 @@ def claims(rows: Iterable[dict], fits: list[Fit] | None = None,
     reg = set(registered)
     return [*_n_exponent_claims(ok, fits), *_m_exponent_claims(fits, reg),
             _crossover_claim(ok, reg), _bound_claim(rows, True), _bound_claim(rows, False),
-            _closed_form_claim(rows), *_approx_claims(ok, fits, reg)]
+            _fa2_bound_claim(rows, reg),
+            _closed_form_claim(rows), *_approx_claims(ok, reg)]

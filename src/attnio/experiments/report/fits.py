@@ -4,23 +4,42 @@ The read-once floor F = (Nq + 2·Nkv)·d + Nq·d (inputs read once, output writt
 in N, so near it any count looks linear.  The exponents of exact algorithms are fitted on points
 whose floor is below 10% of the total only (:data:`FLOOR_SHARE`); approximate attention, whose
 count is meant to approach the floor, is fitted on all its points.
+
+The claims' exponents hold only in the asymptotic range of each theorem, so a claim refits each
+series on the points inside a stated range (:func:`restricted`, :data:`RANGES`):
+
+* ``"N2"`` (I/O ∝ N² at fixed d, M): N >= 4·M/d.  Every exact count is a read-once term linear
+  in N plus a quadratic term of order N²d²/M (or N²d/√M); the quadratic one dominates once
+  N·d/M is large, and below N = M/d a cache of M words holds all of K and V.
+* ``"flash_M"`` (FlashAttention's I/O ∝ 1/M): 4d² <= M <= N·d/4.  Above N·d/4 the cache holds
+  a quarter of K and V and the count nears the linear read-once floor; below 4d² a block of
+  M/(4d) rows is a handful of rows and the rounding of the block sizes is not negligible.
+* ``"square_M"`` (square tiling's I/O ∝ 1/√M): M <= d²/4, where Saha & Ye's small-cache term
+  N²d/√M is the smaller of the two.
+
+A restricted series with fewer than :data:`MIN_POINTS` distinct values in range supports no
+exponent: its claim reports it as not covered, never as failed.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ...core.errors import ParameterError
 from .rows import _ok_rows, _setting
 
-__all__ = ["FLOOR_SHARE", "MIN_POINTS", "Fit", "fit_slope", "series_fits"]
+__all__ = ["FLOOR_SHARE", "MIN_POINTS", "RANGES", "Fit", "fit_slope", "in_range", "restricted",
+           "series_fits"]
 
 FLOOR_SHARE = 0.10
 MIN_POINTS = 3
+#: the asymptotic ranges of the claims' exponents, by name: (words, the variable it restricts)
+RANGES = {"N2": ("N >= 4·M/d", "N"), "flash_M": ("4d² <= M <= N·d/4", "M"),
+          "square_M": ("M <= d²/4", "M")}
 
 
 def fit_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
@@ -54,6 +73,35 @@ class Fit:
     @property
     def label(self) -> str:
         return f"{self.slope:+.2f}" if self.slope is not None else "n/a"
+
+
+def in_range(rule: str, x: int, d: int, N: int | None = None, M: int | None = None) -> bool:
+    """Whether a point at ``x`` (the series' variable) lies in the asymptotic range ``rule`` of
+    :data:`RANGES`; ``N`` (M-series) or ``M`` (N-series) is the series' fixed size."""
+    if rule == "N2":
+        return M is not None and x * d >= 4 * M
+    if rule == "flash_M":
+        return N is not None and 4 * d * d <= x and 4 * x <= N * d
+    if rule == "square_M":
+        return 4 * x <= d * d
+    raise ParameterError(f"rule must be one of {', '.join(RANGES)}, got {rule!r}")
+
+
+def restricted(f: Fit, rule: str) -> Fit:
+    """``f`` refitted on its points inside the asymptotic range ``rule`` of :data:`RANGES` (the
+    floor rule still applied); ``slope`` is None when fewer than :data:`MIN_POINTS` distinct
+    values remain."""
+    if rule not in RANGES:
+        raise ParameterError(f"rule must be one of {', '.join(RANGES)}, got {rule!r}")
+    words, var = RANGES[rule]
+    if f.var != var:
+        raise ParameterError(f"rule {rule!r} restricts {var}-series, got an {f.var}-series")
+    pts = [p for p in f.points if in_range(rule, p[0], f.d, f.N, f.M)]
+    slope = None
+    if len({p[0] for p in pts}) >= MIN_POINTS:
+        slope = fit_slope([p[0] for p in pts], [p[1] for p in pts])[0]
+    return replace(f, region=rule, slope=slope, points=pts,
+                   excluded=f.excluded + len(f.points) - len(pts), rule=f"{f.rule}; {words}")
 
 
 def _fit_points(rows: list[dict], var: str, exact: bool) -> tuple[list[tuple[int, int]], int]:

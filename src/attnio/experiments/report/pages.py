@@ -123,7 +123,7 @@ def skips(rows) -> list[tuple[str, int]]:
     return sorted(c.items())
 
 
-_MARK = {"pass": "PASS", "fail": "FAIL", "not available": "not available"}
+_MARK = {"pass": "PASS", "fail": "FAIL", "not covered": "not covered"}
 
 
 def _backward_cells(b: dict) -> tuple[str, str]:
@@ -166,8 +166,8 @@ def _best_md(best: list[dict]) -> list[str]:
 
 
 def _claims_md(table: list[Claim]) -> list[str]:
-    covered = [c for c in table if c.status != "not available"]
-    missing = [c for c in table if c.status == "not available"]
+    covered = [c for c in table if c.status != "not covered"]
+    missing = [c for c in table if c.status == "not covered"]
     lines = ["## Claims this grid covers", ""]
     if covered:
         lines += ["| claim | source | criterion | measured | result |", "|---|---|---|---|---|"]
@@ -270,12 +270,12 @@ def page_html(p: Page, folder: str) -> str:
              f"{e(', '.join(s['algorithms']))}.</p>"
              + (f"<p>Provenance: {e(s['provenance'])}.</p>" if s.get("provenance") else ""),
              "<h2>Claims this grid covers</h2>"]
-    covered = [c for c in p.claims if c.status != "not available"]
+    covered = [c for c in p.claims if c.status != "not covered"]
     cls = {"pass": "pass", "fail": "fail"}
     parts.append(_table(["claim", "source", "criterion", "measured", "result"],
                         [[c.claim, c.source, c.criterion, c.measured, _MARK[c.status]]
                          for c in covered], [cls[c.status] for c in covered]))
-    missing = [c for c in p.claims if c.status == "not available"]
+    missing = [c for c in p.claims if c.status == "not covered"]
     if missing:
         parts.append("<p>Not covered by this grid:</p><ul>"
                      + "".join(f"<li>{e(c.claim)}: {e(c.measured)}</li>" for c in missing)

@@ -111,10 +111,11 @@ def _varying_label(f: int, s: tuple) -> str:
 
 
 def _common_label(f: int, common: tuple) -> str:
-    """The fields an overlay holds fixed, in words (its title), without the varying one."""
+    """The fields an overlay holds fixed, in words (its title), without the varying one: a
+    comparison of masks never names a mask here (its settings say which masks it compares)."""
     words = setting_label(common).split(", ")
-    if f != 0:
-        words = words[1:] if words and words[0] == "no mask" else words
+    if f == 0 or (words and words[0] == "no mask"):
+        words = words[1:]
     if f == 4:
         words = [w for w in words if "heads" not in w] + [f"{common[3]} query heads"]
     return ", ".join(words) or "one head"
@@ -155,7 +156,8 @@ def _overlay_job(n: int, comp, by_setting: dict[tuple, list[dict]], look: Look) 
         f = {"gqa": 4, "window": 1, "causal": 0}[kind]
         rows = {s: g[fixed] for s, g in zip(ss, gs)}
         names = {s: _varying_label(f, s) for s in ss}
-        return Job(stem, what, (1, 1, n), partial(overlay, rows, names, axis, fx, title,
+        compared = " against ".join(names[s] for s in ss)
+        return Job(stem, what, (1, 1, n), partial(overlay, rows, names, axis, fx, compared,
                                                   _common_label(f, common), look, stem))
     return None
 
