@@ -12,9 +12,16 @@ pool whose threads have torch's intra-op threads set to 1 (OpenMP's and MKL's th
 per thread), so the threads never nest and the only synchronisation is one join per pass.
 Torch releases the GIL inside its operations, so the Python threads run in parallel.
 
-Causal rows are sequential (a running state); a piece of rows that does not start at row 0 first
-absorbs the keys before it into its own starting state (and, backward, the queries after it into
-its state gradient), so the pieces are sized unequally to balance that extra work.
+Causal rows are sequential (a running state).  Forward, rows split between p workers run as a
+two-pass scan in rounds (:func:`scan_rounds`): pass 1, each piece computes its tiles' state sums
+M(K_t) [V_t, 1] (the features of its keys and one product) and their total, in parallel; an
+exclusive prefix of the totals (p - 1 small additions) gives each piece its starting state;
+pass 2, each piece runs its rows from that state with the kept sums, so nothing is computed
+twice.  A round keeps at most ``_STORE`` elements of sums (the rounds carry the state).  Where
+not even one block per piece fits, and backward, a piece of rows that does not start at row 0
+(backward: end at the last row) first absorbs the keys before it into its starting state
+(backward: the queries after it into its state gradient), and the pieces are sized unequally
+to balance that extra work.
 """
 
 from __future__ import annotations
