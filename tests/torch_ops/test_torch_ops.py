@@ -489,6 +489,42 @@ def test_results_and_gradients_do_not_depend_on_the_thread_count():
                 assert float((a - b).abs().max()) <= 1e-12 * max(1.0, float(b.abs().max()))
 
 
+@pytest.mark.parametrize("blocks", [0, 2, 3, 1000])
+def test_the_causal_two_pass_scan_in_rounds_agrees_with_one_thread(monkeypatch, blocks):
+    """One head, rows split between 2-3 threads (blocks of one 64-row tile): the forward's
+    two-pass scan (each piece's tile state sums in parallel, a prefix over the pieces, then each
+    piece's rows from its starting state) in rounds of ``blocks`` blocks' kept sums (2: rounds
+    of one block per piece with 2 threads; 1000: one round), and, where a round cannot give
+    each piece a block (0; 2 with 3 threads), the pieces that absorb the keys before them:
+    float64 results and gradients agree with one thread's to rounding; FAVOR+ too (its in-tile
+    weights need the key features again in the second pass)."""
+    from attnio.torch_ops import _parallel
+
+    q, k, v = _qkv(700, 700, 3, B=0.6, lead=(1, 1), seed=21)
+    G = torch.randn(1, 1, 700, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    r_poly = poly_plan(q, k, v, entry_bound=0.6, is_causal=True).r
+    threads = torch.get_num_threads()
+    res = {}
+    try:
+        for p in (1, 2, 3):
+            torch.set_num_threads(p)
+            for name, r in (("poly", r_poly), ("favor", 32)):
+                monkeypatch.setattr(_parallel, "_STORE", max(1, blocks * r * 4))  # r (Ev+1) a block
+                xs = [x.clone().requires_grad_() for x in (q, k, v)]
+                if name == "poly":
+                    o = poly_attention(*xs, is_causal=True, entry_bound=0.6, chunk=64)
+                else:
+                    o = favor_attention(*xs, is_causal=True, features=r, seed=5, chunk=64)
+                (o * G).sum().backward()
+                res[p, name] = [o.detach()] + [x.grad for x in xs]
+    finally:
+        torch.set_num_threads(threads)
+    for p in (2, 3):
+        for name in ("poly", "favor"):
+            for a, b in zip(res[1, name], res[p, name]):
+                assert float((a - b).abs().max()) <= 1e-12 * max(1.0, float(b.abs().max()))
+
+
 def test_compile_without_entry_bound_and_bf16_rounding_and_double_backward():
     q, k, v = _qkv(64, 64, 4, B=0.5, lead=(2,), seed=14, dtype=torch.float32)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from ._parallel import causal_blocks, causal_pieces, pmap
+from ._parallel import causal_blocks, causal_pieces, pmap, scan_rounds
 from ._parallel import pieces as _pieces
 
 __all__ = ["Absorb", "Causal", "Readout", "block_rows", "linear_attention"]
@@ -159,32 +159,69 @@ class Causal(_Function):
         cw = kern.cw[:, None]
         N1 = q.new_empty(BH, Lp, v1.shape[-1])
         blocks = causal_blocks(BH, Lp, T, c, q.device)
-        pieces = causal_pieces(BH, blocks, True, q.device)
         states = q.new_empty((len(blocks),) + tuple(U0.shape))
 
-        def part(piece):
-            b0, b1, idx = piece
-            a0 = blocks[idx[0]][0]
-            U = U0[b0:b1]
-            if a0 > 0:  # the state entering this segment: the keys before it, absorbed here
-                U = U + _absorb(kern, k[b0:b1], v1[b0:b1], _blocks(a0, T))
-            for i in idx:
-                a, b = blocks[i]
-                states[i, b0:b1] = U
-                nc = (b - a) // c
-                Qc, Kc, Vc = (x[b0:b1, a:b].reshape(b1 - b0, nc, c, x.shape[-1])
-                              for x in (q, k, v1))
-                QT, KT = Qc.transpose(-1, -2), Kc.transpose(-1, -2)
-                Mq, Mk = kern.lower(QT, True), kern.lower(KT, False)
+        def block(i, b0, b1, U, dU=None):
+            """Block i of heads b0:b1 from the state U entering it (its tiles' state sums dU
+            when pass 1 of the scan made them); returns the state leaving it."""
+            a, b = blocks[i]
+            states[i, b0:b1] = U
+            nc = (b - a) // c
+            Qc, Kc, Vc = (x[b0:b1, a:b].reshape(b1 - b0, nc, c, x.shape[-1])
+                          for x in (q, k, v1))
+            QT, KT = Qc.transpose(-1, -2), Kc.transpose(-1, -2)
+            Mq = kern.lower(QT, True)
+            Mk = kern.lower(KT, False) if dU is None or not kern.direct else None
+            if dU is None:
                 dU = kern.m_mul(KT, Mk, Vc)  # (BH, nc, r, Ev1)
-                Sx = _exclusive_cumsum(torch, dU, U)
-                U = Sx[:, -1] + dU[:, -1]
-                out = kern.mt_mul(QT, Mq, Sx * cw)
-                A = _intra(kern, Qc, Kc, Mq, Mk) * tril
-                out += A @ Vc
-                N1[b0:b1, a:b] = out.reshape(b1 - b0, b - a, -1)
+            Sx = _exclusive_cumsum(torch, dU, U)
+            U = Sx[:, -1] + dU[:, -1]
+            out = kern.mt_mul(QT, Mq, Sx * cw)
+            A = _intra(kern, Qc, Kc, Mq, Mk) * tril
+            out += A @ Vc
+            N1[b0:b1, a:b] = out.reshape(b1 - b0, b - a, -1)
+            return U
 
-        pmap(part, pieces)
+        rounds = scan_rounds(BH, blocks, BH * kern.r * v1.shape[-1] / c, q.device)
+        if rounds is None:
+            def part(piece):
+                b0, b1, idx = piece
+                a0 = blocks[idx[0]][0]
+                U = U0[b0:b1]
+                if a0 > 0:  # the state entering this segment: the keys before it, absorbed here
+                    U = U + _absorb(kern, k[b0:b1], v1[b0:b1], _blocks(a0, T))
+                for i in idx:
+                    U = block(i, b0, b1, U)
+
+            pmap(part, causal_pieces(BH, blocks, True, q.device))
+        else:  # the two-pass scan, round by round: no work is done twice
+            U = U0
+            for rnd in rounds:
+                dUs: dict = {}
+
+                def sums(idx, dUs=dUs):  # pass 1: each piece's per-tile state sums
+                    tot = None
+                    for i in idx:
+                        a, b = blocks[i]
+                        KT = k[:, a:b].reshape(BH, (b - a) // c, c, -1).transpose(-1, -2)
+                        dU = dUs[i] = kern.m_mul(
+                            KT, kern.lower(KT, False),
+                            v1[:, a:b].reshape(BH, (b - a) // c, c, -1))
+                        s = dU.sum(1)
+                        tot = s if tot is None else tot.add_(s)
+                    return tot
+
+                starts = [U]
+                for tot in pmap(sums, rnd):  # the exclusive prefix over the pieces
+                    starts.append(starts[-1] + tot)
+                U = starts.pop()
+
+                def run(job, dUs=dUs):  # pass 2: each piece's blocks from its starting state
+                    idx, S = job
+                    for i in idx:
+                        S = block(i, 0, BH, S, dUs.pop(i))
+
+                pmap(run, list(zip(rnd, starts)))
         ctx.kern, ctx.T, ctx.c, ctx.L, ctx.blocks = kern, T, c, L, blocks
         ctx.save_for_backward(q, k, v1, states)
         return N1[:, :L]

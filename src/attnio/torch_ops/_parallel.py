@@ -12,9 +12,16 @@ pool whose threads have torch's intra-op threads set to 1 (OpenMP's and MKL's th
 per thread), so the threads never nest and the only synchronisation is one join per pass.
 Torch releases the GIL inside its operations, so the Python threads run in parallel.
 
-Causal rows are sequential (a running state); a piece of rows that does not start at row 0 first
-absorbs the keys before it into its own starting state (and, backward, the queries after it into
-its state gradient), so the pieces are sized unequally to balance that extra work.
+Causal rows are sequential (a running state).  Forward, rows split between p workers run as a
+two-pass scan in rounds (:func:`scan_rounds`): pass 1, each piece computes its tiles' state sums
+M(K_t) [V_t, 1] (the features of its keys and one product) and their total, in parallel; an
+exclusive prefix of the totals (p - 1 small additions) gives each piece its starting state;
+pass 2, each piece runs its rows from that state with the kept sums, so nothing is computed
+twice.  A round keeps at most ``_STORE`` elements of sums (the rounds carry the state).  Where
+not even one block per piece fits, and backward, a piece of rows that does not start at row 0
+(backward: end at the last row) first absorbs the keys before it into its starting state
+(backward: the queries after it into its state gradient), and the pieces are sized unequally
+to balance that extra work.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["causal_blocks", "causal_pieces", "pieces", "pmap", "workers"]
+__all__ = ["causal_blocks", "causal_pieces", "pieces", "pmap", "scan_rounds", "workers"]
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _LOCK = threading.Lock()
@@ -43,6 +50,9 @@ if hasattr(os, "register_at_fork"):
 # forward absorbs earlier keys (features of k and one product) where a block does about
 # 2.5 times that; the backward absorbs later queries where a block does about 7 times that
 _PREFIX = {True: 0.4, False: 0.15}
+# elements (all heads) of the per-tile state sums that a round of the forward's two-pass scan
+# keeps between its passes (32 MB in float32; counted in _plan.memory_bytes)
+_STORE = 1 << 23
 
 
 def workers(device=None) -> int:
@@ -135,12 +145,36 @@ def pieces(BH: int, n: int, T: int, align: int = 1, device=None) -> list[tuple[i
 
 def causal_blocks(BH: int, Lp: int, T: int, c: int, device=None) -> list[tuple[int, int]]:
     """The row blocks of the causal pass (the forward's states are saved per block): blocks of
-    T rows, or, when the rows are split between workers, of at most ``Lp / (4 p)`` rows (a
-    multiple of the tile c) so that the pieces can be balanced."""
+    T rows, or, when the rows are split between workers, a multiple of p blocks (at least
+    4 p, at most T rows each) of nearly equal whole tiles of c rows, so that the rounds of the
+    two-pass scan (:func:`scan_rounds`) cut evenly and the backward's pieces can be balanced."""
     p = workers(device)
     if p <= 1 or BH >= p:
         return _blocks(Lp, T)
-    return _blocks(Lp, min(T, _ceil_to(Lp // (4 * p), c)))
+    nt = Lp // c
+    nb = min(nt, _ceil_to(max(-(-Lp // T), 4 * p), p))
+    return [(a * c, b * c) for a, b in _split(nt, nb)]
+
+
+def scan_rounds(BH: int, blocks: list, per_row: float, device=None) -> list[list[list[int]]] | None:
+    """The forward's two-pass scan when the rows are split between workers: rounds of
+    consecutive blocks, each cut into (at most) p pieces of consecutive blocks, such that the
+    per-tile state sums of a round (``per_row`` stored elements per row, all heads) are at most
+    ``_STORE`` elements; None when the pass is not cut by rows (one worker, or ranges of
+    heads), or when p blocks would already exceed ``_STORE`` (then :func:`causal_pieces`)."""
+    p = workers(device)
+    if p <= 1 or BH >= p or len(blocks) == 1:
+        return None
+    big = max(b - a for a, b in blocks) * per_row
+    k = int(_STORE // (p * big))
+    if k < 1:
+        return None
+    idx = list(range(len(blocks)))
+    rounds = []
+    for s in range(0, len(idx), k * p):
+        part = idx[s:s + k * p]
+        rounds.append([part[a:b] for a, b in _split(len(part), min(p, len(part)))])
+    return rounds
 
 
 def causal_pieces(BH: int, blocks: list, forward: bool,

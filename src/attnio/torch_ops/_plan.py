@@ -139,11 +139,19 @@ def memory_bytes(heads, L, S, E, Ev, r, g, causal, itemsize=4, tile=64) -> int:
     """Working memory of the engine beyond q, k, v and the output, in bytes (an estimate made
     before anything is allocated): the feature tables (about 8g + 260 bytes per feature while
     they are built), a block's features and their products (3 T r per head), the r x (Ev+1)
-    states (per block when causal: the saved states and the tiles' prefix sums)."""
+    states (per block when causal: the saved states and the tiles' prefix sums; and, when the
+    rows are split between threads, the tiles' state sums that a round of the two-pass scan
+    keeps, at most ``_parallel._STORE`` elements, and at least 4 p blocks for p threads)."""
+    from ._parallel import _STORE, workers
+
     n = max(L, S)
     T, nb = _blocks_of(L if causal else n, r, heads, Ev, tile if causal else 1)
+    p, kept = workers(), 0
+    if causal and heads < p:  # rows split between the threads
+        nb = max(nb, 4 * p)
+        kept = min(heads * r * (Ev + 1) * -(-L // tile), _STORE)
     states = (nb + 2 + (T // tile if causal else 0)) * (Ev + 1)
-    return int(r * (8 * g + 260) + itemsize * heads * r * (3 * T + states))
+    return int(r * (8 * g + 260) + itemsize * (heads * r * (3 * T + states) + kept))
 
 
 def rounding_error(poly: PolyApprox, S: int, r: int, unit: float, tile: int = 64) -> float:
