@@ -35,6 +35,7 @@ SLOW = (
     "attnio sweep export",
     "attnio pebble --N 2 --d 1 --M 4",
     "attnio pebble --N 2 --d 1 --M 6",
+    "attnio cp run",  # launches torchrun (tests/parallel runs it on P = 2 in the fast suite)
 )
 
 #: Documented commands that exit non-zero on purpose (the doc's comment says why), and the code.
