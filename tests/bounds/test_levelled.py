@@ -89,6 +89,7 @@ def test_monotone_propagation():
                 assert c >= _constant(low), (node[0], low[0], _constant(node), _constant(low))
 
 
+@pytest.mark.slow  # ~3 s: re-certifies every alternate row of the table
 def test_alternates_are_valid_rows_at_nodes():
     """Each alternate row sits at a node's x, with valid parameters, a certification tolerance
     per maximum and maxima above random feasible configurations (as the nodes' rows)."""
