@@ -12,16 +12,14 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import algorithms as _alg
 from ..algorithms import base as _alg_base
 from ..algorithms.base import Algorithm
 from ..core.resources import fmt_count
 from ..core.workload import Shape
-
-if TYPE_CHECKING:
-    from .planner import Plan
+from .records import PlanRecord
 
 __all__ = ["CertificateFactors", "certificate_factors"]
 
@@ -139,7 +137,7 @@ def _loop_search_fits(shape: Shape, M: int) -> int:
     return sum(1 for _ in loops.enumerate_schedules(shape.Nq, shape.Nkv, shape.d))
 
 
-def certificate_factors(p: Plan, *, cheap: int = 64, budget_s: float | None = None,
+def certificate_factors(p: PlanRecord, *, cheap: int = 64, budget_s: float | None = None,
                         loop_search: bool | None = None,
                         progress: Callable[[int, int], None] | None = None) -> CertificateFactors:
     """The plan's certificate as two factors (docs/bounds.md §13): the planner's count over the

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 
 from ..core.resources import fmt_count
 from ..hardware import devices as _devices
+from .records import Candidate, PlanRecord
 
 if TYPE_CHECKING:
     from .. import bounds as _bounds
-    from .planner import Candidate, Plan
 
 __all__ = ["render", "why"]
 
 
-def render(plan: Plan) -> str:
+def render(plan: PlanRecord) -> str:
     """The report of ``plan``: the workload, the choice, its predicted words, the backward pass,
     the best bound and the ratio, every candidate and every bound, and why."""
     sh, memory, cert, ch = plan.shape, plan.memory, plan.certificate, plan.chosen
