@@ -171,3 +171,18 @@ def least_forward_count(shape: attnio.Shape, M: int) -> int | None:
                 continue
             best = total if best is None else min(best, total)
     return best
+
+
+def load_script(relpath: str) -> ModuleType:
+    """A script of the repository that is not part of the package (``benchmarks/bound_values.py``,
+    ``.ci/readme_commands.py``), loaded from its file: no install provides it, so it is never
+    imported by name (test_packaging holds every imported name to the installed extras)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -32,6 +32,7 @@ import pytest
 import attnio
 from attnio.core.errors import MissingExtraError
 from attnio.core.extras import EXTRAS, require
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -315,7 +316,7 @@ def test_every_package_the_tests_import_is_installed_by_the_dev_extra():
     declared |= {_requirement_name(s) for s in meta["optional-dependencies"]["dev"]}
     allowed = _closure(declared)
     providers = metadata.packages_distributions()
-    local = {p.stem for folder in ("tests", ".ci", "benchmarks") for p in (ROOT / folder).rglob("*.py")}
+    local = {p.stem for p in (ROOT / "tests").rglob("*.py")}  # scripts load by path (load_script)
     missing = []
     for path in sorted((ROOT / "tests").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -339,11 +340,7 @@ def test_every_package_the_tests_import_is_installed_by_the_dev_extra():
 def test_readme_starts_with_the_two_setup_commands_ci_runs():
     """The README's first code block is two lines, the ones .ci/run runs verbatim: an install
     that ends by running attnio on its default, and the test command."""
-    sys.path.insert(0, str(ROOT / ".ci"))
-    try:
-        import readme_commands
-    finally:
-        sys.path.pop(0)
+    readme_commands = load_script(".ci/readme_commands.py")
     install, test = readme_commands.commands((ROOT / "README.md").read_text(encoding="utf-8"))
     assert "pip install torch==2.13.0" in install and "'.[dev]'" in install
     assert " attnio run " in f" {install} "

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -24,10 +23,10 @@ from attnio import bounds
 from attnio.bounds import backward as BK
 from attnio.bounds import forward as F
 from attnio.bounds import segments as S
+from conftest import load_script
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
-import bound_values  # noqa: E402
+bound_values = load_script("benchmarks/bound_values.py")
 
 with open(os.path.join(HERE, "data", "bound_values.json"), encoding="utf-8") as _f:
     REFERENCE = json.load(_f)
