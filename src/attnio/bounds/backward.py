@@ -38,12 +38,11 @@ from ..core.errors import ParameterError
 from ..core.workload import Shape
 from .base import Bound, attention_shape, check_M, pairs_of, regime_of
 from .segments import (
-    POOLED_BATCH,
     PairsTheorem,
     _cubes,
     _pymax,
     pooled_lambdas,
-    pooled_lambdas_many,
+    pooled_lambdas_batch,
     potential_lambdas,
     potential_lambdas_many,
     segments_bound,
@@ -281,16 +280,9 @@ def _e_work(P: int, d: int, nu: FloatArray) -> FloatArray:
 
 
 def _e_lambdas(d: int, Ms: Sequence[int], Ks: Sequence[int],
-               nus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """:func:`backward_pooled_lambdas` on a batch (the same floats): one at a time below
-    POOLED_BATCH (each cached), else vectorised."""
-    if len(Ms) < POOLED_BATCH:
-        rows = np.array([_e_lambdas_one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
-                        dtype=np.float64).reshape(-1, 3)
-        return rows[:, 0], rows[:, 1], rows[:, 2]
-    return pooled_lambdas_many(np.asarray(Ms, dtype=np.float64),
-                               np.asarray(Ks, dtype=np.float64),
-                               np.asarray(nus, dtype=np.float64), *_e_functions_many(d))
+              nus: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`backward_pooled_lambdas` on a batch (the same floats): :func:`~.segments.pooled_lambdas_batch`."""
+    return pooled_lambdas_batch(_e_lambdas_one, _e_functions_many, d, Ms, Ks, nus)
 
 
 _E = PairsTheorem(

@@ -35,7 +35,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -49,7 +49,8 @@ from .base import Bound, check_M, pairs_of, regime_of
 
 __all__ = ["FEW_SEGMENTS", "INFLATE", "K_FACTORS", "MORE_MEMORY_SEGMENTS", "Branch",
            "PairsTheorem", "fine_best", "fine_ks", "fine_multipliers", "more_memory",
-           "more_memory_grid", "pooled_lambdas", "pooled_lambdas_many", "potential_lambdas",
+           "more_memory_grid", "pooled_lambdas", "pooled_lambdas_batch", "pooled_lambdas_many",
+           "potential_lambdas",
            "potential_lambdas_many", "segments_bound", "segments_bound_many", "segments_h",
            "sum_line_peak", "tabulated_best", "tabulated_candidates", "tabulated_pick"]
 
@@ -519,6 +520,23 @@ def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
         v = np.concatenate(pts[1:])
         pid = np.tile(pid, split)
     return out  # pragma: no cover
+
+
+def pooled_lambdas_batch(one: Callable[[int, int, int, float], tuple[float, float, float]],
+                         functions: Callable[[int], tuple[Any, ...]], d: int,
+                         Ms: Sequence[int], Ks: Sequence[int], nus: Sequence[float],
+                         ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(Λ, Λ_f, Λ_l) of a pooled theorem (B, E) on a batch, the same floats either way: below
+    :data:`POOLED_BATCH` one at a time by ``one(d, M, K, ν)`` (the theorem's cached scalar
+    maxima), else :func:`pooled_lambdas_many` with the theorem's vectorised J, peaks, ρ, breaks
+    and ``flat_until`` (``functions(d)``)."""
+    if len(Ms) < POOLED_BATCH:
+        rows = np.array([one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
+                        dtype=np.float64).reshape(-1, 3)
+        return rows[:, 0], rows[:, 1], rows[:, 2]
+    return pooled_lambdas_many(np.asarray(Ms, dtype=np.float64),
+                               np.asarray(Ks, dtype=np.float64),
+                               np.asarray(nus, dtype=np.float64), *functions(d))
 
 
 def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J: ArrayFn,
