@@ -68,7 +68,7 @@ from ..core.checks import check_bool, check_int, check_real
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import MAX_SIZE, Shape, cdiv, kv_visible_hi
-from .base import Algorithm, default_scale
+from .base import Algorithm, default_scale, largest_true
 
 __all__ = ["ALGORITHM", "ApproxPoly", "ApproxPolyTiling", "approx_tilings", "predicted_io"]
 
@@ -216,10 +216,7 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
         d, causal = shape.d, shape.causal
         if _fp(d, 1, 1, 1, causal) > M:
             return []
-        lo, hi = 1, r  # largest rb with Bn = 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if _fp(d, mid, 1, 1, causal) <= M else (lo, mid - 1)
+        lo = largest_true(lambda rb: _fp(d, rb, 1, 1, causal) <= M, 1, r)  # largest rb, Bn = 1
         nb = cdiv(r, lo)
         rb = cdiv(r, nb)
         nmax = max(shape.Nq, shape.Nkv)
@@ -227,10 +224,7 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
         def fits(bn: int) -> bool:
             return _fp(d, rb, min(bn, shape.Nq), min(bn, shape.Nkv), causal) <= M
 
-        lo, hi = 1, nmax
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        lo = largest_true(fits, 1, nmax)
         bns = {lo}
         if causal and shape.Nq > shape.Nkv:
             b = 1

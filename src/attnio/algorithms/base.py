@@ -477,6 +477,19 @@ def block_sizes(n: int, most: int, *, more: int = 4, powers: bool = True) -> lis
     return sorted(b for b in out if b <= most)
 
 
+def largest_true(pred: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest x in [lo, hi] with ``pred(x)``, for a predicate true up to some point and false
+    after it, by bisection (``pred(lo)`` is taken as true and never asked: ``lo`` is returned
+    when no larger x has it)."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if pred(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def divisors_upto(n: int, most: int) -> list[int]:
     """The divisors of n that are <= most, ascending, in O(min(most, sqrt(n))) steps (a group
     of 2**40 query heads per key/value head is as quick as one of 4): n's prime factors up to

@@ -49,7 +49,7 @@ from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, q_range
 from . import _kernels as K_
-from .base import Algorithm
+from .base import Algorithm, largest_true
 
 
 @dataclass(frozen=True)
@@ -90,13 +90,7 @@ class Flash1(Algorithm[Flash1Tiling]):
             Br, Bc = published_rule(mp, shape.d)
             return self.footprint(shape, Flash1Tiling(Br, Bc)) <= M
 
-        lo, hi = 1, M  # fits(lo) holds when M >= min_M; footprint grows with M'
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid - 1
+        lo = largest_true(fits, 1, M)  # fits(1) holds when M >= min_M; footprint grows with M'
         Br, Bc = published_rule(lo, shape.d)
         return Flash1Tiling(Br, Bc, lo)
 

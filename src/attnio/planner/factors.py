@@ -114,14 +114,8 @@ def _dense_groups(alg: Algorithm, shape: Shape, M: int, fields: set[str]) -> lis
         return alg.footprint(shape, alg.Tiling(**{f: G if f == "group" else 1
                                                    for f in fields})) <= M
 
-    lo, hi = 0, shape.group  # fits(lo) (or lo = 0), and no group above hi fits
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return _alg_base.divisors_upto(shape.group, lo)
+    # the largest group whose least tiling fits (0: none), and the divisors up to it
+    return _alg_base.divisors_upto(shape.group, _alg_base.largest_true(fits, 0, shape.group))
 
 
 def _loop_search_fits(shape: Shape, M: int) -> int:
