@@ -77,6 +77,22 @@ def test_hiding_mechanisms_count_other_consumer_groups_and_overlap():
     assert m(KernelConfig("fa3_bwd", 64, 128, 12, 2)) == 0
 
 
+def test_pingpong_partners_count_only_the_groups_the_softmax_needs():
+    """FA3's scheduler barrier is a round robin: a softmax of rho GEMM batches is covered after
+    ceil(rho) other groups' batches; more partners only delay the group's turn."""
+    f = timing.pingpong_partners
+    assert f(2, np.array([0.3, 0.73, 1.0, 1.37, 2.5])).tolist() == [1, 1, 1, 2, 2]
+    assert f(1, np.array([0.2, 3.0])).tolist() == [1, 1]
+    assert f(0, np.array([0.5])).tolist() == [0]
+    # d = 128 (softmax about 0.7 of a group's GEMMs): three consumer groups (192 rows, P in
+    # shared memory) leave as much softmax exposed per tensor second as two (128 x 176)
+    sh = Shape(8192, 8192, 128, batch=2, heads=16)
+    three = score(H100, sh, "Br=192,Bc=128,stages=2,p=smem", dtype="fp16").breakdown
+    two = score(H100, sh, "Br=128,Bc=176,stages=2", dtype="fp16").breakdown
+    assert three["softmax"] / three["tensor"] == pytest.approx(
+        two["softmax"] / two["tensor"], rel=0.05)
+
+
 def test_small_bc_pays_more_per_step_at_equal_flops():
     """Non-causal, N a multiple of every Bc: the same tensor FLOPs, but Bc = 32 runs twice the
     steps of 64 and four times those of 128 (rescale, synchronisation, wgmma N)."""

@@ -67,7 +67,7 @@ from .devices import Device
 from .kernels import KernelConfig
 from .traffic import Phase, Traffic, features
 
-__all__ = ["BOUNDS", "BREAKDOWN", "FITTED", "PAGE_OVERHEAD_BYTES", "PARAMS", "STREAM_HBM_EFF", "RESOURCES", "ss_operand_floor", "wgmma_gemms", "Params", "Prepared", "Timing", "evaluate",
+__all__ = ["BOUNDS", "BREAKDOWN", "FITTED", "PAGE_OVERHEAD_BYTES", "PARAMS", "STREAM_HBM_EFF", "RESOURCES", "ss_operand_floor", "wgmma_gemms", "pingpong_partners", "Params", "Prepared", "Timing", "evaluate",
            "generation", "greedy_makespan", "load_params", "prepare"]
 
 #: The resources a time is attributed to (``Score.alone`` and ``Score.by_resource`` keys).
@@ -242,6 +242,10 @@ class Prepared:
     dram_latency: float
     fp32_rate: float       # FP32 instructions per second per SM (per lane-instruction)
     hiding: int = 2        # FA3: softmax-hiding mechanisms on (ping-pong, intra-WG overlap)
+    #: FA3 forward: the other consumer groups a group can ping-pong with (``consumer_wgs - 1``
+    #: with warp specialization, else 0); how many of them count depends on the softmax's
+    #: length (:func:`pingpong_partners`)
+    partners: int = 0
     inv_n: float = 0.0     # wgmma: sum over the GEMMs of (FLOP share / instruction N)
     sync_mult: float = 1.0  # per-step synchronisation rounds (2 without warp specialization)
     #: fa3 forward: each GEMM's (FLOP share, wgmma N, shared-memory operand floor): see
@@ -311,6 +315,7 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
                     list(hbm_per_phase), float(dev.clock_hz), S, float(dev.hbm_bw),
                     dev.l2_bandwidth, dev.dram_latency_s,
                     float(_fp32_per_clk(dev) * dev.clock_hz), hiding_mechanisms(cfg),
+                    cfg.consumer_wgs - 1 if cfg.algorithm == "fa3" and cfg.ws else 0,
                     wgmma_inv_n(cfg, tr.d_pad), sync_rounds(cfg),
                     wgmma_gemms(cfg, tr.d_pad, dev))
 
@@ -363,6 +368,24 @@ def hiding_mechanisms(cfg: KernelConfig) -> int:
         return 0
     pp = cfg.consumer_wgs - 1 if cfg.ws else 0
     return pp + int(cfg.overlap)
+
+
+def pingpong_partners(others: int, rho: np.ndarray) -> np.ndarray:
+    """How many of a consumer group's ``others`` ping-pong partners hide its softmax, ``rho`` =
+    its softmax time over its GEMMs' time (per K/V step, per CTA).
+
+    FA3's scheduler barrier is a round robin (``warp_scheduler_barrier_arrive`` in
+    ``hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp`` signals group ``cur + 1`` modulo the groups):
+    after issuing its GEMMs a group's next turn comes once each other group has issued its
+    batch, and while the tensor cores are busy with those batches its softmax runs.  A softmax
+    of ``rho`` batches is covered once ``ceil(rho)`` partners have passed; a further partner
+    only makes the group wait for its turn.  So ``min(others, max(1, ceil(rho)))`` partners
+    count (``others`` = 0: no ping-pong).  Two groups count their one partner as before; three
+    groups count both where the softmax outlasts one partner's GEMMs (d = 64 on H100, rho
+    about 1.4) and one where it does not (d = 128, rho about 0.7)."""
+    if others <= 0:
+        return np.zeros_like(rho)
+    return np.minimum(float(others), np.maximum(1.0, np.ceil(rho - 1e-9)))
 
 
 def wgmma_inv_n(cfg: KernelConfig, d: int) -> float:
@@ -508,7 +531,11 @@ def _sm_time(pw: _PhaseWork, pr: Prepared, p: Params
         # each hiding mechanism leaves sqrt(fa3_exposed) of what the others leave exposed:
         # two (FA3's two ping-ponged groups with intra-group overlap), fa3_exposed of
         # min(GEMM, softmax); one, its square root; none, all of it
-        x = p.fa3_exposed ** (pr.hiding / 2.0) if pr.hiding else 1.0
+        hid: float | np.ndarray = pr.hiding
+        if pr.partners > 1:   # ping-pong partners beyond the first count where needed
+            rho = np.divide(soft, mma, out=np.zeros_like(soft), where=mma > 0)
+            hid = pr.hiding - pr.partners + pingpong_partners(pr.partners, rho)
+        x = np.where(np.asarray(hid) > 0, p.fa3_exposed ** (np.asarray(hid) / 2.0), 1.0)
         extra = x * np.minimum(mma, soft)
     else:   # other resident warps hide the softmax; fa2_exposed of it takes issue slots
         extra = np.maximum(top, (mma + soft) / pw.hide) - top + p.fa2_exposed * soft
