@@ -173,3 +173,27 @@ def test_parse_config_keys_and_errors():
         kernels.parse_config("Br=128,foo=1")
     with pytest.raises(attnio.ParameterError, match="not key=value"):
         kernels.parse_config("Br")
+
+
+def test_fa3_register_budget_admits_every_shipped_tile_and_does_not_separate_192x128():
+    """A consumer thread holds O (64 rows x dv / 128 threads), S (64 x Bc / 128) and, with P in
+    registers and the intra-warp-group overlap, P (half of S's registers: it stays live
+    across the next QK^T, which the RS PV GEMM follows); SS writes P to shared memory right
+    after converting it.  Every fp16/bf16 forward tile of hopper/tile_size.h fits its
+    setmaxnreg budget (240 with two consumer groups, 160 with three); the d = 64 tiles fill
+    the three-group budget exactly, and so does 192 x 128 SS at d = 128, the tile flash-attn
+    calls "quite good too": registers do not rule it out, only its RS form with the overlap
+    (P live)."""
+    for d in (64, 96, 128, 192, 256):
+        for causal in (False, True):
+            for dtype in ("bf16", "fp16"):
+                cfg = kernels.fa3_config(H100, _prefill(d, causal), dtype)
+                f = feasibility.check(H100, cfg, _prefill(d, causal))
+                assert f.feasible and f.regs_per_thread <= f.regs_limit, (d, causal, cfg)
+    d64 = feasibility.check(H100, kernels.fa3_config(H100, _prefill(64)), _prefill(64))
+    assert (kernels.fa3_config(H100, _prefill(64)).p, d64.regs_per_thread) == ("smem", 160)
+    ss = feasibility.check(H100, KernelConfig("fa3", 192, 128, 16, 2, p="smem", overlap=True),
+                             _prefill(128))
+    assert ss.feasible and ss.regs_per_thread == ss.regs_limit == 160
+    rs = feasibility.check(H100, KernelConfig("fa3", 192, 128, 16, 2, overlap=True), _prefill(128))
+    assert not rs.feasible and rs.why.startswith("registers: 192 per thread > the 160")

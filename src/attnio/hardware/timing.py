@@ -359,7 +359,8 @@ def hiding_mechanisms(cfg: KernelConfig) -> int:
     specialization, ``ws``) and intra-warp-group pipelining (``overlap``: the next QKᵀ is
     issued before this step's softmax).  Ping-pong counts once per other consumer group (a
     group's softmax runs under each other group's GEMMs): 2 groups with overlap give 2
-    (FA3's shipped d = 128), 3 groups 3.  ``fa3_bwd``'s consumer groups run in lockstep
+    (FA3's shipped d = 128), 3 groups at most 3: the time counts only the partners the
+    softmax needs (:func:`pingpong_partners`, per CTA).  ``fa3_bwd``'s consumer groups run in lockstep
     (module docstring): 0.  (flash-attn at commit 0251105a turns its scheduler barrier off for
     fp16 at d = 256; counting that lowered the d = 256 rows' hiding and pushed the fit to a
     d = 128 kernel 19% too fast on the FA3 paper's ablation, so the model keeps the paper's
