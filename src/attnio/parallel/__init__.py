@@ -40,7 +40,7 @@ from .bounds import bound
 from .cluster import Cluster, CommStats, Layout
 
 __all__ = ["SCHEMES", "Cluster", "CommCost", "CommStats", "Layout", "Mapspace", "bound", "cost",
-           "execute", "get", "mapspace", "names"]
+           "execute", "footprint", "get", "mapspace", "names"]
 
 #: The schemes, by name.
 SCHEMES: dict[str, ModuleType] = {m.NAME: m for m in (ring, zigzag, striped, ulysses, usp, grid,
@@ -67,6 +67,23 @@ def cost(name: str, shape: Any, P: int, params: dict[str, Any] | None = None, *,
          work: bool = True) -> CommCost:
     """The closed form of scheme ``name`` on ``shape`` over P processors."""
     return get(name).cost(Shape.coerce(shape), check_P(P), params, work=work)
+
+
+def footprint(name: str, shape: Any, P: int, params: dict[str, Any] | None = None, *,
+              backward: bool = False) -> tuple[int, ...]:
+    """Words of input rows each processor of scheme ``name`` holds at its peak (the schedules
+    keep what they receive: the end), forward or ``backward``; the local memory L at which
+    Theorem 4 (:func:`~attnio.parallel.bounds.memory_bound`) applies to the scheme."""
+    shape = Shape.coerce(shape)
+    P = check_P(P)
+    mod = get(name)
+    if hasattr(mod, "footprint"):
+        return tuple(mod.footprint(shape, P, params, backward=backward))
+    from .backward import scheme_u_kind
+    from .sequence import seq_footprint
+
+    params = mod.mapspace(shape, P).check(params)
+    return seq_footprint(shape, P, scheme_u_kind(mod.NAME, P, params)[0], backward)
 
 
 def execute(name: str, shape: Any, P: int, params: dict[str, Any] | None = None, *,

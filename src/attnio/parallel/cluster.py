@@ -145,12 +145,15 @@ class Layout:
 @dataclass(frozen=True)
 class CommStats:
     """Counts of one run on the referee: words ``sent`` and ``received`` per processor, per link
-    ``(src, dst)``, and the ``work`` (visible score pairs) per processor."""
+    ``(src, dst)``, the ``work`` (visible score pairs) per processor, and the ``memory``: the
+    words of input rows (Q, K, V) each processor held at the end, which is its peak (the
+    referee's schedules keep what they receive)."""
 
     sent: list[int]
     received: list[int]
     work: list[int]
     links: dict[tuple[int, int], int] = field(default_factory=dict)
+    memory: list[int] = field(default_factory=list)
 
     @property
     def words(self) -> list[int]:
@@ -362,7 +365,9 @@ class Cluster:
             f, r = np.argwhere(bad)[0]
             raise ScheduleError(f"finish: output row {r} of head {f} is not finished on its "
                                 f"owner, processor {own[f, r]}")
-        return CommStats(list(self.sent), list(self.received), list(self.work), dict(self.links))
+        held = sum(self.held[t].sum(axis=(1, 2)) for t in _TENSORS)
+        return CommStats(list(self.sent), list(self.received), list(self.work), dict(self.links),
+                         [int(x) * self.shape.d for x in held])
 
     def output(self) -> np.ndarray:
         """The output gathered from the owners, shaped ``(batch, heads, Nq, d)`` (with data)."""

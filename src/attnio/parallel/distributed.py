@@ -310,13 +310,12 @@ def main(argv: list[str] | None = None) -> int:
                "max_abs_err": err, "dtype": str(cl.o.dtype).replace("torch.", ""),
                "backend": dist.get_backend()}
     if a.backward:
-        from .backward import cost_backward, schedule_backward, scheme_u_kind
+        from .backward import cost_backward, run_backward
 
-        u, kind = scheme_u_kind(mod.NAME, P, params)
         dO = np.random.default_rng(a.seed + 1).standard_normal(
             (shape.batch, shape.heads, shape.Nq, shape.d))
         bl = DistBackwardCluster(shape, cl.layout, rank, (*data, dO))
-        schedule_backward(bl, u, kind)
+        run_backward(bl, mod.NAME, params)
         counts = torch.tensor([bl.sent_bytes, bl.recv_bytes], dtype=torch.int64)
         gb = [torch.zeros(2, dtype=torch.int64) for _ in range(P)]
         dist.all_gather(gb, counts)

@@ -106,6 +106,21 @@ def seq_cost(shape: Shape, P: int, u: int, kind: str, name: str, params: dict[st
     return CommCost(name, dict(params), P, 2 * each, P * each, lambda: (per, per), w)
 
 
+def seq_footprint(shape: Shape, P: int, u: int, backward: bool = False) -> tuple[int, ...]:
+    """Words of input rows each processor holds at the end (its peak: nothing is dropped): its
+    layout's rows, the Ulysses rows of its heads (``B·(H/u)·(Nq/P)·(u - 1)`` query rows,
+    ``B·K_u·(Nkv/P)·(u - 1)`` keys) and the r - 1 ring blocks (``B·K_u·(Nkv/r)·(r - 1)`` keys);
+    a query row is d words forward, 2d + 2 backward (Q, dO, statistics), a key 2d (K, V)."""
+    r = P // u
+    B, d = shape.batch, shape.d
+    Ku = kv_per_member(shape, u)
+    mq, mk = shape.Nq // P, shape.Nkv // P
+    rows_q = shape.n_heads * mq + B * (shape.heads // u) * mq * (u - 1)
+    keys = shape.n_kv_heads * mk + B * Ku * mk * (u - 1) + B * Ku * (shape.Nkv // r) * (r - 1)
+    each = (2 * d + 2 if backward else d) * rows_q + 2 * d * keys
+    return (each,) * P
+
+
 def member_heads(shape: Shape, u: int, k: int) -> list[int]:
     """The query heads (numbered b·heads + h) member k owns."""
     per = shape.heads // u
