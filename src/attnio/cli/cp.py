@@ -18,7 +18,7 @@ NAME = "cp"
 HELP = ("attention across P devices: plan the scheme of least words per device, bound them, "
         "or run a scheme under torchrun")
 FLAG_NAMES = {"P": "--P", "scheme": "--scheme", "layout": "--N", "params": "--params",
-              "link": "--link"}
+              "link": "--link", "memory": "--memory"}
 
 
 def add_arguments(p) -> None:
@@ -33,10 +33,16 @@ def add_arguments(p) -> None:
         q.add_argument("--scheme", default=None,
                        help="ring, zigzag, striped, ulysses, usp, grid or window_ring (plan: only this one; "
                             "bound: print its best words beside the bound)")
+        if name == "bound":
+            q.add_argument("--backward", action="store_true",
+                           help="the backward pass's bound (dO, the statistics and the partial "
+                                "gradients charged)")
+            q.add_argument("--memory", type=int, default=None, metavar="L",
+                           help="a local memory of L words per device: adds the "
+                                "memory-dependent bound (Theorem 4)")
         if name == "plan":
             q.add_argument("--backward", action="store_true",
-                           help="the forward and backward passes together (ring, zigzag, "
-                                "striped, ulysses, usp)")
+                           help="the forward and backward passes together")
             q.add_argument("--link", default=None,
                            help="rank by predicted time on a link preset instead of words: "
                                 "nvlink4, nvswitch, nvlink5, ib-ndr")
@@ -60,8 +66,8 @@ def add_arguments(p) -> None:
                         "(default: the least words per device)")
     q.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     q.add_argument("--backward", action="store_true",
-                   help="also the backward pass (ring, zigzag, striped, ulysses, usp): words per "
-                        "rank and gradients against autograd through SDPA")
+                   help="also the backward pass: words per rank and gradients against autograd "
+                        "through SDPA")
     common.add_output_arguments(q)
 
 
@@ -119,24 +125,36 @@ def main(args) -> int:
                  backward=args.backward)
         print(json.dumps(p.to_dict(), sort_keys=True) if args.json else repr(p))
         return 0
-    b = bounds.bound(shape, P)
+    bw = args.backward
+    b = bounds.bound(shape, P, memory=args.memory, backward=bw)
     out = {"bound": int(b.value), "theorem": b.theorem, "P": P, "shape": shape.describe(),
-           "theorem1_linear": float(bounds.linear_bound(shape, P)),
-           "theorem2_busiest": bounds.busiest_bound(shape, P),
-           "theorem3_groups": float(bounds.group_bound(shape, P)),
+           "backward": bw, "memory": args.memory,
+           "theorem1_linear": float(bounds.linear_bound(shape, P, backward=bw)),
+           "theorem2_busiest": bounds.busiest_bound(shape, P, backward=bw),
+           "theorem3_groups": float(bounds.group_bound(shape, P, backward=bw)),
+           "theorem4_memory": None if args.memory is None else float(
+               bounds.memory_bound(shape, P, args.memory, backward=bw)),
            "assumptions": list(b.assumptions)}
     if args.scheme is not None:
         s = plan(shape, P, args.scheme)
-        out.update(scheme=s.scheme, params=s.params, words_per_device=s.words_per_device,
-                   ratio=s.ratio)
+        words = s.words_per_device
+        if bw:
+            from ..parallel.backward import cost_backward
+
+            words = cost_backward(s.scheme, shape, P, s.params).words_per_device
+        out.update(scheme=s.scheme, params=s.params, words_per_device=words,
+                   ratio=None if not b.value else words / b.value)
     if args.json:
         print(json.dumps(out, sort_keys=True))
     else:
-        print(f"Lower bound on words per device for {out['shape']}, P={P}: {out['bound']:,}")
+        print(f"Lower bound on words per device{' (backward)' if bw else ''} for "
+              f"{out['shape']}, P={P}: {out['bound']:,}")
         print(f"  {b.theorem}")
         print(f"  Theorem 1 (linear caps): {out['theorem1_linear']:,.0f}; Theorem 2 (busiest "
               f"rectangle): {out['theorem2_busiest']:,.0f}; Theorem 3 (rectangles per group): "
-              f"{out['theorem3_groups']:,.0f}")
+              f"{out['theorem3_groups']:,.0f}"
+              + ("" if args.memory is None else
+                 f"; Theorem 4 (memory {args.memory:,}): {out['theorem4_memory']:,.0f}"))
         if args.scheme is not None:
             r = "n/a" if out["ratio"] is None else f"{out['ratio']:.3f}"
             print(f"  {out['scheme']} {out['params'] or ''}: {out['words_per_device']:,} words "

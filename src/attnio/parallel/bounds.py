@@ -52,7 +52,7 @@ The bound is the largest of those that apply (each proven; :func:`bound` returns
 4893355
 >>> one = Shape(1 << 16, 1 << 16, 128)   # one head: P = 256 processors of 2·98,304 words
 >>> bound(one, 256).value, bound(one, 256, memory=2 * 98304).value   # Theorems 2 and 4
-(1384606, 5199189)
+(1384606, 5199190)
 """
 
 from __future__ import annotations

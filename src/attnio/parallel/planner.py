@@ -114,7 +114,8 @@ def _with_backward(shape: Shape, P: int, c: CommCost) -> CommCost:
         return (tuple(x + y for x, y in zip(c.sent, b.sent)),
                 tuple(x + y for x, y in zip(c.received, b.received)))
 
-    # every scheme with a backward moves the same words on every processor: the peaks add
+    # the busiest processor is the same in both passes (every processor alike, or the grid's
+    # cells with δ_q = 0 in both): the peaks add
     work = None if c.work is None else tuple(2 * w for w in c.work)
     return CommCost(c.scheme, c.params, P, c.words_per_device + b.words_per_device,
                     c.total + b.total, per, work)
@@ -127,8 +128,8 @@ def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = No
     (overlapped; ties: fewer words) on ``device`` in ``dtype`` instead.  ``backward``: the
     forward and backward passes together, over the schemes with a backward schedule
     (:data:`attnio.parallel.backward.SCHEMES`).  Each pass starts from the declared layout and
-    processes every required pair, so the averaging bounds (Theorems 1 and 3) count twice and the
-    busiest processor's (Theorem 2) once."""
+    processes every required pair, so the averaging bounds (Theorems 1 and 3) of the two passes
+    add, and the busiest processor's (Theorem 2) counts for the larger pass alone."""
     from . import SCHEMES, get
 
     shape = Shape.coerce(shape)
@@ -190,8 +191,9 @@ def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = No
 
         from .bounds import busiest_bound, group_bound, linear_bound
 
-        avg = 2 * math.ceil(max(linear_bound(shape, P), group_bound(shape, P)))
-        busy = math.floor(busiest_bound(shape, P))
+        avg = sum(math.ceil(max(linear_bound(shape, P, backward=bw),
+                                group_bound(shape, P, backward=bw))) for bw in (False, True))
+        busy = max(math.floor(busiest_bound(shape, P, backward=bw)) for bw in (False, True))
         bval, theorem = ((avg, "Theorems 1/3 over both passes") if avg >= busy
                          else (busy, "Theorem 2 (the busiest processor, one pass)"))
     return CPPlan(shape, P, pick, bval, theorem,
