@@ -10,11 +10,11 @@ closed forms, the lower bounds and the planner.  Proofs and derivations: docs/pa
   :mod:`.grid` (the 2-D grid, partial outputs merged by log-sum-exp, optionally with heads
   split), :mod:`.window_ring` (the ring cut short by a sliding window);
 * :mod:`.geometry`: closed-form pair counts under causal and windowed masks;
-* :mod:`.bounds`: memory-independent lower bounds with explicit constants;
+* :mod:`.bounds`: lower bounds with explicit constants, memory-independent and for a local
+  memory of L words, forward and backward; :func:`footprint` the memory each scheme uses;
 * :mod:`.planner`: the scheme and parameters of least critical-path words, with the ratio to
   the bound;
-* :mod:`.backward`: the backward pass (its referee, the sequence family's schedules and closed
-  forms);
+* :mod:`.backward`: the backward pass (its referee; every scheme's schedule and closed form);
 * :mod:`.timing`: link presets and a time estimate (communication against compute at the
   device's peak);
 * :mod:`.distributed`: the schemes run with ``torch.distributed`` under torchrun, bytes counted
