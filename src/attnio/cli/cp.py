@@ -15,14 +15,17 @@ import json
 from . import common
 
 NAME = "cp"
+DEFAULT_DB = "attnio-results.sqlite"  # attnio sweep's default (cli/sweep.py), not imported here
 HELP = ("attention across P devices: plan the scheme of least words per device, bound them, "
         "or run a scheme under torchrun")
 FLAG_NAMES = {"P": "--P", "scheme": "--scheme", "layout": "--N", "params": "--params",
-              "link": "--link", "memory": "--memory"}
+              "link": "--link", "memory": "--memory", "db": "--db", "fit": "--fit",
+              "schemes": "--schemes"}
 
 
 def add_arguments(p) -> None:
-    sub = p.add_subparsers(dest="cp_command", metavar="{plan,bound,run}", parser_class=type(p))
+    sub = p.add_subparsers(dest="cp_command", metavar="{plan,bound,run,sweep,figure}",
+                           parser_class=type(p))
     sub.required = True
     for name, what in (("plan", "the scheme and parameters of least words per device, with "
                                 "the ratio to the bound"),
@@ -53,6 +56,26 @@ def add_arguments(p) -> None:
                            help="with --link: bytes per word and the tensor-core rate "
                                 "(default bf16)")
         common.add_output_arguments(q)
+    q = sub.add_parser("sweep", help="every scheme's best words per device over a list of P, "
+                                     "with the bound, into the results database (resumable)",
+                       description="closed forms over P and schemes into the cp_results table "
+                                   "of a results database; a rerun skips the rows present")
+    common.add_workload_arguments(q)
+    q.add_argument("--P", required=True, metavar="LIST",
+                   help="processors: a value list, e.g. 1:1024:x2 or 8,64,512")
+    q.add_argument("--schemes", default="ring,zigzag,ulysses,usp,grid",
+                   help="comma-separated schemes (default ring,zigzag,ulysses,usp,grid)")
+    q.add_argument("--backward", action="store_true", help="the forward and backward passes "
+                                                           "together")
+    q.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
+    common.add_output_arguments(q)
+    q = sub.add_parser("figure", help="words per device against P from the database, with the "
+                                      "bound and fitted slopes (PNG)")
+    q.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
+    q.add_argument("--out", required=True, help="the PNG to write")
+    q.add_argument("--fit", default="64:1024", metavar="LO:HI",
+                   help="the range of P the log-log slopes are fitted over (default 64:1024)")
+    common.add_output_arguments(q)
     q = sub.add_parser("run", help="run a scheme for real: torchrun with P gloo processes, "
                                    "bytes counted per rank, output against SDPA",
                        description="run a scheme with torch.distributed (gloo) under torchrun "
@@ -108,13 +131,58 @@ def _run(args, shape, P) -> int:
     return 0
 
 
+def _sweep(args, shape) -> int:
+    from ..core.errors import ParameterError
+    from ..experiments.cp import cp_sweep
+    from ..experiments.values import parse_values
+    from ..parallel import names
+
+    Ps = parse_values("P", args.P)
+    schemes = [x.strip() for x in args.schemes.split(",") if x.strip()]
+    bad = [x for x in schemes if x not in names()]
+    if not schemes or bad:
+        raise ParameterError(f"--schemes: {'unknown scheme ' + repr(bad[0]) if bad else 'none'}"
+                             f"; give a comma-separated list of {', '.join(names())}",
+                             param="schemes")
+    summ = cp_sweep(args.db, shape, Ps, schemes, backward=args.backward)
+    if args.json:
+        print(json.dumps(vars(summ), sort_keys=True))
+    else:
+        print(summ)
+    return 0
+
+
+def _figure(args) -> int:
+    from ..core.errors import ParameterError
+    from ..experiments.cp import cp_figure, cp_rows
+
+    bits = args.fit.split(":")
+    if len(bits) != 2 or not all(b.strip().isdigit() for b in bits) or int(bits[0]) < 1 \
+            or int(bits[1]) <= int(bits[0]):
+        raise ParameterError(f"--fit must be LO:HI with 1 <= LO < HI, got {args.fit!r}",
+                             param="fit")
+    rows = cp_rows(args.db)
+    slopes = cp_figure(rows, args.out, lo=int(bits[0]), hi=int(bits[1]))
+    if args.json:
+        print(json.dumps({"out": args.out, "slopes": slopes}, sort_keys=True))
+    else:
+        print(f"wrote {args.out}; log-log slopes over P = {args.fit}:")
+        for w, sl in slopes.items():
+            print(f"  {w}: " + ", ".join(f"{k} {v:+.2f}" for k, v in sl.items()))
+    return 0
+
+
 def main(args) -> int:
     from ..parallel import bounds, get
     from ..parallel.base import check_P
     from ..parallel.planner import plan
 
     args.flag_names = FLAG_NAMES
+    if args.cp_command == "figure":
+        return _figure(args)
     shape = common.workload_from_args(args)
+    if args.cp_command == "sweep":
+        return _sweep(args, shape)
     P = check_P(args.P)
     if args.scheme is not None:
         get(args.scheme)  # an unknown name, before anything else
