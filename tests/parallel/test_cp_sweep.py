@@ -113,3 +113,21 @@ def test_cli_cp_figure_without_rows(tmp_path, capsys):
     ResultsStore(db).close()
     rc, out, err = _cli(capsys, "cp", "figure", "--db", db, "--out", str(tmp_path / "f.png"))
     assert rc == 2 and "cp sweep" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # a sweep, a report and matplotlib
+def test_the_report_has_the_cp_section(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    db = str(tmp_path / "r.sqlite")
+    cps.cp_sweep(db, Shape(1 << 16, 1 << 16, 64), [1 << k for k in range(0, 11, 2)],
+                 ("ring", "grid"))
+    assert _cli(capsys, "sweep", "--db", db, "--N", "256", "--d", "16", "--M", "1024",
+                "--algo", "flash2", "--quiet")[0] == 0
+    from attnio.experiments.report import build_report
+
+    rep = build_report(db, str(tmp_path / "rep"), formats=("png",), html_page=False)
+    assert "cp_words_vs_P.png" in rep.figures
+    text = (tmp_path / "rep" / "REPORT.md").read_text()
+    assert "## Context parallelism" in text and "| grid |" in text
+    fits = json.loads((tmp_path / "rep" / "cp_fits.json").read_text())
+    assert -0.6 < fits["slopes"]["N=65536 d=64 heads=1"]["grid"] < -0.4

@@ -33,8 +33,8 @@ from typing import Any
 from ..core.errors import ParameterError
 from ..core.workload import Shape
 
-__all__ = ["CP_COLUMNS", "CPSweepSummary", "cp_figure", "cp_hash", "cp_rows", "cp_row",
-           "cp_sweep", "fit_slopes"]
+__all__ = ["CP_COLUMNS", "CPSweepSummary", "cp_figure", "cp_hash", "cp_report_section",
+           "cp_rows", "cp_row", "cp_sweep", "fit_slopes"]
 
 #: (name, SQLite type) of every column of the ``cp_results`` table.
 CP_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -270,3 +270,32 @@ def cp_figure(rows: Sequence[dict[str, Any]], out: str, *, lo: int = 64, hi: int
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return slopes
+
+
+def cp_report_section(db: str, out: str) -> str | None:
+    """For ``attnio report``: when ``db`` holds context-parallel rows, draw their figure into
+    ``out`` (``cp_words_vs_P.png``), write the slopes (``cp_fits.json``) and append a section to
+    ``out/REPORT.md``; the figure's name, or None when there are no such rows."""
+    import os
+
+    try:
+        rows = cp_rows(db)
+    except ParameterError:
+        return None
+    if not rows:
+        return None
+    name = "cp_words_vs_P.png"
+    slopes = cp_figure(rows, os.path.join(out, name))
+    with open(os.path.join(out, "cp_fits.json"), "w") as fh:
+        json.dump({"fit_P": [64, 1024], "slopes": slopes}, fh, indent=1)
+        fh.write("\n")
+    lines = ["", "## Context parallelism", "",
+             f"{len(rows)} rows of `attnio cp sweep`: every scheme's best candidate (closed form) "
+             "and the bound, words per device against P; log-log slopes fitted over "
+             "P = 64..1024 (docs/parallel.md).", "", f"![words per device against P]({name})", "",
+             "| workload | series | slope |", "|---|---|---|"]
+    for w, sl in slopes.items():
+        lines += [f"| {w} | {k} | {v:+.3f} |" for k, v in sl.items()]
+    with open(os.path.join(out, "REPORT.md"), "a") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return name
