@@ -374,7 +374,8 @@ def test_torchrun_ring_counts_equal_the_closed_form_gqa_causal():
 
 @pytest.mark.slow  # the fast suite runs the P = 2 ring cases; the grid and P = 3, 4 here
 def test_torchrun_grid_three_ranks():
-    _torchrun_case(Shape(12, 12, 3, heads=2, batch=2), 3, "grid", {"u": 1, "a": 1, "b": 3})
+    _torchrun_case(Shape(12, 12, 3, heads=2, batch=2), 3, "grid", {"u": 1, "a": 1, "b": 3},
+                   backward=True)
 
 
 @pytest.mark.slow
