@@ -49,6 +49,22 @@ def _every_bound(shape, P, L, bw):
     return b
 
 
+def test_referee_counts_the_memory_and_refuses_dropped_rows():
+    from attnio.core.errors import ScheduleError
+    from attnio.parallel.cluster import Cluster, Layout
+
+    s = Shape(4, 4, 2)
+    c = Cluster(s, Layout.sequence(s, 2))
+    c.send(1, 0, "K", [0], [2, 3])
+    c.send(1, 0, "V", [0], [2, 3])  # processor 0: 2 Q rows, 4 K and 4 V rows of 2 words
+    c.drop(0, "K", [0], [2, 3])
+    c.drop(0, "V", [0], [2, 3])
+    with pytest.raises(ScheduleError, match="does not hold the K rows"):
+        c.compute(0, [0], [0, 1], [2])
+    c.send(1, 0, "K", [0], [2])  # held again: counted again, below the earlier peak
+    assert c.mem == [2 * (2 + 2 + 2) + 2, 2 * 6] and c.peak == [2 * 10, 2 * 6]
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small())
 def test_footprints_equal_the_referee_and_schedules_sit_above_every_bound(case):

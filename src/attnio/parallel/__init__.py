@@ -71,8 +71,8 @@ def cost(name: str, shape: Any, P: int, params: dict[str, Any] | None = None, *,
 
 def footprint(name: str, shape: Any, P: int, params: dict[str, Any] | None = None, *,
               backward: bool = False) -> tuple[int, ...]:
-    """Words of input rows each processor of scheme ``name`` holds at its peak (the schedules
-    keep what they receive: the end), forward or ``backward``; the local memory L at which
+    """The most words of input rows each processor of scheme ``name`` holds at any time (the
+    referee's ``CommStats.memory``), forward or ``backward``: the local memory L at which
     Theorem 4 (:func:`~attnio.parallel.bounds.memory_bound`) applies to the scheme."""
     shape = Shape.coerce(shape)
     P = check_P(P)

@@ -86,6 +86,8 @@ class BackwardCluster:
         self.cq = np.zeros((P, nH, Nq, Nkv), dtype=bool)   # pairs in p's dQ partial
         self.ck = np.zeros((P, nH, Nq, Nkv), dtype=bool)   # pairs in p's dK/dV partials
         self.sent, self.received, self.work = [0] * P, [0] * P, [0] * P
+        self.mem = [self._words(p) for p in range(P)]
+        self.peak = list(self.mem)  # input-row words held now, and the most at any time
         self.links: dict[tuple[int, int], int] = {}
         self.compute_mode = data is not None
         if data is not None:
@@ -129,8 +131,11 @@ class BackwardCluster:
             if not self.held[tensor][src][ix].all():
                 raise ScheduleError(f"send: processor {src} does not hold all the {tensor} "
                                     f"rows it sends")
+            w = 2 if tensor == "stats" else d
+            self.mem[dst] += int((~self.held[tensor][dst][ix]).sum()) * w
+            self.peak[dst] = max(self.peak[dst], self.mem[dst])
             self.held[tensor][dst][ix] = True
-            self._count(src, dst, h.size * r.size * (2 if tensor == "stats" else d))
+            self._count(src, dst, h.size * r.size * w)
             return
         if tensor == "dQ":
             mine, theirs = self.cq[dst][ix], self.cq[src][ix]
@@ -195,12 +200,27 @@ class BackwardCluster:
                 self.dk[p][jj, c] += self.scale * ds[a].T @ q[a]
                 self.dv[p][jj, c] += pr[a].T @ do[a]
 
-    def memory(self) -> list[int]:
-        """Words of input rows each processor holds (Q, dO, K, V: d a row; the statistics: 2):
-        its peak, since the schedules keep what they receive."""
+    def _words(self, p: int) -> int:
         d = self.shape.d
-        return [int(sum(self.held[t][p].sum() * (2 if t == "stats" else d) for t in self.held))
-                for p in range(self.P)]
+        return int(sum(self.held[t][p].sum() * (2 if t == "stats" else d) for t in self.held))
+
+    def memory(self) -> list[int]:
+        """The most words of input rows each processor held at any time (Q, dO, K, V: d a row;
+        the statistics: 2)."""
+        return list(self.peak)
+
+    def drop(self, p: int, tensor: str, heads: Any, rows: Any) -> None:
+        """Processor ``p`` frees its copies of input rows (Q, dO, stats, K, V)."""
+        h = np.asarray(list(heads), dtype=np.int64)
+        r = np.asarray(list(rows), dtype=np.int64)
+        if tensor not in self.held:
+            raise ScheduleError(f"drop: tensor must be one of {sorted(self.held)}, got {tensor!r}")
+        if h.size == 0 or r.size == 0:
+            return
+        ix = np.ix_(h, r)
+        self.mem[p] -= int(self.held[tensor][p][ix].sum()) * (2 if tensor == "stats"
+                                                              else self.shape.d)
+        self.held[tensor][p][ix] = False
 
     def finish(self) -> tuple[list[int], list[int], list[int]]:
         own_q, own_k = self.layout.q_owner, self.layout.kv_owner
@@ -329,6 +349,11 @@ def schedule_backward(cl: Any, u: int, kind: str) -> None:
                             cl.send(src, dst, ten, kvh[k], b)
                     for ten in ("dK", "dV"):
                         cl.send(src, dst, ten, kvh[k], b)
+            if 1 <= t < r - 1:  # each frees the foreign block it passed on (double buffering)
+                for g in range(r):
+                    for k in range(u):
+                        for ten in ("K", "V"):
+                            cl.drop(g * u + k, ten, kvh[k], kb[(g - t) % r])
     for g in range(r):  # 3. Ulysses out: dQ, and the dK/dV partials of the owners' rows
         for k in range(u):
             for k2 in range(u):

@@ -101,6 +101,16 @@ class DistCluster:
             self.o[hi, ri] = buf
             self.lse[hi, ri] = 0.0
 
+    def drop(self, p: int, tensor: str, heads: Any, rows: Any) -> None:
+        """Rank p frees rows it holds: they become NaN here (a later use would show in the
+        output's error)."""
+        h, r = [int(x) for x in heads], [int(x) for x in rows]
+        if p != self.rank or not h or not r:
+            return
+        t = self.torch
+        {"Q": self.q, "K": self.k, "V": self.v}[tensor][
+            t.as_tensor(h)[:, None], t.as_tensor(r)[None, :]] = float("nan")
+
     def compute(self, p: int, heads: Any, rows: Any, keys: Any) -> None:
         if p != self.rank:
             return
@@ -199,6 +209,14 @@ class DistBackwardCluster:
             store[hi, ri] += buf
         else:
             store[hi, ri] = buf
+
+    def drop(self, p: int, tensor: str, heads: Any, rows: Any) -> None:
+        """Rank p frees input rows it holds (NaN from then on)."""
+        h, r = [int(x) for x in heads], [int(x) for x in rows]
+        if p != self.rank or not h or not r:
+            return
+        t = self.torch
+        self.rows[tensor][t.as_tensor(h)[:, None], t.as_tensor(r)[None, :]] = float("nan")
 
     def compute(self, p: int, heads: Any, rows: Any, keys: Any) -> None:
         if p != self.rank:

@@ -145,7 +145,7 @@ def cost_backward(shape: Shape, P: int, params: dict[str, Any] | None = None) ->
 
 def footprint(shape: Shape, P: int, params: dict[str, Any] | None = None, *,
               backward: bool = False) -> tuple[int, ...]:
-    """Words of input rows each processor holds at the end (its peak: nothing is dropped): its
+    """The most words of input rows each processor holds (the grid keeps what it gathers): its
     layout's rows, the Ulysses rows of its heads, and the gathered query and key blocks; a query
     row is d words forward, 2d + 2 backward (Q, dO, statistics), a key 2d (K, V)."""
     p = mapspace(shape, P).check(params)

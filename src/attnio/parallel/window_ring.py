@@ -91,15 +91,16 @@ def cost_backward(shape: Shape, P: int, params: dict[str, Any] | None = None) ->
 
 def footprint(shape: Shape, P: int, params: dict[str, Any] | None = None, *,
               backward: bool = False) -> tuple[int, ...]:
-    """Words of input rows each processor holds at the end (its peak): its own rows and the S
-    key/value blocks it received; a query row is d words forward, 2d + 2 backward."""
+    """The most words of input rows each processor holds: its own rows and at most two foreign
+    key/value blocks at once, ``min(2, S)`` (it frees a block once it has passed it on); a query
+    row is d words forward, 2d + 2 backward."""
     mapspace(shape, P).check(params)
     S = hops(shape, P)
     assert S is not None
     d = shape.d
     qw = 2 * d + 2 if backward else d
     each = (qw * shape.n_heads * (shape.Nq // P)
-            + 2 * d * shape.n_kv_heads * (shape.Nkv // P) * (1 + S))
+            + 2 * d * shape.n_kv_heads * (shape.Nkv // P) * (1 + min(2, S)))
     return (each,) * P
 
 
@@ -124,6 +125,16 @@ def execute(cluster: Cluster, params: dict[str, Any] | None = None) -> None:
                 b = (g - t) % P
                 for ten in ("K", "V"):
                     cluster.send(g, (g + 1) % P, ten, kvh, range(b * s, (b + 1) * s))
+        _free(cluster, t, S, kvh, s)
+
+
+def _free(cl: Any, t: int, S: int, kvh: list[int], s: int) -> None:
+    """After pass t (1 <= t < S) every processor frees the foreign block it passed on."""
+    if 1 <= t < S:
+        for g in range(cl.P):
+            b = (g - t) % cl.P
+            for ten in ("K", "V"):
+                cl.drop(g, ten, kvh, range(b * s, (b + 1) * s))
 
 
 def execute_backward(cl: Any, params: dict[str, Any] | None = None) -> None:
@@ -150,3 +161,4 @@ def execute_backward(cl: Any, params: dict[str, Any] | None = None) -> None:
                 b = (g - t) % P
                 for ten in ("K", "V"):
                     cl.send(g, (g + 1) % P, ten, kvh, range(b * s, (b + 1) * s))
+        _free(cl, t, S, kvh, s)
