@@ -5,7 +5,7 @@ Run:  python benchmarks/bench_cp.py  [--out benchmarks/results/cp.json]
 
 Targets (issue 34): ``attnio.parallel.planner.plan`` <= 10 ms; every scheme's count (its best
 candidate) at N = 10^9 (rounded to a multiple of 2P), P = 1024 in milliseconds (closed forms:
-O(P) each).  CPU time (time.process_time), best of ``--repeat`` after one warm call, and cold
+O(P) each), forward and backward, with its footprint; the bounds with a local memory.  CPU time (time.process_time), best of ``--repeat`` after one warm call, and cold
 (every lru_cache of attnio cleared first).  Also the figure's data: words per device of every
 scheme's best candidate and the bound for P = 1 .. 1024 at N = 2^20, d = 128, H = 32 and
 H = 1, with the log-log slopes of the last octaves (the grid's about -1/2).
@@ -23,6 +23,7 @@ from _cold import clear_attnio_caches
 
 import attnio.parallel as cp
 from attnio.core.workload import Shape
+from attnio.parallel import backward, bounds
 from attnio.parallel.planner import plan
 
 
@@ -76,6 +77,18 @@ def main() -> None:
         t = best_of(lambda n=name, p=params: cp.cost(n, s, P, p, work=True), 5)
         out["count_ms"][name] = 1e3 * t
         print(f"count {name} {params}: {1e3 * t:.2f} ms (with the work of all {P} processors)")
+        tb = best_of(lambda n=name, p=params: backward.cost_backward(n, s, P, p).words, 5)
+        tf = best_of(lambda n=name, p=params: cp.footprint(n, s, P, p, backward=True), 5)
+        out.setdefault("backward_ms", {})[name] = 1e3 * tb
+        out.setdefault("footprint_ms", {})[name] = 1e3 * tf
+        print(f"  backward count {1e3 * tb:.2f} ms (every processor's words), footprint "
+              f"{1e3 * tf:.2f} ms")
+    L = 4 * bounds.initial_words(s, P)
+    for bw in (False, True):
+        t = best_of(lambda bw=bw: cp.bound(s, P, memory=L, backward=bw), 5)
+        out.setdefault("bound_ms", {})["backward" if bw else "forward"] = 1e3 * t
+        print(f"bound{' backward' if bw else ''} with a local memory of {L:,} words: "
+              f"{1e3 * t:.2f} ms")
     for heads in (32, 1):
         sh = Shape(1 << 20, 1 << 20, 128, heads=heads)
         rows = {}

@@ -194,11 +194,12 @@ def test_planner_backward_adds_the_passes():
     assert p.bound >= cp.bound(s, 8).value
 
 
-def test_backward_refuses_schemes_without_one():
+def test_backward_refuses_unknown_schemes():
     from attnio.parallel import backward
 
+    assert set(backward.SCHEMES) == set(cp.names())  # every scheme has its backward now
     with pytest.raises(ParameterError) as e:
-        backward.cost_backward("grid", Shape(16, 16, 2), 4, {"u": 1, "a": 2, "b": 2})
+        backward.cost_backward("carousel", Shape(16, 16, 2), 4)
     assert e.value.param == "scheme"
 
 
@@ -373,7 +374,8 @@ def test_torchrun_ring_counts_equal_the_closed_form_gqa_causal():
 
 @pytest.mark.slow  # the fast suite runs the P = 2 ring cases; the grid and P = 3, 4 here
 def test_torchrun_grid_three_ranks():
-    _torchrun_case(Shape(12, 12, 3, heads=2, batch=2), 3, "grid", {"u": 1, "a": 1, "b": 3})
+    _torchrun_case(Shape(12, 12, 3, heads=2, batch=2), 3, "grid", {"u": 1, "a": 1, "b": 3},
+                   backward=True)
 
 
 @pytest.mark.slow

@@ -15,14 +15,17 @@ import json
 from . import common
 
 NAME = "cp"
+DEFAULT_DB = "attnio-results.sqlite"  # attnio sweep's default (cli/sweep.py), not imported here
 HELP = ("attention across P devices: plan the scheme of least words per device, bound them, "
         "or run a scheme under torchrun")
 FLAG_NAMES = {"P": "--P", "scheme": "--scheme", "layout": "--N", "params": "--params",
-              "link": "--link"}
+              "link": "--link", "memory": "--memory", "db": "--db", "fit": "--fit",
+              "schemes": "--schemes"}
 
 
 def add_arguments(p) -> None:
-    sub = p.add_subparsers(dest="cp_command", metavar="{plan,bound,run}", parser_class=type(p))
+    sub = p.add_subparsers(dest="cp_command", metavar="{plan,bound,run,sweep,figure}",
+                           parser_class=type(p))
     sub.required = True
     for name, what in (("plan", "the scheme and parameters of least words per device, with "
                                 "the ratio to the bound"),
@@ -33,10 +36,16 @@ def add_arguments(p) -> None:
         q.add_argument("--scheme", default=None,
                        help="ring, zigzag, striped, ulysses, usp, grid or window_ring (plan: only this one; "
                             "bound: print its best words beside the bound)")
+        if name == "bound":
+            q.add_argument("--backward", action="store_true",
+                           help="the backward pass's bound (dO, the statistics and the partial "
+                                "gradients charged)")
+            q.add_argument("--memory", type=int, default=None, metavar="L",
+                           help="a local memory of L words per device: adds the "
+                                "memory-dependent bound (Theorem 4)")
         if name == "plan":
             q.add_argument("--backward", action="store_true",
-                           help="the forward and backward passes together (ring, zigzag, "
-                                "striped, ulysses, usp)")
+                           help="the forward and backward passes together")
             q.add_argument("--link", default=None,
                            help="rank by predicted time on a link preset instead of words: "
                                 "nvlink4, nvswitch, nvlink5, ib-ndr")
@@ -47,6 +56,26 @@ def add_arguments(p) -> None:
                            help="with --link: bytes per word and the tensor-core rate "
                                 "(default bf16)")
         common.add_output_arguments(q)
+    q = sub.add_parser("sweep", help="every scheme's best words per device over a list of P, "
+                                     "with the bound, into the results database (resumable)",
+                       description="closed forms over P and schemes into the cp_results table "
+                                   "of a results database; a rerun skips the rows present")
+    common.add_workload_arguments(q)
+    q.add_argument("--P", required=True, metavar="LIST",
+                   help="processors: a value list, e.g. 1:1024:x2 or 8,64,512")
+    q.add_argument("--schemes", default="ring,zigzag,ulysses,usp,grid",
+                   help="comma-separated schemes (default ring,zigzag,ulysses,usp,grid)")
+    q.add_argument("--backward", action="store_true", help="the forward and backward passes "
+                                                           "together")
+    q.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
+    common.add_output_arguments(q)
+    q = sub.add_parser("figure", help="words per device against P from the database, with the "
+                                      "bound and fitted slopes (PNG)")
+    q.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
+    q.add_argument("--out", required=True, help="the PNG to write")
+    q.add_argument("--fit", default="64:1024", metavar="LO:HI",
+                   help="the range of P the log-log slopes are fitted over (default 64:1024)")
+    common.add_output_arguments(q)
     q = sub.add_parser("run", help="run a scheme for real: torchrun with P gloo processes, "
                                    "bytes counted per rank, output against SDPA",
                        description="run a scheme with torch.distributed (gloo) under torchrun "
@@ -60,8 +89,8 @@ def add_arguments(p) -> None:
                         "(default: the least words per device)")
     q.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     q.add_argument("--backward", action="store_true",
-                   help="also the backward pass (ring, zigzag, striped, ulysses, usp): words per "
-                        "rank and gradients against autograd through SDPA")
+                   help="also the backward pass: words per rank and gradients against autograd "
+                        "through SDPA")
     common.add_output_arguments(q)
 
 
@@ -102,13 +131,58 @@ def _run(args, shape, P) -> int:
     return 0
 
 
+def _sweep(args, shape) -> int:
+    from ..core.errors import ParameterError
+    from ..experiments.cp import cp_sweep
+    from ..experiments.values import parse_values
+    from ..parallel import names
+
+    Ps = parse_values("P", args.P)
+    schemes = [x.strip() for x in args.schemes.split(",") if x.strip()]
+    bad = [x for x in schemes if x not in names()]
+    if not schemes or bad:
+        raise ParameterError(f"--schemes: {'unknown scheme ' + repr(bad[0]) if bad else 'none'}"
+                             f"; give a comma-separated list of {', '.join(names())}",
+                             param="schemes")
+    summ = cp_sweep(args.db, shape, Ps, schemes, backward=args.backward)
+    if args.json:
+        print(json.dumps(vars(summ), sort_keys=True))
+    else:
+        print(summ)
+    return 0
+
+
+def _figure(args) -> int:
+    from ..core.errors import ParameterError
+    from ..experiments.cp import cp_figure, cp_rows
+
+    bits = args.fit.split(":")
+    if len(bits) != 2 or not all(b.strip().isdigit() for b in bits) or int(bits[0]) < 1 \
+            or int(bits[1]) <= int(bits[0]):
+        raise ParameterError(f"--fit must be LO:HI with 1 <= LO < HI, got {args.fit!r}",
+                             param="fit")
+    rows = cp_rows(args.db)
+    slopes = cp_figure(rows, args.out, lo=int(bits[0]), hi=int(bits[1]))
+    if args.json:
+        print(json.dumps({"out": args.out, "slopes": slopes}, sort_keys=True))
+    else:
+        print(f"wrote {args.out}; log-log slopes over P = {args.fit}:")
+        for w, sl in slopes.items():
+            print(f"  {w}: " + ", ".join(f"{k} {v:+.2f}" for k, v in sl.items()))
+    return 0
+
+
 def main(args) -> int:
     from ..parallel import bounds, get
     from ..parallel.base import check_P
     from ..parallel.planner import plan
 
     args.flag_names = FLAG_NAMES
+    if args.cp_command == "figure":
+        return _figure(args)
     shape = common.workload_from_args(args)
+    if args.cp_command == "sweep":
+        return _sweep(args, shape)
     P = check_P(args.P)
     if args.scheme is not None:
         get(args.scheme)  # an unknown name, before anything else
@@ -119,24 +193,36 @@ def main(args) -> int:
                  backward=args.backward)
         print(json.dumps(p.to_dict(), sort_keys=True) if args.json else repr(p))
         return 0
-    b = bounds.bound(shape, P)
+    bw = args.backward
+    b = bounds.bound(shape, P, memory=args.memory, backward=bw)
     out = {"bound": int(b.value), "theorem": b.theorem, "P": P, "shape": shape.describe(),
-           "theorem1_linear": float(bounds.linear_bound(shape, P)),
-           "theorem2_busiest": bounds.busiest_bound(shape, P),
-           "theorem3_groups": float(bounds.group_bound(shape, P)),
+           "backward": bw, "memory": args.memory,
+           "theorem1_linear": float(bounds.linear_bound(shape, P, backward=bw)),
+           "theorem2_busiest": bounds.busiest_bound(shape, P, backward=bw),
+           "theorem3_groups": float(bounds.group_bound(shape, P, backward=bw)),
+           "theorem4_memory": None if args.memory is None else float(
+               bounds.memory_bound(shape, P, args.memory, backward=bw)),
            "assumptions": list(b.assumptions)}
     if args.scheme is not None:
         s = plan(shape, P, args.scheme)
-        out.update(scheme=s.scheme, params=s.params, words_per_device=s.words_per_device,
-                   ratio=s.ratio)
+        words = s.words_per_device
+        if bw:
+            from ..parallel.backward import cost_backward
+
+            words = cost_backward(s.scheme, shape, P, s.params).words_per_device
+        out.update(scheme=s.scheme, params=s.params, words_per_device=words,
+                   ratio=None if not b.value else words / b.value)
     if args.json:
         print(json.dumps(out, sort_keys=True))
     else:
-        print(f"Lower bound on words per device for {out['shape']}, P={P}: {out['bound']:,}")
+        print(f"Lower bound on words per device{' (backward)' if bw else ''} for "
+              f"{out['shape']}, P={P}: {out['bound']:,}")
         print(f"  {b.theorem}")
         print(f"  Theorem 1 (linear caps): {out['theorem1_linear']:,.0f}; Theorem 2 (busiest "
               f"rectangle): {out['theorem2_busiest']:,.0f}; Theorem 3 (rectangles per group): "
-              f"{out['theorem3_groups']:,.0f}")
+              f"{out['theorem3_groups']:,.0f}"
+              + ("" if args.memory is None else
+                 f"; Theorem 4 (memory {args.memory:,}): {out['theorem4_memory']:,.0f}"))
         if args.scheme is not None:
             r = "n/a" if out["ratio"] is None else f"{out['ratio']:.3f}"
             print(f"  {out['scheme']} {out['params'] or ''}: {out['words_per_device']:,} words "

@@ -10,11 +10,11 @@ closed forms, the lower bounds and the planner.  Proofs and derivations: docs/pa
   :mod:`.grid` (the 2-D grid, partial outputs merged by log-sum-exp, optionally with heads
   split), :mod:`.window_ring` (the ring cut short by a sliding window);
 * :mod:`.geometry`: closed-form pair counts under causal and windowed masks;
-* :mod:`.bounds`: memory-independent lower bounds with explicit constants;
+* :mod:`.bounds`: lower bounds with explicit constants, memory-independent and for a local
+  memory of L words, forward and backward; :func:`footprint` the memory each scheme uses;
 * :mod:`.planner`: the scheme and parameters of least critical-path words, with the ratio to
   the bound;
-* :mod:`.backward`: the backward pass (its referee, the sequence family's schedules and closed
-  forms);
+* :mod:`.backward`: the backward pass (its referee; every scheme's schedule and closed form);
 * :mod:`.timing`: link presets and a time estimate (communication against compute at the
   device's peak);
 * :mod:`.distributed`: the schemes run with ``torch.distributed`` under torchrun, bytes counted
@@ -40,7 +40,7 @@ from .bounds import bound
 from .cluster import Cluster, CommStats, Layout
 
 __all__ = ["SCHEMES", "Cluster", "CommCost", "CommStats", "Layout", "Mapspace", "bound", "cost",
-           "execute", "get", "mapspace", "names"]
+           "execute", "footprint", "get", "mapspace", "names"]
 
 #: The schemes, by name.
 SCHEMES: dict[str, ModuleType] = {m.NAME: m for m in (ring, zigzag, striped, ulysses, usp, grid,
@@ -67,6 +67,23 @@ def cost(name: str, shape: Any, P: int, params: dict[str, Any] | None = None, *,
          work: bool = True) -> CommCost:
     """The closed form of scheme ``name`` on ``shape`` over P processors."""
     return get(name).cost(Shape.coerce(shape), check_P(P), params, work=work)
+
+
+def footprint(name: str, shape: Any, P: int, params: dict[str, Any] | None = None, *,
+              backward: bool = False) -> tuple[int, ...]:
+    """The most words of input rows each processor of scheme ``name`` holds at any time (the
+    referee's ``CommStats.memory``), forward or ``backward``: the local memory L at which
+    Theorem 4 (:func:`~attnio.parallel.bounds.memory_bound`) applies to the scheme."""
+    shape = Shape.coerce(shape)
+    P = check_P(P)
+    mod = get(name)
+    if hasattr(mod, "footprint"):
+        return tuple(mod.footprint(shape, P, params, backward=backward))
+    from .backward import scheme_u_kind
+    from .sequence import seq_footprint
+
+    params = mod.mapspace(shape, P).check(params)
+    return seq_footprint(shape, P, scheme_u_kind(mod.NAME, P, params)[0], backward)
 
 
 def execute(name: str, shape: Any, P: int, params: dict[str, Any] | None = None, *,

@@ -1,5 +1,7 @@
-"""The backward pass across P processors: its referee and the sequence family's schedules
-(ring, zigzag, striped, Ulysses, USP), with closed forms equal to the referee.
+"""The backward pass across P processors: its referee and the schedules (the sequence family
+here: ring, zigzag, striped, Ulysses, USP; the 2-D grid's and window_ring's in their modules,
+:func:`attnio.parallel.grid.execute_backward`, :func:`attnio.parallel.window_ring.execute_backward`),
+with closed forms equal to the referee.
 
 The model extends the forward one (:mod:`~attnio.parallel.cluster`).  The owner of query row
 ``(h, r)`` starts with ``Q[h, r]``, ``dO[h, r]`` (d words each) and the row's statistics
@@ -26,8 +28,9 @@ Per processor (sent = received; r = P/u, K_u as in the forward):
     K, V:        2·B·(u - 1)·(Nkv/P)·d·K_u  (in)  +  2·B·(u - 1)·(Nkv/P)·d·K_u  (dK, dV out)
     ring:        2·B·(r - 1)·(Nkv/r)·d·K_u  (K, V)  +  2·B·r·(Nkv/r)·d·K_u·[r > 1]  (dK, dV)
 
-and the work is the forward's.  The forward's lower bounds hold for the backward pass alone (it
-too must process every required pair while holding its query, key and value rows).
+and the work is the forward's.  The backward's own lower bounds (which charge dO, the statistics
+and the partial gradients sent home) are :func:`attnio.parallel.bounds.bound` with
+``backward=True``.
 """
 
 from __future__ import annotations
@@ -43,11 +46,14 @@ from .base import CommCost, check_P
 from .cluster import MAX_REFEREE_PAIRS, Layout, sequence_rows
 from .sequence import kv_per_member, member_heads, seq_cost
 
-__all__ = ["SCHEMES", "BackwardCluster", "cost_backward", "execute_backward", "scheme_u_kind",
-           "schedule_backward"]
+__all__ = ["SCHEMES", "SEQUENCE", "BackwardCluster", "cost_backward", "execute_backward",
+           "run_backward", "scheme_u_kind", "schedule_backward"]
 
-#: The schemes with a backward schedule: name -> (u as a function of P and params, ring kind).
-SCHEMES = ("ring", "zigzag", "striped", "ulysses", "usp")
+#: The schemes with a backward schedule.
+SCHEMES = ("ring", "zigzag", "striped", "ulysses", "usp", "grid", "window_ring")
+#: Those of them whose backward is the sequence family's (:func:`schedule_backward`); the others'
+#: modules have ``cost_backward`` and ``execute_backward``.
+SEQUENCE = ("ring", "zigzag", "striped", "ulysses", "usp")
 
 
 def scheme_u_kind(name: str, P: int, params: dict[str, Any]) -> tuple[int, str]:
@@ -80,6 +86,8 @@ class BackwardCluster:
         self.cq = np.zeros((P, nH, Nq, Nkv), dtype=bool)   # pairs in p's dQ partial
         self.ck = np.zeros((P, nH, Nq, Nkv), dtype=bool)   # pairs in p's dK/dV partials
         self.sent, self.received, self.work = [0] * P, [0] * P, [0] * P
+        self.mem = [self._words(p) for p in range(P)]
+        self.peak = list(self.mem)  # input-row words held now, and the most at any time
         self.links: dict[tuple[int, int], int] = {}
         self.compute_mode = data is not None
         if data is not None:
@@ -123,8 +131,11 @@ class BackwardCluster:
             if not self.held[tensor][src][ix].all():
                 raise ScheduleError(f"send: processor {src} does not hold all the {tensor} "
                                     f"rows it sends")
+            w = 2 if tensor == "stats" else d
+            self.mem[dst] += int((~self.held[tensor][dst][ix]).sum()) * w
+            self.peak[dst] = max(self.peak[dst], self.mem[dst])
             self.held[tensor][dst][ix] = True
-            self._count(src, dst, h.size * r.size * (2 if tensor == "stats" else d))
+            self._count(src, dst, h.size * r.size * w)
             return
         if tensor == "dQ":
             mine, theirs = self.cq[dst][ix], self.cq[src][ix]
@@ -189,6 +200,28 @@ class BackwardCluster:
                 self.dk[p][jj, c] += self.scale * ds[a].T @ q[a]
                 self.dv[p][jj, c] += pr[a].T @ do[a]
 
+    def _words(self, p: int) -> int:
+        d = self.shape.d
+        return int(sum(self.held[t][p].sum() * (2 if t == "stats" else d) for t in self.held))
+
+    def memory(self) -> list[int]:
+        """The most words of input rows each processor held at any time (Q, dO, K, V: d a row;
+        the statistics: 2)."""
+        return list(self.peak)
+
+    def drop(self, p: int, tensor: str, heads: Any, rows: Any) -> None:
+        """Processor ``p`` frees its copies of input rows (Q, dO, stats, K, V)."""
+        h = np.asarray(list(heads), dtype=np.int64)
+        r = np.asarray(list(rows), dtype=np.int64)
+        if tensor not in self.held:
+            raise ScheduleError(f"drop: tensor must be one of {sorted(self.held)}, got {tensor!r}")
+        if h.size == 0 or r.size == 0:
+            return
+        ix = np.ix_(h, r)
+        self.mem[p] -= int(self.held[tensor][p][ix].sum()) * (2 if tensor == "stats"
+                                                              else self.shape.d)
+        self.held[tensor][p][ix] = False
+
     def finish(self) -> tuple[list[int], list[int], list[int]]:
         own_q, own_k = self.layout.q_owner, self.layout.kv_owner
         for f in range(self.shape.n_heads):
@@ -229,9 +262,13 @@ def _check(name: str, shape: Shape, P: int, params: dict[str, Any] | None) -> di
 def cost_backward(name: str, shape: Any, P: int, params: dict[str, Any] | None = None
                   ) -> CommCost:
     """The closed form of scheme ``name``'s backward pass (docstring above)."""
+    from . import get
+
     shape = Shape.coerce(shape)
     P = check_P(P)
     params = _check(name, shape, P, params)
+    if name not in SEQUENCE:
+        return get(name).cost_backward(shape, P, params)
     u, kind = scheme_u_kind(name, P, params)
     r = P // u
     B, H, d = shape.batch, shape.heads, shape.d
@@ -251,15 +288,27 @@ def execute_backward(name: str, shape: Any, P: int, params: dict[str, Any] | Non
                      ) -> tuple[tuple[list[int], list[int], list[int]], Any]:
     """Run scheme ``name``'s backward pass on the referee: (sent, received, work) per
     processor, and (dQ, dK, dV) with ``data = (Q, K, V, dO)``."""
+    from . import get
+
     shape = Shape.coerce(shape)
     P = check_P(P)
     params = _check(name, shape, P, params)
-    u, kind = scheme_u_kind(name, P, params)
-    r = P // u
-    cl = BackwardCluster(shape, Layout.sequence(shape, P, kind, G=r), data)
-    schedule_backward(cl, u, kind)
+    cl = BackwardCluster(shape, get(name).layout(shape, P, params), data)
+    run_backward(cl, name, params)
     counts = cl.finish()
     return counts, (cl.gradients() if data is not None else None)
+
+
+def run_backward(cl: Any, name: str, params: dict[str, Any]) -> None:
+    """Scheme ``name``'s backward schedule on ``cl`` (the referee or the torch.distributed
+    cluster), which starts in the scheme's layout."""
+    from . import get
+
+    if name not in SEQUENCE:
+        get(name).execute_backward(cl, params)
+        return
+    u, kind = scheme_u_kind(name, cl.P, params)
+    schedule_backward(cl, u, kind)
 
 
 def schedule_backward(cl: Any, u: int, kind: str) -> None:
@@ -300,6 +349,11 @@ def schedule_backward(cl: Any, u: int, kind: str) -> None:
                             cl.send(src, dst, ten, kvh[k], b)
                     for ten in ("dK", "dV"):
                         cl.send(src, dst, ten, kvh[k], b)
+            if 1 <= t < r - 1:  # each frees the foreign block it passed on (double buffering)
+                for g in range(r):
+                    for k in range(u):
+                        for ten in ("K", "V"):
+                            cl.drop(g * u + k, ten, kvh[k], kb[(g - t) % r])
     for g in range(r):  # 3. Ulysses out: dQ, and the dK/dV partials of the owners' rows
         for k in range(u):
             for k2 in range(u):

@@ -84,7 +84,7 @@ class Mapspace:
                 return dict(c)
         raise ParameterError(f"{self.scheme}: parameters {params} are not legal here; legal: "
                              f"{[dict(c) for c in self.candidates[:6]]}"
-                             f"{' ...' if len(self.candidates) > 6 else ''}", param="scheme")
+                             f"{' ...' if len(self.candidates) > 6 else ''}", param="params")
 
 
 @dataclass(frozen=True)

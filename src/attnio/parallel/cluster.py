@@ -17,6 +17,10 @@ row ``O[h, r]`` at the end.  A processor
   is the number of *visible* pairs (the mask's), and a pair computed twice into one partial, or
   merged twice through partial outputs, is refused: no score is counted twice.
 
+A processor may also **drop** rows it holds (:meth:`Cluster.drop`: it holds them no more); the
+referee keeps the words of input rows each processor holds and reports the most at any time
+(``CommStats.memory``: the local memory the schedule needs).
+
 At the end (:meth:`Cluster.finish`) the owner of every output row must hold it: a finished row
 it received, or a partial output that covers every visible key of that row.  The result, a
 :class:`CommStats`, reports words sent and received per processor, per link, the work per
@@ -145,12 +149,15 @@ class Layout:
 @dataclass(frozen=True)
 class CommStats:
     """Counts of one run on the referee: words ``sent`` and ``received`` per processor, per link
-    ``(src, dst)``, and the ``work`` (visible score pairs) per processor."""
+    ``(src, dst)``, the ``work`` (visible score pairs) per processor, and the ``memory``: the
+    most words of input rows (Q, K, V) each processor held at any time (rows it received count
+    until it drops them: :meth:`Cluster.drop`)."""
 
     sent: list[int]
     received: list[int]
     work: list[int]
     links: dict[tuple[int, int], int] = field(default_factory=dict)
+    memory: list[int] = field(default_factory=list)
 
     @property
     def words(self) -> list[int]:
@@ -208,6 +215,9 @@ class Cluster:
         self.sent = [0] * P
         self.received = [0] * P
         self.work = [0] * P
+        d = shape.d
+        self.mem = [int(sum(self.held[t][p].sum() for t in _TENSORS)) * d for p in range(P)]
+        self.peak = list(self.mem)  # input-row words held now, and the most at any time
         self.links: dict[tuple[int, int], int] = {}
         self.compute_mode = data is not None
         if data is not None:
@@ -265,7 +275,7 @@ class Cluster:
                 hh, rr = np.argwhere(~have)[0]
                 raise ScheduleError(f"send: processor {src} does not hold {tensor} row "
                                     f"{r[rr]} of head {h[hh]}")
-            self.held[tensor][dst][ix] = True
+            self._hold(dst, tensor, ix)
             self._count(src, dst, h.size * r.size * d)
             return
         if tensor == "part":
@@ -288,6 +298,26 @@ class Cluster:
             self._count(src, dst, h.size * r.size * d)
             return
         raise ScheduleError(f"send: tensor must be Q, K, V, part or O, got {tensor!r}")
+
+    def _hold(self, p: int, tensor: str, ix: Any) -> None:
+        new = int((~self.held[tensor][p][ix]).sum())
+        self.held[tensor][p][ix] = True
+        self.mem[p] += new * self.shape.d
+        self.peak[p] = max(self.peak[p], self.mem[p])
+
+    def drop(self, p: int, tensor: str, heads: Iterable[int], rows: Iterable[int]) -> None:
+        """Processor ``p`` frees its copies of rows ``rows`` of ``heads`` of ``tensor`` (Q, K or
+        V): it holds them no more (using them later is refused) and its memory shrinks."""
+        p = self._proc(p, "drop")
+        if tensor not in _TENSORS:
+            raise ScheduleError(f"drop: tensor must be Q, K or V, got {tensor!r}")
+        h = np.asarray(list(heads), dtype=np.int64)
+        r = np.asarray(list(rows), dtype=np.int64)
+        if h.size == 0 or r.size == 0:
+            return
+        ix = np.ix_(h, r)
+        self.mem[p] -= int(self.held[tensor][p][ix].sum()) * self.shape.d
+        self.held[tensor][p][ix] = False
 
     def compute(self, p: int, heads: Iterable[int], rows: Iterable[int],
                 keys: Iterable[int]) -> None:
@@ -362,7 +392,8 @@ class Cluster:
             f, r = np.argwhere(bad)[0]
             raise ScheduleError(f"finish: output row {r} of head {f} is not finished on its "
                                 f"owner, processor {own[f, r]}")
-        return CommStats(list(self.sent), list(self.received), list(self.work), dict(self.links))
+        return CommStats(list(self.sent), list(self.received), list(self.work), dict(self.links),
+                         list(self.peak))
 
     def output(self) -> np.ndarray:
         """The output gathered from the owners, shaped ``(batch, heads, Nq, d)`` (with data)."""

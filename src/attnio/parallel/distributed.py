@@ -101,6 +101,16 @@ class DistCluster:
             self.o[hi, ri] = buf
             self.lse[hi, ri] = 0.0
 
+    def drop(self, p: int, tensor: str, heads: Any, rows: Any) -> None:
+        """Rank p frees rows it holds: they become NaN here (a later use would show in the
+        output's error)."""
+        h, r = [int(x) for x in heads], [int(x) for x in rows]
+        if p != self.rank or not h or not r:
+            return
+        t = self.torch
+        {"Q": self.q, "K": self.k, "V": self.v}[tensor][
+            t.as_tensor(h)[:, None], t.as_tensor(r)[None, :]] = float("nan")
+
     def compute(self, p: int, heads: Any, rows: Any, keys: Any) -> None:
         if p != self.rank:
             return
@@ -199,6 +209,14 @@ class DistBackwardCluster:
             store[hi, ri] += buf
         else:
             store[hi, ri] = buf
+
+    def drop(self, p: int, tensor: str, heads: Any, rows: Any) -> None:
+        """Rank p frees input rows it holds (NaN from then on)."""
+        h, r = [int(x) for x in heads], [int(x) for x in rows]
+        if p != self.rank or not h or not r:
+            return
+        t = self.torch
+        self.rows[tensor][t.as_tensor(h)[:, None], t.as_tensor(r)[None, :]] = float("nan")
 
     def compute(self, p: int, heads: Any, rows: Any, keys: Any) -> None:
         if p != self.rank:
@@ -310,13 +328,12 @@ def main(argv: list[str] | None = None) -> int:
                "max_abs_err": err, "dtype": str(cl.o.dtype).replace("torch.", ""),
                "backend": dist.get_backend()}
     if a.backward:
-        from .backward import cost_backward, schedule_backward, scheme_u_kind
+        from .backward import cost_backward, run_backward
 
-        u, kind = scheme_u_kind(mod.NAME, P, params)
         dO = np.random.default_rng(a.seed + 1).standard_normal(
             (shape.batch, shape.heads, shape.Nq, shape.d))
         bl = DistBackwardCluster(shape, cl.layout, rank, (*data, dO))
-        schedule_backward(bl, u, kind)
+        run_backward(bl, mod.NAME, params)
         counts = torch.tensor([bl.sent_bytes, bl.recv_bytes], dtype=torch.int64)
         gb = [torch.zeros(2, dtype=torch.int64) for _ in range(P)]
         dist.all_gather(gb, counts)

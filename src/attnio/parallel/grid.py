@@ -33,6 +33,24 @@ a = b = √P and N = Nq = Nkv the words per device are about ``4·(H + H_kv)·N�
 partials scattered: N·d·H/√P each way; K and V: 2·N·d·H_kv/√P each way), against the ring's
 ``4·N·d·H_kv``.  Work of cell (i, j):
 ``B·H_u·rect(query block i, key block j)``.
+
+**Backward** (:func:`execute_backward`, on :class:`~attnio.parallel.backward.BackwardCluster`):
+the same five steps with the backward's rows.  1. the Ulysses all-to-all moves Q, dO and the
+statistics (2d + 2 words a row) and K, V; 2. cell (i, j) gathers Q, dO and the statistics of query
+block i (b - 1 chunks) and K, V of key block j (a - δ_q chunks); 3. it adds every pair of its
+block to its partial dQ of query block i and its partial dK, dV of key block j; 4. it sends the dQ
+partials of the b - 1 other chunks of its row to their cells, and the dK, dV partials of the
+a - δ_q other chunks of its key block to the cells holding them (a reduce-scatter each way);
+5. the Ulysses all-to-all back moves the finished dQ rows and the dK, dV partials to their
+owners.  Each step is symmetric (a cell receives from the cells it sends to, the same sizes), so
+per processor in cell q, sent = received:
+
+    Ulysses:    B·(Nq/P)·H_u·(u - 1)·(3d + 2) + 4·B·(u - 1)·(Nkv/P)·d·K_u
+    query side: B·(b - 1)·cq·H_u·(3d + 2)       (Q, dO, statistics in; dQ partials out)
+    key side:   4·B·(a - δ_q)·ck·d·K_u           (K, V in; dK, dV partials out)
+
+and the work is the forward's.  With u = 1 and a = b = √P about ``(6·H + 8·H_kv)·N·d/√P`` words
+per device, against the ring's backward ``8·N·d·H_kv`` (``4·N·d·H_kv`` each way).
 """
 
 from __future__ import annotations
@@ -103,6 +121,46 @@ def cost(shape: Shape, P: int, params: dict[str, Any] | None = None, *, work: bo
     return CommCost(NAME, p, P, peak, total, per_processor, w)
 
 
+def cost_backward(shape: Shape, P: int, params: dict[str, Any] | None = None) -> CommCost:
+    """The backward pass's closed form (module docstring), with the forward's work."""
+    p = mapspace(shape, P).check(params)
+    u, a, b = p["u"], p["a"], p["b"]
+    B, d = shape.batch, shape.d
+    Hu, Ku = shape.heads // u, kv_per_member(shape, u)
+    cq, ck = shape.Nq // (a * b), shape.Nkv // (a * b)
+    base = (B * (shape.Nq // P) * Hu * (u - 1) * (3 * d + 2)
+            + 4 * B * (u - 1) * (shape.Nkv // P) * d * Ku + B * (b - 1) * cq * Hu * (3 * d + 2))
+    kv0, kv1 = (4 * B * (a - dl) * ck * d * Ku for dl in (0, 1))
+    cell_ix = np.arange(a * b)
+    n1 = int(np.count_nonzero(cell_ix // a == cell_ix % b))
+    peak = 2 * (base + (kv0 if n1 < a * b else kv1))
+    total = P * base + u * ((a * b - n1) * kv0 + n1 * kv1)
+
+    def per_processor() -> tuple[tuple[int, ...], tuple[int, ...]]:
+        each = tuple(base + (kv1 if _delta(a, b, pp // u) else kv0) for pp in range(P))
+        return each, each
+
+    return CommCost(NAME, p, P, peak, total, per_processor, cost(shape, P, p).work)
+
+
+def footprint(shape: Shape, P: int, params: dict[str, Any] | None = None, *,
+              backward: bool = False) -> tuple[int, ...]:
+    """The most words of input rows each processor holds (the grid keeps what it gathers): its
+    layout's rows, the Ulysses rows of its heads, and the gathered query and key blocks; a query
+    row is d words forward, 2d + 2 backward (Q, dO, statistics), a key 2d (K, V)."""
+    p = mapspace(shape, P).check(params)
+    u, a, b = p["u"], p["a"], p["b"]
+    B, d = shape.batch, shape.d
+    Hu, Ku = shape.heads // u, kv_per_member(shape, u)
+    mq, mk = shape.Nq // P, shape.Nkv // P
+    cq, ck = shape.Nq // (a * b), shape.Nkv // (a * b)
+    qw = 2 * d + 2 if backward else d
+    rows_q = shape.n_heads * mq + B * Hu * mq * (u - 1) + B * Hu * (b - 1) * cq
+    return tuple(qw * rows_q + 2 * d * (shape.n_kv_heads * mk + B * Ku * mk * (u - 1)
+                                         + B * Ku * (a - _delta(a, b, pp // u)) * ck)
+                 for pp in range(P))
+
+
 def layout(shape: Shape, P: int, params: dict[str, Any] | None = None) -> Layout:
     mapspace(shape, P).check(params)
     return Layout.sequence(shape, P, "contiguous")
@@ -161,3 +219,70 @@ def execute(cluster: Cluster, params: dict[str, Any] | None = None) -> None:
                 if k2 != k:
                     cluster.send(q * u + k, q * u + k2, "O", heads[k],
                                  qchunk(q)[k2 * mq:(k2 + 1) * mq])
+
+
+def execute_backward(cl: Any, params: dict[str, Any] | None = None) -> None:
+    """The backward schedule (module docstring) on any cluster with the backward referee's
+    interface (:class:`~attnio.parallel.backward.BackwardCluster` or the torch.distributed
+    one)."""
+    shape, P = cl.shape, cl.P
+    p = mapspace(shape, P).check(params)
+    u, a, b = p["u"], p["a"], p["b"]
+    heads = [member_heads(shape, u, k) for k in range(u)]
+    kvh = [sorted({int(j) for j in cl.kv_head(h)}) for h in heads]
+    cq, ck = shape.Nq // (a * b), shape.Nkv // (a * b)
+    mq, mk = shape.Nq // P, shape.Nkv // P
+    qside = ("Q", "dO", "stats")
+
+    def qchunk(q):
+        return range(q * cq, (q + 1) * cq)
+
+    def kchunk(q):
+        return range(q * ck, (q + 1) * ck)
+
+    cells = a * b
+    for q in range(cells):  # 1. Ulysses in
+        for k in range(u):
+            for k2 in range(u):
+                if k2 != k:
+                    src, dst = q * u + k2, q * u + k
+                    for t in qside:
+                        cl.send(src, dst, t, heads[k], qchunk(q)[k2 * mq:(k2 + 1) * mq])
+                    for t in ("K", "V"):
+                        cl.send(src, dst, t, kvh[k], kchunk(q)[k2 * mk:(k2 + 1) * mk])
+    for q in range(cells):  # 2. gather the blocks
+        i, j = divmod(q, b)
+        for k in range(u):
+            me = q * u + k
+            for j2 in range(b):
+                if j2 != j:
+                    for t in qside:
+                        cl.send((i * b + j2) * u + k, me, t, heads[k], qchunk(i * b + j2))
+            for q2 in range(j * a, (j + 1) * a):
+                if q2 != q:
+                    for t in ("K", "V"):
+                        cl.send(q2 * u + k, me, t, kvh[k], kchunk(q2))
+    for q in range(cells):  # 3. compute
+        i, j = divmod(q, b)
+        for k in range(u):
+            cl.compute(q * u + k, heads[k], range(i * b * cq, (i + 1) * b * cq),
+                       range(j * a * ck, (j + 1) * a * ck))
+    for q in range(cells):  # 4. reduce-scatter of the partial gradients, both ways
+        i, j = divmod(q, b)
+        for k in range(u):
+            me = q * u + k
+            for j2 in range(b):
+                if j2 != j:
+                    cl.send(me, (i * b + j2) * u + k, "dQ", heads[k], qchunk(i * b + j2))
+            for q2 in range(j * a, (j + 1) * a):
+                if q2 != q:
+                    for t in ("dK", "dV"):
+                        cl.send(me, q2 * u + k, t, kvh[k], kchunk(q2))
+    for q in range(cells):  # 5. Ulysses out
+        for k in range(u):
+            for k2 in range(u):
+                if k2 != k:
+                    src, dst = q * u + k, q * u + k2
+                    cl.send(src, dst, "dQ", heads[k], qchunk(q)[k2 * mq:(k2 + 1) * mq])
+                    for t in ("dK", "dV"):
+                        cl.send(src, dst, t, kvh[k], kchunk(q)[k2 * mk:(k2 + 1) * mk])

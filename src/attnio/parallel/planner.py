@@ -24,7 +24,7 @@ from ..core.workload import Shape
 from .base import CommCost, check_P
 from .bounds import bound
 
-__all__ = ["CPPlan", "plan"]
+__all__ = ["CPPlan", "plan", "plan_bound"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,25 @@ class CPPlan:
         return "\n".join(lines)
 
 
+def plan_bound(shape: Shape, P: int, *, backward: bool = False) -> tuple[int, str]:
+    """The bound the planner certifies against, and its theorem: the forward pass's
+    (:func:`~attnio.parallel.bounds.bound`), or with ``backward`` both passes', each starting
+    from the declared layout: the averaging bounds (Theorems 1 and 3) of the two passes add, the
+    busiest processor's (Theorem 2) counts for the larger pass."""
+    if not backward:
+        b = bound(shape, P)
+        return int(b.value), b.theorem.split(";")[0]
+    import math
+
+    from .bounds import busiest_bound, group_bound, linear_bound
+
+    avg = sum(math.ceil(max(linear_bound(shape, P, backward=bw),
+                            group_bound(shape, P, backward=bw))) for bw in (False, True))
+    busy = max(math.floor(busiest_bound(shape, P, backward=bw)) for bw in (False, True))
+    return ((avg, "Theorems 1/3 over both passes") if avg >= busy
+            else (busy, "Theorem 2 (the busiest processor, one pass)"))
+
+
 def _key(c: CommCost, order: dict[str, int]) -> tuple[int, int, int]:
     return (c.words_per_device, c.total, order[c.scheme])
 
@@ -114,7 +133,8 @@ def _with_backward(shape: Shape, P: int, c: CommCost) -> CommCost:
         return (tuple(x + y for x, y in zip(c.sent, b.sent)),
                 tuple(x + y for x, y in zip(c.received, b.received)))
 
-    # every scheme with a backward moves the same words on every processor: the peaks add
+    # the busiest processor is the same in both passes (every processor alike, or the grid's
+    # cells with δ_q = 0 in both): the peaks add
     work = None if c.work is None else tuple(2 * w for w in c.work)
     return CommCost(c.scheme, c.params, P, c.words_per_device + b.words_per_device,
                     c.total + b.total, per, work)
@@ -127,8 +147,8 @@ def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = No
     (overlapped; ties: fewer words) on ``device`` in ``dtype`` instead.  ``backward``: the
     forward and backward passes together, over the schemes with a backward schedule
     (:data:`attnio.parallel.backward.SCHEMES`).  Each pass starts from the declared layout and
-    processes every required pair, so the averaging bounds (Theorems 1 and 3) count twice and the
-    busiest processor's (Theorem 2) once."""
+    processes every required pair, so the averaging bounds (Theorems 1 and 3) of the two passes
+    add, and the busiest processor's (Theorem 2) counts for the larger pass alone."""
     from . import SCHEMES, get
 
     shape = Shape.coerce(shape)
@@ -183,16 +203,6 @@ def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = No
         scored.sort(key=lambda x: x[:4])
         pick, timed = scored[0][4], scored[0][5]
         ranked = [pick] + [x[4] for x in scored[1:] if x[4].scheme != pick.scheme][:1]
-    b = bound(shape, P)
-    bval, theorem = int(b.value), b.theorem.split(";")[0]
-    if backward:  # each pass starts from the layout: the averaging bounds (1, 3) add up
-        import math
-
-        from .bounds import busiest_bound, group_bound, linear_bound
-
-        avg = 2 * math.ceil(max(linear_bound(shape, P), group_bound(shape, P)))
-        busy = math.floor(busiest_bound(shape, P))
-        bval, theorem = ((avg, "Theorems 1/3 over both passes") if avg >= busy
-                         else (busy, "Theorem 2 (the busiest processor, one pass)"))
+    bval, theorem = plan_bound(shape, P, backward=backward)
     return CPPlan(shape, P, pick, bval, theorem,
                   ranked[1] if len(ranked) > 1 else None, n, timed)

@@ -17,6 +17,10 @@ the key/value head is replicated on the u/kv_heads members that share it).
 3. **Ulysses all-to-all back** (u > 1): member k sends member k' the finished output rows of
    k's heads on k''s m rows.
 
+After each pass (t >= 1) a processor frees the foreign block it passed on, so it holds at most
+two foreign blocks at once, the one it computes with and the one arriving (double buffering):
+:func:`seq_footprint`.
+
 Counts (words; B = batch, H = heads, d head dimension), the same on every processor, sent =
 received:
 
@@ -106,6 +110,23 @@ def seq_cost(shape: Shape, P: int, u: int, kind: str, name: str, params: dict[st
     return CommCost(name, dict(params), P, 2 * each, P * each, lambda: (per, per), w)
 
 
+def seq_footprint(shape: Shape, P: int, u: int, backward: bool = False) -> tuple[int, ...]:
+    """The most words of input rows each processor holds: its layout's rows, the Ulysses rows of
+    its heads (``B·(H/u)·(Nq/P)·(u - 1)`` query rows, ``B·K_u·(Nkv/P)·(u - 1)`` keys) and at
+    most two foreign ring blocks at once (``B·K_u·(Nkv/r)·min(2, r - 1)`` keys: the one it
+    computes with and the one arriving; it frees a foreign block once it has passed it on); a
+    query row is d words forward, 2d + 2 backward (Q, dO, statistics), a key 2d (K, V)."""
+    r = P // u
+    B, d = shape.batch, shape.d
+    Ku = kv_per_member(shape, u)
+    mq, mk = shape.Nq // P, shape.Nkv // P
+    rows_q = shape.n_heads * mq + B * (shape.heads // u) * mq * (u - 1)
+    keys = (shape.n_kv_heads * mk + B * Ku * mk * (u - 1)
+            + B * Ku * (shape.Nkv // r) * min(2, r - 1))
+    each = (2 * d + 2 if backward else d) * rows_q + 2 * d * keys
+    return (each,) * P
+
+
 def member_heads(shape: Shape, u: int, k: int) -> list[int]:
     """The query heads (numbered b·heads + h) member k owns."""
     per = shape.heads // u
@@ -143,6 +164,11 @@ def seq_execute(cluster: Cluster, u: int, kind: str) -> None:
                     for tt in ("K", "V"):
                         cluster.send(g * u + k, ((g + 1) % r) * u + k, tt, kvh[k],
                                      kb[(g - t) % r])
+            if t >= 1:  # each frees the foreign block it passed on (double buffering)
+                for g in range(r):
+                    for k in range(u):
+                        for tt in ("K", "V"):
+                            cluster.drop(g * u + k, tt, kvh[k], kb[(g - t) % r])
     for g in range(r):  # 3. Ulysses back: finished outputs to their owners
         for k in range(u):
             for k2 in range(u):

@@ -14,6 +14,19 @@ S + 1 compute steps and S passes instead of P - 1:
 with ``S ≈ ⌈(W - 1)/s⌉`` (at most P - 1).  At step t processor g computes its rows against block
 (g - t) mod P; a wrapped block lies after every key g's rows see, so it adds no pair, and the
 work is the ring's.  Needs a window (without one S = P - 1: the ring).
+
+**Backward** (:func:`execute_backward`): the same S + 1 steps, each processor adding its query
+rows' pairs against the block it holds into its dQ (which stays: the rows are its own) and into a
+partial dK, dV of that block; after step t >= 1 it sends that partial straight to the block's
+owner, (g - t) mod P (2·B·kv_heads·(Nkv/P)·d words), and the ring's passes carry K and V only.
+(Letting the partial ride with the block and go home after the last step, as the full ring does,
+would send one more block: S + 1 sends instead of S.)  Processor g receives the partials of its
+block from g + 1 .. g + S, so sent = received:
+
+    sent = received = 2·B·kv_heads·S·(Nkv/P)·d  (K, V)  +  2·B·kv_heads·S·(Nkv/P)·d  (dK, dV)
+
+that is ``8·B·kv_heads·S·(Nkv/P)·d`` words per device, against the full ring's backward
+``8·B·kv_heads·Nkv·d`` (about).
 """
 
 from __future__ import annotations
@@ -68,6 +81,29 @@ def cost(shape: Shape, P: int, params: dict[str, Any] | None = None, *, work: bo
     return CommCost(NAME, {}, P, 2 * each, P * each, lambda: (per, per), w)
 
 
+def cost_backward(shape: Shape, P: int, params: dict[str, Any] | None = None) -> CommCost:
+    """The backward pass's closed form (module docstring), with the forward's work."""
+    fwd = cost(shape, P, params)
+    each = 2 * fwd.total // P
+    per = (each,) * P
+    return CommCost(NAME, {}, P, 2 * each, P * each, lambda: (per, per), fwd.work)
+
+
+def footprint(shape: Shape, P: int, params: dict[str, Any] | None = None, *,
+              backward: bool = False) -> tuple[int, ...]:
+    """The most words of input rows each processor holds: its own rows and at most two foreign
+    key/value blocks at once, ``min(2, S)`` (it frees a block once it has passed it on); a query
+    row is d words forward, 2d + 2 backward."""
+    mapspace(shape, P).check(params)
+    S = hops(shape, P)
+    assert S is not None
+    d = shape.d
+    qw = 2 * d + 2 if backward else d
+    each = (qw * shape.n_heads * (shape.Nq // P)
+            + 2 * d * shape.n_kv_heads * (shape.Nkv // P) * (1 + min(2, S)))
+    return (each,) * P
+
+
 def layout(shape: Shape, P: int, params: dict[str, Any] | None = None) -> Layout:
     return seq_layout(shape, P, 1, KIND)
 
@@ -89,3 +125,40 @@ def execute(cluster: Cluster, params: dict[str, Any] | None = None) -> None:
                 b = (g - t) % P
                 for ten in ("K", "V"):
                     cluster.send(g, (g + 1) % P, ten, kvh, range(b * s, (b + 1) * s))
+        _free(cluster, t, S, kvh, s)
+
+
+def _free(cl: Any, t: int, S: int, kvh: list[int], s: int) -> None:
+    """After pass t (1 <= t < S) every processor frees the foreign block it passed on."""
+    if 1 <= t < S:
+        for g in range(cl.P):
+            b = (g - t) % cl.P
+            for ten in ("K", "V"):
+                cl.drop(g, ten, kvh, range(b * s, (b + 1) * s))
+
+
+def execute_backward(cl: Any, params: dict[str, Any] | None = None) -> None:
+    """The backward schedule (module docstring) on any cluster with the backward referee's
+    interface."""
+    shape, P = cl.shape, cl.P
+    S = hops(shape, P)
+    if S is None:
+        raise mapspace(shape, P).error()
+    q, s = shape.Nq // P, shape.Nkv // P
+    heads = list(range(shape.n_heads))
+    kvh = list(range(shape.n_kv_heads))
+    for t in range(S + 1):
+        for g in range(P):
+            b = (g - t) % P
+            cl.compute(g, heads, range(g * q, (g + 1) * q), range(b * s, (b + 1) * s))
+        if t >= 1:  # the partial dK, dV of the block just used goes straight home
+            for g in range(P):
+                b = (g - t) % P
+                for ten in ("dK", "dV"):
+                    cl.send(g, b, ten, kvh, range(b * s, (b + 1) * s))
+        if t < S:
+            for g in range(P):
+                b = (g - t) % P
+                for ten in ("K", "V"):
+                    cl.send(g, (g + 1) % P, ten, kvh, range(b * s, (b + 1) * s))
+        _free(cl, t, S, kvh, s)

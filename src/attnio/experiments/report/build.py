@@ -118,6 +118,7 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool | N
         look = Look(tmp, fmts, {}, all_bounds, dpi)
         rep = _build(rows, meta, os.fspath(db), look, html_page, figs_per_axis, max_figures,
                      progress)
+        _cp_section(os.fspath(db), tmp, rep)
         _move_into_place(tmp, out)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -127,6 +128,17 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool | N
         raise
     rep.out = out
     return rep
+
+
+def _cp_section(db: str, out: str, rep: Report) -> None:
+    """When the database holds context-parallel rows (``attnio cp sweep``): their figure, words
+    per device against P with the bound and fitted slopes, and a section of REPORT.md."""
+    from ..cp import cp_report_section
+
+    name = cp_report_section(db, out)
+    if name is not None:
+        rep.figures.append(name)
+        rep.captions[name] = "context parallelism: words per device against P"
 
 
 def _temp_folder(out: str) -> str:
