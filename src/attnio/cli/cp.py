@@ -66,9 +66,8 @@ def add_arguments(p) -> None:
 
 
 def _run(args, shape, P) -> int:
-    from ..core.errors import ParameterError
-    from ..parallel.distributed import launch
-    from ..parallel.planner import plan
+    from ..core import ParameterError
+    from ..parallel import launch, plan
 
     parsed = None
     if args.params is not None:
@@ -103,9 +102,8 @@ def _run(args, shape, P) -> int:
 
 
 def main(args) -> int:
-    from ..parallel import bounds, get
-    from ..parallel.base import check_P
-    from ..parallel.planner import plan
+    from .. import parallel
+    from ..parallel import check_P, get, plan
 
     args.flag_names = FLAG_NAMES
     shape = common.workload_from_args(args)
@@ -119,11 +117,11 @@ def main(args) -> int:
                  backward=args.backward)
         print(json.dumps(p.to_dict(), sort_keys=True) if args.json else repr(p))
         return 0
-    b = bounds.bound(shape, P)
+    b = parallel.bound(shape, P)
     out = {"bound": int(b.value), "theorem": b.theorem, "P": P, "shape": shape.describe(),
-           "theorem1_linear": float(bounds.linear_bound(shape, P)),
-           "theorem2_busiest": bounds.busiest_bound(shape, P),
-           "theorem3_groups": float(bounds.group_bound(shape, P)),
+           "theorem1_linear": float(parallel.linear_bound(shape, P)),
+           "theorem2_busiest": parallel.busiest_bound(shape, P),
+           "theorem3_groups": float(parallel.group_bound(shape, P)),
            "assumptions": list(b.assumptions)}
     if args.scheme is not None:
         s = plan(shape, P, args.scheme)

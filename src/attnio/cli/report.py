@@ -26,7 +26,7 @@ def _dpi(text: str) -> int:
     """An argparse type: --dpi, an integer in [50, 1200]."""
     import argparse
 
-    from ..experiments.report.style import DPI_RANGE
+    from ..experiments import DPI_RANGE
 
     lo, hi = DPI_RANGE
     try:
@@ -50,7 +50,7 @@ def check_paths(db: str, out: str) -> None:
     refused too.  Checked before anything is read or written."""
     import os
 
-    from ..core.errors import ParameterError
+    from ..core import ParameterError
     from .common import check_input_file, check_output_path
 
     check_input_file(db, "--db", required=False)  # missing: the store says how to make one
@@ -87,10 +87,8 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..core.errors import ParameterError
-    from ..core.progress import Progress
-    from ..experiments.report import build_report
-    from ..experiments.report.style import DEFAULT_DPI
+    from ..core import ParameterError, Progress
+    from ..experiments import DEFAULT_DPI, build_report
     from .common import flag_message
 
     try:

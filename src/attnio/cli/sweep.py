@@ -128,8 +128,8 @@ def add_arguments(p) -> None:
 
 
 def _grids(args):
-    from ..core.errors import ParameterError
-    from ..experiments.sweep import PRESETS, Grid, grid_from_mapping, grids_from_toml
+    from ..core import ParameterError
+    from ..experiments import PRESETS, Grid, grid_from_mapping, grids_from_toml
 
     flags = {k: getattr(args, k) for k in ("N", "Nq", "Nkv", "d", "M", "algo", "causal", "mode",
                                            "seed", "eps", "entry_bound", "batch", "heads",
@@ -160,7 +160,7 @@ def _grids(args):
 def _override(g, flags):
     import dataclasses
 
-    from ..experiments.sweep import parse_causal, parse_values, parse_window
+    from ..experiments import parse_causal, parse_values, parse_window
 
     kw = {}
     for k, v in flags.items():
@@ -178,7 +178,7 @@ def _override(g, flags):
 
 
 def main(args) -> int:
-    from ..core.errors import ParameterError
+    from ..core import ParameterError
 
     given = {k for k in FLAGS if getattr(args, k, None) is not None}
     try:
@@ -199,7 +199,7 @@ def _flagged(e, given: set[str]):
     """The error in the flag the user typed, from the parameter it names (``e.param``): a grid
     key given as a flag, or a parameter only a flag sets; else the error as it is (a key of a
     --config file or a --preset)."""
-    from ..core.errors import ParameterError
+    from ..core import ParameterError
 
     p = e.param
     flag = OWN_FLAGS.get(p) or (FLAGS.get(p) if p in given else None)
@@ -215,7 +215,7 @@ def _flagged(e, given: set[str]):
 
 
 def _sweep(args) -> int:
-    from ..experiments.sweep import DEFAULT_MAX_CONFIGS, SweepInterrupted, dry_run, run_sweep
+    from ..experiments import DEFAULT_MAX_CONFIGS, SweepInterrupted, dry_run, run_sweep
     from .common import check_input_file, check_output_path
 
     if args.config:  # a named pipe or a device: refused, never read (it would block)
@@ -253,8 +253,8 @@ def _sweep(args) -> int:
 
 
 def _export(args) -> int:
-    from ..core.errors import ParameterError
-    from ..experiments.store import LatexOptions, ResultsStore
+    from ..core import ParameterError
+    from ..experiments import LatexOptions, ResultsStore
     from .common import check_input_file, check_output_path, written_whole
 
     fmt = args.format

@@ -19,9 +19,8 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from .. import algorithms
-    from ..cachesim.validation import verify
-    from ..core.errors import ParameterError
-    from ..core.resources import ResourceError
+    from ..cachesim import verify
+    from ..core import ParameterError, ResourceError
 
     alg = algorithms.get(args.algorithm)
     pol = tuple(x.strip() for x in args.policies.split(",") if x.strip())
