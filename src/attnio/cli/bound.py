@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..core import ParameterError, fmt_count
 from . import common
 
 NAME = "bound"
@@ -31,7 +32,6 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from .. import bounds
-    from ..core import fmt_count
 
     shape = common.workload_from_args(args)
     M = common.memory_from_args(args).M
@@ -80,7 +80,6 @@ def _approximate(args, shape, M: int) -> list:
 
     from .. import bounds
     from ..approx import check_eps, feature_dim, polynomial, score_radius
-    from ..core import ParameterError
 
     if args.eps is None:
         if args.entry_bound is not None:

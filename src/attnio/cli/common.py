@@ -30,12 +30,18 @@ from typing import TypedDict
 
 from ..core import (
     ALIGNMENTS,
+    DEFAULT_BUDGET_S,
     FastMemory,
     LayoutRequest,
+    Limits,
     ParameterError,
+    Progress,
+    ResourceError,
     Shape,
     check_input_file,
     check_output_path,
+    check_real,
+    parse_bytes,
     written_whole,
 )
 
@@ -214,7 +220,6 @@ def add_schedule_arguments(p: argparse.ArgumentParser, *, N: int, d: int, defaul
 
 def schedule_tiling_from_args(args: argparse.Namespace, alg: object) -> object:
     """``--tiling`` with ``--entry-bound`` merged in (approximate algorithms only)."""
-    from ..core import check_real
 
     tiling = parse_tiling(args.tiling)
     eb = getattr(args, "entry_bound", None)
@@ -300,7 +305,6 @@ def memory_note(args: argparse.Namespace) -> str | None:
 def limits_from_args(args: argparse.Namespace):
     """The :class:`~attnio.core.resources.Limits` of ``--budget``, ``--force`` and
     ``--max-memory``."""
-    from ..core import Limits
 
     return Limits(**resources_from_args(args))
 
@@ -316,7 +320,6 @@ class Resources(TypedDict, total=False):
 
 def resources_from_args(args: argparse.Namespace) -> Resources:
     """``budget_s``, ``force``, ``max_memory`` keyword arguments from the resource flags."""
-    from ..core import DEFAULT_BUDGET_S, check_real, parse_bytes
 
     out: Resources = {}
     if hasattr(args, "budget"):
@@ -331,7 +334,6 @@ def resources_from_args(args: argparse.Namespace) -> Resources:
 def progress_from_args(args: argparse.Namespace, description: str, total: float | None = None,
                        **kw: object):
     """A :class:`~attnio.core.progress.Progress` (off with ``--quiet`` or ``--json``)."""
-    from ..core import Progress
 
     quiet = getattr(args, "quiet", False) or getattr(args, "json", False)
     return Progress(description, total, enabled=False if quiet else None, **kw)  # type: ignore[arg-type]
@@ -386,7 +388,6 @@ def flag_message(err: BaseException, flags: dict[str, str] | None = None) -> str
     line raised itself).  A refusal for resources (:class:`~attnio.core.resources.ResourceError`)
     is reworded with the limit's flag and ``--force``.
     """
-    from ..core import ResourceError
 
     table = FLAGS if flags is None else {**FLAGS, **flags}
     param = getattr(err, "param", None)

@@ -229,7 +229,6 @@ def _kernels(args) -> int:
     else:
         names = ["fa3", "fa2"] if dev.wgmma else ["fa2"]
     if not names:
-        from ..core import ParameterError
 
         raise ParameterError(f"dtype={dtype}: no flash-attn fp8 kernel runs on {dev.name} (FA3's "
                              "fp8 kernels need Hopper)", param="dtype")

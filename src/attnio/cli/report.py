@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..core import ParameterError, Progress
+
 NAME = "report"
 HELP = "build the reproduction report (figures, fits, REPORT.md, index.html) from a results database"
 
@@ -50,7 +52,6 @@ def check_paths(db: str, out: str) -> None:
     refused too.  Checked before anything is read or written."""
     import os
 
-    from ..core import ParameterError
     from .common import check_input_file, check_output_path
 
     check_input_file(db, "--db", required=False)  # missing: the store says how to make one
@@ -87,7 +88,6 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..core import ParameterError, Progress
     from ..experiments import DEFAULT_DPI, build_report
     from .common import flag_message
 

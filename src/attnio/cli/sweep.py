@@ -7,6 +7,8 @@ import argparse
 import os
 import sys
 
+from ..core import ParameterError
+
 NAME = "sweep"
 HELP = "run a grid of configurations into a SQLite results database (resumable)"
 DESCRIPTION = (
@@ -128,7 +130,6 @@ def add_arguments(p) -> None:
 
 
 def _grids(args):
-    from ..core import ParameterError
     from ..experiments import PRESETS, Grid, grid_from_mapping, grids_from_toml
 
     flags = {k: getattr(args, k) for k in ("N", "Nq", "Nkv", "d", "M", "algo", "causal", "mode",
@@ -178,7 +179,6 @@ def _override(g, flags):
 
 
 def main(args) -> int:
-    from ..core import ParameterError
 
     given = {k for k in FLAGS if getattr(args, k, None) is not None}
     try:
@@ -199,7 +199,6 @@ def _flagged(e, given: set[str]):
     """The error in the flag the user typed, from the parameter it names (``e.param``): a grid
     key given as a flag, or a parameter only a flag sets; else the error as it is (a key of a
     --config file or a --preset)."""
-    from ..core import ParameterError
 
     p = e.param
     flag = OWN_FLAGS.get(p) or (FLAGS.get(p) if p in given else None)
@@ -253,7 +252,6 @@ def _sweep(args) -> int:
 
 
 def _export(args) -> int:
-    from ..core import ParameterError
     from ..experiments import LatexOptions, ResultsStore
     from .common import check_input_file, check_output_path, written_whole
 

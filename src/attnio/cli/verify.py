@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..core import ParameterError, ResourceError
 from . import common
 
 NAME = "verify"
@@ -20,7 +21,6 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     from .. import algorithms
     from ..cachesim import verify
-    from ..core import ParameterError, ResourceError
 
     alg = algorithms.get(args.algorithm)
     pol = tuple(x.strip() for x in args.policies.split(",") if x.strip())
