@@ -31,6 +31,7 @@ from typing import TypedDict
 from ..core import (
     ALIGNMENTS,
     DEFAULT_BUDGET_S,
+    AttnioError,
     FastMemory,
     LayoutRequest,
     Limits,
@@ -295,7 +296,7 @@ def memory_note(args: argparse.Namespace) -> str | None:
         return None
     try:
         mem = memory_from_args(args)
-    except (ParameterError, ValueError):
+    except (AttnioError, ValueError):  # the flags are wrong themselves: that error was printed
         return None
     if device is not None:
         return f"--M here: {mem.M:,} words from --device {mem.device}"
