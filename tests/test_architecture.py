@@ -193,6 +193,17 @@ def test_the_cli_contract_is_declared():
     assert c["forbidden_modules"] == ["attnio.*.*"]
 
 
+def test_every_public_name_resolves():
+    """Each package's __all__ (its public API, docs/api.md) names something it has, the lazily
+    loaded names included."""
+    import importlib
+
+    for name in ["attnio"] + [f"attnio.{p}" for p in sorted(_packages() - {"cli"})]:
+        mod = importlib.import_module(name)
+        missing = [name for name in getattr(mod, "__all__", []) if not hasattr(mod, name)]
+        assert not missing, (name, missing)
+
+
 if __name__ == "__main__":  # the count: python tests/test_architecture.py
     wide = wide_functions()
     for n, name in wide:
