@@ -12,8 +12,7 @@ import pytest
 import attnio
 from attnio.algorithms import get_backward
 from attnio.cli import main
-from attnio.cli.common import default_block_size
-from attnio.core import reference
+from attnio.core import default_block_size, reference
 from attnio.core.blockmask import BlockMask
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
@@ -139,10 +138,10 @@ def test_skipped_blocks_are_not_counted():
 
 
 def test_default_block_size_follows_the_flash2_tile():
-    assert default_block_size(Shape(4096, 4096, 64), 16384) == 64
-    assert default_block_size(Shape(4096, 4096, 64), 16384 + 100) == 64
-    assert default_block_size(Shape(100, 100, 64), 10 ** 6) == 128  # at most N's power of two
-    assert default_block_size(Shape(100, 100, 64), 100) == 1
+    assert default_block_size(4096, 4096, 64, 16384) == 64
+    assert default_block_size(4096, 4096, 64, 16384 + 100) == 64
+    assert default_block_size(100, 100, 64, 10 ** 6) == 128  # at most N's power of two
+    assert default_block_size(100, 100, 64, 100) == 1
 
 
 def test_plan_and_run_json_carry_the_certificate(capsys):

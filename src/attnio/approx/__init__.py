@@ -9,12 +9,20 @@ The schedule on the simulator is ``attnio.algorithms.approx_poly``; the PyTorch 
 """
 
 from .features import FeatureMap, feature_dim, feature_map, monomials
-from .poly import PolyApprox, degree_for, output_error_factor, polynomial, relative_error_bound
+from .poly import (
+    PolyApprox,
+    check_eps,
+    degree_for,
+    output_error_factor,
+    polynomial,
+    relative_error_bound,
+)
 from .radius import score_radius
 
 __all__ = [
     "FeatureMap",
     "PolyApprox",
+    "check_eps",
     "degree_for",
     "feature_dim",
     "feature_map",

@@ -1,9 +1,21 @@
 """Building blocks that are not attention: schedules other schedules are made of.
 
 * :mod:`.matmul`: blocked C = A·B (square, COSMA outer-product and searched tiles), with its own
-  small API (:func:`~attnio.blocks.matmul.run_matmul`); it is not in the attention registry.
+  small API (:func:`~attnio.blocks.matmul.run_matmul`, :func:`estimate_matmul`; :data:`MATMUL`
+  the schedule); it is not in the attention registry.
 """
 
-from .matmul import BlockedMatmul, MatmulResult, MatmulShape, MatmulTiling, run_matmul
+from .matmul import (
+    ALGORITHM as MATMUL,
+)
+from .matmul import (
+    BlockedMatmul,
+    MatmulResult,
+    MatmulShape,
+    MatmulTiling,
+    estimate_matmul,
+    run_matmul,
+)
 
-__all__ = ["BlockedMatmul", "MatmulResult", "MatmulShape", "MatmulTiling", "run_matmul"]
+__all__ = ["MATMUL", "BlockedMatmul", "MatmulResult", "MatmulShape", "MatmulTiling",
+           "estimate_matmul", "run_matmul"]

@@ -66,7 +66,7 @@ from .backward import (
     backward_trivial,
     li_backward,
 )
-from .base import SAHA_YE, Bound, attention_shape, check_M
+from .base import SAHA_YE, Bound, attention_shape, check_M, regime_of
 from .exact import (
     large_cache_for,
     required_pairs,
@@ -119,6 +119,7 @@ __all__ = [
     "qkpv_levelled_pairs",
     "qkpv_pooled",
     "qkpv_pooled_pairs",
+    "regime_of",
     "required_pairs",
     "reread_cut",
     "seth_entry_threshold",

@@ -14,10 +14,9 @@ import os
 import sys
 from types import ModuleType
 
-from ..core.errors import AttnioError
-from ..core.version import __version__
+from ..core import AttnioError, __version__
 from . import bound, cp, gpu, pebble, plan, report, run, sweep, trace, verify
-from .common import flag_message
+from .common import flag_message, memory_note
 
 #: The verbs, in the order ``attnio --help`` lists them.
 COMMANDS: tuple[ModuleType, ...] = (bound, cp, gpu, pebble, plan, report, run, sweep, trace,
@@ -80,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         else:
             msg = flag_message(e, getattr(args, "flag_names", None))
-        note = getattr(args, "memory_note", None)  # --M came from --device or --M-bytes
-        if note and ("--M " in msg or "--M:" in msg or "--M=" in msg):
-            msg += f" ({note})"
+        if "--M " in msg or "--M:" in msg or "--M=" in msg:
+            note = memory_note(args)  # --M came from --device or --M-bytes
+            if note:
+                msg += f" ({note})"
         print(f"attnio {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

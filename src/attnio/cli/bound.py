@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..core import ParameterError, fmt_count
 from . import common
 
 NAME = "bound"
@@ -31,19 +32,16 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from .. import bounds
-    from ..bounds.backward import backward_applicable_to
-    from ..bounds.base import regime_of
-    from ..core.resources import fmt_count
 
     shape = common.workload_from_args(args)
     M = common.memory_from_args(args).M
     shape = common.block_mask_from_args(args, shape, M)
     bs = bounds.applicable_to(shape, M, q=args.q, binary=args.binary)
     best = bounds.best(bs)
-    bbs = backward_applicable_to(shape, M) if args.backward else []
+    bbs = bounds.backward_applicable_to(shape, M) if args.backward else []
     abs_ = _approximate(args, shape, M)
     bbest = bounds.best(bbs) if bbs else None
-    regime = regime_of(shape.d, M)
+    regime = bounds.regime_of(shape.d, M)
     bm = shape.block_mask
     if args.json:
         print(json.dumps({"N": shape.Nq, "Nq": shape.Nq, "Nkv": shape.Nkv, "d": shape.d, "M": M,
@@ -80,11 +78,8 @@ def _approximate(args, shape, M: int) -> list:
     most eps (R = B²·d·scale, the default scale 1/√d), for one unmasked head."""
     import math
 
-    from ..approx.features import feature_dim
-    from ..approx.poly import check_eps, polynomial
-    from ..approx.radius import score_radius
-    from ..bounds import approximate as ab
-    from ..core.errors import ParameterError
+    from .. import bounds
+    from ..approx import check_eps, feature_dim, polynomial, score_radius
 
     if args.eps is None:
         if args.entry_bound is not None:
@@ -103,10 +98,10 @@ def _approximate(args, shape, M: int) -> list:
     R = score_radius(shape.d, 1.0 / math.sqrt(shape.d), args.entry_bound)
     p = polynomial(eps, R)
     r = feature_dim(shape.d, p.degree)
-    out = [ab.approx_w_stationary(shape.Nq, shape.Nkv, shape.d, M, r),
-           ab.alman_song_degree(eps, R)]
+    out = [bounds.approx_w_stationary(shape.Nq, shape.Nkv, shape.d, M, r),
+           bounds.alman_song_degree(eps, R)]
     if min(shape.Nq, shape.Nkv) >= 2:
-        out.append(ab.seth_entry_threshold(max(shape.Nq, shape.Nkv)))
+        out.append(bounds.seth_entry_threshold(max(shape.Nq, shape.Nkv)))
     return out
 
 

@@ -15,7 +15,7 @@ Flags: ``--N --Nq --Nkv --d --heads --kv-heads --batch --causal [bottom_right|to
 ``--dtype`` (fast memory), ``--tiling`` where an algorithm is named, ``--budget --force
 --max-memory`` where work is allocated, ``--json`` and ``--quiet`` everywhere.
 
->>> from attnio.core.errors import ParameterError
+>>> from attnio.core import ParameterError
 >>> flag_message(ParameterError("kv_heads must be an integer >= 1, got 0", param="kv_heads"))
 '--kv-heads must be an integer >= 1, got 0'
 >>> flag_message(ParameterError("heads must be a multiple of kv_heads, got heads=3 and "
@@ -28,16 +28,31 @@ from __future__ import annotations
 import argparse
 from typing import TypedDict
 
-from ..core.errors import ParameterError
-from ..core.paths import check_input_file, check_output_path, written_whole
-from ..core.workload import ALIGNMENTS, FastMemory, Shape
+from ..core import (
+    ALIGNMENTS,
+    DEFAULT_BUDGET_S,
+    AttnioError,
+    FastMemory,
+    LayoutRequest,
+    Limits,
+    ParameterError,
+    Progress,
+    ResourceError,
+    Shape,
+    check_input_file,
+    check_output_path,
+    check_real,
+    parse_bytes,
+    written_whole,
+)
 
-__all__ = ["FLAGS", "MAX_LAYOUT_BLOCKS", "add_backward_arguments",
+__all__ = ["FLAGS", "add_backward_arguments",
            "add_memory_arguments", "add_output_arguments", "add_resource_arguments",
            "add_sparse_workload_arguments", "add_sparsity_arguments", "add_tiling_argument",
            "add_workload_arguments",
-           "backward_from_args", "block_mask_from_args", "default_block_size", "flag_message",
+           "backward_from_args", "block_mask_from_args", "flag_message",
            "check_input_file", "check_output_path", "limits_from_args", "memory_from_args",
+           "memory_note",
            "parse_tiling", "progress_from_args", "resources_from_args",
            "schedule_tiling_from_args", "workload_from_args", "written_whole"]
 
@@ -156,95 +171,22 @@ def backward_from_args(args: argparse.Namespace) -> str | None:
     return get_backward(name).name
 
 
-#: A layout of more blocks than this is refused before it is drawn: the closed forms work on
-#: the layout (about 4x its size per candidate tiling), so a plan stays well under a second.
-MAX_LAYOUT_BLOCKS = 1 << 20
-
-
-def default_block_size(shape: Shape, M: int) -> int:
-    """The block side a ``--density`` layout gets without ``--block-size``: the largest power of
-    two <= max(1, M // (4d)), and at most max(Nq, Nkv) — flash2's tile side Br = Bc ≈ M/(4d), so
-    its tiles hold whole blocks and the skipped fraction is the layout's — raised to the least
-    power of two that keeps the layout within :data:`MAX_LAYOUT_BLOCKS` blocks.
-
-    >>> default_block_size(Shape(4096, 4096, 64), 65536)
-    256
-    >>> default_block_size(Shape(65536, 65536, 64), 4096)  # 16 would make 4096 x 4096 blocks
-    64
-    """
-    side = max(1, M // (4 * shape.d))
-    b = 1 << (side.bit_length() - 1)
-    b = max(1, min(b, 1 << (max(shape.Nq, shape.Nkv) - 1).bit_length()))
-    while -(-shape.Nq // b) * -(-shape.Nkv // b) > MAX_LAYOUT_BLOCKS:
-        b *= 2
-    return b
-
-
 def block_mask_from_args(args: argparse.Namespace, shape: Shape, M: int) -> Shape:
-    """``shape`` with the layout of ``--block-mask`` or ``--density`` (unchanged without them).
-
-    Refused in one line naming the flag, before anything large is allocated: both flags, a
-    causal mask or window beside them, a density outside (0, 1], a block size < 1, a file that is
-    not a 2-D boolean .npy array or does not cover the sizes, a layout of more than
-    :data:`MAX_LAYOUT_BLOCKS` blocks."""
-    from ..core.blockmask import BlockMask
-    from ..core.checks import check_int, check_real
-
-    path = getattr(args, "block_mask", None)
-    density = getattr(args, "density", None)
-    bs = getattr(args, "block_size", None)
-    seed = getattr(args, "layout_seed", None)
-    if path is None and density is None:
-        for flag, v in (("--block-size", bs), ("--layout-seed", seed)):
-            if v is not None:
-                raise ParameterError(f"{flag} applies to a block layout: add --density S or "
-                                     "--block-mask FILE.npy", param=flag[2:].replace("-", "_"))
-        return shape
-    if path is not None and density is not None:
-        raise ParameterError("give --block-mask FILE.npy or --density S, not both",
-                             param="block_mask")
-    flag = "--block-mask" if path is not None else "--density"
-    if shape.causal or shape.window is not None:
-        raise ParameterError(f"{flag} cannot be combined with --causal/--window: the block "
-                             "layout is the mask", param=flag[2:].replace("-", "_"))
-    if density is not None:
-        density = check_real("density", density, lo=0, hi=1, lo_open=True,
-                             what="the fraction of kept blocks")
-    if bs is not None:
-        bs = check_int("block_size", bs, minimum=1, maximum=max(shape.Nq, shape.Nkv))
-    if seed is not None:
-        if path is not None:
-            raise ParameterError("--layout-seed applies to a --density layout",
-                                 param="layout_seed")
-        seed = check_int("layout_seed", seed, minimum=0)
-    if path is not None:
-        check_input_file(path, "--block-mask", required=False)  # a FIFO is never opened
-        bm = BlockMask.load(path, shape.Nq, shape.Nkv, bs, bs)
-        if bm.bq != bm.bk:  # blocks are square: the file's rows give the side
-            need = -(-shape.Nkv // bm.bq)
-            raise ParameterError(
-                f"--block-mask {path}: a {bm.Tq}x{bm.Tk} layout for Nq={shape.Nq}, "
-                f"Nkv={shape.Nkv} has blocks of {bm.bq}x{bm.bk}; blocks are square, so it needs "
-                f"{bm.Tq}x{need} blocks (or give --block-size)", param="block_mask")
-        if bm.Tq * bm.Tk > MAX_LAYOUT_BLOCKS:
-            raise ParameterError(f"--block-mask {path}: a layout of {bm.Tq}x{bm.Tk} blocks is "
-                                 f"more than {MAX_LAYOUT_BLOCKS:,}; use larger blocks",
-                                 param="block_mask")
-        return shape.with_mask(block_mask=bm)
-    b = default_block_size(shape, M) if bs is None else bs
-    blocks = -(-shape.Nq // b) * -(-shape.Nkv // b)
-    if blocks > MAX_LAYOUT_BLOCKS:
-        raise ParameterError(f"--density: a layout of {blocks:,} blocks of {b}x{b} is more than "
-                             f"{MAX_LAYOUT_BLOCKS:,}; raise --block-size", param="block_size")
-    assert density is not None
-    bm = BlockMask.random(shape.Nq, shape.Nkv, b, b, density=density, seed=seed or 0)
-    return shape.with_mask(block_mask=bm)
+    """``shape`` with the layout of ``--block-mask`` or ``--density`` (unchanged without them):
+    the rules are :class:`attnio.core.LayoutRequest`'s, its errors worded in flags."""
+    request = LayoutRequest(path=getattr(args, "block_mask", None),
+                            density=getattr(args, "density", None),
+                            block_size=getattr(args, "block_size", None),
+                            layout_seed=getattr(args, "layout_seed", None))
+    bm = request.block_mask(shape.Nq, shape.Nkv, d=shape.d, M=M,
+                            masked=shape.causal or shape.window is not None)
+    return shape if bm is None else shape.with_mask(block_mask=bm)
 
 
 def add_memory_arguments(p: argparse.ArgumentParser, *, required: bool = True,
                          default_M: int | None = None) -> None:
     """``--M`` (words), ``--M-bytes`` (with ``--dtype``) or ``--device`` (a preset), and ``--dtype``."""
-    from ..hardware.devices import names
+    from ..hardware import names
 
     g = p.add_mutually_exclusive_group(required=required and default_M is None)
     g.add_argument("--M", type=int, default=default_M,
@@ -279,7 +221,6 @@ def add_schedule_arguments(p: argparse.ArgumentParser, *, N: int, d: int, defaul
 
 def schedule_tiling_from_args(args: argparse.Namespace, alg: object) -> object:
     """``--tiling`` with ``--entry-bound`` merged in (approximate algorithms only)."""
-    from ..core.checks import check_real
 
     tiling = parse_tiling(args.tiling)
     eb = getattr(args, "entry_bound", None)
@@ -337,24 +278,34 @@ def _or(x: int | None, default: int) -> int:
 
 def memory_from_args(args: argparse.Namespace) -> FastMemory:
     """``--M``, ``--M-bytes --dtype`` or ``--device [--dtype]`` as words of fast memory
-    (:func:`attnio.planner.fast_memory`, the one place that turns them into words); notes where
-    the words came from in ``args.memory_note``."""
+    (:func:`attnio.planner.fast_memory`, the one place that turns them into words)."""
     from ..planner import fast_memory
 
     device, M_bytes = getattr(args, "device", None), getattr(args, "M_bytes", None)
     M = args.M if device is None and M_bytes is None else None  # --M may carry a verb's default
-    mem = fast_memory(M, M_bytes=M_bytes, dtype_bytes=getattr(args, "dtype", None), device=device)
+    return fast_memory(M, M_bytes=M_bytes, dtype_bytes=getattr(args, "dtype", None), device=device)
+
+
+def memory_note(args: argparse.Namespace) -> str | None:
+    """Where ``--M`` came from when ``--device`` or ``--M-bytes`` gave it (None otherwise, or
+    when those flags are themselves wrong): added to an error that names ``--M``."""
+    if not hasattr(args, "M_bytes"):  # a verb without the memory flags
+        return None
+    device, M_bytes = args.device, args.M_bytes
+    if device is None and M_bytes is None:
+        return None
+    try:
+        mem = memory_from_args(args)
+    except (AttnioError, ValueError):  # the flags are wrong themselves: that error was printed
+        return None
     if device is not None:
-        args.memory_note = f"--M here: {mem.M:,} words from --device {mem.device}"
-    elif M_bytes is not None:
-        args.memory_note = f"--M here: {mem.M:,} words from --M-bytes {M_bytes}"
-    return mem
+        return f"--M here: {mem.M:,} words from --device {mem.device}"
+    return f"--M here: {mem.M:,} words from --M-bytes {M_bytes}"
 
 
 def limits_from_args(args: argparse.Namespace):
     """The :class:`~attnio.core.resources.Limits` of ``--budget``, ``--force`` and
     ``--max-memory``."""
-    from ..core.resources import Limits
 
     return Limits(**resources_from_args(args))
 
@@ -370,8 +321,6 @@ class Resources(TypedDict, total=False):
 
 def resources_from_args(args: argparse.Namespace) -> Resources:
     """``budget_s``, ``force``, ``max_memory`` keyword arguments from the resource flags."""
-    from ..core.checks import check_real
-    from ..core.resources import DEFAULT_BUDGET_S, parse_bytes
 
     out: Resources = {}
     if hasattr(args, "budget"):
@@ -386,7 +335,6 @@ def resources_from_args(args: argparse.Namespace) -> Resources:
 def progress_from_args(args: argparse.Namespace, description: str, total: float | None = None,
                        **kw: object):
     """A :class:`~attnio.core.progress.Progress` (off with ``--quiet`` or ``--json``)."""
-    from ..core.progress import Progress
 
     quiet = getattr(args, "quiet", False) or getattr(args, "json", False)
     return Progress(description, total, enabled=False if quiet else None, **kw)  # type: ignore[arg-type]
@@ -441,7 +389,6 @@ def flag_message(err: BaseException, flags: dict[str, str] | None = None) -> str
     line raised itself).  A refusal for resources (:class:`~attnio.core.resources.ResourceError`)
     is reworded with the limit's flag and ``--force``.
     """
-    from ..core.resources import ResourceError
 
     table = FLAGS if flags is None else {**FLAGS, **flags}
     param = getattr(err, "param", None)

@@ -95,9 +95,8 @@ def add_arguments(p) -> None:
 
 
 def _run(args, shape, P) -> int:
-    from ..core.errors import ParameterError
-    from ..parallel.distributed import launch
-    from ..parallel.planner import plan
+    from ..core import ParameterError
+    from ..parallel import launch, plan
 
     parsed = None
     if args.params is not None:
@@ -132,9 +131,8 @@ def _run(args, shape, P) -> int:
 
 
 def _sweep(args, shape) -> int:
-    from ..core.errors import ParameterError
-    from ..experiments.cp import cp_sweep
-    from ..experiments.values import parse_values
+    from ..core import ParameterError
+    from ..experiments import cp_sweep, parse_values
     from ..parallel import names
 
     Ps = parse_values("P", args.P)
@@ -153,8 +151,8 @@ def _sweep(args, shape) -> int:
 
 
 def _figure(args) -> int:
-    from ..core.errors import ParameterError
-    from ..experiments.cp import cp_figure, cp_rows
+    from ..core import ParameterError
+    from ..experiments import cp_figure, cp_rows
 
     bits = args.fit.split(":")
     if len(bits) != 2 or not all(b.strip().isdigit() for b in bits) or int(bits[0]) < 1 \
@@ -173,9 +171,8 @@ def _figure(args) -> int:
 
 
 def main(args) -> int:
-    from ..parallel import bounds, get
-    from ..parallel.base import check_P
-    from ..parallel.planner import plan
+    from .. import parallel
+    from ..parallel import check_P, get, plan
 
     args.flag_names = FLAG_NAMES
     if args.cp_command == "figure":
@@ -194,22 +191,20 @@ def main(args) -> int:
         print(json.dumps(p.to_dict(), sort_keys=True) if args.json else repr(p))
         return 0
     bw = args.backward
-    b = bounds.bound(shape, P, memory=args.memory, backward=bw)
+    b = parallel.bound(shape, P, memory=args.memory, backward=bw)
     out = {"bound": int(b.value), "theorem": b.theorem, "P": P, "shape": shape.describe(),
            "backward": bw, "memory": args.memory,
-           "theorem1_linear": float(bounds.linear_bound(shape, P, backward=bw)),
-           "theorem2_busiest": bounds.busiest_bound(shape, P, backward=bw),
-           "theorem3_groups": float(bounds.group_bound(shape, P, backward=bw)),
+           "theorem1_linear": float(parallel.linear_bound(shape, P, backward=bw)),
+           "theorem2_busiest": parallel.busiest_bound(shape, P, backward=bw),
+           "theorem3_groups": float(parallel.group_bound(shape, P, backward=bw)),
            "theorem4_memory": None if args.memory is None else float(
-               bounds.memory_bound(shape, P, args.memory, backward=bw)),
+               parallel.memory_bound(shape, P, args.memory, backward=bw)),
            "assumptions": list(b.assumptions)}
     if args.scheme is not None:
         s = plan(shape, P, args.scheme)
         words = s.words_per_device
         if bw:
-            from ..parallel.backward import cost_backward
-
-            words = cost_backward(s.scheme, shape, P, s.params).words_per_device
+            words = parallel.cost_backward(s.scheme, shape, P, s.params).words_per_device
         out.update(scheme=s.scheme, params=s.params, words_per_device=words,
                    ratio=None if not b.value else words / b.value)
     if args.json:

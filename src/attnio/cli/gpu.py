@@ -23,7 +23,7 @@ import sys
 import warnings
 from typing import Any
 
-from ..core.errors import AttnioError, ParameterError
+from ..core import AttnioError, ParameterError
 from .common import (
     add_output_arguments,
     add_workload_arguments,
@@ -80,25 +80,23 @@ def _calibration_arg(p) -> None:
 
 def _device_of(args):
     """The device of --device or --device-file (one of them; default h100)."""
-    from ..hardware import devices
+    from .. import hardware
 
     if getattr(args, "device_file", None):
         if args.device is not None:
             raise ParameterError(f"give --device or --device-file, not both (got --device "
                                  f"{args.device} and --device-file {args.device_file})",
                                  param="device_file")
-        from ..hardware import device_file
-
-        return device_file.load(args.device_file)
-    return devices.get(args.device or "h100")
+        return hardware.load_device_file(args.device_file)
+    return hardware.get(args.device or "h100")
 
 
 def _file_devices(args) -> list:
     if not getattr(args, "device_file", None):
         return []
-    from ..hardware import device_file
+    from ..hardware import load_device_file
 
-    return [device_file.load(args.device_file)]
+    return [load_device_file(args.device_file)]
 
 
 def _calibration(args, dev=None) -> dict:
@@ -107,10 +105,9 @@ def _calibration(args, dev=None) -> dict:
     path = getattr(args, "calibration", None)
     if not path:
         return {}
-    from ..hardware.calibrate import load
-    from ..hardware.timing import generation
+    from ..hardware import generation, load_calibration
 
-    gens = load(path)
+    gens = load_calibration(path)
     if dev is not None and generation(dev) not in gens:
         raise ParameterError(f"--calibration {path} holds the fit of {', '.join(gens)}, but "
                              f"device {dev.name} is {generation(dev)}: calibrate on its "
@@ -197,9 +194,9 @@ def _fmt_bytes(b) -> str:
 
 
 def _devices(args) -> int:
-    from ..hardware import devices
+    from ..hardware import all_devices
 
-    listed = [*devices.all_devices(), *_file_devices(args)]
+    listed = [*all_devices(), *_file_devices(args)]
     rows = [d.as_dict() for d in listed]
     if args.json:
         print(json.dumps(rows, sort_keys=True))
@@ -221,26 +218,25 @@ def _devices(args) -> int:
 
 
 def _kernels(args) -> int:
-    from ..hardware import devices, feasibility, kernels
+    from .. import hardware
 
     dev = _device_of(args).require_model()
-    dtype = devices.dtype_name(args.dtype or "bf16")
+    dtype = hardware.dtype_name(args.dtype or "bf16")
     if args.kernel:
         names = [args.kernel]
-    elif devices.dtype_bytes(dtype) == 1:   # only FA3 ships fp8 kernels
+    elif hardware.dtype_bytes(dtype) == 1:   # only FA3 ships fp8 kernels
         names = ["fa3"] if dev.wgmma else []
     else:
         names = ["fa3", "fa2"] if dev.wgmma else ["fa2"]
     if not names:
-        from ..core.errors import ParameterError
 
         raise ParameterError(f"dtype={dtype}: no flash-attn fp8 kernel runs on {dev.name} (FA3's "
                              "fp8 kernels need Hopper)", param="dtype")
     rows = []
     for name in names:
-        for r in kernels.kernel_table(name, dev, dtype):
+        for r in hardware.kernel_table(name, dev, dtype):
             shp, cfg = r["shape"], r["config"]
-            f = feasibility.check(dev, cfg, shp)
+            f = hardware.check_feasibility(dev, cfg, shp)
             rows.append({"kernel": name, "d": r["d"], "causal": r["causal"],
                          "config": cfg.as_dict(), "short": cfg.short(), "feasible": f.feasible,
                          "why": f.why, "smem_bytes": f.smem_bytes,
@@ -250,7 +246,7 @@ def _kernels(args) -> int:
     if args.json:
         print(json.dumps(rows, sort_keys=True))
         return 0
-    print(f"{dev.name}: flash-attn tile tables (commit {kernels.FLASH_ATTN_COMMIT[:12]}), "
+    print(f"{dev.name}: flash-attn tile tables (commit {hardware.FLASH_ATTN_COMMIT[:12]}), "
           f"{dtype}, no split (batch 4 x 32 heads, N = 8192)")
     for r in rows:
         state = "ok" if r["feasible"] else "INFEASIBLE: " + r["why"]
@@ -262,8 +258,7 @@ def _kernels(args) -> int:
 
 
 def _score(args) -> int:
-    from ..hardware import devices
-    from ..hardware.model import score
+    from .. import hardware
 
     shape = workload_from_args(args)
     dev = _device_of(args)
@@ -274,14 +269,11 @@ def _score(args) -> int:
             raise ParameterError("--backward scores a named --kernel's backward; with --config "
                                  "give algorithm=fa2_bwd or algorithm=fa3_bwd instead",
                                  param="backward")
-        from ..hardware.kernels import backward_config
+        config = hardware.backward_config(config, dev.require_model(), shape,
+                                          hardware.dtype_name(args.dtype or "bf16"))
 
-        config = backward_config(config, dev.require_model(), shape,
-                                 devices.dtype_name(args.dtype or "bf16"))
-    from ..hardware import fits
-
-    with fits.using(_calibration(args, dev)):
-        s = score(dev, shape, config, dtype=args.dtype)
+    with hardware.using_calibration(_calibration(args, dev)):
+        s = hardware.score(dev, shape, config, dtype=args.dtype)
     dtype = s.config.dtype
     if args.json:
         print(json.dumps(s.to_dict(), sort_keys=True))
@@ -314,8 +306,7 @@ def _score(args) -> int:
 
 
 def _tune(args) -> int:
-    from ..hardware import fits
-    from ..hardware.oracle import tune_report
+    from ..hardware import tune_report, using_calibration
     from .common import progress_from_args
 
     shape = workload_from_args(args)
@@ -327,7 +318,7 @@ def _tune(args) -> int:
                              "splitkv, fa2_bwd)", param="algorithm")
     kernel = None if args.kernel == "none" else args.kernel
     with progress_from_args(args, "gpu tune: L2 replays", args.max_replays) as bar, \
-            fits.using(_calibration(args, dev)):
+            using_calibration(_calibration(args, dev)):
         r = tune_report(dev, shape, algorithm=args.algorithm,
                         dtype=args.dtype or "bf16", top=args.top, kernel=kernel,
                         max_replays=args.max_replays, progress=bar)
@@ -339,12 +330,11 @@ def _tune(args) -> int:
 
 
 def _validate(args) -> int:
-    from ..hardware import fits
-    from ..hardware.validate import validate
+    from ..hardware import using_calibration, validate_measurements
 
     check_input_file(args.measurements, "--measurements")  # a FIFO or a device: refused, unread
-    with fits.using(_calibration(args)):
-        res = validate(args.measurements, devices=_file_devices(args))
+    with using_calibration(_calibration(args)):
+        res = validate_measurements(args.measurements, devices=_file_devices(args))
     if args.json:
         print(json.dumps(res, sort_keys=True, allow_nan=False))
         return 0
@@ -363,13 +353,13 @@ def _validate(args) -> int:
 
 
 def _calibrate(args) -> int:
-    from ..hardware import calibrate
+    from .. import hardware
 
     check_input_file(args.measurements, "--measurements")
     inputs = [args.measurements] + ([args.device_file] if args.device_file else [])
-    calibrate.check_out(args.out, inputs)     # before the (slow) fit
-    table = calibrate.calibrate(args.measurements, devices=_file_devices(args))
-    calibrate.write(table, args.out, inputs)
+    hardware.check_calibration_out(args.out, inputs)     # before the (slow) fit
+    table = hardware.fit_calibration(args.measurements, devices=_file_devices(args))
+    hardware.write_calibration(table, args.out, inputs)
     if args.json:
         print(json.dumps(table, sort_keys=True, allow_nan=False))
         return 0
@@ -390,7 +380,7 @@ def _calibrate(args) -> int:
 
 def _run(action, args) -> int:
     """Run ``action``; the time model's warnings (a borrowed fit) as one line each on stderr."""
-    from ..hardware.fits import FitWarning
+    from ..hardware import FitWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FitWarning)

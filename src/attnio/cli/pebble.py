@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from ..core import ParameterError, check_int, check_real
+
 NAME = "pebble"
 HELP = "exact red-blue pebbling optimum of a tiny attention or matmul instance"
 
@@ -31,13 +33,11 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..core.checks import check_int, check_real
-    from ..pebble.comparison import MAX_TIME_LIMIT_S, Instance, compare
+    from ..pebble import MAX_TIME_LIMIT_S, Instance, compare
     from .common import progress_from_args
 
     if args.matmul:
         if args.N is not None or args.Nkv is not None or args.d is not None:
-            from ..core.errors import ParameterError
 
             raise ParameterError("--matmul solves C = A·B: drop --N/--Nkv/--d", param="N")
         inst = Instance("matmul", tuple(check_int(f"--matmul {n}", v, minimum=1, maximum=4)

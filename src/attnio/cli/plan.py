@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..planner.planner import plan_shape
+    from ..planner import plan_shape
 
     shape = common.workload_from_args(args)
     mem = common.memory_from_args(args)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..core import ParameterError, Progress
+
 NAME = "report"
 HELP = "build the reproduction report (figures, fits, REPORT.md, index.html) from a results database"
 
@@ -26,7 +28,7 @@ def _dpi(text: str) -> int:
     """An argparse type: --dpi, an integer in [50, 1200]."""
     import argparse
 
-    from ..experiments.report.style import DPI_RANGE
+    from ..experiments import DPI_RANGE
 
     lo, hi = DPI_RANGE
     try:
@@ -50,7 +52,6 @@ def check_paths(db: str, out: str) -> None:
     refused too.  Checked before anything is read or written."""
     import os
 
-    from ..core.errors import ParameterError
     from .common import check_input_file, check_output_path
 
     check_input_file(db, "--db", required=False)  # missing: the store says how to make one
@@ -87,10 +88,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..core.errors import ParameterError
-    from ..core.progress import Progress
-    from ..experiments.report import build_report
-    from ..experiments.report.style import DEFAULT_DPI
+    from ..experiments import DEFAULT_DPI, build_report
     from .common import flag_message
 
     try:

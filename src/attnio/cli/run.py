@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import ParameterError, ResourceError, check_cost, check_int, check_real
 from .common import (
     add_backward_arguments,
     add_output_arguments,
@@ -77,7 +78,6 @@ def shape_of_inputs(source, args) -> Any:
     a typed size flag that disagrees with the file is refused (the file decides the sizes)."""
     import dataclasses as dc
 
-    from ..core.errors import ParameterError
 
     sizes = source.shape(source.header(args.backward))
     have = {"Nq": sizes.Nq, "Nkv": sizes.Nkv, "d": sizes.d, "batch": sizes.batch,
@@ -101,9 +101,7 @@ def shape_of_inputs(source, args) -> Any:
 # ---------------------------------------------------------------------- matmul
 def main_matmul(args) -> int:
     """``attnio run matmul --m --k --n --M``: C = A·B on the simulator, with the COSMA ratio."""
-    from ..blocks.matmul import MatmulShape, estimate_matmul, run_matmul
-    from ..core.errors import ParameterError
-    from ..core.resources import check_cost
+    from ..blocks import MatmulShape, estimate_matmul, run_matmul
 
     missing = [f"--{x}" for x in ("m", "k", "n") if getattr(args, x) is None]
     if missing:
@@ -177,9 +175,7 @@ def main(args) -> int:
     """Parse the flags into one :func:`attnio.run` call (which validates, estimates, refuses,
     runs, checks against the reference and certifies) and print its Result."""
     from .. import algorithms, run
-    from ..blocks.matmul import ALGORITHM as MATMUL
-    from ..core.errors import ParameterError
-    from ..core.resources import ResourceError
+    from ..blocks import MATMUL
     from ..runner import BackwardPass, NpzInputs, RandomInputs
 
     if args.list:
@@ -222,8 +218,6 @@ def main(args) -> int:
 def _tiling_from_args(args, alg) -> Any:
     """--tiling, with --eps/--entry-bound/--allow-unbounded for an approximate algorithm; the
     flags that do not apply to this algorithm or mode refused."""
-    from ..core.checks import check_int, check_real
-    from ..core.errors import ParameterError
 
     for flag in ("m", "k", "n"):
         if getattr(args, flag) is not None:

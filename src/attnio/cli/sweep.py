@@ -7,6 +7,8 @@ import argparse
 import os
 import sys
 
+from ..core import ParameterError
+
 NAME = "sweep"
 HELP = "run a grid of configurations into a SQLite results database (resumable)"
 DESCRIPTION = (
@@ -128,8 +130,7 @@ def add_arguments(p) -> None:
 
 
 def _grids(args):
-    from ..core.errors import ParameterError
-    from ..experiments.sweep import PRESETS, Grid, grid_from_mapping, grids_from_toml
+    from ..experiments import PRESETS, Grid, grid_from_mapping, grids_from_toml
 
     flags = {k: getattr(args, k) for k in ("N", "Nq", "Nkv", "d", "M", "algo", "causal", "mode",
                                            "seed", "eps", "entry_bound", "batch", "heads",
@@ -160,7 +161,7 @@ def _grids(args):
 def _override(g, flags):
     import dataclasses
 
-    from ..experiments.sweep import parse_causal, parse_values, parse_window
+    from ..experiments import parse_causal, parse_values, parse_window
 
     kw = {}
     for k, v in flags.items():
@@ -178,7 +179,6 @@ def _override(g, flags):
 
 
 def main(args) -> int:
-    from ..core.errors import ParameterError
 
     given = {k for k in FLAGS if getattr(args, k, None) is not None}
     try:
@@ -199,7 +199,6 @@ def _flagged(e, given: set[str]):
     """The error in the flag the user typed, from the parameter it names (``e.param``): a grid
     key given as a flag, or a parameter only a flag sets; else the error as it is (a key of a
     --config file or a --preset)."""
-    from ..core.errors import ParameterError
 
     p = e.param
     flag = OWN_FLAGS.get(p) or (FLAGS.get(p) if p in given else None)
@@ -215,7 +214,7 @@ def _flagged(e, given: set[str]):
 
 
 def _sweep(args) -> int:
-    from ..experiments.sweep import DEFAULT_MAX_CONFIGS, SweepInterrupted, dry_run, run_sweep
+    from ..experiments import DEFAULT_MAX_CONFIGS, SweepInterrupted, dry_run, run_sweep
     from .common import check_input_file, check_output_path
 
     if args.config:  # a named pipe or a device: refused, never read (it would block)
@@ -253,8 +252,7 @@ def _sweep(args) -> int:
 
 
 def _export(args) -> int:
-    from ..core.errors import ParameterError
-    from ..experiments.store import LatexOptions, ResultsStore
+    from ..experiments import LatexOptions, ResultsStore
     from .common import check_input_file, check_output_path, written_whole
 
     fmt = args.format

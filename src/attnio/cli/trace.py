@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..core import ParameterError, ResourceError, check_int, check_real
 from . import common
 
 NAME = "trace"
@@ -30,7 +31,6 @@ def check_out_path(flag: str, path: str | None, other: tuple[str, str | None] = 
     """A file we are about to write, checked before the trace is recorded: a regular file or
     nothing yet (never a device, a named pipe, a socket or a folder), in a writable folder, and
     not the file the ``other`` output (flag, path) names."""
-    from ..core.errors import ParameterError
 
     if not path:
         return
@@ -54,10 +54,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def main(args) -> int:
     from .. import algorithms
-    from ..cachesim.tracing import trace
-    from ..core.checks import check_int, check_real
-    from ..core.errors import ParameterError
-    from ..core.resources import ResourceError
+    from ..cachesim import trace
 
     alg = algorithms.get(args.algorithm)
     shape = common.workload_from_args(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..core import ParameterError, ResourceError
 from . import common
 
 NAME = "verify"
@@ -19,9 +20,7 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from .. import algorithms
-    from ..cachesim.validation import verify
-    from ..core.errors import ParameterError
-    from ..core.resources import ResourceError
+    from ..cachesim import verify
 
     alg = algorithms.get(args.algorithm)
     pol = tuple(x.strip() for x in args.policies.split(",") if x.strip())

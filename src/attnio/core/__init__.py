@@ -11,10 +11,16 @@ Everything else in attnio builds on this package, and it imports nothing else of
 * :mod:`.errors` and :mod:`.checks`: the exceptions and the scalar validators;
 * :mod:`.reference`: float64 attention and its gradients, the oracle every output is checked
   against;
-* :mod:`.extras`: optional dependencies, with one message when one is missing.
+* :mod:`.extras`: optional dependencies, with one message when one is missing;
+* :mod:`.resources`: :class:`Limits` (time and memory budgets) and the refusals beyond them,
+  :mod:`.progress` (the progress bar), :mod:`.paths` (input and output files checked before
+  use).
+
+``__all__`` is the package's public API (docs/api.md): the command line imports these names from
+``attnio.core``, never from its modules.
 """
 
-from .blockmask import BlockMask
+from .blockmask import BlockMask, LayoutRequest, default_block_size
 from .checks import check_bool, check_choice, check_int, check_real
 from .errors import (
     AttnioError,
@@ -25,31 +31,50 @@ from .errors import (
     UnknownNameError,
 )
 from .memory import ArrayIO, Block, FastTile, IOCount, IOStats, SlowArray, Tracer, TwoLevelMemory
-from .workload import Shape, cdiv, kv_range, parse_causal, q_range
+from .paths import check_input_file, check_output_path, written_whole
+from .progress import Progress
+from .resources import DEFAULT_BUDGET_S, Limits, ResourceError, check_cost, fmt_count, parse_bytes
+from .version import __version__
+from .workload import ALIGNMENTS, FastMemory, Shape, cdiv, kv_range, parse_causal, q_range
 
 __all__ = [
+    "ALIGNMENTS",
+    "DEFAULT_BUDGET_S",
     "ArrayIO",
     "AttnioError",
     "Block",
     "BlockMask",
     "CapacityError",
+    "FastMemory",
     "FastTile",
     "IOCount",
     "IOStats",
+    "LayoutRequest",
+    "Limits",
     "MissingExtraError",
     "ParameterError",
+    "Progress",
+    "ResourceError",
     "ScheduleError",
     "Shape",
     "SlowArray",
     "Tracer",
     "TwoLevelMemory",
     "UnknownNameError",
+    "__version__",
     "cdiv",
     "check_bool",
+    "check_cost",
     "check_choice",
+    "check_input_file",
     "check_int",
+    "check_output_path",
     "check_real",
+    "default_block_size",
+    "fmt_count",
     "kv_range",
+    "parse_bytes",
     "parse_causal",
     "q_range",
+    "written_whole",
 ]

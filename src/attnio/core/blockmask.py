@@ -32,14 +32,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .checks import check_int, check_real
 from .errors import ParameterError
+from .paths import check_input_file
 
-__all__ = ["BlockMask"]
+__all__ = ["MAX_LAYOUT_BLOCKS", "BlockMask", "LayoutRequest", "default_block_size"]
 
 _ALIGNMENTS = ("bottom_right", "top_left")
 _MAX_BLOCK = 1 << 40  # a block side beyond any sequence length (counts stay in int64)
@@ -259,3 +261,117 @@ def _tiles(bm: BlockMask, Nq: int, Nkv: int, Br: int, Bc: int) -> np.ndarray:
     out: np.ndarray = kept > 0
     out.setflags(write=False)
     return out
+
+
+# ---------------------------------------------------------------------- a layout asked for
+
+#: A layout of more blocks than this is refused before it is drawn: the closed forms work on
+#: the layout (about 4x its size per candidate tiling), so a plan stays well under a second.
+MAX_LAYOUT_BLOCKS = 1 << 20
+
+
+def default_block_size(Nq: int, Nkv: int, d: int, M: int) -> int:
+    """The block side of a random layout given no block size: the largest power of two
+    <= max(1, M // (4d)), and at most max(Nq, Nkv) — flash2's tile side Br = Bc ≈ M/(4d), so its
+    tiles hold whole blocks and the skipped fraction is the layout's — raised to the least power
+    of two that keeps the layout within :data:`MAX_LAYOUT_BLOCKS` blocks.
+
+    >>> default_block_size(4096, 4096, 64, 65536)
+    256
+    >>> default_block_size(65536, 65536, 64, 4096)  # 16 would make 4096 x 4096 blocks
+    64
+    """
+    side = max(1, M // (4 * d))
+    b = 1 << (side.bit_length() - 1)
+    b = max(1, min(b, 1 << (max(Nq, Nkv) - 1).bit_length()))
+    while -(-Nq // b) * -(-Nkv // b) > MAX_LAYOUT_BLOCKS:
+        b *= 2
+    return b
+
+
+def _lit(text: object) -> str:
+    """``text`` as literal text of a :meth:`ParameterError.worded` template."""
+    return str(text).replace("{", "{{").replace("}", "}}")
+
+
+@dataclass(frozen=True)
+class LayoutRequest:
+    """A block layout as asked for: a boolean ``.npy`` file (``path``: query blocks x key
+    blocks, saved with ``numpy.save``) or a random layout keeping a fraction ``density`` in
+    (0, 1] of the blocks, drawn with ``layout_seed`` (default 0); blocks of ``block_size``
+    queries x keys (default: :func:`default_block_size` for a random layout, the file's rows for
+    a file).  :meth:`block_mask` checks it against the workload and builds the layout.
+
+    >>> LayoutRequest(density=0.5).block_mask(256, 256, d=16, M=1024).describe()
+    'block_mask=16x16/16x16 s=0.5'
+    >>> LayoutRequest(block_size=64).block_mask(256, 256, d=16, M=1024)
+    Traceback (most recent call last):
+    ...
+    attnio.core.errors.ParameterError: block_size applies to a block layout: add density S or block_mask FILE.npy
+    """
+
+    path: str | os.PathLike[str] | None = None
+    density: float | None = None
+    block_size: int | None = None
+    layout_seed: int | None = None
+
+    def block_mask(self, Nq: int, Nkv: int, *, d: int, M: int,
+                   masked: bool = False) -> BlockMask | None:
+        """The layout for ``Nq`` queries and ``Nkv`` keys of head dimension ``d`` with ``M``
+        words of fast memory (None: no layout asked for); ``masked``: the workload has a causal
+        mask or a window already (refused beside a layout).
+
+        Refused in one line naming the parameter, before anything large is allocated: a file
+        and a density, a mask beside them, a density outside (0, 1], a block size < 1, a file
+        that is not a 2-D boolean .npy array or does not cover the sizes, a layout of more than
+        :data:`MAX_LAYOUT_BLOCKS` blocks."""
+        path, density, bs, seed = self.path, self.density, self.block_size, self.layout_seed
+        if path is None and density is None:
+            for name, v in (("block_size", bs), ("layout_seed", seed)):
+                if v is not None:
+                    raise ParameterError.worded(
+                        f"{{{name}}} applies to a block layout: add {{density}} S or "
+                        "{block_mask} FILE.npy", param=name)
+            return None
+        if path is not None and density is not None:
+            raise ParameterError.worded("give {block_mask} FILE.npy or {density} S, not both",
+                                        param="block_mask")
+        name = "block_mask" if path is not None else "density"
+        if masked:
+            raise ParameterError.worded(f"{{{name}}} cannot be combined with {{causal}}/"
+                                        "{window}: the block layout is the mask", param=name)
+        if density is not None:
+            density = check_real("density", density, lo=0, hi=1, lo_open=True,
+                                 what="the fraction of kept blocks")
+        if bs is not None:
+            bs = check_int("block_size", bs, minimum=1, maximum=max(Nq, Nkv))
+        if seed is not None:
+            if path is not None:
+                raise ParameterError.worded("{layout_seed} applies to a {density} layout",
+                                            param="layout_seed")
+            seed = check_int("layout_seed", seed, minimum=0)
+        if path is not None:
+            check_input_file(path, "block_mask", required=False)  # a FIFO is never opened
+            bm = BlockMask.load(path, Nq, Nkv, bs, bs)
+            if bm.bq != bm.bk:  # blocks are square: the file's rows give the side
+                need = -(-Nkv // bm.bq)
+                raise ParameterError.worded(
+                    "{block_mask} " + _lit(f"{path}: a {bm.Tq}x{bm.Tk} layout for Nq={Nq}, "
+                                           f"Nkv={Nkv} has blocks of {bm.bq}x{bm.bk}; blocks are "
+                                           f"square, so it needs {bm.Tq}x{need} blocks (or give ")
+                    + "{block_size})", param="block_mask")
+            if bm.Tq * bm.Tk > MAX_LAYOUT_BLOCKS:
+                raise ParameterError.worded(
+                    "{block_mask} " + _lit(f"{path}: a layout of {bm.Tq}x{bm.Tk} blocks is more "
+                                           f"than {MAX_LAYOUT_BLOCKS:,}; use larger blocks"),
+                    param="block_mask")
+            return bm
+        b = default_block_size(Nq, Nkv, d, M) if bs is None else bs
+        blocks = -(-Nq // b) * -(-Nkv // b)
+        if blocks > MAX_LAYOUT_BLOCKS:
+            raise ParameterError.worded(
+                "{density}" + _lit(f": a layout of {blocks:,} blocks of {b}x{b} is more than "
+                                   f"{MAX_LAYOUT_BLOCKS:,}; raise ") + "{block_size}",
+                param="block_size")
+        assert density is not None
+        return BlockMask.random(Nq, Nkv, b, b, density=density, seed=seed or 0)

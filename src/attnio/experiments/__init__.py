@@ -4,9 +4,54 @@
 * :mod:`.store`: the SQLite results store (whole rows only, resumable);
 * :mod:`.report`: slope fits, claims and figures from a store;
 * :mod:`.crossover`: the square-tiling vs FlashAttention crossover measurement.
+
+``__all__`` is the package's public API (docs/api.md), the names the command line uses; the
+report's (:func:`build_report`, :data:`DEFAULT_DPI`, :data:`DPI_RANGE`) load on first use.
 """
 
-from .store import ResultsStore
-from .sweep import PRESETS, Config, Grid, SweepSummary, expand, run_sweep
+from __future__ import annotations
 
-__all__ = ["PRESETS", "Config", "Grid", "ResultsStore", "SweepSummary", "expand", "run_sweep"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .store import LatexOptions, ResultsStore
+from .sweep import (
+    DEFAULT_MAX_CONFIGS,
+    PRESETS,
+    Config,
+    Grid,
+    SweepInterrupted,
+    SweepSummary,
+    dry_run,
+    expand,
+    grid_from_mapping,
+    grids_from_toml,
+    parse_causal,
+    parse_values,
+    parse_window,
+    run_sweep,
+)
+
+if TYPE_CHECKING:  # the lazily loaded names, for type checkers
+    from .cp import cp_figure, cp_rows, cp_sweep
+    from .report import build_report
+    from .report.style import DEFAULT_DPI, DPI_RANGE
+
+__all__ = ["DEFAULT_DPI", "DEFAULT_MAX_CONFIGS", "DPI_RANGE", "PRESETS", "Config", "Grid",
+           "LatexOptions", "ResultsStore", "cp_figure", "cp_rows", "cp_sweep", "SweepInterrupted", "SweepSummary", "build_report",
+           "dry_run", "expand", "grid_from_mapping", "grids_from_toml", "parse_causal",
+           "parse_values", "parse_window", "run_sweep"]
+
+#: Names loaded on first use (the report's modules): public name -> (module, its name there).
+_LAZY = {"build_report": ("report", "build_report"), "cp_figure": ("cp", "cp_figure"),
+         "cp_rows": ("cp", "cp_rows"), "cp_sweep": ("cp", "cp_sweep"), "DEFAULT_DPI": ("report.style", "DEFAULT_DPI"),
+         "DPI_RANGE": ("report.style", "DPI_RANGE")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,21 +14,65 @@
   generation uses (its own, a user's, or a borrowed one, with a warning).
 
 Only :mod:`.devices` loads with ``import attnio`` (the planner needs it); the model loads on first
-use of :func:`score` or :func:`tune`.
+use of :func:`score` or :func:`tune`.  ``__all__`` is the package's public API (docs/api.md), the
+names the command line uses: a module's function appears here under a name that says what it
+does where the module's own name is ambiguous (``load_device_file`` is
+:func:`.device_file.load`, ``fit_calibration`` :func:`.calibrate.calibrate`).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .devices import DTYPE_BYTES, Device, dtype_bytes, get, names, words_for
+from .devices import (
+    DTYPE_BYTES,
+    Device,
+    all_devices,
+    dtype_bytes,
+    dtype_name,
+    get,
+    names,
+    words_for,
+)
 
-__all__ = ["DTYPE_BYTES", "Device", "KernelConfig", "Score", "dtype_bytes", "get", "names",
-           "score", "tune", "words_for"]
+if TYPE_CHECKING:  # the lazily loaded names, for type checkers
+    from .calibrate import calibrate as fit_calibration
+    from .calibrate import check_out as check_calibration_out
+    from .calibrate import load as load_calibration
+    from .calibrate import write as write_calibration
+    from .device_file import load as load_device_file
+    from .feasibility import check as check_feasibility
+    from .fits import FitWarning
+    from .fits import using as using_calibration
+    from .kernels import FLASH_ATTN_COMMIT, KernelConfig, backward_config, kernel_table
+    from .model import Score, score
+    from .oracle import tune, tune_report
+    from .timing import generation
+    from .validate import validate as validate_measurements
 
+__all__ = ["DTYPE_BYTES", "FLASH_ATTN_COMMIT", "Device", "FitWarning", "KernelConfig", "Score",
+           "all_devices", "backward_config", "check_calibration_out", "check_feasibility",
+           "dtype_bytes", "dtype_name", "fit_calibration", "generation", "get", "kernel_table",
+           "load_calibration", "load_device_file", "names", "score", "tune", "tune_report",
+           "using_calibration", "validate_measurements", "words_for", "write_calibration"]
+
+#: Names loaded on first use: public name -> (module, its name there).
 _LAZY = {"KernelConfig": ("kernels", "KernelConfig"), "Score": ("model", "Score"),
-         "score": ("model", "score"), "tune": ("oracle", "tune")}
+         "score": ("model", "score"), "tune": ("oracle", "tune"),
+         "tune_report": ("oracle", "tune_report"),
+         "FLASH_ATTN_COMMIT": ("kernels", "FLASH_ATTN_COMMIT"),
+         "kernel_table": ("kernels", "kernel_table"),
+         "backward_config": ("kernels", "backward_config"),
+         "check_feasibility": ("feasibility", "check"),
+         "generation": ("timing", "generation"),
+         "load_device_file": ("device_file", "load"),
+         "FitWarning": ("fits", "FitWarning"), "using_calibration": ("fits", "using"),
+         "validate_measurements": ("validate", "validate"),
+         "load_calibration": ("calibrate", "load"),
+         "fit_calibration": ("calibrate", "calibrate"),
+         "check_calibration_out": ("calibrate", "check_out"),
+         "write_calibration": ("calibrate", "write")}
 
 
 def __getattr__(name: str) -> Any:

@@ -558,9 +558,15 @@ def fa2_bwd_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelC
 FA3_BWD_SM90: dict[int, dict[bool, dict[str, Any]]] = {}
 
 
-def _fa3_bwd_row(Br: int, Bc: int, st_do: int, st_ds: int, sdp_swap: bool, dkv_swap: bool,
-                 dq_swap: bool, wgs: int, at_sdp: int, at_dkv: int, at_dq: int,
+def _fa3_bwd_row(tile: tuple[int, int], stages: tuple[int, int],
+                 swaps: tuple[bool, bool, bool], wgs: int, atoms: tuple[int, int, int],
                  v_in_regs: bool) -> dict[str, Any]:
+    """One row of flash-attn's sm90 backward dispatch, its template arguments grouped as
+    ``run_mha_bwd_dispatch`` lists them: tile (kBlockM, kBlockN), stages (Stages_dO,
+    Stages_dS), swaps (SdP_swapAB, dKV_swapAB, dQ_swapAB), NumMmaWarpGroups, atoms
+    (AtomLayoutMSdP, AtomLayoutNdKV, AtomLayoutMdQ), V_in_regs."""
+    (Br, Bc), (st_do, st_ds) = tile, stages
+    (sdp_swap, dkv_swap, dq_swap), (at_sdp, at_dkv, at_dq) = swaps, atoms
     rs = at_sdp == 1 and at_dkv == wgs and sdp_swap and not dkv_swap
     return {"Br": Br, "Bc": Bc, "Stages_Q": 2, "Stages_dO": st_do, "Stages_dS": st_ds,
             "SdP_swapAB": sdp_swap, "dKV_swapAB": dkv_swap, "dQ_swapAB": dq_swap,
@@ -571,16 +577,16 @@ def _fa3_bwd_row(Br: int, Bc: int, st_do: int, st_ds: int, sdp_swap: bool, dkv_s
 
 for _causal in (False, True):
     FA3_BWD_SM90.setdefault(64, {})[_causal] = _fa3_bwd_row(
-        128, 128, 2, 2, True, False, False, 2, 1, 2, 2, False)
+        (128, 128), (2, 2), (True, False, False), 2, (1, 2, 2), False)
     FA3_BWD_SM90.setdefault(96, {})[_causal] = _fa3_bwd_row(
-        64, 128, 2, 2, True, False, False, 2, 1, 2, 1, True)
+        (64, 128), (2, 2), (True, False, False), 2, (1, 2, 1), True)
     FA3_BWD_SM90.setdefault(128, {})[_causal] = (
-        _fa3_bwd_row(64, 128, 2, 2, True, False, False, 2, 1, 2, 1, False) if _causal else
-        _fa3_bwd_row(80, 128, 2, 2, True, False, True, 2, 1, 2, 1, False))
+        _fa3_bwd_row((64, 128), (2, 2), (True, False, False), 2, (1, 2, 1), False) if _causal
+        else _fa3_bwd_row((80, 128), (2, 2), (True, False, True), 2, (1, 2, 1), False))
     FA3_BWD_SM90.setdefault(192, {})[_causal] = _fa3_bwd_row(
-        64, 96, 1, 1, False, True, False, 3, 1, 1, 1, False)
+        (64, 96), (1, 1), (False, True, False), 3, (1, 1, 1), False)
     FA3_BWD_SM90.setdefault(256, {})[_causal] = _fa3_bwd_row(
-        64, 80, 1, 1, False, True, True, 2, 1, 1, 1, False)
+        (64, 80), (1, 1), (False, True, True), 2, (1, 1, 1), False)
 
 
 def fa3_bwd_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfig:

@@ -27,8 +27,9 @@ closed forms, the lower bounds and the planner.  Proofs and derivations: docs/pa
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,11 +37,17 @@ from ..core.errors import UnknownNameError
 from ..core.workload import Shape
 from . import grid, ring, striped, ulysses, usp, window_ring, zigzag
 from .base import CommCost, Mapspace, check_P
-from .bounds import bound
+from .bounds import bound, busiest_bound, group_bound, linear_bound, memory_bound
 from .cluster import Cluster, CommStats, Layout
 
-__all__ = ["SCHEMES", "Cluster", "CommCost", "CommStats", "Layout", "Mapspace", "bound", "cost",
-           "execute", "footprint", "get", "mapspace", "names"]
+if TYPE_CHECKING:  # the lazily loaded names, for type checkers
+    from .backward import cost_backward
+    from .distributed import launch
+    from .planner import plan
+
+__all__ = ["SCHEMES", "Cluster", "CommCost", "CommStats", "Layout", "Mapspace", "bound",
+           "busiest_bound", "check_P", "cost", "execute", "footprint", "get", "group_bound",
+           "cost_backward", "launch", "linear_bound", "mapspace", "memory_bound", "names", "plan"]
 
 #: The schemes, by name.
 SCHEMES: dict[str, ModuleType] = {m.NAME: m for m in (ring, zigzag, striped, ulysses, usp, grid,
@@ -98,3 +105,18 @@ def execute(name: str, shape: Any, P: int, params: dict[str, Any] | None = None,
     mod.execute(cl, params)
     stats = cl.finish()
     return stats, (cl.output() if data is not None else None)
+
+
+
+#: Names loaded on first use (torch only in :mod:`.distributed`): name -> (module, its name).
+_LAZY = {"plan": ("planner", "plan"), "launch": ("distributed", "launch"),
+         "cost_backward": ("backward", "cost_backward")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

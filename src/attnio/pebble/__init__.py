@@ -12,6 +12,7 @@
 from . import dag, loops
 from .astar import SearchResult, search
 from .comparison import (
+    MAX_TIME_LIMIT_S,
     TABLE_COLUMNS,
     TABLE_INSTANCES,
     Instance,
@@ -37,6 +38,7 @@ from .solver import solve
 
 __all__ = [
     "DAG",
+    "MAX_TIME_LIMIT_S",
     "TABLE_COLUMNS",
     "TABLE_INSTANCES",
     "IllegalMoveError",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.checks import check_int
@@ -80,8 +81,10 @@ def _pack(dag: DAG, moves: Sequence[Move]) -> list[dict]:
 BUILD_SECONDS_PER_NODE_STEP = 4e-4
 
 
-def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit: float,
-                   workers: int, recompute: bool, upper: int | None, seed: int):
+def _solve_horizon(dag: DAG, M: int, T: int, start: tuple[list[dict], int] | None,
+                   time_limit: float, workers: int, recompute: bool, seed: int):
+    """The model of horizon T solved; ``start``: a schedule's steps to hint and its I/O, an
+    upper bound on the cost (None: no hint)."""
     cp_model = require("ortools.sat.python.cp_model", "pebble", "the CP-SAT pebbling model")
 
     n = len(dag)
@@ -139,11 +142,11 @@ def _solve_horizon(dag: DAG, M: int, T: int, hint: list[dict] | None, time_limit
     _idle_steps_last(m, n, T, comp, rd, wr)
     cost = sum(rd.values()) + sum(wr.values())
     m.Add(cost >= dag.trivial_bound())
-    if upper is not None:
-        m.Add(cost <= upper)
+    if start is not None:
+        m.Add(cost <= start[1])
     m.Minimize(cost)
-    if hint is not None:
-        _add_hint(m, dag, T, hint, red, blue, comp, rd, wr, inputs)
+    if start is not None:
+        _add_hint(m, dag, start[0], _Vars(red, blue, comp, rd, wr), inputs)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
     solver.parameters.num_workers = workers
@@ -197,8 +200,23 @@ def _schedule_of(val: Any, dag: DAG, T: int, red: list[list[Any]],
     return moves, steps
 
 
-def _add_hint(m, dag, T, steps, red, blue, comp, rd, wr, inputs) -> None:
+@dataclass(frozen=True)
+class _Vars:
+    """The model's Boolean variables: red[v][t], blue[v][t], and compute, read and write by
+    (v, t)."""
+
+    red: list[list[Any]]
+    blue: list[list[Any]]
+    comp: dict[tuple[int, int], Any]
+    rd: dict[tuple[int, int], Any]
+    wr: dict[tuple[int, int], Any]
+
+
+def _add_hint(m: Any, dag: DAG, steps: list[dict], x: _Vars, inputs: set[int]) -> None:
+    """Hint the schedule ``steps`` (packed moves) to the model ``m`` over its horizon."""
     n = len(dag)
+    T = len(x.red[0]) - 1
+    red, blue, comp, rd, wr = x.red, x.blue, x.comp, x.rd, x.wr
     cur_red: set[int] = set()
     cur_blue: set[int] = set()
     for t in range(T):
@@ -265,10 +283,10 @@ def cpsat(dag: DAG, M: int, *, horizon: int | str | None = None, time_limit: flo
         # building the time-expanded model is itself slow (outside CP-SAT's own time limit)
         if remaining <= 0.05 or BUILD_SECONDS_PER_NODE_STEP * len(dag) * T > remaining:
             break
-        hint = best_steps if len(best_steps) <= T else None
+        start = (best_steps, best_io) if len(best_steps) <= T else None
         ts = time.perf_counter()
-        out, infeasible, bound = _solve_horizon(dag, M, T, hint, remaining, workers, recompute,
-                                                best_io if hint is not None else None, seed)
+        out, infeasible, bound = _solve_horizon(dag, M, T, start, remaining, workers, recompute,
+                                                seed)
         dt = time.perf_counter() - ts
         last_T = T
         if out is None:

@@ -345,7 +345,7 @@ def _execute(s: LoopSchedule, Nq: int, Nkv: int, d: int, mem: TwoLevelMemory, ar
                 mem.free(res.pop(victim))
         for u in dict.fromkeys(missing):
             bring(u)
-        _apply(st, s, res, mem, q0, k0, ch, scale, arr, Nkv, d)
+        _apply(st, s, res, mem, q0, ch, scale, arr)
         for u in need:
             ptr[u] += 1
         for u in need:
@@ -360,8 +360,9 @@ def _init_stats(L: np.ndarray) -> None:
 
 
 def _apply(st: _Step, s: LoopSchedule, res: dict[_Unit, FastTile], mem: TwoLevelMemory,
-           q0: list[int], k0: list[int], ch: list[tuple[int, int]], scale: float, arr: _Arrays,
-           Nkv: int, d: int) -> None:
+           q0: list[int], ch: list[tuple[int, int]], scale: float, arr: _Arrays) -> None:
+    """Step ``st`` on its resident operands ``res``: rows of query block i start at ``q0[i]``,
+    the head dimension is cut into the column ranges ``ch`` (together [0, d))."""
     i, j, c = st.i, st.j, st.c
     if st.op == "row":
         work = mem.alloc((s.q_blocks[i], 1), label="score column")
@@ -371,7 +372,7 @@ def _apply(st: _Step, s: LoopSchedule, res: dict[_Unit, FastTile], mem: TwoLevel
         mem.free(work)
         if st.final:
             mem.compute(_normalise, O, L, writes=1)
-            mem.store(O, arr.O, slice(q0[i], q0[i + 1]), slice(0, d))
+            mem.store(O, arr.O, slice(q0[i], q0[i + 1]), slice(0, ch[-1][1]))
         return
     S = res[("S", i, j)]
     if st.op == "scores":

@@ -191,28 +191,70 @@ def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
     return Cost(int(nbytes), steps * STEP_SECONDS, "the block-sparse tile map and its steps")
 
 
-@dataclass
+@dataclass(frozen=True)
+class _Request:
+    """The arguments of one :func:`run` as given, before :func:`_job` validates them."""
+
+    arrays: tuple[Any, Any, Any]     # Q, K, V (each None in count mode or with inputs)
+    M: int
+    shape: Any
+    mode: str | None
+    causal: object
+    window: int | None
+    scale: float | None
+    tiling: Any
+    backward: bool | BackwardPass
+    grad_output: Any
+    inputs: Any
+    check: bool
+    limits: Limits | None
+    allow_nonfinite: bool
+
+
+@dataclass(frozen=True)
+class _Data:
+    """What a run's inputs give before anything large is allocated: the sizes, the mode, and the
+    arrays (given ones; drawn or read ones come with :func:`_materialise`)."""
+
+    sizes: Shape
+    mode: str
+    data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    grad_output: Any = None
+    header: dict | None = None       # an NpzInputs' array headers
+    dtype: np.dtype = np.dtype(np.float64)
+    low: frozenset[str] = frozenset()  # torch dtypes of the inputs (bfloat16 rounds the output)
+
+
+@dataclass(frozen=True)
 class _Job:
     """A run, validated: what runs, on what, from which data, within which limits."""
 
     alg: Algorithm
     shape: Shape
     M: int
-    mode: str
     tiling: Any                      # the user's tiling (coerced again once data is loaded)
     est_tiling: Any                  # the coerced tiling: estimated with, then run
-    scale: float | None
+    scale: float
     backward: BackwardPass | None
-    bwd: Any = None                  # the backward (schedule, tiling), chosen before running
-    bt: Any = None
-    data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-    grad_output: Any = None
-    source: RandomInputs | NpzInputs | None = None
-    header: dict | None = None       # an NpzInputs' array headers
-    dtype: np.dtype = np.dtype(np.float64)
-    low: frozenset[str] = frozenset()  # torch dtypes of the inputs (bfloat16 rounds the output)
-    check: bool = False
-    limits: Limits = Limits()
+    bwd: Any                         # the backward (schedule, tiling), chosen before running
+    bt: Any
+    inputs: _Data
+    source: RandomInputs | NpzInputs | None
+    check: bool
+    limits: Limits
+    allow_nonfinite: bool
+
+    @property
+    def mode(self) -> str:
+        return self.inputs.mode
+
+    @property
+    def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        return self.inputs.data
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.inputs.dtype
 
 
 def run(
@@ -300,55 +342,55 @@ def run(
         ``grads``) in compute mode, and the :class:`~attnio.runner.certificate.Certificate` of
         each count.
     """
-    job = _job(_alg.get(name), Q, K, V, M=M, shape=shape, mode=mode, causal=causal,
-               window=window, scale=scale, tiling=tiling, backward=backward,
-               grad_output=grad_output, inputs=inputs, check=check, limits=limits,
-               allow_nonfinite=allow_nonfinite)
+    job = _job(_alg.get(name), _Request(
+        (Q, K, V), M=M, shape=shape, mode=mode, causal=causal, window=window, scale=scale,
+        tiling=tiling, backward=backward, grad_output=grad_output, inputs=inputs, check=check,
+        limits=limits, allow_nonfinite=allow_nonfinite))
     check_bool("bulk", bulk)
     _refuse(job)
     if job.mode == "compute":
-        _materialise(job, allow_nonfinite)
+        job = _materialise(job)
     res = _execute(job, bulk, progress)
     if job.check and res.output is not None and job.data is not None:
-        err, gerr = reference_errors(*job.data, job.grad_output, res.output, res.grads,
+        err, gerr = reference_errors(*job.data, job.inputs.grad_output, res.output, res.grads,
                                      job.shape, job.scale)
         res = dataclasses.replace(res, max_abs_err=err, max_abs_grad_err=gerr)
     return res
 
 
-def _job(alg: Algorithm, Q: Any, K: Any, V: Any, *, M: int, shape: Any, mode: str | None,
-         causal: object, window: int | None, scale: float | None, tiling: Any,
-         backward: bool | BackwardPass, grad_output: Any, inputs: Any, check: bool,
-         limits: Limits | None, allow_nonfinite: bool) -> _Job:
+def _job(alg: Algorithm, req: _Request) -> _Job:
     """Every argument validated, the data's sizes known, nothing large allocated."""
-    M = check_int("M", M, minimum=1, maximum=MAX_M)
-    if mode is not None:
-        check_choice("mode", mode, ("compute", "count"))
+    M = check_int("M", req.M, minimum=1, maximum=MAX_M)
+    if req.mode is not None:
+        check_choice("mode", req.mode, ("compute", "count"))
+    scale = req.scale
     if scale is not None:
         if isinstance(scale, (str, bytes)):
             raise ParameterError(f"scale must be a finite real number, got the string {scale!r}",
                                  param="scale")
         scale = check_real("scale", scale)
-    check_bool("check", check)
-    check_bool("allow_nonfinite", allow_nonfinite)
+    check_bool("check", req.check)
+    check_bool("allow_nonfinite", req.allow_nonfinite)
+    limits = req.limits
     if limits is None:
         limits = Limits()
     elif not isinstance(limits, Limits):
         raise ParameterError(f"limits must be an attnio.core.resources.Limits, got "
                              f"{type(limits).__name__}", param="limits")
-    bp = _backward_pass(alg, backward)
-    if isinstance(inputs, (str, os.PathLike)):
-        inputs = NpzInputs(os.fspath(inputs))
-    job = _Job(alg, Shape(1, 1, 1), M, "count", tiling, tiling, scale, bp, check=check,
-               limits=limits, source=inputs)
-    sizes = _sizes_and_data(job, Q, K, V, shape, mode, grad_output, allow_nonfinite)
-    job.shape = _with_mask(sizes, shape, causal, window)
-    _supports(alg, job.shape)
-    job.scale = default_scale(job.shape.d, scale)
-    job.est_tiling = alg.coerce_tiling(job.shape, M, _estimate_tiling(job), inputs=job.data)
+    bp = _backward_pass(alg, req.backward)
+    source = req.inputs
+    if isinstance(source, (str, os.PathLike)):
+        source = NpzInputs(os.fspath(source))
+    given = _sizes_and_data(req, source, bp)
+    shape = _with_mask(given.sizes, req.shape, req.causal, req.window)
+    _supports(alg, shape)
+    est = alg.coerce_tiling(shape, M, _estimate_tiling(alg, req.tiling, source),
+                            inputs=given.data)
+    bwd = bt = None
     if bp is not None:  # chosen and validated before anything runs
-        job.bwd, job.bt = _alg.choose_backward(job.shape, M, bp.algorithm, bp.tiling)
-    return job
+        bwd, bt = _alg.choose_backward(shape, M, bp.algorithm, bp.tiling)
+    return _Job(alg, shape, M, req.tiling, est, default_scale(shape.d, scale), bp, bwd, bt,
+                given, source, req.check, limits, req.allow_nonfinite)
 
 
 def _backward_pass(alg: Algorithm, backward: object) -> BackwardPass | None:
@@ -368,78 +410,80 @@ def _backward_pass(alg: Algorithm, backward: object) -> BackwardPass | None:
     return bp
 
 
-def _sizes_and_data(job: _Job, Q: Any, K: Any, V: Any, shape: Any, mode: str | None,
-                    grad_output: Any, allow_nonfinite: bool) -> Shape:
-    """The sizes the data give (the arrays checked), or the shape's in count mode; sets the
-    job's mode, data, dtype and grad_output."""
+def _sizes_and_data(req: _Request, source: Any, bp: BackwardPass | None) -> _Data:
+    """The sizes the data give (the arrays checked), or the shape's in count mode; the mode, the
+    given arrays, their dtype and grad_output."""
+    Q, K, V = req.arrays
     given = [x is not None for x in (Q, K, V)]
-    if any(given) and job.source is not None:
+    if any(given) and source is not None:
         raise ParameterError("give Q, K, V or inputs=, not both", param="inputs")
     if any(given) and not all(given):
         raise ParameterError("give all three of Q, K, V (or none, with shape= and "
                              "mode='count')", param="Q")
     if all(given):
-        Qa, Ka, Va, sizes = check_inputs(Q, K, V, allow_nonfinite)
-        job.data = (Qa, Ka, Va)
-        job.low = frozenset(str(x.dtype) for x in (Q, K, V)
-                            if type(x).__module__.startswith("torch"))
-        job.dtype = np.result_type(np.float32, Qa.dtype, Ka.dtype, Va.dtype)
-    elif job.source is not None:
-        sizes = _source_sizes(job, shape)
+        Qa, Ka, Va, sizes = check_inputs(Q, K, V, req.allow_nonfinite)
+        out = _Data(sizes, req.mode or "compute", (Qa, Ka, Va),
+                    dtype=np.result_type(np.float32, Qa.dtype, Ka.dtype, Va.dtype),
+                    low=frozenset(str(x.dtype) for x in (Q, K, V)
+                                  if type(x).__module__.startswith("torch")))
+    elif source is not None:
+        out = _source_sizes(source, req.shape, req.mode, bp)
     else:
-        if shape is None:
+        if req.shape is None:
             raise ParameterError("give Q, K, V (compute mode) or shape=(N, d) with mode='count'",
                                  param="shape")
-        if mode not in (None, "count"):
-            raise ParameterError(f"mode={mode!r} needs Q, K, V (or inputs=); without data only "
-                                 "mode='count' runs", param="mode")
-        if grad_output is not None:
+        if req.mode not in (None, "count"):
+            raise ParameterError(f"mode={req.mode!r} needs Q, K, V (or inputs=); without data "
+                                 "only mode='count' runs", param="mode")
+        if req.grad_output is not None:
             raise ParameterError("grad_output needs Q, K, V (compute mode)", param="grad_output")
-        if job.check:
+        if req.check:
             raise ParameterError("check=True compares data with the reference: it needs Q, K, V "
                                  "(compute mode)", param="check")
-        return Shape.coerce(shape)
-    job.mode = mode or "compute"
-    if job.mode == "compute":
-        _grad_output(job, grad_output, allow_nonfinite)
-    return sizes
+        return _Data(Shape.coerce(req.shape), "count")
+    if out.mode == "compute":
+        g = _grad_output(req, source, bp, out.data)
+        if g is not None:
+            out = dataclasses.replace(out, grad_output=g)
+    return out
 
 
-def _source_sizes(job: _Job, shape: Any) -> Shape:
-    src = job.source
+def _source_sizes(src: Any, shape: Any, mode: str | None, bp: BackwardPass | None) -> _Data:
     if isinstance(src, RandomInputs):
         if shape is None:
             raise ParameterError("inputs=RandomInputs(...) draws Q, K, V of shape=: give it",
                                  param="shape")
-        return Shape.coerce(shape)
+        return _Data(Shape.coerce(shape), mode or "compute")
     if not isinstance(src, NpzInputs):
         raise ParameterError(f"inputs must be an .npz path, NpzInputs or RandomInputs, got "
                              f"{type(src).__name__}", param="inputs")
-    job.header = src.header(job.backward is not None)
-    job.dtype = np.result_type(np.float32, *(dt for _, dt in job.header.values()))
-    return src.shape(job.header)
+    header = src.header(bp is not None)
+    return _Data(src.shape(header), mode or "compute", header=header,
+                 dtype=np.result_type(np.float32, *(dt for _, dt in header.values())))
 
 
-def _grad_output(job: _Job, grad_output: Any, allow_nonfinite: bool) -> None:
-    if job.backward is None:
+def _grad_output(req: _Request, source: Any, bp: BackwardPass | None,
+                 data: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> np.ndarray | None:
+    grad_output = req.grad_output
+    if bp is None:
         if grad_output is not None:
             raise ParameterError("grad_output is for the backward pass: pass backward=True too",
                                  param="grad_output")
-        return
-    if job.source is not None:
+        return None
+    if source is not None:
         if grad_output is not None:
             raise ParameterError("grad_output comes with inputs= (drawn or read from the file): "
                                  "drop it", param="grad_output")
-        return
+        return None
     if grad_output is None:
         raise ParameterError("backward=True in compute mode needs grad_output (dO, like Q)",
                              param="grad_output")
-    assert job.data is not None
-    g = as_array("grad_output", grad_output, allow_nonfinite)
-    if g.shape != job.data[0].shape:
-        raise ParameterError(f"grad_output must have Q's shape {job.data[0].shape}, got "
+    assert data is not None
+    g = as_array("grad_output", grad_output, req.allow_nonfinite)
+    if g.shape != data[0].shape:
+        raise ParameterError(f"grad_output must have Q's shape {data[0].shape}, got "
                              f"{g.shape}", param="grad_output")
-    job.grad_output = g
+    return g
 
 
 def _with_mask(sizes: Shape, shape: Any, causal: object, window: int | None) -> Shape:
@@ -469,15 +513,15 @@ def _supports(alg: Algorithm, shp: Shape) -> None:
                              f"algorithms that do: {ok}", param="block_mask")
 
 
-def _estimate_tiling(job: _Job) -> Any:
+def _estimate_tiling(alg: Algorithm, tiling: Any, source: Any) -> Any:
     """The tiling to estimate with: an approximate algorithm about to draw or read its inputs
     is estimated at their entry bound (drawn: RandomInputs.entry_bound, default 1)."""
-    t = job.tiling
-    if job.alg.exact or job.source is None or not (t is None or isinstance(t, dict)):
+    t = tiling
+    if alg.exact or source is None or not (t is None or isinstance(t, dict)):
         return t
     t = dict(t or {})
     if "entry_bound" not in t and "radius" not in t:
-        eb = job.source.entry_bound if isinstance(job.source, RandomInputs) else None
+        eb = source.entry_bound if isinstance(source, RandomInputs) else None
         t["entry_bound"] = 1.0 if eb is None else eb
     return t
 
@@ -500,32 +544,35 @@ def _refuse(job: _Job) -> None:
                      or cost.seconds > 0)
 
 
-def _materialise(job: _Job, allow_nonfinite: bool) -> None:
-    """Draw or load the inputs (after the estimate) and check them; the tiling for the data and
-    the logits' range."""
+def _materialise(job: _Job) -> _Job:
+    """The job with its inputs drawn or loaded (after the estimate) and checked; the tiling for
+    the data, and the logits' range checked."""
+    inputs = job.inputs
     if isinstance(job.source, RandomInputs):
         Q, K, V, dO = job.source.draw(job.shape, job.alg.exact, job.backward is not None)
-        job.data, job.grad_output = (Q, K, V), dO
+        inputs = dataclasses.replace(inputs, data=(Q, K, V), grad_output=dO)
     elif isinstance(job.source, NpzInputs):
         Q, K, V, dO = job.source.load(job.backward is not None)
         try:
-            Qa, Ka, Va, _ = check_inputs(Q, K, V, allow_nonfinite)
+            Qa, Ka, Va, _ = check_inputs(Q, K, V, job.allow_nonfinite)
             if dO is not None:
-                dO = as_array("grad_output", dO, allow_nonfinite)
+                dO = as_array("grad_output", dO, job.allow_nonfinite)
         except ParameterError as e:
             raise job.source.checked(e) from None
-        job.data, job.grad_output = (Qa, Ka, Va), dO
-    assert job.data is not None  # compute mode: arrays given, drawn or loaded
+        inputs = dataclasses.replace(inputs, data=(Qa, Ka, Va), grad_output=dO)
+    assert inputs.data is not None  # compute mode: arrays given, drawn or loaded
+    est = job.est_tiling
     if job.source is not None:  # the tiling for the data (an approximate one reads its range)
-        job.est_tiling = job.alg.coerce_tiling(job.shape, job.M, job.tiling, inputs=job.data)
-    check_logits(job.data, job.scale if job.scale is not None else 1.0, job.dtype)
+        est = job.alg.coerce_tiling(job.shape, job.M, job.tiling, inputs=inputs.data)
+    check_logits(inputs.data, job.scale, inputs.dtype)
+    return dataclasses.replace(job, inputs=inputs, est_tiling=est)
 
 
 def _execute(job: _Job, bulk: bool, progress: ProgressCallback | None) -> Result:
     """Run the forward (and backward) schedule; attach the certificates."""
     alg, shp, M = job.alg, job.shape, job.M
     t = job.est_tiling
-    s = job.scale if job.scale is not None else default_scale(shp.d, None)
+    s = job.scale
     total_steps = shp.n_heads * max(0, int(alg.steps(shp, t))) if progress is not None else 0
     mem_mode: Mode = "count" if job.mode == "count" else "compute"
     mem = TwoLevelMemory(M, mode=mem_mode, bulk=bulk, dtype=job.dtype, progress=progress,
@@ -540,7 +587,7 @@ def _execute(job: _Job, bulk: bool, progress: ProgressCallback | None) -> Result
     bound = None
     if data is not None:
         output = _unstack(mem.contents(h["O"]), shp, data)
-        if "torch.bfloat16" in job.low and output is not None:
+        if "torch.bfloat16" in job.inputs.low and output is not None:
             output = _round_bf16(output)
         if not alg.exact:
             bound = t.error_bound_for(data[2])
@@ -551,8 +598,7 @@ def _execute(job: _Job, bulk: bool, progress: ProgressCallback | None) -> Result
                  error_bound=bound)
     if job.backward is None:
         return res
-    return _run_backward(job.bwd, job.bt, res, mem, h, shp, M, s, mem_mode, bulk, job.dtype,
-                         data, job.grad_output, progress)
+    return _run_backward(job, res, mem, h, bulk=bulk, progress=progress)
 
 
 def place_inputs(mem: TwoLevelMemory, shp: Shape,
@@ -586,12 +632,15 @@ def _unstack(flat, shp: Shape, data):
     return flat
 
 
-def _run_backward(bwd: Any, bt: Any, fwd: Result, fmem: TwoLevelMemory,
-                  h: dict[str, SlowArray], shp: Shape, M: int, s: float, mode: Mode, bulk: bool,
-                  dtype: Any, data: Any, dO: Any,
-                  progress: ProgressCallback | None = None) -> Result:
+def _run_backward(job: _Job, fwd: Result, fmem: TwoLevelMemory, h: dict[str, SlowArray], *,
+                  bulk: bool, progress: ProgressCallback | None = None) -> Result:
+    """The backward pass of ``job`` after its forward ``fwd``, which left Q, K, V, O and the
+    logsumexp in ``fmem`` (arrays ``h``); the Result with its counts and gradients."""
+    bwd, bt, shp, M, s = job.bwd, job.bt, job.shape, job.M, job.scale
+    mode: Mode = "count" if job.mode == "count" else "compute"
+    data, dO = job.data if mode == "compute" else None, job.inputs.grad_output
     total = shp.n_heads * max(0, int(bwd.steps(shp, bt))) if progress is not None else 0
-    mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=dtype, progress=progress,
+    mem = TwoLevelMemory(M, mode=mode, bulk=bulk, dtype=job.dtype, progress=progress,
                          progress_total=total)
     nq, nkv = shp.n_heads * shp.Nq, shp.n_kv_heads * shp.Nkv
     arrays = {}
@@ -606,6 +655,7 @@ def _run_backward(bwd: Any, bt: Any, fwd: Result, fmem: TwoLevelMemory,
     bwd.run_schedule(mem, arrays, shape=shp, tiling=bt, scale=s)
     grads = None
     if mode == "compute":
+        assert data is not None  # compute mode: the forward's inputs
         four = data[0].ndim == 4
         grads = {}
         for name in ("dQ", "dK", "dV"):

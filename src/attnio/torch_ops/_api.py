@@ -9,8 +9,8 @@ from ..approx.radius import score_radius
 from ..core.errors import ParameterError
 from ._checks import causal_offset, check_inputs, resolve_mask
 from ._compiled import poly_op
+from ._core import PolyOptions, eager, plan
 from ._core import chunk_arg as _chunk
-from ._core import eager, plan
 from ._core import run as _run
 from ._core import torch_module as _torch
 from ._kernels import FavorKernel, poly_kernel
@@ -60,9 +60,9 @@ def poly_plan(q, k, v=None, *, eps: float = 1e-3, entry_bound: float | None = No
     v = k if v is None else v
     inp, s = check_inputs(q, k, v, is_causal=is_causal, causal_align="bottom_right",
                           enable_gqa=enable_gqa, dropout_p=0.0, scale=scale)
-    return plan(q, k, v, inp, s, eps=eps, entry_bound=entry_bound, variant=variant, degree=degree,
-                allow_unbounded=allow_unbounded, is_causal=is_causal, calibrate=calibrate,
-                memory_limit=_memory(memory_limit))
+    opts = PolyOptions(eps, entry_bound, variant, degree, allow_unbounded,
+                       memory_limit=_memory(memory_limit))
+    return plan(q, k, v, inp, s, opts, is_causal=is_causal, calibrate=calibrate)
 
 
 def _memory(limit):
@@ -172,9 +172,9 @@ def poly_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: b
                          s, str(variant), -1 if degree is None else int(degree),
                          bool(allow_unbounded), str(on_slow), offset is not None,
                          0 if offset is None else int(offset), chunk or 0, memory_limit)
-    return eager(q, k, v, inp, s, offset, eps=eps, entry_bound=entry_bound, variant=variant,
-                 degree=degree, allow_unbounded=allow_unbounded, on_slow=on_slow, chunk=chunk,
-                 memory_limit=memory_limit)
+    return eager(q, k, v, inp, s, offset, PolyOptions(
+        eps, entry_bound, variant, degree, allow_unbounded, on_slow, chunk,
+        memory_limit=memory_limit))
 
 
 def based_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,

@@ -11,23 +11,25 @@ backward, plus one forward), since an opaque operator cannot hand its saved stat
 from concurrent.futures import ThreadPoolExecutor
 
 from ._checks import check_inputs
-from ._core import eager
+from ._core import PolyOptions, eager
 
 __all__ = ["poly_op"]
 
 
-def _impl(q, k, v, eps, entry_bound, scale, variant, degree, allow_unbounded, on_slow, causal,
-          offset, chunk, memory_limit):
-    """The eager path; ``entry_bound < 0`` means none (R measured from the values, with one
-    host synchronisation inside the operator)."""
+def _impl(q, k, v, params: tuple):
+    """The eager path; ``params``: the operator's scalar arguments (eps, entry_bound, scale,
+    variant, degree, allow_unbounded, on_slow, causal, offset, chunk, memory_limit), where
+    ``entry_bound < 0`` means none (R measured from the values, with one host synchronisation
+    inside the operator), ``degree < 0`` none and ``chunk = 0`` none."""
+    (eps, entry_bound, scale, variant, degree, allow_unbounded, on_slow, causal, offset, chunk,
+     memory_limit) = params
     inp, _ = check_inputs(q, k, v, is_causal=causal, causal_align="bottom_right",
                           enable_gqa=True, dropout_p=0.0, scale=scale)
     bounded = entry_bound >= 0
-    return eager(q, k, v, inp, scale, offset if causal else None, eps=eps,
-                 entry_bound=entry_bound if bounded else None, variant=variant,
-                 degree=None if degree < 0 else degree, allow_unbounded=allow_unbounded,
-                 on_slow=on_slow, chunk=chunk or None, asynchronous=bounded,
-                 memory_limit=memory_limit)
+    opts = PolyOptions(eps, entry_bound if bounded else None, variant,
+                       None if degree < 0 else degree, allow_unbounded, on_slow, chunk or None,
+                       asynchronous=bounded, memory_limit=memory_limit)
+    return eager(q, k, v, inp, scale, offset if causal else None, opts)
 
 
 _OP: list = []
@@ -45,8 +47,9 @@ def poly_op():
            variant: str, degree: int, allow_unbounded: bool, on_slow: str, causal: bool,
            offset: int, chunk: int, memory_limit: int) -> Tensor:
         with torch.no_grad():
-            return _impl(q, k, v, eps, entry_bound, scale, variant, degree, allow_unbounded,
-                         on_slow, causal, offset, chunk, memory_limit).contiguous().clone()
+            return _impl(q, k, v, (eps, entry_bound, scale, variant, degree, allow_unbounded,
+                                   on_slow, causal, offset, chunk, memory_limit)
+                         ).contiguous().clone()
 
     @op.register_fake
     def _(q, k, v, *args):
@@ -60,8 +63,9 @@ def poly_op():
         def run():
             with torch.enable_grad():
                 xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
-                out = _impl(xs[0], xs[1], xs[2], eps, entry_bound, scale, variant, degree,
-                            allow_unbounded, on_slow, causal, offset, chunk, memory_limit)
+                out = _impl(xs[0], xs[1], xs[2], (eps, entry_bound, scale, variant, degree,
+                                                  allow_unbounded, on_slow, causal, offset,
+                                                  chunk, memory_limit))
                 return torch.autograd.grad(out, xs, grad)
 
         # an operator's implementation runs with autograd's dispatch keys excluded (thread-local

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..approx.features import FeatureMap
 from ..approx.poly import UnreachableError, polynomial
 from ..approx.radius import check_entries, score_radius
@@ -19,7 +21,26 @@ from ._plan import (
     warn_at_caller,
 )
 
-__all__ = ["chunk_arg", "eager", "plan", "run", "torch_module"]
+__all__ = ["PolyOptions", "chunk_arg", "eager", "plan", "run", "torch_module"]
+
+
+@dataclass(frozen=True)
+class PolyOptions:
+    """What poly_attention approximates and how (its keyword arguments, checked by the public
+    functions): the error target ``eps``, the ``entry_bound`` on q and k (None: measured), the
+    polynomial's ``variant`` and ``degree`` (None: the least that meets eps),
+    ``allow_unbounded``, what to do with a slow plan (``on_slow``), the causal ``chunk``,
+    ``asynchronous`` checks (the torch.compile path) and the working-memory ``memory_limit``."""
+
+    eps: float
+    entry_bound: float | None = None
+    variant: str = "chebyshev"
+    degree: int | None = None
+    allow_unbounded: bool = False
+    on_slow: str = "warn"
+    chunk: int | None = None
+    asynchronous: bool = False
+    memory_limit: int = MEMORY_LIMIT
 
 
 def torch_module():
@@ -69,8 +90,7 @@ def chunk_arg(chunk):
     return chunk
 
 
-def plan(q, k, v, inp, s, *, eps, entry_bound, variant, degree, allow_unbounded, is_causal,
-          calibrate, asynchronous=False, memory_limit=MEMORY_LIMIT):
+def plan(q, k, v, inp, s, opts: PolyOptions, *, is_causal, calibrate):
     """The plan; checks the values (NaN/inf, entry bound) with one host synchronisation, or with
     device-side asserts and no synchronisation when ``asynchronous`` (the torch.compile path).
 
@@ -78,17 +98,18 @@ def plan(q, k, v, inp, s, *, eps, entry_bound, variant, degree, allow_unbounded,
     u)``: ``0.3 * tanh(x)`` rounded to bfloat16 can be 0.30078), and R is computed from that
     bound, so the guarantee covers the values actually passed."""
     torch = torch_module()
+    entry_bound, allow_unbounded = opts.entry_bound, opts.allow_unbounded
     grow = 1 + unit_roundoff(inp.out)
     if entry_bound is not None:
         score_radius(inp.E, s, entry_bound)  # refuses a bad entry_bound, naming it
-    if inp.meta or asynchronous:
+    if inp.meta or opts.asynchronous:
         if entry_bound is None:
             where = "on the meta device" if inp.meta else "under torch.compile"
             raise ParameterError(f"entry_bound is required {where}: without it the score range "
                                  "(hence the degree) is measured from the values of q and k",
                                  param="entry_bound")
         R = score_radius(inp.E, s, float(entry_bound) * grow)
-        if asynchronous and not inp.meta:
+        if opts.asynchronous and not inp.meta:
             b = float(entry_bound) * grow
             ok = torch.isfinite(v).all()
             if not allow_unbounded:  # NaN fails the comparison too
@@ -102,12 +123,11 @@ def plan(q, k, v, inp, s, *, eps, entry_bound, variant, degree, allow_unbounded,
             R = score_radius(inp.E, s, float(entry_bound) * grow)
         else:
             R = score_radius(inp.E, s, max_norm_q=nq, max_norm_k=nk)
-    p = polynomial(eps, R, variant, degree)
+    p = polynomial(opts.eps, R, opts.variant, opts.degree)
     fm = FeatureMap(inp.E, p.degree, p.coefficients, s)
     shape = (inp.heads, inp.L, inp.S, inp.E, inp.Ev)
-    return make_plan(p, fm, R, eps, shape, is_causal, q.device, inp.compute,
-                     calibrate and not inp.meta, unit=unit_roundoff(inp.compute),
-                     memory_limit=memory_limit, itemsize=8 if inp.compute == torch.float64 else 4)
+    return make_plan((p, fm, R, opts.eps), shape, is_causal, device=q.device, dtype=inp.compute,
+                     calibrate=calibrate and not inp.meta, memory_limit=opts.memory_limit)
 
 
 def _exact(q, k, v, s, offset, group):
@@ -123,14 +143,12 @@ def _exact(q, k, v, s, offset, group):
         q, k, v, attn_mask=mask, is_causal=offset == 0, scale=s)
 
 
-def eager(q, k, v, inp, s, offset, *, eps, entry_bound, variant, degree, allow_unbounded,
-          on_slow, chunk, asynchronous=False, memory_limit=MEMORY_LIMIT):
+def eager(q, k, v, inp, s, offset, opts: PolyOptions):
     """poly_attention after the argument checks: plan, guard, compute.  With ``on_slow="exact"``
     a plan that no degree can meet falls back to exact attention too (with the warning)."""
+    on_slow = opts.on_slow
     try:
-        pl = plan(q, k, v, inp, s, eps=eps, entry_bound=entry_bound, variant=variant,
-                  degree=degree, allow_unbounded=allow_unbounded, is_causal=offset is not None,
-                  calibrate=True, asynchronous=asynchronous, memory_limit=memory_limit)
+        pl = plan(q, k, v, inp, s, opts, is_causal=offset is not None, calibrate=True)
     except UnreachableError as e:
         if on_slow != "exact":
             raise
@@ -140,7 +158,8 @@ def eager(q, k, v, inp, s, offset, *, eps, entry_bound, variant, degree, allow_u
     if guard(pl, on_slow):
         return _exact(q, k, v, s, offset, inp.group)
     fm = pl.feature_map
-    return run(q, k, v, inp, lambda qc, kc: poly_kernel(fm, qc.dtype, qc.device), offset, chunk)
+    return run(q, k, v, inp, lambda qc, kc: poly_kernel(fm, qc.dtype, qc.device), offset,
+               opts.chunk)
 
 
 register_engine(run)  # the engine calibration() times (._plan cannot import this module)

@@ -108,9 +108,10 @@ def _blocks_of(n, r, heads, Ev, tile):
     return T, -(-n // T)
 
 
-def _work(heads, L, S, E, Ev, r, g, causal, tile=64):
+def _work(shape, r, g, causal, tile=64):
     """(feature products, matmul multiply-adds, torch operations) of the engine; (exps,
-    multiply-adds) of SDPA."""
+    multiply-adds) of SDPA; ``shape = (heads, L, S, E, Ev)``."""
+    heads, L, S, E, Ev = shape
     rows = L + S
     feat = heads * rows * r
     mm = heads * rows * r * (Ev + 1)
@@ -125,8 +126,9 @@ def _work(heads, L, S, E, Ev, r, g, causal, tile=64):
     return feat, mm, ops, sdpa_pairs, sdpa_pairs * (E + Ev)
 
 
-def predict(heads, L, S, E, Ev, r, g, causal, rates) -> tuple[float, float]:
-    feat, mm, ops, pairs, smm = _work(heads, L, S, E, Ev, r, g, causal)
+def predict(shape, r, g, causal, rates) -> tuple[float, float]:
+    """(engine, SDPA) predicted seconds for ``shape = (heads, L, S, E, Ev)``."""
+    feat, mm, ops, pairs, smm = _work(shape, r, g, causal)
     poly = (feat * rates["poly_feat"] + mm * rates["poly_mm"] + ops * rates["poly_op"])
     if causal:  # the chunked form's per-tile products: a factor measured on a causal shape
         poly *= rates["poly_causal"]
@@ -135,7 +137,7 @@ def predict(heads, L, S, E, Ev, r, g, causal, rates) -> tuple[float, float]:
     return poly, sdpa
 
 
-def memory_bytes(heads, L, S, E, Ev, r, g, causal, itemsize=4, tile=64) -> int:
+def memory_bytes(shape, r, g, causal, itemsize=4, tile=64) -> int:
     """Working memory of the engine beyond q, k, v and the output, in bytes (an estimate made
     before anything is allocated): the feature tables (about 8g + 260 bytes per feature while
     they are built), a block's features and their products (3 T r per head), the r x (Ev+1)
@@ -144,6 +146,7 @@ def memory_bytes(heads, L, S, E, Ev, r, g, causal, itemsize=4, tile=64) -> int:
     keeps, at most ``_parallel._STORE`` elements, and at least 4 p blocks for p threads)."""
     from ._parallel import _STORE, workers
 
+    heads, L, S, _, Ev = shape
     n = max(L, S)
     T, nb = _blocks_of(L if causal else n, r, heads, Ev, tile if causal else 1)
     p, kept = workers(), 0
@@ -309,15 +312,15 @@ def calibration(device=None, dtype=None, *, refresh: bool = False) -> tuple[dict
     cases: dict = {}  # name: (work, callable); timed interleaved, so that a change of load hits all
     for E, m in ((8, n), (64, 2 * n)):  # E = 64 at 4,096 rows: K and V beyond a 2 MB cache
         q, k, v = rnd(1, 1, m, E), rnd(1, 1, m, E), rnd(1, 1, m, E)
-        cases[f"sdpa{E}"] = (_work(1, m, m, E, E, 1, 1, False)[3:],
+        cases[f"sdpa{E}"] = (_work((1, m, m, E, E), 1, 1, False)[3:],
                              lambda q=q, k=k, v=v: (sd(q, k, v), sync()))
     for Ev in (1, 128):  # feature-bound and matmul-bound
         q, k, v = rnd(1, 4 * n, 4), rnd(1, 4 * n, 4), rnd(1, 4 * n, Ev)
-        cases[f"poly{Ev}"] = (_work(1, 4 * n, 4 * n, 4, Ev, fm.r, 8, False)[:3],
+        cases[f"poly{Ev}"] = (_work((1, 4 * n, 4 * n, 4, Ev), fm.r, 8, False)[:3],
                               lambda q=q, k=k, v=v: (linear_attention(q, k, v, kern, None),
                                                      sync()))
     q, k, v = rnd(1, 2 * n, 4), rnd(1, 2 * n, 4), rnd(1, 2 * n, 32)
-    cases["causal"] = (_work(1, 2 * n, 2 * n, 4, 32, fm.r, 8, True)[:3],
+    cases["causal"] = (_work((1, 2 * n, 2 * n, 4, 32), fm.r, 8, True)[:3],
                        lambda q=q, k=k, v=v: (linear_attention(q, k, v, kern, 0), sync()))
     cases["ops"] = (None, small_ops)
     cases["call"] = (None, call16)
@@ -353,17 +356,24 @@ def calibration(device=None, dtype=None, *, refresh: bool = False) -> tuple[dict
     return rates, True
 
 
-def make_plan(p: PolyApprox, fm: FeatureMap, R: float, eps: float, shape, causal: bool,
-              device=None, dtype=None, calibrate: bool = True, unit: float = 2.0 ** -24,
-              memory_limit: int = MEMORY_LIMIT, itemsize: int = 4) -> PolyPlan:
-    """A :class:`PolyPlan` for ``shape = (heads, L, S, E, Ev)`` (heads: all leading dims); only
-    numbers are computed here (no feature table, no tensor)."""
+def make_plan(approx: tuple[PolyApprox, FeatureMap, float, float], shape, causal: bool, *,
+              device=None, dtype=None, calibrate: bool = True,
+              memory_limit: int = MEMORY_LIMIT) -> PolyPlan:
+    """A :class:`PolyPlan` for ``shape = (heads, L, S, E, Ev)`` (heads: all leading dims) and
+    ``approx = (p, fm, R, eps)`` (the polynomial, its feature map, the score radius and the
+    error target), computed in ``dtype`` (None: float32) on ``device``; only numbers are
+    computed here (no feature table, no tensor)."""
+    p, fm, R, eps = approx
     heads, L, S, E, Ev = shape
+    unit, itemsize = 2.0 ** -24, 4
+    if dtype is not None:
+        import torch
+
+        unit, itemsize = float(torch.finfo(dtype).eps) / 2, 8 if dtype == torch.float64 else 4
     r = feature_dim(E, p.degree)
     rates, measured = calibration(device, dtype) if calibrate else (dict(_DEFAULT_RATES), False)
-    pt, st = predict(heads, L, S, E, Ev, r, p.degree, causal, rates)
-    mem = memory_bytes(heads, L, S, E, Ev, r, p.degree, causal, itemsize) \
-        if r <= 10 ** 12 else 2 ** 62
+    pt, st = predict(shape, r, p.degree, causal, rates)
+    mem = memory_bytes(shape, r, p.degree, causal, itemsize) if r <= 10 ** 12 else 2 ** 62
     reasons = []
     if r > S:
         reasons.append(f"r = {r:,} features exceed the n = {S:,} keys")

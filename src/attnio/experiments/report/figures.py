@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .fits import FLOOR_SHARE, _make_fit
 from .rows import _bounds, setting_label
@@ -81,8 +82,8 @@ def _slope_text(alg, rs, axis, d) -> str:
     for sel in regions:
         f = None
         if len({r[axis] for r in sel}) >= 2:
-            f = _make_fit(alg, axis, "all", sel[0]["d"], None, None, (None,) * 5, sel[0]["mode"],
-                          sel[0]["eps"], sel, exact)
+            f = _make_fit((alg, sel[0]["d"], None, None, (None,) * 5, sel[0]["mode"],
+                           sel[0]["eps"]), axis, "all", sel, exact)
         parts.append("–" if f is None or f.slope is None else f"{f.slope:+.2f}".replace("-", "−"))
     if all(p == "–" for p in parts):
         return ""
@@ -94,10 +95,23 @@ def _slope_text(alg, rs, axis, d) -> str:
     return f"slopes {parts[0]} | {parts[1]}"
 
 
+@dataclass(frozen=True)
+class Overlay:
+    """How one setting's lines differ when several are drawn on one axis: the line style
+    (None: the series'), markers filled or hollow (None: the series'), a shade of the colour
+    (1: as is) and a suffix to each label."""
+
+    ls: Any = None
+    filled: bool | None = None
+    shade: float = 1.0
+    suffix: str = ""
+
+
 def draw_series(ax, rows, axis, styles, *, value="total", slopes=True, d=None,
-                suffix="", ls=None, filled=None, shade=1.0) -> list[str]:
+                overlay: Overlay = Overlay()) -> list[str]:
     """One line per (algorithm, ε), widest first; a series whose points equal one drawn
     before says so in its label.  Returns the labels drawn."""
+    ls, filled, shade, suffix = overlay.ls, overlay.filled, overlay.shade, overlay.suffix
     series = _by_series(rows, axis)
     order = sorted(series, key=lambda k: (styles[k].order, k[0], k[1] or 0))
     seen: dict[tuple, str] = {}
@@ -281,8 +295,8 @@ def overlay(rows_by_setting: dict[tuple, list[dict]], names: dict[tuple, str], a
     allrows = [r for s in settings for r in rows_by_setting[s]]
     for i, s in enumerate(settings):
         ls = _SETTING_LS[i % len(_SETTING_LS)]
-        draw_series(ax, rows_by_setting[s], axis, look.styles, slopes=False, ls=ls,
-                    filled=i % 2 == 1, shade=0.7 ** i)
+        draw_series(ax, rows_by_setting[s], axis, look.styles, slopes=False,
+                    overlay=Overlay(ls, filled=i % 2 == 1, shade=0.7 ** i))
         handles.append(Line2D([], [], color="k", ls=ls, lw=1.4, marker="o",
                               mfc="k" if i % 2 else "none", mec="k"))
         labels.append(names[s])

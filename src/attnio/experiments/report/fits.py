@@ -127,7 +127,10 @@ def _series(rows: list[dict], var: str) -> dict[tuple, list[dict]]:
     return {k: v for k, v in g.items() if len({r[var] for r in v}) >= MIN_POINTS}
 
 
-def _make_fit(alg, var, region, d, N, M, setting, mode, eps, rows, exact) -> Fit:
+def _make_fit(series: tuple, var: str, region: str, rows: list[dict], exact: bool) -> Fit:
+    """The fit of one series, ``series`` = (algorithm, d, N, M, setting, mode, eps) with the
+    varied size (``var``) None."""
+    alg, d, N, M, setting, mode, eps = series
     pts, excl = _fit_points(rows, var, exact)
     rule = (f"points with read-once floor < {FLOOR_SHARE:.0%} of total" if exact
             else "all points (approximate: the count is meant to approach the floor)")
@@ -148,13 +151,13 @@ def _fits_over(ok: list[dict]) -> list[Fit]:
     fits: list[Fit] = []
     for (alg, d, M, setting, mode, eps), rs in sorted(_series(ok, "N").items(), key=_key):
         exact = bool(rs[0]["exact"])
-        fits.append(_make_fit(alg, "N", "all", d, None, M, setting, mode, eps, rs, exact))
+        fits.append(_make_fit((alg, d, None, M, setting, mode, eps), "N", "all", rs, exact))
     for (alg, N, d, setting, mode, eps), rs in sorted(_series(ok, "M").items(), key=_key):
         exact = bool(rs[0]["exact"])
         for region, sel in (("M<d2", [r for r in rs if r["M"] < d * d]),
                             ("M>=d2", [r for r in rs if r["M"] >= d * d])):
             if sel:
-                fits.append(_make_fit(alg, "M", region, d, N, None, setting, mode, eps, sel,
+                fits.append(_make_fit((alg, d, N, None, setting, mode, eps), "M", region, sel,
                                       exact))
     return fits
 
