@@ -461,8 +461,11 @@ def _size_key(s: Shape) -> tuple[int, ...]:
 def _supports(alg: Algorithm, shp: Shape) -> None:
     if shp.window is not None and not alg.supports_window:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_window]
+        form = getattr(alg, "windowed_form", None)  # a schedule with a separate windowed form
+        hint = f"; its windowed form is {form}" if form else ""
         raise ParameterError(f"{alg.name} does not support window={shp.window} (a sliding "
-                             f"window); the algorithms that do: {', '.join(ok)}", param="window")
+                             f"window){hint}; the algorithms that do: {', '.join(ok)}",
+                             param="window")
     if shp.block_mask is not None and not alg.supports_block_mask:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_block_mask]
         raise ParameterError(f"{alg.name} does not support block-sparse attention (block_mask); "
