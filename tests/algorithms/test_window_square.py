@@ -131,3 +131,11 @@ def test_bad_order_is_refused_naming_the_tiling():
     with pytest.raises(attnio.ParameterError, match="tiling.order"):
         ALG.predicted_io(shape, 400, tiling=dict(Br=4, Bc=4, Bd=4, Br2=4, Bk2=4, Bd2=4,
                                                  order="diagonal"))
+
+
+def test_square_tiling_refuses_a_window_naming_its_windowed_form():
+    rng = np.random.default_rng(0)
+    Q = rng.standard_normal((32, 8))
+    with pytest.raises(attnio.ParameterError, match="its windowed form is window_square") as e:
+        attnio.run("square_tiling", Q, Q, Q, M=200, causal=True, window=4)
+    assert e.value.param == "window"
