@@ -155,8 +155,8 @@ def _phase2(shape: Shape, br2: int, bk2: int, bd2: int) -> IOCount:
 
 @functools.lru_cache(maxsize=1024)
 def _ladder(total: int, vmax: int) -> tuple[int, ...]:
-    """Sizes in [1, min(total, vmax)] worth trying: a 2^(1/4) geometric spread and the largest,
-    each also snapped down to the least size with as many blocks of ``total``."""
+    """Sizes in [1, min(total, vmax)] worth trying: a √2 geometric spread and the largest, each
+    also snapped down to the least size with as many blocks of ``total``."""
     vmax = min(total, vmax)
     if vmax < 1:
         return ()
@@ -165,8 +165,18 @@ def _ladder(total: int, vmax: int) -> tuple[int, ...]:
     while b <= vmax:
         v = int(b)
         vals.update({v, cdiv(total, cdiv(total, v))})
-        b *= 2 ** 0.25
+        b *= 2 ** 0.5
     return tuple(sorted(v for v in vals if 1 <= v <= vmax))
+
+
+def _near(total: int, v: int, vmax: int) -> set[int]:
+    """The refinement's sizes around v: v·2^(±1/4), each also snapped (as :func:`_ladder`)."""
+    out = set()
+    for x in (int(v * 2 ** -0.25), v, int(v * 2 ** 0.25) + 1):
+        x = min(x, vmax, total)
+        if x >= 1:
+            out.update({x, cdiv(total, cdiv(total, x))})
+    return out
 
 
 def _band_width(shape: Shape) -> int:
@@ -216,43 +226,71 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
 
     # ------------------------------------------------------------------ tilings
     def _phase1_choices(self, shape: Shape, M: int) -> list[tuple[int, int, int, str]]:
-        """The best few (Br, Bc, Bd, order) by Phase-1 count, then steps."""
+        """The best few (Br, Bc, Bd, order) by Phase-1 count, then steps: Br and Bc on √2
+        ladders, then the neighbours at 2^(±1/4) of the best few."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         keys = _band_width(shape)
-        scored = []
+        scored: dict[tuple[int, int, str], tuple[int, int, int, int, int, str]] = {}
+
+        def bc_most(br: int, order: str) -> int:
+            if order == "row":
+                return min((M - br * d - 2 * br) // (br + 1), keys + br)
+            return min((M - 3 * br) // (br + 1), keys + br)
+
+        def score(br: int, bc: int, order: str) -> None:
+            if (br, bc, order) in scored:
+                return
+            if order == "row":
+                bd = (M - br * d - br * bc - 2 * br) // bc
+            else:
+                bd = (M - br * bc - 2 * br) // (br + bc)
+            bd = min(d, bd)
+            if bd < 1 or _fp1(d, br, bc, bd, order) > M:
+                return
+            io = _phase1(shape, br, bc, order).total
+            steps = _sums(shape, br, bc).count * cdiv(d, bd)
+            scored[(br, bc, order)] = (io, steps, br, bc, bd, order)
+
+        most = {o: (M - 1) // ((d if o == "row" else 1) + 3) for o in ORDERS}  # Bc = Bd = 1
         for order in ORDERS:
-            per_row = (d if order == "row" else 1) + 1 + 2  # Bc = Bd = 1
-            for br in _ladder(Nq, (M - 1) // per_row):
-                if order == "row":
-                    bc_max = (M - br * d - 2 * br) // (br + 1)
-                else:
-                    bc_max = (M - 3 * br) // (br + 1)
-                for bc in _ladder(Nkv, min(bc_max, keys + br)):
-                    if order == "row":
-                        bd = (M - br * d - br * bc - 2 * br) // bc
-                    else:
-                        bd = (M - br * bc - 2 * br) // (br + bc)
-                    bd = min(d, bd)
-                    if bd < 1 or _fp1(d, br, bc, bd, order) > M:
-                        continue
-                    io = _phase1(shape, br, bc, order).total
-                    steps = _sums(shape, br, bc).count * cdiv(d, bd)
-                    scored.append((io, steps, br, bc, bd, order))
-        return [(br, bc, bd, o) for _, _, br, bc, bd, o in heapq.nsmallest(_KEEP, scored)]
+            for br in _ladder(Nq, most[order]):
+                for bc in _ladder(Nkv, bc_most(br, order)):
+                    score(br, bc, order)
+        for _, _, br0, bc0, _, order in heapq.nsmallest(_KEEP, scored.values()):
+            for br in _near(Nq, br0, most[order]):
+                for bc in _near(Nkv, bc0, bc_most(br, order)):
+                    score(br, bc, order)
+        return [(br, bc, bd, o) for _, _, br, bc, bd, o in heapq.nsmallest(_KEEP,
+                                                                          scored.values())]
 
     def _phase2_choices(self, shape: Shape, M: int) -> list[tuple[int, int, int]]:
-        """The best few (Br2, Bk2, Bd2) by Phase-2 count, then steps."""
+        """The best few (Br2, Bk2, Bd2) by Phase-2 count, then steps: Bd2 and Br2 on √2 ladders
+        (Bk2 in powers of two up to the widest that fits), then the neighbours at 2^(±1/4) of
+        the best few."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        scored = []
+        scored: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
+
+        def score(bd2: int, br2: int) -> None:
+            kmax = min(Nkv, (M - br2 * bd2 - br2) // (br2 + bd2))
+            for bk2 in {kmax, *(2 ** i for i in range(kmax.bit_length()))}:
+                if bk2 < 1 or bk2 > kmax or (br2, bk2, bd2) in scored:
+                    continue
+                io = _phase2(shape, br2, bk2, bd2).total
+                steps = _sums(shape, br2, bk2).count * cdiv(d, bd2)
+                scored[(br2, bk2, bd2)] = (io, steps, br2, bk2, bd2)
+
+        def br2_most(bd2: int) -> int:
+            return (M - bd2) // (bd2 + 2)
+
         for bd2 in _ladder(d, (M - 2) // 3):
-            for br2 in _ladder(Nq, (M - bd2) // (bd2 + 2)):
-                kmax = min(Nkv, (M - br2 * bd2 - br2) // (br2 + bd2))
-                ks = {kmax, *(2 ** i for i in range(kmax.bit_length()))}
-                for bk2 in sorted(k for k in ks if 1 <= k <= kmax):
-                    io = _phase2(shape, br2, bk2, bd2).total
-                    steps = _sums(shape, br2, bk2).count * cdiv(d, bd2)
-                    scored.append((io, steps, br2, bk2, bd2))
-        return [(br2, bk2, bd2) for _, _, br2, bk2, bd2 in heapq.nsmallest(_KEEP, scored)]
+            for br2 in _ladder(Nq, br2_most(bd2)):
+                score(bd2, br2)
+        for _, _, br0, _, bd0 in heapq.nsmallest(_KEEP, scored.values()):
+            for bd2 in _near(d, bd0, (M - 2) // 3):
+                for br2 in _near(Nq, br0, br2_most(bd2)):
+                    score(bd2, br2)
+        return [(br2, bk2, bd2) for _, _, br2, bk2, bd2 in heapq.nsmallest(_KEEP,
+                                                                          scored.values())]
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[WindowSquareTiling]:
         """The best few Phase-1 choices paired with the best few Phase-2 ones (the phases are
