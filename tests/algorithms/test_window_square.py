@@ -139,3 +139,14 @@ def test_square_tiling_refuses_a_window_naming_its_windowed_form():
     with pytest.raises(attnio.ParameterError, match="its windowed form is window_square") as e:
         attnio.run("square_tiling", Q, Q, Q, M=200, causal=True, window=4)
     assert e.value.param == "window"
+
+
+def test_compute_mode_estimate_counts_the_score_workspace():
+    """The scores live in an Nq x Nkv slow array in compute mode: the runner's memory estimate
+    holds it, so a run too large for the machine is refused before anything is allocated."""
+    from attnio.runner.execution import estimate
+
+    shape = Shape.make(65536, 64, causal=True, window=512)
+    cost = estimate("window_square", shape, 4096)
+    assert cost.bytes >= 8 * 65536 * 65536
+    assert estimate("window_square", shape, 4096, mode="count").bytes == 0

@@ -245,6 +245,12 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
     def min_M(self, shape: Shape) -> int:
         return self.footprint(shape, WindowSquareTiling(1, 1, 1, 1, 1, 1))
 
+    def slow_workspace(self, shape: Shape) -> int:
+        """Words of slow workspace a compute-mode run allocates: the scores as an Nq x Nkv array
+        (only the band's tiles are written and read; the counts do not depend on the layout)
+        and g; the runner's memory estimate takes it (count mode allocates nothing)."""
+        return shape.Nq * shape.Nkv + shape.Nq
+
     def steps(self, shape: Shape, tiling: WindowSquareTiling) -> int:
         br, bc, bd, br2, bk2, bd2 = self._clamped(shape, tiling)
         s1, s2 = _sums(shape, br, bc), _sums(shape, br2, bk2)

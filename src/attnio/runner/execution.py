@@ -122,6 +122,10 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     q = shp.n_heads * shp.Nq * shp.d
     kv = shp.n_kv_heads * shp.Nkv * shp.d
     writes = alg.predict_total(shp, t).writes // max(1, shp.n_heads)
+    # a schedule whose slow workspace exceeds its writes (scores written on a band of a full
+    # matrix) says how large it is
+    if (workspace := getattr(alg, "slow_workspace", None)) is not None:
+        writes = max(writes, int(workspace(shp)))
     # tiles hold at most M words, and never more than the data they copy (plus an approximate
     # algorithm's feature blocks): a huge M costs nothing a small workload does not
     r = getattr(t, "r", None)
