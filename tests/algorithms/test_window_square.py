@@ -141,12 +141,48 @@ def test_square_tiling_refuses_a_window_naming_its_windowed_form():
     assert e.value.param == "window"
 
 
-def test_compute_mode_estimate_counts_the_score_workspace():
-    """The scores live in an Nq x Nkv slow array in compute mode: the runner's memory estimate
-    holds it, so a run too large for the machine is refused before anything is allocated."""
+def test_compute_mode_estimate_counts_the_score_ring():
+    """The scores live in a slow array of Nq x ring_width columns in compute mode: the runner's
+    memory estimate holds it (a run too large for the machine is refused before anything is
+    allocated), and under a window it is linear in N."""
     from attnio.runner.execution import estimate
 
     shape = Shape.make(65536, 64, causal=True, window=512)
-    cost = estimate("window_square", shape, 4096)
-    assert cost.bytes >= 8 * 65536 * 65536
+    t = ALG.default_tiling(shape, 4096)
+    cost = estimate("window_square", shape, 4096, tiling=t)
+    assert cost.bytes >= 8 * ALG.slow_workspace(shape, t)
+    assert ALG.slow_workspace(shape, t) < 65536 * 2048
     assert estimate("window_square", shape, 4096, mode="count").bytes == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(N=st.integers(8, 60), Nkv=st.integers(8, 60), d=st.integers(1, 4),
+       align=st.sampled_from([True, "top_left"]), W=st.integers(1, 12),
+       sides=st.lists(st.integers(1, 9), min_size=6, max_size=6),
+       order=st.sampled_from(ws.ORDERS), seed=st.integers(0, 2**16))
+def test_any_tiling_with_the_score_ring_equals_the_reference(N, Nkv, d, align, W, sides, order,
+                                                             seed):
+    """Any sides (not only the search's): the scores live in a ring of ring_width columns
+    (narrower than Nkv under a narrow window); the output is the reference's and the count the
+    closed form's."""
+    shape = Shape.make(N, d, Nkv=Nkv, causal=align, window=W)
+    t = ws.WindowSquareTiling(*sides, order=order)
+    M = ALG.footprint(shape, t)
+    rng = np.random.default_rng(seed)
+    Q, K, V = rng.standard_normal((N, d)), rng.standard_normal((Nkv, d)), \
+        rng.standard_normal((Nkv, d))
+    res = attnio.run("window_square", Q, K, V, M=M, tiling=t, causal=align, window=W)
+    assert np.abs(res.output - attention(Q, K, V, causal=align, window=W)).max() <= 1e-10
+    pred = ALG.predict_total(shape, t)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+    br, bc, _, _, bk2, _ = ALG._clamped(shape, t)
+    C = ws.ring_width(shape, br, bc, bk2)
+    assert C == Nkv or (C % bc == 0 and C % bk2 == 0)
+    assert ALG.slow_workspace(shape, t) == N * C + N
+
+
+def test_the_ring_is_narrow_under_a_window():
+    shape = Shape.make(65536, 64, causal=True, window=512)
+    t = ALG.default_tiling(shape, 4096)
+    br, bc, _, _, bk2, _ = ALG._clamped(shape, t)
+    assert ws.ring_width(shape, br, bc, bk2) < 2 * (512 + br + bc + bk2)

@@ -36,7 +36,10 @@ Phase 2 forms ``exp(S - g_i)``, g_i the row's log-sum-exp, so no maxima are move
 
 Every visible score of a row of block i lies in [lo_i, hi_i), so Phase 1 writes it and Phase 2
 reads it back; the entries of a tile outside the mask are never written and are zeroed in fast
-memory after the load.
+memory after the load.  In slow memory the scores are a ring of C columns, key c in column
+c mod C (:func:`ring_width`: C >= the widest run of keys a Phase-1 block writes, a multiple of Bc
+and Bk2, or Nkv): Nq·C words, about Nq·(W + Br + Bc) under a window, so compute mode grows
+linearly in N too (the counts do not depend on the layout).
 
 Closed form (one head; the sums over blocks are :func:`attnio.core.masks.query_block_sums`,
 O(log N)).  With the Phase-1 blocks (Br rows, key blocks of Bc), ``seen_i = [hi_i > lo_i]``::
@@ -94,6 +97,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -101,7 +105,7 @@ import numpy as np
 
 from ..core import masks
 from ..core.errors import ParameterError
-from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from .base import Algorithm
@@ -225,6 +229,28 @@ def _band_width(shape: Shape) -> int:
     return min(shape.Nkv, shape.window)
 
 
+def ring_width(shape: Shape, br: int, bc: int, bk2: int) -> int:
+    """C, the columns of the slow score array: key c is stored in column c mod C.  Phase 1 writes,
+    for a row of block i, the keys of the Bc blocks meeting [lo_i, hi_i), one interval of at most
+    ``w = max_i w_i(Bc)`` keys (``masks.query_block_max_width``); with C >= w no two keys a row
+    writes share a column, so every visible score Phase 2 reads back is its own (a column holding
+    another key is outside the mask there, and zeroed).  C is rounded up to a multiple of Bc and
+    Bk2, so a key block is one run of columns; when that reaches Nkv, C = Nkv (column = key)."""
+    w = masks.query_block_max_width(shape.Nq, shape.Nkv, br, bc, shape.offset,
+                                    shape.window if shape.causal else None, shape.causal)
+    step = bc * bk2 // math.gcd(bc, bk2)
+    C = cdiv(max(w, 1), step) * step
+    return C if C < shape.Nkv else shape.Nkv
+
+
+def _columns(kb: Block, C: int, Nkv: int) -> Block | slice:
+    """Key block kb's columns in the score ring of C columns (:func:`ring_width`)."""
+    if C >= Nkv:
+        return kb
+    c0 = kb.start % C
+    return slice(c0, c0 + kb.size)
+
+
 class WindowSquare(Algorithm[WindowSquareTiling]):
     name = "window_square"
     summary = ("square tiling over the band (any mask, sliding windows included): write the "
@@ -245,11 +271,12 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
     def min_M(self, shape: Shape) -> int:
         return self.footprint(shape, WindowSquareTiling(1, 1, 1, 1, 1, 1))
 
-    def slow_workspace(self, shape: Shape) -> int:
-        """Words of slow workspace a compute-mode run allocates: the scores as an Nq x Nkv array
-        (only the band's tiles are written and read; the counts do not depend on the layout)
-        and g; the runner's memory estimate takes it (count mode allocates nothing)."""
-        return shape.Nq * shape.Nkv + shape.Nq
+    def slow_workspace(self, shape: Shape, tiling: WindowSquareTiling) -> int:
+        """Words of slow workspace a compute-mode run allocates: the scores, Nq rows of
+        :func:`ring_width` columns, and g; the runner's memory estimate takes it (count mode
+        allocates nothing)."""
+        br, bc, _, _, bk2, _ = self._clamped(shape, tiling)
+        return shape.Nq * ring_width(shape, br, bc, bk2) + shape.Nq
 
     def steps(self, shape: Shape, tiling: WindowSquareTiling) -> int:
         br, bc, bd, br2, bk2, bd2 = self._clamped(shape, tiling)
@@ -360,17 +387,19 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
     # ------------------------------------------------------------------ the schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                  O: SlowArray, *, shape: Shape, tiling: WindowSquareTiling, scale: float) -> None:
-        S = mem.scratch("S_band", (shape.Nq, shape.Nkv))  # the visible scores, written once
+        br, bc, _, _, bk2, _ = self._clamped(shape, tiling)
+        C = ring_width(shape, br, bc, bk2)
+        S = mem.scratch("S_band", (shape.Nq, C))  # the visible scores, written once (a ring)
         g = mem.scratch("g", (shape.Nq,))  # each row's log-sum-exp
-        self._phase1(mem, Q, K, S, g, shape, tiling, scale)
-        self._phase2(mem, V, S, g, O, shape, tiling)
+        self._phase1(mem, Q, K, S, g, shape, tiling, scale, C)
+        self._phase2(mem, V, S, g, O, shape, tiling, C)
 
     @staticmethod
     def _band(shape: Shape) -> masks.Band | None:
         return masks.Band.queries(shape) if shape.causal else None
 
     def _phase1(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, S: SlowArray,
-                g: SlowArray, shape: Shape, t: WindowSquareTiling, scale: float) -> None:
+                g: SlowArray, shape: Shape, t: WindowSquareTiling, scale: float, C: int) -> None:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         br, bc, bd = min(t.Br, Nq), min(t.Bc, Nkv), min(t.Bd, d)
         band = self._band(shape)
@@ -393,7 +422,7 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
                 if K_.tile_needs_mask(shape, ib.start, jb.stop, ib.stop, jb.start):
                     mem.compute(_mask(shape, ib.start, jb.start), St, writes=1)
                 mem.compute(_fold_scores, St, m, l, writes=2)
-                mem.store(St, S, ib, jb)
+                mem.store(St, S, ib, _columns(jb, C, Nkv))
                 mem.free(St)
             if Qi is not None:
                 mem.free(Qi)
@@ -402,7 +431,7 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
             mem.free(m, l)
 
     def _phase2(self, mem: TwoLevelMemory, V: SlowArray, S: SlowArray, g: SlowArray,
-                O: SlowArray, shape: Shape, t: WindowSquareTiling) -> None:
+                O: SlowArray, shape: Shape, t: WindowSquareTiling, C: int) -> None:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         br2, bk2, bd2 = min(t.Br2, Nq), min(t.Bk2, Nkv), min(t.Bd2, d)
         band = self._band(shape)
@@ -413,7 +442,7 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
                 if hi > lo:
                     gi = mem.load(g, ib, label="g_i")
                     for kb in mem.blocks(Nkv, bk2, lo=lo, hi=hi, band=band):
-                        At = mem.load(S, ib, kb, label="S_ik")
+                        At = mem.load(S, ib, _columns(kb, C, Nkv), label="S_ik")
                         Vt = mem.load(V, kb, db, label="V_kc")
                         masked = K_.tile_needs_mask(shape, ib.start, kb.stop, ib.stop, kb.start)
                         mem.compute(_accumulate(shape, ib.start, kb.start, masked), Oc, At, Vt,

@@ -125,7 +125,7 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     # a schedule whose slow workspace exceeds its writes (scores written on a band of a full
     # matrix) says how large it is
     if (workspace := getattr(alg, "slow_workspace", None)) is not None:
-        writes = max(writes, int(workspace(shp)))
+        writes = max(writes, int(workspace(shp, t)))
     # tiles hold at most M words, and never more than the data they copy (plus an approximate
     # algorithm's feature blocks): a huge M costs nothing a small workload does not
     r = getattr(t, "r", None)
