@@ -86,3 +86,16 @@ def test_export_flattens_the_schedule(tmp_path):
     with open(tmp_path / "e.csv", newline="") as f:
         (out,) = list(csv.DictReader(f))
     assert out["tiling_schedule"] == name
+
+
+def test_backward_and_too_small_M():
+    """In a backward grid the plan row counts the planner's forward (with the logsumexp) and the
+    backward pass; below every schedule's least M the grid stores a skipped row with the reason."""
+    shape = Shape.make(256, 16, causal=True, window=32)
+    row = run_config(Config("plan", shape, 2048, backward=True))
+    assert row["status"] == "ok" and row["backward"] and row["backward_total"] > 0
+    assert (row["reads"], row["writes"]) == (row["predicted_reads"], row["predicted_writes"])
+    from attnio.experiments.grid import expand
+
+    ex = expand(Grid(N=(64,), d=(16,), M=(3,), algorithms=("plan",)))
+    assert not ex.configs and "min_M" in ex.skipped[0][1]
