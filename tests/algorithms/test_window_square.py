@@ -21,7 +21,7 @@ from attnio.core.reference import attention
 from attnio.core.workload import Shape
 
 ALG = attnio.algorithms.get("window_square")
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -155,7 +155,7 @@ def test_compute_mode_estimate_counts_the_score_ring():
     assert estimate("window_square", shape, 4096, mode="count").bytes == 0
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(N=st.integers(8, 60), Nkv=st.integers(8, 60), d=st.integers(1, 4),
        align=st.sampled_from([True, "top_left"]), W=st.integers(1, 12),
        sides=st.lists(st.integers(1, 9), min_size=6, max_size=6),
