@@ -91,6 +91,7 @@ COUNTS = [
     ("flash_decoding", dict(window=4096), None),
     ("standard", dict(window=4096), {"bm": 64, "bn": 64, "bk": 64, "onepass": False}),
     ("square_tiling", {}, None),
+    ("window_square", dict(window=4096), None),
 ]
 
 
@@ -149,7 +150,7 @@ def counts(repeat: int) -> list[dict]:
     rows = []
     for name, extra, tiling in COUNTS:
         shape = Shape(10**9, 10**9, 128, causal=True, **extra)
-        M = 4096 if name == "square_tiling" else 65536
+        M = 4096 if name in ("square_tiling", "window_square") else 65536  # small-cache ones
         wall, cpu, r = median_cold(lambda: attnio.run(name, shape=shape, M=M, mode="count",
                                                       tiling=tiling), repeat)
         pred = attnio.algorithms.get(name).predict_total(shape, r.tiling)

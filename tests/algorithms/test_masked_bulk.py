@@ -22,7 +22,7 @@ from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
 
 EXACT = ("flash2", "flash1", "standard", "flash_decoding", "square_tiling", "stream_tiling",
-         "kv_stationary", "q_stationary_min", "q_split", "window_cache")
+         "kv_stationary", "q_stationary_min", "q_split", "window_cache", "window_square")
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 sizes = st.one_of(st.integers(1, 12), st.integers(1, 120))

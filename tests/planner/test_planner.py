@@ -126,8 +126,9 @@ def online_softmax(name: str) -> bool:
 
 
 #: The small-cache schedules: the scores written once, two blocked matmuls (square_tiling;
-#: stream_tiling, the same with Smith-style word streaming and the softmax online in P·V).
-SMALL_CACHE = ("square_tiling", "stream_tiling")
+#: stream_tiling, the same with Smith-style word streaming and the softmax online in P·V;
+#: window_square, square tiling over the band of any mask).
+SMALL_CACHE = ("square_tiling", "stream_tiling", "window_square")
 
 
 @pytest.mark.skipif("square_tiling" not in attnio.algorithms.names(),

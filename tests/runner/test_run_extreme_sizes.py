@@ -159,7 +159,7 @@ def test_a_masked_count_that_walks_its_blocks_is_estimated_and_refused_beyond_th
 
 
 @pytest.mark.parametrize("algorithm", ["kv_stationary", "q_stationary_min", "q_split",
-                                       "stream_tiling", "window_cache"])
+                                       "stream_tiling", "window_cache", "window_square"])
 def test_masked_counts_walk_no_more_blocks_at_a_billion(algorithm):
     # these count runs of alike blocks once: the walk the runner estimates does not grow with N
     big = Shape(10**9, 10**9, 128, causal=True)

@@ -42,6 +42,7 @@ from . import (
     standard,
     stream_tiling,
     window_cache,
+    window_square,
 )
 from .base import Algorithm, BackwardSchedule, Choice
 
@@ -114,7 +115,8 @@ def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
 
 
 for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
-             q_stationary_min, row_hybrid, stream_tiling, q_split, window_cache):
+             q_stationary_min, row_hybrid, stream_tiling, q_split, window_cache,
+             window_square):
     register(_mod.ALGORITHM)
 del _mod
 

@@ -289,6 +289,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
     summary = ("Saha & Ye square tiling: write exp(S) once, two blocked matmuls; "
                "O(N²d/√M), beats FlashAttention for M < d²")
     Tiling = SquareTilingTiling
+    windowed_form = "window_square"  # its form for sliding windows (named in the refusal)
 
     # ------------------------------------------------------------------ sizes
     @staticmethod

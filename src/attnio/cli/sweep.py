@@ -68,7 +68,8 @@ def add_arguments(p) -> None:
     p.add_argument("--Nkv", default=None, help="key/value counts (with --Nq)")
     p.add_argument("--d", default=None, help="head dimensions, e.g. 16,64,128 (default 64)")
     p.add_argument("--M", default=None, help="fast-memory sizes in words, e.g. 256:1048576:x4")
-    p.add_argument("--algo", default=None, help="'all' (default), names, or kind:KIND")
+    p.add_argument("--algo", default=None, help="'all' (default), names, or kind:KIND; "
+                        "'plan' adds the planner's choice per configuration as a series")
     p.add_argument("--causal", default=None,
                    help="none/false (default), bottom_right/true, top_left, both (none + "
                         "bottom_right), all (none + bottom_right + top_left), or a comma list")

@@ -39,6 +39,7 @@ from .. import algorithms as _alg
 from ..core.checks import check_real
 from ..core.errors import ParameterError
 from ..core.workload import Shape
+from .plan_series import series
 from .values import _positive, parse_algorithms
 
 __all__ = ["DEFAULT_MAX_CONFIGS", "Config", "Expansion", "Grid", "check_grid_size", "expand",
@@ -179,7 +180,7 @@ class GridPlan:
             # a negative seed was an error row per configuration (numpy takes seeds >= 0 only)
             raise ParameterError(f"seed must be an integer >= 0, got {g.seed!r}", param="seed")
         self.names = parse_algorithms(g.algorithms)
-        self.algs = [_alg.get(n) for n in self.names]
+        self.algs = [series(n) for n in self.names]  # "plan": the planner's series
         sizes = _unique(g.sizes())
         if not sizes or not g.d or not g.M or not g.causal:
             empty = [n for n, v in (("N", sizes), ("d", g.d), ("M", g.M), ("causal", g.causal))
@@ -241,7 +242,7 @@ class GridPlan:
         if cfg.algorithm not in names or cfg.mode != self.g.mode \
                 or cfg.backward != bool(self.g.backward):
             return False
-        alg = _alg.get(cfg.algorithm)
+        alg = series(cfg.algorithm)
         eps_ok = (None,) if alg.exact else self.eps_values
         eb = None if alg.exact else float(self.entry_bound)
         if cfg.mode == "compute" and cfg.seed != self.seed:

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import algorithms as _alg
 from ..core import masks
 from ..core.errors import ParameterError
 from ..core.version import __version__ as _VERSION
@@ -35,6 +34,7 @@ from ..core.workload import Shape
 from ..runner import Certificate, run
 from ..runner import certificate as _certificate
 from .grid import Config
+from .plan_series import PLAN, chosen, series
 from .store import row_values
 
 __all__ = ["FORWARD_ONLY", "VERIFY_MAX_EVENTS", "bounds_for", "certificate_columns", "count_certificate",
@@ -155,7 +155,7 @@ def _base_row(cfg: Config, alg) -> dict:
 
 def skipped_row(cfg: Config, reason: str) -> dict:
     """The row of a configuration that cannot run: status ``skipped`` and the reason."""
-    row = _base_row(cfg, _alg.get(cfg.algorithm))
+    row = _base_row(cfg, series(cfg.algorithm))
     row.update(status="skipped", reason=reason)
     return row
 
@@ -227,9 +227,12 @@ def verify_columns(cfg: Config, alg, tiling: Any) -> dict:
     return out
 
 
-def _measure(cfg: Config, alg, backward: bool) -> tuple[Any, float | None]:
-    """(the run's result, the max error against the float64 reference in compute mode)."""
-    shape, tiling = cfg.shape, _tiling_for(alg, cfg)
+def _measure(cfg: Config, alg, backward: bool, tiling: Any = None) -> tuple[Any, float | None]:
+    """(the run's result, the max error against the float64 reference in compute mode);
+    ``tiling`` (given: the planner's choice) replaces the algorithm's default."""
+    shape = cfg.shape
+    if tiling is None:
+        tiling = _tiling_for(alg, cfg)
     if cfg.mode == "count":
         return run(alg.name, shape=shape, M=cfg.M, mode="count", tiling=tiling,
                    backward=backward), None
@@ -252,12 +255,15 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
     """The row of one configuration; ``encoded``: the JSON columns as strings (for the store)."""
     if isinstance(cfg, Mapping):
         cfg = Config(**cfg)
-    alg = _alg.get(cfg.algorithm)
+    alg = series(cfg.algorithm)
     row = _base_row(cfg, alg)
     backward = cfg.backward and alg.supports_backward  # else: its forward row, marked
     t0 = time.perf_counter()
     try:
-        res, err = _measure(cfg, alg, backward)
+        picked = None
+        if cfg.algorithm == PLAN:  # the planner's choice, run as it chose it
+            alg, picked, _ = chosen(cfg.shape, cfg.M, backward)
+        res, err = _measure(cfg, alg, backward, picked)
         wall = time.perf_counter() - t0
         # the closed form (the tiling was validated by the run); the forward of a backward run
         # writes the logsumexp too
@@ -274,6 +280,8 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
     per_array: dict[str, list[int]] | str = {k: [v.reads, v.writes]
                                              for k, v in io.per_array.items()}
     tiling_doc: dict[str, Any] | str = _tiling_json(res.tiling)
+    if cfg.algorithm == PLAN:  # the row of the planner's series names the schedule it chose
+        tiling_doc = {"schedule": alg.name, **_tiling_json(res.tiling)}
     if encoded:
         per_array = json.dumps(per_array, sort_keys=True)
         tiling_doc = json.dumps(tiling_doc, sort_keys=True)

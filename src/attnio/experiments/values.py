@@ -168,7 +168,8 @@ def parse_window(spec: Any) -> tuple:
 
 def parse_algorithms(spec: Any) -> tuple[str, ...]:
     """``"all"`` (every registered algorithm), ``"exact"``, ``"approximate"``, or a comma list
-    of names."""
+    of names; ``"plan"`` is the planner's choice as a series of its own
+    (:mod:`attnio.experiments.plan_series`; never part of ``all``)."""
     if isinstance(spec, str):
         parts = [p.strip() for p in spec.split(",") if p.strip()]
     else:
@@ -178,7 +179,9 @@ def parse_algorithms(spec: Any) -> tuple[str, ...]:
                              param="algo")
     out: list[str] = []
     for p in parts:
-        if p in ("all", "kind:attention"):
+        if p == "plan":  # the planner's choice per configuration (plan_series)
+            new = ["plan"]
+        elif p in ("all", "kind:attention"):
             new = _alg.names()
         elif p in ("exact", "approximate"):
             new = _alg.names(exact=p == "exact")

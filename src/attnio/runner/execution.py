@@ -122,6 +122,10 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     q = shp.n_heads * shp.Nq * shp.d
     kv = shp.n_kv_heads * shp.Nkv * shp.d
     writes = alg.predict_total(shp, t).writes // max(1, shp.n_heads)
+    # a schedule whose slow workspace exceeds its writes (scores written on a band of a full
+    # matrix) says how large it is
+    if (workspace := getattr(alg, "slow_workspace", None)) is not None:
+        writes = max(writes, int(workspace(shp, t)))
     # tiles hold at most M words, and never more than the data they copy (plus an approximate
     # algorithm's feature blocks): a huge M costs nothing a small workload does not
     r = getattr(t, "r", None)
@@ -505,8 +509,11 @@ def _size_key(s: Shape) -> tuple[int, ...]:
 def _supports(alg: Algorithm, shp: Shape) -> None:
     if shp.window is not None and not alg.supports_window:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_window]
+        form = getattr(alg, "windowed_form", None)  # a schedule with a separate windowed form
+        hint = f"; its windowed form is {form}" if form else ""
         raise ParameterError(f"{alg.name} does not support window={shp.window} (a sliding "
-                             f"window); the algorithms that do: {', '.join(ok)}", param="window")
+                             f"window){hint}; the algorithms that do: {', '.join(ok)}",
+                             param="window")
     if shp.block_mask is not None and not alg.supports_block_mask:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_block_mask]
         raise ParameterError(f"{alg.name} does not support block-sparse attention (block_mask); "

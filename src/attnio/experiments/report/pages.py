@@ -26,13 +26,15 @@ def best_configurations(rows: Iterable[dict]) -> list[dict]:
     """Per setting and workload point (Nq, Nkv, d, M, mode, eps, backward): the row of least
     total I/O, with the runner-up and its excess, and the ratio to the largest explicit bound
     (forward; and with the backward pass counted, the backward schedule, its count and its ratio
-    to the largest explicit backward bound)."""
+    to the largest explicit backward bound).  The planner's series (``plan``) names a schedule
+    the group holds when that schedule was swept too: it is ranked only where it is alone."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in _all_ok(for_report(rows)):
         groups[(_setting(r), r["Nq"], r["Nkv"], r["d"], r["M"], r["mode"], r["eps"],
                 bool(r.get("backward")))].append(r)
     out = []
     for key, rs in groups.items():
+        rs = [r for r in rs if r["algorithm"] != "plan"] or rs
         rs = sorted(rs, key=lambda r: (r["total"] + (r.get("backward_total") or 0),
                                        r["algorithm"]))
         b, second = rs[0], (rs[1] if len(rs) > 1 else None)

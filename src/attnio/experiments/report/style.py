@@ -65,6 +65,9 @@ _KNOWN = {
     "flash_decoding": SeriesStyle("#CC79A7", "x", "--", 6, 1.3, True, 9),
     "square_tiling": SeriesStyle("#D55E00", "D", "-.", 5, 1.4, True),
     "approx_poly": SeriesStyle("#56B4E9", "v", ":", 6, 1.6, True),
+    # the planner's choice (--algo plan): the least-I/O envelope, black, drawn over the series
+    # it equals
+    "plan": SeriesStyle("#000000", "*", ":", 9, 2.0, False, 8),
 }
 #: More colours (Paul Tol's muted and dark schemes), for the registered algorithms beyond the
 #: eight of Okabe & Ito: every registered algorithm has a colour of its own.
