@@ -95,7 +95,7 @@ def main() -> None:
     args = ap.parse_args()
     t = time.process_time()
     rows = [values(s) for s in grid()]
-    mm = [[m, k, n, M, bounds.matmul_potential(m, k, n, M).value] for m, k, n, M in MATMULS]
+    mm = [[m, k, n, M, bounds.matmul_potential(m=m, k=k, n=n, M=M).value] for m, k, n, M in MATMULS]
     print(f"{len(rows)} shapes, {len(mm)} matmuls: {time.process_time() - t:.1f} s CPU",
           file=sys.stderr)
     doc = {"about": "every explicit bound value on a grid (benchmarks/bound_values.py)",

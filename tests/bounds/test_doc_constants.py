@@ -17,13 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: (what the docs print before the constant, the unit after it, the bound, the point)
 CASES = [
-    ("pv_segment", "N²d²/M", lambda: B.pv_segment(10**8, 32, 16 * 32 * 32).value
+    ("pv_segment", "N²d²/M", lambda: B.pv_segment(N=10**8, d=32, M=16 * 32 * 32).value
      / (1e16 * 32 * 32 / (16 * 32 * 32))),
-    ("qkpv_pooled", "N²d/√M", lambda: B.qkpv_pooled(10**7, 1024, 64).value
+    ("qkpv_pooled", "N²d/√M", lambda: B.qkpv_pooled(N=10**7, d=1024, M=64).value
      / (1e14 * 1024 / 8)),
-    ("qkpv_levelled", "N²d/√M", lambda: B.qkpv_levelled(10**7, 1024, 64).value
+    ("qkpv_levelled", "N²d/√M", lambda: B.qkpv_levelled(N=10**7, d=1024, M=64).value
      / (1e14 * 1024 / 8)),
-    ("qkpv_levelled", "N²d²/M at M = d²", lambda: B.qkpv_levelled(10**8, 64, 4096).value
+    ("qkpv_levelled", "N²d²/M at M = d²", lambda: B.qkpv_levelled(N=10**8, d=64, M=4096).value
      / (1e16 * 64 * 64 / 4096)),
 ]
 

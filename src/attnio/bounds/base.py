@@ -8,10 +8,12 @@ when called outside it.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,8 +23,8 @@ from ..core.checks import check_int
 from ..core.resources import fmt_count
 from ..core.workload import MAX_M, Shape
 
-__all__ = ["SAHA_YE", "Bound", "attention_shape", "check_M", "pairs_of", "regime_of",
-           "segment_max"]
+__all__ = ["SAHA_YE", "Bound", "attention_shape", "check_M", "keyword_sizes", "pairs_of",
+           "regime_of", "segment_max"]
 
 SAHA_YE = "Saha & Ye, arXiv 2402.07443"
 
@@ -53,6 +55,38 @@ class Bound:
         kind = "explicit" if self.explicit else "asymptotic, constant 1"
         reg = f", {self.regime}" if self.regime else ""
         return f"{self.name} >= {fmt_count(self.value)} ({self.theorem}; {kind}{reg})"
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def keyword_sizes(old: str = "") -> Callable[[_F], _F]:
+    """Make a public bound function take its sizes by keyword only, uniformly: every attention
+    bound names them ``N`` (queries), ``d``, ``M`` (and ``Nkv``, ...), a matmul bound ``m``, ``k``,
+    ``n``, ``M``.  A positional call is refused with one TypeError naming the keywords, and, where
+    the function used to take another positional order (``old``, e.g. ``trivial``'s
+    ``(Nq, Nkv, d)``: ``trivial(16384, 256, 16384)`` meant Nkv = 256, d = 16384), that order too,
+    so an old call never silently means something else.  The function itself declares its sizes
+    after ``*`` (``help()`` and ``inspect.signature`` show that signature)."""
+    def wrap(f: _F) -> _F:
+        sig = inspect.signature(f)
+        required = [p.name for p in sig.parameters.values()
+                    if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is p.empty]
+        example = ", ".join(f"{n}=..." for n in required)
+        was = (f"; its old positional order ({old}) is gone: every bound now takes N, d, M "
+               "(and Nkv) by name") if old else ""
+
+        @functools.wraps(f)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if args:
+                raise TypeError(f"{f.__name__}() takes its sizes by keyword: "
+                                f"{f.__name__}({example}, ...), got {len(args)} positional "
+                                f"argument(s){was}")
+            return f(**kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 def attention_shape(N: int, d: int, *, Nkv: int | None = None, causal: object = False,

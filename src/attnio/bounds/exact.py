@@ -17,9 +17,9 @@ Both charge only the QKᵀ products; :mod:`attnio.bounds.forward` (Theorems A an
 P·V products too and supersedes them (about 3.35·N²d²/M and 2.8·N²d/√M).  They are kept: still
 explicit and valid, and the planner reports the largest bound that applies.
 
->>> trivial(4096, 4096, 64).value
+>>> trivial(N=4096, d=64).value
 1048576
->>> standard_matmul_large_cache(4096, 64, 65536).value >= 4096 ** 2 * 64 ** 2 // 65536 - 2 * 65536
+>>> standard_matmul_large_cache(N=4096, d=64, M=65536).value >= 4096 ** 2 * 64 ** 2 // 65536 - 2 * 65536
 True
 """
 
@@ -34,7 +34,15 @@ import numpy as np
 from ..core import masks
 from ..core.checks import check_int
 from ..core.workload import Shape
-from .base import SAHA_YE, Bound, attention_shape, check_M, pairs_of, segment_max
+from .base import (
+    SAHA_YE,
+    Bound,
+    attention_shape,
+    check_M,
+    keyword_sizes,
+    pairs_of,
+    segment_max,
+)
 
 __all__ = ["large_cache_for", "required_pairs", "small_cache_for", "standard_matmul_large_cache",
            "standard_matmul_small_cache", "trivial", "trivial_for"]
@@ -46,17 +54,20 @@ _QK_ASSUMPTIONS = (
 )
 
 
-def required_pairs(Nq: int, Nkv: int, causal: object = False, window: int | None = None) -> int:
+@keyword_sizes("Nq, Nkv")
+def required_pairs(*, N: int, Nkv: int | None = None, causal: object = False,
+                   window: int | None = None) -> int:
     """Scores S_ij an exact algorithm must compute: visible pairs of rows that see >= 2 keys.
 
     A row that sees exactly one key outputs that key's value whatever the score, so its score
     need not be computed (and a row that sees none outputs 0).
     """
-    Nq = check_int("Nq", Nq, minimum=1)
-    return masks.row_counts(Shape.make(Nq, 1, Nkv=Nkv, causal=causal, window=window)).pairs2
+    N = check_int("N", N, minimum=1)
+    return masks.row_counts(Shape.make(N, 1, Nkv=Nkv, causal=causal, window=window)).pairs2
 
 
-def trivial(Nq: int, Nkv: int, d: int, *, causal: object = False, heads: int = 1,
+@keyword_sizes("Nq, Nkv, d")
+def trivial(*, N: int, d: int, Nkv: int | None = None, causal: object = False, heads: int = 1,
             kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Read every input word the output depends on once, write every output word once.
 
@@ -66,7 +77,7 @@ def trivial(Nq: int, Nkv: int, d: int, *, causal: object = False, heads: int = 1
     a key no row sees at all not from V.  ``heads`` query heads share ``kv_heads`` key/value heads
     (grouped-query attention; default ``kv_heads = heads``), so K and V count once per kv head.
     """
-    shape = attention_shape(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
                             window=window)
     return trivial_for(shape)
 
@@ -108,7 +119,8 @@ def _large_cache(P: int, d: int, M: int) -> tuple[int, int]:
     return best
 
 
-def standard_matmul_large_cache(N: int, d: int, M: int, *, Nkv: int | None = None,
+@keyword_sizes()
+def standard_matmul_large_cache(*, N: int, d: int, M: int, Nkv: int | None = None,
                                 causal: object = False, heads: int = 1,
                                 window: int | None = None) -> Bound:
     """Explicit form of Saha & Ye's large-cache bound (Lemma 3.3's argument on I/O segments).
@@ -159,7 +171,8 @@ def _small_cache(P: int, d: int, M: int) -> tuple[int, int]:
     return segment_max(term, approx, 2 * work + 2)
 
 
-def standard_matmul_small_cache(N: int, d: int, M: int, *, Nkv: int | None = None,
+@keyword_sizes()
+def standard_matmul_small_cache(*, N: int, d: int, M: int, Nkv: int | None = None,
                                 causal: object = False, heads: int = 1,
                                 window: int | None = None) -> Bound:
     """Explicit small-cache bound, derived (Loomis–Whitney on I/O segments; cf. Theorem 3.7).
