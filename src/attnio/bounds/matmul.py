@@ -1,7 +1,7 @@
 """Lower bounds for the matmul building block C = A·B (C written), :mod:`attnio.blocks.matmul`.
 
 * :func:`matmul_potential` (Theorem C, explicit): Loomis–Whitney on I/O segments with a potential
-  on the C accumulators held at segment boundaries, about ``1.925·mnk/√M``, floor mk + kn + mn;
+  on the C accumulators held at segment boundaries, about ``1.927·mnk/√M``, floor mk + kn + mn;
 * :func:`matmul_smith` (explicit, under its precondition): Smith, Lowery, Langou & van de Geijn's
   ``2mnk/√M - 2M`` for C := AB + C computed by fused multiply-adds (FMAs), and
   ``2mnk/√M - 2M - mn`` for C := AB when every C_ij is one chain of multiply-adds;
@@ -111,7 +111,7 @@ def matmul_potential(*, m: int, k: int, n: int, M: int) -> Bound:
     ``max(mk + kn + mn, K·(h - 1))``, h the least number of segments of K I/Os with
     ``mnk <= Λ_f + Λ_l + (h - 2)·Λ``: a segment with p imported A/B words and q exported C
     accumulators does at most ``(p/2)·√q`` products (Loomis–Whitney), and a potential μ per C
-    accumulator held at a segment boundary telescopes.  About ``1.925·mnk/√M``.
+    accumulator held at a segment boundary telescopes.  About ``1.927·mnk/√M``.
 
     >>> round(matmul_potential(m=512, k=512, n=512, M=1024).value / (512**3 / 1024**0.5), 2)
     1.93
@@ -147,7 +147,7 @@ def matmul_smith(*, m: int, k: int, n: int, M: int, accumulate: bool = False) ->
     ``accumulate=False`` (C := AB, our blocked matmul): each chain's start counted as a pseudo-read,
     ``2mnk/√M - 2M - mn``; floor mk + kn + mn.  General summation trees are not covered (a partial
     sum may be born in a phase from two products without any C value entering it):
-    :func:`matmul_potential` (Theorem C, about 1.925·mnk/√M) is.
+    :func:`matmul_potential` (Theorem C, about 1.927·mnk/√M) is.
     """
     m, k, n, M = _sizes(m, k, n, M)
     check_bool("accumulate", accumulate)
