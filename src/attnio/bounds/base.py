@@ -113,8 +113,10 @@ def regime_of(d: int, M: int) -> str:
     return "large cache (M >= d^2)" if M >= d * d else "small cache (M < d^2)"
 
 
-# A fixed grid of segment lengths K (ratio 2^(1/8)); the same grid for every input keeps every
-# explicit bound monotone (each term is monotone in N, d, M for a fixed K).
+# A fixed grid of segment lengths K (ratio 2^(1/8)), the same for every input: for a fixed K each
+# first-generation term is non-decreasing in the work (P·d) and non-increasing in M, so the exact
+# maximum over the grid's K <= limit (limit non-decreasing in the work) is monotone too
+# (docs/bounds.md §12.1; standard_matmul_large_cache adds K = M and K = 4M, which are not).
 _KGRID = tuple(sorted({math.ceil(2 ** (j / 8)) for j in range(0, 8 * 64)}))
 
 
@@ -123,17 +125,21 @@ _KARR = np.array(_KGRID, dtype=float)
 
 def segment_max(term: Callable[[int], float], approx: Callable[[np.ndarray], np.ndarray],
                 limit: int) -> tuple[int, int]:
-    """max over the fixed grid of K <= limit of ``term(K)`` (a valid bound for every K).
+    """max over the fixed grid of K <= limit of ``term(K)`` (a valid bound for every K), exactly.
 
-    ``approx`` evaluates the term in floating point over the whole grid at once to find the best
-    few K; the value returned is ``term`` (exact integer arithmetic where it matters) at those.
+    ``approx`` evaluates the term in floating point over the whole grid at once (the same
+    operations as ``term`` but the last product, K·(h − 1), rounded: a relative error below
+    10⁻¹⁵); the value returned is ``term`` (exact integer arithmetic) at every K whose ``approx``
+    is within 10⁻⁹ of the largest, so it is the grid's exact maximum (not only the best of the
+    three largest floats: ties and rounding cannot hide it), hence monotone wherever each term is.
     """
     n = int(np.searchsorted(_KARR, limit, side="right"))
     if n == 0:
         return 0, 0
     vals = approx(_KARR[:n])
+    top = float(vals.max())
     best, arg = 0, 0
-    for i in np.argsort(vals)[-3:]:
+    for i in np.flatnonzero(vals >= top - abs(top) * 1e-9 - 1.0):
         K = _KGRID[int(i)]
         v = max(0, int(term(K)))
         if v > best:
