@@ -17,7 +17,8 @@ from attnio.bounds.base import attention_shape
 
 #: The bounds docs/bounds.md §12.1 marks monotone, and in which of M, N.
 MONOTONE = {"trivial": "MN", "backward_trivial": "MN", "backward_inputs": "MN",
-            "standard_matmul_small_cache": "MN", "reread_cut": "M"}
+            "standard_matmul_small_cache": "MN", "standard_matmul_large_cache": "MN",
+            "reread_cut": "M"}
 
 SHAPES = ({}, {"causal": True}, {"causal": "top_left"}, {"causal": True, "window": 48},
           {"heads": 4, "kv_heads": 2, "causal": True})
@@ -57,6 +58,24 @@ def test_monotone_bounds_never_rise_in_M_nor_fall_in_N(kw, d):
             prev[name] = (N, v)
 
 
+def test_large_cache_is_the_exact_best_segment_length_and_never_below_the_raw_one():
+    """The first-generation large-cache bound is the maximum over every K >= 1 (brute force on
+    small P), at least its raw evaluation (grid of K, K = M, K = 4M), and the issue's example no
+    longer rises: N = 373, d = 4 was 2,920 at M = 730 and 2,980 at M = 745."""
+    from attnio.bounds import exact as E
+    rng = random.Random(7)
+    for _ in range(300):
+        d, P, M = rng.choice((1, 2, 4, 8, 40)), rng.randint(0, 6000), rng.randint(1, 2000)
+        Q, D = P - 1, 4 * d * d
+        brute = max([K * (Q // max(K + M, (K + M) ** 2 // D)) for K in range(1, P + 2)] + [0])
+        value, K = E._large_cache_best(P, d, M)
+        assert value == brute >= E._large_cache(P, d, M)[0], (P, d, M)
+        if value:
+            assert K * (Q // max(K + M, (K + M) ** 2 // D)) == value
+    a, b = (B.standard_matmul_large_cache(N=373, d=4, M=M).value for M in (730, 745))
+    assert a >= b >= 2980
+
+
 def test_approximate_w_stationary_is_monotone():
     for N in (64, 1000):
         vals = [B.approx_w_stationary(N=N, d=16, M=M, r=64).value for M in range(1, 3 * N)]
@@ -89,3 +108,17 @@ def test_theorems_at_fixed_parameters_grow_with_P_and_fall_with_M(name, value, q
             assert value(P, d, M2, K, q) <= v, (name, P, d, M, M2, K, q)
         checked += v > 0
     assert checked > 100  # most draws give a positive bound
+
+
+def test_large_cache_integer_square_roots_are_exact():
+    import math
+
+    import numpy as np
+
+    from attnio.bounds import exact as E
+    rng = np.random.default_rng(36)
+    for d in (1, 3, 64, 128, 4095):
+        cs = np.unique(np.concatenate([rng.integers(0, 2**61, 500), rng.integers(0, 10**6, 500),
+                                       np.array([0, 1, 2, 2**61])])).astype(np.int64)
+        assert E._m_many(cs, d).tolist() == [math.isqrt(4 * d * d * (int(c) + 1) - 1)
+                                             for c in cs]

@@ -116,7 +116,7 @@ def regime_of(d: int, M: int) -> str:
 # A fixed grid of segment lengths K (ratio 2^(1/8)), the same for every input: for a fixed K each
 # first-generation term is non-decreasing in the work (P·d) and non-increasing in M, so the exact
 # maximum over the grid's K <= limit (limit non-decreasing in the work) is monotone too
-# (docs/bounds.md §12.1; standard_matmul_large_cache adds K = M and K = 4M, which are not).
+# (docs/bounds.md §12.1).
 _KGRID = tuple(sorted({math.ceil(2 ** (j / 8)) for j in range(0, 8 * 64)}))
 
 

@@ -156,7 +156,8 @@ def _closed(P: int, d: int, M: int) -> tuple[int, int, float, int]:
 @keyword_sizes()
 def qkpv_levelled_pairs(*, P: int, d: int, M: int) -> Bound:
     """Theorem B′ for P required pairs (over all query heads), head dimension d, M fast words,
-    closed under more memory (docs/bounds.md §12.1)."""
+    the best of its values at M and at the larger M' of §12.1's grid (docs/bounds.md §12.1: not
+    monotone in M between those points)."""
     P, d, M = check_int("P", P, minimum=0), check_int("d", d), check_M(M)
     value, K, nu, M2 = _closed(P, d, M)
     where = "" if M2 == M else (f", evaluated at M' = {M2} >= M (a schedule for M runs "
