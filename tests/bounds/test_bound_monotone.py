@@ -84,7 +84,8 @@ def test_approximate_w_stationary_is_monotone():
     assert all(a <= b for a, b in zip(vals, vals[1:]))
 
 
-THEOREMS = [("A", F.pv_segment_value, lambda d: 1.0 * d), ("B", F.qkpv_pooled_value, lambda d: 1.9 * d),
+THEOREMS = [("A", F.pv_segment_value, lambda d: 1.0 * d),
+            ("B", F.qkpv_pooled_value, lambda d: 1.9 * d),
             ("D", BK.backward_accum_value, lambda d: 1.0 * d),
             ("E", BK.backward_pooled_value, lambda d: 2.4 * d)]
 

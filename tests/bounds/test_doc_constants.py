@@ -110,7 +110,8 @@ def test_the_theorems_prose_states_the_codes_constants(page, pattern, value):
     assert got, f"{page}: no statement matches {pattern!r} (reworded? update PROSE)"
     computed = value()
     for c in got:
-        assert _close(c, computed), f"{page} states {c} ({pattern!r}); the code gives {computed:.4f}"
+        assert _close(c, computed), \
+            f"{page} states {c} ({pattern!r}); the code gives {computed:.4f}"
 
 
 def test_every_printed_constant_is_checked():

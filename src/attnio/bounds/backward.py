@@ -89,8 +89,9 @@ def backward_trivial_for(shape: Shape) -> Bound:
 
 
 @keyword_sizes("Nq, Nkv, d")
-def backward_trivial(*, N: int, d: int, Nkv: int | None = None, causal: object = False, heads: int = 1,
-                     kv_heads: int | None = None, window: int | None = None) -> Bound:
+def backward_trivial(*, N: int, d: int, Nkv: int | None = None, causal: object = False,
+                     heads: int = 1, kv_heads: int | None = None,
+                     window: int | None = None) -> Bound:
     """dO read (rows that see a key), dQ, dK, dV written: ``2·Nq·d + 2·Nkv·d`` unmasked."""
     shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
                             window=window)
@@ -113,8 +114,9 @@ def backward_inputs_for(shape: Shape) -> Bound:
 
 
 @keyword_sizes("Nq, Nkv, d")
-def backward_inputs(*, N: int, d: int, Nkv: int | None = None, causal: object = False, heads: int = 1,
-                    kv_heads: int | None = None, window: int | None = None) -> Bound:
+def backward_inputs(*, N: int, d: int, Nkv: int | None = None, causal: object = False,
+                    heads: int = 1, kv_heads: int | None = None,
+                    window: int | None = None) -> Bound:
     """For the standard backward (the class of Theorems D and E): Q, K, V (the rows the required
     pairs use) and dO read, dQ, dK, dV written: ``4·Nq·d + 3·Nkv·d`` unmasked (7Nd)."""
     shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,

@@ -19,7 +19,8 @@ explicit and valid, and the planner reports the largest bound that applies.
 
 >>> trivial(N=4096, d=64).value
 1048576
->>> standard_matmul_large_cache(N=4096, d=64, M=65536).value >= 4096 ** 2 * 64 ** 2 // 65536 - 2 * 65536
+>>> b = standard_matmul_large_cache(N=4096, d=64, M=65536)
+>>> b.value >= 4096 ** 2 * 64 ** 2 // 65536 - 2 * 65536
 True
 """
 
@@ -258,7 +259,8 @@ def large_cache_for(shape: Shape, M: int) -> Bound:
 
 def large_cache_raw_for(shape: Shape, M: int) -> Bound:
     """The large-cache bound as evaluated before issue 36 (the fixed grid of K plus K = M and
-    K = 4M: not monotone in M), kept for tests/data/bound_values.json; <= :func:`large_cache_for`."""
+    K = 4M: not monotone in M), kept for tests/data/bound_values.json; never above
+    :func:`large_cache_for`."""
     return _qk_bound(shape, M, _large_cache, f"derived from {SAHA_YE}, Lemma 3.3 "
                      "(docs/bounds.md §3)", "pv_segment (Theorem A)",
                      name="standard_matmul_large_cache",

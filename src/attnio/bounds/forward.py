@@ -20,7 +20,8 @@ segment length K and multiplier (μ, ν) give a valid bound.  The parameters com
 segments, and for Theorem A (as for D) a wider (K, μ) search below 256 segments
 (:func:`attnio.bounds.segments.fine_best`), so a call costs O(1) whatever N.
 
->>> round(pv_segment(N=4096, d=64, M=65536).value / (4096**2 * 64**2 / 65536), 2)  # M = 16d²: 236 segments
+>>> b = pv_segment(N=4096, d=64, M=65536)  # M = 16d²: 236 segments
+>>> round(b.value / (4096**2 * 64**2 / 65536), 2)
 3.39
 >>> round(qkpv_pooled(N=4096, d=256, M=1024).value / (4096**2 * 256 / 1024**0.5), 2)  # M = d²/64
 2.7
