@@ -138,8 +138,10 @@ def segment_max(term: Callable[[int], float], approx: Callable[[np.ndarray], np.
         return 0, 0
     vals = approx(_KARR[:n])
     top = float(vals.max())
+    if not top > 0.0:  # every term <= 0 (the same floats up to the last product): the bound is 0
+        return 0, 0
     best, arg = 0, 0
-    for i in np.flatnonzero(vals >= top - abs(top) * 1e-9 - 1.0):
+    for i in np.flatnonzero(vals >= top * (1.0 - 1e-9) - 1.0):
         K = _KGRID[int(i)]
         v = max(0, int(term(K)))
         if v > best:
