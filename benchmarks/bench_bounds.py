@@ -82,7 +82,7 @@ def params_load_ms(repeat: int) -> float:
 
 def point(N: int, d: int, M: int, backward: bool) -> dict:
     p = attnio.plan(N, d, M)
-    bs = [b for b in B.applicable(N, d, M) if b.explicit]
+    bs = [b for b in B.applicable(N=N, d=d, M=M) if b.explicit]
     best = max(bs, key=lambda b: b.value)
     old = max((b for b in bs if b.name in OLD), key=lambda b: b.value)
     total = p.chosen.predicted.total

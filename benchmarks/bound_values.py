@@ -24,6 +24,7 @@ from typing import Any
 
 from attnio import bounds
 from attnio.bounds import backward as BK
+from attnio.bounds import exact as E
 from attnio.bounds import forward as F
 from attnio.bounds import levelled as L
 from attnio.bounds.base import attention_shape, pairs_of
@@ -82,6 +83,8 @@ def values(shape: dict[str, Any]) -> dict[str, Any]:
     N, d = s.pop("N"), s.pop("d")
     sh = attention_shape(N, d, **s)
     fwd = {b.name: b.value for b in bounds.applicable_to(sh, M) if b.explicit}
+    # the value before issue 36's exact maximum over K (the raw evaluation; never above it)
+    fwd["standard_matmul_large_cache"] = E.large_cache_raw_for(sh, M).value
     bwd = {b.name: b.value for b in BK.backward_applicable_to(sh, M) if b.explicit}
     P = pairs_of(sh)
     closed = {t.name: list(t.closed(P, d, M)) if P else None for t in (F._A, F._B, BK._D, BK._E)}
@@ -95,7 +98,7 @@ def main() -> None:
     args = ap.parse_args()
     t = time.process_time()
     rows = [values(s) for s in grid()]
-    mm = [[m, k, n, M, bounds.matmul_potential(m, k, n, M).value] for m, k, n, M in MATMULS]
+    mm = [[m, k, n, M, bounds.matmul_potential(m=m, k=k, n=n, M=M).value] for m, k, n, M in MATMULS]
     print(f"{len(rows)} shapes, {len(mm)} matmuls: {time.process_time() - t:.1f} s CPU",
           file=sys.stderr)
     doc = {"about": "every explicit bound value on a grid (benchmarks/bound_values.py)",

@@ -68,7 +68,7 @@ def row(Nq: int, Nkv: int, d: int, M: int, seconds: float, max_nodes: int) -> di
                 "io": p.chosen.predicted.total}
     except ParameterError as e:
         pick = {"algorithm": None, "tiling": None, "io": None, "reason": str(e).splitlines()[0]}
-    expl = [b for b in bounds.applicable(Nq, d, M, Nkv=Nkv) if b.explicit]
+    expl = [b for b in bounds.applicable(N=Nq, d=d, M=M, Nkv=Nkv) if b.explicit]
     bb = max(expl, key=lambda b: b.value)
     t1 = time.perf_counter()
     opt = _pebble(Nq, Nkv, d, M, seconds, max_nodes)

@@ -57,7 +57,7 @@ def test_output_within_guaranteed_error_and_counts_equal_closed_form(Nq, Nkv, d,
         c = attnio.run("approx_poly", shape=(Nq, Nkv, d), M=M, mode="count", causal=causal,
                        tiling=t, bulk=bulk)
         assert (c.io.reads, c.io.writes) == (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
-    assert res.io.total >= approx_w_stationary(Nq, Nkv, d, M, t.r).value or Nkv <= M
+    assert res.io.total >= approx_w_stationary(N=Nq, Nkv=Nkv, d=d, M=M, r=t.r).value or Nkv <= M
     assert res.io.total >= 2 * (Nq + Nkv) * d
 
 

@@ -147,7 +147,7 @@ def test_never_below_trivial_bound(name):
             continue
         io = attnio.run(name, shape=(N, d), M=M, mode="count", causal=causal).io
         assert io.writes >= N * d  # O written once
-        assert io.total >= bounds.trivial(N, N, d, causal=causal).value
+        assert io.total >= bounds.trivial(N=N, Nkv=N, d=d, causal=causal).value
 
 
 @pytest.mark.parametrize("name", ALGS)

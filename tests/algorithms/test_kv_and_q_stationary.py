@@ -82,7 +82,7 @@ def test_kv_stationary_meets_the_trivial_bound_on_the_issue_example():
     # issue 25: Nq = 48, Nkv = 32, d = 3, M = 216: 480 words, exactly the trivial bound
     shape = Shape.make(48, 3, Nkv=32)
     p = attnio.plan(48, 3, 216, Nkv=32)
-    assert p.chosen.predicted.total == 480 == bounds.trivial(48, 32, 3).value
+    assert p.chosen.predicted.total == 480 == bounds.trivial(N=48, Nkv=32, d=3).value
     assert p.chosen.algorithm == "kv_stationary"
     r = attnio.run("kv_stationary", shape=shape, M=216, mode="count", tiling=p.chosen.tiling)
     assert r.io.total == 480

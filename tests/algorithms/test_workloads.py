@@ -258,7 +258,7 @@ def _explicit(shape: Shape, M: int, causal, window):
     from attnio import bounds
 
     return [b for b in bounds.applicable(
-        shape.Nq, shape.d, M, Nkv=shape.Nkv, causal=causal, heads=shape.n_heads,
+        N=shape.Nq, d=shape.d, M=M, Nkv=shape.Nkv, causal=causal, heads=shape.n_heads,
         kv_heads=shape.batch * shape.kv_heads, window=window) if b.explicit]
 
 

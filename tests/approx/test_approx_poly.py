@@ -93,12 +93,12 @@ def test_bad_R_variant_degree_refused():
 
 
 def test_approx_bounds_and_their_preconditions():
-    b = approx_w_stationary(4096, 4096, 8, 4096, 1287)
+    b = approx_w_stationary(N=4096, Nkv=4096, d=8, M=4096, r=1287)
     assert b.explicit and b.value >= 2 * (4096 + 4096) * 8
-    assert approx_w_stationary(64, 64, 8, 100000, 10).value == 2 * 128 * 8
-    t = approx_trivial(100, 100, 8, error=1e-5, R=1.0)
+    assert approx_w_stationary(N=64, Nkv=64, d=8, M=100000, r=10).value == 2 * 128 * 8
+    t = approx_trivial(N=100, Nkv=100, d=8, error=1e-5, R=1.0)
     assert t.value == 1600 and t.explicit
     with pytest.raises(ValueError, match="error < v_bound"):
-        approx_trivial(100, 100, 8, error=1e-2, R=1.0)
+        approx_trivial(N=100, Nkv=100, d=8, error=1e-2, R=1.0)
     assert not alman_song_degree(1e-3, 1.0).explicit
     assert seth_entry_threshold(2**16).value == pytest.approx(math.sqrt(math.log(2**16)))

@@ -16,12 +16,12 @@ from attnio.core.errors import ParameterError
 
 def _bound(m, k, n, M) -> float:
     """COSMA Theorem 1, as attnio.bounds states it."""
-    return float(bounds.matmul_cosma(m, k, n, M).value)
+    return float(bounds.matmul_cosma(m=m, k=k, n=n, M=M).value)
 
 
 def test_never_below_the_explicit_matmul_bound_of_the_bounds_module():
     for m, k, n, M in BOUND_GRID[::7]:
-        b = bounds.matmul(m, k, n, M)
+        b = bounds.matmul(m=m, k=k, n=n, M=M)
         assert b.explicit
         assert ALGORITHM.predicted_io((m, k, n), M).total >= b.value, (m, k, n, M)
 

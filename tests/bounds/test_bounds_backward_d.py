@@ -151,7 +151,7 @@ def test_theorem_d_is_below_every_backward_schedule_on_random_shapes(shape, M, k
         return
     assert BK.backward_accum_for(shape, M).value <= least
     P, d = row_counts(shape).pairs2 * shape.n_heads, shape.d
-    assert BK.backward_accum_pairs(P, d, M).value == BK.backward_accum_for(shape, M).value
+    assert BK.backward_accum_pairs(P=P, d=d, M=M).value == BK.backward_accum_for(shape, M).value
     K = max(1, round(kfac * M))
     assert BK.backward_accum_value(P, d, M, K, mfac * max(math.sqrt(M), M / d)) <= least
 

@@ -21,10 +21,10 @@ THEOREMS = [F._A, F._B, BK._D, BK._E]
 def test_pv_segment_no_longer_drops_when_memory_shrinks():
     # issue 25: N = 256, d = 32 gave 3.62·Nd at M = 0.9·Nd and 4.31·Nd at M = 1.2·Nd
     N, d = 256, 32
-    at_09 = B.pv_segment(N, d, int(0.9 * N * d)).value
+    at_09 = B.pv_segment(N=N, d=d, M=int(0.9 * N * d)).value
     assert at_09 > F._A.search(N * N, d, int(0.9 * N * d))[0]  # the closure found more
     assert at_09 >= 3.9 * N * d
-    assert "evaluated at M'" in B.pv_segment(N, d, int(0.9 * N * d)).assumptions[-1]
+    assert "evaluated at M'" in B.pv_segment(N=N, d=d, M=int(0.9 * N * d)).assumptions[-1]
 
 
 def _scanned(theorem, P, d, M):

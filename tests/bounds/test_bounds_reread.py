@@ -180,6 +180,6 @@ def test_windows_and_block_masks_get_the_trivial_value():
 
 def test_the_worst_held_out_points_are_lifted():
     for d, M in ((96, 8169), (80, 6808)):
-        v = B.reread_cut(300, d, M, causal=True).value
+        v = B.reread_cut(N=300, d=d, M=M, causal=True).value
         assert v >= 4.3 * 300 * d, (d, M, v)
-        assert math.isclose(B.best(B.applicable(300, d, M, causal=True)).value, v)
+        assert math.isclose(B.best(B.applicable(N=300, d=d, M=M, causal=True)).value, v)

@@ -203,7 +203,8 @@ def test_no_explicit_bound_is_above_a_documented_pebbling_optimum():
         ref = ends[inst.label, str(M)]
         vals = [v for _, v, e in pebble.seed_bounds(inst, M) if e]
         if inst.kind == "matmul":
-            vals += [B.matmul_potential(*inst.sizes, M).value, B.matmul_smith(*inst.sizes, M).value]
+            mkn = dict(zip("mkn", inst.sizes))
+            vals += [B.matmul_potential(**mkn, M=M).value, B.matmul_smith(**mkn, M=M).value]
         else:
             Nq, Nkv, d = inst.sizes
             vals.append(_scan_forward(Nq * Nkv, d, M))
@@ -223,7 +224,7 @@ def test_new_bounds_are_below_a_solved_pebbling_optimum(sizes, M):
         pytest.skip("the solver did not prove its optimum in time")
     Nq, Nkv, d = sizes
     assert _scan_forward(Nq * Nkv, d, M) <= r.io
-    for b in B.applicable(Nq, d, M, Nkv=Nkv):
+    for b in B.applicable(N=Nq, d=d, M=M, Nkv=Nkv):
         if b.explicit:
             assert b.value <= r.io, (b.name, b.value, r.io)
 
@@ -237,42 +238,42 @@ def test_blocked_matmul_is_above_theorem_c_and_smith(m, k, n, M):
     if M < ALGORITHM.min_M((m, k, n)):
         return
     total = run_matmul(shape=(m, k, n), M=M, mode="count").io.total
-    assert total >= B.matmul_potential(m, k, n, M).value
-    assert total >= B.matmul_smith(m, k, n, M).value
+    assert total >= B.matmul_potential(m=m, k=k, n=n, M=M).value
+    assert total >= B.matmul_smith(m=m, k=k, n=n, M=M).value
 
 
 def test_matmul_constants():
     n, M = 512, 1024
     lead = n**3 / math.sqrt(M)
-    assert 1.90 <= B.matmul_potential(n, n, n, M).value / lead <= 1.93
-    assert B.matmul_potential(n, n, n, M).value > B.matmul(n, n, n, M).value
-    s = B.matmul_smith(n, n, n, M)
+    assert 1.90 <= B.matmul_potential(m=n, k=n, n=n, M=M).value / lead <= 1.93
+    assert B.matmul_potential(m=n, k=n, n=n, M=M).value > B.matmul(m=n, k=n, n=n, M=M).value
+    s = B.matmul_smith(m=n, k=n, n=n, M=M)
     assert s.value == 2 * lead - 2 * M - n * n and s.explicit
-    assert B.matmul_smith(n, n, n, M, accumulate=True).value == 2 * lead - 2 * M
+    assert B.matmul_smith(m=n, k=n, n=n, M=M, accumulate=True).value == 2 * lead - 2 * M
     # COSMA's statement is still not explicit, and the floor holds for tiny k
-    assert B.matmul_smith(100, 1, 100, 100).value == 100 + 100 + 100 * 100
+    assert B.matmul_smith(m=100, k=1, n=100, M=100).value == 100 + 100 + 100 * 100
 
 
 # ---------------------------------------------------------------- leading constants, speed-free
 def test_leading_constants_of_theorems_a_b_d_e():
     N = 2**16
     d, M = 64, 16 * 64 * 64  # M = 16d²: large cache
-    assert 3.3 <= F.pv_segment(N, d, M).value / (N * N * d * d / M) <= 3.35
-    assert 8.6 <= BK.backward_accum(N, d, M).value / (N * N * d * d / M) <= 8.82
+    assert 3.3 <= F.pv_segment(N=N, d=d, M=M).value / (N * N * d * d / M) <= 3.35
+    assert 8.6 <= BK.backward_accum(N=N, d=d, M=M).value / (N * N * d * d / M) <= 8.82
     d, M = 256, 256  # M = d²/256: small cache
-    assert 2.7 <= F.qkpv_pooled(N, d, M).value / (N * N * d / math.sqrt(M)) <= 2.83
-    assert 5.8 <= BK.backward_pooled(N, d, M).value / (N * N * d / math.sqrt(M)) <= 6.11
+    assert 2.7 <= F.qkpv_pooled(N=N, d=d, M=M).value / (N * N * d / math.sqrt(M)) <= 2.83
+    assert 5.8 <= BK.backward_pooled(N=N, d=d, M=M).value / (N * N * d / math.sqrt(M)) <= 6.11
     # both beat the first generation where they win
-    assert F.pv_segment(N, 64, 65536).value > 3 * B.standard_matmul_large_cache(N, 64, 65536).value
-    assert F.qkpv_pooled(N, d, M).value > 1.9 * B.standard_matmul_small_cache(N, d, M).value
+    assert F.pv_segment(N=N, d=64, M=65536).value > 3 * B.standard_matmul_large_cache(N=N, d=64, M=65536).value
+    assert F.qkpv_pooled(N=N, d=d, M=M).value > 1.9 * B.standard_matmul_small_cache(N=N, d=d, M=M).value
 
 
 def test_bounds_depend_on_the_mask_only_through_the_pairs():
     causal = Shape.make(256, 32, causal=True)
     P = attnio.core.masks.row_counts(causal).pairs2
-    assert F.pv_segment_for(causal, 4096).value == F.pv_segment_pairs(P, 32, 4096).value
+    assert F.pv_segment_for(causal, 4096).value == F.pv_segment_pairs(P=P, d=32, M=4096).value
     gqa = Shape.make(256, 32, heads=4, kv_heads=1)
-    assert F.qkpv_pooled_for(gqa, 512).value == F.qkpv_pooled_pairs(4 * 256 * 256, 32, 512).value
+    assert F.qkpv_pooled_for(gqa, 512).value == F.qkpv_pooled_pairs(P=4 * 256 * 256, d=32, M=512).value
 
 
 
@@ -300,15 +301,17 @@ def test_pairs_functions_name_a_bad_argument(fn):
     for args, param in (((-1, 4, 16), "P"), ((4, 0, 16), "d"), ((4, 4, 0), "M"),
                         ((4.0, 4, 16), "P")):
         with pytest.raises(attnio.ParameterError) as e:
-            fn(*args)
+            fn(**dict(zip(("P", "d", "M"), args)))
         assert e.value.param == param
+    with pytest.raises(TypeError, match=r"by keyword: \w+_pairs\(P=\.\.\., d=\.\.\., M=\.\.\."):
+        fn(4, 4, 16)
 
 def test_few_segments_never_beat_the_trivial_bound_by_more_than_the_schedules():
     # M = Nd: one segment holds everything; the segment bounds fall under 4Nd there
     for N, d in ((256, 32), (4096, 64)):
         M = N * d
-        t = B.trivial(N, N, d).value
-        for b in (F.pv_segment(N, d, M), F.qkpv_pooled(N, d, M)):
+        t = B.trivial(N=N, Nkv=N, d=d).value
+        for b in (F.pv_segment(N=N, d=d, M=M), F.qkpv_pooled(N=N, d=d, M=M)):
             assert 0 <= b.value <= t
 
 
@@ -316,33 +319,33 @@ def test_few_segments_never_beat_the_trivial_bound_by_more_than_the_schedules():
 def test_binary_inputs_checks_its_precondition():
     N = 1000
     assert B.binary_min_d(N) == math.ceil(math.log2(N + 1)) == 10
-    assert B.binary_inputs(N, 10, 4096).value > 0
+    assert B.binary_inputs(N=N, d=10, M=4096).value > 0
     with pytest.raises(attnio.ParameterError, match=r"d must be >= ⌈log2\(N \+ 1\)⌉ = 10"):
-        B.binary_inputs(N, 9, 4096)
+        B.binary_inputs(N=N, d=9, M=4096)
     with pytest.raises(attnio.ParameterError, match="d must be"):
-        B.applicable(N, 9, 4096, binary=True)
+        B.applicable(N=N, d=9, M=4096, binary=True)
 
 
 @pytest.mark.parametrize("N,d", [(256, 32), (4096, 64), (65536, 128)])
 def test_asymptotic_standard_matmul_is_never_below_reading_the_input(N, d):
     for M in (4 * d, d * d, N * d, 4 * N * d):
-        b = B.standard_matmul(N, d, M)
-        assert not b.explicit and b.value >= B.trivial(N, N, d).value == 4 * N * d
+        b = B.standard_matmul(N=N, d=d, M=M)
+        assert not b.explicit and b.value >= B.trivial(N=N, Nkv=N, d=d).value == 4 * N * d
 
 
 def test_large_cache_bound_evaluates_k_equal_m_off_the_grid():
     # M = 692 is off the fixed K grid: the closed form N²d²/M - M holds with K = M evaluated
     N, d, M = 4096, 16, 692
-    assert B.standard_matmul_large_cache(N, d, M).value >= N * N * d * d / M - M
+    assert B.standard_matmul_large_cache(N=N, d=d, M=M).value >= N * N * d * d / M - M
     for N, d, M in itertools.product((1024, 4096), (16, 32), (2 * 32 * 32 + 7, 3001, 5555)):
         if M >= 2 * d * d:
-            assert B.standard_matmul_large_cache(N, d, M).value >= N * N * d * d / M - M
+            assert B.standard_matmul_large_cache(N=N, d=d, M=M).value >= N * N * d * d / M - M
 
 
 def test_large_cache_bound_degrades_to_about_n_squared_not_half():
     N, d = 4096, 128
     for M in (512, 2048, 8192):
-        v = B.standard_matmul_large_cache(N, d, M).value
+        v = B.standard_matmul_large_cache(N=N, d=d, M=M).value
         assert 0.9 * (N - math.sqrt(M)) ** 2 <= v <= N * N
         assert v > 0.75 * N * N
 
@@ -351,8 +354,8 @@ def test_large_cache_bound_overtakes_the_small_cache_one_just_above_d_squared():
     N = 4096
     for d in (32, 64, 128):
         def diff(M):
-            return (B.standard_matmul_large_cache(N, d, M).value
-                    - B.standard_matmul_small_cache(N, d, M).value)
+            return (B.standard_matmul_large_cache(N=N, d=d, M=M).value
+                    - B.standard_matmul_small_cache(N=N, d=d, M=M).value)
         assert diff(d * d // 2) < 0 and diff(d * d) < 0
         assert diff(int(1.06 * d * d)) > 0
 
@@ -370,9 +373,9 @@ def test_block_sparse_shape_reports_its_bounds_and_the_planner_certificate():
     assert rc.pairs2 == bm.kept * 64 * 64
     best = B.best(bs)
     assert best.value < B.best(B.applicable_to(dense, M)).value
-    assert F.pv_segment_for(shape, M).value == F.pv_segment_pairs(rc.pairs2, 64, M).value
+    assert F.pv_segment_for(shape, M).value == F.pv_segment_pairs(P=rc.pairs2, d=64, M=M).value
     bb = B.backward_applicable_to(shape, M)
-    assert BK.backward_accum_for(shape, M).value == BK.backward_accum_pairs(rc.pairs2, 64, M).value
+    assert BK.backward_accum_for(shape, M).value == BK.backward_accum_pairs(P=rc.pairs2, d=64, M=M).value
     assert B.best(bb).value > 0
     # the block layout of a causal mask gives the same bounds as the causal Shape when the
     # layout leaves the same pairs visible (block size 1)
@@ -392,7 +395,7 @@ def test_flash_block_sparse_precondition():
 # ---------------------------------------------------------------- the certificate on the grid
 def _ratio(N: int, d: int, M: int) -> Fraction:
     p = attnio.plan(N, d, M)
-    best = B.best(B.applicable(N, d, M))
+    best = B.best(B.applicable(N=N, d=d, M=M))
     assert p.certificate.best_bound.value == best.value
     return Fraction(p.chosen.predicted.total, int(best.value))
 

@@ -49,7 +49,7 @@ def test_every_bound_value_is_unchanged_on_the_grid(chunk):
 
 def test_theorem_c_values_are_unchanged():
     for m, k, n, M, v in REFERENCE["matmul_potential"]:
-        assert bounds.matmul_potential(m, k, n, M).value == v
+        assert bounds.matmul_potential(m=m, k=k, n=n, M=M).value == v
 
 
 _branch_sets = st.sampled_from(["A", "C", "D", "cubic"])

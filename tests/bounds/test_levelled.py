@@ -184,7 +184,7 @@ def test_node_for_is_the_largest_node_at_or_below():
         assert (node is None) == (not below)
         if below:
             assert node[0] == max(below)
-    assert L.qkpv_levelled(1000, 64, 5 * 64 * 64).value == 0  # below the table: no claim
+    assert L.qkpv_levelled(N=1000, d=64, M=5 * 64 * 64).value == 0  # below the table: no claim
 
 
 def _scanned(d: int, M: int) -> list:
@@ -229,10 +229,10 @@ def test_alternates_only_with_few_segments():
 def test_beats_theorem_b_for_small_memory_and_a_near_the_crossover():
     N = 4096
     for d, M in ((256, 1024), (128, 4096)):
-        lev = B.qkpv_levelled(N, d, M).value
-        assert lev > 1.1 * B.qkpv_pooled(N, d, M).value
-        assert lev > B.pv_segment(N, d, M).value
-    assert B.best(B.applicable(N, 128, 128 * 128)).name == "qkpv_levelled"
+        lev = B.qkpv_levelled(N=N, d=d, M=M).value
+        assert lev > 1.1 * B.qkpv_pooled(N=N, d=d, M=M).value
+        assert lev > B.pv_segment(N=N, d=d, M=M).value
+    assert B.best(B.applicable(N=N, d=128, M=128 * 128)).name == "qkpv_levelled"
 
 
 SHAPES = [

@@ -23,7 +23,7 @@ def test_bound_eps_lists_the_approximate_bounds(capsys):
     # the feature count of the least degree reaching eps on R = B^2 d / sqrt(d)
     R = 0.6 ** 2 * 8 / math.sqrt(8)
     r = feature_dim(8, polynomial(1e-3, R).degree)
-    want = ab.approx_w_stationary(65536, 65536, 8, 20000, r).value
+    want = ab.approx_w_stationary(N=65536, Nkv=65536, d=8, M=20000, r=r).value
     assert out["approximate_bounds"][0]["value"] == want
     assert out["bounds"] and out["best"] == "pv_segment"  # the exact ones are still there
 

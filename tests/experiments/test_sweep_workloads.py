@@ -96,7 +96,7 @@ def test_workload_row_equals_the_run_api_and_its_bounds(causal, window):
     assert (row["batch"], row["heads"], row["kv_heads"], row["window"]) == (2, 4, 2, window)
     assert row["causal"] == (causal is not False)
     assert row["causal_align"] == {False: None, True: "bottom_right", "top_left": "top_left"}[causal]
-    want = applicable(40, 8, 512, Nkv=72, causal=causal, heads=8, kv_heads=4, window=window)
+    want = applicable(N=40, d=8, M=512, Nkv=72, causal=causal, heads=8, kv_heads=4, window=window)
     assert {k: v["value"] for k, v in row["bounds"].items()} == {b.name: b.value for b in want}
     assert row["total"] >= row["bound"]
     # compute mode: the batched GQA output against the float64 reference

@@ -15,7 +15,7 @@ from attnio.pebble import loops
 
 
 def _explicit_best(Nq: int, Nkv: int, d: int, M: int) -> float:
-    return max(b.value for b in bounds.applicable(Nq, d, M, Nkv=Nkv) if b.explicit)
+    return max(b.value for b in bounds.applicable(N=Nq, d=d, M=M, Nkv=Nkv) if b.explicit)
 
 
 @pytest.mark.parametrize("Nq,Nkv,d,M", [(2, 2, 2, 12), (3, 2, 2, 10), (2, 3, 1, 8), (2, 2, 3, 14)])

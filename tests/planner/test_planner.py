@@ -170,7 +170,7 @@ def test_ratio_to_standard_matmul_bound_stays_within_factor_3_of_median():
             Ms = sorted({4 * d, N * d} | {2**k for k in range(60) if 4 * d < 2**k < N * d})
             for M in Ms:
                 p = attnio.plan(N, d, M)
-                rows.append((p.chosen.predicted.total / B.standard_matmul(N, d, M).value, N, d, M,
+                rows.append((p.chosen.predicted.total / B.standard_matmul(N=N, d=d, M=M).value, N, d, M,
                              p.chosen.algorithm))
     r = [x[0] for x in rows]
     med = statistics.median(r)

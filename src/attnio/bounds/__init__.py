@@ -28,12 +28,12 @@ exceed that number.  The derivations are in ``docs/bounds.md``.
 This package never names an algorithm: it bounds every schedule, and the tests hold every
 registered schedule to its explicit bounds.
 
->>> [b.name for b in applicable(4096, 64, 65536)]  # doctest: +NORMALIZE_WHITESPACE
+>>> [b.name for b in applicable(N=4096, d=64, M=65536)]  # doctest: +NORMALIZE_WHITESPACE
 ['trivial', 'pv_segment', 'qkpv_pooled', 'qkpv_levelled', 'reread_cut',
  'standard_matmul_large_cache', 'standard_matmul_small_cache', 'standard_matmul']
->>> best(applicable(4096, 64, 16384)).name
+>>> best(applicable(N=4096, d=64, M=16384)).name
 'pv_segment'
->>> best(applicable(4096, 256, 1024)).name
+>>> best(applicable(N=4096, d=256, M=1024)).name
 'qkpv_levelled'
 """
 
@@ -66,7 +66,7 @@ from .backward import (
     backward_trivial,
     li_backward,
 )
-from .base import SAHA_YE, Bound, attention_shape, check_M, regime_of
+from .base import SAHA_YE, Bound, attention_shape, check_M, keyword_sizes, regime_of
 from .exact import (
     large_cache_for,
     required_pairs,
@@ -158,16 +158,17 @@ def applicable_to(shape: Shape, M: int, *, q: int | None = None,
         if not square:
             raise ParameterError("q: Theorem 4.8 is stated for square unmasked attention (Nkv = N, "
                                  "causal=False, no block mask)", param="q")
-        out.append(fast_matmul_field(shape.Nq, shape.d, M, q, heads=shape.n_heads))
+        out.append(fast_matmul_field(N=shape.Nq, d=shape.d, M=M, q=q, heads=shape.n_heads))
     if binary:
         if not square:
             raise ParameterError("binary: Theorem 4.14 is stated for square unmasked attention "
                                  "(Nkv = N, causal=False, no block mask)", param="binary")
-        out.append(binary_inputs(shape.Nq, shape.d, M, heads=shape.n_heads))
+        out.append(binary_inputs(N=shape.Nq, d=shape.d, M=M, heads=shape.n_heads))
     return out
 
 
-def applicable(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+@keyword_sizes()
+def applicable(*, N: int, d: int, M: int, Nkv: int | None = None, causal: object = False,
                heads: int = 1, kv_heads: int | None = None, window: int | None = None,
                q: int | None = None, binary: bool = False,
                block_mask: BlockMask | None = None) -> list[Bound]:

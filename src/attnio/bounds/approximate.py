@@ -35,15 +35,17 @@ import math
 
 from ..core.checks import check_int, check_real
 from ..core.errors import ParameterError
-from .base import Bound
+from .base import Bound, keyword_sizes
 
 __all__ = ["alman_song_degree", "approx_trivial", "approx_w_stationary", "seth_entry_threshold"]
 
 
-def approx_trivial(Nq: int, Nkv: int, d: int, *, error: float, R: float,
+@keyword_sizes("Nq, Nkv, d")
+def approx_trivial(*, N: int, d: int, Nkv: int | None = None, error: float, R: float,
                    v_bound: float = 1.0) -> Bound:
     """Nkv·d + Nq·d for any algorithm with max absolute error ``error < v_bound e^{-2R}/Nkv``."""
-    Nq, Nkv, d = (check_int(n, v, minimum=1) for n, v in (("Nq", Nq), ("Nkv", Nkv), ("d", d)))
+    Nq, d = check_int("N", N, minimum=1), check_int("d", d, minimum=1)
+    Nkv = Nq if Nkv is None else check_int("Nkv", Nkv, minimum=1)
     error = check_real("error", error, lo=0, lo_open=True)
     v_bound = check_real("v_bound", v_bound, lo=0, lo_open=True)
     R = check_real("R", R, lo=0)
@@ -58,10 +60,13 @@ def approx_trivial(Nq: int, Nkv: int, d: int, *, error: float, R: float,
                  True, name="approx_trivial", regime="any M")
 
 
-def approx_w_stationary(Nq: int, Nkv: int, d: int, M: int, r: int) -> Bound:
+@keyword_sizes("Nq, Nkv, d, M, r")
+def approx_w_stationary(*, N: int, d: int, M: int, r: int,
+                        Nkv: int | None = None) -> Bound:
     """max(2(Nq+Nkv)d, ceil(rd/M)(Nkv-M) + M + Nq d) for W-stationary feature-space algorithms."""
-    Nq, Nkv, d, M, r = (check_int(n, v, minimum=1)
-                        for n, v in (("Nq", Nq), ("Nkv", Nkv), ("d", d), ("M", M), ("r", r)))
+    Nq, d, M, r = (check_int(n, v, minimum=1)
+                   for n, v in (("N", N), ("d", d), ("M", M), ("r", r)))
+    Nkv = Nq if Nkv is None else check_int("Nkv", Nkv, minimum=1)
     T = -(-r * d // M)
     stream = T * (Nkv - M) + M + Nq * d if Nkv > M else 0
     floor = 2 * (Nq + Nkv) * d

@@ -3,7 +3,7 @@
 They say how the cost scales, never that a count must exceed the number: no test compares a
 count with them.
 
->>> b = standard_matmul(4096, 64, 65536)
+>>> b = standard_matmul(N=4096, d=64, M=65536)
 >>> b.regime, b.explicit, int(b.value)  # 4Nd (reading Q, K, V, writing O) + N²d²/M
 ('large cache (M >= d^2)', False, 2097152)
 """
@@ -15,14 +15,15 @@ import math
 from ..core import masks
 from ..core.errors import ParameterError
 from ..core.workload import Shape
-from .base import SAHA_YE, Bound, attention_shape, check_M, regime_of
+from .base import SAHA_YE, Bound, attention_shape, check_M, keyword_sizes, regime_of
 from .exact import trivial_for
 
 __all__ = ["binary_inputs", "binary_min_d", "fast_matmul_field", "standard_matmul",
            "standard_matmul_for"]
 
 
-def standard_matmul(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+@keyword_sizes()
+def standard_matmul(*, N: int, d: int, M: int, Nkv: int | None = None, causal: object = False,
                     heads: int = 1, window: int | None = None) -> Bound:
     """Saha & Ye Theorem 3.1 with the input term: Θ(Nd + min(N²d/√M, N²d²/M)).
 
@@ -101,7 +102,8 @@ def _is_prime_power(q: int) -> bool:
                for k in range(1, q.bit_length() + 1) if (r := _iroot(q, k)) >= 2)
 
 
-def fast_matmul_field(N: int, d: int, M: int, q: int, *, heads: int = 1) -> Bound:
+@keyword_sizes()
+def fast_matmul_field(*, N: int, d: int, M: int, q: int, heads: int = 1) -> Bound:
     """Saha & Ye Theorem 4.8: Ω(min(N²d²/M, N²)) with any matrix multiplication, Q, K over F_q.
 
     Precondition: q is a prime power (a finite field F_q exists) and q > N (the Vandermonde
@@ -132,7 +134,8 @@ def binary_min_d(N: int) -> int:
     return (N).bit_length()  # = ⌈log2(N + 1)⌉ for N >= 1
 
 
-def binary_inputs(N: int, d: int, M: int, *, heads: int = 1) -> Bound:
+@keyword_sizes()
+def binary_inputs(*, N: int, d: int, M: int, heads: int = 1) -> Bound:
     """Saha & Ye Theorem 4.14: Ω(min(N²d²/(M log²N), N²)) with any matmul, binary Q, K.
 
     Preconditions: N >= 2 (log N > 0; log base 2) and d >= ⌈log2(N + 1)⌉.  The proof needs a

@@ -36,7 +36,7 @@ from ..core import masks
 from ..core.blockmask import BlockMask
 from ..core.errors import ParameterError
 from ..core.workload import Shape
-from .base import Bound, attention_shape, check_M, pairs_of, regime_of
+from .base import Bound, attention_shape, check_M, keyword_sizes, pairs_of, regime_of
 from .segments import (
     PairsTheorem,
     _cubes,
@@ -88,10 +88,12 @@ def backward_trivial_for(shape: Shape) -> Bound:
                  True, name="backward_trivial", regime="any M")
 
 
-def backward_trivial(Nq: int, Nkv: int, d: int, *, causal: object = False, heads: int = 1,
-                     kv_heads: int | None = None, window: int | None = None) -> Bound:
+@keyword_sizes("Nq, Nkv, d")
+def backward_trivial(*, N: int, d: int, Nkv: int | None = None, causal: object = False,
+                     heads: int = 1, kv_heads: int | None = None,
+                     window: int | None = None) -> Bound:
     """dO read (rows that see a key), dQ, dK, dV written: ``2·Nq·d + 2·Nkv·d`` unmasked."""
-    shape = attention_shape(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
                             window=window)
     return backward_trivial_for(shape)
 
@@ -111,11 +113,13 @@ def backward_inputs_for(shape: Shape) -> Bound:
                  True, name="backward_inputs", regime="any M")
 
 
-def backward_inputs(Nq: int, Nkv: int, d: int, *, causal: object = False, heads: int = 1,
-                    kv_heads: int | None = None, window: int | None = None) -> Bound:
+@keyword_sizes("Nq, Nkv, d")
+def backward_inputs(*, N: int, d: int, Nkv: int | None = None, causal: object = False,
+                    heads: int = 1, kv_heads: int | None = None,
+                    window: int | None = None) -> Bound:
     """For the standard backward (the class of Theorems D and E): Q, K, V (the rows the required
     pairs use) and dO read, dQ, dK, dV written: ``4·Nq·d + 3·Nkv·d`` unmasked (7Nd)."""
-    shape = attention_shape(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
                             window=window)
     return backward_inputs_for(shape)
 
@@ -205,7 +209,8 @@ _D = PairsTheorem(
     assumptions=BACKWARD_ASSUMPTIONS)
 
 
-def backward_accum(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+@keyword_sizes()
+def backward_accum(*, N: int, d: int, M: int, Nkv: int | None = None, causal: object = False,
                    heads: int = 1, kv_heads: int | None = None,
                    window: int | None = None) -> Bound:
     """Theorem D: ``Q >= K·(h - 1)``, h the least number of segments with
@@ -214,9 +219,15 @@ def backward_accum(N: int, d: int, M: int, *, Nkv: int | None = None, causal: ob
                                         kv_heads=kv_heads, window=window), M)
 
 
-#: Theorem D for P required pairs (over all heads), head dimension d, M fast words;
-#: and of a Shape (all its query heads; P from its mask).
-backward_accum_pairs, backward_accum_for = _D.pairs, _D.for_shape
+@keyword_sizes()
+def backward_accum_pairs(*, P: int, d: int, M: int) -> Bound:
+    """Theorem D for P required pairs (over all query heads), head dimension d, M fast
+    words."""
+    return _D.pairs(P, d, M)
+
+
+#: Theorem D of a Shape (all its query heads; P from its mask).
+backward_accum_for = _D.for_shape
 
 
 # ---------------------------------------------------------------------------- Theorem E
@@ -293,7 +304,8 @@ _E = PairsTheorem(
     assumptions=BACKWARD_ASSUMPTIONS)
 
 
-def backward_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+@keyword_sizes()
+def backward_pooled(*, N: int, d: int, M: int, Nkv: int | None = None, causal: object = False,
                     heads: int = 1, kv_heads: int | None = None,
                     window: int | None = None) -> Bound:
     """Theorem E: ``Q >= K·(h - 1)``, h the least number of segments with
@@ -302,9 +314,15 @@ def backward_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: o
                                         kv_heads=kv_heads, window=window), M)
 
 
-#: Theorem E for P required pairs (over all heads), head dimension d, M fast words;
-#: and of a Shape (all its query heads; P from its mask).
-backward_pooled_pairs, backward_pooled_for = _E.pairs, _E.for_shape
+@keyword_sizes()
+def backward_pooled_pairs(*, P: int, d: int, M: int) -> Bound:
+    """Theorem E for P required pairs (over all query heads), head dimension d, M fast
+    words."""
+    return _E.pairs(P, d, M)
+
+
+#: Theorem E of a Shape (all its query heads; P from its mask).
+backward_pooled_for = _E.for_shape
 
 
 # ---------------------------------------------------------------------------- Li et al.
@@ -326,7 +344,8 @@ def li_backward_for(shape: Shape, M: int) -> Bound:
                  name="li_backward", regime=regime_of(d, M), constant=1.0)
 
 
-def li_backward(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+@keyword_sizes()
+def li_backward(*, N: int, d: int, M: int, Nkv: int | None = None, causal: object = False,
                 heads: int = 1, kv_heads: int | None = None,
                 window: int | None = None) -> Bound:
     """Li et al. (arXiv 2410.09397) Theorem 1.1: the backward pass needs
@@ -350,7 +369,8 @@ def backward_applicable_to(shape: Shape, M: int) -> list[Bound]:
             backward_pooled_for(shape, M), li_backward_for(shape, M)]
 
 
-def backward_applicable(N: int, d: int, M: int, *, Nkv: int | None = None,
+@keyword_sizes()
+def backward_applicable(*, N: int, d: int, M: int, Nkv: int | None = None,
                         causal: object = False, heads: int = 1, kv_heads: int | None = None,
                         window: int | None = None,
                         block_mask: BlockMask | None = None) -> list[Bound]:

@@ -17,9 +17,10 @@ Both charge only the QKᵀ products; :mod:`attnio.bounds.forward` (Theorems A an
 P·V products too and supersedes them (about 3.35·N²d²/M and 2.8·N²d/√M).  They are kept: still
 explicit and valid, and the planner reports the largest bound that applies.
 
->>> trivial(4096, 4096, 64).value
+>>> trivial(N=4096, d=64).value
 1048576
->>> standard_matmul_large_cache(4096, 64, 65536).value >= 4096 ** 2 * 64 ** 2 // 65536 - 2 * 65536
+>>> b = standard_matmul_large_cache(N=4096, d=64, M=65536)
+>>> b.value >= 4096 ** 2 * 64 ** 2 // 65536 - 2 * 65536
 True
 """
 
@@ -34,9 +35,18 @@ import numpy as np
 from ..core import masks
 from ..core.checks import check_int
 from ..core.workload import Shape
-from .base import SAHA_YE, Bound, attention_shape, check_M, pairs_of, segment_max
+from .base import (
+    SAHA_YE,
+    Bound,
+    attention_shape,
+    check_M,
+    keyword_sizes,
+    pairs_of,
+    segment_max,
+)
 
-__all__ = ["large_cache_for", "required_pairs", "small_cache_for", "standard_matmul_large_cache",
+__all__ = ["large_cache_for", "large_cache_raw_for", "required_pairs", "small_cache_for",
+           "standard_matmul_large_cache",
            "standard_matmul_small_cache", "trivial", "trivial_for"]
 
 #: What the first-generation bounds assume (they charge the QKᵀ products only).
@@ -46,17 +56,20 @@ _QK_ASSUMPTIONS = (
 )
 
 
-def required_pairs(Nq: int, Nkv: int, causal: object = False, window: int | None = None) -> int:
+@keyword_sizes("Nq, Nkv")
+def required_pairs(*, N: int, Nkv: int | None = None, causal: object = False,
+                   window: int | None = None) -> int:
     """Scores S_ij an exact algorithm must compute: visible pairs of rows that see >= 2 keys.
 
     A row that sees exactly one key outputs that key's value whatever the score, so its score
     need not be computed (and a row that sees none outputs 0).
     """
-    Nq = check_int("Nq", Nq, minimum=1)
-    return masks.row_counts(Shape.make(Nq, 1, Nkv=Nkv, causal=causal, window=window)).pairs2
+    N = check_int("N", N, minimum=1)
+    return masks.row_counts(Shape.make(N, 1, Nkv=Nkv, causal=causal, window=window)).pairs2
 
 
-def trivial(Nq: int, Nkv: int, d: int, *, causal: object = False, heads: int = 1,
+@keyword_sizes("Nq, Nkv, d")
+def trivial(*, N: int, d: int, Nkv: int | None = None, causal: object = False, heads: int = 1,
             kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Read every input word the output depends on once, write every output word once.
 
@@ -66,7 +79,7 @@ def trivial(Nq: int, Nkv: int, d: int, *, causal: object = False, heads: int = 1
     a key no row sees at all not from V.  ``heads`` query heads share ``kv_heads`` key/value heads
     (grouped-query attention; default ``kv_heads = heads``), so K and V count once per kv head.
     """
-    shape = attention_shape(Nq, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
+    shape = attention_shape(N, d, Nkv=Nkv, causal=causal, heads=heads, kv_heads=kv_heads,
                             window=window)
     return trivial_for(shape)
 
@@ -108,13 +121,124 @@ def _large_cache(P: int, d: int, M: int) -> tuple[int, int]:
     return best
 
 
-def standard_matmul_large_cache(N: int, d: int, M: int, *, Nkv: int | None = None,
+def _m_of(c: int, D: int) -> int:
+    """The largest m with T(m) = max(m, ⌊m²/D⌋) <= c (D = 4d²): m <= c and m² < D·(c + 1)."""
+    return min(c, math.isqrt(D * (c + 1) - 1))
+
+
+def _m_many(cs: np.ndarray, d: int) -> np.ndarray:
+    """isqrt(4d²(c + 1) − 1) for each c of an int64 array (c + 1 < 2⁶², d < 2¹²), exactly: the
+    largest r with r² < 4d²·u, u = c + 1, from the float root corrected by one either way, each
+    test r² < 4d²u written as 4d·a·b + b² < 4d²(u − a²) with r = 2d·a + b (every term < 2⁶³)."""
+    u = cs + 1
+    r = np.floor(2.0 * d * np.sqrt(u.astype(np.float64))).astype(np.int64) + 1
+
+    def below(r: np.ndarray) -> np.ndarray:  # r² < 4d²u
+        a, b = np.divmod(r, 2 * d)
+        return 4 * d * a * b + b * b < 4 * d * d * (u - a * a)
+
+    for _ in range(3):  # the float root is within one of the true one
+        r = np.where(below(r), r, r - 1)
+    return r
+
+
+#: Below this many candidates the exact maximum of :func:`_large_cache_best` is taken in Python.
+_FEW = 48
+
+
+@functools.lru_cache(maxsize=4096)
+def _large_cache_best(P: int, d: int, M: int) -> tuple[int, int]:
+    """(value, K): the exact maximum over **every** K >= 1 of K·(⌈P/T(M + K)⌉ − 1), the
+    first-generation large-cache bound at its best segment length (docs/bounds.md §12.1).
+
+    It is non-increasing in M and non-decreasing in P (a maximum over one set of K of terms that
+    are), never below :func:`_large_cache` (whose K are among them), and it costs O(1) candidates
+    where the bound spans many segments.  With Q = P − 1 each term is K·⌊Q/T(M + K)⌋; for
+    c = T(M + K) the best K with T(M + K) <= c is m(c) − M (:func:`_m_of`), so the maximum is that
+    of g(c) = ⌊Q/c⌋·(m(c) − M) over the integers c in [T(M + 1), Q].  Its envelope
+    U(c) = (Q/c)·(min(c, √(D(c + 1))) − M) >= g(c) is quasi-concave (the minimum of Q(1 − M/c),
+    increasing, and Q(√(D(c + 1)) − M)/c, whose slope has the sign of M − d(c + 2)/√(c + 1),
+    decreasing), so after the best g near U's peak every c with g(c) above it lies in the interval
+    where U >= that value: its integers, or the blocks of one ⌊Q/c⌋ in it (each block's largest c),
+    whichever are fewer, are evaluated exactly."""
+    Q, D = P - 1, 4 * d * d
+    cmin = max(M + 1, (M + 1) ** 2 // D)  # T(M + 1): the least c with m(c) > M
+    if Q < cmin:
+        return 0, 0
+
+    def g(c: int) -> int:
+        return (Q // c) * (_m_of(c, D) - M)
+
+    def inside(c: int) -> bool:  # U(c) >= best, with room for rounding (a superset)
+        u = Q / c * (min(float(c), math.sqrt(D * (c + 1.0))) - M)
+        return u * (1.0 + 1e-9) + 1.0 >= best
+
+    # U's peak: the kink c = √(D(c + 1)) or the stationary point of the square-root piece
+    peak = (D + math.sqrt(D * D + 4.0 * D)) / 2.0
+    if M > 2 * d:
+        s = (M + math.sqrt(float(M) * M - 4.0 * d * d)) / (2.0 * d)
+        peak = max(peak, s * s - 1.0)
+    c0 = int(min(max(peak, cmin), Q))
+    best, arg = 0, cmin
+    for c in sorted({cmin, Q, *(min(Q, max(cmin, c0 + j)) for j in (-1, 0, 1, 2))}):
+        v = g(c)
+        if v > best:
+            best, arg = v, c
+
+    def edge(a: int, b: int) -> int:  # a inside, b outside: the last inside point towards b
+        while abs(b - a) > 1:
+            mid = (a + b) // 2
+            if inside(mid):
+                a = mid
+            else:
+                b = mid
+        return a
+
+    c1 = cmin if inside(cmin) else edge(arg, cmin)
+    c2 = Q if inside(Q) else edge(arg, Q)
+    n1, n2 = max(1, Q // c2), Q // c1
+    if c2 - c1 <= n2 - n1:
+        lo, hi, by_block = c1, c2, False
+    else:
+        lo, hi, by_block = n1, n2, True
+    if hi - lo < _FEW:
+        for x in range(lo, hi + 1):
+            c = Q // x if by_block else x
+            if c >= cmin:
+                v = g(c)
+                if v > best:
+                    best, arg = v, c
+    else:
+        xs = np.arange(lo, hi + 1, dtype=np.int64)
+        cs = Q // xs if by_block else xs
+        cs = cs[cs >= cmin]
+        if Q < 2**62 and d < 2**12:  # exact in int64 (_m_many)
+            vals = (Q // cs) * (np.minimum(cs, _m_many(cs, d)) - M)
+            i = int(np.argmax(vals))
+            if int(vals[i]) > best:
+                best, arg = int(vals[i]), int(cs[i])
+        else:  # floats to screen (each within m + ⌊Q/c⌋ + 2 of g), then exact
+            cf = cs.astype(np.float64)
+            qf = np.floor(Q / cf)
+            mf = np.minimum(cf, np.floor(np.sqrt(D * (cf + 1.0))))
+            vf = qf * (mf - M)
+            keep = vf * (1.0 + 1e-9) + mf + qf + 2.0 >= best
+            for c in cs[keep].tolist():
+                v = g(int(c))
+                if v > best:
+                    best, arg = v, int(c)
+    return best, _m_of(arg, D) - M
+
+
+@keyword_sizes()
+def standard_matmul_large_cache(*, N: int, d: int, M: int, Nkv: int | None = None,
                                 causal: object = False, heads: int = 1,
                                 window: int | None = None) -> Bound:
     """Explicit form of Saha & Ye's large-cache bound (Lemma 3.3's argument on I/O segments).
 
     ``Q >= max_K K·(⌈P/T(M+K)⌉ - 1)`` with ``T(m) = max(m, ⌊m²/(4d²)⌋)``, P the number of scores
-    that must be computed (N² unmasked), K over a fixed grid plus K = M and K = 4M.  With K = M
+    that must be computed (N² unmasked), the maximum over every K >= 1 taken exactly (so the
+    bound is non-increasing in M and non-decreasing in N: docs/bounds.md §12.1).  With K = M
     this is at least ``N²d²/M - M`` whenever M >= 2d².  Valid for every M; for M <= 2d² it
     degrades to about (N - √M)² ≈ N².  Superseded by :func:`attnio.bounds.pv_segment`
     (Theorem A).  Derivation: docs/bounds.md §3.
@@ -124,7 +248,19 @@ def standard_matmul_large_cache(N: int, d: int, M: int, *, Nkv: int | None = Non
 
 
 def large_cache_for(shape: Shape, M: int) -> Bound:
-    """:func:`standard_matmul_large_cache` of a Shape (all its query heads)."""
+    """:func:`standard_matmul_large_cache` of a Shape (all its query heads): the term at its best
+    segment length over every K (:func:`_large_cache_best`), so non-increasing in M and
+    non-decreasing in N; never below :func:`large_cache_raw_for`."""
+    return _qk_bound(shape, M, _large_cache_best, f"derived from {SAHA_YE}, Lemma 3.3 "
+                     "(docs/bounds.md §3)", "pv_segment (Theorem A)",
+                     name="standard_matmul_large_cache",
+                     regime="any M (tight for a large cache, M >= d^2)")
+
+
+def large_cache_raw_for(shape: Shape, M: int) -> Bound:
+    """The large-cache bound as evaluated before issue 36 (the fixed grid of K plus K = M and
+    K = 4M: not monotone in M), kept for tests/data/bound_values.json; never above
+    :func:`large_cache_for`."""
     return _qk_bound(shape, M, _large_cache, f"derived from {SAHA_YE}, Lemma 3.3 "
                      "(docs/bounds.md §3)", "pv_segment (Theorem A)",
                      name="standard_matmul_large_cache",
@@ -159,7 +295,8 @@ def _small_cache(P: int, d: int, M: int) -> tuple[int, int]:
     return segment_max(term, approx, 2 * work + 2)
 
 
-def standard_matmul_small_cache(N: int, d: int, M: int, *, Nkv: int | None = None,
+@keyword_sizes()
+def standard_matmul_small_cache(*, N: int, d: int, M: int, Nkv: int | None = None,
                                 causal: object = False, heads: int = 1,
                                 window: int | None = None) -> Bound:
     """Explicit small-cache bound, derived (Loomis–Whitney on I/O segments; cf. Theorem 3.7).

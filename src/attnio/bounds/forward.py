@@ -20,9 +20,10 @@ segment length K and multiplier (μ, ν) give a valid bound.  The parameters com
 segments, and for Theorem A (as for D) a wider (K, μ) search below 256 segments
 (:func:`attnio.bounds.segments.fine_best`), so a call costs O(1) whatever N.
 
->>> round(pv_segment(4096, 64, 65536).value / (4096**2 * 64**2 / 65536), 2)  # M = 16d²: 236 segments
+>>> b = pv_segment(N=4096, d=64, M=65536)  # M = 16d²: 236 segments
+>>> round(b.value / (4096**2 * 64**2 / 65536), 2)
 3.39
->>> round(qkpv_pooled(4096, 256, 1024).value / (4096**2 * 256 / 1024**0.5), 2)  # M = d²/64
+>>> round(qkpv_pooled(N=4096, d=256, M=1024).value / (4096**2 * 256 / 1024**0.5), 2)  # M = d²/64
 2.7
 """
 
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core.errors import ParameterError
-from .base import Bound, attention_shape
+from .base import Bound, attention_shape, keyword_sizes
 from .params import lookup
 from .segments import (
     PairsTheorem,
@@ -105,7 +106,8 @@ _A = PairsTheorem(
     assumptions=ASSUMPTIONS)
 
 
-def pv_segment(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+@keyword_sizes()
+def pv_segment(*, N: int, d: int, M: int, Nkv: int | None = None, causal: object = False,
                heads: int = 1, kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Theorem A: ``Q >= K·(h - 1)``, h the least number of segments with
     ``P·d <= Λ_f + Λ_l + (h - 2)·Λ`` (docs/bounds.md §5).  Valid for every M and mask."""
@@ -113,9 +115,15 @@ def pv_segment(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object
                                         kv_heads=kv_heads, window=window), M)
 
 
-#: Theorem A for P required pairs (over all heads), head dimension d, M fast words;
-#: and of a Shape (all its query heads; P from its mask).
-pv_segment_pairs, pv_segment_for = _A.pairs, _A.for_shape
+@keyword_sizes()
+def pv_segment_pairs(*, P: int, d: int, M: int) -> Bound:
+    """Theorem A for P required pairs (over all query heads), head dimension d, M fast
+    words."""
+    return _A.pairs(P, d, M)
+
+
+#: Theorem A of a Shape (all its query heads; P from its mask).
+pv_segment_for = _A.for_shape
 
 
 # ---------------------------------------------------------------------------- Theorem B
@@ -189,7 +197,8 @@ _B = PairsTheorem(
     assumptions=ASSUMPTIONS)
 
 
-def qkpv_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+@keyword_sizes()
+def qkpv_pooled(*, N: int, d: int, M: int, Nkv: int | None = None, causal: object = False,
                 heads: int = 1, kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Theorem B: ``Q >= K·(h - 1)``, h the least number of segments with
     ``(2d - ν)·P <= Λ_f + Λ_l + (h - 2)·Λ`` (docs/bounds.md §6).  Valid for every M and mask."""
@@ -197,6 +206,12 @@ def qkpv_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: objec
                                         kv_heads=kv_heads, window=window), M)
 
 
-#: Theorem B for P required pairs (over all heads), head dimension d, M fast words;
-#: and of a Shape (all its query heads; P from its mask).
-qkpv_pooled_pairs, qkpv_pooled_for = _B.pairs, _B.for_shape
+@keyword_sizes()
+def qkpv_pooled_pairs(*, P: int, d: int, M: int) -> Bound:
+    """Theorem B for P required pairs (over all query heads), head dimension d, M fast
+    words."""
+    return _B.pairs(P, d, M)
+
+
+#: Theorem B of a Shape (all its query heads; P from its mask).
+qkpv_pooled_for = _B.for_shape

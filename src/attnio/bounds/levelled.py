@@ -22,7 +22,7 @@ the 32 nodes of the octave below and a few alternate rows):
 About 3.2·N²d/√M for M << d² (Theorem B: 2.83), 2.29·N²d²/M at M = d² (Theorem A: 1.93).
 
 >>> N, d, M = 4096, 256, 1024  # M = d²/64
->>> round(qkpv_levelled(N, d, M).value / (N * N * d / M ** 0.5), 2)
+>>> round(qkpv_levelled(N=N, d=d, M=M).value / (N * N * d / M ** 0.5), 2)
 3.15
 """
 
@@ -37,7 +37,7 @@ import numpy as np
 
 from ..core.checks import check_int
 from ..core.workload import Shape
-from .base import Bound, attention_shape, check_M, pairs_of, regime_of
+from .base import Bound, attention_shape, check_M, keyword_sizes, pairs_of, regime_of
 from .forward import ASSUMPTIONS
 from .segments import INFLATE, MORE_MEMORY_SEGMENTS, more_memory, segments_bound
 
@@ -153,9 +153,11 @@ def _closed(P: int, d: int, M: int) -> tuple[int, int, float, int]:
     return more_memory(lambda M2, refine: qkpv_levelled_value(P, d, M2), M)
 
 
-def qkpv_levelled_pairs(P: int, d: int, M: int) -> Bound:
+@keyword_sizes()
+def qkpv_levelled_pairs(*, P: int, d: int, M: int) -> Bound:
     """Theorem B′ for P required pairs (over all query heads), head dimension d, M fast words,
-    closed under more memory (docs/bounds.md §12.1)."""
+    the best of its values at M and at the larger M' of §12.1's grid (docs/bounds.md §12.1: not
+    monotone in M between those points)."""
     P, d, M = check_int("P", P, minimum=0), check_int("d", d), check_M(M)
     value, K, nu, M2 = _closed(P, d, M)
     where = "" if M2 == M else (f", evaluated at M' = {M2} >= M (a schedule for M runs "
@@ -169,10 +171,11 @@ def qkpv_levelled_pairs(P: int, d: int, M: int) -> Bound:
 
 def qkpv_levelled_for(shape: Shape, M: int) -> Bound:
     """Theorem B′ for ``shape`` (all its query heads; P from its mask)."""
-    return qkpv_levelled_pairs(pairs_of(shape), shape.d, check_M(M))
+    return qkpv_levelled_pairs(P=pairs_of(shape), d=shape.d, M=check_M(M))
 
 
-def qkpv_levelled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+@keyword_sizes()
+def qkpv_levelled(*, N: int, d: int, M: int, Nkv: int | None = None, causal: object = False,
                   heads: int = 1, kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Theorem B′: ``Q >= K·(h - 1)``, h the least number of segments with
     ``(2d - ν)·P <= Λ_f + Λ_l + (h - 2)·Λ``, the maxima of the levelled potential tabulated

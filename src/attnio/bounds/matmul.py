@@ -1,7 +1,7 @@
 """Lower bounds for the matmul building block C = A·B (C written), :mod:`attnio.blocks.matmul`.
 
 * :func:`matmul_potential` (Theorem C, explicit): Loomis–Whitney on I/O segments with a potential
-  on the C accumulators held at segment boundaries, about ``1.925·mnk/√M``, floor mk + kn + mn;
+  on the C accumulators held at segment boundaries, about ``1.927·mnk/√M``, floor mk + kn + mn;
 * :func:`matmul_smith` (explicit, under its precondition): Smith, Lowery, Langou & van de Geijn's
   ``2mnk/√M - 2M`` for C := AB + C computed by fused multiply-adds (FMAs), and
   ``2mnk/√M - 2M - mn`` for C := AB when every C_ij is one chain of multiply-adds;
@@ -20,7 +20,7 @@ import numpy as np
 from ..core.checks import check_bool, check_int
 from ..core.workload import MAX_M
 from . import params as _params
-from .base import Bound, segment_max
+from .base import Bound, keyword_sizes, segment_max
 from .segments import more_memory, potential_lambdas, segments_bound, tabulated_best
 
 __all__ = ["SMITH", "matmul", "matmul_cosma", "matmul_potential", "matmul_potential_lambdas",
@@ -53,7 +53,8 @@ def _matmul_lw(m: int, k: int, n: int, M: int) -> tuple[int, int]:
     return segment_max(term, approx, 2 * work + 2)
 
 
-def matmul(m: int, k: int, n: int, M: int) -> Bound:
+@keyword_sizes()
+def matmul(*, m: int, k: int, n: int, M: int) -> Bound:
     """C = A·B (A m×k, B k×n, standard algorithm, C written): explicit, derived.
 
     ``max(mk + kn + mn, max_K K·(⌈mnk/E(K)⌉ - 1))`` with ``E(K)`` the Loomis–Whitney count of
@@ -103,15 +104,16 @@ def _potential(m: int, k: int, n: int, M: int) -> tuple[int, int, float, int]:
     return more_memory(lambda M2, refine: _potential_at(m, k, n, M2, refine), M)
 
 
-def matmul_potential(m: int, k: int, n: int, M: int) -> Bound:
+@keyword_sizes()
+def matmul_potential(*, m: int, k: int, n: int, M: int) -> Bound:
     """C = A·B (standard algorithm, C written), Theorem C of docs/bounds.md §8: explicit.
 
     ``max(mk + kn + mn, K·(h - 1))``, h the least number of segments of K I/Os with
     ``mnk <= Λ_f + Λ_l + (h - 2)·Λ``: a segment with p imported A/B words and q exported C
     accumulators does at most ``(p/2)·√q`` products (Loomis–Whitney), and a potential μ per C
-    accumulator held at a segment boundary telescopes.  About ``1.925·mnk/√M``.
+    accumulator held at a segment boundary telescopes.  About ``1.927·mnk/√M``.
 
-    >>> round(matmul_potential(512, 512, 512, 1024).value / (512**3 / 1024**0.5), 2)
+    >>> round(matmul_potential(m=512, k=512, n=512, M=1024).value / (512**3 / 1024**0.5), 2)
     1.93
     """
     m, k, n, M = _sizes(m, k, n, M)
@@ -130,7 +132,8 @@ def matmul_potential(m: int, k: int, n: int, M: int) -> Bound:
 
 
 # ---------------------------------------------------------------------------- Smith et al.
-def matmul_smith(m: int, k: int, n: int, M: int, *, accumulate: bool = False) -> Bound:
+@keyword_sizes()
+def matmul_smith(*, m: int, k: int, n: int, M: int, accumulate: bool = False) -> Bound:
     """Smith, Lowery, Langou & van de Geijn (arXiv 1702.02017): ``2mnk/√M - 2M``.
 
     Only the paper's abstract could be read; the statement is proved in docs/bounds.md §8 in the
@@ -144,7 +147,7 @@ def matmul_smith(m: int, k: int, n: int, M: int, *, accumulate: bool = False) ->
     ``accumulate=False`` (C := AB, our blocked matmul): each chain's start counted as a pseudo-read,
     ``2mnk/√M - 2M - mn``; floor mk + kn + mn.  General summation trees are not covered (a partial
     sum may be born in a phase from two products without any C value entering it):
-    :func:`matmul_potential` (Theorem C, about 1.925·mnk/√M) is.
+    :func:`matmul_potential` (Theorem C, about 1.927·mnk/√M) is.
     """
     m, k, n, M = _sizes(m, k, n, M)
     check_bool("accumulate", accumulate)
@@ -165,7 +168,8 @@ def matmul_smith(m: int, k: int, n: int, M: int, *, accumulate: bool = False) ->
                  True, name="matmul_smith", regime="any M")
 
 
-def matmul_cosma(m: int, k: int, n: int, M: int) -> Bound:
+@keyword_sizes()
+def matmul_cosma(*, m: int, k: int, n: int, M: int) -> Bound:
     """COSMA (Kwasniewski et al., SC'19, arXiv 1908.09606) Theorem 1: ``2mnk/√M + mn``.
 
     Stated for the red-blue pebbling of the classical matmul CDAG with mnk multiplications (no

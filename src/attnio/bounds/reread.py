@@ -20,7 +20,7 @@ The bound is non-increasing in M (the only M-dependence is the "- M" and the pro
 stretch can do, which grows with M), so it is closed under more memory by itself (§12.1).  A call
 is O(1) in N: ``_CELLS`` binary searches of ``O(log N)`` closed-form steps.
 
->>> reread_cut(300, 96, 8169, causal=True).value  # the trivial bound: 115,104
+>>> reread_cut(N=300, d=96, M=8169, causal=True).value  # the trivial bound: 115,104
 126039
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.workload import Shape
-from .base import Bound, attention_shape, check_M
+from .base import Bound, attention_shape, check_M, keyword_sizes
 from .exact import trivial_for
 
 __all__ = ["Rows", "crossing_lower", "reread_cut", "reread_cut_for", "rows_of"]
@@ -212,7 +212,8 @@ def reread_cut_for(shape: Shape, M: int) -> Bound:
                  "large cache (M >= Nd/4)" if 4 * M >= shape.Nq * shape.d else "")
 
 
-def reread_cut(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object = False,
+@keyword_sizes()
+def reread_cut(*, N: int, d: int, M: int, Nkv: int | None = None, causal: object = False,
                heads: int = 1, kv_heads: int | None = None, window: int | None = None) -> Bound:
     """Theorem F: ``Q >= trivial + crossing - M`` (docs/bounds.md §5.1).  For a sliding window
     (rows do not see key prefixes) it returns the trivial bound's value."""

@@ -98,7 +98,7 @@ def _approximate(args, shape, M: int) -> list:
     R = score_radius(shape.d, 1.0 / math.sqrt(shape.d), args.entry_bound)
     p = polynomial(eps, R)
     r = feature_dim(shape.d, p.degree)
-    out = [bounds.approx_w_stationary(shape.Nq, shape.Nkv, shape.d, M, r),
+    out = [bounds.approx_w_stationary(N=shape.Nq, Nkv=shape.Nkv, d=shape.d, M=M, r=r),
            bounds.alman_song_degree(eps, R)]
     if min(shape.Nq, shape.Nkv) >= 2:
         out.append(bounds.seth_entry_threshold(max(shape.Nq, shape.Nkv)))

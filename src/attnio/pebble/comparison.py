@@ -80,13 +80,13 @@ def seed_bounds(inst: Instance, M: int) -> list[tuple[str, float, bool]]:
     """The seed bounds of :mod:`attnio.bounds` at this size: ``(name, value, explicit)``."""
     if inst.kind == "matmul":
         m, k, n = inst.sizes
-        bs = [bounds.matmul(m, k, n, M), bounds.matmul_cosma(m, k, n, M)]
+        bs = [bounds.matmul(m=m, k=k, n=n, M=M), bounds.matmul_cosma(m=m, k=k, n=n, M=M)]
     else:
         Nq, Nkv, d = inst.sizes
         if Nq == Nkv:
-            bs = bounds.applicable(Nq, d, M)
+            bs = bounds.applicable(N=Nq, d=d, M=M)
         else:
-            bs = bounds.applicable(Nq, d, M, Nkv=Nkv)
+            bs = bounds.applicable(N=Nq, d=d, M=M, Nkv=Nkv)
     return [(b.name, float(b.value), bool(b.explicit)) for b in bs]
 
 

@@ -45,7 +45,7 @@ def _approximate_bounds(shape: Shape, M: int, features: int | None) -> tuple[_bo
         return ()
     from ..bounds import approximate as _ab
 
-    return (_ab.approx_w_stationary(shape.Nq, shape.Nkv, shape.d, M, int(features)),)
+    return (_ab.approx_w_stationary(N=shape.Nq, Nkv=shape.Nkv, d=shape.d, M=M, r=int(features)),)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,0 +1,125 @@
+"""Monotonicity of the explicit bounds (issue 36 item 3; docs/bounds.md §12.1): the bounds the
+docs mark monotone never rise when M grows nor fall when N grows, on a modest grid of shapes
+(the full scan of every bound is ``benchmarks/bench_bound_monotone.py``); and the two lemmas any
+closure rests on: at a fixed segment length and multiplier, Theorems A, B, D and E are
+non-decreasing in the pairs P and non-increasing in M."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from attnio import bounds as B
+from attnio.bounds import backward as BK
+from attnio.bounds import forward as F
+from attnio.bounds.base import attention_shape
+
+#: The bounds docs/bounds.md §12.1 marks monotone, and in which of M, N.
+MONOTONE = {"trivial": "MN", "backward_trivial": "MN", "backward_inputs": "MN",
+            "standard_matmul_small_cache": "MN", "standard_matmul_large_cache": "MN",
+            "reread_cut": "M"}
+
+SHAPES = ({}, {"causal": True}, {"causal": "top_left"}, {"causal": True, "window": 48},
+          {"heads": 4, "kv_heads": 2, "causal": True})
+
+
+def _values(kw, N, d, M):
+    sh = attention_shape(N, d, **kw)
+    out = {b.name: b.value for b in B.applicable_to(sh, M) if b.name in MONOTONE}
+    out.update({b.name: b.value for b in BK.backward_applicable_to(sh, M) if b.name in MONOTONE})
+    return out
+
+
+def _steps(lo, hi, ratio):
+    out, x = [], float(lo)
+    while x <= hi:
+        out.append(int(x))
+        x = max(x * ratio, x + 1)
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("kw", SHAPES, ids=[str(s) or "none" for s in SHAPES])
+@pytest.mark.parametrize("d", [4, 40])
+def test_monotone_bounds_never_rise_in_M_nor_fall_in_N(kw, d):
+    N0, M0 = 150, 20 * d
+    prev: dict[str, tuple[int, float]] = {}
+    for M in _steps(d, 4 * N0 * d, 1.07):
+        for name, v in _values(kw, N0, d, M).items():
+            if "M" in MONOTONE[name] and name in prev:
+                assert v <= prev[name][1], (name, "rises", prev[name], (M, v))
+            prev[name] = (M, v)
+    assert set(prev) == set(MONOTONE)
+    prev = {}
+    for N in [*range(2, 60), *_steps(60, 600, 1.07)]:
+        for name, v in _values(kw, N, d, M0).items():
+            if "N" in MONOTONE[name] and name in prev:
+                assert v >= prev[name][1], (name, "falls", prev[name], (N, v))
+            prev[name] = (N, v)
+
+
+def test_large_cache_is_the_exact_best_segment_length_and_never_below_the_raw_one():
+    """The first-generation large-cache bound is the maximum over every K >= 1 (brute force on
+    small P), at least its raw evaluation (grid of K, K = M, K = 4M), and the issue's example no
+    longer rises: N = 373, d = 4 was 2,920 at M = 730 and 2,980 at M = 745."""
+    from attnio.bounds import exact as E
+    rng = random.Random(7)
+    for _ in range(300):
+        d, P, M = rng.choice((1, 2, 4, 8, 40)), rng.randint(0, 6000), rng.randint(1, 2000)
+        Q, D = P - 1, 4 * d * d
+        brute = max([K * (Q // max(K + M, (K + M) ** 2 // D)) for K in range(1, P + 2)] + [0])
+        value, K = E._large_cache_best(P, d, M)
+        assert value == brute >= E._large_cache(P, d, M)[0], (P, d, M)
+        if value:
+            assert K * (Q // max(K + M, (K + M) ** 2 // D)) == value
+    a, b = (B.standard_matmul_large_cache(N=373, d=4, M=M).value for M in (730, 745))
+    assert a >= b >= 2980
+
+
+def test_approximate_w_stationary_is_monotone():
+    for N in (64, 1000):
+        vals = [B.approx_w_stationary(N=N, d=16, M=M, r=64).value for M in range(1, 3 * N)]
+        assert all(a >= b for a, b in zip(vals, vals[1:]))
+    vals = [B.approx_w_stationary(N=N, d=16, M=300, r=64).value for N in range(1, 2000, 7)]
+    assert all(a <= b for a, b in zip(vals, vals[1:]))
+
+
+THEOREMS = [("A", F.pv_segment_value, lambda d: 1.0 * d),
+            ("B", F.qkpv_pooled_value, lambda d: 1.9 * d),
+            ("D", BK.backward_accum_value, lambda d: 1.0 * d),
+            ("E", BK.backward_pooled_value, lambda d: 2.4 * d)]
+
+
+@pytest.mark.parametrize("name,value,qmax", THEOREMS, ids=[t[0] for t in THEOREMS])
+def test_theorems_at_fixed_parameters_grow_with_P_and_fall_with_M(name, value, qmax):
+    """The lemmas of docs/bounds.md §12.1 (fewer pairs, more memory) at random (K, multiplier):
+    the facts that make a closure over P' <= P and M' >= M valid."""
+    rng = random.Random(36)
+    checked = 0
+    for _ in range(400):
+        d = rng.choice((1, 4, 16, 40, 64, 128))
+        M = rng.randint(1, 64 * d * d)
+        K = max(1, int(M * rng.uniform(0.05, 6.0)))
+        q = rng.uniform(0.0, qmax(d)) * rng.choice((0.0, 1.0))
+        P = rng.randint(2, 10**9)
+        v = value(P, d, M, K, q)
+        for P2 in (P + 1, P + rng.randint(1, P)):
+            assert value(P2, d, M, K, q) >= v, (name, P, P2, d, M, K, q)
+        for M2 in (M + 1, M + rng.randint(1, M)):
+            assert value(P, d, M2, K, q) <= v, (name, P, d, M, M2, K, q)
+        checked += v > 0
+    assert checked > 100  # most draws give a positive bound
+
+
+def test_large_cache_integer_square_roots_are_exact():
+    import math
+
+    import numpy as np
+
+    from attnio.bounds import exact as E
+    rng = np.random.default_rng(36)
+    for d in (1, 3, 64, 128, 4095):
+        cs = np.unique(np.concatenate([rng.integers(0, 2**61, 500), rng.integers(0, 10**6, 500),
+                                       np.array([0, 1, 2, 2**61])])).astype(np.int64)
+        assert E._m_many(cs, d).tolist() == [math.isqrt(4 * d * d * (int(c) + 1) - 1)
+                                             for c in cs]
