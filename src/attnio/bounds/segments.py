@@ -178,12 +178,15 @@ def _sum_line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray) -> FloatArray
 
 
 def _g_many(p: FloatArray, c2: FloatArray, c3: FloatArray,
-            kept: npt.NDArray[np.bool_]) -> FloatArray:
+            kept: npt.NDArray[np.bool_] | None) -> FloatArray:
     """g(p) = max over the kept branches of ``c2·p·p + c3·p·p·p`` (the scalar code's operations),
-    p (points × pairs), kept (branches × pairs)."""
+    p (points × pairs), kept (branches × pairs; None: all)."""
     c2c, c3c = c2[:, None, None], c3[:, None, None]
     G = c2c * p * p + c3c * p * p * p  # branches × points × pairs
-    out: FloatArray = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
+    if kept is None:
+        out: FloatArray = G.max(axis=0)
+    else:
+        out = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
     return out
 
 
@@ -196,73 +199,88 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     n, nb = len(Ma), len(branches)
     c2, c3 = _branch_arrays(tuple(branches))
     # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
-    order = np.lexsort((Ka, Ma))
-    Ms, Ks = Ma[order], Ka[order]
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.not_equal(Ms[1:], Ms[:-1], out=new[1:])
-    new[1:] |= Ks[1:] != Ks[:-1]
     u: npt.NDArray[np.intp] | None = None
-    if not new.all():
-        u = np.empty(n, dtype=np.intp)
-        u[order] = np.cumsum(new) - 1
-        first = order[new]
-        if kept is not None and not (kept[:, first][:, u] == kept).all():
-            u = None  # kept not a function of (M, K): no sharing
-        else:
-            Ma, Ka = Ma[first], Ka[first]
-            if kept is not None:
-                kept = kept[:, first]
-    kp = np.ones((nb, len(Ma)), dtype=bool) if kept is None else kept
+    if n > 1:
+        order = np.lexsort((Ka, Ma))
+        Ms, Ks = Ma[order], Ka[order]
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(Ms[1:], Ms[:-1], out=new[1:])
+        new[1:] |= Ks[1:] != Ks[:-1]
+        if not new.all():
+            u = np.empty(n, dtype=np.intp)
+            u[order] = np.cumsum(new) - 1
+            first = order[new]
+            if kept is not None and not (kept[:, first][:, u] == kept).all():
+                u = None  # kept not a function of (M, K): no sharing
+            else:
+                Ma, Ka = Ma[first], Ka[first]
+                if kept is not None:
+                    kept = kept[:, first]
+    m = len(Ma)
     MK = Ma + Ka
     T2 = Ma + MK
     edge = MK != Ma  # the lines T = M + K and M + (M + K) are edges (else vertical, at p = M)
-    zero = np.zeros_like(Ma)
+    zero = np.zeros(m)
     # g at the vertices' p in {0, K, M, M + K} and at the sum lines' peaks (branches each)
-    Ts = np.stack([Ka, MK, T2])
+    Ts = np.array([Ka, MK, T2])
     peaks = _sum_line_peaks(Ts, c2, c3)  # 3 × branches × pairs
     pk = np.maximum(peaks, 0.0)
     qk = np.maximum(Ts[:, None, :] - peaks, 0.0)
-    g = _g_many(np.concatenate([np.stack([zero, Ka, Ma, MK]), pk.reshape(3 * nb, -1)]),
-                c2, c3, kp)
-    g0, gK, gM, gMK = g[0], g[1], g[2], g[3]
+    g = _g_many(np.concatenate([np.array([zero, Ka, Ma, MK]), pk.reshape(3 * nb, m)]),
+                c2, c3, kept)
     # the rows that do not depend on μ, √(q·g(p)) and p + q: the vertices (0,K), (0,M+K),
     # (M,M+K), (M+K,M), (M+K,0), (K,0), (K,M), (M,K), then the peaks on T = K, M + K, M + (M + K)
-    S_base = np.concatenate([
-        np.sqrt(np.stack([Ka * g0, MK * g0, MK * gM, Ma * gMK, zero * gMK, zero * gK, Ma * gK,
-                          Ka * gM])),
-        np.sqrt(qk * g[4:].reshape(3, nb, -1)).reshape(3 * nb, -1)])
-    W_base = np.concatenate([np.stack([Ka, MK, Ma + MK, MK + Ma, MK + zero, Ka + zero, Ka + Ma,
-                                       Ma + Ka]), (pk + qk).reshape(3 * nb, -1)])
+    # (p + q of a vertex is one of K, M + K, M + (M + K): fp addition commutes, x + 0 = x)
+    qrows = np.concatenate([np.array([Ka, MK, MK, Ma, zero, zero, Ma, Ka]),
+                            qk.reshape(3 * nb, m)])
+    S_base = np.sqrt(qrows * g[_g_rows(nb)])
+    W_base = np.concatenate([Ts[_W_ROWS], (pk + qk).reshape(3 * nb, m)])
     rows, starts = _polygon_rows(nb)
     pK, pMK, pT2 = peaks[0], peaks[1], peaks[2]
-    in_K = kp & (zero < pK) & (pK < Ka)
-    ok = np.concatenate([
-        np.ones((6, len(Ma)), dtype=bool), kp & (Ma < pT2) & (pT2 < MK) & edge, in_K,  # hexagon
-        np.ones((4, len(Ma)), dtype=bool), kp & (zero < pMK) & (pMK < Ka) & edge, in_K,  # first
-        np.ones((4, len(Ma)), dtype=bool), kp & (Ma < pMK) & (pMK < MK) & edge, in_K])  # last
+    in_K = (zero < pK) & (pK < Ka)
+    in_T2 = (Ma < pT2) & (pT2 < MK) & edge
+    in_MKf = (zero < pMK) & (pMK < Ka) & edge
+    in_MKl = (Ma < pMK) & (pMK < MK) & edge
+    if kept is not None:
+        in_K &= kept
+        in_T2 &= kept
+        in_MKf &= kept
+        in_MKl &= kept
+    ok = np.ones((len(rows), m), dtype=bool)
+    h, f = 6 + 2 * nb, 4 + 2 * nb  # the hexagon's rows, the first's (and the last's)
+    ok[6:6 + nb] = in_T2
+    ok[6 + nb:h] = in_K
+    ok[h + 4:h + 4 + nb] = in_MKf
+    ok[h + 4 + nb:h + f] = in_K
+    ok[h + f + 4:h + f + 4 + nb] = in_MKl
+    ok[h + f + 4 + nb:] = in_K
     S, W = S_base[rows], W_base[rows]
     # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²)): hexagon p0 = M + K, q in (0, M);
     # first p0 = K, q in (0, M); last (where M + K rounds to M) p0 = M + K, q in (0, K)
-    p0 = np.stack([MK, Ka, MK])
+    p0 = np.array([MK, Ka, MK])
     cMK = _cubes(MK)
     num = c2[None, :, None] * p0[:, None, :] * p0[:, None, :] + \
-        c3[None, :, None] * np.stack([cMK, _cubes(Ka), cMK])[:, None, :]
-    gp0 = np.stack([gMK, gK, gMK])
-    hi = np.stack([Ma, Ma, Ka])
-    cond = np.stack([np.ones_like(edge), np.ones_like(edge), ~edge])
+        c3[None, :, None] * np.array([cMK, _cubes(Ka), cMK])[:, None, :]
+    gp0 = g[_P0_ROWS]
+    hi = np.array([Ma, Ma, Ka])
+    ne = ~edge
     if u is not None:  # to the elements
         S, W, ok = S[:, u], W[:, u], ok[:, u]
-        p0, num, gp0, hi, cond, kp = p0[:, u], num[:, :, u], gp0[:, u], hi[:, u], cond[:, u], kp[:, u]
+        p0, num, gp0, hi, ne = p0[:, u], num[:, :, u], gp0[:, u], hi[:, u], ne[u]
+        if kept is not None:
+            kept = kept[:, u]
     F1 = S - mua * W
     F1[~ok | np.isnan(F1)] = -np.inf  # (a NaN never wins in the scalar code's v > best)
     best = np.maximum.reduceat(F1, starts, axis=0)  # 3 × elements
     mu4 = 4.0 * mua * mua
     qv = num / mu4  # 3 × branches × elements
-    p0e = p0[:, None, :]
-    okv = ((mu4 > 0.0) & (p0e > 0.0) & cond[:, None, :] & kp[None, :, :] & (0.0 < qv)
-           & (qv < hi[:, None, :]))
+    okv = (mu4 > 0.0) & (p0[:, None, :] > 0.0) & (0.0 < qv) & (qv < hi[:, None, :])
+    okv[2] &= ne  # (the last polygon's vertical edge only where M + K rounds to M)
+    if kept is not None:
+        okv &= kept[None, :, :]
     if okv.any():
+        p0e = p0[:, None, :]
         qc = np.maximum(qv, 0.0)
         F2 = np.sqrt(qc * gp0[:, None, :]) - mua * (p0e + qc)
         F2[~okv | np.isnan(F2)] = -np.inf
@@ -273,6 +291,19 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     lam_f = mua * Ke + best[1]
     lam_l = mua * MKe + best[2]
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+
+
+@functools.lru_cache(maxsize=64)
+def _g_rows(nb: int) -> npt.NDArray[np.intp]:
+    """The rows of g (at p = 0, K, M, M + K, then the peaks) that :func:`_potential_lambdas_many`'s
+    base rows take."""
+    return np.array([0, 0, 2, 3, 3, 1, 1, 2, *range(4, 4 + 3 * nb)], dtype=np.intp)
+
+
+#: Rows of T = K, M + K, M + (M + K) that are p + q at the vertices of
+#: :func:`_potential_lambdas_many`, and the rows of g at the vertical edges' p0 (M + K, K, M + K).
+_W_ROWS = np.array([0, 1, 2, 2, 1, 0, 1, 1], dtype=np.intp)
+_P0_ROWS = np.array([3, 1, 3], dtype=np.intp)
 
 
 @functools.lru_cache(maxsize=64)
