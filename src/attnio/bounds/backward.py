@@ -217,6 +217,8 @@ def backward_accum(N: int, d: int, M: int, *, Nkv: int | None = None, causal: ob
 #: Theorem D for P required pairs (over all heads), head dimension d, M fast words;
 #: and of a Shape (all its query heads; P from its mask).
 backward_accum_pairs, backward_accum_for = _D.pairs, _D.for_shape
+#: Theorem D at many (P, d, M) at once, for the later calls (:meth:`PairsTheorem.prepare`).
+backward_accum_prepare = _D.prepare
 
 
 # ---------------------------------------------------------------------------- Theorem E

@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # annotations only
     from .segments import FloatArray
 
 __all__ = ["ASSUMPTIONS", "lookup", "pv_segment", "pv_segment_for", "pv_segment_lambdas",
-           "pv_segment_pairs", "pv_segment_value", "qkpv_pooled", "qkpv_pooled_for",
+           "pv_segment_pairs", "pv_segment_prepare", "pv_segment_value", "qkpv_pooled", "qkpv_pooled_for",
            "qkpv_pooled_lambdas", "qkpv_pooled_pairs", "qkpv_pooled_value"]
 
 #: The class of algorithms the forward bounds speak of (docs/bounds.md §1.1).
@@ -116,6 +116,8 @@ def pv_segment(N: int, d: int, M: int, *, Nkv: int | None = None, causal: object
 #: Theorem A for P required pairs (over all heads), head dimension d, M fast words;
 #: and of a Shape (all its query heads; P from its mask).
 pv_segment_pairs, pv_segment_for = _A.pairs, _A.for_shape
+#: Theorem A at many (P, d, M) at once, for the later calls (:meth:`PairsTheorem.prepare`).
+pv_segment_prepare = _A.prepare
 
 
 # ---------------------------------------------------------------------------- Theorem B

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -1046,6 +1046,24 @@ class PairsTheorem:
         bound at M (:func:`more_memory`)."""
         return _closed(self, P, d, M)
 
+    def prepare(self, workloads: Iterable[tuple[int, int, int]]) -> None:
+        """Evaluate :meth:`closed` at every (P, d, M) of ``workloads`` now, in batches (the fine
+        searches of all that share d in the same rounds of evaluations, :func:`_fine_many`): a
+        later :meth:`closed` (or :meth:`pairs`, :meth:`for_shape`) there takes its result, the
+        same.  A sweep calls it with the workloads of a task.  Arguments out of range are left
+        to the later call (which names them)."""
+        by_d: dict[int, list[tuple[int, int]]] = {}
+        for P, d, M in dict.fromkeys(workloads):
+            if (type(P) is int and type(d) is int and type(M) is int and P >= 0 and d >= 1
+                    and 1 <= M <= MAX_M):
+                by_d.setdefault(d, []).append((P, M))
+        store = _prepared()
+        for d, PMs in by_d.items():
+            if len(store) + len(PMs) > PREPARED_SIZE:
+                store.clear()
+            for (P, M), got in zip(PMs, _closed_many(self, d, PMs)):
+                store[self, P, d, M] = got
+
     def pairs(self, P: int, d: int, M: int) -> Bound:
         """The theorem for P required pairs (over all query heads), head dimension d, M fast
         words; P, d and M checked (a ParameterError names the bad one)."""
@@ -1068,30 +1086,222 @@ class PairsTheorem:
 
 @functools.lru_cache(maxsize=4 * 4096)
 def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, float, int]:
-    if P == 0:
-        return 0, 0, 0.0, M
-    v, K, p, M2 = more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
-                              lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
-    if theorem.fine and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen: a wider search
+    got = _prepared().get((theorem, P, d, M))
+    if got is not None:
+        return got
+    return _closed_many(theorem, d, [(P, M)])[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _prepared() -> dict[tuple[PairsTheorem, int, int, int], tuple[int, int, float, int]]:
+    """The results of :meth:`PairsTheorem.prepare` not asked for yet (an lru_cache of a dict:
+    cleared with the other caches)."""
+    return {}
+
+
+#: At most this many results wait in :func:`_prepared` (then it starts again).
+PREPARED_SIZE = 4096
+
+
+def _closed_many(theorem: PairsTheorem, d: int, PMs: Sequence[tuple[int, int]]
+                 ) -> list[tuple[int, int, float, int]]:
+    """:func:`_closed` of each (P, M) at one d: the closure under more memory one at a time,
+    then the fine searches of all together (:func:`_fine_many`)."""
+    out: list[tuple[int, int, float, int]] = []
+    fine: list[tuple[int, int, int, bool, tuple[int, int, float]]] = []
+    for P, M in PMs:
+        if P == 0:
+            out.append((0, 0, 0.0, M))
+            continue
+        v, K, p, M2 = more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
+                                  lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms),
+                                                                  refine))
+        out.append((v, K, p, M2))
+        if theorem.fine and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen: a wider search
+            fine.append((len(out) - 1, P, M2, P * d >= FINE_MIN_WORK, (v, K, p)))
+    if fine:
+        for (i, _, M2, _, _), (v, K, p) in zip(fine, _fine_many(theorem, d, fine)):
+            out[i] = (v, K, p, M2)
+    return out
+
+
+def _fine_one(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
+              best: tuple[int, int, float]) -> tuple[int, int, float]:
+    """:func:`fine_best` of the theorem at M2, one evaluation batch at a time (the reference of
+    :func:`_fine_many`)."""
+    kappa, p0 = _tabulated(theorem, d, M2)
+    Ks, qs, lams = _fine_lambdas(theorem, d, M2, wide)
+    if lams is None:
+        samples, sample_h = theorem.values(P, d, [M2] * len(Ks), Ks, qs), None
+    else:
+        w = _work(theorem, P, d, qs)
+        samples, sample_h = segments_bound_many(w, Ks, *lams), segments_h(w, *lams)
+
+    def guide(K2s: Sequence[int], q2s: Sequence[float]
+              ) -> tuple[list[int], list[tuple[float, float]]]:
+        return theorem.values_h(P, d, [M2] * len(K2s), K2s, q2s)
+
+    return fine_best(lambda K2, q: theorem.value(P, d, M2, K2, q), M2, kappa, p0, best,
+                     wide=wide, samples=samples, sample_h=sample_h,
+                     values=lambda K2s, q2s: theorem.values(P, d, [M2] * len(K2s), K2s, q2s),
+                     guide=guide if lams is not None else None)
+
+
+#: The targets, around the interpolated edge t, whose bisection paths a round of
+#: :func:`_fine_many` evaluates for a bisection that needs nodes.
+EDGE_TARGETS = (0,)
+
+
+def _fine_many(theorem: PairsTheorem, d: int,
+               reqs: Sequence[tuple[int, int, int, bool, tuple[int, int, float]]]
+               ) -> list[tuple[int, int, float]]:
+    """:func:`fine_best` for each request (_, P, M', wide, best) at one d, as :func:`_fine_one`
+    chooses, with every request's bisections in the same rounds: one evaluation of the
+    theorem's maxima per round for all of them.
+
+    Each bisection takes the scalar code's steps exactly (its nodes are evaluated before it
+    steps on them); a round evaluates, for every bisection that needs a node, the nodes on its
+    way to the edge interpolated from the real-valued h at its bracket's ends (and to its
+    neighbours, :data:`EDGE_TARGETS`): the interpolation only decides how many rounds it takes.
+    Theorems without a vectorised ``lambdas`` or with a work per multiplier go one at a time."""
+    if theorem.lambdas is None:
+        return [_fine_one(theorem, P, d, M2, wide, best) for _, P, M2, wide, best in reqs]
+    tops: list[tuple[int, int, float]] = []
+    # the bisections: q, n, a, va, b, M', (float work, work compared), owner, and the
+    # real-valued estimates known per K: (h, work/Λ_f)
+    jobs: list[list[Any]] = []
+    for _, P, M2, wide, best in reqs:
+        Ks, qs_grid, lams = _fine_lambdas(theorem, d, M2, wide)
+        w = _work(theorem, P, d, qs_grid)
+        if not isinstance(w, int):
+            tops.append(_fine_one(theorem, P, d, M2, wide, best))
+            continue
+        assert lams is not None
+        samples = segments_bound_many(w, Ks, *lams)
+        sample_h = segments_h(w, *lams)
         kappa, p0 = _tabulated(theorem, d, M2)
-        wide = P * d >= FINE_MIN_WORK
-        Ks, qs, lams = _fine_lambdas(theorem, d, M2, wide)
-        if lams is None:
-            samples, sample_h = theorem.values(P, d, [M2] * len(Ks), Ks, qs), None
-        else:
-            w = _work(theorem, P, d, qs)
-            samples, sample_h = segments_bound_many(w, Ks, *lams), segments_h(w, *lams)
+        ks = fine_ks(M2, kappa, wide)
+        qs_all = fine_multipliers(p0, wide)
+        nk = len(ks)
+        top = best
+        rows = []
+        for i_q, q in enumerate(qs_all):
+            vals = samples[i_q * nk:(i_q + 1) * nk]
+            i = vals.index(max(vals))  # (the first of equal ones)
+            rows.append((vals[i], q, vals, i, i_q))
+            if vals[i] > top[0]:
+                top = (vals[i], ks[i], q)
+        tops.append(top)
+        reach = FINE_TEETH if wide else 0
+        wf = float(w)
+        w_cmp = wf if wf >= w else math.nextafter(wf, math.inf)
+        for _, q, vals, i, i_q in sorted(rows, key=lambda t: t[0],
+                                         reverse=True)[:FINE_BEST if wide else 1]:
+            if vals[i] <= 0:
+                continue
+            ns = [v // K for v, K in zip(vals, ks)]  # h − 1 at each sample: non-increasing
+            n0 = ns[i]
+            hs = sample_h[i_q * nk:(i_q + 1) * nk]
+            for n in range(max(1, n0 - reach), n0 + reach + 1):
+                a = max((j for j in range(nk) if ns[j] >= n), default=-1)
+                if a < 0:
+                    continue
+                b = ks[a + 1] if a + 1 < nk else 2 * ks[a]
+                near = tuple((ks[j], hs[j]) for j in (a - 1, a, a + 1) if 0 <= j < nk)
+                jobs.append([q, n, ks[a], vals[a], b, M2, wf, w_cmp, len(tops) - 1, near, {}])
+    _edges_many(theorem, d, jobs)
+    for q, _, a, va, *_, r, _, _ in jobs:  # in the order of fine_best's jobs
+        if va > tops[r][0]:
+            tops[r] = (va, a, q)
+    return tops
 
-        def guide(K2s: Sequence[int], q2s: Sequence[float]
-                  ) -> tuple[list[int], list[tuple[float, float]]]:
-            return theorem.values_h(P, d, [M2] * len(K2s), K2s, q2s)
 
-        v, K, p = fine_best(lambda K2, q: theorem.value(P, d, M2, K2, q), M2, kappa, p0,
-                            (v, K, p), wide=wide, samples=samples, sample_h=sample_h,
-                            values=lambda K2s, q2s: theorem.values(P, d, [M2] * len(K2s),
-                                                                   K2s, q2s),
-                            guide=guide if lams is not None else None)
-    return v, K, p, M2
+def _edge_target(a: int, b: int, n: int,
+                 est: dict[int, tuple[float, float]] | tuple[tuple[int, tuple[float, float]], ...]
+                 ) -> int:
+    """The K in [a, b) where the edge of tooth n is expected: at first (``est`` the samples near
+    the bracket) as :func:`_window`, then 1/h (Λ_f/work for n = 1) linear in K between the
+    bracket's ends (``est`` the estimates at every node evaluated), or the middle without
+    estimates there."""
+    if isinstance(est, tuple):
+        win = _window(a, b, n, est)
+        return (a + b) // 2 if win is None else min(max(win[0] + EDGE_WINDOW, a), b - 1)
+    ea, eb = est.get(a), est.get(b)
+    if ea is not None and eb is not None:
+        k = 1 if n == 1 else 0
+        ha, hb = ea[k], eb[k]
+        if ha > 0.0 and hb > 0.0 and math.isfinite(ha) and math.isfinite(hb):
+            ya, yb = 1.0 / ha, 1.0 / hb
+            y = 1.0 / n if n > 1 else 1.0
+            if yb != ya:
+                t = a + (b - a) * (y - ya) / (yb - ya)
+                if math.isfinite(t):
+                    return min(max(int(t), a), b - 1)
+    return (a + b) // 2
+
+
+def _edges_many(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
+    """The bisections of :func:`_fine_many`, in rounds: each job ``[q, n, a, va, b, M, w,
+    w_cmp, owner, estimates, nodes]`` ends with a, va its right edge and the value there, as
+    :func:`_right_edge` (h − 1 >= n at a; the steps of the scalar bisection)."""
+    assert theorem.lambdas is not None
+    while True:
+        Ks: list[int] = []
+        who: list[int] = []
+        spans: list[tuple[int, int, int]] = []  # (job, its first and past-the-last node)
+        for j, job in enumerate(jobs):
+            n, a, va, b, nodes = job[1], job[2], job[3], job[4], job[10]
+            while b - a > 1:  # the scalar steps, as far as the nodes evaluated go
+                c = (a + b) // 2
+                hc = nodes.get(c)
+                if hc is None:
+                    break
+                if hc >= n:
+                    a, va = c, c * hc
+                else:
+                    b = c
+            job[2], job[3], job[4] = a, va, b
+            if b - a <= 1:
+                continue
+            t = _edge_target(a, b, n, job[9])
+            want = set()
+            for dt in EDGE_TARGETS:
+                x, y, tt = a, b, t + dt
+                while y - x > 1:
+                    c = (x + y) // 2
+                    if c not in nodes:
+                        want.add(c)
+                    if c <= tt:
+                        x = c
+                    else:
+                        y = c
+            spans.append((j, len(Ks), len(Ks) + len(want)))
+            Ks.extend(want)
+            who.extend([j] * len(want))
+        if not Ks:
+            return
+        q = [jobs[j][0] for j in who]
+        Ms = [jobs[j][5] for j in who]
+        lam, lam_f, lam_l = theorem.lambdas(d, Ms, Ks, q)
+        w = np.array([jobs[j][6] for j in who])
+        w_cmp = np.array([jobs[j][7] for j in who])
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            x = (w - lam_f - lam_l) / lam
+            c = np.ceil(x)  # h - 2 (h >= 3), as segments_bound_many
+            h = 2.0 + x
+            z = w / lam_f
+        c = np.where(w_cmp <= lam_f + lam_l, 0.0, c)
+        c = np.where(w_cmp <= lam_f, -1.0, c)
+        if not np.isfinite(c).all():  # (segments_bound would raise: so does this)
+            raise ValueError("fine search: a segment count is not finite")
+        hm1 = [int(v) for v in (c + 1.0).tolist()]
+        hz = list(zip(h.tolist(), z.tolist()))
+        for j, i0, i1 in spans:
+            job = jobs[j]
+            job[10].update(zip(Ks[i0:i1], hm1[i0:i1]))
+            if isinstance(job[9], tuple):  # (the samples near: now every node's estimates)
+                job[9] = {K: e for K, e in job[9]}
+            job[9].update(zip(Ks[i0:i1], hz[i0:i1]))
 
 
 def _work(theorem: PairsTheorem, P: int, d: int, qs: Sequence[float]) -> int | FloatArray:
