@@ -1202,8 +1202,16 @@ def _fine_many(theorem: PairsTheorem, d: int,
             ns = [v // K for v, K in zip(vals, ks)]  # h − 1 at each sample: non-increasing
             n0 = ns[i]
             hs = sample_h[i_q * nk:(i_q + 1) * nk]
-            for n in range(max(1, n0 - reach), n0 + reach + 1):
-                a = max((j for j in range(nk) if ns[j] >= n), default=-1)
+            # the last sample with h − 1 >= n, for every n: from the suffix maxima of ns
+            last: dict[int, int] = {}
+            n_lo = max(1, n0 - reach)
+            top_n = n_lo - 1
+            for j in range(nk - 1, -1, -1):
+                while ns[j] > top_n and top_n < n0 + reach:
+                    top_n += 1
+                    last[top_n] = j
+            for n in range(n_lo, n0 + reach + 1):
+                a = last.get(n, -1)
                 if a < 0:
                     continue
                 b = ks[a + 1] if a + 1 < nk else 2 * ks[a]
