@@ -1217,7 +1217,7 @@ def _fine_many(theorem: PairsTheorem, d: int,
                 b = ks[a + 1] if a + 1 < nk else 2 * ks[a]
                 near = tuple((ks[j], hs[j]) for j in (a - 1, a, a + 1) if 0 <= j < nk)
                 jobs.append([q, n, ks[a], vals[a], b, M2, wf, w_cmp, len(tops) - 1, near, {}])
-    _edges_many(theorem, d, jobs)
+    _edges_vec(theorem, d, jobs)
     for q, _, a, va, *_, r, _, _ in jobs:  # in the order of fine_best's jobs
         if va > tops[r][0]:
             tops[r] = (va, a, q)
@@ -1290,19 +1290,9 @@ def _edges_many(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
             return
         q = [jobs[j][0] for j in who]
         Ms = [jobs[j][5] for j in who]
-        lam, lam_f, lam_l = theorem.lambdas(d, Ms, Ks, q)
-        w = np.array([jobs[j][6] for j in who])
-        w_cmp = np.array([jobs[j][7] for j in who])
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            x = (w - lam_f - lam_l) / lam
-            c = np.ceil(x)  # h - 2 (h >= 3), as segments_bound_many
-            h = 2.0 + x
-            z = w / lam_f
-        c = np.where(w_cmp <= lam_f + lam_l, 0.0, c)
-        c = np.where(w_cmp <= lam_f, -1.0, c)
-        if not np.isfinite(c).all():  # (segments_bound would raise: so does this)
-            raise ValueError("fine search: a segment count is not finite")
-        hm1 = [int(v) for v in (c + 1.0).tolist()]
+        c, h, z = _node_eval(theorem, d, Ms, Ks, q, np.array([jobs[j][6] for j in who]),
+                             np.array([jobs[j][7] for j in who]))
+        hm1 = [int(v) + 1 for v in c.tolist()]
         hz = list(zip(h.tolist(), z.tolist()))
         for j, i0, i1 in spans:
             job = jobs[j]
@@ -1310,6 +1300,133 @@ def _edges_many(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
             if isinstance(job[9], tuple):  # (the samples near: now every node's estimates)
                 job[9] = {K: e for K, e in job[9]}
             job[9].update(zip(Ks[i0:i1], hz[i0:i1]))
+
+
+def _node_eval(theorem: PairsTheorem, d: int, Ms: Sequence[float], Ks: Sequence[int],
+               qs: Sequence[float], w: FloatArray, w_cmp: FloatArray
+               ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """At each node (M, K, q) with its work (float, and compared, as :func:`segments_bound_many`):
+    h − 2 as segments_bound_many computes it (−1: h = 1, 0: h = 2; an integral float), and the
+    real-valued h and work/Λ_f (:func:`segments_h`)."""
+    assert theorem.lambdas is not None
+    lam, lam_f, lam_l = theorem.lambdas(d, Ms, Ks, qs)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        x = (w - lam_f - lam_l) / lam
+        c = np.ceil(x)  # h - 2 (h >= 3), as segments_bound_many
+        h = 2.0 + x
+        z = w / lam_f
+    c = np.where(w_cmp <= lam_f + lam_l, 0.0, c)
+    c = np.where(w_cmp <= lam_f, -1.0, c)
+    if not np.isfinite(c).all():  # (segments_bound would raise: so does this)
+        raise ValueError("fine search: a segment count is not finite")
+    return c, h, z
+
+
+#: :func:`_edges_vec` keeps K in int64: brackets reaching this go to :func:`_edges_many`.
+_K_VEC = 1 << 61
+
+
+def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
+    """:func:`_edges_many` with every step in numpy: each round, every bisection that is not
+    done takes the path of the scalar bisection towards its interpolated edge (1/h, or Λ_f/work
+    for n = 1, linear in K between the bracket's ends), all the paths' nodes are evaluated at
+    once, and each bisection follows its path as long as the scalar steps do: where a node's
+    decision differs from the path's, it takes the scalar step there and starts the next round
+    from that bracket (the nodes further on the path are in the other half: never needed).
+    The same steps, values and edges as :func:`_edges_many`."""
+    if not jobs:
+        return
+    if max(job[4] for job in jobs) >= _K_VEC:
+        _edges_many(theorem, d, jobs)
+        return
+    q = np.array([job[0] for job in jobs], dtype=np.float64)
+    n = np.array([job[1] for job in jobs], dtype=np.int64)
+    a = np.array([job[2] for job in jobs], dtype=np.int64)
+    b = np.array([job[4] for job in jobs], dtype=np.int64)
+    Mj = np.array([job[5] for job in jobs], dtype=np.float64)
+    wf = np.array([job[6] for job in jobs], dtype=np.float64)
+    wc = np.array([job[7] for job in jobs], dtype=np.float64)
+    one = n == 1
+    nf = n.astype(np.float64) - 1.0  # h − 1 >= n: c >= n − 1
+    yt = np.where(one, 1.0, 1.0 / n)
+
+    def y_of(e: tuple[float, float] | None, first: bool) -> float:
+        if e is None:
+            return math.nan
+        v = e[1] if first else e[0]
+        return 1.0 / v if v > 0.0 and math.isfinite(v) else math.nan
+
+    ya = np.array([y_of(dict(job[9]).get(job[2]), job[1] == 1) for job in jobs])
+    yb = np.array([y_of(dict(job[9]).get(job[4]), job[1] == 1) for job in jobs])
+    va: list[int] = [job[3] for job in jobs]
+    live = np.nonzero(b - a > 1)[0]
+    while len(live):
+        A, B = a[live], b[live]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            t = A + (B - A) * ((yt[live] - ya[live]) / (yb[live] - ya[live]))
+        mid = A + (B - A) // 2
+        good = np.isfinite(t)
+        T = np.where(good, np.floor(np.where(good, t, 0.0)), mid).astype(np.int64)
+        T = np.minimum(np.maximum(T, A), B - 1)
+        L = int((B - A).max()).bit_length() + 1
+        m = len(live)
+        C = np.zeros((m, L), dtype=np.int64)
+        AL = np.empty((m, L), dtype=np.int64)
+        BL = np.empty((m, L), dtype=np.int64)
+        valid = np.zeros((m, L), dtype=bool)
+        for lvl in range(L):
+            act = B - A > 1
+            if not act.any():
+                break
+            c = A + (B - A) // 2  # = (A + B) // 2 for A, B >= 0
+            valid[:, lvl] = act
+            C[:, lvl] = c
+            AL[:, lvl] = A
+            BL[:, lvl] = B
+            dec = c <= T
+            A = np.where(act & dec, c, A)
+            B = np.where(act & ~dec, c, B)
+        rows, cols = np.nonzero(valid)
+        Ks = C[rows, cols]
+        jj = live[rows]
+        cv, hv, zv = _node_eval(theorem, d, Mj[jj].tolist(), Ks.tolist(), q[jj].tolist(),
+                                wf[jj], wc[jj])
+        act_dec = cv >= nf[jj]
+        mis = np.zeros((m, L), dtype=bool)
+        mis[rows, cols] = act_dec != (Ks <= T[rows])
+        CV = np.full((m, L), np.nan)
+        CV[rows, cols] = cv
+        YV = np.full((m, L), np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            yv = np.where(one[jj], 1.0 / zv, 1.0 / hv)
+        YV[rows, cols] = np.where(np.isfinite(yv) & (yv > 0.0), yv, np.nan)
+        AD = np.zeros((m, L), dtype=bool)
+        AD[rows, cols] = act_dec
+        has = mis.any(axis=1)
+        first = np.argmax(mis, axis=1)
+        r = np.arange(m)
+        # where a path was followed to its end: A, B; else the bracket before the first
+        # differing node, and the scalar step there
+        cf = C[r, first]
+        up = has & AD[r, first]
+        na = np.where(up, cf, np.where(has, AL[r, first], A))
+        nb = np.where(has & ~up, cf, np.where(has, BL[r, first], B))
+        # the values and estimates at the new ends: nodes of this round (a path's nodes are
+        # distinct), or as before
+        eq = (C == na[:, None]) & valid
+        at = np.nonzero(eq.any(axis=1))[0]
+        col = np.argmax(eq, axis=1)
+        ya[live[at]] = YV[at, col[at]]
+        for i, K, cc in zip(live[at].tolist(), na[at].tolist(), CV[at, col[at]].tolist()):
+            va[i] = K * (int(cc) + 1)
+        eq = (C == nb[:, None]) & valid
+        at = np.nonzero(eq.any(axis=1))[0]
+        col = np.argmax(eq, axis=1)
+        yb[live[at]] = YV[at, col[at]]
+        a[live], b[live] = na, nb
+        live = live[nb - na > 1]
+    for job, ai, vi in zip(jobs, a.tolist(), va):
+        job[2], job[3] = ai, vi
 
 
 def _work(theorem: PairsTheorem, P: int, d: int, qs: Sequence[float]) -> int | FloatArray:
