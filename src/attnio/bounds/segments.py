@@ -1302,7 +1302,7 @@ def _edges_many(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
             job[9].update(zip(Ks[i0:i1], hz[i0:i1]))
 
 
-def _node_eval(theorem: PairsTheorem, d: int, Ms: Sequence[float], Ks: Sequence[int],
+def _node_eval(theorem: PairsTheorem, d: int, Ms: Sequence[int], Ks: Sequence[int],
                qs: Sequence[float], w: FloatArray, w_cmp: FloatArray
                ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """At each node (M, K, q) with its work (float, and compared, as :func:`segments_bound_many`):
@@ -1343,7 +1343,7 @@ def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
     n = np.array([job[1] for job in jobs], dtype=np.int64)
     a = np.array([job[2] for job in jobs], dtype=np.int64)
     b = np.array([job[4] for job in jobs], dtype=np.int64)
-    Mj = np.array([job[5] for job in jobs], dtype=np.float64)
+    Mj = [job[5] for job in jobs]  # (ints: as _edges_many passes them)
     wf = np.array([job[6] for job in jobs], dtype=np.float64)
     wc = np.array([job[7] for job in jobs], dtype=np.float64)
     one = n == 1
@@ -1389,8 +1389,8 @@ def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
         rows, cols = np.nonzero(valid)
         Ks = C[rows, cols]
         jj = live[rows]
-        cv, hv, zv = _node_eval(theorem, d, Mj[jj].tolist(), Ks.tolist(), q[jj].tolist(),
-                                wf[jj], wc[jj])
+        cv, hv, zv = _node_eval(theorem, d, [Mj[j] for j in jj.tolist()], Ks.tolist(),
+                                q[jj].tolist(), wf[jj], wc[jj])
         act_dec = cv >= nf[jj]
         mis = np.zeros((m, L), dtype=bool)
         mis[rows, cols] = act_dec != (Ks <= T[rows])
