@@ -1107,22 +1107,138 @@ def _closed_many(theorem: PairsTheorem, d: int, PMs: Sequence[tuple[int, int]]
                  ) -> list[tuple[int, int, float, int]]:
     """:func:`_closed` of each (P, M) at one d: the closure under more memory one at a time,
     then the fine searches of all together (:func:`_fine_many`)."""
-    out: list[tuple[int, int, float, int]] = []
+    out: list[tuple[int, int, float, int]] = [(0, 0, 0.0, M) for _, M in PMs]
+    by_M: dict[int, list[int]] = {}
+    for i, (P, M) in enumerate(PMs):
+        if P > 0:
+            by_M.setdefault(M, []).append(i)
+    for M, idx in by_M.items():
+        for i, got in zip(idx, _more_memory_many(theorem, [PMs[i][0] for i in idx], d, M)):
+            out[i] = got
     fine: list[tuple[int, int, int, bool, tuple[int, int, float]]] = []
-    for P, M in PMs:
-        if P == 0:
-            out.append((0, 0, 0.0, M))
-            continue
-        v, K, p, M2 = more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
-                                  lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms),
-                                                                  refine))
-        out.append((v, K, p, M2))
-        if theorem.fine and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen: a wider search
-            fine.append((len(out) - 1, P, M2, P * d >= FINE_MIN_WORK, (v, K, p)))
+    for i, ((P, _), (v, K, p, M2)) in enumerate(zip(PMs, out)):
+        if theorem.fine and P > 0 and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen
+            fine.append((i, P, M2, P * d >= FINE_MIN_WORK, (v, K, p)))
     if fine:
         for (i, _, M2, _, _), (v, K, p) in zip(fine, _fine_many(theorem, d, fine)):
             out[i] = (v, K, p, M2)
     return out
+
+
+def _bound_elems(works: Sequence[int], K: Sequence[int], lam: FloatArray, lam_f: FloatArray,
+                 lam_l: FloatArray) -> list[Any]:
+    """:func:`segments_bound_many` elementwise with an int work per row of the maxima (``works``
+    a column: one per row of 2-d maxima, or one per element of 1-d ones): the same integers."""
+    wf = [float(w) for w in works]
+    wa = np.array(wf)
+    wc = np.array([f if f >= w else math.nextafter(f, math.inf) for f, w in zip(wf, works)])
+    if lam.ndim == 2:
+        wa, wc = wa[:, None], wc[:, None]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        c = np.ceil((wa - lam_f - lam_l) / lam)
+    c = np.where(wc <= lam_f + lam_l, 0.0, c)
+    c = np.where(wc <= lam_f, -1.0, c)
+    Ks = np.broadcast_to(np.asarray(K, dtype=np.int64), c.shape)
+    if c.size and (float(c.max()) + 1.0) * float(Ks.max()) < 2.0 ** 62:
+        out: list[Any] = ((c.astype(np.int64) + 1) * Ks).tolist()
+        return out
+    if c.ndim == 1:
+        return [k * (1 + int(h)) for k, h in zip(Ks.tolist(), c.tolist())]
+    return [[k * (1 + int(h)) for k, h in zip(kr, row)] for kr, row in zip(Ks.tolist(),
+                                                                            c.tolist())]
+
+
+def _rows_bound(works: Sequence[int], K: Sequence[int], lam: FloatArray, lam_f: FloatArray,
+                lam_l: FloatArray) -> list[list[int]]:
+    """``[segments_bound_many(w, K, lam, lam_f, lam_l) for w in works]`` (int works), in one
+    batch: the same integers."""
+    if not len(K):
+        return [[] for _ in works]
+    return _bound_elems(works, K, *(np.broadcast_to(x, (len(works), len(K)))
+                                    for x in (lam, lam_f, lam_l)))
+
+
+def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
+                      ) -> list[tuple[int, int, float, int]]:
+    """:func:`more_memory` of the theorem (at its :func:`_search`) for every P of ``Ps`` (each
+    > 0) at one (d, M), each step for all of them in one batch: the same choices.  A theorem
+    whose work is not an int, or without a vectorised ``lambdas``, goes one P at a time."""
+    if theorem.lambdas is None or not isinstance(_work(theorem, 1, d, [0.0]), int):
+        return [more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
+                            lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
+                for P in Ps]
+    works = [int(_work(theorem, P, d, [0.0])) for P in Ps]
+    # at M: the tabulated candidate, then (where it has few segments) the others
+    (first,), _, fK, _, lams = _flat(theorem, d, (M,), True, 0)
+    assert lams is not None
+    K0, p0 = first[0][0]
+    v0 = [row[0] for row in _rows_bound(works, fK, *lams)]
+    at_M: list[tuple[int, int, float]] = [(v, K0, p0) for v in v0]
+    more = [i for i, v in enumerate(v0) if v < FEW_SEGMENTS * K0]
+    if more:
+        (rest,), _, rK, _, rl = _flat(theorem, d, (M,), True, 1)
+        if rK:
+            assert rl is not None
+            for i, vals in zip(more, _rows_bound([works[i] for i in more], rK, *rl)):
+                at_M[i] = tabulated_pick([(K0, p0), *rest[0]], [v0[i], *vals])
+    out: list[tuple[int, int, float, int] | None] = [None] * len(Ps)
+    scan = []
+    for i, (v, K, p) in enumerate(at_M):
+        if K > 0 and v >= MORE_MEMORY_SEGMENTS * K:
+            out[i] = (v, K, p, M)
+        else:
+            scan.append(i)
+    if scan:
+        grid = tuple(M2 for M2 in more_memory_grid(M) if M2 <= MAX_M)
+        got, _, gK, _, gl = _flat(theorem, d, grid, False, 0)
+        scanned = ([[] for _ in scan] if gl is None else
+                   _rows_bound([works[i] for i in scan], gK, *gl))
+        tops: list[list[int]] = []
+        for vals in scanned:
+            found: list[tuple[int, int]] = []
+            zeros = 0
+            for v2, M2 in zip(vals, grid):
+                zeros = zeros + 1 if v2 == 0 else 0
+                if v2 > 0:
+                    found.append((v2, M2))
+                if zeros >= 3:
+                    break
+            tops.append([M2 for _, M2 in sorted(found, reverse=True)[:3]])
+        # the three best refined: their tabulated candidates' values are the scan's; the
+        # others where those have few segments
+        cand0 = {M2: g[0][0] for M2, g in zip(grid, got)}
+        v_at = [dict(zip(grid, vals)) for vals in scanned]
+        need = sorted({M2 for s, top in enumerate(tops) for M2 in top
+                       if v_at[s][M2] < FEW_SEGMENTS * cand0[M2][0]})
+        part1 = dict(zip(need, _stored(theorem, d, need, True, 1))) if need else {}
+        jobs: list[tuple[int, int]] = [(s, M2) for s, top in enumerate(tops) for M2 in top
+                                       if M2 in part1 and part1[M2][1]]
+        vals1: list[list[int]] = []
+        if jobs:
+            lam_rows = [np.concatenate([part1[M2][3][k] for _, M2 in jobs])  # type: ignore[index]
+                        for k in range(3)]
+            Kcat = [K for _, M2 in jobs for K in part1[M2][1]]
+            flat = _bound_elems([works[scan[s]] for s, M2 in jobs for _ in part1[M2][1]],
+                                Kcat, *lam_rows)
+            j0 = 0
+            for _, M2 in jobs:
+                n1 = len(part1[M2][1])
+                vals1.append(flat[j0:j0 + n1])
+                j0 += n1
+        refined_of = {}
+        for (s, M2), vals in zip(jobs, vals1):
+            K, p = cand0[M2]
+            refined_of[s, M2] = tabulated_pick([(K, p), *part1[M2][0]], [v_at[s][M2], *vals])
+        for s, top in enumerate(tops):
+            i = scan[s]
+            v, K, p = at_M[i]
+            best = (v, K, p, M)
+            for M2 in top:
+                v2, K2, p2 = refined_of.get((s, M2), (v_at[s][M2], *cand0[M2]))
+                if v2 > best[0]:
+                    best = (v2, K2, p2, M2)
+            out[i] = best
+    return [o for o in out if o is not None]
 
 
 def _fine_one(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
