@@ -133,12 +133,13 @@ __all__ = [
 def prepare(workloads: Iterable[tuple[Shape, int]], *, backward: bool = False) -> None:
     """Evaluate the few-segment searches of :func:`applicable_to` (``backward=True``: of
     :func:`~attnio.bounds.backward.backward_applicable_to`) for many (shape, M) at once, in
-    batches (Theorem A's, and D's, fine searches in the same rounds of evaluations): the later
+    batches (Theorems A and B, and D and E: each step of their searches for all the workloads
+    at once, :meth:`~attnio.bounds.segments.PairsTheorem.prepare`): the later
     calls at these workloads take the results, the same values.  A sweep calls it with the
     workloads of each task; arguments out of range are left to the later calls."""
-    from .backward import backward_accum_prepare
+    from .backward import backward_accum_prepare, backward_pooled_prepare
     from .base import pairs_of
-    from .forward import pv_segment_prepare
+    from .forward import pv_segment_prepare, qkpv_pooled_prepare
 
     items = []
     for shape, M in workloads:
@@ -147,8 +148,10 @@ def prepare(workloads: Iterable[tuple[Shape, int]], *, backward: bool = False) -
         except (ParameterError, AttributeError, TypeError, ValueError):
             continue
     pv_segment_prepare(items)
+    qkpv_pooled_prepare(items)
     if backward:
         backward_accum_prepare(items)
+        backward_pooled_prepare(items)
 
 
 def applicable_to(shape: Shape, M: int, *, q: int | None = None,

@@ -52,8 +52,9 @@ if TYPE_CHECKING:  # annotations only
     from .segments import FloatArray
 
 __all__ = ["ASSUMPTIONS", "lookup", "pv_segment", "pv_segment_for", "pv_segment_lambdas",
-           "pv_segment_pairs", "pv_segment_prepare", "pv_segment_value", "qkpv_pooled", "qkpv_pooled_for",
-           "qkpv_pooled_lambdas", "qkpv_pooled_pairs", "qkpv_pooled_value"]
+           "pv_segment_pairs", "pv_segment_prepare", "pv_segment_value", "qkpv_pooled",
+           "qkpv_pooled_for", "qkpv_pooled_lambdas", "qkpv_pooled_pairs", "qkpv_pooled_prepare",
+           "qkpv_pooled_value"]
 
 #: The class of algorithms the forward bounds speak of (docs/bounds.md §1.1).
 ASSUMPTIONS = (
@@ -202,3 +203,5 @@ def qkpv_pooled(N: int, d: int, M: int, *, Nkv: int | None = None, causal: objec
 #: Theorem B for P required pairs (over all heads), head dimension d, M fast words;
 #: and of a Shape (all its query heads; P from its mask).
 qkpv_pooled_pairs, qkpv_pooled_for = _B.pairs, _B.for_shape
+#: Theorem B at many (P, d, M) at once, for the later calls (:meth:`PairsTheorem.prepare`).
+qkpv_pooled_prepare = _B.prepare

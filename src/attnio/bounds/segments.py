@@ -1125,19 +1125,28 @@ def _closed_many(theorem: PairsTheorem, d: int, PMs: Sequence[tuple[int, int]]
     return out
 
 
-def _bound_elems(works: Sequence[int], K: Sequence[int], lam: FloatArray, lam_f: FloatArray,
-                 lam_l: FloatArray) -> list[Any]:
-    """:func:`segments_bound_many` elementwise with an int work per row of the maxima (``works``
-    a column: one per row of 2-d maxima, or one per element of 1-d ones): the same integers."""
-    wf = [float(w) for w in works]
-    wa = np.array(wf)
-    wc = np.array([f if f >= w else math.nextafter(f, math.inf) for f, w in zip(wf, works)])
-    if lam.ndim == 2:
-        wa, wc = wa[:, None], wc[:, None]
+def _works(theorem: PairsTheorem, P: int, d: int, qs: Sequence[float]
+           ) -> tuple[FloatArray, FloatArray]:
+    """The work at each multiplier as :func:`segments_bound_many` uses it: (subtracted,
+    compared); an int work is subtracted as its float and compared exactly (by the least float
+    >= it), a float one is both."""
+    w = _work(theorem, P, d, qs)
+    if isinstance(w, int):
+        wf = float(w)
+        wc = wf if wf >= w else math.nextafter(wf, math.inf)
+        return np.full(len(qs), wf), np.full(len(qs), wc)
+    w = np.broadcast_to(np.asarray(w, dtype=np.float64), (len(qs),))
+    return w, w
+
+
+def _bound_elems(w: FloatArray, w_cmp: FloatArray, K: Sequence[int] | npt.NDArray[np.int64],
+                 lam: FloatArray, lam_f: FloatArray, lam_l: FloatArray) -> list[Any]:
+    """:func:`segments_bound_many` elementwise with a work per element (:func:`_works`; arrays
+    of one shape, 1-d or 2-d): the same integers."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        c = np.ceil((wa - lam_f - lam_l) / lam)
-    c = np.where(wc <= lam_f + lam_l, 0.0, c)
-    c = np.where(wc <= lam_f, -1.0, c)
+        c = np.ceil((w - lam_f - lam_l) / lam)
+    c = np.where(w_cmp <= lam_f + lam_l, 0.0, c)
+    c = np.where(w_cmp <= lam_f, -1.0, c)
     Ks = np.broadcast_to(np.asarray(K, dtype=np.int64), c.shape)
     if c.size and (float(c.max()) + 1.0) * float(Ks.max()) < 2.0 ** 62:
         out: list[Any] = ((c.astype(np.int64) + 1) * Ks).tolist()
@@ -1148,14 +1157,17 @@ def _bound_elems(works: Sequence[int], K: Sequence[int], lam: FloatArray, lam_f:
                                                                             c.tolist())]
 
 
-def _rows_bound(works: Sequence[int], K: Sequence[int], lam: FloatArray, lam_f: FloatArray,
-                lam_l: FloatArray) -> list[list[int]]:
-    """``[segments_bound_many(w, K, lam, lam_f, lam_l) for w in works]`` (int works), in one
+def _rows_bound(theorem: PairsTheorem, Ps: Sequence[int], d: int, K: Sequence[int],
+                qs: Sequence[float], lams: tuple[FloatArray, FloatArray, FloatArray] | None
+                ) -> list[list[int]]:
+    """``[segments_bound_many(work(P), K, *lams) for P in Ps]`` at the multipliers qs, in one
     batch: the same integers."""
-    if not len(K):
-        return [[] for _ in works]
-    return _bound_elems(works, K, *(np.broadcast_to(x, (len(works), len(K)))
-                                    for x in (lam, lam_f, lam_l)))
+    if not len(K) or lams is None:
+        return [[] for _ in Ps]
+    ws = [_works(theorem, P, d, qs) for P in Ps]
+    shape = (len(Ps), len(K))
+    return _bound_elems(np.array([w for w, _ in ws]), np.array([c for _, c in ws]), K,
+                        *(np.broadcast_to(x, shape) for x in lams))
 
 
 def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
@@ -1163,23 +1175,21 @@ def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
     """:func:`more_memory` of the theorem (at its :func:`_search`) for every P of ``Ps`` (each
     > 0) at one (d, M), each step for all of them in one batch: the same choices.  A theorem
     whose work is not an int, or without a vectorised ``lambdas``, goes one P at a time."""
-    if theorem.lambdas is None or not isinstance(_work(theorem, 1, d, [0.0]), int):
+    if theorem.lambdas is None or len(Ps) == 1:
         return [more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
                             lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
                 for P in Ps]
-    works = [int(_work(theorem, P, d, [0.0])) for P in Ps]
     # at M: the tabulated candidate, then (where it has few segments) the others
-    (first,), _, fK, _, lams = _flat(theorem, d, (M,), True, 0)
-    assert lams is not None
+    (first,), _, fK, fq, lams = _flat(theorem, d, (M,), True, 0)
     K0, p0 = first[0][0]
-    v0 = [row[0] for row in _rows_bound(works, fK, *lams)]
+    v0 = [row[0] for row in _rows_bound(theorem, Ps, d, fK, fq, lams)]
     at_M: list[tuple[int, int, float]] = [(v, K0, p0) for v in v0]
     more = [i for i, v in enumerate(v0) if v < FEW_SEGMENTS * K0]
     if more:
-        (rest,), _, rK, _, rl = _flat(theorem, d, (M,), True, 1)
+        (rest,), _, rK, rq, rl = _flat(theorem, d, (M,), True, 1)
         if rK:
-            assert rl is not None
-            for i, vals in zip(more, _rows_bound([works[i] for i in more], rK, *rl)):
+            for i, vals in zip(more, _rows_bound(theorem, [Ps[i] for i in more], d, rK, rq,
+                                                 rl)):
                 at_M[i] = tabulated_pick([(K0, p0), *rest[0]], [v0[i], *vals])
     out: list[tuple[int, int, float, int] | None] = [None] * len(Ps)
     scan = []
@@ -1190,9 +1200,8 @@ def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
             scan.append(i)
     if scan:
         grid = tuple(M2 for M2 in more_memory_grid(M) if M2 <= MAX_M)
-        got, _, gK, _, gl = _flat(theorem, d, grid, False, 0)
-        scanned = ([[] for _ in scan] if gl is None else
-                   _rows_bound([works[i] for i in scan], gK, *gl))
+        got, _, gK, gq, gl = _flat(theorem, d, grid, False, 0)
+        scanned = _rows_bound(theorem, [Ps[i] for i in scan], d, gK, gq, gl)
         tops: list[list[int]] = []
         for vals in scanned:
             found: list[tuple[int, int]] = []
@@ -1218,8 +1227,9 @@ def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
             lam_rows = [np.concatenate([part1[M2][3][k] for _, M2 in jobs])  # type: ignore[index]
                         for k in range(3)]
             Kcat = [K for _, M2 in jobs for K in part1[M2][1]]
-            flat = _bound_elems([works[scan[s]] for s, M2 in jobs for _ in part1[M2][1]],
-                                Kcat, *lam_rows)
+            ws = [_works(theorem, Ps[scan[s]], d, part1[M2][2]) for s, M2 in jobs]
+            flat = _bound_elems(np.concatenate([w for w, _ in ws]),
+                                np.concatenate([c for _, c in ws]), Kcat, *lam_rows)
             j0 = 0
             for _, M2 in jobs:
                 n1 = len(part1[M2][1])
