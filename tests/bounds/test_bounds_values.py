@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from attnio import bounds
@@ -230,6 +230,8 @@ def _closed_one_at_a_time(theorem, P, d, M):
 @given(work=st.lists(st.tuples(st.integers(0, 10**10), st.sampled_from([8, 40, 64, 128]),
                                st.sampled_from([256, 4096, 60000, 65536, 1 << 20])),
                      min_size=1, max_size=14))
+@example(work=[(4096 * 4095, 64, 65536), (3000 * 3000, 40, 60000), (10**6, 16, 4096),
+               (5 * 10**7, 64, 65536), (0, 64, 65536), (2048 * 2048, 128, 16384)])
 def test_prepared_closures_choose_as_one_at_a_time(theorem, work):
     """PairsTheorem.prepare (the closure of every P that shares (d, M) step by step together,
     the fine searches of every workload that shares d in the same rounds, the bisections in
@@ -259,3 +261,22 @@ def test_bounds_prepare_serves_the_certificate_s_values():
     assert [[b.value for b in bounds.applicable_to(s, M)] for s, M in loads] == want
     with pytest.raises(ParameterError, match="M"):
         bounds.applicable_to(Shape.make(64, 8), 0)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.function_scoped_fixture])
+@given(work=st.lists(st.tuples(st.integers(1, 10**10), st.sampled_from([16, 64]),
+                               st.sampled_from([4096, 65536])), min_size=1, max_size=8))
+@example(work=[(4096 * 4095, 64, 65536), (5 * 10**7, 64, 65536), (10**6, 16, 4096)])
+def test_the_python_bisections_step_as_the_numpy_ones(work, monkeypatch):
+    """segments._edges_many (the fine search's bisections one step at a time in Python, used
+    where K leaves int64) ends where _edges_vec does: both are the scalar steps."""
+    ref = [_closed_one_at_a_time(F._A, P, d, M) for P, d, M in work]
+    with monkeypatch.context() as m:
+        m.setattr(S, "_edges_vec", S._edges_many)
+        S._closed.cache_clear()
+        S._prepared().clear()
+        F._A.prepare(work)
+        assert [F._A.closed(P, d, M) for P, d, M in work] == ref
+    S._closed.cache_clear()
+    S._prepared().clear()
