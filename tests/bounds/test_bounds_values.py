@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from attnio import bounds
@@ -210,3 +210,73 @@ def test_the_bisections_take_the_scalar_steps_with_a_misleading_guide():
     assert S.fine_best(value, M, kappa, p0, start, values=values, guide=wrong,
                        samples=values(grid_K, grid_q),
                        sample_h=wrong(grid_K, grid_q)[1]) == scalar
+
+
+def _closed_one_at_a_time(theorem, P, d, M):
+    """The closure and the fine search as before the batches (segments.more_memory at
+    _search, then segments.fine_best through _fine_one): the reference of the batched ones."""
+    if P == 0:
+        return 0, 0, 0.0, M
+    v, K, p, M2 = S.more_memory(lambda M3, refine: S._search(theorem, P, d, M3, refine), M,
+                                lambda Ms, refine: S._search_many(theorem, P, d, tuple(Ms),
+                                                                  refine))
+    if theorem.fine and K > 0 and v < S.FINE_SEGMENTS * K:
+        v, K, p = S._fine_one(theorem, P, d, M2, P * d >= S.FINE_MIN_WORK, (v, K, p))
+    return v, K, p, M2
+
+
+@pytest.mark.parametrize("theorem", [F._A, F._B, BK._D, BK._E], ids=["A", "B", "D", "E"])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(work=st.lists(st.tuples(st.integers(0, 10**10), st.sampled_from([8, 40, 64, 128]),
+                               st.sampled_from([256, 4096, 60000, 65536, 1 << 20])),
+                     min_size=1, max_size=14))
+@example(work=[(4096 * 4095, 64, 65536), (3000 * 3000, 40, 60000), (10**6, 16, 4096),
+               (5 * 10**7, 64, 65536), (0, 64, 65536), (2048 * 2048, 128, 16384)])
+def test_prepared_closures_choose_as_one_at_a_time(theorem, work):
+    """PairsTheorem.prepare (the closure of every P that shares (d, M) step by step together,
+    the fine searches of every workload that shares d in the same rounds, the bisections in
+    numpy) gives each workload the (value, K, multiplier, M') of one at a time."""
+    ref = [_closed_one_at_a_time(theorem, P, d, M) for P, d, M in work]
+    S._closed.cache_clear()
+    S._prepared().clear()
+    theorem.prepare(work)
+    assert [theorem.closed(P, d, M) for P, d, M in work] == ref
+    S._closed.cache_clear()
+    S._prepared().clear()
+    assert [theorem.closed(P, d, M) for P, d, M in work] == ref  # and one at a time
+
+
+def test_bounds_prepare_serves_the_certificate_s_values():
+    """bounds.prepare for a sweep task's workloads: applicable_to then returns the values it
+    returns without it (and out-of-range entries are left to the later call)."""
+    from attnio.core.errors import ParameterError
+    from attnio.core.workload import Shape
+
+    loads = [(Shape.make(N, d, causal=c), M) for N in (300, 4096) for d in (16, 64)
+             for c in (False, True) for M in (1024, 65536)]
+    want = [[b.value for b in bounds.applicable_to(s, M)] for s, M in loads]
+    S._closed.cache_clear()
+    S._prepared().clear()
+    bounds.prepare([*loads, (Shape.make(64, 8), 0)], backward=True)
+    assert [[b.value for b in bounds.applicable_to(s, M)] for s, M in loads] == want
+    with pytest.raises(ParameterError, match="M"):
+        bounds.applicable_to(Shape.make(64, 8), 0)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.function_scoped_fixture])
+@given(work=st.lists(st.tuples(st.integers(1, 10**10), st.sampled_from([16, 64]),
+                               st.sampled_from([4096, 65536])), min_size=1, max_size=8))
+@example(work=[(4096 * 4095, 64, 65536), (5 * 10**7, 64, 65536), (10**6, 16, 4096)])
+def test_the_python_bisections_step_as_the_numpy_ones(work, monkeypatch):
+    """segments._edges_many (the fine search's bisections one step at a time in Python, used
+    where K leaves int64) ends where _edges_vec does: both are the scalar steps."""
+    ref = [_closed_one_at_a_time(F._A, P, d, M) for P, d, M in work]
+    with monkeypatch.context() as m:
+        m.setattr(S, "_edges_vec", S._edges_many)
+        S._closed.cache_clear()
+        S._prepared().clear()
+        F._A.prepare(work)
+        assert [F._A.closed(P, d, M) for P, d, M in work] == ref
+    S._closed.cache_clear()
+    S._prepared().clear()

@@ -115,6 +115,7 @@ __all__ = [
     "matmul_smith",
     "pv_segment",
     "pv_segment_pairs",
+    "prepare",
     "qkpv_levelled",
     "qkpv_levelled_pairs",
     "qkpv_pooled",
@@ -128,6 +129,30 @@ __all__ = [
     "standard_matmul_small_cache",
     "trivial",
 ]
+
+
+def prepare(workloads: Iterable[tuple[Shape, int]], *, backward: bool = False) -> None:
+    """Evaluate the few-segment searches of :func:`applicable_to` (``backward=True``: of
+    :func:`~attnio.bounds.backward.backward_applicable_to`) for many (shape, M) at once, in
+    batches (Theorems A and B, and D and E: each step of their searches for all the workloads
+    at once, :meth:`~attnio.bounds.segments.PairsTheorem.prepare`): the later
+    calls at these workloads take the results, the same values.  A sweep calls it with the
+    workloads of each task; arguments out of range are left to the later calls."""
+    from .backward import backward_accum_prepare, backward_pooled_prepare
+    from .base import pairs_of
+    from .forward import pv_segment_prepare, qkpv_pooled_prepare
+
+    items = []
+    for shape, M in workloads:
+        try:
+            items.append((pairs_of(shape), shape.d, M))
+        except (ParameterError, AttributeError, TypeError, ValueError):
+            continue
+    pv_segment_prepare(items)
+    qkpv_pooled_prepare(items)
+    if backward:
+        backward_accum_prepare(items)
+        backward_pooled_prepare(items)
 
 
 def applicable_to(shape: Shape, M: int, *, q: int | None = None,

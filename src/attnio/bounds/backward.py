@@ -56,10 +56,10 @@ if TYPE_CHECKING:  # annotations only (numpy.typing costs ~15 ms at import)
 
 __all__ = ["BACKWARD_ASSUMPTIONS", "LI_ET_AL", "backward_accum", "backward_accum_for",
            "backward_inputs", "backward_inputs_for",
-           "backward_accum_lambdas", "backward_accum_pairs", "backward_accum_value",
-           "backward_applicable", "backward_applicable_to", "backward_pooled",
-           "backward_pooled_for", "backward_pooled_lambdas", "backward_pooled_pairs",
-           "backward_pooled_value", "backward_trivial", "backward_trivial_for", "li_backward",
+           "backward_accum_lambdas", "backward_accum_pairs", "backward_accum_prepare",
+           "backward_accum_value", "backward_applicable", "backward_applicable_to",
+           "backward_pooled", "backward_pooled_for", "backward_pooled_lambdas",
+           "backward_pooled_pairs", "backward_pooled_prepare", "backward_pooled_value", "backward_trivial", "backward_trivial_for", "li_backward",
            "li_backward_for"]
 
 LI_ET_AL = "Li, Liang, Shi, Song et al., arXiv 2410.09397"
@@ -229,6 +229,9 @@ def backward_accum_pairs(*, P: int, d: int, M: int) -> Bound:
 #: Theorem D of a Shape (all its query heads; P from its mask).
 backward_accum_for = _D.for_shape
 
+#: Theorem D at many (P, d, M) at once, for the later calls (:meth:`PairsTheorem.prepare`).
+backward_accum_prepare = _D.prepare
+
 
 # ---------------------------------------------------------------------------- Theorem E
 def _e_functions(d: int):
@@ -323,6 +326,9 @@ def backward_pooled_pairs(*, P: int, d: int, M: int) -> Bound:
 
 #: Theorem E of a Shape (all its query heads; P from its mask).
 backward_pooled_for = _E.for_shape
+
+#: Theorem E at many (P, d, M) at once, for the later calls (:meth:`PairsTheorem.prepare`).
+backward_pooled_prepare = _E.prepare
 
 
 # ---------------------------------------------------------------------------- Li et al.

@@ -53,8 +53,9 @@ if TYPE_CHECKING:  # annotations only
     from .segments import FloatArray
 
 __all__ = ["ASSUMPTIONS", "lookup", "pv_segment", "pv_segment_for", "pv_segment_lambdas",
-           "pv_segment_pairs", "pv_segment_value", "qkpv_pooled", "qkpv_pooled_for",
-           "qkpv_pooled_lambdas", "qkpv_pooled_pairs", "qkpv_pooled_value"]
+           "pv_segment_pairs", "pv_segment_prepare", "pv_segment_value", "qkpv_pooled",
+           "qkpv_pooled_for", "qkpv_pooled_lambdas", "qkpv_pooled_pairs", "qkpv_pooled_prepare",
+           "qkpv_pooled_value"]
 
 #: The class of algorithms the forward bounds speak of (docs/bounds.md §1.1).
 ASSUMPTIONS = (
@@ -124,6 +125,9 @@ def pv_segment_pairs(*, P: int, d: int, M: int) -> Bound:
 
 #: Theorem A of a Shape (all its query heads; P from its mask).
 pv_segment_for = _A.for_shape
+
+#: Theorem A at many (P, d, M) at once, for the later calls (:meth:`PairsTheorem.prepare`).
+pv_segment_prepare = _A.prepare
 
 
 # ---------------------------------------------------------------------------- Theorem B
@@ -215,3 +219,6 @@ def qkpv_pooled_pairs(*, P: int, d: int, M: int) -> Bound:
 
 #: Theorem B of a Shape (all its query heads; P from its mask).
 qkpv_pooled_for = _B.for_shape
+
+#: Theorem B at many (P, d, M) at once, for the later calls (:meth:`PairsTheorem.prepare`).
+qkpv_pooled_prepare = _B.prepare

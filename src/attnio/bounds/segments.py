@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -178,12 +178,15 @@ def _sum_line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray) -> FloatArray
 
 
 def _g_many(p: FloatArray, c2: FloatArray, c3: FloatArray,
-            kept: npt.NDArray[np.bool_]) -> FloatArray:
+            kept: npt.NDArray[np.bool_] | None) -> FloatArray:
     """g(p) = max over the kept branches of ``c2·p·p + c3·p·p·p`` (the scalar code's operations),
-    p (points × pairs), kept (branches × pairs)."""
+    p (points × pairs), kept (branches × pairs; None: all)."""
     c2c, c3c = c2[:, None, None], c3[:, None, None]
     G = c2c * p * p + c3c * p * p * p  # branches × points × pairs
-    out: FloatArray = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
+    if kept is None:
+        out: FloatArray = G.max(axis=0)
+    else:
+        out = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
     return out
 
 
@@ -196,73 +199,88 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     n, nb = len(Ma), len(branches)
     c2, c3 = _branch_arrays(tuple(branches))
     # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
-    order = np.lexsort((Ka, Ma))
-    Ms, Ks = Ma[order], Ka[order]
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.not_equal(Ms[1:], Ms[:-1], out=new[1:])
-    new[1:] |= Ks[1:] != Ks[:-1]
     u: npt.NDArray[np.intp] | None = None
-    if not new.all():
-        u = np.empty(n, dtype=np.intp)
-        u[order] = np.cumsum(new) - 1
-        first = order[new]
-        if kept is not None and not (kept[:, first][:, u] == kept).all():
-            u = None  # kept not a function of (M, K): no sharing
-        else:
-            Ma, Ka = Ma[first], Ka[first]
-            if kept is not None:
-                kept = kept[:, first]
-    kp = np.ones((nb, len(Ma)), dtype=bool) if kept is None else kept
+    if n > 1:
+        order = np.lexsort((Ka, Ma))
+        Ms, Ks = Ma[order], Ka[order]
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(Ms[1:], Ms[:-1], out=new[1:])
+        new[1:] |= Ks[1:] != Ks[:-1]
+        if not new.all():
+            u = np.empty(n, dtype=np.intp)
+            u[order] = np.cumsum(new) - 1
+            first = order[new]
+            if kept is not None and not (kept[:, first][:, u] == kept).all():
+                u = None  # kept not a function of (M, K): no sharing
+            else:
+                Ma, Ka = Ma[first], Ka[first]
+                if kept is not None:
+                    kept = kept[:, first]
+    m = len(Ma)
     MK = Ma + Ka
     T2 = Ma + MK
     edge = MK != Ma  # the lines T = M + K and M + (M + K) are edges (else vertical, at p = M)
-    zero = np.zeros_like(Ma)
+    zero = np.zeros(m)
     # g at the vertices' p in {0, K, M, M + K} and at the sum lines' peaks (branches each)
-    Ts = np.stack([Ka, MK, T2])
+    Ts = np.array([Ka, MK, T2])
     peaks = _sum_line_peaks(Ts, c2, c3)  # 3 × branches × pairs
     pk = np.maximum(peaks, 0.0)
     qk = np.maximum(Ts[:, None, :] - peaks, 0.0)
-    g = _g_many(np.concatenate([np.stack([zero, Ka, Ma, MK]), pk.reshape(3 * nb, -1)]),
-                c2, c3, kp)
-    g0, gK, gM, gMK = g[0], g[1], g[2], g[3]
+    g = _g_many(np.concatenate([np.array([zero, Ka, Ma, MK]), pk.reshape(3 * nb, m)]),
+                c2, c3, kept)
     # the rows that do not depend on μ, √(q·g(p)) and p + q: the vertices (0,K), (0,M+K),
     # (M,M+K), (M+K,M), (M+K,0), (K,0), (K,M), (M,K), then the peaks on T = K, M + K, M + (M + K)
-    S_base = np.concatenate([
-        np.sqrt(np.stack([Ka * g0, MK * g0, MK * gM, Ma * gMK, zero * gMK, zero * gK, Ma * gK,
-                          Ka * gM])),
-        np.sqrt(qk * g[4:].reshape(3, nb, -1)).reshape(3 * nb, -1)])
-    W_base = np.concatenate([np.stack([Ka, MK, Ma + MK, MK + Ma, MK + zero, Ka + zero, Ka + Ma,
-                                       Ma + Ka]), (pk + qk).reshape(3 * nb, -1)])
+    # (p + q of a vertex is one of K, M + K, M + (M + K): fp addition commutes, x + 0 = x)
+    qrows = np.concatenate([np.array([Ka, MK, MK, Ma, zero, zero, Ma, Ka]),
+                            qk.reshape(3 * nb, m)])
+    S_base = np.sqrt(qrows * g[_g_rows(nb)])
+    W_base = np.concatenate([Ts[_W_ROWS], (pk + qk).reshape(3 * nb, m)])
     rows, starts = _polygon_rows(nb)
     pK, pMK, pT2 = peaks[0], peaks[1], peaks[2]
-    in_K = kp & (zero < pK) & (pK < Ka)
-    ok = np.concatenate([
-        np.ones((6, len(Ma)), dtype=bool), kp & (Ma < pT2) & (pT2 < MK) & edge, in_K,  # hexagon
-        np.ones((4, len(Ma)), dtype=bool), kp & (zero < pMK) & (pMK < Ka) & edge, in_K,  # first
-        np.ones((4, len(Ma)), dtype=bool), kp & (Ma < pMK) & (pMK < MK) & edge, in_K])  # last
+    in_K = (zero < pK) & (pK < Ka)
+    in_T2 = (Ma < pT2) & (pT2 < MK) & edge
+    in_MKf = (zero < pMK) & (pMK < Ka) & edge
+    in_MKl = (Ma < pMK) & (pMK < MK) & edge
+    if kept is not None:
+        in_K &= kept
+        in_T2 &= kept
+        in_MKf &= kept
+        in_MKl &= kept
+    ok = np.ones((len(rows), m), dtype=bool)
+    h, f = 6 + 2 * nb, 4 + 2 * nb  # the hexagon's rows, the first's (and the last's)
+    ok[6:6 + nb] = in_T2
+    ok[6 + nb:h] = in_K
+    ok[h + 4:h + 4 + nb] = in_MKf
+    ok[h + 4 + nb:h + f] = in_K
+    ok[h + f + 4:h + f + 4 + nb] = in_MKl
+    ok[h + f + 4 + nb:] = in_K
     S, W = S_base[rows], W_base[rows]
     # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²)): hexagon p0 = M + K, q in (0, M);
     # first p0 = K, q in (0, M); last (where M + K rounds to M) p0 = M + K, q in (0, K)
-    p0 = np.stack([MK, Ka, MK])
+    p0 = np.array([MK, Ka, MK])
     cMK = _cubes(MK)
     num = c2[None, :, None] * p0[:, None, :] * p0[:, None, :] + \
-        c3[None, :, None] * np.stack([cMK, _cubes(Ka), cMK])[:, None, :]
-    gp0 = np.stack([gMK, gK, gMK])
-    hi = np.stack([Ma, Ma, Ka])
-    cond = np.stack([np.ones_like(edge), np.ones_like(edge), ~edge])
+        c3[None, :, None] * np.array([cMK, _cubes(Ka), cMK])[:, None, :]
+    gp0 = g[_P0_ROWS]
+    hi = np.array([Ma, Ma, Ka])
+    ne = ~edge
     if u is not None:  # to the elements
         S, W, ok = S[:, u], W[:, u], ok[:, u]
-        p0, num, gp0, hi, cond, kp = p0[:, u], num[:, :, u], gp0[:, u], hi[:, u], cond[:, u], kp[:, u]
+        p0, num, gp0, hi, ne = p0[:, u], num[:, :, u], gp0[:, u], hi[:, u], ne[u]
+        if kept is not None:
+            kept = kept[:, u]
     F1 = S - mua * W
     F1[~ok | np.isnan(F1)] = -np.inf  # (a NaN never wins in the scalar code's v > best)
     best = np.maximum.reduceat(F1, starts, axis=0)  # 3 × elements
     mu4 = 4.0 * mua * mua
     qv = num / mu4  # 3 × branches × elements
-    p0e = p0[:, None, :]
-    okv = ((mu4 > 0.0) & (p0e > 0.0) & cond[:, None, :] & kp[None, :, :] & (0.0 < qv)
-           & (qv < hi[:, None, :]))
+    okv = (mu4 > 0.0) & (p0[:, None, :] > 0.0) & (0.0 < qv) & (qv < hi[:, None, :])
+    okv[2] &= ne  # (the last polygon's vertical edge only where M + K rounds to M)
+    if kept is not None:
+        okv &= kept[None, :, :]
     if okv.any():
+        p0e = p0[:, None, :]
         qc = np.maximum(qv, 0.0)
         F2 = np.sqrt(qc * gp0[:, None, :]) - mua * (p0e + qc)
         F2[~okv | np.isnan(F2)] = -np.inf
@@ -273,6 +291,19 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     lam_f = mua * Ke + best[1]
     lam_l = mua * MKe + best[2]
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+
+
+@functools.lru_cache(maxsize=64)
+def _g_rows(nb: int) -> npt.NDArray[np.intp]:
+    """The rows of g (at p = 0, K, M, M + K, then the peaks) that :func:`_potential_lambdas_many`'s
+    base rows take."""
+    return np.array([0, 0, 2, 3, 3, 1, 1, 2, *range(4, 4 + 3 * nb)], dtype=np.intp)
+
+
+#: Rows of T = K, M + K, M + (M + K) that are p + q at the vertices of
+#: :func:`_potential_lambdas_many`, and the rows of g at the vertical edges' p0 (M + K, K, M + K).
+_W_ROWS = np.array([0, 1, 2, 2, 1, 0, 1, 1], dtype=np.intp)
+_P0_ROWS = np.array([3, 1, 3], dtype=np.intp)
 
 
 @functools.lru_cache(maxsize=64)
@@ -1015,6 +1046,24 @@ class PairsTheorem:
         bound at M (:func:`more_memory`)."""
         return _closed(self, P, d, M)
 
+    def prepare(self, workloads: Iterable[tuple[int, int, int]]) -> None:
+        """Evaluate :meth:`closed` at every (P, d, M) of ``workloads`` now, in batches (the fine
+        searches of all that share d in the same rounds of evaluations, :func:`_fine_many`): a
+        later :meth:`closed` (or :meth:`pairs`, :meth:`for_shape`) there takes its result, the
+        same.  A sweep calls it with the workloads of a task.  Arguments out of range are left
+        to the later call (which names them)."""
+        by_d: dict[int, list[tuple[int, int]]] = {}
+        for P, d, M in dict.fromkeys(workloads):
+            if (type(P) is int and type(d) is int and type(M) is int and P >= 0 and d >= 1
+                    and 1 <= M <= MAX_M):
+                by_d.setdefault(d, []).append((P, M))
+        store = _prepared()
+        for d, PMs in by_d.items():
+            if len(store) + len(PMs) > PREPARED_SIZE:
+                store.clear()
+            for (P, M), got in zip(PMs, _closed_many(self, d, PMs)):
+                store[self, P, d, M] = got
+
     def pairs(self, P: int, d: int, M: int) -> Bound:
         """The theorem for P required pairs (over all query heads), head dimension d, M fast
         words; P, d and M checked (a ParameterError names the bad one)."""
@@ -1037,30 +1086,473 @@ class PairsTheorem:
 
 @functools.lru_cache(maxsize=4 * 4096)
 def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, float, int]:
-    if P == 0:
-        return 0, 0, 0.0, M
-    v, K, p, M2 = more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
-                              lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
-    if theorem.fine and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen: a wider search
-        kappa, p0 = _tabulated(theorem, d, M2)
-        wide = P * d >= FINE_MIN_WORK
-        Ks, qs, lams = _fine_lambdas(theorem, d, M2, wide)
-        if lams is None:
-            samples, sample_h = theorem.values(P, d, [M2] * len(Ks), Ks, qs), None
+    got = _prepared().get((theorem, P, d, M))
+    if got is not None:
+        return got
+    return _closed_many(theorem, d, [(P, M)])[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _prepared() -> dict[tuple[PairsTheorem, int, int, int], tuple[int, int, float, int]]:
+    """The results of :meth:`PairsTheorem.prepare` not asked for yet (an lru_cache of a dict:
+    cleared with the other caches)."""
+    return {}
+
+
+#: At most this many results wait in :func:`_prepared` (then it starts again).
+PREPARED_SIZE = 4096
+
+
+def _closed_many(theorem: PairsTheorem, d: int, PMs: Sequence[tuple[int, int]]
+                 ) -> list[tuple[int, int, float, int]]:
+    """:func:`_closed` of each (P, M) at one d: the closure under more memory one at a time,
+    then the fine searches of all together (:func:`_fine_many`)."""
+    out: list[tuple[int, int, float, int]] = [(0, 0, 0.0, M) for _, M in PMs]
+    by_M: dict[int, list[int]] = {}
+    for i, (P, M) in enumerate(PMs):
+        if P > 0:
+            by_M.setdefault(M, []).append(i)
+    for M, idx in by_M.items():
+        for i, got in zip(idx, _more_memory_many(theorem, [PMs[i][0] for i in idx], d, M)):
+            out[i] = got
+    fine: list[tuple[int, int, int, bool, tuple[int, int, float]]] = []
+    for i, ((P, _), (v, K, p, M2)) in enumerate(zip(PMs, out)):
+        if theorem.fine and P > 0 and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen
+            fine.append((i, P, M2, P * d >= FINE_MIN_WORK, (v, K, p)))
+    if fine:
+        for (i, _, M2, _, _), (v, K, p) in zip(fine, _fine_many(theorem, d, fine)):
+            out[i] = (v, K, p, M2)
+    return out
+
+
+def _works(theorem: PairsTheorem, P: int, d: int, qs: Sequence[float]
+           ) -> tuple[FloatArray, FloatArray]:
+    """The work at each multiplier as :func:`segments_bound_many` uses it: (subtracted,
+    compared); an int work is subtracted as its float and compared exactly (by the least float
+    >= it), a float one is both."""
+    w = _work(theorem, P, d, qs)
+    if isinstance(w, int):
+        wf = float(w)
+        wc = wf if wf >= w else math.nextafter(wf, math.inf)
+        return np.full(len(qs), wf), np.full(len(qs), wc)
+    w = np.broadcast_to(np.asarray(w, dtype=np.float64), (len(qs),))
+    return w, w
+
+
+def _bound_elems(w: FloatArray, w_cmp: FloatArray, K: Sequence[int] | npt.NDArray[np.int64],
+                 lam: FloatArray, lam_f: FloatArray, lam_l: FloatArray) -> list[Any]:
+    """:func:`segments_bound_many` elementwise with a work per element (:func:`_works`; arrays
+    of one shape, 1-d or 2-d): the same integers."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        c = np.ceil((w - lam_f - lam_l) / lam)
+    c = np.where(w_cmp <= lam_f + lam_l, 0.0, c)
+    c = np.where(w_cmp <= lam_f, -1.0, c)
+    Ks = np.broadcast_to(np.asarray(K, dtype=np.int64), c.shape)
+    if c.size and (float(c.max()) + 1.0) * float(Ks.max()) < 2.0 ** 62:
+        out: list[Any] = ((c.astype(np.int64) + 1) * Ks).tolist()
+        return out
+    if c.ndim == 1:
+        return [k * (1 + int(h)) for k, h in zip(Ks.tolist(), c.tolist())]
+    return [[k * (1 + int(h)) for k, h in zip(kr, row)] for kr, row in zip(Ks.tolist(),
+                                                                            c.tolist())]
+
+
+def _rows_bound(theorem: PairsTheorem, Ps: Sequence[int], d: int, K: Sequence[int],
+                qs: Sequence[float], lams: tuple[FloatArray, FloatArray, FloatArray] | None
+                ) -> list[list[int]]:
+    """``[segments_bound_many(work(P), K, *lams) for P in Ps]`` at the multipliers qs, in one
+    batch: the same integers."""
+    if not len(K) or lams is None:
+        return [[] for _ in Ps]
+    ws = [_works(theorem, P, d, qs) for P in Ps]
+    shape = (len(Ps), len(K))
+    return _bound_elems(np.array([w for w, _ in ws]), np.array([c for _, c in ws]), K,
+                        *(np.broadcast_to(x, shape) for x in lams))
+
+
+def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
+                      ) -> list[tuple[int, int, float, int]]:
+    """:func:`more_memory` of the theorem (at its :func:`_search`) for every P of ``Ps`` (each
+    > 0) at one (d, M), each step for all of them in one batch: the same choices.  A theorem
+    whose work is not an int, or without a vectorised ``lambdas``, goes one P at a time."""
+    if theorem.lambdas is None or len(Ps) == 1:
+        return [more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
+                            lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
+                for P in Ps]
+    # at M: the tabulated candidate, then (where it has few segments) the others
+    (first,), _, fK, fq, lams = _flat(theorem, d, (M,), True, 0)
+    K0, p0 = first[0][0]
+    v0 = [row[0] for row in _rows_bound(theorem, Ps, d, fK, fq, lams)]
+    at_M: list[tuple[int, int, float]] = [(v, K0, p0) for v in v0]
+    more = [i for i, v in enumerate(v0) if v < FEW_SEGMENTS * K0]
+    if more:
+        (rest,), _, rK, rq, rl = _flat(theorem, d, (M,), True, 1)
+        if rK:
+            for i, vals in zip(more, _rows_bound(theorem, [Ps[i] for i in more], d, rK, rq,
+                                                 rl)):
+                at_M[i] = tabulated_pick([(K0, p0), *rest[0]], [v0[i], *vals])
+    out: list[tuple[int, int, float, int] | None] = [None] * len(Ps)
+    scan = []
+    for i, (v, K, p) in enumerate(at_M):
+        if K > 0 and v >= MORE_MEMORY_SEGMENTS * K:
+            out[i] = (v, K, p, M)
         else:
-            w = _work(theorem, P, d, qs)
-            samples, sample_h = segments_bound_many(w, Ks, *lams), segments_h(w, *lams)
+            scan.append(i)
+    if scan:
+        grid = tuple(M2 for M2 in more_memory_grid(M) if M2 <= MAX_M)
+        got, _, gK, gq, gl = _flat(theorem, d, grid, False, 0)
+        scanned = _rows_bound(theorem, [Ps[i] for i in scan], d, gK, gq, gl)
+        tops: list[list[int]] = []
+        for vals in scanned:
+            found: list[tuple[int, int]] = []
+            zeros = 0
+            for v2, M2 in zip(vals, grid):
+                zeros = zeros + 1 if v2 == 0 else 0
+                if v2 > 0:
+                    found.append((v2, M2))
+                if zeros >= 3:
+                    break
+            tops.append([M2 for _, M2 in sorted(found, reverse=True)[:3]])
+        # the three best refined: their tabulated candidates' values are the scan's; the
+        # others where those have few segments
+        cand0 = {M2: g[0][0] for M2, g in zip(grid, got)}
+        v_at = [dict(zip(grid, vals)) for vals in scanned]
+        need = sorted({M2 for s, top in enumerate(tops) for M2 in top
+                       if v_at[s][M2] < FEW_SEGMENTS * cand0[M2][0]})
+        part1 = dict(zip(need, _stored(theorem, d, need, True, 1))) if need else {}
+        jobs: list[tuple[int, int]] = [(s, M2) for s, top in enumerate(tops) for M2 in top
+                                       if M2 in part1 and part1[M2][1]]
+        vals1: list[list[int]] = []
+        if jobs:
+            lam_rows = [np.concatenate([part1[M2][3][k] for _, M2 in jobs])  # type: ignore[index]
+                        for k in range(3)]
+            Kcat = [K for _, M2 in jobs for K in part1[M2][1]]
+            ws = [_works(theorem, Ps[scan[s]], d, part1[M2][2]) for s, M2 in jobs]
+            flat = _bound_elems(np.concatenate([w for w, _ in ws]),
+                                np.concatenate([c for _, c in ws]), Kcat, *lam_rows)
+            j0 = 0
+            for _, M2 in jobs:
+                n1 = len(part1[M2][1])
+                vals1.append(flat[j0:j0 + n1])
+                j0 += n1
+        refined_of = {}
+        for (s, M2), vals in zip(jobs, vals1):
+            K, p = cand0[M2]
+            refined_of[s, M2] = tabulated_pick([(K, p), *part1[M2][0]], [v_at[s][M2], *vals])
+        for s, top in enumerate(tops):
+            i = scan[s]
+            v, K, p = at_M[i]
+            best = (v, K, p, M)
+            for M2 in top:
+                v2, K2, p2 = refined_of.get((s, M2), (v_at[s][M2], *cand0[M2]))
+                if v2 > best[0]:
+                    best = (v2, K2, p2, M2)
+            out[i] = best
+    return [o for o in out if o is not None]
 
-        def guide(K2s: Sequence[int], q2s: Sequence[float]
-                  ) -> tuple[list[int], list[tuple[float, float]]]:
-            return theorem.values_h(P, d, [M2] * len(K2s), K2s, q2s)
 
-        v, K, p = fine_best(lambda K2, q: theorem.value(P, d, M2, K2, q), M2, kappa, p0,
-                            (v, K, p), wide=wide, samples=samples, sample_h=sample_h,
-                            values=lambda K2s, q2s: theorem.values(P, d, [M2] * len(K2s),
-                                                                   K2s, q2s),
-                            guide=guide if lams is not None else None)
-    return v, K, p, M2
+def _fine_one(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
+              best: tuple[int, int, float]) -> tuple[int, int, float]:
+    """:func:`fine_best` of the theorem at M2, one evaluation batch at a time (the reference of
+    :func:`_fine_many`)."""
+    kappa, p0 = _tabulated(theorem, d, M2)
+    Ks, qs, lams = _fine_lambdas(theorem, d, M2, wide)
+    if lams is None:
+        samples, sample_h = theorem.values(P, d, [M2] * len(Ks), Ks, qs), None
+    else:
+        w = _work(theorem, P, d, qs)
+        samples, sample_h = segments_bound_many(w, Ks, *lams), segments_h(w, *lams)
+
+    def guide(K2s: Sequence[int], q2s: Sequence[float]
+              ) -> tuple[list[int], list[tuple[float, float]]]:
+        return theorem.values_h(P, d, [M2] * len(K2s), K2s, q2s)
+
+    return fine_best(lambda K2, q: theorem.value(P, d, M2, K2, q), M2, kappa, p0, best,
+                     wide=wide, samples=samples, sample_h=sample_h,
+                     values=lambda K2s, q2s: theorem.values(P, d, [M2] * len(K2s), K2s, q2s),
+                     guide=guide if lams is not None else None)
+
+
+#: The targets, around the interpolated edge t, whose bisection paths a round of
+#: :func:`_fine_many` evaluates for a bisection that needs nodes.
+EDGE_TARGETS = (0,)
+
+
+def _fine_many(theorem: PairsTheorem, d: int,
+               reqs: Sequence[tuple[int, int, int, bool, tuple[int, int, float]]]
+               ) -> list[tuple[int, int, float]]:
+    """:func:`fine_best` for each request (_, P, M', wide, best) at one d, as :func:`_fine_one`
+    chooses, with every request's bisections in the same rounds: one evaluation of the
+    theorem's maxima per round for all of them.
+
+    Each bisection takes the scalar code's steps exactly (its nodes are evaluated before it
+    steps on them); a round evaluates, for every bisection that needs a node, the nodes on its
+    way to the edge interpolated from the real-valued h at its bracket's ends (and to its
+    neighbours, :data:`EDGE_TARGETS`): the interpolation only decides how many rounds it takes.
+    Theorems without a vectorised ``lambdas`` or with a work per multiplier go one at a time."""
+    if theorem.lambdas is None:
+        return [_fine_one(theorem, P, d, M2, wide, best) for _, P, M2, wide, best in reqs]
+    tops: list[tuple[int, int, float]] = []
+    # the bisections: q, n, a, va, b, M', (float work, work compared), owner, and the
+    # real-valued estimates known per K: (h, work/Λ_f)
+    jobs: list[list[Any]] = []
+    for _, P, M2, wide, best in reqs:
+        Ks, qs_grid, lams = _fine_lambdas(theorem, d, M2, wide)
+        w = _work(theorem, P, d, qs_grid)
+        if not isinstance(w, int):
+            tops.append(_fine_one(theorem, P, d, M2, wide, best))
+            continue
+        assert lams is not None
+        samples = segments_bound_many(w, Ks, *lams)
+        sample_h = segments_h(w, *lams)
+        kappa, p0 = _tabulated(theorem, d, M2)
+        ks = fine_ks(M2, kappa, wide)
+        qs_all = fine_multipliers(p0, wide)
+        nk = len(ks)
+        top = best
+        rows = []
+        for i_q, q in enumerate(qs_all):
+            vals = samples[i_q * nk:(i_q + 1) * nk]
+            i = vals.index(max(vals))  # (the first of equal ones)
+            rows.append((vals[i], q, vals, i, i_q))
+            if vals[i] > top[0]:
+                top = (vals[i], ks[i], q)
+        tops.append(top)
+        reach = FINE_TEETH if wide else 0
+        wf = float(w)
+        w_cmp = wf if wf >= w else math.nextafter(wf, math.inf)
+        for _, q, vals, i, i_q in sorted(rows, key=lambda t: t[0],
+                                         reverse=True)[:FINE_BEST if wide else 1]:
+            if vals[i] <= 0:
+                continue
+            ns = [v // K for v, K in zip(vals, ks)]  # h − 1 at each sample: non-increasing
+            n0 = ns[i]
+            hs = sample_h[i_q * nk:(i_q + 1) * nk]
+            # the last sample with h − 1 >= n, for every n: from the suffix maxima of ns
+            last: dict[int, int] = {}
+            n_lo = max(1, n0 - reach)
+            top_n = n_lo - 1
+            for j in range(nk - 1, -1, -1):
+                while ns[j] > top_n and top_n < n0 + reach:
+                    top_n += 1
+                    last[top_n] = j
+            for n in range(n_lo, n0 + reach + 1):
+                a = last.get(n, -1)
+                if a < 0:
+                    continue
+                b = ks[a + 1] if a + 1 < nk else 2 * ks[a]
+                near = tuple((ks[j], hs[j]) for j in (a - 1, a, a + 1) if 0 <= j < nk)
+                jobs.append([q, n, ks[a], vals[a], b, M2, wf, w_cmp, len(tops) - 1, near, {}])
+    _edges_vec(theorem, d, jobs)
+    for q, _, a, va, *_, r, _, _ in jobs:  # in the order of fine_best's jobs
+        if va > tops[r][0]:
+            tops[r] = (va, a, q)
+    return tops
+
+
+def _edge_target(a: int, b: int, n: int,
+                 est: dict[int, tuple[float, float]] | tuple[tuple[int, tuple[float, float]], ...]
+                 ) -> int:
+    """The K in [a, b) where the edge of tooth n is expected: at first (``est`` the samples near
+    the bracket) as :func:`_window`, then 1/h (Λ_f/work for n = 1) linear in K between the
+    bracket's ends (``est`` the estimates at every node evaluated), or the middle without
+    estimates there."""
+    if isinstance(est, tuple):
+        win = _window(a, b, n, est)
+        return (a + b) // 2 if win is None else min(max(win[0] + EDGE_WINDOW, a), b - 1)
+    ea, eb = est.get(a), est.get(b)
+    if ea is not None and eb is not None:
+        k = 1 if n == 1 else 0
+        ha, hb = ea[k], eb[k]
+        if ha > 0.0 and hb > 0.0 and math.isfinite(ha) and math.isfinite(hb):
+            ya, yb = 1.0 / ha, 1.0 / hb
+            y = 1.0 / n if n > 1 else 1.0
+            if yb != ya:
+                t = a + (b - a) * (y - ya) / (yb - ya)
+                if math.isfinite(t):
+                    return min(max(int(t), a), b - 1)
+    return (a + b) // 2
+
+
+def _edges_many(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
+    """The bisections of :func:`_fine_many`, in rounds: each job ``[q, n, a, va, b, M, w,
+    w_cmp, owner, estimates, nodes]`` ends with a, va its right edge and the value there, as
+    :func:`_right_edge` (h − 1 >= n at a; the steps of the scalar bisection)."""
+    assert theorem.lambdas is not None
+    while True:
+        Ks: list[int] = []
+        who: list[int] = []
+        spans: list[tuple[int, int, int]] = []  # (job, its first and past-the-last node)
+        for j, job in enumerate(jobs):
+            n, a, va, b, nodes = job[1], job[2], job[3], job[4], job[10]
+            while b - a > 1:  # the scalar steps, as far as the nodes evaluated go
+                c = (a + b) // 2
+                hc = nodes.get(c)
+                if hc is None:
+                    break
+                if hc >= n:
+                    a, va = c, c * hc
+                else:
+                    b = c
+            job[2], job[3], job[4] = a, va, b
+            if b - a <= 1:
+                continue
+            t = _edge_target(a, b, n, job[9])
+            want = set()
+            for dt in EDGE_TARGETS:
+                x, y, tt = a, b, t + dt
+                while y - x > 1:
+                    c = (x + y) // 2
+                    if c not in nodes:
+                        want.add(c)
+                    if c <= tt:
+                        x = c
+                    else:
+                        y = c
+            spans.append((j, len(Ks), len(Ks) + len(want)))
+            Ks.extend(want)
+            who.extend([j] * len(want))
+        if not Ks:
+            return
+        q = [jobs[j][0] for j in who]
+        Ms = [jobs[j][5] for j in who]
+        c, h, z = _node_eval(theorem, d, Ms, Ks, q, np.array([jobs[j][6] for j in who]),
+                             np.array([jobs[j][7] for j in who]))
+        hm1 = [int(v) + 1 for v in c.tolist()]
+        hz = list(zip(h.tolist(), z.tolist()))
+        for j, i0, i1 in spans:
+            job = jobs[j]
+            job[10].update(zip(Ks[i0:i1], hm1[i0:i1]))
+            if isinstance(job[9], tuple):  # (the samples near: now every node's estimates)
+                job[9] = {K: e for K, e in job[9]}
+            job[9].update(zip(Ks[i0:i1], hz[i0:i1]))
+
+
+def _node_eval(theorem: PairsTheorem, d: int, Ms: Sequence[int], Ks: Sequence[int],
+               qs: Sequence[float], w: FloatArray, w_cmp: FloatArray
+               ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """At each node (M, K, q) with its work (float, and compared, as :func:`segments_bound_many`):
+    h − 2 as segments_bound_many computes it (−1: h = 1, 0: h = 2; an integral float), and the
+    real-valued h and work/Λ_f (:func:`segments_h`)."""
+    assert theorem.lambdas is not None
+    lam, lam_f, lam_l = theorem.lambdas(d, Ms, Ks, qs)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        x = (w - lam_f - lam_l) / lam
+        c = np.ceil(x)  # h - 2 (h >= 3), as segments_bound_many
+        h = 2.0 + x
+        z = w / lam_f
+    c = np.where(w_cmp <= lam_f + lam_l, 0.0, c)
+    c = np.where(w_cmp <= lam_f, -1.0, c)
+    if not np.isfinite(c).all():  # (segments_bound would raise: so does this)
+        raise ValueError("fine search: a segment count is not finite")
+    return c, h, z
+
+
+#: :func:`_edges_vec` keeps K in int64: brackets reaching this go to :func:`_edges_many`.
+_K_VEC = 1 << 61
+
+
+def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
+    """:func:`_edges_many` with every step in numpy: each round, every bisection that is not
+    done takes the path of the scalar bisection towards its interpolated edge (1/h, or Λ_f/work
+    for n = 1, linear in K between the bracket's ends), all the paths' nodes are evaluated at
+    once, and each bisection follows its path as long as the scalar steps do: where a node's
+    decision differs from the path's, it takes the scalar step there and starts the next round
+    from that bracket (the nodes further on the path are in the other half: never needed).
+    The same steps, values and edges as :func:`_edges_many`."""
+    if not jobs:
+        return
+    if max(job[4] for job in jobs) >= _K_VEC:
+        _edges_many(theorem, d, jobs)
+        return
+    q = np.array([job[0] for job in jobs], dtype=np.float64)
+    n = np.array([job[1] for job in jobs], dtype=np.int64)
+    a = np.array([job[2] for job in jobs], dtype=np.int64)
+    b = np.array([job[4] for job in jobs], dtype=np.int64)
+    Mj = [job[5] for job in jobs]  # (ints: as _edges_many passes them)
+    wf = np.array([job[6] for job in jobs], dtype=np.float64)
+    wc = np.array([job[7] for job in jobs], dtype=np.float64)
+    one = n == 1
+    nf = n.astype(np.float64) - 1.0  # h − 1 >= n: c >= n − 1
+    yt = np.where(one, 1.0, 1.0 / n)
+
+    def y_of(e: tuple[float, float] | None, first: bool) -> float:
+        if e is None:
+            return math.nan
+        v = e[1] if first else e[0]
+        return 1.0 / v if v > 0.0 and math.isfinite(v) else math.nan
+
+    ya = np.array([y_of(dict(job[9]).get(job[2]), job[1] == 1) for job in jobs])
+    yb = np.array([y_of(dict(job[9]).get(job[4]), job[1] == 1) for job in jobs])
+    va: list[int] = [job[3] for job in jobs]
+    live = np.nonzero(b - a > 1)[0]
+    while len(live):
+        A, B = a[live], b[live]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            t = A + (B - A) * ((yt[live] - ya[live]) / (yb[live] - ya[live]))
+        mid = A + (B - A) // 2
+        good = np.isfinite(t)
+        T = np.where(good, np.floor(np.where(good, t, 0.0)), mid).astype(np.int64)
+        T = np.minimum(np.maximum(T, A), B - 1)
+        L = int((B - A).max()).bit_length() + 1
+        m = len(live)
+        C = np.zeros((m, L), dtype=np.int64)
+        AL = np.empty((m, L), dtype=np.int64)
+        BL = np.empty((m, L), dtype=np.int64)
+        valid = np.zeros((m, L), dtype=bool)
+        for lvl in range(L):
+            act = B - A > 1
+            if not act.any():
+                break
+            c = A + (B - A) // 2  # = (A + B) // 2 for A, B >= 0
+            valid[:, lvl] = act
+            C[:, lvl] = c
+            AL[:, lvl] = A
+            BL[:, lvl] = B
+            dec = c <= T
+            A = np.where(act & dec, c, A)
+            B = np.where(act & ~dec, c, B)
+        rows, cols = np.nonzero(valid)
+        Ks = C[rows, cols]
+        jj = live[rows]
+        cv, hv, zv = _node_eval(theorem, d, [Mj[j] for j in jj.tolist()], Ks.tolist(),
+                                q[jj].tolist(), wf[jj], wc[jj])
+        act_dec = cv >= nf[jj]
+        mis = np.zeros((m, L), dtype=bool)
+        mis[rows, cols] = act_dec != (Ks <= T[rows])
+        CV = np.full((m, L), np.nan)
+        CV[rows, cols] = cv
+        YV = np.full((m, L), np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            yv = np.where(one[jj], 1.0 / zv, 1.0 / hv)
+        YV[rows, cols] = np.where(np.isfinite(yv) & (yv > 0.0), yv, np.nan)
+        AD = np.zeros((m, L), dtype=bool)
+        AD[rows, cols] = act_dec
+        has = mis.any(axis=1)
+        first = np.argmax(mis, axis=1)
+        r = np.arange(m)
+        # where a path was followed to its end: A, B; else the bracket before the first
+        # differing node, and the scalar step there
+        cf = C[r, first]
+        up = has & AD[r, first]
+        na = np.where(up, cf, np.where(has, AL[r, first], A))
+        nb = np.where(has & ~up, cf, np.where(has, BL[r, first], B))
+        # the values and estimates at the new ends: nodes of this round (a path's nodes are
+        # distinct), or as before
+        eq = (C == na[:, None]) & valid
+        at = np.nonzero(eq.any(axis=1))[0]
+        col = np.argmax(eq, axis=1)
+        ya[live[at]] = YV[at, col[at]]
+        for i, K, cc in zip(live[at].tolist(), na[at].tolist(), CV[at, col[at]].tolist()):
+            va[i] = K * (int(cc) + 1)
+        eq = (C == nb[:, None]) & valid
+        at = np.nonzero(eq.any(axis=1))[0]
+        col = np.argmax(eq, axis=1)
+        yb[live[at]] = YV[at, col[at]]
+        a[live], b[live] = na, nb
+        live = live[nb - na > 1]
+    for job, ai, vi in zip(jobs, a.tolist(), va):
+        job[2], job[3] = ai, vi
 
 
 def _work(theorem: PairsTheorem, P: int, d: int, qs: Sequence[float]) -> int | FloatArray:

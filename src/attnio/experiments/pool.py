@@ -145,6 +145,7 @@ def _run_task(conn, task: list[Config]) -> None:
     seconds while it runs, then ``("ok", rows)`` with the rest (the task is done)."""
     rows: list[tuple] = []
     last = _clock()
+    _row.prepare(task)
     for i, cfg in enumerate(task):
         rows.append(_row.run_encoded(cfg))
         if i + 1 < len(task) and _clock() - last >= PART_S:

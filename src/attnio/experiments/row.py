@@ -313,6 +313,21 @@ def run_values(cfgs: Sequence[Config]) -> list[tuple]:
     return [row_values(_run_row(c, encoded=True)) for c in cfgs]
 
 
+def prepare(cfgs: Sequence[Config]) -> None:
+    """The certificates' few-segment bound searches of these configurations in batches
+    (:func:`attnio.bounds.prepare`, the same values): a sweep calls it once per task, before
+    its rows.  Only a warm-up: a configuration it cannot take is left to its row, which reports
+    it."""
+    from .. import bounds as _bounds
+
+    work = [(c.shape, c.M) for c in cfgs if isinstance(c.shape, Shape) and type(c.M) is int]
+    back = any(c.backward for c in cfgs)
+    try:
+        _bounds.prepare(work, backward=back)
+    except Exception:  # noqa: BLE001 - the rows compute (and report) whatever failed here
+        return
+
+
 def run_encoded(cfg: Config) -> tuple:
     """The store row of one configuration, as a value tuple."""
     return row_values(_run_row(cfg, encoded=True))
