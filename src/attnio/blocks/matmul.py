@@ -262,7 +262,7 @@ class BlockedMatmul:
         for ib in mem.blocks(s.m, tiling.bm):
             for jb in mem.blocks(s.n, tiling.bn):
                 Ct = mem.alloc((ib.size, jb.size), 0.0, label="C_ij")
-                mem.accumulate_products(Ct, A, B, ib, jb, mem.blocks(s.k, tiling.bk),
+                mem.accumulate_products(Ct, A, B, (ib, jb), mem.blocks(s.k, tiling.bk),
                                         labels=("A_il", "B_lj"))
                 mem.store(Ct, C, ib, jb)
                 mem.free(Ct)
