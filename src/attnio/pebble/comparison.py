@@ -65,7 +65,7 @@ def simulated(inst: Instance, M: int) -> list[tuple[str, int | None, str]]:
         need = MATMUL.min_M()
         if M < need:
             return [(MATMUL.name, None, f"cannot run: needs M >= {need}")]
-        return [(MATMUL.name, run_matmul(shape=inst.sizes, M=M, mode="count").io.total, "")]
+        return [(MATMUL.name, run_matmul(shape=inst.sizes, M=M).io.total, "")]
     shape = Shape(*inst.sizes)
     for alg in algorithms.all_algorithms(exact=True):
         need = alg.min_M(shape)
