@@ -58,7 +58,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -341,6 +341,7 @@ def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None, tilin
     elif not isinstance(limits, Limits):
         raise ParameterError(f"limits must be an attnio.core.resources.Limits, got "
                              f"{type(limits).__name__}", param="limits")
+    mode: Literal["compute", "count"]
     if A is None and B is None:
         if shape is None:
             raise ParameterError("give A and B (compute mode) or shape=(m, k, n) for a count",
