@@ -49,10 +49,10 @@ def main() -> None:
     tr = Trace.from_arrays(addr, kind)
     C = args.capacity
     results = {}
-    runs = [("lru", dict(policy="lru")), ("fifo", dict(policy="fifo")), ("opt", dict(policy="opt"))]
-    for label, kw in runs:
+    cache = attnio.cachesim.Cache(C, write_allocate=True)
+    for label in ("lru", "fifo", "opt"):
         t0 = time.perf_counter()
-        r = attnio.replay(tr, C, write_allocate=True, **kw)
+        r = attnio.replay(tr, cache, label)
         dt = time.perf_counter() - t0
         results[label] = {"seconds": dt, "accesses_per_s": len(addr) / dt, "reads": r.reads,
                           "writes": r.writes}
@@ -65,8 +65,8 @@ def main() -> None:
             t0 = time.perf_counter()
             r = pycachesim_replay(tr, C, pol)
             dt = time.perf_counter() - t0
-            ours = attnio.replay(tr, C, pol, write_allocate=True, write_hit_refresh=False) \
-                if pol == "lru" else None
+            ours = attnio.replay(tr, attnio.cachesim.Cache(
+                C, write_allocate=True, write_hit_refresh=False), pol) if pol == "lru" else None
             label = f"pycachesim-{pol}"
             results[label] = {"seconds": dt, "accesses_per_s": len(addr) / dt, "reads": r.reads,
                               "writes": r.writes}

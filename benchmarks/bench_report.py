@@ -61,7 +61,7 @@ def _best(fn, rounds: int = 3) -> tuple[float, int]:
 
 
 def main() -> None:
-    from attnio.experiments.report import build_report
+    from attnio.experiments.report import ReportOptions, build_report
     from attnio.experiments.sweep import Grid, parse_values, run_sweep
 
     tmp = tempfile.mkdtemp()
@@ -74,7 +74,8 @@ def main() -> None:
         t, n = _best(lambda out: len(old.build_report(db, out).figures))
         results["before (png+svg)"] = {"seconds": t, "figures": n}
     for name, fmts in (("now (png+pdf)", ("png", "pdf")), ("now (png)", ("png",))):
-        t, n = _best(lambda out, fmts=fmts: len(build_report(db, out, formats=fmts).figures))
+        t, n = _best(lambda out, fmts=fmts: len(build_report(
+            db, out, options=ReportOptions(fmts)).figures))
         results[name] = {"seconds": t, "figures": n}
     for name, r in results.items():
         r["seconds_per_figure"] = r["seconds"] / max(1, r["figures"])

@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
             ok = want in f.read()
         print("README matches the generator" if ok else "README drifted: run docs/gen_report.py")
         return 0 if ok else 1
-    from attnio.experiments.report import build_report
+    from attnio.experiments.report import ReportOptions, build_report
     from attnio.experiments.sweep import PRESETS, run_sweep
 
     t0 = time.perf_counter()
@@ -87,7 +87,8 @@ def main(argv: list[str]) -> int:
         print(summary)
         if os.path.isdir(OUT):
             shutil.rmtree(OUT)
-        rep = build_report(db, OUT, formats=("png", "pdf"), figs_per_axis=FIGS_PER_AXIS)
+        rep = build_report(db, OUT, options=ReportOptions(("png", "pdf"),
+                                                           figs_per_axis=FIGS_PER_AXIS))
     missing = [f for f in README_FIGURES if f not in rep.figures]
     if missing:
         raise SystemExit(f"gen_report: the report drew no {', '.join(missing)}")

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 
-from attnio.experiments.report import build_report
+from attnio.experiments.report import ReportOptions, build_report
 from attnio.experiments.sweep import grids_from_toml, run_sweep
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,7 +56,8 @@ def main() -> None:
         db = os.path.join(tmp, "example.sqlite")
         summary = run_sweep(grids_from_toml(grid_path), db, jobs=2)
         print(summary)
-        rep = build_report(db, OUT, formats=("png",), html_page=False, figs_per_axis=1)
+        rep = build_report(db, OUT, options=ReportOptions(("png",), html_page=False,
+                                                           figs_per_axis=1))
     print(f"{len(rep.figures)} figures, {len(rep.best)} best configurations in "
           f"{len(rep.settings)} settings, {sum(c.status == 'pass' for c in rep.covered)} of "
           f"{len(rep.covered)} covered claims pass -> {OUT} ({time.perf_counter() - t0:.0f} s)")

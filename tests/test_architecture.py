@@ -109,11 +109,11 @@ EXEMPT = {
 }
 
 #: Functions above MAX_PARAMETERS, not exempt, allowed for now: this ceiling only goes down.
-#: Of the 55: 38 in algorithms/ (the schedules' kernels and run_schedule/schedule_group, which
-#: the Schedule protocol of issue 33 items 1-2 replaces) and 7 in bounds/; 8 keyword-only public
-#: functions (cachesim's trace, verify and replay, run_matmul, build_report, tune_report,
-#: pebble.solve, runner.estimate); core's accumulate_products and split_sums.
-CEILING = 55
+#: Of the 45: 38 in algorithms/ (the schedules' kernels and run_schedule/schedule_group, which
+#: the Schedule protocol of issue 33 items 1-2 replaces) and 7 in bounds/.  Elsewhere every
+#: function keeps to 8 (their options travel as Limits, Cache, VerifyOptions, ReportOptions,
+#: TuneSearch, SolveOptions: docs/api.md).
+CEILING = 45
 
 
 def parameter_count(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
@@ -151,6 +151,8 @@ def test_functions_keep_to_eight_parameters():
     rest = [name for name in names if name not in EXEMPT]
     assert len(rest) <= CEILING, (f"{len(rest)} functions take more than {MAX_PARAMETERS} "
                                   f"parameters (ceiling {CEILING}): group the new ones")
+    outside = [name for name in rest if not name.startswith(("algorithms/", "bounds/"))]
+    assert not outside, f"outside algorithms/ and bounds/, group the parameters of {outside}"
 
 
 # ---------------------------------------------------------------------- the command line

@@ -243,7 +243,7 @@ def test_blocked_matmul_counts_are_above_the_explicit_matmul_bound(m, k, n, M):
 
     if M < ALGORITHM.min_M((m, k, n)):
         return
-    res = run_matmul(shape=(m, k, n), M=M, mode="count")
+    res = run_matmul(shape=(m, k, n), M=M)
     assert res.io.total >= B.matmul(m=m, k=k, n=n, M=M).value
 
 

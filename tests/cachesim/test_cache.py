@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import attnio
-from attnio.cachesim.caches import replay
+from attnio.cachesim.caches import Cache, replay
 from attnio.cachesim.tracing import ArrayInfo, Trace
 from attnio.core.errors import ParameterError
 from conftest import need
@@ -61,7 +61,7 @@ def test_write_back_counts_dirty_evictions_and_final_flush():
     assert (r.reads, r.writes, r.dirty_evictions, r.flushed) == (4, 4, 4, 0)
     r = replay((addr, kind), 8, "lru")  # all fit: the dirty words are flushed at the end
     assert (r.reads, r.writes, r.dirty_evictions, r.flushed) == (4, 4, 0, 4)
-    r = replay((addr, kind), 8, "lru", write_allocate=True)  # a write miss reads the word first
+    r = replay((addr, kind), Cache(8, write_allocate=True), "lru")  # a write miss reads the word first
     assert (r.reads, r.writes) == (8, 4)
 
 
@@ -125,12 +125,12 @@ def random_traces(n_traces=40, seed=7):
 def test_opt_never_worse_than_lru_or_fifo_and_sleator_tarjan_holds_on_random_traces():
     for a, k, C in random_traces():
         for wa in (False, True):
-            opt = replay((a, k), C, "opt", write_allocate=wa)
-            lru = replay((a, k), C, "lru", write_allocate=wa)
-            fifo = replay((a, k), C, "fifo", write_allocate=wa)
+            opt = replay((a, k), Cache(C, write_allocate=wa), "opt")
+            lru = replay((a, k), Cache(C, write_allocate=wa), "lru")
+            fifo = replay((a, k), Cache(C, write_allocate=wa), "fifo")
             assert opt.reads <= min(lru.reads, fifo.reads)
             assert opt.total <= min(lru.total, fifo.total)
-            lru2 = replay((a, k), 2 * C, "lru", write_allocate=wa)
+            lru2 = replay((a, k), Cache(2 * C, write_allocate=wa), "lru")
             # Sleator–Tarjan bounds faults (every access a page request) against any policy
             assert lru2.misses <= 2 * opt.misses + C
             if wa:  # with fetch-on-write, also the total I/O (checked, not a theorem)
@@ -159,8 +159,8 @@ def test_hand_made_traces_satisfy_sleator_tarjan():
 
 def test_set_associative_lru_with_one_set_equals_fully_associative():
     for a, k, C in itertools.islice(random_traces(seed=3), 10):
-        full = replay((a, k), C, "lru", write_allocate=True)
-        one = replay((a, k), C, "lru", write_allocate=True, ways=C)
+        full = replay((a, k), Cache(C, write_allocate=True), "lru")
+        one = replay((a, k), Cache(C, ways=C, write_allocate=True), "lru")
         assert (full.reads, full.writes) == (one.reads, one.writes)
 
 
@@ -171,17 +171,29 @@ def test_bad_parameters_name_the_parameter():
     with pytest.raises(ParameterError, match="capacity_words"):
         replay(tr, 0)
     with pytest.raises(ParameterError, match="write_allocate=True"):
-        replay(tr, 8, line_words=4)
+        replay(tr, Cache(8, line_words=4))
     with pytest.raises(ParameterError, match="multiple of line_words"):
-        replay(tr, 6, line_words=4, write_allocate=True)
+        replay(tr, Cache(6, line_words=4, write_allocate=True))
     with pytest.raises(ParameterError, match="ways"):
-        replay(tr, 8, ways=3)
+        replay(tr, Cache(8, ways=3))
     with pytest.raises(ParameterError, match="fully associative"):
-        replay(tr, 8, "opt", ways=2)
+        replay(tr, Cache(8, ways=2), "opt")
     with pytest.raises(ParameterError, match="kind"):
         replay(([0, 1], ["r", "x"]), 4)
     with pytest.raises(ParameterError, match="trace must be"):
         replay([0, 1, 2], 4)
+
+
+def test_cache_is_validated_once_and_an_int_is_its_capacity():
+    tr = reads_only(list(range(5)) * 3)
+    assert replay(tr, 4, "lru") == replay(tr, Cache(4), "lru")
+    for kw, param in (({"capacity_words": True}, "capacity_words"),
+                      ({"capacity_words": 8, "write_allocate": 1}, "write_allocate"),
+                      ({"capacity_words": 8, "write_hit_refresh": None}, "write_hit_refresh"),
+                      ({"capacity_words": 8, "ways": 0}, "ways")):
+        with pytest.raises(ParameterError) as e:
+            Cache(**kw)
+        assert e.value.param == param
 
 
 # ------------------------------------------------------------------ pycachesim
@@ -202,8 +214,8 @@ def test_replay_agrees_with_pycachesim_on_random_traces(policy):
 
     for a, k, _ in itertools.islice(random_traces(seed=11), 15):
         for cap, L, ways in CONFIGS:
-            ours = replay((a, k), cap, policy, line_words=L, ways=ways, write_allocate=True,
-                          write_hit_refresh=False)
+            ours = replay((a, k), Cache(cap, L, ways, write_allocate=True,
+                                        write_hit_refresh=False), policy)
             ref = pycachesim_replay((a, k), cap, policy, line_words=L, ways=ways)
             assert (ours.reads, ours.writes) == (ref.reads, ref.writes), (cap, L, ways)
             assert ours.misses == ref.read_misses  # pycachesim's MISS_count
@@ -218,8 +230,8 @@ def test_replay_agrees_with_pycachesim_on_algorithm_traces(policy, name):
     t = attnio.trace(name, 32, 8, 300)
     plain = Trace.from_arrays(*t.to_arrays())  # every array flushed, as pycachesim does
     for cap, L, ways in [(256, 1, None), (256, 1, 8), (256, 8, None), (512, 8, 4)]:
-        ours = replay(plain, cap, policy, line_words=L, ways=ways, write_allocate=True,
-                      write_hit_refresh=False)
+        ours = replay(plain, Cache(cap, L, ways, write_allocate=True, write_hit_refresh=False),
+                      policy)
         ref = pycachesim_replay(plain, cap, policy, line_words=L, ways=ways)
         assert (ours.reads, ours.writes) == (ref.reads, ref.writes), (cap, L, ways)
 
@@ -230,5 +242,6 @@ def test_pycachesim_store_hits_do_not_refresh_lru_which_our_default_does():
 
     addr, kind = [0, 1, 0, 2, 0], [0, 0, 1, 0, 0]
     assert pycachesim_replay((addr, kind), 2, "lru").reads == 4
-    assert replay((addr, kind), 2, "lru", write_allocate=True).reads == 3
-    assert replay((addr, kind), 2, "lru", write_allocate=True, write_hit_refresh=False).reads == 4
+    assert replay((addr, kind), Cache(2, write_allocate=True), "lru").reads == 3
+    assert replay((addr, kind), Cache(2, write_allocate=True, write_hit_refresh=False),
+                  "lru").reads == 4

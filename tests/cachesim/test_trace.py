@@ -47,7 +47,7 @@ def test_trace_events_stay_inside_their_arrays_and_touch_every_input_and_output_
     for N, d, M, causal in CONFIGS:
         if not _fits(name, N, d, M, causal):
             continue
-        t = attnio.trace(name, N, d, M, causal=causal)
+        t = attnio.trace(name, M=M, shape=attnio.Shape.make(N, d, causal=causal))
         addr, kind = t.to_arrays()
         assert len(addr) == len(t) > 0
         assert set(np.unique(kind).tolist()) <= {0, 1}
@@ -79,7 +79,7 @@ def test_alias_model_on_a_hand_made_schedule():
     mem.compute(lambda x: None, a, writes=1)  # a's epoch ends with a store to Y: reads X, writes Y
     mem.store(a, Y)                      # already in Y's words: no event
     mem.free(a, acc)
-    t = _build(rec, {}, 1 << 20)
+    t = _build(rec, {})
     ev = list(t)
     assert ev[:2] == [Event("~acc", 0, "write"), Event("~acc", 1, "write")]
     assert ev[2:4] == [Event("~acc", 0, "read"), Event("~acc", 1, "read")]
@@ -101,7 +101,7 @@ def test_unchanged_tile_stored_elsewhere_is_a_copy_and_unfilled_alloc_reads_noth
     u = mem.alloc((2,), None, label="u")
     mem.compute(lambda x: None, u, writes=1)  # uninitialised: no reads, two writes
     mem.free(a, u)
-    ev = [(e.array, e.index, e.kind) for e in _build(rec, {}, 1 << 20)]
+    ev = [(e.array, e.index, e.kind) for e in _build(rec, {})]
     assert ev == [("X", 1, "read"), ("X", 2, "read"), ("Y", 0, "write"), ("Y", 1, "write"),
                   ("~u", 0, "write"), ("~u", 1, "write")]
 
@@ -117,7 +117,7 @@ def test_chunks_of_any_size_concatenate_to_the_same_trace():
 
 
 def test_npz_round_trip_and_din_format(tmp_path):
-    t = attnio.trace("standard", 16, 4, 64, causal=True)
+    t = attnio.trace("standard", M=64, shape=attnio.Shape.make(16, 4, causal=True))
     t.save(tmp_path / "t.npz")
     back = load(tmp_path / "t.npz")
     assert len(back) == len(t) and back.arrays == t.arrays and back.meta == t.meta

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import attnio
-from attnio.cachesim.validation import verify
+from attnio.cachesim.validation import VerifyOptions, verify
 from attnio.core.workload import Shape
 from conftest import exact_attention_names
 
@@ -48,7 +48,7 @@ def test_every_algorithm_is_replayed_at_two_grid_points_or_more_in_the_default_r
 
 @pytest.mark.parametrize("name,causal,N,d,M", REPLAY_CASES)
 def test_cache_replays_respect_opt_explicit_and_sleator_tarjan(name, causal, N, d, M):
-    v = verify(name, N, d, M, causal=causal)
+    v = verify(name, M=M, shape=Shape.make(N, d, causal=causal))
     opt, lru, fifo = v.count("opt", M), v.count("lru", M), v.count("fifo", M)
     print(name, N, d, M, causal, v.explicit.total, lru, fifo, opt, v.count("lru", 2 * M))
     assert opt <= v.explicit.total  # the explicit schedule is one valid strategy
@@ -80,6 +80,6 @@ def test_explicit_column_equals_the_simulator_count():
         alg = attnio.algorithms.get(name)
         if 300 < alg.min_M(Shape(32, 32, 8)):
             continue
-        v = verify(name, 32, 8, 300, policies=("lru",), factors=(1,))
+        v = verify(name, 32, 8, 300, options=VerifyOptions(("lru",), (1,)))
         io = attnio.run(name, shape=(32, 8), M=300, mode="count").io
         assert (v.explicit.reads, v.explicit.writes) == (io.reads, io.writes)

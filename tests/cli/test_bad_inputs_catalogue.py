@@ -368,22 +368,26 @@ API_CASES: list[tuple[str, object, str]] = [
      "eps"),
     ("unknown algorithm", lambda: run("flash3", shape=(8, 4), M=100), "algorithm"),
     ("trace of an absurd size", lambda: attnio.trace("flash2", 10**5, 128, 8192), "max_memory"),
-    ("trace over budget", lambda: attnio.trace("flash2", 4096, 64, 4096, budget_s=1e-6),
-     "budget_s"),
+    ("trace over budget", lambda: attnio.trace("flash2", 4096, 64, 4096,
+                                               limits=attnio.Limits(budget_s=1e-6)), "budget_s"),
     ("trace N zero", lambda: attnio.trace("flash2", 0, 8, 100), "N"),
     ("trace without M", lambda: attnio.trace("flash2", 8, 4), "M"),
     ("verify of an absurd size", lambda: verify("flash2", 10**5, 128, 8192),
      "max_memory"),
-    ("verify no policy", lambda: verify("flash2", 16, 4, 200, policies=()), "policies"),
-    ("verify unknown policy", lambda: verify("flash2", 16, 4, 200, policies=("xyz",)),
+    ("verify no policy", lambda: verify(
+        "flash2", 16, 4, 200, options=attnio.cachesim.VerifyOptions(())), "policies"),
+    ("verify unknown policy", lambda: verify(
+        "flash2", 16, 4, 200, options=attnio.cachesim.VerifyOptions(("xyz",))),
      "policies"),
     ("replay capacity zero", lambda: attnio.replay((np.arange(4), np.zeros(4)), 0),
      "capacity_words"),
     ("replay policy", lambda: attnio.replay((np.arange(4), np.zeros(4)), 4, "mru"), "policy"),
     ("matmul over budget", lambda: attnio.blocks.matmul.run_matmul(
-        np.ones((200, 200)), np.ones((200, 200)), M=12, budget_s=1e-3), "budget_s"),
+        np.ones((200, 200)), np.ones((200, 200)), M=12, limits=attnio.Limits(budget_s=1e-3)),
+     "budget_s"),
     ("matmul absurd memory", lambda: attnio.blocks.matmul.run_matmul(
-        np.ones((2, 2)), np.ones((2, 2)), M=12, max_memory=1), "max_memory"),
+        np.ones((2, 2)), np.ones((2, 2)), M=12, limits=attnio.Limits(max_memory=1)),
+     "max_memory"),
     ("matmul shapes", lambda: attnio.blocks.matmul.run_matmul(np.ones((2, 3)), np.ones((2, 3)),
                                                                M=12), "B"),
     ("plan N huge", lambda: attnio.plan(10**200, 64, 1000), "N"),
@@ -428,8 +432,8 @@ API_CASES: list[tuple[str, object, str]] = [
     ("limits not Limits", lambda: run("flash2", shape=(8, 4), M=100, limits=5), "limits"),
     ("backward a string", lambda: run("flash2", shape=(8, 4), M=100, backward="yes"),
      "backward"),
-    ("matmul budget a string", lambda: attnio.blocks.matmul.run_matmul(
-        shape=(4, 4, 4), M=12, budget_s="5"), "budget_s"),
+    ("matmul limits not Limits", lambda: attnio.blocks.matmul.run_matmul(
+        shape=(4, 4, 4), M=12, limits={"budget_s": 5}), "limits"),
     ("matmul m beyond 2**50", lambda: attnio.blocks.matmul.run_matmul(
         shape=(2**62, 4, 4), M=100), "m"),
     ("inputs a device", lambda: run("flash2", inputs="/dev/zero", M=512), "inputs"),

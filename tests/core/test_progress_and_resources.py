@@ -107,7 +107,8 @@ def test_replays_report_their_events():
 
 def test_verify_reports_recording_then_replays():
     seen = []
-    attnio.cachesim.validation.verify("flash2", 32, 8, 300, policies=("lru",),
+    attnio.cachesim.validation.verify("flash2", 32, 8, 300,
+                                      options=attnio.cachesim.VerifyOptions(("lru",)),
                                       progress=lambda d, t: seen.append((d, t)))
     assert seen and seen[-1][0] == seen[-1][1]
 

@@ -11,7 +11,7 @@ import pytest
 
 import attnio
 from attnio.cli import main as cli_main
-from attnio.experiments.report import build_report, claims, fit_slope, series_fits
+from attnio.experiments.report import ReportOptions, build_report, claims, fit_slope, series_fits
 from attnio.experiments.store import ResultsStore
 from attnio.experiments.sweep import Grid, parse_values, run_sweep
 from conftest import need
@@ -30,7 +30,7 @@ def report(tmp_path_factory):
     run_sweep([Grid(N=NS, d=(D_N,), M=(M_N,), algorithms=("flash2", "standard")),
                Grid(N=(N_M,), d=(D_M,), M=MS, algorithms=("flash2", "square_tiling", "standard"))],
               db, jobs=2)
-    rep = build_report(db, base / "out", formats=("png", "svg"))
+    rep = build_report(db, base / "out", options=ReportOptions(("png", "svg")))
     with ResultsStore(db, readonly=True) as st:
         rows = st.rows(decode=True)
     return rep, rows, base / "out"
@@ -178,7 +178,8 @@ def user_report(tmp_path_factory):
                     algorithms=("flash2", "standard"), causal=(True,), heads=(4,),
                     kv_heads=(1, 4)),
                Grid(N=(256, 512), d=(16,), M=(1024, 4096), algorithms=("flash2",))], db, jobs=1)
-    return (build_report(db, base / "out", svg=False, html_page=False, figs_per_axis=1),
+    return (build_report(db, base / "out", options=ReportOptions(("png",), html_page=False,
+                                                                 figs_per_axis=1)),
             base / "out")
 
 
@@ -273,8 +274,8 @@ def researcher(tmp_path_factory):
                   heads=(4,), kv_heads=(4, 1))
     run_sweep([Grid(causal=(False, True), **common),
                Grid(causal=(True,), window=(64, 128), **common)], db, jobs=1)
-    return build_report(db, base / "out", formats=("png",), html_page=False,
-                        figs_per_axis=1), base / "out"
+    return build_report(db, base / "out", options=ReportOptions(("png",), html_page=False,
+                                                                figs_per_axis=1)), base / "out"
 
 
 def test_every_setting_of_the_researchers_grid_gets_a_figure_and_the_overlays(researcher):
@@ -295,8 +296,8 @@ def test_every_setting_of_the_researchers_grid_gets_a_figure_and_the_overlays(re
 def test_the_cap_lists_every_figure_it_leaves_out(tmp_path, researcher):
     rep, out = researcher
     db = out.parent / "g.sqlite"
-    capped = build_report(db, tmp_path / "o", formats=("png",), html_page=False,
-                          figs_per_axis=1, max_figures=9)
+    capped = build_report(db, tmp_path / "o", options=ReportOptions(
+        ("png",), html_page=False, figs_per_axis=1, max_figures=9))
     assert len(capped.figures) == 9
     drawn_settings = {capped.captions[f].split("; ")[1] for f in capped.figures
                       if f.startswith("io_vs_")}
@@ -368,7 +369,7 @@ def test_dpi_sets_the_resolution_of_the_png_figures(tmp_path, capsys):
 
     for bad in (49, 1201, 120.0, True):
         with pytest.raises(ParameterError, match=r"dpi must be an integer in \[50, 1200\]"):
-            build_report(db, tmp_path / "x", dpi=bad)
+            build_report(db, tmp_path / "x", options=ReportOptions(dpi=bad))
     assert not (tmp_path / "x").exists()
 
 
@@ -441,7 +442,7 @@ def test_report_reports_progress_per_figure(tmp_path):
     run_sweep(Grid(N=(256, 512, 1024), d=(16,), M=(1024, 4096), algorithms=("flash2",)), db,
               jobs=1)
     calls = []
-    rep = build_report(db, tmp_path / "o", formats="png", html_page=False,
+    rep = build_report(db, tmp_path / "o", options=ReportOptions("png", html_page=False),
                        progress=lambda done, total: calls.append((done, total)))
     n = len(rep.figures)
     assert n >= 2 and calls == [(i, n) for i in range(1, n + 1)]
@@ -456,7 +457,7 @@ def test_bad_report_options_are_one_line_naming_the_option(tmp_path, kw, flag):
     db = tmp_path / "t.sqlite"
     run_sweep(Grid(N=(256,), d=(16,), M=(4096,), algorithms=("flash2",)), db, jobs=1)
     with pytest.raises(ParameterError, match=flag):
-        build_report(db, tmp_path / "o", **kw)
+        build_report(db, tmp_path / "o", options=ReportOptions(**kw))
     assert not (tmp_path / "o").exists()
 
 

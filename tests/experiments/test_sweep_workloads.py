@@ -137,7 +137,7 @@ def test_cli_workload_flags_and_verify(tmp_path):
 def test_verify_columns_equal_direct_replays(algorithm, causal):
     row = run_config(Config(algorithm, Shape(48, 48, 8, causal=causal), 512, verify=True))
     assert row["status"] == "ok" and row["verify_reason"] is None
-    tr = trace(algorithm, shape=(48, 48, 8), M=512, causal=causal)
+    tr = trace(algorithm, shape=Shape(48, 48, 8, causal=causal), M=512)
     assert row["trace_events"] == len(tr)
     for cap, tag in ((512, "M"), (1024, "2M")):
         for p in ("lru", "opt"):

@@ -18,7 +18,7 @@ from attnio.core.workload import Shape
 from attnio.hardware import devices, kernels, timing
 from attnio.hardware.feasibility import check
 from attnio.hardware.model import score
-from attnio.hardware.oracle import candidates, tune_report
+from attnio.hardware.oracle import TuneSearch, candidates, tune_report
 from attnio.hardware.predict import flash_flops, predict
 from attnio.hardware.ranking import TIE, ranks
 from attnio.hardware.traffic import build, compulsory_rw
@@ -182,7 +182,7 @@ GQA_DECODE = Shape(1, 65536, 128, heads=32, kv_heads=8, causal=True)
     (GQA_PREFILL, "bf16", "auto"), (GQA_PREFILL, "fp8", "auto"), (GQA_PREFILL, "bf16", None),
     (GQA_DECODE, "bf16", "auto"), (GQA_DECODE, "fp8", None)])
 def test_tune_answers_on_causal_gqa(shape, dtype, kernel):
-    r = tune_report(H100, shape, dtype=dtype, top=3, kernel=kernel, max_replays=2)
+    r = tune_report(H100, shape, dtype=dtype, top=3, kernel=kernel, search=TuneSearch(2))
     assert r.best and all(s.feasible for s in r.best)
     assert (r.named is None) == (kernel is None)
     text = str(r)
@@ -210,7 +210,7 @@ def test_ties_within_one_percent_share_a_rank():
 
 def test_backward_tune_ranks_flash_attns_backward_config():
     r = tune_report(A100, Shape(2048, 2048, 128, heads=8, causal=True), algorithm="fa2_bwd",
-                    top=2, max_replays=2)
+                    top=2, search=TuneSearch(2))
     assert r.named is not None and r.named.config.label.startswith("fa2_bwd_sm80")
     assert r.named_rank is not None and r.named_rank >= 1
 

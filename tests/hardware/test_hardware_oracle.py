@@ -15,7 +15,7 @@ from attnio.hardware import devices, l2, traffic
 from attnio.hardware.feasibility import check
 from attnio.hardware.kernels import KernelConfig
 from attnio.hardware.model import score, waves_of
-from attnio.hardware.oracle import bounds, candidates, tune, tune_report
+from attnio.hardware.oracle import TuneSearch, bounds, candidates, tune, tune_report
 
 H100 = devices.get("h100")
 A100 = devices.get("a100")
@@ -117,14 +117,14 @@ def test_tune_returns_what_scoring_every_config_returns(shape, where):
     from attnio.hardware.ranking import TIE
 
     every = sorted(_brute(H100, shape, "fa3", where), key=lambda s: s.time_s)
-    r = tune_report(H100, shape, algorithm="fa3", top=3, where=where, max_replays=1000,
-                    distinct=False)
+    r = tune_report(H100, shape, algorithm="fa3", top=3,
+                    search=TuneSearch(1000, where, distinct=False))
     # a config whose bounds fix its time to TIE/2 is not replayed: its time is within that
     assert r.best[0].time_s <= every[0].time_s * (1 + TIE / 2)
     assert all(s.time_s <= every[2].time_s * (1 + TIE / 2) for s in r.best)
     # the default report: the best distinct tiles, each at most a tie slower than the best
     # config of that tile
-    d = tune_report(H100, shape, algorithm="fa3", top=2, where=where, max_replays=1000)
+    d = tune_report(H100, shape, algorithm="fa3", top=2, search=TuneSearch(1000, where))
     tiles = {}
     for s in every:
         tiles.setdefault((s.config.Br, s.config.Bc), s.time_s)
@@ -149,8 +149,8 @@ def test_fa2_tune_returns_what_scoring_every_config_returns():
         return c.Br in (16, 32, 64) and c.Bc in (32, 64, 128) and c.splits in (1, 2, 4)
 
     every = sorted(_brute(A100, DECODE, "fa2", where), key=lambda s: s.time_s)
-    r = tune_report(A100, DECODE, algorithm="fa2", top=3, where=where, max_replays=1000,
-                    distinct=False)
+    r = tune_report(A100, DECODE, algorithm="fa2", top=3,
+                    search=TuneSearch(1000, where, distinct=False))
     assert r.best[0].time_s <= every[0].time_s * (1 + TIE / 2)
     assert all(s.time_s <= every[2].time_s * (1 + TIE / 2) for s in r.best)
     best = {s.config: s.time_s for s in every}

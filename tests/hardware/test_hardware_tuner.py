@@ -243,6 +243,23 @@ def test_fa3_backward_is_tuned_against_flash_attns_backward_config():
         tune_report(A100, shape, algorithm="fa3_bwd")   # no wgmma: nothing feasible
 
 
+def test_tune_search_is_validated_once_and_restricts_the_space():
+    """TuneSearch refuses a bad field by name; its where keeps the search inside the
+    predicate, and one replay still answers."""
+    from attnio.hardware import TuneSearch
+
+    for kw, param in (({"max_replays": 0}, "max_replays"), ({"where": 3}, "where"),
+                      ({"distinct": "no"}, "distinct")):
+        with pytest.raises(ParameterError) as e:
+            TuneSearch(**kw)
+        assert e.value.param == param
+    with pytest.raises(ParameterError) as e:
+        tune_report(H100, DECODE, search={"max_replays": 1})
+    assert e.value.param == "search"
+    r = tune_report(H100, DECODE, top=2, search=TuneSearch(1, lambda c: c.splits == 1))
+    assert r.best and all(s.config.splits == 1 for s in r.best)
+
+
 def test_cli_score_reports_bandwidth_for_a_memory_bound_decode(capsys):
     from attnio.cli import main
 

@@ -123,9 +123,10 @@ def test_the_report_has_the_cp_section(tmp_path, capsys):
                  ("ring", "grid"))
     assert _cli(capsys, "sweep", "--db", db, "--N", "256", "--d", "16", "--M", "1024",
                 "--algo", "flash2", "--quiet")[0] == 0
-    from attnio.experiments.report import build_report
+    from attnio.experiments.report import ReportOptions, build_report
 
-    rep = build_report(db, str(tmp_path / "rep"), formats=("png",), html_page=False)
+    rep = build_report(db, str(tmp_path / "rep"),
+                       options=ReportOptions(("png",), html_page=False))
     assert "cp_words_vs_P.png" in rep.figures
     text = (tmp_path / "rep" / "REPORT.md").read_text()
     assert "## Context parallelism" in text and "| grid |" in text

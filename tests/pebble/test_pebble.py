@@ -79,6 +79,24 @@ def test_chain_optimum_is_one_read_and_one_write():
         pebble.solve(dag.chain(4), 1)
 
 
+def test_solve_options_are_validated_once_and_used():
+    """SolveOptions refuses a bad field by name; a search-only share or CP-SAT alone with its
+    options reach the same optimum of the binary tree."""
+    for kw, param in (({"workers": 0}, "workers"), ({"search_share": 1.5}, "search_share"),
+                      ({"horizon": 0}, "horizon"), ({"seed": -1}, "seed")):
+        with pytest.raises(ParameterError) as e:
+            pebble.SolveOptions(**kw)
+        assert e.value.param == param
+    with pytest.raises(ParameterError) as e:
+        pebble.solve(dag.binary_tree(4), 3, options={"workers": 1})
+    assert e.value.param == "options"
+    g = dag.binary_tree(4)
+    assert pebble.solve(g, 3, time_limit=10, options=pebble.SolveOptions(search_share=1.0)).io == 7
+    cp = pebble.solve(g, 3, time_limit=10, method="cpsat",
+                      options=pebble.SolveOptions(horizon=12, workers=1, seed=3))
+    assert cp.io == 7 and cp.horizon == 12
+
+
 def test_binary_tree_with_three_pebbles_costs_seven():
     """Leaves a, b, c, d (inputs), ab = a∘b, cd = c∘d, root = ab∘cd (output); M = 3.
 

@@ -260,7 +260,7 @@ class Standard(Algorithm[StandardTiling]):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             for kb in mem.blocks(Nkv, bn, lo=lo, hi=hi, band=band):
                 acc = mem.alloc((qb.size, kb.size), 0.0, label="S_ij")
-                mem.accumulate_products(acc, Q, K, qb, kb, mem.blocks(d, bk), transpose_b=True,
+                mem.accumulate_products(acc, Q, K, (qb, kb), mem.blocks(d, bk), transpose_b=True,
                                         alpha=scale, labels=("Q_il", "K_jl"))
                 K_.mask_tile(mem, acc, shape, qb, kb)
                 mem.store(acc, S, qb, kb)
@@ -299,7 +299,7 @@ class Standard(Algorithm[StandardTiling]):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             for cb in mem.blocks(d, bk):
                 acc = mem.alloc((qb.size, cb.size), 0.0, label="O_ic")
-                mem.accumulate_products(acc, P, V, qb, cb,
+                mem.accumulate_products(acc, P, V, (qb, cb),
                                         mem.blocks(Nkv, bn, lo=lo, hi=hi, band=band),
                                         labels=("P_ij", "V_jc"))
                 mem.store(acc, O, qb, cb)

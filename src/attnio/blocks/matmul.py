@@ -43,7 +43,7 @@ Its API mirrors an attention algorithm's (``candidate_tilings``, ``footprint``, 
 ``(m, k, n)`` tuple), with :meth:`BlockedMatmul.schedule` taking A, B, C; it is not registered as an
 attention algorithm.  :func:`run_matmul` is the entry point.
 
->>> r = run_matmul(shape=(64, 32, 48), M=300, mode="count")
+>>> r = run_matmul(shape=(64, 32, 48), M=300)
 >>> (r.io.reads, r.io.writes) == (r.predicted.reads, r.predicted.writes)
 True
 >>> import numpy as np
@@ -58,7 +58,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -67,7 +67,6 @@ from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, IOStats, SlowArray, TwoLevelMemory
 from ..core.progress import ProgressCallback
 from ..core.resources import (
-    DEFAULT_BUDGET_S,
     FLOPS_PER_SECOND,
     STEP_SECONDS,
     Cost,
@@ -262,7 +261,7 @@ class BlockedMatmul:
         for ib in mem.blocks(s.m, tiling.bm):
             for jb in mem.blocks(s.n, tiling.bn):
                 Ct = mem.alloc((ib.size, jb.size), 0.0, label="C_ij")
-                mem.accumulate_products(Ct, A, B, ib, jb, mem.blocks(s.k, tiling.bk),
+                mem.accumulate_products(Ct, A, B, (ib, jb), mem.blocks(s.k, tiling.bk),
                                         labels=("A_il", "B_lj"))
                 mem.store(Ct, C, ib, jb)
                 mem.free(Ct)
@@ -322,52 +321,56 @@ def estimate_matmul(shape: Any, M: int, *, tiling: Any = None, mode: str = "comp
     return Cost(8 * words, seconds, what)
 
 
-def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None,
-               mode: str | None = None, tiling: Any = None, bulk: bool = True,
-               budget_s: float | None = DEFAULT_BUDGET_S, force: bool = False,
-               max_memory: int | None = None,
+def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None, tiling: Any = None,
+               limits: Limits | None = None, bulk: bool = True,
                progress: ProgressCallback | None = None) -> MatmulResult:
     """C = A·B on a simulated fast memory of ``M`` words.
 
     Pass ``A`` (m×k) and ``B`` (k×n) for compute mode (``output`` is C), or ``shape=(m, k, n)``
-    for count mode.  ``tiling``: None/"auto", "square", "outer" (COSMA), a :class:`MatmulTiling`
-    or a mapping ``{"bm":, "bn":, "bk":}``.  As :func:`attnio.run`: more memory than
-    ``max_memory`` (default: what the machine has available) is refused before allocating, and
-    so is a compute-mode run estimated to take more than ``budget_s`` seconds unless ``force``;
-    ``progress(steps, total)`` reports the tile steps.
+    for count mode (the counts depend on the sizes only).  ``tiling``: None/"auto", "square",
+    "outer" (COSMA), a :class:`MatmulTiling` or a mapping ``{"bm":, "bn":, "bk":}``.  As
+    :func:`attnio.run`, under ``limits`` (a :class:`~attnio.core.resources.Limits`; default
+    ``Limits()``): more memory than ``max_memory`` (default: what the machine has available) is
+    refused before allocating, and so is a compute-mode run estimated to take more than
+    ``budget_s`` seconds unless ``force``.  ``bulk=False`` counts alike blocks one by one (the
+    same counts); ``progress(steps, total)`` reports the tile steps.
     """
     M = check_int("M", M, minimum=1, maximum=MAX_M)
-    limits = Limits(budget_s, force, max_memory)  # types checked once (no '5' for 5 s)
+    if limits is None:
+        limits = Limits()
+    elif not isinstance(limits, Limits):
+        raise ParameterError(f"limits must be an attnio.core.resources.Limits, got "
+                             f"{type(limits).__name__}", param="limits")
+    mode: Literal["compute", "count"]
     if A is None and B is None:
         if shape is None:
-            raise ParameterError("give A and B (compute mode) or shape=(m, k, n) with mode='count'", param="shape")
-        mode = mode or "count"
-        if mode != "count":
-            raise ParameterError(f"mode={mode!r} needs A and B; without data only mode='count' runs", param="mode")
+            raise ParameterError("give A and B (compute mode) or shape=(m, k, n) for a count",
+                                 param="shape")
+        mode = "count"
         s = MatmulShape.coerce(shape)
         data = None
     else:
         if A is None or B is None:
-            raise ParameterError("give both A and B (or neither, with shape= and mode='count')", param="B")
+            raise ParameterError("give both A and B (or neither, with shape=(m, k, n) for a "
+                                 "count)", param="B")
         A, B = _as_matrix("A", A), _as_matrix("B", B)
         if A.shape[1] != B.shape[0]:
             raise ParameterError(f"A's columns must equal B's rows, got A {A.shape} and B {B.shape}", param="B")
         s = MatmulShape(A.shape[0], A.shape[1], B.shape[1])
         if shape is not None and MatmulShape.coerce(shape) != s:
             raise ParameterError(f"shape={shape!r} does not match the inputs' shape {s}", param="shape")
-        mode = mode or "compute"
-        if mode not in ("compute", "count"):
-            raise ParameterError(f"mode must be 'compute' or 'count', got {mode!r}", param="mode")
+        mode = "compute"
         data = (A, B)
     t = ALGORITHM.coerce_tiling(s, M, tiling)
     limits.check(estimate_matmul(s, M, tiling=t, mode=mode), subject=f"{mode} mode on m={s.m} "
                  f"k={s.k} n={s.n}", timed=mode == "compute",
-                 instead="use mode='count' (same counts), or smaller m, k and n (sizes)")
+                 instead="count without A and B (shape=(m, k, n): same counts), or smaller m, k "
+                         "and n (sizes)")
     dtype = np.float64 if data is None else np.result_type(np.float32, A.dtype, B.dtype)
-    mem = TwoLevelMemory(M, mode="compute" if mode == "compute" else "count", bulk=bulk,
+    mem = TwoLevelMemory(M, mode=mode, bulk=bulk,
                          dtype=dtype, progress=progress,
                          progress_total=ALGORITHM.steps(s, t) if progress else 0)
-    if data is not None and mode == "compute":
+    if data is not None:
         Ah, Bh = mem.slow("A", A.shape, A), mem.slow("B", B.shape, B)
     else:
         Ah, Bh = mem.slow("A", (s.m, s.k)), mem.slow("B", (s.k, s.n))

@@ -590,7 +590,7 @@ def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J
         T = np.concatenate([T2, MK, MK])  # the middle, first and last segments' problems
         lo = np.concatenate([Ma, np.zeros(n), Ma])
         hi = np.concatenate([MK, Ka, MK])
-        best = _pooled_max_many(T, lo, hi, np.tile(nua, 3), J, J_peaks, rho, breaks,
+        best = _pooled_max_many((T, lo, hi, np.tile(nua, 3)), J, J_peaks, rho, breaks,
                                 flat_until)
         lam = best[:n] + nua * T2
         lam_f = best[n:2 * n] + nua * MK
@@ -598,10 +598,11 @@ def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
 
 
-def _pooled_max_many(T: FloatArray, lo: FloatArray, hi: FloatArray, nu: FloatArray, J: ArrayFn,
-                     J_peaks: Callable[[FloatArray], Sequence[FloatArray]], rho: ArrayFn,
-                     breaks: Sequence[float], flat_until: float) -> FloatArray:
-    """:func:`_pooled_max` of each problem (T, lo, hi, ν)."""
+def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatArray],
+                     J: ArrayFn, J_peaks: Callable[[FloatArray], Sequence[FloatArray]],
+                     rho: ArrayFn, breaks: Sequence[float], flat_until: float) -> FloatArray:
+    """:func:`_pooled_max` of each problem (T, lo, hi, ν): ``problems`` holds the four arrays."""
+    T, lo, hi, nu = problems
     nu4 = 4.0 * nu * nu
 
     def at(I: FloatArray, Y: FloatArray, i: npt.NDArray[np.intp]) -> FloatArray:

@@ -6,8 +6,9 @@
   validation report.
 """
 
-from .caches import POLICIES, ReplayResult, replay
+from .caches import POLICIES, Cache, ReplayResult, replay
 from .tracing import Trace, trace
-from .validation import Verification, verify
+from .validation import Verification, VerifyOptions, verify
 
-__all__ = ["POLICIES", "ReplayResult", "Trace", "Verification", "replay", "trace", "verify"]
+__all__ = ["POLICIES", "Cache", "ReplayResult", "Trace", "Verification", "VerifyOptions", "replay",
+           "trace", "verify"]

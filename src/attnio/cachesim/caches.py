@@ -9,7 +9,7 @@
 
 The cache
 ---------
-``capacity_words`` words in lines of ``line_words`` words; fully associative, or ``ways``-way set
+A :class:`Cache`: ``capacity_words`` words in lines of ``line_words`` words; fully associative, or ``ways``-way set
 associative (``capacity_words / line_words / ways`` sets, a line's set is ``line % sets``, as in
 pycachesim).  Write-back: a written line is *dirty*; a dirty line costs one write of its words
 when it is evicted and at the end of the trace (the final flush writes back the dirty lines of
@@ -51,9 +51,59 @@ import numpy as np
 from ..core.checks import check_int
 from ..core.errors import ParameterError
 
-__all__ = ["POLICIES", "ReplayResult", "replay"]
+__all__ = ["POLICIES", "Cache", "ReplayResult", "replay"]
 
 POLICIES = ("lru", "fifo", "opt")
+
+
+@dataclass(frozen=True)
+class Cache:
+    """A write-back cache of ``capacity_words`` words, validated on construction.
+
+    ``line_words`` words per line (> 1 needs ``write_allocate=True``; the capacity a multiple of
+    it); ``ways``: set associativity (None: fully associative; it must divide the number of
+    lines); ``write_allocate``: whether a write miss loads its line; ``write_hit_refresh=False``
+    makes LRU ignore write hits for recency, as pycachesim does (its stores that hit only mark
+    the line dirty; the default counts every access as a use).  :func:`replay` takes one, or a
+    capacity in words for ``Cache(capacity_words)``.
+    """
+
+    capacity_words: int
+    line_words: int = 1
+    ways: int | None = None
+    write_allocate: bool = False
+    write_hit_refresh: bool = True
+
+    def __post_init__(self) -> None:
+        capacity_words = check_int("capacity_words", self.capacity_words, minimum=1)
+        line_words = check_int("line_words", self.line_words, minimum=1)
+        object.__setattr__(self, "capacity_words", capacity_words)
+        object.__setattr__(self, "line_words", line_words)
+        for name in ("write_allocate", "write_hit_refresh"):
+            if not isinstance(getattr(self, name), bool):
+                raise ParameterError(f"{name} must be True or False, got "
+                                     f"{getattr(self, name)!r}", param=name)
+        if line_words > 1 and not self.write_allocate:
+            raise ParameterError(
+                f"line_words={line_words} needs write_allocate=True (a write miss on a longer "
+                "line must read the rest of the line); with write_allocate=False use "
+                "line_words=1", param="line_words")
+        if capacity_words % line_words:
+            raise ParameterError(
+                f"capacity_words={capacity_words} must be a multiple of line_words={line_words}",
+                param="capacity_words")
+        if self.ways is not None:
+            lines = capacity_words // line_words
+            ways = check_int("ways", self.ways, minimum=1, maximum=lines)
+            if lines % ways:
+                raise ParameterError(
+                    f"ways={ways} must divide the number of lines, {lines} "
+                    f"(capacity_words/line_words)", param="ways")
+            object.__setattr__(self, "ways", ways)
+
+    @property
+    def lines(self) -> int:
+        return self.capacity_words // self.line_words
 
 
 @dataclass(frozen=True)
@@ -125,30 +175,20 @@ def _live_lines(tr, line_words: int):
     return is_live
 
 
-def replay(trace, capacity_words: int, policy: str = "lru", *, line_words: int = 1,
-           write_allocate: bool = False, ways: int | None = None,
-           write_hit_refresh: bool = True, chunk: int = 1 << 20,
+def replay(trace, cache: int | Cache, policy: str = "lru", *, chunk: int = 1 << 20,
            progress: Callable[[int, int], None] | None = None) -> ReplayResult:
-    """Replay ``trace`` through a write-back cache of ``capacity_words`` words.
+    """Replay ``trace`` through a write-back ``cache``.
 
     Parameters
     ----------
     trace : Trace or tuple
         A :class:`~attnio.cachesim.tracing.Trace` (from :func:`attnio.trace`) or a pair
         ``(addresses, kinds)`` (kinds 0/1 or "read"/"write"; every array live-out).
-    capacity_words : int
-        The cache's capacity in words (a multiple of ``line_words``).
+    cache : int or Cache
+        A :class:`Cache` (line size, associativity, write policy), or its capacity in words for
+        a fully associative cache of 1-word lines without write allocation.
     policy : {"lru", "fifo", "opt"}
-        The replacement policy (``"opt"``: Belady's).
-    line_words : int
-        Words per cache line (> 1 needs ``write_allocate=True``).
-    write_allocate : bool
-        Whether a write miss loads its line.
-    ways : int, optional
-        Set associativity (None: fully associative).
-    write_hit_refresh : bool
-        False makes LRU ignore write hits for recency, as pycachesim does (its stores that hit
-        only mark the line dirty); the default counts every access as a use.
+        The replacement policy (``"opt"``: Belady's, fully associative only).
     chunk : int
         Events processed per chunk.
     progress : callable, optional
@@ -160,40 +200,24 @@ def replay(trace, capacity_words: int, policy: str = "lru", *, line_words: int =
         ``reads``, ``writes`` and ``total`` in words.
     """
     tr = _as_trace(trace)
-    capacity_words = check_int("capacity_words", capacity_words, minimum=1)
-    line_words = check_int("line_words", line_words, minimum=1)
+    c = cache if isinstance(cache, Cache) else Cache(cache)
     if policy not in POLICIES:
         raise ParameterError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}", param="policy")
-    if not isinstance(write_allocate, bool):
-        raise ParameterError(f"write_allocate must be True or False, got {write_allocate!r}", param="write_allocate")
-    if line_words > 1 and not write_allocate:
-        raise ParameterError(
-            f"line_words={line_words} needs write_allocate=True (a write miss on a longer line "
-            "must read the rest of the line); with write_allocate=False use line_words=1", param="line_words")
-    if capacity_words % line_words:
-        raise ParameterError(
-            f"capacity_words={capacity_words} must be a multiple of line_words={line_words}", param="capacity_words")
-    lines = capacity_words // line_words
-    if ways is not None:
-        ways = check_int("ways", ways, minimum=1, maximum=lines)
-        if lines % ways:
-            raise ParameterError(
-                f"ways={ways} must divide the number of lines, {lines} "
-                f"(capacity_words/line_words)", param="ways")
-        if policy == "opt":
-            raise ParameterError("policy='opt' is fully associative only: use ways=None", param="ways")
+    if policy == "opt" and c.ways is not None:
+        raise ParameterError("policy='opt' is fully associative only: use ways=None", param="ways")
+    line_words, lines = c.line_words, c.lines
     is_live = _live_lines(tr, line_words)
     if policy == "opt":
         addr, kind = tr.to_arrays()
         counts = _opt(addr // line_words if line_words > 1 else addr, kind.astype(bool), lines,
-                      write_allocate, line_words == 1, is_live, progress)
+                      c.write_allocate, line_words == 1, is_live, progress)
     else:
         gen = _reported(((a // line_words if line_words > 1 else a, k)
                          for a, k in tr.raw_chunks(chunk)), len(tr), progress)
-        per_set = lines if ways is None else ways
+        per_set = lines if c.ways is None else c.ways
         counts = _lru_fifo(gen, lines // per_set, per_set, policy == "lru", is_live,
-                           bool(write_hit_refresh))
-    return ReplayResult(policy, capacity_words, line_words, ways, write_allocate, *counts)
+                           c.write_hit_refresh)
+    return ReplayResult(policy, c.capacity_words, line_words, c.ways, c.write_allocate, *counts)
 
 
 def _reported(chunks, total: int, progress):

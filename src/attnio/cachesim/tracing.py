@@ -73,7 +73,7 @@ from ..core.checks import check_int
 from ..core.errors import ParameterError
 from ..core.memory import FastTile, SlowArray, Tracer, TwoLevelMemory
 from ..core.progress import ProgressCallback
-from ..core.resources import DEFAULT_BUDGET_S, Cost, check_cost
+from ..core.resources import Cost, Limits
 from ..core.workload import MAX_M, Shape
 from ..runner import place_inputs
 
@@ -352,15 +352,14 @@ def estimate_trace(alg: Any, shape: Shape, M: int, tiling: Any) -> tuple[int, Co
 
 # --------------------------------------------------------------------------- from a schedule
 def trace(name: str, N: int | None = None, d: int | None = None, M: int | None = None, *,
-          shape: Any = None, tiling: Any = None, causal: object = None,
-          window: int | None = None, scale: float | None = None, chunk: int = CHUNK,
-          budget_s: float | None = DEFAULT_BUDGET_S, force: bool = False,
-          max_memory: int | None = None, progress: ProgressCallback | None = None) -> Trace:
+          shape: Any = None, tiling: Any = None, limits: Limits | None = None,
+          progress: ProgressCallback | None = None) -> Trace:
     """The element trace of algorithm ``name`` on ``N x d`` inputs with ``M`` fast words.
 
     The schedule runs once in count mode to record its tile steps; events are generated from
-    that log each time the trace is read.  The recording's memory and time are estimated first
-    (:func:`estimate_trace`) and refused when over ``max_memory`` or ``budget_s``.
+    that log each time the trace is read (:meth:`Trace.chunks` takes the chunk size).  The
+    recording's memory and time are estimated first (:func:`estimate_trace`) and refused beyond
+    ``limits``.
 
     Parameters
     ----------
@@ -372,24 +371,14 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
         Fast-memory capacity in words.
     shape : Shape or tuple, optional
         A :class:`~attnio.core.workload.Shape`, ``(Nq, Nkv, d)`` or ``(N, d)``; replaces N and
-        d for non-square, multi-head or masked problems.
+        d for non-square, multi-head or masked problems (``Shape.make(N, d, causal=True,
+        window=W)``: a causal mask, a sliding window of W keys per query).
     tiling : Tiling, mapping or None
         As in :func:`attnio.run` (None: the default tiling for M).
-    causal : bool or str, optional
-        False, True / ``"bottom_right"`` or ``"top_left"`` (None: the shape's mask).
-    window : int, optional
-        A sliding window of W keys per query.
-    scale : float, optional
-        The softmax scale (None: 1/sqrt(d)); it changes no count.
-    chunk : int
-        Events generated per chunk when the trace is read.
-    budget_s : float or None
-        Refuse a recording estimated to take longer than this many seconds (None: no limit).
-    force : bool
-        Run even when over ``budget_s``.
-    max_memory : int, optional
-        Refuse a recording estimated to need more bytes (default: what the machine has
-        available).
+    limits : Limits, optional
+        A :class:`~attnio.core.resources.Limits` (default ``Limits()``): a recording estimated
+        to take longer than ``budget_s`` seconds is refused unless ``force``, and so is one
+        needing more bytes than ``max_memory`` (default: what the machine has available).
     progress : callable, optional
         ``progress(steps, total)`` reports the recording's tile steps.
 
@@ -399,39 +388,55 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
         The recorded trace: iterate its events (or ``chunks()``), or :func:`attnio.replay` it.
     """
     alg = _alg.get(name)
-    if shape is None:
-        if N is None or d is None:
-            raise ParameterError("trace: give N and d (or shape=(Nq, Nkv, d))", param="N")
-        shape = (check_int("N", N, minimum=1), check_int("d", d, minimum=1))
-    shp = Shape.coerce(shape).with_mask(causal, window)
+    shp = workload_of("trace", N, d, shape)
     if M is None:
         raise ParameterError("trace: M (fast-memory words) is required", param="M")
     M = check_int("M", M, minimum=1, maximum=MAX_M)
+    limits = _limits(limits)
     t = alg.coerce_tiling(shp, M, tiling)
     _, cost = estimate_trace(alg, shp, M, t)
-    check_cost(cost, subject=f"the trace of {alg.name} on {shp.describe()}",
-               budget_s=budget_s, force=force, max_memory=max_memory,
-               instead="count without a trace (attnio.run mode='count') or use a smaller N")
+    limits.check(cost, subject=f"the trace of {alg.name} on {shp.describe()}",
+                 instead="count without a trace (attnio.run mode='count') or use a smaller N")
     rec = _Recorder()
     steps = shp.n_heads * max(1, int(alg.steps(shp, t)))
     mem = TwoLevelMemory(M, mode="count", tracer=rec, progress=progress, progress_total=steps)
     h = place_inputs(mem, shp, None)
     alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t,
-                     scale=default_scale(shp.d, scale))
+                     scale=default_scale(shp.d, None))
     st = mem.stats()
     meta = {"algorithm": alg.name, "Nq": shp.Nq, "Nkv": shp.Nkv, "d": shp.d, "M": M,
             "causal": shp.mask, "window": shp.window, "batch": shp.batch, "heads": shp.heads,
             "kv_heads": shp.kv_heads,
             "tiling": _tiling_dict(t),
             "explicit": {"reads": st.reads, "writes": st.writes, "peak": st.peak}}
-    return _build(rec, meta, chunk)
+    return _build(rec, meta)
+
+
+def workload_of(who: str, N: Any, d: Any, shape: Any) -> Shape:
+    """The workload of :func:`trace` or :func:`attnio.cachesim.validation.verify`: ``shape``,
+    or ``N x d`` when it is None."""
+    if shape is None:
+        if N is None or d is None:
+            raise ParameterError(f"{who}: give N and d (or shape=(Nq, Nkv, d))", param="N")
+        shape = (check_int("N", N, minimum=1), check_int("d", d, minimum=1))
+    return Shape.coerce(shape)
+
+
+def _limits(limits: object) -> Limits:
+    """``limits``, or ``Limits()`` for None; anything else is refused."""
+    if limits is None:
+        return Limits()
+    if not isinstance(limits, Limits):
+        raise ParameterError(f"limits must be an attnio.core.resources.Limits, got "
+                             f"{type(limits).__name__}", param="limits")
+    return limits
 
 
 def _tiling_dict(t) -> dict:
     return dataclasses.asdict(t) if dataclasses.is_dataclass(t) and not isinstance(t, type) else {}
 
 
-def _build(rec: _Recorder, meta: dict, chunk: int) -> Trace:
+def _build(rec: _Recorder, meta: dict) -> Trace:
     """Resolve each tile epoch's destination, lay out the arrays, count the events."""
     size = [int(np.prod(s, dtype=np.int64)) if s else 1 for s in rec.shape]
     epochs, scratch_size, n_events = _epochs(rec, size)

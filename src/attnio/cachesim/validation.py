@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 
 from .. import algorithms as _alg
-from ..core.checks import check_int
+from ..core.checks import check_int, check_real
 from ..core.errors import ParameterError
 from ..core.extras import figure, require
 from ..core.memory import IOCount
 from ..core.progress import ProgressCallback
-from ..core.resources import DEFAULT_BUDGET_S, Cost, check_cost
+from ..core.resources import Cost, Limits
 from ..core.workload import MAX_M, Shape
 from .caches import POLICIES, ReplayResult, replay
 from .tracing import (
@@ -41,9 +41,11 @@ from .tracing import (
     Trace,
     estimate_trace,
     trace,
+    workload_of,
 )
 
-__all__ = ["Verification", "estimate_verify", "grid", "pycachesim_replay", "verify", "write_report"]
+__all__ = ["Verification", "VerifyOptions", "estimate_verify", "grid", "pycachesim_replay", "verify",
+           "write_report"]
 
 
 @dataclass(frozen=True)
@@ -110,64 +112,87 @@ def estimate_verify(name: str, shape: Any, M: int, *, tiling: Any = None,
     return events, Cost(peak, seconds, "the trace and its replays")
 
 
+@dataclass(frozen=True)
+class VerifyOptions:
+    """What :func:`verify` replays and within which limits, validated on construction: each
+    policy of ``policies`` (``"lru"``, ``"fifo"``, ``"opt"``; at least one) at every capacity
+    ``factor * M`` of ``factors`` (positive), the whole estimated first and refused beyond
+    ``limits`` (a :class:`~attnio.core.resources.Limits`)."""
+
+    policies: Sequence[str] = POLICIES
+    factors: Sequence[float] = (1, 2)
+    limits: Limits = field(default_factory=Limits)
+
+    def __post_init__(self) -> None:
+        policies = tuple(self.policies)
+        if not policies:
+            raise ParameterError("policies must name at least one of " + ", ".join(POLICIES),
+                                 param="policies")
+        for p in policies:
+            if p not in POLICIES:
+                raise ParameterError(f"policy must be one of {', '.join(POLICIES)}, got {p!r}",
+                                     param="policies")
+        factors = tuple(check_real("factors", f, lo=0, lo_open=True) for f in self.factors)
+        if not factors:
+            raise ParameterError("factors must hold at least one capacity factor",
+                                 param="factors")
+        if not isinstance(self.limits, Limits):
+            raise ParameterError(f"limits must be an attnio.core.resources.Limits, got "
+                                 f"{type(self.limits).__name__}", param="limits")
+        object.__setattr__(self, "policies", policies)
+        object.__setattr__(self, "factors", factors)
+
+
 def verify(name: str, N: int | None = None, d: int | None = None, M: int | None = None, *,
-           shape: Any = None, tiling: Any = None, causal: object = None,
-           window: int | None = None, policies: Sequence[str] = POLICIES,
-           factors: Sequence[float] = (1, 2), trace_obj: Trace | None = None,
-           budget_s: float | None = DEFAULT_BUDGET_S, force: bool = False,
-           max_memory: int | None = None,
+           shape: Any = None, tiling: Any = None, options: VerifyOptions | None = None,
            progress: ProgressCallback | None = None) -> Verification:
     """Explicit count of ``name`` at (N, d, M) and replays of its trace at ``factor * M`` words.
 
     ``shape`` (a :class:`~attnio.core.workload.Shape` or a tuple) replaces N and d for
     non-square, multi-head or masked workloads.  The trace is recorded with the tiling the
-    explicit schedule uses at M; each policy in ``policies`` replays it (word lines, write-back,
-    write-no-fetch) at every capacity ``factor * M``.
+    explicit schedule uses at M; each policy of ``options.policies`` replays it (word lines,
+    write-back, write-no-fetch) at every capacity ``factor * M`` of ``options.factors``
+    (:class:`VerifyOptions`; default: LRU, FIFO and OPT at M and 2M).
 
     The memory and time are estimated first (:func:`estimate_verify`) and refused beyond
-    ``max_memory`` (default: what the machine has available) or, unless ``force``, beyond
-    ``budget_s`` seconds.  ``progress(done, total)`` reports the recording's tile steps, then the
-    events replayed.
+    ``options.limits``: more than ``max_memory`` bytes (default: what the machine has
+    available) or, unless ``force``, more than ``budget_s`` seconds.  ``progress(done, total)``
+    reports the recording's tile steps, then the events replayed.
     """
-    if shape is None:
-        if N is None or d is None:
-            raise ParameterError("verify: give N and d (or shape=(Nq, Nkv, d))", param="N")
-        shape = (check_int("N", N, minimum=1), check_int("d", d, minimum=1))
-    shp = Shape.coerce(shape).with_mask(causal, window)
-    N, d = shp.Nq, shp.d
+    shp = workload_of("verify", N, d, shape)
     if M is None:
         raise ParameterError("verify: M (fast-memory words) is required", param="M")
     M = check_int("M", M, minimum=1, maximum=MAX_M)
-    policies = tuple(policies)
-    if not policies:
-        raise ParameterError("policies must name at least one of " + ", ".join(POLICIES),
-                             param="policies")
-    for p in policies:
-        if p not in POLICIES:
-            raise ParameterError(f"policy must be one of {', '.join(POLICIES)}, got {p!r}",
-                                 param="policies")
-    if trace_obj is None:
-        _, cost = estimate_verify(name, shp, M, tiling=tiling, policies=policies,
-                                  factors=factors)
-        check_cost(cost, subject=f"verifying {_alg.get(name).name} on {shp.describe()}",
-                   budget_s=budget_s, force=force, max_memory=max_memory,
-                   instead="use a smaller N (or attnio.run mode='count' for the explicit count)")
-    tr = trace_obj if trace_obj is not None else trace(
-        name, M=M, shape=shp, tiling=tiling, budget_s=None, max_memory=max_memory,
-        progress=progress)
+    opts = VerifyOptions() if options is None else options
+    if not isinstance(opts, VerifyOptions):
+        raise ParameterError(f"options must be an attnio.cachesim.VerifyOptions, got "
+                             f"{type(opts).__name__}", param="options")
+    _, cost = estimate_verify(name, shp, M, tiling=tiling, policies=opts.policies,
+                              factors=opts.factors)
+    opts.limits.check(cost, subject=f"verifying {_alg.get(name).name} on {shp.describe()}",
+                      instead="use a smaller N (or attnio.run mode='count' for the explicit "
+                              "count)")
+    tr = trace(name, M=M, shape=shp, tiling=tiling,
+               limits=Limits(None, max_memory=opts.limits.max_memory), progress=progress)
+    return _verification(tr, shp, M, opts, progress)
+
+
+def _verification(tr: Trace, shp: Shape, M: int, opts: VerifyOptions,
+                  progress: ProgressCallback | None = None) -> Verification:
+    """The replays of the recorded trace ``tr`` of ``shp`` at M: each policy at each factor."""
     ex = tr.meta["explicit"]
     reps: dict = {}
-    n_rep = len(tuple(factors)) * len(policies)
+    n_rep = len(opts.factors) * len(opts.policies)
     k = 0
-    for f in factors:
+    for f in opts.factors:
         cap = int(round(f * M))
-        for p in policies:
+        for p in opts.policies:
             done = k * len(tr)
             cb = None if progress is None else (
                 lambda i, _t, done=done: progress(done + i, n_rep * len(tr)))
             reps[(p, cap)] = replay(tr, cap, p, progress=cb)
             k += 1
-    return Verification(tr.meta["algorithm"], N, d, M, shp.causal, tr.meta["tiling"],
+    return Verification(tr.meta["algorithm"], shp.Nq, shp.d, M, shp.causal, tr.meta["tiling"],
                         IOCount(ex["reads"], ex["writes"]), len(tr), reps, shp.describe())
 
 
@@ -235,7 +260,7 @@ def grid(sizes: Sequence[tuple[int, int]] = ((64, 8), (64, 32), (128, 16)), Ms: 
                 if M < alg.min_M(shape):
                     continue
                 tr = trace(name, M=M, shape=shape)
-                v = verify(name, M=M, shape=shape, factors=(1,), trace_obj=tr)
+                v = _verification(tr, shape, M, VerifyOptions(factors=(1,)))
                 v.replays[("lru", 2 * M)] = replay(tr, 2 * M, "lru")
                 out.append(v.as_dict())
                 if progress:
@@ -373,8 +398,9 @@ def write_report(rows: list[dict], md_path: Any, img_path: Any, img_rel: str, co
           "- Sleator–Tarjan bounds faults; on total I/O with write-no-fetch it is a check, and the",
           "  test suite exhibits write-heavy random traces where the total form fails while the",
           "  fault form holds.",
-          "- pycachesim does not refresh LRU recency on a store that hits; `attnio.replay(...,",
-          "  write_hit_refresh=False)` reproduces it exactly (tests and the benchmark agree).",
+          "- pycachesim does not refresh LRU recency on a store that hits; `attnio.replay(trace,",
+          "  attnio.cachesim.Cache(..., write_hit_refresh=False))` reproduces it exactly (tests",
+          "  and the benchmark agree).",
           "- The alias model is one reading of the schedule as a program; a tile loaded while",
           "  another tile's epoch writes the same words would share addresses (no schedule in the",
           "  registry does this).", ""]

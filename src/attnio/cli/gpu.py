@@ -306,7 +306,7 @@ def _score(args) -> int:
 
 
 def _tune(args) -> int:
-    from ..hardware import tune_report, using_calibration
+    from ..hardware import TuneSearch, tune_report, using_calibration
     from .common import progress_from_args
 
     shape = workload_from_args(args)
@@ -321,7 +321,7 @@ def _tune(args) -> int:
             using_calibration(_calibration(args, dev)):
         r = tune_report(dev, shape, algorithm=args.algorithm,
                         dtype=args.dtype or "bf16", top=args.top, kernel=kernel,
-                        max_replays=args.max_replays, progress=bar)
+                        search=TuneSearch(max_replays=args.max_replays), progress=bar)
     if args.json:
         print(json.dumps(r.json(), sort_keys=True))
         return 0

@@ -88,17 +88,17 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from ..experiments import DEFAULT_DPI, build_report
+    from ..experiments import DEFAULT_DPI, ReportOptions, build_report
     from .common import flag_message
 
     try:
         check_paths(args.db, args.out)
         with Progress("attnio report: drawing figures", enabled=False if args.quiet else None,
                       unit="figures") as bar:
-            rep = build_report(args.db, args.out, formats=args.formats, html_page=args.html,
-                               figs_per_axis=args.figs_per_axis, max_figures=args.max_figures,
-                               all_bounds=args.all_bounds, progress=bar,
-                               dpi=DEFAULT_DPI if args.dpi is None else args.dpi)
+            options = ReportOptions(args.formats, args.html, args.figs_per_axis,
+                                    args.max_figures, args.all_bounds,
+                                    DEFAULT_DPI if args.dpi is None else args.dpi)
+            rep = build_report(args.db, args.out, options=options, progress=bar)
     except ParameterError as e:  # the library's argument names (out, db ...) as flags
         raise ParameterError(flag_message(e), param=e.param) from None
     if not args.quiet:

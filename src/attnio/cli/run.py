@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import ParameterError, ResourceError, check_cost, check_int, check_real
+from ..core import Limits, ParameterError, ResourceError, check_cost, check_int, check_real
 from .common import (
     add_backward_arguments,
     add_output_arguments,
@@ -127,7 +127,7 @@ def main_matmul(args) -> int:
             rng = np.random.default_rng(args.seed)
             A = rng.standard_normal((args.m, args.k))
             B = rng.standard_normal((args.k, args.n))
-            res = run_matmul(A, B, M=M, tiling=tiling, progress=bar, **res_kw)
+            res = run_matmul(A, B, M=M, tiling=tiling, limits=Limits(**res_kw), progress=bar)
             assert res.output is not None  # compute mode returns the product
             err = float(np.abs(res.output - A @ B).max())
     io = res.io

@@ -71,12 +71,12 @@ def main(args) -> int:
             f"--N {shape.Nq} --d {shape.d}: the trace would hold more than {products:,} events "
             f"(Nq·Nkv·d·heads > --max-products {args.max_products:g}); use `attnio run "
             "--count-only` for counts, or raise --max-products", param="N")
-    res_kw = common.resources_from_args(args)
+    limits = common.limits_from_args(args)
     with common.progress_from_args(args, f"recording the trace of {alg.name} {shape.describe()}",
                             unit="tile steps") as bar:
         try:
             t = trace(alg.name, M=M, shape=shape, tiling=common.schedule_tiling_from_args(args, alg),
-                      progress=bar, **res_kw)
+                      limits=limits, progress=bar)
         except ResourceError as e:
             raise e.instead_of("count without a trace (`attnio run --count-only`) or use a "
                                "smaller --N") from None

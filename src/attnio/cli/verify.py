@@ -20,7 +20,7 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from .. import algorithms
-    from ..cachesim import verify
+    from ..cachesim import VerifyOptions, verify
 
     alg = algorithms.get(args.algorithm)
     pol = tuple(x.strip() for x in args.policies.split(",") if x.strip())
@@ -33,7 +33,8 @@ def main(args) -> int:
                             unit="steps, then events") as bar:
         try:
             v = verify(alg.name, M=M, shape=shape, tiling=common.schedule_tiling_from_args(args, alg),
-                       policies=pol, progress=bar, **common.resources_from_args(args))
+                       options=VerifyOptions(pol, limits=common.limits_from_args(args)),
+                       progress=bar)
         except ResourceError as e:
             raise e.instead_of("use a smaller --N (or `attnio run --count-only` for the "
                                "explicit count)") from None

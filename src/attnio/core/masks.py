@@ -91,6 +91,8 @@ __all__ = [
     "row_counts",
     "row_totals",
     "split_sums",
+    "split_sums_per_block",
+    "split_sums_per_split",
     "sum_floor_clip",
 ]
 
@@ -504,48 +506,59 @@ def _combined_end(y: int, L: int, Bc: int, Nkv: int) -> int:
 
 
 def split_sums(Nq: int, Nkv: int, Br: int, Bc: int, splits: int, off: int,
-               window: int | None = None, causal: bool = True, *,
-               method: str | None = None) -> SplitSums:
+               window: int | None = None, causal: bool = True) -> SplitSums:
     """Sums of flash_decoding's ``_predict`` (``L = ⌈Nkv/splits⌉``, splits [p·L, min(Nkv,(p+1)L))).
 
     Query block i sees [lo_i, hi_i) (as in :func:`query_block_sums`); in split p it sees
     ``[lo_i, hi_i) ∩ [p0, p1)``, and ``cov_ip`` is the width of the split's Bc blocks (starting at
     p0) meeting that.  ``n_i`` counts the splits with a non-empty intersection.
 
-    Cost O(min(#splits, #query blocks)·log): per split one :func:`query_block_sums`-type sum in
-    coordinates relative to p0 (``clip(clip(x, 0, Nkv), p0, p1) = clip(x, p0, p1)``), or, when
-    there are fewer query blocks than splits, per query block O(1): ``Σ_p cov_ip`` telescopes to
-    ``end(hi_i - 1) - start(lo_i)`` on the partition of [0, Nkv) into every split's Bc blocks.
-    ``method`` ("splits" or "blocks") forces one of the two (tests); None picks the cheaper.
+    Cost O(min(#splits, #query blocks)·log): :func:`split_sums_per_split` when there are no more
+    splits than query blocks, else :func:`split_sums_per_block` (the two are equal; the tests
+    run both).
     """
     L = cdiv(Nkv, splits)
-    ns = cdiv(Nkv, L)
-    T = cdiv(Nq, Br)
+    if cdiv(Nkv, L) <= cdiv(Nq, Br):
+        return split_sums_per_split(Nq, Nkv, Br, Bc, splits, off, window, causal)
+    return split_sums_per_block(Nq, Nkv, Br, Bc, splits, off, window, causal)
+
+
+def split_sums_per_split(Nq: int, Nkv: int, Br: int, Bc: int, splits: int, off: int,
+                         window: int | None = None, causal: bool = True) -> SplitSums:
+    """:func:`split_sums` split by split: per split one :func:`query_block_sums`-type sum in
+    coordinates relative to p0 (``clip(clip(x, 0, Nkv), p0, p1) = clip(x, p0, p1)``)."""
+    L = cdiv(Nkv, splits)
     lo_start, hi_stop = _query_bounds(off, window, causal)
     base = _block_sums(Nq, Br, Nkv, Bc, lo_start, hi_stop)
-    if method not in (None, "splits", "blocks"):
-        raise ValueError(f"method must be None, 'splits' or 'blocks', got {method!r}")
-    if method == "splits" or (method is None and ns <= T):
-        n_vis = rows_n_vis = cov = 0
-        for p in range(ns):
-            p0, p1 = p * L, min(Nkv, (p + 1) * L)
-            ls = None if lo_start is None else lo_start - p0
-            hs = (p1 - p0) if hi_stop is None else hi_stop - p0  # hi = Nkv clips to p1 - p0
-            b = _block_sums(Nq, Br, p1 - p0, Bc, ls, hs)
-            n_vis += b.seen
-            rows_n_vis += b.size_seen
-            cov += b.width
-    else:  # few query blocks: O(1) each
-        n_vis = rows_n_vis = cov = 0
-        for i in range(T):
-            r0, r1 = i * Br, min(Nq, (i + 1) * Br)
-            lo, hi = kv_block(Nkv, r0, r1, off, window, causal)
-            if hi <= lo:
-                continue
-            k = (hi - 1) // L - lo // L + 1
-            n_vis += k
-            rows_n_vis += k * (r1 - r0)
-            cov += _combined_end(hi - 1, L, Bc, Nkv) - _combined_start(lo, L, Bc)
+    n_vis = rows_n_vis = cov = 0
+    for p in range(cdiv(Nkv, L)):
+        p0, p1 = p * L, min(Nkv, (p + 1) * L)
+        ls = None if lo_start is None else lo_start - p0
+        hs = (p1 - p0) if hi_stop is None else hi_stop - p0  # hi = Nkv clips to p1 - p0
+        b = _block_sums(Nq, Br, p1 - p0, Bc, ls, hs)
+        n_vis += b.seen
+        rows_n_vis += b.size_seen
+        cov += b.width
+    return SplitSums(cdiv(Nq, Br), base.seen, base.size_seen, n_vis, rows_n_vis, cov)
+
+
+def split_sums_per_block(Nq: int, Nkv: int, Br: int, Bc: int, splits: int, off: int,
+                         window: int | None = None, causal: bool = True) -> SplitSums:
+    """:func:`split_sums` query block by query block, O(1) each: ``Σ_p cov_ip`` telescopes to
+    ``end(hi_i - 1) - start(lo_i)`` on the partition of [0, Nkv) into every split's Bc blocks."""
+    L = cdiv(Nkv, splits)
+    T = cdiv(Nq, Br)
+    base = _block_sums(Nq, Br, Nkv, Bc, *_query_bounds(off, window, causal))
+    n_vis = rows_n_vis = cov = 0
+    for i in range(T):
+        r0, r1 = i * Br, min(Nq, (i + 1) * Br)
+        lo, hi = kv_block(Nkv, r0, r1, off, window, causal)
+        if hi <= lo:
+            continue
+        k = (hi - 1) // L - lo // L + 1
+        n_vis += k
+        rows_n_vis += k * (r1 - r0)
+        cov += _combined_end(hi - 1, L, Bc, Nkv) - _combined_start(lo, L, Bc)
     return SplitSums(T, base.seen, base.size_seen, n_vis, rows_n_vis, cov)
 
 

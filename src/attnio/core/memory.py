@@ -529,13 +529,15 @@ class TwoLevelMemory:
 
         self.compute(_mm, out, a, b, writes=1)
 
-    def accumulate_products(self, out: FastTile, a: SlowArray, b: SlowArray, rows: Index,
-                            cols: Index, inner: Iterable[Block], *, transpose_b: bool = False,
-                            alpha: float = 1.0, labels: tuple[str, str] = ("A", "B")) -> None:
+    def accumulate_products(self, out: FastTile, a: SlowArray, b: SlowArray,
+                            tile: tuple[Index, Index], inner: Iterable[Block], *,
+                            transpose_b: bool = False, alpha: float = 1.0,
+                            labels: tuple[str, str] = ("A", "B")) -> None:
         """``out += alpha · Σ_k a[rows, k] · b[k, cols]`` (``b[cols, k]ᵀ`` with ``transpose_b``)
-        over the blocks k of ``inner``, one pair of tiles at a time: each pair loaded (``a``'s
-        tile first), multiplied into ``out`` and freed.  The inner loop of an output-stationary
-        blocked matmul."""
+        for the output tile ``tile = (rows, cols)``, over the blocks k of ``inner``, one pair of
+        tiles at a time: each pair loaded (``a``'s tile first), multiplied into ``out`` and
+        freed.  The inner loop of an output-stationary blocked matmul."""
+        rows, cols = tile
         for kb in inner:
             at = self.load(a, rows, kb, label=labels[0])
             bt = self.load(b, cols, kb, label=labels[1]) if transpose_b else \

@@ -47,11 +47,12 @@ if TYPE_CHECKING:  # the lazily loaded names, for type checkers
     from .fits import using as using_calibration
     from .kernels import FLASH_ATTN_COMMIT, KernelConfig, backward_config, kernel_table
     from .model import Score, score
-    from .oracle import tune, tune_report
+    from .oracle import TuneSearch, tune, tune_report
     from .timing import generation
     from .validate import validate as validate_measurements
 
 __all__ = ["DTYPE_BYTES", "FLASH_ATTN_COMMIT", "Device", "FitWarning", "KernelConfig", "Score",
+           "TuneSearch",
            "all_devices", "backward_config", "check_calibration_out", "check_feasibility",
            "dtype_bytes", "dtype_name", "fit_calibration", "generation", "get", "kernel_table",
            "load_calibration", "load_device_file", "names", "score", "tune", "tune_report",
@@ -60,7 +61,7 @@ __all__ = ["DTYPE_BYTES", "FLASH_ATTN_COMMIT", "Device", "FitWarning", "KernelCo
 #: Names loaded on first use: public name -> (module, its name there).
 _LAZY = {"KernelConfig": ("kernels", "KernelConfig"), "Score": ("model", "Score"),
          "score": ("model", "score"), "tune": ("oracle", "tune"),
-         "tune_report": ("oracle", "tune_report"),
+         "tune_report": ("oracle", "tune_report"), "TuneSearch": ("oracle", "TuneSearch"),
          "FLASH_ATTN_COMMIT": ("kernels", "FLASH_ATTN_COMMIT"),
          "kernel_table": ("kernels", "kernel_table"),
          "backward_config": ("kernels", "backward_config"),

@@ -59,8 +59,8 @@ from .traffic import (
     work_coefficients,
 )
 
-__all__ = ["SPLITS", "Bounds", "best_splits", "bounds", "buildable", "candidates", "tune",
-           "tune_report"]
+__all__ = ["SPLITS", "Bounds", "TuneSearch", "best_splits", "bounds", "buildable", "candidates",
+           "tune", "tune_report"]
 
 
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -669,25 +669,52 @@ def _named(s: _Search, kernel: str | None, alg: str) -> tuple[Score | None, int 
     return named, rank, exact
 
 
+@dataclass(frozen=True)
+class TuneSearch:
+    """How far :func:`tune_report` searches and what it keeps, validated on construction: at
+    most ``max_replays`` L2 replays (>= 1) on its finalists, the space restricted by ``where``
+    (a predicate on :class:`~attnio.hardware.kernels.KernelConfig`, ``lambda c: c.splits == 1``:
+    the best unsplit config; None: every config), and ``distinct`` (default): the best distinct
+    tiles (Br, Bc), each with its best warps, stages, overlap and placement (ties within 1% go
+    to the shipped preferences); False: the best configs."""
+
+    max_replays: int = 6
+    where: Callable[[KernelConfig], bool] | None = None
+    distinct: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_replays",
+                           check_int("max_replays", self.max_replays, minimum=1))
+        if self.where is not None and not callable(self.where):
+            raise ParameterError(f"where must be a function of a KernelConfig, got "
+                                 f"{type(self.where).__name__}", param="where")
+        if not isinstance(self.distinct, bool):
+            raise ParameterError(f"distinct must be True or False, got {self.distinct!r}",
+                                 param="distinct")
+
+
 def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = None,
                 dtype: str = "bf16", top: int = 5, kernel: str | None = "auto",
-                max_replays: int = 6, where: Callable[[KernelConfig], bool] | None = None,
-                progress: Callable[[int, int], None] | None = None,
-                distinct: bool = True) -> TuneReport:
+                search: TuneSearch | None = None,
+                progress: Callable[[int, int], None] | None = None) -> TuneReport:
     """Search ``algorithm``'s configs (default: ``fa3`` on Hopper, else ``fa2`` with its
     split-KV kernel) for ``workload`` on ``device``; score the named kernel (``kernel``: a name
     of :data:`~.kernels.KERNELS`, ``"auto"`` = flash-attn's config of the family, None = none)
-    and rank it.  ``where`` restricts the space (``lambda c: c.splits == 1``: the best unsplit
-    config); ``progress(replays, max_replays)`` is called after each L2 replay.
-    ``distinct`` (default): the ``top`` best distinct tiles (Br, Bc), each with its best warps,
-    stages, overlap and placement (ties within 1% go to the shipped preferences); False: the
-    ``top`` configs.
+    and rank it; the ``top`` best are kept.  ``search`` (a :class:`TuneSearch`; default
+    ``TuneSearch()``): the most L2 replays, a restriction of the space (``where``) and whether
+    the best are distinct tiles; ``progress(replays, max_replays)`` is called after each L2
+    replay.
     """
     t0 = time.perf_counter()
+    if search is None:
+        search = TuneSearch()
+    elif not isinstance(search, TuneSearch):
+        raise ParameterError(f"search must be an attnio.hardware.TuneSearch, got "
+                             f"{type(search).__name__}", param="search")
     dev = _devices.get(device).require_model()
     shape = Shape.coerce(workload)
     top = check_int("top", top, minimum=1)
-    max_replays = check_int("max_replays", max_replays, minimum=1)
+    max_replays, where = search.max_replays, search.where
     alg = algorithm or _default_algorithm(dev, shape)
     check_choice("algorithm", alg, _FAMILIES)
     dt = _devices.dtype_name(dtype)
@@ -697,7 +724,7 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
     if not s.heap:
         raise ParameterError(f"no feasible {alg} config for {shape.describe()} on {dev.name}",
                              param="algorithm")
-    best, exhausted = s.best(top, distinct=distinct)
+    best, exhausted = s.best(top, distinct=search.distinct)
     named, rank, exact = _named(s, kernel, alg)
     why = explain(named, best[0]) if named is not None else None
     return TuneReport(dev.name, shape, alg, dt, best, named, rank, s.feasible, s.searched,
@@ -737,9 +764,8 @@ def tune(device: str | Device, workload: Any, *, algorithm: str | None = None,
     list of Score
         The ``top`` scored configs, least predicted time first.
     """
-    return tune_report(device, workload, algorithm=algorithm, dtype=dtype, top=top,
-                       kernel=None, max_replays=max_replays, where=where,
-                       distinct=False).best
+    return tune_report(device, workload, algorithm=algorithm, dtype=dtype, top=top, kernel=None,
+                       search=TuneSearch(max_replays, where, distinct=False)).best
 
 
 def best_splits(device: str | Device, workload: Any, *, algorithm: str | None = None,

@@ -34,7 +34,7 @@ from .game import (
     replay,
     safe_horizon,
 )
-from .solver import solve
+from .solver import SolveOptions, solve
 
 __all__ = [
     "DAG",
@@ -47,6 +47,7 @@ __all__ = [
     "PebbleResult",
     "Replay",
     "SearchResult",
+    "SolveOptions",
     "compare",
     "cpsat",
     "dag",

@@ -20,7 +20,7 @@ from ..runner import run
 from . import dag as dag_
 from .dag import DAG
 from .game import PebbleResult
-from .solver import solve
+from .solver import SolveOptions, solve
 
 __all__ = ["MAX_TIME_LIMIT_S", "TABLE_COLUMNS", "TABLE_INSTANCES", "Instance", "compare", "format_table",
            "seed_bounds", "simulated", "table_row"]
@@ -65,7 +65,7 @@ def simulated(inst: Instance, M: int) -> list[tuple[str, int | None, str]]:
         need = MATMUL.min_M()
         if M < need:
             return [(MATMUL.name, None, f"cannot run: needs M >= {need}")]
-        return [(MATMUL.name, run_matmul(shape=inst.sizes, M=M, mode="count").io.total, "")]
+        return [(MATMUL.name, run_matmul(shape=inst.sizes, M=M).io.total, "")]
     shape = Shape(*inst.sizes)
     for alg in algorithms.all_algorithms(exact=True):
         need = alg.min_M(shape)
@@ -116,7 +116,7 @@ def compare(inst: Instance, M: int, *, time_limit: float = 60.0, sliding: bool =
         time_limit - sliding_time_limit if sliding_time_limit else time_limit * 2 / 3)
     if on_phase is not None:
         on_phase(f"red-blue game, M={M}")
-    res = solve(g, M, time_limit=max(0.1, first), workers=workers)
+    res = solve(g, M, time_limit=max(0.1, first), options=SolveOptions(workers=workers))
     sl = None
     if sliding:
         if on_phase is not None:

@@ -54,35 +54,61 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 
-from ..core.checks import check_int
+from ..core.checks import check_int, check_real
 from ..core.errors import ParameterError
 from .astar import search
 from .cpsat_model import cpsat
 from .dag import DAG
 from .game import Move, PebbleResult, _check_M, greedy, replay
 
-__all__ = ["solve"]
+__all__ = ["SolveOptions", "solve"]
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """How :func:`solve` spends its time, validated on construction: the share of it the A*
+    search gets under ``method="auto"`` (``search_share``, in [0, 1]; CP-SAT gets the rest), and
+    CP-SAT's ``horizon`` (an int >= 1, ``"safe"`` or None: searched; see :func:`cpsat`), its
+    worker threads and its random ``seed``."""
+
+    horizon: int | str | None = None
+    workers: int = 2
+    search_share: float = 0.6
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.horizon not in (None, "safe"):
+            object.__setattr__(self, "horizon", check_int("horizon", self.horizon, minimum=1))
+        object.__setattr__(self, "workers", check_int("workers", self.workers, minimum=1))
+        object.__setattr__(self, "search_share",
+                           check_real("search_share", self.search_share, lo=0, hi=1))
+        object.__setattr__(self, "seed", check_int("seed", self.seed, minimum=0))
 
 
 def solve(dag: DAG, M: int, *, time_limit: float = 60.0, method: str = "auto",
-          horizon: int | str | None = None, workers: int = 2, recompute: bool = True,
-          sliding: bool = False, search_share: float = 0.6, seed: int = 0) -> PebbleResult:
+          recompute: bool = True, sliding: bool = False,
+          options: SolveOptions | None = None) -> PebbleResult:
     """The minimum I/O (reads + writes) of the red-blue pebble game on ``dag`` with ``M`` pebbles.
 
     ``method="auto"`` (default): (1) a greedy schedule; if it meets the trivial bound it is
     optimal.  (2) :func:`search` (exact A*, no horizon, recomputation allowed) with
-    ``search_share`` of the time; if it finishes, the result is the global optimum.  (3)
+    ``options.search_share`` of the time (:class:`SolveOptions`); if it finishes, the result is the global optimum.  (3)
     otherwise :func:`cpsat` with the rest of the time, for the best schedule it finds; the
     result then keeps the best proven lower bound (trivial or A*'s) in ``lower_bound``.
-    ``method="search"`` or ``"cpsat"`` runs one of them alone (``horizon`` and ``recompute``
-    apply to CP-SAT only; search always allows recomputation).  ``sliding=True`` solves the
+    ``method="search"`` or ``"cpsat"`` runs one of them alone (``recompute`` and the options'
+    ``horizon``, ``workers`` and ``seed`` apply to CP-SAT only; search always allows recomputation).  ``sliding=True`` solves the
     sliding variant (:mod:`attnio.pebble.game`) by search only.
 
     Returns a :class:`PebbleResult`; its ``moves`` replay with ``replay(dag, moves, M,
     sliding=sliding)``.  ``io`` is None only when no schedule was found at all.
     """
     M = check_int("M", M, minimum=1)
+    opts = SolveOptions() if options is None else options
+    if not isinstance(opts, SolveOptions):
+        raise ParameterError(f"options must be an attnio.pebble.SolveOptions, got "
+                             f"{type(opts).__name__}", param="options")
     if method not in ("auto", "search", "cpsat"):
         raise ParameterError(f"method must be 'auto', 'search' or 'cpsat', got {method!r}", param="method")
     if not (isinstance(time_limit, (int, float)) and time_limit > 0):
@@ -92,8 +118,8 @@ def solve(dag: DAG, M: int, *, time_limit: float = 60.0, method: str = "auto",
                              "recompute=True)", param="sliding")
     _check_M(dag, M, sliding)
     if method == "cpsat" or not recompute:  # search and greedy shortcuts assume recomputation
-        return cpsat(dag, M, horizon=horizon, time_limit=time_limit, workers=workers,
-                     recompute=recompute, seed=seed)
+        return cpsat(dag, M, horizon=opts.horizon, time_limit=time_limit,
+                     workers=opts.workers, recompute=recompute, seed=opts.seed)
     t0 = time.perf_counter()
     lb = dag.trivial_bound()
     g_moves: list[Move] | None = greedy(dag, M) if M >= dag.min_pebbles() else None
@@ -115,7 +141,7 @@ def solve(dag: DAG, M: int, *, time_limit: float = 60.0, method: str = "auto",
     if g is not None and g.io == lb:
         return result(g_moves, glob=True, how="greedy", lower=lb,
                       scope="global: greedy schedule equals the trivial lower bound")
-    share = 1.0 if method == "search" or sliding else min(max(search_share, 0.0), 1.0)
+    share = 1.0 if method == "search" or sliding else opts.search_share
     sr = search(dag, M, time_limit=time_limit * share, upper=g.io if g else None, sliding=sliding)
     if sr.optimal:
         return result(list(sr.moves), glob=True, how="search", lower=sr.io,
@@ -128,8 +154,8 @@ def solve(dag: DAG, M: int, *, time_limit: float = 60.0, method: str = "auto",
         return result(g_moves, glob=False, how="search", lower=search_lb,
                       scope="not proven (search time limit); schedule is greedy")
     rest = max(0.5, time_limit - (time.perf_counter() - t0))
-    cp = cpsat(dag, M, horizon=horizon, time_limit=rest, workers=workers, recompute=recompute,
-               seed=seed)
+    cp = cpsat(dag, M, horizon=opts.horizon, time_limit=rest, workers=opts.workers,
+               recompute=recompute, seed=opts.seed)
     glob = cp.globally_optimal or (cp.io is not None and cp.io <= search_lb)
     scope = cp.scope if not glob or cp.globally_optimal else "global: CP-SAT schedule meets A*'s bound"
     return dataclasses.replace(cp, lower_bound=max(cp.lower_bound, search_lb), globally_optimal=glob,

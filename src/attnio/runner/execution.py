@@ -94,30 +94,45 @@ def estimate_compute_seconds(alg: Algorithm, shape: Shape, tiling: Any) -> tuple
 
 
 def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
-             mode: str = "compute", backward: bool = False, itemsize: int = 8,
-             inputs: bool = False, backward_schedule: tuple[Any, Any] | None = None,
-             tiling_given: bool | None = None) -> Cost:
+             mode: str = "compute", backward: bool | tuple[Any, Any] = False, itemsize: int = 8,
+             inputs: bool = False) -> Cost:
     """The memory and time :func:`run` would spend, from closed forms (nothing is allocated).
 
     Compute mode keeps a copy of Q, K, V and O in the simulator's slow memory, the slow
     workspace the schedule writes (at most its writes for one head), and the output;
     ``inputs=True`` adds the inputs themselves (float64), for a caller that has yet to create
-    them.  ``backward`` adds the backward pass (``backward_schedule``: the (schedule, tiling) to
-    run it with; None: the algorithm's own ``.backward``).  Count mode needs no arrays.
-    ``tiling`` is the algorithm's tiling for ``shape`` and ``M`` (None: the default one);
-    ``tiling_given``: whether the caller chose it (default: whether ``tiling`` is given), so that
-    a refusal blames the tiling only when the caller gave it.
+    them.  ``backward`` adds the backward pass: True runs the algorithm's own ``.backward``, a
+    pair ``(schedule, tiling)`` that one.  Count mode needs no arrays.  ``tiling`` is the
+    algorithm's tiling for ``shape`` and ``M`` (None: the default one).
     """
     alg = _alg.get(name)
     shp = Shape.coerce(shape)
     t = tiling if tiling is not None and not isinstance(tiling, (dict, str, int)) else \
         alg.coerce_tiling(shp, check_int("M", M, minimum=1, maximum=MAX_M), tiling)
+    pair = backward if isinstance(backward, tuple) else None
     if mode == "count":
-        if shp.block_mask is None:  # bulk: alike blocks once, except what a schedule walks
-            walk = max(0, int(alg.count_walk(shp, t)))
-            return Cost(0, walk * WALK_SECONDS, "count mode's walk over blocks")
-        given = tiling is not None if tiling_given is None else tiling_given
-        return _sparse_count_cost(alg, shp, t, backward_schedule if backward else None, given)
+        return _count_cost(alg, shp, t, pair, tiling is not None)
+    if pair is None and backward and (own := getattr(alg, "backward", None)) is not None:
+        pair = (own, own.coerce_tiling(shp, M, None))
+    return _compute_cost(alg, shp, M, t, pair, (itemsize, (2 if backward else 1) if inputs else 0))
+
+
+def _count_cost(alg: Algorithm, shp: Shape, t: Any, backward: tuple[Any, Any] | None,
+                given: bool) -> Cost:
+    """Count mode: alike blocks once in bulk, but what a schedule walks, and a block-sparse
+    layout's tiles one by one (``given``: whether the caller chose the tiling ``t``)."""
+    if shp.block_mask is None:  # bulk: alike blocks once, except what a schedule walks
+        walk = max(0, int(alg.count_walk(shp, t)))
+        return Cost(0, walk * WALK_SECONDS, "count mode's walk over blocks")
+    return _sparse_count_cost(alg, shp, t, backward, given)
+
+
+def _compute_cost(alg: Algorithm, shp: Shape, M: int, t: Any,
+                  backward: tuple[Any, Any] | None, data: tuple[int, int]) -> Cost:
+    """Compute mode with the tiling ``t`` and the backward ``(schedule, tiling)`` (None: no
+    backward pass); ``data``: the arrays' item size and how many copies of the inputs' size
+    are yet to be created (0: none; 2: the inputs and the backward's)."""
+    itemsize, created = data
     seconds, _, _ = estimate_compute_seconds(alg, shp, t)
     q = shp.n_heads * shp.Nq * shp.d
     kv = shp.n_kv_heads * shp.Nkv * shp.d
@@ -131,21 +146,15 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     r = getattr(t, "r", None)
     tiles = min(M, 2 * q + 2 * kv + writes + (r * (shp.d + 1) if isinstance(r, int) else 0))
     words = 2 * (q + 2 * kv) + q + writes + 2 * tiles  # slow copies and O, workspace, output
-    bwd: Any = None
-    bt: Any = None
-    if backward and backward_schedule is not None:
-        bwd, bt = backward_schedule
-    elif backward and (own := getattr(alg, "backward", None)) is not None:
-        bwd = own
-        bt = bwd.coerce_tiling(shp, M, None)
+    bwd, bt = backward if backward is not None else (None, None)
     if bwd is not None:
         words += 2 * (3 * q + 2 * kv) + 2 * shp.n_heads * shp.Nq + writes + bwd.workspace(shp)
         _, flops, _ = estimate_compute_seconds(alg, shp, t)
         bwd_steps = shp.n_heads * max(0, int(bwd.steps(shp, bt)))
         seconds += 2.5 * flops / FLOPS_PER_SECOND + 1.5 * bwd_steps * STEP_SECONDS
     what = "the simulator's slow memory"
-    if inputs:
-        words += (q + 2 * kv) * (2 if backward else 1)
+    if created:
+        words += (q + 2 * kv) * created
         what = "the inputs and the simulator's slow memory"
     seconds += words * COPY_SECONDS_PER_WORD  # creating, filling and copying the arrays
     return Cost(int(words) * max(8, int(itemsize)), seconds, what)
@@ -537,10 +546,12 @@ def _refuse(job: _Job) -> None:
     """The estimate of the run (and of the reference with ``check``), refused beyond limits."""
     shp = job.shape
     creates = job.source is not None
-    cost = estimate(job.alg, shp, job.M, tiling=job.est_tiling, mode=job.mode,
-                    tiling_given=job.tiling is not None, backward=job.backward is not None,
-                    backward_schedule=(job.bwd, job.bt) if job.backward is not None else None,
-                    itemsize=job.dtype.itemsize, inputs=creates)
+    pair = (job.bwd, job.bt) if job.backward is not None else None
+    if job.mode == "count":
+        cost = _count_cost(job.alg, shp, job.est_tiling, pair, job.tiling is not None)
+    else:
+        cost = _compute_cost(job.alg, shp, job.M, job.est_tiling, pair, (
+            job.dtype.itemsize, (2 if job.backward is not None else 1) if creates else 0))
     if job.check and job.mode == "compute":
         cost = cost + reference.cost(shp.Nq, shp.Nkv, shp.d, shp.n_heads,
                                      backward=job.backward is not None)

@@ -23,7 +23,7 @@ Modules: :mod:`.rows` (settings; the bounds each row is held to), :mod:`.fits`, 
 
 from __future__ import annotations
 
-from .build import Report, build_report
+from .build import Report, ReportOptions, build_report
 from .claims import Claim, claims
 from .fits import Fit, fit_slope, series_fits
 from .pages import _best_md, best_configurations
@@ -31,7 +31,7 @@ from .plan import FIGS_PER_AXIS
 from .rows import approximate_bounds, for_report, setting_label
 from .style import FORMATS
 
-__all__ = ["FIGS_PER_AXIS", "FORMATS", "Claim", "Fit", "Report", "approximate_bounds",
+__all__ = ["FIGS_PER_AXIS", "FORMATS", "Claim", "Fit", "Report", "ReportOptions", "approximate_bounds",
            "best_configurations", "build_report", "claims", "fit_slope", "for_report",
            "series_fits", "setting_label"]
 

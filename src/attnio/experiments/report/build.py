@@ -28,7 +28,7 @@ from .plan import FIGS_PER_AXIS, planned_figures
 from .rows import _all_ok, _ok_rows, _setting, for_report, setting_label
 from .style import DEFAULT_DPI, DPI_RANGE, FORMATS, series_styles
 
-__all__ = ["Report", "build_report"]
+__all__ = ["Report", "ReportOptions", "build_report"]
 
 #: The columns a report reads from every row (a results table without them is not attnio's).
 _NEEDED = ("config_hash", "status", "algorithm", "kind", "exact", "Nq", "Nkv", "d", "M", "mode",
@@ -61,7 +61,7 @@ class Report:
         return all(c.status == "pass" for c in self.claims)
 
 
-def _formats(formats: Sequence[str] | str, svg: bool | None) -> tuple[str, ...]:
+def _formats(formats: Sequence[str] | str) -> tuple[str, ...]:
     if isinstance(formats, str):
         formats = [f.strip() for f in formats.split(",") if f.strip()]
     fmts = [f.lower() for f in formats]
@@ -69,38 +69,66 @@ def _formats(formats: Sequence[str] | str, svg: bool | None) -> tuple[str, ...]:
     if bad or not fmts:
         raise ParameterError(f"formats must be a comma list of {', '.join(FORMATS)}, got "
                              f"{','.join(formats) or repr('')}", param="formats")
-    if svg is not None:  # the older switch: svg=True adds SVG, svg=False keeps PNG only
-        fmts = [*fmts, "svg"] if svg else ["png"]
     return ("png", *dict.fromkeys(f for f in fmts if f != "png"))
 
 
-def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool | None = None,
-                 formats: Sequence[str] | str = ("png", "pdf"), html_page: bool = True,
-                 figs_per_axis: int = FIGS_PER_AXIS, max_figures: int | None = None,
-                 all_bounds: bool = False, progress: ProgressCallback | None = None,
-                 dpi: int = DEFAULT_DPI) -> Report:
-    """Read ``db`` and write to ``out``: figures (PNG, and each of ``formats``: ``pdf``,
-    ``svg``) for every setting present (mask, window, heads) and every swept axis, overlays
-    comparing settings that differ in one thing (GQA against full heads, each window, causal
-    against not), ``figures.json`` (each figure's name, caption and the numbers it plots),
-    ``best.csv`` (the best configuration of every workload point), ``fits.json``, ``REPORT.md``
-    and (unless ``html_page=False``) ``index.html``.
+@dataclass(frozen=True)
+class ReportOptions:
+    """What :func:`build_report` draws and writes, validated on construction.
 
+    ``formats``: the figures' formats besides PNG (a sequence or a comma list of ``png``,
+    ``pdf``, ``svg``; PNG is always written); ``html_page``: whether to write ``index.html``;
     ``figs_per_axis``: figures per setting and swept axis (the fixed values with the most points
     first); ``max_figures``: at most this many figures (None: no cap); every figure either leaves
-    out is listed in REPORT.md and :attr:`Report.not_drawn`.  ``all_bounds`` draws every explicit
-    bound by name instead of the best one.  ``progress(done, total)`` is called per figure.
-    ``dpi``: the PNG figures' resolution, an integer in [50, 1200] (default 120).
-    Any sweep gets a report: a database of one row, or of skipped rows only, gets a short one."""
+    out is listed in REPORT.md and :attr:`Report.not_drawn`.  ``all_bounds`` draws every
+    explicit bound by name instead of the best one.  ``dpi``: the PNG figures' resolution, an
+    integer in [50, 1200] (default 120).
+    """
+
+    formats: Sequence[str] | str = ("png", "pdf")
+    html_page: bool = True
+    figs_per_axis: int = FIGS_PER_AXIS
+    max_figures: int | None = None
+    all_bounds: bool = False
+    dpi: int = DEFAULT_DPI
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "formats", _formats(self.formats))
+        for name, v, lo in (("figs_per_axis", self.figs_per_axis, 0),
+                            ("max_figures", self.max_figures, 0)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
+                raise ParameterError(f"{name.replace('_', '-')} must be an integer >= {lo}, "
+                                     f"got {v!r}", param=name)
+        lo, hi = DPI_RANGE
+        dpi = self.dpi
+        if isinstance(dpi, bool) or not isinstance(dpi, int) or not lo <= dpi <= hi:
+            raise ParameterError(f"dpi must be an integer in [{lo}, {hi}], got {dpi!r}",
+                                 param="dpi")
+        for name in ("html_page", "all_bounds"):
+            if not isinstance(getattr(self, name), bool):
+                raise ParameterError(f"{name} must be True or False, got "
+                                     f"{getattr(self, name)!r}", param=name)
+
+
+def build_report(db: str | os.PathLike, out: str | os.PathLike, *,
+                 options: ReportOptions | None = None,
+                 progress: ProgressCallback | None = None) -> Report:
+    """Read ``db`` and write to ``out``: figures (PNG, and each of the options' ``formats``:
+    ``pdf``, ``svg``) for every setting present (mask, window, heads) and every swept axis,
+    overlays comparing settings that differ in one thing (GQA against full heads, each window,
+    causal against not), ``figures.json`` (each figure's name, caption and the numbers it
+    plots), ``best.csv`` (the best configuration of every workload point), ``fits.json``,
+    ``REPORT.md`` and (unless ``html_page=False``) ``index.html``.
+
+    ``options``: a :class:`ReportOptions` (default ``ReportOptions()``: PNG and PDF, two figures
+    per setting and swept axis, no cap, the best bound, 120 dpi, index.html).
+    ``progress(done, total)`` is called per figure.  Any sweep gets a report: a database of one
+    row, or of skipped rows only, gets a short one."""
     out = os.fspath(out)
-    fmts = _formats(formats, svg)
-    for name, v, lo in (("figs_per_axis", figs_per_axis, 0), ("max_figures", max_figures, 0)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
-            raise ParameterError(f"{name.replace('_', '-')} must be an integer >= {lo}, got "
-                                 f"{v!r}", param=name)
-    lo, hi = DPI_RANGE
-    if isinstance(dpi, bool) or not isinstance(dpi, int) or not lo <= dpi <= hi:
-        raise ParameterError(f"dpi must be an integer in [{lo}, {hi}], got {dpi!r}", param="dpi")
+    opts = ReportOptions() if options is None else options
+    if not isinstance(opts, ReportOptions):
+        raise ParameterError(f"options must be an attnio.experiments.ReportOptions, got "
+                             f"{type(opts).__name__}", param="options")
     with ResultsStore(db, readonly=True) as st:
         lacking = [c for c in _NEEDED if c not in st._columns()]
         if lacking:
@@ -115,9 +143,8 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *, svg: bool | N
                              f"{os.fspath(db)}` first", param="db")
     tmp = _temp_folder(out)
     try:
-        look = Look(tmp, fmts, {}, all_bounds, dpi)
-        rep = _build(rows, meta, os.fspath(db), look, html_page, figs_per_axis, max_figures,
-                     progress)
+        look = Look(tmp, tuple(opts.formats), {}, opts.all_bounds, opts.dpi)
+        rep = _build(rows, meta, os.fspath(db), look, opts, progress)
         _cp_section(os.fspath(db), tmp, rep)
         _move_into_place(tmp, out)
     except OSError as e:
@@ -174,9 +201,9 @@ def _write_error(out: str, e: OSError) -> ParameterError:
                           "behind: free some space or choose another --out", param="out")
 
 
-def _build(rows: list[dict], meta: dict, db: str, look: Look, html_page: bool,
-           figs_per_axis: int, max_figures: int | None,
+def _build(rows: list[dict], meta: dict, db: str, look: Look, opts: ReportOptions,
            progress: ProgressCallback | None) -> Report:
+    html_page, figs_per_axis, max_figures = opts.html_page, opts.figs_per_axis, opts.max_figures
     rows = for_report(rows)
     every = _all_ok(rows)
     fits = series_fits(_ok_rows(rows))
