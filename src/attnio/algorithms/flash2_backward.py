@@ -157,7 +157,7 @@ class Flash2Backward(BackwardSchedule[BackwardTiling]):
                 out.extend(BackwardTiling(br, c) for c in sorted(cs) if c != bc)
         return out
 
-    def predict(self, shape: Shape, t: BackwardTiling) -> IOCount:
+    def _total(self, shape: Shape, t: BackwardTiling) -> IOCount:
         d, g, Nq = shape.d, shape.group, shape.Nq
         if shape.block_mask is not None:
             s = masks.layout_sums(shape.block_mask, Nq, shape.Nkv, t.Br, t.Bc, keys=True)

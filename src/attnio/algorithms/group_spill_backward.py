@@ -152,7 +152,7 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
         Sa = self._sums(shape, Br, a).size_count
         return IOCount(2 * g * (cdiv(d, bc) * SW + d * Sa), 2 * shape.Nkv * d)
 
-    def predict(self, shape: Shape, t: GroupSpillTiling) -> IOCount:
+    def _total(self, shape: Shape, t: GroupSpillTiling) -> IOCount:
         s = _sides(shape, t)
         io, SW = self._passA(shape, s.G, s.Br, s.Bc2)
         return (io + self._matmuls(shape, s.Br, s.a, s.bc, SW)).scaled(shape.n_kv_heads)

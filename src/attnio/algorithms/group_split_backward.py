@@ -155,7 +155,7 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
         return IOCount(g * (3 * d + 1) * s.size_seen + (g // G) * 2 * d * s.width,
                        g * shape.Nq + g * shape.Nq * d)
 
-    def predict(self, shape: Shape, t: GroupSplitTiling) -> IOCount:
+    def _total(self, shape: Shape, t: GroupSplitTiling) -> IOCount:
         Nq, Nkv = shape.Nq, shape.Nkv
         io = (self._passA(shape, _stack(shape, t.group), min(t.Br, Nq), min(t.Bc2, Nkv))
               + _SPLIT._pass1(shape, min(t.Bc, Nkv), min(t.Br1, Nq)))

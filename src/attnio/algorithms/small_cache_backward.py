@@ -58,13 +58,16 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..core import masks
+from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
+from . import mapper
 from .base import BackwardSchedule, kv_head_groups
 
 
@@ -212,7 +215,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         writes = g * (Nq + 2 * SW + Nq * d) + 2 * Nkv * d
         return IOCount(reads, writes).scaled(shape.n_kv_heads)
 
-    def predict(self, shape: Shape, t: SmallCacheTiling) -> IOCount:
+    def _total(self, shape: Shape, t: SmallCacheTiling) -> IOCount:
         s = self._sides(shape, t)
         return self._count(shape, s, self._sums(shape, s))
 
@@ -312,7 +315,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
 
     def _least_total(self, shape: Shape, bm: int, bn: int, rc: masks.RowCounts,
                      sums: tuple[int, ...] | None = None) -> float:
-        """A lower bound on :meth:`predict`'s total for every tiling of score tile bm x bn:
+        """A lower bound on :meth:`_total`'s total for every tiling of score tile bm x bn:
         :meth:`_count` with Tc >= 1, Xk >= ΣR_J and Xq >= ΣW_I (each sub-block count at least
         one), and without ``sums`` (the tile sums) also, with P visible pairs, SW >= P,
         SC >= P/bn, W >= P/bm, ΣR_J >= P/bn, ΣW_I >= P/bm (each visible pair lies in a tile of
@@ -328,14 +331,21 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         return (reads + writes) * shape.n_kv_heads
 
     def search(self, shape: Shape, M: int) -> tuple[SmallCacheTiling, IOCount] | None:
-        """:meth:`BackwardSchedule.search` over the candidates, by branch and bound: the score
-        tiles in order of :meth:`_least_total`, each completed and scored until that bound
-        exceeds the least count found (a tile whose bound with its tile sums exceeds it is
-        passed over).  Every candidate the full loop could choose (its count
-        at most the least, so its bound too) is scored, in the candidates' order: the same
-        choice, ties included, as scoring them all (tests/planner/test_plan_regression.py)."""
-        if M < self.min_M(shape) or self.unsupported(shape) is not None:
-            return None
+        """The mapper's search over the pruned mapspace (:meth:`_candidates`), as
+        ``(tiling, io)`` (the old spelling the recorded regression test compares with
+        :meth:`BackwardSchedule.search`'s full loop)."""
+        found = mapper.search(self, shape, M)
+        return None if found is None else (found.tiling, found.predicted)
+
+    def _candidates(self, shape: Shape, M: int, **options: Any) -> list[SmallCacheTiling]:
+        """The mapspace's candidates pruned by branch and bound: the score tiles in order of
+        :meth:`_least_total`, each completed and scored until that bound exceeds the least count
+        found (a tile whose bound with its tile sums exceeds it is passed over).  Every
+        candidate the full loop could choose (its count at most the least, so its bound too)
+        is kept, in the candidates' order: the mapper's choice among them is the same, ties
+        included, as among them all (tests/planner/test_plan_regression.py)."""
+        if options:
+            raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         tiles, bcs = self._tiles(shape, M)
         rc = masks.row_counts(shape)
         lows = [self._least_total(shape, min(bm, shape.Nq), min(bn, shape.Nkv), rc)
@@ -354,12 +364,10 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
             t = self._complete(shape, M, bm, bn, bk, bcs)
             if t is None or self.footprint(shape, t) > M:
                 continue
-            total = self.predict(shape, t).total
+            total = self._total(shape, t).total
             kept.append((i, t))
             best = total if best is None else min(best, total)
-        found = self._least_io(shape, M, [t for _, t in sorted(kept, key=lambda it: it[0])],
-                               self.predict)
-        return None if found is None else (found.tiling, found.predicted)
+        return [t for _, t in sorted(kept, key=lambda it: it[0])]
 
     # ------------------------------------------------------------------ the schedule
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,

@@ -157,7 +157,7 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
                                    shape.causal)
         return IOCount(g * ((2 * d + 2) * s.size_seen + 2 * d * s.width), g * shape.Nq * d)
 
-    def predict(self, shape: Shape, t: SplitBackwardTiling) -> IOCount:
+    def _total(self, shape: Shape, t: SplitBackwardTiling) -> IOCount:
         d, g, Nq = shape.d, shape.group, shape.Nq
         prep = IOCount(g * 2 * Nq * d, g * Nq)
         io = prep + self._pass1(shape, t.Bc, t.Br1) + self._pass2(shape, t.Br2, t.Bc2)

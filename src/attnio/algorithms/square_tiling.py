@@ -90,7 +90,7 @@ them and ``tests/experiments/test_crossover.py`` asserts their two ends).
 >>> r = attnio.run("square_tiling", Q, K, V, M=100)
 >>> bool(np.abs(r.output - attnio.reference.attention(Q, K, V)).max() < 1e-12), r.io.peak <= 100
 (True, True)
->>> ALGORITHM.predicted_io((50, 16), 100, tiling=r.tiling).total == r.io.total
+>>> ALGORITHM.cost(Shape.make(50, 16), r.tiling).io.total == r.io.total
 True
 """
 
@@ -115,6 +115,7 @@ from ..core.workload import MAX_SIZE, Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
 from . import _square_kernels as SK
 from ._square_kernels import ExpOverflowError
+from . import mapper
 from .base import Algorithm
 
 __all__ = ["ALGORITHM", "ExpOverflowError", "SquareTiling", "SquareTilingTiling", "paper_side"]
@@ -558,7 +559,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         if M < need:
             raise ParameterError(f"M={M} is too small for {self.name} (stable={stable}) with "
                                  f"d={shape.d}: it needs M >= {need} words", param="M")
-        found = self.search(shape, M, self.candidate_tilings(shape, M, stable))
+        found = mapper.search(self, shape, M, self.candidate_tilings(shape, M, stable))
         assert found is not None  # min_M guarantees the square tiling of side 1
         best: SquareTilingTiling = found.tiling
         return best
@@ -773,4 +774,5 @@ ALGORITHM = SquareTiling()
 def predicted_io(N: int, d: int, M: int, causal: object = False, tiling: object = None,
                  Nkv: int | None = None) -> IOCount:
     """Closed-form count of ``square_tiling`` for Nq = N (Nkv = N unless given)."""
-    return ALGORITHM.predicted_io(Shape.make(N, d, Nkv=Nkv, causal=causal), M, tiling=tiling)
+    shape = Shape.make(N, d, Nkv=Nkv, causal=causal)
+    return ALGORITHM.cost(shape, ALGORITHM.coerce_tiling(shape, M, tiling)).io

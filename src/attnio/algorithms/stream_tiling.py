@@ -128,7 +128,7 @@ ones) on 40 held-out shapes (one slice group; the two-group candidates only add)
 >>> r = attnio.run("stream_tiling", Q, K, V, M=60, causal=True)
 >>> bool(np.abs(r.output - attnio.reference.attention(Q, K, V, causal=True)).max() < 1e-12)
 True
->>> ALGORITHM.predicted_io((30, 8), 60, causal=True, tiling=r.tiling).total == r.io.total
+>>> ALGORITHM.cost(Shape.make(30, 8, causal=True), r.tiling).io.total == r.io.total
 True
 """
 
