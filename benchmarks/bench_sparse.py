@@ -75,7 +75,7 @@ def measure() -> dict:
         mid = Shape(N, N, d, block_mask=BlockMask.random(N, N, b, density=0.25, seed=0))
         res = attnio.run("flash2", shape=mid, M=M, mode="count", tiling=ft,
                          backward=BackwardPass(tiling=bt))
-        assert res.io.total == FA2.predict_with_lse(mid, ft).total
+        assert res.io.total == FA2.cost(mid, ft, lse=True).io.total
         assert res.backward_io.total == FA2B.predict(mid, bt).total
         fit = [r for r in rows if r["floor_share"] < 0.10]
         fit_b = [r for r in rows if r["floor_share_backward"] < 0.10]

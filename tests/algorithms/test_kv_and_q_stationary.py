@@ -297,7 +297,7 @@ def test_q_stationary_min_writes_the_logsumexp_a_backward_pass_reads(w, extra, s
     for name, want in zip(("dQ", "dK", "dV"), attention_backward(Q, K, V, dO, causal=causal,
                                                                   window=window)):
         assert np.abs(np.asarray(res.grads[name]).reshape(want.shape) - want).max() <= 1e-10
-    pred = alg.predict_with_lse(shape, res.tiling)
+    pred = alg.cost(shape, res.tiling, lse=True).io
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     cnt = attnio.run("q_stationary_min", shape=shape, M=M, mode="count", tiling=res.tiling,
                      backward=BackwardPass("flash2_backward"))

@@ -200,7 +200,7 @@ def test_writes_the_logsumexp_a_backward_pass_reads(data, extra, seed):
     assert np.abs(res.output - gqa_reference(Q, K, V, causal)).max() <= 1e-10
     for name, want in zip(("dQ", "dK", "dV"), attention_backward(Q, K, V, dO, causal=causal)):
         assert np.abs(np.asarray(res.grads[name]).reshape(want.shape) - want).max() <= 1e-10
-    pred = ALG.predict_with_lse(shape, tiling)
+    pred = ALG.cost(shape, tiling, lse=True).io
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     fwd = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=tiling,
                      backward=BackwardPass("flash2_backward"))

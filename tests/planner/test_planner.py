@@ -344,8 +344,12 @@ class _FakeApprox(attnio.Algorithm):
     def candidate_tilings(self, shape, M):
         return []
 
-    def planner_tilings(self, shape, M, *, eps=None, entry_bound=None):
+    def _candidates(self, shape, M, *, eps=None, entry_bound=None):  # the mapspace's
         return [_FakeApproxTiling(c, eps / c) for c in (1, 2, 4)]
+
+    def cost(self, shape, tiling, *, lse=False):  # an approximate cost carries its error
+        return dataclasses.replace(super().cost(shape, tiling, lse=lse),
+                                   error=tiling.guaranteed_error)
 
     def footprint(self, shape, tiling):
         return 2 * shape.d * tiling.chunk

@@ -261,6 +261,14 @@ class Algorithm(TiledSchedule[TilingT]):
             c = dataclasses.replace(c, io=c.io + IOCount(0, shape.n_heads * shape.Nq))
         return c
 
+    def predicted_io(self, shape: Any, M: int, *, tiling: Any = None,
+                     causal: object = None) -> IOCount:
+        """The user's shortcut: ``cost(shape, coerce_tiling(shape, M, tiling)).io`` for sizes
+        given any way :meth:`Shape.coerce` takes (``causal`` merges a mask into them)."""
+        shape = Shape.coerce(shape).with_mask(causal)
+        M = check_int("M", M, minimum=1)
+        return self.cost(shape, self.coerce_tiling(shape, M, tiling)).io
+
     # the spellings of 87d79b8 that tests/planner/test_plan_regression.py (recorded on main, kept
     # unchanged as the refactor's guard) calls: ``cost(...).io`` and :func:`.mapper.search`
     def predict_total(self, shape: Shape, tiling: TilingT) -> IOCount:

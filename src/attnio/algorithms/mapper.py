@@ -28,7 +28,7 @@ from ..core.workload import Shape
 from .common import divisors_upto, largest_true
 from .protocol import NO_BACKWARD, Choice, Schedule
 
-__all__ = ["best_backward", "can_run", "default_tiling", "dense_searchable", "dense_sizes",
+__all__ = ["best_backward", "can_run", "default_tiling", "dense_groups", "dense_searchable", "dense_sizes",
            "dense_tilings", "search"]
 
 
@@ -177,6 +177,20 @@ def dense_searchable(schedule: Any) -> bool:
     return "Br" in fields and fields <= DENSE_FIELDS
 
 
+def dense_groups(schedule: Any, shape: Shape, M: int, fields: set[str]) -> list[int]:
+    """The query-head groups of the dense search: the divisors of the group whose least tiling
+    (every other side 1) fits in M.  The dense algorithms' footprints grow with every side and
+    with the group (tests/planner/test_plan_factors.py checks it): the largest group g* whose
+    least tiling fits is found by bisection, and the divisors up to it
+    (:func:`~attnio.algorithms.common.divisors_upto`, O(min(g*, √group)) steps) are the groups
+    with a tiling that fits."""
+    def fits(G: int) -> bool:
+        return schedule.footprint(shape, schedule.Tiling(
+            **{f: G if f == "group" else 1 for f in fields})) <= M
+
+    return divisors_upto(shape.group, largest_true(fits, 0, shape.group))
+
+
 def dense_tilings(schedule: Any, shape: Shape, M: int, cheap: int) -> list[Any] | None:
     """The certificate's denser grid of ``schedule``'s tilings (None: a schedule whose tiling is
     not made of ``Br`` and the :data:`DENSE_FIELDS`, or that cannot run the workload): every
@@ -188,15 +202,9 @@ def dense_tilings(schedule: Any, shape: Shape, M: int, cheap: int) -> list[Any] 
     if can_run(schedule, shape, M) is not None:
         return None
 
-    def fits(G: int) -> bool:
-        return schedule.footprint(shape, schedule.Tiling(
-            **{f: G if f == "group" else 1 for f in fields})) <= M
-
-    # the dense algorithms' footprints grow with every side and with the group: the largest
-    # group whose least tiling fits by bisection, and its divisors up to it
     groups: list[int | None] = [None]
     if "group" in fields:
-        groups = list(divisors_upto(shape.group, largest_true(fits, 0, shape.group)))
+        groups = list(dense_groups(schedule, shape, M, fields))
     brs = dense_sizes(shape.Nq, cheap)
     bcs: list[int | None] = list(dense_sizes(shape.Nkv, cheap)) if "Bc" in fields else [None]
     out = []
