@@ -15,12 +15,12 @@ import math
 import pytest
 
 import attnio
+from attnio.algorithms import mapper
 from attnio.algorithms.base import divisors_upto
 from attnio.cli import main
 from attnio.core.workload import Shape
 from attnio.pebble import loops
 from attnio.planner import certificate_factors
-from attnio.algorithms import mapper
 
 
 @pytest.mark.parametrize("kw", [dict(N=4096, d=64, M=65536), dict(N=300, d=40, M=621, causal=True),

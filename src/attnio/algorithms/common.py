@@ -6,13 +6,15 @@ schedule's module.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 from ..core.checks import check_real
-from ..core.workload import cdiv
+from ..core.workload import Shape, cdiv
 
-__all__ = ["block_sizes", "default_scale", "divisors_upto", "largest_true", "prefix_block_keys"]
+__all__ = ["block_sizes", "default_scale", "divisors_upto", "fp_group_pass_a", "fp_split_pass1",
+           "ladder", "largest_true", "prefix_block_keys", "stacked_rows"]
 
 
 def default_scale(d: int, scale: object | None) -> float:
@@ -87,3 +89,43 @@ def prefix_block_keys(Nkv: int, off: int, n: int, B: int) -> float | None:
     r = n - (T - 1) * B
     X = n * off + n * (n + 1) // 2 + (T - 1) * B * (B - 1) // 2 + r * (r - 1) // 2
     return X / B + (1 - r / B) * (n + off)
+
+
+def fp_group_pass_a(d: int, G: int, Br: int, Bc2: int) -> int:
+    """group_split_backward's pass A footprint (G stacked heads of Br rows, a Bc2 key block);
+    group_spill_backward shares the pass."""
+    return G * Br * (3 * d + 2) + 2 * Bc2 * d + 2 * Br * Bc2
+
+
+def stacked_rows(shape: Shape, group: int) -> int:
+    """The heads stacked in pass A: gcd(group, g), a divisor of the heads per K/V head."""
+    return math.gcd(group, shape.group)
+
+
+def fp_split_pass1(d: int, Bc: int, Br1: int) -> int:
+    """split_backward's pass 1 footprint (dK, dV of Bc keys against Br1 query rows);
+    group_split_backward runs the same pass."""
+    return 4 * Bc * d + 2 * Br1 * d + 2 * Br1 + 2 * Br1 * Bc
+
+
+@functools.lru_cache(maxsize=1024)
+def ladder(total: int, vmax: int) -> tuple[int, ...]:
+    """Block sizes worth trying in [1, min(total, vmax)]: a geometric spread and the largest few,
+    each snapped down to the smallest size with the same number of blocks (cached)."""
+    vmax = min(total, vmax)
+    if vmax < 1:
+        return ()
+    vals = {vmax}
+    b = 1.0
+    while b <= vmax:
+        vals.add(int(b))
+        b *= 1.18
+    t0 = cdiv(total, vmax)
+    for t in range(t0, t0 + 8):
+        vals.add(cdiv(total, t))
+    out = set()
+    for v in vals:
+        if 1 <= v <= vmax:
+            out.add(v)
+            out.add(cdiv(total, cdiv(total, v)))
+    return tuple(sorted(out))

@@ -59,10 +59,6 @@ def _fp(d: int, Br: int, Bc: int) -> int:
     return 4 * Bc * d + 3 * Br * d + 2 * Br * Bc + 2 * Br
 
 
-def _row_sum_dot(D: np.ndarray, dO: np.ndarray, O: np.ndarray) -> None:
-    D[:] = np.sum(dO * O, axis=1)
-
-
 def store_row_sums(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], g: int, Nq: int,
                    Br: int) -> None:
     """Query head ``g``'s D = rowsum(dO ∘ O), block by block of ``Br`` rows: O and dO read,
@@ -71,7 +67,7 @@ def store_row_sums(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], g: int, 
         Oi = mem.load(qv["O"][g], qb, label="O_i")
         dOi = mem.load(qv["dO"][g], qb, label="dO_i")
         Di = mem.alloc((qb.size,), label="D_i")
-        mem.compute(_row_sum_dot, Di, dOi, Oi, writes=1)
+        mem.compute(K_.row_sum_dot, Di, dOi, Oi, writes=1)
         mem.store(Di, qv["D"][g], qb)
         mem.free(Oi, dOi, Di)
 

@@ -114,9 +114,10 @@ from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import MAX_SIZE, Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
 from . import _square_kernels as SK
-from ._square_kernels import ExpOverflowError
 from . import mapper
+from ._square_kernels import ExpOverflowError
 from .base import Algorithm
+from .common import ladder
 
 __all__ = ["ALGORITHM", "ExpOverflowError", "SquareTiling", "SquareTilingTiling", "paper_side"]
 
@@ -206,29 +207,6 @@ def _largest_divisor(n: int, k: int) -> int:
     """The largest divisor of n that is <= k (k >= 1)."""
     ds = _divisors(n)
     return ds[bisect.bisect_right(ds, k) - 1]
-
-
-@functools.lru_cache(maxsize=1024)
-def _ladder(total: int, vmax: int) -> tuple[int, ...]:
-    """Block sizes worth trying in [1, min(total, vmax)]: a geometric spread and the largest few,
-    each snapped down to the smallest size with the same number of blocks (cached)."""
-    vmax = min(total, vmax)
-    if vmax < 1:
-        return ()
-    vals = {vmax}
-    b = 1.0
-    while b <= vmax:
-        vals.add(int(b))
-        b *= 1.18
-    t0 = cdiv(total, vmax)
-    for t in range(t0, t0 + 8):
-        vals.add(cdiv(total, t))
-    out = set()
-    for v in vals:
-        if 1 <= v <= vmax:
-            out.add(v)
-            out.add(cdiv(total, cdiv(total, v)))
-    return tuple(sorted(out))
 
 
 # ---------------------------------------------------------------------- closed forms
@@ -347,7 +325,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         out: list[_Phase1] = []
         for order in ORDERS:
             per_row = (d if order == "row" else 1) + 1 + e  # Bc = Bd = 1
-            for br in _ladder(Nq, (M - 1) // per_row):
+            for br in ladder(Nq, (M - 1) // per_row):
                 if order == "row":
                     bc = (M - br * d - e * br) // (br + 1)
                 else:
@@ -372,7 +350,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         e = (2 if spill == "exp" else 1) if stable else 0
         out: list[_Rung] = []
-        for bd2 in _ladder(d, (M - 1 - e) // 2):
+        for bd2 in ladder(d, (M - 1 - e) // 2):
             br2 = (M - bd2) // (bd2 + 1 + e)
             br2 = min(Nq, br2)
             if br2 < 1:
