@@ -32,14 +32,18 @@ __all__ = ["best_backward", "can_run", "default_tiling", "dense_groups", "dense_
            "dense_tilings", "search"]
 
 
-def can_run(schedule: Any, shape: Shape, M: int, *, backward: bool = False) -> str | None:
+def can_run(schedule: Any, shape: Shape, M: int | None = None, *, backward: bool = False
+            ) -> str | None:
     """Why ``schedule`` cannot run ``shape`` with M words of fast memory (None: it can): the
-    mask it does not support, the backward pass it lacks (``backward``: the forward must write
-    the logsumexp), or the least M it needs (its :meth:`mapspace`'s ``unsupported``)."""
+    mask or shape it does not support, the backward pass it lacks (``backward``: the forward
+    must write the logsumexp), or the least M it needs (its :meth:`mapspace`'s
+    ``unsupported``).  ``M=None``: the workload alone (the reasons that no M would lift)."""
     why = schedule.unsupported(shape)  # the mask first
     if why is None and backward and not getattr(schedule, "supports_backward", True):
         return NO_BACKWARD
-    return why if why is not None else schedule.mapspace(shape, M).unsupported
+    if why is not None or M is None:
+        return why
+    return schedule.mapspace(shape, M).unsupported
 
 
 def search(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | None = None,

@@ -346,7 +346,7 @@ def _job(alg: Algorithm, Q: Any, K: Any, V: Any, *, M: int, shape: Any, mode: st
                limits=limits, source=inputs)
     sizes = _sizes_and_data(job, Q, K, V, shape, mode, grad_output, allow_nonfinite)
     job.shape = _with_mask(sizes, shape, causal, window)
-    _supports(alg, job.shape, M)
+    _supports(alg, job.shape)
     job.scale = default_scale(job.shape.d, scale)
     job.est_tiling = alg.coerce_tiling(job.shape, M, _estimate_tiling(job), inputs=job.data)
     if bp is not None:  # chosen and validated before anything runs
@@ -461,10 +461,11 @@ def _size_key(s: Shape) -> tuple[int, ...]:
     return (s.Nq, s.Nkv, s.d, s.batch, s.heads, s.n_kv_heads)
 
 
-def _supports(alg: Algorithm, shp: Shape, M: int) -> None:
-    """A ParameterError naming the mask ``alg`` cannot run (the mapper's :func:`can_run`; too
-    small an M is left to the tiling's check, which names M or the tiling)."""
-    why = mapper.can_run(alg, shp, M)
+def _supports(alg: Algorithm, shp: Shape) -> None:
+    """A ParameterError naming what ``alg`` cannot run in this workload (the mapper's
+    :func:`can_run` without M: too small an M is left to the tiling's check, which names M or
+    the tiling)."""
+    why = mapper.can_run(alg, shp)
     if why == NO_WINDOW:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_window]
         raise ParameterError(f"{alg.name} does not support window={shp.window} (a sliding "
@@ -473,6 +474,8 @@ def _supports(alg: Algorithm, shp: Shape, M: int) -> None:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_block_mask]
         raise ParameterError(f"{alg.name} does not support block-sparse attention (block_mask); "
                              f"algorithms that do: {ok}", param="block_mask")
+    if why is not None:
+        raise ParameterError(f"{alg.name} cannot run {shp.describe()}: {why}", param="algorithm")
 
 
 def _sides(tiling: Any, schedule: Any) -> tuple[int, int]:
