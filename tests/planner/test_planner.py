@@ -344,7 +344,7 @@ class _FakeApprox(attnio.Algorithm):
     def candidate_tilings(self, shape, M):
         return []
 
-    def _candidates(self, shape, M, *, eps=None, entry_bound=None):  # the mapspace's
+    def mapspace_tilings(self, shape, M, *, eps=None, entry_bound=None):
         return [_FakeApproxTiling(c, eps / c) for c in (1, 2, 4)]
 
     def cost(self, shape, tiling, *, lse=False):  # an approximate cost carries its error

@@ -302,8 +302,9 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
                 out.append(dataclasses.replace(base, rb=rb, Bn=bn))
         return out
 
-    def _candidates(self, shape: Shape, M: int, *, eps: float | None = None,
-                    entry_bound: float | None = None, **options: Any) -> list[ApproxPolyTiling]:
+    def mapspace_tilings(self, shape: Shape, M: int, *, eps: float | None = None,
+                         entry_bound: float | None = None, **options: Any
+                         ) -> list[ApproxPolyTiling]:
         """The mapspace's candidates: approximate attention is searched only for an error
         target ``eps`` (and an entry bound or a radius)."""
         if options:

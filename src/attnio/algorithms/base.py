@@ -30,7 +30,7 @@ from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import MAX_SIZE, Shape
 from . import mapper
 from .common import block_sizes, default_scale, divisors_upto, largest_true, prefix_block_keys
-from .protocol import NO_BLOCK_MASK, NO_WINDOW, Choice, Cost, Field, Mapspace
+from .protocol import NO_BLOCK_MASK, NO_WINDOW, Choice, Cost, Field, Mapspace, Schedule
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -119,9 +119,9 @@ class TiledSchedule(ABC, Generic[TilingT]):
         (None: it can) and the candidates (``options``: a schedule's own, e.g. an approximate
         schedule's error target)."""
         return Mapspace(self.name, shape, M, self.schema(), self.unsupported(shape, M),
-                        lambda: self._candidates(shape, M, **options))
+                        lambda: self.mapspace_tilings(shape, M, **options))
 
-    def _candidates(self, shape: Shape, M: int, **options: Any) -> Iterable[TilingT]:
+    def mapspace_tilings(self, shape: Shape, M: int, **options: Any) -> Iterable[TilingT]:
         """The mapspace's candidates: :meth:`candidate_tilings` (a schedule with options
         overrides this)."""
         if options:
@@ -142,7 +142,7 @@ class TiledSchedule(ABC, Generic[TilingT]):
     def _least_io_tiling(self, shape: Shape, M: int) -> TilingT:
         """The least-I/O candidate tiling (a ParameterError naming M when M < min_M)."""
         self._check_min_M(shape, M)
-        return cast(TilingT, mapper.default_tiling(self, shape, M,
+        return cast(TilingT, mapper.default_tiling(cast(Schedule, self), shape, M,
                                                    self.candidate_tilings(shape, M)))
 
     def _check_fits(self, shape: Shape, M: int, tiling: TilingT) -> None:

@@ -26,7 +26,7 @@ from ..core.errors import ParameterError
 from ..core.memory import IOCount
 from ..core.workload import Shape
 from .common import divisors_upto, largest_true
-from .protocol import NO_BACKWARD, Choice, Schedule
+from .protocol import NO_BACKWARD, Choice, Mapspace, Schedule
 
 __all__ = ["best_backward", "can_run", "default_tiling", "dense_groups", "dense_searchable", "dense_sizes",
            "dense_tilings", "search"]
@@ -38,12 +38,13 @@ def can_run(schedule: Any, shape: Shape, M: int | None = None, *, backward: bool
     mask or shape it does not support, the backward pass it lacks (``backward``: the forward
     must write the logsumexp), or the least M it needs (its :meth:`mapspace`'s
     ``unsupported``).  ``M=None``: the workload alone (the reasons that no M would lift)."""
-    why = schedule.unsupported(shape)  # the mask first
+    why: str | None = schedule.unsupported(shape)  # the mask first
     if why is None and backward and not getattr(schedule, "supports_backward", True):
         return NO_BACKWARD
     if why is not None or M is None:
         return why
-    return schedule.mapspace(shape, M).unsupported
+    space: Mapspace[Any] = schedule.mapspace(shape, M)
+    return space.unsupported
 
 
 def search(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | None = None,
@@ -178,7 +179,7 @@ def dense_searchable(schedule: Any) -> bool:
     """Whether the dense search covers ``schedule``: its tiling is made of ``Br`` and the
     :data:`DENSE_FIELDS`."""
     fields = {f.name for f in dataclasses.fields(schedule.Tiling)}
-    return "Br" in fields and fields <= DENSE_FIELDS
+    return "Br" in fields and bool(fields <= DENSE_FIELDS)
 
 
 def dense_groups(schedule: Any, shape: Shape, M: int, fields: set[str]) -> list[int]:
@@ -189,8 +190,9 @@ def dense_groups(schedule: Any, shape: Shape, M: int, fields: set[str]) -> list[
     (:func:`~attnio.algorithms.common.divisors_upto`, O(min(g*, √group)) steps) are the groups
     with a tiling that fits."""
     def fits(G: int) -> bool:
-        return schedule.footprint(shape, schedule.Tiling(
-            **{f: G if f == "group" else 1 for f in fields})) <= M
+        need: int = schedule.footprint(shape, schedule.Tiling(
+            **{f: G if f == "group" else 1 for f in fields}))
+        return need <= M
 
     return divisors_upto(shape.group, largest_true(fits, 0, shape.group))
 

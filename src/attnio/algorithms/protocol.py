@@ -104,8 +104,11 @@ class Mapspace(Generic[T]):
 class Schedule(Protocol):
     """What the mapper, the runner and the planner ask of a schedule, forward or backward."""
 
-    name: str
-    exact: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def exact(self) -> bool: ...
 
     def mapspace(self, shape: Shape, M: int, **options: Any) -> Mapspace[Any]: ...
 

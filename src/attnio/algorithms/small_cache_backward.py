@@ -309,13 +309,13 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         return (reads + writes) * shape.n_kv_heads
 
     def search(self, shape: Shape, M: int) -> tuple[SmallCacheTiling, IOCount] | None:
-        """The mapper's search over the pruned mapspace (:meth:`_candidates`), as
+        """The mapper's search over the pruned mapspace (:meth:`mapspace_tilings`), as
         ``(tiling, io)`` (the old spelling the recorded regression test compares with
         :meth:`BackwardSchedule.search`'s full loop)."""
         found = mapper.search(self, shape, M)
         return None if found is None else (found.tiling, found.predicted)
 
-    def _candidates(self, shape: Shape, M: int, **options: Any) -> list[SmallCacheTiling]:
+    def mapspace_tilings(self, shape: Shape, M: int, **options: Any) -> list[SmallCacheTiling]:
         """The mapspace's candidates pruned by branch and bound: the score tiles in order of
         :meth:`_least_total`, each completed and scored until that bound exceeds the least count
         found (a tile whose bound with its tile sums exceeds it is passed over).  Every

@@ -128,8 +128,8 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
     why = mapper.can_run(alg, shape, M, backward=backward)
     if why is not None:
         return why
-    options = {} if alg.exact else {"eps": approx_eps, "entry_bound": entry_bound}
-    found = mapper.search(alg, shape, M, **options)
+    found = (mapper.search(alg, shape, M) if alg.exact else
+             mapper.search(alg, shape, M, eps=approx_eps, entry_bound=entry_bound))
     if found is None:
         return "no candidate tiling fits in M"
     # the forward also writes the logsumexp the backward reads
