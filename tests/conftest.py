@@ -166,7 +166,7 @@ def least_forward_count(shape: attnio.Shape, M: int) -> int | None:
             if alg.footprint(shape, t) > M:
                 continue
             try:
-                total = alg.predict_total(shape, t).total
+                total = alg.cost(shape, t).io.total
             except attnio.ParameterError:
                 continue
             best = total if best is None else min(best, total)

@@ -20,6 +20,7 @@ backward schedule) is the mapper's (:mod:`.mapper`).  The workload (sizes, heads
 from __future__ import annotations
 
 import dataclasses
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
@@ -155,6 +156,7 @@ class TiledSchedule(ABC, Generic[TilingT]):
         return sorted(f.name for f in dataclasses.fields(self.Tiling))
 
 
+@functools.lru_cache(maxsize=None)
 def schema_of(tiling: type) -> tuple[Field, ...]:
     """The fields of a tiling dataclass as a schema: ``int`` in [1, 2**50] (``int | None``:
     optional), ``float``, ``str``, ``bool``, by annotation."""

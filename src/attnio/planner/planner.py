@@ -132,10 +132,11 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
              mapper.search(alg, shape, M, eps=approx_eps, entry_bound=entry_bound))
     if found is None:
         return "no candidate tiling fits in M"
-    # the forward also writes the logsumexp the backward reads
-    cost = alg.cost(shape, found.tiling, lse=backward)
-    return Candidate(alg.name, found.tiling, cost.io, found.steps, alg.exact, cost.error,
-                     found.tried)
+    io, error = found.predicted, None
+    if backward or not alg.exact:  # the forward also writes the logsumexp the backward reads
+        cost = alg.cost(shape, found.tiling, lse=backward)
+        io, error = cost.io, cost.error
+    return Candidate(alg.name, found.tiling, io, found.steps, alg.exact, error, found.tried)
 
 
 _C = TypeVar("_C")
