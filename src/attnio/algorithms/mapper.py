@@ -26,7 +26,7 @@ from ..core.errors import ParameterError
 from ..core.memory import IOCount
 from ..core.workload import Shape
 from .common import divisors_upto, largest_true
-from .protocol import NO_BACKWARD, Choice, Mapspace, Schedule
+from .protocol import NO_BACKWARD, Choice, Schedule
 
 __all__ = ["best_backward", "can_run", "default_tiling", "dense_groups", "dense_searchable", "dense_sizes",
            "dense_tilings", "search"]
@@ -43,8 +43,8 @@ def can_run(schedule: Any, shape: Shape, M: int | None = None, *, backward: bool
         return NO_BACKWARD
     if why is not None or M is None:
         return why
-    space: Mapspace[Any] = schedule.mapspace(shape, M)
-    return space.unsupported
+    later: str | None = schedule.unsupported(shape, M)  # = its mapspace's ``unsupported``
+    return later
 
 
 def search(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | None = None,
