@@ -78,7 +78,7 @@ def measure(causal: bool) -> dict:
         t = SC.coerce_tiling(shape, Ms)
         res = attnio.run("flash2", shape=shape, M=max(Ms, 4 * d + 4), mode="count",
                          backward=BackwardPass("small_cache_backward", t))
-        assert res.backward_io.total == SC.predict(shape, t).total
+        assert res.backward_io.total == SC.cost(shape, t).io.total
     allx = [r["d_over_sqrtM"] for r in rows]
     allf = [r["factor"] for r in rows]
     return {"rows": rows, "slope_per_d": fits, "crossover": crossovers,

@@ -84,14 +84,14 @@ def billion(repeat: int) -> list[dict]:
                     alg = attnio.algorithms.get(name)
                     cpu, r = _cpu(lambda: attnio.run(name, shape=shape, M=65536, mode="count"),
                                   repeat)
-                    io, pred = r.io, alg.predict_total(shape, r.tiling)
+                    io, pred = r.io, alg.cost(shape, r.tiling).io
                 else:
                     bwd = attnio.algorithms.get_backward(name)
                     bp = BackwardPass(algorithm=name)
                     cpu, r = _cpu(lambda: attnio.run("flash2", shape=shape, M=65536,
                                                      mode="count", backward=bp), repeat)
                     io = r.backward_io
-                    pred = bwd.predict(shape, bwd.coerce_tiling(shape, 65536, None))
+                    pred = bwd.cost(shape, bwd.coerce_tiling(shape, 65536, None)).io
             except _TooLong:
                 row["skipped"] = f"still counting after {TIMEOUT_S} s"
                 print(f"{kind:8s} {name:27s} W={window!s:5s}  {row['skipped']}")

@@ -58,13 +58,15 @@ def measure() -> dict:
         floor_b = 8 * N * d  # backward: Q, K, V, O, dO read once, dQ, dK, dV written once
         rows = []
         full = Shape(N, N, d, block_mask=BlockMask.random(N, N, b, density=1.0))
-        ft = aligned(FA2.candidate_tilings(full, M), full, M, b, ("Br", "Bc"), FA2.predict_total)
-        bt = aligned(FA2B.candidate_tilings(full, M), full, M, b, ("Br", "Bc"), FA2B.predict)
+        ft = aligned(FA2.candidate_tilings(full, M), full, M, b, ("Br", "Bc"),
+                     lambda s, t: FA2.cost(s, t).io)
+        bt = aligned(FA2B.candidate_tilings(full, M), full, M, b, ("Br", "Bc"),
+                     lambda s, t: FA2B.cost(s, t).io)
         for s in DENSITIES:
             bm = BlockMask.random(N, N, b, density=s, seed=0)
             shape = Shape(N, N, d, block_mask=bm)
-            fwd = FA2.predict_total(shape, ft).total
-            bwd = FA2B.predict(shape, bt).total
+            fwd = FA2.cost(shape, ft).io.total
+            bwd = FA2B.cost(shape, bt).io.total
             best = FA2.search(shape, M, FA2.candidate_tilings(shape, M))
             rows.append({"s": bm.density, "forward": fwd, "forward_tiling": str(ft),
                          "backward": bwd, "backward_tiling": str(bt),
@@ -75,8 +77,8 @@ def measure() -> dict:
         mid = Shape(N, N, d, block_mask=BlockMask.random(N, N, b, density=0.25, seed=0))
         res = attnio.run("flash2", shape=mid, M=M, mode="count", tiling=ft,
                          backward=BackwardPass(tiling=bt))
-        assert res.io.total == FA2.predict_with_lse(mid, ft).total
-        assert res.backward_io.total == FA2B.predict(mid, bt).total
+        assert res.io.total == FA2.cost(mid, ft, lse=True).io.total
+        assert res.backward_io.total == FA2B.cost(mid, bt).io.total
         fit = [r for r in rows if r["floor_share"] < 0.10]
         fit_b = [r for r in rows if r["floor_share_backward"] < 0.10]
         slope = (float(np.polyfit(np.log([r["s"] for r in fit]),

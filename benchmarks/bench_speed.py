@@ -153,7 +153,7 @@ def counts(repeat: int) -> list[dict]:
         M = 4096 if name in ("square_tiling", "window_square") else 65536  # small-cache ones
         wall, cpu, r = median_cold(lambda: attnio.run(name, shape=shape, M=M, mode="count",
                                                       tiling=tiling), repeat)
-        pred = attnio.algorithms.get(name).predict_total(shape, r.tiling)
+        pred = attnio.algorithms.get(name).cost(shape, r.tiling).io
         assert (r.io.reads, r.io.writes) == (pred.reads, pred.writes)
         rows.append({"algorithm": name, "shape": shape.describe(), "M": M,
                      "wall_ms": wall * 1e3, "cpu_ms": cpu * 1e3, "total": r.io.total,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import attnio
+from attnio.algorithms import mapper
 from attnio.core.errors import MissingExtraError
 from attnio.core.extras import EXTRAS, available
 
@@ -154,19 +155,13 @@ def least_forward_count(shape: attnio.Shape, M: int) -> int | None:
     bound tests hold every explicit bound below it)."""
     best = None
     for alg in (a for a in attnio.algorithms.all_algorithms() if a.exact):
-        if getattr(alg, "unsupported", None) and alg.unsupported(shape):  # pragma: no cover
-            continue
-        if shape.window is not None and not alg.supports_window:
-            continue
-        if shape.block_mask is not None and not alg.supports_block_mask:
-            continue
-        if M < alg.min_M(shape):
+        if mapper.can_run(alg, shape, M) is not None:
             continue
         for t in alg.candidate_tilings(shape, M):
             if alg.footprint(shape, t) > M:
                 continue
             try:
-                total = alg.predict_total(shape, t).total
+                total = alg.cost(shape, t).io.total
             except attnio.ParameterError:
                 continue
             best = total if best is None else min(best, total)

@@ -157,7 +157,7 @@ def test_multihead_inputs_and_counts():
     assert np.abs(res.output - ref).max() <= res.tiling.guaranteed_error * float(np.ptp(V))
     c = attnio.run("approx_poly", shape=res.shape, M=500, mode="count", causal=True,
                    tiling=res.tiling)
-    assert c.io.total == res.io.total == ALG.predict_total(res.shape, res.tiling).total
+    assert c.io.total == res.io.total == ALG.cost(res.shape, res.tiling).io.total
 
 
 def test_cli_reports_guaranteed_next_to_measured_error():

@@ -95,9 +95,9 @@ def test_flash2_forward_and_backward_equal_the_masked_reference_and_closed_forms
             assert np.abs(res.output - ref).max() <= 1e-10, (bm, M)
             for k, g in zip(("dQ", "dK", "dV"), refg):
                 assert np.abs(res.grads[k] - g).max() <= 1e-10, (bm, M, k)
-            fwd = FA2.predict_with_lse(shape, res.tiling)
+            fwd = FA2.cost(shape, res.tiling, lse=True).io
             assert (res.io.reads, res.io.writes) == (fwd.reads, fwd.writes), (bm, M)
-            bwd = FA2B.predict(shape, res.backward_tiling)
+            bwd = FA2B.cost(shape, res.backward_tiling).io
             assert (res.backward_io.reads, res.backward_io.writes) == (bwd.reads, bwd.writes)
             assert res.io.peak <= M and res.backward_io.peak <= M
 
@@ -109,14 +109,14 @@ def test_closed_forms_equal_the_simulation_on_every_candidate_tiling():
             if FA2.footprint(shape, t) > M:
                 continue
             res = attnio.run("flash2", shape=shape, M=M, mode="count", tiling=t)
-            p = FA2.predict_total(shape, t)
+            p = FA2.cost(shape, t).io
             assert (res.io.reads, res.io.writes) == (p.reads, p.writes), (M, t)
         for t in FA2B.candidate_tilings(shape, M):
             if FA2B.footprint(shape, t) > M:
                 continue
             res = attnio.run("flash2", shape=shape, M=max(M, FA2.min_M(shape)), mode="count",
                              backward=BackwardPass(tiling=t))
-            p = FA2B.predict(shape, t)
+            p = FA2B.cost(shape, t).io
             assert (res.backward_io.reads, res.backward_io.writes) == (p.reads, p.writes), t
 
 

@@ -69,7 +69,7 @@ def test_new_schedule_output_and_counts_equal_closed_form(name, w, extra, seed, 
     err = np.abs(res.output - _reference(Q, K, V, causal, window)).max()
     assert err <= 1e-10, err
     cnt = attnio.run(name, shape=shape, M=M, mode="count", tiling=tiling)
-    pred = alg.predict_total(shape, tiling)
+    pred = alg.cost(shape, tiling).io
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     assert (cnt.io.reads, cnt.io.writes) == (pred.reads, pred.writes)
     assert res.io.peak <= alg.footprint(shape, tiling) <= M
@@ -137,7 +137,7 @@ def test_certificate_factors_multiply_to_the_ratio_and_search_every_tiling(kwarg
                  "kv_stationary": lambda: alg.Tiling(Bc, Br, 1),
                  "q_stationary_min": lambda: alg.Tiling(Br, G)}[name]()
             if alg.footprint(sh, t) <= M:
-                assert alg.predict_total(sh, t).total >= f.best_found, (name, t)
+                assert alg.cost(sh, t).io.total >= f.best_found, (name, t)
 
 
 # ---------------------------------------------------------------- the split backward (issue 25)
@@ -169,7 +169,7 @@ def test_split_backward_gradients_and_counts_equal_closed_form(name, w, extra, s
     for grad, want in zip(("dQ", "dK", "dV"), ref):
         got = np.asarray(res.grads[grad]).reshape(want.shape)
         assert np.abs(got - want).max() <= 1e-10, grad
-    pred = bwd.predict(shape, t)
+    pred = bwd.cost(shape, t).io
     assert (res.backward_io.reads, res.backward_io.writes) == (pred.reads, pred.writes)
     cnt = attnio.run("flash2", shape=shape, M=M, mode="count",
                      backward=BackwardPass(name, t))
@@ -213,8 +213,8 @@ def test_group_split_saves_the_preprocessing_and_shares_kv_across_the_stack(caus
     split = attnio.algorithms.get_backward("split_backward")
     grp = attnio.algorithms.get_backward("group_split_backward")
     Br, Bc2, Bc, Br1 = 5, 3, 7, 2
-    a = split.predict(shape, SplitBackwardTiling(Bc, Br1, Br, Bc2))
-    b = grp.predict(shape, GroupSplitTiling(1, Br, Bc2, Bc, Br1))
+    a = split.cost(shape, SplitBackwardTiling(Bc, Br1, Br, Bc2)).io
+    b = grp.cost(shape, GroupSplitTiling(1, Br, Bc2, Bc, Br1)).io
     S = masks.query_block_sums(Nq, Nkv, Br, Bc2, shape.offset, shape.window, shape.causal)
     assert a.total - b.total == kvh * g * (2 * Nq * d - (d - 1) * S.size_seen)
     assert a.total > b.total
@@ -228,7 +228,7 @@ def test_group_split_saves_the_preprocessing_and_shares_kv_across_the_stack(caus
         arrays["L"] = mem.slow("L", (nq,))
         grp.run_schedule(mem, arrays, shape=shape, tiling=t, scale=1.0)
         st_ = mem.stats()
-        assert (st_.reads, st_.writes) == (grp.predict(shape, t).reads, grp.predict(shape, t).writes)
+        assert (st_.reads, st_.writes) == (grp.cost(shape, t).io.reads, grp.cost(shape, t).io.writes)
         return st_.per_array["K"].reads + st_.per_array["V"].reads
 
     pass_b = kvh * 2 * d * masks.key_block_sums(Nq, Nkv, Br1, Bc, shape.offset, shape.window,
@@ -256,8 +256,8 @@ def test_group_split_backward_zeroes_d_of_rows_that_see_no_key():
     for grad, want in zip(("dQ", "dK", "dV"), attention_backward(Q, K, V, dO, causal=True)):
         got = np.asarray(res.grads[grad]).reshape(want.shape)
         assert np.all(np.isfinite(got)) and np.abs(got - want).max() <= 1e-10, grad
-    pred = attnio.algorithms.get_backward("group_split_backward").predict(
-        Shape.make(2, 1, Nkv=1, causal=True), t)
+    pred = attnio.algorithms.get_backward("group_split_backward").cost(
+        Shape.make(2, 1, Nkv=1, causal=True), t).io
     assert (res.backward_io.reads, res.backward_io.writes) == (pred.reads, pred.writes)
 
 def test_group_split_backward_beats_the_issue_example():
@@ -297,7 +297,7 @@ def test_q_stationary_min_writes_the_logsumexp_a_backward_pass_reads(w, extra, s
     for name, want in zip(("dQ", "dK", "dV"), attention_backward(Q, K, V, dO, causal=causal,
                                                                   window=window)):
         assert np.abs(np.asarray(res.grads[name]).reshape(want.shape) - want).max() <= 1e-10
-    pred = alg.predict_with_lse(shape, res.tiling)
+    pred = alg.cost(shape, res.tiling, lse=True).io
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     cnt = attnio.run("q_stationary_min", shape=shape, M=M, mode="count", tiling=res.tiling,
                      backward=BackwardPass("flash2_backward"))
@@ -383,7 +383,7 @@ def test_row_hybrid_every_mode_equals_reference_and_closed_form(modes, w, extra,
     V = rng.standard_normal((batch, kvh, Nkv, d))
     res = attnio.run("row_hybrid", Q, K, V, M=M, tiling=tiling, causal=causal, window=window)
     assert np.abs(res.output - _reference(Q, K, V, causal, window)).max() <= 1e-10
-    pred = alg.predict_total(shape, tiling)
+    pred = alg.cost(shape, tiling).io
     cnt = attnio.run("row_hybrid", shape=shape, M=M, mode="count", tiling=tiling)
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     assert (cnt.io.reads, cnt.io.writes) == (pred.reads, pred.writes)

@@ -51,7 +51,7 @@ def test_masked_bulk_count_equals_step_by_step_and_closed_form(name, Nq, Nkv, d,
     bulk = attnio.run(name, shape=shape, M=M, mode="count", tiling=tiling)
     step = attnio.run(name, shape=shape, M=M, mode="count", tiling=bulk.tiling, bulk=False)
     assert _same(bulk.io, step.io)
-    pred = alg.predict_total(shape, bulk.tiling)
+    pred = alg.cost(shape, bulk.tiling).io
     assert (bulk.io.reads, bulk.io.writes) == (pred.reads, pred.writes)
 
 
@@ -75,7 +75,7 @@ def test_masked_bulk_backward_equals_step_by_step_and_closed_form(name, Nq, Nkv,
     a = attnio.run("flash2", shape=shape, M=M, mode="count", backward=bp)
     b = attnio.run("flash2", shape=shape, M=M, mode="count", backward=bp, bulk=False)
     assert _same(a.backward_io, b.backward_io)
-    p = bwd.predict(shape, bp.tiling)
+    p = bwd.cost(shape, bp.tiling).io
     assert (a.backward_io.reads, a.backward_io.writes) == (p.reads, p.writes)
 
 
@@ -89,7 +89,7 @@ def test_masked_backward_count_at_a_billion_equals_the_closed_form(name, window)
     bt = bwd.coerce_tiling(shape, 65536, None)
     r = attnio.run("flash2", shape=shape, M=65536, mode="count",
                    backward=BackwardPass(algorithm=name, tiling=bt))
-    p = bwd.predict(shape, bt)
+    p = bwd.cost(shape, bt).io
     assert (r.backward_io.reads, r.backward_io.writes) == (p.reads, p.writes)
     assert r.backward_io.peak <= 65536
 
@@ -102,7 +102,7 @@ def test_approx_poly_causal_runs_equal_step_by_step_and_closed_form(align, Nq, N
     a = attnio.run("approx_poly", shape=shape, M=2000, mode="count", tiling=til)
     b = attnio.run("approx_poly", shape=shape, M=2000, mode="count", tiling=til, bulk=False)
     assert _same(a.io, b.io)
-    p = attnio.algorithms.get("approx_poly").predict_total(shape, a.tiling)
+    p = attnio.algorithms.get("approx_poly").cost(shape, a.tiling).io
     assert (a.io.reads, a.io.writes) == (p.reads, p.writes)
 
 
@@ -121,7 +121,7 @@ def test_masked_count_at_a_billion_equals_the_closed_form(name, window):
     if name == "standard":  # the one-pass softmax iterates its (position-dependent) rows
         tiling = {"bm": 64, "bn": 64, "bk": 64, "onepass": False}
     r = attnio.run(name, shape=shape, M=M, mode="count", tiling=tiling)
-    p = alg.predict_total(shape, r.tiling)
+    p = alg.cost(shape, r.tiling).io
     assert (r.io.reads, r.io.writes) == (p.reads, p.writes)
     assert r.io.peak <= M
 

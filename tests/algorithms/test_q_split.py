@@ -46,7 +46,7 @@ def _check(shape, M, tiling, seed):
     err = np.abs(res.output - gqa_reference(Q, K, V, causal)).max()
     assert err <= 1e-10, err
     t = res.tiling
-    pred = ALG.predict_total(shape, t)
+    pred = ALG.cost(shape, t).io
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     for bulk in (True, False):
         cnt = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=t, bulk=bulk)
@@ -79,7 +79,7 @@ def test_searched_tiling_from_the_least_M(w, extra, seed):
     M = ALG.min_M(shape) + extra
     t = _check(shape, M, None, seed)
     plain = [c for c in ALG.candidate_tilings(shape, M) if c.sigma == 0]
-    assert plain and all(ALG.predict_total(shape, t).total <= ALG.predict_total(shape, c).total
+    assert plain and all(ALG.cost(shape, t).io.total <= ALG.cost(shape, c).io.total
                          for c in plain if ALG.footprint(shape, c) <= M)
 
 
@@ -98,7 +98,7 @@ def test_unmasked_closed_form(Nq, Nkv, d, br, s, dl, br2, G):
     thin = G * S * d + (d + delta) * Nkv * cdiv(S, br2) if sigma else 0
     io = ALG._group_count(shape, t)
     assert io.reads == G * Nq * d + 2 * d * Nkv * Tm + thin and io.writes == G * Nq * d
-    assert ALG.predict_total(shape, t).total == io.total * (4 // G)
+    assert ALG.cost(shape, t).io.total == io.total * (4 // G)
 
 
 @pytest.mark.parametrize("N,d,M,total", [(3000, 40, 60000, 1_360_040),
@@ -109,7 +109,7 @@ def test_grid_examples_counted_exactly(N, d, M, total):
     shape = Shape.make(N, d)
     t = ALG.default_tiling(shape, M)
     assert t.sigma > 0 and cdiv(N, t.Br) == 4 and ALG.footprint(shape, t) <= M
-    pred = ALG.predict_total(shape, t)
+    pred = ALG.cost(shape, t).io
     assert pred.total == total
     Tm, S = 4, 4 * t.sigma  # the last block is full: every block has sigma split rows
     assert pred.reads == N * d + 2 * d * N * Tm + S * d + (d + t.delta) * N * cdiv(S, t.Br2)
@@ -147,8 +147,8 @@ def test_causal_split_rows_see_the_fewest_keys():
     N, d, M = 3000, 40, 60000
     shape = Shape.make(N, d, causal=True)
     t = T(750, 119, 7, 476)
-    unmasked = ALG.predict_total(Shape.make(N, d), t)
-    masked = ALG.predict_total(shape, t)
+    unmasked = ALG.cost(Shape.make(N, d), t).io
+    masked = ALG.cost(shape, t).io
     assert masked.total < unmasked.total
     cnt = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=t, bulk=False)
     assert cnt.io.total == masked.total
@@ -173,7 +173,7 @@ def test_larger_shapes_count_mode_and_bounds(Nq, Nkv, d, causal, kvh, g, scale, 
     M = lo + Nq * d // 2 if half else int(lo * scale)
     found = ALG.search(shape, M)
     assert found is not None
-    pred = ALG.predict_total(shape, found.tiling)
+    pred = ALG.cost(shape, found.tiling).io
     cnt = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=found.tiling)
     assert (cnt.io.reads, cnt.io.writes) == (pred.reads, pred.writes) and cnt.io.peak <= M
     for bd in bounds.applicable_to(shape, M):
@@ -200,12 +200,12 @@ def test_writes_the_logsumexp_a_backward_pass_reads(data, extra, seed):
     assert np.abs(res.output - gqa_reference(Q, K, V, causal)).max() <= 1e-10
     for name, want in zip(("dQ", "dK", "dV"), attention_backward(Q, K, V, dO, causal=causal)):
         assert np.abs(np.asarray(res.grads[name]).reshape(want.shape) - want).max() <= 1e-10
-    pred = ALG.predict_with_lse(shape, tiling)
+    pred = ALG.cost(shape, tiling, lse=True).io
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     fwd = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=tiling,
                      backward=BackwardPass("flash2_backward"))
     assert (fwd.io.reads, fwd.io.writes) == (pred.reads, pred.writes)
-    plain = ALG.predict_total(shape, tiling)
+    plain = ALG.cost(shape, tiling).io
     assert pred.writes == plain.writes + shape.n_heads * Nq
 
 
@@ -221,7 +221,7 @@ def _dense(shape, M):
                 for Br2 in (range(1, S + 1) if sigma else [1]):
                     t = T(Br, sigma, delta, Br2)
                     if ALG.footprint(shape, t) <= M:
-                        v = ALG.predict_total(shape, t).total
+                        v = ALG.cost(shape, t).io.total
                         best = v if best is None else min(best, v)
     return best
 

@@ -173,7 +173,7 @@ def test_stable_variant_counts_every_extra_word():
     assert t.spill == "exp"
     sc = ALG.search(shape, M).tiling  # the default search: the scores spill, never worse
     assert sc.spill == "scores"
-    assert ALG.predict_total(shape, sc).total < ALG.predict_total(shape, t).total
+    assert ALG.cost(shape, sc).io.total < ALG.cost(shape, t).io.total
     lit = SquareTilingTiling(*[getattr(t, f) for f in ("Br", "Bc", "Bd", "Br2", "Bk2", "Bd2")],
                              order=t.order, stable=False)
     a = attnio.run("square_tiling", shape=(N, d), M=M, mode="count", tiling=t).io

@@ -54,7 +54,7 @@ def test_output_and_counts_equal_closed_form(c, extra, seed):
     res = attnio.run("stream_tiling", Q, K, V, M=M, tiling=tiling, causal=causal)
     err = np.abs(res.output - gqa_reference(Q, K, V, causal)).max()
     assert err <= 1e-10, err
-    pred = ALG.predict_total(shape, tiling)
+    pred = ALG.cost(shape, tiling).io
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     for bulk in (True, False):
         cnt = attnio.run("stream_tiling", shape=shape, M=M, mode="count", tiling=tiling,
@@ -71,11 +71,11 @@ def test_output_and_counts_equal_closed_form(c, extra, seed):
 def test_unmasked_closed_form_is_two_blocked_matmuls_and_the_scores():
     for Nq, Nkv, d, (br, bc, br2, bd2) in [(50, 37, 9, (7, 6, 5, 4)), (8, 30, 16, (3, 11, 8, 5))]:
         shape = Shape.make(Nq, d, Nkv=Nkv)
-        io = ALG.predict_total(shape, T(br, bc, br2, bd2))
+        io = ALG.cost(shape, T(br, bc, br2, bd2)).io
         assert io.reads == (cdiv(Nkv, bc) * Nq * d + cdiv(Nq, br) * Nkv * d
                             + cdiv(d, bd2) * Nq * Nkv + cdiv(Nq, br2) * Nkv * d)
         assert io.writes == Nq * Nkv + Nq * d
-        row = ALG.predict_total(shape, T(br, bc, br2, bd2, "row"))
+        row = ALG.cost(shape, T(br, bc, br2, bd2, "row")).io
         assert row.reads == io.reads - (cdiv(Nkv, bc) - 1) * Nq * d
 
 
@@ -103,11 +103,11 @@ def _least(shape, M, two_groups=True):
     Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
 
     def least(tilings):
-        fits = [ALG.predict_total(shape, t).total for t in tilings
+        fits = [ALG.cost(shape, t).io.total for t in tilings
                 if ALG.footprint(shape, t) <= M]
         return min(fits) if fits else None
 
-    base = ALG.predict_total(shape, T(1, 1, 1, 1)).total
+    base = ALG.cost(shape, T(1, 1, 1, 1)).io.total
     p1 = least(T(br, bc, 1, 1, o) for br, bc, o in
                itertools.product(range(1, Nq + 1), range(1, Nkv + 1), ("tile", "row")))
     uniform = list(itertools.product(range(1, Nq + 1), range(1, d + 1)))
@@ -137,7 +137,7 @@ def test_search_finds_the_least_closed_form_on_tiny_shapes(Nq, Nkv, d, causal, f
     assert got >= least
     assert got == least if not causal else got <= 1.05 * least
     t = found.tiling  # its Phase 1 with every one-group Phase 2
-    one = min(ALG.predict_total(shape, T(t.Br, t.Bc, a, c, t.order)).total
+    one = min(ALG.cost(shape, T(t.Br, t.Bc, a, c, t.order)).io.total
               for a in range(1, Nq + 1) for c in range(1, d + 1)
               if ALG.footprint(shape, T(t.Br, t.Bc, a, c, t.order)) <= M)
     assert got <= one
@@ -204,7 +204,7 @@ def test_two_slice_groups_at_m200_d40():
     phase1 = cdiv(N, t.Bc) * N * d + cdiv(N, t.Br) * N * d  # reads; it writes the N² scores
     assert found.predicted.reads - phase1 == 3 * N * N + 14 * 84 * N + 26 * 77 * N == 6_178_000
     assert found.predicted.writes == N * N + N * d
-    one = ALG.predict_total(shape, T(t.Br, t.Bc, 17, 10, t.order))
+    one = ALG.cost(shape, T(t.Br, t.Bc, 17, 10, t.order)).io
     assert one.reads - phase1 == 4 * N * N + 40 * 59 * N == 6_360_000
     assert ALG.footprint(shape, T(1, 1, 17, 10)) <= M < ALG.footprint(shape, T(1, 1, 18, 10))
 
@@ -223,6 +223,6 @@ def test_search_never_worse_than_every_one_group_phase2(N, d, M, causal):
         for a in {cdiv(N, n) for n in range(1, N + 1)}:
             u = T(t.Br, t.Bc, a, c, t.order)
             if ALG.footprint(shape, u) <= M:
-                v = ALG.predict_total(shape, u).total
+                v = ALG.cost(shape, u).io.total
                 best = v if best is None else min(best, v)
     assert found.predicted.total <= best

@@ -71,7 +71,7 @@ def test_output_and_counts_equal_closed_form(w, extra, seed, pick, cache):
     res = attnio.run("window_cache", Q, K, V, M=M, tiling=tiling, causal=causal, window=window)
     err = np.abs(res.output - _reference(Q, K, V, causal, window)).max()
     assert err <= 1e-10, err
-    pred = ALG.predict_total(shape, tiling)
+    pred = ALG.cost(shape, tiling).io
     bulk = attnio.run("window_cache", shape=shape, M=M, mode="count", tiling=tiling)
     step = attnio.run("window_cache", shape=shape, M=M, mode="count", tiling=tiling, bulk=False)
     for io in (res.io, bulk.io, step.io):
@@ -134,7 +134,7 @@ def test_band_that_does_not_fit_streams():
     assert not t.cache
     f2 = attnio.algorithms.get("flash2")
     from attnio.algorithms.flash2 import Flash2Tiling
-    assert ALG.predict_total(shape, t) == f2.predict_total(shape, Flash2Tiling(t.Br, t.Bc))
+    assert ALG.cost(shape, t).io == f2.cost(shape, Flash2Tiling(t.Br, t.Bc)).io
     assert ALG.predicted_io(shape, M).total > 1_048_576
 
 
@@ -148,7 +148,7 @@ def test_count_at_a_billion_is_bulk(align):
     t0 = time.process_time()
     res = attnio.run("window_cache", shape=shape, M=M, mode="count", tiling=t)
     assert time.process_time() - t0 < 5.0  # generous: milliseconds in practice
-    pred = ALG.predict_total(shape, t)
+    pred = ALG.cost(shape, t).io
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
 
 

@@ -62,10 +62,10 @@ def test_backward_gradients_equal_reference(Hkv, causal, window):
         assert res.grads[name].shape == g.shape
         assert np.abs(res.grads[name] - g).max() <= 1e-10, name
     bwd = attnio.algorithms.get_backward(res.backward_algorithm)
-    pred = bwd.predict(res.shape, res.backward_tiling)
+    pred = bwd.cost(res.shape, res.backward_tiling).io
     assert (res.backward_io.reads, res.backward_io.writes) == (pred.reads, pred.writes)
     assert res.backward_io.peak <= 3000
-    fwd = attnio.algorithms.get("flash2").predict_with_lse(res.shape, res.tiling)
+    fwd = attnio.algorithms.get("flash2").cost(res.shape, res.tiling, lse=True).io
     assert (res.io.reads, res.io.writes) == (fwd.reads, fwd.writes)
     cnt = attnio.run("flash2", shape=res.shape, M=3000, mode="count", causal=causal,
                      window=window, tiling=res.tiling,
@@ -139,7 +139,7 @@ def test_default_tiling_credits_gqa_sharing():
     shape = Shape(2048, 2048, 64, heads=8, kv_heads=1)
     res = attnio.run("flash2", shape=shape, M=65536, mode="count")
     naive = attnio.algorithms.get("flash2").default_tiling(Shape(2048, 2048, 64, heads=8), 65536)
-    assert res.io.total <= attnio.algorithms.get("flash2").predict_total(shape, naive).total
+    assert res.io.total <= attnio.algorithms.get("flash2").cost(shape, naive).io.total
 
 
 @pytest.mark.parametrize("Nkv", [1, 1000, 65536, 2**20])

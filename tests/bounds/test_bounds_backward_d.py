@@ -116,7 +116,7 @@ def least_backward_count(shape, M):
             continue
         for t in bwd.candidate_tilings(shape, M):
             if bwd.footprint(shape, t) <= M:
-                total = bwd.predict(shape, t).total
+                total = bwd.cost(shape, t).io.total
                 best = total if best is None else min(best, total)
     return best
 

@@ -1,7 +1,7 @@
 """Bounds v2 (docs/bounds.md §5-§11): Theorems A-E, the matmul constants, the corrections, the
 block-sparse certificate, and no schedule or pebbling optimum below any explicit bound.
 
-The counts compared here are the closed forms (``predict_total``, ``predict``), which other tests
+The counts compared here are the closed forms (``cost(shape, tiling).io``), which other tests
 hold equal to the simulator's counts; a few are simulated here too.  Any segment length K and
 multiplier (μ, ν) give a valid bound (the tables only set tightness), so the proofs are also
 tested at random parameters, where a wrong per-segment maximum would show first.
@@ -116,7 +116,7 @@ def least_backward_count(shape: Shape, M: int) -> int | None:
             continue
         for t in bwd.candidate_tilings(shape, M):
             if bwd.footprint(shape, t) <= M:
-                total = bwd.predict(shape, t).total
+                total = bwd.cost(shape, t).io.total
                 best = total if best is None else min(best, total)
     return best
 

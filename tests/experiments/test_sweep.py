@@ -533,14 +533,14 @@ def test_a_bug_in_a_closed_form_is_an_error_row_not_a_skip(monkeypatch):
     def broken(*args, **kwargs):
         raise ValueError("numpy said no")
 
-    monkeypatch.setattr(type(alg), "predict_total", broken)
+    monkeypatch.setattr(type(alg), "_total", broken)
     row = run_config(cfg)
     assert row["status"] == "error" and "ValueError: numpy said no" in row["reason"]
 
     def refused(*args, **kwargs):
         raise ParameterError("M too small for this shape", param="M")
 
-    monkeypatch.setattr(type(alg), "predict_total", refused)
+    monkeypatch.setattr(type(alg), "_total", refused)
     row = run_config(cfg)
     assert row["status"] == "skipped" and "M too small" in row["reason"]
 

@@ -100,7 +100,7 @@ def test_two_level_bytes_equal_flash2_closed_form():
     shp = Shape(1000, 1000, 128, batch=2, heads=4)
     cfg = KernelConfig("fa2", 128, 64, 4)
     tr = traffic.build(cfg, shp, H100)
-    io = FLASH2.predict_with_lse(shp, Flash2Tiling(128, 64))
+    io = FLASH2.cost(shp, Flash2Tiling(128, 64), lse=True).io
     words_lse = shp.n_heads * shp.Nq
     assert tr.two_level == 2 * (io.reads + io.writes - words_lse) + 4 * words_lse
 

@@ -15,12 +15,12 @@ import math
 import pytest
 
 import attnio
+from attnio.algorithms import mapper
 from attnio.algorithms.base import divisors_upto
 from attnio.cli import main
 from attnio.core.workload import Shape
 from attnio.pebble import loops
 from attnio.planner import certificate_factors
-from attnio.planner import factors as factors_module
 
 
 @pytest.mark.parametrize("kw", [dict(N=4096, d=64, M=65536), dict(N=300, d=40, M=621, causal=True),
@@ -170,7 +170,7 @@ def test_the_dense_search_equals_every_divisor_of_the_group(kw, monkeypatch):
     def every_divisor(alg, shape, M, fields):
         return [g for g in range(1, shape.group + 1) if shape.group % g == 0]
 
-    monkeypatch.setattr(factors_module, "_dense_groups", every_divisor)
+    monkeypatch.setattr(mapper, "dense_groups", every_divisor)  # the mapper's dense search
     slow = certificate_factors(p, cheap=8, loop_search=False)
     assert (fast.best_found, fast.best_found_by, fast.best_found_tiling, fast.searched) == \
         (slow.best_found, slow.best_found_by, slow.best_found_tiling, slow.searched)

@@ -1,7 +1,10 @@
 """The attention schedules, one per module, and their registry: name -> :class:`Algorithm`.
 
-The CLI, the planner and the sweeps iterate this registry instead of naming algorithms.  A new
-schedule registers itself with :func:`register` (see ``base.py`` for the protocol).  Building
+The CLI, the planner and the sweeps iterate this registry instead of naming algorithms.  A
+schedule follows the :class:`Schedule` protocol (``mapspace``, ``cost``, ``execute``:
+:mod:`.protocol`; the base classes of :mod:`.base` build it from a module's hooks), every search
+over it is the :mod:`.mapper`'s, and a new one is one module plus one line in the registration
+below (or a call to :func:`register`: docs/contributing.md).  Building
 blocks that are not attention (the blocked matmul) live in :mod:`attnio.blocks`, not here.
 
 Backward schedules have their own registry (:func:`backward_names`, :func:`get_backward`): any
@@ -33,6 +36,7 @@ from . import (
     group_spill_backward,
     group_split_backward,
     kv_stationary,
+    mapper,
     q_split,
     q_stationary_min,
     row_hybrid,
@@ -44,11 +48,12 @@ from . import (
     window_cache,
     window_square,
 )
-from .base import Algorithm, BackwardSchedule, Choice
+from .base import Algorithm, BackwardSchedule
+from .protocol import Choice, Cost, Field, Mapspace, Schedule
 
-__all__ = ["Algorithm", "BackwardSchedule", "Choice", "all_algorithms", "all_backwards",
-           "backward_names", "choose_backward", "get", "get_backward", "names", "register",
-           "register_backward"]
+__all__ = ["Algorithm", "BackwardSchedule", "Choice", "Cost", "Field", "Mapspace", "Schedule",
+           "all_algorithms", "all_backwards", "backward_names", "choose_backward", "get",
+           "get_backward", "mapper", "names", "register", "register_backward"]
 
 class _Named(Protocol):
     @property
@@ -172,20 +177,9 @@ def choose_backward(shape: Shape, M: int, name: str | BackwardSchedule[Any] | No
                  for b in all_backwards()}
         raise ParameterError(f"backward tiling {tiling!r} is no backward schedule's tiling; their "
                              f"fields: {known}", param="backward_tiling")
-    best = None
-    reasons = []
-    for bwd in all_backwards():
-        why = bwd.unsupported(shape)
-        if why is None and M < bwd.min_M(shape):
-            why = f"needs M >= {bwd.min_M(shape)}"
-        found = None if why else bwd.search(shape, M)
-        if found is None:
-            reasons.append(f"{bwd.name}: {why or 'no tiling fits'}")
-            continue
-        key = (found[1].total, bwd.steps(shape, found[0]))
-        if best is None or key < best[0]:
-            best = (key, bwd, found[0])
-    if best is None:
+    scored, skipped = mapper.best_backward(all_backwards(), shape, M)
+    if not scored:
         raise ParameterError(f"M={M}: no backward schedule runs {shape.describe()} "
-                             f"({'; '.join(reasons)})", param="M")
-    return best[1], best[2]
+                             f"({'; '.join(f'{n}: {why}' for n, why in skipped)})", param="M")
+    _, bwd, found = scored[0]
+    return bwd, found.tiling

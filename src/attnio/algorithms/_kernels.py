@@ -182,3 +182,36 @@ def store_empty_rows(mem: TwoLevelMemory, Os: list[SlowArray], qb: Block, d: int
             zl = mem.alloc((qb.size,), -np.inf, label="lse_i")
             mem.store(zl, lse[g], qb)
             mem.free(zl)
+
+
+def row_sum_dot(D: np.ndarray, dO: np.ndarray, O: np.ndarray) -> None:
+    """D = rowsum(dO ∘ O), the backward's row term."""
+    D[:] = np.sum(dO * O, axis=1)
+
+
+def tile_scores(T: np.ndarray, L: np.ndarray, *, scale: float,
+                mask: tuple[int, int, int, int | None] | None) -> None:
+    """T = exp(scale·T − L) row by row (masked entries and rows with L = -inf give 0)."""
+    T *= scale
+    if mask is not None:
+        apply_causal_mask(T, *mask)
+    T -= np.where(np.isfinite(L), L, np.inf)[:, None]
+    np.exp(T, out=T)
+
+
+def tile_dscores(T: np.ndarray, P: np.ndarray, D: np.ndarray) -> None:
+    """dS = P ∘ (dP − D) on a chunk of rows (T holds dP)."""
+    T -= D[:, None]
+    T *= P
+
+
+def row_dot(D: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """D += rowsum(a ∘ b)."""
+    D += np.sum(a * b, axis=1)
+
+
+def mask_of(shape: Shape, qb: Block, kb: Block) -> tuple[int, int, int, int | None] | None:
+    """The (causal / window) mask arguments of tile (qb, kb), or None when it is fully visible."""
+    if tile_needs_mask(shape, qb.start, kb.stop, qb.stop, kb.start):
+        return (qb.start, kb.start, shape.offset, shape.window)
+    return None

@@ -61,14 +61,16 @@ from typing import Any
 import numpy as np
 
 from ..approx.features import FeatureMap, feature_dim
-from ..approx.poly import check_eps, output_error_factor, polynomial
+from ..approx.poly import VARIANTS, check_eps, output_error_factor, polynomial
 from ..approx.radius import check_entries, check_radius, score_radius
 from ..core import masks
 from ..core.checks import check_bool, check_int, check_real
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import MAX_SIZE, Shape, cdiv, kv_visible_hi
+from . import mapper
 from .base import Algorithm, default_scale, largest_true
+from .protocol import Cost, Field
 
 __all__ = ["ALGORITHM", "ApproxPoly", "ApproxPolyTiling", "approx_tilings", "predicted_io"]
 
@@ -155,6 +157,22 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
     summary = "polynomial method (Alman-Song): O = D^-1 phi(Q) (psi(K)^T V), streamed; approximate"
     exact = False
     Tiling = ApproxPolyTiling
+    #: The declared schema: what a user gives (eps, entry_bound or radius, variant, degree,
+    #: blocks, scale) and what the schedule fills in (r, kernel_error, radius_pass).
+    fields = (
+        Field("eps", "float", 0.0, 1.0, doc="error target (relative, of the kernel), in (0, 1)"),
+        Field("entry_bound", "float", 0.0, None, True, doc="|Q|, |K| entries <= B (> 0)"),
+        Field("variant", "str", choices=VARIANTS, doc="the polynomial: Chebyshev or Taylor"),
+        Field("degree", "int", 1, MAX_SIZE, True, doc="the polynomial's degree (None: from eps)"),
+        Field("Bn", "int", 1, MAX_SIZE, True, doc="rows of Q and K a block"),
+        Field("rb", "int", 1, MAX_SIZE, True, doc="features a block"),
+        Field("scale", "float", None, None, True, doc="score scale (None: 1/sqrt(d))"),
+        Field("allow_unbounded", "bool", doc="run on entries beyond the bound"),
+        Field("radius", "float", 0.0, None, True, doc="score range R (>= 0; None: from B)"),
+        Field("r", "int", 1, MAX_SIZE, True, doc="feature dimension C(d + g, g), filled in"),
+        Field("kernel_error", "float", 0.0, None, True, doc="the polynomial's error, filled in"),
+        Field("radius_pass", "bool", doc="R measured from the data: one counted pass over Q, K"),
+    )
 
     # ------------------------------------------------------------ tilings
     def _clamp(self, shape: Shape, t: ApproxPolyTiling) -> tuple[int, int, int]:
@@ -236,8 +254,8 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
     def _with_blocks(self, shape: Shape, M: int, t: ApproxPolyTiling) -> ApproxPolyTiling:
         if t.rb is None or t.Bn is None:
             assert t.r is not None
-            found = self.search(shape, M, [dataclasses.replace(t, rb=t.rb or rb, Bn=t.Bn or bn)
-                                           for rb, bn in self._best_blocks(shape, M, t.r)])
+            found = mapper.search(self, shape, M, [
+                dataclasses.replace(t, rb=t.rb or rb, Bn=t.Bn or bn) for rb, bn in self._best_blocks(shape, M, t.r)])
             if found is None:
                 if t.rb is not None or t.Bn is not None:  # a user block size that cannot fit
                     c = dataclasses.replace(t, rb=t.rb or 1, Bn=t.Bn or 1)
@@ -284,12 +302,21 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
                 out.append(dataclasses.replace(base, rb=rb, Bn=bn))
         return out
 
-    def planner_tilings(self, shape: Shape, M: int, *, eps: float | None = None,
-                        entry_bound: float | None = None) -> list[ApproxPolyTiling]:
-        """The planner scores approximate attention only for an error target ``eps``."""
+    def mapspace_tilings(self, shape: Shape, M: int, *, eps: float | None = None,
+                         entry_bound: float | None = None, **options: Any
+                         ) -> list[ApproxPolyTiling]:
+        """The mapspace's candidates: approximate attention is searched only for an error
+        target ``eps`` (and an entry bound or a radius)."""
+        if options:
+            raise ParameterError(f"{self.name} takes eps and entry_bound, got {sorted(options)}")
         if eps is None:
             raise ParameterError("approximate: give an error target eps", param="eps")
         return self.candidate_tilings(shape, M, eps=eps, entry_bound=entry_bound)
+
+    def cost(self, shape: Shape, tiling: ApproxPolyTiling, *, lse: bool = False) -> Cost:
+        """The closed form, with the guaranteed error factor and the feature dimension r."""
+        c = super().cost(shape, tiling, lse=lse)
+        return dataclasses.replace(c, error=tiling.guaranteed_error, features=tiling.r)
 
     def default_tiling(self, shape: Any, M: int, causal: object = None) -> ApproxPolyTiling:
         return self.coerce_tiling(Shape.coerce(shape).with_mask(causal), M, None)
@@ -508,4 +535,5 @@ def predicted_io(N: int, d: int, M: int, *, eps: float = 1e-3, entry_bound: floa
                  causal: object = False, Nkv: int | None = None, **tiling: Any) -> IOCount:
     """Closed-form count of ``approx_poly`` for Nq = N (Nkv = N unless given)."""
     t = dict(eps=eps, entry_bound=entry_bound, **tiling)
-    return ALGORITHM.predicted_io(Shape.make(N, d, Nkv=Nkv, causal=causal), M, tiling=t)
+    shape = Shape.make(N, d, Nkv=Nkv, causal=causal)
+    return ALGORITHM.cost(shape, ALGORITHM.coerce_tiling(shape, M, t)).io

@@ -179,7 +179,7 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
             if best is not None and lb > best[0]:
                 break
             t = Flash2Tiling(Br, Bc, G)
-            key = (self.predict_total(shape, t).total, self.steps(shape, t))
+            key = (self._total(shape, t).total, self.steps(shape, t))
             scored.append((key, t))
             best = key if best is None else min(best, key)
         if best is None:  # no candidates (scored is empty too)
@@ -270,4 +270,5 @@ ALGORITHM = Flash2()
 def predicted_io(N: int, d: int, M: int, causal: object = False, tiling: object = None,
                  Nkv: int | None = None) -> IOCount:
     """Closed-form count of ``flash2`` for Nq = N (Nkv = N unless given)."""
-    return ALGORITHM.predicted_io(Shape.make(N, d, Nkv=Nkv, causal=causal), M, tiling=tiling)
+    shape = Shape.make(N, d, Nkv=Nkv, causal=causal)
+    return ALGORITHM.cost(shape, ALGORITHM.coerce_tiling(shape, M, tiling)).io

@@ -59,10 +59,6 @@ def _fp(d: int, Br: int, Bc: int) -> int:
     return 4 * Bc * d + 3 * Br * d + 2 * Br * Bc + 2 * Br
 
 
-def _row_sum_dot(D: np.ndarray, dO: np.ndarray, O: np.ndarray) -> None:
-    D[:] = np.sum(dO * O, axis=1)
-
-
 def store_row_sums(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], g: int, Nq: int,
                    Br: int) -> None:
     """Query head ``g``'s D = rowsum(dO ∘ O), block by block of ``Br`` rows: O and dO read,
@@ -71,7 +67,7 @@ def store_row_sums(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], g: int, 
         Oi = mem.load(qv["O"][g], qb, label="O_i")
         dOi = mem.load(qv["dO"][g], qb, label="dO_i")
         Di = mem.alloc((qb.size,), label="D_i")
-        mem.compute(_row_sum_dot, Di, dOi, Oi, writes=1)
+        mem.compute(K_.row_sum_dot, Di, dOi, Oi, writes=1)
         mem.store(Di, qv["D"][g], qb)
         mem.free(Oi, dOi, Di)
 
@@ -157,7 +153,7 @@ class Flash2Backward(BackwardSchedule[BackwardTiling]):
                 out.extend(BackwardTiling(br, c) for c in sorted(cs) if c != bc)
         return out
 
-    def predict(self, shape: Shape, t: BackwardTiling) -> IOCount:
+    def _total(self, shape: Shape, t: BackwardTiling) -> IOCount:
         d, g, Nq = shape.d, shape.group, shape.Nq
         if shape.block_mask is not None:
             s = masks.layout_sums(shape.block_mask, Nq, shape.Nkv, t.Br, t.Bc, keys=True)

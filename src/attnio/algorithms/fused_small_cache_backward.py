@@ -50,15 +50,7 @@ from ..core import masks
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
-from .small_cache_backward import (
-    SmallCacheBackward,
-    SmallCacheTiling,
-    _dscores,
-    _row_dot,
-    _scores,
-    _Sides,
-)
-from .small_cache_backward import _sides as _sc_sides
+from .small_cache_backward import Sides, SmallCacheBackward, SmallCacheTiling, tile_sides
 
 __all__ = ["BACKWARD", "FusedSmallCacheBackward"]
 
@@ -75,14 +67,14 @@ class FusedSmallCacheBackward(SmallCacheBackward):
     summary = ("small-cache backward with fused score phases: P kept beside dP (not re-read), D "
                "formed per query block and kept; then small_cache_backward's matmuls")
 
-    def _sides(self, shape: Shape, t: SmallCacheTiling) -> _Sides:
-        return _sc_sides(shape, t, _fp_scores)
+    def _sides(self, shape: Shape, t: SmallCacheTiling) -> Sides:
+        return tile_sides(shape, t, _fp_scores)
 
     def min_M(self, shape: Shape) -> int:
         return 6
 
     # ------------------------------------------------------------------ counts
-    def _count(self, shape: Shape, s: _Sides,
+    def _count(self, shape: Shape, s: Sides,
                sums: tuple[int, int, int, int, int, int, int]) -> IOCount:
         SC, W, SW = sums[:3]
         d, g = shape.d, shape.group
@@ -129,7 +121,7 @@ class FusedSmallCacheBackward(SmallCacheBackward):
 
     # ------------------------------------------------------------------ the schedule
     def _score_phases(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
-                      kv: dict[str, SlowArray], g: int, shape: Shape, s: _Sides,
+                      kv: dict[str, SlowArray], g: int, shape: Shape, s: Sides,
                       scale: float) -> None:
         """D, P and dS of query head g in one pass over its visible tiles (module docstring)."""
         band = masks.Band.queries(shape) if shape.causal else None
@@ -141,7 +133,7 @@ class FusedSmallCacheBackward(SmallCacheBackward):
             for lb in mem.blocks(shape.d, s.bk):
                 a = mem.load(qv["dO"][g], qb, lb, label="dO_i")
                 b = mem.load(qv["O"][g], qb, lb, label="O_i")
-                mem.compute(_row_dot, Di, a, b, writes=1)
+                mem.compute(K_.row_dot, Di, a, b, writes=1)
                 mem.free(a, b)
             Li = mem.load(qv["L"][g], qb, label="L_i")
             for kb in mem.blocks(shape.Nkv, s.bn, lo=lo, hi=hi, band=band):
@@ -149,11 +141,11 @@ class FusedSmallCacheBackward(SmallCacheBackward):
                 mask = None
                 if K_.tile_needs_mask(shape, qb.start, kb.stop, qb.stop, kb.start):
                     mask = (qb.start, kb.start, shape.offset, shape.window)
-                mem.compute(lambda t, lv, mask=mask: _scores(t, lv, scale=scale, mask=mask),
+                mem.compute(lambda t, lv, mask=mask: K_.tile_scores(t, lv, scale=scale, mask=mask),
                             T1, Li, writes=1)
                 mem.store(T1, qv["P"][g], qb, kb)
                 T2 = self._tile(mem, qv["dO"][g], kv["V"], qb, kb, s.bk, shape.d, "dP_ij")
-                mem.compute(_dscores, T2, T1, Di, writes=1)
+                mem.compute(K_.tile_dscores, T2, T1, Di, writes=1)
                 mem.store(T2, qv["dS"][g], qb, kb)
                 mem.free(T1, T2)
             mem.free(Di, Li)

@@ -64,7 +64,8 @@ from ..core import masks
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from .base import BackwardSchedule, kv_head_groups
-from .group_split_backward import _fpA, _stack, dq_pass, pass_a_sides
+from .common import fp_group_pass_a, stacked_rows
+from .group_split_backward import dq_pass, pass_a_sides
 
 __all__ = ["BACKWARD", "GroupSpillBackward", "GroupSpillTiling"]
 
@@ -95,7 +96,7 @@ class _Sides:
 
 def _sides(shape: Shape, t: GroupSpillTiling) -> _Sides:
     Br, Bc2 = min(t.Br, shape.Nq), min(t.Bc2, shape.Nkv)
-    return _Sides(_stack(shape, t.group), Br, Bc2, min(t.ka * Bc2, shape.Nkv),
+    return _Sides(stacked_rows(shape, t.group), Br, Bc2, min(t.ka * Bc2, shape.Nkv),
                   min(t.bc, shape.d), min(t.r, Br))
 
 
@@ -120,10 +121,10 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
 
     def footprint(self, shape: Shape, t: GroupSpillTiling) -> int:
         s = _sides(shape, t)
-        return max(_fpA(shape.d, s.G, s.Br, s.Bc2), _fp_matmul(s.a, s.bc, s.r))
+        return max(fp_group_pass_a(shape.d, s.G, s.Br, s.Bc2), _fp_matmul(s.a, s.bc, s.r))
 
     def min_M(self, shape: Shape) -> int:
-        return max(_fpA(shape.d, 1, 1, 1), _fp_matmul(1, 1, 1))
+        return max(fp_group_pass_a(shape.d, 1, 1, 1), _fp_matmul(1, 1, 1))
 
     def workspace(self, shape: Shape) -> int:
         """P and dS of every query head (and the D scratch every backward view carries)."""
@@ -152,7 +153,7 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
         Sa = self._sums(shape, Br, a).size_count
         return IOCount(2 * g * (cdiv(d, bc) * SW + d * Sa), 2 * shape.Nkv * d)
 
-    def predict(self, shape: Shape, t: GroupSpillTiling) -> IOCount:
+    def _total(self, shape: Shape, t: GroupSpillTiling) -> IOCount:
         s = _sides(shape, t)
         io, SW = self._passA(shape, s.G, s.Br, s.Bc2)
         return (io + self._matmuls(shape, s.Br, s.a, s.bc, SW)).scaled(shape.n_kv_heads)

@@ -67,7 +67,6 @@ the fewest blocks, with the widest Bc2 that fits).  Block-sparse layouts are not
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,10 +74,12 @@ import numpy as np
 from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
+from . import _kernels as K_
 from .base import BackwardSchedule, block_sizes, divisors_upto
-from .flash2_backward import _row_sum_dot, probabilities
-from .split_backward import BACKWARD as _SPLIT
-from .split_backward import _fp1, _mask_of, dkdv_pass
+from .common import fp_group_pass_a, fp_split_pass1, stacked_rows
+from .flash2_backward import probabilities
+from .split_backward import BACKWARD as SPLIT
+from .split_backward import dkdv_pass
 
 
 @dataclass(frozen=True)
@@ -91,15 +92,6 @@ class GroupSplitTiling:
     Bc2: int
     Bc: int
     Br1: int
-
-
-def _fpA(d: int, G: int, Br: int, Bc2: int) -> int:
-    return G * Br * (3 * d + 2) + 2 * Bc2 * d + 2 * Br * Bc2
-
-
-def _stack(shape: Shape, group: int) -> int:
-    """The heads stacked in pass A: gcd(group, g), a divisor of the heads per K/V head."""
-    return math.gcd(group, shape.group)
 
 
 def pass_a_sides(shape: Shape, M: int) -> list[tuple[int, int, int]]:
@@ -137,11 +129,11 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
 
     def footprint(self, shape: Shape, t: GroupSplitTiling) -> int:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        return max(_fpA(d, _stack(shape, t.group), min(t.Br, Nq), min(t.Bc2, Nkv)),
-                   _fp1(d, min(t.Bc, Nkv), min(t.Br1, Nq)))
+        return max(fp_group_pass_a(d, stacked_rows(shape, t.group), min(t.Br, Nq), min(t.Bc2, Nkv)),
+                   fp_split_pass1(d, min(t.Bc, Nkv), min(t.Br1, Nq)))
 
     def min_M(self, shape: Shape) -> int:
-        return max(_fpA(shape.d, 1, 1, 1), _fp1(shape.d, 1, 1))
+        return max(fp_group_pass_a(shape.d, 1, 1, 1), fp_split_pass1(shape.d, 1, 1))
 
     def steps(self, shape: Shape, t: GroupSplitTiling) -> int:
         return (cdiv(shape.Nq, t.Br1) * cdiv(shape.Nkv, t.Bc)
@@ -155,10 +147,10 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
         return IOCount(g * (3 * d + 1) * s.size_seen + (g // G) * 2 * d * s.width,
                        g * shape.Nq + g * shape.Nq * d)
 
-    def predict(self, shape: Shape, t: GroupSplitTiling) -> IOCount:
+    def _total(self, shape: Shape, t: GroupSplitTiling) -> IOCount:
         Nq, Nkv = shape.Nq, shape.Nkv
-        io = (self._passA(shape, _stack(shape, t.group), min(t.Br, Nq), min(t.Bc2, Nkv))
-              + _SPLIT._pass1(shape, min(t.Bc, Nkv), min(t.Br1, Nq)))
+        io = (self._passA(shape, stacked_rows(shape, t.group), min(t.Br, Nq), min(t.Bc2, Nkv))
+              + SPLIT._pass1(shape, min(t.Bc, Nkv), min(t.Br1, Nq)))
         return io.scaled(shape.n_kv_heads)
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[GroupSplitTiling]:
@@ -168,7 +160,7 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
         while b <= Nq:  # Br1 a power of two, the widest Bc that fits
             bc = min(Nkv, (M - 2 * b * d - 2 * b) // (4 * d + 2 * b))
             if bc >= 1:
-                ones.append((_SPLIT._pass1(shape, bc, b).total, bc, b))
+                ones.append((SPLIT._pass1(shape, bc, b).total, bc, b))
             b *= 2
         twos = [(self._passA(shape, G, br, bc2).total, G, br, bc2)
                 for G, br, bc2 in pass_a_sides(shape, M)]  # pass A: (words, G, Br, Bc2)
@@ -181,7 +173,7 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
     def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
                     kv: dict[str, SlowArray], *, shape: Shape, tiling: GroupSplitTiling,
                     scale: float) -> None:
-        dq_pass(mem, qv, kv, shape=shape, G=_stack(shape, tiling.group),
+        dq_pass(mem, qv, kv, shape=shape, G=stacked_rows(shape, tiling.group),
                 Br=min(tiling.Br, shape.Nq), Bc2=min(tiling.Bc2, shape.Nkv), scale=scale)
         dkdv_pass(mem, qv, kv, shape=shape, Bc=min(tiling.Bc, shape.Nkv),
                   Br1=min(tiling.Br1, shape.Nq), scale=scale)
@@ -213,7 +205,7 @@ def dq_pass(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], kv: dict[str, S
                 dOi = mem.load(qv["dO"][h], qb, label="dO_i")
                 Oi = mem.load(qv["O"][h], qb, label="O_i")
                 Di = mem.alloc((qb.size,), label="D_i")
-                mem.compute(_row_sum_dot, Di, dOi, Oi, writes=1)
+                mem.compute(K_.row_sum_dot, Di, dOi, Oi, writes=1)
                 if not spill:
                     mem.store(Di, qv["D"][h], qb)
                 mem.free(Oi)
@@ -226,7 +218,7 @@ def dq_pass(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], kv: dict[str, S
             for kb in mem.blocks(Nkv, Bc2, lo=lo, hi=hi, band=qband):
                 Kj = mem.load(kv["K"], kb, label="K_j")
                 Vj = mem.load(kv["V"], kb, label="V_j")
-                mk = _mask_of(shape, qb, kb)
+                mk = K_.mask_of(shape, qb, kb)
                 for x, h in enumerate(heads):
                     P = mem.alloc((qb.size, kb.size), label="P_ij")
                     dS = mem.alloc((qb.size, kb.size), label="dS_ij")

@@ -162,7 +162,7 @@ class KVStationary(Algorithm[KVStationaryTiling]):
     def _predict(self, shape: Shape, tiling: KVStationaryTiling) -> IOCount:
         return self._kv_count(shape, tiling, 1)
 
-    def predict_total(self, shape: Shape, tiling: KVStationaryTiling) -> IOCount:
+    def _total(self, shape: Shape, tiling: KVStationaryTiling) -> IOCount:
         return self._kv_count(shape, tiling, shape.group).scaled(shape.n_kv_heads)
 
     # ------------------------------------------------------------------ the schedule

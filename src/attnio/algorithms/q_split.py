@@ -55,7 +55,7 @@ Fast memory (``a = min(Br, Nq)``, ``a2 = min(Br2, S)``; main block 0 is the larg
     footprint = max(main, thin)           (main alone when σ = 0: then no thin pass)
 
 For a backward pass the main pass also writes g, which is each row's logsumexp once every key
-has passed: Nq more writes a head (``predict_with_lse``).
+has passed: Nq more writes a head (``cost(..., lse=True)``).
 
 The least M is 4d + 1 (one row, σ = 0).  With σ = 0 this is Q-stationary with a one-word row
 state: ``Br·(2d + 1) + 2d`` against q_stationary_min's ``Br·(2d + 3) + 1``.
@@ -108,9 +108,10 @@ that see no key in the split region, an uneven partition the search does not lis
 >>> r = attnio.run("q_split", Q, K, V, M=M, tiling=t, causal=True)
 >>> bool(np.abs(r.output - attnio.reference.attention(Q, K, V, causal=True)).max() < 1e-12)
 True
->>> ALGORITHM.predicted_io((40, 6), M, causal=True, tiling=t).total == r.io.total
+>>> ALGORITHM.cost(Shape.make(40, 6, causal=True), t).io.total == r.io.total
 True
->>> ALGORITHM.predicted_io((3000, 40), 60000).total
+>>> from attnio.algorithms import mapper
+>>> mapper.search(ALGORITHM, Shape.make(3000, 40), 60000).predicted.total
 1360040
 """
 

@@ -29,7 +29,7 @@ FlashAttention-2's count with Bc = 1 (its cov_i is then hi_i - lo_i), so the cou
 
 per group of G query heads sharing a K/V head (``group``: each streamed word serves all G heads;
 fast memory ``G·Br·(2d + 3) + 1``).  For a backward pass it also writes the logsumexp of every row
-(through the score column s_i): Nq more writes a head (``predict_with_lse``).  What it gains over FlashAttention-2 is room: at equal M its
+(through the score column s_i): Nq more writes a head (``cost(..., lse=True)``).  What it gains over FlashAttention-2 is room: at equal M its
 query blocks are larger by about (2d + Br)/(2d + 4) rows per row, so Tr is smaller, most at small M
 (M = 5d: Br = 2 against 1).
 

@@ -58,13 +58,14 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-
-import numpy as np
+from typing import Any
 
 from ..core import masks
+from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
+from . import mapper
 from .base import BackwardSchedule, kv_head_groups
 
 
@@ -82,7 +83,7 @@ class SmallCacheTiling:
 
 
 @dataclass(frozen=True)
-class _Sides:
+class Sides:
     """A tiling clamped to a shape: the sizes the schedule really uses."""
 
     bm: int
@@ -97,8 +98,8 @@ class _Sides:
     F: int  # the footprint: the most words resident at once
 
 
-def _sides(shape: Shape, t: SmallCacheTiling,
-           fp12: Callable[[int, int, int], int] | None = None) -> _Sides:
+def tile_sides(shape: Shape, t: SmallCacheTiling,
+           fp12: Callable[[int, int, int], int] | None = None) -> Sides:
     """The sides of ``t`` on ``shape``; ``fp12`` the footprint of the score phases (bm, bn, bk)
     when it is not this schedule's (``fused_small_cache_backward``'s)."""
     bm, bn, bk = min(t.bm, shape.Nq), min(t.bn, shape.Nkv), min(t.bk, shape.d)
@@ -106,7 +107,7 @@ def _sides(shape: Shape, t: SmallCacheTiling,
         min(t.br, bn)
     rc = max(1, min(bm, bk * (bm + bn) // (bn + 1)))
     F = max((fp12 or _fp12)(bm, bn, bk), _fp35(ak, bc, rk), _fp35(aq, bc, rq))
-    return _Sides(bm, bn, bk, bc, ak, rk, aq, rq, rc, F)
+    return Sides(bm, bn, bk, bc, ak, rk, aq, rq, rc, F)
 
 
 def _fp12(bm: int, bn: int, bk: int) -> int:
@@ -141,26 +142,6 @@ def _subblocks(total: int, B: int, a: int, weight_all: int, weight_last: int) ->
     return cdiv(B, a) * (weight_all - weight_last) + cdiv(total % B, a) * weight_last
 
 
-def _scores(T: np.ndarray, L: np.ndarray, *, scale: float,
-            mask: tuple[int, int, int, int | None] | None) -> None:
-    """T = exp(scale·T − L) row by row (masked entries and rows with L = -inf give 0)."""
-    T *= scale
-    if mask is not None:
-        K_.apply_causal_mask(T, *mask)
-    T -= np.where(np.isfinite(L), L, np.inf)[:, None]
-    np.exp(T, out=T)
-
-
-def _dscores(T: np.ndarray, P: np.ndarray, D: np.ndarray) -> None:
-    """dS = P ∘ (dP − D) on a chunk of rows (T holds dP)."""
-    T -= D[:, None]
-    T *= P
-
-
-def _row_dot(D: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
-    D += np.sum(a * b, axis=1)
-
-
 def _output_tiles(mem: TwoLevelMemory, out: SlowArray, span: Block, a: int, d: int, bc: int
                   ) -> Iterator[tuple[slice, Block, FastTile]]:
     """The output-stationary tiles of ``out[span, :]`` (phases 3-5): sub-blocks of ``a`` rows by
@@ -186,8 +167,8 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
     supports_block_mask = False
 
     # ------------------------------------------------------------------ fast memory
-    def _sides(self, shape: Shape, t: SmallCacheTiling) -> _Sides:
-        return _sides(shape, t)
+    def _sides(self, shape: Shape, t: SmallCacheTiling) -> Sides:
+        return tile_sides(shape, t)
 
     def footprint(self, shape: Shape, t: SmallCacheTiling) -> int:
         return self._sides(shape, t).F
@@ -196,11 +177,11 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         return 3
 
     # ------------------------------------------------------------------ counts
-    def _sums(self, shape: Shape, s: _Sides) -> tuple[int, int, int, int, int, int, int]:
+    def _sums(self, shape: Shape, s: Sides) -> tuple[int, int, int, int, int, int, int]:
         return _tile_sums(shape.Nq, shape.Nkv, s.bm, s.bn, shape.offset,
                           shape.window if shape.causal else None, shape.causal)
 
-    def _count(self, shape: Shape, s: _Sides,
+    def _count(self, shape: Shape, s: Sides,
                sums: tuple[int, int, int, int, int, int, int]) -> IOCount:
         SC, W, SW, RK, r_last, WQ, w_last = sums
         d, g, Nq, Nkv = shape.d, shape.group, shape.Nq, shape.Nkv
@@ -212,7 +193,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         writes = g * (Nq + 2 * SW + Nq * d) + 2 * Nkv * d
         return IOCount(reads, writes).scaled(shape.n_kv_heads)
 
-    def predict(self, shape: Shape, t: SmallCacheTiling) -> IOCount:
+    def _total(self, shape: Shape, t: SmallCacheTiling) -> IOCount:
         s = self._sides(shape, t)
         return self._count(shape, s, self._sums(shape, s))
 
@@ -312,7 +293,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
 
     def _least_total(self, shape: Shape, bm: int, bn: int, rc: masks.RowCounts,
                      sums: tuple[int, ...] | None = None) -> float:
-        """A lower bound on :meth:`predict`'s total for every tiling of score tile bm x bn:
+        """A lower bound on :meth:`_total`'s total for every tiling of score tile bm x bn:
         :meth:`_count` with Tc >= 1, Xk >= ΣR_J and Xq >= ΣW_I (each sub-block count at least
         one), and without ``sums`` (the tile sums) also, with P visible pairs, SW >= P,
         SC >= P/bn, W >= P/bm, ΣR_J >= P/bn, ΣW_I >= P/bm (each visible pair lies in a tile of
@@ -328,14 +309,21 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         return (reads + writes) * shape.n_kv_heads
 
     def search(self, shape: Shape, M: int) -> tuple[SmallCacheTiling, IOCount] | None:
-        """:meth:`BackwardSchedule.search` over the candidates, by branch and bound: the score
-        tiles in order of :meth:`_least_total`, each completed and scored until that bound
-        exceeds the least count found (a tile whose bound with its tile sums exceeds it is
-        passed over).  Every candidate the full loop could choose (its count
-        at most the least, so its bound too) is scored, in the candidates' order: the same
-        choice, ties included, as scoring them all (tests/planner/test_plan_regression.py)."""
-        if M < self.min_M(shape) or self.unsupported(shape) is not None:
-            return None
+        """The mapper's search over the pruned mapspace (:meth:`mapspace_tilings`), as
+        ``(tiling, io)`` (the old spelling the recorded regression test compares with
+        :meth:`BackwardSchedule.search`'s full loop)."""
+        found = mapper.search(self, shape, M)
+        return None if found is None else (found.tiling, found.predicted)
+
+    def mapspace_tilings(self, shape: Shape, M: int, **options: Any) -> list[SmallCacheTiling]:
+        """The mapspace's candidates pruned by branch and bound: the score tiles in order of
+        :meth:`_least_total`, each completed and scored until that bound exceeds the least count
+        found (a tile whose bound with its tile sums exceeds it is passed over).  Every
+        candidate the full loop could choose (its count at most the least, so its bound too)
+        is kept, in the candidates' order: the mapper's choice among them is the same, ties
+        included, as among them all (tests/planner/test_plan_regression.py)."""
+        if options:
+            raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         tiles, bcs = self._tiles(shape, M)
         rc = masks.row_counts(shape)
         lows = [self._least_total(shape, min(bm, shape.Nq), min(bn, shape.Nkv), rc)
@@ -354,12 +342,10 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
             t = self._complete(shape, M, bm, bn, bk, bcs)
             if t is None or self.footprint(shape, t) > M:
                 continue
-            total = self.predict(shape, t).total
+            total = self._total(shape, t).total
             kept.append((i, t))
             best = total if best is None else min(best, total)
-        found = self._least_io(shape, M, [t for _, t in sorted(kept, key=lambda it: it[0])],
-                               self.predict)
-        return None if found is None else (found.tiling, found.predicted)
+        return [t for _, t in sorted(kept, key=lambda it: it[0])]
 
     # ------------------------------------------------------------------ the schedule
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
@@ -376,7 +362,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
             self._by_keys(mem, qv["dS"], qv["Q"], kv["dK"], shape, s, scale)  # dK = s·Σ dSᵀ Q
 
     def _score_phases(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
-                      kv: dict[str, SlowArray], g: int, shape: Shape, s: _Sides,
+                      kv: dict[str, SlowArray], g: int, shape: Shape, s: Sides,
                       scale: float) -> None:
         """Phases 0-2 of query head g: D, then P and dS written tile by tile."""
         self._phase0(mem, qv["dO"][g], qv["O"][g], qv["D"][g], shape, s)
@@ -384,7 +370,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         self._scores(mem, qv, kv, g, shape, s, scale, phase=2)
 
     def _phase0(self, mem: TwoLevelMemory, dO: SlowArray, O: SlowArray, D: SlowArray,
-                shape: Shape, s: _Sides) -> None:
+                shape: Shape, s: Sides) -> None:
         """D_i = Σ_l dO_il O_il, in the fast memory the other phases use."""
         d, F = shape.d, s.F
         rows, width = (min(shape.Nq, F // (2 * d + 1)), d) if F >= 2 * d + 1 else \
@@ -394,13 +380,13 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
             for cb in mem.blocks(d, width):
                 a = mem.load(dO, qb, cb, label="dO_i")
                 b = mem.load(O, qb, cb, label="O_i")
-                mem.compute(_row_dot, Di, a, b, writes=1)
+                mem.compute(K_.row_dot, Di, a, b, writes=1)
                 mem.free(a, b)
             mem.store(Di, D, qb)
             mem.free(Di)
 
     def _scores(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
-                kv: dict[str, SlowArray], g: int, shape: Shape, s: _Sides, scale: float, *,
+                kv: dict[str, SlowArray], g: int, shape: Shape, s: Sides, scale: float, *,
                 phase: int) -> None:
         """Phase 1 (P = exp(s·QKᵀ − L)) or 2 (dS = P ∘ (dO Vᵀ − D)), on the visible tiles."""
         A, B = (qv["Q"][g], kv["K"]) if phase == 1 else (qv["dO"][g], kv["V"])
@@ -420,7 +406,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
                     if K_.tile_needs_mask(shape, qb.start, kb.stop, qb.stop, kb.start):
                         mask = (qb.start, kb.start, shape.offset, shape.window)
                     Li = mem.load(qv["L"][g], qb, label="L_i")
-                    mem.compute(lambda t, lv, mask=mask: _scores(t, lv, scale=scale, mask=mask),
+                    mem.compute(lambda t, lv, mask=mask: K_.tile_scores(t, lv, scale=scale, mask=mask),
                                 T, Li, writes=1)
                     mem.free(Li)
                 else:
@@ -429,14 +415,14 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
                         Pc = mem.load(qv["P"][g], rows, kb, label="P_rows")
                         Dc = mem.load(qv["D"][g], rows, label="D_rows")
                         c0, c1 = cb.start, cb.stop
-                        mem.compute(lambda t, p, dv, c0=c0, c1=c1: _dscores(t[c0:c1], p, dv),
+                        mem.compute(lambda t, p, dv, c0=c0, c1=c1: K_.tile_dscores(t[c0:c1], p, dv),
                                     T, Pc, Dc, writes=1)
                         mem.free(Pc, Dc)
                 mem.store(T, out, qb, kb)
                 mem.free(T)
 
     def _by_keys(self, mem: TwoLevelMemory, X: list[SlowArray], Y: list[SlowArray],
-                 out: SlowArray, shape: Shape, s: _Sides, alpha: float) -> None:
+                 out: SlowArray, shape: Shape, s: Sides, alpha: float) -> None:
         """out[J] = alpha·Σ_h X_h[:, J]ᵀ Y_h, output-stationary over key sub-blocks (phases 3, 5)."""
         band = masks.Band.keys(shape) if shape.causal else None
         for kb in mem.blocks(shape.Nkv, s.bn, band=band):
@@ -454,7 +440,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
                                 mem.free(x, y)
 
     def _by_queries(self, mem: TwoLevelMemory, X: SlowArray, Y: SlowArray, out: SlowArray,
-                    shape: Shape, s: _Sides, alpha: float) -> None:
+                    shape: Shape, s: Sides, alpha: float) -> None:
         """out[I] = alpha·X[I, :] Y, output-stationary over query sub-blocks (phase 4)."""
         band = masks.Band.queries(shape) if shape.causal else None
         for qb in mem.blocks(shape.Nq, s.bm, band=band):

@@ -50,10 +50,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import masks
-from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
 from .base import BackwardSchedule, block_sizes
+from .common import fp_split_pass1
 from .flash2_backward import probabilities, store_row_sums
 
 
@@ -68,19 +69,8 @@ class SplitBackwardTiling:
     Bc2: int
 
 
-def _fp1(d: int, Bc: int, Br1: int) -> int:
-    return 4 * Bc * d + 2 * Br1 * d + 2 * Br1 + 2 * Br1 * Bc
-
-
 def _fp2(d: int, Br2: int, Bc2: int) -> int:
     return 3 * Br2 * d + 2 * Br2 + 2 * Bc2 * d + 2 * Br2 * Bc2
-
-
-def _mask_of(shape: Shape, qb: Block, kb: Block) -> tuple[int, int, int, int | None] | None:
-    """The (causal / window) mask arguments of tile (qb, kb), or None when it is fully visible."""
-    if K_.tile_needs_mask(shape, qb.start, kb.stop, qb.stop, kb.start):
-        return (qb.start, kb.start, shape.offset, shape.window)
-    return None
 
 
 def dkdv_pass(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], kv: dict[str, SlowArray], *,
@@ -106,7 +96,7 @@ def dkdv_pass(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], kv: dict[str,
                     Di = mem.load(qv["D"][g], qb, label="D_i")
                     P = mem.alloc((qb.size, kb.size), label="P_ij")
                     dS = mem.alloc((qb.size, kb.size), label="dS_ij")
-                    mk = _mask_of(shape, qb, kb)
+                    mk = K_.mask_of(shape, qb, kb)
 
                     def step1(P: np.ndarray, dS: np.ndarray, dK: np.ndarray, dV: np.ndarray,
                               Q: np.ndarray, dO: np.ndarray, L: np.ndarray, D: np.ndarray,
@@ -134,11 +124,11 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
 
     def footprint(self, shape: Shape, t: SplitBackwardTiling) -> int:
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        return max(_fp1(d, min(t.Bc, Nkv), min(t.Br1, Nq)),
+        return max(fp_split_pass1(d, min(t.Bc, Nkv), min(t.Br1, Nq)),
                    _fp2(d, min(t.Br2, Nq), min(t.Bc2, Nkv)))
 
     def min_M(self, shape: Shape) -> int:
-        return max(_fp1(shape.d, 1, 1), _fp2(shape.d, 1, 1))
+        return max(fp_split_pass1(shape.d, 1, 1), _fp2(shape.d, 1, 1))
 
     def steps(self, shape: Shape, t: SplitBackwardTiling) -> int:
         return (cdiv(shape.Nq, t.Br1) * cdiv(shape.Nkv, t.Bc)
@@ -157,7 +147,7 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
                                    shape.causal)
         return IOCount(g * ((2 * d + 2) * s.size_seen + 2 * d * s.width), g * shape.Nq * d)
 
-    def predict(self, shape: Shape, t: SplitBackwardTiling) -> IOCount:
+    def _total(self, shape: Shape, t: SplitBackwardTiling) -> IOCount:
         d, g, Nq = shape.d, shape.group, shape.Nq
         prep = IOCount(g * 2 * Nq * d, g * Nq)
         io = prep + self._pass1(shape, t.Bc, t.Br1) + self._pass2(shape, t.Br2, t.Bc2)
@@ -212,7 +202,7 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
                         Vj = mem.load(kv["V"], kb, label="V_j")
                         P = mem.alloc((qb.size, kb.size), label="P_ij")
                         dS = mem.alloc((qb.size, kb.size), label="dS_ij")
-                        mk = _mask_of(shape, qb, kb)
+                        mk = K_.mask_of(shape, qb, kb)
 
                         def step2(P: np.ndarray, dS: np.ndarray, dQ: np.ndarray, Q: np.ndarray,
                                   dO: np.ndarray, L: np.ndarray, D: np.ndarray, Kj: np.ndarray,

@@ -90,7 +90,7 @@ them and ``tests/experiments/test_crossover.py`` asserts their two ends).
 >>> r = attnio.run("square_tiling", Q, K, V, M=100)
 >>> bool(np.abs(r.output - attnio.reference.attention(Q, K, V)).max() < 1e-12), r.io.peak <= 100
 (True, True)
->>> ALGORITHM.predicted_io((50, 16), 100, tiling=r.tiling).total == r.io.total
+>>> ALGORITHM.cost(Shape.make(50, 16), r.tiling).io.total == r.io.total
 True
 """
 
@@ -114,8 +114,10 @@ from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import MAX_SIZE, Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
 from . import _square_kernels as SK
+from . import mapper
 from ._square_kernels import ExpOverflowError
 from .base import Algorithm
+from .common import ladder
 
 __all__ = ["ALGORITHM", "ExpOverflowError", "SquareTiling", "SquareTilingTiling", "paper_side"]
 
@@ -205,29 +207,6 @@ def _largest_divisor(n: int, k: int) -> int:
     """The largest divisor of n that is <= k (k >= 1)."""
     ds = _divisors(n)
     return ds[bisect.bisect_right(ds, k) - 1]
-
-
-@functools.lru_cache(maxsize=1024)
-def _ladder(total: int, vmax: int) -> tuple[int, ...]:
-    """Block sizes worth trying in [1, min(total, vmax)]: a geometric spread and the largest few,
-    each snapped down to the smallest size with the same number of blocks (cached)."""
-    vmax = min(total, vmax)
-    if vmax < 1:
-        return ()
-    vals = {vmax}
-    b = 1.0
-    while b <= vmax:
-        vals.add(int(b))
-        b *= 1.18
-    t0 = cdiv(total, vmax)
-    for t in range(t0, t0 + 8):
-        vals.add(cdiv(total, t))
-    out = set()
-    for v in vals:
-        if 1 <= v <= vmax:
-            out.add(v)
-            out.add(cdiv(total, cdiv(total, v)))
-    return tuple(sorted(out))
 
 
 # ---------------------------------------------------------------------- closed forms
@@ -347,7 +326,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         out: list[_Phase1] = []
         for order in ORDERS:
             per_row = (d if order == "row" else 1) + 1 + e  # Bc = Bd = 1
-            for br in _ladder(Nq, (M - 1) // per_row):
+            for br in ladder(Nq, (M - 1) // per_row):
                 if order == "row":
                     bc = (M - br * d - e * br) // (br + 1)
                 else:
@@ -372,7 +351,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         e = (2 if spill == "exp" else 1) if stable else 0
         out: list[_Rung] = []
-        for bd2 in _ladder(d, (M - 1 - e) // 2):
+        for bd2 in ladder(d, (M - 1 - e) // 2):
             br2 = (M - bd2) // (bd2 + 1 + e)
             br2 = min(Nq, br2)
             if br2 < 1:
@@ -559,7 +538,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         if M < need:
             raise ParameterError(f"M={M} is too small for {self.name} (stable={stable}) with "
                                  f"d={shape.d}: it needs M >= {need} words", param="M")
-        found = self.search(shape, M, self.candidate_tilings(shape, M, stable))
+        found = mapper.search(self, shape, M, self.candidate_tilings(shape, M, stable))
         assert found is not None  # min_M guarantees the square tiling of side 1
         best: SquareTilingTiling = found.tiling
         return best
@@ -774,4 +753,5 @@ ALGORITHM = SquareTiling()
 def predicted_io(N: int, d: int, M: int, causal: object = False, tiling: object = None,
                  Nkv: int | None = None) -> IOCount:
     """Closed-form count of ``square_tiling`` for Nq = N (Nkv = N unless given)."""
-    return ALGORITHM.predicted_io(Shape.make(N, d, Nkv=Nkv, causal=causal), M, tiling=tiling)
+    shape = Shape.make(N, d, Nkv=Nkv, causal=causal)
+    return ALGORITHM.cost(shape, ALGORITHM.coerce_tiling(shape, M, tiling)).io

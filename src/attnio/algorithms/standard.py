@@ -328,4 +328,5 @@ ALGORITHM = Standard()
 def predicted_io(N: int, d: int, M: int, causal: object = False, tiling: object = None,
                  Nkv: int | None = None) -> IOCount:
     """Closed-form count of ``standard`` for Nq = N (Nkv = N unless given)."""
-    return ALGORITHM.predicted_io(Shape.make(N, d, Nkv=Nkv, causal=causal), M, tiling=tiling)
+    shape = Shape.make(N, d, Nkv=Nkv, causal=causal)
+    return ALGORITHM.cost(shape, ALGORITHM.coerce_tiling(shape, M, tiling)).io

@@ -103,7 +103,7 @@ sum in closed form; only the few blocks where the diagonal meets an edge are wal
 
 Tiling.  The phases are not coupled (Phase 2 needs no Phase-1 block size), so each is searched by
 itself and the best three of each are combined.  Candidates: for each side on a geometric ladder
-(:func:`attnio.algorithms.square_tiling._ladder`) the largest other side that fits (in closed
+(:func:`attnio.algorithms.common.ladder`) the largest other side that fits (in closed
 form), then the first side grown back to the most that fits, each also snapped down to the least
 size with the same number of blocks; order "row" with the fewest query blocks and a few more;
 with a mask, row blocks that meet the diagonal where it enters (z, z/2, z/3, z/4 for the z rows
@@ -128,7 +128,7 @@ ones) on 40 held-out shapes (one slice group; the two-group candidates only add)
 >>> r = attnio.run("stream_tiling", Q, K, V, M=60, causal=True)
 >>> bool(np.abs(r.output - attnio.reference.attention(Q, K, V, causal=True)).max() < 1e-12)
 True
->>> ALGORITHM.predicted_io((30, 8), 60, causal=True, tiling=r.tiling).total == r.io.total
+>>> ALGORITHM.cost(Shape.make(30, 8, causal=True), r.tiling).io.total == r.io.total
 True
 """
 
@@ -148,7 +148,7 @@ from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from ._kernels import online_lse_step
 from .base import Algorithm, prefix_block_keys
-from .square_tiling import _ladder
+from .common import ladder
 
 __all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
 
@@ -334,19 +334,19 @@ def _rows2(M: int, c: int) -> int:
 def _pairs(X: int, Y: int, M: int, ymax: Callable[[int], int],
            xmax: Callable[[int], int]) -> set[tuple[int, int]]:
     """(x, y) pairs worth scoring, x in [1, X] and y in [1, Y]: for each x on a geometric ladder
-    (:func:`attnio.algorithms.square_tiling._ladder`) the largest y that fits (``ymax``), then the largest x for that y; the same from the sides of y;
+    (:func:`attnio.algorithms.common.ladder`) the largest y that fits (``ymax``), then the largest x for that y; the same from the sides of y;
     each also snapped down to the least size with as many blocks.  A side below a quarter of
     min(X, Y, √M) is skipped (the count falls with 1/x + 1/y at x·y ≈ M: such a tile is never
     the least, and the other pass reaches the clamped sides).  O(log M) pairs."""
     out: set[tuple[int, int]] = set()
     floor = max(1, min(X, Y, math.isqrt(M)) // 4)
-    for x in _ladder(X, M):
+    for x in ladder(X, M):
         y = min(Y, ymax(x))
         if min(x, y) >= floor:
             out.update((x, v) for v in (y, cdiv(Y, cdiv(Y, y))))
             x2 = min(X, xmax(y))  # the other side grown back to the most that fits
             out.update((v, y) for v in (x2, cdiv(X, cdiv(X, x2))))
-    for y in _ladder(Y, M):
+    for y in ladder(Y, M):
         x = min(X, xmax(y))
         if min(x, y) >= floor:
             out.update((v, y) for v in (x, cdiv(X, cdiv(X, x))))

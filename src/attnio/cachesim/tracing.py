@@ -401,8 +401,7 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
     steps = shp.n_heads * max(1, int(alg.steps(shp, t)))
     mem = TwoLevelMemory(M, mode="count", tracer=rec, progress=progress, progress_total=steps)
     h = place_inputs(mem, shp, None)
-    alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t,
-                     scale=default_scale(shp.d, None))
+    alg.execute(mem, h, t, shape=shp, scale=default_scale(shp.d, None))
     st = mem.stats()
     meta = {"algorithm": alg.name, "Nq": shp.Nq, "Nkv": shp.Nkv, "d": shp.d, "M": M,
             "causal": shp.mask, "window": shp.window, "batch": shp.batch, "heads": shp.heads,

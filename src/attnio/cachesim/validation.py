@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import algorithms as _alg
+from ..algorithms import mapper
 from ..core.checks import check_int, check_real
 from ..core.errors import ParameterError
 from ..core.extras import figure, require
@@ -257,7 +258,7 @@ def grid(sizes: Sequence[tuple[int, int]] = ((64, 8), (64, 32), (128, 16)), Ms: 
             alg = _alg.get(name)
             for M in caps:
                 shape = Shape.make(N, d, causal=causal)
-                if M < alg.min_M(shape):
+                if mapper.can_run(alg, shape, M) is not None:
                     continue
                 tr = trace(name, M=M, shape=shape)
                 v = _verification(tr, shape, M, VerifyOptions(factors=(1,)))

@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 
 from .. import algorithms as _alg
+from ..algorithms import mapper
+from ..algorithms.protocol import NO_WINDOW
 from ..core.checks import check_real
 from ..core.errors import ParameterError
 from ..core.workload import Shape
@@ -225,13 +227,10 @@ class GridPlan:
             eb = None if alg.exact else float(self.entry_bound)
             for eps in ((None,) if alg.exact else self.eps_values):
                 for shape in shapes:
-                    why, min_m = _pre_reason(alg, shape), None
-                    if why is None:
-                        min_m, why = _min_M(alg, shape)
                     for M in self.M:
                         cfg = Config(alg.name, shape, M, g.mode, self.seed, eps, eb,
                                      bool(g.verify), bool(g.backward))
-                        yield cfg, why or _skip_reason(alg, cfg, min_m)
+                        yield cfg, _skip_reason(alg, cfg)
 
     def holds(self, cfg: Config) -> bool:
         """Whether this grid has a configuration of the same key (the same row) as ``cfg``."""
@@ -334,23 +333,20 @@ def _workloads(g: Grid) -> list[_Workload]:
     return list(_unique(out))
 
 
-def _pre_reason(alg: _alg.Algorithm, shape: Shape) -> str | None:
-    """Why ``alg`` cannot run a workload (its window), before any size check."""
-    if shape.window is not None and not alg.supports_window:
-        return f"{alg.name} does not support a sliding window (supports_window is False)"
-    return None
-
-
-def _min_M(alg: _alg.Algorithm, shape: Shape) -> tuple[int | None, str | None]:
+def _skip_reason(alg: _alg.Algorithm, cfg: Config) -> str | None:
+    """Why the sweep skips ``cfg`` (None: it runs): the mapper's
+    :func:`~attnio.algorithms.mapper.can_run`, worded for the sweep's table (the stored reasons
+    read ``M=64 < min_M=68 of flash2 for d=16``), or an approximate algorithm without an error
+    target."""
+    shape = cfg.shape
     try:
-        return alg.min_M(shape), None
+        why = mapper.can_run(alg, shape, cfg.M)
     except ParameterError as e:  # a user error of this shape; anything else is a bug: it raises
-        return None, f"{alg.name} cannot run this shape: {e}"
-
-
-def _skip_reason(alg: _alg.Algorithm, cfg: Config, min_m: int | None) -> str | None:
-    if min_m is not None and cfg.M < min_m:
-        return f"M={cfg.M} < min_M={min_m} of {alg.name} for d={cfg.shape.d}"
+        return f"{alg.name} cannot run this shape: {e}"
+    if why == NO_WINDOW:
+        return f"{alg.name} does not support a sliding window (supports_window is False)"
+    if why is not None:
+        return f"M={cfg.M} < min_M={alg.min_M(shape)} of {alg.name} for d={shape.d}"
     if not alg.exact and cfg.eps is None:
         return f"{alg.name} is approximate and needs an error target: give --eps"
     return None

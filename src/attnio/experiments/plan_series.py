@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from .. import algorithms as _alg
+from ..algorithms.protocol import NO_BLOCK_MASK
 from ..core.errors import ParameterError
 from ..core.memory import IOCount
 from ..core.workload import Shape
@@ -50,6 +51,18 @@ class PlanSeries:
                                  param="algo")
         return min(need)
 
+    def unsupported(self, shape: Shape, M: int | None = None) -> str | None:
+        """Why the planner's series cannot run ``shape`` (with M words, when given): a block
+        mask (sweeps carry none), or an M below every registered exact schedule's least; None:
+        it can (what :func:`attnio.algorithms.mapper.can_run` asks a schedule)."""
+        if shape.block_mask is not None:
+            return NO_BLOCK_MASK
+        if M is not None:
+            need = self.min_M(shape)
+            if M < need:
+                return f"needs M >= {need:,}"
+        return None
+
     def __repr__(self) -> str:
         return f"<series {self.name}: {self.summary}>"
 
@@ -69,5 +82,5 @@ def chosen(shape: Shape, M: int, backward: bool = False) -> tuple[Any, Any, IOCo
     p = plan_shape(shape, M, backward=backward)
     alg = _alg.get(p.chosen.algorithm)
     t = p.chosen.tiling
-    pred = alg.predict_with_lse(shape, t) if backward else alg.predict_total(shape, t)
+    pred = alg.cost(shape, t, lse=backward).io
     return alg, t, pred

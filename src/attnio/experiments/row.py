@@ -267,8 +267,8 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
         wall = time.perf_counter() - t0
         # the closed form (the tiling was validated by the run); the forward of a backward run
         # writes the logsumexp too
-        pred = (alg.predict_with_lse(res.shape, res.tiling) if backward
-                else alg.predict_total(res.shape, res.tiling))
+        cost = alg.cost(res.shape, res.tiling, lse=backward)
+        pred = cost.io
         verify = verify_columns(cfg, alg, res.tiling) if cfg.verify else {}
     except ParameterError as e:  # it cannot run this configuration (a user error, not a bug)
         row.update(status="skipped", reason=f"{alg.name}: {e}", wall_s=time.perf_counter() - t0)
@@ -291,7 +291,7 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
         predicted_reads=pred.reads, predicted_writes=pred.writes, tiling=tiling_doc,
         floor=_floor(res.shape), max_err=err, wall_s=wall, **verify,
         **certificate_columns(res.certificate, res.backward_certificate if b is not None else None,
-                              key=(res.shape, cfg.M, alg.exact, getattr(res.tiling, "r", None)),
+                              key=(res.shape, cfg.M, alg.exact, cost.features),
                               encoded=encoded))
     if b is not None:
         row.update(backward=True, backward_algorithm=res.backward_algorithm,

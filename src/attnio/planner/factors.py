@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import algorithms as _alg
-from ..algorithms import base as _alg_base
-from ..algorithms.base import Algorithm
+from ..algorithms import mapper
 from ..core.resources import fmt_count
 from ..core.workload import Shape
 from .records import PlanRecord
@@ -80,42 +79,9 @@ class CertificateFactors:
                 f"{fmt_count(self.bound)} = " + ("n/a" if bf is None else f"{bf:.3f}"))
 
 
-#: The tile fields the dense search of :func:`certificate_factors` knows how to range over: the
-#: query rows, the key rows, the query heads sharing a K/V tile, and a score chunk (whose width
-#: moves no word: 1, the least footprint).
-_DENSE_FIELDS = frozenset({"Br", "Bc", "group", "Bs"})
-
 #: The loop-order search (:mod:`attnio.pebble.loops`) joins "any means" on its tiny shapes when
 #: it has at most this many schedules (``loop_search=None``; about 1 s), always with ``True``.
 LOOP_SEARCH_AUTO = 800
-
-
-def _dense(n: int, cheap: int) -> list[int]:
-    """Every size 1..n when n <= ``cheap``, else the sizes of the fewest blocks (⌈n/t⌉ for
-    t <= ``cheap``) and a geometric grid of ratio 2^(1/4)."""
-    if n <= cheap:
-        return list(range(1, n + 1))
-    out = {-(-n // t) for t in range(1, cheap + 1)}
-    k = 0
-    while (v := round(2 ** (k / 4))) <= n:
-        out.add(v)
-        k += 1
-    return sorted(out)
-
-
-def _dense_groups(alg: Algorithm, shape: Shape, M: int, fields: set[str]) -> list[int]:
-    """The query-head groups of the dense search: the divisors of the group whose least tiling
-    (every other side 1) fits in M.  The dense algorithms' footprints grow with every side and
-    with the group (tests/planner/test_plan_factors.py checks it): the largest group g* whose least
-    tiling fits is found by bisection, and the divisors up to it
-    (:func:`~attnio.algorithms.base.divisors_upto`, O(min(g*, √group)) steps) are the groups
-    with a tiling that fits."""
-    def fits(G: int) -> bool:
-        return alg.footprint(shape, alg.Tiling(**{f: G if f == "group" else 1
-                                                   for f in fields})) <= M
-
-    # the largest group whose least tiling fits (0: none), and the divisors up to it
-    return _alg_base.divisors_upto(shape.group, _alg_base.largest_true(fits, 0, shape.group))
 
 
 def _loop_search_fits(shape: Shape, M: int) -> int:
@@ -158,35 +124,16 @@ def certificate_factors(p: PlanRecord, *, cheap: int = 64, budget_s: float | Non
         n_loop = _loop_search_fits(shape, M)
         if loop_search is False or (loop_search is None and n_loop > LOOP_SEARCH_AUTO):
             n_loop = 0
-        algs = [a for a in _alg.all_algorithms(exact=True)
-                if "Br" in (f := {x.name for x in dataclasses.fields(a.Tiling)})
-                and f <= _DENSE_FIELDS]
+        algs = [a for a in _alg.all_algorithms(exact=True) if mapper.dense_searchable(a)]
         total_work = len(algs) + (1 if n_loop else 0)
         for k, alg in enumerate(algs):
             if budget_s is not None and time.perf_counter() - t0 > budget_s:
                 complete = False
                 break
-            fields = {f.name for f in dataclasses.fields(alg.Tiling)}
-            if (shape.window is not None and not alg.supports_window) or (
-                    shape.block_mask is not None and not alg.supports_block_mask):
+            tilings = mapper.dense_tilings(alg, shape, M, cheap)
+            if tilings is None:  # a mask it does not support, or M below its least
                 continue
-            if M < alg.min_M(shape):
-                continue
-            brs = _dense(shape.Nq, cheap)
-            bcs = _dense(shape.Nkv, cheap) if "Bc" in fields else [None]
-            tilings = []
-            for G in (_dense_groups(alg, shape, M, fields) if "group" in fields else [None]):
-                for Br in brs:
-                    for Bc in bcs:
-                        kw: dict[str, int] = {"Br": Br}
-                        if Bc is not None:
-                            kw["Bc"] = Bc
-                        if G is not None:
-                            kw["group"] = G
-                        if "Bs" in fields:
-                            kw["Bs"] = 1
-                        tilings.append(alg.Tiling(**kw))
-            found = alg.search(shape, M, tilings)
+            found = mapper.search(alg, shape, M, tilings)
             algs_run.append(alg.name)
             if progress is not None:
                 progress(k + 1, total_work)

@@ -2,8 +2,8 @@
 
 Like opt_einsum's ``contract_path``: sizes in, a readable report out.  Every registered attention
 algorithm is scored with its closed form on each of its candidate tilings that fits in M
-(:meth:`Algorithm.search <attnio.algorithms.base.Algorithm.search>`, the same loop that picks a
-default tiling); nothing is simulated.  The least predicted I/O wins, ties broken toward fewer
+(:func:`attnio.algorithms.mapper.search`, the same loop that picks a default tiling); nothing is
+simulated.  The least predicted I/O wins, ties broken toward fewer
 steps and then registry order.  The choice is made by predicted I/O alone, never by a rule on M.
 
 >>> import attnio
@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from .. import algorithms as _alg
 from .. import runner as _runner
+from ..algorithms import mapper
 from ..algorithms.base import Algorithm
 from ..core.blockmask import BlockMask
 from ..core.checks import check_bool, check_int, check_real
@@ -42,9 +43,6 @@ from .records import Backward, Candidate, PlanRecord
 
 __all__ = ["Backward", "Candidate", "Certificate", "CertificateFactors", "FastMemory", "Plan",
            "backward_plan", "certificate_factors", "plan", "plan_shape"]
-
-_ERROR_FIELDS = ("guaranteed_error", "error", "error_bound", "eps")
-
 
 #: :func:`attnio.run`'s arguments that a plan fixes (:meth:`Plan.run` refuses them).
 _PLAN_FIXED = frozenset({"M", "shape", "tiling", "causal", "window", "backward"})
@@ -123,35 +121,21 @@ class Plan(PlanRecord):
     __str__ = __repr__
 
 
-def _error_of(tiling: Any) -> float | None:
-    for f in _ERROR_FIELDS:
-        v = getattr(tiling, f, None)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
-    return None
-
-
 def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
            entry_bound: float | None, backward: bool) -> Candidate | str:
     """An algorithm's best candidate (with the logsumexp when ``backward``), or the reason it
-    cannot run."""
-    if shape.window is not None and not alg.supports_window:
-        return "no sliding-window support"
-    if shape.block_mask is not None and not alg.supports_block_mask:
-        return "no block-sparse support"
-    if backward and not alg.supports_backward:
-        return "no backward pass"
-    need = alg.min_M(shape)
-    if M < need:
-        return f"needs M >= {need:,}"
-    tilings = alg.planner_tilings(shape, M, eps=approx_eps, entry_bound=entry_bound)
-    found = alg.search(shape, M, tilings)
+    cannot run (the mapper's :func:`~attnio.algorithms.mapper.can_run`)."""
+    why = mapper.can_run(alg, shape, M, backward=backward)
+    if why is not None:
+        return why
+    found = (mapper.search(alg, shape, M) if alg.exact else
+             mapper.search(alg, shape, M, eps=approx_eps, entry_bound=entry_bound))
     if found is None:
         return "no candidate tiling fits in M"
-    error = None if alg.exact else _error_of(found.tiling)
-    io = found.predicted
-    if backward:  # the forward also writes the logsumexp the backward reads
-        io = alg.predict_with_lse(shape, found.tiling)
+    io, error = found.predicted, None
+    if backward or not alg.exact:  # the forward also writes the logsumexp the backward reads
+        cost = alg.cost(shape, found.tiling, lse=backward)
+        io, error = cost.io, cost.error
     return Candidate(alg.name, found.tiling, io, found.steps, alg.exact, error, found.tried)
 
 
@@ -174,19 +158,9 @@ def backward_plan(shape: Shape, M: int, algorithm: str | None = None) -> Backwar
     in M), the least-I/O one chosen (ties: fewer steps, then registry order), with the backward
     certificate of :func:`attnio.bounds.backward_applicable_to`.  ``algorithm`` names the one
     schedule to score (a ParameterError naming ``backward_algorithm`` when it cannot run)."""
-    scored, skipped = [], []
     schedules = _alg.all_backwards() if algorithm is None else [_alg.get_backward(algorithm)]
-    for i, bwd in enumerate(schedules):
-        why = bwd.unsupported(shape)
-        if why is None and M < bwd.min_M(shape):
-            why = f"needs M >= {bwd.min_M(shape):,}"
-        found = None if why else bwd.search(shape, M)
-        if found is None:
-            skipped.append((bwd.name, why or "no candidate tiling fits in M"))
-            continue
-        t, io = found
-        steps = bwd.steps(shape, t)
-        scored.append(((io.total, steps, i), Candidate(bwd.name, t, io, steps)))
+    found, skipped = mapper.best_backward(schedules, shape, M)
+    scored = [(key, Candidate(bwd.name, c.tiling, c.predicted, c.steps)) for key, bwd, c in found]
     if not scored and algorithm is not None:
         raise ParameterError(f"backward_algorithm={schedules[0].name!r} cannot run "
                              f"{shape.describe()} with M={M}: {skipped[0][1]}",
@@ -228,7 +202,7 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     runner = cands[1] if len(cands) > 1 else None
     total = chosen.predicted.total
     cert = certificate(shape, M, total, exact=chosen.exact,
-                       features=getattr(chosen.tiling, "r", None))
+                       features=_alg.get(chosen.algorithm).cost(shape, chosen.tiling).features)
     theta_b = next((b for b in cert.bounds if b.name == "standard_matmul"), None)
     theta = (total / theta_b.value if chosen.exact and theta_b is not None and theta_b.value > 0
              else None)

@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from .. import algorithms as _alg
+from ..algorithms import mapper
 from ..algorithms.base import Algorithm, default_scale
+from ..algorithms.protocol import NO_BLOCK_MASK, NO_WINDOW
 from ..core import reference
 from ..core.checks import check_bool, check_choice, check_int, check_real
 from ..core.errors import ParameterError
@@ -75,12 +77,13 @@ class BackwardPass:
 
 def estimate_compute_seconds(alg: Algorithm, shape: Shape, tiling: Any) -> tuple[float, int, int]:
     """(seconds, flops, tile steps) a compute-mode run is expected to take, from closed forms."""
-    r = getattr(tiling, "r", None)
-    if not alg.exact and isinstance(r, int):  # feature-space methods: O(n·r·d), not O(n²·d)
+    r = alg.cost(shape, tiling).features
+    if r is not None:  # feature-space methods: O(n·r·d), not O(n²·d)
         flops = 4 * shape.n_heads * (shape.Nq + shape.Nkv) * r * shape.d
         # measured: each feature block evaluates the feature map, about 300 ns per feature,
-        # row and block (approx_poly on 2 cores, r = 1,287..125,970)
-        rb = getattr(tiling, "rb", None) or r
+        # row and block (approx_poly on 2 cores, r = 1,287..125,970); ``rb`` features a block
+        # where the schema declares it
+        rb = (tiling.rb if "rb" in alg.mapspace(shape, 1).field_names() else None) or r
         nb = -(-r // max(1, rb))
         seconds = 3e-7 * nb * r * shape.n_heads * (shape.Nq + shape.Nkv)
         steps = shape.n_heads * max(0, int(alg.steps(shape, tiling)))
@@ -136,15 +139,15 @@ def _compute_cost(alg: Algorithm, shp: Shape, M: int, t: Any,
     seconds, _, _ = estimate_compute_seconds(alg, shp, t)
     q = shp.n_heads * shp.Nq * shp.d
     kv = shp.n_kv_heads * shp.Nkv * shp.d
-    writes = alg.predict_total(shp, t).writes // max(1, shp.n_heads)
+    writes = alg.cost(shp, t).io.writes // max(1, shp.n_heads)
     # a schedule whose slow workspace exceeds its writes (scores written on a band of a full
     # matrix) says how large it is
     if (workspace := getattr(alg, "slow_workspace", None)) is not None:
         writes = max(writes, int(workspace(shp, t)))
     # tiles hold at most M words, and never more than the data they copy (plus an approximate
     # algorithm's feature blocks): a huge M costs nothing a small workload does not
-    r = getattr(t, "r", None)
-    tiles = min(M, 2 * q + 2 * kv + writes + (r * (shp.d + 1) if isinstance(r, int) else 0))
+    r = alg.cost(shp, t).features
+    tiles = min(M, 2 * q + 2 * kv + writes + (r * (shp.d + 1) if r is not None else 0))
     words = 2 * (q + 2 * kv) + q + writes + 2 * tiles  # slow copies and O, workspace, output
     bwd, bt = backward if backward is not None else (None, None)
     if bwd is not None:
@@ -179,16 +182,16 @@ def _sparse_count_cost(alg: Algorithm, shp: Shape, t: Any,
     assert bm is not None
     nbytes = 8 * (bm.Tq + 1) * (bm.Tk + 1)  # the layout's int64 prefix sums
     steps = shp.n_heads * max(0, int(alg.steps(shp, t)))
-    tilings = [t]
+    tilings: list[tuple[Any, Any]] = [(alg, t)]
     if backward_schedule is not None and backward_schedule[0] is not None:
         bwd, bt = backward_schedule
         steps += shp.n_heads * max(0, int(bwd.steps(shp, bt)))
-        tilings.append(bt)
-    for k, tl in enumerate(tilings):  # each map: a boolean (byte) per tile, built from five
+        tilings.append((bwd, bt))
+    for k, (sch, tl) in enumerate(tilings):  # each map: a boolean (byte) per tile, built from five
         # int64 temporaries per tile (core.blockmask's prefix-sum differences) and four row
         # gathers of the sums
-        tr = -(-shp.Nq // max(1, int(getattr(tl, "Br", 1))))
-        tc = -(-shp.Nkv // max(1, int(getattr(tl, "Bc", 1))))
+        sides = _sides(tl, sch)
+        tr, tc = -(-shp.Nq // sides[0]), -(-shp.Nkv // sides[1])
         if tr * tc > MAX_TILE_MAP and not (given and k == 0):  # a tiling the caller did not give
             raise ParameterError.worded(
                 f"{{N}}: {shp.describe()} with {alg.name}'s least-I/O tiling for this M "
@@ -414,7 +417,7 @@ def _backward_pass(alg: Algorithm, backward: object) -> BackwardPass | None:
     else:
         raise ParameterError(f"backward must be True, False or a BackwardPass, got {backward!r}",
                              param="backward")
-    if bp is not None and not alg.supports_backward:
+    if bp is not None and not alg.supports_backward:  # (mapper.can_run's "no backward pass")
         ok = [a.name for a in _alg.all_algorithms() if a.supports_backward]
         raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}",
                              param="backward")
@@ -516,17 +519,31 @@ def _size_key(s: Shape) -> tuple[int, ...]:
 
 
 def _supports(alg: Algorithm, shp: Shape) -> None:
-    if shp.window is not None and not alg.supports_window:
+    """A ParameterError naming what ``alg`` cannot run in this workload (the mapper's
+    :func:`can_run` without M: too small an M is left to the tiling's check, which names M or
+    the tiling)."""
+    why = mapper.can_run(alg, shp)
+    if why == NO_WINDOW:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_window]
         form = getattr(alg, "windowed_form", None)  # a schedule with a separate windowed form
         hint = f"; its windowed form is {form}" if form else ""
         raise ParameterError(f"{alg.name} does not support window={shp.window} (a sliding "
                              f"window){hint}; the algorithms that do: {', '.join(ok)}",
                              param="window")
-    if shp.block_mask is not None and not alg.supports_block_mask:
+    if why == NO_BLOCK_MASK:
         ok = [a.name for a in _alg.all_algorithms() if a.supports_block_mask]
         raise ParameterError(f"{alg.name} does not support block-sparse attention (block_mask); "
                              f"algorithms that do: {ok}", param="block_mask")
+    if why is not None:
+        raise ParameterError(f"{alg.name} cannot run {shp.describe()}: {why}", param="algorithm")
+
+
+def _sides(tiling: Any, schedule: Any) -> tuple[int, int]:
+    """The query and key rows of a tile (``Br``, ``Bc`` where the schema declares them; 1
+    otherwise): what a block-sparse count maps tile by tile."""
+    names = {f.name for f in schedule.schema()}
+    return (max(1, int(tiling.Br)) if "Br" in names else 1,
+            max(1, int(tiling.Bc)) if "Bc" in names else 1)
 
 
 def _estimate_tiling(alg: Algorithm, tiling: Any, source: Any) -> Any:
@@ -599,8 +616,7 @@ def _execute(job: _Job, bulk: bool, progress: ProgressCallback | None) -> Result
     h = place_inputs(mem, shp, data)
     if job.backward is not None:
         h["L"] = mem.slow("L", (shp.n_heads * shp.Nq,))
-    alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t, scale=s,
-                     lse=h.get("L"))
+    alg.execute(mem, h, t, shape=shp, scale=s)
     output = None
     bound = None
     if data is not None:
@@ -612,7 +628,7 @@ def _execute(job: _Job, bulk: bool, progress: ProgressCallback | None) -> Result
     io = mem.stats()
     res = Result(alg.name, shp, M, shp.causal, t, io, output, job.mode,
                  certificate=certificate(shp, M, io.total, exact=alg.exact,
-                                         features=getattr(t, "r", None)),
+                                         features=alg.cost(shp, t).features),
                  error_bound=bound)
     if job.backward is None:
         return res
@@ -670,7 +686,7 @@ def _run_backward(job: _Job, fwd: Result, fmem: TwoLevelMemory, h: dict[str, Slo
     arrays["dQ"] = mem.slow("dQ", (nq, shp.d))
     arrays["dK"] = mem.slow("dK", (nkv, shp.d))
     arrays["dV"] = mem.slow("dV", (nkv, shp.d))
-    bwd.run_schedule(mem, arrays, shape=shp, tiling=bt, scale=s)
+    bwd.execute(mem, arrays, bt, shape=shp, scale=s)
     grads = None
     if mode == "compute":
         assert data is not None  # compute mode: the forward's inputs

@@ -1,0 +1,131 @@
+"""Helpers the schedules share: sizes worth scoring, bisection, divisors, causal sums, the scale.
+
+Public so that a schedule module imports them from here, never a private name from another
+schedule's module.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+from ..core.checks import check_real
+from ..core.workload import Shape, cdiv
+
+__all__ = ["block_sizes", "default_scale", "divisors_upto", "fp_group_pass_a", "fp_split_pass1",
+           "ladder", "largest_true", "prefix_block_keys", "stacked_rows"]
+
+
+def default_scale(d: int, scale: object | None) -> float:
+    """``scale`` as a finite float (None: 1/sqrt(d))."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    return check_real("scale", scale)
+
+
+def block_sizes(n: int, most: int, *, more: int = 4, powers: bool = True) -> list[int]:
+    """Row-block sizes worth scoring for n rows with at most ``most`` rows a block, ascending:
+    the sizes of the fewest blocks (⌈n/t⌉ for t = ⌈n/most⌉ .. + ``more``) and, if ``powers``, the
+    powers of two below ``most`` ([] when most < 1)."""
+    if most < 1:
+        return []
+    tr = -(-n // most)
+    out = {-(-n // x) for x in range(tr, min(n, tr + more) + 1)}
+    k = 1
+    while powers and k < most:
+        out.add(k)
+        k *= 2
+    return sorted(b for b in out if b <= most)
+
+
+def largest_true(pred: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest x in [lo, hi] with ``pred(x)``, for a predicate true up to some point and false
+    after it, by bisection (``pred(lo)`` is taken as true and never asked: ``lo`` is returned
+    when no larger x has it)."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if pred(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def divisors_upto(n: int, most: int) -> list[int]:
+    """The divisors of n that are <= most, ascending, in O(min(most, sqrt(n))) steps (a group
+    of 2**40 query heads per key/value head is as quick as one of 4): n's prime factors up to
+    ``most`` by trial division (a divisor <= most has no larger one), their products <= most."""
+    if most <= 64:
+        return [k for k in range(1, most + 1) if n % k == 0]
+    out, m, p = [1], n, 2
+    while p <= most and p * p <= m:
+        if m % p == 0:
+            k = 0
+            while m % p == 0:
+                m //= p
+                k += 1
+            out = [y for x in out for e in range(k + 1) if (y := x * p ** e) <= most]
+        p += 1 if p == 2 else 2
+    if 1 < m <= most and p * p > m:  # what is left is one prime, small enough
+        out += [x * m for x in out if x * m <= most]
+    return sorted(out)
+
+
+def prefix_block_keys(Nkv: int, off: int, n: int, B: int) -> float | None:
+    """A lower bound, in O(1), on ``Σ_i hi_i`` over T = ⌈n/B⌉ blocks of n consecutive query
+    rows under a causal mask (no window) where row k of them sees the keys [0, k + 1 + off),
+    none clipped (``0 <= off <= Nkv - n``; None otherwise): T - 1 blocks of B rows and a last
+    of r = n - (T - 1)·B holding the last row, block i streaming the keys [0, hi_i) its rows
+    see (hi_i at least its last row's count).
+
+    A block of m rows sees at most ``m·hi_i - m(m - 1)/2`` pairs (its rows see distinct
+    counts, all <= hi_i); the rows see ``P = n·off + n(n + 1)/2`` pairs; so with
+    ``X = P + (T - 1)·B(B - 1)/2 + r(r - 1)/2``, ``B·Σ_{i<T-1} hi_i + r·hi_last >= X`` and
+    ``Σ_i hi_i >= X/B + (1 - r/B)·hi_last``, ``hi_last >= n + off``."""
+    if not 0 <= off <= Nkv - n or n < 1:
+        return None
+    T = cdiv(n, B)
+    r = n - (T - 1) * B
+    X = n * off + n * (n + 1) // 2 + (T - 1) * B * (B - 1) // 2 + r * (r - 1) // 2
+    return X / B + (1 - r / B) * (n + off)
+
+
+def fp_group_pass_a(d: int, G: int, Br: int, Bc2: int) -> int:
+    """group_split_backward's pass A footprint (G stacked heads of Br rows, a Bc2 key block);
+    group_spill_backward shares the pass."""
+    return G * Br * (3 * d + 2) + 2 * Bc2 * d + 2 * Br * Bc2
+
+
+def stacked_rows(shape: Shape, group: int) -> int:
+    """The heads stacked in pass A: gcd(group, g), a divisor of the heads per K/V head."""
+    return math.gcd(group, shape.group)
+
+
+def fp_split_pass1(d: int, Bc: int, Br1: int) -> int:
+    """split_backward's pass 1 footprint (dK, dV of Bc keys against Br1 query rows);
+    group_split_backward runs the same pass."""
+    return 4 * Bc * d + 2 * Br1 * d + 2 * Br1 + 2 * Br1 * Bc
+
+
+@functools.lru_cache(maxsize=1024)
+def ladder(total: int, vmax: int) -> tuple[int, ...]:
+    """Block sizes worth trying in [1, min(total, vmax)]: a geometric spread and the largest few,
+    each snapped down to the smallest size with the same number of blocks (cached)."""
+    vmax = min(total, vmax)
+    if vmax < 1:
+        return ()
+    vals = {vmax}
+    b = 1.0
+    while b <= vmax:
+        vals.add(int(b))
+        b *= 1.18
+    t0 = cdiv(total, vmax)
+    for t in range(t0, t0 + 8):
+        vals.add(cdiv(total, t))
+    out = set()
+    for v in vals:
+        if 1 <= v <= vmax:
+            out.add(v)
+            out.add(cdiv(total, cdiv(total, v)))
+    return tuple(sorted(out))

@@ -1,0 +1,228 @@
+"""The mapper: every search over a schedule's mapspace, and the one answer to "can it run".
+
+Timeloop's mapper is a search that calls the model; attnio's is this module.  It works on any
+object with the :class:`~attnio.algorithms.protocol.Schedule` protocol (forward or backward) and
+owns:
+
+* :func:`can_run` — the one answer to "can schedule X run workload S with M words" (None, or the
+  reason), used by the runner, the planner, the sweep's skip reasons and the tests;
+* :func:`search` — the least-(I/O, steps) tiling among the candidates (the planner's candidates,
+  the backward search, and the default tiling), by branch and bound where a schedule bounds its
+  count (``_lower_total``), the same choice;
+* :func:`default_tiling` — what a run uses when no tiling is given;
+* :func:`best_backward` — the least-I/O backward schedule and tiling for a workload;
+* :func:`dense_tilings` — the denser grid behind the certificate's schedule factor.
+
+Ties go to fewer, larger steps, then to the first candidate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ..core.errors import ParameterError
+from ..core.memory import IOCount
+from ..core.workload import Shape
+from .common import divisors_upto, largest_true
+from .protocol import NO_BACKWARD, Choice, Schedule
+
+__all__ = ["best_backward", "can_run", "default_tiling", "dense_groups", "dense_searchable", "dense_sizes",
+           "dense_tilings", "search"]
+
+
+def can_run(schedule: Any, shape: Shape, M: int | None = None, *, backward: bool = False
+            ) -> str | None:
+    """Why ``schedule`` cannot run ``shape`` with M words of fast memory (None: it can): the
+    mask or shape it does not support, the backward pass it lacks (``backward``: the forward
+    must write the logsumexp), or the least M it needs (its :meth:`mapspace`'s
+    ``unsupported``).  ``M=None``: the workload alone (the reasons that no M would lift)."""
+    why: str | None = schedule.unsupported(shape)  # the mask first
+    if why is None and backward and not getattr(schedule, "supports_backward", True):
+        return NO_BACKWARD
+    if why is not None or M is None:
+        return why
+    later: str | None = schedule.unsupported(shape, M)  # = its mapspace's ``unsupported``
+    return later
+
+
+def search(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | None = None,
+           **options: Any) -> Choice[Any] | None:
+    """The least-(I/O, steps) tiling among ``tilings`` (default: the mapspace's candidates,
+    ``options`` passed to :meth:`mapspace`) that fits in M, or None when none fits (or the
+    schedule cannot run the workload).  Where the schedule bounds its count
+    (``_lower_total(shape)``: a function of the tiling), by branch and bound: the same choice."""
+    if tilings is None:
+        space = schedule.mapspace(shape, M, **options)
+        if space.unsupported is not None:
+            return None
+        tilings = space.tilings()
+    lower_of = getattr(schedule, "_lower_total", None)
+    lower = lower_of(shape) if lower_of is not None else None
+    if lower is None:
+        return _least(schedule, shape, M, tilings)
+    return _least_bounded(schedule, shape, M, tilings, lower)
+
+
+def default_tiling(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | None = None
+                   ) -> Any:
+    """The least-I/O tiling among ``tilings`` (default: the mapspace's candidates, a
+    ParameterError naming M, with the reason, when the schedule cannot run the workload)."""
+    if tilings is None:
+        space = schedule.mapspace(shape, M)
+        if space.unsupported is not None:
+            raise ParameterError(f"{_called(schedule)}{schedule.name} cannot run "
+                                 f"{shape.describe()} with M={M}: {space.unsupported}",
+                                 param="M")
+        tilings = space.tilings()
+    found = _least(schedule, shape, M, tilings)
+    if found is None:  # pragma: no cover - min_M guarantees a candidate
+        raise ParameterError(f"{schedule.name}: no tiling fits in M={M}", param="M")
+    return found.tiling
+
+
+def _called(schedule: Any) -> str:
+    return str(getattr(schedule, "_called", ""))
+
+
+def _least(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any],
+           total: Callable[[Shape, Any], IOCount] | None = None) -> Choice[Any] | None:
+    """The least-(I/O, steps) tiling among ``tilings`` that fits in M, or None: the one
+    best-tiling loop of the library (``total``: the count, default the schedule's)."""
+    best: Any = None
+    best_key: tuple[int, int] | None = None
+    best_io: IOCount | None = None
+    tried = 0
+    if total is None:
+        total = schedule._total
+    for t in tilings:
+        if schedule.footprint(shape, t) > M:
+            continue
+        tried += 1
+        io = total(shape, t)
+        steps = schedule.steps(shape, t)
+        key = (io.total, steps)
+        if best_key is None or key < best_key:
+            best, best_key, best_io = t, key, io
+    if best_key is None:
+        return None
+    assert best_io is not None
+    return Choice(best, best_io, best_key[1], tried)
+
+
+def _least_bounded(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any],
+                   lower: Callable[[Any], float]) -> Choice[Any] | None:
+    """:func:`_least` by branch and bound: the tilings that fit, in order of ``lower``, scored
+    exactly until the bound exceeds the least count found.  A tiling left unscored has a bound,
+    so a count, above the least: it can neither win nor tie, and the choice is the least
+    (count, steps, position among ``tilings``), as :func:`_least`'s.  ``tried`` counts the
+    tilings that fit (as there)."""
+    fit = [t for t in tilings if schedule.footprint(shape, t) <= M]
+    if not fit:
+        return None
+    lows = [lower(t) * (1 - 1e-9) for t in fit]  # a margin far above float rounding
+    best: tuple[int, int, int] | None = None
+    found: dict[int, IOCount] = {}
+    for i in sorted(range(len(fit)), key=lows.__getitem__):
+        if best is not None and lows[i] > best[0]:
+            break
+        io = schedule._total(shape, fit[i])
+        key = (io.total, schedule.steps(shape, fit[i]), i)
+        found[i] = io
+        if best is None or key < best:
+            best = key
+    assert best is not None
+    _, steps, i = best
+    return Choice(fit[i], found[i], steps, len(fit))
+
+
+# ----------------------------------------------------------------------------- backward
+def best_backward(schedules: Sequence[Any], shape: Shape, M: int
+                  ) -> tuple[list[tuple[tuple[int, int, int], Any, Choice[Any]]],
+                             list[tuple[str, str]]]:
+    """Every backward schedule of ``schedules`` searched for ``shape`` and M: the scored ones as
+    ``(key, schedule, choice)`` sorted by key = (I/O, steps, position), and the skipped ones as
+    ``(name, reason)``."""
+    scored, skipped = [], []
+    for i, bwd in enumerate(schedules):
+        why = can_run(bwd, shape, M)
+        found = None if why else search(bwd, shape, M)
+        if found is None:
+            skipped.append((bwd.name, why or "no candidate tiling fits in M"))
+            continue
+        scored.append(((found.predicted.total, found.steps, i), bwd, found))
+    scored.sort(key=lambda s: s[0])
+    return scored, skipped
+
+
+# ----------------------------------------------------------------------------- dense search
+def dense_sizes(n: int, cheap: int) -> list[int]:
+    """Block sizes for an axis of n rows: all of 1..n when n <= ``cheap``, else the sizes of
+    the fewest blocks (⌈n/t⌉, t <= ``cheap``) and a geometric grid of ratio 2^(1/4)."""
+    if n <= cheap:
+        return list(range(1, n + 1))
+    out = {-(-n // t) for t in range(1, cheap + 1)}
+    k = 0
+    while (v := round(2 ** (k / 4))) <= n:
+        out.add(v)
+        k += 1
+    return sorted(out)
+
+
+#: The tiling fields the dense search knows how to fill (query rows, key rows, query-head group,
+#: score chunk).
+DENSE_FIELDS = frozenset({"Br", "Bc", "group", "Bs"})
+
+
+def dense_searchable(schedule: Any) -> bool:
+    """Whether the dense search covers ``schedule``: its tiling is made of ``Br`` and the
+    :data:`DENSE_FIELDS`."""
+    fields = {f.name for f in dataclasses.fields(schedule.Tiling)}
+    return "Br" in fields and bool(fields <= DENSE_FIELDS)
+
+
+def dense_groups(schedule: Any, shape: Shape, M: int, fields: set[str]) -> list[int]:
+    """The query-head groups of the dense search: the divisors of the group whose least tiling
+    (every other side 1) fits in M.  The dense algorithms' footprints grow with every side and
+    with the group (tests/planner/test_plan_factors.py checks it): the largest group g* whose
+    least tiling fits is found by bisection, and the divisors up to it
+    (:func:`~attnio.algorithms.common.divisors_upto`, O(min(g*, √group)) steps) are the groups
+    with a tiling that fits."""
+    def fits(G: int) -> bool:
+        need: int = schedule.footprint(shape, schedule.Tiling(
+            **{f: G if f == "group" else 1 for f in fields}))
+        return need <= M
+
+    return divisors_upto(shape.group, largest_true(fits, 0, shape.group))
+
+
+def dense_tilings(schedule: Any, shape: Shape, M: int, cheap: int) -> list[Any] | None:
+    """The certificate's denser grid of ``schedule``'s tilings (None: a schedule whose tiling is
+    not made of ``Br`` and the :data:`DENSE_FIELDS`, or that cannot run the workload): every
+    size on axes of at most ``cheap`` rows, the fewest-blocks sizes and a 2^(1/4) grid beyond;
+    every query-head group whose least tiling fits; the score chunk ``Bs`` = 1."""
+    fields = {f.name for f in dataclasses.fields(schedule.Tiling)}
+    if not dense_searchable(schedule):
+        return None
+    if can_run(schedule, shape, M) is not None:
+        return None
+
+    groups: list[int | None] = [None]
+    if "group" in fields:
+        groups = list(dense_groups(schedule, shape, M, fields))
+    brs = dense_sizes(shape.Nq, cheap)
+    bcs: list[int | None] = list(dense_sizes(shape.Nkv, cheap)) if "Bc" in fields else [None]
+    out = []
+    for G in groups:
+        for Br in brs:
+            for Bc in bcs:
+                kw: dict[str, int] = {"Br": Br}
+                if Bc is not None:
+                    kw["Bc"] = Bc
+                if G is not None:
+                    kw["group"] = G
+                if "Bs" in fields:
+                    kw["Bs"] = 1
+                out.append(schedule.Tiling(**kw))
+    return out

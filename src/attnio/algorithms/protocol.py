@@ -1,0 +1,125 @@
+"""The Schedule protocol, forward and backward alike, and the plain data it speaks in.
+
+A schedule is three methods (Timeloop's mapspace, model and executor; opt_einsum's path handed as
+plain data from its search to its executor):
+
+* ``mapspace(shape, M)`` -> :class:`Mapspace`: the declared tiling schema (:class:`Field`: name,
+  type, range), the reason the schedule cannot run this workload with M words (None: it can) and
+  the candidate tilings the mapper (:mod:`attnio.algorithms.mapper`) searches;
+* ``cost(shape, tiling)`` -> :class:`Cost`: the closed form of one tiling (reads and writes of
+  every head, tile steps of one head, the fast-memory footprint, and for an approximate schedule
+  its guaranteed error and feature dimension);
+* ``execute(mem, arrays, tiling, *, shape, scale)``: the run on the referee
+  (:class:`~attnio.core.memory.TwoLevelMemory`).
+
+:class:`~attnio.algorithms.base.Algorithm` and :class:`~attnio.algorithms.base.BackwardSchedule`
+implement the three from their hooks (``candidate_tilings``, ``footprint``, ``_predict`` ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from ..core.memory import IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape
+
+__all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Field", "Mapspace",
+           "Schedule"]
+
+T = TypeVar("T")
+
+#: The reasons :func:`attnio.algorithms.mapper.can_run` gives for a mask or a pass a schedule
+#: lacks (the least M it needs reads ``needs M >= ...``).
+NO_WINDOW = "no sliding-window support"
+NO_BLOCK_MASK = "no block-sparse support"
+NO_BACKWARD = "no backward pass"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One declared field of a tiling: its ``name``, its ``kind`` (``"int"``, ``"float"``,
+    ``"str"`` or ``"bool"``), the closed range ``[low, high]`` of a number (None: unbounded
+    there), whether None is allowed (``optional``: the schedule fills it in), the allowed
+    strings (``choices``) and a one-line ``doc``."""
+
+    name: str
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    optional: bool = False
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The closed form of one tiling: ``io`` (reads and writes of every head, exactly as the
+    simulator counts them), ``steps`` (tile steps of one head), ``footprint`` (peak fast-memory
+    words), and for an approximate schedule ``error`` (its guaranteed error factor) and
+    ``features`` (its feature dimension r); None for an exact one."""
+
+    io: IOCount
+    steps: int
+    footprint: int
+    error: float | None = None
+    features: int | None = None
+
+
+@dataclass(frozen=True)
+class Choice(Generic[T]):
+    """The best tiling the mapper found: its every-head count, its steps, and how many candidate
+    tilings fit and were considered (``tried``)."""
+
+    tiling: T
+    predicted: IOCount
+    steps: int
+    tried: int
+
+
+@dataclass(frozen=True)
+class Mapspace(Generic[T]):
+    """The legal tilings of one schedule for one workload and M: the declared ``fields``, the
+    reason the schedule cannot run it (``unsupported``; None: it can), and the candidates
+    (:meth:`tilings`, made on demand: nothing is enumerated for a workload it cannot run)."""
+
+    schedule: str
+    shape: Shape
+    M: int
+    fields: tuple[Field, ...]
+    unsupported: str | None
+    _tilings: Callable[[], Iterable[T]] = field(repr=False, compare=False, default=tuple)
+
+    def tilings(self) -> Iterable[T]:
+        """The candidate tilings (those that do not fit in M are the mapper's to skip)."""
+        if self.unsupported is not None:
+            return ()
+        return self._tilings()
+
+    def field_names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+
+class Schedule(Protocol):
+    """What the mapper, the runner and the planner ask of a schedule, forward or backward."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def exact(self) -> bool: ...
+
+    def mapspace(self, shape: Shape, M: int, **options: Any) -> Mapspace[Any]: ...
+
+    def cost(self, shape: Shape, tiling: Any) -> Cost: ...
+
+    def execute(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], tiling: Any, *,
+                shape: Shape, scale: float) -> None: ...
+
+    # the hooks the mapper's loops read (cheaper than a whole Cost per candidate)
+    def footprint(self, shape: Shape, tiling: Any) -> int: ...
+
+    def steps(self, shape: Shape, tiling: Any) -> int: ...
+
+    def _total(self, shape: Shape, tiling: Any) -> IOCount: ...
