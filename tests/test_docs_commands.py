@@ -158,9 +158,25 @@ def test_documented_command_runs(where, cmd, shown, doc_folder, monkeypatch, cap
     monkeypatch.chdir(doc_folder(where))  # one folder per document: later commands see earlier files
     monkeypatch.setenv("ATTNIO_PROGRESS", "0")
     argv = shlex.split(cmd)[1:]
+    for earlier in _writers_of_its_db(where, cmd, argv):  # the suite runs in a shuffled order
+        assert main(shlex.split(earlier)[1:]) == 0, earlier
+    capsys.readouterr()
     code = main(argv)  # (timing claims live in benchmarks/, never in a test)
     out, err = capsys.readouterr()
     _check_output(shown, out, err, code, EXIT_CODES.get(cmd, 0))
+
+
+def _writers_of_its_db(where: str, cmd: str, argv: list[str]) -> list[str]:
+    """The document's earlier ``sweep`` commands into the database ``cmd`` reads (``--db X``):
+    the tests run in a shuffled order, the document in its own (a sweep resumes: run again, it
+    computes nothing it has)."""
+    if "--db" not in argv[:-1] or "sweep" in argv[:2]:
+        return []
+    db = argv[argv.index("--db") + 1]
+    mine = [c for w, c, _ in COMMANDS if w == where]
+    earlier = mine[:mine.index(cmd)] if cmd in mine else []
+    return [c for c in earlier if "sweep" in shlex.split(c)[1:3]
+            and f"--db {db}" in c and "--dry-run" not in c]
 
 
 @pytest.mark.parametrize("verb", VERBS)

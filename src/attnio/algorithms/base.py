@@ -102,6 +102,11 @@ class TiledSchedule(ABC, Generic[TilingT]):
         """The declared tiling fields (:attr:`fields`, or read from ``Tiling``)."""
         return self.fields if self.fields is not None else schema_of(self.Tiling)
 
+    def covered_by(self, shape: Shape) -> str | None:
+        """The registered schedule whose count equals this one's word for word on ``shape``
+        (the planner then leaves it out: its search would only repeat that one's), or None."""
+        return None
+
     def unsupported(self, shape: Shape, M: int | None = None) -> str | None:
         """Why this schedule cannot run ``shape`` (with M words, when given): the mask it does
         not support, or the least M it needs; None: it can.  :func:`.mapper.can_run` asks it."""

@@ -384,14 +384,12 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
                 for br, bc, bd, order in self._phase1_choices(shape, M)
                 for br2, bk2, bd2 in second]
 
-    def planner_tilings(self, shape: Shape, M: int, *, eps: float | None = None,
-                        entry_bound: float | None = None) -> list[WindowSquareTiling]:
-        """Nothing for the planner without a window narrower than the keys: there every block
-        meets the band exactly as in square_tiling, whose count this equals word for word (its
-        own search would only repeat square_tiling's, at several milliseconds a plan)."""
-        if _band_width(shape) >= shape.Nkv:
-            return []
-        return self.candidate_tilings(shape, M)
+    def covered_by(self, shape: Shape) -> str | None:
+        """Without a window narrower than the keys every block meets the band exactly as in
+        square_tiling, whose count (``spill="scores"``) this equals word for word: the planner
+        leaves this workload to square_tiling (the search here would only repeat that one's,
+        at milliseconds a plan).  It still runs when asked."""
+        return "square_tiling" if _band_width(shape) >= shape.Nkv else None
 
     # ------------------------------------------------------------------ the schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,

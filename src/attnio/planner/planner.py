@@ -128,6 +128,8 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
     why = mapper.can_run(alg, shape, M, backward=backward)
     if why is not None:
         return why
+    if (other := alg.covered_by(shape)) is not None:
+        return f"the same count as {other} here"
     found = (mapper.search(alg, shape, M) if alg.exact else
              mapper.search(alg, shape, M, eps=approx_eps, entry_bound=entry_bound))
     if found is None:
