@@ -93,6 +93,26 @@ def test_pingpong_partners_count_only_the_groups_the_softmax_needs():
         two["softmax"] / two["tensor"], rel=0.05)
 
 
+def test_p_stores_count_with_the_softmax_between_a_groups_batches():
+    """flash-attn's fwd_step stores P (write_P_to_smem) after the softmax and before the group's
+    next GEMMs: with P in shared memory the partners' batches must cover both.  The store is
+    Br x Bc elements per step at 128 B per clock; RS configs and other families store nothing."""
+    steps = np.array([3.0, 10.0])
+    ss = KernelConfig("fa3", 192, 144, 16, 2, p="smem")
+    per_step = 192 * 144 * 2 / H100.smem_bw_per_sm
+    assert timing.p_store_s(ss, steps, H100) == pytest.approx(steps * per_step)
+    assert not timing.p_store_s(KernelConfig("fa3", 192, 128, 16, 2), steps, H100).any()
+    assert not timing.p_store_s(KernelConfig("fa2", 128, 64, 4, 1), steps, H100).any()
+    # d = 96 (flash-attn's 192 x 144 SS): softmax about 0.95 of a group's GEMMs, with the P
+    # stores above one batch: both partners count, so three groups hide more softmax per
+    # tensor second than two (128 x 192 RS); at d = 128 (192 x 128 SS) softmax and stores stay
+    # under one batch: as much exposed as two groups (previous test)
+    sh = Shape(8192, 8192, 96, batch=2, heads=21)
+    three = score(H100, sh, "Br=192,Bc=144,stages=2,p=smem", dtype="fp16").breakdown
+    two = score(H100, sh, "Br=128,Bc=192,stages=2", dtype="fp16").breakdown
+    assert three["softmax"] / three["tensor"] < 0.7 * two["softmax"] / two["tensor"]
+
+
 def test_small_bc_pays_more_per_step_at_equal_flops():
     """Non-causal, N a multiple of every Bc: the same tensor FLOPs, but Bc = 32 runs twice the
     steps of 64 and four times those of 128 (rescale, synchronisation, wgmma N)."""

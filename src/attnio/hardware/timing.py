@@ -67,7 +67,7 @@ from .devices import Device
 from .kernels import KernelConfig
 from .traffic import Phase, Traffic, features
 
-__all__ = ["BOUNDS", "BREAKDOWN", "FITTED", "PAGE_OVERHEAD_BYTES", "PARAMS", "STREAM_HBM_EFF", "RESOURCES", "ss_operand_floor", "wgmma_gemms", "pingpong_partners", "Params", "Prepared", "Timing", "evaluate",
+__all__ = ["BOUNDS", "BREAKDOWN", "FITTED", "PAGE_OVERHEAD_BYTES", "PARAMS", "STREAM_HBM_EFF", "RESOURCES", "ss_operand_floor", "wgmma_gemms", "pingpong_partners", "p_store_s", "Params", "Prepared", "Timing", "evaluate",
            "generation", "greedy_makespan", "load_params", "prepare"]
 
 #: The resources a time is attributed to (``Score.alone`` and ``Score.by_resource`` keys).
@@ -224,6 +224,10 @@ class _PhaseWork:
     tile_s: float = 0.0    # one step's K (or Q) tile through the SM's L2 port (s)
     lead: float = 0.5      # share of a step between a buffer's release and its next use
     hbm_eff: float | None = None   # this phase's access pattern's HBM efficiency (None: fitted)
+    #: fa3 forward with P in shared memory: each CTA's P stores (``write_P_to_smem``) at the
+    #: SM's shared-memory rate (s): on a consumer group's path between its GEMM batches, with
+    #: its softmax (:func:`pingpong_partners`)
+    p_store_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass
@@ -308,7 +312,7 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
             (cfg.Bc if cfg.forward else cfg.Br) * tr.d_pad * cfg.elem_bytes / dev.sm_l2_bw,
             0.5 / max(1, cfg.consumer_wgs) if cfg.wgmma else 0.5,
             stream_eff(cfg.page_size, tr.d_pad, cfg.elem_bytes, tr.shape.kv_heads or 1)
-            if heavy else STREAM_HBM_EFF))
+            if heavy else STREAM_HBM_EFF, p_store_s(cfg, steps if heavy else np.zeros(ph.n), dev)))
     fam = "fa3" if cfg.wgmma else "fa2"
     return Prepared(fam, "wgmma" if fam == "fa3" else "sync",
                     cfg.algorithm == "fa3" and (cfg.consumer_wgs >= 2 or cfg.overlap), phases,
@@ -318,6 +322,20 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
                     cfg.consumer_wgs - 1 if cfg.algorithm == "fa3" and cfg.ws else 0,
                     wgmma_inv_n(cfg, tr.d_pad), sync_rounds(cfg),
                     wgmma_gemms(cfg, tr.d_pad, dev))
+
+
+def p_store_s(cfg: KernelConfig, steps: np.ndarray, dev: Device) -> np.ndarray:
+    """Seconds each CTA of an fa3 forward with P in shared memory (``p = smem``) spends storing
+    P: ``Br x Bc`` elements per K/V step at the SM's shared-memory rate (128 B per clock), a
+    lower bound (the partners' SS ``wgmma`` operand reads share that bandwidth).  In
+    flash-attn's forward step (``fwd_step`` in ``hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp``)
+    a consumer group converts P and stores it (``write_P_to_smem``) after its softmax and
+    before it signals the P-write barrier and issues its next GEMMs: the store is on the
+    group's path between its batches, like the softmax.  Zero for other configs (RS keeps P
+    in registers)."""
+    if cfg.algorithm != "fa3" or not cfg.forward or cfg.p != "smem":
+        return np.zeros(len(steps))
+    return steps * (cfg.Br * cfg.Bc * cfg.elem_bytes / dev.smem_bw_per_sm)
 
 
 def sync_rounds(cfg: KernelConfig) -> float:
@@ -534,7 +552,10 @@ def _sm_time(pw: _PhaseWork, pr: Prepared, p: Params
         # min(GEMM, softmax); one, its square root; none, all of it
         hid: float | np.ndarray = pr.hiding
         if pr.partners > 1:   # ping-pong partners beyond the first count where needed
-            rho = np.divide(soft, mma, out=np.zeros_like(soft), where=mma > 0)
+            # what the partners' batches must cover: the group's softmax and, with P in
+            # shared memory, its P stores (both between the group's GEMM batches)
+            busy = soft + pw.p_store_s if len(pw.p_store_s) else soft
+            rho = np.divide(busy, mma, out=np.zeros_like(soft), where=mma > 0)
             hid = pr.hiding - pr.partners + pingpong_partners(pr.partners, rho)
         x = np.where(np.asarray(hid) > 0, p.fa3_exposed ** (np.asarray(hid) / 2.0), 1.0)
         extra = x * np.minimum(mma, soft)
