@@ -385,11 +385,11 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
                 for br2, bk2, bd2 in second]
 
     def covered_by(self, shape: Shape) -> str | None:
-        """Without a window narrower than the keys every block meets the band exactly as in
-        square_tiling, whose count (``spill="scores"``) this equals word for word: the planner
-        leaves this workload to square_tiling (the search here would only repeat that one's,
-        at milliseconds a plan).  It still runs when asked."""
-        return "square_tiling" if _band_width(shape) >= shape.Nkv else None
+        """Without a window every block meets the band exactly as in square_tiling, whose count
+        (``spill="scores"``) this equals word for word: the planner leaves this workload to
+        square_tiling (the search here would only repeat that one's, at milliseconds a plan).
+        It still runs when asked; with any window (square_tiling takes none) it is planned."""
+        return "square_tiling" if shape.window is None else None
 
     # ------------------------------------------------------------------ the schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
