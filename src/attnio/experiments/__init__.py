@@ -11,9 +11,9 @@ report's (:func:`build_report`, :data:`DEFAULT_DPI`, :data:`DPI_RANGE`) load on 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..core.lazy import lazy_names
 from .store import LatexOptions, ResultsStore
 from .sweep import (
     DEFAULT_MAX_CONFIGS,
@@ -49,10 +49,4 @@ _LAZY = {"build_report": ("report", "build_report"), "ReportOptions": ("report",
          "DPI_RANGE": ("report.style", "DPI_RANGE")}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        mod, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _LAZY, globals())

@@ -22,9 +22,9 @@ does where the module's own name is ambiguous (``load_device_file`` is
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..core.lazy import lazy_names
 from .devices import (
     DTYPE_BYTES,
     Device,
@@ -76,10 +76,4 @@ _LAZY = {"KernelConfig": ("kernels", "KernelConfig"), "Score": ("model", "Score"
          "write_calibration": ("calibrate", "write")}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        mod, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _LAZY, globals())

@@ -27,13 +27,13 @@ closed forms, the lower bounds and the planner.  Proofs and derivations: docs/pa
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core.errors import UnknownNameError
+from ..core.lazy import lazy_names
 from ..core.workload import Shape
 from . import grid, ring, striped, ulysses, usp, window_ring, zigzag
 from .base import CommCost, Mapspace, check_P
@@ -113,10 +113,4 @@ _LAZY = {"plan": ("planner", "plan"), "launch": ("distributed", "launch"),
          "cost_backward": ("backward", "cost_backward")}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        mod, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _LAZY, globals())
