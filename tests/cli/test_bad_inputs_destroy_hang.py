@@ -15,6 +15,7 @@ import errno
 import hashlib
 import io
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -77,6 +78,28 @@ def _refused_in_subprocess(argv: list[str], *fragments: str) -> str:
     for f in fragments:
         assert f in r.stderr, (f, r.stderr)
     return r.stderr
+
+
+class _Blocked(BaseException):
+    """Raised by the watchdog's alarm: a BaseException, so no ``except Exception`` in the CLI
+    turns a hang into an ordinary refusal."""
+
+
+def _refused_without_blocking(capsys, argv: list[str], *fragments: str,
+                              timeout: int = 60) -> str:
+    """:func:`_refused` under a watchdog: an ``open`` that blocks on a named pipe is interrupted
+    by SIGALRM after ``timeout`` seconds and fails the test (in this process: a subprocess per
+    case cost half a second of interpreter start each; one case still runs in a subprocess)."""
+    def _alarm(signum, frame):
+        raise _Blocked(f"{argv} blocked for {timeout} s")
+
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(timeout)
+    try:
+        return _refused(capsys, argv, *fragments)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # ----------------------------------------------------------------------------- the output is the input
@@ -158,11 +181,11 @@ def test_trace_din_on_a_device_is_refused_and_the_device_stays_one(capsys):
 
 
 @pytest.mark.parametrize("flag", ["--din", "--out"])
-def test_trace_output_on_a_fifo_is_refused_without_blocking(tmp_path, flag):
+def test_trace_output_on_a_fifo_is_refused_without_blocking(tmp_path, capsys, flag):
     fifo = tmp_path / ("pipe.din" if flag == "--out" else "pipe")
     os.mkfifo(fifo)
-    _refused_in_subprocess(["trace", "flash2", flag, str(fifo)], flag,
-                           "a named pipe (FIFO), not a regular file")
+    _refused_without_blocking(capsys, ["trace", "flash2", flag, str(fifo)], flag,
+                              "a named pipe (FIFO), not a regular file")
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
@@ -202,12 +225,22 @@ def test_the_store_refuses_a_device_or_a_fifo(tmp_path):
     ["gpu", "calibrate", "--measurements", "{fifo}", "--out", "{tmp}/fit.json"],
 ], ids=["sweep-db", "dry-run-db", "sweep-config", "export-db", "export-out", "report-db",
         "report-out", "run-block-mask", "run-inputs", "gpu-validate", "gpu-calibrate"])
-def test_a_named_pipe_never_blocks(db, tmp_path, argv):
+def test_a_named_pipe_never_blocks(db, tmp_path, capsys, argv):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     argv = [a.format(fifo=fifo, tmp=tmp_path, db=db) for a in argv]
     flag = argv[argv.index(str(fifo)) - 1]
-    _refused_in_subprocess(argv, flag, "pipe")
+    _refused_without_blocking(capsys, argv, flag, "pipe")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_named_pipe_never_blocks_a_fresh_process(tmp_path):
+    """The same refusal end to end: ``python -m attnio`` in a subprocess with a timeout."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    _refused_in_subprocess(["sweep", "--db", str(fifo), "--N", "64", "--d", "16", "--M", "1024",
+                            "--quiet"], "--db", "pipe")
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
 
