@@ -505,10 +505,14 @@ def _resumed_rows(db: Path) -> list[dict]:
                 for r in st.rows()]
 
 
-@pytest.mark.parametrize("jobs,double,sig", [(1, False, signal.SIGINT), (2, False, signal.SIGINT),
-                                             (2, True, signal.SIGINT), (1, False, signal.SIGTERM),
-                                             (2, False, signal.SIGTERM)],
-                         ids=["jobs1", "jobs2", "jobs2-double", "sigterm-jobs1", "sigterm-jobs2"])
+#: each signal with each job count at least once in the default run; the other two pairings (a
+#: subprocess sweep each, ~2 s) with ``-m slow``
+@pytest.mark.parametrize("jobs,double,sig", [
+    pytest.param(1, False, signal.SIGINT, id="jobs1"),
+    pytest.param(2, False, signal.SIGINT, id="jobs2", marks=pytest.mark.slow),
+    pytest.param(2, True, signal.SIGINT, id="jobs2-double"),
+    pytest.param(1, False, signal.SIGTERM, id="sigterm-jobs1", marks=pytest.mark.slow),
+    pytest.param(2, False, signal.SIGTERM, id="sigterm-jobs2")])
 def test_ctrl_c_or_sigterm_mid_sweep_exits_130_with_one_line_and_resumes_losslessly(
         tmp_path, uninterrupted, jobs, double, sig):
     db = tmp_path / "r.sqlite"
