@@ -377,10 +377,12 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         return out
 
     @staticmethod
-    def _slices(shape: Shape, M: int, stable: bool, bc: int, br2: int, bd2: int, ks: list[int],
-                snap: dict[int, int], spill: str = "exp") -> list[int]:
-        """The key-slice sizes Bk2 of one (Br2, Bd2) choice, ascending: the stable variant
-        snaps each to the largest divisor of Bc below it; those whose tiles fit in M."""
+    def _slices(shape: Shape, M: int, stable: bool, bc: int, rung: _Rung, snap: dict[int, int],
+                spill: str = "exp") -> list[int]:
+        """The key-slice sizes Bk2 of one Phase-2 choice ``rung`` (Bd2, Br2 and the sizes to
+        try, as :meth:`_phase2_ladder` lists them), ascending: the stable variant snaps each to
+        the largest divisor of Bc below it; those whose tiles fit in M."""
+        bd2, br2, ks = rung
         bc_eff = min(bc, shape.Nkv)
         out = set()
         for k in ks:
@@ -453,10 +455,10 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             if best_key is not None and total > best_key[0]:
                 break
             (br, bc, bd, _), _ = groups[g]
-            bd2, br2, ks = ladder[e]
+            bd2, br2, _ = ladder[e]
             s1 = cdiv(Nq, br) * cdiv(Nkv, bc) * cdiv(d, bd)
             td = -(-d // bd2)
-            for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snaps.setdefault(bc, {}),
+            for k in self._slices(shape, M, stable, bc, ladder[e], snaps.setdefault(bc, {}),
                                   spill):
                 key = (total, s1 + (-(-Nq // br2)) * td * (-(-Nkv // k)))
                 at = (g, br2, k, bd2)  # the combination's place in the full list
@@ -517,10 +519,10 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                 members = [((g,), paper)]
             else:
                 (br, bc, bd, order), _ = groups[g]
-                bd2, br2, ks = ladder[e]
+                bd2, br2, _ = ladder[e]
                 members = [((g, br2, k, bd2),
                             SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable, spill))
-                           for k in self._slices(shape, M, stable, bc, br2, bd2, ks,
+                           for k in self._slices(shape, M, stable, bc, ladder[e],
                                                  snaps.setdefault(bc, {}), spill)]
             for at, t in members:
                 if self.footprint(shape, t) > M:
