@@ -41,7 +41,7 @@ from .common import (
     largest_true,
     prefix_block_keys,
 )
-from .protocol import NO_BLOCK_MASK, NO_WINDOW, Choice, Cost, Field, Mapspace, Schedule
+from .protocol import NO_BLOCK_MASK, NO_WINDOW, Cost, Field, Mapspace, Schedule
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -286,23 +286,6 @@ class Algorithm(TiledSchedule[TilingT]):
         M = check_int("M", M, minimum=1)
         return self.cost(shape, self.coerce_tiling(shape, M, tiling)).io
 
-    # the spellings of 87d79b8 that tests/planner/test_plan_regression.py (recorded on main, kept
-    # unchanged as the refactor's guard) calls: ``cost(...).io`` and :func:`.mapper.search`
-    def predict_total(self, shape: Shape, tiling: TilingT) -> IOCount:
-        """``cost(shape, tiling).io`` (the old spelling, kept for the recorded regression test)."""
-        return self._total(shape, tiling)
-
-    def search(self, shape: Shape, M: int, tilings: Iterable[TilingT] | None = None
-               ) -> Choice[TilingT] | None:
-        """:func:`.mapper.search` (the old spelling, kept for the recorded regression test)."""
-        return mapper.search(self, shape, M, tilings)
-
-    def _least_io(self, shape: Shape, M: int, tilings: Iterable[TilingT],
-                  count: Callable[[Shape, TilingT], IOCount]) -> Choice[TilingT] | None:
-        """The mapper's full loop, without branch and bound (the recorded regression test
-        compares :meth:`search` with it)."""
-        return mapper._least(self, shape, M, tilings, count)
-
     # -------------------------------------------------------------- the run
     def execute(self, mem: TwoLevelMemory, arrays: Mapping[str, SlowArray], tiling: TilingT, *,
                 shape: Shape, scale: float) -> None:
@@ -427,20 +410,6 @@ class BackwardSchedule(TiledSchedule[TilingT]):
         """One K/V head and its query heads (the views of :func:`kv_head_groups`); a schedule
         either writes this or overrides :meth:`run_schedule`."""
         raise NotImplementedError(f"{self.name} overrides run_schedule")
-
-    # the spellings of 87d79b8 that tests/planner/test_plan_regression.py (recorded on main, kept
-    # unchanged as the refactor's guard) calls: ``cost(...).io`` and :func:`.mapper.search`
-    def predict(self, shape: Shape, tiling: TilingT) -> IOCount:
-        """``cost(shape, tiling).io`` (the old spelling, kept for the recorded regression test)."""
-        return self._total(shape, tiling)
-
-    def search(self, shape: Shape, M: int) -> tuple[TilingT, IOCount] | None:
-        """:func:`.mapper.search` over every candidate tiling, as ``(tiling, io)`` (the old
-        spelling, kept for the recorded regression test)."""
-        if self.unsupported(shape, M) is not None:
-            return None
-        found = mapper.search(self, shape, M, self.candidate_tilings(shape, M))
-        return None if found is None else (found.tiling, found.predicted)
 
     def workspace(self, shape: Shape) -> int:
         """Words of slow-memory workspace the schedule allocates (every head)."""
