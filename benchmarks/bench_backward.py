@@ -23,7 +23,7 @@ import re
 import numpy as np
 
 import attnio
-from attnio.algorithms import get_backward
+from attnio.algorithms import get_backward, mapper
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
 
@@ -32,6 +32,11 @@ DOC = ROOT / "docs" / "backward.md"
 OUT = ROOT / "benchmarks" / "results" / "backward.json"
 SC = get_backward("small_cache_backward")
 FA2 = get_backward("flash2_backward")
+
+
+def _least(schedule, shape: Shape, M: int) -> int:
+    """The every-head count of the schedule's least-I/O tiling (the mapper's search)."""
+    return mapper.search(schedule, shape, M).predicted.total
 
 N = 4096
 DS = (64, 128, 256, 512)
@@ -52,27 +57,28 @@ def measure(causal: bool) -> dict:
         shape = Shape(N, N, d, causal=causal)
         xs, fs = [], []
         for M in _pow2_range(FA2.min_M(shape), d * d // 4):
-            sc, fa = SC.search(shape, M), FA2.search(shape, M)
-            f = fa[1].total / sc[1].total
-            rows.append({"d": d, "M": M, "small_cache": sc[1].total, "flash2": fa[1].total,
+            sc, fa = mapper.search(SC, shape, M), mapper.search(FA2, shape, M)
+            f = fa.predicted.total / sc.predicted.total
+            rows.append({"d": d, "M": M, "small_cache": sc.predicted.total,
+                         "flash2": fa.predicted.total,
                          "factor": f, "d_over_sqrtM": d / math.sqrt(M)})
             xs.append(d / math.sqrt(M))
             fs.append(f)
         fits[d] = float(np.polyfit(np.log(xs), np.log(fs), 1)[0])
         M = 1 << (d * d // 4).bit_length()
-        while SC.search(shape, M)[1].total < FA2.search(shape, M)[1].total:
+        while _least(SC, shape, M) < _least(FA2, shape, M):
             M *= 2
         lo, hi = M // 2, M  # bisection: small-cache fewer at lo, not at hi
         while hi - lo > max(1, M // 256):
             mid = (lo + hi) // 2
-            if SC.search(shape, mid)[1].total < FA2.search(shape, mid)[1].total:
+            if _least(SC, shape, mid) < _least(FA2, shape, mid):
                 lo = mid
             else:
                 hi = mid
         crossovers[d] = {"M": M, "M_over_d2": M / (d * d), "bisected_M": hi,
                          "bisected_M_over_d2": hi / (d * d),
-                         "small_cache_at_half": SC.search(shape, M // 2)[1].total,
-                         "flash2_at_half": FA2.search(shape, M // 2)[1].total}
+                         "small_cache_at_half": _least(SC, shape, M // 2),
+                         "flash2_at_half": _least(FA2, shape, M // 2)}
         # one point simulated: the closed form is the count
         Ms = d * d // 16
         t = SC.coerce_tiling(shape, Ms)

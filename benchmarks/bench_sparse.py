@@ -22,7 +22,7 @@ import re
 import numpy as np
 
 import attnio
-from attnio.algorithms import get, get_backward
+from attnio.algorithms import get, get_backward, mapper
 from attnio.core.blockmask import BlockMask
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
@@ -67,7 +67,7 @@ def measure() -> dict:
             shape = Shape(N, N, d, block_mask=bm)
             fwd = FA2.cost(shape, ft).io.total
             bwd = FA2B.cost(shape, bt).io.total
-            best = FA2.search(shape, M, FA2.candidate_tilings(shape, M))
+            best = mapper.search(FA2, shape, M, FA2.candidate_tilings(shape, M))
             rows.append({"s": bm.density, "forward": fwd, "forward_tiling": str(ft),
                          "backward": bwd, "backward_tiling": str(bt),
                          "planner_forward": best.predicted.total,

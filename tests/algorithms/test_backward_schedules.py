@@ -162,11 +162,13 @@ def test_small_cache_counts_equal_the_closed_form_on_any_tiling(bwd, causal, win
 
 def test_small_cache_at_large_sizes_counts_in_closed_form_and_fast():
     shape = Shape(4096, 4096, 64, causal=True)
-    t, io = SC.search(shape, 1024)
+    found = mapper.search(SC, shape, 1024)
+    t, io = found.tiling, found.predicted
     st, _ = run_backward(SC, shape, 1024, t, mode="count")
     assert (st.reads, st.writes) == (io.reads, io.writes)
     big = Shape(10 ** 9, 10 ** 9, 128, causal=True, window=4096)
-    t, io = SC.search(big, 4096)
+    found = mapper.search(SC, big, 4096)
+    t, io = found.tiling, found.predicted
     assert io.total > 0 and SC.footprint(big, t) <= 4096
 
 
@@ -175,18 +177,19 @@ def test_small_cache_at_large_sizes_counts_in_closed_form_and_fast():
 def test_small_cache_moves_fewer_words_than_flash2_for_M_up_to_d2_over_4(N, d, causal):
     shape = Shape(N, N, d, causal=causal)
     for M in (d * d // 16, d * d // 8, d * d // 4):
-        sc = SC.search(shape, M)
-        fa = FA2.search(shape, M)
+        sc = mapper.search(SC, shape, M)
+        fa = mapper.search(FA2, shape, M)
         if fa is None:  # FA2's backward needs M >= 7d + 4: the small-cache one still runs
             assert M < FA2.min_M(shape) and sc is not None
             continue
-        assert sc[1].total < fa[1].total, (N, d, M, sc[1].total, fa[1].total)
+        assert sc.predicted.total < fa.predicted.total, (N, d, M, sc.predicted, fa.predicted)
 
 
 def test_flash2_backward_wins_in_the_large_cache_regime():
     shape = Shape(4096, 4096, 64)
     for M in (16 * 64 * 64, 64 * 64 * 64):
-        assert FA2.search(shape, M)[1].total < SC.search(shape, M)[1].total
+        assert (mapper.search(FA2, shape, M).predicted.total
+                < mapper.search(SC, shape, M).predicted.total)
 
 
 @pytest.mark.parametrize("Nq,Nkv,d", [(64, 64, 16), (48, 100, 8), (100, 48, 8), (1, 30, 4)])
@@ -215,7 +218,7 @@ def test_run_picks_the_least_io_backward_and_honours_a_named_one():
     M = 16 * 16 // 4 + 100  # 164 >= flash2's 4d + 4
     res = attnio.run("flash2", Q, K, V, M=M, backward=True, grad_output=dO)
     shape = Shape(40, 40, 16)
-    totals = {b.name: b.search(shape, M)[1].total for b in all_backwards()}
+    totals = {b.name: mapper.search(b, shape, M).predicted.total for b in all_backwards()}
     assert res.backward_algorithm == min(totals, key=totals.get)
     assert res.backward_io.total == min(totals.values())
     ref = attnio.reference.attention_backward(Q, K, V, dO)
@@ -293,10 +296,11 @@ def test_planner_picks_the_backward_of_fewer_words(N, d, causal):
         b = backward_plan(shape, M)
         if M >= attnio.algorithms.get("flash2").min_M(shape):  # what plan reports
             assert attnio.planner.plan_shape(shape, M, backward=True).backward == b
-        found = {s.name: s.search(shape, M) for s in all_backwards()}
-        least = min(f[1].total for f in found.values() if f is not None)
+        found = {s.name: mapper.search(s, shape, M) for s in all_backwards()}
+        least = min(f.predicted.total for f in found.values() if f is not None)
         assert b.predicted.total == least, (M, b.algorithm)
-        assert found[b.algorithm] is not None and found[b.algorithm][1].total == least
+        chosen_found = found[b.algorithm]
+        assert chosen_found is not None and chosen_found.predicted.total == least
         chosen[M] = b.algorithm
         M *= 2
     assert all(a == "small_cache_backward" for m, a in chosen.items() if m <= d * d // 4)
@@ -334,7 +338,7 @@ def test_fused_small_cache_beats_small_cache_at_the_worst_held_out_point():
     shape = Shape(300, 300, 160, causal=True)
     b = backward_plan(shape, 13615, algorithm="fused_small_cache_backward")
     assert b.algorithm == "fused_small_cache_backward"
-    assert b.predicted.total < SC.search(shape, 13615)[1].total == 1_419_300
+    assert b.predicted.total < mapper.search(SC, shape, 13615).predicted.total == 1_419_300
     assert b.certificate.ratio < 4.0
     st, _ = run_backward(FUSED, shape, 13615, b.tiling, mode="count")
     assert (st.reads, st.writes) == (b.predicted.reads, b.predicted.writes)
@@ -400,7 +404,8 @@ def test_group_spill_at_larger_sizes_counts_in_closed_form(shape, M):
     """The matmul phases run block by block in count mode (module docstring): at a few thousand
     rows their least-I/O tiling still simulates to its closed form, within M."""
     spill = get_backward("group_spill_backward")
-    t, io = spill.search(shape, M)
+    found = mapper.search(spill, shape, M)
+    t, io = found.tiling, found.predicted
     st, _ = run_backward(spill, shape, M, t, mode="count")
     assert (st.reads, st.writes) == (io.reads, io.writes)
     assert st.peak <= M

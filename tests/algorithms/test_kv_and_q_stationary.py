@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import attnio
 from attnio import bounds
-from attnio.algorithms import score_resident
+from attnio.algorithms import get_backward, mapper, score_resident
 from attnio.core.reference import attention
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
@@ -86,7 +86,7 @@ def test_kv_stationary_meets_the_trivial_bound_on_the_issue_example():
     assert p.chosen.algorithm == "kv_stationary"
     r = attnio.run("kv_stationary", shape=shape, M=216, mode="count", tiling=p.chosen.tiling)
     assert r.io.total == 480
-    assert attnio.algorithms.get("flash2").search(shape, 216).predicted.total == 864
+    assert mapper.search(attnio.algorithms.get("flash2"), shape, 216).predicted.total == 864
 
 
 def test_q_stationary_min_footprint_is_2ad_plus_3a_plus_1():
@@ -97,8 +97,8 @@ def test_q_stationary_min_footprint_is_2ad_plus_3a_plus_1():
             assert alg.footprint(shape, alg.Tiling(a)) == 2 * a * d + 3 * a + 1
     # at M = 5d it holds two query rows where FlashAttention-2 holds one: half the K/V passes
     shape = Shape.make(1000, 64)
-    ours = alg.search(shape, 5 * 64)
-    fa2 = attnio.algorithms.get("flash2").search(shape, 5 * 64)
+    ours = mapper.search(alg, shape, 5 * 64)
+    fa2 = mapper.search(attnio.algorithms.get("flash2"), shape, 5 * 64)
     assert ours.tiling.Br == 2 and fa2.tiling.Br == 1
     assert ours.predicted.total < fa2.predicted.total
 
@@ -186,8 +186,8 @@ def test_split_backward_gradients_and_counts_equal_closed_form(name, w, extra, s
 def test_split_backward_moves_less_than_flash2_backward_at_large_cache():
     shape = Shape.make(4096, 64)
     for M, most in ((16 * 64 * 64, 0.95), (32 * 64 * 64, 1.0)):
-        split = attnio.algorithms.get_backward("split_backward").search(shape, M)[1].total
-        fa2 = attnio.algorithms.get_backward("flash2_backward").search(shape, M)[1].total
+        split = mapper.search(get_backward("split_backward"), shape, M).predicted.total
+        fa2 = mapper.search(get_backward("flash2_backward"), shape, M).predicted.total
         print(f"M = {M}: split_backward / flash2_backward = {split / fa2:.3f}")
         assert split < most * fa2, (M, split, fa2)
 
@@ -272,7 +272,7 @@ def test_group_split_backward_beats_the_issue_example():
     assert b.algorithm == "group_split_backward" and b.tiling.group == 4
     assert b.predicted.total < 8_749_344
     assert backward_plan(shape, 24000).predicted.total <= b.predicted.total
-    fa2 = attnio.algorithms.get_backward("flash2_backward").search(shape, 24000)[1].total
+    fa2 = mapper.search(get_backward("flash2_backward"), shape, 24000).predicted.total
     assert fa2 == 8_749_344
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -327,8 +327,8 @@ def test_score_resident_lowers_the_worst_held_out_point(args):
     # moved 3,713,280 words with 8 query heads on 2 K/V heads (ratio 3.55)
     N, d, M, h, kvh = args
     shape = Shape.make(N, d, causal=True, heads=h, kv_heads=kvh)
-    sr = score_resident.ALGORITHM.search(shape, M)
-    sq = attnio.algorithms.get("square_tiling").search(shape, M)
+    sr = mapper.search(score_resident.ALGORITHM, shape, M)
+    sq = mapper.search(attnio.algorithms.get("square_tiling"), shape, M)
     assert sr.predicted.total < 0.9 * sq.predicted.total
     p = attnio.plan(N, d, M, causal=True, heads=h, kv_heads=kvh)
     assert p.chosen.predicted.total <= sr.predicted.total
@@ -352,7 +352,7 @@ def test_score_resident_on_larger_shapes_equals_its_closed_form_step_by_step(N, 
     alg = score_resident.ALGORITHM
     shape = Shape.make(N, d, Nkv=Nkv, causal=causal)
     M = max(alg.min_M(shape), int(frac * N * Nkv))
-    found = alg.search(shape, M)
+    found = mapper.search(alg, shape, M)
     assert found is not None
     rng = np.random.default_rng(seed)
     Q, K, V = (rng.standard_normal((n, d)) for n in (N, Nkv, Nkv))
@@ -404,7 +404,7 @@ def test_row_hybrid_min_M_always_has_a_partition(Nq, Nkv, d, causal):
     m = alg.min_M(shape)
     for M in (m, m + 1, 2 * m + 7):
         assert rh.blocks(shape, M, "c", 1) is not None, M
-        assert alg.search(shape, M) is not None
+        assert mapper.search(alg, shape, M) is not None
     r = -(-Nq // (rh.MAX_BLOCKS - 2))
     if r > 1:  # not far above the least: blocks of half as many rows are too many
         assert rh.blocks(shape, (2 * d + 3) * (r // 2) + 1, "c", 1) is None
@@ -420,5 +420,5 @@ def test_row_hybrid_puts_the_remainder_first_under_a_causal_mask():
     assert sum(hi - lo for _, _, lo, hi, _ in part) == 7570
     p = attnio.plan(3000, 160, 240000, causal=True)
     assert p.chosen.algorithm == "row_hybrid"
-    f2 = attnio.algorithms.get("flash2").search(shape, 240000).predicted.total
+    f2 = mapper.search(attnio.algorithms.get("flash2"), shape, 240000).predicted.total
     assert p.chosen.predicted.total < 0.9 * f2

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import attnio
 from attnio import bounds
-from attnio.algorithms import flash2, q_split
+from attnio.algorithms import flash2, mapper, q_split
 from attnio.core.errors import ParameterError
 from attnio.core.workload import Shape, cdiv
 from conftest import gqa_reference, gqa_shapes
@@ -113,7 +113,7 @@ def test_grid_examples_counted_exactly(N, d, M, total):
     assert pred.total == total
     Tm, S = 4, 4 * t.sigma  # the last block is full: every block has sigma split rows
     assert pred.reads == N * d + 2 * d * N * Tm + S * d + (d + t.delta) * N * cdiv(S, t.Br2)
-    assert pred.total < 12 * N * d == flash2.ALGORITHM.search(shape, M).predicted.total
+    assert pred.total < 12 * N * d == mapper.search(flash2.ALGORITHM, shape, M).predicted.total
     cnt = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=t)
     assert cnt.io.total == total and cnt.io.peak <= M
 
@@ -158,7 +158,7 @@ def test_candidates_stay_few_at_a_billion_causal():
     shape = Shape.make(10**9, 128, causal=True)
     cands = ALG.candidate_tilings(shape, 65536)
     assert 0 < len(cands) <= 200
-    assert ALG.search(shape, 65536) is not None
+    assert mapper.search(ALG, shape, 65536) is not None
 
 
 @settings(max_examples=80, deadline=None)
@@ -171,7 +171,7 @@ def test_larger_shapes_count_mode_and_bounds(Nq, Nkv, d, causal, kvh, g, scale, 
     shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, heads=kvh * g, kv_heads=kvh)
     lo = ALG.min_M(shape)
     M = lo + Nq * d // 2 if half else int(lo * scale)
-    found = ALG.search(shape, M)
+    found = mapper.search(ALG, shape, M)
     assert found is not None
     pred = ALG.cost(shape, found.tiling).io
     cnt = attnio.run("q_split", shape=shape, M=M, mode="count", tiling=found.tiling)
@@ -238,7 +238,7 @@ def test_search_against_every_tiling_on_tiny_shapes(Nq, Nkv, d, causal, frac):
     shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal)
     lo = ALG.min_M(shape)
     M = lo + int(frac * ((2 * d + 1) * Nq + 3))
-    found = ALG.search(shape, M).predicted.total
+    found = mapper.search(ALG, shape, M).predicted.total
     best = _dense(shape, M)
     if not causal:
         assert found == best

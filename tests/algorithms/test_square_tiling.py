@@ -16,6 +16,7 @@ import pytest
 
 import attnio
 from attnio import CapacityError
+from attnio.algorithms import mapper
 from attnio.algorithms.square_tiling import ExpOverflowError, SquareTilingTiling, paper_side
 from attnio.core.errors import ParameterError
 from attnio.core.workload import Shape
@@ -169,9 +170,9 @@ def test_stable_variant_counts_every_extra_word():
     output slice); l is replaced by g word for word."""
     N, d, M = 500, 64, 2000
     shape = Shape(N, N, d)
-    t = ALG.search(shape, M, ALG.candidate_tilings(shape, M, spill="exp")).tiling
+    t = mapper.search(ALG, shape, M, ALG.candidate_tilings(shape, M, spill="exp")).tiling
     assert t.spill == "exp"
-    sc = ALG.search(shape, M).tiling  # the default search: the scores spill, never worse
+    sc = mapper.search(ALG, shape, M).tiling  # the default search: the scores spill, never worse
     assert sc.spill == "scores"
     assert ALG.cost(shape, sc).io.total < ALG.cost(shape, t).io.total
     lit = SquareTilingTiling(*[getattr(t, f) for f in ("Br", "Bc", "Bd", "Br2", "Bk2", "Bd2")],

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import attnio
 from attnio import bounds
-from attnio.algorithms import stream_tiling
+from attnio.algorithms import mapper, stream_tiling
 from attnio.core.reference import attention
 from attnio.core.workload import Shape, cdiv
 from conftest import gqa_reference, gqa_shapes
@@ -88,8 +88,8 @@ def test_footprint_is_the_tile_one_column_and_one_word():
     assert ALG.footprint(shape, T(1, 1, 10, 15)) == 10 * 15 + 10 + 10 + 1  # score column
     assert ALG.min_M(shape) == 4
     # M = 200 (issue 25's example): the score tile grows from square tiling's 10 x 15
-    st_ = attnio.algorithms.get("square_tiling").search(Shape.make(300, 40), 200)
-    ours = ALG.search(Shape.make(300, 40), 200)
+    st_ = mapper.search(attnio.algorithms.get("square_tiling"), Shape.make(300, 40), 200)
+    ours = mapper.search(ALG, Shape.make(300, 40), 200)
     assert (ours.tiling.Br, ours.tiling.Bc) == (12, 15)
     assert (st_.tiling.Br, st_.tiling.Bc) == (10, 15)
     assert ours.predicted.total < st_.predicted.total
@@ -131,7 +131,7 @@ def test_search_finds_the_least_closed_form_on_tiny_shapes(Nq, Nkv, d, causal, f
     tiny shapes with and without masks)."""
     shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal)
     M = 4 + int(frac * (2 * Nq * d + Nq * Nkv))
-    found = ALG.search(shape, M)
+    found = mapper.search(ALG, shape, M)
     got = found.predicted.total
     least = _least(shape, M)
     assert got >= least
@@ -147,7 +147,7 @@ def test_planner_picks_it_in_the_small_cache_regime():
     for N, d, M, causal in [(300, 40, 200, False), (1000, 96, 480, True), (3000, 160, 1120, False)]:
         p = attnio.plan(N, d, M, causal=causal)
         assert p.chosen.algorithm == "stream_tiling", (N, d, M, p.chosen.algorithm)
-        sq = attnio.algorithms.get("square_tiling").search(p.shape, M)
+        sq = mapper.search(attnio.algorithms.get("square_tiling"), p.shape, M)
         assert p.chosen.predicted.total < sq.predicted.total
 
 
@@ -196,7 +196,7 @@ def test_two_slice_groups_at_m200_d40():
     3·N² + 14·⌈1000/12⌉·N + 26·⌈1000/13⌉·N = 6,178,000 reads (6.18 per N²), Nd writes."""
     N, d, M = 1000, 40, 200
     shape = Shape.make(N, d)
-    found = ALG.search(shape, M)
+    found = mapper.search(ALG, shape, M)
     t = found.tiling
     assert t.d1 is not None and ALG.footprint(shape, t) <= M
     groups = sorted([(t.Br2, t.Bd2, t.d1), (t.Br2b, t.Bd2b, d - t.d1)])
@@ -216,7 +216,7 @@ def test_search_never_worse_than_every_one_group_phase2(N, d, M, causal):
     """Against every slice width with every row-block count (the least size of as many blocks:
     unmasked the count depends only on the number of blocks), the search's Phase 1 fixed."""
     shape = Shape.make(N, d, causal=causal)
-    found = ALG.search(shape, M)
+    found = mapper.search(ALG, shape, M)
     t = found.tiling
     best = None
     for c in range(1, d + 1):

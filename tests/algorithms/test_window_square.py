@@ -54,7 +54,7 @@ def test_output_and_counts_equal_closed_form(w, extra, seed, pick):
     ref = np.stack([attention(Q[0, h], K[0, h // g], V[0, h // g], causal=causal, **kw)
                     for h in range(heads)])[None]
     assert np.abs(res.output - ref).max() <= 1e-10
-    pred = ALG.predict_total(shape, tiling)
+    pred = ALG.cost(shape, tiling).io
     bulk = attnio.run("window_square", shape=shape, M=M, mode="count", tiling=tiling)
     step = attnio.run("window_square", shape=shape, M=M, mode="count", tiling=tiling, bulk=False)
     for io in (res.io, bulk.io, step.io):
@@ -78,7 +78,7 @@ def test_without_a_window_it_is_square_tilings_scores_spill(N, Nkv, d, causal, s
     t = ws.WindowSquareTiling(*sides, order=order)
     sq = attnio.algorithms.get("square_tiling")
     st_t = SquareTilingTiling(*sides, order=order, stable=True, spill="scores")
-    assert ALG.predict_total(shape, t) == sq.predict_total(shape, st_t)
+    assert ALG.cost(shape, t).io == sq.cost(shape, st_t).io
     assert ALG.footprint(shape, t) == sq.footprint(shape, st_t)
 
 
@@ -121,7 +121,7 @@ def test_count_at_a_billion_is_bulk_and_equals_the_closed_form():
     M = 8192
     t = ALG.default_tiling(shape, M)
     res = attnio.run("window_square", shape=shape, M=M, mode="count", tiling=t)
-    pred = ALG.predict_total(shape, t)
+    pred = ALG.cost(shape, t).io
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     assert res.io.peak <= M
 
@@ -173,7 +173,7 @@ def test_any_tiling_with_the_score_ring_equals_the_reference(N, Nkv, d, align, W
         rng.standard_normal((Nkv, d))
     res = attnio.run("window_square", Q, K, V, M=M, tiling=t, causal=align, window=W)
     assert np.abs(res.output - attention(Q, K, V, causal=align, window=W)).max() <= 1e-10
-    pred = ALG.predict_total(shape, t)
+    pred = ALG.cost(shape, t).io
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
     br, bc, _, _, bk2, _ = ALG._clamped(shape, t)
     C = ws.ring_width(shape, br, bc, bk2)

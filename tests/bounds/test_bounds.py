@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import attnio
 from attnio import bounds as B
+from attnio.algorithms import mapper
 from attnio.core.workload import Shape
 
 
@@ -221,7 +222,7 @@ def _measured_count_is_above_every_explicit_bound(N, dkv, d, M, causal, pick):
     bs = explicit_bounds(N, Nkv, d, M, causal)
     ran = 0
     for alg in EXACT:
-        if M < alg.min_M(shape):
+        if mapper.can_run(alg, shape, M) is not None:
             continue
         cands = [t for t in alg.candidate_tilings(shape, M) if alg.footprint(shape, t) <= M]
         for tiling in {None, cands[pick % len(cands)] if cands else None}:

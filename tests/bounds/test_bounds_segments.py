@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import attnio
 from attnio import bounds as B
-from attnio.algorithms import all_backwards
+from attnio.algorithms import all_backwards, mapper
 from attnio.bounds import backward as BK
 from attnio.bounds import forward as F
 from attnio.core import BlockMask
@@ -74,8 +74,7 @@ def test_simulated_counts_are_above_the_new_bounds(shape):
     for M in (300, 2000):
         for name in ("flash2", "standard"):
             alg = attnio.algorithms.get(name)
-            if M < alg.min_M(shape) or (shape.block_mask is not None
-                                        and not alg.supports_block_mask):
+            if mapper.can_run(alg, shape, M) is not None:
                 continue
             io = attnio.run(name, shape=shape, M=M, mode="count").io.total
             for b in explicit(shape, M):
@@ -112,7 +111,7 @@ BACKWARD_SHAPES = [
 def least_backward_count(shape: Shape, M: int) -> int | None:
     best = None
     for bwd in all_backwards():
-        if bwd.unsupported(shape) or M < bwd.min_M(shape):
+        if mapper.can_run(bwd, shape, M) is not None:
             continue
         for t in bwd.candidate_tilings(shape, M):
             if bwd.footprint(shape, t) <= M:

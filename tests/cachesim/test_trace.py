@@ -34,8 +34,7 @@ def test_tracing_changes_no_count_and_no_output(name):
         Q, K, V = random_qkv(N, N, d, seed=3)
         mem = TwoLevelMemory(M, mode="compute", tracer=_Recorder())
         h = _place(mem, shp, (Q, K, V))
-        alg.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp, tiling=t,
-                         scale=1.0 / np.sqrt(d))
+        alg.run_schedule(mem, h, shape=shp, tiling=t, scale=1.0 / np.sqrt(d))
         st = mem.stats()
         assert (st.reads, st.writes, st.peak) == (plain.io.reads, plain.io.writes, plain.io.peak)
         ref = attnio.run(name, Q, K, V, M=M, causal=causal).output

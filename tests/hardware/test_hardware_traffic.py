@@ -57,15 +57,14 @@ def _full_trace(cfg, s):
         ws = s if not cfg.pack_gqa else Shape(s.Nq * G, s.Nkv, s.d, batch=s.batch,
                                               heads=s.kv_heads)
         h = place_inputs(mem, ws, None)
-        FLASH_DECODING.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=ws,
+        FLASH_DECODING.run_schedule(mem, h, shape=ws,
                                     tiling=SplitKVTiling(cfg.Br, cfg.Bc, cfg.splits), scale=1.0)
         s = ws
     else:
         h = place_inputs(mem, s, None)
-        lse = mem.slow("L", (s.n_heads * s.Nq,))
-        FLASH2.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=s,
-                            tiling=Flash2Tiling(max(1, cfg.Br // G), cfg.Bc, G), scale=1.0,
-                            lse=lse)
+        h["L"] = mem.slow("L", (s.n_heads * s.Nq,))
+        FLASH2.run_schedule(mem, h, shape=s, tiling=Flash2Tiling(max(1, cfg.Br // G), cfg.Bc, G),
+                            scale=1.0)
     out = Counter()
     for st, name, r0, r1 in rec.ops:
         if name in ("O_part", "lse_part"):

@@ -26,7 +26,7 @@ import pytest
 
 import attnio
 from attnio import algorithms as _alg
-from attnio.algorithms.base import BackwardSchedule
+from attnio.algorithms import mapper
 from attnio.core import masks
 from attnio.core.workload import Shape
 from attnio.planner import certificate_factors
@@ -92,11 +92,10 @@ def _record(kw: dict[str, Any]) -> dict[str, Any]:
                           "writes": res.predicted.writes, "steps": res.steps})
     bwd: dict[str, Any] = {}
     for b in _alg.all_backwards():
-        why = b.unsupported(shape)
-        found = None if why or M < b.min_M(shape) else b.search(shape, M)
+        found = mapper.search(b, shape, M)  # None: the schedule cannot run it (mapper.can_run)
         bwd[b.name] = (None if found is None else
-                       {"tiling": _tiling(found[0]), "reads": found[1].reads,
-                        "writes": found[1].writes, "steps": b.steps(shape, found[0])})
+                       {"tiling": _tiling(found.tiling), "reads": found.predicted.reads,
+                        "writes": found.predicted.writes, "steps": found.steps})
     return {"shape": kw, "forward": fwd, "backward": bwd}
 
 
@@ -188,34 +187,39 @@ def test_the_pruned_backward_searches_equal_scoring_every_candidate(name):
     b = _alg.get_backward(name)
     for kw in GRID[::3] + PRUNED_EXTRA:
         shape, M = _shape(kw)
-        if b.unsupported(shape) or M < b.min_M(shape):
+        if mapper.can_run(b, shape, M) is not None:
             continue
         rc = masks.row_counts(shape)
         for t in b.candidate_tilings(shape, M):
             s = b._sides(shape, t)
-            total = b.predict(shape, t).total * (1 + 1e-12)
+            total = b.cost(shape, t).io.total * (1 + 1e-12)
             assert b._least_total(shape, s.bm, s.bn, rc) <= total
             assert b._least_total(shape, s.bm, s.bn, rc, b._sums(shape, s)) <= total
-        assert b.search(shape, M) == BackwardSchedule.search(b, shape, M)
+        pruned = mapper.search(b, shape, M)  # over the pruned mapspace
+        full = mapper.search(b, shape, M, b.candidate_tilings(shape, M))
+        assert (pruned is None) == (full is None)
+        if pruned is not None and full is not None:
+            assert (pruned.tiling, pruned.predicted, pruned.steps) == \
+                (full.tiling, full.predicted, full.steps)
 
 
 @pytest.mark.parametrize("name", ["q_split", "q_stationary_min"])
 def test_the_pruned_forward_searches_equal_scoring_every_candidate(name):
-    """Algorithm.search by branch and bound (an algorithm's ``_lower_total``): the bound is at
-    most the count of every candidate that fits, and the choice, its count, steps and the
+    """The mapper's search by branch and bound (an algorithm's ``_lower_total``): the bound is
+    at most the count of every candidate that fits, and the choice, its count, steps and the
     number of tilings that fit are the full loop's."""
     a = _alg.get(name)
     for kw in GRID + PRUNED_EXTRA:
         shape, M = _shape(kw)
-        if (shape.window is not None and not a.supports_window) or M < a.min_M(shape):
+        if mapper.can_run(a, shape, M) is not None:
             continue
         lower = a._lower_total(shape)
         tilings = list(a.candidate_tilings(shape, M))
         if lower is not None:
             for t in tilings:
                 if a.footprint(shape, t) <= M:
-                    assert lower(t) <= a.predict_total(shape, t).total * (1 + 1e-12)
-        assert a.search(shape, M, tilings) == a._least_io(shape, M, tilings, a.predict_total)
+                    assert lower(t) <= a.cost(shape, t).io.total * (1 + 1e-12)
+        assert mapper.search(a, shape, M, tilings) == mapper._least(a, shape, M, tilings)
 
 
 def test_stream_tiling_search_totals_and_bounds_are_the_counts():
@@ -262,8 +266,8 @@ def test_row_hybrid_abc_is_never_beaten_by_the_modes_it_leaves_out():
                     continue
                 t = rh.RowHybridTiling(M, modes, G)
                 assert rh.blocks(shape, M, "abc", G) is not None
-                assert (a.predict_total(shape, best).total, a.steps(shape, best)) <= \
-                    (a.predict_total(shape, t).total, a.steps(shape, t))
+                assert (a.cost(shape, best).io.total, a.steps(shape, best)) <= \
+                    (a.cost(shape, t).io.total, a.steps(shape, t))
                 checked += 1
     assert checked > 500
 
@@ -293,7 +297,7 @@ def test_row_hybrid_leaves_out_only_tilings_that_cannot_be_chosen():
     a, skipped = _alg.get("row_hybrid"), 0
     for kw in GRID + PRUNED_EXTRA:
         shape, M = _shape(kw)
-        if M < a.min_M(shape):
+        if mapper.can_run(a, shape, M) is not None:
             continue
         full = []
         for G in divisors_upto(shape.group, min(64, M)):
@@ -307,7 +311,7 @@ def test_row_hybrid_leaves_out_only_tilings_that_cannot_be_chosen():
             least, resident = rh.resident_blocks_least(shape, M, G), rh.blocks(shape, M, "a", G)
             assert resident is None or least <= len(resident) + 1e-9
             assert least <= rh.MAX_BLOCKS + 0.5 or resident is None
-        found, ref = a.search(shape, M), a._least_io(shape, M, full, a.predict_total)
+        found, ref = mapper.search(a, shape, M), mapper._least(a, shape, M, full)
         assert (found is None) == (ref is None)
         if found is not None and ref is not None:
             assert (found.tiling, found.predicted, found.steps) == \

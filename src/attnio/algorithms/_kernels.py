@@ -6,7 +6,7 @@ tiles, and works in place.  Elementwise temporaries are register-level and not c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -168,8 +168,8 @@ def sparse_blocks(mem: TwoLevelMemory, total: int, size: int, kept: np.ndarray
                               uniform=False)
 
 
-def store_empty_rows(mem: TwoLevelMemory, Os: list[SlowArray], qb: Block, d: int,
-                     lse: list[SlowArray] | None = None, cols: slice | None = None) -> None:
+def store_empty_rows(mem: TwoLevelMemory, Os: Sequence[SlowArray], qb: Block, d: int,
+                     lse: Sequence[SlowArray] | None = None, cols: slice | None = None) -> None:
     """A query block no row of which sees a key: each head's output rows are 0 (``d`` words a
     row written, or the columns ``cols`` only) and, with ``lse``, their logsumexp -inf (one word
     a row)."""

@@ -70,6 +70,7 @@ from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import MAX_SIZE, Shape, cdiv, kv_visible_hi
 from . import mapper
 from .base import Algorithm, default_scale, largest_true
+from .common import HeadGroup
 from .protocol import Cost, Field
 
 __all__ = ["ALGORITHM", "ApproxPoly", "ApproxPolyTiling", "approx_tilings", "predicted_io"]
@@ -370,7 +371,7 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
             W = mem.alloc((fb.size, d), 0.0, label="W_b")
             z = mem.alloc((fb.size,), 0.0, label="z_b")
             if shape.causal:
-                self._causal_pass(ctx, Q, K, V, O, W, z, shape, tiling)
+                self._causal_pass(ctx, HeadGroup.one(Q, K, V, O), (W, z), shape, tiling)
             else:
                 for kb in mem.blocks(shape.Nkv, Bn):
                     ctx.absorb(K, V, kb.slice, W, z)
@@ -378,8 +379,13 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
                     ctx.emit(Q, O, qb.slice, W, z)
             mem.free(W, z)
 
-    def _causal_pass(self, ctx: _Pass, Q: SlowArray, K: SlowArray, V: SlowArray, O: SlowArray,
-                     W: FastTile, z: FastTile, shape: Shape, tiling: ApproxPolyTiling) -> None:
+    def _causal_pass(self, ctx: _Pass, heads: HeadGroup, sums: tuple[FastTile, FastTile],
+                     shape: Shape, tiling: ApproxPolyTiling) -> None:
+        """One feature block's pass under the causal mask: the keys every query sees absorbed
+        into the running sums ``sums`` (W, z), then each query block emitted with its own
+        keys."""
+        Q, K, V, O = heads.Qs[0], heads.K, heads.V, heads.Os[0]
+        W, z = sums
         mem, off, Bn = ctx.mem, shape.offset, tiling.Bn
         assert Bn is not None, "a resolved tiling"
         if off > 0:  # keys every query sees

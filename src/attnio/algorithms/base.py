@@ -8,7 +8,10 @@ A schedule module defines a frozen ``Tiling`` dataclass and one class with
 * the closed form: ``_predict(shape, tiling)`` (one head; :class:`GroupedAlgorithm`:
   ``_group_count``), or ``_total`` (every head) for a :class:`BackwardSchedule`;
 * the run: ``schedule(mem, Q, K, V, O, shape=, tiling=, scale=)`` (one head; grouped:
-  ``schedule_group``), or ``one_kv_head`` / ``run_schedule`` for a backward schedule.
+  ``schedule_group(mem, heads, shape=, tiling=, scale=)`` with ``heads`` a
+  :class:`~.common.HeadGroup`), or ``one_kv_head`` / ``run_schedule`` for a backward schedule;
+  ``run_schedule(mem, arrays, shape=, tiling=, scale=)`` (every head, the arrays by name) is the
+  loop over heads, forward and backward alike.
 
 From these the base classes give the protocol's three methods, ``mapspace(shape, M)``,
 ``cost(shape, tiling)`` and ``execute(mem, arrays, tiling, shape=, scale=)``, and the checks of a
@@ -30,8 +33,15 @@ from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import MAX_SIZE, Shape
 from . import mapper
-from .common import block_sizes, default_scale, divisors_upto, largest_true, prefix_block_keys
-from .protocol import NO_BLOCK_MASK, NO_WINDOW, Choice, Cost, Field, Mapspace, Schedule
+from .common import (
+    HeadGroup,
+    block_sizes,
+    default_scale,
+    divisors_upto,
+    largest_true,
+    prefix_block_keys,
+)
+from .protocol import NO_BLOCK_MASK, NO_WINDOW, Cost, Field, Mapspace, Schedule
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -44,7 +54,7 @@ if TYPE_CHECKING:
         @property
         def group(self) -> int: ...
 
-__all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "TilingT", "block_sizes",
+__all__ = ["Algorithm", "BackwardSchedule", "GroupedAlgorithm", "HeadGroup", "TilingT", "block_sizes",
            "default_scale", "divisors_upto", "head_views", "kv_head_groups", "largest_true",
            "prefix_block_keys", "schema_of"]
 
@@ -276,39 +286,22 @@ class Algorithm(TiledSchedule[TilingT]):
         M = check_int("M", M, minimum=1)
         return self.cost(shape, self.coerce_tiling(shape, M, tiling)).io
 
-    # the spellings of 87d79b8 that tests/planner/test_plan_regression.py (recorded on main, kept
-    # unchanged as the refactor's guard) calls: ``cost(...).io`` and :func:`.mapper.search`
-    def predict_total(self, shape: Shape, tiling: TilingT) -> IOCount:
-        """``cost(shape, tiling).io`` (the old spelling, kept for the recorded regression test)."""
-        return self._total(shape, tiling)
-
-    def search(self, shape: Shape, M: int, tilings: Iterable[TilingT] | None = None
-               ) -> Choice[TilingT] | None:
-        """:func:`.mapper.search` (the old spelling, kept for the recorded regression test)."""
-        return mapper.search(self, shape, M, tilings)
-
-    def _least_io(self, shape: Shape, M: int, tilings: Iterable[TilingT],
-                  count: Callable[[Shape, TilingT], IOCount]) -> Choice[TilingT] | None:
-        """The mapper's full loop, without branch and bound (the recorded regression test
-        compares :meth:`search` with it)."""
-        return mapper._least(self, shape, M, tilings, count)
-
     # -------------------------------------------------------------- the run
     def execute(self, mem: TwoLevelMemory, arrays: Mapping[str, SlowArray], tiling: TilingT, *,
                 shape: Shape, scale: float) -> None:
         """The run on the referee: ``arrays`` holds Q, K, V (inputs) and O (output), stacked by
         head, and L (the logsumexp, written when present)."""
-        self.run_schedule(mem, arrays["Q"], arrays["K"], arrays["V"], arrays["O"], shape=shape,
-                          tiling=tiling, scale=scale, lse=arrays.get("L"))
+        self.run_schedule(mem, arrays, shape=shape, tiling=tiling, scale=scale)
 
-    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                     O: SlowArray, *, shape: Shape, tiling: TilingT, scale: float,
-                     lse: SlowArray | None = None) -> None:
-        """Run every head: Q and O stack ``batch x heads`` blocks of Nq rows, K and V stack
-        ``batch x kv_heads`` blocks of Nkv rows.  Each query head runs :meth:`schedule` on views of
+    def run_schedule(self, mem: TwoLevelMemory, arrays: Mapping[str, SlowArray], *,
+                     shape: Shape, tiling: TilingT, scale: float) -> None:
+        """Run every head: ``arrays`` holds Q and O (``batch x heads`` blocks of Nq rows), K and
+        V (``batch x kv_heads`` blocks of Nkv rows) and, when the logsumexp is written for a
+        backward pass, L (Nq words a head).  Each query head runs :meth:`schedule` on views of
         its own rows and of its key/value head's rows; schedules that share K/V tiles across a
-        query group, or write the logsumexp ``lse`` for a backward pass, override this."""
-        if lse is not None:
+        query group, or write the logsumexp, override this."""
+        Q, K, V, O = arrays["Q"], arrays["K"], arrays["V"], arrays["O"]
+        if arrays.get("L") is not None:
             raise ParameterError(f"{self.name} has no backward pass (it writes no logsumexp)")
         if shape.n_heads == 1:
             self.schedule(mem, Q, K, V, O, shape=shape, tiling=tiling, scale=scale)
@@ -350,11 +343,11 @@ class GroupedAlgorithm(Algorithm[GroupedT]):
     def _total(self, shape: Shape, tiling: GroupedT) -> IOCount:
         return self._group_count(shape, tiling).scaled(shape.n_heads // tiling.group)
 
-    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                     O: SlowArray, *, shape: Shape, tiling: GroupedT, scale: float,
-                     lse: SlowArray | None = None) -> None:
-        """Every group of ``tiling.group`` query heads against its K/V head; ``lse`` (stacked by
-        head, Nq words each) receives the logsumexp of every row when given."""
+    def run_schedule(self, mem: TwoLevelMemory, arrays: Mapping[str, SlowArray], *,
+                     shape: Shape, tiling: GroupedT, scale: float) -> None:
+        """Every group of ``tiling.group`` query heads against its K/V head; ``arrays["L"]``
+        (stacked by head, Nq words each; optional) receives the logsumexp of every row."""
+        Q, K, V, O, lse = arrays["Q"], arrays["K"], arrays["V"], arrays["O"], arrays.get("L")
         if lse is not None and not self.supports_backward:
             raise ParameterError(f"{self.name} has no backward pass (it writes no logsumexp)")
         G, Nq = tiling.group, shape.Nq
@@ -363,22 +356,22 @@ class GroupedAlgorithm(Algorithm[GroupedT]):
             views = [head_views(mem, shape, h, Q, K, V, O) for h in heads]
             lses = None
             if lse is not None:
-                lses = [mem.view(lse, slice(h * Nq, (h + 1) * Nq)) for h in heads]
-            self.schedule_group(mem, [v[0] for v in views], views[0][1], views[0][2],
-                                [v[3] for v in views], shape=shape, tiling=tiling, scale=scale,
-                                lse=lses)
+                lses = tuple(mem.view(lse, slice(h * Nq, (h + 1) * Nq)) for h in heads)
+            group = HeadGroup(tuple(v[0] for v in views), views[0][1], views[0][2],
+                              tuple(v[3] for v in views), lses)
+            self.schedule_group(mem, group, shape=shape, tiling=tiling, scale=scale)
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                  O: SlowArray, *, shape: Shape, tiling: GroupedT, scale: float) -> None:
-        self.schedule_group(mem, [Q], K, V, [O], shape=shape,
+        self.schedule_group(mem, HeadGroup.one(Q, K, V, O), shape=shape,
                             tiling=dataclasses.replace(tiling, group=1), scale=scale)
 
     @abstractmethod
-    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
-                       V: SlowArray, Os: list[SlowArray], *, shape: Shape, tiling: GroupedT,
-                       scale: float, lse: list[SlowArray] | None = None) -> None:
-        """Query heads ``Qs`` (one group) against one K/V head; ``lse`` (optional) receives each
-        row's logsumexp."""
+    def schedule_group(self, mem: TwoLevelMemory, heads: HeadGroup, *, shape: Shape,
+                       tiling: GroupedT, scale: float) -> None:
+        """Query heads ``heads.Qs`` (one group) against their K/V head ``heads.K``,
+        ``heads.V``, outputs to ``heads.Os``; ``heads.lse`` (optional) receives each row's
+        logsumexp."""
 
 
 class BackwardSchedule(TiledSchedule[TilingT]):
@@ -417,20 +410,6 @@ class BackwardSchedule(TiledSchedule[TilingT]):
         """One K/V head and its query heads (the views of :func:`kv_head_groups`); a schedule
         either writes this or overrides :meth:`run_schedule`."""
         raise NotImplementedError(f"{self.name} overrides run_schedule")
-
-    # the spellings of 87d79b8 that tests/planner/test_plan_regression.py (recorded on main, kept
-    # unchanged as the refactor's guard) calls: ``cost(...).io`` and :func:`.mapper.search`
-    def predict(self, shape: Shape, tiling: TilingT) -> IOCount:
-        """``cost(shape, tiling).io`` (the old spelling, kept for the recorded regression test)."""
-        return self._total(shape, tiling)
-
-    def search(self, shape: Shape, M: int) -> tuple[TilingT, IOCount] | None:
-        """:func:`.mapper.search` over every candidate tiling, as ``(tiling, io)`` (the old
-        spelling, kept for the recorded regression test)."""
-        if self.unsupported(shape, M) is not None:
-            return None
-        found = mapper.search(self, shape, M, self.candidate_tilings(shape, M))
-        return None if found is None else (found.tiling, found.predicted)
 
     def workspace(self, shape: Shape) -> int:
         """Words of slow-memory workspace the schedule allocates (every head)."""

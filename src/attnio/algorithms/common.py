@@ -1,4 +1,5 @@
-"""Helpers the schedules share: sizes worth scoring, bisection, divisors, causal sums, the scale.
+"""Helpers the schedules share: the views a group of heads runs on, sizes worth scoring, bisection,
+divisors, causal sums, the scale.
 
 Public so that a schedule module imports them from here, never a private name from another
 schedule's module.
@@ -9,12 +10,35 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..core.checks import check_real
+from ..core.memory import SlowArray
 from ..core.workload import Shape, cdiv
 
-__all__ = ["block_sizes", "default_scale", "divisors_upto", "fp_group_pass_a", "fp_split_pass1",
+__all__ = ["HeadGroup", "block_sizes", "default_scale", "divisors_upto", "fp_group_pass_a", "fp_split_pass1",
            "ladder", "largest_true", "prefix_block_keys", "stacked_rows"]
+
+
+@dataclass(frozen=True)
+class HeadGroup:
+    """The slow-memory views one group of query heads runs on, as one value (the arguments of
+    :meth:`~attnio.algorithms.base.GroupedAlgorithm.schedule_group` and of the kernels it calls):
+    each query head's rows of Q and of the output O (``Qs``, ``Os``, in the same order), the
+    K and V rows of their key/value head, and each head's logsumexp rows (Nq words) when the
+    forward writes it for a backward pass (``lse``; None: it is not written)."""
+
+    Qs: tuple[SlowArray, ...]
+    K: SlowArray
+    V: SlowArray
+    Os: tuple[SlowArray, ...]
+    lse: tuple[SlowArray, ...] | None = None
+
+    @classmethod
+    def one(cls, Q: SlowArray, K: SlowArray, V: SlowArray, O: SlowArray,
+            lse: SlowArray | None = None) -> HeadGroup:
+        """A group of one query head."""
+        return cls((Q,), K, V, (O,), None if lse is None else (lse,))
 
 
 def default_scale(d: int, scale: object | None) -> float:

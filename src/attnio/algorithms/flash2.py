@@ -51,6 +51,7 @@ larger steps at equal I/O).  Causal counts depend on Bc too; a small grid of can
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,7 @@ from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from .base import GroupedAlgorithm, divisors_upto
+from .common import HeadGroup
 from .flash2_backward import BACKWARD, aligned_sizes
 
 
@@ -204,21 +206,22 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
         reads = G * d * s.size_seen + 2 * d * s.width
         return IOCount(reads=reads, writes=G * shape.Nq * d)
 
-    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                     O: SlowArray, *, shape: Shape, tiling: Flash2Tiling, scale: float,
-                     lse: SlowArray | None = None) -> None:
+    def run_schedule(self, mem: TwoLevelMemory, arrays: Mapping[str, SlowArray], *,
+                     shape: Shape, tiling: Flash2Tiling, scale: float) -> None:
         """One head runs on the arrays themselves (no views); more go group by group."""
         if shape.n_heads == 1:
-            self.schedule_group(mem, [Q], K, V, [O], shape=shape, tiling=tiling, scale=scale,
-                                lse=None if lse is None else [lse])
+            one = HeadGroup.one(arrays["Q"], arrays["K"], arrays["V"], arrays["O"],
+                                arrays.get("L"))
+            self.schedule_group(mem, one, shape=shape, tiling=tiling, scale=scale)
             return
-        super().run_schedule(mem, Q, K, V, O, shape=shape, tiling=tiling, scale=scale, lse=lse)
+        super().run_schedule(mem, arrays, shape=shape, tiling=tiling, scale=scale)
 
-    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
-                       V: SlowArray, Os: list[SlowArray], *, shape: Shape, tiling: Flash2Tiling,
-                       scale: float, lse: list[SlowArray] | None = None) -> None:
-        """Query heads ``Qs`` (one group) against one K/V head: each K/V tile is loaded once for
-        the whole group.  ``lse`` (optional) receives each row's logsumexp, for the backward."""
+    def schedule_group(self, mem: TwoLevelMemory, heads: HeadGroup, *, shape: Shape,
+                       tiling: Flash2Tiling, scale: float) -> None:
+        """Query heads ``heads.Qs`` (one group) against their K/V head: each K/V tile is loaded
+        once for the whole group.  ``heads.lse`` (optional) receives each row's logsumexp, for
+        the backward."""
+        Qs, K, V, Os, lse = heads.Qs, heads.K, heads.V, heads.Os, heads.lse
         d = shape.d
         band = masks.Band.queries(shape) if shape.causal else None  # the keys each block sees
         bm = shape.block_mask
@@ -230,14 +233,14 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
             if hi <= lo:  # every row of the block is masked: its output is 0
                 K_.store_empty_rows(mem, Os, qb, d, lse)
                 continue
-            heads = []
+            held = []
             for Q in Qs:
                 Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
                 Qi = mem.load(Q, qb, label="Q_i")
                 m = mem.alloc((qb.size,), -np.inf, label="m_i")
                 l = mem.alloc((qb.size,), 0.0, label="l_i")
                 t = mem.alloc((qb.size,), 0.0, label="tmp")
-                heads.append((Qi, Oi, m, l, t))
+                held.append((Qi, Oi, m, l, t))
             if tiles is not None:  # block-sparse: the kept key tiles only
                 kbs = K_.sparse_blocks(mem, shape.Nkv, tiling.Bc, tiles[qb.index])
             else:
@@ -245,7 +248,7 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
             for kb in kbs:
                 Kj = mem.load(K, kb, label="K_j")
                 Vj = mem.load(V, kb, label="V_j")
-                for Qi, Oi, m, l, t in heads:
+                for Qi, Oi, m, l, t in held:
                     S = mem.alloc((qb.size, kb.size), label="S_ij")
                     mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
                     if tiles is not None:
@@ -255,7 +258,7 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
                     mem.compute(K_.online_update_fa2, S, m, l, t, Oi, Vj, writes=5)
                     mem.free(S)
                 mem.free(Kj, Vj)
-            for g, (Qi, Oi, m, l, t) in enumerate(heads):
+            for g, (Qi, Oi, m, l, t) in enumerate(held):
                 if lse is not None:  # logsumexp = m + log l, written for the backward pass
                     mem.compute(K_.logsumexp, t, m, l, writes=1)
                     mem.store(t, lse[g], qb)

@@ -51,6 +51,7 @@ from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from .base import Algorithm
+from .common import HeadGroup
 from .flash2 import ALGORITHM as FLASH2
 from .flash2 import Flash2Tiling
 
@@ -154,16 +155,16 @@ class FlashDecoding(Algorithm[SplitKVTiling]):
         nsplit = cdiv(shape.Nkv, L)
         band = masks.Band.queries(shape) if shape.causal else None  # the keys each block sees
         if s == 1:  # one split: the partial is the output
-            self._split(mem, Q, K, V, O, None, shape=shape, tiling=tiling, scale=scale, band=band,
-                        sp=Block(0, 0, shape.Nkv))
+            self._split(mem, HeadGroup.one(Q, K, V, O), shape=shape, tiling=tiling, scale=scale,
+                        band=band, sp=Block(0, 0, shape.Nkv))
             return
         Op = mem.scratch("O_part", (nsplit * Nq, d))
         Lp = mem.scratch("lse_part", (nsplit * Nq,))
+        partials = HeadGroup.one(Q, K, V, Op, Lp)  # the splits write the partials
         # the splits' partials, each split against the query blocks that see part of it (the
         # body depends on the split's position: iterated split by split)
         for sp in mem.blocks(shape.Nkv, L, uniform=not shape.causal):
-            self._split(mem, Q, K, V, Op, Lp, shape=shape, tiling=tiling, scale=scale, band=band,
-                        sp=sp)
+            self._split(mem, partials, shape=shape, tiling=tiling, scale=scale, band=band, sp=sp)
         # the reduction: each query block folds the partials of the splits it sees
         for qb in mem.blocks(Nq, tiling.Br, band=band):
             lo, hi = kv_range(shape, qb.start, qb.stop)
@@ -186,11 +187,13 @@ class FlashDecoding(Algorithm[SplitKVTiling]):
             mem.store(acc, O, qb)
             mem.free(acc, m, l, t)
 
-    def _split(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-               O: SlowArray, Lp: SlowArray | None, *, shape: Shape, tiling: SplitKVTiling,
-               scale: float, band: masks.Band | None, sp: Block) -> None:
-        """One split's partial outputs (and logsumexps into ``Lp``), or, with ``Lp`` None (one
-        split), the output itself (zeros for query blocks that see no key)."""
+    def _split(self, mem: TwoLevelMemory, heads: HeadGroup, *, shape: Shape,
+               tiling: SplitKVTiling, scale: float, band: masks.Band | None, sp: Block) -> None:
+        """One split ``sp`` of the head ``heads``: its partial outputs into ``heads.Os[0]`` and
+        logsumexps into ``heads.lse[0]`` (stacked split by split), or, with ``heads.lse`` None
+        (one split), the output itself (zeros for query blocks that see no key)."""
+        Q, K, V, O = heads.Qs[0], heads.K, heads.V, heads.Os[0]
+        Lp = None if heads.lse is None else heads.lse[0]
         d, Nq = shape.d, shape.Nq
         sband = None if band is None else band.within(sp.start, sp.stop)
         Ks, Vs = mem.view(K, sp.slice), mem.view(V, sp.slice)

@@ -197,8 +197,7 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
         self.check_shape(shape)
         s = _sides(shape, tiling)
         for qv, kv in kv_head_groups(mem, arrays, shape, {"P": shape.Nkv, "dS": shape.Nkv}):
-            dq_pass(mem, qv, kv, shape=shape, G=s.G, Br=s.Br, Bc2=s.Bc2, scale=scale,
-                    spill=True)
+            dq_pass(mem, qv, kv, shape=shape, sides=(s.G, s.Br, s.Bc2), scale=scale, spill=True)
             self._by_keys(mem, qv["P"], qv["dO"], kv["dV"], shape, s, 1.0)
             self._by_keys(mem, qv["dS"], qv["Q"], kv["dK"], shape, s, scale)
 
@@ -211,6 +210,7 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
             self._by_keys_bulk(mem, X, Y, out, shape, s, alpha)
             return
         d, Nq = shape.d, shape.Nq
+        products = [_Product(x, y, alpha, s.r) for x, y in zip(X, Y)]
         for A in mem.blocks(shape.Nkv, s.a, uniform=False):
             for cb in mem.blocks(d, s.bc):
                 acc = mem.alloc((A.size, cb.size), 0.0, label="acc")
@@ -223,7 +223,7 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
                         w0, w1 = max(w0, A.start), min(w1, A.stop)
                         if w1 <= w0:
                             continue
-                        _pair(mem, X[h], Y[h], acc, qb, cb, A, w0, w1, s.r, alpha)
+                        _pair(mem, products[h], acc, qb, cb, A, w0, w1)
                 mem.store(acc, out, A, cb)
                 mem.free(acc)
 
@@ -239,6 +239,7 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
         the query blocks an (A, column block, head) meets no written key of take their step."""
         d, Nq, Nkv, g = shape.d, shape.Nq, shape.Nkv, len(X)
         kinds = _pair_kinds(shape, s)
+        product = _Product(X[0], Y[0], alpha, s.r)  # the heads move alike words: one runs
         tq, tcb = cdiv(Nq, s.Br), cdiv(d, s.bc)
         sizes = [(s.a, Nkv // s.a, Block(0, 0, s.a))]
         if Nkv % s.a:
@@ -260,16 +261,28 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
                     qb = Block(0, 0, qsize) if qsize == min(s.Br, Nq) else \
                         Block(Nq // s.Br, Nq - qsize, Nq)
                     for _ in mem.blocks(n * cb.index * g, 1):  # a step per pair and head
-                        _pair(mem, X[0], Y[0], acc, qb, cb, A, A.start, A.start + width, s.r,
-                              alpha)
+                        _pair(mem, product, acc, qb, cb, A, A.start, A.start + width)
                 mem.free(acc)
             for _ in mem.blocks((count * tq - pairs) * tcb * g, 1):  # query blocks skipped
                 pass
 
 
-def _pair(mem: TwoLevelMemory, X: SlowArray, Y: SlowArray, acc: FastTile, qb: Block,
-          cb: Block, A: Block, w0: int, w1: int, r: int, alpha: float) -> None:
-    """acc[w0 - A.start : w1 - A.start] += alpha·X[I, w0:w1]ᵀ Y[I, cb], r rows at a time."""
+@dataclass(frozen=True)
+class _Product:
+    """One head's operands of ``alpha·Xᵀ Y`` (X: its P or dS, Y: its dO or Q), read ``r``
+    query rows at a time."""
+
+    X: SlowArray
+    Y: SlowArray
+    alpha: float
+    r: int
+
+
+def _pair(mem: TwoLevelMemory, p: _Product, acc: FastTile, qb: Block, cb: Block, A: Block,
+          w0: int, w1: int) -> None:
+    """acc[w0 - A.start : w1 - A.start] += alpha·X[I, w0:w1]ᵀ Y[I, cb] (I = ``qb``), r rows at
+    a time (``p``: X, Y, alpha, r)."""
+    X, Y, alpha, r = p.X, p.Y, p.alpha, p.r
     for rb in mem.blocks(qb.size, r):
         rows = slice(qb.start + rb.start, qb.start + rb.stop)
         x = mem.load(X, rows, slice(w0, w1), label="X_rw")

@@ -173,17 +173,21 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
     def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
                     kv: dict[str, SlowArray], *, shape: Shape, tiling: GroupSplitTiling,
                     scale: float) -> None:
-        dq_pass(mem, qv, kv, shape=shape, G=stacked_rows(shape, tiling.group),
-                Br=min(tiling.Br, shape.Nq), Bc2=min(tiling.Bc2, shape.Nkv), scale=scale)
+        sides = (stacked_rows(shape, tiling.group), min(tiling.Br, shape.Nq),
+                 min(tiling.Bc2, shape.Nkv))
+        dq_pass(mem, qv, kv, shape=shape, sides=sides, scale=scale)
         dkdv_pass(mem, qv, kv, shape=shape, Bc=min(tiling.Bc, shape.Nkv),
                   Br1=min(tiling.Br1, shape.Nq), scale=scale)
 
 
 def dq_pass(mem: TwoLevelMemory, qv: dict[str, list[SlowArray]], kv: dict[str, SlowArray], *,
-            shape: Shape, G: int, Br: int, Bc2: int, scale: float, spill: bool = False) -> None:
-    """Pass A on one K/V head (module docstring): dQ, with D formed per query block.  ``spill``
-    (``group_spill_backward``): D is not written (nothing reads it later), and each P and dS tile
-    is written to ``qv["P"]``, ``qv["dS"]`` instead."""
+            shape: Shape, sides: tuple[int, int, int], scale: float, spill: bool = False) -> None:
+    """Pass A on one K/V head (module docstring) with the sides ``(G, Br, Bc2)`` (as
+    :func:`pass_a_sides` gives them: G query heads stacked, Br query rows, Bc2 key rows): dQ,
+    with D formed per query block.  ``spill`` (``group_spill_backward``): D is not written
+    (nothing reads it later), and each P and dS tile is written to ``qv["P"]``, ``qv["dS"]``
+    instead."""
+    G, Br, Bc2 = sides
     d, Nkv = shape.d, shape.Nkv
     qband = masks.Band.queries(shape) if shape.causal else None
     for s in range(len(qv["Q"]) // G):  # G query heads stacked

@@ -45,7 +45,7 @@ larger steps at equal I/O).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +64,20 @@ class KVStationaryTiling:
     Bc: int
     Br: int
     Bs: int = 1
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every visit of one K/V head's run shares: the workload, the score scale, the chunk
+    width ``Bs`` and the spilled partials of the group's query rows (slow-memory scratch of
+    G·Nq rows: ``Op`` the outputs, ``mp`` and ``lp`` the running max and sum)."""
+
+    shape: Shape
+    scale: float
+    Bs: int
+    Op: SlowArray
+    mp: SlowArray
+    lp: SlowArray
 
 
 def _fp(d: int, Bc: int, Br: int, Bs: int) -> int:
@@ -166,14 +180,14 @@ class KVStationary(Algorithm[KVStationaryTiling]):
         return self._kv_count(shape, tiling, shape.group).scaled(shape.n_kv_heads)
 
     # ------------------------------------------------------------------ the schedule
-    def run_schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                     O: SlowArray, *, shape: Shape, tiling: KVStationaryTiling, scale: float,
-                     lse: SlowArray | None = None) -> None:
+    def run_schedule(self, mem: TwoLevelMemory, arrays: Mapping[str, SlowArray], *,
+                     shape: Shape, tiling: KVStationaryTiling, scale: float) -> None:
         """Every K/V head with the query heads of its group (each K/V block loaded once for all
         of them)."""
-        if lse is not None:
-            super().run_schedule(mem, Q, K, V, O, shape=shape, tiling=tiling, scale=scale, lse=lse)
+        if arrays.get("L") is not None:  # the base class's message: no backward pass
+            super().run_schedule(mem, arrays, shape=shape, tiling=tiling, scale=scale)
             return
+        Q, K, V, O = arrays["Q"], arrays["K"], arrays["V"], arrays["O"]
         G, Nq, Nkv = shape.group, shape.Nq, shape.Nkv
         for hb in mem.blocks(shape.n_kv_heads, 1):  # alike: bulk count mode runs one
             kvh = hb.start
@@ -205,6 +219,7 @@ class KVStationary(Algorithm[KVStationaryTiling]):
         Op = mem.scratch("kvs_O_part", (G * Nq, d))
         mp = mem.scratch("kvs_m_part", (G * Nq,))
         lp = mem.scratch("kvs_l_part", (G * Nq,))
+        run = _Run(shape, scale, Bs, Op, mp, lp)
         masked = shape.causal
         nb = -(-Nq // Br)
 
@@ -222,8 +237,7 @@ class KVStationary(Algorithm[KVStationaryTiling]):
                     mem.store(zt, head(gb.start)[1], qb)
                     mem.free(zt)
         if masked and mem.bulk:
-            self._visits_bulk(mem, head, G, K, V, Op, mp, lp, shape=shape, tiling=tiling,
-                              scale=scale)
+            self._visits_bulk(mem, head, G, (K, V), run, tiling)
             return
         # unmasked, the first key block, the middle ones and the last move alike words: three
         # uniform runs (bulk count mode executes each once); masked, block by block (step by
@@ -248,19 +262,19 @@ class KVStationary(Algorithm[KVStationaryTiling]):
             marks = sorted({i0, a, b, i1})
             for gb in mem.blocks(G, 1):
                 g = gb.start
-                Q, O = head(g)
+                qo = (g, head(g))
                 for c0, c1 in zip(marks[:-1], marks[1:]):
                     first, last = c0 >= a, c0 < b
                     for qb in mem.blocks(Nq, Br, lo=c0 * Br, hi=min(Nq, c1 * Br)):
-                        _visit(mem, Q, O, Op, mp, lp, Kj, Vj, g, qb, kb, first, last, shape,
-                               Bs, scale)
+                        _visit(mem, run, qo, (kb, Kj, Vj), qb, first, last)
             mem.free(Kj, Vj)
 
     def _visits_bulk(self, mem: TwoLevelMemory,
-                     head: Callable[[int], tuple[SlowArray, SlowArray]], G: int, K: SlowArray,
-                     V: SlowArray, Op: SlowArray, mp: SlowArray, lp: SlowArray, *, shape: Shape,
-                     tiling: KVStationaryTiling, scale: float) -> None:
-        """The key blocks and their visits in masked bulk count mode, O(log N).
+                     head: Callable[[int], tuple[SlowArray, SlowArray]], G: int,
+                     kv: tuple[SlowArray, SlowArray], run: _Run,
+                     tiling: KVStationaryTiling) -> None:
+        """The key blocks (``kv``: the K/V head's K and V) and their visits in masked bulk count
+        mode, O(log N).
 
         A visit (query block i, key block j) moves words that depend on the two blocks' sizes
         and on two flags only: whether j is the first key block i sees (no partial to load) and
@@ -272,9 +286,9 @@ class KVStationary(Algorithm[KVStationaryTiling]):
         over all, the short query block by itself).  Each visible key block is loaded once (a
         run per size), and each kind of visit runs once with its multiplicity, the key block
         held as a stand-in (the same words resident, none moved)."""
+        shape, (K, V) = run.shape, kv
         d, Nq, Nkv, off, W = shape.d, shape.Nq, shape.Nkv, shape.offset, shape.window
         Bc, Br = min(tiling.Bc, Nkv), min(tiling.Br, Nq)
-        Bs = min(tiling.Bs, Bc)
         kfull = Nkv // Bc * Bc
         alls = masks.query_block_sums(Nq, Nkv, Br, Bc, off, W)
         part = masks.query_block_sums(Nq, kfull, Br, Bc, off, W) if kfull else None
@@ -296,7 +310,7 @@ class KVStationary(Algorithm[KVStationaryTiling]):
         if Nkv > kfull:
             qlo, qhi = q_range(shape, kfull, Nkv)
             sizes.append(("short", 1, Nkv - kfull, int(qhi > qlo)))
-        Q, O = head(0)
+        qo = (0, head(0))
         for kind, blocks, size, vis in sizes:
             for _ in mem.blocks(blocks - vis, 1):  # key blocks no query sees: a step each
                 pass
@@ -326,8 +340,7 @@ class KVStationary(Algorithm[KVStationaryTiling]):
             Vj = mem.alloc((size, d), label="V_j")
             for qb, first, last, n in runs:
                 for _ in mem.blocks(G * n, 1):  # a step per visit and head
-                    _visit(mem, Q, O, Op, mp, lp, Kj, Vj, 0, qb, kb, first, last, shape, Bs,
-                           scale)
+                    _visit(mem, run, qo, (kb, Kj, Vj), qb, first, last)
             mem.free(Kj, Vj)
 
     def workspace(self, shape: Shape) -> int:
@@ -335,12 +348,14 @@ class KVStationary(Algorithm[KVStationaryTiling]):
         return shape.group * shape.Nq * (shape.d + 2)
 
 
-def _visit(mem: TwoLevelMemory, Q: SlowArray, O: SlowArray, Op: SlowArray, mp: SlowArray,
-           lp: SlowArray, Kj: FastTile, Vj: FastTile, g: int, qb: Block, kb: Block, first: bool,
-           last: bool, shape: Shape, Bs: int, scale: float) -> None:
-    """Query block ``qb`` of head g against the held key block ``kb``: the partial (O, m, l)
-    started (``first``) or loaded, updated chunk by chunk, then written: normalised to O when
-    ``last``, else spilled."""
+def _visit(mem: TwoLevelMemory, run: _Run, head: tuple[int, tuple[SlowArray, SlowArray]],
+           held: tuple[Block, FastTile, FastTile], qb: Block, first: bool, last: bool) -> None:
+    """Query block ``qb`` of head g (``head``: g and its Q and O) against the held key block
+    (``held``: the block kb and its K_j, V_j tiles): the partial (O, m, l) started (``first``)
+    or loaded, updated chunk by chunk, then written: normalised to O when ``last``, else
+    spilled."""
+    (g, (Q, O)), (kb, Kj, Vj) = head, held
+    shape, scale, Bs, Op, mp, lp = run.shape, run.scale, run.Bs, run.Op, run.mp, run.lp
     d, Nq = shape.d, shape.Nq
     part = slice(g * Nq + qb.start, g * Nq + qb.stop)
     Qi = mem.load(Q, qb, label="Q_i")

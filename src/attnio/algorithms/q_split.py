@@ -129,10 +129,11 @@ import numpy as np
 from ..core import masks
 from ..core.checks import check_int
 from ..core.errors import ParameterError
-from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, IOCount, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
 from .base import GroupedAlgorithm, block_sizes, divisors_upto, prefix_block_keys
+from .common import HeadGroup
 
 __all__ = ["ALGORITHM", "QSplit", "QSplitTiling"]
 
@@ -306,18 +307,17 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         return IOCount(reads=reads, writes=G * shape.Nq * d)
 
     # ------------------------------------------------------------------ the schedule
-    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
-                       V: SlowArray, Os: list[SlowArray], *, shape: Shape, tiling: QSplitTiling,
-                       scale: float, lse: list[SlowArray] | None = None) -> None:
-        """Query heads ``Qs`` (one group) against one K/V head: the main pass, then the thin
-        pass over the split rows.  ``lse`` (optional) receives each row's logsumexp, the main
-        pass's g (Nq more writes a head)."""
+    def schedule_group(self, mem: TwoLevelMemory, heads: HeadGroup, *, shape: Shape,
+                       tiling: QSplitTiling, scale: float) -> None:
+        """Query heads ``heads.Qs`` (one group) against their K/V head: the main pass, then the
+        thin pass over the split rows.  ``heads.lse`` (optional) receives each row's
+        logsumexp, the main pass's g (Nq more writes a head)."""
         d = shape.d
         L = _layout(shape.Nq, tiling)
         dm = d - tiling.delta if tiling.sigma else d  # the columns a split row holds in main
-        main = functools.partial(self._main_block, mem, Qs, K, V, Os, L, dm, shape, scale, lse)
+        main = functools.partial(self._main_block, mem, heads, L, dm, shape, scale)
         if shape.causal and mem.bulk:
-            self._main_bulk(mem, Qs, K, V, L, dm, shape, main)
+            self._main_bulk(mem, heads, L, dm, shape, main)
         else:
             for qb in mem.blocks(shape.Nq, L.Br, uniform=not shape.causal):
                 main(qb)
@@ -327,12 +327,13 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         # thin block [t0, t1) sees keys [0, clip(t1 + offset, 0, Nkv)): a band (a masked bulk
         # count runs each run of alike blocks once, the keys with the run's visits)
         band = masks.Band(L.S, shape.Nkv, None, shape.offset) if shape.causal else None
+        thin = dataclasses.replace(heads, lse=None)  # the logsumexp is the main pass's
         for tb in mem.blocks(L.S, tiling.Br2, band=band):
             hi = kv_visible_hi(shape, tb.stop)
             if hi <= 0:
-                K_.store_empty_rows(mem, Os, tb, d, cols=cols)
+                K_.store_empty_rows(mem, heads.Os, tb, d, cols=cols)
                 continue
-            _stream(mem, Qs, K, V, Os, [(tb, cols)], hi, cols, shape, scale, band=band)
+            _stream(mem, thin, [(tb, cols)], hi, cols, shape, scale, band=band)
 
     @staticmethod
     def _segments(L: _Layout, dm: int, d: int, qb: Block) -> list[tuple[Block, slice]]:
@@ -345,9 +346,8 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
                 (Block(i, f0, f0 + qb.size - ns), slice(0, d))]
         return [(b, c) for b, c in segs if b.size > 0]
 
-    def _main_block(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
-                    Os: list[SlowArray], L: _Layout, dm: int, shape: Shape, scale: float,
-                    lse: list[SlowArray] | None, qb: Block, keys: bool = True) -> None:
+    def _main_block(self, mem: TwoLevelMemory, heads: HeadGroup, L: _Layout, dm: int,
+                    shape: Shape, scale: float, qb: Block, keys: bool = True) -> None:
         """Main block ``qb`` (without its key loop when not ``keys``: a masked bulk count runs
         the keys of alike blocks apart)."""
         d = shape.d
@@ -355,18 +355,19 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         hi = kv_visible_hi(shape, segs[-1][0].stop)
         if hi <= 0:  # no row of the block sees a key: its output is 0
             for b, c in segs:
-                K_.store_empty_rows(mem, Os, b, d, lse, cols=c)
+                K_.store_empty_rows(mem, heads.Os, b, d, heads.lse, cols=c)
             return
-        _stream(mem, Qs, K, V, Os, segs, hi if keys else 0, slice(0, d), shape, scale, lse)
+        _stream(mem, heads, segs, hi if keys else 0, slice(0, d), shape, scale)
 
-    def _main_bulk(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
-                   L: _Layout, dm: int, shape: Shape, main: Callable[..., None]) -> None:
+    def _main_bulk(self, mem: TwoLevelMemory, heads: HeadGroup, L: _Layout, dm: int,
+                   shape: Shape, main: Callable[..., None]) -> None:
         """The main pass in masked bulk count mode.  The whole blocks but the last move alike
         words but for their keys: block i sees ``clip(S + (i + 1)·Bf + offset, 0, Nkv)`` of
         them, so those that see none, those that see all and those in between are three runs,
         each run once; the keys of the middle run, their sum in closed form, run once more as
         one uniform loop with stand-ins for the held tiles (the same words, none moved).  The
         last blocks are walked."""
+        Qs, K, V = heads.Qs, heads.K, heads.V
         Nq, Nkv, Br, Bf, d = shape.Nq, shape.Nkv, L.Br, L.Bf, shape.d
         n = min(Nq // Br, L.T - 1)  # whole blocks with both segments at their full size
         c = L.S + shape.offset
@@ -393,15 +394,15 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
             main(qb)
 
 
-def _stream(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
-            Os: list[SlowArray], segs: list[tuple[Block, slice]], hi: int, vcols: slice,
-            shape: Shape, scale: float, lse: list[SlowArray] | None = None, *,
-            band: masks.Band | None = None) -> None:
-    """Row segments ``segs`` (rows, held output columns) of every head against keys [0, hi):
-    Q rows, O on the held columns and g held; each key row and the ``vcols`` words of its value
-    row streamed; O written on the held columns (and g, each row's logsumexp, to ``lse``).
-    ``band``: the mask's band of the enclosing loop (``hi`` its range)."""
-    heads = []
+def _stream(mem: TwoLevelMemory, heads: HeadGroup, segs: list[tuple[Block, slice]], hi: int,
+            vcols: slice, shape: Shape, scale: float, *, band: masks.Band | None = None) -> None:
+    """Row segments ``segs`` (rows, held output columns) of every head of ``heads`` against
+    keys [0, hi): Q rows, O on the held columns and g held; each key row and the ``vcols`` words
+    of its value row streamed; O written on the held columns (and g, each row's logsumexp, to
+    ``heads.lse`` when given).  ``band``: the mask's band of the enclosing loop (``hi`` its
+    range)."""
+    Qs, K, V, Os, lse = heads.Qs, heads.K, heads.V, heads.Os, heads.lse
+    per_head = []
     for Q in Qs:
         held = []
         for b, c in segs:
@@ -409,16 +410,16 @@ def _stream(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray
             o = mem.alloc((b.size, c.stop - c.start), 0.0, label="O_i")
             g = mem.alloc((b.size,), -np.inf, label="g_i")
             held.append((b, c, q, o, g))
-        heads.append(held)
+        per_head.append(held)
     for kb in mem.blocks(shape.Nkv, 1, hi=hi, band=band):
         k = mem.load(K, kb, label="k_j")
         v = mem.load(V, kb, vcols, label="v_j")
-        for held in heads:
+        for held in per_head:
             for b, c, q, o, g in held:
                 mem.compute(_key_step(shape, b.start, kb.start, scale, c.start - vcols.start),
                             o, g, q, k, v, writes=2)
         mem.free(k, v)
-    for h, (held, O) in enumerate(zip(heads, Os)):
+    for h, (held, O) in enumerate(zip(per_head, Os)):
         for b, c, q, o, g in held:
             mem.store(o, O, b, c)
             if lse is not None:

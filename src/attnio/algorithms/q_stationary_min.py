@@ -45,10 +45,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import masks
-from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, IOCount, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from .base import GroupedAlgorithm, block_sizes, divisors_upto, prefix_block_keys
+from .common import HeadGroup
 from .flash2 import ALGORITHM as _FLASH2
 from .flash2 import Flash2Tiling
 
@@ -151,57 +152,56 @@ class QStationaryMin(GroupedAlgorithm[QStationaryMinTiling]):
         return _FLASH2._group_count(shape, Flash2Tiling(tiling.Br, 1, tiling.group))
 
     # ------------------------------------------------------------------ the schedule
-    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
-                       V: SlowArray, Os: list[SlowArray], *, shape: Shape,
-                       tiling: QStationaryMinTiling, scale: float,
-                       lse: list[SlowArray] | None = None) -> None:
-        """Query heads ``Qs`` (one group) against one K/V head; ``lse`` (optional) receives each
-        row's logsumexp, for the backward pass (Nq more writes a head)."""
+    def schedule_group(self, mem: TwoLevelMemory, heads: HeadGroup, *, shape: Shape,
+                       tiling: QStationaryMinTiling, scale: float) -> None:
+        """Query heads ``heads.Qs`` (one group) against their K/V head; ``heads.lse``
+        (optional) receives each row's logsumexp, for the backward pass (Nq more writes a
+        head)."""
         d = shape.d
         band = masks.Band.queries(shape) if shape.causal else None  # the keys each block sees
         for qb in mem.blocks(shape.Nq, tiling.Br, band=band):
             lo, hi = kv_range(shape, qb.start, qb.stop)
             if hi <= lo:  # no row of the block sees a key: its output is 0
-                K_.store_empty_rows(mem, Os, qb, d, lse)
+                K_.store_empty_rows(mem, heads.Os, qb, d, heads.lse)
                 continue
-            stationary_block(mem, Qs, K, V, Os, qb, lo, hi, shape, scale, lse, band=band)
+            stationary_block(mem, heads, qb, lo, hi, shape, scale, band=band)
 
-def stationary_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
-                     Os: list[SlowArray], qb: Block, lo: int, hi: int, shape: Shape,
-                     scale: float, lse: list[SlowArray] | None = None, *,
-                     band: masks.Band | None = None) -> None:
-    """One query block ``qb`` of the heads ``Qs`` against keys [lo, hi) (lo < hi): Q_i, O_i, m,
-    l and a score column per head held (``G·(2rd + 3r)`` words); K and V a word at a time; O_i
-    (and with ``lse`` each row's logsumexp) written.  Also ``row_hybrid``'s mode c.  ``band``:
-    the mask's band of the enclosing query loop (a masked bulk count runs each run of alike
-    query blocks once, the keys with the run's visits)."""
+
+def stationary_block(mem: TwoLevelMemory, heads: HeadGroup, qb: Block, lo: int, hi: int,
+                     shape: Shape, scale: float, *, band: masks.Band | None = None) -> None:
+    """One query block ``qb`` of the heads ``heads.Qs`` against keys [lo, hi) (lo < hi): Q_i,
+    O_i, m, l and a score column per head held (``G·(2rd + 3r)`` words); K and V a word at a
+    time; O_i (and with ``heads.lse`` each row's logsumexp) written.  Also ``row_hybrid``'s
+    mode c.  ``band``: the mask's band of the enclosing query loop (a masked bulk count runs
+    each run of alike query blocks once, the keys with the run's visits)."""
+    Qs, K, V, Os, lse = heads.Qs, heads.K, heads.V, heads.Os, heads.lse
     d = shape.d
-    heads = []
+    held = []
     for Q in Qs:
         Qi = mem.load(Q, qb, label="Q_i")
         Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
         m = mem.alloc((qb.size,), -np.inf, label="m_i")
         l = mem.alloc((qb.size,), 0.0, label="l_i")
         s = mem.alloc((qb.size,), label="s_i")
-        heads.append((Qi, Oi, m, l, s))
+        held.append((Qi, Oi, m, l, s))
     for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi, band=band):  # each key moves 2d words
         j = kb.start
-        for _, _, _, _, s in heads:
+        for _, _, _, _, s in held:
             mem.compute(lambda x: x.fill(0.0), s, writes=1)
         for cb in mem.blocks(d, 1):
             w = mem.load(K, j, cb, label="k_jl")
-            for Qi, _, _, _, s in heads:
+            for Qi, _, _, _, s in held:
                 mem.compute(accumulate_score(cb.start), s, Qi, w, writes=1)
             mem.free(w)
-        for _, Oi, m, l, s in heads:
+        for _, Oi, m, l, s in held:
             mem.compute(lambda x: x.__imul__(scale), s, writes=1)
             mem.compute(_key_step(shape, qb.start, j), s, m, l, Oi, writes=4)
         for cb in mem.blocks(d, 1):
             w = mem.load(V, j, cb, label="v_jl")
-            for _, Oi, _, _, s in heads:
+            for _, Oi, _, _, s in held:
                 mem.compute(accumulate_output(cb.start), Oi, s, w, writes=1)
             mem.free(w)
-    for g, (Qi, Oi, m, l, s) in enumerate(heads):
+    for g, (Qi, Oi, m, l, s) in enumerate(held):
         if lse is not None:  # logsumexp = m + log l into the score column, written
             mem.compute(K_.logsumexp, s, m, l, writes=1)
             mem.store(s, lse[g], qb)

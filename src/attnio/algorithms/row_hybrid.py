@@ -52,6 +52,7 @@ from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, kv_range
 from . import _kernels as K_
 from .base import GroupedAlgorithm, divisors_upto
+from .common import HeadGroup
 from .q_stationary_min import accumulate_output, accumulate_score, stationary_block
 from .score_resident import resident_block
 
@@ -313,26 +314,23 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
         return IOCount(reads, writes)
 
     # ------------------------------------------------------------------ the schedule
-    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
-                       V: SlowArray, Os: list[SlowArray], *, shape: Shape,
-                       tiling: RowHybridTiling, scale: float,
-                       lse: list[SlowArray] | None = None) -> None:
-        """Query heads ``Qs`` (one group) against one K/V head, block by block (no logsumexp:
-        no backward)."""
-        G, Nq = len(Qs), shape.Nq
-        spill = gsum = None
+    def schedule_group(self, mem: TwoLevelMemory, heads: HeadGroup, *, shape: Shape,
+                       tiling: RowHybridTiling, scale: float) -> None:
+        """Query heads ``heads.Qs`` (one group) against their K/V head, block by block (no
+        logsumexp: no backward)."""
+        G, Nq = len(heads.Qs), shape.Nq
+        scratch = None
         for q0, q1, lo, hi, m in self._part(shape, tiling):
+            rows = Block(0, q0, q1)
             if m in "az":
-                resident_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape=shape, bd=1,
-                               scale=scale)
+                resident_block(mem, heads, rows, lo, hi, shape=shape, bd=1, scale=scale)
             elif m == "c":
-                stationary_block(mem, Qs, K, V, Os, Block(0, q0, q1), lo, hi, shape, scale)
+                stationary_block(mem, heads, rows, lo, hi, shape, scale)
             else:
-                if spill is None:
-                    spill = mem.scratch("S_spill", (G * shape.Nkv * Nq,))  # [g, key, row]
-                    gsum = mem.scratch("g_spill", (G * Nq,))
-                assert gsum is not None
-                _spilled_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape, scale, spill, gsum)
+                if scratch is None:  # the score columns [g, key, row] and each row's g
+                    scratch = (mem.scratch("S_spill", (G * shape.Nkv * Nq,)),
+                               mem.scratch("g_spill", (G * Nq,)))
+                _spilled_block(mem, heads, rows, (lo, hi), shape, scale, scratch)
 
 
 def _fold_column(shape: Shape, r0: int, j: int, scale: float) -> Callable[..., None]:
@@ -363,35 +361,38 @@ def _weights(p: np.ndarray, g: np.ndarray) -> None:
     np.exp(p, out=p)
 
 
-def _spilled_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
-                   Os: list[SlowArray], q0: int, q1: int, lo: int, hi: int, shape: Shape,
-                   scale: float, spill: SlowArray, gsum: SlowArray) -> None:
-    """Mode b: the raw score columns written, then read back as exp(s - g) against V."""
+def _spilled_block(mem: TwoLevelMemory, heads: HeadGroup, rows: Block, keys: tuple[int, int],
+                   shape: Shape, scale: float, scratch: tuple[SlowArray, SlowArray]) -> None:
+    """Mode b: the raw score columns of the query rows ``rows`` against the keys [lo, hi)
+    (``keys``) written to ``scratch[0]`` (each row's g to ``scratch[1]``), then read back as
+    exp(s - g) against V."""
+    Qs, K, V, Os = heads.Qs, heads.K, heads.V, heads.Os
+    (lo, hi), (spill, gsum) = keys, scratch
+    q0, q1 = rows.start, rows.stop
     d, r, Nq, Nkv = shape.d, q1 - q0, shape.Nq, shape.Nkv
-    rows = Block(0, q0, q1)
     hrows = [slice(g * Nq + q0, g * Nq + q1) for g in range(len(Qs))]
 
     def col(g: int, j: int) -> slice:  # the score column of head g, key j, rows [q0, q1)
         base = (g * Nkv + j) * Nq
         return slice(base + q0, base + q1)
 
-    heads = []
+    held = []
     for Qh in Qs:  # phase 1: Q_i, a score column, m, l
-        heads.append((mem.load(Qh, rows, label="Q_i"), mem.alloc((r,), label="s_i"),
+        held.append((mem.load(Qh, rows, label="Q_i"), mem.alloc((r,), label="s_i"),
                       mem.alloc((r,), -np.inf, label="m_i"), mem.alloc((r,), 0.0, label="l_i")))
     for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi):
         j = kb.start
-        for _, s, _, _ in heads:
+        for _, s, _, _ in held:
             mem.compute(lambda x: x.fill(0.0), s, writes=1)
         for cb in mem.blocks(d, 1):
             w = mem.load(K, j, cb, label="k_jl")
-            for Qi, s, _, _ in heads:
+            for Qi, s, _, _ in held:
                 mem.compute(accumulate_score(cb.start), s, Qi, w, writes=1)
             mem.free(w)
-        for h, (_, s, m, l) in enumerate(heads):
+        for h, (_, s, m, l) in enumerate(held):
             mem.compute(_fold_column(shape, q0, j, scale), s, m, l, writes=3)
             mem.store(s, spill, col(h, j))
-    for (Qi, s, m, l), hr in zip(heads, hrows):
+    for (Qi, s, m, l), hr in zip(held, hrows):
         mem.compute(_log_sum_exp, m, l, writes=1)
         mem.store(m, gsum, hr)
         mem.free(Qi, s, m, l)

@@ -66,10 +66,11 @@ import numpy as np
 
 from ..core import masks
 from ..core.errors import ParameterError
-from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, IOCount, TwoLevelMemory
 from ..core.workload import Shape, kv_range
 from . import _kernels as K_
 from .base import GroupedAlgorithm, divisors_upto
+from .common import HeadGroup
 
 __all__ = ["ALGORITHM", "MAX_BLOCKS", "ScoreResident", "ScoreResidentTiling", "blocks",
            "resident_block"]
@@ -237,23 +238,22 @@ class ScoreResident(GroupedAlgorithm[ScoreResidentTiling]):
         return IOCount(reads, G * shape.Nq * d)
 
     # ------------------------------------------------------------------ the schedule
-    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
-                       V: SlowArray, Os: list[SlowArray], *, shape: Shape,
-                       tiling: ScoreResidentTiling, scale: float,
-                       lse: list[SlowArray] | None = None) -> None:
-        """Query heads ``Qs`` (one group) against one K/V head (no logsumexp: no backward)."""
+    def schedule_group(self, mem: TwoLevelMemory, heads: HeadGroup, *, shape: Shape,
+                       tiling: ScoreResidentTiling, scale: float) -> None:
+        """Query heads ``heads.Qs`` (one group) against their K/V head (no logsumexp: no
+        backward)."""
         for q0, q1, lo, hi in self._part(shape, tiling):
-            resident_block(mem, Qs, K, V, Os, q0, q1, lo, hi, shape=shape, bd=tiling.Bd,
+            resident_block(mem, heads, Block(0, q0, q1), lo, hi, shape=shape, bd=tiling.Bd,
                            scale=scale)
 
 
-def resident_block(mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
-                   Os: list[SlowArray], q0: int, q1: int, lo: int, hi: int, *, shape: Shape,
-                   bd: int, scale: float) -> None:
-    """One query block [q0, q1) of the heads ``Qs`` against keys [lo, hi), the score rows held
-    whole (``G·r·w + bd·(w + r)`` words); writes the block's output rows."""
+def resident_block(mem: TwoLevelMemory, heads: HeadGroup, rows: Block, lo: int, hi: int, *,
+                   shape: Shape, bd: int, scale: float) -> None:
+    """One query block ``rows`` of the heads ``heads.Qs`` against keys [lo, hi), the score rows
+    held whole (``G·r·w + bd·(w + r)`` words); writes the block's output rows."""
+    Qs, K, V, Os = heads.Qs, heads.K, heads.V, heads.Os
     d = shape.d
-    rows = Block(0, q0, q1)
+    q0, q1 = rows.start, rows.stop
     r = q1 - q0
     if hi <= lo:  # no row of the block sees a key: its output is 0
         for Oh in Os:

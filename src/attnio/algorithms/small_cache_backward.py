@@ -65,7 +65,6 @@ from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
-from . import mapper
 from .base import BackwardSchedule, kv_head_groups
 
 
@@ -307,13 +306,6 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         reads = g * (2 * Nq * d + 2 * d * (SC + W) + 2 * SC + 4 * SW + d * (2 * RK + WQ))
         writes = g * (Nq + 2 * SW + Nq * d) + 2 * shape.Nkv * d
         return (reads + writes) * shape.n_kv_heads
-
-    def search(self, shape: Shape, M: int) -> tuple[SmallCacheTiling, IOCount] | None:
-        """The mapper's search over the pruned mapspace (:meth:`mapspace_tilings`), as
-        ``(tiling, io)`` (the old spelling the recorded regression test compares with
-        :meth:`BackwardSchedule.search`'s full loop)."""
-        found = mapper.search(self, shape, M)
-        return None if found is None else (found.tiling, found.predicted)
 
     def mapspace_tilings(self, shape: Shape, M: int, **options: Any) -> list[SmallCacheTiling]:
         """The mapspace's candidates pruned by branch and bound: the score tiles in order of

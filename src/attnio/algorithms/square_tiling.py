@@ -263,6 +263,17 @@ def _phase2_io(shape: Shape, Br2: int, Bk2: int, Bd2: int, Bc: int,
     return reads, Nq * d
 
 
+@dataclass(frozen=True)
+class _Spilled:
+    """The slow-memory scratch Phase 1 writes and Phase 2 reads: ``A`` (exp(S), or the raw
+    scores), ``rowvec`` (each row's log-sum-exp g, or its sum l) and ``mx`` (the tile maxima
+    m_ij of the stable variant that spills exp(S); else None)."""
+
+    A: SlowArray
+    rowvec: SlowArray
+    mx: SlowArray | None
+
+
 class SquareTiling(Algorithm[SquareTilingTiling]):
     name = "square_tiling"
     summary = ("Saha & Ye square tiling: write exp(S) once, two blocked matmuls; "
@@ -366,10 +377,12 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         return out
 
     @staticmethod
-    def _slices(shape: Shape, M: int, stable: bool, bc: int, br2: int, bd2: int, ks: list[int],
-                snap: dict[int, int], spill: str = "exp") -> list[int]:
-        """The key-slice sizes Bk2 of one (Br2, Bd2) choice, ascending: the stable variant
-        snaps each to the largest divisor of Bc below it; those whose tiles fit in M."""
+    def _slices(shape: Shape, M: int, stable: bool, bc: int, rung: _Rung, snap: dict[int, int],
+                spill: str = "exp") -> list[int]:
+        """The key-slice sizes Bk2 of one Phase-2 choice ``rung`` (Bd2, Br2 and the sizes to
+        try, as :meth:`_phase2_ladder` lists them), ascending: the stable variant snaps each to
+        the largest divisor of Bc below it; those whose tiles fit in M."""
+        bd2, br2, ks = rung
         bc_eff = min(bc, shape.Nkv)
         out = set()
         for k in ks:
@@ -442,10 +455,10 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             if best_key is not None and total > best_key[0]:
                 break
             (br, bc, bd, _), _ = groups[g]
-            bd2, br2, ks = ladder[e]
+            bd2, br2, _ = ladder[e]
             s1 = cdiv(Nq, br) * cdiv(Nkv, bc) * cdiv(d, bd)
             td = -(-d // bd2)
-            for k in self._slices(shape, M, stable, bc, br2, bd2, ks, snaps.setdefault(bc, {}),
+            for k in self._slices(shape, M, stable, bc, ladder[e], snaps.setdefault(bc, {}),
                                   spill):
                 key = (total, s1 + (-(-Nq // br2)) * td * (-(-Nkv // k)))
                 at = (g, br2, k, bd2)  # the combination's place in the full list
@@ -506,10 +519,10 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                 members = [((g,), paper)]
             else:
                 (br, bc, bd, order), _ = groups[g]
-                bd2, br2, ks = ladder[e]
+                bd2, br2, _ = ladder[e]
                 members = [((g, br2, k, bd2),
                             SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable, spill))
-                           for k in self._slices(shape, M, stable, bc, br2, bd2, ks,
+                           for k in self._slices(shape, M, stable, bc, ladder[e],
                                                  snaps.setdefault(bc, {}), spill)]
             for at, t in members:
                 if self.footprint(shape, t) > M:
@@ -610,12 +623,13 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         Tc = cdiv(Nkv, t.Bc)
         mx = (mem.scratch("m_tile", (Tc * Nq,)) if _maxima(t.stable, t.spill)  # j*Nq + r
               else None)
-        self._phase1(mem, Q, K, A, rowvec, mx, shape, t, scale)
-        self._phase2(mem, V, A, rowvec, mx, O, shape, t)
+        spilled = _Spilled(A, rowvec, mx)
+        self._phase1(mem, Q, K, spilled, shape, t, scale)
+        self._phase2(mem, V, spilled, O, shape, t)
 
-    def _phase1(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray,
-                rowvec: SlowArray, mx: SlowArray | None, shape: Shape, t: SquareTilingTiling,
-                scale: float) -> None:
+    def _phase1(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, spilled: _Spilled,
+                shape: Shape, t: SquareTilingTiling, scale: float) -> None:
+        A, rowvec, mx = spilled.A, spilled.rowvec, spilled.mx
         d, Nq, Nkv, off = shape.d, shape.Nq, shape.Nkv, shape.offset
         band = masks.Band.queries(shape) if shape.causal else None  # keys [0, hi) per block
         for ib in mem.blocks(Nq, t.Br, band=band):
@@ -680,9 +694,10 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                 mem.store(l, rowvec, ib)
             mem.free(*vecs)
 
-    def _phase2(self, mem: TwoLevelMemory, V: SlowArray, A: SlowArray, rowvec: SlowArray,
-                mx: SlowArray | None, O: SlowArray, shape: Shape, t: SquareTilingTiling) -> None:
-        d, Nq, Nkv, off = shape.d, shape.Nq, shape.Nkv, shape.offset
+    def _phase2(self, mem: TwoLevelMemory, V: SlowArray, spilled: _Spilled, O: SlowArray,
+                shape: Shape, t: SquareTilingTiling) -> None:
+        A, rowvec, mx = spilled.A, spilled.rowvec, spilled.mx
+        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         band = masks.Band.queries(shape) if shape.causal else None  # keys [0, hi) per block
         for ib in mem.blocks(Nq, t.Br2, band=band):
             hi = kv_visible_hi(shape, ib.stop)
@@ -695,7 +710,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                 if t.stable and t.spill == "scores":  # P = exp(S - g), exactly normalised
                     g = mem.load(rowvec, ib, label="g_i")
                     for kb in mem.blocks(Nkv, t.Bk2, hi=hi, band=band):
-                        self._accumulate(mem, A, V, Oc, g, ib, kb, db, shape, off, raw=True)
+                        self._accumulate(mem, A, V, Oc, g, (ib, kb, db), shape, raw=True)
                     mem.store(Oc, O, ib, db)
                     mem.free(Oc, g)
                 elif t.stable:
@@ -707,13 +722,13 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                         mem.compute(SK.weights, w, g, writes=1)  # w = exp(m_ij - g_i)
                         # the Bk2 slices of [0, hi) inside cb (Bk2 divides Bc)
                         for kb in mem.blocks(Nkv, t.Bk2, hi=hi, band=band, within=cb):
-                            self._accumulate(mem, A, V, Oc, w, ib, kb, db, shape, off)
+                            self._accumulate(mem, A, V, Oc, w, (ib, kb, db), shape)
                         mem.free(w)
                     mem.store(Oc, O, ib, db)
                     mem.free(Oc, g)
                 else:
                     for kb in mem.blocks(Nkv, t.Bk2, hi=hi, band=band):
-                        self._accumulate(mem, A, V, Oc, None, ib, kb, db, shape, off)
+                        self._accumulate(mem, A, V, Oc, None, (ib, kb, db), shape)
                     l = mem.load(rowvec, ib, label="l_i")
                     r0 = ib.start
                     mem.compute(lambda o, ll, r0=r0: SK.normalise_literal(o, ll, r0), Oc, l,
@@ -723,8 +738,12 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
 
     @staticmethod
     def _accumulate(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, Oc: FastTile,
-                    w: FastTile | None, ib: Block, kb: Block, db: Block, shape: Shape,
-                    off: int, raw: bool = False) -> None:
+                    w: FastTile | None, at: tuple[Block, Block, Block], shape: Shape, *,
+                    raw: bool = False) -> None:
+        """The tile ``at`` (query rows ib, keys kb, output columns db) of A times V into the
+        output tile Oc: A's entries weighted by ``w`` (the row's exp(m_ij - g)), or with
+        ``raw`` formed as exp(s - g) from the raw scores (``w``: g), or as they are (None)."""
+        (ib, kb, db), off = at, shape.offset
         At = mem.load(A, ib, kb, label="A_ik")
         Vt = mem.load(V, kb, db, label="V_kc")
         masked = K_.tile_needs_mask(shape, ib.start, kb.stop)

@@ -144,7 +144,7 @@ class Standard(Algorithm[StandardTiling]):
         ns = len(sides)
         heap: list[_GridPoint] = []
         for ik, bk in enumerate(bks):
-            bkc, tk = min(bk, d), cdiv(d, bk)
+            bkc = min(bk, d)
             for im, bm in enumerate(sides):
                 bmc = min(bm, Nq)
                 # largest bn whose matmul tiles fit (the footprint grows with bn)
@@ -157,8 +157,8 @@ class Standard(Algorithm[StandardTiling]):
                             t2 -= 1
                     if t2 < 0:
                         continue
-                    heapq.heappush(heap, self._grid_point(shape, pall, tk, ik, im, t2, ns,
-                                                          onepass, sides, bk, bm))
+                    heapq.heappush(heap, self._grid_point(shape, pall, (ik, im, t2), onepass,
+                                                          sides, bk, bm))
         best, scored = None, []
         while heap:
             lb, idx, ik, im, ib, onepass = heapq.heappop(heap)
@@ -166,8 +166,8 @@ class Standard(Algorithm[StandardTiling]):
                 break
             bk, bm, bn = bks[ik], sides[im], sides[ib]
             if ib > 0:  # the next point of this run: the next smaller bn
-                heapq.heappush(heap, self._grid_point(shape, pall, cdiv(d, bk), ik, im, ib - 1,
-                                                      ns, onepass, sides, bk, bm))
+                heapq.heappush(heap, self._grid_point(shape, pall, (ik, im, ib - 1), onepass,
+                                                      sides, bk, bm))
             t = StandardTiling(bm, bn, bk, onepass)
             if onepass:
                 bmc = min(bm, Nq)
@@ -180,9 +180,12 @@ class Standard(Algorithm[StandardTiling]):
         return [t for tot, t in scored if tot == best]
 
     @staticmethod
-    def _grid_point(shape: Shape, pall: int, tk: int, ik: int, im: int, ib: int, ns: int,
-                    onepass: bool, sides: list[int], bk: int, bm: int) -> _GridPoint:
-        """A heap entry: (lower bound, grid order, indices, onepass)."""
+    def _grid_point(shape: Shape, pall: int, at: tuple[int, int, int], onepass: bool,
+                    sides: list[int], bk: int, bm: int) -> _GridPoint:
+        """A heap entry: (lower bound, grid order, indices, onepass) of the grid point ``at``
+        (the indices of bk, bm and bn; bm and bn index ``sides``)."""
+        ik, im, ib = at
+        tk, ns = cdiv(shape.d, bk), len(sides)
         bn = sides[ib]
         p = 1 if onepass else 2
         d = shape.d

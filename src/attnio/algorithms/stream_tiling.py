@@ -413,6 +413,31 @@ def _pair(rows: Callable[[int, int], int], d: int, c1: int, d1: int,
     return {(a1, c1, d1, a2, c2)} if a1 and a2 else set()
 
 
+@dataclass(frozen=True)
+class _ScoresPass:
+    """What every block of Phase 1 shares: Q and K (inputs), A (the scores' scratch), the
+    workload, the tiling and the score scale."""
+
+    Q: SlowArray
+    K: SlowArray
+    A: SlowArray
+    shape: Shape
+    t: StreamTilingTiling
+    scale: float
+
+
+@dataclass(frozen=True)
+class _OutputsPass:
+    """What every block of one slice group of Phase 2 shares: A (the scores), V, O, the
+    workload, and whether a V row chunk is held (else a score column)."""
+
+    A: SlowArray
+    V: SlowArray
+    O: SlowArray
+    shape: Shape
+    v_held: bool
+
+
 class StreamTiling(Algorithm[StreamTilingTiling]):
     name = "stream_tiling"
     summary = ("square tiling with word streaming (Smith & van de Geijn): raw scores written once, "
@@ -582,35 +607,35 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         walked one by one.  Order "row" loads the rows of Q_i that see a key.  A masked bulk
         count runs alike query blocks once (:meth:`_scores_bulk`)."""
         z = max(0, min(shape.Nq, -shape.offset)) if shape.causal else 0  # rows that see nothing
+        p = _ScoresPass(Q, K, A, shape, t, scale)
         if shape.causal and mem.bulk:
-            self._scores_bulk(mem, Q, K, A, z, shape, t, scale)
+            self._scores_bulk(mem, p, z)
             return
         for ib in mem.blocks(shape.Nq, t.Br, uniform=not shape.causal):
-            self._scores_block(mem, Q, K, A, ib, z, shape, t, scale)
+            self._scores_block(mem, p, ib, z)
 
-    def _scores_block(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray,
-                      ib: Block, z: int, shape: Shape, t: StreamTilingTiling, scale: float,
-                      *, full_part: bool = True) -> None:
+    def _scores_block(self, mem: TwoLevelMemory, p: _ScoresPass, ib: Block, z: int, *,
+                      full_part: bool = True) -> None:
         """Query block ``ib`` of Phase 1 (without its fully seen key blocks when not
         ``full_part``: a masked bulk count runs those apart)."""
+        Q, shape, t = p.Q, p.shape, p.t
         hi = kv_visible_hi(shape, ib.stop)
         full = kv_visible_hi(shape, ib.start + 1) // t.Bc * t.Bc
         Qi = (mem.load(Q, slice(max(ib.start, z), ib.stop), label="Q_i")
               if (t.order == "row" and hi > 0) else None)
         if full_part:
             for jb in mem.blocks(shape.Nkv, t.Bc, hi=full):
-                self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
+                self._tile(mem, p, Qi, ib, jb, hi)
         if mem.bulk and Qi is not None:
-            self._diagonal_tiles_bulk(mem, Q, K, A, Qi, ib, full, hi, shape, t, scale)
+            self._diagonal_tiles_bulk(mem, p, Qi, ib, full, hi)
         else:
             for jb in mem.blocks(shape.Nkv, t.Bc, lo=full, hi=hi, uniform=False):
-                self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
+                self._tile(mem, p, Qi, ib, jb, hi)
         if Qi is not None:
             mem.free(Qi)
 
-    def _diagonal_tiles_bulk(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray,
-                             A: SlowArray, Qi: FastTile, ib: Block, full: int, hi: int,
-                             shape: Shape, t: StreamTilingTiling, scale: float) -> None:
+    def _diagonal_tiles_bulk(self, mem: TwoLevelMemory, p: _ScoresPass, Qi: FastTile, ib: Block,
+                             full: int, hi: int) -> None:
         """The key blocks [full, hi) the diagonal of query block ``ib`` crosses, Q_i held, in
         bulk count mode.  The first (the most lines: the peak), the last (maybe short) and, for
         an exact mean, the second are walked; between them every tile is Bc whole columns whose
@@ -618,13 +643,14 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         stand-in for their lines) and write, on average, ``S/T`` words each (S their lines' sum,
         an arithmetic series, T their number), stored as one tile of the loop.  O(Bc) where
         walking them costs O(Br)."""
+        K, A, shape, t, scale = p.K, p.A, p.shape, p.t, p.scale
         Bc, off, d = t.Bc, shape.offset, shape.d
         j0, j1 = full // Bc, (hi - 1) // Bc  # the first and last tiles (inclusive)
 
         def walk(j: int) -> None:
             for jb in mem.blocks(shape.Nkv, Bc, lo=max(full, j * Bc), hi=min(hi, (j + 1) * Bc),
                                  uniform=False):
-                self._tile(mem, Q, K, A, Qi, ib, jb, hi, shape, t, scale)
+                self._tile(mem, p, Qi, ib, jb, hi)
 
         def tile_sum(j: int) -> int:  # Σ_c (r1 + off - c) over the Bc columns of tile j
             return Bc * (ib.stop + off - j * Bc) - Bc * (Bc - 1) // 2
@@ -657,8 +683,7 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
                     mem.free(out)
         walk(j1)
 
-    def _scores_bulk(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray,
-                     z: int, shape: Shape, t: StreamTilingTiling, scale: float) -> None:
+    def _scores_bulk(self, mem: TwoLevelMemory, p: _ScoresPass, z: int) -> None:
         """Phase 1 in masked bulk count mode: the query blocks in classes that move alike words
         (:func:`_row_classes`), each run once with its multiplicity.  In the interior (the
         diagonal crosses only full key blocks) a block's diagonal tiles depend on its first
@@ -666,18 +691,19 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         their diagonal once; their fully seen key blocks (as many as the phase's blocks see in
         all, a sum in closed form) run once more, as one uniform loop, with a stand-in for Q_i
         (the same words resident, none moved)."""
+        shape, t = p.shape, p.t
         Nq, Nkv, off, Br, Bc = shape.Nq, shape.Nkv, shape.offset, t.Br, t.Bc
         kfull = Nkv // Bc * Bc
         for kind, i0, count, step in _row_classes(Nq, Br, off, Nkv, kfull, 0, Bc):
             if kind == "walk":
                 for ib in mem.blocks(Nq, Br, lo=i0 * Br, hi=min(Nq, (i0 + count) * Br),
                                      uniform=False):
-                    self._scores_block(mem, Q, K, A, ib, z, shape, t, scale)
+                    self._scores_block(mem, p, ib, z)
                 continue
             rep = Block(i0, i0 * Br, min(Nq, (i0 + 1) * Br))
             interior = kind == "phase"
             for _ in mem.blocks(count, 1):  # the query loop's steps, one per block
-                self._scores_block(mem, Q, K, A, rep, z, shape, t, scale, full_part=not interior)
+                self._scores_block(mem, p, rep, z, full_part=not interior)
             if not interior:
                 continue
             # the fully seen key blocks of the class: block i0 + k·step sees
@@ -690,19 +716,18 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             lb = Block(last, last * Br, (last + 1) * Br)  # it sees key block 0 entirely
             held = mem.alloc((Br, shape.d), label="Q_i") if t.order == "row" else None
             for jb in mem.blocks(seen * Bc, Bc):
-                self._tile(mem, Q, K, A, held, lb, jb, kv_visible_hi(shape, lb.stop), shape, t,
-                           scale)
+                self._tile(mem, p, held, lb, jb, kv_visible_hi(shape, lb.stop))
             if held is not None:
                 mem.free(held)
 
     @staticmethod
-    def _tile(mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray, Qi: FastTile | None,
-              ib: Block, jb: Block, hi: int, shape: Shape, t: StreamTilingTiling,
-              scale: float) -> None:
+    def _tile(mem: TwoLevelMemory, p: _ScoresPass, Qi: FastTile | None, ib: Block, jb: Block,
+              hi: int) -> None:
         """One score tile, held as its visible lines: a column per key (the rows that see it,
         a suffix of the block) or, with a K column held, a row per query (the keys it sees, a
         prefix); each line written where it lies in A.  Only the rows that see a key of the
         tile, ``[r_lo, r1)``, and the keys some row sees, ``[c0, c_hi)``, are read."""
+        Q, K, A, shape, t, scale = p.Q, p.K, p.A, p.shape, p.t, p.scale
         d, r0, r1, c0 = shape.d, ib.start, ib.stop, jb.start
         c_hi = min(jb.stop, hi)
         r_lo = max(r0, min(r1, c0 - shape.offset)) if shape.causal else r0
@@ -756,22 +781,21 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         moved)."""
         Nq, Nkv, off = shape.Nq, shape.Nkv, shape.offset
         for lo, w, a, c in _groups(shape.d, t):
-            v_held = min(c, w) <= min(a, Nq)  # else a score column held
+            p = _OutputsPass(A, V, O, shape, min(c, w) <= min(a, Nq))  # else a score column held
             if not (shape.causal and mem.bulk):
                 for ib in mem.blocks(Nq, a, uniform=not shape.causal):
-                    self._output_block(mem, A, V, O, ib, lo, w, c, v_held, shape)
+                    self._output_block(mem, p, ib, lo, w, c)
                 continue
             for kind, i0, count, _ in _row_classes(Nq, a, off, Nkv, Nkv, 1, 1):
                 if kind == "walk":
                     for ib in mem.blocks(Nq, a, lo=i0 * a, hi=min(Nq, (i0 + count) * a),
                                          uniform=False):
-                        self._output_block(mem, A, V, O, ib, lo, w, c, v_held, shape)
+                        self._output_block(mem, p, ib, lo, w, c)
                     continue
                 rep = Block(i0, i0 * a, min(Nq, (i0 + 1) * a))
                 interior = kind == "phase"
                 for _ in mem.blocks(count, 1):  # the row-block loop's steps, one per block
-                    self._output_block(mem, A, V, O, rep, lo, w, c, v_held, shape,
-                                       full_part=not interior)
+                    self._output_block(mem, p, rep, lo, w, c, full_part=not interior)
                 # the keys the class's blocks see entirely: r0 + 1 + off each
                 seen = a * (count * (2 * i0 + count - 1) // 2) + count * (1 + off)
                 if not interior or not seen:
@@ -781,14 +805,14 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
                     Oc = mem.alloc((a, db.size), label="O_ic")
                     g = mem.alloc((a,), label="g_i")
                     for kb in mem.blocks(sb.index * seen, 1):
-                        self._key(mem, A, V, (Oc, g), rep, kb, db, 0, v_held)
+                        self._key(mem, p, (Oc, g), rep, kb, db, 0)
                     mem.free(Oc, g)
 
-    def _output_block(self, mem: TwoLevelMemory, A: SlowArray, V: SlowArray, O: SlowArray,
-                      ib: Block, lo: int, w: int, c: int, v_held: bool, shape: Shape, *,
-                      full_part: bool = True) -> None:
+    def _output_block(self, mem: TwoLevelMemory, p: _OutputsPass, ib: Block, lo: int, w: int,
+                      c: int, *, full_part: bool = True) -> None:
         """Row block ``ib`` of one slice group of Phase 2 (without the keys all its rows see
         when not ``full_part``: a masked bulk count runs those apart)."""
+        O, shape, v_held = p.O, p.shape, p.v_held
         hi = kv_visible_hi(shape, ib.stop)
         h0 = kv_visible_hi(shape, ib.start + 1)
         for sb in mem.blocks(w, c):
@@ -802,25 +826,25 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             acc = (Oc, g)
             if full_part:
                 for kb in mem.blocks(shape.Nkv, 1, hi=h0):
-                    self._key(mem, A, V, acc, ib, kb, db, 0, v_held)
+                    self._key(mem, p, acc, ib, kb, db, 0)
             if mem.bulk and v_held:
-                self._diagonal_bulk(mem, A, V, acc, ib, db, h0, hi, shape)
+                self._diagonal_bulk(mem, p, acc, ib, db, h0, hi)
             else:
                 for kb in mem.blocks(shape.Nkv, 1, lo=h0, hi=hi, uniform=False):
                     top = max(0, kb.start - shape.offset - ib.start)  # rows [top, size)
-                    self._key(mem, A, V, acc, ib, kb, db, top, v_held)
+                    self._key(mem, p, acc, ib, kb, db, top)
             mem.store(Oc, O, ib, db)  # normalised all along
             mem.free(Oc, g)
 
     @staticmethod
-    def _diagonal_bulk(mem: TwoLevelMemory, A: SlowArray, V: SlowArray,
-                       acc: tuple[FastTile, ...], ib: Block, db: Block, h0: int, hi: int,
-                       shape: Shape) -> None:
+    def _diagonal_bulk(mem: TwoLevelMemory, p: _OutputsPass, acc: tuple[FastTile, ...],
+                       ib: Block, db: Block, h0: int, hi: int) -> None:
         """The keys [h0, hi) of row block ``ib`` that a suffix of its rows sees, in bulk count
         mode with a V row chunk held (:meth:`_key`): each key loads its chunk (a uniform loop,
         run once), and its rows [top, size) one score each: their sum over the keys, in closed
         form, runs once as one loop with a stand-in for the chunk (the same words resident,
         none moved).  O(1) where walking the keys costs O(size)."""
+        A, V, shape = p.A, p.V, p.shape
         n = hi - h0
         if n <= 0:
             return
@@ -839,14 +863,15 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         mem.free(v)
 
     @staticmethod
-    def _key(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, acc: tuple[FastTile, ...],
-             ib: Block, kb: Block, db: Block, top: int, v_held: bool) -> None:
+    def _key(mem: TwoLevelMemory, p: _OutputsPass, acc: tuple[FastTile, ...], ib: Block,
+             kb: Block, db: Block, top: int) -> None:
         """Key kb into the output tile, for its rows [top, size): with a V row chunk held, their
         scores streamed one word at a time; else their score column held and the V words of the
         chunk streamed.  Rows [0, top) take the key with weight 0, as a dense P·V does (so a
         non-finite value reaches them as it reaches the reference's rows; no word moves)."""
+        A, V = p.A, p.V
         r0 = ib.start + top
-        if v_held:
+        if p.v_held:
             v = mem.load(V, kb, db, label="V_kc")
             for rc in mem.blocks(ib.size - top, 1):
                 w = mem.load(A, r0 + rc.start, kb, label="a_rk")

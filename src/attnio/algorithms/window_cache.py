@@ -65,10 +65,11 @@ import numpy as np
 
 from ..core import masks
 from ..core.errors import ParameterError
-from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
+from ..core.memory import Block, FastTile, IOCount, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from .base import GroupedAlgorithm, block_sizes, divisors_upto
+from .common import HeadGroup
 from .flash2 import ALGORITHM as _FLASH2
 from .flash2 import Flash2Tiling
 
@@ -155,6 +156,21 @@ def _band_step(shape: Shape, r0: int, lo: int, hi: int, C: int, Bc: int,
     return fn
 
 
+@dataclass(frozen=True)
+class _Ring:
+    """What every query block of a cached run shares: the block rows ``Br``, the first and last
+    blocks that see a key, the ring's capacity ``C`` keys, the score block's width ``Bc`` and
+    the K and V rings (fast tiles of C rows)."""
+
+    Br: int
+    first: int
+    last: int
+    C: int
+    Bc: int
+    Kc: FastTile
+    Vc: FastTile
+
+
 class WindowCache(GroupedAlgorithm[WindowCacheTiling]):
     name = "window_cache"
     summary = ("sliding window: K/V rows of the band cached across consecutive query blocks, each "
@@ -220,15 +236,13 @@ class WindowCache(GroupedAlgorithm[WindowCacheTiling]):
         return IOCount(reads=G * d * seen_rows + 2 * d * span, writes=G * shape.Nq * d)
 
     # ------------------------------------------------------------------ the schedule
-    def schedule_group(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray,
-                       V: SlowArray, Os: list[SlowArray], *, shape: Shape,
-                       tiling: WindowCacheTiling, scale: float,
-                       lse: list[SlowArray] | None = None) -> None:
-        """Query heads ``Qs`` (one group) against one K/V head; ``lse`` (optional) receives each
-        row's logsumexp, for the backward pass."""
+    def schedule_group(self, mem: TwoLevelMemory, heads: HeadGroup, *, shape: Shape,
+                       tiling: WindowCacheTiling, scale: float) -> None:
+        """Query heads ``heads.Qs`` (one group) against their K/V head; ``heads.lse``
+        (optional) receives each row's logsumexp, for the backward pass."""
         if not tiling.cache:
-            _FLASH2.schedule_group(mem, Qs, K, V, Os, shape=shape, tiling=self._flash2(tiling),
-                                   scale=scale, lse=lse)
+            _FLASH2.schedule_group(mem, heads, shape=shape, tiling=self._flash2(tiling),
+                                   scale=scale)
             return
         d, Nq = shape.d, shape.Nq
         Br = min(tiling.Br, Nq)
@@ -237,16 +251,19 @@ class WindowCache(GroupedAlgorithm[WindowCacheTiling]):
         first, last = _seen_blocks(shape, Br)
         Kc = mem.alloc((C, d), 0.0, label="K_cache")
         Vc = mem.alloc((C, d), 0.0, label="V_cache")
+        ring = _Ring(Br, first, last, C, Bc, Kc, Vc)
         for a, b in _stretches(shape, Br, first, last):
             for qb in mem.blocks(Nq, Br, lo=a * Br, hi=min(Nq, b * Br)):  # alike: bulk runs one
-                self._block(mem, Qs, K, V, Os, qb, shape, Br, first, last, C, Bc, Kc, Vc, scale,
-                            lse)
+                self._block(mem, heads, qb, shape, ring, scale)
         mem.free(Kc, Vc)
 
-    def _block(self, mem: TwoLevelMemory, Qs: list[SlowArray], K: SlowArray, V: SlowArray,
-               Os: list[SlowArray], qb: Block, shape: Shape, Br: int, first: int, last: int,
-               C: int, Bc: int, Kc: FastTile, Vc: FastTile, scale: float,
-               lse: list[SlowArray] | None) -> None:
+    def _block(self, mem: TwoLevelMemory, heads: HeadGroup, qb: Block, shape: Shape,
+               ring: _Ring, scale: float) -> None:
+        """Query block ``qb`` of the heads ``heads.Qs``: the keys new to it into the ring, then
+        the block against the keys it sees there."""
+        Qs, K, V, Os, lse = heads.Qs, heads.K, heads.V, heads.Os, heads.lse
+        Br, first, last, C, Bc, Kc, Vc = (ring.Br, ring.first, ring.last, ring.C, ring.Bc,
+                                          ring.Kc, ring.Vc)
         d = shape.d
         if not first <= qb.index <= last:  # no row of the block sees a key: its output is 0
             K_.store_empty_rows(mem, Os, qb, d, lse)
@@ -254,21 +271,21 @@ class WindowCache(GroupedAlgorithm[WindowCacheTiling]):
         lo, hi = kv_range(shape, qb.start, qb.stop)
         n0, n1 = new_keys(shape, Br, qb.index, first)
         for kb in mem.blocks(shape.Nkv, 1, lo=n0, hi=n1):  # alike: bulk runs one
-            for src, ring, label in ((K, Kc, "k_c"), (V, Vc, "v_c")):
+            for src, tile, label in ((K, Kc, "k_c"), (V, Vc, "v_c")):
                 row = mem.load(src, kb, label=label)
-                mem.compute(_copy_row(kb.start, C), ring, row, writes=1)
+                mem.compute(_copy_row(kb.start, C), tile, row, writes=1)
                 mem.free(row)
-        heads = []
+        held = []
         for Q in Qs:
             Qi = mem.load(Q, qb, label="Q_i")
             Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
             m = mem.alloc((qb.size,), -np.inf, label="m_i")
             l = mem.alloc((qb.size,), 0.0, label="l_i")
             t = mem.alloc((qb.size,), 0.0, label="tmp")
-            heads.append((Qi, Oi, m, l, t))
+            held.append((Qi, Oi, m, l, t))
         S = mem.alloc((qb.size, Bc), label="S_ij")
         step = _band_step(shape, qb.start, lo, hi, C, Bc, scale)
-        for g, (Qi, Oi, m, l, t) in enumerate(heads):
+        for g, (Qi, Oi, m, l, t) in enumerate(held):
             mem.compute(step, S, m, l, t, Oi, Qi, Kc, Vc, writes=5)
             if lse is not None:  # logsumexp = m + log l, written for the backward pass
                 mem.compute(K_.logsumexp, t, m, l, writes=1)
@@ -276,7 +293,7 @@ class WindowCache(GroupedAlgorithm[WindowCacheTiling]):
             mem.compute(K_.normalise_rows, Oi, l, writes=1)
             mem.store(Oi, Os[g], qb)
         mem.free(S)
-        for Qi, Oi, m, l, t in heads:
+        for Qi, Oi, m, l, t in held:
             mem.free(Qi, Oi, m, l, t)
 
 

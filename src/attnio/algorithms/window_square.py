@@ -251,6 +251,16 @@ def _columns(kb: Block, C: int, Nkv: int) -> Block | slice:
     return slice(c0, c0 + kb.size)
 
 
+@dataclass(frozen=True)
+class _Spilled:
+    """The slow-memory scratch Phase 1 writes and Phase 2 reads: ``S``, the raw scores held in
+    a ring of ``C`` columns a row, and ``g``, each row's log-sum-exp."""
+
+    S: SlowArray
+    g: SlowArray
+    C: int
+
+
 class WindowSquare(Algorithm[WindowSquareTiling]):
     name = "window_square"
     summary = ("square tiling over the band (any mask, sliding windows included): write the "
@@ -398,15 +408,17 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
         C = ring_width(shape, br, bc, bk2)
         S = mem.scratch("S_band", (shape.Nq, C))  # the visible scores, written once (a ring)
         g = mem.scratch("g", (shape.Nq,))  # each row's log-sum-exp
-        self._phase1(mem, Q, K, S, g, shape, tiling, scale, C)
-        self._phase2(mem, V, S, g, O, shape, tiling, C)
+        spilled = _Spilled(S, g, C)
+        self._phase1(mem, Q, K, spilled, shape, tiling, scale)
+        self._phase2(mem, V, spilled, O, shape, tiling)
 
     @staticmethod
     def _band(shape: Shape) -> masks.Band | None:
         return masks.Band.queries(shape) if shape.causal else None
 
-    def _phase1(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, S: SlowArray,
-                g: SlowArray, shape: Shape, t: WindowSquareTiling, scale: float, C: int) -> None:
+    def _phase1(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, spilled: _Spilled,
+                shape: Shape, t: WindowSquareTiling, scale: float) -> None:
+        S, g, C = spilled.S, spilled.g, spilled.C
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         br, bc, bd = min(t.Br, Nq), min(t.Bc, Nkv), min(t.Bd, d)
         band = self._band(shape)
@@ -437,8 +449,9 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
             mem.store(m, g, ib)
             mem.free(m, l)
 
-    def _phase2(self, mem: TwoLevelMemory, V: SlowArray, S: SlowArray, g: SlowArray,
-                O: SlowArray, shape: Shape, t: WindowSquareTiling, C: int) -> None:
+    def _phase2(self, mem: TwoLevelMemory, V: SlowArray, spilled: _Spilled, O: SlowArray,
+                shape: Shape, t: WindowSquareTiling) -> None:
+        S, g, C = spilled.S, spilled.g, spilled.C
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         br2, bk2, bd2 = min(t.Br2, Nq), min(t.Bk2, Nkv), min(t.Bd2, d)
         band = self._band(shape)

@@ -123,9 +123,8 @@ def _trace_forward(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None
     rec = _Recorder()
     mem = TwoLevelMemory(_budget_words(cfg, smem, regs), mode="count", tracer=rec)
     h = place_inputs(mem, shp, None)
-    lse = mem.slow("L", (shp.n_heads * shp.Nq,))
-    FLASH2.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp,
-                        tiling=Flash2Tiling(Brh, Bc, G), scale=1.0, lse=lse)
+    h["L"] = mem.slow("L", (shp.n_heads * shp.Nq,))
+    FLASH2.run_schedule(mem, h, shape=shp, tiling=Flash2Tiling(Brh, Bc, G), scale=1.0)
     return rec.ops, shp
 
 
@@ -136,8 +135,7 @@ def _trace_split(cfg: KernelConfig, d: int, rows: int, smem: int | None):
     rec = _Recorder()
     mem = TwoLevelMemory(_budget_words(cfg, smem, regs), mode="count", tracer=rec)
     h = place_inputs(mem, shp, None)
-    FLASH_DECODING.run_schedule(mem, h["Q"], h["K"], h["V"], h["O"], shape=shp,
-                                tiling=SplitKVTiling(rows, Bc, 2), scale=1.0)
+    FLASH_DECODING.run_schedule(mem, h, shape=shp, tiling=SplitKVTiling(rows, Bc, 2), scale=1.0)
     return rec.ops, shp
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import algorithms, bounds
+from ..algorithms import mapper
 from ..blocks.matmul import ALGORITHM as MATMUL
 from ..blocks.matmul import run_matmul
 from ..core.errors import ParameterError
@@ -57,8 +58,9 @@ def simulated(inst: Instance, M: int) -> list[tuple[str, int | None, str]]:
     """Every exact registered algorithm (the blocked matmul for a matmul instance) run in count
     mode at this M.
 
-    Returns ``(name, total I/O or None, note)``; None with ``"cannot run: needs M >= m"`` when the
-    algorithm's least M exceeds M.
+    Returns ``(name, total I/O or None, note)``; None with ``"cannot run: <reason>"`` when the
+    algorithm cannot run the instance with M words (the mapper's
+    :func:`~attnio.algorithms.mapper.can_run`: ``needs M >= m`` when its least M exceeds M).
     """
     out: list[tuple[str, int | None, str]] = []
     if inst.kind == "matmul":
@@ -68,9 +70,9 @@ def simulated(inst: Instance, M: int) -> list[tuple[str, int | None, str]]:
         return [(MATMUL.name, run_matmul(shape=inst.sizes, M=M).io.total, "")]
     shape = Shape(*inst.sizes)
     for alg in algorithms.all_algorithms(exact=True):
-        need = alg.min_M(shape)
-        if M < need:
-            out.append((alg.name, None, f"cannot run: needs M >= {need}"))
+        why = mapper.can_run(alg, shape, M)
+        if why is not None:
+            out.append((alg.name, None, f"cannot run: {why}"))
             continue
         out.append((alg.name, run(alg.name, shape=shape, M=M, mode="count").io.total, ""))
     return out
