@@ -64,7 +64,7 @@ from ..approx.features import FeatureMap, feature_dim
 from ..approx.poly import VARIANTS, check_eps, output_error_factor, polynomial
 from ..approx.radius import check_entries, check_radius, score_radius
 from ..core import masks
-from ..core.checks import check_bool, check_int, check_real
+from ..core.checks import check_bool, check_real
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import MAX_SIZE, Shape, cdiv, kv_visible_hi
@@ -268,10 +268,7 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
         return t
 
     def validate_tiling(self, shape: Shape, tiling: ApproxPolyTiling) -> None:
-        for f in ("Bn", "rb"):
-            v = getattr(tiling, f)
-            if v is not None:
-                check_int(f"tiling.{f}", v, minimum=1, maximum=MAX_SIZE)
+        super().validate_tiling(shape, tiling)  # Bn, rb, degree, r: optional sizes, by the schema
 
     def coerce_tiling(self, shape: Shape, M: int, tiling: Any = None,
                       inputs: Any = None) -> ApproxPolyTiling:

@@ -77,6 +77,9 @@ class TiledSchedule(ABC, Generic[TilingT]):
     exact: ClassVar[bool] = True
     supports_window: ClassVar[bool] = False
     supports_block_mask: ClassVar[bool] = False
+    #: The argument a user passes the tiling as (its fields are named ``<tiling_param>.<field>``
+    #: in errors): ``tiling`` forward, ``backward_tiling`` backward.
+    tiling_param: ClassVar[str] = "tiling"
     #: The declared tiling schema; None: read from ``Tiling``'s annotations (ints in
     #: [1, 2**50], ``int | None`` optional, floats, strings, booleans).
     fields: ClassVar[tuple[Field, ...] | None] = None
@@ -111,6 +114,20 @@ class TiledSchedule(ABC, Generic[TilingT]):
     def schema(self) -> tuple[Field, ...]:
         """The declared tiling fields (:attr:`fields`, or read from ``Tiling``)."""
         return self.fields if self.fields is not None else schema_of(self.Tiling)
+
+    def validate_tiling(self, shape: Shape, tiling: TilingT) -> None:
+        """Check every integer field of the schema (tile sizes, counts) is an integer in its
+        range, [1, 2**50] by default (no size of a workload is larger,
+        :data:`~attnio.core.workload.MAX_SIZE`; None allowed where the field is optional);
+        subclasses add their own rules."""
+        for f in self.schema():
+            if f.kind != "int":
+                continue
+            v = getattr(tiling, f.name)
+            if v is None and f.optional:
+                continue
+            check_int(f"{self.tiling_param}.{f.name}", v, minimum=int(f.low or 1),
+                      maximum=int(f.high) if f.high is not None else MAX_SIZE)
 
     def covered_by(self, shape: Shape) -> str | None:
         """The registered schedule whose count equals this one's word for word on ``shape``
@@ -248,20 +265,6 @@ class Algorithm(TiledSchedule[TilingT]):
                                      f"fields are {sorted(names)}", param="tiling")
         return self.Tiling(**tiling)
 
-    def validate_tiling(self, shape: Shape, tiling: TilingT) -> None:
-        """Check every integer field of the schema (tile sizes, counts) is an integer in its
-        range, [1, 2**50] by default (no size of a workload is larger,
-        :data:`~attnio.core.workload.MAX_SIZE`; None allowed where the field is optional);
-        subclasses add their own rules."""
-        for f in self.schema():
-            if f.kind != "int":
-                continue
-            v = getattr(tiling, f.name)
-            if v is None and f.optional:
-                continue
-            check_int(f"tiling.{f.name}", v, minimum=int(f.low or 1),
-                      maximum=int(f.high) if f.high is not None else MAX_SIZE)
-
     # -------------------------------------------------------------- counts
     def _total(self, shape: Shape, tiling: TilingT) -> IOCount:
         """Closed form over every head: heads are independent problems (``_predict`` is per head)."""
@@ -389,6 +392,7 @@ class BackwardSchedule(TiledSchedule[TilingT]):
 
     supports_window: ClassVar[bool] = True
     supports_block_mask: ClassVar[bool] = False
+    tiling_param: ClassVar[str] = "backward_tiling"
     _called = "the backward schedule "
 
     def execute(self, mem: TwoLevelMemory, arrays: Mapping[str, SlowArray], tiling: TilingT, *,
@@ -438,8 +442,7 @@ class BackwardSchedule(TiledSchedule[TilingT]):
             raise ParameterError(f"backward tiling for {self.name} must be a "
                                  f"{self.Tiling.__name__} or a mapping of its fields {fields}, "
                                  f"got {tiling!r}", param="backward_tiling")
-        for f in fields:
-            check_int(f"backward_tiling.{f}", getattr(tiling, f), minimum=1)
+        self.validate_tiling(shape, tiling)
         self._check_fits(shape, M, tiling)
         return tiling
 

@@ -302,8 +302,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         return p1 + p2
 
     def validate_tiling(self, shape: Shape, tiling: SquareTilingTiling) -> None:
-        for f in _SIZE_FIELDS:
-            check_int(f"tiling.{f}", getattr(tiling, f), minimum=1)
+        super().validate_tiling(shape, tiling)  # the six sizes, by the schema
         if tiling.order not in ORDERS:
             raise ParameterError(f"tiling.order must be one of {ORDERS}, got {tiling.order!r}")
         if not isinstance(tiling.stable, bool):
