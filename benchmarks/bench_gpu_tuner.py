@@ -52,7 +52,7 @@ def shipped_tiles(top: int = 3) -> list[dict]:
                 assert r.named is not None
                 tiles = [(s.config.Br, s.config.Bc) for s in r.best]
                 named = (r.named.config.Br, r.named.config.Bc)
-                sums = [abs(sum(s.breakdown.values()) / s.time_s - 1) for s in r.best]
+                sums = _breakdown_gaps(r)
                 rows.append({"device": dev, "algorithm": alg, "d": d, "causal": causal,
                              "top": [s.config.short() for s in r.best],
                              "times_us": [s.time_s * 1e6 for s in r.best],
@@ -61,6 +61,13 @@ def shipped_tiles(top: int = 3) -> list[dict]:
                              "small_bc_in_top": any(bc < 64 for _, bc in tiles),
                              "max_breakdown_err": max(sums), "cpu_s": cpu})
     return rows
+
+
+def _breakdown_gaps(r) -> list[float]:
+    """|sum(breakdown_s) / time_s - 1| of every entry the tune reports: its top and the named
+    kernel."""
+    entries = list(r.best) + ([r.named] if r.named is not None else [])
+    return [abs(sum(s.breakdown.values()) / s.time_s - 1) for s in entries]
 
 
 def tune_speed() -> list[dict]:
@@ -80,7 +87,8 @@ def tune_speed() -> list[dict]:
             out.append({"case": name, "error": str(e).splitlines()[0]})
             continue
         out.append({"case": name, "cpu_s": time.process_time() - c0,
-                    "best": r.best[0].config.short(), "named_rank": r.named_rank})
+                    "best": r.best[0].config.short(), "named_rank": r.named_rank,
+                    "max_breakdown_err": max(_breakdown_gaps(r))})
     return out
 
 
@@ -123,6 +131,9 @@ def main(argv=None) -> int:
         else:
             print(f"  {r['case']:<14} {r['cpu_s']:5.2f} s  best {r['best']}  named rank "
                   f"{r['named_rank']}")
+    gaps = [r["max_breakdown_err"] for r in res["tiles"] + res["speed"] if "error" not in r]
+    print(f"breakdown_s against time_s, every entry (top and named) of these {len(gaps)} tunes: "
+          f"largest relative gap {max(gaps):.1e}")
     if not a.skip_validate and Path(a.train).is_file():
         res["validate"] = v = validation(Path(a.train))
         print(f"gpu validate on the calibration set: {v['rows']} rows, mean |time error| "

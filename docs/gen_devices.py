@@ -1,5 +1,9 @@
 """Write docs/devices.md from the device table (attnio.hardware.devices): every figure with its
-sources.  Run: ``python docs/gen_devices.py`` (from the repository root)."""
+sources.  Run: ``python docs/gen_devices.py`` (from the repository root).
+
+Every section of the page is written here, the prose included (the mechanisms that decide
+between tiles, the shared-memory floor of SS ``wgmma``): edit this file, not docs/devices.md.
+``tests/hardware/test_hardware_devices_doc.py`` checks the page against :func:`render`."""
 
 from __future__ import annotations
 
@@ -82,7 +86,13 @@ def sustained() -> list[str]:
          "that direction, and the model charges an m64nNk16 `N/(N + 8)` of the large-N rate "
          "(`WGMMA_N0` = 8 columns, about 4 clocks per instruction; held, not fitted: the free "
          "fit went to the lower bound of its physical range [8, 64]); their exact figures were "
-         "not re-read here, so none is copied.", "",
+         "not re-read here, so none is copied."
+         '  Beneath that overhead, an fa3 GEMM whose A and B operands both come from shared '
+         "memory (SS: FA3's QKᵀ always, PV with `p = smem`) cannot run faster than its "
+         "operands' reads at the SM's 128 B per clock: `(64 + N)·32` bytes per m64nNk16, `(64 + "
+         'N)/(2N)` of its tensor time on H100 (binding for N < 64; `timing.ss_operand_floor`, '
+         'derived from the PTX operand shapes and the shared-memory bandwidth, nothing fitted; '
+         'docs/hardware.md, section 6).', "",
          "Per-step and per-access-pattern costs (docs/hardware.md, section 6): the online "
          "softmax's O rescale (Br x dv FP32 multiplies per K/V step) and the causal mask (2 "
          "FP32 instructions per score on the steps that straddle the diagonal) on the FP32 "
@@ -97,6 +107,48 @@ def sustained() -> list[str]:
          "(arXiv 2407.08608) the three mechanisms of its section 3 (warp specialization, "
          "ping-pong, intra-warp-group overlap), whose ablation (Table 2: 661 / 582 / 570 "
          "TFLOP/s) is validation, never fitted.", "",
+         'Mechanisms that decide between tiles (issue 32; docs/hardware.md, sections 3, 6 and '
+         "9a, each with what it says at the issue's shapes):", "",
+         '* **Register budget** (section 3): an FA3 consumer thread holds O (`64·dv/128` fp32), '
+         'S (`64·Bc/128`) and, with P in registers and the intra-warp-group overlap, P '
+         '(`Bc/4`), plus 24 (two consumer groups) or 32 (three) registers of overhead, against '
+         "the consumer's `setmaxnreg` budget, 240 or 160 (`hopper/flash_fwd_kernel_sm90.h` "
+         'register requirements; `AI/SM90_BLOCK_SIZE_TUNING.md`, "Register Accounting"; P\'s '
+         'live range from `fwd_step` in `hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp`).  FA2: O, S '
+         "(and Q in registers) over the CTA's threads plus 32, against 255.  Every shipped tile "
+         'fits; over the budget a config is infeasible, not charged a spill: the one published '
+         'spill (FA2\'s 256x64 at d = 64, "85% slower ... because of register spilling", '
+         '`flash_fwd_launch_template.h`) is far beyond what its local-memory traffic would '
+         'cost.',
+         "* **Ping-pong partners** (section 6, `timing.pingpong_partners`): FA3's scheduler "
+         'barrier is a round robin over the consumer groups (`warp_scheduler_barrier_arrive`), '
+         'so a softmax of ρ GEMM batches needs `ceil(ρ)` of the other groups; further groups '
+         'add no hiding.  ρ counts all a group does between its batches: the softmax and, with '
+         "P in shared memory, P's stores (`write_P_to_smem` before the group's next GEMMs in "
+         '`fwd_step`; `timing.p_store_s`, at 128 B per clock).',
+         '* **Instruction shape and operand reads** (section 6): `wgmma` N/(N + 8) of the '
+         'large-N rate (luo2024, luo2025: throughput rises with N; the tables were not re-read '
+         'here: the stored copies hold the abstracts only, docs/hardware.md section 9a) and the '
+         'SS operand floor `(64 + N)/(2N)` (PTX ISA operand shapes, 128 B per clock of shared '
+         'memory; `AI/SM90_BLOCK_SIZE_TUNING.md`, "SMEM Traffic"); `mma.sync`\'s per-warp '
+         'ldmatrix traffic (every warp reads all of K and V each step: '
+         '`csrc/flash_attn/src/flash_fwd_kernel.h`, FA2 paper section 3.3) in the shared-memory '
+         'unit.',
+         '* **Per-step costs**: the O rescale (FA2 paper section 3.1.1), the causal mask on the '
+         "diagonal steps, synchronisation (`step_cycles`, fitted to 0 on sm90: FA3's groups "
+         "arrive on the next group's barrier before they wait).",
+         '* **Stages** (section 6): a load is issued `stages - 1 + lead` steps before its use; '
+         'at d = 256 shared memory allows 2 stages up to Bc = 80, 3 at 48, 1 from 96 '
+         '(`hopper/tile_size.h`: "128 x 80 hits the limit of smem", reproduced).  `gpu tune` '
+         "searches FA3's forward at the 2 stages flash-attn builds it with (`kStages = Arch >= "
+         '90 ? 2 : ...`, `hopper/flash_fwd_launch_template.h`); `gpu score` takes others.',
+         '* **Occupancy and waves**: CTAs per SM from shared memory, registers, threads and the '
+         'CTA limit (FA2\'s "2 CTAs per SM", `flash_fwd_launch_template.h`, reproduced); CTAs '
+         "dispatched greedily to the `SMs x CTAs per SM` slots in the kernel's launch order "
+         '(FA2: `(m, b, h)`, m fastest and not reversed, `flash_fwd_kernel.h`; FA3 causal: '
+         'longest first within L2 sections of heads, `hopper/tile_scheduler.hpp`), so a last '
+         "partial wave (FA2's 128x64 at d = 128, N = 8192, batch 2, 16 heads: 9.48 waves on "
+         'A100) costs its `tail`.', "",
          "| unit | " + " | ".join(f"{d.name} ({generation(d)})" for d in pick) + " | source |",
          "|---|" + "---|" * len(pick) + "---|"]
 

@@ -16,7 +16,7 @@ from attnio.core.workload import Shape
 from attnio.hardware import devices, feasibility, timing
 from attnio.hardware.kernels import KernelConfig, parse_config
 from attnio.hardware.model import score
-from attnio.hardware.oracle import tune_report
+from attnio.hardware.oracle import candidates, tune_report
 from attnio.hardware.ranking import TIE, ranks
 
 H100 = devices.get("h100")
@@ -220,14 +220,26 @@ def test_tune_lists_distinct_tiles_each_with_a_summing_breakdown_and_ranks_the_n
 
 def test_within_a_tile_ties_go_to_the_shipped_preferences():
     """Every config of the listed tiles within 1% of the chosen one's time: none with more
-    stages (or overlap where stages tie) is left out."""
-    r = tune_report(H100, PREFILL, top=2, dtype="fp16")
+    stages (or overlap where stages tie) is left out.  (FA2's family: FA3's forward space has
+    one stage count, the two flash-attn builds.)"""
+    r = tune_report(A100, PREFILL, top=2, dtype="fp16", algorithm="fa2")
     for s in r.best:
         for st in (1, 2, 3):
             alt = dataclasses.replace(s.config, stages=st)
-            a = score(H100, PREFILL, alt)
+            a = score(A100, PREFILL, alt)
             if a.feasible and a.time_s <= s.time_s * (1 + TIE) and st > s.config.stages:
                 pytest.fail(f"{alt.short()} ties {s.config.short()} with more stages")
+
+
+def test_fa3_forward_space_has_the_two_stages_flash_attn_builds():
+    """``kStages = Arch >= 90 ? 2 : ...`` (hopper/flash_fwd_launch_template.h): the tuner
+    searches FA3's forward tiles at two K/V stages; ``score`` still takes one or three."""
+    assert {c.stages for c in candidates(H100, PREFILL, "fa3", "fp16")} == {2}
+    assert {c.stages for c in candidates(A100, PREFILL, "fa2", "fp16")} == {1, 2, 3}
+    r = tune_report(H100, Shape(8192, 8192, 256, batch=2, heads=8), top=3, dtype="fp16")
+    assert all(s.config.stages == 2 for s in r.best)
+    one = score(H100, PREFILL, "Br=128,Bc=128,stages=3", dtype="fp16")
+    assert one.feasible and one.config.stages == 3
 
 
 def test_ranks_chain_configs_within_one_percent():
@@ -295,3 +307,16 @@ def test_calibration_fits_each_generation_to_at_most_ten_parameters():
     for gen, names in timing.FITTED.items():
         assert len(names) <= 10 and set(names) <= set(timing.BOUNDS), gen
     assert "wgmma_eff" not in timing.FITTED["sm80"] and "fa3_exposed" not in timing.FITTED["sm80"]
+
+
+def test_the_listed_best_is_never_slower_than_the_named_config_of_the_space():
+    """A causal GQA decode where every config's lower bound is the HBM floor: the replay
+    budget runs out on configs that turn out slower than flash-attn's own, which is in the
+    space and scored exactly, so it is listed first (before the fix: a 64x16 tile 4.7% slower
+    was the only one listed)."""
+    shape = Shape(1, 65536, 128, heads=32, kv_heads=8, batch=4, causal=True)
+    r = tune_report(H100, shape, top=4)
+    assert r.named is not None and r.named_rank == 1
+    assert r.best[0].time_s <= r.named.time_s * (1 + 1e-12)
+    assert any(s.config.short() == r.named.config.short() for s in r.best)
+    assert [s.time_s for s in r.best] == sorted(s.time_s for s in r.best)

@@ -56,9 +56,11 @@ def test_optional_columns_shape_each_row(engineer):
     assert d["config"] == shipped.short() + " (shipped)"
     assert d["configs"] == [shipped.as_dict()]
     assert rows["window"]["window"] == 1024 and rows["window"]["causal"] is True
-    assert rows["paged"]["page_size"] == 256 and "page_size=256 not modelled" in \
-        rows["paged"]["config"]
-    assert rows["paged"]["predicted_s"] == rows["decode"]["predicted_s"]
+    # a paged row runs the config flash-attn runs on a paged cache, at paged K/V's HBM rate
+    paged = named_config("fa3", devices.get("h100"), shape, "bf16", page_size=256)
+    assert rows["paged"]["page_size"] == 256 and paged.page_size == 256
+    assert rows["paged"]["config"] == paged.short() + " (shipped)"
+    assert rows["paged"]["predicted_s"] > rows["decode"]["predicted_s"]
     given = parse_config("Br=128,Bc=128,warps=12,stages=2", algorithm="fa3", dtype="bf16")
     assert rows["config"]["config"] == given.short() + " (given)"
     assert rows["config"]["predicted_s"] != rows["plain"]["predicted_s"]   # another tile
@@ -168,3 +170,52 @@ def test_a_bad_file_is_one_line(tmp_path, capsys, data, needle):
     lines = err.strip().splitlines()
     assert rc == 2 and out == "" and len(lines) == 1 and needle in lines[0]
     assert "bad.csv" in lines[0] and "column" in lines[0]
+
+
+def test_paged_rows_follow_flash_attns_paged_kernels(tmp_path):
+    """FA3 loads pages with TMA only when the page size is a multiple of kBlockN and
+    seqlen_q x heads/kv_heads > kBlockM (``get_pagedkv_tma``); otherwise its non-TMA tile
+    (``paged_kv_non_TMA``) with PackGQA.  FA2 needs pages of a multiple of 256 and always runs
+    its split-KV kernel."""
+    h100, a100 = devices.get("h100"), devices.get("a100")
+    prefill = Shape(8192, 8192, 128, batch=2, heads=16)
+    flat = named_config("fa3", h100, prefill, "bf16")
+    assert (flat.Br, flat.Bc) == (128, 176)
+    tma = named_config("fa3", h100, prefill, "bf16", page_size=176 * 2)
+    assert (tma.Br, tma.Bc, tma.page_size, tma.pack_gqa) == (128, 176, 352, False)
+    non_tma = named_config("fa3", h100, prefill, "bf16", page_size=256)   # 256 % 176 != 0
+    assert (non_tma.Br, non_tma.Bc, non_tma.pack_gqa) == (128, 128, True)
+    assert "non-TMA" in non_tma.label
+    decode = Shape(1, 8192, 128, batch=8, heads=64, kv_heads=8)   # 1 x 8 rows <= kBlockM
+    assert named_config("fa3", h100, decode, "bf16", page_size=128 * 4).pack_gqa
+    fa2 = named_config("fa2", a100, prefill, "bf16", page_size=256)
+    assert (fa2.algorithm, fa2.page_size) == ("splitkv", 256)
+    with pytest.raises(ParameterError) as e:
+        named_config("fa2", a100, prefill, "bf16", page_size=16)
+    assert e.value.param == "page_size" and "multiple of 256" in str(e.value)
+    with pytest.raises(ParameterError) as e:
+        named_config("sdpa", a100, prefill, "bf16", page_size=256)
+    assert e.value.param == "page_size"
+
+
+@pytest.mark.parametrize("row, col", [
+    ("a100,fa2,fwd,bf16,128,0,4096,,,2,16,,,16,,0.001\n", "page_size"),      # not 256k
+    ("a100,fa2,bwd,bf16,128,0,4096,,,2,16,,,256,,0.001\n", "page_size"),     # backward
+    ("h100,standard,fwd,bf16,128,0,4096,,,2,16,,,256,,0.001\n", "page_size"),
+    ('h100,fa3,fwd,bf16,128,0,4096,,,2,16,,,256,"Br=128,Bc=128,page=64",0.001\n', "config"),
+])
+def test_paged_rows_that_flash_attn_does_not_run_are_refused(tmp_path, row, col):
+    f = tmp_path / "p.csv"
+    f.write_text(HEAD + row)
+    with pytest.raises(ParameterError) as e:
+        validate(f)
+    assert f"column {col!r}" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_paged_config_row_reads_paged_kv(tmp_path):
+    f = tmp_path / "p.csv"
+    f.write_text(HEAD + 'h100,fa3,fwd,bf16,128,0,,1,8192,8,64,8,,16,"Br=128,Bc=128,pack=1,splits=8",0.0001\n'
+                 + 'h100,fa3,fwd,bf16,128,0,,1,8192,8,64,8,,,"Br=128,Bc=128,pack=1,splits=8",0.0001\n')
+    a, b = validate(f)["rows"]
+    assert a["configs"][0]["page_size"] == 16 and "page=16" in a["config"]
+    assert a["predicted_s"] > b["predicted_s"]

@@ -53,7 +53,7 @@ _VALIDATE_HELP = (
     "tflops or time_s (the calibration set's format; other columns are ignored). Optional: Nq "
     "and Nkv (queries and keys per head, default N; decode: Nq=1), window (sliding window, "
     "causal rows), kv_heads (GQA/MQA K/V heads, default heads), page_size (paged K/V page, "
-    "tokens: shown, predicted as contiguous K/V), config (the tile the row ran, e.g. "
+    "tokens, forward fa2/fa3 rows: flash-attn's paged config, paged K/V's HBM rate), config (the tile the row ran, e.g. "
     "\"Br=128,Bc=64,warps=4,stages=2\" quoted, or ';' between items; default: flash-attn's "
     "shipped config). A row's device may be the --device-file's name.")
 

@@ -392,9 +392,19 @@ def fa2_num_splits_heuristic(batch_nheads_mblocks: int, num_SMs: int, num_n_bloc
     return 1
 
 
-def fa2_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfig:
-    """The config flash-attn's FA2 forward (``mha_fwd``) runs for ``shape`` on ``device``."""
+def fa2_config(device: Device, shape: Shape, dtype: str = "bf16", page_size: int = 0
+               ) -> KernelConfig:
+    """The config flash-attn's FA2 forward (``mha_fwd``) runs for ``shape`` on ``device``.
+
+    ``page_size`` > 0: K/V in a paged cache of that many tokens per page
+    (``mha_fwd_kvcache`` with a ``block_table``, ``csrc/flash_attn/flash_api.cpp``): flash-attn
+    refuses a page size that is not a multiple of 256 ("Paged KV cache block size must be
+    divisible by 256") and always runs the split-KV kernel (``run_mha_fwd(params, stream,
+    /*force_split_kernel=*/paged_KV)``), with one split where its heuristic picks none."""
     fam = _sm_family(device)
+    if page_size and page_size % 256:
+        raise ParameterError(f"page_size must be a multiple of 256 for flash-attn's FA2 paged "
+                             f"K/V cache (flash_api.cpp), got {page_size}", param="page_size")
     d = head_dim_rounded("fa2", shape.d)
     if dtype_bytes(dtype) != 2:
         raise ParameterError(f"dtype={dtype}: flash-attn FA2 kernels are fp16/bf16 only",
@@ -409,15 +419,21 @@ def fa2_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfi
     splits = fa2_num_splits_heuristic(nheads * cdiv(seqlen_q, 64),
                                       device.sm_count * 2, cdiv(shape.Nkv, block_n), 128)
     label = f"fa2_{fam} d={d}"
-    if splits > 1:
+    if splits > 1 or page_size:
         return KernelConfig("splitkv", 64, block_n, 4, 1, dtype=dtype, pack_gqa=swapped,
-                            splits=splits, label=label + f" splitkv splits={splits}")
+                            splits=splits, page_size=page_size,
+                            label=label + f" splitkv splits={splits}")
     Br, Bc, w = _fa2_tile(d, shape.causal, fam, device)
     return KernelConfig("fa2", Br, Bc, w, 1, dtype=dtype, pack_gqa=swapped, label=label)
 
 
-def sdpa_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfig:
-    """PyTorch SDPA's flash backend: the FA2 sources of the same commit (a submodule)."""
+def sdpa_config(device: Device, shape: Shape, dtype: str = "bf16", page_size: int = 0
+                ) -> KernelConfig:
+    """PyTorch SDPA's flash backend: the FA2 sources of the same commit (a submodule).  It
+    takes contiguous K/V only (``scaled_dot_product_attention`` has no page table)."""
+    if page_size:
+        raise ParameterError("page_size: PyTorch SDPA takes contiguous K/V only (no page "
+                             f"table), got {page_size}", param="page_size")
     c = fa2_config(device, shape, dtype)
     return dataclasses.replace(c, label=c.label.replace("fa2_", "sdpa(fa2)_", 1))
 
@@ -480,8 +496,15 @@ def fa3_num_splits_heuristic(total_mblocks: int, num_SMs: int, num_n_blocks: int
     return 1
 
 
-def fa3_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfig:
-    """The config flash-attn's FA3 forward runs for ``shape`` on ``device`` (Hopper only)."""
+def fa3_config(device: Device, shape: Shape, dtype: str = "bf16", page_size: int = 0
+               ) -> KernelConfig:
+    """The config flash-attn's FA3 forward runs for ``shape`` on ``device`` (Hopper only).
+
+    ``page_size`` > 0: K/V in a paged cache of that many tokens per page.  ``get_pagedkv_tma``
+    (``hopper/flash_api.cpp``) loads the pages with TMA only when the page size is a multiple
+    of the tile's kBlockN and ``seqlen_q x heads/kv_heads > kBlockM``; otherwise the kernel is
+    ``PagedKVNonTMA``: ``tile_size_fwd_sm90(..., paged_kv_non_TMA=true)`` picks the tile, and
+    PackGQA is always on (``get_pack_gqa``)."""
     if not device.wgmma:
         raise ParameterError(f"kernel fa3 needs Hopper (compute capability 9.0, wgmma); "
                              f"device {device.name} is compute capability "
@@ -492,6 +515,9 @@ def fa3_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfi
     causal = shape.causal and not local
     Br, Bc, rs, overlap = fa3_tile_size(d, d, causal, local, e)
     g = shape.group
+    non_tma = bool(page_size) and not (page_size % Bc == 0 and shape.Nq * g > Br)
+    if non_tma:
+        Br, Bc, rs, overlap = fa3_tile_size(d, d, causal, local, e, paged_kv_non_tma=True)
     # get_num_splits (hopper/flash_api.cpp): packed rows, KV heads, L2 rule
     seqlen_k_loaded = (shape.Nkv if shape.window is None
                        else max(0, min(shape.Nkv, shape.window + Br)))
@@ -501,7 +527,7 @@ def fa3_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfi
     assert device.sm_count is not None  # (a device that passed require_model())
     splits = fa3_num_splits_heuristic(shape.n_kv_heads * num_m, device.sm_count,
                                       num_n, num_m, size_one_kv_head, shape.causal, 128)
-    if splits > 1:
+    if splits > 1 or non_tma:
         pack = True
     elif shape.group == 1:
         pack = False
@@ -512,7 +538,8 @@ def fa3_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfi
         pack = eff(shape.Nq) < 0.9 * eff(shape.Nq * g)
     return KernelConfig("fa3", Br, Bc, 4 * (Br // 64 + 1), 2, q="smem",
                         p="regs" if rs else "smem", dtype=dtype, pack_gqa=pack, splits=splits,
-                        overlap=overlap, label=f"fa3_sm90 d={d}")
+                        overlap=overlap, page_size=page_size,
+                        label=f"fa3_sm90 d={d}" + (" paged non-TMA" if non_tma else ""))
 
 
 def fa2_bwd_config(device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfig:
@@ -627,11 +654,13 @@ def fa1_config(device: Device, shape: Shape, dtype: str = "bf16", backward: bool
                         label="fa1 fwd")
 
 
-def named_config(kernel: str, device: Device, shape: Shape, dtype: str = "bf16") -> KernelConfig:
-    """The config the named kernel (``fa2``, ``fa3``, ``sdpa``) runs for ``shape``."""
+def named_config(kernel: str, device: Device, shape: Shape, dtype: str = "bf16",
+                 page_size: int = 0) -> KernelConfig:
+    """The config the named kernel (``fa2``, ``fa3``, ``sdpa``) runs for ``shape``;
+    ``page_size`` > 0: with K/V in a paged cache of that many tokens per page."""
     check_choice("kernel", kernel, tuple(KERNELS))
     fn = {"fa2": fa2_config, "fa3": fa3_config, "sdpa": sdpa_config}[kernel]
-    return fn(device, shape, dtype)
+    return fn(device, shape, dtype, page_size)
 
 
 def backward_config(kernel: str, device: Device, shape: Shape, dtype: str = "bf16"

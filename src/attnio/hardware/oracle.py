@@ -2,7 +2,8 @@
 
 The space (Timeloop's mapper, for one kernel family): tiles that are multiples of the MMA shape
 (``fa3``: Br in {64, 128, 192}, one consumer warp group per 64 rows; ``fa2``: Br a multiple of 16
-rows per warp, 1-8 warps; Bc a multiple of 16 up to 256), 1-3 K/V stages, placements (P in
+rows per warp, 1-8 warps; Bc a multiple of 16 up to 256), K/V stages (1-3; ``fa3``: the 2
+flash-attn builds, :data:`FA3_FWD_STAGES`), placements (P in
 registers or shared memory; FA3's overlap; FA2's Q in registers), GQA packing, and KV splits.
 Configs that :func:`~.traffic.build` would refuse are not proposed.
 
@@ -88,6 +89,17 @@ def _split_options(dev: Device, shape: Shape, algorithm: str, Br: int, Bc: int, 
     return sorted(out)
 
 
+#: The K/V stages of the FA3 forward space: flash-attn builds its sm90 forward with two, for
+#: every tile (``kStages = Arch >= 90 ? 2 : ...``, ``hopper/flash_fwd_launch_template.h``; its
+#: own SM90 config search, ``flash_attn/cute/sm90_config_search.py``, and tuning note,
+#: ``AI/SM90_BLOCK_SIZE_TUNING.md``: "K, V: 2 stages (double-buffered, pipelined with TMA)").
+#: The stage count is a constant of the kernel, not one of its tuning knobs (those are
+#: ``tile_size_fwd_sm90``'s kBlockM, kBlockN, MmaPV_is_RS and IntraWGOverlap), so the tuner
+#: searches the tiles at the stages the kernel has; ``gpu score --config stages=1|3`` still
+#: scores the others.
+FA3_FWD_STAGES = (2,)
+
+
 def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
                dtype: str = "bf16") -> list[KernelConfig]:
     """Every config of ``algorithm``'s space for ``shape`` (before feasibility)."""
@@ -115,7 +127,7 @@ def candidates(device: str | Device, shape: Any, algorithm: str = "fa3",
                             continue
                         if not buildable(shape, pack, sp):
                             continue
-                        for st in (1, 2, 3):
+                        for st in FA3_FWD_STAGES:
                             for p, ov in places:
                                 out.append(KernelConfig("fa3", Br, Bc, 4 * (Br // 64 + 1), st,
                                                         "smem", p, "regs", dt, pack, sp, ov))
@@ -282,6 +294,7 @@ class _Search:
         self.cands: list[_Cand] = []
         self.bounds: dict[KernelConfig, _Cand] = {}
         self.searched = self.feasible = 0
+        self.space: set[KernelConfig] = set()   # the feasible configs of the space
         self.heap: list = []
         self.ready: list = []          # (bound, i, cfg) of tightened configs still in the heap
         self.taken: set[KernelConfig] = set()   # taken out of order by pop(slack)
@@ -400,6 +413,7 @@ class _Search:
                 comp[ck] = compulsory_rw(cfg, self.shape)
             lb = _cheap_bound(self.dev, self.shape, cfg, f, comp[ck], self.params)
             self.heap.append((lb, 1, i, cfg, f))
+            self.space.add(cfg)
             self.feasible += 1
         heapq.heapify(self.heap)
 
@@ -634,6 +648,22 @@ def bounds(device: str | Device, workload: Any, config: Any, *,
     return Bounds(cheap, c.lb, s.upper(c))
 
 
+def _with_named(best: list[Score], named: Score | None, space: set[KernelConfig], top: int,
+                distinct: bool) -> list[Score]:
+    """The listed best with the named kernel's config in it where it belongs: the named config
+    is scored exactly, so when it is a config of the searched space and faster than a listed
+    one (a search whose replay budget ran out lists what it replayed), it takes its place."""
+    if named is None or not named.feasible:
+        return best
+    cfg = dataclasses.replace(named.config, label="")
+    if cfg not in space or any(dataclasses.replace(b.config, label="") == cfg for b in best):
+        return best
+    if len(best) >= top and time_of(named) >= time_of(best[-1]):
+        return best
+    merged = [*best, named]
+    return distinct_tiles(merged)[:top] if distinct else sorted(merged, key=order_key)[:top]
+
+
 def _default_algorithm(dev: Device, shape: Shape) -> str:
     return "fa3" if dev.wgmma else "fa2"
 
@@ -726,6 +756,7 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
                              param="algorithm")
     best, exhausted = s.best(top, distinct=search.distinct)
     named, rank, exact = _named(s, kernel, alg)
+    best = _with_named(best, named, s.space, top, search.distinct)
     why = explain(named, best[0]) if named is not None else None
     return TuneReport(dev.name, shape, alg, dt, best, named, rank, s.feasible, s.searched,
                       s.spent(), exhausted and exact, why, time.perf_counter() - t0,

@@ -46,13 +46,19 @@ def flash_flops(shape: Shape, pass_: str) -> float:
     return f * {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[pass_]
 
 
-def pass_configs(kernel: str, dev: Device, shape: Shape, pass_: str, dtype: str
-                 ) -> list[KernelConfig]:
-    """The configs a flash kernel's pass launches, forward first."""
+def pass_configs(kernel: str, dev: Device, shape: Shape, pass_: str, dtype: str,
+                 page_size: int = 0) -> list[KernelConfig]:
+    """The configs a flash kernel's pass launches, forward first.  ``page_size`` > 0: K/V in
+    a paged cache (:func:`~.kernels.named_config`); flash-attn pages the forward's K/V only
+    (its backward and FA1 take contiguous tensors)."""
+    if page_size and (pass_ != "fwd" or kernel == "fa1"):
+        raise ParameterError(f"page_size: a paged K/V cache is modelled for the forward pass "
+                             f"of fa2 and fa3 only (flash-attn's backward takes contiguous "
+                             f"K/V), got pass={pass_} kernel={kernel}", param="page_size")
     out = []
     if pass_ in ("fwd", "fwd+bwd"):
         out.append(fa1_config(dev, shape, dtype) if kernel == "fa1"
-                   else named_config(kernel, dev, shape, dtype))
+                   else named_config(kernel, dev, shape, dtype, page_size))
     if pass_ in ("bwd", "fwd+bwd"):
         if kernel == "fa1":
             out.append(fa1_config(dev, shape, dtype, backward=True))
@@ -148,8 +154,9 @@ class Row:
 
 
 def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
-                dtype: str = "fp16") -> Row:
-    """Build the traffic, replay the L2 and collect the unit amounts of a kernel's pass."""
+                dtype: str = "fp16", page_size: int = 0) -> Row:
+    """Build the traffic, replay the L2 and collect the unit amounts of a kernel's pass
+    (``page_size`` > 0: K/V in a paged cache of that many tokens per page, forward only)."""
     from .model import prepared
 
     dev = _devices.get(device).require_model()
@@ -161,6 +168,9 @@ def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
                              param="pass")
     dt = _devices.dtype_name(dtype)
     if kernel == "standard":
+        if page_size:
+            raise ParameterError(f"page_size: unfused attention takes contiguous K/V, got "
+                                 f"{page_size}", param="page_size")
         if _devices.dtype_bytes(dt) != 2:
             raise ParameterError(f"dtype={dtype}: PyTorch's standard attention is modelled in "
                                  "fp16/bf16 only", param="dtype")
@@ -170,7 +180,7 @@ def prepare_row(device: str | Device, shape: Shape, kernel: str, pass_: str,
         if pass_ in ("bwd", "fwd+bwd"):
             ks += standard_kernels(shape, 2, True)
         return Row(kernel, dev, dt, [], ks, [], calls=2 if pass_ == "fwd+bwd" else 1)
-    cfgs = pass_configs(kernel, dev, shape, pass_, dt)
+    cfgs = pass_configs(kernel, dev, shape, pass_, dt, page_size)
     preps = []
     for c in cfgs:
         pr = prepared(dev, shape, c)

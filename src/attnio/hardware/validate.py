@@ -9,8 +9,11 @@ kernel engineer has (:data:`OPTIONAL`):
   defaults to ``N``, and ``N`` may be left empty when both are given;
 * ``window``: a sliding window (keys per query; causal rows only);
 * ``kv_heads``: K/V heads (GQA/MQA; divides ``heads``; default ``heads``);
-* ``page_size``: the K/V page size of a paged cache, in tokens (recorded and shown; the model
-  has no paged K/V yet, so the row is predicted with contiguous K/V, and says so);
+* ``page_size``: the K/V page size of a paged cache, in tokens (forward rows of ``fa2`` and
+  ``fa3``): the row is predicted with the config flash-attn runs on a paged cache (FA3's
+  non-TMA tile where ``get_pagedkv_tma`` says so, FA2's split-KV kernel, which needs pages
+  of a multiple of 256) and the HBM efficiency of paged K/V (docs/hardware.md, section 6);
+  with ``config``, the given config reads paged K/V;
 * ``config``: the kernel config the row ran, ``"Br=128,Bc=64,warps=4,stages=2"`` (quoted, or
   with ``;`` between items; the keys of ``attnio gpu score --config``); default: the config
   flash-attn ships for the row (:mod:`.kernels`).  A config row times one kernel: pass ``fwd``
@@ -29,6 +32,7 @@ column (:class:`~attnio.core.errors.ParameterError`): a binary or non-UTF-8 file
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from collections.abc import Iterable, Mapping
@@ -188,6 +192,14 @@ def _parse(path: Path, line: int, rec: dict[str, Any], extra: Mapping[str, Devic
         raise _bad(path, line, e.param or "N", " ".join(str(e).split())) from None
     cfg_text = _opt(rec, "config")
     cfg = None if not cfg_text else _config(path, line, cfg_text, kernel, pass_, dtype, d)
+    if cfg is not None and page_size:
+        if cfg.page_size and cfg.page_size != page_size:
+            raise _bad(path, line, "config", f"page={cfg.page_size} conflicts with the row's "
+                       f"page_size {page_size}; give it once")
+        if not cfg.forward:
+            raise _bad(path, line, "page_size", "a paged K/V cache is modelled for forward "
+                       "kernels only (flash-attn's backward takes contiguous K/V)")
+        cfg = dataclasses.replace(cfg, page_size=page_size)
     tf, ts = _opt(rec, "tflops"), _opt(rec, "time_s")
     if not tf and not ts:
         raise _bad(path, line, "tflops", "the row gives neither tflops nor time_s")
@@ -300,16 +312,17 @@ def prepare_rows(rows: list[Measurement]) -> list[Row]:
     cache: dict[tuple, Row] = {}
     out = []
     for m in rows:
-        key = (m.device, m.kernel, m.pass_, m.dtype, m.shape, m.config)
+        key = (m.device, m.kernel, m.pass_, m.dtype, m.shape, m.config, m.page_size)
         if key not in cache:
             if m.config is not None:
                 cache[key] = _config_row(m)
             else:
                 try:
                     cache[key] = prepare_row(m.device_obj or m.device, m.shape, m.kernel,
-                                             m.pass_, m.dtype)
+                                             m.pass_, m.dtype, m.page_size or 0)
                 except ParameterError as e:
-                    col = "kernel" if e.param in ("kernel", "dtype", "device") else "d"
+                    col = ("kernel" if e.param in ("kernel", "dtype", "device") else
+                           "page_size" if e.param == "page_size" else "d")
                     raise ParameterError(f"{m.source}: row {m.line - 1} (line {m.line}), "
                                          f"column {col!r}: "
                                          f"{' '.join(str(e).split())}",
@@ -324,8 +337,6 @@ def assumed(m: Measurement, row: Row) -> str:
         return "unfused (PyTorch: GEMM, softmax, GEMM)"
     text = " + ".join(c.short() for c in row.configs)
     text += " (given)" if m.config is not None else " (shipped)"
-    if m.page_size:
-        text += f"; page_size={m.page_size} not modelled: contiguous K/V"
     return text
 
 
