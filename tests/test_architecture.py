@@ -87,14 +87,9 @@ def test_tests_mirror_the_package_tree():
 #: The most parameters a function takes (docs/api.md, "Signatures").
 MAX_PARAMETERS = 8
 
-#: Functions allowed more: documented entry points kept as they are, and signatures copied
-#: from an ecosystem.  "path:function" under src/attnio.
+#: Functions allowed more: only signatures copied from an ecosystem (issue 33: "except where a
+#: public signature copies an ecosystem's (SDPA's)").  "path:function" under src/attnio.
 EXEMPT = {
-    # the documented entry points (README, docs/guide.md, docs/planner.md), thin layers over
-    # grouped arguments (Shape, FastMemory, Limits, inputs)
-    "runner/execution.py:run": "attnio.run, documented",
-    "planner/planner.py:plan": "attnio.plan, documented (plan_shape takes the grouped form)",
-    "core/workload.py:make": "Shape.make: the workload's own flat constructor",
     # PyTorch's scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
     # scale, enable_gqa) and its planning counterpart
     "torch_ops/_api.py:poly_attention": "copies SDPA's signature",
@@ -108,16 +103,24 @@ EXEMPT = {
     "torch_ops/_module.py:__init__": "an nn.Module like nn.MultiheadAttention",
 }
 
-#: Functions above MAX_PARAMETERS, not exempt, allowed for now: this ceiling only goes down.
-#: Of the 11: 5 in algorithms/, the backward's tile kernels (flash2_backward's _backward_step and
-#: probabilities, split_backward's step1/step2, group_split_backward's _dq_step), which take the
-#: fast tiles flat as TwoLevelMemory.compute hands them (11 arrays a step), and 6 in bounds/
-#: (applicable and backward_applicable, the flat keyword forms of applicable_to and
-#: backward_applicable_to, and four search helpers of segments.py).  The schedules' hooks and
-#: block kernels take grouped arguments (HeadGroup, the arrays by name, a frozen per-pass record
-#: each: docs/contributing.md).  Elsewhere every function keeps to 8 (their options travel as
-#: Limits, Cache, VerifyOptions, ReportOptions, TuneSearch, SolveOptions: docs/api.md).
-CEILING = 11
+#: Functions above MAX_PARAMETERS, not exempt, allowed for now: this ceiling only goes down
+#: (issue 33 asked for at most 15, from 67).  Of the 14:
+#: - the three documented flat entry points: attnio.run (19), attnio.plan (17) and Shape.make
+#:   (10), each a thin layer over grouped arguments (Shape, FastMemory, Limits, the inputs;
+#:   plan_shape takes the grouped form);
+#: - 5 in algorithms/, the backward's tile kernels (flash2_backward's _backward_step and
+#:   probabilities, split_backward's step1/step2, group_split_backward's _dq_step), which take
+#:   the fast tiles flat as TwoLevelMemory.compute hands them (11 arrays a step);
+#: - 6 in bounds/ (applicable and backward_applicable, the flat keyword forms of applicable_to
+#:   and backward_applicable_to, and four search helpers of segments.py).
+#: The schedules' hooks and block kernels take grouped arguments (HeadGroup, the arrays by name,
+#: a frozen per-pass record each: docs/contributing.md).  Elsewhere every function keeps to 8
+#: (their options travel as Limits, Cache, VerifyOptions, ReportOptions, TuneSearch,
+#: SolveOptions: docs/api.md).
+CEILING = 14
+#: where the wide functions may live
+WIDE_ALLOWED = ("algorithms/", "bounds/", "runner/execution.py:run", "planner/planner.py:plan",
+                "core/workload.py:make")
 
 
 def parameter_count(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
@@ -155,7 +158,7 @@ def test_functions_keep_to_eight_parameters():
     rest = [name for name in names if name not in EXEMPT]
     assert len(rest) <= CEILING, (f"{len(rest)} functions take more than {MAX_PARAMETERS} "
                                   f"parameters (ceiling {CEILING}): group the new ones")
-    outside = [name for name in rest if not name.startswith(("algorithms/", "bounds/"))]
+    outside = [name for name in rest if not name.startswith(WIDE_ALLOWED)]
     assert not outside, f"outside algorithms/ and bounds/, group the parameters of {outside}"
 
 
