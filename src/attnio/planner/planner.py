@@ -35,7 +35,6 @@ from ..core.blockmask import BlockMask
 from ..core.checks import check_bool, check_int, check_real
 from ..core.errors import CapacityError, ParameterError
 from ..core.workload import MAX_M, FastMemory, Shape
-from ..hardware import devices as _devices
 from ..runner import BackwardPass, Certificate, Result, certificate
 from . import report as _report
 from .factors import CertificateFactors, certificate_factors
@@ -238,6 +237,8 @@ def fast_memory(M: int | None = None, *, M_bytes: int | None = None,
         raise ParameterError.worded(
             "give exactly one of {M} (words), {M_bytes} (with {dtype_bytes}) or {device}, got "
             + got, param="M")
+    from ..hardware import devices as _devices  # (on first use: not at import attnio)
+
     db = None if dtype_bytes is None else _devices.dtype_bytes(dtype_bytes)
     if device is not None:
         dev = _devices.get(device)
