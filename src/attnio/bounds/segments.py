@@ -1177,6 +1177,8 @@ def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
     > 0) at one (d, M), each step for all of them in one batch: the same choices.  A theorem
     whose work is not an int, or without a vectorised ``lambdas``, goes one P at a time."""
     if theorem.lambdas is None or len(Ps) == 1:
+        if theorem.lambdas is not None:
+            _prefetch_scan(theorem, Ps[0], d, M)
         return [more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
                             lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
                 for P in Ps]
@@ -1606,29 +1608,53 @@ def _stored(theorem: PairsTheorem, d: int, Ms: Sequence[int], refine: bool,
             part: int) -> list[Stored]:
     # (part 0, the tabulated candidate, does not depend on refine: one store for both)
     store = _store(theorem, d, refine or part == 0)
-    missing = [M for M in dict.fromkeys(Ms) if (M, part) not in store]
-    if missing:
-        if len(store) + len(missing) > STORE_SIZE:
-            store.clear()
-        potential = theorem.kind == "potential"
-        per = []
-        for M in missing:
-            kappa, p = _tabulated(theorem, d, M)
-            cands = tabulated_candidates(M, kappa, p, zero_too=potential,
-                                         retry=refine and (potential or M <= 16 * d * d))
-            per.append(cands[:1] if part == 0 else cands[1:])
-        fM = [M for M, c in zip(missing, per) for _ in c]
-        fK = [K for c in per for K, _ in c]
-        fq = [q for c in per for _, q in c]
-        lams = None if theorem.lambdas is None or not fK else theorem.lambdas(d, fM, fK, fq)
-        i = 0
-        for M, cands in zip(missing, per):
-            j = i + len(cands)
-            store[M, part] = (cands, fK[i:j], fq[i:j],
-                              None if lams is None else (lams[0][i:j], lams[1][i:j],
-                                                         lams[2][i:j]))
-            i = j
+    _fill(theorem, d, refine or part == 0, [(M, part) for M in Ms])
     return [store[M, part] for M in Ms]
+
+
+def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int, int]]) -> None:
+    """Put every (M, part) of ``want`` that is not there yet into :func:`_store` (theorem, d,
+    refine), all in one call of the theorem's ``lambdas`` (each element's maxima do not depend
+    on the others of a batch: the same floats)."""
+    store = _store(theorem, d, refine)
+    missing = [Mp for Mp in dict.fromkeys(want) if Mp not in store]
+    if not missing:
+        return
+    if len(store) + len(missing) > STORE_SIZE:
+        store.clear()
+    potential = theorem.kind == "potential"
+    per = []
+    for M, part in missing:
+        kappa, p = _tabulated(theorem, d, M)
+        cands = tabulated_candidates(M, kappa, p, zero_too=potential,
+                                     retry=refine and (potential or M <= 16 * d * d))
+        per.append(cands[:1] if part == 0 else cands[1:])
+    fM = [M for (M, _), c in zip(missing, per) for _ in c]
+    fK = [K for c in per for K, _ in c]
+    fq = [q for c in per for _, q in c]
+    lams = None if theorem.lambdas is None or not fK else theorem.lambdas(d, fM, fK, fq)
+    i = 0
+    for Mp, cands in zip(missing, per):
+        j = i + len(cands)
+        store[Mp] = (cands, fK[i:j], fq[i:j],
+                     None if lams is None else (lams[0][i:j], lams[1][i:j], lams[2][i:j]))
+        i = j
+
+
+def _prefetch_scan(theorem: PairsTheorem, P: int, d: int, M: int) -> None:
+    """Before :func:`more_memory` of one P at M: where the tabulated candidate at M has fewer
+    than MORE_MEMORY_SEGMENTS segments (so the few-segment candidates at M are evaluated, and
+    the closure's scan over :func:`more_memory_grid` most likely too), the maxima of both, in
+    one call of ``lambdas`` instead of two; what :func:`more_memory` then evaluates is taken
+    from :func:`_store`, the same values and choices (only fewer calls)."""
+    if P <= 0:
+        return
+    (first,), vals = _flat_values(theorem, P, d, (M,), True, 0)
+    K0 = first[0][0][0]
+    if not vals or not (vals[0] < FEW_SEGMENTS * K0 and vals[0] < MORE_MEMORY_SEGMENTS * K0):
+        return
+    grid = [M2 for M2 in more_memory_grid(M) if M2 <= MAX_M]
+    _fill(theorem, d, True, [(M, 1), *((M2, 0) for M2 in grid)])
 
 
 @functools.lru_cache(maxsize=256)
