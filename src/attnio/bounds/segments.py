@@ -520,12 +520,17 @@ def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
     best = floor.copy()
     E = lo[live][:, None] + (hi[live] - lo[live])[:, None] * np.arange(cells + 1) / cells
     pe = np.repeat(live, cells + 1)
-    diff = (A(E.ravel(), pe) - B(E.ravel(), pe)).reshape(len(live), cells + 1)
+    AE = A(E.ravel(), pe).reshape(len(live), cells + 1)
+    BE = B(E.ravel(), pe).reshape(len(live), cells + 1)
+    diff = AE - BE
     best[live] = _pymax(floor[live], diff.max(axis=1))
     u, v = E[:, :-1].ravel(), E[:, 1:].ravel()
     pid = np.repeat(live, cells)
+    # A at the cells' right ends and B at their left ends, known from the points evaluated
+    # before (the same points and problems: the same values, not evaluated again)
+    Av, Bu = AE[:, 1:].ravel(), BE[:, :-1].ravel()
     for level in range(levels + 1):
-        bound = A(v, pid) - B(u, pid)
+        bound = Av - Bu
         keep = bound > (best + tol)[pid]
         has = np.zeros(n, dtype=bool)
         has[pid[keep]] = True
@@ -538,15 +543,21 @@ def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
             np.maximum.at(mk, pid[keep], bound[keep])
             out[has] = _pymax(best[has] + tol[has], mk[has])
             return out
-        u, v, pid = u[keep], v[keep], pid[keep]
+        u, v, pid, Bu = u[keep], v[keep], pid[keep], Bu[keep]
         if not len(pid):
             return out
         w = v - u
         pts = [u + w * i / split for i in range(split + 1)]
         mx = np.full(n, -np.inf)
+        Ai, Bi = [], []
         for i in range(1, split):
-            np.maximum.at(mx, pid, A(pts[i], pid) - B(pts[i], pid))
+            Ai.append(A(pts[i], pid))
+            Bi.append(B(pts[i], pid))
+            np.maximum.at(mx, pid, Ai[-1] - Bi[-1])
         best[has] = _pymax(best[has], mx[has])
+        # (the last end u + w·split/split need not round to v: evaluated)
+        Av = np.concatenate([*Ai, A(pts[split], pid)])
+        Bu = np.concatenate([Bu, *Bi])
         u = np.concatenate(pts[:-1])
         v = np.concatenate(pts[1:])
         pid = np.tile(pid, split)
@@ -605,15 +616,18 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
     T, lo, hi, nu = problems
     nu4 = 4.0 * nu * nu
 
-    def at(I: FloatArray, Y: FloatArray, i: npt.NDArray[np.intp]) -> FloatArray:
-        out: FloatArray = np.sqrt(_pymax(J(I), 0.0) * _pymax(Y, 0.0)) - nu[i] * (Y + I)
+    def at(I: FloatArray, Y: FloatArray, i: npt.NDArray[np.intp],
+           JI: FloatArray | None = None) -> FloatArray:
+        JI = J(I) if JI is None else JI  # (J(I) given: the same array, computed once)
+        out: FloatArray = np.sqrt(_pymax(JI, 0.0) * _pymax(Y, 0.0)) - nu[i] * (Y + I)
         return out
 
     def best_y(I: FloatArray, i: npt.NDArray[np.intp]) -> FloatArray:
         ylo = T[i] - I
         yhi = T[i] - I + rho(I)
-        Y = np.where(nu4[i] > 0.0, _pymin(_pymax(J(I) / nu4[i], ylo), yhi), yhi)
-        return at(I, Y, i)
+        JI = J(I)
+        Y = np.where(nu4[i] > 0.0, _pymin(_pymax(JI / nu4[i], ylo), yhi), yhi)
+        return at(I, Y, i, JI)
 
     n = len(T)
     ids = np.arange(n)
