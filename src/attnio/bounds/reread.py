@@ -108,10 +108,14 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     xf = hq * full
     k = np.asarray(k, dtype=float)[:, None]
 
+    linear = hi >= lo  # (no linear rows: S = 0 and no piece has it, the same floats)
+
     def F(x: np.ndarray) -> np.ndarray:
         v = k - x
-        m = np.minimum(v, hi)
-        s = np.where((v >= lo) & (hi >= lo), hq * (m * (m + 1.0) / 2.0 - c_s), 0.0)
+        s: np.ndarray | float = 0.0
+        if linear:
+            m = np.minimum(v, hi)
+            s = np.where(v >= lo, hq * (m * (m + 1.0) / 2.0 - c_s), 0.0)
         u = x / hq - full
         t = np.where(x >= xf, hq * (u * (u + 1.0) / 2.0 + full * (r.nkv - hi + u)), 0.0)
         return s + t + x * v
@@ -120,14 +124,20 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     br = np.sort(np.clip(np.hstack([zero, k, zero + xf, k - lo, k - hi]), 0.0, k), axis=1)
     a, b = br[:, :-1], br[:, 1:]
     mid = (a + b) / 2.0
-    s_on = (hi >= lo) & (k - mid >= lo) & (k - mid <= hi)
     t_on = mid >= xf
-    q2 = -1.0 + np.where(s_on, hq / 2.0, 0.0) + np.where(t_on, 0.5 / hq, 0.0)
-    q1 = k - np.where(s_on, hq * (k + 0.5), 0.0) + np.where(t_on, 0.5, 0.0)
+    if linear:
+        s_on = (k - mid >= lo) & (k - mid <= hi)
+        q2 = -1.0 + np.where(s_on, hq / 2.0, 0.0) + np.where(t_on, 0.5 / hq, 0.0)
+        q1 = k - np.where(s_on, hq * (k + 0.5), 0.0) + np.where(t_on, 0.5, 0.0)
+    else:  # (-1.0 + 0.0 and k - 0.0 are -1.0 and k exactly)
+        q2 = -1.0 + np.where(t_on, 0.5 / hq, 0.0)
+        q1 = k + np.where(t_on, 0.5, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         xv = np.where(q2 < 0.0, -q1 / (2.0 * q2), a)
     xv = np.where((a < xv) & (xv < b), xv, a)
-    return np.maximum(F(br).max(axis=1), F(xv).max(axis=1))
+    both = F(np.hstack([br, xv]))  # (one pass over the ends and the vertices: elementwise)
+    nb = br.shape[1]
+    return np.maximum(both[:, :nb].max(axis=1), both[:, nb:].max(axis=1))
 
 
 #: Levels of the bisection of :func:`_kappas` evaluated per round (every node of the subtree
