@@ -277,6 +277,20 @@ def test_the_scan_prefetch_changes_no_choice(theorem, monkeypatch):
     _clear_segment_caches()
 
 
+def test_a_full_store_starts_again_without_losing_an_entry(monkeypatch):
+    """When segments._store is full it is cleared, and the entries asked for that were there
+    before are evaluated again with the missing ones (a KeyError before: a long sweep at one d
+    could hit it), the same values as a fresh store's."""
+    _clear_segment_caches()
+    want = [S._stored(F._A, 64, [M], True, 0)[0][1] for M in (65536, 80000, 90000, 100000)]
+    _clear_segment_caches()
+    monkeypatch.setattr(S, "STORE_SIZE", 4)
+    S._stored(F._A, 64, [65536, 70000], True, 0)
+    got = S._stored(F._A, 64, [65536, 80000, 90000, 100000], True, 0)
+    assert [g[1] for g in got] == want
+    _clear_segment_caches()
+
+
 def test_bounds_prepare_serves_the_certificate_s_values():
     """bounds.prepare for a sweep task's workloads: applicable_to then returns the values it
     returns without it (and out-of-range entries are left to the later call)."""

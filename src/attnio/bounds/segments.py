@@ -1635,7 +1635,8 @@ def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int,
     if not missing:
         return
     if len(store) + len(missing) > STORE_SIZE:
-        store.clear()
+        store.clear()  # (and every entry asked for is evaluated again: none is lost)
+        missing = list(dict.fromkeys(want))
     potential = theorem.kind == "potential"
     per = []
     for M, part in missing:
