@@ -63,8 +63,10 @@ def grid():
 
 def clear_caches() -> None:
     """Clear every attnio result cache; the bounds' parameter tables (params.json, levelled.json,
-    read once per process, like an import) stay loaded: :func:`params_load_ms` times reading it."""
-    clear_attnio_caches(keep=(params._load, levelled._load, levelled.nodes, levelled._xs))
+    read from their packed copies once per process, like an import) stay loaded:
+    :func:`params_load_ms` times reading it."""
+    clear_attnio_caches(keep=(params._load, levelled._load, levelled._packed, levelled.nodes,
+                              levelled._xs))
 
 
 def params_load_ms(repeat: int) -> float:

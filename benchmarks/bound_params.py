@@ -9,7 +9,8 @@ Scale invariance (docs/bounds.md §12) makes the optimum a function of x only:
 K/M, μ/max(√M, M/d) and ν/√M.
 
 Run:  python benchmarks/bound_params.py [--write] [--check]
-  --write  rewrite src/attnio/bounds/params.json (package data, read by attnio.bounds.params)
+  --write  rewrite src/attnio/bounds/params.json and its packed copy params.f64 (package data,
+           read by attnio.bounds.params)
   --check  compare with the stored table: largest relative loss of the leading constant
 """
 
@@ -123,6 +124,7 @@ def render(tabs: dict[str, list[tuple[float, float, float]]], c: tuple[float, fl
 def write(tabs: dict[str, list[tuple[float, float, float]]], c: tuple[float, float, float]) -> None:
     with open(OUT, "w", encoding="utf-8") as f:
         f.write(render(tabs, c))
+    params.pack_json(os.path.dirname(OUT), "params.f64")  # the packed copy the bounds read
 
 
 def main(argv: list[str] | None = None) -> int:

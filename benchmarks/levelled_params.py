@@ -270,6 +270,9 @@ def write_table(table: dict[float, tuple[list[float], list[float]]],
             "alternates": [a[0] for a in alt], "alternate_rtols": [a[1] for a in alt]}
     OUT.write_text(json.dumps(data, separators=(",", ":")).replace("],[", "],\n[") + "\n",
                    encoding="utf-8")
+    from attnio.bounds.params import pack_json
+
+    pack_json(str(OUT.parent), "levelled.f64")  # the packed copy the bound reads (levelled.f64)
 
 
 def load() -> tuple[dict[float, tuple[list[float], list[float]]],

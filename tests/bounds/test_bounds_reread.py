@@ -184,3 +184,22 @@ def test_the_worst_held_out_points_are_lifted():
         v = B.reread_cut(N=300, d=d, M=M, causal=True).value
         assert v >= 4.3 * 300 * d, (d, M, v)
         assert math.isclose(B.best(B.applicable(N=300, d=d, M=M, causal=True)).value, v)
+
+
+def test_kappas_rounds_take_the_stepwise_bisection():
+    """:func:`_kappas` evaluates several bisection levels a round: the same ends as one step a
+    round (the reference, ``_kappas_stepwise``), value for value, on a seeded draw of groups."""
+    rng = random.Random(24)
+    cases = [R.rows_of(s) for s in (Shape(4096, 4096, 64), Shape(3000, 3000, 40),
+                                    Shape(8192, 8192, 128, causal=True, heads=32, kv_heads=8))]
+    while len(cases) < 120:
+        N = rng.choice([3, 17, 100, 1000, 4096, 10**5, 3 * 10**6, 10**9])
+        s = Shape(N, rng.choice([N, 2, rng.randrange(2, 10**6)]), 8,
+                  causal=rng.choice([False, True, "top_left"]), heads=rng.choice([1, 4, 32]),
+                  kv_heads=1)
+        r = R.rows_of(s)
+        if r is not None and r.pairs > 0:
+            cases.append(r)
+    for r in cases:
+        t = np.floor(np.linspace(0.0, r.pairs / 2.0, 40))
+        assert np.array_equal(R._kappas(r, t), R._kappas_stepwise(r, t)), r

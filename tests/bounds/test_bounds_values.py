@@ -246,6 +246,51 @@ def test_prepared_closures_choose_as_one_at_a_time(theorem, work):
     assert [theorem.closed(P, d, M) for P, d, M in work] == ref  # and one at a time
 
 
+def _clear_segment_caches() -> None:
+    for v in vars(S).values():
+        if hasattr(v, "cache_clear"):
+            v.cache_clear()
+
+
+@pytest.mark.parametrize("theorem", [F._A, F._B, BK._D, BK._E], ids=["A", "B", "D", "E"])
+def test_the_scan_prefetch_changes_no_choice(theorem, monkeypatch):
+    """_prefetch_scan (the few-segment candidates at M and the closure's scan evaluated in one
+    batch of maxima) gives every (P, d, M) the (value, K, multiplier, M') computed without it,
+    and it runs where the closure scans."""
+    work = [(4096 * 4096, 64, 65536), (3000 * 3000, 40, 60000), (4096 * 2048, 64, 65536),
+            (10**6, 16, 4096), (5 * 10**7, 64, 65536), (2048 * 2048, 128, 16384),
+            (8192 * 8192 * 16, 128, 65536), (300 * 300, 96, 8169), (0, 64, 65536)]
+    calls = []
+    prefetch = S._prefetch_scan
+
+    def counted(*args):
+        calls.append(args)
+        prefetch(*args)
+
+    monkeypatch.setattr(S, "_prefetch_scan", counted)
+    _clear_segment_caches()
+    got = [theorem.closed(P, d, M) for P, d, M in work]
+    assert calls  # (the closure scanned somewhere)
+    monkeypatch.setattr(S, "_prefetch_scan", lambda *args: None)
+    _clear_segment_caches()
+    assert [theorem.closed(P, d, M) for P, d, M in work] == got
+    _clear_segment_caches()
+
+
+def test_a_full_store_starts_again_without_losing_an_entry(monkeypatch):
+    """When segments._store is full it is cleared, and the entries asked for that were there
+    before are evaluated again with the missing ones (a KeyError before: a long sweep at one d
+    could hit it), the same values as a fresh store's."""
+    _clear_segment_caches()
+    want = [S._stored(F._A, 64, [M], True, 0)[0][1] for M in (65536, 80000, 90000, 100000)]
+    _clear_segment_caches()
+    monkeypatch.setattr(S, "STORE_SIZE", 4)
+    S._stored(F._A, 64, [65536, 70000], True, 0)
+    got = S._stored(F._A, 64, [65536, 80000, 90000, 100000], True, 0)
+    assert [g[1] for g in got] == want
+    _clear_segment_caches()
+
+
 def test_bounds_prepare_serves_the_certificate_s_values():
     """bounds.prepare for a sweep task's workloads: applicable_to then returns the values it
     returns without it (and out-of-range entries are left to the later call)."""

@@ -157,8 +157,11 @@ def blocks(shape: Shape, budget: int, modes: str, G: int) -> _Part | None:
             r = min(r, e)
             if r < 1:
                 continue
-            lo, hi = kv_range(shape, e - r, e)
-            hi = max(lo, hi)
+            if simple:  # kv_range inline: keys [0, hi(e)) (no window), the same integers
+                lo, hi = 0, (max(0, min(Nkv, e + off)) if causal else Nkv)
+            else:
+                lo, hi = kv_range(shape, e - r, e)
+                hi = max(lo, hi)
             if hi == lo:
                 mode = "z"
                 cost = 0

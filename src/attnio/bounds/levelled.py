@@ -62,9 +62,18 @@ def _load() -> dict[str, Any]:
 
 
 @functools.cache
+def _packed() -> dict[str, Any]:
+    """The nodes and alternates from the table's packed copy ``levelled.f64`` (the same floats
+    as the JSON's, :func:`attnio.bounds.params.read_packed`; much faster to read)."""
+    from .params import packed_bytes, read_packed
+
+    return read_packed(packed_bytes("levelled.f64"))
+
+
+@functools.cache
 def nodes() -> tuple[Node, ...]:
     """The table's nodes, by increasing x = d²/M (read once: :func:`node_for` bisects them)."""
-    return tuple(tuple(float(v) for v in row) for row in _load()["nodes"])  # type: ignore[misc]
+    return tuple(map(tuple, _packed()["nodes"]))
 
 
 @functools.cache
@@ -77,9 +86,8 @@ def alternates() -> tuple[Node, ...]:
     """The table's alternate rows, by increasing x: more certified parameter sets at a node's x
     (``levelled.json`` "alternates"; none in a table written before them), evaluated by the
     few-segment scan only (each a valid bound at any d²/M >= its x, like a node)."""
-    rows = _load().get("alternates", [])
-    return tuple(sorted((tuple(float(v) for v in row) for row in rows),  # type: ignore[misc]
-                        key=lambda n: n[0]))
+    rows = _packed().get("alternates", [])
+    return tuple(sorted(map(tuple, rows), key=lambda n: n[0]))
 
 
 @functools.cache

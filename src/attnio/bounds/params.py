@@ -7,7 +7,11 @@ of a theorem: A and D (potential μ / max(√M, M/d)), B and E (root-piece multi
 matmul's single (K/M, μ/√M).  Any values give a valid bound: the table only sets how tight it is.
 The file's third column, the leading constant at each node, is informational and not read here.
 
-The file is read once, on the first bound evaluated (not at ``import attnio``).
+The file is read once, on the first bound evaluated (not at ``import attnio``), from its packed
+copy ``params.f64`` (:func:`read_packed`: the same numbers as float64 bytes, written with the JSON
+by the same command, :func:`write_packed`; parsing the JSON's decimal text took most of a cold
+plan's millisecond of table loading).  ``tests/bounds/test_params_packed.py`` checks that each
+packed copy holds exactly its JSON's numbers.
 
 >>> lookup(table("A"), 2.0 ** grid()[0]) == table("A")[0]
 True
@@ -19,19 +23,91 @@ import functools
 import math
 from typing import Any
 
-__all__ = ["Table", "grid", "lookup", "matmul", "table"]
+__all__ = ["PACKED", "Table", "grid", "lookup", "matmul", "pack_json", "read_packed", "table",
+           "write_packed"]
 
 #: (K/M, multiplier) per node of the grid.
 Table = tuple[tuple[float, float], ...]
 
 
-@functools.cache
-def _load() -> dict[str, Any]:
+#: The first bytes of a packed table file (then a JSON header line, then the numbers).
+MAGIC = b"attnio-f64\n"
+
+#: The packed copies beside their JSON tables: file -> (JSON file, {key: columns kept}) (0
+#: columns: a flat list).
+PACKED: dict[str, tuple[str, dict[str, int]]] = {
+    "params.f64": ("params.json", {"grid_log2_x": 0, "A": 2, "B": 2, "D": 2, "E": 2, "C": 0}),
+    "levelled.f64": ("levelled.json", {"nodes": 8, "alternates": 8}),
+}
+
+
+def read_packed(data: bytes) -> dict[str, Any]:
+    """The arrays of a packed table file's bytes: ``MAGIC``, one line of JSON ``[[key, rows,
+    columns], ...]`` (columns 0: a flat list), then every array's float64 numbers, little-endian,
+    row by row, in the header's order; each as nested lists of floats."""
+    import numpy as np
+
+    if not data.startswith(MAGIC):
+        raise ValueError("not a packed table file (attnio-f64)")
     import json
+
+    end = data.index(b"\n", len(MAGIC))
+    header = json.loads(data[len(MAGIC):end])
+    flat = np.frombuffer(data, dtype="<f8", offset=end + 1).tolist()
+    out: dict[str, Any] = {}
+    i = 0
+    for key, rows, cols in header:
+        n = rows * max(cols, 1)
+        part = flat[i:i + n]
+        out[key] = part if cols == 0 else [part[j:j + cols] for j in range(0, n, cols)]
+        i += n
+    if i != len(flat):
+        raise ValueError("packed table file: the header does not account for every number")
+    return out
+
+
+def write_packed(path: str, arrays: dict[str, list[Any]]) -> None:
+    """Write ``arrays`` (key -> a flat list of numbers, or rows of one length) as
+    :func:`read_packed` reads them."""
+    import json
+
+    import numpy as np
+
+    header, chunks = [], []
+    for key, rows in arrays.items():
+        a = np.asarray(rows, dtype="<f8")
+        header.append([key, int(a.shape[0]), int(a.shape[1]) if a.ndim == 2 else 0])
+        chunks.append(a.tobytes())
+    with open(path, "wb") as f:
+        f.write(MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n")
+        f.write(b"".join(chunks))
+
+
+def pack_json(folder: str, packed: str) -> None:
+    """(Re)write the packed copy ``packed`` (a key of :data:`PACKED`) in ``folder`` from its JSON
+    table there: the table scripts call it after writing the JSON."""
+    import json
+    import os
+
+    source, keys = PACKED[packed]
+    with open(os.path.join(folder, source), encoding="utf-8") as f:
+        data = json.load(f)
+    write_packed(os.path.join(folder, packed), {
+        k: [float(v) for v in data.get(k, [])] if cols == 0 else
+        [[float(v) for v in row[:cols]] for row in data.get(k, [])]
+        for k, cols in keys.items()})
+
+
+def packed_bytes(name: str) -> bytes:
+    """The bytes of the packed table file ``name`` of this package."""
     from importlib import resources
 
-    data = json.loads(resources.files(__name__.rpartition(".")[0]).joinpath("params.json")
-                      .read_text(encoding="utf-8"))
+    return resources.files(__name__.rpartition(".")[0]).joinpath(name).read_bytes()
+
+
+@functools.cache
+def _load() -> dict[str, Any]:
+    data = read_packed(packed_bytes("params.f64"))
     tables = {name: tuple((row[0], row[1]) for row in data[name]) for name in "ABDE"}
     return {"grid": tuple(data["grid_log2_x"]), "C": (data["C"][0], data["C"][1]), **tables}
 

@@ -108,10 +108,14 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     xf = hq * full
     k = np.asarray(k, dtype=float)[:, None]
 
+    linear = hi >= lo  # (no linear rows: S = 0 and no piece has it, the same floats)
+
     def F(x: np.ndarray) -> np.ndarray:
         v = k - x
-        m = np.minimum(v, hi)
-        s = np.where((v >= lo) & (hi >= lo), hq * (m * (m + 1.0) / 2.0 - c_s), 0.0)
+        s: np.ndarray | float = 0.0
+        if linear:
+            m = np.minimum(v, hi)
+            s = np.where(v >= lo, hq * (m * (m + 1.0) / 2.0 - c_s), 0.0)
         u = x / hq - full
         t = np.where(x >= xf, hq * (u * (u + 1.0) / 2.0 + full * (r.nkv - hi + u)), 0.0)
         return s + t + x * v
@@ -120,14 +124,25 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     br = np.sort(np.clip(np.hstack([zero, k, zero + xf, k - lo, k - hi]), 0.0, k), axis=1)
     a, b = br[:, :-1], br[:, 1:]
     mid = (a + b) / 2.0
-    s_on = (hi >= lo) & (k - mid >= lo) & (k - mid <= hi)
     t_on = mid >= xf
-    q2 = -1.0 + np.where(s_on, hq / 2.0, 0.0) + np.where(t_on, 0.5 / hq, 0.0)
-    q1 = k - np.where(s_on, hq * (k + 0.5), 0.0) + np.where(t_on, 0.5, 0.0)
+    if linear:
+        s_on = (k - mid >= lo) & (k - mid <= hi)
+        q2 = -1.0 + np.where(s_on, hq / 2.0, 0.0) + np.where(t_on, 0.5 / hq, 0.0)
+        q1 = k - np.where(s_on, hq * (k + 0.5), 0.0) + np.where(t_on, 0.5, 0.0)
+    else:  # (-1.0 + 0.0 and k - 0.0 are -1.0 and k exactly)
+        q2 = -1.0 + np.where(t_on, 0.5 / hq, 0.0)
+        q1 = k + np.where(t_on, 0.5, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         xv = np.where(q2 < 0.0, -q1 / (2.0 * q2), a)
     xv = np.where((a < xv) & (xv < b), xv, a)
-    return np.maximum(F(br).max(axis=1), F(xv).max(axis=1))
+    both = F(np.hstack([br, xv]))  # (one pass over the ends and the vertices: elementwise)
+    nb = br.shape[1]
+    return np.maximum(both[:, :nb].max(axis=1), both[:, nb:].max(axis=1))
+
+
+#: Levels of the bisection of :func:`_kappas` evaluated per round (every node of the subtree
+#: below each open bracket, 2^levels - 1 per t, in one call of :func:`_line_max`).
+_LEVELS = 3
 
 
 def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
@@ -138,7 +153,49 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
     returns the lower end, so either is a valid lower bound).  It lies in [⌈t/D⌉, ⌈2√t⌉ + 1]: a split row or key carries at most
     D = max(keys, rows) products of the side it bounds, and F >= x·v >= k²/4 at x = v = k/2.
     The line maximum is non-decreasing in k (F grows in x and in v): a binary search, all t at
-    once."""
+    once, :data:`_LEVELS` steps per round (the nodes of the next levels below every open
+    bracket evaluated together, then each bisection takes its steps: the same steps, and the
+    same ends, as one step per round, :func:`_kappas_stepwise`)."""
+    t = np.asarray(t, dtype=float)
+    tol = _TOL_SMALL if min(r.rows, r.nkv) <= _SMALL else _TOL_LARGE
+    lo = np.ceil(t / max(r.nkv, r.rows)).astype(np.int64)
+    hi = np.where(t > 0, np.minimum(min(r.rows, r.nkv), np.ceil(2.0 * np.sqrt(t)) + 1), 0)
+    hi = np.maximum(hi.astype(np.int64), lo)
+    width = 2 ** _LEVELS - 1
+    while True:
+        live = np.nonzero(hi - lo > tol * lo)[0]
+        if not len(live):
+            return lo
+        # the subtree of each open bracket, level by level (node i's children 2i + 1, 2i + 2:
+        # the left one the bracket [lo, mid] where the line maximum reaches t at mid)
+        LO = np.empty((len(live), width), dtype=np.int64)
+        HI = np.empty((len(live), width), dtype=np.int64)
+        LO[:, 0], HI[:, 0] = lo[live], hi[live]
+        for i in range(width // 2):
+            mid = (LO[:, i] + HI[:, i]) // 2
+            LO[:, 2 * i + 1], HI[:, 2 * i + 1] = LO[:, i], mid
+            LO[:, 2 * i + 2], HI[:, 2 * i + 2] = mid + 1, HI[:, i]
+        mids = (LO + HI) // 2
+        tl = np.repeat(t[live], width)
+        ok = (_line_max(r, mids.ravel().astype(float)) * (1.0 + 1e-9) + 1.0 >= tl).reshape(
+            mids.shape)
+        L, H = lo[live], hi[live]
+        node = np.zeros(len(live), dtype=np.int64)
+        rows = np.arange(len(live))
+        for _ in range(_LEVELS):
+            open_ = H - L > tol * L
+            if not open_.any():
+                break
+            mid = (L + H) // 2
+            okn = ok[rows, node]
+            H = np.where(open_ & okn, mid, H)
+            L = np.where(open_ & ~okn, mid + 1, L)
+            node = np.where(okn, 2 * node + 1, 2 * node + 2)
+        lo[live], hi[live] = L, H
+
+
+def _kappas_stepwise(r: Rows, t: np.ndarray) -> np.ndarray:
+    """:func:`_kappas` one bisection step per round (the reference its test compares with)."""
     t = np.asarray(t, dtype=float)
     tol = _TOL_SMALL if min(r.rows, r.nkv) <= _SMALL else _TOL_LARGE
     lo = np.ceil(t / max(r.nkv, r.rows)).astype(np.int64)

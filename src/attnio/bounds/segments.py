@@ -520,12 +520,17 @@ def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
     best = floor.copy()
     E = lo[live][:, None] + (hi[live] - lo[live])[:, None] * np.arange(cells + 1) / cells
     pe = np.repeat(live, cells + 1)
-    diff = (A(E.ravel(), pe) - B(E.ravel(), pe)).reshape(len(live), cells + 1)
+    AE = A(E.ravel(), pe).reshape(len(live), cells + 1)
+    BE = B(E.ravel(), pe).reshape(len(live), cells + 1)
+    diff = AE - BE
     best[live] = _pymax(floor[live], diff.max(axis=1))
     u, v = E[:, :-1].ravel(), E[:, 1:].ravel()
     pid = np.repeat(live, cells)
+    # A at the cells' right ends and B at their left ends, known from the points evaluated
+    # before (the same points and problems: the same values, not evaluated again)
+    Av, Bu = AE[:, 1:].ravel(), BE[:, :-1].ravel()
     for level in range(levels + 1):
-        bound = A(v, pid) - B(u, pid)
+        bound = Av - Bu
         keep = bound > (best + tol)[pid]
         has = np.zeros(n, dtype=bool)
         has[pid[keep]] = True
@@ -538,15 +543,21 @@ def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
             np.maximum.at(mk, pid[keep], bound[keep])
             out[has] = _pymax(best[has] + tol[has], mk[has])
             return out
-        u, v, pid = u[keep], v[keep], pid[keep]
+        u, v, pid, Bu = u[keep], v[keep], pid[keep], Bu[keep]
         if not len(pid):
             return out
         w = v - u
         pts = [u + w * i / split for i in range(split + 1)]
         mx = np.full(n, -np.inf)
+        Ai, Bi = [], []
         for i in range(1, split):
-            np.maximum.at(mx, pid, A(pts[i], pid) - B(pts[i], pid))
+            Ai.append(A(pts[i], pid))
+            Bi.append(B(pts[i], pid))
+            np.maximum.at(mx, pid, Ai[-1] - Bi[-1])
         best[has] = _pymax(best[has], mx[has])
+        # (the last end u + w·split/split need not round to v: evaluated)
+        Av = np.concatenate([*Ai, A(pts[split], pid)])
+        Bu = np.concatenate([Bu, *Bi])
         u = np.concatenate(pts[:-1])
         v = np.concatenate(pts[1:])
         pid = np.tile(pid, split)
@@ -605,15 +616,18 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
     T, lo, hi, nu = problems
     nu4 = 4.0 * nu * nu
 
-    def at(I: FloatArray, Y: FloatArray, i: npt.NDArray[np.intp]) -> FloatArray:
-        out: FloatArray = np.sqrt(_pymax(J(I), 0.0) * _pymax(Y, 0.0)) - nu[i] * (Y + I)
+    def at(I: FloatArray, Y: FloatArray, i: npt.NDArray[np.intp],
+           JI: FloatArray | None = None) -> FloatArray:
+        JI = J(I) if JI is None else JI  # (J(I) given: the same array, computed once)
+        out: FloatArray = np.sqrt(_pymax(JI, 0.0) * _pymax(Y, 0.0)) - nu[i] * (Y + I)
         return out
 
     def best_y(I: FloatArray, i: npt.NDArray[np.intp]) -> FloatArray:
         ylo = T[i] - I
         yhi = T[i] - I + rho(I)
-        Y = np.where(nu4[i] > 0.0, _pymin(_pymax(J(I) / nu4[i], ylo), yhi), yhi)
-        return at(I, Y, i)
+        JI = J(I)
+        Y = np.where(nu4[i] > 0.0, _pymin(_pymax(JI / nu4[i], ylo), yhi), yhi)
+        return at(I, Y, i, JI)
 
     n = len(T)
     ids = np.arange(n)
@@ -1177,6 +1191,8 @@ def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
     > 0) at one (d, M), each step for all of them in one batch: the same choices.  A theorem
     whose work is not an int, or without a vectorised ``lambdas``, goes one P at a time."""
     if theorem.lambdas is None or len(Ps) == 1:
+        if theorem.lambdas is not None:
+            _prefetch_scan(theorem, Ps[0], d, M)
         return [more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
                             lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
                 for P in Ps]
@@ -1606,29 +1622,54 @@ def _stored(theorem: PairsTheorem, d: int, Ms: Sequence[int], refine: bool,
             part: int) -> list[Stored]:
     # (part 0, the tabulated candidate, does not depend on refine: one store for both)
     store = _store(theorem, d, refine or part == 0)
-    missing = [M for M in dict.fromkeys(Ms) if (M, part) not in store]
-    if missing:
-        if len(store) + len(missing) > STORE_SIZE:
-            store.clear()
-        potential = theorem.kind == "potential"
-        per = []
-        for M in missing:
-            kappa, p = _tabulated(theorem, d, M)
-            cands = tabulated_candidates(M, kappa, p, zero_too=potential,
-                                         retry=refine and (potential or M <= 16 * d * d))
-            per.append(cands[:1] if part == 0 else cands[1:])
-        fM = [M for M, c in zip(missing, per) for _ in c]
-        fK = [K for c in per for K, _ in c]
-        fq = [q for c in per for _, q in c]
-        lams = None if theorem.lambdas is None or not fK else theorem.lambdas(d, fM, fK, fq)
-        i = 0
-        for M, cands in zip(missing, per):
-            j = i + len(cands)
-            store[M, part] = (cands, fK[i:j], fq[i:j],
-                              None if lams is None else (lams[0][i:j], lams[1][i:j],
-                                                         lams[2][i:j]))
-            i = j
+    _fill(theorem, d, refine or part == 0, [(M, part) for M in Ms])
     return [store[M, part] for M in Ms]
+
+
+def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int, int]]) -> None:
+    """Put every (M, part) of ``want`` that is not there yet into :func:`_store` (theorem, d,
+    refine), all in one call of the theorem's ``lambdas`` (each element's maxima do not depend
+    on the others of a batch: the same floats)."""
+    store = _store(theorem, d, refine)
+    missing = [Mp for Mp in dict.fromkeys(want) if Mp not in store]
+    if not missing:
+        return
+    if len(store) + len(missing) > STORE_SIZE:
+        store.clear()  # (and every entry asked for is evaluated again: none is lost)
+        missing = list(dict.fromkeys(want))
+    potential = theorem.kind == "potential"
+    per = []
+    for M, part in missing:
+        kappa, p = _tabulated(theorem, d, M)
+        cands = tabulated_candidates(M, kappa, p, zero_too=potential,
+                                     retry=refine and (potential or M <= 16 * d * d))
+        per.append(cands[:1] if part == 0 else cands[1:])
+    fM = [M for (M, _), c in zip(missing, per) for _ in c]
+    fK = [K for c in per for K, _ in c]
+    fq = [q for c in per for _, q in c]
+    lams = None if theorem.lambdas is None or not fK else theorem.lambdas(d, fM, fK, fq)
+    i = 0
+    for Mp, cands in zip(missing, per):
+        j = i + len(cands)
+        store[Mp] = (cands, fK[i:j], fq[i:j],
+                     None if lams is None else (lams[0][i:j], lams[1][i:j], lams[2][i:j]))
+        i = j
+
+
+def _prefetch_scan(theorem: PairsTheorem, P: int, d: int, M: int) -> None:
+    """Before :func:`more_memory` of one P at M: where the tabulated candidate at M has fewer
+    than MORE_MEMORY_SEGMENTS segments (so the few-segment candidates at M are evaluated, and
+    the closure's scan over :func:`more_memory_grid` most likely too), the maxima of both, in
+    one call of ``lambdas`` instead of two; what :func:`more_memory` then evaluates is taken
+    from :func:`_store`, the same values and choices (only fewer calls)."""
+    if P <= 0:
+        return
+    (first,), vals = _flat_values(theorem, P, d, (M,), True, 0)
+    K0 = first[0][0][0]
+    if not vals or not (vals[0] < FEW_SEGMENTS * K0 and vals[0] < MORE_MEMORY_SEGMENTS * K0):
+        return
+    grid = [M2 for M2 in more_memory_grid(M) if M2 <= MAX_M]
+    _fill(theorem, d, True, [(M, 1), *((M2, 0) for M2 in grid)])
 
 
 @functools.lru_cache(maxsize=256)

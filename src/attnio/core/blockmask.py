@@ -30,7 +30,6 @@ attnio.core.errors.ParameterError: block_mask must be a boolean array (integers 
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +82,8 @@ class BlockMask:
                                  param="block_mask")
         self.layout = a
         self.bq, self.bk = bq, bk
+        import hashlib  # (OpenSSL's module: on the first block mask, not at import attnio)
+
         h = hashlib.sha256(np.packbits(a).tobytes())
         h.update(f"{a.shape}".encode())
         self._digest = h.hexdigest()[:16]

@@ -6,19 +6,28 @@ of the two.  The fast memory may be given in words, in bytes, or as a device pre
 :mod:`attnio.hardware.devices`.
 """
 
+from typing import TYPE_CHECKING
+
+from ..core.lazy import lazy_names
 from .planner import (
            Backward,
            Candidate,
            Certificate,
-           CertificateFactors,
            FastMemory,
            Plan,
            backward_plan,
-           certificate_factors,
            fast_memory,
            plan,
            plan_shape,
 )
+
+if TYPE_CHECKING:
+    from .factors import CertificateFactors, certificate_factors
+
+#: The certificate's factors load on first use (a search :func:`plan` does not run).
+__getattr__ = lazy_names(__name__, {"CertificateFactors": ("factors", "CertificateFactors"),
+                                    "certificate_factors": ("factors", "certificate_factors")},
+                         globals())
 
 __all__ = ["Backward", "Candidate", "Certificate", "CertificateFactors", "FastMemory", "Plan",
            "backward_plan", "certificate_factors", "fast_memory", "plan", "plan_shape"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import algorithms as _alg
 from .. import runner as _runner
@@ -34,15 +34,20 @@ from ..algorithms.base import Algorithm
 from ..core.blockmask import BlockMask
 from ..core.checks import check_bool, check_int, check_real
 from ..core.errors import CapacityError, ParameterError
+from ..core.lazy import lazy_names
 from ..core.workload import MAX_M, FastMemory, Shape
-from ..hardware import devices as _devices
 from ..runner import BackwardPass, Certificate, Result, certificate
-from . import report as _report
-from .factors import CertificateFactors, certificate_factors
 from .records import Backward, Candidate, PlanRecord
+
+if TYPE_CHECKING:  # (the factors and the report's wording load on first use, not at import)
+    from .factors import CertificateFactors, certificate_factors
 
 __all__ = ["Backward", "Candidate", "Certificate", "CertificateFactors", "FastMemory", "Plan",
            "backward_plan", "certificate_factors", "plan", "plan_shape"]
+
+__getattr__ = lazy_names(__name__.rpartition(".")[0], {
+    "CertificateFactors": ("factors", "CertificateFactors"),
+    "certificate_factors": ("factors", "certificate_factors")}, globals())
 
 #: :func:`attnio.run`'s arguments that a plan fixes (:meth:`Plan.run` refuses them).
 _PLAN_FIXED = frozenset({"M", "shape", "tiling", "causal", "window", "backward"})
@@ -111,11 +116,15 @@ class Plan(PlanRecord):
         >>> round(f.schedule_factor * f.bound_factor, 9) == round(plan(4096, 64, 65536).certificate.ratio, 9)
         True
         """
+        from .factors import certificate_factors
+
         return certificate_factors(self, cheap=cheap, budget_s=budget_s,
                                    loop_search=loop_search, progress=progress)
 
     def __repr__(self) -> str:
         """The report (like opt_einsum's ``PathInfo``): :func:`attnio.planner.report.render`."""
+        from . import report as _report
+
         return _report.render(self)
 
     __str__ = __repr__
@@ -208,6 +217,8 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     theta_b = next((b for b in cert.bounds if b.name == "standard_matmul"), None)
     theta = (total / theta_b.value if chosen.exact and theta_b is not None and theta_b.value > 0
              else None)
+    from . import report as _report
+
     why = _report.why(chosen, runner, len(cands), shape.d, M, cert.best_bound, cert.ratio, theta)
     if bwd_best is not None:
         bcert = bwd_best.certificate
@@ -238,6 +249,8 @@ def fast_memory(M: int | None = None, *, M_bytes: int | None = None,
         raise ParameterError.worded(
             "give exactly one of {M} (words), {M_bytes} (with {dtype_bytes}) or {device}, got "
             + got, param="M")
+    from ..hardware import devices as _devices  # (on first use: not at import attnio)
+
     db = None if dtype_bytes is None else _devices.dtype_bytes(dtype_bytes)
     if device is not None:
         dev = _devices.get(device)

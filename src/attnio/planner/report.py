@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.resources import fmt_count
-from ..hardware import devices as _devices
 from .records import Candidate, PlanRecord
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ def render(plan: PlanRecord) -> str:
         f"         Algorithm:  {ch.algorithm}",
         f"            Tiling:  {ch.tiling}",
     ]
-    if memory.device and _devices.get(memory.device).kind == "gpu":
+    if memory.device and _gpu(memory.device):
         lines.append("                     (the two-level optimum for M = one CTA's shared "
                      "memory; for a GPU's real tile, registers and L2: attnio gpu tune "
                      f"--device {memory.device})")
@@ -126,3 +125,11 @@ def why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
         s += (f"The chosen algorithm is approximate (guaranteed error {chosen.error}); exact "
               "lower bounds do not apply to it.")
     return s
+
+
+def _gpu(device: str) -> bool:
+    """Whether the preset ``device`` is a GPU (the presets load on first use, not at import
+    attnio)."""
+    from ..hardware import devices as _devices
+
+    return _devices.get(device).kind == "gpu"

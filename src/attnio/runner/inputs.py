@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import os
 import stat
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core import reference
 from ..core.errors import ParameterError
 from ..core.workload import Shape
+
+if TYPE_CHECKING:  # (zipfile, with pathlib and urllib, loads on first use: not at import attnio)
+    import zipfile
 
 __all__ = ["NpzInputs", "RandomInputs", "as_array", "check_inputs", "check_logits",
            "reference_errors"]
@@ -179,6 +181,8 @@ class NpzInputs:
         return ParameterError(f"inputs file {self.path}: {what}", param="inputs")
 
     def header(self, need_grad: bool) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        import zipfile
+
         want = _KEYS if need_grad else _KEYS[:3]
         try:
             st = os.stat(self.path)
@@ -206,6 +210,8 @@ class NpzInputs:
 
     def _array_header(self, z: zipfile.ZipFile, member: str, key: str
                       ) -> tuple[tuple[int, ...], np.dtype]:
+        import zipfile
+
         try:
             with z.open(member) as f:
                 version = np.lib.format.read_magic(f)
@@ -235,6 +241,8 @@ class NpzInputs:
         return shape
 
     def load(self, need_grad: bool) -> tuple[Any, Any, Any, Any]:
+        import zipfile
+
         try:
             with np.load(self.path, allow_pickle=False) as f:
                 return f["Q"], f["K"], f["V"], (f["dO"] if need_grad else None)

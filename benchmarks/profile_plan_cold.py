@@ -1,0 +1,67 @@
+"""Where a cold ``attnio.plan`` spends its time (issue 31): cProfile over the three target
+shapes, every ``functools`` cache of attnio cleared before each plan.
+
+Run:  python benchmarks/profile_plan_cold.py [--backward] [--repeat 5] [--top 40]
+                                             [--sort tottime|cumulative] [--shape 0,1,2]
+
+Prints the profile's ``--top`` lines (sorted by ``--sort``) over ``--repeat`` cold plans of each
+chosen shape (forward, or ``backward=True`` with ``--backward``), then each shape's median cold
+CPU ms without the profiler.  A diagnosis tool: its figures are the profiler's (slower than the
+plain call); quote ``bench_speed.py --compare``'s for speed claims.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from _cold import clear_attnio_caches  # noqa: E402
+
+SHAPES = [
+    dict(N=4096, d=64, M=65536),
+    dict(N=3000, d=40, M=60000),
+    dict(N=8192, d=128, M=65536, heads=32, kv_heads=8, causal=True),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
+    ap.add_argument("--shape", default="0,1,2", help="indices into the three shapes")
+    a = ap.parse_args(argv)
+    import attnio
+
+    shapes = [SHAPES[int(i)] for i in a.shape.split(",")]
+    attnio.plan(1024, 64, 65536, causal=True)  # imports and first-call work out of the way
+    prof = cProfile.Profile()
+    for kw in shapes:
+        for _ in range(a.repeat):
+            clear_attnio_caches()
+            prof.enable()
+            attnio.plan(**kw, backward=a.backward)
+            prof.disable()
+    pstats.Stats(prof).sort_stats(a.sort).print_stats(a.top)
+    for kw in shapes:
+        cpus = []
+        for _ in range(a.repeat):
+            clear_attnio_caches()
+            c0 = time.process_time()
+            attnio.plan(**kw, backward=a.backward)
+            cpus.append((time.process_time() - c0) * 1e3)
+        print(f"{kw}: cold {statistics.median(cpus):.2f} ms CPU (median of {a.repeat})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
