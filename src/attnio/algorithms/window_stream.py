@@ -26,7 +26,8 @@ Schedule (one head)::
                                line c += scale·Q[., l]·K[c, l]
                      Br > Bc:  load K[C_ij, l] (a column); for r in R_ij: load Q[r, l] (1 word),
                                line r += scale·K[., l]·Q[r, l]
-                 write each line where it lies in A (the raw scaled scores a row sees)
+                 write each line where it lies in A (the raw scaled scores a row sees; a
+                 ring of C columns, key c in column c mod C: :func:`ring_width`)
     Phase 2  for each query block i (Br2 rows), each output slice s (Bd2 columns; the last one
              narrower when Bd2 does not divide d):
                  O = 0 (Br2 x Bd2), g = -inf (Br2: the running log-sum-exp)
@@ -174,6 +175,17 @@ def _rows2(M: int, c: int) -> int:
     return max(0, min(c - 1, (M - 1) // (c + 2)))
 
 
+def ring_width(shape: Shape, Bc: int) -> int:
+    """C, the columns of the slow score array: key c in column c mod C.  A row's keys are one
+    interval of at most ``w = max_r (hi_r - lo_r)`` (``min(W, Nkv)`` under a window), so with
+    C >= w no two scores of a row share a column; C is a multiple of Bc, so a key block is one
+    run of columns; when that reaches Nkv, C = Nkv (column = key).  The counts do not depend on
+    this layout; it keeps a compute-mode run's slow memory at about Nq·(W + Bc) words."""
+    w = masks.query_block_max_width(shape.Nq, shape.Nkv, 1, 1, *_mask(shape))
+    C = cdiv(max(w, 1), Bc) * Bc
+    return C if C < shape.Nkv else shape.Nkv
+
+
 class WindowStream(Algorithm[WindowStreamTiling]):
     name = "window_stream"
     summary = ("sliding window, small cache: stream tiling's two streamed blocked matmuls cut to "
@@ -189,6 +201,11 @@ class WindowStream(Algorithm[WindowStreamTiling]):
 
     def min_M(self, shape: Shape) -> int:
         return _fp2(1, 1)
+
+    def slow_workspace(self, shape: Shape, tiling: WindowStreamTiling) -> int:
+        """Words of slow workspace a compute-mode run allocates: the score ring, Nq rows of
+        :func:`ring_width` columns (the runner's memory estimate takes it)."""
+        return shape.Nq * ring_width(shape, min(tiling.Bc, shape.Nkv))
 
     def steps(self, shape: Shape, tiling: WindowStreamTiling) -> int:
         t = tiling
@@ -256,18 +273,19 @@ class WindowStream(Algorithm[WindowStreamTiling]):
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                  O: SlowArray, *, shape: Shape, tiling: WindowStreamTiling,
                  scale: float) -> None:
-        A = mem.scratch("A", (shape.Nq, shape.Nkv))  # the raw scaled scores a row sees
         t = tiling
+        C = ring_width(shape, min(t.Bc, shape.Nkv))
+        A = mem.scratch("A", (shape.Nq, C))  # the raw scaled scores a row sees: a ring
         for ib in mem.blocks(shape.Nq, t.Br, uniform=not shape.causal):
             lo, hi = kv_range(shape, ib.start, ib.stop)
             for jb in mem.blocks(shape.Nkv, t.Bc, lo=lo, hi=hi, uniform=False):
-                self._tile(mem, Q, K, A, ib, jb, (lo, hi), shape, t, scale)
+                self._tile(mem, Q, K, A, ib, jb, (lo, hi), C, shape, t, scale)
         for ib in mem.blocks(shape.Nq, t.Br2, uniform=not shape.causal):
-            self._output_block(mem, A, V, O, ib, shape, t.Br2, t.Bd2)
+            self._output_block(mem, A, V, O, ib, C, shape, t.Br2, t.Bd2)
 
     @staticmethod
     def _tile(mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray, ib: Block,
-              jb: Block, band: tuple[int, int], shape: Shape, t: WindowStreamTiling,
+              jb: Block, band: tuple[int, int], C: int, shape: Shape, t: WindowStreamTiling,
               scale: float) -> None:
         """Tile (i, j) of Phase 1: rows R_ij, keys C_ij (module docstring), held as lines."""
         d = shape.d
@@ -300,16 +318,17 @@ class WindowStream(Algorithm[WindowStreamTiling]):
                 mem.compute(_column_update(scale, a - r0), lines[x], q, w, writes=1)
                 mem.free(w)
             mem.free(q)
+        base = jb.start - jb.start % C  # key c in column c - base (no wrap in a key block)
         for x, line in enumerate(lines):
             a, b = spans[x]
             if by_rows:
-                mem.store(line, A, r0 + x, slice(a, b))
+                mem.store(line, A, r0 + x, slice(a - base, b - base))
             else:
-                mem.store(line, A, slice(a, b), k0 + x)
+                mem.store(line, A, slice(a, b), k0 + x - base)
             mem.free(line)
 
     def _output_block(self, mem: TwoLevelMemory, A: SlowArray, V: SlowArray, O: SlowArray,
-                      ib: Block, shape: Shape, Br2: int, Bd2: int) -> None:
+                      ib: Block, C: int, shape: Shape, Br2: int, Bd2: int) -> None:
         """Row block ``ib`` of Phase 2, every slice.  The keys all its rows see,
         ``[lo of its last row, hi of its first row)``, move alike: one uniform loop."""
         lo, hi = kv_range(shape, ib.start, ib.stop)
@@ -324,37 +343,38 @@ class WindowStream(Algorithm[WindowStreamTiling]):
                 acc = (Oc, g)
                 if m1 > m0:
                     for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=m0, uniform=False):
-                        self._key(mem, A, V, acc, ib, kb, db, shape, v_held)
+                        self._key(mem, A, V, acc, ib, kb, db, C, shape, v_held)
                     for kb in mem.blocks(shape.Nkv, 1, lo=m0, hi=m1):  # every row: alike
-                        self._key(mem, A, V, acc, ib, kb, db, shape, v_held)
+                        self._key(mem, A, V, acc, ib, kb, db, C, shape, v_held)
                     rest = m1
                 else:
                     rest = lo
                 for kb in mem.blocks(shape.Nkv, 1, lo=rest, hi=hi, uniform=False):
-                    self._key(mem, A, V, acc, ib, kb, db, shape, v_held)
+                    self._key(mem, A, V, acc, ib, kb, db, C, shape, v_held)
                 mem.free(g)
             mem.store(Oc, O, ib, db)  # normalised all along (zero where no key is seen)
             mem.free(Oc)
 
     @staticmethod
     def _key(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, acc: tuple[FastTile, ...],
-             ib: Block, kb: Block, db: Block, shape: Shape, v_held: bool) -> None:
+             ib: Block, kb: Block, db: Block, C: int, shape: Shape, v_held: bool) -> None:
         """Key kb into the output tile for the rows [t0, t1) of the block that see it; the
         others take it with weight 0 (as a dense P·V does: a non-finite value reaches them as
         it reaches the reference's rows; no word moves)."""
         a, b = q_range(shape, kb.start, kb.stop)
+        col = kb.start % C  # its column in the score ring
         t0, t1 = max(a, ib.start) - ib.start, min(b, ib.stop) - ib.start
         if v_held:
             v = mem.load(V, kb, db, label="V_kc")
             for rc in mem.blocks(t1 - t0, 1):
-                w = mem.load(A, ib.start + t0 + rc.start, kb, label="a_rk")
+                w = mem.load(A, ib.start + t0 + rc.start, col, label="a_rk")
                 mem.compute(_row_step(t0 + rc.start), *acc, w, v, writes=2)
                 mem.free(w)
             if t1 - t0 < ib.size:
                 mem.compute(_zero_weight(t0, t1), acc[0], v, writes=1)
             mem.free(v)
             return
-        s = mem.load(A, slice(ib.start + t0, ib.start + t1), kb, label="A_ik")
+        s = mem.load(A, slice(ib.start + t0, ib.start + t1), col, label="A_ik")
         mem.compute(_column_step(t0, t1), s, *acc, writes=3)
         for cc in mem.blocks(db.size, 1):
             w = mem.load(V, kb, db.start + cc.start, label="v_ku")
