@@ -156,3 +156,18 @@ def test_a_tiling_that_does_not_fit_is_refused_naming_it():
         ALG.predicted_io(shape, 100, tiling=T(16, 16, 4, 4))
     with pytest.raises(attnio.ParameterError, match="tiling.Bd2"):
         ALG.predicted_io(shape, 10_000, tiling={"Br": 4, "Bc": 4, "Br2": 4, "Bd2": 0})
+
+
+@pytest.mark.slow
+def test_issue_shape_runs_and_equals_reference_and_closed_form():
+    """The windowed small-cache run of issue 36 at a size compute mode takes in seconds (N =
+    2,048, d = 64, W = 512, M = 4,096 = d²), and the count at N = 65,536, d = 128, M = 4,096."""
+    rng = np.random.default_rng(36)
+    Q, K, V = (rng.standard_normal((2048, 64)) for _ in range(3))
+    res = attnio.run("window_stream", Q, K, V, M=4096, causal=True, window=512)
+    assert np.abs(res.output - attention(Q, K, V, causal=True, window=512)).max() <= 1e-10
+    shape = Shape.make(2048, 64, causal=True, window=512)
+    assert res.io.total == ALG.cost(shape, res.tiling).io.total
+    big = Shape.make(65536, 128, causal=True, window=512)
+    cnt = attnio.run("window_stream", shape=big, M=4096, mode="count")
+    assert cnt.io.total == ALG.predicted_io(big, 4096).total == 337_265_920
