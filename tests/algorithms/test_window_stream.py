@@ -142,6 +142,31 @@ def test_count_is_linear_in_N_for_a_fixed_window():
     assert totals[2] - totals[1] == pytest.approx(2 * (totals[1] - totals[0]), rel=0.01)
 
 
+@pytest.mark.parametrize("Nq,Nkv,align,W,sides", [
+    (240, 240, "bottom_right", 37, (7, 5, 9, 3)), (301, 257, "top_left", 50, (12, 8, 6, 2)),
+    (199, 260, "bottom_right", 16, (5, 7, 11, 4)), (180, 180, "bottom_right", 90, (9, 6, 8, 5))])
+def test_bulk_classes_of_interior_blocks_count_as_step_by_step(Nq, Nkv, align, W, sides):
+    """Long enough for interior blocks in several classes (Bc/gcd(Br, Bc) of them)."""
+    shape = Shape(Nq, Nkv, 4, causal=True, causal_align=align, window=W)
+    t = T(*sides)
+    M = ALG.footprint(shape, t)
+    bulk = attnio.run("window_stream", shape=shape, M=M, mode="count", tiling=t)
+    step = attnio.run("window_stream", shape=shape, M=M, mode="count", tiling=t, bulk=False)
+    pred = ALG.cost(shape, t).io
+    assert (bulk.io.reads, bulk.io.writes) == (step.io.reads, step.io.writes) == (
+        pred.reads, pred.writes)
+    assert (bulk.io.steps, bulk.io.per_array, bulk.io.peak) == (
+        step.io.steps, step.io.per_array, step.io.peak)
+
+
+def test_windowed_count_at_a_billion_equals_the_closed_form():
+    shape = Shape(10**9, 10**9 + 12345, 128, causal=True, window=4096, heads=2, kv_heads=1)
+    t = ALG.default_tiling(shape, 4096)
+    res = attnio.run("window_stream", shape=shape, M=4096, mode="count", tiling=t)
+    pred = ALG.cost(shape, t).io
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+
+
 def test_the_score_ring_is_narrow_under_a_window():
     shape = Shape.make(4096, 16, causal=True, window=100)
     t = T(32, 30, 32, 16)

@@ -72,10 +72,15 @@ largest other side that fits (either orientation), the three of least ``QS + KS`
 takes, for each slice count T (the distinct widths ⌈d/T⌉), the tallest row block that fits (KS
 falls as the block grows), the three of least count kept; the nine pairs are the candidates.
 
-Count mode runs step by step over the tiles and the edge keys of each Phase-2 block (the keys
-every row of a block sees run as one uniform loop, as do the per-word loops), so it costs about
-``Σ_i (tiles of i) + T_d·(blocks)·2·Br2`` Python steps (:meth:`WindowStream.count_walk`): a
-count at N = 65,536 takes seconds; a plan or a sweep uses the closed form.
+Bulk counting.  In a block, the key blocks (Phase 1) or keys (Phase 2) that every row sees move
+alike words: one uniform loop; so do the per-word loops.  Only the tiles and keys at the two ends
+of a block's band are walked.  With a window, the interior query blocks (full, their band inside
+the keys, away from both ends of the sequence) repeat: Phase-2 blocks are all alike, and Phase-1
+blocks i and i + Bc/gcd(Br, Bc) meet the key-block grid alike (the band's ends have the same
+residue modulo Bc), so each such class runs once with its count multiplied
+(:meth:`WindowStream._blocks`).  A windowed count at N = 10⁹ then takes 0.15-2 s (the classes:
+up to Bc of them); causal without a window every query block is walked (N = 16,384: 0.6 s).
+Tests hold the bulk count to the step-by-step one on drawn shapes.
 
 >>> import numpy as np, attnio
 >>> rng = np.random.default_rng(0)
@@ -91,6 +96,7 @@ True
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -197,6 +203,25 @@ def _every_row(shape: Shape, ib: Block, Bc: int) -> tuple[int, int]:
     return (a, b) if b > a else (lo, lo)
 
 
+def _interior(shape: Shape, B: int, S: int, K: int) -> tuple[int, int, int]:
+    """(i_a, i_b, period): the interior query blocks [i_a, i_b) of B rows under a window (full,
+    their band inside [0, K)) and the period of their classes against the S-key grid."""
+    W, off = shape.window, shape.offset
+    assert W is not None
+    i_a = max(0, cdiv(W - 1 - off, B))
+    i_b = max(i_a, min((K - off) // B, shape.Nq // B))
+    return i_a, i_b, S // math.gcd(B, S)
+
+
+def _walked(shape: Shape, B: int, S: int, K: int) -> int:
+    """Query blocks of B rows a bulk count runs one by one (:meth:`WindowStream._blocks`)."""
+    blocks = cdiv(shape.Nq, B)
+    if shape.window is None:
+        return blocks
+    i_a, i_b, period = _interior(shape, B, S, K)
+    return blocks - (i_b - i_a) + min(period, i_b - i_a)
+
+
 class WindowStream(Algorithm[WindowStreamTiling]):
     name = "window_stream"
     summary = ("sliding window, small cache: stream tiling's two streamed blocked matmuls cut to "
@@ -226,20 +251,22 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         return tiles + cdiv(shape.Nq, t.Br2) * cdiv(shape.d, t.Bd2)
 
     def count_walk(self, shape: Shape, tiling: WindowStreamTiling) -> int:
-        """What a count walks one by one, for the runner's time estimate: the tiles (unmasked: of
-        one representative query block; with a mask, those some row of the block does not see
-        entirely, at each end of its band) and, with a mask, per Phase-2 block and slice, the keys some but not all of its rows see (at most 2·Br2
-        each), in the runner's unit of a walked block (a tile or an edge key here costs about
-        an eighth of one: 25-32 us measured at N = 4,096 and 16,384, W = 512, on 2 cores)."""
+        """What a bulk count walks one by one, for the runner's time estimate, in its unit of a
+        walked block (a tile of up to 64 keys or an edge key here costs about an eighth of one,
+        25-32 us on 2 cores; counted as a quarter, as the estimate is an upper one): unmasked, the tiles of one
+        representative query block; with a mask, per walked query block (with a window: the
+        blocks outside the interior and one per class, :meth:`_blocks`) its tiles some row does
+        not see entirely, at most ⌈Br/Bc⌉ + 2 at each end of its band, and per walked Phase-2
+        block and slice the keys some but not all of its rows see, at most 2·Br2."""
         t = tiling
+        Bc = min(t.Bc, shape.Nkv)
         if not shape.causal:  # alike query blocks run once (two: the short last one)
-            return cdiv(min(2, cdiv(shape.Nq, t.Br)) * cdiv(shape.Nkv, t.Bc), 8)
-        blocks = cdiv(shape.Nq, t.Br)  # each walks at most ⌈Br/Bc⌉ + 2 tiles at each end
-        tiles = min(masks.query_block_sums(shape.Nq, shape.Nkv, t.Br, t.Bc, *_mask(shape)).count,
-                    blocks * 2 * (cdiv(t.Br, t.Bc) + 2))
-        blocks2 = cdiv(shape.Nq, t.Br2)
-        edge = min(_ks(shape.Nq, shape.Nkv, t.Br2, *_mask(shape)), blocks2 * 2 * t.Br2)
-        return cdiv(tiles + cdiv(shape.d, t.Bd2) * edge, 8)
+            return cdiv(min(2, cdiv(shape.Nq, t.Br)) * cdiv(shape.Nkv, Bc) * cdiv(Bc, 64), 4)
+        walked = _walked(shape, t.Br, Bc, (shape.Nkv // Bc) * Bc)
+        walked2 = _walked(shape, t.Br2, 1, shape.Nkv)
+        tiles = walked * 2 * (cdiv(t.Br, Bc) + 2) * cdiv(Bc, 64)  # a tile walks its Bc lines
+        edge = walked2 * 2 * t.Br2
+        return cdiv(tiles + cdiv(shape.d, t.Bd2) * edge, 4)
 
     def covered_by(self, shape: Shape) -> str | None:
         """Without a window this is stream_tiling's order "tile" with one slice group, word for
@@ -295,14 +322,44 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         t = tiling
         C = ring_width(shape, min(t.Bc, shape.Nkv))
         A = mem.scratch("A", (shape.Nq, C))  # the raw scaled scores a row sees: a ring
-        for ib in mem.blocks(shape.Nq, t.Br, uniform=not shape.causal):
+        Bc = min(t.Bc, shape.Nkv)
+
+        def scores(ib: Block) -> None:  # Phase 1 of query block ib
             lo, hi = kv_range(shape, ib.start, ib.stop)
             a, b = _every_row(shape, ib, t.Bc)
             for x, y, alike in ((lo, a, False), (a, b, True), (max(lo, b), hi, False)):
                 for jb in mem.blocks(shape.Nkv, t.Bc, lo=x, hi=y, uniform=alike):
                     self._tile(mem, Q, K, A, ib, jb, (lo, hi), C, shape, t, scale)
-        for ib in mem.blocks(shape.Nq, t.Br2, uniform=not shape.causal):
+
+        def outputs(ib: Block) -> None:  # Phase 2 of row block ib
             self._output_block(mem, A, V, O, ib, C, shape, t.Br2, t.Bd2)
+
+        # Phase 1's interior blocks repeat with the band's phase against the key blocks;
+        # Phase 2's are all alike (module docstring, "Bulk counting")
+        self._blocks(mem, shape, t.Br, Bc, (shape.Nkv // Bc) * Bc, scores)
+        self._blocks(mem, shape, t.Br2, 1, shape.Nkv, outputs)
+
+    @staticmethod
+    def _blocks(mem: TwoLevelMemory, shape: Shape, B: int, S: int, K: int,
+                body: Callable[[Block], None]) -> None:
+        """``body`` on every query block of B rows.  In a bulk count with a window, the interior
+        blocks (full, their band [r0 + off - W + 1, r1 + off) inside [0, K)) move alike words
+        when they meet the S-key grid alike, i.e. by ``(r0 + off) mod S``: blocks i and
+        i + S/gcd(B, S) do; each class runs once, its count multiplied."""
+        Nq = shape.Nq
+        if not (mem.bulk and shape.causal and shape.window is not None):
+            for ib in mem.blocks(Nq, B, uniform=not shape.causal):
+                body(ib)
+            return
+        i_a, i_b, period = _interior(shape, B, S, K)
+        for ib in mem.blocks(Nq, B, hi=i_a * B, uniform=False):
+            body(ib)
+        for first in range(i_a, min(i_b, i_a + period)):
+            rep = Block(first, first * B, (first + 1) * B)
+            for _ in mem.blocks(cdiv(i_b - first, period), 1):  # the class's blocks' steps
+                body(rep)
+        for ib in mem.blocks(Nq, B, lo=i_b * B, uniform=False):
+            body(ib)
 
     @staticmethod
     def _tile(mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray, ib: Block,
