@@ -73,7 +73,7 @@ takes, for each slice count T (the distinct widths ⌈d/T⌉), the tallest row b
 falls as the block grows), the three of least count kept; the nine pairs are the candidates.
 
 Bulk counting.  In a block, the key blocks (Phase 1) or keys (Phase 2) that every row sees move
-alike words: one uniform loop; so do the per-word loops.  Only the tiles and keys at the two ends
+alike words: one uniform loop; so does a tile's loop over the d columns.  Only the tiles and keys at the two ends
 of a block's band are walked.  With a window, the interior query blocks (full, their band inside
 the keys, away from both ends of the sequence) repeat: Phase-2 blocks are all alike, and Phase-1
 blocks i and i + Bc/gcd(Br, Bc) meet the key-block grid alike (the band's ends have the same
