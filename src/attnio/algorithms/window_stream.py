@@ -323,16 +323,17 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         C = ring_width(shape, min(t.Bc, shape.Nkv))
         A = mem.scratch("A", (shape.Nq, C))  # the raw scaled scores a row sees: a ring
         Bc = min(t.Bc, shape.Nkv)
+        run = _Run(mem, shape, t, C, scale, (Q, K, V, O, A))
 
         def scores(ib: Block) -> None:  # Phase 1 of query block ib
             lo, hi = kv_range(shape, ib.start, ib.stop)
             a, b = _every_row(shape, ib, t.Bc)
             for x, y, alike in ((lo, a, False), (a, b, True), (max(lo, b), hi, False)):
                 for jb in mem.blocks(shape.Nkv, t.Bc, lo=x, hi=y, uniform=alike):
-                    self._tile(mem, Q, K, A, ib, jb, (lo, hi), C, shape, t, scale)
+                    _tile(run, ib, jb, (lo, hi))
 
         def outputs(ib: Block) -> None:  # Phase 2 of row block ib
-            self._output_block(mem, A, V, O, ib, C, shape, t.Br2, t.Bd2)
+            _output_block(run, ib)
 
         # Phase 1's interior blocks repeat with the band's phase against the key blocks;
         # Phase 2's are all alike (module docstring, "Bulk counting")
@@ -361,104 +362,121 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         for ib in mem.blocks(Nq, B, lo=i_b * B, uniform=False):
             body(ib)
 
-    @staticmethod
-    def _tile(mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, A: SlowArray, ib: Block,
-              jb: Block, band: tuple[int, int], C: int, shape: Shape, t: WindowStreamTiling,
-              scale: float) -> None:
-        """Tile (i, j) of Phase 1: rows R_ij, keys C_ij (module docstring), held as lines."""
-        d = shape.d
-        q0, q1 = q_range(shape, jb.start, jb.stop)
-        r0, r1 = max(ib.start, q0), min(ib.stop, q1)
-        k0, k1 = max(jb.start, band[0]), min(jb.stop, band[1])
-        by_rows = min(t.Br, shape.Nq) > min(t.Bc, shape.Nkv)  # a K column held
-        if by_rows:  # line r: the keys of C_ij row r sees
-            spans = [(max(k0, a), min(k1, b))
-                     for a, b in (kv_range(shape, r, r + 1) for r in range(r0, r1))]
-        else:  # line c: the rows of R_ij that see key c
-            spans = [(max(r0, a), min(r1, b))
-                     for a, b in (q_range(shape, c, c + 1) for c in range(k0, k1))]
-        lines = [mem.alloc((1, b - a) if by_rows else (b - a, 1), 0.0, label="S_line")
-                 for a, b in spans]
-        for lb in mem.blocks(d, 1):
-            if by_rows:
-                k = mem.load(K, slice(k0, k1), lb, label="K_jl")
-                for x in range(r1 - r0):  # each row a different line: walked
-                    w = mem.load(Q, r0 + x, lb, label="q_rl")
-                    a, b = spans[x]
-                    mem.compute(_row_update(scale, a - k0), lines[x], k, w, writes=1)
-                    mem.free(w)
-                mem.free(k)
-                continue
-            q = mem.load(Q, slice(r0, r1), lb, label="Q_il")
-            for x in range(k1 - k0):
-                w = mem.load(K, k0 + x, lb, label="k_cl")
+
+@dataclass(frozen=True)
+class _Run:
+    """What the steps of one head's run share: the memory, the workload, the tiling, the score
+    ring's width C, the scale, and the slow arrays (Q, K, V, O, A)."""
+
+    mem: TwoLevelMemory
+    shape: Shape
+    t: WindowStreamTiling
+    C: int
+    scale: float
+    arrays: tuple[SlowArray, SlowArray, SlowArray, SlowArray, SlowArray]
+
+
+def _tile(run: _Run, ib: Block, jb: Block, band: tuple[int, int]) -> None:
+    """Tile (i, j) of Phase 1: rows R_ij, keys C_ij (module docstring), held as lines."""
+    mem, shape, t, C, scale = run.mem, run.shape, run.t, run.C, run.scale
+    Q, K, _, _, A = run.arrays
+    d = shape.d
+    q0, q1 = q_range(shape, jb.start, jb.stop)
+    r0, r1 = max(ib.start, q0), min(ib.stop, q1)
+    k0, k1 = max(jb.start, band[0]), min(jb.stop, band[1])
+    by_rows = min(t.Br, shape.Nq) > min(t.Bc, shape.Nkv)  # a K column held
+    if by_rows:  # line r: the keys of C_ij row r sees
+        spans = [(max(k0, a), min(k1, b))
+                 for a, b in (kv_range(shape, r, r + 1) for r in range(r0, r1))]
+    else:  # line c: the rows of R_ij that see key c
+        spans = [(max(r0, a), min(r1, b))
+                 for a, b in (q_range(shape, c, c + 1) for c in range(k0, k1))]
+    lines = [mem.alloc((1, b - a) if by_rows else (b - a, 1), 0.0, label="S_line")
+             for a, b in spans]
+    for lb in mem.blocks(d, 1):
+        if by_rows:
+            k = mem.load(K, slice(k0, k1), lb, label="K_jl")
+            for x in range(r1 - r0):  # each row a different line: walked
+                w = mem.load(Q, r0 + x, lb, label="q_rl")
                 a, b = spans[x]
-                mem.compute(_column_update(scale, a - r0), lines[x], q, w, writes=1)
+                mem.compute(_row_update(scale, a - k0), lines[x], k, w, writes=1)
                 mem.free(w)
-            mem.free(q)
-        base = jb.start - jb.start % C  # key c in column c - base (no wrap in a key block)
-        for x, line in enumerate(lines):
+            mem.free(k)
+            continue
+        q = mem.load(Q, slice(r0, r1), lb, label="Q_il")
+        for x in range(k1 - k0):
+            w = mem.load(K, k0 + x, lb, label="k_cl")
             a, b = spans[x]
-            if by_rows:
-                mem.store(line, A, r0 + x, slice(a - base, b - base))
-            else:
-                mem.store(line, A, slice(a, b), k0 + x - base)
-            mem.free(line)
-
-    def _output_block(self, mem: TwoLevelMemory, A: SlowArray, V: SlowArray, O: SlowArray,
-                      ib: Block, C: int, shape: Shape, Br2: int, Bd2: int) -> None:
-        """Row block ``ib`` of Phase 2, every slice.  The keys all its rows see,
-        ``[lo of its last row, hi of its first row)``, move alike: one uniform loop."""
-        lo, hi = kv_range(shape, ib.start, ib.stop)
-        m0 = kv_range(shape, ib.stop - 1, ib.stop)[0]
-        m1 = kv_range(shape, ib.start, ib.start + 1)[1]
-        m0, m1 = max(lo, m0), min(hi, m1)
-        v_held = min(Bd2, shape.d) <= min(Br2, shape.Nq)  # else a score column held
-        for db in mem.blocks(shape.d, Bd2):
-            Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
-            if hi > lo:
-                g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
-                acc = (Oc, g)
-                if m1 > m0:
-                    for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=m0, uniform=False):
-                        self._key(mem, A, V, acc, ib, kb, db, C, shape, v_held)
-                    for kb in mem.blocks(shape.Nkv, 1, lo=m0, hi=m1):  # every row: alike
-                        self._key(mem, A, V, acc, ib, kb, db, C, shape, v_held)
-                    rest = m1
-                else:
-                    rest = lo
-                for kb in mem.blocks(shape.Nkv, 1, lo=rest, hi=hi, uniform=False):
-                    self._key(mem, A, V, acc, ib, kb, db, C, shape, v_held)
-                mem.free(g)
-            mem.store(Oc, O, ib, db)  # normalised all along (zero where no key is seen)
-            mem.free(Oc)
-
-    @staticmethod
-    def _key(mem: TwoLevelMemory, A: SlowArray, V: SlowArray, acc: tuple[FastTile, ...],
-             ib: Block, kb: Block, db: Block, C: int, shape: Shape, v_held: bool) -> None:
-        """Key kb into the output tile for the rows [t0, t1) of the block that see it; the
-        others take it with weight 0 (as a dense P·V does: a non-finite value reaches them as
-        it reaches the reference's rows; no word moves)."""
-        a, b = q_range(shape, kb.start, kb.stop)
-        col = kb.start % C  # its column in the score ring
-        t0, t1 = max(a, ib.start) - ib.start, min(b, ib.stop) - ib.start
-        if v_held:
-            v = mem.load(V, kb, db, label="V_kc")
-            for rc in mem.blocks(t1 - t0, 1):
-                w = mem.load(A, ib.start + t0 + rc.start, col, label="a_rk")
-                mem.compute(_row_step(t0 + rc.start), *acc, w, v, writes=2)
-                mem.free(w)
-            if t1 - t0 < ib.size:
-                mem.compute(_zero_weight(t0, t1), acc[0], v, writes=1)
-            mem.free(v)
-            return
-        s = mem.load(A, slice(ib.start + t0, ib.start + t1), col, label="A_ik")
-        mem.compute(_column_step(t0, t1), s, *acc, writes=3)
-        for cc in mem.blocks(db.size, 1):
-            w = mem.load(V, kb, db.start + cc.start, label="v_ku")
-            mem.compute(_add_column(cc.start, t0, t1), acc[0], s, w, writes=1)
+            mem.compute(_column_update(scale, a - r0), lines[x], q, w, writes=1)
             mem.free(w)
-        mem.free(s)
+        mem.free(q)
+    base = jb.start - jb.start % C  # key c in column c - base (no wrap in a key block)
+    for x, line in enumerate(lines):
+        a, b = spans[x]
+        if by_rows:
+            mem.store(line, A, r0 + x, slice(a - base, b - base))
+        else:
+            mem.store(line, A, slice(a, b), k0 + x - base)
+        mem.free(line)
+
+
+def _output_block(run: _Run, ib: Block) -> None:
+    """Row block ``ib`` of Phase 2, every slice.  The keys all its rows see,
+    ``[lo of its last row, hi of its first row)``, move alike: one uniform loop."""
+    mem, shape, Br2, Bd2 = run.mem, run.shape, run.t.Br2, run.t.Bd2
+    O = run.arrays[3]
+    lo, hi = kv_range(shape, ib.start, ib.stop)
+    m0 = kv_range(shape, ib.stop - 1, ib.stop)[0]
+    m1 = kv_range(shape, ib.start, ib.start + 1)[1]
+    m0, m1 = max(lo, m0), min(hi, m1)
+    v_held = min(Bd2, shape.d) <= min(Br2, shape.Nq)  # else a score column held
+    for db in mem.blocks(shape.d, Bd2):
+        Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
+        if hi > lo:
+            g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
+            acc = (Oc, g)
+            if m1 > m0:
+                for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=m0, uniform=False):
+                    _key(run, acc, ib, kb, db, v_held)
+                for kb in mem.blocks(shape.Nkv, 1, lo=m0, hi=m1):  # every row: alike
+                    _key(run, acc, ib, kb, db, v_held)
+                rest = m1
+            else:
+                rest = lo
+            for kb in mem.blocks(shape.Nkv, 1, lo=rest, hi=hi, uniform=False):
+                _key(run, acc, ib, kb, db, v_held)
+            mem.free(g)
+        mem.store(Oc, O, ib, db)  # normalised all along (zero where no key is seen)
+        mem.free(Oc)
+
+
+def _key(run: _Run, acc: tuple[FastTile, ...], ib: Block, kb: Block, db: Block,
+     v_held: bool) -> None:
+    """Key kb into the output tile for the rows [t0, t1) of the block that see it; the
+    others take it with weight 0 (as a dense P·V does: a non-finite value reaches them as
+    it reaches the reference's rows; no word moves)."""
+    mem, shape, C = run.mem, run.shape, run.C
+    V, A = run.arrays[2], run.arrays[4]
+    a, b = q_range(shape, kb.start, kb.stop)
+    col = kb.start % C  # its column in the score ring
+    t0, t1 = max(a, ib.start) - ib.start, min(b, ib.stop) - ib.start
+    if v_held:
+        v = mem.load(V, kb, db, label="V_kc")
+        for rc in mem.blocks(t1 - t0, 1):
+            w = mem.load(A, ib.start + t0 + rc.start, col, label="a_rk")
+            mem.compute(_row_step(t0 + rc.start), *acc, w, v, writes=2)
+            mem.free(w)
+        if t1 - t0 < ib.size:
+            mem.compute(_zero_weight(t0, t1), acc[0], v, writes=1)
+        mem.free(v)
+        return
+    s = mem.load(A, slice(ib.start + t0, ib.start + t1), col, label="A_ik")
+    mem.compute(_column_step(t0, t1), s, *acc, writes=3)
+    for cc in mem.blocks(db.size, 1):
+        w = mem.load(V, kb, db.start + cc.start, label="v_ku")
+        mem.compute(_add_column(cc.start, t0, t1), acc[0], s, w, writes=1)
+        mem.free(w)
+    mem.free(s)
 
 
 # ---------------------------------------------------------------------- word arithmetic
