@@ -112,7 +112,9 @@ def test_windowed_count_is_linear_in_N_and_beats_the_unwindowed_small_cache_plan
            for N in (2**14, 2**15, 2**16)]
     assert 1.95 < tot[1] / tot[0] < 2.05 and 1.95 < tot[2] / tot[1] < 2.05
     p = attnio.plan(N=65536, d=128, M=4096, causal=True, window=512)
-    assert p.chosen.algorithm == "window_square"
+    assert p.chosen.algorithm in ("window_square", "window_stream")  # window_stream since #36
+    assert p.chosen.predicted.total <= ALG.predicted_io(Shape.make(65536, 128, causal=True,
+                                                                   window=512), 4096).total
     assert p.chosen.predicted.total < 602_926_592 * 0.6
 
 

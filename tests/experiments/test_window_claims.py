@@ -15,7 +15,8 @@ from attnio.experiments.report.claims import NOT_COVERED, WINDOW_BOUND_C
 def windowed_rows(tmp_path_factory):
     db = tmp_path_factory.mktemp("wclaims") / "w.sqlite"
     run_sweep(Grid(N=(128, 512, 2048), d=(16,), M=(512, 4096), causal=(True,), window=(32,),
-                   algorithms=("flash2", "window_cache", "window_square", "plan")), db, jobs=1)
+                   algorithms=("flash2", "window_cache", "window_square", "window_stream", "plan")),
+              db, jobs=1)
     with ResultsStore(db) as st:
         return st.rows()
 
@@ -28,7 +29,7 @@ def test_windowed_claims_pass_on_a_windowed_sweep(windowed_rows):
     cs = _window_claims(claims(windowed_rows))
     linear = [c for c in cs if "linear in N" in c.claim]
     assert {c.claim.split(":")[0] for c in linear} == {"flash2", "window_cache", "window_square",
-                                                       "plan"}
+                                                       "window_stream", "plan"}
     assert all(c.status == "pass" for c in cs), [(c.claim, c.measured) for c in cs]
     (bound,) = [c for c in cs if "explicit bound" in c.claim]
     assert f"<= {WINDOW_BOUND_C:g}" in bound.claim and "6 windowed workloads" in bound.measured  # 3 N x 2 M

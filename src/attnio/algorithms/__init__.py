@@ -47,6 +47,7 @@ from . import (
     stream_tiling,
     window_cache,
     window_square,
+    window_stream,
 )
 from .base import Algorithm, BackwardSchedule
 from .protocol import Choice, Cost, Field, Mapspace, Schedule
@@ -121,7 +122,7 @@ def all_algorithms(*, exact: bool | None = None) -> list[Algorithm[Any]]:
 
 for _mod in (standard, flash1, flash2, flash_decoding, square_tiling, approx_poly, kv_stationary,
              q_stationary_min, row_hybrid, stream_tiling, q_split, window_cache,
-             window_square):
+             window_square, window_stream):
     register(_mod.ALGORITHM)
 del _mod
 

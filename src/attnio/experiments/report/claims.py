@@ -58,9 +58,11 @@ FA2_BOUND_C = 3.0
 #: bound <= c" on every windowed workload.  Measured (count mode, the windowed study: N =
 #: 1,024..65,536, d = 64 and 128, M = 2^12..2^20, W = 512 and 4,096, causal): the largest ratio
 #: is 2.34 (window_cache and window_square; the planner's pick 2.22), at N = 1,024, d = 128,
-#: M = 16,384, W = 512, where the band does not fit in M and M < d².  An empirical constant, as
-#: :data:`FA2_BOUND_C`, not a theorem.
-WINDOWED = ("window_cache", "window_square", "plan")
+#: M = 16,384, W = 512, where the band does not fit in M and M < d².  window_stream (stream
+#: tiling over the band) is the least of them only at M <= d²/4 (d = 128, M = 4,096: 1.83
+#: against window_square's 1.90, N = 1,024..16,384) and moves no maximum.  An empirical
+#: constant, as :data:`FA2_BOUND_C`, not a theorem.
+WINDOWED = ("window_cache", "window_square", "window_stream", "plan")
 WINDOW_BOUND_C = 3.0
 #: windowed N-series are fitted where N >= this many windows (docstring)
 WINDOW_N_FACTOR = 4

@@ -1,0 +1,531 @@
+"""Sliding-window attention in the small-cache regime: stream tiling restricted to the band.
+
+When the band of a sliding window (about ``W + Br`` keys a query block) does not fit in fast
+memory, :mod:`~attnio.algorithms.window_cache` falls back to FlashAttention-2's streaming, which
+reloads the band for every query block of ``Br ~ M/(2d)`` rows: about ``2d·Nq·W/Br`` words, far
+above the blocked-matmul cost when M < d².  This schedule is
+:mod:`~attnio.algorithms.stream_tiling`'s two streamed blocked matmuls (Smith & van de Geijn's
+word streaming; the scores written once, the softmax formed online with one word a row) with
+every tile and every key loop cut to the band: the words moved scale with the visible scores
+``H = Σ_r (hi_r - lo_r)`` (about ``Nq·W``), not with ``Nq·Nkv``.
+
+Geometry (:mod:`attnio.core.masks`): row r sees keys ``[lo_r, hi_r)`` (both non-decreasing in r,
+consecutive rows' ranges overlap or touch), so a block of query rows sees one interval of keys
+(``kv_range``) and a block of keys is seen by one interval of rows (``q_range``).
+
+Schedule (one head)::
+
+    Phase 1  for each query block i (Br rows) that sees a key, keys [lo_i, hi_i) (kv_range):
+               for each key block j (Bc keys, aligned to multiples of Bc) meeting [lo_i, hi_i):
+                 rows R_ij = q_range(j) ∩ block i (the rows of i that see a key of j),
+                 keys C_ij = [lo_i, hi_i) ∩ block j (the keys of j some row of i sees);
+                 the tile held as its visible lines (one per key, the rows that see it; or one
+                 per row, the keys it sees, when Br > Bc), zero
+                 for l in 1..d:
+                     Br <= Bc: load Q[R_ij, l] (a column);  for c in C_ij: load K[c, l] (1 word),
+                               line c += scale·Q[., l]·K[c, l]
+                     Br > Bc:  load K[C_ij, l] (a column); for r in R_ij: load Q[r, l] (1 word),
+                               line r += scale·K[., l]·Q[r, l]
+                 write each line where it lies in A (the raw scaled scores a row sees; a
+                 ring of C columns, key c in column c mod C: :func:`ring_width`)
+    Phase 2  for each query block i (Br2 rows), each output slice s (Bd2 columns; the last one
+             narrower when Bd2 does not divide d):
+                 O = 0 (Br2 x Bd2), g = -inf (Br2: the running log-sum-exp)
+                 for each key k in [lo_i, hi_i) (rows [t0, t1) of the block see it):
+                     Bd2 <= Br2: load V[k, s] (Bd2 words); for r in [t0, t1): load A[r, k]
+                                 (1 word); β = 1/(1 + e^(g_r - a)), g_r = logaddexp(g_r, a),
+                                 O_r = O_r - β·O_r + β·V[k, s]
+                     Bd2 > Br2:  load A[t0:t1, k] (a score column), the same step for those
+                                 rows; for u in s: load V[k, u] (1 word), O[t0:t1, u] += β·V[k, u]
+                     rows outside [t0, t1) take V[k, s] with weight 0 (no word moves)
+                 write O
+
+Closed form (exact; ``tests/algorithms/test_window_stream.py``).  A Phase-1 tile (i, j) reads
+``d·(|R_ij| + |C_ij|)``.  Over the tiles, the rows R_ij of a key block j partition its rows
+``q_range(j)`` (the query blocks partition the rows, and a row of q_range(j) sees a key of j,
+so its tile is visited), and the keys C_ij of a query block i partition ``kv_range(i)`` (every
+key of it is seen by some row of i: the rows' ranges overlap or touch).  So, with
+``QS(Bc) = Σ_j |q_range(j)|`` over the key blocks of Bc and ``KS(B) = Σ_i |kv_range(i)|`` over
+the query blocks of B rows (:func:`attnio.core.masks.key_block_sums` and
+:func:`~attnio.core.masks.query_block_sums` against single rows or keys, O(log N))::
+
+    Phase 1 reads   d·QS(Bc) + d·KS(Br)           writes  H   (each visible score once)
+    Phase 2 reads   T_d·H + d·KS(Br2)             writes  Nq·d     (T_d = ⌈d/Bd2⌉)
+
+Phase 2: each (block, slice) reads, for each key its rows see, the slice of V (``Σ`` over the
+slices: d words a key) and one score per row that sees it (``Σ`` over the keys: the block's
+visible scores, once per slice).  Unmasked this is stream_tiling's order "tile" with one slice
+group: ``⌈Nkv/Bc⌉·Nq·d + ⌈Nq/Br⌉·Nkv·d + Nq·Nkv`` and ``T_d·Nq·Nkv + ⌈Nq/Br2⌉·Nkv·d + Nq·d``,
+word for word (:meth:`WindowStream.covered_by`).  With a window W (Nq = Nkv = N, bottom-right)
+``QS ~ N·(W + Bc - 1)/Bc``, ``KS(B) ~ N·(W + B - 1)/B`` and ``H ~ N·W``, so with every side √M
+the count is about ``4·N·W·d/√M + N·W + N·d``: the two banded matmuls, ``N·W`` in place of
+``N²``.  Heads are independent: one head's count times ``batch·heads``.
+
+Fast memory (a = min(Br, Nq), b = min(Bc, Nkv), a2 = min(Br2, Nq), c = min(Bd2, d))::
+
+    Phase 1   a·b + min(a, b) + 1      (the tile's lines, one column, one word)
+    Phase 2   a2·c + min(a2, c) + a2 + 1   (O, a V row slice or a score column, g, one word)
+    footprint = max of the two;  the least M is 4 (every side 1).
+
+Tiling.  The phases are independent: Phase 1 takes, for each side on a geometric ladder, the
+largest other side that fits (either orientation), the three of least ``QS + KS`` kept; Phase 2
+takes, for each slice count T (the distinct widths ⌈d/T⌉), the tallest row block that fits (KS
+falls as the block grows), the three of least count kept; the nine pairs are the candidates.
+
+Bulk counting.  In a block, the key blocks (Phase 1) or keys (Phase 2) that every row sees move
+alike words: one uniform loop; so does a tile's loop over the d columns.  Only the tiles and keys at the two ends
+of a block's band are walked.  With a window, the interior query blocks (full, their band inside
+the keys, away from both ends of the sequence) repeat: Phase-2 blocks are all alike, and Phase-1
+blocks i and i + Bc/gcd(Br, Bc) meet the key-block grid alike (the band's ends have the same
+residue modulo Bc), so each such class runs once with its count multiplied
+(:meth:`WindowStream._blocks`).  A windowed count at N = 10⁹ then takes 0.15-2 s (the classes:
+up to Bc of them); causal without a window every query block is walked (N = 16,384: 0.6 s).
+Tests hold the bulk count to the step-by-step one on drawn shapes.
+
+>>> import numpy as np, attnio
+>>> rng = np.random.default_rng(0)
+>>> Q, K, V = (rng.standard_normal((40, 8)) for _ in range(3))
+>>> r = attnio.run("window_stream", Q, K, V, M=60, causal=True, window=9)
+>>> ref = attnio.reference.attention(Q, K, V, causal=True, window=9)
+>>> bool(np.abs(r.output - ref).max() < 1e-12)
+True
+>>> ALGORITHM.cost(Shape.make(40, 8, causal=True, window=9), r.tiling).io.total == r.io.total
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core import masks
+from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
+from ..core.workload import Shape, cdiv, kv_range, q_range
+from ._kernels import online_lse_step
+from .base import Algorithm
+from .common import ladder
+
+__all__ = ["ALGORITHM", "WindowStream", "WindowStreamTiling"]
+
+_OFFER = 3  # the best of each phase combined into the candidates
+
+
+@dataclass(frozen=True)
+class WindowStreamTiling:
+    """Phase 1: score tiles Br x Bc (cut to the band); Phase 2: output tiles Br2 x Bd2."""
+
+    Br: int
+    Bc: int
+    Br2: int
+    Bd2: int
+
+
+def _fp1(a: int, b: int) -> int:
+    return a * b + min(a, b) + 1
+
+
+def _fp2(a: int, c: int) -> int:
+    return a * c + min(a, c) + a + 1
+
+
+def _mask(shape: Shape) -> tuple[int, int | None, bool]:
+    return shape.offset, (shape.window if shape.causal else None), shape.causal
+
+
+@functools.lru_cache(maxsize=4096)
+def _ks(Nq: int, Nkv: int, B: int, off: int, window: int | None, causal: bool) -> int:
+    """KS(B) = Σ_i |kv_range(i)| over the query blocks of B rows, O(log N)."""
+    return masks.query_block_sums(Nq, Nkv, B, 1, off, window, causal).width
+
+
+@functools.lru_cache(maxsize=4096)
+def _qs(Nq: int, Nkv: int, Bc: int, off: int, window: int | None, causal: bool) -> int:
+    """QS(Bc) = Σ_j |q_range(j)| over the key blocks of Bc keys, O(log N)."""
+    return masks.key_block_sums(Nq, Nkv, 1, Bc, off, window, causal).width
+
+
+def _visible(shape: Shape) -> int:
+    """H: the scores the rows see (Nq·Nkv unmasked), O(1)."""
+    return masks.row_counts(shape).pairs
+
+
+def _phase1(shape: Shape, Br: int, Bc: int) -> IOCount:
+    args = (shape.Nq, shape.Nkv)
+    return IOCount(shape.d * (_qs(*args, Bc, *_mask(shape)) + _ks(*args, Br, *_mask(shape))),
+                   _visible(shape))
+
+
+def _phase2(shape: Shape, Br2: int, Bd2: int) -> IOCount:
+    d = shape.d
+    reads = cdiv(d, Bd2) * _visible(shape) + d * _ks(shape.Nq, shape.Nkv, Br2, *_mask(shape))
+    return IOCount(reads, shape.Nq * d)
+
+
+def _cols1(M: int, a: int) -> int:
+    """The widest b with ``a·b + min(a, b) + 1 <= M`` (0: none)."""
+    b = (M - 1 - a) // a
+    if b >= a:
+        return b
+    return max(0, min(a - 1, (M - 1) // (a + 1)))
+
+
+def _rows2(M: int, c: int) -> int:
+    """The tallest a with ``a·c + min(a, c) + a + 1 <= M`` (0: none)."""
+    a = (M - 1 - c) // (c + 1)
+    if a >= c:
+        return a
+    return max(0, min(c - 1, (M - 1) // (c + 2)))
+
+
+def ring_width(shape: Shape, Bc: int) -> int:
+    """C, the columns of the slow score array: key c in column c mod C.  A row's keys are one
+    interval of at most ``w = max_r (hi_r - lo_r)`` (``min(W, Nkv)`` under a window), so with
+    C >= w no two scores of a row share a column; C is a multiple of Bc, so a key block is one
+    run of columns; when that reaches Nkv, C = Nkv (column = key).  The counts do not depend on
+    this layout; it keeps a compute-mode run's slow memory at about Nq·(W + Bc) words."""
+    w = masks.query_block_max_width(shape.Nq, shape.Nkv, 1, 1, *_mask(shape))
+    C = cdiv(max(w, 1), Bc) * Bc
+    return C if C < shape.Nkv else shape.Nkv
+
+
+def _every_row(shape: Shape, ib: Block, Bc: int) -> tuple[int, int]:
+    """[a, b): the key blocks of Bc keys every row of block ``ib`` sees entirely (their tiles
+    move alike: the block's rows and the Bc keys); a = b = the band's low end when none."""
+    lo, hi = kv_range(shape, ib.start, ib.stop)
+    m0 = max(lo, kv_range(shape, ib.stop - 1, ib.stop)[0])  # the last row's first key
+    m1 = min(hi, kv_range(shape, ib.start, ib.start + 1)[1])  # the first row's end
+    a = cdiv(m0, Bc) * Bc
+    b = m1 if m1 == shape.Nkv else m1 // Bc * Bc
+    return (a, b) if b > a else (lo, lo)
+
+
+def _interior(shape: Shape, B: int, S: int, K: int) -> tuple[int, int, int]:
+    """(i_a, i_b, period): the interior query blocks [i_a, i_b) of B rows under a window (full,
+    their band inside [0, K)) and the period of their classes against the S-key grid."""
+    W, off = shape.window, shape.offset
+    assert W is not None
+    i_a = max(0, cdiv(W - 1 - off, B))
+    i_b = max(i_a, min((K - off) // B, shape.Nq // B))
+    return i_a, i_b, S // math.gcd(B, S)
+
+
+def _walked(shape: Shape, B: int, S: int, K: int) -> int:
+    """Query blocks of B rows a bulk count runs one by one (:meth:`WindowStream._blocks`)."""
+    blocks = cdiv(shape.Nq, B)
+    if shape.window is None:
+        return blocks
+    i_a, i_b, period = _interior(shape, B, S, K)
+    return blocks - (i_b - i_a) + min(period, i_b - i_a)
+
+
+class WindowStream(Algorithm[WindowStreamTiling]):
+    name = "window_stream"
+    summary = ("sliding window, small cache: stream tiling's two streamed blocked matmuls cut to "
+               "the band (scores written once, softmax online with one word a row)")
+    Tiling = WindowStreamTiling
+    supports_window = True
+
+    # ------------------------------------------------------------------ sizes
+    def footprint(self, shape: Shape, tiling: WindowStreamTiling) -> int:
+        t = tiling
+        return max(_fp1(min(t.Br, shape.Nq), min(t.Bc, shape.Nkv)),
+                   _fp2(min(t.Br2, shape.Nq), min(t.Bd2, shape.d)))
+
+    def min_M(self, shape: Shape) -> int:
+        return _fp2(1, 1)
+
+    def slow_workspace(self, shape: Shape, tiling: WindowStreamTiling) -> int:
+        """Words of slow workspace a compute-mode run allocates: the score ring, Nq rows of
+        :func:`ring_width` columns (the runner's memory estimate takes it)."""
+        return shape.Nq * ring_width(shape, min(tiling.Bc, shape.Nkv))
+
+    def steps(self, shape: Shape, tiling: WindowStreamTiling) -> int:
+        t = tiling
+        off, window, causal = _mask(shape)
+        tiles = masks.query_block_sums(shape.Nq, shape.Nkv, t.Br, t.Bc, off, window,
+                                       causal).count
+        return tiles + cdiv(shape.Nq, t.Br2) * cdiv(shape.d, t.Bd2)
+
+    def count_walk(self, shape: Shape, tiling: WindowStreamTiling) -> int:
+        """What a bulk count walks one by one, for the runner's time estimate, in its unit of a
+        walked block (a tile of up to 64 keys or an edge key here costs about an eighth of one,
+        25-32 us on 2 cores; counted as a quarter, as the estimate is an upper one): unmasked, the tiles of one
+        representative query block; with a mask, per walked query block (with a window: the
+        blocks outside the interior and one per class, :meth:`_blocks`) its tiles some row does
+        not see entirely, at most ⌈Br/Bc⌉ + 2 at each end of its band, and per walked Phase-2
+        block and slice the keys some but not all of its rows see, at most 2·Br2."""
+        t = tiling
+        Bc = min(t.Bc, shape.Nkv)
+        if not shape.causal:  # alike query blocks run once (two: the short last one)
+            return cdiv(min(2, cdiv(shape.Nq, t.Br)) * cdiv(shape.Nkv, Bc) * cdiv(Bc, 64), 4)
+        walked = _walked(shape, t.Br, Bc, (shape.Nkv // Bc) * Bc)
+        walked2 = _walked(shape, t.Br2, 1, shape.Nkv)
+        tiles = walked * 2 * (cdiv(t.Br, Bc) + 2) * cdiv(Bc, 64)  # a tile walks its Bc lines
+        edge = walked2 * 2 * t.Br2
+        return cdiv(tiles + cdiv(shape.d, t.Bd2) * edge, 4)
+
+    def covered_by(self, shape: Shape) -> str | None:
+        """Without a window this is stream_tiling's order "tile" with one slice group, word for
+        word (module docstring), and stream_tiling searches more (order "row", two slice
+        groups): the planner leaves such workloads to it.  With a window it is planned."""
+        return "stream_tiling" if shape.window is None else None
+
+    # ------------------------------------------------------------------ counts
+    def _predict(self, shape: Shape, tiling: WindowStreamTiling) -> IOCount:
+        t = tiling
+        return _phase1(shape, t.Br, t.Bc) + _phase2(shape, t.Br2, t.Bd2)
+
+    # ------------------------------------------------------------------ tilings
+    @staticmethod
+    def _phase1_candidates(shape: Shape, M: int) -> list[tuple[int, int]]:
+        Nq, Nkv = shape.Nq, shape.Nkv
+        pairs: set[tuple[int, int]] = set()
+        for a in ladder(Nq, M):
+            b = min(Nkv, _cols1(M, a))
+            if b >= 1:
+                pairs.add((a, b))
+        for b in ladder(Nkv, M):
+            a = min(Nq, _cols1(M, b))  # the footprint is symmetric in (a, b)
+            if a >= 1:
+                pairs.add((a, b))
+        args = (shape.Nq, shape.Nkv)
+        mk = _mask(shape)
+        return sorted(pairs, key=lambda p: (_qs(*args, p[1], *mk) + _ks(*args, p[0], *mk),
+                                            -p[0] * p[1], p))[:_OFFER]
+
+    @staticmethod
+    def _phase2_candidates(shape: Shape, M: int) -> list[tuple[int, int]]:
+        d, Nq = shape.d, shape.Nq
+        widths = {cdiv(d, T) for T in range(1, d + 1)}
+        pairs = set()
+        for c in widths:
+            a = min(Nq, _rows2(M, c))
+            if a >= 1:
+                pairs.add((a, c))
+        return sorted(pairs, key=lambda p: (_phase2(shape, *p).reads, -p[0] * p[1],
+                                            p))[:_OFFER]
+
+    def candidate_tilings(self, shape: Shape, M: int) -> list[WindowStreamTiling]:
+        """The best few of each phase (module docstring), paired."""
+        return [WindowStreamTiling(a, b, a2, c)
+                for a, b in self._phase1_candidates(shape, M)
+                for a2, c in self._phase2_candidates(shape, M)]
+
+    # ------------------------------------------------------------------ the schedule
+    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
+                 O: SlowArray, *, shape: Shape, tiling: WindowStreamTiling,
+                 scale: float) -> None:
+        t = tiling
+        C = ring_width(shape, min(t.Bc, shape.Nkv))
+        A = mem.scratch("A", (shape.Nq, C))  # the raw scaled scores a row sees: a ring
+        Bc = min(t.Bc, shape.Nkv)
+        run = _Run(mem, shape, t, C, scale, (Q, K, V, O, A))
+
+        def scores(ib: Block) -> None:  # Phase 1 of query block ib
+            lo, hi = kv_range(shape, ib.start, ib.stop)
+            a, b = _every_row(shape, ib, t.Bc)
+            for x, y, alike in ((lo, a, False), (a, b, True), (max(lo, b), hi, False)):
+                for jb in mem.blocks(shape.Nkv, t.Bc, lo=x, hi=y, uniform=alike):
+                    _tile(run, ib, jb, (lo, hi))
+
+        def outputs(ib: Block) -> None:  # Phase 2 of row block ib
+            _output_block(run, ib)
+
+        # Phase 1's interior blocks repeat with the band's phase against the key blocks;
+        # Phase 2's are all alike (module docstring, "Bulk counting")
+        self._blocks(mem, shape, t.Br, Bc, (shape.Nkv // Bc) * Bc, scores)
+        self._blocks(mem, shape, t.Br2, 1, shape.Nkv, outputs)
+
+    @staticmethod
+    def _blocks(mem: TwoLevelMemory, shape: Shape, B: int, S: int, K: int,
+                body: Callable[[Block], None]) -> None:
+        """``body`` on every query block of B rows.  In a bulk count with a window, the interior
+        blocks (full, their band [r0 + off - W + 1, r1 + off) inside [0, K)) move alike words
+        when they meet the S-key grid alike, i.e. by ``(r0 + off) mod S``: blocks i and
+        i + S/gcd(B, S) do; each class runs once, its count multiplied."""
+        Nq = shape.Nq
+        if not (mem.bulk and shape.causal and shape.window is not None):
+            for ib in mem.blocks(Nq, B, uniform=not shape.causal):
+                body(ib)
+            return
+        i_a, i_b, period = _interior(shape, B, S, K)
+        for ib in mem.blocks(Nq, B, hi=i_a * B, uniform=False):
+            body(ib)
+        for first in range(i_a, min(i_b, i_a + period)):
+            rep = Block(first, first * B, (first + 1) * B)
+            for _ in mem.blocks(cdiv(i_b - first, period), 1):  # the class's blocks' steps
+                body(rep)
+        for ib in mem.blocks(Nq, B, lo=i_b * B, uniform=False):
+            body(ib)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the steps of one head's run share: the memory, the workload, the tiling, the score
+    ring's width C, the scale, and the slow arrays (Q, K, V, O, A)."""
+
+    mem: TwoLevelMemory
+    shape: Shape
+    t: WindowStreamTiling
+    C: int
+    scale: float
+    arrays: tuple[SlowArray, SlowArray, SlowArray, SlowArray, SlowArray]
+
+
+def _tile(run: _Run, ib: Block, jb: Block, band: tuple[int, int]) -> None:
+    """Tile (i, j) of Phase 1: rows R_ij, keys C_ij (module docstring), held as lines."""
+    mem, shape, t, C, scale = run.mem, run.shape, run.t, run.C, run.scale
+    Q, K, _, _, A = run.arrays
+    d = shape.d
+    q0, q1 = q_range(shape, jb.start, jb.stop)
+    r0, r1 = max(ib.start, q0), min(ib.stop, q1)
+    k0, k1 = max(jb.start, band[0]), min(jb.stop, band[1])
+    by_rows = min(t.Br, shape.Nq) > min(t.Bc, shape.Nkv)  # a K column held
+    if by_rows:  # line r: the keys of C_ij row r sees
+        spans = [(max(k0, a), min(k1, b))
+                 for a, b in (kv_range(shape, r, r + 1) for r in range(r0, r1))]
+    else:  # line c: the rows of R_ij that see key c
+        spans = [(max(r0, a), min(r1, b))
+                 for a, b in (q_range(shape, c, c + 1) for c in range(k0, k1))]
+    lines = [mem.alloc((1, b - a) if by_rows else (b - a, 1), 0.0, label="S_line")
+             for a, b in spans]
+    for lb in mem.blocks(d, 1):
+        if by_rows:
+            k = mem.load(K, slice(k0, k1), lb, label="K_jl")
+            for x in range(r1 - r0):  # each row a different line: walked
+                w = mem.load(Q, r0 + x, lb, label="q_rl")
+                a, b = spans[x]
+                mem.compute(_row_update(scale, a - k0), lines[x], k, w, writes=1)
+                mem.free(w)
+            mem.free(k)
+            continue
+        q = mem.load(Q, slice(r0, r1), lb, label="Q_il")
+        for x in range(k1 - k0):
+            w = mem.load(K, k0 + x, lb, label="k_cl")
+            a, b = spans[x]
+            mem.compute(_column_update(scale, a - r0), lines[x], q, w, writes=1)
+            mem.free(w)
+        mem.free(q)
+    base = jb.start - jb.start % C  # key c in column c - base (no wrap in a key block)
+    for x, line in enumerate(lines):
+        a, b = spans[x]
+        if by_rows:
+            mem.store(line, A, r0 + x, slice(a - base, b - base))
+        else:
+            mem.store(line, A, slice(a, b), k0 + x - base)
+        mem.free(line)
+
+
+def _output_block(run: _Run, ib: Block) -> None:
+    """Row block ``ib`` of Phase 2, every slice.  The keys all its rows see,
+    ``[lo of its last row, hi of its first row)``, move alike: one uniform loop."""
+    mem, shape, Br2, Bd2 = run.mem, run.shape, run.t.Br2, run.t.Bd2
+    O = run.arrays[3]
+    lo, hi = kv_range(shape, ib.start, ib.stop)
+    m0 = kv_range(shape, ib.stop - 1, ib.stop)[0]
+    m1 = kv_range(shape, ib.start, ib.start + 1)[1]
+    m0, m1 = max(lo, m0), min(hi, m1)
+    v_held = min(Bd2, shape.d) <= min(Br2, shape.Nq)  # else a score column held
+    for db in mem.blocks(shape.d, Bd2):
+        Oc = mem.alloc((ib.size, db.size), 0.0, label="O_ic")
+        if hi > lo:
+            g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
+            acc = (Oc, g)
+            if m1 > m0:
+                for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=m0, uniform=False):
+                    _key(run, acc, ib, kb, db, v_held)
+                for kb in mem.blocks(shape.Nkv, 1, lo=m0, hi=m1):  # every row: alike
+                    _key(run, acc, ib, kb, db, v_held)
+                rest = m1
+            else:
+                rest = lo
+            for kb in mem.blocks(shape.Nkv, 1, lo=rest, hi=hi, uniform=False):
+                _key(run, acc, ib, kb, db, v_held)
+            mem.free(g)
+        mem.store(Oc, O, ib, db)  # normalised all along (zero where no key is seen)
+        mem.free(Oc)
+
+
+def _key(run: _Run, acc: tuple[FastTile, ...], ib: Block, kb: Block, db: Block,
+     v_held: bool) -> None:
+    """Key kb into the output tile for the rows [t0, t1) of the block that see it; the
+    others take it with weight 0 (as a dense P·V does: a non-finite value reaches them as
+    it reaches the reference's rows; no word moves)."""
+    mem, shape, C = run.mem, run.shape, run.C
+    V, A = run.arrays[2], run.arrays[4]
+    a, b = q_range(shape, kb.start, kb.stop)
+    col = kb.start % C  # its column in the score ring
+    t0, t1 = max(a, ib.start) - ib.start, min(b, ib.stop) - ib.start
+    if v_held:
+        v = mem.load(V, kb, db, label="V_kc")
+        for rc in mem.blocks(t1 - t0, 1):
+            w = mem.load(A, ib.start + t0 + rc.start, col, label="a_rk")
+            mem.compute(_row_step(t0 + rc.start), *acc, w, v, writes=2)
+            mem.free(w)
+        if t1 - t0 < ib.size:
+            mem.compute(_zero_weight(t0, t1), acc[0], v, writes=1)
+        mem.free(v)
+        return
+    s = mem.load(A, slice(ib.start + t0, ib.start + t1), col, label="A_ik")
+    mem.compute(_column_step(t0, t1), s, *acc, writes=3)
+    for cc in mem.blocks(db.size, 1):
+        w = mem.load(V, kb, db.start + cc.start, label="v_ku")
+        mem.compute(_add_column(cc.start, t0, t1), acc[0], s, w, writes=1)
+        mem.free(w)
+    mem.free(s)
+
+
+# ---------------------------------------------------------------------- word arithmetic
+def _column_update(scale: float, top: int) -> Callable[..., None]:
+    """A score column (rows [top, top + h) of the held Q column) += scale·q·w."""
+    def fn(s: np.ndarray, q: np.ndarray, w: np.ndarray) -> None:
+        s[:, 0] += scale * q[top:top + s.shape[0], 0] * w[0, 0]
+    return fn
+
+
+def _row_update(scale: float, first: int) -> Callable[..., None]:
+    """A score row (keys [first, first + n) of the held K column) += scale·k·w."""
+    def fn(s: np.ndarray, k: np.ndarray, w: np.ndarray) -> None:
+        s[0, :] += scale * k[first:first + s.shape[1], 0] * w[0, 0]
+    return fn
+
+
+def _row_step(r: int) -> Callable[..., None]:
+    """Row r takes one score it sees (the word w): the online step, then O[r] += β·v."""
+    def fn(O: np.ndarray, g: np.ndarray, w: np.ndarray, v: np.ndarray) -> None:
+        p = w.reshape(1).copy()  # a register
+        online_lse_step(p, g[r:r + 1], O[r:r + 1])
+        O[r] += p[0] * v[0]
+    return fn
+
+
+def _column_step(t0: int, t1: int) -> Callable[..., None]:
+    """A key's score column for rows [t0, t1) (all of which see it): the online step; the
+    column becomes the weights β."""
+    def fn(s: np.ndarray, O: np.ndarray, g: np.ndarray) -> None:
+        online_lse_step(s[:, 0], g[t0:t1], O[t0:t1])
+    return fn
+
+
+def _add_column(u: int, t0: int, t1: int) -> Callable[..., None]:
+    """O[t0:t1, u] += β·w (the weights held, one streamed V word); the other rows weight 0."""
+    def fn(O: np.ndarray, p: np.ndarray, w: np.ndarray) -> None:
+        O[t0:t1, u] += p[:, 0] * w[0, 0]
+        O[:t0, u] += 0.0 * w[0, 0]
+        O[t1:, u] += 0.0 * w[0, 0]
+    return fn
+
+
+def _zero_weight(t0: int, t1: int) -> Callable[..., None]:
+    """O[r] += 0·v for the rows outside [t0, t1), which do not see the key."""
+    def fn(O: np.ndarray, v: np.ndarray) -> None:
+        O[:t0] += 0.0 * v[0]
+        O[t1:] += 0.0 * v[0]
+    return fn
+
+
+ALGORITHM = WindowStream()
