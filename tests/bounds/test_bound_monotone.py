@@ -123,3 +123,23 @@ def test_large_cache_integer_square_roots_are_exact():
                                        np.array([0, 1, 2, 2**61])])).astype(np.int64)
         assert E._m_many(cs, d).tolist() == [math.isqrt(4 * d * d * (int(c) + 1) - 1)
                                              for c in cs]
+
+
+def test_levelled_closure_is_never_below_the_frozen_search_values():
+    """On the 420 shapes of tests/data/bound_values.json (the search's values, frozen), the
+    public, closed Theorem B′ is never lower, and higher somewhere."""
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                        "bound_values.json")
+    with open(path, encoding="utf-8") as fh:
+        rows = json.load(fh)["shapes"]
+    higher = 0
+    for row in rows:
+        s = dict(row["shape"])
+        M, N, d = s.pop("M"), s.pop("N"), s.pop("d")
+        got = L.qkpv_levelled_for(attention_shape(N, d, **s), M).value
+        assert got >= row["forward"]["qkpv_levelled"], row["shape"]
+        higher += got > row["forward"]["qkpv_levelled"]
+    assert higher > 0

@@ -443,6 +443,7 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
     summary = ("square tiling with word streaming (Smith & van de Geijn): raw scores written once, "
                "the softmax formed online in P·V; least footprint per tile")
     Tiling = StreamTilingTiling
+    windowed_form = "window_stream"  # its form for sliding windows (named in the refusal)
 
     def footprint(self, shape: Shape, tiling: StreamTilingTiling) -> int:
         t = tiling
