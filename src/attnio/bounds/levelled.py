@@ -426,27 +426,26 @@ def closed_levelled(P: int, d: int, M: int) -> tuple[int, int, float, int]:
                                                   1.0 + np.ceil((w0 - lf - ll) / lm)))
     # an upper bound on every level's value, per row (U at the top level + 1 and at the levels
     # 1..6 below n*; the exact levels are decided below, this only orders and prunes the rows)
-    mcap = np.floor(d * d / xs) + 1.0
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        def env(n: Any) -> Any:
-            c = np.where(n <= 1, lam_f, lam_f + lam_l + (n - 2) * lam)
-            r = np.minimum(mcap, (w0 / (c * INFLATE)) ** (2.0 / 3.0) * (1 + SLACK))
-            return np.where(n >= 1, kap * n * r * (1 + SLACK), 0.0)
-
-        top = np.maximum(np.nan_to_num(n_top, nan=0.0, posinf=0.0) + 1.0, 1.0)
-        u = env(top)
-        for n in range(1, 7):
-            u = np.maximum(u, np.where(n <= top, env(np.full_like(top, n)), 0.0))
-    u = np.where(valid & (n_top >= 1), u, 0.0)
+    rows = np.flatnonzero(valid & (n_top >= 1))
+    mcap = np.floor(d * d / xs[rows]) + 1.0
+    top = n_top[rows] + 1.0
+    ns = np.minimum(np.arange(1.0, 8.0)[:, None], top)  # levels 1..6 (capped at top), and top
+    ns[-1] = top
+    c = np.where(ns <= 1, lam_f[rows], lam_f[rows] + lam_l[rows] + (ns - 2) * lam[rows])
+    r = np.minimum(mcap, (w0[rows] / (c * INFLATE)) ** (2.0 / 3.0) * (1 + SLACK))
+    u = (kap[rows] * ns * r).max(axis=0) * (1 + SLACK)
     best = (0, 0, 0.0, M)
-    order = [(float(u[i]), int(i)) for i in np.flatnonzero(u > 0)]
+    order = list(zip(u.tolist(), rows.tolist()))
     order.sort(reverse=True)
     for ub, i in order:
         if ub <= best[0]:
             break
         f = fam[i]
         mmax = _m_max(f[0], d)
-        n_hi = _level(f, P, d, M)
+        v, K, nu = _value_at(f, P, d, M)
+        if v > best[0]:
+            best = (v, K, nu, M)
+        n_hi = v // K if K else 0
         if n_hi < 1 or mmax < M:
             continue
         k, w, a = f[1], float(w0[i]), f[6] + f[7] - 2 * f[5]
@@ -463,8 +462,10 @@ def closed_levelled(P: int, d: int, M: int) -> tuple[int, int, float, int]:
         # the levels n_star < n <= n_hi with U(n) > best: U increases there, so they are
         # [low, n_hi]: low found by bisection on n
         low = n_hi + 1
-        if n_hi > n_star and bound_at(n_hi) > best[0]:
-            a_, b_ = n_star, n_hi  # U(b_) > best; U(a_) <= best or a_ = n_star (not in the run)
+        while low - 1 > max(n_star, n_hi - 8) and bound_at(low - 1) > best[0]:
+            low -= 1
+        if low - 1 > n_star and low == n_hi - 7:  # still above: bisection
+            a_, b_ = n_star, low  # U(b_) > best; U(a_) <= best or a_ = n_star (not in the run)
             while b_ - a_ > 1:
                 c_ = (a_ + b_) // 2
                 if bound_at(c_) > best[0]:
