@@ -168,3 +168,23 @@ def test_levelled_closure_in_P_and_M_on_a_line():
         assert all(a <= b for a, b in zip(vals, vals[1:]))
     a, b = (L.qkpv_levelled_raw_pairs(P=10**6, d=64, M=M).value for M in (4096, 4103))
     assert L.qkpv_levelled_pairs(P=10**6, d=64, M=4096).value >= max(a, b)
+
+
+def test_levelled_closure_is_never_below_the_frozen_search_values():
+    """On the 420 shapes of tests/data/bound_values.json (the search's values, frozen), the
+    public, closed Theorem B′ is never lower, and higher somewhere."""
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                        "bound_values.json")
+    with open(path, encoding="utf-8") as fh:
+        rows = json.load(fh)["shapes"]
+    higher = 0
+    for row in rows:
+        s = dict(row["shape"])
+        M, N, d = s.pop("M"), s.pop("N"), s.pop("d")
+        got = L.qkpv_levelled_for(attention_shape(N, d, **s), M).value
+        assert got >= row["forward"]["qkpv_levelled"], row["shape"]
+        higher += got > row["forward"]["qkpv_levelled"]
+    assert higher > 0
