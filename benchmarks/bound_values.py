@@ -85,6 +85,8 @@ def values(shape: dict[str, Any]) -> dict[str, Any]:
     fwd = {b.name: b.value for b in bounds.applicable_to(sh, M) if b.explicit}
     # the value before issue 36's exact maximum over K (the raw evaluation; never above it)
     fwd["standard_matmul_large_cache"] = E.large_cache_raw_for(sh, M).value
+    # Theorem B′ as searched, before issue 36's closure (never above it)
+    fwd["qkpv_levelled"] = L.qkpv_levelled_raw_for(sh, M).value
     bwd = {b.name: b.value for b in BK.backward_applicable_to(sh, M) if b.explicit}
     P = pairs_of(sh)
     closed = {t.name: list(t.closed(P, d, M)) if P else None for t in (F._A, F._B, BK._D, BK._E)}

@@ -13,12 +13,13 @@ import pytest
 from attnio import bounds as B
 from attnio.bounds import backward as BK
 from attnio.bounds import forward as F
+from attnio.bounds import levelled as L
 from attnio.bounds.base import attention_shape
 
 #: The bounds docs/bounds.md §12.1 marks monotone, and in which of M, N.
 MONOTONE = {"trivial": "MN", "backward_trivial": "MN", "backward_inputs": "MN",
             "standard_matmul_small_cache": "MN", "standard_matmul_large_cache": "MN",
-            "reread_cut": "M"}
+            "reread_cut": "M", "qkpv_levelled": "MN"}
 
 SHAPES = ({}, {"causal": True}, {"causal": "top_left"}, {"causal": True, "window": 48},
           {"heads": 4, "kv_heads": 2, "causal": True})
@@ -123,6 +124,50 @@ def test_large_cache_integer_square_roots_are_exact():
                                        np.array([0, 1, 2, 2**61])])).astype(np.int64)
         assert E._m_many(cs, d).tolist() == [math.isqrt(4 * d * d * (int(c) + 1) - 1)
                                              for c in cs]
+
+
+def _levelled_brute(P, d, M):
+    """Theorem B′'s closure by its definition: every row of the table at every M' >= M where
+    it holds (d²/M' >= its x)."""
+    best = 0
+    for f in L._families():
+        for M2 in range(M, L._m_max(f[0], d) + 1):
+            best = max(best, L._value_at(f, P, d, M2)[0])
+    return best
+
+
+def test_levelled_closure_is_the_brute_force_maximum_and_never_below_the_search():
+    """closed_levelled (docs/bounds.md §12.1) equals the maximum over every row and every M' on
+    random small cases, names a row and an M' >= M that give its value, and is never below the
+    search (qkpv_levelled_raw_pairs)."""
+    rng = random.Random(27)
+    above = 0
+    for _ in range(120):
+        d = rng.randint(1, 24)
+        M = rng.randint(1, 4 * d * d)
+        P = rng.choice((rng.randint(1, 60), rng.randint(1, 6000), rng.randint(1, 10**6),
+                        rng.randint(1, 10**12)))
+        value, K, nu, M2 = L.closed_levelled(P, d, M)
+        assert value == _levelled_brute(P, d, M), (P, d, M)
+        raw = L.qkpv_levelled_raw_pairs(P=P, d=d, M=M).value
+        assert value >= raw, (P, d, M)
+        above += value > raw
+        if value:
+            assert M2 >= M and any(L._value_at(f, P, d, M2) == (value, K, nu)
+                                   for f in L._families())
+    assert above > 10  # the closure is higher than the search somewhere
+
+
+def test_levelled_closure_in_P_and_M_on_a_line():
+    """Non-increasing in M integer by integer, non-decreasing in P, at d = 40 and d = 128 (a
+    stretch of the scan of benchmarks/bench_bound_monotone.py, where the search rose)."""
+    for d, P in ((40, 321 * 321), (128, 10**7)):
+        vals = [L.closed_levelled(P, d, M)[0] for M in range(d * d // 8, d * d // 8 + 400)]
+        assert all(a >= b for a, b in zip(vals, vals[1:]))
+        vals = [L.closed_levelled(p, d, d * d // 2)[0] for p in range(P, P + 3000, 7)]
+        assert all(a <= b for a, b in zip(vals, vals[1:]))
+    a, b = (L.qkpv_levelled_raw_pairs(P=10**6, d=64, M=M).value for M in (4096, 4103))
+    assert L.qkpv_levelled_pairs(P=10**6, d=64, M=4096).value >= max(a, b)
 
 
 def test_levelled_closure_is_never_below_the_frozen_search_values():

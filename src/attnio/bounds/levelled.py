@@ -41,8 +41,10 @@ from .base import Bound, attention_shape, check_M, keyword_sizes, pairs_of, regi
 from .forward import ASSUMPTIONS
 from .segments import INFLATE, MORE_MEMORY_SEGMENTS, more_memory, segments_bound
 
-__all__ = ["THEOREM", "Node", "alternates", "certified_lambda", "node_for", "nodes", "qkpv_levelled",
-           "qkpv_levelled_for", "qkpv_levelled_pairs", "qkpv_levelled_value", "segment_value"]
+__all__ = ["THEOREM", "Node", "alternates", "certified_lambda", "closed_levelled", "node_for",
+           "nodes", "qkpv_levelled", "qkpv_levelled_for", "qkpv_levelled_pairs",
+           "qkpv_levelled_raw_for", "qkpv_levelled_raw_pairs", "qkpv_levelled_value",
+           "segment_value"]
 
 THEOREM = ("Theorem B′: QKᵀ and P·V products, a potential by level on pair-value and O words "
            "(docs/bounds.md §6.1)")
@@ -161,15 +163,10 @@ def _closed(P: int, d: int, M: int) -> tuple[int, int, float, int]:
     return more_memory(lambda M2, refine: qkpv_levelled_value(P, d, M2), M)
 
 
-@keyword_sizes()
-def qkpv_levelled_pairs(*, P: int, d: int, M: int) -> Bound:
-    """Theorem B′ for P required pairs (over all query heads), head dimension d, M fast words,
-    the best of its values at M and at the larger M' of §12.1's grid (docs/bounds.md §12.1: not
-    monotone in M between those points)."""
-    P, d, M = check_int("P", P, minimum=0), check_int("d", d), check_M(M)
-    value, K, nu, M2 = _closed(P, d, M)
+def _bound(d: int, M: int, got: tuple[int, int, float, int], how: str) -> Bound:
+    value, K, nu, M2 = got
     where = "" if M2 == M else (f", evaluated at M' = {M2} >= M (a schedule for M runs "
-                                "unchanged with more memory)")
+                                f"unchanged with more memory){how}")
     words = (f"segments of K = {K} I/Os, root-piece multiplier ν = {nu:.4g}, maxima tabulated "
              f"at d²/M >= {d * d / M2:.4g}{where}" if K else
              "d²/M below the table's smallest node: no value (0)")
@@ -177,8 +174,38 @@ def qkpv_levelled_pairs(*, P: int, d: int, M: int) -> Bound:
                  regime=regime_of(d, M))
 
 
+@keyword_sizes()
+def qkpv_levelled_raw_pairs(*, P: int, d: int, M: int) -> Bound:
+    """Theorem B′ as searched (not closed): the best of its values at M and at the larger M' of
+    §12.1's grid, not monotone in M between those points nor in P (docs/bounds.md §12.1).
+    :func:`qkpv_levelled_pairs` is never below it."""
+    P, d, M = check_int("P", P, minimum=0), check_int("d", d), check_M(M)
+    return _bound(d, M, _closed(P, d, M), "")
+
+
+def qkpv_levelled_raw_for(shape: Shape, M: int) -> Bound:
+    """:func:`qkpv_levelled_raw_pairs` for ``shape`` (all its query heads; P from its mask)."""
+    return qkpv_levelled_raw_pairs(P=pairs_of(shape), d=shape.d, M=check_M(M))
+
+
+@functools.lru_cache(maxsize=4 * 4096)
+def _monotone(P: int, d: int, M: int) -> tuple[int, int, float, int]:
+    return closed_levelled(P, d, M)
+
+
+@keyword_sizes()
+def qkpv_levelled_pairs(*, P: int, d: int, M: int) -> Bound:
+    """Theorem B′ for P required pairs (over all query heads), head dimension d, M fast words,
+    closed under more memory and fewer pairs (:func:`closed_levelled`): the largest value of any
+    row of the table at any M' >= M where it holds, so non-increasing in M and non-decreasing in
+    P (docs/bounds.md §12.1), and never below :func:`qkpv_levelled_raw_pairs`."""
+    P, d, M = check_int("P", P, minimum=0), check_int("d", d), check_M(M)
+    return _bound(d, M, _monotone(P, d, M), "; the closure over M' >= M")
+
+
 def qkpv_levelled_for(shape: Shape, M: int) -> Bound:
-    """Theorem B′ for ``shape`` (all its query heads; P from its mask)."""
+    """Theorem B′ for ``shape`` (all its query heads; P from its mask), closed
+    (:func:`qkpv_levelled_pairs`)."""
     return qkpv_levelled_pairs(P=pairs_of(shape), d=shape.d, M=check_M(M))
 
 
@@ -307,3 +334,165 @@ def certified_lambda(kappa: float, lp: float, lo: float, nu: float, x: float, ki
         lo2[rows, k] = mid
         lo_b, hi_b = np.concatenate([lo_b, lo2]), np.concatenate([hi_b, hi2])
     return (best + rtol * abs(best)) * (1 + 1e-9) + 1e-12
+
+
+# ---------------------------------------------------------------------------- the closure (§12.1)
+def _families() -> tuple[Node, ...]:
+    """Every certified parameter set of the table: the nodes, then the alternates."""
+    return (*nodes(), *alternates())
+
+
+@functools.cache
+def _family_arrays() -> tuple[Any, ...]:
+    fam = np.array(_families(), dtype=np.float64)
+    return tuple(fam[:, j] for j in range(fam.shape[1]))
+
+
+def _m_max(x: float, d: int) -> int:
+    """The largest M' with ``d·d/M' >= x`` in floats (where a row of x is valid, as
+    :func:`_index` decides it); 0 if none."""
+    dd = d * d
+    m = max(0, math.floor(dd / x) + 2)
+    while m >= 1 and not dd / m >= x:
+        m -= 1
+    return m
+
+
+def _level(f: Node, P: int, d: int, M: int) -> int:
+    """h − 1 of the row ``f`` at M' = M (``value // K``; 0 where K = 0)."""
+    v, K, _ = _value_at(f, P, d, M)
+    return v // K if K else 0
+
+
+def _right_edge(f: Node, P: int, d: int, n: int, lo: int, hi: int, guess: float) -> int:
+    """The largest M' in [lo, hi] with h − 1 >= n for the row f (h − 1 is non-increasing in M':
+    :func:`closed_levelled`), given that lo has it: from ``guess``, a gallop then a bisection."""
+    g = min(hi, max(lo, int(guess)))
+    if _level(f, P, d, g) >= n:
+        a, step = g, 1
+        while True:  # a has it; look for one that does not
+            b = a + step
+            if b > hi:
+                b = hi + 1
+                break
+            if _level(f, P, d, b) < n:
+                break
+            a, step = b, 2 * step
+    else:
+        b, step = g, 1
+        while True:  # b does not; look for one that does
+            a = b - step
+            if a <= lo:
+                a = lo
+                break
+            if _level(f, P, d, a) >= n:
+                break
+            b, step = a, 2 * step
+    while b - a > 1:  # a has it, b does not (or is hi + 1)
+        c = (a + b) // 2
+        if _level(f, P, d, c) >= n:
+            a = c
+        else:
+            b = c
+    return a
+
+
+#: The relative room the closure's envelope leaves for floating-point rounding (the envelope's
+#: float errors are a few units of 2⁻⁵³; a larger room only costs candidates).
+SLACK = 1e-12
+
+
+def closed_levelled(P: int, d: int, M: int) -> tuple[int, int, float, int]:
+    """(value, K, ν, M'): Theorem B′ closed under more memory and fewer pairs, exactly.
+
+    The value is C(P, M) = the maximum, over every row f of the table (nodes and alternates)
+    and every integer M' >= M where f is valid (d²/M' >= x_f), of the row's value
+    ``T_f(P, M') = ⌊κ_f·M'⌋·(h − 1)`` (:func:`_value_at`): each is a valid bound at M' and so at
+    M (any schedule for M runs with M' words).  For a row, K = ⌊κM'⌋ does not decrease with M'
+    and h − 1 does not increase (the work (2d − ν̂√M')·P falls, the maxima λ·M'^{3/2} grow), so
+    the maximum over M' is at the right edge R_n of a level n of h − 1, and R_n <
+    (W₀/c_n)^{2/3} with W₀ = (2d − ν̂√M)·P and c_n = λ_f + λ_l + (n − 2)·λ (c₁ = λ_f): the
+    level's value is at most U(n) = κ·n·min(M'_max, (W₀/c_n)^{2/3}).  n/c_n^{2/3} decreases up
+    to n* = −3(λ_f + λ_l − 2λ)/λ <= 6 and increases after, so the levels with U(n) above the
+    best value found are those below n* checked one by one and a run down from the level at M
+    that stops at the first U(n) below the best: a finite candidate set, evaluated exactly.
+    Docs: docs/bounds.md §12.1.  C is non-increasing in M (fewer (f, M')) and non-decreasing in
+    P (each T_f is), and never below the search :func:`qkpv_levelled_raw_pairs` (its value is
+    one T_f at one M' >= M)."""
+    if P == 0 or d * d / M < _xs()[0]:
+        return 0, 0, 0.0, M
+    fam = _families()
+    xs, kap, _, _, nuh, lam, lam_f, lam_l = _family_arrays()
+    sq = math.sqrt(M)
+    w0 = np.maximum((2.0 * d - nuh * sq) * P, 0.0) * (1 + 1e-12)  # W₀ >= work at every M' >= M
+    valid = (d * d / M >= xs) & (w0 > 0)
+    m32 = M ** 1.5 * INFLATE
+    # h − 1 at M (a float evaluation close to the exact one, for the envelope only)
+    lf, ll, lm = lam_f * m32, lam_l * m32, lam * m32
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n_top = np.where(w0 <= lf, 0.0, np.where(w0 <= lf + ll, 1.0,
+                                                  1.0 + np.ceil((w0 - lf - ll) / lm)))
+    # an upper bound on every level's value, per row (U at the top level + 1 and at the levels
+    # 1..6 below n*; the exact levels are decided below, this only orders and prunes the rows)
+    rows = np.flatnonzero(valid & (n_top >= 1))
+    mcap = np.floor(d * d / xs[rows]) + 1.0
+    top = n_top[rows] + 1.0
+    ns = np.minimum(np.arange(1.0, 8.0)[:, None], top)  # levels 1..6 (capped at top), and top
+    ns[-1] = top
+    c = np.where(ns <= 1, lam_f[rows], lam_f[rows] + lam_l[rows] + (ns - 2) * lam[rows])
+    r = np.minimum(mcap, (w0[rows] / (c * INFLATE)) ** (2.0 / 3.0) * (1 + SLACK))
+    u = (kap[rows] * ns * r).max(axis=0) * (1 + SLACK)
+    best = (0, 0, 0.0, M)
+    order = list(zip(u.tolist(), rows.tolist()))
+    order.sort(reverse=True)
+    for ub, i in order:
+        if ub <= best[0]:
+            break
+        f = fam[i]
+        mmax = _m_max(f[0], d)
+        v, K, nu = _value_at(f, P, d, M)
+        if v > best[0]:
+            best = (v, K, nu, M)
+        n_hi = v // K if K else 0
+        if n_hi < 1 or mmax < M:
+            continue
+        k, w, a = f[1], float(w0[i]), f[6] + f[7] - 2 * f[5]
+
+        def cap(n: int) -> float:  # R_n < cap(n)
+            c = f[6] if n == 1 else f[6] + f[7] + (n - 2) * f[5]
+            return min(float(mmax), (w / (c * INFLATE)) ** (2.0 / 3.0) * (1 + SLACK))
+
+        def bound_at(n: int) -> float:  # U(n) (rounding: SLACK, far above the float errors)
+            return k * n * cap(n) * (1 + SLACK)
+
+        n_star = max(1, min(n_hi, math.ceil(-3.0 * a / f[5]) if a < 0 else 1))
+        levels = [n for n in range(1, n_star + 1) if bound_at(n) > best[0]]
+        # the levels n_star < n <= n_hi with U(n) > best: U increases there, so they are
+        # [low, n_hi]: low found by bisection on n
+        low = n_hi + 1
+        while low - 1 > max(n_star, n_hi - 8) and bound_at(low - 1) > best[0]:
+            low -= 1
+        if low - 1 > n_star and low == n_hi - 7:  # still above: bisection
+            a_, b_ = n_star, low  # U(b_) > best; U(a_) <= best or a_ = n_star (not in the run)
+            while b_ - a_ > 1:
+                c_ = (a_ + b_) // 2
+                if bound_at(c_) > best[0]:
+                    b_ = c_
+                else:
+                    a_ = c_
+            low = b_
+        found: list[tuple[int, int]] = []  # (n, M') to evaluate exactly
+        if low <= n_hi:
+            top_m = min(mmax, math.floor(cap(low)))
+            if top_m - M + 1 < n_hi - low + 1:  # fewer integers than levels: every M' there
+                found += [(0, m) for m in range(M, top_m + 1)]
+            else:
+                levels += range(low, n_hi + 1)
+        for n in sorted(set(levels), reverse=True):
+            if bound_at(n) > best[0]:
+                found.append((n, _right_edge(f, P, d, n, M, mmax, cap(n))))
+        for _, R in found:
+            v, K, nu = _value_at(f, P, d, R)
+            if v > best[0]:
+                best = (v, K, nu, R)
+    return best
