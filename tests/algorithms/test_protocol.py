@@ -90,6 +90,36 @@ def test_no_caller_probes_a_tiling_field_with_getattr():
     assert hits == []
 
 
+#: "Can it run", decided by hand: a comparison with a ``min_M(...)`` (either side), or a read of a
+#: ``supports_*`` flag (an attribute or a ``getattr`` of one); the mapper's ``can_run``,
+#: ``needs_M``, ``check_M`` and ``supports`` answer instead.
+_BY_HAND = re.compile(r"[<>]=?\s*[\w.]*min_M\(|min_M\([^()]*\)\s*[<>]"
+                      r"|\.supports_\w+|getattr\([^,]+,\s*[\"']supports_")
+#: Where the answer lives: the base classes' ``unsupported`` (the flags and ``min_M``, what
+#: ``can_run`` asks a schedule) and the mapper; and the blocked matmul, no attention schedule.
+_DECIDES = {"algorithms/base.py", "algorithms/mapper.py", "blocks/matmul.py"}
+
+
+def test_only_the_mapper_decides_whether_a_schedule_can_run():
+    hits = []
+    for path in SRC.rglob("*.py"):
+        if path.relative_to(SRC).as_posix() in _DECIDES:
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if _BY_HAND.search(line.split("#")[0]):
+                hits.append(f"{path.relative_to(SRC)}:{i}: {line.strip()}")
+    assert hits == []
+
+
+def test_the_guard_catches_a_decision_by_hand():
+    for line in ("if M < alg.min_M(shape):", "ok = alg.min_M(s) <= M",
+                 "x = cfg.backward and alg.supports_backward", "getattr(a, 'supports_window', 0)"):
+        assert _BY_HAND.search(line), line
+    for line in ("def min_M(self, shape):", "supports_window = True", "need = a.min_M(shape)",
+                 "mapper.can_run(a, shape, M)"):
+        assert not _BY_HAND.search(line), line
+
+
 def test_no_private_name_crosses_schedule_modules():
     """A schedule imports shared helpers from common.py or _kernels.py, never a private name of
     another schedule's module."""

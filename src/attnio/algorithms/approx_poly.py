@@ -262,7 +262,7 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
                     c = dataclasses.replace(t, rb=t.rb or 1, Bn=t.Bn or 1)
                     raise CapacityError(f"{self.name} with tiling {c}", 0,
                                         self.footprint(shape, c), M)
-                self._check_min_M(shape, M)
+                mapper.check_M(self, shape, M)
                 raise ParameterError(f"{self.name}: no tiling fits in M={M}", param="M")
             t = found.tiling
         return t
