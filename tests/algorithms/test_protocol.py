@@ -132,3 +132,20 @@ def test_no_private_name_crosses_schedule_modules():
                 names = [n.strip().split(" as ")[0] for n in m.group(2).strip("()").split(",")]
                 hits += [f"{path.name}: {line}" for n in names if n.startswith("_")]
     assert hits == []
+
+
+def test_an_error_target_out_of_reach_is_a_can_run_reason():
+    """An approximate schedule's options (its error target) are part of "can it run": the
+    planner skips it with the mapper's reason, no exception caught."""
+    import attnio
+
+    approx = _alg.get("approx_poly")
+    shape = Shape.make(64, 8)
+    far = mapper.can_run(approx, shape, 5000, eps=1e-12, entry_bound=50.0)
+    assert far is not None and far.startswith("UnreachableError: no degree")
+    assert mapper.can_run(approx, shape, 5000, eps=0.1, entry_bound=1.0) is None
+    assert mapper.search(approx, shape, 5000, eps=1e-12, entry_bound=50.0) is None
+    assert ("approx_poly", far) in attnio.plan(64, 8, 5000, approx_eps=1e-12,
+                                               entry_bound=50.0).skipped
+    counted = mapper.can_run(approx, shape, 5000, eps=0.1, entry_bound=None)
+    assert counted is not None and counted.startswith("ParameterError: ") and "entry bound" in counted

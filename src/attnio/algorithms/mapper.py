@@ -40,17 +40,21 @@ _SUPPORTS = {NO_WINDOW: "supports_window", NO_BLOCK_MASK: "supports_block_mask",
              NO_BACKWARD: "supports_backward"}
 
 
-def can_run(schedule: Any, shape: Shape, M: int | None = None, *, backward: bool = False
-            ) -> str | None:
+def can_run(schedule: Any, shape: Shape, M: int | None = None, *, backward: bool = False,
+            **options: Any) -> str | None:
     """Why ``schedule`` cannot run ``shape`` with M words of fast memory (None: it can): the
     mask or shape it does not support, the backward pass it lacks (``backward``: the forward
     must write the logsumexp), or the least M it needs (its :meth:`mapspace`'s
-    ``unsupported``).  ``M=None``: the workload alone (the reasons that no M would lift)."""
+    ``unsupported``).  ``M=None``: the workload alone (the reasons that no M would lift).
+    ``options``: the schedule's own mapspace options (an approximate schedule's error target),
+    which may rule it out too (its mapspace with them says why)."""
     why: str | None = schedule.unsupported(shape)  # the mask first
     if why is None and backward and not supports(schedule, NO_BACKWARD):
         return NO_BACKWARD
     if why is not None or M is None:
         return why
+    if options:
+        return schedule.mapspace(shape, M, **options).unsupported  # type: ignore[no-any-return]
     later: str | None = schedule.unsupported(shape, M)  # = its mapspace's ``unsupported``
     return later
 
