@@ -150,22 +150,25 @@ def rng():
     return np.random.default_rng(1234)
 
 
+def least_count(shape: attnio.Shape, M: int, *, backward: bool = False) -> int | None:
+    """The least closed-form count over every exact registered algorithm (``backward``: every
+    registered backward schedule) that can run ``shape`` with M words, each at its least
+    candidate tiling: the mapper's :func:`~attnio.algorithms.mapper.least_over` (the bound tests
+    hold every explicit bound below it); None when none can."""
+    schedules = (attnio.algorithms.all_backwards() if backward else
+                 attnio.algorithms.all_algorithms(exact=True))
+    best = mapper.least_over(schedules, shape, M)
+    return None if best is None else best[0]
+
+
 def least_forward_count(shape: attnio.Shape, M: int) -> int | None:
-    """The least closed-form count over every exact algorithm and every candidate tiling (the
-    bound tests hold every explicit bound below it)."""
-    best = None
-    for alg in (a for a in attnio.algorithms.all_algorithms() if a.exact):
-        if mapper.can_run(alg, shape, M) is not None:
-            continue
-        for t in alg.candidate_tilings(shape, M):
-            if alg.footprint(shape, t) > M:
-                continue
-            try:
-                total = alg.cost(shape, t).io.total
-            except attnio.ParameterError:
-                continue
-            best = total if best is None else min(best, total)
-    return best
+    """:func:`least_count` of the forward schedules."""
+    return least_count(shape, M)
+
+
+def least_backward_count(shape: attnio.Shape, M: int) -> int | None:
+    """:func:`least_count` of the backward schedules."""
+    return least_count(shape, M, backward=True)
 
 
 def load_script(relpath: str) -> ModuleType:

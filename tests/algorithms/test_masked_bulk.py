@@ -15,14 +15,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import attnio
+from attnio.algorithms import mapper
+from attnio.algorithms.protocol import NO_WINDOW
 from attnio.core.errors import ScheduleError
 from attnio.core.masks import Band
 from attnio.core.memory import TwoLevelMemory
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
 
-EXACT = ("flash2", "flash1", "standard", "flash_decoding", "square_tiling", "stream_tiling",
-         "kv_stationary", "q_stationary_min", "q_split", "window_cache", "window_square")
+EXACT = attnio.algorithms.names(exact=True)  # every registered exact schedule
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 sizes = st.one_of(st.integers(1, 12), st.integers(1, 120))
@@ -41,7 +42,7 @@ def _same(a, b):
 def test_masked_bulk_count_equals_step_by_step_and_closed_form(name, Nq, Nkv, d, align, W, heads,
                                                                 data):
     alg = attnio.algorithms.get(name)
-    if not alg.supports_window:
+    if not mapper.supports(alg, NO_WINDOW):
         W = None
     shape = Shape(Nq, Nkv, d, causal=True, causal_align=align, window=W, heads=heads[0],
                   kv_heads=heads[1])
@@ -62,11 +63,11 @@ def test_masked_bulk_count_equals_step_by_step_and_closed_form(name, Nq, Nkv, d,
 def test_masked_bulk_backward_equals_step_by_step_and_closed_form(name, Nq, Nkv, d, align, W,
                                                                   heads, data):
     bwd = attnio.algorithms.get_backward(name)
-    if not bwd.supports_window:
+    if not mapper.supports(bwd, NO_WINDOW):
         W = None
     shape = Shape(Nq, Nkv, d, causal=True, causal_align=align, window=W, heads=heads[0],
                   kv_heads=heads[1])
-    assume(bwd.unsupported(shape) is None)
+    assume(mapper.can_run(bwd, shape) is None)
     M = max(bwd.min_M(shape), attnio.algorithms.get("flash2").min_M(shape),
             data.draw(st.sampled_from([200, 800, 5000])))
     cands = [t for t in bwd.candidate_tilings(shape, M) if bwd.footprint(shape, t) <= M]
@@ -84,7 +85,7 @@ def test_masked_bulk_backward_equals_step_by_step_and_closed_form(name, Nq, Nkv,
 def test_masked_backward_count_at_a_billion_equals_the_closed_form(name, window):
     shape = Shape(10**9, 10**9, 128, causal=True, window=window)
     bwd = attnio.algorithms.get_backward(name)
-    if window is not None and not bwd.supports_window:
+    if window is not None and mapper.can_run(bwd, shape) == NO_WINDOW:
         pytest.skip(f"{name} has no window")
     bt = bwd.coerce_tiling(shape, 65536, None)
     r = attnio.run("flash2", shape=shape, M=65536, mode="count",

@@ -90,6 +90,36 @@ def test_no_caller_probes_a_tiling_field_with_getattr():
     assert hits == []
 
 
+#: "Can it run", decided by hand: a comparison with a ``min_M(...)`` (either side), or a read of a
+#: ``supports_*`` flag (an attribute or a ``getattr`` of one); the mapper's ``can_run``,
+#: ``needs_M``, ``check_M`` and ``supports`` answer instead.
+_BY_HAND = re.compile(r"[<>]=?\s*[\w.]*min_M\(|min_M\([^()]*\)\s*[<>]"
+                      r"|\.supports_\w+|getattr\([^,]+,\s*[\"']supports_")
+#: Where the answer lives: the base classes' ``unsupported`` (the flags and ``min_M``, what
+#: ``can_run`` asks a schedule) and the mapper; and the blocked matmul, no attention schedule.
+_DECIDES = {"algorithms/base.py", "algorithms/mapper.py", "blocks/matmul.py"}
+
+
+def test_only_the_mapper_decides_whether_a_schedule_can_run():
+    hits = []
+    for path in SRC.rglob("*.py"):
+        if path.relative_to(SRC).as_posix() in _DECIDES:
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if _BY_HAND.search(line.split("#")[0]):
+                hits.append(f"{path.relative_to(SRC)}:{i}: {line.strip()}")
+    assert hits == []
+
+
+def test_the_guard_catches_a_decision_by_hand():
+    for line in ("if M < alg.min_M(shape):", "ok = alg.min_M(s) <= M",
+                 "x = cfg.backward and alg.supports_backward", "getattr(a, 'supports_window', 0)"):
+        assert _BY_HAND.search(line), line
+    for line in ("def min_M(self, shape):", "supports_window = True", "need = a.min_M(shape)",
+                 "mapper.can_run(a, shape, M)"):
+        assert not _BY_HAND.search(line), line
+
+
 def test_no_private_name_crosses_schedule_modules():
     """A schedule imports shared helpers from common.py or _kernels.py, never a private name of
     another schedule's module."""
@@ -102,3 +132,20 @@ def test_no_private_name_crosses_schedule_modules():
                 names = [n.strip().split(" as ")[0] for n in m.group(2).strip("()").split(",")]
                 hits += [f"{path.name}: {line}" for n in names if n.startswith("_")]
     assert hits == []
+
+
+def test_an_error_target_out_of_reach_is_a_can_run_reason():
+    """An approximate schedule's options (its error target) are part of "can it run": the
+    planner skips it with the mapper's reason, no exception caught."""
+    import attnio
+
+    approx = _alg.get("approx_poly")
+    shape = Shape.make(64, 8)
+    far = mapper.can_run(approx, shape, 5000, eps=1e-12, entry_bound=50.0)
+    assert far is not None and far.startswith("UnreachableError: no degree")
+    assert mapper.can_run(approx, shape, 5000, eps=0.1, entry_bound=1.0) is None
+    assert mapper.search(approx, shape, 5000, eps=1e-12, entry_bound=50.0) is None
+    assert ("approx_poly", far) in attnio.plan(64, 8, 5000, approx_eps=1e-12,
+                                               entry_bound=50.0).skipped
+    counted = mapper.can_run(approx, shape, 5000, eps=0.1, entry_bound=None)
+    assert counted is not None and counted.startswith("ParameterError: ") and "entry bound" in counted

@@ -33,10 +33,10 @@ def _tilings(shape: Shape):
     Ms = sorted({lo, 3 * lo + 1, 60, 250, 999})
     out = []
     for M in Ms:
-        if M < lo:
+        if mapper.can_run(ALG, shape, M) is not None:
             continue
         out.append((M, None))
-        if M >= ALG.min_M(shape, stable=False):
+        if mapper.needs_M(ALG, shape, M, stable=False) is None:
             out.append((M, {"stable": False}))
         out.append((M, "paper"))
     out += [(200, SquareTilingTiling(5, 3, 2, 4, 1, 3, "tile", True)),

@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 
 import attnio
+from attnio.algorithms import mapper
+from attnio.algorithms.protocol import NO_WINDOW
 from attnio.core.errors import ParameterError
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
 from conftest import exact_attention_names, need
 
 ALGS = exact_attention_names()
-WINDOWED = [n for n in ALGS if attnio.algorithms.get(n).supports_window]
+WINDOWED = [n for n in ALGS if mapper.supports(attnio.algorithms.get(n), NO_WINDOW)]
 
 
 def qkv4(B, Hq, Hkv, Nq, Nkv, d, seed=0):
@@ -32,7 +34,7 @@ MASKS = [(False, None), (True, None), ("top_left", None), (True, 5)]
 @pytest.mark.parametrize("Nq,Nkv", [(19, 33), (33, 19)])
 def test_batched_gqa_outputs_and_counts(name, Hkv, causal, window, Nq, Nkv):
     alg = attnio.algorithms.get(name)
-    if window is not None and not alg.supports_window:
+    if mapper.can_run(alg, Shape.make(Nq=Nq, Nkv=Nkv, d=8, causal=causal, window=window)) == NO_WINDOW:
         with pytest.raises(ParameterError, match="does not support window"):
             attnio.run(name, shape=(Nq, Nkv, 8), M=4000, mode="count", causal=causal,
                        window=window)
@@ -270,10 +272,10 @@ def test_every_count_respects_every_explicit_bound_with_masks_and_gqa(Nq, Nkv, c
     shape = Shape(Nq, Nkv, 16, batch=2, heads=heads, kv_heads=kv_heads)
     for name in ALGS:
         alg = attnio.algorithms.get(name)
-        if window is not None and not alg.supports_window:
+        if mapper.can_run(alg, shape.with_mask(causal, window)) == NO_WINDOW:
             continue
         for M in (alg.min_M(shape), 300, 5000, 100000):
-            if M < alg.min_M(shape):
+            if mapper.can_run(alg, shape, M) is not None:
                 continue
             io = attnio.run(name, shape=shape, M=M, mode="count", causal=causal,
                             window=window).io
@@ -291,9 +293,7 @@ def test_planner_covers_heads_masks_and_backward(causal, window, backward):
     if backward:
         assert res.backward_io.total == p.backward.predicted.total
     for alg in attnio.algorithms.all_algorithms():
-        if not alg.exact or (window and not alg.supports_window):
-            continue
-        if backward and not alg.supports_backward:
+        if not alg.exact or mapper.can_run(alg, p.shape, p.memory.M, backward=backward):
             continue
         own = attnio.run(alg.name, shape=p.shape, M=p.memory.M, mode="count", causal=causal,
                          window=window, backward=backward)

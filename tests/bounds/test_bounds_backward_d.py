@@ -103,22 +103,10 @@ def test_theorem_d_is_stronger_than_its_first_version():
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from attnio.algorithms import all_backwards, mapper  # noqa: E402
 from attnio.core.blockmask import BlockMask  # noqa: E402
 from attnio.core.masks import row_counts  # noqa: E402
 from attnio.core.workload import Shape  # noqa: E402
-
-
-def least_backward_count(shape, M):
-    best = None
-    for bwd in all_backwards():
-        if mapper.can_run(bwd, shape, M) is not None:
-            continue
-        for t in bwd.candidate_tilings(shape, M):
-            if bwd.footprint(shape, t) <= M:
-                total = bwd.cost(shape, t).io.total
-                best = total if best is None else min(best, total)
-    return best
+from conftest import least_backward_count  # noqa: E402
 
 
 @st.composite

@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 
 import attnio
 from attnio import bounds as B
-from attnio.algorithms import all_backwards, mapper
+from attnio.algorithms import mapper
 from attnio.bounds import backward as BK
 from attnio.bounds import forward as F
 from attnio.core import BlockMask
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
-from conftest import least_forward_count
+from conftest import least_backward_count, least_forward_count
 
 EXACT = [a for a in attnio.algorithms.all_algorithms() if a.exact]
 NEW_FORWARD = {"pv_segment", "qkpv_pooled", "qkpv_levelled"}
@@ -108,16 +108,6 @@ BACKWARD_SHAPES = [
 ]
 
 
-def least_backward_count(shape: Shape, M: int) -> int | None:
-    best = None
-    for bwd in all_backwards():
-        if mapper.can_run(bwd, shape, M) is not None:
-            continue
-        for t in bwd.candidate_tilings(shape, M):
-            if bwd.footprint(shape, t) <= M:
-                total = bwd.cost(shape, t).io.total
-                best = total if best is None else min(best, total)
-    return best
 
 
 @pytest.mark.parametrize("shape", BACKWARD_SHAPES, ids=lambda s: s.describe())

@@ -8,6 +8,7 @@ import json
 import pytest
 
 import attnio
+from attnio.algorithms import mapper
 from attnio.cachesim.validation import VerifyOptions, verify
 from attnio.core.workload import Shape
 from conftest import exact_attention_names
@@ -21,13 +22,14 @@ FAST_POINTS = {(32, 8, 100), (32, 8, 1200)}
 
 
 def _replay_cases():
-    """(name, causal, N, d, M) for every grid point the algorithm can run at (M >= its min_M)."""
+    """(name, causal, N, d, M) for every grid point the algorithm can run at (the mapper's
+    can_run)."""
     out = []
     for name in exact_attention_names():
         alg = attnio.algorithms.get(name)
         for causal in (False, True):
             for N, d, M in GRID:
-                if M >= alg.min_M(Shape(N, N, d, causal=causal)):
+                if mapper.can_run(alg, Shape(N, N, d, causal=causal), M) is None:
                     marks = [] if (N, d, M) in FAST_POINTS else [pytest.mark.slow]
                     out.append(pytest.param(name, causal, N, d, M, marks=marks))
     return out
@@ -75,7 +77,7 @@ def test_verify_table_and_json_cli(capsys):
 def test_explicit_column_equals_the_simulator_count():
     for name in exact_attention_names():
         alg = attnio.algorithms.get(name)
-        if 300 < alg.min_M(Shape(32, 32, 8)):
+        if mapper.can_run(alg, Shape(32, 32, 8), 300) is not None:
             continue
         v = verify(name, 32, 8, 300, options=VerifyOptions(("lru",), (1,)))
         io = attnio.run(name, shape=(32, 8), M=300, mode="count").io

@@ -71,7 +71,7 @@ from ..core.workload import MAX_SIZE, Shape, cdiv, kv_visible_hi
 from . import mapper
 from .base import Algorithm, default_scale, largest_true
 from .common import HeadGroup
-from .protocol import Cost, Field
+from .protocol import Cost, Field, Mapspace
 
 __all__ = ["ALGORITHM", "ApproxPoly", "ApproxPolyTiling", "approx_tilings", "predicted_io"]
 
@@ -262,7 +262,7 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
                     c = dataclasses.replace(t, rb=t.rb or 1, Bn=t.Bn or 1)
                     raise CapacityError(f"{self.name} with tiling {c}", 0,
                                         self.footprint(shape, c), M)
-                self._check_min_M(shape, M)
+                mapper.check_M(self, shape, M)
                 raise ParameterError(f"{self.name}: no tiling fits in M={M}", param="M")
             t = found.tiling
         return t
@@ -299,6 +299,21 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
             for rb, bn in self._best_blocks(shape, M, base.r):
                 out.append(dataclasses.replace(base, rb=rb, Bn=bn))
         return out
+
+    def mapspace(self, shape: Shape, M: int, **options: Any) -> Mapspace[ApproxPolyTiling]:
+        """The base class's, and with an error target (``options``): an error target it cannot
+        meet (no degree reaches ``eps`` on the score range; no entry bound or radius to bound
+        that range in count mode) is why it cannot run (``<error type>: <its first line>``),
+        the candidates then made once."""
+        space = super().mapspace(shape, M, **options)
+        if space.unsupported is not None or not options:
+            return space
+        try:
+            tilings = self.mapspace_tilings(shape, M, **options)
+        except (ParameterError, CapacityError) as e:
+            return dataclasses.replace(
+                space, unsupported=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        return dataclasses.replace(space, _tilings=lambda: tilings)
 
     def mapspace_tilings(self, shape: Shape, M: int, *, eps: float | None = None,
                          entry_bound: float | None = None, **options: Any

@@ -141,10 +141,8 @@ class TiledSchedule(ABC, Generic[TilingT]):
             return NO_WINDOW
         if shape.block_mask is not None and not self.supports_block_mask:
             return NO_BLOCK_MASK
-        if M is not None:
-            need = self.min_M(shape)
-            if M < need:
-                return f"needs M >= {need:,}"
+        if M is not None and (need := mapper.needs_M(self, shape, M)) is not None:
+            return f"needs M >= {need:,}"
         return None
 
     def mapspace(self, shape: Shape, M: int, **options: Any) -> Mapspace[TilingT]:
@@ -166,15 +164,9 @@ class TiledSchedule(ABC, Generic[TilingT]):
         return Cost(self._total(shape, tiling), self.steps(shape, tiling),
                     self.footprint(shape, tiling))
 
-    def _check_min_M(self, shape: Shape, M: int) -> None:
-        m = self.min_M(shape)
-        if M < m:
-            raise ParameterError(f"M={M} is too small for {self._called}{self.name} with "
-                                 f"d={shape.d}: it needs M >= {m} words", param="M")
-
     def _least_io_tiling(self, shape: Shape, M: int) -> TilingT:
         """The least-I/O candidate tiling (a ParameterError naming M when M < min_M)."""
-        self._check_min_M(shape, M)
+        mapper.check_M(self, shape, M)
         return cast(TilingT, mapper.default_tiling(cast(Schedule, self), shape, M,
                                                    self.candidate_tilings(shape, M)))
 
@@ -214,6 +206,16 @@ class Algorithm(TiledSchedule[TilingT]):
     """
 
     supports_backward: ClassVar[bool] = False  # writes the logsumexp a backward schedule needs
+    #: Its own backward schedule, the one ``backward=True`` estimates with (None: the registry's
+    #: least-I/O one).
+    backward: ClassVar[BackwardSchedule[Any] | None] = None
+    #: The registered schedule that is its form for sliding windows (named when it refuses one).
+    windowed_form: ClassVar[str | None] = None
+
+    def slow_workspace(self, shape: Shape, tiling: TilingT) -> int | None:
+        """Words of slow-memory workspace one head writes where that exceeds its counted writes
+        (scores written on a band of a full matrix); None: no more than its writes."""
+        return None
 
     # -------------------------------------------------------------- tilings
     @abstractmethod

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from ..core import masks
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
+from . import mapper
 from .base import BackwardSchedule, kv_head_groups
 from .common import fp_group_pass_a, stacked_rows
 from .group_split_backward import dq_pass, pass_a_sides
@@ -166,7 +167,7 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
         largest multiple of Bc2 that fits with one-row slices, or the fewest blocks of that
         size; r the most rows that fit (r changes no count)."""
         d, Nkv = shape.d, shape.Nkv
-        if M < self.min_M(shape):
+        if mapper.needs_M(self, shape, M) is not None:
             return []
         out: list[tuple[int, GroupSpillTiling]] = []
         for G, br, bc2_max in pass_a_sides(shape, M):

@@ -5,7 +5,10 @@ object with the :class:`~attnio.algorithms.protocol.Schedule` protocol (forward 
 owns:
 
 * :func:`can_run` — the one answer to "can schedule X run workload S with M words" (None, or the
-  reason), used by the runner, the planner, the sweep's skip reasons and the tests;
+  reason), used by the runner, the planner, the sweep's skip reasons and the tests; with its
+  parts for messages: :func:`supports` (the mask or pass a reason names, whatever the workload),
+  :func:`needs_M` (the least M, when M is below it) and :func:`check_M` (that as an error naming
+  M); and :func:`least_over` (the least count over several schedules, the tests' helper);
 * :func:`search` — the least-(I/O, steps) tiling among the candidates (the planner's candidates,
   the backward search, and the default tiling), by branch and bound where a schedule bounds its
   count (``_lower_total``), the same choice;
@@ -26,25 +29,76 @@ from ..core.errors import ParameterError
 from ..core.memory import IOCount
 from ..core.workload import Shape
 from .common import divisors_upto, largest_true
-from .protocol import NO_BACKWARD, Choice, Schedule
+from .protocol import NO_BACKWARD, NO_BLOCK_MASK, NO_WINDOW, Choice, Schedule
 
-__all__ = ["best_backward", "can_run", "default_tiling", "dense_groups", "dense_searchable", "dense_sizes",
-           "dense_tilings", "search"]
+__all__ = ["best_backward", "can_run", "check_M", "default_tiling", "dense_groups", "dense_searchable",
+           "dense_sizes", "dense_tilings", "least_over", "needs_M", "search", "supports"]
+
+#: The attribute that says whether a schedule runs what each reason of :func:`can_run` names
+#: (declared on :class:`~attnio.algorithms.base.TiledSchedule` and ``Algorithm``).
+_SUPPORTS = {NO_WINDOW: "supports_window", NO_BLOCK_MASK: "supports_block_mask",
+             NO_BACKWARD: "supports_backward"}
 
 
-def can_run(schedule: Any, shape: Shape, M: int | None = None, *, backward: bool = False
-            ) -> str | None:
+def can_run(schedule: Any, shape: Shape, M: int | None = None, *, backward: bool = False,
+            **options: Any) -> str | None:
     """Why ``schedule`` cannot run ``shape`` with M words of fast memory (None: it can): the
     mask or shape it does not support, the backward pass it lacks (``backward``: the forward
     must write the logsumexp), or the least M it needs (its :meth:`mapspace`'s
-    ``unsupported``).  ``M=None``: the workload alone (the reasons that no M would lift)."""
+    ``unsupported``).  ``M=None``: the workload alone (the reasons that no M would lift).
+    ``options``: the schedule's own mapspace options (an approximate schedule's error target),
+    which may rule it out too (its mapspace with them says why)."""
     why: str | None = schedule.unsupported(shape)  # the mask first
-    if why is None and backward and not getattr(schedule, "supports_backward", True):
+    if why is None and backward and not supports(schedule, NO_BACKWARD):
         return NO_BACKWARD
     if why is not None or M is None:
         return why
+    if options:
+        return schedule.mapspace(shape, M, **options).unsupported  # type: ignore[no-any-return]
     later: str | None = schedule.unsupported(shape, M)  # = its mapspace's ``unsupported``
     return later
+
+
+def supports(schedule: Any, why: str) -> bool:
+    """Whether ``schedule`` runs what the reason ``why`` of :func:`can_run` names, whatever the
+    workload: a sliding window (:data:`~.protocol.NO_WINDOW`), a block mask
+    (:data:`~.protocol.NO_BLOCK_MASK`) or a backward pass (:data:`~.protocol.NO_BACKWARD`; a
+    backward schedule is one).  For the lists of messages ("the algorithms that do") and the
+    checks made before a workload is known."""
+    return bool(getattr(schedule, _SUPPORTS[why], True))
+
+
+def needs_M(schedule: Any, shape: Shape, M: int, **options: Any) -> int | None:
+    """The least M ``schedule`` needs for ``shape`` when M is below it, else None: the M part of
+    :func:`can_run`, as a number for the messages that name it (``options``: the schedule's
+    own, e.g. square tiling's ``stable``)."""
+    need: int = schedule.min_M(shape, **options)
+    return need if M < need else None
+
+
+def check_M(schedule: Any, shape: Shape, M: int, **options: Any) -> None:
+    """A ParameterError naming M when M is below the least ``schedule`` needs for ``shape``
+    (:func:`needs_M`): ``M=.. is too small for <name> with d=..: it needs M >= .. words``."""
+    need = needs_M(schedule, shape, M, **options)
+    if need is not None:
+        said = "".join(f" ({k}={v})" for k, v in options.items())
+        raise ParameterError(f"M={M} is too small for {_called(schedule)}{schedule.name}{said} "
+                             f"with d={shape.d}: it needs M >= {need} words", param="M")
+
+
+def least_over(schedules: Iterable[Any], shape: Shape, M: int, **options: Any
+               ) -> tuple[int, Any, Any] | None:
+    """The least every-head count over ``schedules`` that can run ``shape`` with M words
+    (:func:`can_run`), each at its least tiling (:func:`search`, ``options`` passed to its
+    mapspace): ``(count, schedule, tiling)``, the first on ties, or None when none can."""
+    best: tuple[int, Any, Any] | None = None
+    for s in schedules:
+        if can_run(s, shape, M) is not None:
+            continue
+        found = search(s, shape, M, **options)
+        if found is not None and (best is None or found.predicted.total < best[0]):
+            best = (found.predicted.total, s, found.tiling)
+    return best
 
 
 def search(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | None = None,

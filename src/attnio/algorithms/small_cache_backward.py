@@ -65,6 +65,7 @@ from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
+from . import mapper
 from .base import BackwardSchedule, kv_head_groups
 
 
@@ -235,7 +236,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
 
     def _tiles(self, shape: Shape, M: int) -> tuple[list[tuple[int, int, int]], list[int]]:
         """The score tiles (bm, bn, bk) of the candidates, in their order, and the bc sides."""
-        if M < self.min_M(shape):
+        if mapper.needs_M(self, shape, M) is not None:
             return [], []
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         fits = functools.partial(self._bm_fits, M=M)

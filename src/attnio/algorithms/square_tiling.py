@@ -546,10 +546,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         """The least closed form over the searched sides and orders; ties toward fewer steps."""
         shape = Shape.coerce(shape).with_mask(causal)
         M = check_int("M", M, minimum=1)
-        need = self.min_M(shape, stable)
-        if M < need:
-            raise ParameterError(f"M={M} is too small for {self.name} (stable={stable}) with "
-                                 f"d={shape.d}: it needs M >= {need} words", param="M")
+        mapper.check_M(self, shape, M, stable=stable)
         found = mapper.search(self, shape, M, self.candidate_tilings(shape, M, stable))
         assert found is not None  # min_M guarantees the square tiling of side 1
         best: SquareTilingTiling = found.tiling
@@ -599,7 +596,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         if tiling is None or tiling == "auto":
             return self.default_tiling(shape, M, stable=stable)
         if tiling == "paper":
-            self._check_min_M(shape, M)
+            mapper.check_M(self, shape, M)
             tiling = self.paper_tiling(shape, M)
         elif isinstance(tiling, (int, np.integer)) and not isinstance(tiling, bool):
             tiling = SquareTilingTiling.square(check_int("tiling", tiling, minimum=1,

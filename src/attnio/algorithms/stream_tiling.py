@@ -146,6 +146,7 @@ from ..core import masks
 from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
+from . import mapper
 from ._kernels import online_lse_step
 from .base import Algorithm, prefix_block_keys
 from .common import ladder
@@ -573,7 +574,7 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
     def candidate_tilings(self, shape: Shape, M: int) -> list[StreamTilingTiling]:
         """The best few of each phase (scored by themselves: the phases are not coupled),
         combined; empty when M < min_M."""
-        if M < self.min_M(shape):
+        if mapper.needs_M(self, shape, M) is not None:
             return []
         p2 = self._phase2_candidates(shape, M)
         return [StreamTilingTiling(br, bc, c[0], c[1], ORDERS[o], *c[2:])

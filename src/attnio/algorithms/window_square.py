@@ -108,6 +108,7 @@ from ..core.errors import ParameterError
 from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
+from . import mapper
 from .base import Algorithm
 
 __all__ = ["ALGORITHM", "WindowSquare", "WindowSquareTiling"]
@@ -387,7 +388,7 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
     def candidate_tilings(self, shape: Shape, M: int) -> list[WindowSquareTiling]:
         """The best few Phase-1 choices paired with the best few Phase-2 ones (the phases are
         independent but for M: their least counts add up to the least total)."""
-        if M < self.min_M(shape):
+        if mapper.needs_M(self, shape, M) is not None:
             return []
         second = self._phase2_choices(shape, M)
         return [WindowSquareTiling(br, bc, bd, br2, bk2, bd2, order)

@@ -8,7 +8,8 @@ benchmarks/bench_small_cache.py --write`` regenerates it; ``tests/experiments/te
 
 from __future__ import annotations
 
-from ..core.errors import ParameterError
+from ..algorithms import get, mapper
+from ..core.workload import Shape
 from ..runner import run
 
 __all__ = ["CROSSOVER_DS", "CROSSOVER_FACTORS", "CROSSOVER_NS", "crossover", "crossover_report",
@@ -25,11 +26,10 @@ def flash_comparison(N: int, d: int, M: int, causal: bool = False) -> dict[str, 
     out: dict = {"N": N, "d": d, "M": M, "causal": causal}
     out["square_tiling"] = run("square_tiling", shape=(N, d), M=M, mode="count",
                                causal=causal).io.total
-    for name in ("flash1", "flash2"):
-        try:
-            out[name] = run(name, shape=(N, d), M=M, mode="count", causal=causal).io.total
-        except ParameterError:  # M below its min_M: a row of Q, K, V and O does not fit
-            out[name] = None
+    shape = Shape.make(N, d, causal=causal)
+    for name in ("flash1", "flash2"):  # None where M is below its min_M (the mapper's can_run)
+        out[name] = (run(name, shape=shape, M=M, mode="count").io.total
+                     if mapper.can_run(get(name), shape, M) is None else None)
     runnable: dict[str, int] = {n: out[n] for n in ("flash1", "flash2") if out[n] is not None}
     out["best_flash"] = min(runnable, key=lambda n: runnable[n]) if runnable else None
     best = runnable.get(out["best_flash"]) if runnable else None

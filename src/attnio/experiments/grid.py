@@ -339,14 +339,13 @@ def _skip_reason(alg: _alg.Algorithm, cfg: Config) -> str | None:
     read ``M=64 < min_M=68 of flash2 for d=16``), or an approximate algorithm without an error
     target."""
     shape = cfg.shape
-    try:
-        why = mapper.can_run(alg, shape, cfg.M)
-    except ParameterError as e:  # a user error of this shape; anything else is a bug: it raises
-        return f"{alg.name} cannot run this shape: {e}"
+    why = mapper.can_run(alg, shape, cfg.M)
     if why == NO_WINDOW:
         return f"{alg.name} does not support a sliding window (supports_window is False)"
-    if why is not None:
-        return f"M={cfg.M} < min_M={alg.min_M(shape)} of {alg.name} for d={shape.d}"
+    if why is not None and (need := mapper.needs_M(alg, shape, cfg.M)) is not None:
+        return f"M={cfg.M} < min_M={need} of {alg.name} for d={shape.d}"
+    if why is not None:  # a reason of the schedule's own (a mask it does not run)
+        return f"{alg.name} cannot run this shape: {why}"
     if not alg.exact and cfg.eps is None:
         return f"{alg.name} is approximate and needs an error target: give --eps"
     return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from .. import algorithms as _alg
+from ..algorithms import mapper
 from ..algorithms.protocol import NO_BLOCK_MASK
 from ..core.errors import ParameterError
 from ..core.memory import IOCount
@@ -45,7 +46,7 @@ class PlanSeries:
     def min_M(self, shape: Shape) -> int:
         """The least M at which some registered exact schedule runs ``shape``."""
         need = [a.min_M(shape) for a in _alg.all_algorithms(exact=True)
-                if shape.window is None or a.supports_window]
+                if mapper.can_run(a, shape) is None]
         if not need:  # pragma: no cover - flash2 runs every mask
             raise ParameterError(f"no registered schedule runs {shape.describe()}",
                                  param="algo")
@@ -57,10 +58,8 @@ class PlanSeries:
         it can (what :func:`attnio.algorithms.mapper.can_run` asks a schedule)."""
         if shape.block_mask is not None:
             return NO_BLOCK_MASK
-        if M is not None:
-            need = self.min_M(shape)
-            if M < need:
-                return f"needs M >= {need:,}"
+        if M is not None and (need := mapper.needs_M(self, shape, M)) is not None:
+            return f"needs M >= {need:,}"
         return None
 
     def __repr__(self) -> str:

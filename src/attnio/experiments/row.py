@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ..algorithms import mapper
+from ..algorithms.protocol import NO_BACKWARD
 from ..core import masks
 from ..core.errors import ParameterError
 from ..core.version import __version__ as _VERSION
@@ -257,7 +259,7 @@ def _run_row(cfg: Config | Mapping, encoded: bool) -> dict:
         cfg = Config(**cfg)
     alg = series(cfg.algorithm)
     row = _base_row(cfg, alg)
-    backward = cfg.backward and alg.supports_backward  # else: its forward row, marked
+    backward = cfg.backward and mapper.supports(alg, NO_BACKWARD)  # else: its forward row, marked
     t0 = time.perf_counter()
     try:
         picked = None

@@ -33,7 +33,7 @@ from ..algorithms import mapper
 from ..algorithms.base import Algorithm
 from ..core.blockmask import BlockMask
 from ..core.checks import check_bool, check_int, check_real
-from ..core.errors import CapacityError, ParameterError
+from ..core.errors import ParameterError
 from ..core.lazy import lazy_names
 from ..core.workload import MAX_M, FastMemory, Shape
 from ..runner import BackwardPass, Certificate, Result, certificate
@@ -134,13 +134,13 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
            entry_bound: float | None, backward: bool) -> Candidate | str:
     """An algorithm's best candidate (with the logsumexp when ``backward``), or the reason it
     cannot run (the mapper's :func:`~attnio.algorithms.mapper.can_run`)."""
-    why = mapper.can_run(alg, shape, M, backward=backward)
+    options: dict[str, Any] = {} if alg.exact else {"eps": approx_eps, "entry_bound": entry_bound}
+    why = mapper.can_run(alg, shape, M, backward=backward, **options)
     if why is not None:
         return why
     if (other := alg.covered_by(shape)) is not None:
         return f"the same count as {other} here"
-    found = (mapper.search(alg, shape, M) if alg.exact else
-             mapper.search(alg, shape, M, eps=approx_eps, entry_bound=entry_bound))
+    found = mapper.search(alg, shape, M, **options)
     if found is None:
         return "no candidate tiling fits in M"
     io, error = found.predicted, None
@@ -197,13 +197,7 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     scored: list[tuple[tuple[int, int, int], Candidate]] = []
     skipped: list[tuple[str, str]] = []
     for i, alg in enumerate(algs):
-        try:
-            res = _score(alg, shape, M, approx_eps, entry_bound, backward)
-        except (ParameterError, CapacityError) as e:
-            # an algorithm that does not support these sizes, this mask or this error target;
-            # anything else (a ZeroDivisionError in a closed form, numpy's ValueError) is a bug
-            # and surfaces
-            res = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        res = _score(alg, shape, M, approx_eps, entry_bound, backward)  # or why it cannot run
         if isinstance(res, str):
             skipped.append((alg.name, res))
             continue

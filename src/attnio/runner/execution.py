@@ -13,7 +13,7 @@ import numpy as np
 from .. import algorithms as _alg
 from ..algorithms import mapper
 from ..algorithms.base import Algorithm, default_scale
-from ..algorithms.protocol import NO_BLOCK_MASK, NO_WINDOW
+from ..algorithms.protocol import NO_BACKWARD, NO_BLOCK_MASK, NO_WINDOW
 from ..core import reference
 from ..core.checks import check_bool, check_choice, check_int, check_real
 from ..core.errors import ParameterError
@@ -115,8 +115,8 @@ def estimate(name: str | Algorithm, shape: Any, M: int, *, tiling: Any = None,
     pair = backward if isinstance(backward, tuple) else None
     if mode == "count":
         return _count_cost(alg, shp, t, pair, tiling is not None)
-    if pair is None and backward and (own := getattr(alg, "backward", None)) is not None:
-        pair = (own, own.coerce_tiling(shp, M, None))
+    if pair is None and backward and alg.backward is not None:
+        pair = (alg.backward, alg.backward.coerce_tiling(shp, M, None))
     return _compute_cost(alg, shp, M, t, pair, (itemsize, (2 if backward else 1) if inputs else 0))
 
 
@@ -142,8 +142,8 @@ def _compute_cost(alg: Algorithm, shp: Shape, M: int, t: Any,
     writes = alg.cost(shp, t).io.writes // max(1, shp.n_heads)
     # a schedule whose slow workspace exceeds its writes (scores written on a band of a full
     # matrix) says how large it is
-    if (workspace := getattr(alg, "slow_workspace", None)) is not None:
-        writes = max(writes, int(workspace(shp, t)))
+    if (workspace := alg.slow_workspace(shp, t)) is not None:
+        writes = max(writes, int(workspace))
     # tiles hold at most M words, and never more than the data they copy (plus an approximate
     # algorithm's feature blocks): a huge M costs nothing a small workload does not
     r = alg.cost(shp, t).features
@@ -417,8 +417,8 @@ def _backward_pass(alg: Algorithm, backward: object) -> BackwardPass | None:
     else:
         raise ParameterError(f"backward must be True, False or a BackwardPass, got {backward!r}",
                              param="backward")
-    if bp is not None and not alg.supports_backward:  # (mapper.can_run's "no backward pass")
-        ok = [a.name for a in _alg.all_algorithms() if a.supports_backward]
+    if bp is not None and not mapper.supports(alg, NO_BACKWARD):  # before the workload is known
+        ok = [a.name for a in _alg.all_algorithms() if mapper.supports(a, NO_BACKWARD)]
         raise ParameterError(f"{alg.name} has no backward pass; algorithms with one: {ok}",
                              param="backward")
     if bp is not None and bp.algorithm is not None:
@@ -524,14 +524,14 @@ def _supports(alg: Algorithm, shp: Shape) -> None:
     the tiling)."""
     why = mapper.can_run(alg, shp)
     if why == NO_WINDOW:
-        ok = [a.name for a in _alg.all_algorithms() if a.supports_window]
-        form = getattr(alg, "windowed_form", None)  # a schedule with a separate windowed form
+        ok = [a.name for a in _alg.all_algorithms() if mapper.supports(a, NO_WINDOW)]
+        form = alg.windowed_form  # a schedule with a separate windowed form
         hint = f"; its windowed form is {form}" if form else ""
         raise ParameterError(f"{alg.name} does not support window={shp.window} (a sliding "
                              f"window){hint}; the algorithms that do: {', '.join(ok)}",
                              param="window")
     if why == NO_BLOCK_MASK:
-        ok = [a.name for a in _alg.all_algorithms() if a.supports_block_mask]
+        ok = [a.name for a in _alg.all_algorithms() if mapper.supports(a, NO_BLOCK_MASK)]
         raise ParameterError(f"{alg.name} does not support block-sparse attention (block_mask); "
                              f"algorithms that do: {ok}", param="block_mask")
     if why is not None:
