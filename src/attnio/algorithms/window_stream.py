@@ -108,6 +108,7 @@ from ..core.workload import Shape, cdiv, kv_range, q_range
 from ._kernels import online_lse_step
 from .base import Algorithm
 from .common import ladder
+from .stream_tiling import StreamTiling, StreamTilingTiling
 
 __all__ = ["ALGORITHM", "WindowStream", "WindowStreamTiling"]
 
@@ -222,6 +223,16 @@ def _walked(shape: Shape, B: int, S: int, K: int) -> int:
     return blocks - (i_b - i_a) + min(period, i_b - i_a)
 
 
+def _as_stream(shape: Shape) -> bool:
+    """A causal workload without a window: counted as stream_tiling (the same words)."""
+    return shape.causal and shape.window is None
+
+
+def _stream_tiling(t: WindowStreamTiling) -> StreamTilingTiling:
+    """stream_tiling's order "tile" with one slice group: this schedule without a window."""
+    return StreamTilingTiling(t.Br, t.Bc, t.Br2, t.Bd2)
+
+
 class WindowStream(Algorithm[WindowStreamTiling]):
     name = "window_stream"
     summary = ("sliding window, small cache: stream tiling's two streamed blocked matmuls cut to "
@@ -259,6 +270,8 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         not see entirely, at most ⌈Br/Bc⌉ + 2 at each end of its band, and per walked Phase-2
         block and slice the keys some but not all of its rows see, at most 2·Br2."""
         t = tiling
+        if _as_stream(shape):
+            return _STREAM.count_walk(shape, _stream_tiling(t))
         Bc = min(t.Bc, shape.Nkv)
         if not shape.causal:  # alike query blocks run once (two: the short last one)
             return cdiv(min(2, cdiv(shape.Nq, t.Br)) * cdiv(shape.Nkv, Bc) * cdiv(Bc, 64), 4)
@@ -320,6 +333,11 @@ class WindowStream(Algorithm[WindowStreamTiling]):
                  O: SlowArray, *, shape: Shape, tiling: WindowStreamTiling,
                  scale: float) -> None:
         t = tiling
+        if _as_stream(shape) and not mem.computing:
+            # a causal count without a window: stream_tiling's, word for word (covered_by), whose
+            # bulk count runs alike query blocks once; this schedule's band classes need a window
+            _STREAM.schedule(mem, Q, K, V, O, shape=shape, tiling=_stream_tiling(t), scale=scale)
+            return
         C = ring_width(shape, min(t.Bc, shape.Nkv))
         A = mem.scratch("A", (shape.Nq, C))  # the raw scaled scores a row sees: a ring
         Bc = min(t.Bc, shape.Nkv)
@@ -529,3 +547,6 @@ def _zero_weight(t0: int, t1: int) -> Callable[..., None]:
 
 
 ALGORITHM = WindowStream()
+
+
+_STREAM = StreamTiling()
