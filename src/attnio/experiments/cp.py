@@ -122,7 +122,7 @@ def _open(path: str) -> sqlite3.Connection:
     return con
 
 
-@dataclass
+@dataclass(frozen=True)
 class CPSweepSummary:
     total: int      # rows the sweep asks for
     already: int    # present before (ok or skipped)
@@ -154,7 +154,7 @@ def cp_sweep(path: str, shape: Shape, Ps: Iterable[int], schemes: Sequence[str],
         todo = [(s, P) for P in Ps for s in schemes
                 if cp_hash(s, shape, P, backward) not in done]
         total = len(Ps) * len(schemes)
-        summ = CPSweepSummary(total, total - len(todo), 0, 0, 0, path)
+        ran = skipped = errors = 0
         marks = ", ".join("?" * len(_NAMES))
         for i in range(0, len(todo), batch):
             rows = [cp_row(s, shape, P, backward) for s, P in todo[i:i + batch]]
@@ -162,10 +162,10 @@ def cp_sweep(path: str, shape: Shape, Ps: Iterable[int], schemes: Sequence[str],
                 con.executemany(f"INSERT OR REPLACE INTO cp_results ({', '.join(_NAMES)}) "
                                 f"VALUES ({marks})", [tuple(r.get(n) for n in _NAMES)
                                                       for r in rows])
-            summ.ran += len(rows)
-            summ.skipped += sum(r["status"] == "skipped" for r in rows)
-            summ.errors += sum(r["status"] == "error" for r in rows)
-        return summ
+            ran += len(rows)
+            skipped += sum(r["status"] == "skipped" for r in rows)
+            errors += sum(r["status"] == "error" for r in rows)
+        return CPSweepSummary(total, total - len(todo), ran, skipped, errors, path)
     finally:
         con.close()
 

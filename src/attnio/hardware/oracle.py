@@ -312,10 +312,10 @@ class _Search:
         if w not in self.work:
             phases = []
             for ph in base.phases:
-                q = dataclasses.replace(ph, warps=cfg.warps)
-                if "_features" in ph.__dict__:
-                    q.__dict__["_features"] = ph.__dict__["_features"]
-                q.smem = features(q) @ work_coefficients(q, cfg, base.d_pad)[2]
+                F = features(ph)  # the geometry's (cached): warps and smem do not change it
+                q = dataclasses.replace(ph, warps=cfg.warps,
+                                        smem=F @ work_coefficients(ph, cfg, base.d_pad)[2])
+                q.__dict__["_features"] = F
                 phases.append(q)
             self.work[w] = dataclasses.replace(base, config=cfg, phases=phases)
         return self.work[w], P
