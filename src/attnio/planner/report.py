@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 from ..core.resources import fmt_count
 from ..hardware import devices as _devices
-from .records import Candidate, PlanRecord
+from .records import Backward, Candidate, PlanRecord
 
 if TYPE_CHECKING:
-    from .. import bounds as _bounds
+    from ..runner import Certificate
 
 __all__ = ["render", "why"]
 
@@ -101,7 +101,15 @@ def render(plan: PlanRecord) -> str:
 
 
 def why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
-         best_bound: _bounds.Bound, ratio: float | None, theta: float | None) -> str:
+         cert: Certificate, backward: Backward | None = None) -> str:
+    """The prose of ``plan.why``: why ``chosen`` (of ``n`` ranked, ``runner`` second) won, the
+    regime of ``M`` against ``d²``, its distance to ``cert``'s best explicit bound and to the
+    Θ-form of standard matmul, and (``backward``: the backward plan) the backward pass."""
+    best_bound, ratio = cert.best_bound, cert.ratio
+    total = chosen.predicted.total
+    theta_b = next((b for b in cert.bounds if b.name == "standard_matmul"), None)
+    theta = (total / theta_b.value if chosen.exact and theta_b is not None and theta_b.value > 0
+             else None)
     dd = d * d
     if M >= dd:
         reg = (f"M = {M:,} >= d² = {dd:,}: the large-cache regime, where Saha & Ye prove "
@@ -125,4 +133,20 @@ def why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
     else:
         s += (f"The chosen algorithm is approximate (guaranteed error {chosen.error}); exact "
               "lower bounds do not apply to it.")
+    if backward is not None:
+        s += _why_backward(backward)
     return s
+
+
+def _why_backward(bwd: Backward) -> str:
+    bcert = bwd.certificate
+    assert bcert is not None  # backward_plan always certifies
+    bbest = bcert.best_bound
+    s = (f" With the backward pass: the forward writes the logsumexp too, and the backward "
+         f"schedule {bwd.algorithm} moves {bwd.predicted.total:,} more words (tiling "
+         f"{bwd.tiling}), the least of {len(bwd.candidates)} backward "
+         f"schedule(s) scored; the best explicit backward bound "
+         f"({bbest.name}) is {bbest.value:,.0f}")
+    if bcert.ratio is not None:
+        s += f", so the backward is within {bcert.ratio:.2f}x of optimal"
+    return s + "; the bounds above are the forward's."
