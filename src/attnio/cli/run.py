@@ -171,6 +171,11 @@ def _print_counts(io, M: int, mem) -> None:
 
 
 # ---------------------------------------------------------------------- attention
+def flag_names(args) -> dict[str, str] | None:
+    """With --density, the layout the library calls ``block_mask`` came from --density."""
+    return {"block_mask": "--density"} if args.density is not None else None
+
+
 def main(args) -> int:
     """Parse the flags into one :func:`attnio.run` call (which validates, estimates, refuses,
     runs, checks against the reference and certifies) and print its Result."""
@@ -199,8 +204,6 @@ def main(args) -> int:
              else workload_from_args(args))
     bwd_name = backward_from_args(args)
     shape = block_mask_from_args(args, shape, mem.M)
-    if args.density is not None:  # the layout the library calls block_mask came from --density
-        args.flag_names = {"block_mask": "--density"}
     mode = "count" if args.count_only else "compute"
     try:
         with progress_from_args(args, f"{alg.name} {shape.describe()}", unit="tile steps") as bar:

@@ -33,7 +33,7 @@ from typing import Any
 from ..core.errors import ParameterError
 from ..core.workload import Shape
 
-__all__ = ["CP_COLUMNS", "CPSweepSummary", "cp_figure", "cp_hash", "cp_report_section",
+__all__ = ["CP_COLUMNS", "CPSweepSummary", "cp_db_figure", "cp_figure", "cp_hash", "cp_report_section",
            "cp_rows", "cp_row", "cp_sweep", "fit_slopes"]
 
 #: (name, SQLite type) of every column of the ``cp_results`` table.
@@ -226,6 +226,13 @@ def fit_slopes(rows: Sequence[dict[str, Any]], lo: int = 64, hi: int = 1024
                 y = np.log([v for _, v in pts])
                 out.setdefault(w, {})[name] = float(np.polyfit(x, y, 1)[0])
     return out
+
+
+def cp_db_figure(db: str, out: str, *, lo: int = 64,
+                 hi: int = 1024) -> dict[str, dict[str, float]]:
+    """:func:`cp_figure` of every row of ``db``'s ``cp_results`` (``attnio cp figure``): the
+    slopes fitted over ``[lo, hi]``, by workload and scheme."""
+    return cp_figure(cp_rows(db), out, lo=lo, hi=hi)
 
 
 def cp_figure(rows: Sequence[dict[str, Any]], out: str, *, lo: int = 64, hi: int = 1024,
