@@ -106,6 +106,14 @@ class ApproxPolyTiling:
         assert self.kernel_error is not None, "a resolved tiling (coerce_tiling)"
         return output_error_factor(self.kernel_error)
 
+    def describe(self) -> str:
+        """The resolved approximation in words: the polynomial's degree and variant, the
+        features r, the score range R and the kernel's error (``attnio run``'s approx line)."""
+        assert self.r is not None and self.radius is not None and self.kernel_error is not None, \
+            "a resolved tiling (coerce_tiling)"
+        return (f"degree {self.degree} ({self.variant}), r = {self.r:,}, R = {self.radius:.4g}, "
+                f"kernel error <= {self.kernel_error:.3g}")
+
     def error_bound_for(self, V: object) -> float:
         """The guaranteed max |O - O_exact| for these values V (Nkv x d)."""
         V = np.asarray(V, dtype=np.float64)  # (..., Nkv, d): the range of each column, per head

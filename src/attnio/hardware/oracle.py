@@ -741,7 +741,13 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
     elif not isinstance(search, TuneSearch):
         raise ParameterError(f"search must be an attnio.hardware.TuneSearch, got "
                              f"{type(search).__name__}", param="search")
-    dev = _devices.get(device).require_model()
+    dev = _devices.get(device)
+    if algorithm in ("fa3", "fa3_bwd") and not dev.wgmma:
+        raise ParameterError.worded(
+            f"{{algorithm}} {algorithm} needs Hopper (sm90: wgmma, TMA); device {dev.name} is "
+            f"compute capability {dev.compute_capability or 'n/a'}: use {{algorithm}} fa2 (or "
+            "splitkv, fa2_bwd)", param="algorithm")
+    dev = dev.require_model()
     shape = Shape.coerce(workload)
     top = check_int("top", top, minimum=1)
     max_replays, where = search.max_replays, search.where
