@@ -131,7 +131,7 @@ def add_arguments(p) -> None:
 
 
 def _grids(args):
-    from ..experiments import PRESETS, Grid, grid_from_mapping, grids_from_toml
+    from ..experiments import PRESETS, Grid, grid_from_mapping, grids_from_toml, override_grid
 
     flags = {k: getattr(args, k) for k in ("N", "Nq", "Nkv", "d", "M", "algo", "causal", "mode",
                                            "seed", "eps", "entry_bound", "batch", "heads",
@@ -149,34 +149,14 @@ def _grids(args):
         if set(flags) - set(over):
             raise ParameterError("--preset fixes the sizes; drop --N/--d/--M/--causal/--batch/"
                                  "--heads/--kv-heads/--window or use --config")
-        return [_override(g, over) for g in grids]
+        return [override_grid(g, over) for g in grids]
     if args.config:
         grids = grids_from_toml(args.config)
-        return [_override(g, flags) for g in grids] if flags else grids
+        return [override_grid(g, flags) for g in grids] if flags else grids
     if "N" not in flags and "Nq" not in flags:
         raise ParameterError("give --N (or --Nq and --Nkv), a --config TOML or a --preset",
                              param="N")
     return [grid_from_mapping(flags, where="flags")] if flags else [Grid()]
-
-
-def _override(g, flags):
-    import dataclasses
-
-    from ..experiments import parse_causal, parse_values, parse_window
-
-    kw = {}
-    for k, v in flags.items():
-        if k in ("N", "Nq", "Nkv", "d", "M", "batch", "heads", "kv_heads"):
-            kw[k] = parse_values(k, v)
-        elif k == "window":
-            kw[k] = parse_window(v)
-        elif k == "algo":
-            kw["algorithms"] = tuple(v.split(","))
-        elif k == "causal":
-            kw["causal"] = parse_causal(v)
-        else:
-            kw[k] = v
-    return dataclasses.replace(g, **kw)
 
 
 def main(args) -> int:

@@ -26,6 +26,7 @@ from .sweep import (
     expand,
     grid_from_mapping,
     grids_from_toml,
+    override_grid,
     parse_causal,
     parse_values,
     parse_window,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:  # the lazily loaded names, for type checkers
 
 __all__ = ["DEFAULT_DPI", "DEFAULT_MAX_CONFIGS", "DPI_RANGE", "PRESETS", "Config", "Grid",
            "LatexOptions", "ReportOptions", "ResultsStore", "cp_db_figure", "cp_figure", "cp_rows", "cp_sweep", "SweepInterrupted", "SweepSummary", "build_report",
-           "dry_run", "expand", "grid_from_mapping", "grids_from_toml", "parse_causal",
+           "dry_run", "expand", "grid_from_mapping", "grids_from_toml", "override_grid", "parse_causal",
            "parse_values", "parse_window", "run_sweep"]
 
 #: Names loaded on first use (the report's modules): public name -> (module, its name there).

@@ -47,7 +47,7 @@ from .grid import (
     plans,
 )
 from .pool import MAX_JOBS, Pool, tasks
-from .presets import PRESETS, grid_from_mapping, grids_from_toml
+from .presets import PRESETS, grid_from_mapping, grids_from_toml, override_grid
 from .progress import SweepProgress
 from .row import (
     FORWARD_ONLY,
@@ -79,6 +79,7 @@ __all__ = [
     "dry_run",
     "expand",
     "grid_from_mapping",
+    "override_grid",
     "grids_from_toml",
     "iter_expand",
     "parse_algorithms",

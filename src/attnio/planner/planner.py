@@ -114,6 +114,11 @@ class Plan(PlanRecord):
         return certificate_factors(self, cheap=cheap, budget_s=budget_s,
                                    loop_search=loop_search, progress=progress)
 
+    def report(self, factors: CertificateFactors | None = None) -> str:
+        """The report (:func:`attnio.planner.report.render`); with ``factors`` (:meth:`factors`)
+        the certificate's two factors under its ratio."""
+        return _report.render(self, factors)
+
     def __repr__(self) -> str:
         """The report (like opt_einsum's ``PathInfo``): :func:`attnio.planner.report.render`."""
         return _report.render(self)

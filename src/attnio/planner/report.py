@@ -14,13 +14,15 @@ from .records import Backward, Candidate, PlanRecord
 
 if TYPE_CHECKING:
     from ..runner import Certificate
+    from .factors import CertificateFactors
 
 __all__ = ["render", "why"]
 
 
-def render(plan: PlanRecord) -> str:
+def render(plan: PlanRecord, factors: CertificateFactors | None = None) -> str:
     """The report of ``plan``: the workload, the choice, its predicted words, the backward pass,
-    the best bound and the ratio, every candidate and every bound, and why."""
+    the best bound and the ratio (with ``factors``, the ratio's two factors under it: the ratio
+    is their product), every candidate and every bound, and why."""
     sh, memory, cert, ch = plan.shape, plan.memory, plan.certificate, plan.chosen
     size = f"N={sh.Nq}" if sh.Nq == sh.Nkv else f"Nq={sh.Nq} Nkv={sh.Nkv}"
     mem = f"M={memory.M:,} words"
@@ -76,6 +78,8 @@ def render(plan: PlanRecord) -> str:
     lines.append(f"  Best lower bound:  {fmt_count(b.value)} ({b.name}, explicit{scope})")
     ratio = f"{cert.ratio:.3f}" if cert.ratio is not None else "n/a (approximate algorithm)"
     lines.append(f"  Ratio total/bound:  {ratio}")
+    if factors is not None:
+        lines += factors.lines()
     lines.append(f"            Regime:  {cert.regime}")
     if plan.runner_up:
         r = plan.runner_up
