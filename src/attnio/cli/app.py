@@ -2,9 +2,10 @@
 
 Each verb lives in a module of this package that defines ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``main(args) -> int`` (and, when its flags name parameters
-beyond :data:`~attnio.cli.common.FLAGS`, ``flag_names(args) -> dict``), and calls one library
-function; the verbs are listed in :data:`COMMANDS`.  Errors of the library print one line on stderr, in the flags
-the user typed (:func:`~attnio.cli.common.flag_message`), and exit with code 2 (``--debug``
+beyond :data:`~attnio.cli.common.FLAGS`, ``flag_names(args) -> dict``); it parses its flags,
+calls attnio's public API (for most verbs one function) and prints the result.  The verbs are
+listed in :data:`COMMANDS`.  Errors of the library print one line on stderr, in the flags the
+user typed (:func:`~attnio.cli.common.flag_message`), and exit with code 2 (``--debug``
 shows the traceback).
 """
 
