@@ -143,8 +143,7 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *,
                              f"{os.fspath(db)}` first", param="db")
     tmp = _temp_folder(out)
     try:
-        look = Look(tmp, tuple(opts.formats), {}, opts.all_bounds, opts.dpi)
-        rep = _build(rows, meta, os.fspath(db), look, opts, progress, out)
+        rep = _build(rows, meta, os.fspath(db), tmp, opts, progress, out)
         _move_into_place(tmp, out)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -198,16 +197,18 @@ def _write_error(out: str, e: OSError) -> ParameterError:
                           "behind: free some space or choose another --out", param="out")
 
 
-def _build(rows: list[dict], meta: dict, db: str, look: Look, opts: ReportOptions,
+def _build(rows: list[dict], meta: dict, db: str, tmp: str, opts: ReportOptions,
            progress: ProgressCallback | None, out: str) -> Report:
-    """Write the report's files into ``look.out`` (the temporary folder) and return the Report
-    of ``out``, the folder they will be moved to."""
+    """Write the report's files into ``tmp`` (the temporary folder) and return the Report of
+    ``out``, the folder they will be moved to."""
     html_page, figs_per_axis, max_figures = opts.html_page, opts.figs_per_axis, opts.max_figures
     rows = for_report(rows)
     every = _all_ok(rows)
     fits = series_fits(_ok_rows(rows))
     table = claims(rows, fits)
-    look.styles = series_styles((r["algorithm"], None if r["exact"] else r["eps"]) for r in every)
+    look = Look(tmp, tuple(opts.formats),
+                series_styles((r["algorithm"], None if r["exact"] else r["eps"]) for r in every),
+                opts.all_bounds, opts.dpi)
     by_setting: dict[tuple, list[dict]] = defaultdict(list)
     for r in every:
         by_setting[_setting(r)].append(r)
