@@ -168,3 +168,13 @@ def test_cp_db_figure_is_cp_figure_of_the_rows(tmp_path):
     got = experiments.cp_db_figure(db, str(tmp_path / "a.png"), lo=2, hi=8)
     want = experiments.cp_figure(experiments.cp_rows(db), str(tmp_path / "b.png"), lo=2, hi=8)
     assert got == want and (tmp_path / "a.png").is_file()
+
+
+def test_export_target_infers_the_format_and_the_file():
+    et = experiments.export_target
+    assert et(None, None) == ("csv", "attnio-results.csv")
+    assert et("json", None) == ("json", "attnio-results.json")
+    assert et(None, None, latex=True) == ("latex", "attnio-results.tex")
+    assert et(None, "t.TEX", latex=True) == ("latex", "t.TEX")
+    assert et(None, "t.csv", latex=True) == (None, "t.csv")   # the verb refuses it, in flags
+    assert et(None, "r.parquet") == (None, "r.parquet")       # the export reads the extension

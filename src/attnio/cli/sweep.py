@@ -233,10 +233,9 @@ def _sweep(args) -> int:
 
 
 def _export(args) -> int:
-    from ..experiments import LatexOptions, ResultsStore
+    from ..experiments import LatexOptions, ResultsStore, export_target
     from .common import check_input_file, check_output_path, written_whole
 
-    fmt = args.format
     latex = None
     if any(x is not None for x in (args.caption, args.label, args.pivot, args.value)) \
             or args.longtable:
@@ -251,19 +250,13 @@ def _export(args) -> int:
             raise ParameterError("--value goes with --pivot", param="value")
         latex = LatexOptions(args.caption, args.label, args.longtable, pivot,
                              args.value or "total")
-        if fmt is None:  # a caption, a pivot, a longtable: a latex table (or --out's extension)
-            fmt = "latex" if args.out is None else (
-                "latex" if args.out.lower().endswith(".tex") else None)
-        if fmt != "latex":
-            first = next(f for f, v in (("--caption", args.caption), ("--label", args.label),
-                                        ("--pivot", args.pivot), ("--value", args.value),
-                                        ("--longtable", args.longtable or None)) if v is not None)
-            raise ParameterError(f"{first} is for a latex export: give --format latex or an "
-                                 "--out ending in .tex", param=first[2:])
-    out = args.out
-    if out is None:
-        fmt = fmt or "csv"
-        out = f"attnio-results.{'tex' if fmt == 'latex' else fmt}"
+    fmt, out = export_target(args.format, args.out, latex=latex is not None)
+    if latex is not None and fmt != "latex":
+        first = next(f for f, v in (("--caption", args.caption), ("--label", args.label),
+                                    ("--pivot", args.pivot), ("--value", args.value),
+                                    ("--longtable", args.longtable or None)) if v is not None)
+        raise ParameterError(f"{first} is for a latex export: give --format latex or an "
+                             "--out ending in .tex", param=first[2:])
     # the database (or a link to it) is never the output; a device, a FIFO, a directory neither
     check_input_file(args.db, "--db", required=False)
     check_output_path(out, "--out", inputs=[("--db", args.db)])

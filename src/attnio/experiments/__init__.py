@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.lazy import lazy_names
-from .store import LatexOptions, ResultsStore
+from .store import LatexOptions, ResultsStore, export_target
 from .sweep import (
     DEFAULT_MAX_CONFIGS,
     PRESETS,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the lazily loaded names, for type checkers
 
 __all__ = ["DEFAULT_DPI", "DEFAULT_MAX_CONFIGS", "DPI_RANGE", "PRESETS", "Config", "Grid",
            "LatexOptions", "ReportOptions", "ResultsStore", "cp_db_figure", "cp_figure", "cp_rows", "cp_sweep", "SweepInterrupted", "SweepSummary", "build_report",
-           "dry_run", "expand", "grid_from_mapping", "grids_from_toml", "override_grid", "parse_causal",
+           "dry_run", "expand", "export_target", "grid_from_mapping", "grids_from_toml", "override_grid", "parse_causal",
            "parse_values", "parse_window", "run_sweep"]
 
 #: Names loaded on first use (the report's modules): public name -> (module, its name there).
