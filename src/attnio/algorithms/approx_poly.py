@@ -184,6 +184,17 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
     )
 
     # ------------------------------------------------------------ tilings
+    def estimate_tiling(self, tiling: Any, entry_bound: float | None) -> Any:
+        """A user tiling (None or a mapping) without an entry bound or a radius gets the bound
+        the inputs will be drawn with (``entry_bound``; None, or read from a file: 1), since the
+        polynomial's degree, and so the count, depends on it."""
+        if not (tiling is None or isinstance(tiling, Mapping)):
+            return tiling
+        t = dict(tiling or {})
+        if "entry_bound" not in t and "radius" not in t:
+            t["entry_bound"] = 1.0 if entry_bound is None else entry_bound
+        return t
+
     def _clamp(self, shape: Shape, t: ApproxPolyTiling) -> tuple[int, int, int]:
         assert t.rb is not None and t.r is not None and t.Bn is not None, "a resolved tiling"
         return min(t.rb, t.r), min(t.Bn, shape.Nq), min(t.Bn, shape.Nkv)

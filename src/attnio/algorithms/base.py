@@ -249,6 +249,12 @@ class Algorithm(TiledSchedule[TilingT]):
         self._check_fits(shape, M, tiling)
         return tiling
 
+    def estimate_tiling(self, tiling: Any, entry_bound: float | None) -> Any:
+        """The tiling a run's estimate prices, before its inputs are drawn (with entries bounded
+        by ``entry_bound``) or read (None): ``tiling`` itself, as given (an exact schedule's
+        count does not depend on the data; an approximate one fills in what it does)."""
+        return tiling
+
     def _tiling_from_mapping(self, tiling: Mapping[str, Any], required: bool = True
                              ) -> TilingT:
         names = set(self._tiling_fields())
