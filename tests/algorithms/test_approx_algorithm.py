@@ -192,3 +192,12 @@ def test_estimate_tiling_fills_in_the_entry_bound_inputs_will_have():
     drawn = attnio.runner.estimate("approx_poly", shape, 512, tiling={"entry_bound": 2.0})
     assert drawn == attnio.runner.estimate("approx_poly", shape, 512,
                                            tiling=ap.estimate_tiling(None, 2.0))
+
+
+def test_count_needs_names_the_missing_entry_bound():
+    ap, f2 = attnio.algorithms.get("approx_poly"), attnio.algorithms.get("flash2")
+    assert ap.count_needs(None) == ap.count_needs({"eps": 1e-3}) == "entry_bound"
+    assert ap.count_needs({"entry_bound": 1.0}) is None and ap.count_needs({"radius": 2.0}) is None
+    assert f2.count_needs(None) is None
+    with pytest.raises(ParameterError, match="needs the entry bound B"):  # the run agrees
+        attnio.run("approx_poly", shape=(16, 4), M=2000, tiling={"eps": 1e-3})

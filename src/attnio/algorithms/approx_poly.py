@@ -195,6 +195,16 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
             t["entry_bound"] = 1.0 if entry_bound is None else entry_bound
         return t
 
+    def count_needs(self, tiling: Any) -> str | None:
+        """``"entry_bound"`` unless ``tiling`` gives the entry bound B or a radius R: with no
+        inputs to measure, the polynomial's range comes from one of them."""
+        if isinstance(tiling, Mapping):
+            given = "entry_bound" in tiling or "radius" in tiling
+        else:
+            given = isinstance(tiling, ApproxPolyTiling) and (
+                tiling.entry_bound is not None or tiling.radius is not None)
+        return None if given else "entry_bound"
+
     def _clamp(self, shape: Shape, t: ApproxPolyTiling) -> tuple[int, int, int]:
         assert t.rb is not None and t.r is not None and t.Bn is not None, "a resolved tiling"
         return min(t.rb, t.r), min(t.Bn, shape.Nq), min(t.Bn, shape.Nkv)

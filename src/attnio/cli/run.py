@@ -237,9 +237,7 @@ def _tiling_from_args(args, alg) -> Any:
         approx_opts["allow_unbounded"] = True
     if tiling is None or isinstance(tiling, dict):
         tiling = {**(tiling or {}), **approx_opts}
-    if args.count_only and args.entry_bound is None and (
-            not isinstance(tiling, dict) or ("entry_bound" not in tiling
-                                             and "radius" not in tiling)):
+    if args.count_only and args.entry_bound is None and alg.count_needs(tiling) == "entry_bound":
         raise ParameterError(f"{alg.name} in count mode needs --entry-bound B (|Q|, |K| entries "
                              "<= B; there are no inputs to measure), e.g. --entry-bound 1",
                              param="entry_bound")
