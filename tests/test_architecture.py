@@ -2,7 +2,8 @@
 
 * the layer diagram names every package of ``src/attnio`` once, in the order of the import-linter
   ``layers`` contract of pyproject.toml (top to bottom, siblings on one line), and the bullet
-  list describes each package as ``name/``;
+  list describes each package as ``name/``; every ``file.py`` a bullet names is in its package,
+  and every ``package.name`` it names is public;
 * the README stays short (at most 250 lines: the detail lives in docs/);
 * docs/index.md links every page of docs/;
 * the command line imports attnio's public API only (``attnio`` and its packages, docs/api.md),
@@ -58,6 +59,40 @@ def test_architecture_list_describes_every_package():
     arch = _section((ROOT / "README.md").read_text(encoding="utf-8"), "Architecture")
     described = set(re.findall(r"^- \*\*`(\w+)/`\*\*", arch, re.M))
     assert described == _packages()
+
+
+def _bullets(arch: str) -> dict[str, str]:
+    """The Architecture list's bullets: package name -> the bullet's text (to the next one)."""
+    parts = re.split(r"(?m)^- \*\*`(\w+)/`\*\*", arch)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def test_architecture_list_names_files_that_exist():
+    """Every ``file.py`` a package's bullet names is in that package (``pkg/file.py``: in
+    ``src/attnio/pkg``), and every package it names as ``attnio.pkg.name`` has that name."""
+    arch = _section((ROOT / "README.md").read_text(encoding="utf-8"), "Architecture")
+    named = 0
+    for pkg, text in _bullets(arch).items():
+        for path in re.findall(r"`((?:\w+/)*\w+\.py)`", text):
+            where = SRC / path if "/" in path else SRC / pkg / path
+            assert where.is_file(), f"README Architecture, {pkg}/: {path} is not {where}"
+            named += 1
+    assert named >= 10, "the Architecture list names too few files to be checked"
+
+
+def test_architecture_list_names_public_functions_that_exist():
+    """Every ``attnio.name`` or ``package.name`` in backticks in a bullet (``package`` one of
+    src/attnio) is in the public API: ``attnio``'s or that package's ``__all__``."""
+    import importlib
+
+    arch = _section((ROOT / "README.md").read_text(encoding="utf-8"), "Architecture")
+    pkgs = _packages()
+    for text in _bullets(arch).values():
+        for pkg, name in re.findall(r"`(?:attnio\.)?(\w+)\.(\w+)(?:\(\))?`", text):
+            if (pkg not in pkgs and pkg != "attnio") or name == "py":
+                continue
+            mod = importlib.import_module("attnio" if pkg == "attnio" else f"attnio.{pkg}")
+            assert name in getattr(mod, "__all__", ()), f"README names {pkg}.{name}"
 
 
 def test_readme_is_short():

@@ -176,3 +176,28 @@ def test_cli_reports_guaranteed_next_to_measured_error():
             [sys.executable, "-m", "attnio", "run", "approx_poly", "--N", "64", "--d", "4",
              "--M", "5000", "--entry-bound", "0.5", "--count-only"],
             capture_output=True, text=True, check=True).stdout
+
+
+def test_estimate_tiling_fills_in_the_entry_bound_inputs_will_have():
+    """The runner prices an approximate run at the bound its inputs are drawn with (read: 1);
+    an exact schedule's tiling, or one that sets a bound or a radius, is priced as given."""
+    ap, f2 = attnio.algorithms.get("approx_poly"), attnio.algorithms.get("flash2")
+    assert ap.estimate_tiling(None, 2.0) == {"entry_bound": 2.0}
+    assert ap.estimate_tiling({"eps": 1e-2}, None) == {"eps": 1e-2, "entry_bound": 1.0}
+    assert ap.estimate_tiling({"radius": 3.0}, 2.0) == {"radius": 3.0}
+    assert ap.estimate_tiling({"entry_bound": 0.5}, 2.0) == {"entry_bound": 0.5}
+    assert f2.estimate_tiling({"Br": 8, "Bc": 8}, 2.0) == {"Br": 8, "Bc": 8}
+    # priced at the drawn bound: the estimate of a run drawn in [-2, 2] is that of entry_bound 2
+    shape = attnio.Shape.make(64, 4)
+    drawn = attnio.runner.estimate("approx_poly", shape, 512, tiling={"entry_bound": 2.0})
+    assert drawn == attnio.runner.estimate("approx_poly", shape, 512,
+                                           tiling=ap.estimate_tiling(None, 2.0))
+
+
+def test_count_needs_names_the_missing_entry_bound():
+    ap, f2 = attnio.algorithms.get("approx_poly"), attnio.algorithms.get("flash2")
+    assert ap.count_needs(None) == ap.count_needs({"eps": 1e-3}) == "entry_bound"
+    assert ap.count_needs({"entry_bound": 1.0}) is None and ap.count_needs({"radius": 2.0}) is None
+    assert f2.count_needs(None) is None
+    with pytest.raises(ParameterError, match="needs the entry bound B"):  # the run agrees
+        attnio.run("approx_poly", shape=(16, 4), M=2000, tiling={"eps": 1e-3})

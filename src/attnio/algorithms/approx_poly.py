@@ -106,6 +106,14 @@ class ApproxPolyTiling:
         assert self.kernel_error is not None, "a resolved tiling (coerce_tiling)"
         return output_error_factor(self.kernel_error)
 
+    def describe(self) -> str:
+        """The resolved approximation in words: the polynomial's degree and variant, the
+        features r, the score range R and the kernel's error (``attnio run``'s approx line)."""
+        assert self.r is not None and self.radius is not None and self.kernel_error is not None, \
+            "a resolved tiling (coerce_tiling)"
+        return (f"degree {self.degree} ({self.variant}), r = {self.r:,}, R = {self.radius:.4g}, "
+                f"kernel error <= {self.kernel_error:.3g}")
+
     def error_bound_for(self, V: object) -> float:
         """The guaranteed max |O - O_exact| for these values V (Nkv x d)."""
         V = np.asarray(V, dtype=np.float64)  # (..., Nkv, d): the range of each column, per head
@@ -176,6 +184,27 @@ class ApproxPoly(Algorithm[ApproxPolyTiling]):
     )
 
     # ------------------------------------------------------------ tilings
+    def estimate_tiling(self, tiling: Any, entry_bound: float | None) -> Any:
+        """A user tiling (None or a mapping) without an entry bound or a radius gets the bound
+        the inputs will be drawn with (``entry_bound``; None, or read from a file: 1), since the
+        polynomial's degree, and so the count, depends on it."""
+        if not (tiling is None or isinstance(tiling, Mapping)):
+            return tiling
+        t = dict(tiling or {})
+        if "entry_bound" not in t and "radius" not in t:
+            t["entry_bound"] = 1.0 if entry_bound is None else entry_bound
+        return t
+
+    def count_needs(self, tiling: Any) -> str | None:
+        """``"entry_bound"`` unless ``tiling`` gives the entry bound B or a radius R: with no
+        inputs to measure, the polynomial's range comes from one of them."""
+        if isinstance(tiling, Mapping):
+            given = "entry_bound" in tiling or "radius" in tiling
+        else:
+            given = isinstance(tiling, ApproxPolyTiling) and (
+                tiling.entry_bound is not None or tiling.radius is not None)
+        return None if given else "entry_bound"
+
     def _clamp(self, shape: Shape, t: ApproxPolyTiling) -> tuple[int, int, int]:
         assert t.rb is not None and t.r is not None and t.Bn is not None, "a resolved tiling"
         return min(t.rb, t.r), min(t.Bn, shape.Nq), min(t.Bn, shape.Nkv)

@@ -251,6 +251,17 @@ class Algorithm(TiledSchedule[TilingT]):
         self._check_fits(shape, M, tiling)
         return tiling
 
+    def estimate_tiling(self, tiling: Any, entry_bound: float | None) -> Any:
+        """The tiling a run's estimate prices, before its inputs are drawn (with entries bounded
+        by ``entry_bound``) or read (None): ``tiling`` itself, as given (an exact schedule's
+        count does not depend on the data; an approximate one fills in what it does)."""
+        return tiling
+
+    def count_needs(self, tiling: Any) -> str | None:
+        """The parameter a count-mode run of ``tiling`` (a user tiling: None, a mapping or a
+        Tiling) lacks, there being no inputs to measure: None (the default: nothing)."""
+        return None
+
     def _tiling_from_mapping(self, tiling: Mapping[str, Any], required: bool = True
                              ) -> TilingT:
         names = set(self._tiling_fields())

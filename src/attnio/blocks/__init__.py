@@ -10,12 +10,14 @@ from .matmul import (
 )
 from .matmul import (
     BlockedMatmul,
+    MatmulCheck,
     MatmulResult,
     MatmulShape,
     MatmulTiling,
     estimate_matmul,
+    matmul_check,
     run_matmul,
 )
 
-__all__ = ["MATMUL", "BlockedMatmul", "MatmulResult", "MatmulShape", "MatmulTiling",
-           "estimate_matmul", "run_matmul"]
+__all__ = ["MATMUL", "BlockedMatmul", "MatmulCheck", "MatmulResult", "MatmulShape",
+           "MatmulTiling", "estimate_matmul", "matmul_check", "run_matmul"]

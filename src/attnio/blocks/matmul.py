@@ -62,7 +62,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.checks import check_int
+from ..core.checks import check_choice, check_int
 from ..core.errors import CapacityError, ParameterError
 from ..core.memory import IOCount, IOStats, SlowArray, TwoLevelMemory
 from ..core.progress import ProgressCallback
@@ -379,3 +379,36 @@ def run_matmul(A: Any = None, B: Any = None, *, M: int, shape: Any = None, tilin
     out = mem.contents(Ch) if mode == "compute" else None
     return MatmulResult("matmul", s, M, t, mem.stats(), ALGORITHM.predict(s, t),
                         cosma_bound(s.m, s.k, s.n, M), out, mode)
+
+
+@dataclass(frozen=True)
+class MatmulCheck:
+    """What :func:`matmul_check` returns: the run and, in compute mode, ``max_abs_err`` =
+    max |C - A @ B| against numpy's float64 product (None in count mode)."""
+
+    result: MatmulResult
+    max_abs_err: float | None
+
+
+def matmul_check(shape: Any, M: int, *, tiling: Any = None, mode: str = "compute",
+                 seed: int = 0, limits: Limits | None = None,
+                 progress: ProgressCallback | None = None) -> MatmulCheck:
+    """C = A·B for ``shape`` = (m, k, n) on random standard-normal A and B drawn from ``seed``
+    (``attnio run matmul``), checked against A @ B; ``mode="count"``: the counts only, no data.
+    The memory (A, B and the reference too) and time are estimated and refused under ``limits``
+    before anything is drawn (:meth:`~attnio.core.resources.Limits.check`)."""
+    s = MatmulShape.coerce(shape)
+    if limits is None:
+        limits = Limits()
+    check_choice("mode", mode, ("compute", "count"))
+    limits.check(estimate_matmul(s, M, tiling=tiling, mode=mode, inputs=True),
+                 subject=f"{mode} mode on m={s.m} k={s.k} n={s.n}", timed=mode == "compute",
+                 instead="count mode (same counts), or smaller m, k and n")
+    if mode == "count":
+        return MatmulCheck(run_matmul(shape=s, M=M, tiling=tiling), None)
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((s.m, s.k))
+    B = rng.standard_normal((s.k, s.n))
+    res = run_matmul(A, B, M=M, tiling=tiling, limits=limits, progress=progress)
+    assert res.output is not None  # compute mode returns the product
+    return MatmulCheck(res, float(np.abs(res.output - A @ B).max()))

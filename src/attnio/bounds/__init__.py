@@ -39,7 +39,9 @@ registered schedule to its explicit bounds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..core.blockmask import BlockMask
 from ..core.errors import ParameterError
@@ -92,6 +94,7 @@ from .sparse import flash_block_sparse_for
 __all__ = [
     "SAHA_YE",
     "Bound",
+    "BoundListing",
     "alman_song_degree",
     "applicable",
     "applicable_to",
@@ -109,6 +112,7 @@ __all__ = [
     "fast_matmul_field",
     "flash_block_sparse_for",
     "li_backward",
+    "listing",
     "matmul",
     "matmul_cosma",
     "matmul_potential",
@@ -214,3 +218,71 @@ def best(bounds: Iterable[Bound]) -> Bound:
     if not ex:
         raise ParameterError("best: no explicit bound among the given bounds", param="bounds")
     return max(ex, key=lambda b: b.value)
+
+
+@dataclass(frozen=True)
+class BoundListing:
+    """Every bound that applies to one workload (:func:`listing`): the forward's, the backward's
+    (``backward=True``) and eps-approximate attention's (``eps``), each list with its largest
+    explicit member, and the regime of M against d² (:func:`regime_of`)."""
+
+    shape: Shape
+    M: int
+    regime: str
+    bounds: tuple[Bound, ...]
+    best: Bound
+    backward: tuple[Bound, ...] = ()
+    backward_best: Bound | None = None
+    approximate: tuple[Bound, ...] = ()
+    approximate_best: Bound | None = None   # None without an explicit approximate bound
+    eps: float | None = None
+    entry_bound: float | None = None
+
+
+def listing(shape: Shape, M: int, *, q: int | None = None, binary: bool = False,
+            backward: bool = False, eps: float | None = None,
+            entry_bound: float | None = None) -> BoundListing:
+    """Every lower bound that applies to ``shape`` with M fast words (``attnio bound``).
+
+    ``q``, ``binary``: as :func:`applicable_to`.  ``backward``: also the backward pass's
+    (:func:`backward_applicable_to`).  ``eps`` (with ``entry_bound`` B, the bound on |Q|, |K|
+    entries; one unmasked head): also eps-approximate attention's, by the polynomial method: the
+    W-stationary feature-space bound at the features r = C(d + g, g) of the least degree g whose
+    proven relative error on [-R, R] is at most eps (R = B²·d·scale, the scale 1/√d), the
+    degree's asymptotic form and SETH's entry threshold (:mod:`attnio.bounds.approximate`).
+    """
+    bs = applicable_to(shape, M, q=q, binary=binary)
+    top = best(bs)
+    bbs = backward_applicable_to(shape, M) if backward else []
+    abs_ = _approximate(shape, M, eps, entry_bound)
+    return BoundListing(shape, M, regime_of(shape.d, M), tuple(bs), top, tuple(bbs),
+                        best(bbs) if bbs else None, tuple(abs_),
+                        best(abs_) if any(b.explicit for b in abs_) else None, eps, entry_bound)
+
+
+def _approximate(shape: Shape, M: int, eps: float | None,
+                 entry_bound: float | None) -> list[Bound]:
+    from ..approx import check_eps, feature_dim, polynomial, score_radius
+
+    if eps is None:
+        if entry_bound is not None:
+            raise ParameterError.worded("{entry_bound} goes with {eps} (the approximate bounds)",
+                                        param="entry_bound")
+        return []
+    eps = check_eps(eps)
+    if entry_bound is None:
+        raise ParameterError.worded("{eps} needs {entry_bound} B (|Q|, |K| entries <= B): the "
+                                    "polynomial's range depends on it", param="eps")
+    if shape.causal or shape.window is not None or shape.heads != 1 or shape.batch != 1 \
+            or shape.block_mask is not None:
+        raise ParameterError.worded("the approximate bounds are for one unmasked head "
+                                    "(no {causal}, {window}, {heads}, {batch} or block mask)",
+                                    param="approx_eps")
+    R = score_radius(shape.d, 1.0 / math.sqrt(shape.d), entry_bound)
+    p = polynomial(eps, R)
+    r = feature_dim(shape.d, p.degree)
+    out = [approx_w_stationary(N=shape.Nq, Nkv=shape.Nkv, d=shape.d, M=M, r=r),
+           alman_song_degree(eps, R)]
+    if min(shape.Nq, shape.Nkv) >= 2:
+        out.append(seth_entry_threshold(max(shape.Nq, shape.Nkv)))
+    return out

@@ -77,7 +77,8 @@ from ..core.resources import Cost, Limits
 from ..core.workload import MAX_M, Shape
 from ..runner import place_inputs
 
-__all__ = ["ALIGN", "ArrayInfo", "Chunk", "Event", "Trace", "estimate_trace", "load", "trace"]
+__all__ = ["ALIGN", "ArrayInfo", "Chunk", "Event", "Trace", "check_trace_size", "estimate_trace",
+           "load", "trace"]
 
 ALIGN = 64  # every array starts at a multiple of ALIGN words
 CHUNK = 1 << 20  # default events per chunk
@@ -351,6 +352,19 @@ def estimate_trace(alg: Any, shape: Shape, M: int, tiling: Any) -> tuple[int, Co
 
 
 # --------------------------------------------------------------------------- from a schedule
+def check_trace_size(shape: Shape, max_products: float) -> int:
+    """The events of a trace of ``shape`` (one per product: Nq·Nkv·d·heads), refused with a
+    ParameterError above ``max_products`` (a trace is held whole: its size is the limit)."""
+    products = shape.n_heads * shape.Nq * shape.Nkv * shape.d
+    if products > max_products:
+        raise ParameterError.worded(
+            f"{{N}} {shape.Nq} {{d}} {shape.d}: the trace would hold more than {products:,} "
+            f"events (Nq·Nkv·d·heads > {{max_products}} {max_products:g}); use {{count_mode}} "
+            "for counts, or raise {max_products}", param="N",
+            count_mode="attnio.run(..., mode='count')")
+    return products
+
+
 def trace(name: str, N: int | None = None, d: int | None = None, M: int | None = None, *,
           shape: Any = None, tiling: Any = None, limits: Limits | None = None,
           progress: ProgressCallback | None = None) -> Trace:

@@ -1,9 +1,11 @@
 """The ``attnio`` command line: argument parsing and printing only.
 
 Each verb lives in a module of this package that defines ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``main(args) -> int``, and calls one library function; the verbs
-are listed in :data:`COMMANDS`.  Errors of the library print one line on stderr, in the flags
-the user typed (:func:`~attnio.cli.common.flag_message`), and exit with code 2 (``--debug``
+``add_arguments(parser)`` and ``main(args) -> int`` (and, when its flags name parameters
+beyond :data:`~attnio.cli.common.FLAGS`, ``flag_names(args) -> dict``); it parses its flags,
+calls attnio's public API (for most verbs one function) and prints the result.  The verbs are
+listed in :data:`COMMANDS`.  Errors of the library print one line on stderr, in the flags the
+user typed (:func:`~attnio.cli.common.flag_message`), and exit with code 2 (``--debug``
 shows the traceback).
 """
 
@@ -43,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks on errors")
         mod.add_arguments(p)
-        p.set_defaults(_main=mod.main)
+        p.set_defaults(_main=mod.main, _flag_names=getattr(mod, "flag_names", None))
     return parser
 
 
@@ -78,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command in OWN_WORDS:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         else:
-            msg = flag_message(e, getattr(args, "flag_names", None))
+            names = getattr(args, "_flag_names", None)  # the verb's own flags, if it has any
+            msg = flag_message(e, names(args) if names is not None else None)
         if "--M " in msg or "--M:" in msg or "--M=" in msg:
             note = memory_note(args)  # --M came from --device or --M-bytes
             if note:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..core import ParameterError, fmt_count
+from ..core import fmt_count
 from . import common
 
 NAME = "bound"
@@ -31,24 +31,22 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
+    """Parse the flags into one :func:`attnio.bounds.listing` call and print it."""
     from .. import bounds
 
     shape = common.workload_from_args(args)
     M = common.memory_from_args(args).M
     shape = common.block_mask_from_args(args, shape, M)
-    bs = bounds.applicable_to(shape, M, q=args.q, binary=args.binary)
-    best = bounds.best(bs)
-    bbs = bounds.backward_applicable_to(shape, M) if args.backward else []
-    abs_ = _approximate(args, shape, M)
-    bbest = bounds.best(bbs) if bbs else None
-    regime = bounds.regime_of(shape.d, M)
+    ls = bounds.listing(shape, M, q=args.q, binary=args.binary, backward=args.backward,
+                        eps=args.eps, entry_bound=args.entry_bound)
+    bs, best, bbs, abs_, bbest = ls.bounds, ls.best, ls.backward, ls.approximate, ls.backward_best
     bm = shape.block_mask
     if args.json:
         print(json.dumps({"N": shape.Nq, "Nq": shape.Nq, "Nkv": shape.Nkv, "d": shape.d, "M": M,
                           "causal": shape.causal, "causal_align": shape.causal_align
                           if shape.causal else None, "window": shape.window,
                           "batch": shape.batch, "heads": shape.heads,
-                          "kv_heads": shape.kv_heads, "regime": regime,
+                          "kv_heads": shape.kv_heads, "regime": ls.regime,
                           "bounds": [b.to_dict() for b in bs], "best": best.name,
                           "best_value": best.value,
                           "block_mask": None if bm is None else bm.describe(),
@@ -59,7 +57,7 @@ def main(args) -> int:
                           "approximate_bounds": [b.to_dict() for b in abs_] if abs_ else None},
                          sort_keys=True, default=str))
         return 0
-    print(f"lower bounds for attention {shape.describe()} M={M:,}: {regime}")
+    print(f"lower bounds for attention {shape.describe()} M={M:,}: {ls.regime}")
     _table(bs, best, fmt_count)
     if bbs:
         print(f"\nlower bounds for its backward pass (dQ, dK, dV) M={M:,}:")
@@ -67,42 +65,9 @@ def main(args) -> int:
     if abs_:
         print(f"\nlower bounds for eps = {args.eps:g}-approximate attention (|Q|, |K| entries "
               f"<= {args.entry_bound:g}) M={M:,}:")
-        _table(abs_, bounds.best(abs_) if any(b.explicit for b in abs_) else None, fmt_count)
+        _table(abs_, ls.approximate_best, fmt_count)
     print("* the largest explicit bound; asymptotic bounds are Θ/Ω forms with constant 1")
     return 0
-
-
-def _approximate(args, shape, M: int) -> list:
-    """The bounds of :mod:`attnio.bounds.approximate` for ``--eps`` (with ``--entry-bound``): the
-    features r = C(d + g, g) of the least degree g whose proven relative error on [-R, R] is at
-    most eps (R = B²·d·scale, the default scale 1/√d), for one unmasked head."""
-    import math
-
-    from .. import bounds
-    from ..approx import check_eps, feature_dim, polynomial, score_radius
-
-    if args.eps is None:
-        if args.entry_bound is not None:
-            raise ParameterError("--entry-bound goes with --eps (the approximate bounds)",
-                                 param="entry_bound")
-        return []
-    eps = check_eps(args.eps)
-    if args.entry_bound is None:
-        raise ParameterError("--eps needs --entry-bound B (|Q|, |K| entries <= B): the "
-                             "polynomial's range depends on it", param="eps")
-    if shape.causal or shape.window is not None or shape.heads != 1 or shape.batch != 1 \
-            or shape.block_mask is not None:
-        raise ParameterError("--eps: the approximate bounds are for one unmasked head "
-                             "(no --causal, --window, --heads, --batch or block mask)",
-                             param="approx_eps")
-    R = score_radius(shape.d, 1.0 / math.sqrt(shape.d), args.entry_bound)
-    p = polynomial(eps, R)
-    r = feature_dim(shape.d, p.degree)
-    out = [bounds.approx_w_stationary(N=shape.Nq, Nkv=shape.Nkv, d=shape.d, M=M, r=r),
-           bounds.alman_song_degree(eps, R)]
-    if min(shape.Nq, shape.Nkv) >= 2:
-        out.append(bounds.seth_entry_threshold(max(shape.Nq, shape.Nkv)))
-    return out
 
 
 def _table(bs, best, fmt_count) -> None:

@@ -96,7 +96,7 @@ def add_arguments(p) -> None:
 
 def _run(args, shape, P) -> int:
     from ..core import ParameterError
-    from ..parallel import launch, plan
+    from ..parallel import launch
 
     parsed = None
     if args.params is not None:
@@ -107,10 +107,7 @@ def _run(args, shape, P) -> int:
                                  param="params") from None
         if not isinstance(parsed, dict):
             raise ParameterError("--params must be a JSON object", param="params")
-    params = parsed if isinstance(parsed, dict) else None
-    if params is None:
-        params = plan(shape, P, args.scheme).params
-    res = launch(shape, P, args.scheme, params, seed=args.seed, backward=args.backward)
+    res = launch(shape, P, args.scheme, parsed, seed=args.seed, backward=args.backward)
     if args.json:
         print(json.dumps(res, sort_keys=True))
     else:
@@ -152,15 +149,14 @@ def _sweep(args, shape) -> int:
 
 def _figure(args) -> int:
     from ..core import ParameterError
-    from ..experiments import cp_figure, cp_rows
+    from ..experiments import cp_db_figure
 
     bits = args.fit.split(":")
     if len(bits) != 2 or not all(b.strip().isdigit() for b in bits) or int(bits[0]) < 1 \
             or int(bits[1]) <= int(bits[0]):
         raise ParameterError(f"--fit must be LO:HI with 1 <= LO < HI, got {args.fit!r}",
                              param="fit")
-    rows = cp_rows(args.db)
-    slopes = cp_figure(rows, args.out, lo=int(bits[0]), hi=int(bits[1]))
+    slopes = cp_db_figure(args.db, args.out, lo=int(bits[0]), hi=int(bits[1]))
     if args.json:
         print(json.dumps({"out": args.out, "slopes": slopes}, sort_keys=True))
     else:
@@ -170,11 +166,15 @@ def _figure(args) -> int:
     return 0
 
 
+def flag_names(args) -> dict[str, str]:
+    """The flags of this verb's parameters beyond :data:`~attnio.cli.common.FLAGS`."""
+    return FLAG_NAMES
+
+
 def main(args) -> int:
     from .. import parallel
     from ..parallel import check_P, get, plan
 
-    args.flag_names = FLAG_NAMES
     if args.cp_command == "figure":
         return _figure(args)
     shape = common.workload_from_args(args)
@@ -190,36 +190,22 @@ def main(args) -> int:
                  backward=args.backward)
         print(json.dumps(p.to_dict(), sort_keys=True) if args.json else repr(p))
         return 0
-    bw = args.backward
-    b = parallel.bound(shape, P, memory=args.memory, backward=bw)
-    out = {"bound": int(b.value), "theorem": b.theorem, "P": P, "shape": shape.describe(),
-           "backward": bw, "memory": args.memory,
-           "theorem1_linear": float(parallel.linear_bound(shape, P, backward=bw)),
-           "theorem2_busiest": parallel.busiest_bound(shape, P, backward=bw),
-           "theorem3_groups": float(parallel.group_bound(shape, P, backward=bw)),
-           "theorem4_memory": None if args.memory is None else float(
-               parallel.memory_bound(shape, P, args.memory, backward=bw)),
-           "assumptions": list(b.assumptions)}
-    if args.scheme is not None:
-        s = plan(shape, P, args.scheme)
-        words = s.words_per_device
-        if bw:
-            words = parallel.cost_backward(s.scheme, shape, P, s.params).words_per_device
-        out.update(scheme=s.scheme, params=s.params, words_per_device=words,
-                   ratio=None if not b.value else words / b.value)
+    r = parallel.bounds_of(shape, P, memory=args.memory, backward=args.backward,
+                           scheme=args.scheme)
+    out = r.to_dict()
     if args.json:
         print(json.dumps(out, sort_keys=True))
     else:
-        print(f"Lower bound on words per device{' (backward)' if bw else ''} for "
+        print(f"Lower bound on words per device{' (backward)' if r.backward else ''} for "
               f"{out['shape']}, P={P}: {out['bound']:,}")
-        print(f"  {b.theorem}")
+        print(f"  {r.bound.theorem}")
         print(f"  Theorem 1 (linear caps): {out['theorem1_linear']:,.0f}; Theorem 2 (busiest "
               f"rectangle): {out['theorem2_busiest']:,.0f}; Theorem 3 (rectangles per group): "
               f"{out['theorem3_groups']:,.0f}"
               + ("" if args.memory is None else
                  f"; Theorem 4 (memory {args.memory:,}): {out['theorem4_memory']:,.0f}"))
-        if args.scheme is not None:
-            r = "n/a" if out["ratio"] is None else f"{out['ratio']:.3f}"
-            print(f"  {out['scheme']} {out['params'] or ''}: {out['words_per_device']:,} words "
-                  f"per device, ratio {r}")
+        if r.scheme is not None:
+            ratio = "n/a" if r.ratio is None else f"{r.ratio:.3f}"
+            print(f"  {r.scheme} {r.params or ''}: {r.words_per_device:,} words "
+                  f"per device, ratio {ratio}")
     return 0

@@ -220,33 +220,12 @@ def _devices(args) -> int:
 def _kernels(args) -> int:
     from .. import hardware
 
-    dev = _device_of(args).require_model()
-    dtype = hardware.dtype_name(args.dtype or "bf16")
-    if args.kernel:
-        names = [args.kernel]
-    elif hardware.dtype_bytes(dtype) == 1:   # only FA3 ships fp8 kernels
-        names = ["fa3"] if dev.wgmma else []
-    else:
-        names = ["fa3", "fa2"] if dev.wgmma else ["fa2"]
-    if not names:
-
-        raise ParameterError(f"dtype={dtype}: no flash-attn fp8 kernel runs on {dev.name} (FA3's "
-                             "fp8 kernels need Hopper)", param="dtype")
-    rows = []
-    for name in names:
-        for r in hardware.kernel_table(name, dev, dtype):
-            shp, cfg = r["shape"], r["config"]
-            f = hardware.check_feasibility(dev, cfg, shp)
-            rows.append({"kernel": name, "d": r["d"], "causal": r["causal"],
-                         "config": cfg.as_dict(), "short": cfg.short(), "feasible": f.feasible,
-                         "why": f.why, "smem_bytes": f.smem_bytes,
-                         "smem_limit_bytes": f.smem_limit_bytes,
-                         "regs_per_thread": f.regs_per_thread, "regs_limit": f.regs_limit,
-                         "ctas_per_sm": f.ctas_per_sm})
+    t = hardware.kernel_tables(_device_of(args), dtype=args.dtype, kernel=args.kernel)
+    rows, dev, dtype = list(t.rows), t.device, t.dtype
     if args.json:
         print(json.dumps(rows, sort_keys=True))
         return 0
-    print(f"{dev.name}: flash-attn tile tables (commit {hardware.FLASH_ATTN_COMMIT[:12]}), "
+    print(f"{dev}: flash-attn tile tables (commit {hardware.FLASH_ATTN_COMMIT[:12]}), "
           f"{dtype}, no split (batch 4 x 32 heads, N = 8192)")
     for r in rows:
         state = "ok" if r["feasible"] else "INFEASIBLE: " + r["why"]
@@ -311,11 +290,6 @@ def _tune(args) -> int:
 
     shape = workload_from_args(args)
     dev = _device_of(args)
-    if args.algorithm in ("fa3", "fa3_bwd") and not dev.wgmma:
-        raise ParameterError(f"--algorithm {args.algorithm} needs Hopper (sm90: wgmma, TMA); "
-                             f"device {dev.name} is compute capability "
-                             f"{dev.compute_capability or 'n/a'}: use --algorithm fa2 (or "
-                             "splitkv, fa2_bwd)", param="algorithm")
     kernel = None if args.kernel == "none" else args.kernel
     with progress_from_args(args, "gpu tune: L2 replays", args.max_replays) as bar, \
             using_calibration(_calibration(args, dev)):
@@ -356,10 +330,8 @@ def _calibrate(args) -> int:
     from .. import hardware
 
     check_input_file(args.measurements, "--measurements")
-    inputs = [args.measurements] + ([args.device_file] if args.device_file else [])
-    hardware.check_calibration_out(args.out, inputs)     # before the (slow) fit
-    table = hardware.fit_calibration(args.measurements, devices=_file_devices(args))
-    hardware.write_calibration(table, args.out, inputs)
+    table = hardware.fit_calibration_into(args.measurements, args.out,
+                                          device_file=args.device_file)
     if args.json:
         print(json.dumps(table, sort_keys=True, allow_nan=False))
         return 0

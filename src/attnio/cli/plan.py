@@ -51,11 +51,5 @@ def main(args) -> int:
         out["factors"] = None if f is None else f.to_dict()
         print(json.dumps(out, sort_keys=True, default=str))
     else:
-        text = repr(p)
-        if f is not None:  # under the ratio line: the ratio is the product of the two
-            lines = text.split("\n")
-            at = next(k for k, ln in enumerate(lines) if ln.lstrip().startswith("Ratio total/bound"))
-            lines[at + 1:at + 1] = f.lines()
-            text = "\n".join(lines)
-        print(text)
+        print(p.report(f))
     return 0

@@ -11,9 +11,7 @@ import dataclasses
 import json
 from typing import Any
 
-import numpy as np
-
-from ..core import Limits, ParameterError, ResourceError, check_cost, check_int, check_real
+from ..core import ParameterError, ResourceError, check_int, check_real
 from .common import (
     add_backward_arguments,
     add_output_arguments,
@@ -26,7 +24,6 @@ from .common import (
     memory_from_args,
     parse_tiling,
     progress_from_args,
-    resources_from_args,
     workload_from_args,
 )
 
@@ -101,7 +98,7 @@ def shape_of_inputs(source, args) -> Any:
 # ---------------------------------------------------------------------- matmul
 def main_matmul(args) -> int:
     """``attnio run matmul --m --k --n --M``: C = A·B on the simulator, with the COSMA ratio."""
-    from ..blocks import MatmulShape, estimate_matmul, run_matmul
+    from ..blocks import MatmulShape, matmul_check
 
     missing = [f"--{x}" for x in ("m", "k", "n") if getattr(args, x) is None]
     if missing:
@@ -111,25 +108,17 @@ def main_matmul(args) -> int:
     M = mem.M
     tiling = parse_tiling(args.tiling)
     shape = MatmulShape(args.m, args.k, args.n)
-    res_kw = resources_from_args(args)
+    limits = limits_from_args(args)
     mode = "count" if args.count_only else "compute"
-    check_cost(estimate_matmul(shape, M, tiling=tiling, mode=mode, inputs=True),
-               subject=f"{mode} mode on m={args.m} k={args.k} n={args.n}",
-               budget_s=res_kw["budget_s"] if mode == "compute" else None,
-               force=bool(res_kw["force"]), max_memory=res_kw["max_memory"],
-               instead="use --count-only (same counts), or smaller --m, --k and --n")
-    with progress_from_args(args, f"matmul m={args.m} k={args.k} n={args.n}",
-                            unit="tile steps") as bar:
-        if args.count_only:
-            res = run_matmul(shape=shape, M=M, tiling=tiling)
-            err = None
-        else:
-            rng = np.random.default_rng(args.seed)
-            A = rng.standard_normal((args.m, args.k))
-            B = rng.standard_normal((args.k, args.n))
-            res = run_matmul(A, B, M=M, tiling=tiling, limits=Limits(**res_kw), progress=bar)
-            assert res.output is not None  # compute mode returns the product
-            err = float(np.abs(res.output - A @ B).max())
+    try:
+        with progress_from_args(args, f"matmul m={args.m} k={args.k} n={args.n}",
+                                unit="tile steps") as bar:
+            chk = matmul_check(shape, M, tiling=tiling, mode=mode, seed=args.seed,
+                               limits=limits, progress=bar)
+    except ResourceError as e:  # the alternatives, in flags
+        raise e.instead_of("use --count-only (same counts), or smaller --m, --k and --n") \
+            from None
+    res, err = chk.result, chk.max_abs_err
     io = res.io
     if args.json:
         obj = {"algorithm": "matmul", "m": args.m, "k": args.k, "n": args.n, "M": M,
@@ -171,6 +160,11 @@ def _print_counts(io, M: int, mem) -> None:
 
 
 # ---------------------------------------------------------------------- attention
+def flag_names(args) -> dict[str, str] | None:
+    """With --density, the layout the library calls ``block_mask`` came from --density."""
+    return {"block_mask": "--density"} if args.density is not None else None
+
+
 def main(args) -> int:
     """Parse the flags into one :func:`attnio.run` call (which validates, estimates, refuses,
     runs, checks against the reference and certifies) and print its Result."""
@@ -199,8 +193,6 @@ def main(args) -> int:
              else workload_from_args(args))
     bwd_name = backward_from_args(args)
     shape = block_mask_from_args(args, shape, mem.M)
-    if args.density is not None:  # the layout the library calls block_mask came from --density
-        args.flag_names = {"block_mask": "--density"}
     mode = "count" if args.count_only else "compute"
     try:
         with progress_from_args(args, f"{alg.name} {shape.describe()}", unit="tile steps") as bar:
@@ -245,9 +237,7 @@ def _tiling_from_args(args, alg) -> Any:
         approx_opts["allow_unbounded"] = True
     if tiling is None or isinstance(tiling, dict):
         tiling = {**(tiling or {}), **approx_opts}
-    if args.count_only and args.entry_bound is None and (
-            not isinstance(tiling, dict) or ("entry_bound" not in tiling
-                                             and "radius" not in tiling)):
+    if args.count_only and args.entry_bound is None and alg.count_needs(tiling) == "entry_bound":
         raise ParameterError(f"{alg.name} in count mode needs --entry-bound B (|Q|, |K| entries "
                              "<= B; there are no inputs to measure), e.g. --entry-bound 1",
                              param="entry_bound")
@@ -303,9 +293,7 @@ def _report(args, alg, res, mem) -> int:
     if err is not None:
         print(f"  max |O - reference| = {err:.3e}")
     if not alg.exact:
-        t = res.tiling
-        line = (f"  approx   degree {t.degree} ({t.variant}), r = {t.r:,}, R = {t.radius:.4g}, "
-                f"kernel error <= {t.kernel_error:.3g}")
+        line = f"  approx   {res.tiling.describe()}"
         if res.error_bound is not None:
             line += f"; guaranteed max |O - reference| <= {res.error_bound:.3e}"
         print(line)

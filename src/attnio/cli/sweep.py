@@ -131,7 +131,7 @@ def add_arguments(p) -> None:
 
 
 def _grids(args):
-    from ..experiments import PRESETS, Grid, grid_from_mapping, grids_from_toml
+    from ..experiments import PRESETS, Grid, grid_from_mapping, grids_from_toml, override_grid
 
     flags = {k: getattr(args, k) for k in ("N", "Nq", "Nkv", "d", "M", "algo", "causal", "mode",
                                            "seed", "eps", "entry_bound", "batch", "heads",
@@ -149,34 +149,14 @@ def _grids(args):
         if set(flags) - set(over):
             raise ParameterError("--preset fixes the sizes; drop --N/--d/--M/--causal/--batch/"
                                  "--heads/--kv-heads/--window or use --config")
-        return [_override(g, over) for g in grids]
+        return [override_grid(g, over) for g in grids]
     if args.config:
         grids = grids_from_toml(args.config)
-        return [_override(g, flags) for g in grids] if flags else grids
+        return [override_grid(g, flags) for g in grids] if flags else grids
     if "N" not in flags and "Nq" not in flags:
         raise ParameterError("give --N (or --Nq and --Nkv), a --config TOML or a --preset",
                              param="N")
     return [grid_from_mapping(flags, where="flags")] if flags else [Grid()]
-
-
-def _override(g, flags):
-    import dataclasses
-
-    from ..experiments import parse_causal, parse_values, parse_window
-
-    kw = {}
-    for k, v in flags.items():
-        if k in ("N", "Nq", "Nkv", "d", "M", "batch", "heads", "kv_heads"):
-            kw[k] = parse_values(k, v)
-        elif k == "window":
-            kw[k] = parse_window(v)
-        elif k == "algo":
-            kw["algorithms"] = tuple(v.split(","))
-        elif k == "causal":
-            kw["causal"] = parse_causal(v)
-        else:
-            kw[k] = v
-    return dataclasses.replace(g, **kw)
 
 
 def main(args) -> int:
@@ -253,10 +233,9 @@ def _sweep(args) -> int:
 
 
 def _export(args) -> int:
-    from ..experiments import LatexOptions, ResultsStore
+    from ..experiments import LatexOptions, ResultsStore, export_target
     from .common import check_input_file, check_output_path, written_whole
 
-    fmt = args.format
     latex = None
     if any(x is not None for x in (args.caption, args.label, args.pivot, args.value)) \
             or args.longtable:
@@ -271,19 +250,13 @@ def _export(args) -> int:
             raise ParameterError("--value goes with --pivot", param="value")
         latex = LatexOptions(args.caption, args.label, args.longtable, pivot,
                              args.value or "total")
-        if fmt is None:  # a caption, a pivot, a longtable: a latex table (or --out's extension)
-            fmt = "latex" if args.out is None else (
-                "latex" if args.out.lower().endswith(".tex") else None)
-        if fmt != "latex":
-            first = next(f for f, v in (("--caption", args.caption), ("--label", args.label),
-                                        ("--pivot", args.pivot), ("--value", args.value),
-                                        ("--longtable", args.longtable or None)) if v is not None)
-            raise ParameterError(f"{first} is for a latex export: give --format latex or an "
-                                 "--out ending in .tex", param=first[2:])
-    out = args.out
-    if out is None:
-        fmt = fmt or "csv"
-        out = f"attnio-results.{'tex' if fmt == 'latex' else fmt}"
+    fmt, out = export_target(args.format, args.out, latex=latex is not None)
+    if latex is not None and fmt != "latex":
+        first = next(f for f, v in (("--caption", args.caption), ("--label", args.label),
+                                    ("--pivot", args.pivot), ("--value", args.value),
+                                    ("--longtable", args.longtable or None)) if v is not None)
+        raise ParameterError(f"{first} is for a latex export: give --format latex or an "
+                             "--out ending in .tex", param=first[2:])
     # the database (or a link to it) is never the output; a device, a FIFO, a directory neither
     check_input_file(args.db, "--db", required=False)
     check_output_path(out, "--out", inputs=[("--db", args.db)])

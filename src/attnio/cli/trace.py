@@ -52,9 +52,14 @@ def _same_file(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+def flag_names(args) -> dict[str, str]:
+    """The trace's size limit and its alternative, in flags."""
+    return {"max_products": "--max-products", "count_mode": "`attnio run --count-only`"}
+
+
 def main(args) -> int:
     from .. import algorithms
-    from ..cachesim import trace
+    from ..cachesim import check_trace_size, trace
 
     alg = algorithms.get(args.algorithm)
     shape = common.workload_from_args(args)
@@ -65,12 +70,7 @@ def main(args) -> int:
     check_out_path("--din", args.din, ("--out", args.out))
     if args.out and not args.out.endswith((".npz", ".din")):
         raise ParameterError(f"--out must end in .npz or .din, got {args.out!r}", param="out")
-    products = shape.n_heads * shape.Nq * shape.Nkv * shape.d
-    if products > args.max_products:
-        raise ParameterError(
-            f"--N {shape.Nq} --d {shape.d}: the trace would hold more than {products:,} events "
-            f"(Nq·Nkv·d·heads > --max-products {args.max_products:g}); use `attnio run "
-            "--count-only` for counts, or raise --max-products", param="N")
+    check_trace_size(shape, args.max_products)
     limits = common.limits_from_args(args)
     with common.progress_from_args(args, f"recording the trace of {alg.name} {shape.describe()}",
                             unit="tile steps") as bar:

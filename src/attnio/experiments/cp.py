@@ -33,7 +33,7 @@ from typing import Any
 from ..core.errors import ParameterError
 from ..core.workload import Shape
 
-__all__ = ["CP_COLUMNS", "CPSweepSummary", "cp_figure", "cp_hash", "cp_report_section",
+__all__ = ["CP_COLUMNS", "CPSweepSummary", "cp_db_figure", "cp_figure", "cp_hash", "cp_report_section",
            "cp_rows", "cp_row", "cp_sweep", "fit_slopes"]
 
 #: (name, SQLite type) of every column of the ``cp_results`` table.
@@ -122,7 +122,7 @@ def _open(path: str) -> sqlite3.Connection:
     return con
 
 
-@dataclass
+@dataclass(frozen=True)
 class CPSweepSummary:
     total: int      # rows the sweep asks for
     already: int    # present before (ok or skipped)
@@ -154,7 +154,7 @@ def cp_sweep(path: str, shape: Shape, Ps: Iterable[int], schemes: Sequence[str],
         todo = [(s, P) for P in Ps for s in schemes
                 if cp_hash(s, shape, P, backward) not in done]
         total = len(Ps) * len(schemes)
-        summ = CPSweepSummary(total, total - len(todo), 0, 0, 0, path)
+        ran = skipped = errors = 0
         marks = ", ".join("?" * len(_NAMES))
         for i in range(0, len(todo), batch):
             rows = [cp_row(s, shape, P, backward) for s, P in todo[i:i + batch]]
@@ -162,10 +162,10 @@ def cp_sweep(path: str, shape: Shape, Ps: Iterable[int], schemes: Sequence[str],
                 con.executemany(f"INSERT OR REPLACE INTO cp_results ({', '.join(_NAMES)}) "
                                 f"VALUES ({marks})", [tuple(r.get(n) for n in _NAMES)
                                                       for r in rows])
-            summ.ran += len(rows)
-            summ.skipped += sum(r["status"] == "skipped" for r in rows)
-            summ.errors += sum(r["status"] == "error" for r in rows)
-        return summ
+            ran += len(rows)
+            skipped += sum(r["status"] == "skipped" for r in rows)
+            errors += sum(r["status"] == "error" for r in rows)
+        return CPSweepSummary(total, total - len(todo), ran, skipped, errors, path)
     finally:
         con.close()
 
@@ -226,6 +226,13 @@ def fit_slopes(rows: Sequence[dict[str, Any]], lo: int = 64, hi: int = 1024
                 y = np.log([v for _, v in pts])
                 out.setdefault(w, {})[name] = float(np.polyfit(x, y, 1)[0])
     return out
+
+
+def cp_db_figure(db: str, out: str, *, lo: int = 64,
+                 hi: int = 1024) -> dict[str, dict[str, float]]:
+    """:func:`cp_figure` of every row of ``db``'s ``cp_results`` (``attnio cp figure``): the
+    slopes fitted over ``[lo, hi]``, by workload and scheme."""
+    return cp_figure(cp_rows(db), out, lo=lo, hi=hi)
 
 
 def cp_figure(rows: Sequence[dict[str, Any]], out: str, *, lo: int = 64, hi: int = 1024,

@@ -26,7 +26,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the tomli backport
     import tomli as tomllib
 
-__all__ = ["MAX_CONFIG_BYTES", "PRESETS", "grid_from_mapping", "grids_from_toml"]
+__all__ = ["MAX_CONFIG_BYTES", "PRESETS", "grid_from_mapping", "grids_from_toml", "override_grid"]
 
 #: A grid file larger than this is refused before it is parsed (``--config /dev/zero``).
 MAX_CONFIG_BYTES = 1 << 20
@@ -175,3 +175,25 @@ def grid_from_mapping(t: Mapping[str, Any], *, where: str = "grid") -> Grid:
         kw["entry_bound"] = check_real("entry_bound", t["entry_bound"], lo=0, lo_open=True)
     return Grid(**kw)
 
+
+
+def override_grid(grid: Grid, values: Mapping[str, Any]) -> Grid:
+    """``grid`` with the axes of ``values`` replaced (``attnio sweep`` flags over a preset or a
+    --config file): sizes as value lists (:func:`parse_values`), ``window`` and ``causal`` as
+    :func:`parse_window`/:func:`parse_causal` read them, ``algo`` a comma-separated list of
+    algorithms; any other key (``mode``, ``seed``, ``eps``, ...) as it is."""
+    import dataclasses
+
+    kw: dict[str, Any] = {}
+    for k, v in values.items():
+        if k in ("N", "Nq", "Nkv", "d", "M", "batch", "heads", "kv_heads"):
+            kw[k] = parse_values(k, v)
+        elif k == "window":
+            kw[k] = parse_window(v)
+        elif k == "algo":
+            kw["algorithms"] = tuple(v.split(","))
+        elif k == "causal":
+            kw["causal"] = parse_causal(v)
+        else:
+            kw[k] = v
+    return dataclasses.replace(grid, **kw)

@@ -46,7 +46,8 @@ from ..core.errors import AttnioError, ParameterError
 from ..core.extras import available, require
 from ..core.paths import kind_of
 
-__all__ = ["COLUMNS", "MIGRATES", "SCHEMA_VERSION", "ResultsStore", "StoreError", "read_export"]
+__all__ = ["COLUMNS", "MIGRATES", "SCHEMA_VERSION", "ResultsStore", "StoreError", "export_target",
+           "read_export"]
 
 SCHEMA_VERSION = 3  # 2: workload columns (heads, mask alignment, window) and verify columns;
 #                    3: the backward pass and its certificate (backward_* columns)
@@ -768,6 +769,20 @@ def latex_table(rows: Sequence[dict], options: LatexOptions | None = None) -> st
 
 def _sort_key(v: Any) -> tuple[int, Any]:
     return (0, v) if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, str(v))
+
+
+def export_target(fmt: str | None, out: str | None, *,
+                  latex: bool = False) -> tuple[str | None, str]:
+    """The format and the file of an export (``attnio sweep export``): with ``latex`` options
+    (a caption, a pivot, ...) and no ``fmt``, latex when ``out`` is None or ends in ``.tex``;
+    no ``out``: ``attnio-results.`` and the format's extension (csv by default).  A format left
+    None is ``out``'s extension (:meth:`ResultsStore.export`)."""
+    if latex and fmt is None:
+        fmt = "latex" if out is None or out.lower().endswith(".tex") else None
+    if out is None:
+        fmt = fmt or "csv"
+        out = f"attnio-results.{'tex' if fmt == 'latex' else fmt}"
+    return fmt, out
 
 
 def _format(path: str, fmt: str | None) -> str:

@@ -47,7 +47,7 @@ from .grid import (
     plans,
 )
 from .pool import MAX_JOBS, Pool, tasks
-from .presets import PRESETS, grid_from_mapping, grids_from_toml
+from .presets import PRESETS, grid_from_mapping, grids_from_toml, override_grid
 from .progress import SweepProgress
 from .row import (
     FORWARD_ONLY,
@@ -79,6 +79,7 @@ __all__ = [
     "dry_run",
     "expand",
     "grid_from_mapping",
+    "override_grid",
     "grids_from_toml",
     "iter_expand",
     "parse_algorithms",
@@ -125,7 +126,7 @@ class SweepInterrupted(KeyboardInterrupt):
                 f"({s.already:,} were there before); rerun the same command to resume")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DryRun:
     """What :func:`run_sweep` would do (:func:`dry_run`): nothing is written."""
 
@@ -170,20 +171,22 @@ def dry_run(grids: Grid | Iterable[Grid], db: str | os.PathLike | None = None, *
     if db is not None and os.path.exists(path) and os.path.getsize(path) > 0:
         with ResultsStore(path, readonly=True) as st:
             plain, verified = _done_sets(st, any_verify)
-    out = DryRun(0, 0, 0, 0, path)
+    total = already = to_run = skipped = 0
+    shown: list[tuple[Config, str]] = []
+    reasons: dict[tuple[str, str], int] = {}
     for cfg, why in iter_plans(ps):
-        out.total += 1
+        total += 1
         if (plain or verified) and _held(cfg, why, plain, verified):
-            out.already += 1
+            already += 1
         elif why:
-            out.skipped += 1
+            skipped += 1
             key = (cfg.algorithm, why)
-            out.reasons[key] = out.reasons.get(key, 0) + 1
-            if len(out.examples) < examples:
-                out.examples.append((cfg, why))
+            reasons[key] = reasons.get(key, 0) + 1
+            if len(shown) < examples:
+                shown.append((cfg, why))
         else:
-            out.to_run += 1
-    return out
+            to_run += 1
+    return DryRun(total, already, to_run, skipped, path, shown, reasons)
 
 
 def check_jobs(jobs: Any) -> int:

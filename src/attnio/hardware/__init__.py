@@ -38,10 +38,12 @@ from .devices import (
 
 if TYPE_CHECKING:  # the lazily loaded names, for type checkers
     from .calibrate import calibrate as fit_calibration
+    from .calibrate import calibrate_into as fit_calibration_into
     from .calibrate import check_out as check_calibration_out
     from .calibrate import load as load_calibration
     from .calibrate import write as write_calibration
     from .device_file import load as load_device_file
+    from .feasibility import KernelTables, kernel_tables
     from .feasibility import check as check_feasibility
     from .fits import FitWarning
     from .fits import using as using_calibration
@@ -51,10 +53,12 @@ if TYPE_CHECKING:  # the lazily loaded names, for type checkers
     from .timing import generation
     from .validate import validate as validate_measurements
 
-__all__ = ["DTYPE_BYTES", "FLASH_ATTN_COMMIT", "Device", "FitWarning", "KernelConfig", "Score",
+__all__ = ["DTYPE_BYTES", "FLASH_ATTN_COMMIT", "Device", "FitWarning", "KernelConfig", "KernelTables",
+           "Score",
            "TuneSearch",
            "all_devices", "backward_config", "check_calibration_out", "check_feasibility",
-           "dtype_bytes", "dtype_name", "fit_calibration", "generation", "get", "kernel_table",
+           "dtype_bytes", "dtype_name", "fit_calibration", "fit_calibration_into", "generation", "get",
+           "kernel_table", "kernel_tables",
            "load_calibration", "load_device_file", "names", "score", "tune", "tune_report",
            "using_calibration", "validate_measurements", "words_for", "write_calibration"]
 
@@ -66,6 +70,9 @@ _LAZY = {"KernelConfig": ("kernels", "KernelConfig"), "Score": ("model", "Score"
          "kernel_table": ("kernels", "kernel_table"),
          "backward_config": ("kernels", "backward_config"),
          "check_feasibility": ("feasibility", "check"),
+         "kernel_tables": ("feasibility", "kernel_tables"),
+         "KernelTables": ("feasibility", "KernelTables"),
+         "fit_calibration_into": ("calibrate", "calibrate_into"),
          "generation": ("timing", "generation"),
          "load_device_file": ("device_file", "load"),
          "FitWarning": ("fits", "FitWarning"), "using_calibration": ("fits", "using"),

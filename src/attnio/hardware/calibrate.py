@@ -36,8 +36,8 @@ from .devices import Device
 from .timing import BOUNDS, PARAMS, Params, generation, load_params
 from .validate import load_rows, prepare_rows
 
-__all__ = ["MAX_BYTES", "START", "calibrate", "check_out", "errors", "fit", "load",
-           "sensitive", "write"]
+__all__ = ["MAX_BYTES", "START", "calibrate", "calibrate_into", "check_out", "errors", "fit",
+           "load", "sensitive", "write"]
 
 #: Where the published fit starts (the benchmark script's starting point).
 START = {"mma_sync_eff": 0.45, "wgmma_eff": 0.8, "hbm_eff": 0.85, "softmax_ops": 4.0,
@@ -273,3 +273,18 @@ def load(path: str | os.PathLike, flag: str = "--calibration") -> dict[str, Any]
         out[gen] = {"params": {k: float(params[k]) for k in PARAMS},
                     "provenance": entry.get("provenance", {})}
     return out
+
+
+def calibrate_into(measurements: str | os.PathLike, out: str | os.PathLike, *,
+                   device_file: str | os.PathLike | None = None) -> dict[str, Any]:
+    """:func:`calibrate` the rows of ``measurements`` (``device_file``: a GPU described in TOML
+    that the rows may name) and :func:`write` the fit to ``out`` (``attnio gpu calibrate``);
+    ``out`` is checked (:func:`check_out`: never an input) before the fit.  Returns the fit."""
+    from .device_file import load as load_device
+
+    inputs = [measurements] + ([device_file] if device_file else [])
+    check_out(out, inputs)     # before the (slow) fit
+    devices = [load_device(device_file)] if device_file else []
+    table = calibrate(measurements, devices=devices)
+    write(table, out, inputs)
+    return table

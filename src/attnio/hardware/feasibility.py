@@ -39,8 +39,8 @@ from ..core.workload import Shape
 from .devices import Device
 from .kernels import KernelConfig, head_dim_rounded
 
-__all__ = ["FA2_REG_OVERHEAD", "FA3_REGS", "Feasibility", "check", "fa3_register_budget",
-           "registers_per_thread", "smem_bytes"]
+__all__ = ["FA2_REG_OVERHEAD", "FA3_REGS", "Feasibility", "KernelTables", "check",
+           "fa3_register_budget", "kernel_tables", "registers_per_thread", "smem_bytes"]
 
 #: Registers an FA2-style thread needs beyond its accumulators (addresses, loop state, the
 #: softmax row statistics): an assumption, checked against flash-attn's shipped tiles and its
@@ -190,3 +190,48 @@ def check(device: Device, cfg: KernelConfig, shape: Shape) -> Feasibility:
     if why is None and ctas < 1:
         why = f"occupancy: no CTA fits an SM ({limited_by})"
     return Feasibility(why is None, why, smem, lim, regs, regs_limit, ctas, limited_by)
+
+
+@dataclass(frozen=True)
+class KernelTables:
+    """flash-attn's named tile tables on one device (``attnio gpu kernels``): one row per
+    kernel, head dimension and mask, with the config's resources against the device's limits
+    (:func:`check`)."""
+
+    device: str
+    dtype: str
+    rows: tuple[dict, ...]
+
+
+def kernel_tables(device: Device, *, dtype: str | None = None,
+                  kernel: str | None = None) -> KernelTables:
+    """The tile tables of ``kernel`` (default: every flash-attn kernel ``device`` runs in
+    ``dtype``, default bf16: FA3 and FA2 on Hopper, FA2 elsewhere, only FA3 in fp8) with each
+    config's feasibility on ``device``; a ParameterError when no kernel runs that dtype there."""
+    from ..core.errors import ParameterError
+    from .devices import dtype_bytes, dtype_name
+    from .kernels import kernel_table
+
+    dev = device.require_model()
+    dt = dtype_name(dtype or "bf16")
+    if kernel:
+        names = [kernel]
+    elif dtype_bytes(dt) == 1:   # only FA3 ships fp8 kernels
+        names = ["fa3"] if dev.wgmma else []
+    else:
+        names = ["fa3", "fa2"] if dev.wgmma else ["fa2"]
+    if not names:
+        raise ParameterError(f"dtype={dt}: no flash-attn fp8 kernel runs on {dev.name} (FA3's "
+                             "fp8 kernels need Hopper)", param="dtype")
+    rows = []
+    for name in names:
+        for r in kernel_table(name, dev, dt):
+            shp, cfg = r["shape"], r["config"]
+            f = check(dev, cfg, shp)
+            rows.append({"kernel": name, "d": r["d"], "causal": r["causal"],
+                         "config": cfg.as_dict(), "short": cfg.short(), "feasible": f.feasible,
+                         "why": f.why, "smem_bytes": f.smem_bytes,
+                         "smem_limit_bytes": f.smem_limit_bytes,
+                         "regs_per_thread": f.regs_per_thread, "regs_limit": f.regs_limit,
+                         "ctas_per_sm": f.ctas_per_sm})
+    return KernelTables(dev.name, dt, tuple(rows))

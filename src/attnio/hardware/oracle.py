@@ -312,10 +312,10 @@ class _Search:
         if w not in self.work:
             phases = []
             for ph in base.phases:
-                q = dataclasses.replace(ph, warps=cfg.warps)
-                if "_features" in ph.__dict__:
-                    q.__dict__["_features"] = ph.__dict__["_features"]
-                q.smem = features(q) @ work_coefficients(q, cfg, base.d_pad)[2]
+                F = features(ph)  # the geometry's (cached): warps and smem do not change it
+                q = dataclasses.replace(ph, warps=cfg.warps,
+                                        smem=F @ work_coefficients(ph, cfg, base.d_pad)[2])
+                q.__dict__["_features"] = F
                 phases.append(q)
             self.work[w] = dataclasses.replace(base, config=cfg, phases=phases)
         return self.work[w], P
@@ -741,7 +741,13 @@ def tune_report(device: str | Device, workload: Any, *, algorithm: str | None = 
     elif not isinstance(search, TuneSearch):
         raise ParameterError(f"search must be an attnio.hardware.TuneSearch, got "
                              f"{type(search).__name__}", param="search")
-    dev = _devices.get(device).require_model()
+    dev = _devices.get(device)
+    if algorithm in ("fa3", "fa3_bwd") and not dev.wgmma:
+        raise ParameterError.worded(
+            f"{{algorithm}} {algorithm} needs Hopper (sm90: wgmma, TMA); device {dev.name} is "
+            f"compute capability {dev.compute_capability or 'n/a'}: use {{algorithm}} fa2 (or "
+            "splitkv, fa2_bwd)", param="algorithm")
+    dev = dev.require_model()
     shape = Shape.coerce(workload)
     top = check_int("top", top, minimum=1)
     max_replays, where = search.max_replays, search.where

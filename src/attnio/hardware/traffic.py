@@ -265,9 +265,13 @@ def _template(cfg: KernelConfig, d: int, G: int, Brh: int, smem: int | None
 
 
 # ---------------------------------------------------------------------- the grid
-@dataclass
+@dataclass(frozen=True)
 class Phase:
-    """One kernel launch: its CTA program and its CTAs in launch order (numpy arrays)."""
+    """One kernel launch: its CTA program and its CTAs in launch order (numpy arrays).
+
+    A frozen record: :func:`build` makes the CTA geometry with its row widths, then the per-CTA
+    amounts (``load_bytes`` ... ``smem``, empty until then) as a new record
+    (:func:`with_amounts`)."""
 
     name: str
     template: Template
@@ -360,7 +364,7 @@ def _fa3_swizzle(cfg: KernelConfig, shape: Shape, d: int, G: int) -> int:
     return sw * (1 if cfg.pack_gqa else shape.group)
 
 
-def _forward_phase(cfg, shape, d, G, Brh, tpl, ctas_per_sm) -> Phase:
+def _forward_phase(cfg, shape, d, G, Brh, tpl, ctas_per_sm, rows) -> Phase:
     B = shape.batch
     H = shape.kv_heads if cfg.pack_gqa else shape.heads
     starts, stops = geometry.block_counts(shape.Nq, Brh)
@@ -386,10 +390,10 @@ def _forward_phase(cfg, shape, d, G, Brh, tpl, ctas_per_sm) -> Phase:
                  o0=starts[m], o1=stops[m], i_base=np.zeros_like(m),
                  i_first=first_start[m] // cfg.Bc, i_n=n, i_end=np.full_like(m, shape.Nkv),
                  inner_block=cfg.Bc, inner_heads=1, reverse=True, ctas_per_sm=ctas_per_sm,
-                 warps=cfg.warps, row_bytes={}, rows_per_head={})
+                 warps=cfg.warps, row_bytes=rows[0], rows_per_head=rows[1])
 
 
-def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
+def _split_phases(cfg, shape, d, block_rows, tpls, ctas_per_sm, rows) -> list[Phase]:
     """Split kernel + combine over the (possibly packed) per-head problem."""
     S, Bc = cfg.splits, cfg.Bc
     G = shape.group if cfg.pack_gqa else 1
@@ -398,7 +402,7 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
     B = shape.batch
     L = cdiv(shape.Nkv, S)
     nsplit = cdiv(shape.Nkv, L)
-    starts, stops = geometry.block_counts(Nq, rows)
+    starts, stops = geometry.block_counts(Nq, block_rows)
     M = len(starts)
     # query rows of the packed problem see the keys of their own query position
     pos_lo, pos_hi = starts // G, (stops + G - 1) // G
@@ -419,7 +423,7 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
                   split=s[keep], o0=starts[m][keep], o1=stops[m][keep], i_base=p0[keep],
                   i_first=first_start[keep] // Bc, i_n=cnt[keep], i_end=p1[keep],
                   inner_block=Bc, inner_heads=1, reverse=True, ctas_per_sm=ctas_per_sm,
-                  warps=cfg.warps, row_bytes={}, rows_per_head={})
+                  warps=cfg.warps, row_bytes=rows[0], rows_per_head=rows[1])
     # combine: one CTA per (head, query block), over the splits its block saw
     corder = _order("m,h,b", B, H, M)
     cunit, cm = np.divmod(corder, M)
@@ -434,11 +438,11 @@ def _split_phases(cfg, shape, d, rows, tpls, ctas_per_sm) -> list[Phase]:
                  kvhead=np.zeros_like(cm), split=np.zeros_like(cm), o0=starts[cm], o1=stops[cm],
                  i_base=np.zeros_like(cm), i_first=firstvis[cm], i_n=nvis[cm],
                  i_end=np.full_like(cm, 1 << 40), inner_block=1, inner_heads=1, reverse=False,
-                 ctas_per_sm=16, warps=4, row_bytes={}, rows_per_head={})
+                 ctas_per_sm=16, warps=4, row_bytes=rows[0], rows_per_head=rows[1])
     return [split, comb]
 
 
-def _backward_phases(cfg, shape, d, tpls, ctas_per_sm) -> list[Phase]:
+def _backward_phases(cfg, shape, d, tpls, ctas_per_sm, rows) -> list[Phase]:
     Br, Bc = cfg.Br, cfg.Bc
     B, Hk, G = shape.batch, shape.kv_heads, shape.group
     # preprocessing: one CTA per (query head, query block)
@@ -451,7 +455,7 @@ def _backward_phases(cfg, shape, d, tpls, ctas_per_sm) -> list[Phase]:
     pre = Phase(name="pre", template=tpls["pre"], qhead=b * shape.heads + h, kvhead=z, split=z,
                 o0=qs[m], o1=qe[m], i_base=z, i_first=z, i_n=z, i_end=np.full_like(m, shape.Nq),
                 inner_block=Br, inner_heads=1, reverse=False, ctas_per_sm=8, warps=4,
-                row_bytes={}, rows_per_head={})
+                row_bytes=rows[0], rows_per_head=rows[1])
     ks, ke = geometry.block_counts(shape.Nkv, Bc)
     Mk = len(ks)
     qlo, qhi = geometry.q_ranges(shape, ks, ke)
@@ -463,7 +467,7 @@ def _backward_phases(cfg, shape, d, tpls, ctas_per_sm) -> list[Phase]:
                  kvhead=b * Hk + h, split=np.zeros_like(n), o0=ks[n], o1=ke[n],
                  i_base=np.zeros_like(n), i_first=first_start[n] // Br, i_n=cnt[n],
                  i_end=np.full_like(n, shape.Nq), inner_block=Br, inner_heads=G, reverse=True,
-                 ctas_per_sm=ctas_per_sm, warps=cfg.warps, row_bytes={}, rows_per_head={})
+                 ctas_per_sm=ctas_per_sm, warps=cfg.warps, row_bytes=rows[0], rows_per_head=rows[1])
     return [pre, main]
 
 
@@ -520,14 +524,17 @@ def work_coefficients(ph: Phase, cfg: KernelConfig, d: int) -> tuple[np.ndarray,
     return flops, exps, smem
 
 
-def _amounts(ph: Phase, cfg: KernelConfig, d: int) -> None:
-    """Per-CTA bytes loaded/stored, tensor FLOPs, exponentials, shared-memory bytes."""
+def with_amounts(ph: Phase, cfg: KernelConfig, d: int) -> Phase:
+    """``ph`` with its per-CTA bytes loaded/stored, tensor FLOPs, exponentials and
+    shared-memory bytes (a new record; the features' cache carried over)."""
     F = features(ph)
     lc, sc = byte_coefficients(ph)
     fc, ec, mc = work_coefficients(ph, cfg, d)
-    ph.load_bytes = np.rint(F @ lc).astype(np.int64)
-    ph.store_bytes = np.rint(F @ sc).astype(np.int64)
-    ph.flops, ph.exps, ph.smem = F @ fc, F @ ec, F @ mc
+    out = dataclasses.replace(ph, load_bytes=np.rint(F @ lc).astype(np.int64),
+                              store_bytes=np.rint(F @ sc).astype(np.int64),
+                              flops=F @ fc, exps=F @ ec, smem=F @ mc)
+    out.__dict__["_features"] = F
+    return out
 
 
 def fwd_smem_step(cfg: KernelConfig, d: int) -> float:
@@ -623,14 +630,19 @@ def build(cfg: KernelConfig, shape: Shape, device: Device | None = None,
         raise ParameterError(f"pack_gqa: Br={cfg.Br} rows cannot hold the {G} query heads of a "
                              "KV head", param="pack_gqa")
     Brh = max(1, cfg.Br // G)
-    rb = _row_bytes(cfg, d)
+    # split kernels with packing run a per-KV-head problem of Nq·G rows
+    qrows = shape.Nq * G if cfg.splits > 1 else shape.Nq
+    rows = (_row_bytes(cfg, d),
+            {"Q": qrows, "O": qrows, "L": qrows, "dO": shape.Nq, "D": shape.Nq, "dQ": shape.Nq,
+             "K": shape.Nkv, "V": shape.Nkv, "dK": shape.Nkv, "dV": shape.Nkv,
+             "O_part": shape.Nq * G, "lse_part": shape.Nq * G})
     smem = None
     if device is not None:
         assert device.smem_per_block is not None  # (a device that passed require_model())
         smem = int(device.smem_per_block)
     if not cfg.forward:
         tpls = template(cfg, d, 1, cfg.Br, smem)
-        phases = _backward_phases(cfg, shape, d, tpls, ctas_per_sm)
+        phases = _backward_phases(cfg, shape, d, tpls, ctas_per_sm, rows)
     elif cfg.splits > 1:
         if cfg.pack_gqa and G > 1 and shape.causal and not (shape.Nq == 1 and shape.offset >= 0
                                                            and shape.window is None):
@@ -638,26 +650,15 @@ def build(cfg: KernelConfig, shape: Shape, device: Device | None = None,
                                  "(bottom-right causal, no window)", param="pack_gqa")
         if cfg.splits > shape.Nkv:
             raise ParameterError(f"splits={cfg.splits} > Nkv={shape.Nkv}", param="splits")
-        rows = cfg.Br
-        tpls = template(cfg, d, 1, rows, smem)
+        tpls = template(cfg, d, 1, cfg.Br, smem)
         work = shape if not cfg.pack_gqa else Shape(shape.Nq, shape.Nkv, d, batch=shape.batch,
                                                    heads=shape.heads, kv_heads=shape.kv_heads)
-        phases = _split_phases(cfg, work, d, rows, tpls, ctas_per_sm)
+        phases = _split_phases(cfg, work, d, cfg.Br, tpls, ctas_per_sm, rows)
     else:
         tpls = template(cfg, d, G, Brh, smem)
-        phases = [_forward_phase(cfg, shape, d, G, Brh, tpls["main"], ctas_per_sm)]
-    # split kernels with packing run a per-KV-head problem of Nq·G rows
-    qrows = shape.Nq * G if cfg.splits > 1 else shape.Nq
-    rows_per_head = {"Q": qrows, "O": qrows, "L": qrows, "dO": shape.Nq,
-                     "D": shape.Nq, "dQ": shape.Nq, "K": shape.Nkv, "V": shape.Nkv,
-                     "dK": shape.Nkv, "dV": shape.Nkv, "O_part": shape.Nq * G,
-                     "lse_part": shape.Nq * G}
-    total = 0
-    for ph in phases:
-        ph.row_bytes = rb
-        ph.rows_per_head = rows_per_head
-        _amounts(ph, cfg, d_pad)
-        total += int(ph.load_bytes.sum() + ph.store_bytes.sum())
+        phases = [_forward_phase(cfg, shape, d, G, Brh, tpls["main"], ctas_per_sm, rows)]
+    phases = [with_amounts(ph, cfg, d_pad) for ph in phases]
+    total = sum(int(ph.load_bytes.sum() + ph.store_bytes.sum()) for ph in phases)
     return Traffic(cfg, shape, d_pad, phases, compulsory_bytes(cfg, shape), total)
 
 

@@ -43,10 +43,10 @@ from .cluster import Cluster, CommStats, Layout
 if TYPE_CHECKING:  # the lazily loaded names, for type checkers
     from .backward import cost_backward
     from .distributed import launch
-    from .planner import plan
+    from .planner import CPBounds, bounds_of, plan
 
-__all__ = ["SCHEMES", "Cluster", "CommCost", "CommStats", "Layout", "Mapspace", "bound",
-           "busiest_bound", "check_P", "cost", "execute", "footprint", "get", "group_bound",
+__all__ = ["SCHEMES", "CPBounds", "Cluster", "CommCost", "CommStats", "Layout", "Mapspace",
+           "bound", "bounds_of", "busiest_bound", "check_P", "cost", "execute", "footprint", "get", "group_bound",
            "cost_backward", "launch", "linear_bound", "mapspace", "memory_bound", "names", "plan"]
 
 #: The schemes, by name.
@@ -109,7 +109,8 @@ def execute(name: str, shape: Any, P: int, params: dict[str, Any] | None = None,
 
 
 #: Names loaded on first use (torch only in :mod:`.distributed`): name -> (module, its name).
-_LAZY = {"plan": ("planner", "plan"), "launch": ("distributed", "launch"),
+_LAZY = {"plan": ("planner", "plan"), "bounds_of": ("planner", "bounds_of"),
+         "CPBounds": ("planner", "CPBounds"), "launch": ("distributed", "launch"),
          "cost_backward": ("backward", "cost_backward")}
 
 

@@ -363,12 +363,16 @@ def launch(shape: Shape, P: int, scheme: str, params: dict[str, Any] | None = No
     """Run ``scheme`` on P local processes under torchrun (gloo); the rank 0 report.  With
     ``backward``, its backward pass too (the schemes of
     :data:`attnio.parallel.backward.SCHEMES`): words per rank and gradients against autograd
-    through SDPA."""
+    through SDPA.  ``params`` None: the scheme's parameters of least words per device
+    (:func:`~attnio.parallel.planner.plan`)."""
     from . import get
     from .base import check_P
+    from .planner import plan
 
     P = check_P(P)
     mod = get(scheme)
+    if params is None:
+        params = plan(shape, P, scheme).params
     params = mod.mapspace(shape, P).check(params)
     if backward:
         from .backward import SCHEMES as WITH_BACKWARD

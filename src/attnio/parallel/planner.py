@@ -206,3 +206,69 @@ def plan(shape: Any, P: int, scheme: str | None = None, *, link: str | None = No
     bval, theorem = plan_bound(shape, P, backward=backward)
     return CPPlan(shape, P, pick, bval, theorem,
                   ranked[1] if len(ranked) > 1 else None, n, timed)
+
+
+@dataclass(frozen=True)
+class CPBounds:
+    """The proven bounds on words per device (``attnio cp bound``): the best (``bound``, a
+    :class:`~attnio.parallel.bounds.Bound`) and each theorem's value (Theorem 4 only with a local
+    ``memory``); with a ``scheme``, its plan's words per device (its backward's with
+    ``backward``) and their ratio to the bound (None when the bound is 0)."""
+
+    shape: Shape
+    P: int
+    backward: bool
+    memory: int | None
+    bound: Any
+    linear: float
+    busiest: float
+    groups: float
+    memory_value: float | None
+    scheme: str | None = None
+    params: dict[str, Any] | None = None
+    words_per_device: int | None = None
+    ratio: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of ``attnio cp bound --json``."""
+        b = self.bound
+        out: dict[str, Any] = {
+            "bound": int(b.value), "theorem": b.theorem, "P": self.P,
+            "shape": self.shape.describe(), "backward": self.backward, "memory": self.memory,
+            "theorem1_linear": self.linear, "theorem2_busiest": self.busiest,
+            "theorem3_groups": self.groups, "theorem4_memory": self.memory_value,
+            "assumptions": list(b.assumptions)}
+        if self.scheme is not None:
+            out.update(scheme=self.scheme, params=self.params,
+                       words_per_device=self.words_per_device, ratio=self.ratio)
+        return out
+
+
+def bounds_of(shape: Any, P: int, *, memory: int | None = None, backward: bool = False,
+              scheme: str | None = None) -> CPBounds:
+    """Every proven bound on the words per device of ``shape`` over P processors, forward or
+    ``backward``: the best of Theorems 1-3 (and 4 with a local ``memory`` of L words) and each
+    one's value; with ``scheme``, that scheme's least words per device (:func:`plan`) beside
+    them, and their ratio to the bound."""
+    from . import get
+    from .bounds import busiest_bound, group_bound, linear_bound, memory_bound
+
+    shape = Shape.coerce(shape)
+    P = check_P(P)
+    if scheme is not None:
+        get(scheme)  # an unknown name, before anything else
+    b = bound(shape, P, memory=memory, backward=backward)
+    linear = float(linear_bound(shape, P, backward=backward))
+    busiest = busiest_bound(shape, P, backward=backward)
+    groups = float(group_bound(shape, P, backward=backward))
+    mem = None if memory is None else float(memory_bound(shape, P, memory, backward=backward))
+    if scheme is None:
+        return CPBounds(shape, P, backward, memory, b, linear, busiest, groups, mem)
+    s = plan(shape, P, scheme)
+    words = s.words_per_device
+    if backward:
+        from .backward import cost_backward
+
+        words = cost_backward(s.scheme, shape, P, s.params).words_per_device
+    return CPBounds(shape, P, backward, memory, b, linear, busiest, groups, mem, s.scheme,
+                    s.params, words, None if not b.value else words / b.value)

@@ -121,6 +121,13 @@ class Plan(PlanRecord):
         return certificate_factors(self, cheap=cheap, budget_s=budget_s,
                                    loop_search=loop_search, progress=progress)
 
+    def report(self, factors: CertificateFactors | None = None) -> str:
+        """The report (:func:`attnio.planner.report.render`); with ``factors`` (:meth:`factors`)
+        the certificate's two factors under its ratio."""
+        from . import report as _report
+
+        return _report.render(self, factors)
+
     def __repr__(self) -> str:
         """The report (like opt_einsum's ``PathInfo``): :func:`attnio.planner.report.render`."""
         from . import report as _report
@@ -208,24 +215,9 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     total = chosen.predicted.total
     cert = certificate(shape, M, total, exact=chosen.exact,
                        features=_alg.get(chosen.algorithm).cost(shape, chosen.tiling).features)
-    theta_b = next((b for b in cert.bounds if b.name == "standard_matmul"), None)
-    theta = (total / theta_b.value if chosen.exact and theta_b is not None and theta_b.value > 0
-             else None)
     from . import report as _report
 
-    why = _report.why(chosen, runner, len(cands), shape.d, M, cert.best_bound, cert.ratio, theta)
-    if bwd_best is not None:
-        bcert = bwd_best.certificate
-        assert bcert is not None  # backward_plan always certifies
-        bbest = bcert.best_bound
-        why += (f" With the backward pass: the forward writes the logsumexp too, and the backward "
-                f"schedule {bwd_best.algorithm} moves {bwd_best.predicted.total:,} more words (tiling "
-                f"{bwd_best.tiling}), the least of {len(bwd_best.candidates)} backward "
-                f"schedule(s) scored; the best explicit backward bound "
-                f"({bbest.name}) is {bbest.value:,.0f}")
-        if bcert.ratio is not None:
-            why += f", so the backward is within {bcert.ratio:.2f}x of optimal"
-        why += "; the bounds above are the forward's."
+    why = _report.why(chosen, runner, len(cands), shape.d, M, cert, bwd_best)
     return Plan(shape, memory, cands, tuple(skipped), cert, why, approx_eps, bwd_best)
 
 

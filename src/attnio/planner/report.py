@@ -9,17 +9,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.resources import fmt_count
-from .records import Candidate, PlanRecord
+from .records import Backward, Candidate, PlanRecord
 
 if TYPE_CHECKING:
-    from .. import bounds as _bounds
+    from ..runner import Certificate
+    from .factors import CertificateFactors
 
 __all__ = ["render", "why"]
 
 
-def render(plan: PlanRecord) -> str:
+def render(plan: PlanRecord, factors: CertificateFactors | None = None) -> str:
     """The report of ``plan``: the workload, the choice, its predicted words, the backward pass,
-    the best bound and the ratio, every candidate and every bound, and why."""
+    the best bound and the ratio (with ``factors``, the ratio's two factors under it: the ratio
+    is their product), every candidate and every bound, and why."""
     sh, memory, cert, ch = plan.shape, plan.memory, plan.certificate, plan.chosen
     size = f"N={sh.Nq}" if sh.Nq == sh.Nkv else f"Nq={sh.Nq} Nkv={sh.Nkv}"
     mem = f"M={memory.M:,} words"
@@ -75,6 +77,8 @@ def render(plan: PlanRecord) -> str:
     lines.append(f"  Best lower bound:  {fmt_count(b.value)} ({b.name}, explicit{scope})")
     ratio = f"{cert.ratio:.3f}" if cert.ratio is not None else "n/a (approximate algorithm)"
     lines.append(f"  Ratio total/bound:  {ratio}")
+    if factors is not None:
+        lines += factors.lines()
     lines.append(f"            Regime:  {cert.regime}")
     if plan.runner_up:
         r = plan.runner_up
@@ -100,7 +104,15 @@ def render(plan: PlanRecord) -> str:
 
 
 def why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
-         best_bound: _bounds.Bound, ratio: float | None, theta: float | None) -> str:
+         cert: Certificate, backward: Backward | None = None) -> str:
+    """The prose of ``plan.why``: why ``chosen`` (of ``n`` ranked, ``runner`` second) won, the
+    regime of ``M`` against ``d²``, its distance to ``cert``'s best explicit bound and to the
+    Θ-form of standard matmul, and (``backward``: the backward plan) the backward pass."""
+    best_bound, ratio = cert.best_bound, cert.ratio
+    total = chosen.predicted.total
+    theta_b = next((b for b in cert.bounds if b.name == "standard_matmul"), None)
+    theta = (total / theta_b.value if chosen.exact and theta_b is not None and theta_b.value > 0
+             else None)
     dd = d * d
     if M >= dd:
         reg = (f"M = {M:,} >= d² = {dd:,}: the large-cache regime, where Saha & Ye prove "
@@ -124,6 +136,8 @@ def why(chosen: Candidate, runner: Candidate | None, n: int, d: int, M: int,
     else:
         s += (f"The chosen algorithm is approximate (guaranteed error {chosen.error}); exact "
               "lower bounds do not apply to it.")
+    if backward is not None:
+        s += _why_backward(backward)
     return s
 
 
@@ -133,3 +147,17 @@ def _gpu(device: str) -> bool:
     from ..hardware import devices as _devices
 
     return _devices.get(device).kind == "gpu"
+
+
+def _why_backward(bwd: Backward) -> str:
+    bcert = bwd.certificate
+    assert bcert is not None  # backward_plan always certifies
+    bbest = bcert.best_bound
+    s = (f" With the backward pass: the forward writes the logsumexp too, and the backward "
+         f"schedule {bwd.algorithm} moves {bwd.predicted.total:,} more words (tiling "
+         f"{bwd.tiling}), the least of {len(bwd.candidates)} backward "
+         f"schedule(s) scored; the best explicit backward bound "
+         f"({bbest.name}) is {bbest.value:,.0f}")
+    if bcert.ratio is not None:
+        s += f", so the backward is within {bcert.ratio:.2f}x of optimal"
+    return s + "; the bounds above are the forward's."

@@ -547,16 +547,13 @@ def _sides(tiling: Any, schedule: Any) -> tuple[int, int]:
 
 
 def _estimate_tiling(alg: Algorithm, tiling: Any, source: Any) -> Any:
-    """The tiling to estimate with: an approximate algorithm about to draw or read its inputs
-    is estimated at their entry bound (drawn: RandomInputs.entry_bound, default 1)."""
-    t = tiling
-    if alg.exact or source is None or not (t is None or isinstance(t, dict)):
-        return t
-    t = dict(t or {})
-    if "entry_bound" not in t and "radius" not in t:
-        eb = source.entry_bound if isinstance(source, RandomInputs) else None
-        t["entry_bound"] = 1.0 if eb is None else eb
-    return t
+    """The tiling to estimate with: a schedule about to draw or read its inputs prices the
+    tiling its :meth:`~attnio.algorithms.base.Algorithm.estimate_tiling` gives for their entry
+    bound (drawn: RandomInputs.entry_bound; read: None)."""
+    if source is None:
+        return tiling
+    return alg.estimate_tiling(
+        tiling, source.entry_bound if isinstance(source, RandomInputs) else None)
 
 
 def _refuse(job: _Job) -> None:

@@ -35,7 +35,7 @@ _NEEDED = ("config_hash", "status", "algorithm", "kind", "exact", "Nq", "Nkv", "
            "total")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
     out: str
     figures: list[str]
@@ -143,9 +143,7 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *,
                              f"{os.fspath(db)}` first", param="db")
     tmp = _temp_folder(out)
     try:
-        look = Look(tmp, tuple(opts.formats), {}, opts.all_bounds, opts.dpi)
-        rep = _build(rows, meta, os.fspath(db), look, opts, progress)
-        _cp_section(os.fspath(db), tmp, rep)
+        rep = _build(rows, meta, os.fspath(db), tmp, opts, progress, out)
         _move_into_place(tmp, out)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -153,19 +151,17 @@ def build_report(db: str | os.PathLike, out: str | os.PathLike, *,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    rep.out = out
     return rep
 
 
-def _cp_section(db: str, out: str, rep: Report) -> None:
+def _cp_section(db: str, out: str) -> dict[str, str]:
     """When the database holds context-parallel rows (``attnio cp sweep``): their figure, words
-    per device against P with the bound and fitted slopes, and a section of REPORT.md."""
+    per device against P with the bound and fitted slopes, and a section of REPORT.md; the
+    figure's name and caption (empty without such rows)."""
     from ..cp import cp_report_section
 
     name = cp_report_section(db, out)
-    if name is not None:
-        rep.figures.append(name)
-        rep.captions[name] = "context parallelism: words per device against P"
+    return {} if name is None else {name: "context parallelism: words per device against P"}
 
 
 def _temp_folder(out: str) -> str:
@@ -201,14 +197,18 @@ def _write_error(out: str, e: OSError) -> ParameterError:
                           "behind: free some space or choose another --out", param="out")
 
 
-def _build(rows: list[dict], meta: dict, db: str, look: Look, opts: ReportOptions,
-           progress: ProgressCallback | None) -> Report:
+def _build(rows: list[dict], meta: dict, db: str, tmp: str, opts: ReportOptions,
+           progress: ProgressCallback | None, out: str) -> Report:
+    """Write the report's files into ``tmp`` (the temporary folder) and return the Report of
+    ``out``, the folder they will be moved to."""
     html_page, figs_per_axis, max_figures = opts.html_page, opts.figs_per_axis, opts.max_figures
     rows = for_report(rows)
     every = _all_ok(rows)
     fits = series_fits(_ok_rows(rows))
     table = claims(rows, fits)
-    look.styles = series_styles((r["algorithm"], None if r["exact"] else r["eps"]) for r in every)
+    look = Look(tmp, tuple(opts.formats),
+                series_styles((r["algorithm"], None if r["exact"] else r["eps"]) for r in every),
+                opts.all_bounds, opts.dpi)
     by_setting: dict[tuple, list[dict]] = defaultdict(list)
     for r in every:
         by_setting[_setting(r)].append(r)
@@ -241,5 +241,6 @@ def _build(rows: list[dict], meta: dict, db: str, look: Look, opts: ReportOption
     if html_page:
         with open(os.path.join(look.out, "index.html"), "w") as fh:
             fh.write(page_html(page, look.out))
-    return Report(look.out, [f.name for f in figures], table, fits, len(rows), best,
-                  page.settings, {f.name: f.caption for f in figures}, not_drawn)
+    cp = _cp_section(db, look.out)
+    return Report(out, [f.name for f in figures] + list(cp), table, fits, len(rows), best,
+                  page.settings, {**{f.name: f.caption for f in figures}, **cp}, not_drawn)

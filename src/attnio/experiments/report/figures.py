@@ -38,7 +38,7 @@ class FigureFile:
     data: dict = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Look:
     """What every figure of one report shares: the output folder, the formats, the series
     styles, and whether every bound is drawn (else the best explicit one)."""
