@@ -26,10 +26,23 @@ SHAPES = ({}, {"causal": True}, {"causal": "top_left"}, {"causal": True, "window
 
 
 def _values(kw, N, d, M):
+    """The MONOTONE bounds' values, each evaluated as applicable_to and backward_applicable_to
+    evaluate it (only those: the unclosed theorems' searches are not asked for here)."""
     sh = attention_shape(N, d, **kw)
-    out = {b.name: b.value for b in B.applicable_to(sh, M) if b.name in MONOTONE}
-    out.update({b.name: b.value for b in BK.backward_applicable_to(sh, M) if b.name in MONOTONE})
-    return out
+    bounds = [B.trivial_for(sh), B.qkpv_levelled_for(sh, M), B.reread_cut_for(sh, M),
+              B.large_cache_for(sh, M), B.small_cache_for(sh, M), BK.backward_trivial_for(sh),
+              BK.backward_inputs_for(sh)]
+    return {b.name: b.value for b in bounds if b.name in MONOTONE}
+
+
+def test_the_scan_evaluates_the_bounds_applicable_to_lists():
+    """_values' bounds are the MONOTONE ones of applicable_to and backward_applicable_to, with
+    the same values."""
+    for kw in SHAPES:
+        sh = attention_shape(150, 40, **kw)
+        every = {b.name: b.value for b in [*B.applicable_to(sh, 800),
+                                           *BK.backward_applicable_to(sh, 800)]}
+        assert _values(kw, 150, 40, 800) == {n: every[n] for n in MONOTONE if n in every}
 
 
 def _steps(lo, hi, ratio):
