@@ -173,10 +173,10 @@ class TiledSchedule(ABC, Generic[TilingT]):
                                  f"d={shape.d}: it needs M >= {m} words", param="M")
 
     def _least_io_tiling(self, shape: Shape, M: int) -> TilingT:
-        """The least-I/O candidate tiling (a ParameterError naming M when M < min_M)."""
+        """The least-I/O candidate tiling, the mapper's search over the mapspace (a
+        ParameterError naming M when M < min_M)."""
         self._check_min_M(shape, M)
-        return cast(TilingT, mapper.default_tiling(cast(Schedule, self), shape, M,
-                                                   self.candidate_tilings(shape, M)))
+        return cast(TilingT, mapper.default_tiling(cast(Schedule, self), shape, M))
 
     def _check_fits(self, shape: Shape, M: int, tiling: TilingT) -> None:
         """A CapacityError when ``tiling`` needs more than M words of fast memory."""

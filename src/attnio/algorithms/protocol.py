@@ -25,7 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
 
-__all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Field", "Mapspace",
+__all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Family", "Field", "Mapspace",
            "Schedule"]
 
 T = TypeVar("T")
@@ -76,6 +76,19 @@ class Choice(Generic[T]):
     predicted: IOCount
     steps: int
     tried: int
+
+
+@dataclass(frozen=True)
+class Family(Generic[T]):
+    """Tilings a schedule hands the mapper's branch and bound together (its ``_families`` hook),
+    listed only when the mapper scores them: ``lower`` a proven lower bound on every member's
+    every-head count, ``members()`` the tilings (in the mapspace's order; those that do not fit
+    in M are the mapper's to skip), and optionally ``refined()``, a tighter bound the mapper asks,
+    once a count is known, before listing the members (when it is dearer than ``lower``)."""
+
+    lower: float
+    members: Callable[[], Iterable[T]]
+    refined: Callable[[], float] | None = None
 
 
 @dataclass(frozen=True)
