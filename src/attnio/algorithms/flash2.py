@@ -89,8 +89,8 @@ def _groups(shape: Shape, M: int) -> list[int]:
     return divisors_upto(shape.group, max(0, (M - 2 * shape.d - 1) // (2 * shape.d + 3)))
 
 
-def _alone(t: Flash2Tiling) -> tuple[Flash2Tiling]:
-    return (t,)
+def _tilings(Br: int, G: int, bcs: list[int]) -> list[Flash2Tiling]:
+    return [Flash2Tiling(Br, c, G) for c in bcs]
 
 
 class Flash2(GroupedAlgorithm[Flash2Tiling]):
@@ -114,18 +114,21 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[Flash2Tiling]:
         """The grid of (Br, Bc, group) worth scoring (module docstring); under a causal mask or
-        a window in order of :meth:`_bounded`'s lower bound (the mapper's branch and bound
-        breaks ties in this order)."""
+        a window in the order of :meth:`_families`' lower bounds (stable: the mapper's branch
+        and bound breaks ties in this order)."""
         if shape.block_mask is not None:
             return self._sparse_tilings(shape, M)
         if shape.causal:
-            return [t for _, t in self._bounded(shape, M)]
-        return [Flash2Tiling(*c) for c in self._grid(shape, M)]
+            fams = self._families(shape, M)
+            assert fams is not None
+            return [t for f in fams for t in f.members()]
+        return [Flash2Tiling(Br, c, G) for Br, G, bcs in self._grid(shape, M) for c in bcs]
 
-    def _grid(self, shape: Shape, M: int) -> list[tuple[int, int, int]]:
+    def _grid(self, shape: Shape, M: int) -> list[tuple[int, int, list[int]]]:
+        """(Br, group, the Bc sides) of the candidates, in their order."""
         d, Nq = shape.d, shape.Nq
         masked = shape.causal
-        out: list[tuple[int, int, int]] = []  # (Br, Bc, group): tilings are built only for the candidates returned
+        out: list[tuple[int, int, list[int]]] = []  # tilings are built only for the candidates scored
         for G in _groups(shape, M):
             br_max = min(Nq, (M - 2 * d) // (G * (2 * d + 3) + 1))
             while br_max >= 1 and self._bc_max(shape, M, br_max, G) < 1:
@@ -153,30 +156,28 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
                         bcs.add(c)
                         c *= 2
                     bcs.update({min(bc, Br), min(bc, max(1, Br // 2))})
-                out.extend((Br, c, G) for c in sorted(bcs))
+                out.append((Br, G, sorted(bcs)))
         return out
 
-    def _bounded(self, shape: Shape, M: int) -> list[tuple[float, Flash2Tiling]]:
-        """The masked candidates with a lower bound on each one's count, least bound first
-        (stable).  With P visible pairs and n_seen rows that see a key, a group of G heads
-        reads at least ``G·d·n_seen + 2d·P/Br`` (sum_i cov_i >= P/Br) and writes ``G·Nq·d``."""
-        d = shape.d
-        rc = masks.row_counts(shape)  # O(1)
-        pall, nseen = rc.pairs, rc.rows1
-        keyed = [((shape.n_heads // G) * (G * d * nseen + 2 * d * pall / Br + G * shape.Nq * d),
-                  Flash2Tiling(Br, Bc, G)) for Br, Bc, G in self._grid(shape, M)]
-        keyed.sort(key=lambda c: c[0] * (1 - 1e-9))
-        return keyed
-
     def _families(self, shape: Shape, M: int, **options: Any) -> list[Family[Flash2Tiling]] | None:
-        """Under a causal mask or a window, each candidate with its lower bound
-        (:meth:`_bounded`), for the mapper's branch and bound (speed at large N); None
-        otherwise (every candidate is scored)."""
+        """Under a causal mask or a window, the candidates of each (Br, group), with a lower
+        bound on their count, least first (stable), for the mapper's branch and bound (speed at
+        large N; ties go to the first in this order, as they did when flash2 pruned); None
+        otherwise (every candidate is scored).  With P visible pairs and n_seen rows that see
+        a key, a group of G heads reads at least ``G·d·n_seen + 2d·P/Br`` (sum_i cov_i >= P/Br)
+        and writes ``G·Nq·d``, whatever Bc."""
         if options:
             raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         if shape.block_mask is not None or not shape.causal:
             return None
-        return [Family(lb, functools.partial(_alone, t)) for lb, t in self._bounded(shape, M)]
+        d, Nq, heads = shape.d, shape.Nq, shape.n_heads
+        rc = masks.row_counts(shape)  # O(1)
+        pall, nseen = rc.pairs, rc.rows1
+        fams = [Family((heads // G) * (G * d * nseen + 2 * d * pall / Br + G * Nq * d),
+                       functools.partial(_tilings, Br, G, bcs))
+                for Br, G, bcs in self._grid(shape, M)]
+        fams.sort(key=lambda f: f.lower * (1 - 1e-9))  # stable: ties go to the first in this order
+        return fams
 
     def _sparse_tilings(self, shape: Shape, M: int) -> list[Flash2Tiling]:
         """Tilings aligned with the layout's blocks (multiples, halves, quarters of bq and bk),
