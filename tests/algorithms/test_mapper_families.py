@@ -9,7 +9,7 @@ import pytest
 
 from attnio import algorithms as _alg
 from attnio.algorithms import mapper
-from attnio.algorithms.protocol import Family
+from attnio.algorithms.protocol import Families
 from attnio.core.memory import IOCount
 from attnio.core.workload import Shape
 
@@ -40,14 +40,14 @@ def test_every_family_bounds_its_members_and_the_search_equals_scoring_them_all(
         if families is None:  # (flash2 unmasked: every candidate scored)
             continue
         every = []  # (count, steps, family, member, tiling) of every member that fits
-        for i, f in enumerate(families):
-            for j, t in enumerate(f.members()):
+        for i, lower in enumerate(families.lower):
+            for j, t in enumerate(families.members(i)):
                 if s.footprint(shape, t) > M:
                     continue
                 count = s.cost(shape, t).io.total
-                assert f.lower <= count * (1 + 1e-12), (s.name, shape, t)
-                if f.refined is not None:
-                    assert f.refined() <= count * (1 + 1e-12), (s.name, shape, t)
+                assert lower <= count * (1 + 1e-12), (s.name, shape, t)
+                if families.refined is not None:
+                    assert families.refined(i) <= count * (1 + 1e-12), (s.name, shape, t)
                 every.append((count, s.steps(shape, t), i, j, t))
         found = mapper.search(s, shape, M)
         assert found is not None and every
@@ -93,19 +93,22 @@ class _Toy:
     def _total(self, shape, t):
         return IOCount(reads=abs(t), writes=0)
 
-    def family(self, label, lower, members, refined=None):
-        def listed():
-            self.listed.append(label)
-            return members
-        return Family(lower, listed, refined)
+    def families(self, fams):
+        """``fams``: (label, lower, members, refined or None) per family."""
+        def members(i):
+            self.listed.append(fams[i][0])
+            return fams[i][2]
+
+        return Families([f[1] for f in fams], members,
+                        lambda i: fams[i][3] if fams[i][3] is not None else fams[i][1])
 
 
 def test_a_family_is_listed_only_while_its_bound_can_win():
     toy, shape = _Toy(), Shape.make(8, 2)
-    fams = [toy.family("far", 50, [60]),                     # bound above the least: never listed
-            toy.family("refined away", 5, [40], lambda: 30),  # refined above the least: skipped
-            toy.family("first", 1, [-3, 11, 10]),             # -3 does not fit
-            toy.family("tie", 10, [10, 12])]
+    fams = toy.families([("far", 50, [60], None),             # bound above the least: never listed
+                         ("refined away", 5, [40], 30),       # refined above the least: skipped
+                         ("first", 1, [-3, 11, 10], None),    # -3 does not fit
+                         ("tie", 10, [10, 12], None)])
     found = mapper._least_families(toy, shape, 100, fams)
     assert found is not None
     # the least count 10 twice (the "first" family's, then "tie"'s): fewest steps, then the
@@ -116,5 +119,5 @@ def test_a_family_is_listed_only_while_its_bound_can_win():
 
 def test_no_member_that_fits_gives_none():
     toy, shape = _Toy(), Shape.make(8, 2)
-    assert mapper._least_families(toy, shape, 100, [toy.family("x", 0, [-1])]) is None
-    assert mapper._least_families(toy, shape, 100, []) is None
+    assert mapper._least_families(toy, shape, 100, toy.families([("x", 0, [-1], None)])) is None
+    assert mapper._least_families(toy, shape, 100, toy.families([])) is None

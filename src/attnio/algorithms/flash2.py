@@ -52,7 +52,6 @@ each with a lower bound on its count (``_families``) for the mapper's branch and
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +66,7 @@ from . import _kernels as K_
 from .base import GroupedAlgorithm, divisors_upto
 from .common import HeadGroup
 from .flash2_backward import BACKWARD, aligned_sizes
-from .protocol import Family
+from .protocol import Families
 
 
 @dataclass(frozen=True)
@@ -87,10 +86,6 @@ def _groups(shape: Shape, M: int) -> list[int]:
     """The query-head groups G (divisors of heads/kv_heads) whose tiles of one row fit in M:
     G·(2d + 3) + 1 <= M - 2d."""
     return divisors_upto(shape.group, max(0, (M - 2 * shape.d - 1) // (2 * shape.d + 3)))
-
-
-def _tilings(Br: int, G: int, bcs: list[int]) -> list[Flash2Tiling]:
-    return [Flash2Tiling(Br, c, G) for c in bcs]
 
 
 class Flash2(GroupedAlgorithm[Flash2Tiling]):
@@ -121,7 +116,7 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
         if shape.causal:
             fams = self._families(shape, M)
             assert fams is not None
-            return [t for f in fams for t in f.members()]
+            return [t for i in range(len(fams.lower)) for t in fams.members(i)]
         return [Flash2Tiling(Br, c, G) for Br, G, bcs in self._grid(shape, M) for c in bcs]
 
     def _grid(self, shape: Shape, M: int) -> list[tuple[int, int, list[int]]]:
@@ -159,13 +154,13 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
                 out.append((Br, G, sorted(bcs)))
         return out
 
-    def _families(self, shape: Shape, M: int, **options: Any) -> list[Family[Flash2Tiling]] | None:
-        """Under a causal mask or a window, the candidates of each (Br, group), with a lower
-        bound on their count, least first (stable), for the mapper's branch and bound (speed at
-        large N; ties go to the first in this order, as they did when flash2 pruned); None
-        otherwise (every candidate is scored).  With P visible pairs and n_seen rows that see
-        a key, a group of G heads reads at least ``G·d·n_seen + 2d·P/Br`` (sum_i cov_i >= P/Br)
-        and writes ``G·Nq·d``, whatever Bc."""
+    def _families(self, shape: Shape, M: int, **options: Any) -> Families[Flash2Tiling] | None:
+        """Under a causal mask or a window, the candidates of each (Br, group) as one family,
+        with a lower bound on their count, least first (stable), for the mapper's branch and
+        bound (speed at large N; ties go to the first in this order, as they did when flash2
+        pruned its own candidates); None otherwise (every candidate is scored).  With P visible
+        pairs and n_seen rows that see a key, a group of G heads reads at least
+        ``G·d·n_seen + 2d·P/Br`` (sum_i cov_i >= P/Br) and writes ``G·Nq·d``, whatever Bc."""
         if options:
             raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         if shape.block_mask is not None or not shape.causal:
@@ -173,11 +168,15 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
         d, Nq, heads = shape.d, shape.Nq, shape.n_heads
         rc = masks.row_counts(shape)  # O(1)
         pall, nseen = rc.pairs, rc.rows1
-        fams = [Family((heads // G) * (G * d * nseen + 2 * d * pall / Br + G * Nq * d),
-                       functools.partial(_tilings, Br, G, bcs))
-                for Br, G, bcs in self._grid(shape, M)]
-        fams.sort(key=lambda f: f.lower * (1 - 1e-9))  # stable: ties go to the first in this order
-        return fams
+        keyed = [((heads // G) * (G * d * nseen + 2 * d * pall / Br + G * Nq * d), Br, G, bcs)
+                 for Br, G, bcs in self._grid(shape, M)]
+        keyed.sort(key=lambda c: c[0] * (1 - 1e-9))
+
+        def members(i: int) -> list[Flash2Tiling]:
+            _, Br, G, bcs = keyed[i]
+            return [Flash2Tiling(Br, c, G) for c in bcs]
+
+        return Families([c[0] for c in keyed], members)
 
     def _sparse_tilings(self, shape: Shape, M: int) -> list[Flash2Tiling]:
         """Tilings aligned with the layout's blocks (multiples, halves, quarters of bq and bk),

@@ -28,7 +28,7 @@ from ..core.errors import ParameterError
 from ..core.memory import IOCount
 from ..core.workload import Shape
 from .common import divisors_upto, largest_true
-from .protocol import NO_BACKWARD, Choice, Family, Schedule
+from .protocol import NO_BACKWARD, Choice, Families, Schedule
 
 __all__ = ["best_backward", "can_run", "default_tiling", "dense_groups", "dense_searchable", "dense_sizes",
            "dense_tilings", "pruned_tilings", "search"]
@@ -157,10 +157,10 @@ def _least_bounded(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[A
     return Choice(fit[i], found[i], steps, len(fit))
 
 
-def _least_families(schedule: Schedule, shape: Shape, M: int, families: Sequence[Family[Any]]
+def _least_families(schedule: Schedule, shape: Shape, M: int, families: Families[Any]
                     ) -> Choice[Any] | None:
     """The least-(I/O, steps) tiling of ``families`` that fits in M, by branch and bound: the
-    families in order of their ``lower`` bound (stable), each refined (``refined()``, once a
+    families in order of their ``lower`` bound (stable), each refined (``refined(i)``, once a
     count is known) and listed only while its bound is at most the least count found; every
     member that fits is scored exactly.  A family passed over has a bound, so every member a
     count, above the least: none can win or tie.  Among the members of least count the choice
@@ -187,20 +187,20 @@ def pruned_tilings(schedule: Schedule, shape: Shape, M: int) -> list[Any]:
     return [t for _, _, t, _ in _family_ties(schedule, shape, M, families)]
 
 
-def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Sequence[Family[Any]]
+def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[Any]
                  ) -> list[tuple[int, int, Any, IOCount]]:
     """The branch and bound of :func:`_least_families`: the members of least count that fit,
     as ``(family, member, tiling, count)`` in the families' order (empty: none fits)."""
-    lows = [f.lower * (1 - 1e-9) for f in families]  # a margin far above float rounding
+    lows = [lb * (1 - 1e-9) for lb in families.lower]  # a margin far above float rounding
+    refined = families.refined
     best: int | None = None
     scored: list[tuple[int, int, Any, IOCount]] = []
-    for i in sorted(range(len(families)), key=lows.__getitem__):
+    for i in sorted(range(len(lows)), key=lows.__getitem__):
         if best is not None and lows[i] > best:
             break
-        fam = families[i]
-        if best is not None and fam.refined is not None and fam.refined() * (1 - 1e-9) > best:
+        if best is not None and refined is not None and refined(i) * (1 - 1e-9) > best:
             continue
-        for j, t in enumerate(fam.members()):
+        for j, t in enumerate(families.members(i)):
             if schedule.footprint(shape, t) > M:
                 continue
             io = schedule._total(shape, t)

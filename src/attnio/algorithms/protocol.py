@@ -18,14 +18,14 @@ implement the three from their hooks (``candidate_tilings``, ``footprint``, ``_p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
 
-__all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Family", "Field", "Mapspace",
+__all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Families", "Field", "Mapspace",
            "Schedule"]
 
 T = TypeVar("T")
@@ -79,16 +79,18 @@ class Choice(Generic[T]):
 
 
 @dataclass(frozen=True)
-class Family(Generic[T]):
-    """Tilings a schedule hands the mapper's branch and bound together (its ``_families`` hook),
-    listed only when the mapper scores them: ``lower`` a proven lower bound on every member's
-    every-head count, ``members()`` the tilings (in the mapspace's order; those that do not fit
-    in M are the mapper's to skip), and optionally ``refined()``, a tighter bound the mapper asks,
-    once a count is known, before listing the members (when it is dearer than ``lower``)."""
+class Families(Generic[T]):
+    """A schedule's candidates in families, for the mapper's branch and bound (the schedule's
+    ``_families`` hook): family i's tilings are ``members(i)``, listed only when the mapper
+    scores them (in the mapspace's order; those that do not fit in M are the mapper's to skip),
+    and ``lower[i]`` is a proven lower bound on every one's every-head count; optionally
+    ``refined(i)``, a tighter bound the mapper asks, once a count is known, before listing the
+    members (where it is dearer than ``lower``).  The mapper breaks ties between equal counts
+    and steps toward the first in the families' order (family, then member)."""
 
-    lower: float
-    members: Callable[[], Iterable[T]]
-    refined: Callable[[], float] | None = None
+    lower: Sequence[float]
+    members: Callable[[int], Iterable[T]]
+    refined: Callable[[int], float] | None = None
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
 from .base import BackwardSchedule, kv_head_groups
-from .protocol import Family
+from .protocol import Families
 
 
 @dataclass(frozen=True)
@@ -308,8 +308,7 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         writes = g * (Nq + 2 * SW + Nq * d) + 2 * shape.Nkv * d
         return (reads + writes) * shape.n_kv_heads
 
-    def _families(self, shape: Shape, M: int, **options: Any
-                  ) -> list[Family[SmallCacheTiling]]:
+    def _families(self, shape: Shape, M: int, **options: Any) -> Families[SmallCacheTiling]:
         """The candidates as the mapper's branch and bound takes them: one family per score
         tile (in the candidates' order), bounded by :meth:`_least_total` (refined with the tile
         sums, which completing the tile needs anyway) and completed only when scored.  Every
@@ -320,20 +319,19 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
             raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         tiles, bcs = self._tiles(shape, M)
         rc = masks.row_counts(shape)
+        Nq, Nkv = shape.Nq, shape.Nkv
 
-        def family(bm: int, bn: int, bk: int) -> Family[SmallCacheTiling]:
-            def refined() -> float:
-                s0 = self._sides(shape, SmallCacheTiling(bm, bn, bk, 1, 1, 1))
-                return self._least_total(shape, s0.bm, s0.bn, rc, self._sums(shape, s0))
+        def refined(i: int) -> float:
+            bm, bn, bk = tiles[i]
+            s0 = self._sides(shape, SmallCacheTiling(bm, bn, bk, 1, 1, 1))
+            return self._least_total(shape, s0.bm, s0.bn, rc, self._sums(shape, s0))
 
-            def members() -> list[SmallCacheTiling]:
-                t = self._complete(shape, M, bm, bn, bk, bcs)
-                return [] if t is None else [t]
+        def members(i: int) -> list[SmallCacheTiling]:
+            t = self._complete(shape, M, *tiles[i], bcs)
+            return [] if t is None else [t]
 
-            lower = self._least_total(shape, min(bm, shape.Nq), min(bn, shape.Nkv), rc)
-            return Family(lower, members, refined)
-
-        return [family(bm, bn, bk) for bm, bn, bk in tiles]
+        lower = [self._least_total(shape, min(bm, Nq), min(bn, Nkv), rc) for bm, bn, _ in tiles]
+        return Families(lower, members, refined)
 
     # ------------------------------------------------------------------ the schedule
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,
