@@ -1,4 +1,4 @@
-"""The mapper: every search over a schedule's mapspace, and the one answer to "can it run".
+"""The mapper: the search over a schedule's mapspace, and the one answer to "can it run".
 
 Timeloop's mapper is a search that calls the model; attnio's is this module.  It works on any
 object with the :class:`~attnio.algorithms.protocol.Schedule` protocol (forward or backward) and
@@ -11,11 +11,15 @@ owns:
   count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min) or per family
   of tilings listed only when scored (``_families``: flash2 under a causal mask or a window,
   small_cache_backward and fused_small_cache_backward);
+* :func:`pruned_tilings` — the candidates of least count, for a schedule that offers another's
+  tilings among its own (window_cache streams flash2's);
 * :func:`default_tiling` — what a run uses when no tiling is given;
 * :func:`best_backward` — the least-I/O backward schedule and tiling for a workload;
 * :func:`dense_tilings` — the denser grid behind the certificate's schedule factor.
 
-Ties go to fewer, larger steps, then to the first candidate.
+Ties go to fewer, larger steps, then to the first candidate.  Some schedules still narrow their
+candidate lists with a search of their own (square_tiling, standard, stream_tiling,
+window_square: docs/contributing.md, "Searches still inside schedules").
 """
 
 from __future__ import annotations
