@@ -35,7 +35,7 @@ from .common import divisors_upto, largest_true
 from .protocol import NO_BACKWARD, Choice, Families, Schedule
 
 __all__ = ["best_backward", "can_run", "default_tiling", "dense_groups", "dense_searchable", "dense_sizes",
-           "dense_tilings", "pruned_tilings", "search"]
+           "dense_tilings", "least", "pruned_tilings", "search"]
 
 
 def can_run(schedule: Any, shape: Shape, M: int | None = None, *, backward: bool = False
@@ -85,6 +85,15 @@ def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterab
     if lower is None:
         return _least(schedule, shape, M, tilings_)
     return _least_bounded(schedule, shape, M, tilings_, lower)
+
+
+def least(schedule: Any, shape: Shape, M: int, **options: Any) -> Choice[Any] | None:
+    """:func:`search` over the mapspace of a schedule with tiling ``options`` (its
+    ``mapspace_tilings(shape, M, **options)`` and ``_families(shape, M, **options)``), for a
+    caller that has checked the workload itself (square_tiling's literal variant needs less M
+    than its mapspace's ``unsupported`` asks of the stable one)."""
+    return _best(schedule, shape, M, lambda: schedule.mapspace_tilings(shape, M, **options),
+                 options)
 
 
 def default_tiling(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | None = None
@@ -168,13 +177,14 @@ def _least_families(schedule: Schedule, shape: Shape, M: int, families: Families
     count is known) and listed only while its bound is at most the least count found; every
     member that fits is scored exactly.  A family passed over has a bound, so every member a
     count, above the least: none can win or tie.  Among the members of least count the choice
-    is that of fewest steps, then the first in the families' order (family, then member).
-    ``tried`` counts the members of least count (the tilings the steps compared)."""
+    is that of fewest steps, then the first in the families' order (family, then member; or by
+    the families' ``order``).  ``tried`` counts the members of least count (the tilings the
+    steps compared)."""
     ties = _family_ties(schedule, shape, M, families)
     if not ties:
         return None
-    steps, _, _, t, io = min(((schedule.steps(shape, t), i, j, t, io) for i, j, t, io in ties),
-                             key=lambda c: c[:3])
+    steps, _, t, io = min(((schedule.steps(shape, t), at, t, io) for at, t, io in ties),
+                          key=lambda c: c[:2])
     return Choice(t, io, steps, len(ties))
 
 
@@ -188,17 +198,18 @@ def pruned_tilings(schedule: Schedule, shape: Shape, M: int) -> list[Any]:
     families = families_of(shape, M) if families_of is not None else None
     if families is None:
         return list(schedule.mapspace(shape, M).tilings())
-    return [t for _, _, t, _ in _family_ties(schedule, shape, M, families)]
+    return [t for _, t, _ in _family_ties(schedule, shape, M, families)]
 
 
 def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[Any]
-                 ) -> list[tuple[int, int, Any, IOCount]]:
+                 ) -> list[tuple[Any, Any, IOCount]]:
     """The branch and bound of :func:`_least_families`: the members of least count that fit,
-    as ``(family, member, tiling, count)`` in the families' order (empty: none fits)."""
+    as ``(place, tiling, count)`` in the families' order (``place``: (family, member), or the
+    families' ``order``; empty: none fits)."""
     lows = [lb * (1 - 1e-9) for lb in families.lower]  # a margin far above float rounding
-    refined = families.refined
+    refined, order = families.refined, families.order
     best: int | None = None
-    scored: list[tuple[int, int, Any, IOCount]] = []
+    scored: list[tuple[Any, Any, IOCount]] = []
     for i in sorted(range(len(lows)), key=lows.__getitem__):
         if best is not None and lows[i] > best:
             break
@@ -208,9 +219,9 @@ def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[An
             if schedule.footprint(shape, t) > M:
                 continue
             io = schedule._total(shape, t)
-            scored.append((i, j, t, io))
+            scored.append(((i, j) if order is None else order(i, j, t), t, io))
             best = io.total if best is None else min(best, io.total)
-    return sorted((c for c in scored if c[3].total == best), key=lambda c: c[:2])
+    return sorted((c for c in scored if c[2].total == best), key=lambda c: c[0])
 
 
 # ----------------------------------------------------------------------------- backward

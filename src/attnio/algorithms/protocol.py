@@ -86,11 +86,14 @@ class Families(Generic[T]):
     and ``lower[i]`` is a proven lower bound on every one's every-head count; optionally
     ``refined(i)``, a tighter bound the mapper asks, once a count is known, before listing the
     members (where it is dearer than ``lower``).  The mapper breaks ties between equal counts
-    and steps toward the first in the families' order (family, then member)."""
+    and steps toward the first in the families' order (family, then member), or, where the
+    schedule gives ``order(i, j, tiling)`` (member j of family i), toward the least of that key
+    (the mapspace's order where it is not the families')."""
 
     lower: Sequence[float]
     members: Callable[[int], Iterable[T]]
     refined: Callable[[int], float] | None = None
+    order: Callable[[int, int, T], Any] | None = None
 
 
 @dataclass(frozen=True)
