@@ -41,7 +41,7 @@ from .common import (
     largest_true,
     prefix_block_keys,
 )
-from .protocol import NO_BLOCK_MASK, NO_WINDOW, Cost, Field, Mapspace, Schedule
+from .protocol import NO_BLOCK_MASK, NO_WINDOW, Cost, Field, Mapspace
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -176,7 +176,10 @@ class TiledSchedule(ABC, Generic[TilingT]):
         """The least-I/O candidate tiling, the mapper's search over the mapspace (a
         ParameterError naming M when M < min_M)."""
         self._check_min_M(shape, M)
-        return cast(TilingT, mapper.default_tiling(cast(Schedule, self), shape, M))
+        found = mapper.least(self, shape, M)
+        if found is None:  # pragma: no cover - min_M guarantees a candidate
+            raise ParameterError(f"{self.name}: no tiling fits in M={M}", param="M")
+        return cast(TilingT, found.tiling)
 
     def _check_fits(self, shape: Shape, M: int, tiling: TilingT) -> None:
         """A CapacityError when ``tiling`` needs more than M words of fast memory."""
