@@ -70,7 +70,8 @@ class Cost:
 @dataclass(frozen=True)
 class Choice(Generic[T]):
     """The best tiling the mapper found: its every-head count, its steps, and how many candidate
-    tilings fit and were considered (``tried``)."""
+    tilings were considered (``tried``): those that fit, or, where the schedule hands its
+    candidates in families (:class:`Families`), those of least count that the steps compared."""
 
     tiling: T
     predicted: IOCount
