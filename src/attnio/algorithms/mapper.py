@@ -188,16 +188,17 @@ def _least_families(schedule: Schedule, shape: Shape, M: int, families: Families
     return Choice(t, io, steps, len(ties))
 
 
-def pruned_tilings(schedule: Schedule, shape: Shape, M: int) -> list[Any]:
+def pruned_tilings(schedule: Any, shape: Shape, M: int) -> list[Any]:
     """The candidates :func:`search` compares by steps: where the schedule declares families
     (``_families``), the members of least count (in the families' order), found by
-    :func:`_least_families`' branch and bound; otherwise every candidate of the mapspace.
+    :func:`_least_families`' branch and bound; otherwise every candidate of the mapspace
+    (``mapspace_tilings``: the caller has checked the workload).
     A schedule that offers another's tilings among its own (window_cache streams flash2's)
     takes them from here."""
     families_of = getattr(schedule, "_families", None)
     families = families_of(shape, M) if families_of is not None else None
     if families is None:
-        return list(schedule.mapspace(shape, M).tilings())
+        return list(schedule.mapspace_tilings(shape, M))
     return [t for _, t, _ in _family_ties(schedule, shape, M, families)]
 
 
