@@ -41,7 +41,7 @@ from .common import (
     largest_true,
     prefix_block_keys,
 )
-from .protocol import NO_BLOCK_MASK, NO_WINDOW, Cost, Field, Mapspace, Schedule
+from .protocol import NO_BLOCK_MASK, NO_WINDOW, Cost, Field, Mapspace
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -165,10 +165,13 @@ class TiledSchedule(ABC, Generic[TilingT]):
                     self.footprint(shape, tiling))
 
     def _least_io_tiling(self, shape: Shape, M: int) -> TilingT:
-        """The least-I/O candidate tiling (a ParameterError naming M when M < min_M)."""
+        """The least-I/O candidate tiling, the mapper's search over the mapspace (a
+        ParameterError naming M when M < min_M)."""
         mapper.check_M(self, shape, M)
-        return cast(TilingT, mapper.default_tiling(cast(Schedule, self), shape, M,
-                                                   self.candidate_tilings(shape, M)))
+        found = mapper.least(self, shape, M)
+        if found is None:  # pragma: no cover - min_M guarantees a candidate
+            raise ParameterError(f"{self.name}: no tiling fits in M={M}", param="M")
+        return cast(TilingT, found.tiling)
 
     def _check_fits(self, shape: Shape, M: int, tiling: TilingT) -> None:
         """A CapacityError when ``tiling`` needs more than M words of fast memory."""

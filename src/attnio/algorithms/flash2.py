@@ -46,23 +46,27 @@ Any tiling runs; a misaligned one visits every tile that meets a kept block.
 
 Tiling.  Unmasked, the count depends on Tr only, so the best tiling takes the largest Br that fits
 with Bc = 1, then the fewest query blocks' smallest Br, then the largest Bc that still fits (fewer,
-larger steps at equal I/O).  Causal counts depend on Bc too; a small grid of candidates is scored.
+larger steps at equal I/O).  Causal counts depend on Bc too; a small grid of candidates is scored,
+each with a lower bound on its count (``_families``) for the mapper's branch and bound.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..core import masks
+from ..core.errors import ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from .base import GroupedAlgorithm, divisors_upto
 from .common import HeadGroup
 from .flash2_backward import BACKWARD, aligned_sizes
+from .protocol import Families
 
 
 @dataclass(frozen=True)
@@ -104,11 +108,22 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
         return min(shape.Nkv, (M - G * Br * (2 * d + 3)) // (2 * d + Br))
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[Flash2Tiling]:
+        """The grid of (Br, Bc, group) worth scoring (module docstring); under a causal mask or
+        a window in the order of :meth:`_families`' lower bounds (stable: the mapper's branch
+        and bound breaks ties in this order)."""
         if shape.block_mask is not None:
             return self._sparse_tilings(shape, M)
+        if shape.causal:
+            fams = self._families(shape, M)
+            assert fams is not None
+            return [t for i in range(len(fams.lower)) for t in fams.members(i)]
+        return [Flash2Tiling(Br, c, G) for Br, G, bcs in self._grid(shape, M) for c in bcs]
+
+    def _grid(self, shape: Shape, M: int) -> list[tuple[int, int, list[int]]]:
+        """(Br, group, the Bc sides) of the candidates, in their order."""
         d, Nq = shape.d, shape.Nq
         masked = shape.causal
-        out: list[tuple[int, int, int]] = []  # (Br, Bc, group): tilings are built only for the candidates returned
+        out: list[tuple[int, int, list[int]]] = []  # tilings are built only for the candidates scored
         for G in _groups(shape, M):
             br_max = min(Nq, (M - 2 * d) // (G * (2 * d + 3) + 1))
             while br_max >= 1 and self._bc_max(shape, M, br_max, G) < 1:
@@ -136,10 +151,32 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
                         bcs.add(c)
                         c *= 2
                     bcs.update({min(bc, Br), min(bc, max(1, Br // 2))})
-                out.extend((Br, c, G) for c in sorted(bcs))
-        if masked and len(out) > 1:
-            return self._least(shape, out)
-        return [Flash2Tiling(*c) for c in out]
+                out.append((Br, G, sorted(bcs)))
+        return out
+
+    def _families(self, shape: Shape, M: int, **options: Any) -> Families[Flash2Tiling] | None:
+        """Under a causal mask or a window, the candidates of each (Br, group) as one family,
+        with a lower bound on their count, least first (stable), for the mapper's branch and
+        bound (speed at large N; ties go to the first in this order, as they did when flash2
+        pruned its own candidates); None otherwise (every candidate is scored).  With P visible
+        pairs and n_seen rows that see a key, a group of G heads reads at least
+        ``G·d·n_seen + 2d·P/Br`` (sum_i cov_i >= P/Br) and writes ``G·Nq·d``, whatever Bc."""
+        if options:
+            raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
+        if shape.block_mask is not None or not shape.causal:
+            return None
+        d, Nq, heads = shape.d, shape.Nq, shape.n_heads
+        rc = masks.row_counts(shape)  # O(1)
+        pall, nseen = rc.pairs, rc.rows1
+        keyed = [((heads // G) * (G * d * nseen + 2 * d * pall / Br + G * Nq * d), Br, G, bcs)
+                 for Br, G, bcs in self._grid(shape, M)]
+        keyed.sort(key=lambda c: c[0] * (1 - 1e-9))
+
+        def members(i: int) -> list[Flash2Tiling]:
+            _, Br, G, bcs = keyed[i]
+            return [Flash2Tiling(Br, c, G) for c in bcs]
+
+        return Families([c[0] for c in keyed], members)
 
     def _sparse_tilings(self, shape: Shape, M: int) -> list[Flash2Tiling]:
         """Tilings aligned with the layout's blocks (multiples, halves, quarters of bq and bk),
@@ -160,33 +197,6 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
                     out.extend(Flash2Tiling(Br, c, G)
                                for c in sorted(aligned_sizes(bm.bk, bc) | {bc}))
         return out
-
-    def _least(self, shape: Shape, cands: list[tuple[int, int, int]]) -> list[Flash2Tiling]:
-        """The candidates of least (I/O, steps), by branch and bound (speed at large N).
-
-        With P visible pairs and n_seen rows that see a key, a group of G heads reads at least
-        ``G·d·n_seen + 2d·P/Br`` (sum_i cov_i >= P/Br) and writes ``G·Nq·d``; candidates are scored
-        exactly in order of that bound until it exceeds the least count found.
-        """
-        d = shape.d
-        rc = masks.row_counts(shape)  # O(1)
-        pall, nseen = rc.pairs, rc.rows1
-        keyed = []
-        for Br, Bc, G in cands:
-            lb = (shape.n_heads // G) * (G * d * nseen + 2 * d * pall / Br + G * shape.Nq * d)
-            keyed.append((lb * (1 - 1e-9), Br, Bc, G))
-        keyed.sort(key=lambda c: c[0])
-        best, scored = None, []
-        for lb, Br, Bc, G in keyed:
-            if best is not None and lb > best[0]:
-                break
-            t = Flash2Tiling(Br, Bc, G)
-            key = (self._total(shape, t).total, self.steps(shape, t))
-            scored.append((key, t))
-            best = key if best is None else min(best, key)
-        if best is None:  # no candidates (scored is empty too)
-            return []
-        return [t for key, t in scored if key[0] == best[0]]
 
     def steps(self, shape: Shape, tiling: Flash2Tiling) -> int:
         return cdiv(shape.Nq, tiling.Br) * cdiv(shape.Nkv, tiling.Bc)

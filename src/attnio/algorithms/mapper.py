@@ -1,4 +1,4 @@
-"""The mapper: every search over a schedule's mapspace, and the one answer to "can it run".
+"""The mapper: the search over a schedule's mapspace, and the one answer to "can it run".
 
 Timeloop's mapper is a search that calls the model; attnio's is this module.  It works on any
 object with the :class:`~attnio.algorithms.protocol.Schedule` protocol (forward or backward) and
@@ -11,13 +11,19 @@ owns:
   M); and :func:`least_over` (the least count over several schedules, the tests' helper);
 * :func:`search` — the least-(I/O, steps) tiling among the candidates (the planner's candidates,
   the backward search, and the default tiling), by branch and bound where a schedule bounds its
-  count (``_lower_total``), the same choice;
+  count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min) or per family
+  of tilings listed only when scored (``_families``: flash2 and square_tiling under a causal
+  mask or a window, small_cache_backward and fused_small_cache_backward);
+* :func:`pruned_tilings` — the candidates of least count, for a schedule that offers another's
+  tilings among its own (window_cache streams flash2's);
 * :func:`default_tiling` — what a run uses when no tiling is given;
 * :func:`best_backward` — the least-I/O backward schedule and tiling for a workload;
 * :func:`dense_tilings` — the denser grid behind the certificate's schedule factor.
 
-Ties go to fewer, larger steps, then to the first candidate.
-"""
+Ties go to fewer, larger steps, then to the first candidate.  Some schedules still narrow their
+candidate lists with a search of their own (square_tiling's pre-ranking and unmasked search,
+standard, stream_tiling, window_square: docs/contributing.md, "Searches still inside
+schedules")."""
 
 from __future__ import annotations
 
@@ -29,10 +35,11 @@ from ..core.errors import ParameterError
 from ..core.memory import IOCount
 from ..core.workload import Shape
 from .common import divisors_upto, largest_true
-from .protocol import NO_BACKWARD, NO_BLOCK_MASK, NO_WINDOW, Choice, Schedule
+from .protocol import NO_BACKWARD, NO_BLOCK_MASK, NO_WINDOW, Choice, Families, Schedule
 
 __all__ = ["best_backward", "can_run", "check_M", "default_tiling", "dense_groups", "dense_searchable",
-           "dense_sizes", "dense_tilings", "least_over", "needs_M", "search", "supports"]
+           "dense_sizes", "dense_tilings", "least", "least_over", "needs_M", "pruned_tilings",
+           "search", "supports"]
 
 #: The attribute that says whether a schedule runs what each reason of :func:`can_run` names
 #: (declared on :class:`~attnio.algorithms.base.TiledSchedule` and ``Algorithm``).
@@ -105,32 +112,59 @@ def search(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | No
            **options: Any) -> Choice[Any] | None:
     """The least-(I/O, steps) tiling among ``tilings`` (default: the mapspace's candidates,
     ``options`` passed to :meth:`mapspace`) that fits in M, or None when none fits (or the
-    schedule cannot run the workload).  Where the schedule bounds its count
-    (``_lower_total(shape)``: a function of the tiling), by branch and bound: the same choice."""
+    schedule cannot run the workload).  Where the schedule bounds its count, by branch and
+    bound: the same choice (:func:`_best`)."""
     if tilings is None:
         space = schedule.mapspace(shape, M, **options)
         if space.unsupported is not None:
             return None
-        tilings = space.tilings()
+        return _best(schedule, shape, M, space.tilings, options)
+    return _best(schedule, shape, M, lambda: tilings, None)
+
+
+def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterable[Any]],
+          options: dict[str, Any] | None) -> Choice[Any] | None:
+    """The search of :func:`search` on a workload the schedule can run.  ``options`` None: over
+    ``tilings()`` as given (bounded per tiling where the schedule declares ``_lower_total``);
+    else over the mapspace, by the schedule's families where it declares them
+    (``_families(shape, M, **options)``, :func:`_least_families`), the mapspace's candidates
+    ``tilings()`` otherwise."""
+    if options is not None:
+        families_of = getattr(schedule, "_families", None)
+        families = families_of(shape, M, **options) if families_of is not None else None
+        if families is not None:
+            return _least_families(schedule, shape, M, families)
+    tilings_ = tilings()
     lower_of = getattr(schedule, "_lower_total", None)
     lower = lower_of(shape) if lower_of is not None else None
     if lower is None:
-        return _least(schedule, shape, M, tilings)
-    return _least_bounded(schedule, shape, M, tilings, lower)
+        return _least(schedule, shape, M, tilings_)
+    return _least_bounded(schedule, shape, M, tilings_, lower)
+
+
+def least(schedule: Any, shape: Shape, M: int, **options: Any) -> Choice[Any] | None:
+    """:func:`search` over the mapspace of a schedule with tiling ``options`` (its
+    ``mapspace_tilings(shape, M, **options)`` and ``_families(shape, M, **options)``), for a
+    caller that has checked the workload itself (square_tiling's literal variant needs less M
+    than its mapspace's ``unsupported`` asks of the stable one)."""
+    return _best(schedule, shape, M, lambda: schedule.mapspace_tilings(shape, M, **options),
+                 options)
 
 
 def default_tiling(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | None = None
                    ) -> Any:
-    """The least-I/O tiling among ``tilings`` (default: the mapspace's candidates, a
-    ParameterError naming M, with the reason, when the schedule cannot run the workload)."""
+    """The least-I/O tiling among ``tilings`` (default: the mapspace's candidates, searched as
+    :func:`search` does; a ParameterError naming M, with the reason, when the schedule cannot
+    run the workload)."""
     if tilings is None:
         space = schedule.mapspace(shape, M)
         if space.unsupported is not None:
             raise ParameterError(f"{_called(schedule)}{schedule.name} cannot run "
                                  f"{shape.describe()} with M={M}: {space.unsupported}",
                                  param="M")
-        tilings = space.tilings()
-    found = _least(schedule, shape, M, tilings)
+        found = _best(schedule, shape, M, space.tilings, {})
+    else:
+        found = _least(schedule, shape, M, tilings)
     if found is None:  # pragma: no cover - min_M guarantees a candidate
         raise ParameterError(f"{schedule.name}: no tiling fits in M={M}", param="M")
     return found.tiling
@@ -189,6 +223,61 @@ def _least_bounded(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[A
     assert best is not None
     _, steps, i = best
     return Choice(fit[i], found[i], steps, len(fit))
+
+
+def _least_families(schedule: Schedule, shape: Shape, M: int, families: Families[Any]
+                    ) -> Choice[Any] | None:
+    """The least-(I/O, steps) tiling of ``families`` that fits in M, by branch and bound: the
+    families in order of their ``lower`` bound (stable), each refined (``refined(i)``, once a
+    count is known) and listed only while its bound is at most the least count found; every
+    member that fits is scored exactly.  A family passed over has a bound, so every member a
+    count, above the least: none can win or tie.  Among the members of least count the choice
+    is that of fewest steps, then the first in the families' order (family, then member; or by
+    the families' ``order``).  ``tried`` counts the members of least count (the tilings the
+    steps compared)."""
+    ties = _family_ties(schedule, shape, M, families)
+    if not ties:
+        return None
+    steps, _, t, io = min(((schedule.steps(shape, t), at, t, io) for at, t, io in ties),
+                          key=lambda c: c[:2])
+    return Choice(t, io, steps, len(ties))
+
+
+def pruned_tilings(schedule: Any, shape: Shape, M: int) -> list[Any]:
+    """The candidates :func:`search` compares by steps: where the schedule declares families
+    (``_families``), the members of least count (in the families' order), found by
+    :func:`_least_families`' branch and bound; otherwise every candidate of the mapspace
+    (``mapspace_tilings``: the caller has checked the workload).
+    A schedule that offers another's tilings among its own (window_cache streams flash2's)
+    takes them from here."""
+    families_of = getattr(schedule, "_families", None)
+    families = families_of(shape, M) if families_of is not None else None
+    if families is None:
+        return list(schedule.mapspace_tilings(shape, M))
+    return [t for _, t, _ in _family_ties(schedule, shape, M, families)]
+
+
+def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[Any]
+                 ) -> list[tuple[Any, Any, IOCount]]:
+    """The branch and bound of :func:`_least_families`: the members of least count that fit,
+    as ``(place, tiling, count)`` in the families' order (``place``: (family, member), or the
+    families' ``order``; empty: none fits)."""
+    lows = [lb * (1 - 1e-9) for lb in families.lower]  # a margin far above float rounding
+    refined, order = families.refined, families.order
+    best: int | None = None
+    scored: list[tuple[Any, Any, IOCount]] = []
+    for i in sorted(range(len(lows)), key=lows.__getitem__):
+        if best is not None and lows[i] > best:
+            break
+        if best is not None and refined is not None and refined(i) * (1 - 1e-9) > best:
+            continue
+        for j, t in enumerate(families.members(i)):
+            if schedule.footprint(shape, t) > M:
+                continue
+            io = schedule._total(shape, t)
+            scored.append(((i, j) if order is None else order(i, j, t), t, io))
+            best = io.total if best is None else min(best, io.total)
+    return sorted((c for c in scored if c[2].total == best), key=lambda c: c[0])
 
 
 # ----------------------------------------------------------------------------- backward

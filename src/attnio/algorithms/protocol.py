@@ -18,14 +18,14 @@ implement the three from their hooks (``candidate_tilings``, ``footprint``, ``_p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
 
-__all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Field", "Mapspace",
+__all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Families", "Field", "Mapspace",
            "Schedule"]
 
 T = TypeVar("T")
@@ -70,12 +70,31 @@ class Cost:
 @dataclass(frozen=True)
 class Choice(Generic[T]):
     """The best tiling the mapper found: its every-head count, its steps, and how many candidate
-    tilings fit and were considered (``tried``)."""
+    tilings were considered (``tried``): those that fit, or, where the schedule hands its
+    candidates in families (:class:`Families`), those of least count that the steps compared."""
 
     tiling: T
     predicted: IOCount
     steps: int
     tried: int
+
+
+@dataclass(frozen=True)
+class Families(Generic[T]):
+    """A schedule's candidates in families, for the mapper's branch and bound (the schedule's
+    ``_families`` hook): family i's tilings are ``members(i)``, listed only when the mapper
+    scores them (in the mapspace's order; those that do not fit in M are the mapper's to skip),
+    and ``lower[i]`` is a proven lower bound on every one's every-head count; optionally
+    ``refined(i)``, a tighter bound the mapper asks, once a count is known, before listing the
+    members (where it is dearer than ``lower``).  The mapper breaks ties between equal counts
+    and steps toward the first in the families' order (family, then member), or, where the
+    schedule gives ``order(i, j, tiling)`` (member j of family i), toward the least of that key
+    (the mapspace's order where it is not the families')."""
+
+    lower: Sequence[float]
+    members: Callable[[int], Iterable[T]]
+    refined: Callable[[int], float] | None = None
+    order: Callable[[int, int, T], Any] | None = None
 
 
 @dataclass(frozen=True)

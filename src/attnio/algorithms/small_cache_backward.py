@@ -67,6 +67,7 @@ from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
 from . import mapper
 from .base import BackwardSchedule, kv_head_groups
+from .protocol import Families
 
 
 @dataclass(frozen=True)
@@ -308,37 +309,30 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
         writes = g * (Nq + 2 * SW + Nq * d) + 2 * shape.Nkv * d
         return (reads + writes) * shape.n_kv_heads
 
-    def mapspace_tilings(self, shape: Shape, M: int, **options: Any) -> list[SmallCacheTiling]:
-        """The mapspace's candidates pruned by branch and bound: the score tiles in order of
-        :meth:`_least_total`, each completed and scored until that bound exceeds the least count
-        found (a tile whose bound with its tile sums exceeds it is passed over).  Every
-        candidate the full loop could choose (its count at most the least, so its bound too)
-        is kept, in the candidates' order: the mapper's choice among them is the same, ties
-        included, as among them all (tests/planner/test_plan_regression.py)."""
+    def _families(self, shape: Shape, M: int, **options: Any) -> Families[SmallCacheTiling]:
+        """The candidates as the mapper's branch and bound takes them: one family per score
+        tile (in the candidates' order), bounded by :meth:`_least_total` (refined with the tile
+        sums, which completing the tile needs anyway) and completed only when scored.  Every
+        candidate the full loop could choose has its bounds at most the least count, so the
+        mapper's choice is the same, ties included, as over :meth:`candidate_tilings`
+        (tests/planner/test_plan_regression.py)."""
         if options:
             raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         tiles, bcs = self._tiles(shape, M)
         rc = masks.row_counts(shape)
-        lows = [self._least_total(shape, min(bm, shape.Nq), min(bn, shape.Nkv), rc)
-                * (1 - 1e-9) for bm, bn, _ in tiles]
-        best: int | None = None
-        kept: list[tuple[int, SmallCacheTiling]] = []
-        for i in sorted(range(len(tiles)), key=lows.__getitem__):
-            if best is not None and lows[i] > best:
-                break
+        Nq, Nkv = shape.Nq, shape.Nkv
+
+        def refined(i: int) -> float:
             bm, bn, bk = tiles[i]
-            if best is not None:  # the bound again with the tile sums (needed to complete it)
-                s0 = self._sides(shape, SmallCacheTiling(bm, bn, bk, 1, 1, 1))
-                if self._least_total(shape, s0.bm, s0.bn, rc, self._sums(shape, s0)) \
-                        * (1 - 1e-9) > best:
-                    continue
-            t = self._complete(shape, M, bm, bn, bk, bcs)
-            if t is None or self.footprint(shape, t) > M:
-                continue
-            total = self._total(shape, t).total
-            kept.append((i, t))
-            best = total if best is None else min(best, total)
-        return [t for _, t in sorted(kept, key=lambda it: it[0])]
+            s0 = self._sides(shape, SmallCacheTiling(bm, bn, bk, 1, 1, 1))
+            return self._least_total(shape, s0.bm, s0.bn, rc, self._sums(shape, s0))
+
+        def members(i: int) -> list[SmallCacheTiling]:
+            t = self._complete(shape, M, *tiles[i], bcs)
+            return [] if t is None else [t]
+
+        lower = [self._least_total(shape, min(bm, Nq), min(bn, Nkv), rc) for bm, bn, _ in tiles]
+        return Families(lower, members, refined)
 
     # ------------------------------------------------------------------ the schedule
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,

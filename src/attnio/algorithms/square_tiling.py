@@ -118,6 +118,7 @@ from . import mapper
 from ._square_kernels import ExpOverflowError
 from .base import Algorithm
 from .common import ladder
+from .protocol import Families
 
 __all__ = ["ALGORITHM", "ExpOverflowError", "SquareTiling", "SquareTilingTiling", "paper_side"]
 
@@ -395,11 +396,24 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
 
     def _search(self, shape: Shape, M: int, stable: bool,
                 spill: str = "exp") -> list[SquareTilingTiling]:
-        """The least of every (Phase 1 x Phase 2) combination worth scoring (the best Phase-1
-        choices, each with every Phase-2 choice, then the paper's tiling), in that order: the
-        combinations of least I/O with a mask (:meth:`_least`), the first of least (I/O, steps)
-        without (:meth:`_least_unmasked`).  The combinations are never listed: a Phase-2 choice
-        is (Br2, Bd2) with its key slices Bk2 (:meth:`_slices`), expanded only when scored."""
+        """The (Phase 1 x Phase 2) combinations worth scoring (the best Phase-1 choices, each
+        with every Phase-2 choice, then the paper's tiling, :meth:`_pieces`): with a mask every
+        one (:meth:`_masked_families`' members, in the order (Phase-1 choice, Br2, Bk2, Bd2),
+        the paper's last; the mapper searches them family by family), without the first of
+        least (I/O, steps) (:meth:`_least_unmasked`: the combinations are never listed)."""
+        groups, ladder, paper = self._pieces(shape, M, stable, spill)
+        if shape.causal:
+            fams = self._masked_families(shape, M, stable, groups, ladder, paper, spill)
+            assert fams.order is not None
+            every = [(fams.order(i, j, t), t) for i in range(len(fams.lower))
+                     for j, t in enumerate(fams.members(i))]
+            return [t for _, t in sorted(every, key=lambda c: c[0])]
+        return self._least_unmasked(shape, M, stable, groups, ladder, paper, spill)
+
+    def _pieces(self, shape: Shape, M: int, stable: bool, spill: str
+                ) -> tuple[list[_Group], list[_Rung], SquareTilingTiling | None]:
+        """The best Phase-1 choices with their exact Phase-1 counts, the Phase-2 ladder and the
+        paper's tiling (None where it does not fit)."""
         p1 = self._phase1_candidates(shape, M, stable, spill)
         cut = 24
         if spill == "scores":  # the exp spill's sides fit too (one row vector less)
@@ -423,9 +437,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         paper = dataclasses.replace(self.paper_tiling(shape, M, stable), spill=spill)
         if self.footprint(shape, paper) > M:
             paper = None
-        if shape.causal:
-            return self._least(shape, M, stable, groups, ladder, paper, spill)
-        return self._least_unmasked(shape, M, stable, groups, ladder, paper, spill)
+        return groups, ladder, paper
 
     def _least_unmasked(self, shape: Shape, M: int, stable: bool, groups: list[_Group],
                         ladder: list[_Rung], paper: SquareTilingTiling | None,
@@ -475,21 +487,33 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                 out = [paper]
         return out
 
-    def _least(self, shape: Shape, M: int, stable: bool, groups: list[_Group], ladder: list[_Rung],
-               paper: SquareTilingTiling | None, spill: str = "exp") -> list[SquareTilingTiling]:
-        """The combinations of least I/O, in the order the full list would have them (so
-        :meth:`search` breaks ties by steps exactly as over the whole list), by branch and
-        bound: a causal plan at N = 10^9 in milliseconds.
+    def _families(self, shape: Shape, M: int, stable: bool = True, spill: str | None = None
+                  ) -> Families[SquareTilingTiling] | None:
+        """With a mask, the combinations as the mapper's branch and bound takes them
+        (:meth:`_masked_families`): a causal plan at N = 10^9 in milliseconds; None without (the
+        candidates are :meth:`_least_unmasked`'s one)."""
+        if not shape.causal:
+            return None
+        if spill is None:
+            spill = "scores" if stable else "exp"
+        groups, ladder, paper = self._pieces(shape, M, stable, spill)
+        return self._masked_families(shape, M, stable, groups, ladder, paper, spill)
 
-        Phase 1 is scored exactly (O(log N)); Phase 2 is bounded below by its count with the
-        key slices shrunk to single keys: block i of Br2 rows (r_i of them) sees keys [0, hi_i),
-        and ``w_i >= hi_i``, ``nc_i >= hi_i/Bc``, so with ``H = sum_i r_i·hi_i`` and
+    def _masked_families(self, shape: Shape, M: int, stable: bool, groups: list[_Group],
+                         ladder: list[_Rung], paper: SquareTilingTiling | None,
+                         spill: str = "exp") -> Families[SquareTilingTiling]:
+        """One family per (Phase-1 choice, Br2, Bd2), its key slices Bk2 (:meth:`_slices`)
+        listed only when scored, then the paper's tiling; ties go to the first in the order
+        (Phase-1 choice, Br2, Bk2, Bd2), the paper's last.
+
+        The bound: Phase 1 is scored exactly (O(log N)); Phase 2 is bounded below by its count
+        with the key slices shrunk to single keys: block i of Br2 rows (r_i of them) sees keys
+        [0, hi_i), and ``w_i >= hi_i``, ``nc_i >= hi_i/Bc``, so with ``H = sum_i r_i·hi_i`` and
         ``h = sum_i hi_i`` (one O(log N) sum per Br2) Phase 2 moves at least
         ``Td·sum_i [seen_i]·r_i + Td·H + d·h (+ Td·ceil(H/Bc) stable) + Nq·d`` words, whatever
-        Bk2.  Each (group, Br2, Bd2) is bounded once; they are expanded into their key slices
-        and scored exactly in order of the bound until it exceeds the least count found.
+        Bk2 (per head; times the heads).
         """
-        d, Nq = shape.d, shape.Nq
+        d, Nq, heads = shape.d, shape.Nq, shape.n_heads
         sums: dict[int, masks.BlockSums] = {}
 
         def lower(e1: int, br2: int, bd2: int, bc: int) -> int:
@@ -498,43 +522,48 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             s = sums[br2]
             td = -(-d // bd2)
             extra = -(-s.size_width // bc) if _maxima(stable, spill) else 0
-            return e1 + td * (s.size_seen + s.size_width + extra) + d * s.width + Nq * d
+            return heads * (e1 + td * (s.size_seen + s.size_width + extra) + d * s.width + Nq * d)
 
-        buckets = [(lower(e1, br2, bd2, c[1]), g, e) for g, (c, e1) in enumerate(groups)
-                   for e, (bd2, br2, _) in enumerate(ladder)]
+        buckets = [(g, e) for g in range(len(groups)) for e in range(len(ladder))]
+        lows = [lower(groups[g][1], ladder[e][1], ladder[e][0], groups[g][0][1])
+                for g, e in buckets]
         if paper is not None:
             e1 = sum(_phase1_io(shape, paper.Br, paper.Bc, paper.order, paper.stable, spill))
-            buckets.append((lower(e1, paper.Br2, paper.Bd2, paper.Bc), len(groups), -1))
-        buckets.sort()
-        best: int | None = None
-        scored: list[tuple[tuple[int, ...], int, SquareTilingTiling]] = []
+            buckets.append((len(groups), -1))
+            lows.append(lower(e1, paper.Br2, paper.Bd2, paper.Bc))
         snaps: dict[int, dict[int, int]] = {}
-        for lb, g, e in buckets:
-            if best is not None and lb > best:
-                break
-            members: list[tuple[tuple[int, ...], SquareTilingTiling]]
+
+        def members(i: int) -> list[SquareTilingTiling]:
+            g, e = buckets[i]
             if g == len(groups):
                 assert paper is not None  # its bucket is there only when paper is
-                members = [((g,), paper)]
-            else:
-                (br, bc, bd, order), _ = groups[g]
-                bd2, br2, _ = ladder[e]
-                members = [((g, br2, k, bd2),
-                            SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable, spill))
-                           for k in self._slices(shape, M, stable, bc, ladder[e],
-                                                 snaps.setdefault(bc, {}), spill)]
-            for at, t in members:
-                if self.footprint(shape, t) > M:
-                    continue
-                tot = self._predict(shape, t).total  # per head, as the bound
-                scored.append((at, tot, t))
-                best = tot if best is None else min(best, tot)
-        return [t for at, tot, t in sorted(scored, key=lambda c: c[0]) if tot == best]
+                return [paper]
+            (br, bc, bd, order), _ = groups[g]
+            bd2, br2, _ = ladder[e]
+            return [SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable, spill)
+                    for k in self._slices(shape, M, stable, bc, ladder[e],
+                                          snaps.setdefault(bc, {}), spill)]
+
+        def place(i: int, j: int, t: SquareTilingTiling) -> tuple[int, ...]:
+            g = buckets[i][0]
+            return (g,) if g == len(groups) else (g, t.Br2, t.Bk2, t.Bd2)
+
+        return Families(lows, members, order=place)
+
+    def mapspace_tilings(self, shape: Shape, M: int, **options: Any
+                         ) -> list[SquareTilingTiling]:
+        """:meth:`candidate_tilings`, with its options ``stable`` and ``spill``."""
+        unknown = set(options) - {"stable", "spill"}
+        if unknown:
+            raise ParameterError(f"{self.name} takes the tiling options stable and spill, got "
+                                 f"{sorted(unknown)}")
+        return self.candidate_tilings(shape, M, **options)
 
     def candidate_tilings(self, shape: Shape, M: int,
                           stable: bool = True, spill: str | None = None
                           ) -> list[SquareTilingTiling]:
-        """The search's least tilings; stable, with ``spill="scores"`` unless told: for the same
+        """The combinations the search scores (:meth:`_search`); stable, with
+        ``spill="scores"`` unless told: for the same
         sides it fits wherever ``spill="exp"`` fits (one row vector less in each phase) and
         moves the same words less the per-tile maxima, so the exp spill never wins."""
         if spill is None:
@@ -547,7 +576,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         shape = Shape.coerce(shape).with_mask(causal)
         M = check_int("M", M, minimum=1)
         mapper.check_M(self, shape, M, stable=stable)
-        found = mapper.search(self, shape, M, self.candidate_tilings(shape, M, stable))
+        found = mapper.least(self, shape, M, stable=stable)
         assert found is not None  # min_M guarantees the square tiling of side 1
         best: SquareTilingTiling = found.tiling
         return best

@@ -68,6 +68,7 @@ from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
+from . import mapper
 from .base import GroupedAlgorithm, block_sizes, divisors_upto
 from .common import HeadGroup
 from .flash2 import ALGORITHM as _FLASH2
@@ -206,7 +207,9 @@ class WindowCache(GroupedAlgorithm[WindowCacheTiling]):
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[WindowCacheTiling]:
         """Cached: for every group G and a few Br (the fewest blocks, powers of two), the widest
-        score tile that fits with the ring; streamed: FlashAttention-2's candidates."""
+        score tile that fits with the ring; streamed: FlashAttention-2's candidates, as the
+        mapper's branch and bound leaves them (:func:`~attnio.algorithms.mapper.pruned_tilings`:
+        under a mask, those of least count)."""
         d, Nq = shape.d, shape.Nq
         out: list[WindowCacheTiling] = []
         for G in divisors_upto(shape.group, max(0, M // (2 * d + 3))):
@@ -217,7 +220,7 @@ class WindowCache(GroupedAlgorithm[WindowCacheTiling]):
                 if room >= Br:
                     out.append(WindowCacheTiling(Br, min(C, room // Br), True, G))
         out.extend(WindowCacheTiling(t.Br, t.Bc, False, t.group)
-                   for t in _FLASH2.candidate_tilings(shape, M))
+                   for t in mapper.pruned_tilings(_FLASH2, shape, M))
         return out
 
     # ------------------------------------------------------------------ counts

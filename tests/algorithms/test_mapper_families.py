@@ -1,0 +1,125 @@
+"""The mapper's branch and bound over a schedule's families of tilings (issue 33: the searches
+that lived inside flash2 and small_cache_backward are the mapper's): every family's bound is
+below every member's count, the pruned search picks what scoring every member picks, and it
+lists a family only while its bound can still win."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnio import algorithms as _alg
+from attnio.algorithms import mapper
+from attnio.algorithms.protocol import Families
+from attnio.core.memory import IOCount
+from attnio.core.workload import Shape
+
+#: schedules that declare families (``_families``), forward and backward
+FAMILIES = [s for s in (*_alg.all_algorithms(exact=True), *_alg.all_backwards())
+            if getattr(s, "_families", None) is not None]
+WORKLOADS = [(Shape.make(50, 16, causal=True), 300),
+             (Shape.make(40, 8, Nkv=70, heads=4, kv_heads=2, causal="top_left"), 5000),
+             (Shape.make(64, 8, causal=True, window=9), 600),
+             (Shape.make(300, 32, causal=True), 13615),
+             (Shape.make(777, 24, heads=6, kv_heads=2, causal=True), 300),
+             (Shape.make(600, 16, Nkv=1000, causal=True), 5000),
+             (Shape.make(256, 16), 4096)]
+
+
+def test_flash2_square_tiling_and_the_small_cache_backwards_declare_families():
+    names = {s.name for s in FAMILIES}
+    assert {"flash2", "square_tiling", "small_cache_backward",
+            "fused_small_cache_backward"} <= names
+
+
+@pytest.mark.parametrize("s", FAMILIES, ids=lambda s: s.name)
+def test_every_family_bounds_its_members_and_the_search_equals_scoring_them_all(s):
+    checked = 0
+    for shape, M in WORKLOADS:
+        if mapper.can_run(s, shape, M) is not None:
+            continue
+        families = s._families(shape, M)
+        if families is None:  # (flash2 unmasked: every candidate scored)
+            continue
+        every = []  # (count, steps, place, tiling) of every member that fits
+        for i, lower in enumerate(families.lower):
+            for j, t in enumerate(families.members(i)):
+                if s.footprint(shape, t) > M:
+                    continue
+                count = s.cost(shape, t).io.total
+                assert lower <= count * (1 + 1e-12), (s.name, shape, t)
+                if families.refined is not None:
+                    assert families.refined(i) <= count * (1 + 1e-12), (s.name, shape, t)
+                place = (i, j) if families.order is None else families.order(i, j, t)
+                every.append((count, s.steps(shape, t), place, t))
+        found = mapper.search(s, shape, M)
+        assert found is not None and every
+        least = min(every, key=lambda c: c[:3])
+        assert (found.predicted.total, found.steps, found.tiling) == \
+            (least[0], least[1], least[3])
+        assert found.tried == sum(c[0] == least[0] for c in every)
+        # the same choice as the plain loop over the candidates (ties included)
+        full = mapper.search(s, shape, M, s.candidate_tilings(shape, M))
+        assert full is not None
+        assert (full.tiling, full.predicted, full.steps) == \
+            (found.tiling, found.predicted, found.steps)
+        checked += 1
+    assert checked >= 3
+
+
+def test_pruned_tilings_are_the_members_of_least_count_in_order():
+    flash2 = _alg.get("flash2")
+    for shape, M in WORKLOADS:
+        cands = [t for t in flash2.candidate_tilings(shape, M) if flash2.footprint(shape, t) <= M]
+        pruned = mapper.pruned_tilings(flash2, shape, M)
+        if not shape.causal:  # no families: every candidate
+            assert pruned == list(flash2.candidate_tilings(shape, M))
+            continue
+        least = min(flash2.cost(shape, t).io.total for t in cands)
+        assert pruned == [t for t in cands if flash2.cost(shape, t).io.total == least]
+
+
+class _Toy:
+    """A schedule whose count is its tiling (an int), listed through families."""
+
+    name = "toy"
+
+    def __init__(self) -> None:
+        self.listed: list[str] = []
+
+    def footprint(self, shape, t):
+        return 0 if t >= 0 else 10**9  # a negative tiling does not fit
+
+    def steps(self, shape, t):
+        return t % 2
+
+    def _total(self, shape, t):
+        return IOCount(reads=abs(t), writes=0)
+
+    def families(self, fams):
+        """``fams``: (label, lower, members, refined or None) per family."""
+        def members(i):
+            self.listed.append(fams[i][0])
+            return fams[i][2]
+
+        return Families([f[1] for f in fams], members,
+                        lambda i: fams[i][3] if fams[i][3] is not None else fams[i][1])
+
+
+def test_a_family_is_listed_only_while_its_bound_can_win():
+    toy, shape = _Toy(), Shape.make(8, 2)
+    fams = toy.families([("far", 50, [60], None),             # bound above the least: never listed
+                         ("refined away", 5, [40], 30),       # refined above the least: skipped
+                         ("first", 1, [-3, 11, 10], None),    # -3 does not fit
+                         ("tie", 10, [10, 12], None)])
+    found = mapper._least_families(toy, shape, 100, fams)
+    assert found is not None
+    # the least count 10 twice (the "first" family's, then "tie"'s): fewest steps, then the
+    # first in the families' order
+    assert (found.tiling, found.predicted.total, found.steps, found.tried) == (10, 10, 0, 2)
+    assert toy.listed == ["first", "tie"]
+
+
+def test_no_member_that_fits_gives_none():
+    toy, shape = _Toy(), Shape.make(8, 2)
+    assert mapper._least_families(toy, shape, 100, toy.families([("x", 0, [-1], None)])) is None
+    assert mapper._least_families(toy, shape, 100, toy.families([])) is None
