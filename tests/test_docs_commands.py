@@ -37,6 +37,9 @@ SLOW = (
     "attnio pebble --N 2 --d 1 --M 6",
     "attnio run window_square --N 4096",  # 4 s of compute (tests/algorithms runs it smaller)
     "attnio cp run",  # launches torchrun (tests/parallel runs it on P = 2 in the fast suite)
+    # the windowed study of docs/bounds.md §13.3, 80 workloads planned (3 s; the claims it
+    # feeds are tested on a smaller grid in tests/experiments/test_window_claims.py)
+    "attnio sweep --N 1024:65536:x4 --d 64,128 --M 4096:1048576:x4 --causal true --window",
 )
 
 #: Documented commands that exit non-zero on purpose (the doc's comment says why), and the code.
@@ -105,9 +108,10 @@ def collect() -> tuple[list[tuple[str, str, list[str]]], list[str], list[tuple[s
             if whole and not any(t in span for t in ("...", "[", "|", "FILE", "COMMAND")):
                 commands.append((where, span, []))
     best: dict[str, tuple[str, str, list[str]]] = {}
-    for c in commands:  # one test per command; the copy that shows its output wins
-        if c[1] not in best or (c[2] and not best[c[1]][2]):
-            best[c[1]] = c
+    for c in commands:  # one test per command (spacing aside); the copy showing its output wins
+        key = " ".join(c[1].split())
+        if key not in best or (c[2] and not best[key][2]):
+            best[key] = c
     return list(best.values()), sorted(verbs - {"COMMAND"}), python
 
 

@@ -23,7 +23,7 @@ STEP_BUDGET = 6000  # compute-mode cases above this many tile steps are left to 
 #: compute-mode cases above this many tile steps (the least M at N = 100, mostly) run only with
 #: ``-m slow``: the same schedules and tilings run in the default suite at N = 7 and 33, and their
 #: counts at N = 100 are checked step by step in count mode (test_count_mode_...)
-FAST_STEPS = 1500
+FAST_STEPS = 800
 
 
 def _m_values(alg, shape: Shape) -> list[int]:

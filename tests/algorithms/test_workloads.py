@@ -28,8 +28,10 @@ def qkv4(B, Hq, Hkv, Nq, Nkv, d, seed=0):
 MASKS = [(False, None), (True, None), ("top_left", None), (True, 5)]
 
 
+#: 4 query heads on 1 K/V head (a group of 4) and on 4 (no grouping) in the default run; on 2
+#: (groups of 2, the same code path as 4) with ``-m slow``
 @pytest.mark.parametrize("name", ALGS)
-@pytest.mark.parametrize("Hkv", [1, 2, 4])
+@pytest.mark.parametrize("Hkv", [1, pytest.param(2, marks=pytest.mark.slow), 4])
 @pytest.mark.parametrize("causal,window", MASKS)
 @pytest.mark.parametrize("Nq,Nkv", [(19, 33), (33, 19)])
 def test_batched_gqa_outputs_and_counts(name, Hkv, causal, window, Nq, Nkv):
