@@ -150,6 +150,42 @@ def test_plan_report_places_the_factors_under_the_ratio():
     assert p.report() == repr(p)
 
 
+@pytest.mark.parametrize("factors", [None, "quick"])
+def test_plan_prints_plan_with_factors(capsys, factors):
+    shape, mem = Shape.make(1024, 64), planner.fast_memory(4096)
+    fp = planner.plan_with_factors(shape, mem, factors=factors)
+    assert fp.plan is planner.plan_shape(shape, mem)
+    if factors is None:
+        assert fp.factors is None and fp.report() == fp.plan.report()
+    else:
+        cheap, budget_s, loop_search = planner.FACTOR_SEARCHES[factors]
+        f = fp.plan.factors(cheap=cheap, budget_s=budget_s, loop_search=loop_search)
+        assert (fp.factors.total, fp.factors.bound) == (f.total, f.bound)
+        assert fp.report() == fp.plan.report(fp.factors)
+    argv = ["plan", "--N", "1024", "--d", "64", "--M", "4096", "--json"]
+    out = _json(capsys, argv + (["--no-factors"] if factors is None else []))
+    want = json.loads(json.dumps(fp.to_dict(), sort_keys=True, default=str))
+    got_factors, want_factors = out.pop("factors"), want.pop("factors")
+    assert out == want
+    assert (got_factors is None) == (want_factors is None)
+    if factors is not None:    # (a quick search's reach may depend on the time: its count not)
+        assert got_factors["total"] == want_factors["total"]
+
+
+def test_plan_with_factors_refuses_an_unknown_search_and_skips_approximate_picks():
+    with pytest.raises(ParameterError, match=r"^factors must be 'quick' or 'full', got 'all'"):
+        planner.plan_with_factors(Shape.make(256, 16), 1024, factors="all")
+    fp = planner.plan_with_factors(Shape.make(1024, 64), 4096)
+    assert fp.factors is not None and fp.to_dict()["factors"] == fp.factors.to_dict()
+
+
+def test_plan_help_states_the_quick_search_budget(capsys):
+    assert main(["plan", "--help"]) == 0
+    cheap, budget_s, _ = planner.FACTOR_SEARCHES["quick"]
+    assert f"quick one (<= {cheap} rows, capped at {budget_s:g} s)" in " ".join(
+        capsys.readouterr().out.split())
+
+
 # ---------------------------------------------------------------------- attnio sweep
 def test_override_grid_reads_flags_as_grid_values():
     g = experiments.override_grid(experiments.Grid(), {"N": "64,128", "algo": "flash2,standard",
