@@ -140,6 +140,20 @@ def test_check_trace_size():
     assert e.value.param == "N" and "max_products 100" in str(e.value)
 
 
+def test_trace_prints_record_trace(capsys):
+    shape = Shape.make(64, 16, causal=True)
+    t = cachesim.record_trace("flash2", 1024, shape=shape)
+    want = cachesim.trace("flash2", M=1024, shape=shape)
+    assert len(t) == len(want) and t.meta == want.meta
+    out = _json(capsys, ["trace", "flash2", "--N", "64", "--d", "16", "--M", "1024", "--causal",
+                         "--json"])
+    assert out["events"] == len(t) and out["explicit"] == t.meta["explicit"]
+    with pytest.raises(ParameterError, match=r"^N 64 d 16: the trace would hold more than"):
+        cachesim.record_trace("flash2", 1024, shape=shape, max_products=100)
+    with pytest.raises(ParameterError, match=r"^max_products must be"):
+        cachesim.record_trace("flash2", 1024, shape=shape, max_products=0)
+
+
 # ---------------------------------------------------------------------- attnio plan
 def test_plan_report_places_the_factors_under_the_ratio():
     p = planner.plan_shape(Shape.make(1024, 64), planner.fast_memory(4096))
