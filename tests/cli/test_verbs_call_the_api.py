@@ -98,6 +98,80 @@ def test_fit_calibration_into_checks_the_output_before_the_fit(tmp_path):
     assert rows.read_text().startswith("device,")
 
 
+def test_gpu_devices_prints_device_listing(capsys):
+    rtx = "docs/devices/rtx4090.toml"
+    listed = hardware.device_listing(rtx)
+    assert [d.name for d in listed] == [d.name for d in hardware.all_devices()] + ["my-rtx4090"]
+    assert listed[-1] == hardware.load_device_file(rtx)
+    assert hardware.device_listing() == hardware.all_devices()
+    assert _json(capsys, ["gpu", "devices", "--device-file", rtx, "--json"]) == json.loads(
+        json.dumps([d.as_dict() for d in listed]))
+
+
+@pytest.mark.parametrize("argv,kw", [
+    (["--device", "h100", "--kernel", "fa3"], {"kernel": "fa3"}),
+    (["--device", "a100"], {}),                              # fa2 off Hopper
+    (["--device", "h100", "--backward"], {"backward": True}),  # FA3's backward
+    (["--config", "algorithm=fa2,Br=128,Bc=64,warps=4,stages=2"],
+     {"config": "algorithm=fa2,Br=128,Bc=64,warps=4,stages=2"}),
+])
+def test_gpu_score_prints_score_workload(capsys, argv, kw):
+    shape = Shape.make(2048, 64, heads=4)
+    device = argv[1] if argv[0] == "--device" else "h100"
+    s = hardware.score_workload(device, shape, **kw)
+    named = kw.get("config") or kw.get("kernel") or ("fa3" if device == "h100" else "fa2")
+    want = (hardware.backward_config(named, hardware.get(device), shape) if kw.get("backward")
+            else named)
+    assert s.to_dict() == hardware.score(device, shape, want).to_dict()
+    out = _json(capsys, ["gpu", "score", "--N", "2048", "--d", "64", "--heads", "4", *argv,
+                         "--json"])
+    assert out == json.loads(json.dumps(s.to_dict()))
+
+
+def test_score_workload_refuses_in_api_words():
+    shape = Shape.make(1024, 64)
+    with pytest.raises(ParameterError, match=r"^backward scores a named kernel's backward; "
+                                             r"with config give algorithm=fa2_bwd") as e:
+        hardware.score_workload("h100", shape, config="Br=128,Bc=64", backward=True)
+    assert e.value.param == "backward"
+    with pytest.raises(ParameterError, match=r"^give config or kernel, not both"):
+        hardware.score_workload("h100", shape, config="Br=128,Bc=64", kernel="fa2")
+
+
+@pytest.fixture(scope="module")
+def h100_fit(tmp_path_factory):
+    """A calibration file fitted to the example measurements (sm90 only)."""
+    pytest.importorskip("scipy")
+    out = tmp_path_factory.mktemp("fit") / "calib.json"
+    hardware.fit_calibration_into("docs/gpu_measurements_example.csv", out)
+    return out
+
+
+def test_score_workload_uses_the_calibration_file(h100_fit):
+    shape = Shape.make(4096, 128, heads=8)
+    with hardware.using_calibration(hardware.load_calibration(h100_fit)):
+        want = hardware.score("h100", shape, "fa3")
+    got = hardware.score_workload("h100", shape, calibration=h100_fit)
+    assert got.time_s == want.time_s and got.time_s != hardware.score("h100", shape, "fa3").time_s
+    with pytest.raises(ParameterError, match=rf"^calibration {h100_fit} holds the fit of sm90, "
+                                             r"but device a100-80gb is sm80") as e:
+        hardware.score_workload("a100", shape, calibration=h100_fit)
+    assert e.value.param == "calibration"
+
+
+def test_gpu_validate_prints_validate_file(capsys, h100_fit):
+    rows = "docs/gpu_measurements_example.csv"
+    res = hardware.validate_file(rows)
+    assert res == hardware.validate_measurements(rows)
+    assert _json(capsys, ["gpu", "validate", "--measurements", rows, "--json"]) == res
+    fitted = hardware.validate_file(rows, calibration=h100_fit)
+    with hardware.using_calibration(hardware.load_calibration(h100_fit)):
+        assert fitted == hardware.validate_measurements(rows)
+    assert fitted["mean_abs_err"] < res["mean_abs_err"]   # the fit is to these rows
+    assert _json(capsys, ["gpu", "validate", "--measurements", rows, "--calibration",
+                          str(h100_fit), "--json"]) == fitted
+
+
 # ---------------------------------------------------------------------- attnio run matmul
 def test_run_matmul_prints_matmul_check(capsys):
     chk = blocks.matmul_check((32, 16, 24), 300, seed=3)
