@@ -98,6 +98,80 @@ def test_fit_calibration_into_checks_the_output_before_the_fit(tmp_path):
     assert rows.read_text().startswith("device,")
 
 
+def test_gpu_devices_prints_device_listing(capsys):
+    rtx = "docs/devices/rtx4090.toml"
+    listed = hardware.device_listing(rtx)
+    assert [d.name for d in listed] == [d.name for d in hardware.all_devices()] + ["my-rtx4090"]
+    assert listed[-1] == hardware.load_device_file(rtx)
+    assert hardware.device_listing() == hardware.all_devices()
+    assert _json(capsys, ["gpu", "devices", "--device-file", rtx, "--json"]) == json.loads(
+        json.dumps([d.as_dict() for d in listed]))
+
+
+@pytest.mark.parametrize("argv,kw", [
+    (["--device", "h100", "--kernel", "fa3"], {"kernel": "fa3"}),
+    (["--device", "a100"], {}),                              # fa2 off Hopper
+    (["--device", "h100", "--backward"], {"backward": True}),  # FA3's backward
+    (["--config", "algorithm=fa2,Br=128,Bc=64,warps=4,stages=2"],
+     {"config": "algorithm=fa2,Br=128,Bc=64,warps=4,stages=2"}),
+])
+def test_gpu_score_prints_score_workload(capsys, argv, kw):
+    shape = Shape.make(2048, 64, heads=4)
+    device = argv[1] if argv[0] == "--device" else "h100"
+    s = hardware.score_workload(device, shape, **kw)
+    named = kw.get("config") or kw.get("kernel") or ("fa3" if device == "h100" else "fa2")
+    want = (hardware.backward_config(named, hardware.get(device), shape) if kw.get("backward")
+            else named)
+    assert s.to_dict() == hardware.score(device, shape, want).to_dict()
+    out = _json(capsys, ["gpu", "score", "--N", "2048", "--d", "64", "--heads", "4", *argv,
+                         "--json"])
+    assert out == json.loads(json.dumps(s.to_dict()))
+
+
+def test_score_workload_refuses_in_api_words():
+    shape = Shape.make(1024, 64)
+    with pytest.raises(ParameterError, match=r"^backward scores a named kernel's backward; "
+                                             r"with config give algorithm=fa2_bwd") as e:
+        hardware.score_workload("h100", shape, config="Br=128,Bc=64", backward=True)
+    assert e.value.param == "backward"
+    with pytest.raises(ParameterError, match=r"^give config or kernel, not both"):
+        hardware.score_workload("h100", shape, config="Br=128,Bc=64", kernel="fa2")
+
+
+@pytest.fixture(scope="module")
+def h100_fit(tmp_path_factory):
+    """A calibration file fitted to the example measurements (sm90 only)."""
+    pytest.importorskip("scipy")
+    out = tmp_path_factory.mktemp("fit") / "calib.json"
+    hardware.fit_calibration_into("docs/gpu_measurements_example.csv", out)
+    return out
+
+
+def test_score_workload_uses_the_calibration_file(h100_fit):
+    shape = Shape.make(4096, 128, heads=8)
+    with hardware.using_calibration(hardware.load_calibration(h100_fit)):
+        want = hardware.score("h100", shape, "fa3")
+    got = hardware.score_workload("h100", shape, calibration=h100_fit)
+    assert got.time_s == want.time_s and got.time_s != hardware.score("h100", shape, "fa3").time_s
+    with pytest.raises(ParameterError, match=rf"^calibration {h100_fit} holds the fit of sm90, "
+                                             r"but device a100-80gb is sm80") as e:
+        hardware.score_workload("a100", shape, calibration=h100_fit)
+    assert e.value.param == "calibration"
+
+
+def test_gpu_validate_prints_validate_file(capsys, h100_fit):
+    rows = "docs/gpu_measurements_example.csv"
+    res = hardware.validate_file(rows)
+    assert res == hardware.validate_measurements(rows)
+    assert _json(capsys, ["gpu", "validate", "--measurements", rows, "--json"]) == res
+    fitted = hardware.validate_file(rows, calibration=h100_fit)
+    with hardware.using_calibration(hardware.load_calibration(h100_fit)):
+        assert fitted == hardware.validate_measurements(rows)
+    assert fitted["mean_abs_err"] < res["mean_abs_err"]   # the fit is to these rows
+    assert _json(capsys, ["gpu", "validate", "--measurements", rows, "--calibration",
+                          str(h100_fit), "--json"]) == fitted
+
+
 # ---------------------------------------------------------------------- attnio run matmul
 def test_run_matmul_prints_matmul_check(capsys):
     chk = blocks.matmul_check((32, 16, 24), 300, seed=3)
@@ -140,6 +214,20 @@ def test_check_trace_size():
     assert e.value.param == "N" and "max_products 100" in str(e.value)
 
 
+def test_trace_prints_record_trace(capsys):
+    shape = Shape.make(64, 16, causal=True)
+    t = cachesim.record_trace("flash2", 1024, shape=shape)
+    want = cachesim.trace("flash2", M=1024, shape=shape)
+    assert len(t) == len(want) and t.meta == want.meta
+    out = _json(capsys, ["trace", "flash2", "--N", "64", "--d", "16", "--M", "1024", "--causal",
+                         "--json"])
+    assert out["events"] == len(t) and out["explicit"] == t.meta["explicit"]
+    with pytest.raises(ParameterError, match=r"^N 64 d 16: the trace would hold more than"):
+        cachesim.record_trace("flash2", 1024, shape=shape, max_products=100)
+    with pytest.raises(ParameterError, match=r"^max_products must be"):
+        cachesim.record_trace("flash2", 1024, shape=shape, max_products=0)
+
+
 # ---------------------------------------------------------------------- attnio plan
 def test_plan_report_places_the_factors_under_the_ratio():
     p = planner.plan_shape(Shape.make(1024, 64), planner.fast_memory(4096))
@@ -148,6 +236,42 @@ def test_plan_report_places_the_factors_under_the_ratio():
     at = next(k for k, ln in enumerate(text) if ln.lstrip().startswith("Ratio total/bound"))
     assert text[at + 1:at + 1 + len(f.lines())] == f.lines()
     assert p.report() == repr(p)
+
+
+@pytest.mark.parametrize("factors", [None, "quick"])
+def test_plan_prints_plan_with_factors(capsys, factors):
+    shape, mem = Shape.make(1024, 64), planner.fast_memory(4096)
+    fp = planner.plan_with_factors(shape, mem, factors=factors)
+    assert fp.plan is planner.plan_shape(shape, mem)
+    if factors is None:
+        assert fp.factors is None and fp.report() == fp.plan.report()
+    else:
+        cheap, budget_s, loop_search = planner.FACTOR_SEARCHES[factors]
+        f = fp.plan.factors(cheap=cheap, budget_s=budget_s, loop_search=loop_search)
+        assert (fp.factors.total, fp.factors.bound) == (f.total, f.bound)
+        assert fp.report() == fp.plan.report(fp.factors)
+    argv = ["plan", "--N", "1024", "--d", "64", "--M", "4096", "--json"]
+    out = _json(capsys, argv + (["--no-factors"] if factors is None else []))
+    want = json.loads(json.dumps(fp.to_dict(), sort_keys=True, default=str))
+    got_factors, want_factors = out.pop("factors"), want.pop("factors")
+    assert out == want
+    assert (got_factors is None) == (want_factors is None)
+    if factors is not None:    # (a quick search's reach may depend on the time: its count not)
+        assert got_factors["total"] == want_factors["total"]
+
+
+def test_plan_with_factors_refuses_an_unknown_search_and_skips_approximate_picks():
+    with pytest.raises(ParameterError, match=r"^factors must be 'quick' or 'full', got 'all'"):
+        planner.plan_with_factors(Shape.make(256, 16), 1024, factors="all")
+    fp = planner.plan_with_factors(Shape.make(1024, 64), 4096)
+    assert fp.factors is not None and fp.to_dict()["factors"] == fp.factors.to_dict()
+
+
+def test_plan_help_states_the_quick_search_budget(capsys):
+    assert main(["plan", "--help"]) == 0
+    cheap, budget_s, _ = planner.FACTOR_SEARCHES["quick"]
+    assert f"quick one (<= {cheap} rows, capped at {budget_s:g} s)" in " ".join(
+        capsys.readouterr().out.split())
 
 
 # ---------------------------------------------------------------------- attnio sweep

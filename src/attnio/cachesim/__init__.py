@@ -7,8 +7,8 @@
 """
 
 from .caches import POLICIES, Cache, ReplayResult, replay
-from .tracing import Trace, check_trace_size, trace
+from .tracing import Trace, check_trace_size, record_trace, trace
 from .validation import Verification, VerifyOptions, verify
 
 __all__ = ["POLICIES", "Cache", "ReplayResult", "Trace", "Verification", "VerifyOptions", "replay",
-           "check_trace_size", "trace", "verify"]
+           "check_trace_size", "record_trace", "trace", "verify"]

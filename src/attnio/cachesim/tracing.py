@@ -69,7 +69,7 @@ import numpy as np
 
 from .. import algorithms as _alg
 from ..algorithms.base import default_scale
-from ..core.checks import check_int
+from ..core.checks import check_int, check_real
 from ..core.errors import ParameterError
 from ..core.memory import FastTile, SlowArray, Tracer, TwoLevelMemory
 from ..core.progress import ProgressCallback
@@ -77,8 +77,8 @@ from ..core.resources import Cost, Limits
 from ..core.workload import MAX_M, Shape
 from ..runner import place_inputs
 
-__all__ = ["ALIGN", "ArrayInfo", "Chunk", "Event", "Trace", "check_trace_size", "estimate_trace",
-           "load", "trace"]
+__all__ = ["ALIGN", "MAX_PRODUCTS", "ArrayInfo", "Chunk", "Event", "Trace", "check_trace_size",
+           "estimate_trace", "load", "record_trace", "trace"]
 
 ALIGN = 64  # every array starts at a multiple of ALIGN words
 CHUNK = 1 << 20  # default events per chunk
@@ -423,6 +423,27 @@ def trace(name: str, N: int | None = None, d: int | None = None, M: int | None =
             "tiling": _tiling_dict(t),
             "explicit": {"reads": st.reads, "writes": st.writes, "peak": st.peak}}
     return _build(rec, meta)
+
+
+#: The default of :func:`record_trace`'s ``max_products`` (``attnio trace --max-products``).
+MAX_PRODUCTS = 2e8
+
+
+def record_trace(name: str, M: int, *, shape: Any, tiling: Any = None,
+                 limits: Limits | None = None, max_products: float = MAX_PRODUCTS,
+                 progress: ProgressCallback | None = None) -> Trace:
+    """:func:`trace` of ``shape`` once :func:`check_trace_size` allows it (``attnio trace``): a
+    trace is held whole, so one of more than ``max_products`` score products (Nq·Nkv·d·heads)
+    is refused before anything is recorded; the other arguments are :func:`trace`'s.
+
+    >>> from attnio.core import Shape
+    >>> record_trace("flash2", 256, shape=Shape.make(16, 4)).meta["explicit"]["reads"] > 0
+    True
+    """
+    shp = Shape.coerce(shape)
+    check_real("max_products", max_products, lo=1)
+    check_trace_size(shp, max_products)
+    return trace(name, M=M, shape=shp, tiling=tiling, limits=limits, progress=progress)
 
 
 def workload_of(who: str, N: Any, d: Any, shape: Any) -> Shape:

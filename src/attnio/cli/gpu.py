@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from typing import Any
 
 from ..core import AttnioError, ParameterError
 from .common import (
@@ -89,14 +88,6 @@ def _device_of(args):
                                  param="device_file")
         return hardware.load_device_file(args.device_file)
     return hardware.get(args.device or "h100")
-
-
-def _file_devices(args) -> list:
-    if not getattr(args, "device_file", None):
-        return []
-    from ..hardware import load_device_file
-
-    return [load_device_file(args.device_file)]
 
 
 def _calibration(args, dev=None) -> dict:
@@ -194,9 +185,9 @@ def _fmt_bytes(b) -> str:
 
 
 def _devices(args) -> int:
-    from ..hardware import all_devices
+    from ..hardware import device_listing
 
-    listed = [*all_devices(), *_file_devices(args)]
+    listed = device_listing(args.device_file)
     rows = [d.as_dict() for d in listed]
     if args.json:
         print(json.dumps(rows, sort_keys=True))
@@ -240,19 +231,9 @@ def _score(args) -> int:
     from .. import hardware
 
     shape = workload_from_args(args)
-    dev = _device_of(args)
-    config: Any = args.config if args.config is not None else (
-        args.kernel or ("fa3" if dev.wgmma else "fa2"))
-    if args.backward:
-        if args.config is not None:
-            raise ParameterError("--backward scores a named --kernel's backward; with --config "
-                                 "give algorithm=fa2_bwd or algorithm=fa3_bwd instead",
-                                 param="backward")
-        config = hardware.backward_config(config, dev.require_model(), shape,
-                                          hardware.dtype_name(args.dtype or "bf16"))
-
-    with hardware.using_calibration(_calibration(args, dev)):
-        s = hardware.score(dev, shape, config, dtype=args.dtype)
+    s = hardware.score_workload(_device_of(args), shape, config=args.config, kernel=args.kernel,
+                                backward=args.backward, dtype=args.dtype,
+                                calibration=args.calibration or None)
     dtype = s.config.dtype
     if args.json:
         print(json.dumps(s.to_dict(), sort_keys=True))
@@ -304,11 +285,11 @@ def _tune(args) -> int:
 
 
 def _validate(args) -> int:
-    from ..hardware import using_calibration, validate_measurements
+    from ..hardware import validate_file
 
     check_input_file(args.measurements, "--measurements")  # a FIFO or a device: refused, unread
-    with using_calibration(_calibration(args)):
-        res = validate_measurements(args.measurements, devices=_file_devices(args))
+    res = validate_file(args.measurements, device_file=args.device_file,
+                        calibration=args.calibration)
     if args.json:
         print(json.dumps(res, sort_keys=True, allow_nan=False))
         return 0

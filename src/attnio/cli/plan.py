@@ -7,9 +7,6 @@ import json
 from . import common
 
 NAME = "plan"
-#: The default split of the certificate: every tile size on axes of at most QUICK_CHEAP rows,
-#: stopped after QUICK_BUDGET_S seconds (``--factors``: 64 rows, no cap).
-QUICK_CHEAP, QUICK_BUDGET_S = 16, 1.0
 HELP = "pick the least-I/O algorithm and tiling for (N, d, M) and report its distance to the bound"
 
 
@@ -25,31 +22,26 @@ def add_arguments(p) -> None:
                    help="split the certificate into schedule and bound slack with a denser "
                         "search (every tile size on axes of <= 64 rows, no time cap, the "
                         "loop-order search on tiny shapes); by default a quick one (<= 16 rows, "
-                        f"capped at {QUICK_BUDGET_S:g} s)")
+                        "capped at 1 s)")  # attnio.planner.FACTOR_SEARCHES["quick"]
     g.add_argument("--no-factors", action="store_true", dest="no_factors",
                    help="do not split the certificate (the plan alone, no search)")
     common.add_output_arguments(p)
 
 
 def main(args) -> int:
-    from ..planner import plan_shape
+    from ..planner import plan_with_factors
 
     shape = common.workload_from_args(args)
     mem = common.memory_from_args(args)
     bwd = common.backward_from_args(args)
     shape = common.block_mask_from_args(args, shape, mem.M)
-    p = plan_shape(shape, mem, approx_eps=args.eps,
-                   entry_bound=args.entry_bound, backward=args.backward, backward_algorithm=bwd)
-    f = None
-    if not args.no_factors and p.chosen.exact and p.certificate.ratio is not None:
-        cheap, budget = (64, None) if args.factors else (QUICK_CHEAP, QUICK_BUDGET_S)
-        with common.progress_from_args(args, "certificate factors: searching schedules") as prog:
-            f = p.factors(cheap=cheap, budget_s=budget, loop_search=True if args.factors else None,
-                          progress=prog)
+    factors = None if args.no_factors else "full" if args.factors else "quick"
+    with common.progress_from_args(args, "certificate factors: searching schedules") as prog:
+        fp = plan_with_factors(shape, mem, approx_eps=args.eps, entry_bound=args.entry_bound,
+                               backward=args.backward, backward_algorithm=bwd, factors=factors,
+                               progress=prog)
     if args.json:
-        out = p.to_dict()
-        out["factors"] = None if f is None else f.to_dict()
-        print(json.dumps(out, sort_keys=True, default=str))
+        print(json.dumps(fp.to_dict(), sort_keys=True, default=str))
     else:
-        print(p.report(f))
+        print(fp.report())
     return 0

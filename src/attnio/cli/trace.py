@@ -59,7 +59,7 @@ def flag_names(args) -> dict[str, str]:
 
 def main(args) -> int:
     from .. import algorithms
-    from ..cachesim import check_trace_size, trace
+    from ..cachesim import record_trace
 
     alg = algorithms.get(args.algorithm)
     shape = common.workload_from_args(args)
@@ -70,13 +70,13 @@ def main(args) -> int:
     check_out_path("--din", args.din, ("--out", args.out))
     if args.out and not args.out.endswith((".npz", ".din")):
         raise ParameterError(f"--out must end in .npz or .din, got {args.out!r}", param="out")
-    check_trace_size(shape, args.max_products)
     limits = common.limits_from_args(args)
+    tiling = common.schedule_tiling_from_args(args, alg)
     with common.progress_from_args(args, f"recording the trace of {alg.name} {shape.describe()}",
                             unit="tile steps") as bar:
         try:
-            t = trace(alg.name, M=M, shape=shape, tiling=common.schedule_tiling_from_args(args, alg),
-                      limits=limits, progress=bar)
+            t = record_trace(alg.name, M, shape=shape, tiling=tiling, limits=limits,
+                             max_products=args.max_products, progress=bar)
         except ResourceError as e:
             raise e.instead_of("count without a trace (`attnio run --count-only`) or use a "
                                "smaller --N") from None

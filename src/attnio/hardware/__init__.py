@@ -11,7 +11,8 @@
 * :mod:`.model`: :func:`score`; :mod:`.oracle`: :func:`tune`; :mod:`.predict`: a named
   kernel's pass (standard, FA1, FA2, FA3); :mod:`.validate`: against measurements;
   :mod:`.calibrate`: the fit of the parameters to measurements; :mod:`.fits`: which fit a
-  generation uses (its own, a user's, or a borrowed one, with a warning).
+  generation uses (its own, a user's, or a borrowed one, with a warning); :mod:`.entry`: the
+  calls of ``attnio gpu score`` and ``validate``, which take a calibration file.
 
 Only :mod:`.devices` loads with ``import attnio`` (the planner needs it); the model loads on first
 use of :func:`score` or :func:`tune`.  ``__all__`` is the package's public API (docs/api.md), the
@@ -42,7 +43,9 @@ if TYPE_CHECKING:  # the lazily loaded names, for type checkers
     from .calibrate import check_out as check_calibration_out
     from .calibrate import load as load_calibration
     from .calibrate import write as write_calibration
+    from .device_file import listing as device_listing
     from .device_file import load as load_device_file
+    from .entry import score_workload, validate_file
     from .feasibility import KernelTables, kernel_tables
     from .feasibility import check as check_feasibility
     from .fits import FitWarning
@@ -57,14 +60,15 @@ __all__ = ["DTYPE_BYTES", "FLASH_ATTN_COMMIT", "Device", "FitWarning", "KernelCo
            "Score",
            "TuneSearch",
            "all_devices", "backward_config", "check_calibration_out", "check_feasibility",
-           "dtype_bytes", "dtype_name", "fit_calibration", "fit_calibration_into", "generation", "get",
+           "device_listing", "dtype_bytes", "dtype_name", "fit_calibration", "fit_calibration_into", "generation", "get",
            "kernel_table", "kernel_tables",
-           "load_calibration", "load_device_file", "names", "score", "tune", "tune_report",
-           "using_calibration", "validate_measurements", "words_for", "write_calibration"]
+           "load_calibration", "load_device_file", "names", "score", "score_workload", "tune",
+           "tune_report", "using_calibration", "validate_file", "validate_measurements", "words_for", "write_calibration"]
 
 #: Names loaded on first use: public name -> (module, its name there).
 _LAZY = {"KernelConfig": ("kernels", "KernelConfig"), "Score": ("model", "Score"),
-         "score": ("model", "score"), "tune": ("oracle", "tune"),
+         "score": ("model", "score"), "score_workload": ("entry", "score_workload"),
+         "tune": ("oracle", "tune"),
          "tune_report": ("oracle", "tune_report"), "TuneSearch": ("oracle", "TuneSearch"),
          "FLASH_ATTN_COMMIT": ("kernels", "FLASH_ATTN_COMMIT"),
          "kernel_table": ("kernels", "kernel_table"),
@@ -75,8 +79,10 @@ _LAZY = {"KernelConfig": ("kernels", "KernelConfig"), "Score": ("model", "Score"
          "fit_calibration_into": ("calibrate", "calibrate_into"),
          "generation": ("timing", "generation"),
          "load_device_file": ("device_file", "load"),
+         "device_listing": ("device_file", "listing"),
          "FitWarning": ("fits", "FitWarning"), "using_calibration": ("fits", "using"),
          "validate_measurements": ("validate", "validate"),
+         "validate_file": ("entry", "validate_file"),
          "load_calibration": ("calibrate", "load"),
          "fit_calibration": ("calibrate", "calibrate"),
          "check_calibration_out": ("calibrate", "check_out"),

@@ -49,7 +49,7 @@ try:
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the tomli backport
     import tomli as tomllib
 
-__all__ = ["KEYS", "MAX_BYTES", "load"]
+__all__ = ["KEYS", "MAX_BYTES", "listing", "load"]
 
 MAX_BYTES = 64 * 1024
 
@@ -232,3 +232,9 @@ def load(path: str | os.PathLike) -> Device:
         sfu_per_clk=vals.get("sfu_per_clk", 16), wgmma=gen == "sm90",
         source=f"device file {where}", provenance=prov, assumed=defaulted,
         notes=tuple(notes), **lim, **mem)
+
+
+def listing(device_file: str | os.PathLike | None = None) -> list[Device]:
+    """The device table (``attnio gpu devices``): every preset of :mod:`.devices`, then the GPU
+    ``device_file`` describes (:func:`load`) when given."""
+    return [*_devices.all_devices(), *([load(device_file)] if device_file else [])]

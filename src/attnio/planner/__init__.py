@@ -10,15 +10,18 @@ from typing import TYPE_CHECKING
 
 from ..core.lazy import lazy_names
 from .planner import (
+           FACTOR_SEARCHES,
            Backward,
            Candidate,
            Certificate,
+           FactoredPlan,
            FastMemory,
            Plan,
            backward_plan,
            fast_memory,
            plan,
            plan_shape,
+           plan_with_factors,
 )
 
 if TYPE_CHECKING:
@@ -29,5 +32,6 @@ __getattr__ = lazy_names(__name__, {"CertificateFactors": ("factors", "Certifica
                                     "certificate_factors": ("factors", "certificate_factors")},
                          globals())
 
-__all__ = ["Backward", "Candidate", "Certificate", "CertificateFactors", "FastMemory", "Plan",
-           "backward_plan", "certificate_factors", "fast_memory", "plan", "plan_shape"]
+__all__ = ["FACTOR_SEARCHES", "Backward", "Candidate", "Certificate", "CertificateFactors",
+           "FactoredPlan", "FastMemory", "Plan", "backward_plan", "certificate_factors",
+           "fast_memory", "plan", "plan_shape", "plan_with_factors"]

@@ -32,7 +32,7 @@ from .. import runner as _runner
 from ..algorithms import mapper
 from ..algorithms.base import Algorithm
 from ..core.blockmask import BlockMask
-from ..core.checks import check_bool, check_int, check_real
+from ..core.checks import check_bool, check_choice, check_int, check_real
 from ..core.errors import ParameterError
 from ..core.lazy import lazy_names
 from ..core.workload import MAX_M, FastMemory, Shape
@@ -42,8 +42,9 @@ from .records import Backward, Candidate, PlanRecord
 if TYPE_CHECKING:  # (the factors and the report's wording load on first use, not at import)
     from .factors import CertificateFactors, certificate_factors
 
-__all__ = ["Backward", "Candidate", "Certificate", "CertificateFactors", "FastMemory", "Plan",
-           "backward_plan", "certificate_factors", "plan", "plan_shape"]
+__all__ = ["FACTOR_SEARCHES", "Backward", "Candidate", "Certificate", "CertificateFactors",
+           "FactoredPlan", "FastMemory", "Plan", "backward_plan", "certificate_factors", "plan",
+           "plan_shape", "plan_with_factors"]
 
 __getattr__ = lazy_names(__name__.rpartition(".")[0], {
     "CertificateFactors": ("factors", "CertificateFactors"),
@@ -347,3 +348,55 @@ def plan(N: int, d: int, M: int | None = None, *, Nkv: int | None = None, causal
     memory = fast_memory(M, M_bytes=M_bytes, dtype_bytes=dtype_bytes, device=device)
     return plan_shape(shape, memory, approx_eps=approx_eps, entry_bound=entry_bound,
                       backward=backward, backward_algorithm=backward_algorithm)
+
+
+#: The searches :func:`plan_with_factors` runs for its ``factors`` argument: (cheap, budget_s,
+#: loop_search) of :func:`certificate_factors`.  ``"quick"`` (the default of ``attnio plan``):
+#: every tile size on axes of at most 16 rows, stopped after 1 s; ``"full"`` (``--factors``): 64
+#: rows, no time cap, the loop-order search on tiny shapes.
+FACTOR_SEARCHES: dict[str, tuple[int, float | None, bool | None]] = {
+    "quick": (16, 1.0, None), "full": (64, None, True)}
+
+
+@dataclass(frozen=True)
+class FactoredPlan:
+    """A plan with its certificate's two factors (``attnio plan`` prints it): :attr:`factors` is
+    None when not asked for, or when the plan has no ratio to split (an approximate pick, or a
+    bound of zero)."""
+
+    plan: Plan
+    factors: CertificateFactors | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan's :meth:`~attnio.planner.Plan.to_dict` with ``"factors"`` added."""
+        out = self.plan.to_dict()
+        out["factors"] = None if self.factors is None else self.factors.to_dict()
+        return out
+
+    def report(self) -> str:
+        """The plan's report with the factors under its ratio (:meth:`Plan.report`)."""
+        return self.plan.report(self.factors)
+
+
+def plan_with_factors(shape: Shape, memory: FastMemory | int, *, approx_eps: float | None = None,
+                      entry_bound: float | None = None, backward: bool = False,
+                      backward_algorithm: str | None = None, factors: str | None = "quick",
+                      progress: Callable[[int, int], None] | None = None) -> FactoredPlan:
+    """:func:`~attnio.planner.plan_shape` (the same arguments), then the certificate split in
+    two by :meth:`Plan.factors <attnio.planner.Plan.factors>` with the search ``factors`` names
+    (:data:`FACTOR_SEARCHES`: ``"quick"``, ``"full"``; None: not split).  The split runs only
+    for an exact pick with a ratio; ``progress`` reports its search.
+
+    >>> fp = plan_with_factors(Shape.make(1024, 64), fast_memory(4096), factors="quick")
+    >>> fp.factors is not None and fp.report() == fp.plan.report(fp.factors)
+    True
+    """
+    if factors is not None:
+        check_choice("factors", factors, FACTOR_SEARCHES)
+    p = plan_shape(shape, memory, approx_eps=approx_eps, entry_bound=entry_bound,
+                   backward=backward, backward_algorithm=backward_algorithm)
+    if factors is None or not p.chosen.exact or p.certificate.ratio is None:
+        return FactoredPlan(p, None)
+    cheap, budget_s, loop_search = FACTOR_SEARCHES[factors]
+    return FactoredPlan(p, p.factors(cheap=cheap, budget_s=budget_s, loop_search=loop_search,
+                                     progress=progress))
