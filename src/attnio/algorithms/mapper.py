@@ -13,7 +13,8 @@ owns:
   the backward search, and the default tiling), by branch and bound where a schedule bounds its
   count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min) or per family
   of tilings listed only when scored (``_families``: flash2 and square_tiling under a causal
-  mask or a window, small_cache_backward and fused_small_cache_backward);
+  mask or a window, standard under a mask, small_cache_backward and
+  fused_small_cache_backward);
 * :func:`pruned_tilings` — the candidates of least count, for a schedule that offers another's
   tilings among its own (window_cache streams flash2's);
 * :func:`default_tiling` — what a run uses when no tiling is given;
@@ -22,8 +23,8 @@ owns:
 
 Ties go to fewer, larger steps, then to the first candidate.  Some schedules still narrow their
 candidate lists with a search of their own (square_tiling's pre-ranking and unmasked search,
-standard, stream_tiling, window_square: docs/contributing.md, "Searches still inside
-schedules")."""
+standard's unmasked one, stream_tiling, window_square: docs/contributing.md, "Searches still
+inside schedules")."""
 
 from __future__ import annotations
 
