@@ -25,9 +25,9 @@ WORKLOADS = [(Shape.make(50, 16, causal=True), 300),
              (Shape.make(256, 16), 4096)]
 
 
-def test_flash2_square_tiling_and_the_small_cache_backwards_declare_families():
+def test_flash2_square_tiling_standard_and_the_small_cache_backwards_declare_families():
     names = {s.name for s in FAMILIES}
-    assert {"flash2", "square_tiling", "small_cache_backward",
+    assert {"flash2", "square_tiling", "standard", "small_cache_backward",
             "fused_small_cache_backward"} <= names
 
 
@@ -42,7 +42,14 @@ def test_every_family_bounds_its_members_and_the_search_equals_scoring_them_all(
             continue
         every = []  # (count, steps, place, tiling) of every member that fits
         for i, lower in enumerate(families.lower):
+            prev = None  # member_lower never falls along a family (the mapper stops a run on it)
             for j, t in enumerate(families.members(i)):
+                if families.member_lower is not None:
+                    low = families.member_lower(i, t)
+                    assert lower <= low * (1 + 1e-12) and (prev is None or prev <= low), \
+                        (s.name, shape, t)
+                    assert low <= s.cost(shape, t).io.total * (1 + 1e-12), (s.name, shape, t)
+                    prev = low
                 if s.footprint(shape, t) > M:
                     continue
                 count = s.cost(shape, t).io.total
@@ -123,3 +130,43 @@ def test_no_member_that_fits_gives_none():
     toy, shape = _Toy(), Shape.make(8, 2)
     assert mapper._least_families(toy, shape, 100, toy.families([("x", 0, [-1], None)])) is None
     assert mapper._least_families(toy, shape, 100, toy.families([])) is None
+
+
+def test_member_lower_stops_a_family_once_its_bound_passes_the_least():
+    toy, shape = _Toy(), Shape.make(8, 2)
+    scored: list[int] = []
+    total = toy._total
+
+    def counted(shape, t):
+        scored.append(t)
+        return total(shape, t)
+
+    toy._total = counted  # type: ignore[method-assign]
+    runs = [[4, 6, 9, 20], [5, 7, 30]]  # each member bounded at its count less 2: sorted runs
+    fams = Families([r[0] - 2 for r in runs], lambda i: runs[i],
+                    member_lower=lambda i, t: t - 2)
+    found = mapper._least_families(toy, shape, 100, fams)
+    assert found is not None and (found.tiling, found.tried) == (4, 1)
+    assert scored == [4, 6, 5]  # each run stops at its first member bounded above 4 (9, 7)
+
+
+def test_standard_masked_search_scores_no_more_than_its_runs_need():
+    """Standard's masked grid through the mapper: the least of every grid point, found while
+    scoring a few of them (each run stops once its bound passes the least count)."""
+    std = _alg.get("standard")
+    shape, M = Shape.make(4096, 64, causal=True), 65536
+    every = [t for t in std.candidate_tilings(shape, M) if std.footprint(shape, t) <= M]
+    least = min(std.cost(shape, t).io.total for t in every)
+    calls: list[object] = []
+    fams = std._families(shape, M)
+    assert fams is not None and fams.member_lower is not None
+    def members(i):
+        calls.append(i)
+        return fams.members(i)
+
+    probe = Families(fams.lower, members, order=fams.order, member_lower=fams.member_lower)
+    found = mapper._least_families(std, shape, M, probe)
+    assert found is not None and found.predicted.total == least
+    assert found == mapper.search(std, shape, M)
+    assert len(calls) < len(fams.lower)  # some runs never listed
+

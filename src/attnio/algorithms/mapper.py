@@ -13,7 +13,8 @@ owns:
   the backward search, and the default tiling), by branch and bound where a schedule bounds its
   count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min) or per family
   of tilings listed only when scored (``_families``: flash2 and square_tiling under a causal
-  mask or a window, small_cache_backward and fused_small_cache_backward);
+  mask or a window, standard under a mask, small_cache_backward and
+  fused_small_cache_backward);
 * :func:`pruned_tilings` — the candidates of least count, for a schedule that offers another's
   tilings among its own (window_cache streams flash2's);
 * :func:`default_tiling` — what a run uses when no tiling is given;
@@ -22,8 +23,8 @@ owns:
 
 Ties go to fewer, larger steps, then to the first candidate.  Some schedules still narrow their
 candidate lists with a search of their own (square_tiling's pre-ranking and unmasked search,
-standard, stream_tiling, window_square: docs/contributing.md, "Searches still inside
-schedules")."""
+standard's unmasked one, stream_tiling, window_square: docs/contributing.md, "Searches still
+inside schedules")."""
 
 from __future__ import annotations
 
@@ -229,8 +230,9 @@ def _least_families(schedule: Schedule, shape: Shape, M: int, families: Families
                     ) -> Choice[Any] | None:
     """The least-(I/O, steps) tiling of ``families`` that fits in M, by branch and bound: the
     families in order of their ``lower`` bound (stable), each refined (``refined(i)``, once a
-    count is known) and listed only while its bound is at most the least count found; every
-    member that fits is scored exactly.  A family passed over has a bound, so every member a
+    count is known) and listed only while its bound is at most the least count found (member by
+    member where the families bound each, ``member_lower``); every member listed that fits is
+    scored exactly.  A family passed over has a bound, so every member a
     count, above the least: none can win or tie.  Among the members of least count the choice
     is that of fewest steps, then the first in the families' order (family, then member; or by
     the families' ``order``).  ``tried`` counts the members of least count (the tilings the
@@ -263,21 +265,27 @@ def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[An
     as ``(place, tiling, count)`` in the families' order (``place``: (family, member), or the
     families' ``order``; empty: none fits)."""
     lows = [lb * (1 - 1e-9) for lb in families.lower]  # a margin far above float rounding
-    refined, order = families.refined, families.order
+    refined, order, member_lower = families.refined, families.order, families.member_lower
+    footprint, total = schedule.footprint, schedule._total
     best: int | None = None
-    scored: list[tuple[Any, Any, IOCount]] = []
+    scored: list[tuple[int, int, Any, IOCount]] = []
     for i in sorted(range(len(lows)), key=lows.__getitem__):
         if best is not None and lows[i] > best:
             break
         if best is not None and refined is not None and refined(i) * (1 - 1e-9) > best:
             continue
         for j, t in enumerate(families.members(i)):
-            if schedule.footprint(shape, t) > M:
+            if (best is not None and member_lower is not None
+                    and member_lower(i, t) * (1 - 1e-9) > best):
+                break  # the family's later members are bounded above it too
+            if footprint(shape, t) > M:
                 continue
-            io = schedule._total(shape, t)
-            scored.append(((i, j) if order is None else order(i, j, t), t, io))
-            best = io.total if best is None else min(best, io.total)
-    return sorted((c for c in scored if c[2].total == best), key=lambda c: c[0])
+            io = total(shape, t)
+            scored.append((i, j, t, io))
+            if best is None or io.total < best:
+                best = io.total
+    return sorted((((i, j) if order is None else order(i, j, t), t, io)  # ties' places only
+                   for i, j, t, io in scored if io.total == best), key=lambda c: c[0])
 
 
 # ----------------------------------------------------------------------------- backward

@@ -89,12 +89,16 @@ class Families(Generic[T]):
     members (where it is dearer than ``lower``).  The mapper breaks ties between equal counts
     and steps toward the first in the families' order (family, then member), or, where the
     schedule gives ``order(i, j, tiling)`` (member j of family i), toward the least of that key
-    (the mapspace's order where it is not the families')."""
+    (the mapspace's order where it is not the families').  Optionally ``member_lower(i,
+    tiling)``, a bound on one member's count, non-decreasing along ``members(i)``: the mapper
+    stops listing family i once it exceeds the least count found (a family that is a run of
+    tilings sorted by their bounds: standard's grid)."""
 
     lower: Sequence[float]
     members: Callable[[int], Iterable[T]]
     refined: Callable[[int], float] | None = None
     order: Callable[[int, int, T], Any] | None = None
+    member_lower: Callable[[int, T], float] | None = None
 
 
 @dataclass(frozen=True)

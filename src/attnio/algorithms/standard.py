@@ -30,7 +30,9 @@ The least workable M is 4 (all tiles 1 x 1, two-pass).
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +42,7 @@ from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from .base import Algorithm
+from .protocol import Families
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,6 @@ class StandardTiling:
     bn: int
     bk: int
     onepass: bool = False
-
-
-# a heap entry of the masked tiling search: (lower bound, grid order, ik, im, ib, onepass)
-_GridPoint = tuple[float, int, int, int, int, bool]
 
 
 def _softmax_rows(S: np.ndarray, m: np.ndarray, l: np.ndarray, t: np.ndarray) -> None:
@@ -95,10 +94,13 @@ class Standard(Algorithm[StandardTiling]):
                                       shape.window, shape.causal)
 
     def footprint(self, shape: Shape, tiling: StandardTiling) -> int:
-        bm, bn, bk = self._dims(shape, tiling)
+        bm, bn, bk = min(tiling.bm, shape.Nq), min(tiling.bn, shape.Nkv), min(tiling.bk, shape.d)
         mm = bm * bn + bm * bk + bn * bk
         if tiling.onepass:
-            if shape.causal:
+            # the widest visible row block is the last one (it sees every key) unless a window
+            # or a top-left diagonal with Nkv > Nq narrows it: then it costs O(log N)
+            if shape.causal and (shape.window is not None
+                                 or shape.causal_align != "bottom_right" and shape.Nkv > shape.Nq):
                 width = _max_width(shape, tiling.bm, tiling.bn)
             else:
                 width = shape.Nkv
@@ -111,38 +113,46 @@ class Standard(Algorithm[StandardTiling]):
         return 4
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[StandardTiling]:
-        sides = sorted({min(s, max(shape.Nq, shape.Nkv)) for s in _pow2_upto(M)})
-        bks = sorted({min(shape.d, b) for b in _pow2_upto(shape.d)} | {shape.d})
+        """Unmasked, the best tiling of each (bk, onepass) (:meth:`_unmasked_candidates`); under
+        a mask, the (bm, bn, bk, onepass) grid whose matmul (and two-pass softmax) tiles fit,
+        in :meth:`_families`' order."""
         if not shape.causal:
+            sides, bks = _sides(shape, M)
             return self._unmasked_candidates(shape, M, sides, bks)
-        return self._masked_candidates(shape, M, sides, bks)
+        fams = self._families(shape, M)
+        assert fams is not None
+        return [t for i in range(len(fams.lower)) for t in fams.members(i)]
 
-    def _masked_candidates(self, shape: Shape, M: int, sides: list[int],
-                           bks: list[int]) -> list[StandardTiling]:
-        """The least-(I/O, steps) tilings of the full (bk, bm, bn, onepass) grid, by branch and
-        bound (the planner needs N = 10^9 in milliseconds).
+    def _families(self, shape: Shape, M: int, **options: Any) -> Families[StandardTiling] | None:
+        """Under a mask, the (bk, bm, bn, onepass) grid in runs, one per (bk, bm, onepass), for
+        the mapper's branch and bound (the planner needs N = 10^9 in milliseconds); None
+        unmasked (:meth:`_unmasked_candidates` returns the few worth scoring).
 
         With P the visible (query, key) pairs, every tiling moves at least
         ``d·P/bn + 2d·P/bm + (p + Tk + 2)·P + Nq·d`` words (area >= P, n_i·bn >= cov_i,
-        sum_i cov_i >= P/bm, from the closed form above); tilings are scored exactly in order of
-        that lower bound (ties in grid order) until it exceeds the best count found, and the
-        tilings attaining the least count are returned.
-
-        The grid is walked lazily: for each (bk, bm, onepass) the bound falls as bn grows, so
-        its points come in bound order from the largest bn whose matmul (and two-pass) tiles fit
-        down; a heap merges these runs.  A point's footprint is checked only when it is reached
-        (the one-pass width costs O(log N)), so the grid is never built.
-        """
+        sum_i cov_i >= P/bm, from the closed form above), a head (``member_lower``: every head's).  For fixed
+        (bk, bm, onepass) it falls as bn grows, so a run lists its points from the largest bn
+        whose matmul (and two-pass softmax) tiles fit down, in bound order, and the mapper stops
+        it once the bound exceeds the least count found; a run's ``lower`` is its first point's
+        bound.  Nothing is listed before it is reached (a one-pass width costs O(log N)), so the
+        grid is never built.  Ties go to the least (one head's bound, grid position)
+        (``order``: the order its own heap-merged search kept before the mapper took it)."""
+        if options:
+            raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
+        if not shape.causal:
+            return None
         import bisect
-        import heapq
 
-        Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
-        # widest visible row block is the last one (cov.max = Nkv) unless a window or a top-left
-        # diagonal with Nkv > Nq narrows it: then ask footprint
-        simple = shape.window is None and (shape.causal_align == "bottom_right" or Nkv <= Nq)
+        sides, bks = _sides(shape, M)
+        Nq, Nkv, d, heads = shape.Nq, shape.Nkv, shape.d, shape.n_heads
         pall = masks.row_counts(shape).pairs  # O(1)
         ns = len(sides)
-        heap: list[_GridPoint] = []
+
+        def bound(bm: int, bn: int, bk: int, onepass: bool) -> float:  # one head's
+            p = 1 if onepass else 2
+            return d * pall / bn + 2 * d * pall / bm + (p + cdiv(d, bk) + 2) * pall + Nq * d
+
+        runs: list[tuple[int, int, bool, int]] = []  # (ik, im, onepass, index of the largest bn)
         for ik, bk in enumerate(bks):
             bkc = min(bk, d)
             for im, bm in enumerate(sides):
@@ -155,43 +165,28 @@ class Standard(Algorithm[StandardTiling]):
                     if not onepass:  # the two-pass softmax tile bm x bn + 3 bm must fit too
                         while t2 >= 0 and bmc * min(sides[t2], Nkv) + 3 * bmc > M:
                             t2 -= 1
-                    if t2 < 0:
-                        continue
-                    heapq.heappush(heap, self._grid_point(shape, pall, (ik, im, t2), onepass,
-                                                          sides, bk, bm))
-        best, scored = None, []
-        while heap:
-            lb, idx, ik, im, ib, onepass = heapq.heappop(heap)
-            if best is not None and lb > best:
-                break
-            bk, bm, bn = bks[ik], sides[im], sides[ib]
-            if ib > 0:  # the next point of this run: the next smaller bn
-                heapq.heappush(heap, self._grid_point(shape, pall, (ik, im, ib - 1), onepass,
-                                                      sides, bk, bm))
-            t = StandardTiling(bm, bn, bk, onepass)
-            if onepass:
-                bmc = min(bm, Nq)
-                width = Nkv if simple else _max_width(shape, bm, bn)
-                if bmc * width + 3 * bmc > M:
-                    continue
-            tot = self._predict(shape, t).total
-            scored.append((tot, t))
-            best = tot if best is None else min(best, tot)
-        return [t for tot, t in scored if tot == best]
+                    if t2 >= 0:
+                        runs.append((ik, im, onepass, t2))
 
-    @staticmethod
-    def _grid_point(shape: Shape, pall: int, at: tuple[int, int, int], onepass: bool,
-                    sides: list[int], bk: int, bm: int) -> _GridPoint:
-        """A heap entry: (lower bound, grid order, indices, onepass) of the grid point ``at``
-        (the indices of bk, bm and bn; bm and bn index ``sides``)."""
-        ik, im, ib = at
-        tk, ns = cdiv(shape.d, bk), len(sides)
-        bn = sides[ib]
-        p = 1 if onepass else 2
-        d = shape.d
-        lb = d * pall / bn + 2 * d * pall / bm + (p + tk + 2) * pall + shape.Nq * d
-        idx = ((ik * ns + im) * ns + ib) * 2 + int(onepass)
-        return (lb * (1 - 1e-9), idx, ik, im, ib, onepass)
+        def members(i: int) -> Iterator[StandardTiling]:
+            ik, im, onepass, t2 = runs[i]
+            return (StandardTiling(sides[im], sides[ib], bks[ik], onepass)
+                    for ib in range(t2, -1, -1))
+
+        dp = d * pall
+
+        def member_lower(i: int, t: StandardTiling) -> float:  # every head's: the run's bound
+            return heads * (dp / t.bn + rest[i])                # less its first d·P/bn, + d·P/bn
+
+        def order(i: int, j: int, t: StandardTiling) -> tuple[float, int]:
+            ik, im, onepass, t2 = runs[i]
+            idx = ((ik * ns + im) * ns + t2 - j) * 2 + int(onepass)
+            return bound(t.bm, t.bn, t.bk, t.onepass) * (1 - 1e-9), idx
+
+        lower = [heads * bound(sides[im], sides[t2], bks[ik], onepass)
+                 for ik, im, onepass, t2 in runs]
+        rest = [lb / heads - dp / sides[t2] for lb, (_, _, _, t2) in zip(lower, runs)]
+        return Families(lower, members, order=order, member_lower=member_lower)
 
     def _unmasked_candidates(self, shape: Shape, M: int, sides: list[int],
                              bks: list[int]) -> list[StandardTiling]:
@@ -315,6 +310,14 @@ def _max_width(shape: Shape, bm: int, bn: int) -> int:
     cached, because the planner asks for it on many candidates."""
     return masks.query_block_max_width(shape.Nq, shape.Nkv, bm, bn, shape.offset, shape.window,
                                        shape.causal)
+
+
+def _sides(shape: Shape, M: int) -> tuple[list[int], list[int]]:
+    """The tile sides of the candidates: bm and bn (powers of two up to M, clamped to the longer
+    axis) and bk (powers of two up to d, and d)."""
+    sides = sorted({min(s, max(shape.Nq, shape.Nkv)) for s in _pow2_upto(M)})
+    bks = sorted({min(shape.d, b) for b in _pow2_upto(shape.d)} | {shape.d})
+    return sides, bks
 
 
 def _pow2_upto(n: int) -> list[int]:
