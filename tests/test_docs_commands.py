@@ -35,6 +35,8 @@ SLOW = (
     "attnio sweep export",
     "attnio pebble --N 2 --d 1 --M 4",
     "attnio pebble --N 2 --d 1 --M 6",
+    # the moves of an optimal pebbling (1.5 s of A*; tests/pebble runs the verb and the moves)
+    "attnio pebble --matmul 2 2 2 --M 5 --moves",
     "attnio run window_square --N 4096",  # 4 s of compute (tests/algorithms runs it smaller)
     "attnio cp run",  # launches torchrun (tests/parallel runs it on P = 2 in the fast suite)
     # the windowed study of docs/bounds.md §13.3, 80 workloads planned (3 s; the claims it

@@ -265,6 +265,9 @@ def test_cli_pebble_prints_optimum_simulated_counts_and_bounds(capsys):
     obj = json.loads(capsys.readouterr().out)
     assert obj["optimum"] == 12 and obj["globally_optimal"] and obj["simulated"]["matmul"] == 16
     assert any(b["explicit"] for b in obj["bounds"])
+    assert cli_main(["pebble", "--matmul", "2", "2", "2", "--M", "7", "--moves"]) == 0
+    moves = capsys.readouterr().out.split("schedule:")[1].split()  # "R A[0,0] C ... W C[1,1]"
+    assert moves[0] == "R" and sum(m in ("R", "W") for m in moves[::2]) == 12
     assert cli_main(["pebble", "--N", "2", "--d", "1", "--M", "5", "--no-sliding",
                      "--time-limit", "5"]) == 0
     out = capsys.readouterr().out

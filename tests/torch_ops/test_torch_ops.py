@@ -489,7 +489,10 @@ def test_results_and_gradients_do_not_depend_on_the_thread_count():
                 assert float((a - b).abs().max()) <= 1e-12 * max(1.0, float(b.abs().max()))
 
 
-@pytest.mark.parametrize("blocks", [0, 2, pytest.param(3, marks=pytest.mark.slow), 1000])
+#: 0 and 2: the edge cases of the rounds (pieces that absorb the keys before them, one block a
+#: round); one round (1000) and 3 with ``-m slow``
+@pytest.mark.parametrize("blocks", [0, 2, pytest.param(3, marks=pytest.mark.slow),
+                                    pytest.param(1000, marks=pytest.mark.slow)])
 def test_the_causal_two_pass_scan_in_rounds_agrees_with_one_thread(monkeypatch, blocks):
     """One head, rows split between 2-3 threads (blocks of one 64-row tile): the forward's
     two-pass scan (each piece's tile state sums in parallel, a prefix over the pieces, then each
