@@ -15,20 +15,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attnio
-from attnio import bounds
 from attnio.algorithms import window_stream as ws
 from attnio.algorithms.stream_tiling import StreamTilingTiling
 from attnio.core.reference import attention
 from attnio.core.workload import Shape, cdiv, kv_range, q_range
+from conftest import check_run_equals_closed_form
 
 ALG = attnio.algorithms.get("window_stream")
 T = ws.WindowStreamTiling
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def _reference(Q, K, V, causal, window):
-    """The float64 reference, every head (grouped K/V heads as the reference takes them)."""
-    return attention(Q, K, V, causal=causal, window=window)
 
 
 @st.composite
@@ -54,24 +49,7 @@ def test_output_and_counts_equal_closed_form(w, extra, seed, pick, sides, free):
     assert cands, "min_M promises a candidate"
     tiling = T(*sides) if free else cands[pick % len(cands)]
     M = max(M, ALG.footprint(shape, tiling))
-    rng = np.random.default_rng(seed)
-    Q = rng.standard_normal((batch, heads, Nq, d))
-    K = rng.standard_normal((batch, kvh, Nkv, d))
-    V = rng.standard_normal((batch, kvh, Nkv, d))
-    res = attnio.run("window_stream", Q, K, V, M=M, tiling=tiling, causal=causal, window=window)
-    err = np.abs(res.output - _reference(Q, K, V, causal, window)).max()
-    assert err <= 1e-10, err
-    pred = ALG.cost(shape, tiling).io
-    bulk = attnio.run("window_stream", shape=shape, M=M, mode="count", tiling=tiling)
-    step = attnio.run("window_stream", shape=shape, M=M, mode="count", tiling=tiling, bulk=False)
-    for io in (res.io, bulk.io, step.io):
-        assert (io.reads, io.writes) == (pred.reads, pred.writes)
-    assert (bulk.io.peak, bulk.io.steps, bulk.io.per_array) == (
-        step.io.peak, step.io.steps, step.io.per_array)
-    assert res.io.peak <= ALG.footprint(shape, tiling) <= M
-    for b in bounds.applicable_to(shape, M):
-        if b.explicit:
-            assert pred.total >= b.value, (b.name, pred.total, b.value)
+    check_run_equals_closed_form("window_stream", shape, M, tiling, seed)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
