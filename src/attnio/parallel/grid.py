@@ -55,6 +55,7 @@ per device, against the ring's backward ``8·N·d·H_kv`` (``4·N·d·H_kv`` eac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -166,46 +167,74 @@ def layout(shape: Shape, P: int, params: dict[str, Any] | None = None) -> Layout
     return Layout.sequence(shape, P, "contiguous")
 
 
-def execute(cluster: Cluster, params: dict[str, Any] | None = None) -> None:
-    shape, P = cluster.shape, cluster.P
+@dataclass(frozen=True)
+class _Grid:
+    """One run's placement (module docstring): u members per cell (Ulysses), a x b cells, the
+    heads and K/V heads of member k, the row chunks of a cell and of a member."""
+
+    u: int
+    a: int
+    b: int
+    heads: list[Any]
+    kvh: list[list[int]]
+    cq: int
+    ck: int
+    mq: int
+    mk: int
+
+    @property
+    def cells(self) -> int:
+        return self.a * self.b
+
+    def qchunk(self, q: int) -> range:
+        return range(q * self.cq, (q + 1) * self.cq)
+
+    def kchunk(self, q: int) -> range:
+        return range(q * self.ck, (q + 1) * self.ck)
+
+
+def _in_and_compute(cl: Any, params: dict[str, Any] | None, qside: tuple[str, ...]) -> _Grid:
+    """Steps 1-3 of the forward and the backward schedule alike: Ulysses in (the ``qside``
+    arrays and K, V of each member's heads), the gather of each cell's blocks, the compute."""
+    shape, P = cl.shape, cl.P
     p = mapspace(shape, P).check(params)
     u, a, b = p["u"], p["a"], p["b"]
     heads = [member_heads(shape, u, k) for k in range(u)]
-    kvh = [sorted({int(j) for j in cluster.kv_head(h)}) for h in heads]
-    cq, ck = shape.Nq // (a * b), shape.Nkv // (a * b)
-    mq, mk = shape.Nq // P, shape.Nkv // P
-
-    def qchunk(q):
-        return range(q * cq, (q + 1) * cq)
-
-    def kchunk(q):
-        return range(q * ck, (q + 1) * ck)
-
-    cells = a * b
-    for q in range(cells):  # 1. Ulysses inside each cell
+    g = _Grid(u, a, b, heads, [sorted({int(j) for j in cl.kv_head(h)}) for h in heads],
+              shape.Nq // (a * b), shape.Nkv // (a * b), shape.Nq // P, shape.Nkv // P)
+    qchunk, kchunk, kvh, mq, mk = g.qchunk, g.kchunk, g.kvh, g.mq, g.mk
+    for q in range(g.cells):  # 1. Ulysses inside each cell
         for k in range(u):
             for k2 in range(u):
                 if k2 != k:
                     src, dst = q * u + k2, q * u + k
-                    cluster.send(src, dst, "Q", heads[k], qchunk(q)[k2 * mq:(k2 + 1) * mq])
+                    for t in qside:
+                        cl.send(src, dst, t, heads[k], qchunk(q)[k2 * mq:(k2 + 1) * mq])
                     for t in ("K", "V"):
-                        cluster.send(src, dst, t, kvh[k], kchunk(q)[k2 * mk:(k2 + 1) * mk])
-    for q in range(cells):  # 2. gather the blocks
+                        cl.send(src, dst, t, kvh[k], kchunk(q)[k2 * mk:(k2 + 1) * mk])
+    for q in range(g.cells):  # 2. gather the blocks
         i, j = divmod(q, b)
         for k in range(u):
             me = q * u + k
             for j2 in range(b):
                 if j2 != j:
-                    cluster.send((i * b + j2) * u + k, me, "Q", heads[k], qchunk(i * b + j2))
+                    for t in qside:
+                        cl.send((i * b + j2) * u + k, me, t, heads[k], qchunk(i * b + j2))
             for q2 in range(j * a, (j + 1) * a):
                 if q2 != q:
                     for t in ("K", "V"):
-                        cluster.send(q2 * u + k, me, t, kvh[k], kchunk(q2))
-    for q in range(cells):  # 3. compute
+                        cl.send(q2 * u + k, me, t, kvh[k], kchunk(q2))
+    for q in range(g.cells):  # 3. compute
         i, j = divmod(q, b)
         for k in range(u):
-            cluster.compute(q * u + k, heads[k], range(i * b * cq, (i + 1) * b * cq),
-                            range(j * a * ck, (j + 1) * a * ck))
+            cl.compute(q * u + k, heads[k], range(i * b * g.cq, (i + 1) * b * g.cq),
+                       range(j * a * g.ck, (j + 1) * a * g.ck))
+    return g
+
+
+def execute(cluster: Cluster, params: dict[str, Any] | None = None) -> None:
+    g = _in_and_compute(cluster, params, ("Q",))
+    u, b, heads, cells, qchunk, mq = g.u, g.b, g.heads, g.cells, g.qchunk, g.mq
     for q in range(cells):  # 4. reduce-scatter of the partial outputs
         i, j = divmod(q, b)
         for k in range(u):
@@ -225,48 +254,9 @@ def execute_backward(cl: Any, params: dict[str, Any] | None = None) -> None:
     """The backward schedule (module docstring) on any cluster with the backward referee's
     interface (:class:`~attnio.parallel.backward.BackwardCluster` or the torch.distributed
     one)."""
-    shape, P = cl.shape, cl.P
-    p = mapspace(shape, P).check(params)
-    u, a, b = p["u"], p["a"], p["b"]
-    heads = [member_heads(shape, u, k) for k in range(u)]
-    kvh = [sorted({int(j) for j in cl.kv_head(h)}) for h in heads]
-    cq, ck = shape.Nq // (a * b), shape.Nkv // (a * b)
-    mq, mk = shape.Nq // P, shape.Nkv // P
-    qside = ("Q", "dO", "stats")
-
-    def qchunk(q):
-        return range(q * cq, (q + 1) * cq)
-
-    def kchunk(q):
-        return range(q * ck, (q + 1) * ck)
-
-    cells = a * b
-    for q in range(cells):  # 1. Ulysses in
-        for k in range(u):
-            for k2 in range(u):
-                if k2 != k:
-                    src, dst = q * u + k2, q * u + k
-                    for t in qside:
-                        cl.send(src, dst, t, heads[k], qchunk(q)[k2 * mq:(k2 + 1) * mq])
-                    for t in ("K", "V"):
-                        cl.send(src, dst, t, kvh[k], kchunk(q)[k2 * mk:(k2 + 1) * mk])
-    for q in range(cells):  # 2. gather the blocks
-        i, j = divmod(q, b)
-        for k in range(u):
-            me = q * u + k
-            for j2 in range(b):
-                if j2 != j:
-                    for t in qside:
-                        cl.send((i * b + j2) * u + k, me, t, heads[k], qchunk(i * b + j2))
-            for q2 in range(j * a, (j + 1) * a):
-                if q2 != q:
-                    for t in ("K", "V"):
-                        cl.send(q2 * u + k, me, t, kvh[k], kchunk(q2))
-    for q in range(cells):  # 3. compute
-        i, j = divmod(q, b)
-        for k in range(u):
-            cl.compute(q * u + k, heads[k], range(i * b * cq, (i + 1) * b * cq),
-                       range(j * a * ck, (j + 1) * a * ck))
+    g = _in_and_compute(cl, params, ("Q", "dO", "stats"))
+    u, a, b, heads, kvh, cells = g.u, g.a, g.b, g.heads, g.kvh, g.cells
+    qchunk, kchunk, mq, mk = g.qchunk, g.kchunk, g.mq, g.mk
     for q in range(cells):  # 4. reduce-scatter of the partial gradients, both ways
         i, j = divmod(q, b)
         for k in range(u):
