@@ -831,6 +831,23 @@ def fine_multipliers(p: float, wide: bool = True) -> list[float]:
     return [m * p for m in (FINE_MULTIPLIERS if wide else (0.8, 1.0, 1.2))]
 
 
+def _sample_rows(samples: Sequence[int], Ks: Sequence[int], qs: Sequence[float],
+                 best: tuple[int, int, float]) -> tuple[tuple[int, int, float], list[Any]]:
+    """The samples (multiplier-major over ``Ks`` x ``qs``) row by row: each multiplier's best
+    sample (the first of equal ones) as ``(value, q, its row, its index, the row's index)``,
+    and the best (value, K, q) of them and ``best``."""
+    top = best
+    rows = []
+    nk = len(Ks)
+    for r, q in enumerate(qs):
+        vals = samples[r * nk:(r + 1) * nk]
+        i = vals.index(max(vals))  # (the first of equal ones)
+        rows.append((vals[i], q, vals, i, r))
+        if vals[i] > top[0]:
+            top = (vals[i], Ks[i], q)
+    return top, rows
+
+
 def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float,
               best: tuple[int, int, float], wide: bool = True, *,
               values: Values | None = None, samples: list[int] | None = None,
@@ -859,15 +876,8 @@ def fine_best(value: Callable[[int, float], int], M: int, kappa: float, p: float
     qs_all = fine_multipliers(p, wide)
     if samples is None:
         samples = batch([K for _ in qs_all for K in Ks], [q for q in qs_all for _ in Ks])
-    top = best
-    rows = []
+    top, rows = _sample_rows(samples, Ks, qs_all, best)
     nk = len(Ks)
-    for r, q in enumerate(qs_all):
-        vals = samples[r * nk:(r + 1) * nk]
-        i = vals.index(max(vals))  # (the first of equal ones)
-        rows.append((vals[i], q, vals, i, r))
-        if vals[i] > top[0]:
-            top = (vals[i], Ks[i], q)
     reach = FINE_TEETH if wide else 0
     jobs = []
     for _, q, vals, i, r in sorted(rows, key=lambda t: t[0], reverse=True)[:FINE_BEST if wide else 1]:
@@ -1325,15 +1335,8 @@ def _fine_many(theorem: PairsTheorem, d: int,
         kappa, p0 = _tabulated(theorem, d, M2)
         ks = fine_ks(M2, kappa, wide)
         qs_all = fine_multipliers(p0, wide)
+        top, rows = _sample_rows(samples, ks, qs_all, best)
         nk = len(ks)
-        top = best
-        rows = []
-        for i_q, q in enumerate(qs_all):
-            vals = samples[i_q * nk:(i_q + 1) * nk]
-            i = vals.index(max(vals))  # (the first of equal ones)
-            rows.append((vals[i], q, vals, i, i_q))
-            if vals[i] > top[0]:
-                top = (vals[i], ks[i], q)
         tops.append(top)
         reach = FINE_TEETH if wide else 0
         wf = float(w)
