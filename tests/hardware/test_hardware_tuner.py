@@ -242,6 +242,33 @@ def test_fa3_forward_space_has_the_two_stages_flash_attn_builds():
     assert one.feasible and one.config.stages == 3
 
 
+def test_a_named_config_tied_with_the_last_listed_tile_is_listed_in_its_place():
+    """Ties go to the shipped config: a named config within 1% of the last listed tile shares
+    its rank, so it is listed instead of it; one further away, or whose tile is listed, is not."""
+    from attnio.hardware.oracle import _with_named
+
+    D64 = Shape(4096, 4096, 64, batch=2, heads=32, causal=True)
+
+    def at(Br, Bc, t, label=""):
+        s = score(A100, D64, KernelConfig("fa2", Br, Bc, 4, 1), dtype="fp16")
+        assert s.feasible
+        return dataclasses.replace(s, time_s=t,
+                                   config=dataclasses.replace(s.config, label=label))
+
+    best = [at(64, 128, 1.000), at(64, 192, 1.004), at(64, 96, 1.005)]
+    named = at(128, 128, 1.008, label="fa2")
+    space = {dataclasses.replace(named.config, label="")}
+    got = _with_named(best, named, space, 3, True)
+    assert [(s.config.Br, s.config.Bc) for s in got] == [(64, 128), (64, 192), (128, 128)]
+    assert ranks(got) == [1, 1, 1]
+    far = dataclasses.replace(named, time_s=1.005 * (1 + TIE) * 1.001)
+    assert _with_named(best, far, space, 3, True) == best
+    assert _with_named(best, named, set(), 3, True) == best   # not a config of the space
+    same_tile = [*best[:2], at(128, 128, 1.005)]
+    assert _with_named(same_tile, named, space, 3, True) == same_tile
+    assert len(_with_named(best, named, space, 4, True)) == 4   # room left: simply added
+
+
 def test_ranks_chain_configs_within_one_percent():
     class S:   # the fields ranks() reads
         def __init__(self, t):

@@ -652,14 +652,24 @@ def _with_named(best: list[Score], named: Score | None, space: set[KernelConfig]
                 distinct: bool) -> list[Score]:
     """The listed best with the named kernel's config in it where it belongs: the named config
     is scored exactly, so when it is a config of the searched space and faster than a listed
-    one (a search whose replay budget ran out lists what it replayed), it takes its place."""
+    one (a search whose replay budget ran out lists what it replayed), it takes its place.
+
+    A tie goes to the shipped config: when the list is full and the named config (its tile not
+    listed) is within :data:`~.ranking.TIE` of the last entry, the two share a rank and the
+    model cannot order them, so the named config is listed in the last entry's place rather
+    than dropped by a difference the model does not resolve (A100, FA2, d = 64, causal:
+    flash-attn's 128x128 w4 is 0.3% behind the third listed tile, all of them rank 1)."""
     if named is None or not named.feasible:
         return best
     cfg = dataclasses.replace(named.config, label="")
     if cfg not in space or any(dataclasses.replace(b.config, label="") == cfg for b in best):
         return best
     if len(best) >= top and time_of(named) >= time_of(best[-1]):
-        return best
+        # its tile listed (with the config the tile's own tie-break chose) or no tie: as listed
+        if (distinct and any((b.config.Br, b.config.Bc) == (cfg.Br, cfg.Bc) for b in best)
+                or time_of(named) > time_of(best[-1]) * (1 + TIE)):
+            return best
+        best = best[:top - 1]   # tied with the last listed: the shipped config takes its place
     merged = [*best, named]
     return distinct_tiles(merged)[:top] if distinct else sorted(merged, key=order_key)[:top]
 
