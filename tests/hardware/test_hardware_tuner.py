@@ -267,6 +267,7 @@ def test_a_named_config_tied_with_the_last_listed_tile_is_listed_in_its_place():
     same_tile = [*best[:2], at(128, 128, 1.005)]
     assert _with_named(same_tile, named, space, 3, True) == same_tile
     assert len(_with_named(best, named, space, 4, True)) == 4   # room left: simply added
+    assert _with_named(best[:1], named, space, 1, True) == best[:1]   # the best stays first
 
 
 def test_ranks_chain_configs_within_one_percent():

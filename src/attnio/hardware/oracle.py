@@ -658,16 +658,19 @@ def _with_named(best: list[Score], named: Score | None, space: set[KernelConfig]
     listed) is within :data:`~.ranking.TIE` of the last entry, the two share a rank and the
     model cannot order them, so the named config is listed in the last entry's place rather
     than dropped by a difference the model does not resolve (A100, FA2, d = 64, causal:
-    flash-attn's 128x128 w4 is 0.3% behind the third listed tile, all of them rank 1)."""
+    flash-attn's 128x128 w4 is 0.3% behind the third listed tile, all of them rank 1).  The first entry is
+    never displaced: it is the model's best, which ``why`` compares the named config with."""
     if named is None or not named.feasible:
         return best
     cfg = dataclasses.replace(named.config, label="")
     if cfg not in space or any(dataclasses.replace(b.config, label="") == cfg for b in best):
         return best
     if len(best) >= top and time_of(named) >= time_of(best[-1]):
-        # its tile listed (with the config the tile's own tie-break chose) or no tie: as listed
-        if (distinct and any((b.config.Br, b.config.Bc) == (cfg.Br, cfg.Bc) for b in best)
-                or time_of(named) > time_of(best[-1]) * (1 + TIE)):
+        # no tie, the best alone listed, or its tile listed (with the config that tile's own
+        # tie-break chose): as listed
+        if (top < 2 or time_of(named) > time_of(best[-1]) * (1 + TIE)
+                or distinct and any((b.config.Br, b.config.Bc) == (cfg.Br, cfg.Bc)
+                                    for b in best)):
             return best
         best = best[:top - 1]   # tied with the last listed: the shipped config takes its place
     merged = [*best, named]
