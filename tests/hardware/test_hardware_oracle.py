@@ -26,10 +26,12 @@ DECODE = Shape(1, 4096, 128, heads=8, kv_heads=2)
 PREFILL = Shape(1024, 1024, 64, heads=4, causal=True)
 WINDOW = Shape(1024, 1024, 64, heads=2, causal=True, window=200)
 WAVES = Shape(4096, 4096, 64, heads=8, causal=True)     # several waves, several CTAs per SM
+CLUSTER = Shape(2048, 2048, 256, heads=2)   # FA3 multicasts K/V in clusters of two CTAs here
 
 CASES = [
     (H100, DECODE, KernelConfig("fa3", 64, 64, 8, 1, pack_gqa=True, splits=4, overlap=True)),
     (H100, DECODE, KernelConfig("fa3", 64, 16, 8, 1, pack_gqa=True, splits=2, overlap=True)),
+    (H100, CLUSTER, KernelConfig("fa3", 64, 96, 8, 2, overlap=True)),
     (H100, DECODE, KernelConfig("fa3", 64, 128, 8, 2)),
     (H100, DECODE, KernelConfig("splitkv", 16, 32, 1, 2, pack_gqa=True, splits=8)),
     (H100, DECODE, KernelConfig("fa2", 16, 16, 1, 1, pack_gqa=True)),

@@ -203,6 +203,36 @@ def test_the_breakdown_sums_to_the_time_and_names_the_bound(dev, shape, cfg):
     assert "breakdown_s" in s.to_dict()
 
 
+# ---------------------------------------------------------------------- K/V multicast
+@pytest.mark.parametrize("shape, cfg, want", [
+    (Shape(8192, 8192, 256, batch=2, heads=8), "Br=64,Bc=96", 2),
+    (Shape(8192, 8192, 128, batch=2, heads=16), "Br=128,Bc=176", 2),
+    (Shape(8192, 8192, 256, batch=2, heads=8, causal=True), "Br=64,Bc=96", 1),   # causal
+    (Shape(8192, 8192, 64, batch=2, heads=32), "Br=192,Bc=192", 1),     # kHeadDim < 128
+    (Shape(8256, 8256, 256, batch=2, heads=8), "Br=128,Bc=80", 1),      # 65 query tiles: odd
+    (Shape(8192, 8192, 256, batch=2, heads=8), "Br=128,Bc=80,splits=2", 1),   # split
+])
+def test_fa3_forward_multicasts_kv_in_clusters_of_two_where_flash_attn_does(shape, cfg, want):
+    """``Enable_cluster`` (hopper/flash_fwd_launch_template.h): 16-bit, kHeadDim >= 128, not
+    causal or local, no split, an even number of query tiles."""
+    c = parse_config(cfg + ",stages=2", algorithm="fa3", dtype="fp16")
+    assert timing.kv_multicast(c, shape, shape.d) == want
+    fa2 = parse_config("Br=128,Bc=64,warps=4", algorithm="fa2", dtype="fp16")
+    assert timing.kv_multicast(fa2, shape, shape.d) == 1
+
+
+def test_multicast_halves_each_ctas_kv_bytes_through_the_l2(monkeypatch):
+    """d = 256, one consumer group (64x96): alone, its K/V loads through the SM's L2 port bind;
+    in a cluster of two each CTA fetches half of every tile, and the tensor cores bind."""
+    sh = Shape(8192, 8192, 256, batch=2, heads=8)
+    two = score(H100, sh, "Br=64,Bc=96,stages=2", dtype="fp16")
+    monkeypatch.setattr(timing, "kv_multicast", lambda *a: 1)
+    one = score(H100, sh, "Br=64,Bc=96,stages=2", dtype="fp16")
+    assert one.bound_by == "sm_port" and two.bound_by != "sm_port"
+    assert two.time_s < one.time_s
+    assert two.flops == one.flops and two.hbm_bytes == one.hbm_bytes   # same work, same HBM
+
+
 # ---------------------------------------------------------------------- the tuner's output
 def test_tune_lists_distinct_tiles_each_with_a_summing_breakdown_and_ranks_the_named():
     r = tune_report(H100, PREFILL, top=4, dtype="fp16")

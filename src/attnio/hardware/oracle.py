@@ -49,7 +49,16 @@ from .kernels import KernelConfig, head_dim_rounded, named_config
 from .l2 import Replay, hbm_bound, read_floor, replay
 from .model import LIGHT_CTAS_PER_SM, Score, _scored, check_size, resolve, waves_of
 from .ranking import TIE, TuneReport, explain, need, order_key, preference, time_key, time_of
-from .timing import STREAM_HBM_EFF, Params, Timing, evaluate, load_params, prepare, softmax_hiders
+from .timing import (
+    STREAM_HBM_EFF,
+    Params,
+    Timing,
+    evaluate,
+    kv_multicast,
+    load_params,
+    prepare,
+    softmax_hiders,
+)
 from .traffic import (
     Traffic,
     build,
@@ -253,7 +262,8 @@ def _cheap_bound(dev: Device, shape: Shape, cfg: KernelConfig, f: Feasibility,
     fixed = p.cta_cycles / dev.clock_hz
     span = sm / S + ctas * fixed / (S * k)
     if ctas:   # the makespan is at least the mean CTA's time through its SM's L2 port
-        span = max(span, kvrows * 2 * shape.d * cfg.elem_bytes / (ctas * dev.sm_l2_bw) + fixed)
+        port = dev.sm_l2_bw * kv_multicast(cfg, shape, d)   # a cluster shares its K/V loads
+        span = max(span, kvrows * 2 * shape.d * cfg.elem_bytes / (ctas * port) + fixed)
     kernels = 2 if (cfg.splits > 1 or not cfg.forward) else 1
     hbm = (comp_rw[0] + comp_rw[1]) / (dev.hbm_bw * STREAM_HBM_EFF)
     return kernels * p.launch_us * 1e-6 + max(span, hbm)

@@ -12,7 +12,9 @@ replay); nothing is counted here.  This module turns them into time:
   than their reads, :func:`ss_operand_floor`), the exponentials on the special-function units (16 per clock per
   SM), the softmax's other instructions (``softmax_ops`` FP32-pipe instructions per exponential:
   scale, max, subtract, row sum, conversion, rescale), shared memory at 128 B per clock per SM,
-  each SM's port to the L2, HBM at ``hbm_eff`` of the data sheet's bandwidth.
+  each SM's port to the L2 (where FA3's forward multicasts K/V to a cluster of two CTAs,
+  :func:`kv_multicast`, each CTA fetches half of every K/V tile), HBM at ``hbm_eff`` of the
+  data sheet's bandwidth.
 * **Overlap of the K/V step**, per family, from each unit's time ``mma``, ``soft`` (SFU + FP32
   pipes), ``smem``, ``l2`` for one CTA on one SM:
 
@@ -67,7 +69,7 @@ from .devices import Device
 from .kernels import KernelConfig
 from .traffic import Phase, Traffic, features
 
-__all__ = ["BOUNDS", "BREAKDOWN", "FITTED", "PAGE_OVERHEAD_BYTES", "PARAMS", "STREAM_HBM_EFF", "RESOURCES", "ss_operand_floor", "wgmma_gemms", "pingpong_partners", "p_store_s", "Params", "Prepared", "Timing", "evaluate",
+__all__ = ["BOUNDS", "BREAKDOWN", "FITTED", "PAGE_OVERHEAD_BYTES", "PARAMS", "STREAM_HBM_EFF", "RESOURCES", "ss_operand_floor", "wgmma_gemms", "kv_multicast", "pingpong_partners", "p_store_s", "Params", "Prepared", "Timing", "evaluate",
            "generation", "greedy_makespan", "load_params", "prepare"]
 
 #: The resources a time is attributed to (``Score.alone`` and ``Score.by_resource`` keys).
@@ -286,7 +288,12 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
         store = ph.store_bytes.astype(np.float64)
         steps = features(ph)[:, 3] if ph.n else np.zeros(0)
         serial = np.zeros(ph.n)
-        l2 = (load + store) / dev.sm_l2_bw
+        mc = kv_multicast(cfg, tr.shape, tr.d_pad) if heavy else 1
+        fetched = load   # through the L2: a cluster's CTAs each fetch 1/mc of every K/V tile
+        if mc > 1:       # (the round trips, below, still wait for whole tiles)
+            kv = steps * cfg.Bc * float(ph.row_bytes["K"] + ph.row_bytes["V"])
+            fetched = load - np.minimum(load, kv) * (1 - 1 / mc)
+        l2 = (fetched + store) / dev.sm_l2_bw
         if heavy and cfg.fa1:
             serial, extra = _fa1_extra(cfg, tr.d_pad, steps, dev)
             l2 = l2 + extra
@@ -307,9 +314,10 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
         phases.append(_PhaseWork(
             ph.name, ph.n, k, ph.flops / (peak_sm * frac), ph.exps / dev.sfu_rate_per_sm,
             ph.exps.astype(np.float64), ph.smem / dev.smem_bw_per_sm, l2, serial, rounds, lat,
-            float(load.sum() + store.sum()), heavy, softmax_hiders(cfg, k),
+            float(fetched.sum() + store.sum()), heavy, softmax_hiders(cfg, k),
             steps if heavy else np.zeros(ph.n), resc, cfg.stages,
-            (cfg.Bc if cfg.forward else cfg.Br) * tr.d_pad * cfg.elem_bytes / dev.sm_l2_bw,
+            (cfg.Bc if cfg.forward else cfg.Br) * tr.d_pad * cfg.elem_bytes
+            / (dev.sm_l2_bw * mc),
             0.5 / max(1, cfg.consumer_wgs) if cfg.wgmma else 0.5,
             stream_eff(cfg.page_size, tr.d_pad, cfg.elem_bytes, tr.shape.kv_heads or 1)
             if heavy else STREAM_HBM_EFF, p_store_s(cfg, steps if heavy else np.zeros(ph.n), dev)))
@@ -322,6 +330,33 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
                     cfg.consumer_wgs - 1 if cfg.algorithm == "fa3" and cfg.ws else 0,
                     wgmma_inv_n(cfg, tr.d_pad), sync_rounds(cfg),
                     wgmma_gemms(cfg, tr.d_pad, dev))
+
+
+def kv_multicast(cfg: KernelConfig, shape: Any, d: int) -> int:
+    """CTAs that share each K/V tile load (TMA multicast in a thread-block cluster): 2 where
+    FA3's forward launches clusters of two CTAs along M, else 1.
+
+    flash-attn's sm90 forward (``hopper/flash_fwd_launch_template.h``) sets ``ClusterM = 2``
+    when ``Enable_cluster`` (16-bit inputs with ``kHeadDim >= 128``, fp8 with ``kHeadDim ==
+    192``; not causal, not local, no KV split, no paged K/V read without TMA, not varlen) and
+    the query tiles (``ceil(seqlen_q x (PackGQA ? h/h_k : 1) / kBlockM)``) are even; the two
+    CTAs of a cluster work on neighbouring query tiles of one head, and each issues half of
+    every K and V tile with the cluster's multicast mask (``mcast_mask_kv``, ``tma_load_K/V
+    .get_slice(cluster_local_block_id.x)`` in ``hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp``),
+    so the L2 delivers each tile once for both.  Each CTA's K/V bytes through the L2 (the
+    ``sm_port`` term, whose figure is every SM's share of the L2's aggregate bandwidth) halve.
+    ``d``: the kernel's head dimension (``kHeadDim``, the rounded ``d``).
+    """
+    if cfg.algorithm != "fa3" or not cfg.forward or cfg.splits > 1:
+        return 1
+    if not (d >= 128 if cfg.elem_bytes == 2 else d == 192):
+        return 1
+    if shape.causal or shape.window is not None or getattr(shape, "block_mask", None) is not None:
+        return 1
+    if cfg.page_size and cfg.page_size % cfg.Bc:   # paged K/V read without TMA
+        return 1
+    rows = shape.Nq * (shape.group if cfg.pack_gqa else 1)
+    return 2 if -(-rows // cfg.Br) % 2 == 0 else 1
 
 
 def p_store_s(cfg: KernelConfig, steps: np.ndarray, dev: Device) -> np.ndarray:
