@@ -729,7 +729,8 @@ class TuneSearch:
     (a predicate on :class:`~attnio.hardware.kernels.KernelConfig`, ``lambda c: c.splits == 1``:
     the best unsplit config; None: every config), and ``distinct`` (default): the best distinct
     tiles (Br, Bc), each with its best warps, stages, overlap and placement (ties within 1% go
-    to the shipped preferences); False: the best configs."""
+    to the shipped preferences, and a named config tied with the last listed entry is listed in
+    its place); False: the best configs."""
 
     max_replays: int = 6
     where: Callable[[KernelConfig], bool] | None = None
