@@ -304,7 +304,7 @@ def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[An
                    for i, j, t, io in scored if io.total == best), key=lambda c: c[0])
 
 
-# ----------------------------------------------------------------------------- phase-separable search
+# ------------------------------------------------------------------------- phase-separable search
 def _phases_of(schedule: Any, shape: Shape, M: int, options: dict[str, Any]
                ) -> Phases[Any] | None:
     """The schedule's phases (its ``_phases(shape, M, **options)`` hook), or None."""
