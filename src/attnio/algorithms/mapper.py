@@ -15,6 +15,10 @@ owns:
   of tilings listed only when scored (``_families``: flash2 and square_tiling under a causal
   mask or a window, standard under a mask, small_cache_backward and
   fused_small_cache_backward);
+* :func:`phase_tilings` and :func:`phase_best` — the phase-separable search, for a schedule
+  whose count and steps are sums of independent phases (``_phases``: stream_tiling,
+  window_square): each phase's best by itself (its declared cut, bound and seed applied), the
+  candidates their product, whose first :func:`search` takes;
 * :func:`pruned_tilings` — the candidates of least count, for a schedule that offers another's
   tilings among its own (window_cache streams flash2's);
 * :func:`default_tiling` — what a run uses when no tiling is given;
@@ -23,8 +27,7 @@ owns:
 
 Ties go to fewer, larger steps, then to the first candidate.  Some schedules still narrow their
 candidate lists with a search of their own (square_tiling's pre-ranking and unmasked search,
-standard's unmasked one, stream_tiling, window_square: docs/contributing.md, "Searches still
-inside schedules")."""
+standard's unmasked one: docs/contributing.md, "Searches still inside schedules")."""
 
 from __future__ import annotations
 

@@ -102,18 +102,21 @@ sum in closed form; only the few blocks where the diagonal meets an edge are wal
 (``count_walk``), so a causal count at N = 10⁹ costs milliseconds.
 
 Tiling.  The phases are not coupled (Phase 2 needs no Phase-1 block size), so each is searched by
-itself and the best three of each are combined.  Candidates: for each side on a geometric ladder
+itself and the best three of each are combined: the module declares the phases
+(:meth:`StreamTiling._phases`), the mapper searches them
+(:func:`attnio.algorithms.mapper.phase_best`).  Candidates: for each side on a geometric ladder
 (:func:`attnio.algorithms.common.ladder`) the largest other side that fits (in closed
 form), then the first side grown back to the most that fits, each also snapped down to the least
 size with the same number of blocks; order "row" with the fewest query blocks and a few more;
 with a mask, row blocks that meet the diagonal where it enters (z, z/2, z/3, z/4 for the z rows
 that see no key); every side within a factor 2 of √M with the largest other side (at most 96).
 All are scored exactly, O(log N) each with a mask, except the near-√M band, of which the 8 of
-least unmasked count are.  Phase 2 then adds, for T slices with T within 1 of the best three's,
-two slice groups (:meth:`StreamTiling._two_groups`): narrower slices with taller row blocks and
-wider ones, or T - 1 or T - 2 equal slices and a remainder with a row block of its own, at widths
-near ⌈d/T⌉ or that fit a few row blocks fewer or more; each group takes its best row block
-(:func:`_group_rows`), scored exactly.  A cold causal plan at N = 10⁹ spends about 1.4 ms here
+least unmasked count are (a cut the phases declare, ``keep``).  Phase 2 then adds, for T slices
+with T within 1 of the best three's, two slice groups (:meth:`StreamTiling._two_groups`, the
+phases' ``seed``): narrower slices with taller row blocks and wider ones, or T - 1 or T - 2 equal
+slices and a remainder with a row block of its own, at widths near ⌈d/T⌉ or that fit a few row
+blocks fewer or more; each group takes its best row block (:func:`_group_rows`), scored
+exactly.  A cold causal plan at N = 10⁹ spends about 1.4 ms here
 (0.1 ms of it the two groups).  Measured: the least closed form over every tiling, two-group
 ones included, on random tiny shapes (the test: Nq, Nkv <= 10, d <= 4, both masks, 5% allowed
 with a mask for Phase 1; Phase 2 alone was the least on 3000 shapes with Nq, Nkv <= 14, d <= 8);

@@ -72,9 +72,12 @@ ladders with the key slices Bk2 in powers of two up to the widest that fits (a n
 the band, a wide one frees nothing for the other tiles).  The ladders are ranked by an O(1)
 estimate (:class:`_Approx`: a block of B rows sees about v + c·(B − 1) keys), the best dozen
 counted exactly, then their neighbours at 2^(±1/4); the candidates are the best few of each phase,
-paired.  A heuristic, as every search here: on 72 shapes (N up to 10⁹, d = 64 and 128, M =
-2¹⁰..2¹⁶, windows 512, 4096 and none) its totals are within 0.16% of scoring every size of
-2^(1/4) ladders exactly, at a twentieth of the CPU (about 4 ms a search).
+paired.  The module declares the phases, the estimate and the cut
+(:meth:`WindowSquare._phases`); the mapper searches them
+(:func:`attnio.algorithms.mapper.phase_best`).  A heuristic, as every search here: on 72 shapes
+(N up to 10⁹, d = 64 and 128, M = 2¹⁰..2¹⁶, windows 512, 4096 and none) its totals are within
+0.16% of scoring every size of 2^(1/4) ladders exactly, at a twentieth of the CPU (about 4 ms a
+search).
 
 Bulk counting.  Both phases are masked loop pairs (``band=``): the simulator runs each run of
 alike query blocks once with the run's total visits, so a count at N = 10⁹ walks a handful of
