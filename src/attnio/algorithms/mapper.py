@@ -345,6 +345,7 @@ def _least_phases(schedule: Schedule, shape: Shape, M: int, phases: Phases[Any]
     t = fit[0]
     return Choice(t, schedule._total(shape, t), schedule.steps(shape, t), len(fit))
 
+
 def phase_best(phase: Phase, M: int) -> list[Any]:
     """The ``offer`` best choices of one phase that fit in M, by (count, steps, ``order``),
     least first (:class:`~attnio.algorithms.protocol.Phase`): the ``candidates`` and, cut to
