@@ -354,8 +354,7 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     bound: the choices in order of it, scored until it passes the ``offer``-th least count, so
     a choice left unscored can neither be among the best nor tie them); then the ``seed``
     choices made from those best, scored, and the ``offer`` best of all."""
-    order = phase.order if phase.order is not None else _itself
-    cost, footprint = phase.cost, phase.footprint
+    cost, footprint, order = phase.cost, phase.footprint, phase.order
     scored: dict[Any, tuple[int, int, Any]] = {}
 
     def score(c: Any) -> bool:
@@ -365,7 +364,7 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
         if footprint is not None and footprint(c) > M:
             return False
         count, steps = cost(c)
-        scored[c] = (count, steps, order(c))
+        scored[c] = (count, steps, c if order is None else order(c))
         return True
 
     pool = dict.fromkeys(phase.candidates())
@@ -398,10 +397,6 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     for c in phase.seed(best()):
         score(c)
     return best()
-
-
-def _itself(c: Any) -> Any:
-    return c
 
 
 # ----------------------------------------------------------------------------- backward

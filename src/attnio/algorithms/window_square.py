@@ -366,8 +366,11 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
             keep=_EXACT,
             expand=lambda r: choices1(*r), seed=near1, offer=_KEEP)
 
+        def widest(bd2: int, br2: int) -> int:  # the widest key slice that fits (< 1: none)
+            return min(Nkv, (M - br2 * bd2 - br2) // (br2 + bd2))
+
         def slices(bd2: int, br2: int) -> set[int]:
-            kmax = min(Nkv, (M - br2 * bd2 - br2) // (br2 + bd2))
+            kmax = widest(bd2, br2)
             return {k for k in (kmax, *(2 ** i for i in range(kmax.bit_length())))
                     if 1 <= k <= kmax}
 
@@ -385,7 +388,7 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
             footprint=None,  # every key slice is one that fits (slices)
             ranked=lambda: [(est.phase2(br2, 1, bd2), (br2, bd2))
                             for bd2 in _ladder(d, (M - 2) // 3)
-                            for br2 in _ladder(Nq, br2_most(bd2)) if slices(bd2, br2)],
+                            for br2 in _ladder(Nq, br2_most(bd2)) if widest(bd2, br2) >= 1],
             keep=_EXACT,
             expand=lambda r: [(r[0], bk2, r[1]) for bk2 in slices(r[1], r[0])],
             seed=near2, offer=_KEEP)
