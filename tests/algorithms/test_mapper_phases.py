@@ -201,6 +201,22 @@ def test_the_declared_phase_costs_add_up_to_the_closed_form(s):
 
 
 @pytest.mark.parametrize("s", PHASED, ids=lambda s: s.name)
+def test_every_declared_lower_bound_is_below_the_count(s):
+    """The mapper's branch and bound per phase is exact only if ``lower`` bounds the count."""
+    checked = 0
+    for shape, M in WORKLOADS:
+        if mapper.can_run(s, shape, M) is not None:
+            continue
+        for p in s._phases(shape, M).phases:
+            if p.lower is None:
+                continue
+            for c in _choices(p, M):
+                assert p.lower(c) <= p.cost(c)[0] * (1 + 1e-12), (s.name, shape, c)
+                checked += 1
+    assert checked or s.name != "stream_tiling"
+
+
+@pytest.mark.parametrize("s", PHASED, ids=lambda s: s.name)
 def test_uncut_the_search_is_the_least_of_the_whole_product(s):
     """With the cut lifted (every ranked item kept), the mapper's choice is the least (count,
     steps) over the product of every declared choice of each phase, scored by the schedule's
