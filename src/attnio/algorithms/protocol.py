@@ -101,7 +101,6 @@ class Families(Generic[T]):
     member_lower: Callable[[int, T], float] | None = None
 
 
-
 # ----------------------------------------------------------------------------- phases
 @dataclass(frozen=True)
 class Phase:
