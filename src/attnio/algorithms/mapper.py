@@ -15,6 +15,10 @@ owns:
   of tilings listed only when scored (``_families``: flash2 and square_tiling under a causal
   mask or a window, standard under a mask, small_cache_backward and
   fused_small_cache_backward);
+* :func:`phase_tilings` and :func:`phase_best` — the phase-separable search, for a schedule
+  whose count and steps are sums of independent phases (``_phases``: stream_tiling,
+  window_square): each phase's best by itself (its declared cut, bound and seed applied), the
+  candidates their product, whose first :func:`search` takes;
 * :func:`pruned_tilings` — the candidates of least count, for a schedule that offers another's
   tilings among its own (window_cache streams flash2's);
 * :func:`default_tiling` — what a run uses when no tiling is given;
@@ -23,12 +27,15 @@ owns:
 
 Ties go to fewer, larger steps, then to the first candidate.  Some schedules still narrow their
 candidate lists with a search of their own (square_tiling's pre-ranking and unmasked search,
-standard's unmasked one, stream_tiling, window_square: docs/contributing.md, "Searches still
-inside schedules")."""
+standard's unmasked one: docs/contributing.md, "Searches still inside schedules")."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import heapq
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -36,11 +43,20 @@ from ..core.errors import ParameterError
 from ..core.memory import IOCount
 from ..core.workload import Shape
 from .common import divisors_upto, largest_true
-from .protocol import NO_BACKWARD, NO_BLOCK_MASK, NO_WINDOW, Choice, Families, Schedule
+from .protocol import (
+    NO_BACKWARD,
+    NO_BLOCK_MASK,
+    NO_WINDOW,
+    Choice,
+    Families,
+    Phase,
+    Phases,
+    Schedule,
+)
 
 __all__ = ["best_backward", "can_run", "check_M", "default_tiling", "dense_groups", "dense_searchable",
-           "dense_sizes", "dense_tilings", "least", "least_over", "needs_M", "pruned_tilings",
-           "search", "supports"]
+           "dense_sizes", "dense_tilings", "least", "least_over", "needs_M", "phase_best",
+           "phase_tilings", "pruned_tilings", "search", "supports"]
 
 #: The attribute that says whether a schedule runs what each reason of :func:`can_run` names
 #: (declared on :class:`~attnio.algorithms.base.TiledSchedule` and ``Algorithm``).
@@ -135,6 +151,9 @@ def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterab
         families = families_of(shape, M, **options) if families_of is not None else None
         if families is not None:
             return _least_families(schedule, shape, M, families)
+        phases = _phases_of(schedule, shape, M, options)
+        if phases is not None:
+            return _least_phases(schedule, shape, M, phases)
     tilings_ = tilings()
     lower_of = getattr(schedule, "_lower_total", None)
     lower = lower_of(shape) if lower_of is not None else None
@@ -286,6 +305,98 @@ def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[An
                 best = io.total
     return sorted((((i, j) if order is None else order(i, j, t), t, io)  # ties' places only
                    for i, j, t, io in scored if io.total == best), key=lambda c: c[0])
+
+
+# ------------------------------------------------------------------------- phase-separable search
+def _phases_of(schedule: Any, shape: Shape, M: int, options: dict[str, Any]
+               ) -> Phases[Any] | None:
+    """The schedule's phases (its ``_phases(shape, M, **options)`` hook), or None."""
+    phases_of = getattr(schedule, "_phases", None)
+    return None if phases_of is None else phases_of(shape, M, **options)
+
+
+def phase_tilings(schedule: Any, shape: Shape, M: int, **options: Any) -> list[Any]:
+    """The candidates of a phase-separable schedule (one that declares ``_phases``, a
+    :class:`~attnio.algorithms.protocol.Phases`), for its ``candidate_tilings``: the product of
+    each phase's best (:func:`phase_best`), in the phases' order.  The phases' counts and steps
+    add up, so the least of the product is the first (each phase's least), and :func:`search`
+    picks it; the product is what the mapspace lists.  Empty for a schedule without phases (the
+    caller has checked the workload)."""
+    phases = _phases_of(schedule, shape, M, options)
+    return [] if phases is None else _phase_product(phases, M)
+
+
+def _phase_product(phases: Phases[Any], M: int) -> list[Any]:
+    best = [phase_best(p, M) for p in phases.phases]
+    return [phases.combine(*c) for c in itertools.product(*best)]
+
+
+def _least_phases(schedule: Schedule, shape: Shape, M: int, phases: Phases[Any]
+                  ) -> Choice[Any] | None:
+    """:func:`_least` over the product of the phases' best (:func:`_phase_product`), the same
+    choice without scoring it all: the counts and steps add up and each phase's best come
+    least first, so the product's first tiling is its least (count, steps), and the first on
+    ties.  ``tried`` counts the product's tilings that fit (those :func:`_least` would
+    score)."""
+    tilings = _phase_product(phases, M)
+    fit = [t for t in tilings if schedule.footprint(shape, t) <= M]
+    if not fit or fit[0] is not tilings[0]:  # (a phase's choice too big: score them all)
+        return _least(schedule, shape, M, fit)
+    t = fit[0]
+    return Choice(t, schedule._total(shape, t), schedule.steps(shape, t), len(fit))
+
+
+def phase_best(phase: Phase, M: int) -> list[Any]:
+    """The ``offer`` best choices of one phase that fit in M, by (count, steps, ``order``),
+    least first (:class:`~attnio.algorithms.protocol.Phase`): the ``candidates`` and, cut to
+    the ``keep`` of least estimate (the declared heuristic cut), the ``ranked`` pool's items
+    ``expand``-ed, all scored (by branch and bound where the phase has a ``lower``
+    bound: the choices in order of it, scored until it passes the ``offer``-th least count, so
+    a choice left unscored can neither be among the best nor tie them); then the ``seed``
+    choices made from those best, scored, and the ``offer`` best of all."""
+    cost, footprint, order = phase.cost, phase.footprint, phase.order
+    scored: dict[Any, tuple[int, int, Any]] = {}
+
+    def score(c: Any) -> bool:
+        """Score choice c once (False: it does not fit in M)."""
+        if c in scored:
+            return True
+        if footprint is not None and footprint(c) > M:
+            return False
+        count, steps = cost(c)
+        scored[c] = (count, steps, c if order is None else order(c))
+        return True
+
+    pool = dict.fromkeys(phase.candidates())
+    if phase.ranked is not None:
+        kept = heapq.nsmallest(phase.keep, phase.ranked())  # the declared cut
+        if phase.expand is None:
+            pool.update(dict.fromkeys(r for _, r in kept))
+        else:
+            for _, r in kept:
+                pool.update(dict.fromkeys(phase.expand(r)))
+    k = phase.offer
+    if phase.lower is None:
+        for c in pool:
+            score(c)
+    else:
+        lower = phase.lower
+        counts: list[int] = []  # the counts scored, ascending
+        for lo, c in sorted([(lower(c) * (1 - 1e-9), c) for c in pool],  # a float margin
+                            key=operator.itemgetter(0)):
+            if len(counts) >= k and lo > counts[k - 1]:
+                break
+            if score(c):
+                bisect.insort(counts, scored[c][0])
+
+    def best() -> list[Any]:
+        return [c for c, _ in sorted(scored.items(), key=operator.itemgetter(1))[:k]]
+
+    if phase.seed is None:
+        return best()
+    for c in phase.seed(best()):
+        score(c)
+    return best()
 
 
 # ----------------------------------------------------------------------------- backward

@@ -26,7 +26,7 @@ from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
 
 __all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Families", "Field", "Mapspace",
-           "Schedule"]
+           "Phase", "Phases", "Schedule"]
 
 T = TypeVar("T")
 
@@ -99,6 +99,53 @@ class Families(Generic[T]):
     refined: Callable[[int], float] | None = None
     order: Callable[[int, int, T], Any] | None = None
     member_lower: Callable[[int, T], float] | None = None
+
+
+# ----------------------------------------------------------------------------- phases
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a phase-separable schedule (the schedule's ``_phases`` hook,
+    :class:`Phases`): its choices (hashable, e.g. tuples of sides) and their cost, as plain data
+    and hooks for the mapper's per-phase search (:func:`attnio.algorithms.mapper.phase_best`).
+
+    * ``cost(choice) -> (count, steps)``: the phase's exact count (one head) and its tile steps;
+    * ``footprint(choice)``: its fast-memory words (a choice above M is the mapper's to skip;
+      None: every choice is built to fit, and the product's tilings are checked);
+    * ``candidates()``: choices every one of which is scored (by branch and bound on
+      ``lower(choice)``, a proven lower bound on the count, where given: the same best);
+    * ``ranked()``: a pool of ``(estimate, item)`` pairs the mapper first cuts to the ``keep``
+      of least estimate (ties: the item), each item then listed as choices by ``expand(item)``
+      (default: the item is a choice) and scored with the candidates.  The cut is a
+      heuristic, not a bound: it is declared here so that it is seen;
+    * ``seed(best)``: the coupling rule, more choices made from the phase's ``offer`` best so
+      far (a second pass around them), scored too;
+    * ``offer``: how many of the phase's best go into the product, ranked by (count, steps,
+      ``order(choice)``; default the choice itself: ties go to the least choice).
+    """
+
+    cost: Callable[[Any], tuple[int, int]]
+    footprint: Callable[[Any], int] | None
+    candidates: Callable[[], Iterable[Any]] = tuple
+    lower: Callable[[Any], float] | None = None
+    ranked: Callable[[], Iterable[tuple[Any, Any]]] | None = None
+    keep: int = 0
+    expand: Callable[[Any], Iterable[Any]] | None = None
+    seed: Callable[[list[Any]], Iterable[Any]] | None = None
+    offer: int = 3
+    order: Callable[[Any], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Phases(Generic[T]):
+    """A schedule whose count and steps are the SUMS of independent ``phases``' (no side of one
+    enters another's count; they share only M), declared for the mapper (the schedule's
+    ``_phases(shape, M, **options)`` hook): the mapper finds each phase's ``offer`` best
+    (:class:`Phase`), and the candidates are their product, one choice per phase made into a
+    tiling by ``combine(*choices)``, in the phases' order (the first phase's choice varying
+    slowest).  The tiling's footprint is the largest of its phases'."""
+
+    phases: tuple[Phase, ...]
+    combine: Callable[..., T]
 
 
 @dataclass(frozen=True)

@@ -102,18 +102,21 @@ sum in closed form; only the few blocks where the diagonal meets an edge are wal
 (``count_walk``), so a causal count at N = 10⁹ costs milliseconds.
 
 Tiling.  The phases are not coupled (Phase 2 needs no Phase-1 block size), so each is searched by
-itself and the best three of each are combined.  Candidates: for each side on a geometric ladder
+itself and the best three of each are combined: the module declares the phases
+(:meth:`StreamTiling._phases`), the mapper searches them
+(:func:`attnio.algorithms.mapper.phase_best`).  Candidates: for each side on a geometric ladder
 (:func:`attnio.algorithms.common.ladder`) the largest other side that fits (in closed
 form), then the first side grown back to the most that fits, each also snapped down to the least
 size with the same number of blocks; order "row" with the fewest query blocks and a few more;
 with a mask, row blocks that meet the diagonal where it enters (z, z/2, z/3, z/4 for the z rows
 that see no key); every side within a factor 2 of √M with the largest other side (at most 96).
 All are scored exactly, O(log N) each with a mask, except the near-√M band, of which the 8 of
-least unmasked count are.  Phase 2 then adds, for T slices with T within 1 of the best three's,
-two slice groups (:meth:`StreamTiling._two_groups`): narrower slices with taller row blocks and
-wider ones, or T - 1 or T - 2 equal slices and a remainder with a row block of its own, at widths
-near ⌈d/T⌉ or that fit a few row blocks fewer or more; each group takes its best row block
-(:func:`_group_rows`), scored exactly.  A cold causal plan at N = 10⁹ spends about 1.4 ms here
+least unmasked count are (a cut the phases declare, ``keep``).  Phase 2 then adds, for T slices
+with T within 1 of the best three's, two slice groups (:meth:`StreamTiling._two_groups`, the
+phases' ``seed``): narrower slices with taller row blocks and wider ones, or T - 1 or T - 2 equal
+slices and a remainder with a row block of its own, at widths near ⌈d/T⌉ or that fit a few row
+blocks fewer or more; each group takes its best row block (:func:`_group_rows`), scored
+exactly.  A cold causal plan at N = 10⁹ spends about 1.4 ms here
 (0.1 ms of it the two groups).  Measured: the least closed form over every tiling, two-group
 ones included, on random tiny shapes (the test: Nq, Nkv <= 10, d <= 4, both masks, 5% allowed
 with a mask for Phase 1; Phase 2 alone was the least on 3000 shapes with Nq, Nkv <= 14, d <= 8);
@@ -135,10 +138,10 @@ True
 from __future__ import annotations
 
 import functools
-import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -150,12 +153,13 @@ from . import mapper
 from ._kernels import online_lse_step
 from .base import Algorithm, prefix_block_keys
 from .common import ladder
+from .protocol import Phase, Phases
 
 __all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
 
 ORDERS = ("tile", "row")
-_OFFER = 3  # best of each phase combined into the candidate tilings
-_BAND = 8  # sides near √M scored exactly with a mask (ranked by the unmasked count)
+_OFFER = 3  # best of each phase combined into the candidate tilings (Phase.offer)
+_BAND = 8  # sides near √M scored exactly with a mask, ranked by the unmasked count (Phase.keep)
 
 
 @dataclass(frozen=True)
@@ -305,6 +309,12 @@ def _p2(shape: Shape, g: tuple[int, ...]) -> IOCount:
     if len(g) == 2:
         return _phase2(shape, g[0], g[1], shape.d)
     return _phase2(shape, g[0], g[1], g[2]) + _phase2(shape, g[3], g[4], shape.d - g[2])
+
+
+def _combine(p1: tuple[int, ...], g: tuple[int, ...]) -> StreamTilingTiling:
+    """The tiling of a Phase-1 choice (Br, Bc, order index) and a Phase-2 one (Br2, Bd2[, d1,
+    Br2b, Bd2b])."""
+    return StreamTilingTiling(p1[0], p1[1], g[0], g[1], ORDERS[p1[2]], *g[2:])
 
 
 def _p2_steps(Nq: int, d: int, g: tuple[int, ...]) -> int:
@@ -482,55 +492,63 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         return io
 
     # ------------------------------------------------------------------ tilings
-    @staticmethod
-    def _best(shape: Shape, cands: Iterable[tuple[int, ...]], band: Iterable[tuple[int, ...]],
-              count: Callable[[Shape, tuple[int, ...]], int],
-              steps: Callable[[tuple[int, ...]], int],
-              lower: Callable[[Shape, tuple[int, ...]], float]) -> list[tuple[int, ...]]:
-        """The _OFFER best by (exact count, steps) of ``cands`` and of the _BAND best of ``band``
-        by the O(1) unmasked count (all of ``band`` unmasked).  With a mask, by branch and
-        bound on ``lower`` (a lower bound on ``count``): the candidates in order of it, scored
-        until it passes the _OFFER-th least count, so those left unscored can neither be among
-        the best nor tie them."""
-        band = set(band)
-        if not shape.causal:
-            return heapq.nsmallest(_OFFER, set(cands) | band,
-                                   key=lambda c: (count(shape, c), steps(c), c))
-        plain = shape.unmasked()
-        band = set(heapq.nsmallest(_BAND, band, key=lambda c: (count(plain, c), c)))
-        lows = sorted((lower(shape, c) * (1 - 1e-9), c) for c in set(cands) | band)
-        scored: list[tuple[int, int, tuple[int, ...]]] = []
-        for lo, c in lows:
-            if len(scored) >= _OFFER and lo > sorted(x[0] for x in scored)[_OFFER - 1]:
-                break
-            scored.append((count(shape, c), steps(c), c))
-        return [c for _, _, c in sorted(scored)[:_OFFER]]
-
-    def _phase1_candidates(self, shape: Shape, M: int) -> list[tuple[int, ...]]:
+    def _phases(self, shape: Shape, M: int, **options: Any) -> Phases[StreamTilingTiling]:
+        """The two phases, for the mapper's per-phase search (:func:`.mapper.phase_best`: the
+        phases' counts and steps add up, no side of one enters the other's count).  Each phase
+        lists its candidates (module docstring, "Tiling") and the sides near √M (:func:`_band`):
+        unmasked every one is scored; with a mask the sides near √M are a pool cut to the
+        :data:`_BAND` of least *unmasked* count (a declared heuristic cut) and the candidates
+        are scored by branch and bound on a lower bound (:func:`_phase1_lower`,
+        :func:`_p2_lower`).  Phase 2's best seed the two-slice-group candidates around their
+        slice counts (:meth:`_two_groups`, the coupling rule).  The :data:`_OFFER` best of each
+        phase make the candidates (their product)."""
+        if options:
+            raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        cands: list[tuple[int, ...]] = [
-            (a, b, 0) for a, b in _pairs(Nq, Nkv, M, functools.partial(_max1, M),
-                                         functools.partial(_max1, M))]
-        for a in _rows(shape, min(Nq, (M - 1) // (d + 1))):  # order "row": a·d + a·b + 1 <= M
-            cands += [(a, 1, 1), (a, min(Nkv, (M - 1 - a * d) // a), 1)]
-        if shape.causal:  # row blocks that meet the diagonal where it enters
-            cands += [(a, min(Nkv, _max1(M, a)), 0) for a in _rows(shape, Nq) if _max1(M, a) >= 1]
-        band = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1, M))]
-        return self._best(shape, cands, band, _phase1_total,
-                          lambda c: cdiv(Nq, c[0]) * cdiv(Nkv, c[1]), _phase1_lower)
+        plain = shape.unmasked()
+        masked = shape.causal
 
-    def _phase2_candidates(self, shape: Shape, M: int) -> list[tuple[int, ...]]:
-        d, Nq = shape.d, shape.Nq
-        cands = _pairs(Nq, d, M, functools.partial(_cols2, M), functools.partial(_rows2, M))
-        if shape.causal:
-            cands |= {(a, min(d, _cols2(M, a))) for a in _rows(shape, Nq) if _cols2(M, a) >= 1}
-        band = _band(Nq, d, M, functools.partial(_cols2, M))
-        band |= {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))}
-        steps = functools.partial(_p2_steps, Nq, d)
-        best = self._best(shape, cands, band, _p2_total, steps, _p2_lower)
-        more = self._two_groups(shape, M, {cdiv(d, c[1]) + k for c in best for k in (-1, 0, 1)})
-        return sorted(set(best) | more,
-                      key=lambda c: (_p2_total(shape, c), steps(c), len(c), c))[:_OFFER]
+        def cands1() -> list[tuple[int, ...]]:
+            out: list[tuple[int, ...]] = [
+                (a, b, 0) for a, b in _pairs(Nq, Nkv, M, functools.partial(_max1, M),
+                                             functools.partial(_max1, M))]
+            for a in _rows(shape, min(Nq, (M - 1) // (d + 1))):  # "row": a·d + a·b + 1 <= M
+                out += [(a, 1, 1), (a, min(Nkv, (M - 1 - a * d) // a), 1)]
+            if masked:  # row blocks that meet the diagonal where it enters
+                out += [(a, min(Nkv, _max1(M, a)), 0) for a in _rows(shape, Nq)
+                        if _max1(M, a) >= 1]
+            return out
+
+        def cands2() -> set[tuple[int, ...]]:
+            out: set[tuple[int, ...]] = set(_pairs(Nq, d, M, functools.partial(_cols2, M),
+                                                   functools.partial(_rows2, M)))
+            if masked:
+                out |= {(a, min(d, _cols2(M, a))) for a in _rows(shape, Nq) if _cols2(M, a) >= 1}
+            return out
+
+        def band2() -> set[tuple[int, ...]]:
+            return (_band(Nq, d, M, functools.partial(_cols2, M))
+                    | {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))})
+
+        band1 = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1, M))]
+        phase1 = Phase(
+            cost=lambda c: (_phase1_total(shape, c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])),
+            footprint=None,  # every candidate is built to fit (the sides of most that fit)
+            candidates=cands1 if masked else lambda: cands1() + band1,
+            lower=functools.partial(_phase1_lower, shape) if masked else None,
+            ranked=(lambda: [(_phase1_total(plain, c), c) for c in band1]) if masked else None,
+            keep=_BAND, offer=_OFFER)
+        phase2 = Phase(
+            cost=lambda g: (_p2_total(shape, g), _p2_steps(Nq, d, g)),
+            footprint=None,
+            candidates=cands2 if masked else lambda: cands2() | band2(),
+            lower=functools.partial(_p2_lower, shape) if masked else None,
+            ranked=(lambda: [(_p2_total(plain, g), g) for g in band2()]) if masked else None,
+            keep=_BAND,
+            seed=lambda best: self._two_groups(
+                shape, M, {cdiv(d, g[1]) + k for g in best for k in (-1, 0, 1)}),
+            offer=_OFFER, order=lambda g: (len(g), g))  # one slice group before two on ties
+        return Phases((phase1, phase2), _combine)
 
     @staticmethod
     def _two_groups(shape: Shape, M: int, counts: Iterable[int]) -> set[tuple[int, ...]]:
@@ -572,13 +590,11 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         return out
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[StreamTilingTiling]:
-        """The best few of each phase (scored by themselves: the phases are not coupled),
-        combined; empty when M < min_M."""
+        """The best few of each phase (:meth:`_phases`, searched by the mapper), combined;
+        empty when M < min_M."""
         if mapper.needs_M(self, shape, M) is not None:
             return []
-        p2 = self._phase2_candidates(shape, M)
-        return [StreamTilingTiling(br, bc, c[0], c[1], ORDERS[o], *c[2:])
-                for br, bc, o in self._phase1_candidates(shape, M) for c in p2]
+        return mapper.phase_tilings(self, shape, M)
 
     def count_walk(self, shape: Shape, tiling: StreamTilingTiling) -> int:
         """With a mask, a bulk count walks the diagonal of one query block per phase class and

@@ -72,9 +72,12 @@ ladders with the key slices Bk2 in powers of two up to the widest that fits (a n
 the band, a wide one frees nothing for the other tiles).  The ladders are ranked by an O(1)
 estimate (:class:`_Approx`: a block of B rows sees about v + c·(B − 1) keys), the best dozen
 counted exactly, then their neighbours at 2^(±1/4); the candidates are the best few of each phase,
-paired.  A heuristic, as every search here: on 72 shapes (N up to 10⁹, d = 64 and 128, M =
-2¹⁰..2¹⁶, windows 512, 4096 and none) its totals are within 0.16% of scoring every size of
-2^(1/4) ladders exactly, at a twentieth of the CPU (about 4 ms a search).
+paired.  The module declares the phases, the estimate and the cut
+(:meth:`WindowSquare._phases`); the mapper searches them
+(:func:`attnio.algorithms.mapper.phase_best`).  A heuristic, as every search here: on 72 shapes
+(N up to 10⁹, d = 64 and 128, M = 2¹⁰..2¹⁶, windows 512, 4096 and none) its totals are within
+0.16% of scoring every size of 2^(1/4) ladders exactly, at a twentieth of the CPU (about 4 ms a
+search).
 
 Bulk counting.  Both phases are masked loop pairs (``band=``): the simulator runs each run of
 alike query blocks once with the run's total visits, so a count at N = 10⁹ walks a handful of
@@ -96,10 +99,10 @@ True
 from __future__ import annotations
 
 import functools
-import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -110,12 +113,13 @@ from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from . import mapper
 from .base import Algorithm
+from .protocol import Phase, Phases
 
 __all__ = ["ALGORITHM", "WindowSquare", "WindowSquareTiling"]
 
 ORDERS = ("tile", "row")
-_KEEP = 3  # the best Phase-1 and Phase-2 choices paired into candidates
-_EXACT = 12  # the sizes of least estimated count (_Approx) whose count is taken exactly
+_KEEP = 3  # the best Phase-1 and Phase-2 choices paired into candidates (Phase.offer)
+_EXACT = 12  # the sizes of least estimated count (_Approx) counted exactly (Phase.keep: a cut)
 
 
 @dataclass(frozen=True)
@@ -262,6 +266,11 @@ class _Spilled:
     C: int
 
 
+def _combine(p1: tuple[int, int, int, str], p2: tuple[int, int, int]) -> WindowSquareTiling:
+    """The tiling of a Phase-1 choice (Br, Bc, Bd, order) and a Phase-2 one (Br2, Bk2, Bd2)."""
+    return WindowSquareTiling(*p1[:3], *p2, p1[3])
+
+
 class WindowSquare(Algorithm[WindowSquareTiling]):
     name = "window_square"
     summary = ("square tiling over the band (any mask, sliding windows included): write the "
@@ -307,14 +316,24 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
         return _phase1(shape, br, bc, tiling.order) + _phase2(shape, br2, bk2, bd2)
 
     # ------------------------------------------------------------------ tilings
-    def _phase1_choices(self, shape: Shape, M: int) -> list[tuple[int, int, int, str]]:
-        """The best few (Br, Bc, Bd, order) by Phase-1 count, then steps: Br and Bc on √2
-        ladders ranked by :class:`_Approx`, the best :data:`_EXACT` counted exactly, then the
-        neighbours at 2^(±1/4) of the best few."""
+    def _phases(self, shape: Shape, M: int, **options: Any) -> Phases[WindowSquareTiling]:
+        """The two phases, for the mapper's per-phase search (:func:`.mapper.phase_best`: the
+        phases share nothing but M, their counts and steps add up).  Each lists its sizes on √2
+        ladders as a pool ranked by :class:`_Approx`'s O(1) estimate, cut to the
+        :data:`_EXACT` of least estimate (a declared heuristic cut) and counted exactly; the
+        neighbours at 2^(±1/4) of the :data:`_KEEP` best are counted too (the seed), and the
+        :data:`_KEEP` best of each phase are paired.
+
+        * Phase 1: (Br, Bc, order) with Br and Bc on the ladders, each made a choice (Br, Bc,
+          Bd, order) with Bd the widest slice that fits (it changes only the steps);
+        * Phase 2: (Br2, Bd2) on the ladders, ranked at Bk2 = 1 (the estimate grows with Bk2:
+          a wider slice only widens the cover), each made the choices (Br2, Bk2, Bd2) of every
+          key slice Bk2 in powers of two up to the widest that fits, and that widest."""
+        if options:
+            raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         keys = _band_width(shape)
         est = _Approx(shape)
-        scored: dict[tuple[int, int, str], tuple[int, int, int, int, int, str]] = {}
 
         def bc_most(br: int, order: str) -> int:
             if order == "row":
@@ -326,74 +345,62 @@ class WindowSquare(Algorithm[WindowSquareTiling]):
                 return min(d, (M - br * d - br * bc - 2 * br) // bc)
             return min(d, (M - br * bc - 2 * br) // (br + bc))
 
-        def score(br: int, bc: int, order: str) -> None:
+        def choices1(br: int, bc: int, order: str) -> tuple[tuple[int, int, int, str], ...]:
             bd = slice_of(br, bc, order)
-            if (br, bc, order) in scored or bd < 1 or _fp1(d, br, bc, bd, order) > M:
-                return
-            io = _phase1(shape, br, bc, order).total
-            steps = _sums(shape, br, bc).count * cdiv(d, bd)
-            scored[(br, bc, order)] = (io, steps, br, bc, bd, order)
+            return ((br, bc, bd, order),) if bd >= 1 else ()
 
         most = {o: (M - 1) // ((d if o == "row" else 1) + 3) for o in ORDERS}  # Bc = Bd = 1
-        rough = [(est.phase1(br, bc, order), br, bc, order) for order in ORDERS
-                 for br in _ladder(Nq, most[order]) for bc in _ladder(Nkv, bc_most(br, order))
-                 if slice_of(br, bc, order) >= 1]
-        for _, br, bc, order in heapq.nsmallest(_EXACT, rough):
-            score(br, bc, order)
-        for _, _, br0, bc0, _, order in heapq.nsmallest(_KEEP, scored.values()):
-            for br in _near(Nq, br0, most[order]):
-                for bc in _near(Nkv, bc0, bc_most(br, order)):
-                    score(br, bc, order)
-        return [(br, bc, bd, o) for _, _, br, bc, bd, o in heapq.nsmallest(_KEEP,
-                                                                          scored.values())]
 
-    def _phase2_choices(self, shape: Shape, M: int) -> list[tuple[int, int, int]]:
-        """The best few (Br2, Bk2, Bd2) by Phase-2 count, then steps: Bd2 and Br2 on √2 ladders
-        with Bk2 in powers of two up to the widest that fits, ranked by :class:`_Approx`, the
-        best :data:`_EXACT` counted exactly, then the neighbours at 2^(±1/4) of the best few."""
-        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        est = _Approx(shape)
-        scored: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
+        def near1(best: list[tuple[int, int, int, str]]) -> list[tuple[int, int, int, str]]:
+            return [c for br0, bc0, _, order in best for br in _near(Nq, br0, most[order])
+                    for bc in _near(Nkv, bc0, bc_most(br, order)) for c in choices1(br, bc, order)]
+
+        phase1 = Phase(
+            cost=lambda c: (_phase1(shape, c[0], c[1], c[3]).total,
+                            _sums(shape, c[0], c[1]).count * cdiv(d, c[2])),
+            footprint=lambda c: _fp1(d, *c),
+            ranked=lambda: [(est.phase1(br, bc, order), (br, bc, order)) for order in ORDERS
+                            for br in _ladder(Nq, most[order])
+                            for bc in _ladder(Nkv, bc_most(br, order))
+                            if slice_of(br, bc, order) >= 1],
+            keep=_EXACT,
+            expand=lambda r: choices1(*r), seed=near1, offer=_KEEP)
+
+        def widest(bd2: int, br2: int) -> int:  # the widest key slice that fits (< 1: none)
+            return min(Nkv, (M - br2 * bd2 - br2) // (br2 + bd2))
 
         def slices(bd2: int, br2: int) -> set[int]:
-            kmax = min(Nkv, (M - br2 * bd2 - br2) // (br2 + bd2))
+            kmax = widest(bd2, br2)
             return {k for k in (kmax, *(2 ** i for i in range(kmax.bit_length())))
                     if 1 <= k <= kmax}
-
-        def score(br2: int, bk2: int, bd2: int) -> None:
-            if (br2, bk2, bd2) in scored:
-                return
-            io = _phase2(shape, br2, bk2, bd2).total
-            steps = _sums(shape, br2, bk2).count * cdiv(d, bd2)
-            scored[(br2, bk2, bd2)] = (io, steps, br2, bk2, bd2)
 
         def br2_most(bd2: int) -> int:
             return (M - bd2) // (bd2 + 2)
 
-        # the estimate grows with Bk2 (a wider slice only widens the cover): rank (Bd2, Br2) at
-        # Bk2 = 1, then count every slice of the best exactly
-        rough = [(est.phase2(br2, 1, bd2), br2, bd2) for bd2 in _ladder(d, (M - 2) // 3)
-                 for br2 in _ladder(Nq, br2_most(bd2)) if slices(bd2, br2)]
-        for _, br2, bd2 in heapq.nsmallest(_EXACT, rough):
-            for bk2 in slices(bd2, br2):
-                score(br2, bk2, bd2)
-        for _, _, br0, _, bd0 in heapq.nsmallest(_KEEP, scored.values()):
-            for bd2 in _near(d, bd0, (M - 2) // 3):
-                for br2 in _near(Nq, br0, br2_most(bd2)):
-                    for bk2 in slices(bd2, br2):
-                        score(br2, bk2, bd2)
-        return [(br2, bk2, bd2) for _, _, br2, bk2, bd2 in heapq.nsmallest(_KEEP,
-                                                                          scored.values())]
+        def near2(best: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+            return [(br2, bk2, bd2) for br0, _, bd0 in best
+                    for bd2 in _near(d, bd0, (M - 2) // 3)
+                    for br2 in _near(Nq, br0, br2_most(bd2)) for bk2 in slices(bd2, br2)]
+
+        phase2 = Phase(
+            cost=lambda c: (_phase2(shape, *c).total,
+                            _sums(shape, c[0], c[1]).count * cdiv(d, c[2])),
+            footprint=None,  # every key slice is one that fits (slices)
+            ranked=lambda: [(est.phase2(br2, 1, bd2), (br2, bd2))
+                            for bd2 in _ladder(d, (M - 2) // 3)
+                            for br2 in _ladder(Nq, br2_most(bd2)) if widest(bd2, br2) >= 1],
+            keep=_EXACT,
+            expand=lambda r: [(r[0], bk2, r[1]) for bk2 in slices(r[1], r[0])],
+            seed=near2, offer=_KEEP)
+        return Phases((phase1, phase2), _combine)
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[WindowSquareTiling]:
-        """The best few Phase-1 choices paired with the best few Phase-2 ones (the phases are
-        independent but for M: their least counts add up to the least total)."""
+        """The best few Phase-1 choices paired with the best few Phase-2 ones (:meth:`_phases`,
+        searched by the mapper; the phases are independent but for M: their least counts add
+        up to the least total)."""
         if mapper.needs_M(self, shape, M) is not None:
             return []
-        second = self._phase2_choices(shape, M)
-        return [WindowSquareTiling(br, bc, bd, br2, bk2, bd2, order)
-                for br, bc, bd, order in self._phase1_choices(shape, M)
-                for br2, bk2, bd2 in second]
+        return mapper.phase_tilings(self, shape, M)
 
     def covered_by(self, shape: Shape) -> str | None:
         """Without a window every block meets the band exactly as in square_tiling, whose count
