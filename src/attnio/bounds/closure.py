@@ -70,6 +70,11 @@ def _first_index(M: int) -> int:
 
 def grid_from(M: int, count: int) -> list[int]:
     """The ``count`` smallest points of 𝒢 that are >= M (fewer at its top)."""
+    return list(_grid_from(M, count))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _grid_from(M: int, count: int) -> tuple[int, ...]:
     out: list[int] = []
     j = _first_index(max(1, M))
     while len(out) < count:
@@ -79,7 +84,7 @@ def grid_from(M: int, count: int) -> list[int]:
         if not out or G > out[-1]:
             out.append(G)
         j += 1
-    return out
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=8)
@@ -126,6 +131,17 @@ def _lambdas(theorem: PairsTheorem, d: int, pairs: list[tuple[int, int]]
     return got[:, 0], got[:, 1], got[:, 2]
 
 
+@functools.lru_cache(maxsize=1024)
+def _at(theorem: PairsTheorem, d: int, G: int) -> tuple[FloatArray, FloatArray, FloatArray,
+                                                         FloatArray]:
+    """Every row's (Λ, Λ_f, Λ_l) at G and its K = ⌊κG⌋ (as floats): what the first step of
+    :func:`_closed` looks at (cached: it does not depend on P)."""
+    rr = rows(theorem.table)
+    lams = _lambdas(theorem, d, [(r, G) for r in range(len(rr))])
+    Ks = np.floor(np.array([k for k, _ in rr], dtype=np.float64) * G)
+    return (*lams, Ks)
+
+
 def row_value(theorem: PairsTheorem, P: int, d: int, r: int, G: int) -> int:
     """T_f(P, d, G) of row ``r`` at grid point G (one evaluation: the reference of the tests)."""
     from .segments import segments_bound
@@ -164,6 +180,27 @@ def _tails(W: float, kappa: FloatArray, Ga: FloatArray, Gb: FloatArray, lam: Flo
     return np.maximum(np.maximum(u1, u2), un), nmax
 
 
+def _survivors(best: int, Wf: float, kap: FloatArray, rs: list[int], Gas: list[int],
+               lam: FloatArray, lam_f: FloatArray, lam_l: FloatArray) -> dict[int, int]:
+    """The rows (of ``rs``, each last evaluated at its G of ``Gas``) whose envelope over the grid
+    points after that one exceeds ``best``, each with the least G worth looking at next."""
+    Ga = np.array(Gas, dtype=np.float64)
+    nxt = [_grid_from(G + 1, 1) for G in Gas]
+    Gb = np.array([n[0] if n else math.inf for n in nxt], dtype=np.float64)
+    ka = kap[rs]
+    tail, nmax = _tails(Wf, ka, Ga, Gb, lam, lam_f, lam_l)
+    keep = np.flatnonzero((tail > best) & np.isfinite(Gb))
+    out: dict[int, int] = {}
+    for k in keep.tolist():
+        g, n, kr = Gb[k], nmax[k], ka[k]
+        # a value at G' is at most κ·n·G' with n <= nmax: below best/(κ·nmax) none beats it
+        if math.isfinite(n) and n >= 1.0 and kr > 0.0:
+            g = max(g, math.floor(best / (kr * n) * (1.0 - ROOM)))
+        if g <= GRID_TOP:
+            out[rs[k]] = int(g)
+    return out
+
+
 def closed_monotone(theorem: PairsTheorem, P: int, d: int, M: int
                     ) -> tuple[int, int, float, int]:
     """(value, K, μ, G): ``C(P, d, M)``, the largest value of any row at any grid point G >= M
@@ -185,16 +222,28 @@ def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, fl
     Wf = float(W) if isinstance(W, int) else float(np.max(W))
     rr = rows(theorem.table)
     kap = np.array([k for k, _ in rr], dtype=np.float64)
-    start = {r: M for r in range(len(rr))}  # per row still followed: the next G to look at
-    count = 1
+    # the first step: every row at the first grid point (its maxima cached per (d, G))
+    first = grid_from(M, 1)
+    if not first:
+        return best
+    G1 = first[0]
+    lam, lam_f, lam_l, Kf = _at(theorem, d, G1)
+    Ks = [int(k) for k in Kf.tolist()]
+    vals = segments_bound_many(W, Ks, lam, lam_f, lam_l)
+    i = max(range(len(vals)), key=lambda k: (vals[k], -k))
+    if vals[i] > 0:
+        best = (vals[i], Ks[i], rr[i][1] * math.sqrt(G1), G1)
+    start = _survivors(best[0], Wf, kap, list(range(len(rr))), [G1] * len(rr), lam, lam_f,
+                       lam_l)
+    count = 2
     while start:
         pairs: list[tuple[int, int]] = []
-        last: dict[int, int] = {}
+        last: list[int] = []
         for r, g in start.items():
-            Gs = grid_from(g, count)
+            Gs = _grid_from(g, count)
             if Gs:
                 pairs.extend((r, G) for G in Gs)
-                last[r] = Gs[-1]
+                last.append(len(pairs) - 1)
         if not pairs:
             break
         lam, lam_f, lam_l = _lambdas(theorem, d, pairs)
@@ -203,23 +252,8 @@ def _closed(theorem: PairsTheorem, P: int, d: int, M: int) -> tuple[int, int, fl
         for (r, G), K, v in zip(pairs, Ks, vals):
             if v > best[0] or (v == best[0] and v > 0 and G < best[3]):
                 best = (v, K, rr[r][1] * math.sqrt(G), G)
-        # the envelope of each row over the grid points after its last one evaluated
-        idx = [i for i, (r, G) in enumerate(pairs) if G == last[r]]
-        rs = [pairs[i][0] for i in idx]
-        Ga = np.array([pairs[i][1] for i in idx], dtype=np.float64)
-        nxt = [grid_from(int(G) + 1, 1) for G in Ga.tolist()]
-        Gb = np.array([n[0] if n else math.inf for n in nxt], dtype=np.float64)
-        sel = np.array(idx, dtype=np.intp)
-        tail, nmax = _tails(Wf, kap[rs], Ga, Gb, lam[sel], lam_f[sel], lam_l[sel])
-        start = {}
-        for r, gb, t, n in zip(rs, Gb.tolist(), tail.tolist(), nmax.tolist()):
-            if not (t > best[0]) or not math.isfinite(gb):
-                continue
-            # a value at G' is at most κ·n·G' with n <= nmax: below best/(κ·nmax) none beats it
-            g = gb
-            if math.isfinite(n) and n >= 1.0 and kap[r] > 0.0:
-                g = max(gb, math.floor(best[0] / (kap[r] * n) * (1.0 - ROOM)))
-            if g <= GRID_TOP:
-                start[r] = int(g)
+        sel = np.array(last, dtype=np.intp)
+        start = _survivors(best[0], Wf, kap, [pairs[i][0] for i in last],
+                           [pairs[i][1] for i in last], lam[sel], lam_f[sel], lam_l[sel])
         count = min(32, count * 2)
     return best
