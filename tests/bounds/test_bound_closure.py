@@ -92,10 +92,10 @@ def test_the_closure_never_rises_in_m_nor_falls_in_p(name, d):
         v = C.closed_monotone(th, P, d, M)[0]
         assert prev is None or v <= prev[1], (name, d, prev, (M, v))
         prev = (M, v)
-        M = max(M + 1, int(M * 1.05))
+        M = max(M + 1, int(M * 1.1))
     M = 20 * d
     prev = None
-    for P in [*range(1, 200), *(int(200 * 1.07 ** k) for k in range(60))]:
+    for P in [*range(1, 120), *(int(120 * 1.15 ** k) for k in range(40))]:
         v = C.closed_monotone(th, P, d, M)[0]
         assert prev is None or v >= prev[1], (name, d, prev, (P, v))
         prev = (P, v)
