@@ -11,10 +11,12 @@ and every explicit backward bound (:func:`attnio.bounds.backward_applicable_to`)
   the falls ``value(N') < value(N)`` for consecutive N < N',
 
 and prints, per bound, the rises and falls and the first few, and the CPU time.  Exit status 1
-when any bound rises or falls.
+when any bound rises or falls.  ``--closure`` adds Theorems A and D closed by construction
+(:func:`attnio.bounds.closure.closed_monotone`, not yet the public values) as two more bounds,
+``pv_segment_closed`` and ``backward_accum_closed``.
 
 Run:  python benchmarks/bench_bound_monotone.py [--ratio 1.01] [--nmax 4096] [--only NAMES]
-                                                [--json FILE] [--quick]
+                                                [--json FILE] [--quick] [--closure]
 """
 
 from __future__ import annotations
@@ -52,11 +54,22 @@ SHAPES: tuple[tuple[str, int, dict[str, Any], int, int], ...] = (
 EXAMPLES_M = {"d4": (730, 745), "d40": (12910, 13168)}
 
 
+#: Whether :func:`explicit` adds the closed Theorems A and D (``--closure``).
+CLOSURE = False
+
+
 def explicit(shape_kw: dict[str, Any], N: int, d: int, M: int) -> dict[str, float]:
     """Every explicit bound's value (forward and backward) at these sizes."""
     sh = attention_shape(N, d, **shape_kw)
     out = {b.name: b.value for b in bounds.applicable_to(sh, M) if b.explicit}
     out.update({b.name: b.value for b in backward_applicable_to(sh, M) if b.explicit})
+    if CLOSURE:
+        from attnio.bounds import backward, closure, forward
+        from attnio.bounds.base import pairs_of
+
+        P = pairs_of(sh)
+        out["pv_segment_closed"] = closure.closed_monotone(forward._A, P, d, M)[0]
+        out["backward_accum_closed"] = closure.closed_monotone(backward._D, P, d, M)[0]
     return out
 
 
@@ -109,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated bound names (default: all)")
     ap.add_argument("--quick", action="store_true", help="every third shape only")
     ap.add_argument("--json", default="", help="write the findings here")
+    ap.add_argument("--closure", action="store_true",
+                    help="also scan Theorems A and D closed by construction (attnio.bounds.closure)")
     args = ap.parse_args(argv)
+    global CLOSURE
+    CLOSURE = args.closure
     t = time.process_time()
     got = scan(args.ratio, args.nmax, set(filter(None, args.only.split(","))) or None, args.quick)
     cpu = time.process_time() - t
