@@ -64,7 +64,7 @@ def _brute(th, P, d, M, top):
     return max(vals), max(last) == 0
 
 
-@pytest.mark.parametrize("name", "AD")
+@pytest.mark.parametrize("name", ["A", pytest.param("D", marks=pytest.mark.slow)])
 def test_the_closure_is_the_maximum_by_its_definition(name):
     th, rng = THEOREMS[name], random.Random(11 if name == "A" else 13)
     checked = positive = 0
@@ -82,7 +82,8 @@ def test_the_closure_is_the_maximum_by_its_definition(name):
 
 
 @pytest.mark.parametrize("name", "AD")
-@pytest.mark.parametrize("d", [4, 40, 128])
+@pytest.mark.parametrize("d", [pytest.param(4, marks=pytest.mark.slow), 40,
+                               pytest.param(128, marks=pytest.mark.slow)])
 def test_the_closure_never_rises_in_m_nor_falls_in_p(name, d):
     th = THEOREMS[name]
     P = 300 * 301 // 2
