@@ -347,7 +347,7 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         t = tiling
         if _as_stream(shape) and not mem.computing:
             # a causal count without a window: stream_tiling's, word for word (covered_by), whose
-            # bulk count runs alike query blocks once; this schedule's band classes need a window
+            # bulk count runs alike query blocks once; this schedule's interior needs a window
             _STREAM.schedule(mem, Q, K, V, O, shape=shape, tiling=_stream_tiling(t), scale=scale)
             return
         C = ring_width(shape, min(t.Bc, shape.Nkv))
