@@ -194,13 +194,19 @@ BULK_CASES = [
 ]
 
 
+# Phase 2 holding a score column (Bd2 > Br2 <= d): the end keys' columns differ in height, the
+# tallest sets the peak (W below Br2: no key every row of a block sees)
+COLUMN_CASES = [(150, 150, 2, 6, 4, 5, 8, 8), (150, 161, 3, 4, 6, 7, 9, 9),
+                (140, 140, 11, 5, 5, 6, 8, 8), (131, 120, 1, 3, 7, 4, 6, 6)]
+
+
 @pytest.mark.parametrize("align", ["bottom_right", "top_left"])
-@pytest.mark.parametrize("Nq,Nkv,W,Br,Bc,Br2,Bd2", BULK_CASES)
-def test_bulk_count_by_sums_equals_the_walked_count(Nq, Nkv, W, Br, Bc, Br2, Bd2, align):
+@pytest.mark.parametrize("Nq,Nkv,W,Br,Bc,Br2,Bd2,d",
+                         [(*c, 2) for c in BULK_CASES] + COLUMN_CASES)
+def test_bulk_count_by_sums_equals_the_walked_count(Nq, Nkv, W, Br, Bc, Br2, Bd2, d, align):
     """The bulk count (interior tiles by their sums, end tiles and end keys by theirs) moves the
     words, steps, per-array words and peak of the count walked tile by tile and key by key, and
     both equal the closed form."""
-    d = 2
     shape = Shape(Nq, Nkv, d, causal=True, causal_align=align, window=W)
     t = T(Br, Bc, Br2, Bd2)
     M = ALG.footprint(shape, t)
