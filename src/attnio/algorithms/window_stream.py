@@ -73,21 +73,22 @@ takes, for each slice count T (the distinct widths ⌈d/T⌉), the tallest row b
 falls as the block grows), the three of least count kept; the nine pairs are the candidates.
 
 Bulk counting.  In a block, the key blocks (Phase 1) or keys (Phase 2) that every row sees move
-alike words: one uniform loop; so does a tile's loop over the d columns.  Only the tiles and keys
-at the two ends of a block's band are walked, and each by its sums, not line by line or key by
-key: a tile's H words (:func:`overlap_sum`, a concave piecewise-linear overlap summed in closed
-form) held through its d columns and stored as lines of about the same length (the same stores
-and words, :func:`_tile_by_sums`); the end keys of a Phase-2 block as the one most rows see plus
-the others' steps and words (:func:`_keys`).  With a window, the interior query blocks (full,
-their band inside the keys, away from both ends of the sequence) repeat: Phase-2 blocks are all
-alike (one class, run once with its count multiplied), and Phase-1 blocks differ only in where
-the key-block grid cuts their band, so all of them are counted at once by their sums
-(:func:`_interior_scores`: the tiles, rows, keys and scores of the interior from
-:mod:`attnio.core.masks`, O(log N)), the tile of the largest footprint run as itself for the
-peak (:func:`_peak_tile`).  The bulk count moves the same words, steps and peak as the
-step-by-step one, and a windowed count at N = 10⁹ (W = 4096) takes milliseconds; causal without
-a window it is stream_tiling's.  Tests hold the bulk count to the step-by-step one on drawn
-shapes (``tests/algorithms/test_window_stream.py``).
+alike words: one uniform loop; so does a tile's loop over the d columns.  The tiles and keys at
+the two ends of a block's band are counted by their sums, not line by line or key by key: a
+tile's H words (:func:`overlap_sum`, a concave piecewise-linear overlap summed in closed form)
+held through its d columns and stored as lines of about the same length (the same stores and
+words, :func:`_tile_by_sums`); a Phase-2 block's end keys as the one most rows see plus the
+others' steps and words (:func:`_keys`).  With a window the blocks themselves are counted by
+their sums (:mod:`attnio.core.masks`, O(log N)): Phase 1 of every full query block at once when
+one of them holds a full tile (Br rows that all see Bc keys: the largest footprint, run as
+itself for the peak; :func:`_all_scores`), else the interior blocks (full, their band inside
+the keys) at once with the tile of the largest footprint found in closed form
+(:func:`_interior_scores`, :func:`_peak_tile`) and the others walked; Phase 2 of every full row
+block at once, an interior block run as itself (:func:`_all_outputs`).  The bulk count moves
+the same words, steps and peak as the step-by-step one, and a windowed count at N = 10⁹ takes
+about a millisecond whatever the window; causal without a window it is stream_tiling's.  Tests
+hold the bulk count to the step-by-step one on drawn shapes
+(``tests/algorithms/test_window_stream.py``).
 
 >>> import numpy as np, attnio
 >>> rng = np.random.default_rng(0)
@@ -275,11 +276,14 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         walked block (a tile or a key range here, counted by its sums, costs about an eighth of
         one, 25-40 us on 2 cores; counted as a quarter, as the estimate is an upper one):
         unmasked, a tile or two of one or two representative query blocks; with a window, per
-        walked query block (the blocks outside the interior, and the interior as one,
-        :meth:`_blocks`) its tiles some row does not see entirely, at most ⌈Br/Bc⌉ + 2 at each
-        end of its band, and the run of tiles every row sees; per walked Phase-2 block and
-        slice (at most two: a full and a short one) the keys at the two ends of its band and
-        the run every row sees."""
+        walked query block (the short last one and all the full ones as one when a block holds
+        a full tile, :func:`_all_scores`; else the blocks outside the interior, and the
+        interior as one, :meth:`_blocks`) its tiles some row does not see entirely, at most
+        ⌈Br/Bc⌉ + 2 at each end of its band, and the run of tiles every row sees; per walked
+        Phase-2 block (the short last one, an interior one and the other full ones as one,
+        :func:`_all_outputs`; block by block without an interior) and slice (at most two: a
+        full and a short one) the keys at the two ends of its band and the run every row
+        sees."""
         t = tiling
         if _as_stream(shape):
             return _STREAM.count_walk(shape, _stream_tiling(t))
@@ -288,8 +292,12 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         if not shape.causal:  # alike query blocks run once (two: the short last one)
             return cdiv(min(2, cdiv(shape.Nq, t.Br)) * 2 + min(2, cdiv(shape.Nq, t.Br2))
                         * slices * 3, 4)
-        walked = _walked(shape, t.Br, Bc, (shape.Nkv // Bc) * Bc)
-        walked2 = _walked(shape, t.Br2, 1, shape.Nkv)
+        if _full_tile(shape, t) is not None:  # every full block at once, the short one walked
+            walked = 2
+        else:
+            walked = _walked(shape, t.Br, Bc, (shape.Nkv // Bc) * Bc)
+        i_a, i_b, _ = _interior(shape, t.Br2, 1, shape.Nkv)
+        walked2 = 3 if i_b > i_a else _walked(shape, t.Br2, 1, shape.Nkv)
         tiles = walked * (2 * (cdiv(t.Br, Bc) + 2) + 1)
         return cdiv(tiles + walked2 * slices * 3, 4)
 
@@ -365,11 +373,15 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         def outputs(ib: Block) -> None:  # Phase 2 of row block ib
             _output_block(run, ib)
 
-        # Phase 1's interior blocks are counted by their sums; Phase 2's are all alike (module
-        # docstring, "Bulk counting")
-        self._blocks(mem, shape, t.Br, Bc, (shape.Nkv // Bc) * Bc, scores,
-                     lambda i_a, i_b: _interior_scores(run, i_a, i_b))
-        self._blocks(mem, shape, t.Br2, 1, shape.Nkv, outputs)
+        # Phase 1's blocks are counted by their sums (all of them, or the interior ones); Phase
+        # 2's interior ones are all alike (module docstring, "Bulk counting")
+        if not (mem.bulk and shape.causal and shape.window is not None
+                and _all_scores(run, scores)):
+            self._blocks(mem, shape, t.Br, Bc, (shape.Nkv // Bc) * Bc, scores,
+                         lambda i_a, i_b: _interior_scores(run, i_a, i_b))
+        if not (mem.bulk and shape.causal and shape.window is not None
+                and _all_outputs(run, outputs)):
+            self._blocks(mem, shape, t.Br2, 1, shape.Nkv, outputs)
 
     @staticmethod
     def _blocks(mem: TwoLevelMemory, shape: Shape, B: int, S: int, K: int,
@@ -413,9 +425,13 @@ class _Run:
     arrays: tuple[SlowArray, SlowArray, SlowArray, SlowArray, SlowArray]
 
 
-def _by_rows(run: _Run) -> bool:
+def _rows_held(shape: Shape, t: WindowStreamTiling) -> bool:
     """Whether Phase 1 holds a tile as its rows (a K column held) rather than its keys."""
-    return min(run.t.Br, run.shape.Nq) > min(run.t.Bc, run.shape.Nkv)
+    return min(t.Br, shape.Nq) > min(t.Bc, shape.Nkv)
+
+
+def _by_rows(run: _Run) -> bool:
+    return _rows_held(run.shape, run.t)
 
 
 def _tile_box(shape: Shape, ib: Block, jb: Block, band: tuple[int, int]
@@ -585,7 +601,7 @@ def _tiles_by_sums(run: _Run, tiles: int, rows: int, keys: int, words: int) -> N
     _store_lines(run, rows if by_rows else keys, words)
 
 
-def _peak_tile(run: _Run, i_a: int, i_b: int) -> tuple[Block, Block]:
+def _peak_tile(shape: Shape, t: WindowStreamTiling, i_a: int, i_b: int) -> tuple[Block, Block]:
     """The interior tile (query block i in [i_a, i_b), key block j) of the largest footprint
     (lines + held column + one word).  An interior tile's words depend only on where its key
     block starts against its band, s = j·Bc - lo_i, through a footprint that is symmetric about
@@ -593,8 +609,8 @@ def _peak_tile(run: _Run, i_a: int, i_b: int) -> tuple[Block, Block]:
     into each other), so the best is an achievable s nearest s* on either side: s ≡ -lo_i
     (mod Bc), all values ≡ -lo (mod gcd(Br, Bc)) once the interior spans a period of
     Bc/gcd(Br, Bc) blocks (i from the modular inverse), else per block.  O(1) or O(period)."""
-    shape, Br = run.shape, run.t.Br
-    Bc = min(run.t.Bc, shape.Nkv)
+    Br = t.Br
+    Bc = min(t.Bc, shape.Nkv)
     W = shape.window
     assert W is not None
     beta = shape.offset - W + 1  # lo_i = i·Br + beta
@@ -622,7 +638,7 @@ def _peak_tile(run: _Run, i_a: int, i_b: int) -> tuple[Block, Block]:
         if r1 <= r0 or k1 <= k0:
             continue
         fp = overlap_sum(r0, r1, k0, k1, *_row_offsets(shape)) + (
-            (k1 - k0) if _by_rows(run) else (r1 - r0))
+            (k1 - k0) if _rows_held(shape, t) else (r1 - r0))
         if fp > best:
             best, at = fp, (ib, jb)
     assert at is not None
@@ -647,12 +663,67 @@ def _interior_scores(run: _Run, i_a: int, i_b: int) -> None:
     seen = masks.key_block_sums(rows, shape.Nkv, 1, Bc, off, W).width
     for _ in mem.blocks(i_b - i_a, 1):  # the blocks' steps
         pass
-    ib, jb = _peak_tile(run, i_a, i_b)
+    ib, jb = _peak_tile(shape, run.t, i_a, i_b)
     r0, r1, k0, k1 = box = _tile_box(shape, ib, jb, kv_range(shape, ib.start, ib.stop))
     for _ in mem.blocks(shape.Nkv, run.t.Bc, lo=jb.start, hi=jb.start + 1, uniform=False):
         _tile_by_sums(run, box)
     H = overlap_sum(r0, r1, k0, k1, *_row_offsets(shape))
     _tiles_by_sums(run, tiles - 1, seen - (r1 - r0), keys - (k1 - k0), rows * W - H)
+
+
+def _full_tile(shape: Shape, t: WindowStreamTiling) -> tuple[Block, Block] | None:
+    """A full tile of a full query block (all its Br rows see all Bc keys of a full key block):
+    the largest footprint any tile has (Br·Bc + min(Br, Bc) + 1), or None when none of a few
+    candidates has one (the block whose last row is the last to see key 0, the ends of the
+    interior, the interior's peak tile: :func:`_peak_tile`).  A band of at least Br + 2·Bc
+    keys has one in every interior block."""
+    Br, Bc = t.Br, min(t.Bc, shape.Nkv)
+    nf = shape.Nq // Br
+    W = shape.window
+    assert W is not None
+    K = (shape.Nkv // Bc) * Bc
+    i_a, i_b, _ = _interior(shape, Br, Bc, K)
+    cands = {(W - shape.offset) // Br - 1, i_a - 1, i_a, i_b - 1}
+    if i_b > i_a:
+        cands.add(_peak_tile(shape, t, i_a, i_b)[0].index)
+    for i in sorted(c for c in cands if 0 <= c < nf):
+        ib = Block(i, i * Br, (i + 1) * Br)
+        a, b = _every_row(shape, ib, t.Bc)
+        if min(b, K) - a >= Bc:
+            j = a // Bc
+            return ib, Block(j, j * Bc, (j + 1) * Bc)
+    return None
+
+
+def _all_scores(run: _Run, scores: Callable[[Block], None]) -> bool:
+    """Bulk count of Phase 1 of every full query block at once, when one of them holds a full
+    tile (:func:`_full_tile`, whose footprint no tile exceeds; it runs as itself for the peak):
+    the blocks' steps and the other tiles by their sums (:func:`_tiles_by_sums`): the tiles are
+    the Bc key blocks meeting each band (``query_block_sums(..).count``), their rows add up to
+    Σ_j |q_range(j)| over those rows, their keys to Σ_i |kv_range(i)|, their scores to the
+    visible ones (:func:`overlap_sum`), all in O(log N) whatever the window; then the short
+    last block one by one.  False (nothing counted) when no full tile is found: the caller walks
+    the ends of the sequence and counts the interior by :func:`_interior_scores`."""
+    mem, shape, t = run.mem, run.shape, run.t
+    full = _full_tile(shape, t)
+    if full is None:
+        return False
+    Br, Bc, W = t.Br, min(t.Bc, shape.Nkv), shape.window
+    nf = shape.Nq // Br
+    rows = nf * Br
+    tiles = masks.query_block_sums(rows, shape.Nkv, Br, Bc, shape.offset, W).count
+    keys = masks.query_block_sums(rows, shape.Nkv, Br, 1, shape.offset, W).width
+    seen = masks.key_block_sums(rows, shape.Nkv, 1, Bc, shape.offset, W).width
+    words = overlap_sum(0, rows, 0, shape.Nkv, *_row_offsets(shape))
+    for _ in mem.blocks(nf, 1):  # the blocks' steps
+        pass
+    ib, jb = full
+    for _ in mem.blocks(shape.Nkv, t.Bc, lo=jb.start, hi=jb.start + 1, uniform=False):
+        _tile_by_sums(run, (ib.start, ib.stop, jb.start, jb.stop))
+    _tiles_by_sums(run, tiles - 1, seen - Br, keys - Bc, words - Br * Bc)
+    for ib in mem.blocks(shape.Nq, Br, lo=rows, uniform=False):
+        scores(ib)
+    return True
 
 
 def _key_rows(shape: Shape, ib: Block, k: int) -> int:
@@ -681,19 +752,64 @@ def _keys(run: _Run, acc: tuple[FastTile, ...], ib: Block, db: Block, v_held: bo
     for kb in mem.blocks(shape.Nkv, 1, lo=top, hi=top + 1, uniform=False):
         _key(run, acc, ib, kb, db, v_held)
     rows = overlap_sum(lo, hi, ib.start, ib.stop, v, u) - _key_rows(shape, ib, top)
+    _keys_by_sums(run, db, v_held, hi - lo - 1, rows)
+
+
+def _keys_by_sums(run: _Run, db: Block, v_held: bool, keys: int, rows: int) -> None:
+    """Bulk count of ``keys`` Phase-2 keys into slice ``db`` that ``rows`` rows see in all: each
+    key's step, its V slice (or score column) and its rows' words and steps, in :func:`_split`
+    sizes (the same steps and words as :func:`_key` one by one; no column taller than theirs)."""
+    if keys <= 0:
+        return
+    mem = run.mem
     V, A = run.arrays[2], run.arrays[4]
-    for size, k in _split(rows, hi - lo - 1):
+    for size, k in _split(rows, keys):
         for _ in mem.blocks(k, 1):  # the keys' steps
             if v_held:
                 vt = mem.load(V, 0, db, label="V_kc")
                 for _ in mem.blocks(size, 1):
-                    mem.free(mem.load(A, ib.start, 0, label="a_rk"))
+                    mem.free(mem.load(A, 0, 0, label="a_rk"))
                 mem.free(vt)
             else:
-                st = mem.load(A, slice(ib.start, ib.start + size), 0, label="A_ik")
+                st = mem.load(A, slice(0, size), 0, label="A_ik")
                 for cc in mem.blocks(db.size, 1):
                     mem.free(mem.load(V, 0, db.start + cc.start, label="v_ku"))
                 mem.free(st)
+
+
+def _all_outputs(run: _Run, outputs: Callable[[Block], None]) -> bool:
+    """Bulk count of Phase 2 of every full row block at once, when the interior has one (its
+    footprint is the largest: every row sees W keys, a key up to min(W, Br2) rows): that block
+    as itself (:func:`_output_block`), the others' steps, output tiles and keys by their sums
+    (:func:`_keys_by_sums`; the keys a block sees add up to Σ_i |kv_range(i)|, their rows to
+    the visible scores), for every output slice; then the short last block.  False (nothing
+    counted) without an interior block."""
+    mem, shape, Br2, Bd2 = run.mem, run.shape, run.t.Br2, run.t.Bd2
+    i_a, i_b, _ = _interior(shape, Br2, 1, shape.Nkv)
+    if i_b <= i_a:
+        return False
+    W, d = shape.window, shape.d
+    nf = shape.Nq // Br2
+    rows = nf * Br2
+    keys = masks.query_block_sums(rows, shape.Nkv, Br2, 1, shape.offset, W).width
+    words = overlap_sum(0, rows, 0, shape.Nkv, *_row_offsets(shape))
+    for ib in mem.blocks(shape.Nq, Br2, lo=i_a * Br2, hi=i_a * Br2 + 1, uniform=False):
+        outputs(ib)  # the block of the largest footprint, as itself
+        lo, hi = kv_range(shape, ib.start, ib.stop)
+        keys, words = keys - (hi - lo), words - Br2 * (W or 0)
+    O = run.arrays[3]
+    for _ in mem.blocks(nf - 1, 1):  # the other full blocks' steps, slices and output tiles
+        for db in mem.blocks(d, Bd2):
+            Oc = mem.alloc((Br2, db.size), label="O_ic")
+            mem.store(Oc, O, slice(0, Br2), db)
+            mem.free(Oc)
+    v_held = min(Bd2, d) <= min(Br2, shape.Nq)
+    for width, k in ((Bd2, d // Bd2), (d % Bd2, 1)):
+        for _ in mem.repeat(k if width else 0):  # each slice of that width
+            _keys_by_sums(run, Block(0, 0, width), v_held, keys, words)
+    for ib in mem.blocks(shape.Nq, Br2, lo=rows, uniform=False):
+        outputs(ib)
+    return True
 
 
 def _output_block(run: _Run, ib: Block) -> None:
