@@ -4,6 +4,7 @@ guard of issue 31: this tree against an earlier commit, in one run.
 
 Run:  python benchmarks/bench_speed.py [--out benchmarks/results/speed.json] [--repeat 11]
                                        [--sweep-repeat 3] [--ctrl-c 20] [--quick]
+                                       [--only GROUPS] [--rounds N]
       python benchmarks/bench_speed.py --compare REF [--rounds 5] [--quick] [--out FILE.json]
 
 ``--compare REF`` (run it before stopping whenever a change touches bounds, algorithms, the
@@ -26,8 +27,15 @@ tree and the ratio current/reference (configs/s: higher is better; ms and s: low
   tried again in later rounds;
 * ``import``: ``import attnio`` in a fresh process, wall and CPU ms.
 
-``--quick``: one round; ``--only sweep,plan``: those groups only.  Wall-clock figures are noisy on a shared machine: quote the CPU ones
-and the ratios, and rerun with more ``--rounds`` when a ratio matters.
+``--quick``: one round; ``--only sweep,plan``: those groups only.  Wall-clock figures are noisy
+on a shared machine: quote the CPU ones and the ratios, and rerun with more ``--rounds`` when a
+ratio matters.
+
+Without ``--compare``, ``--only`` picks the groups of the figures below as well (``plan``: the
+planner's, ``counts``: the counts', ``import``: the command lines', ``sweep``: the sweeps'; the
+JSON is then written only where ``--out`` says) and ``--rounds N`` is the number of cold calls
+per planner and count figure (``--repeat``): ``python benchmarks/bench_speed.py --only counts
+--rounds 1`` measures every masked count at N = 10^9 once.
 
 Figures (medians; the machine is shared, so every figure is the median of several runs, and the
 planner's is given both as wall time and as this process's CPU time):
@@ -36,7 +44,13 @@ planner's is given both as wall time and as this process's CPU time):
   each call) for causal shapes up to N = 10^9 (with and without a window, GQA, top-left) and one
   unmasked shape for comparison;
 * ``count``: ``attnio.run(name, shape=..., mode="count")`` in this process at N = 10^9, causal,
-  for every exact algorithm (caches cleared), and the whole command line
+  d = 128 (caches cleared, past the time budget), each count checked against its closed form:
+  the hand-picked rows of ``COUNTS`` (flash2 without a window, schedules without windows at
+  their causal count, standard's one-pass tiling, the small-cache ones at M = 4096), then every
+  other registered exact schedule that takes a window and every registered backward schedule
+  that does (after flash2's forward; the backward pass's count) at window 4096, M = 65536, from
+  the registry (a schedule that cannot run the shape is listed with its reason); and the whole
+  command line
   ``attnio run flash2 --N 1000000000 --d 128 --M 65536 --count-only --causal --window 4096``
   (and ``attnio plan`` of the same shape) as subprocesses: wall time and peak memory, next to a
   bare ``python -c "import attnio"``;
@@ -143,23 +157,58 @@ def planner(repeat: int) -> list[dict]:
     return rows
 
 
+def _count_jobs() -> list[tuple[str, dict, dict | None, str | None]]:
+    """(schedule, extra Shape keywords, tiling, backward schedule) of the ``counts`` group: the
+    hand-picked rows of :data:`COUNTS`, then every other registered exact forward schedule that
+    takes a window and every registered backward schedule that does (after flash2's forward),
+    at the window of 4096: issue 31's "every registered schedule's masked count (causal, window
+    4096) at N = 10^9", from the registry, so a schedule registered later is measured too."""
+    from attnio import algorithms
+
+    jobs: list[tuple[str, dict, dict | None, str | None]] = [
+        (name, extra, tiling, None) for name, extra, tiling in COUNTS]
+    listed = {name for name, extra, _ in COUNTS if "window" in extra}
+    jobs += [(a.name, dict(window=4096), None, None) for a in algorithms.all_algorithms(exact=True)
+             if a.supports_window and a.name not in listed]
+    jobs += [("flash2", dict(window=4096), None, b.name) for b in algorithms.all_backwards()
+             if getattr(b, "supports_window", True)]
+    return jobs
+
+
 def counts(repeat: int) -> list[dict]:
     import attnio
     from attnio.core.workload import Shape
 
     rows = []
-    for name, extra, tiling in COUNTS:
+    backwards = {b.name: b for b in attnio.algorithms.all_backwards()}
+    for name, extra, tiling, bwd in _count_jobs():
         shape = Shape(10**9, 10**9, 128, causal=True, **extra)
         M = 4096 if name in ("square_tiling", "window_square") else 65536  # small-cache ones
+        kw: dict = {"limits": attnio.Limits(force=True)}  # measured even past the time budget
+        if bwd is not None:
+            kw["backward"] = attnio.BackwardPass(bwd)
+        why = attnio.algorithms.get(name).unsupported(shape, M) or (
+            None if bwd is None else backwards[bwd].unsupported(shape, M))
+        label = name if bwd is None else f"{name} + {bwd}"
+        if why is not None:
+            rows.append({"algorithm": label, "shape": shape.describe(), "M": M, "refused": why})
+            print(f"count {label:38s} {shape.describe():42s} M={M:<6} refused: {why}")
+            continue
         wall, cpu, r = median_cold(lambda: attnio.run(name, shape=shape, M=M, mode="count",
-                                                      tiling=tiling), repeat)
-        pred = attnio.algorithms.get(name).cost(shape, r.tiling).io
+                                                      tiling=tiling, **kw), repeat)
+        # the forward writes the logsumexp for a backward pass
+        pred = attnio.algorithms.get(name).cost(shape, r.tiling, lse=bwd is not None).io
         assert (r.io.reads, r.io.writes) == (pred.reads, pred.writes)
-        rows.append({"algorithm": name, "shape": shape.describe(), "M": M,
-                     "wall_ms": wall * 1e3, "cpu_ms": cpu * 1e3, "total": r.io.total,
+        total = r.io.total
+        if bwd is not None:
+            bpred = backwards[bwd].cost(shape, r.backward_tiling).io
+            assert (r.backward_io.reads, r.backward_io.writes) == (bpred.reads, bpred.writes)
+            total = r.backward_io.total
+        rows.append({"algorithm": label, "shape": shape.describe(), "M": M,
+                     "wall_ms": wall * 1e3, "cpu_ms": cpu * 1e3, "total": total,
                      "equals_closed_form": True})
-        print(f"count {name:15s} {shape.describe():42s} M={M:<6} {wall * 1e3:8.2f} ms wall "
-              f"{cpu * 1e3:8.2f} ms CPU  total {r.io.total:,}")
+        print(f"count {label:38s} {shape.describe():42s} M={M:<6} {wall * 1e3:8.2f} ms wall "
+              f"{cpu * 1e3:8.2f} ms CPU  total {total:,}")
     return rows
 
 
@@ -451,9 +500,11 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", metavar="REF", default=None,
                     help="measure the current tree against commit REF, alternately (see above)")
     ap.add_argument("--rounds", type=int, default=None,
-                    help="with --compare: rounds of measurements (default 5, --quick 1)")
+                    help="with --compare: rounds of measurements (default 5, --quick 1); "
+                         "without: cold calls per planner/count figure (as --repeat)")
     ap.add_argument("--only", default=None, metavar="GROUPS",
-                    help=f"with --compare: these groups only, comma-separated ({','.join(GROUPS)})")
+                    help=f"these groups only, comma-separated ({','.join(GROUPS)}; without "
+                         "--compare, import is the command-line figures)")
     args = ap.parse_args(argv)
     if args.compare is not None:
         rounds = args.rounds if args.rounds is not None else (1 if args.quick else 5)
@@ -471,26 +522,40 @@ def main(argv=None) -> int:
         except CompareError as e:
             print(f"bench_speed: --compare {args.compare}: {e}", file=sys.stderr)
             return 2
-    if args.rounds is not None or args.only is not None:
-        print("bench_speed: --rounds and --only go with --compare REF", file=sys.stderr)
+    groups = tuple(g.strip() for g in (args.only or ",".join(GROUPS)).split(",") if g.strip())
+    bad = [g for g in groups if g not in GROUPS]
+    if bad or not groups:
+        print(f"bench_speed: --only must name groups among {', '.join(GROUPS)}, got "
+              f"{args.only!r}", file=sys.stderr)
+        return 2
+    if args.rounds is not None and args.rounds < 1:
+        print(f"bench_speed: --rounds must be at least 1, got {args.rounds}", file=sys.stderr)
         return 2
     import attnio
 
-    out = args.out or os.path.join(HERE, "results", "speed.json")
-    rep = 3 if args.quick else args.repeat
+    # a run of some groups only writes its JSON where --out says (the default file holds all)
+    out = args.out or (None if args.only else os.path.join(HERE, "results", "speed.json"))
+    rep = args.rounds if args.rounds is not None else (3 if args.quick else args.repeat)
     t0 = time.perf_counter()
     with open("/proc/loadavg") if os.path.exists("/proc/loadavg") else open(os.devnull) as f:
         load = f.read().split()[:3]
-    res = {"machine": {"python": platform.python_version(), "platform": platform.platform(),
-                       "cpu_count": os.cpu_count(), "attnio": attnio.__version__,
-                       "load_average_at_start": load},
-           "planner": planner(rep), "count": counts(rep)}
-    if not args.quick:
+    res: dict = {"machine": {"python": platform.python_version(), "platform": platform.platform(),
+                             "cpu_count": os.cpu_count(), "attnio": attnio.__version__,
+                             "load_average_at_start": load}}
+    if "plan" in groups:
+        res["planner"] = planner(rep)
+    if "counts" in groups:
+        res["count"] = counts(rep)
+    if "import" in groups and not args.quick:
         res["commands"] = commands(5)
-    res["sweep"] = sweeps(1 if args.quick else args.sweep_repeat)
+    if "sweep" in groups:
+        res["sweep"] = sweeps(1 if args.quick else args.sweep_repeat)
     if args.ctrl_c:
         res["ctrl_c"] = ctrl_c(args.ctrl_c)
     res["seconds"] = time.perf_counter() - t0
+    if out is None:
+        print(f"({res['seconds']:.0f} s; no JSON written: --only without --out)")
+        return 0
     with open(out, "w") as f:
         json.dump(res, f, indent=1, sort_keys=True)
         f.write("\n")

@@ -168,3 +168,108 @@ def test_issue_shape_runs_and_equals_reference_and_closed_form():
     big = Shape.make(65536, 128, causal=True, window=512)
     cnt = attnio.run("window_stream", shape=big, M=4096, mode="count")
     assert cnt.io.total == ALG.predicted_io(big, 4096).total == 337_265_920
+
+
+@settings(max_examples=300, deadline=None)
+@given(x0=st.integers(-30, 30), n=st.integers(0, 40), lo=st.integers(-10, 40),
+       width=st.integers(0, 40), v=st.one_of(st.none(), st.integers(-40, 40)),
+       span=st.one_of(st.none(), st.integers(1, 50)))
+def test_overlap_sum_is_the_sum_of_the_overlaps(x0, n, lo, width, v, span):
+    """The words of a tile's lines in closed form equal the overlaps summed one by one."""
+    hi = lo + width
+    u = None if span is None else (span if v is None else v + span)
+    brute = sum(max(0, min(hi, x + u if u is not None else hi)
+                    - max(lo, x + v if v is not None else lo)) for x in range(x0, x0 + n))
+    assert ws.overlap_sum(x0, x0 + n, lo, hi, v, u) == brute
+
+
+# (Nq, Nkv, W, Br, Bc, Br2, Bd2): gcd(Br, Bc) = 1 and not, Br above and below Bc (both ways of
+# holding a tile), N not a multiple of the tiles, Nq != Nkv, W below, between and above the
+# sides (bands with a full tile: every block by its sums; thinner ones: the interior by its
+# sums, the ends walked), Phase 2 holding a V slice (Bd2 <= Br2) or a score column (Bd2 > Br2)
+BULK_CASES = [
+    (303, 303, 37, 7, 5, 9, 3), (303, 303, 37, 5, 7, 4, 6), (256, 256, 64, 16, 16, 8, 8),
+    (331, 290, 3, 13, 11, 6, 5), (290, 331, 50, 11, 13, 17, 2), (397, 397, 80, 6, 27, 5, 7),
+    (397, 397, 9, 27, 6, 30, 4), (280, 280, 1, 4, 9, 3, 4), (200, 233, 58, 24, 8, 12, 12),
+    (189, 189, 20, 1, 17, 1, 5), (189, 189, 20, 17, 1, 19, 1), (150, 400, 35, 9, 12, 10, 3),
+    (300, 300, 15, 7, 13, 6, 3), (310, 280, 12, 11, 5, 9, 4),
+]
+
+
+# Phase 2 holding a score column (Bd2 > Br2 <= d): the end keys' columns differ in height, the
+# tallest sets the peak (W below Br2: no key every row of a block sees)
+COLUMN_CASES = [(150, 150, 2, 6, 4, 5, 8, 8), (150, 161, 3, 4, 6, 7, 9, 9),
+                (140, 140, 11, 5, 5, 6, 8, 8), (131, 120, 1, 3, 7, 4, 6, 6)]
+
+
+@pytest.mark.parametrize("align", ["bottom_right", "top_left"])
+@pytest.mark.parametrize("Nq,Nkv,W,Br,Bc,Br2,Bd2,d",
+                         [(*c, 2) for c in BULK_CASES] + COLUMN_CASES)
+def test_bulk_count_by_sums_equals_the_walked_count(Nq, Nkv, W, Br, Bc, Br2, Bd2, d, align):
+    """The bulk count (interior tiles by their sums, end tiles and end keys by theirs) moves the
+    words, steps, per-array words and peak of the count walked tile by tile and key by key, and
+    both equal the closed form."""
+    shape = Shape(Nq, Nkv, d, causal=True, causal_align=align, window=W)
+    t = T(Br, Bc, Br2, Bd2)
+    M = ALG.footprint(shape, t)
+    bulk = attnio.run("window_stream", shape=shape, M=M, mode="count", tiling=t).io
+    step = attnio.run("window_stream", shape=shape, M=M, mode="count", tiling=t, bulk=False).io
+    pred = ALG.cost(shape, t).io
+    assert (bulk.reads, bulk.writes) == (step.reads, step.writes) == (pred.reads, pred.writes)
+    assert (bulk.steps, bulk.peak, bulk.per_array) == (step.steps, step.peak, step.per_array)
+
+
+@settings(max_examples=60, deadline=None)
+@given(N=st.integers(60, 700), extra=st.integers(0, 40), W=st.integers(1, 90),
+       Br=st.integers(1, 30), Bc=st.integers(1, 30), top_left=st.booleans())
+def test_the_peak_tile_is_the_largest_interior_tile(N, extra, W, Br, Bc, top_left):
+    """_peak_tile's choice has the largest footprint (lines + held column) of every tile of
+    the interior query blocks, found here by trying them all."""
+    shape = Shape(N, N + extra, 2, causal=True, window=W,
+                  causal_align="top_left" if top_left else "bottom_right")
+    t = T(Br, Bc, 1, 1)
+    Bc = min(Bc, shape.Nkv)
+    i_a, i_b, _ = ws._interior(shape, Br, Bc, (shape.Nkv // Bc) * Bc)
+    if i_b <= i_a:
+        return
+    rows = ws._row_offsets(shape)
+
+    def footprint(ib, jb):
+        r0, r1, k0, k1 = ws._tile_box(shape, ib, jb, kv_range(shape, ib.start, ib.stop))
+        side = (k1 - k0) if ws._rows_held(shape, t) else (r1 - r0)
+        return ws.overlap_sum(r0, r1, k0, k1, *rows) + side
+
+    best = 0
+    for i in range(i_a, i_b):
+        lo, hi = kv_range(shape, i * Br, (i + 1) * Br)
+        for j in range(lo // Bc, cdiv(hi, Bc)):
+            best = max(best, footprint(ws.Block(i, i * Br, (i + 1) * Br),
+                                       ws.Block(j, j * Bc, (j + 1) * Bc)))
+    assert footprint(*ws._peak_tile(shape, t, i_a, i_b)) == best
+
+
+def test_a_band_with_a_full_tile_is_counted_whole_by_its_sums():
+    """Where some block holds a full tile, Phase 1 of every full block is counted at once; the
+    thin bands of BULK_CASES without one take the interior's way (both held to the walk
+    above)."""
+    assert ws._full_tile(Shape.make(300, 4, causal=True, window=37), T(7, 5, 1, 1)) is not None
+    for case in ((300, 300, 15, 7, 13), (310, 280, 12, 11, 5), (331, 290, 3, 13, 11)):
+        Nq, Nkv, W, Br, Bc = case
+        shape = Shape(Nq, Nkv, 2, causal=True, window=W)
+        assert ws._full_tile(shape, T(Br, Bc, 1, 1)) is None
+        i_a, i_b, _ = ws._interior(shape, Br, Bc, (Nkv // Bc) * Bc)
+        assert i_b - i_a >= Bc  # an interior of several classes
+
+
+def test_windowed_count_at_a_billion_walks_a_few_dozen_blocks():
+    """The runner's estimate of the bulk count's walk (what issue 31 measured at 2.9 s, now
+    milliseconds) does not grow with N under a window."""
+    shapes = [Shape(N, N, 128, causal=True, window=W)
+              for N in (10**6, 10**9) for W in (64, 4096, 65536)]
+    walks = [ALG.count_walk(s, ALG.default_tiling(s, 65536)) for s in shapes]
+    assert max(walks) <= 100
+    big = Shape(10**9, 10**9, 128, causal=True, window=10**8)  # the walk does not grow with W
+    t = ALG.default_tiling(big, 65536)
+    assert ALG.count_walk(big, t) <= 100
+    res = attnio.run("window_stream", shape=big, M=65536, mode="count", tiling=t)
+    assert (res.io.reads, res.io.writes) == (ALG.cost(big, t).io.reads, ALG.cost(big, t).io.writes)

@@ -120,6 +120,34 @@ def test_bulk_blocks_equal_step_by_step(total, size, lo, hi):
     assert counts[0] == counts[1]
 
 
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_repeat_counts_n_alike_operations_without_steps(n):
+    """``repeat(n)``: the body n times step by step, once in bulk with its words counted n
+    times; no step either way; a body that leaks a tile is refused in bulk."""
+    counts = []
+    for mode, bulk in (("count", True), ("count", False), ("compute", True)):
+        mem = TwoLevelMemory(100, mode=mode, bulk=bulk)
+        A = mem.slow("A", (4, 3), data=np.zeros((4, 3)) if mode == "compute" else None)
+        held = mem.load(A, slice(0, 2))
+        runs = 0
+        for _ in mem.repeat(n):
+            runs += 1
+            w = mem.load(A, 3, slice(0, 2))
+            mem.store(w, A, 2, slice(1, 3))
+            mem.free(w)
+        mem.free(held)
+        s = mem.stats()
+        counts.append((s.reads, s.writes, s.peak, s.steps, s.per_array["A"].reads))
+        assert runs == (min(n, 1) if mem.bulk else n)
+    assert counts[0] == counts[1] == counts[2] == (6 + 2 * n, 2 * n, 6 + 2 * min(n, 1), 0,
+                                                   6 + 2 * n)
+    mem = TwoLevelMemory(100, mode="count")
+    A = mem.slow("A", (4, 3))
+    with pytest.raises(ScheduleError, match="occupancy"):
+        for _ in mem.repeat(3):
+            mem.load(A, 0)  # never freed
+
+
 def test_blocks_cover_the_partition():
     mem = TwoLevelMemory(4)
     got = [(b.index, b.start, b.stop) for b in mem.blocks(10, 4, lo=3, hi=9)]

@@ -73,14 +73,22 @@ takes, for each slice count T (the distinct widths ⌈d/T⌉), the tallest row b
 falls as the block grows), the three of least count kept; the nine pairs are the candidates.
 
 Bulk counting.  In a block, the key blocks (Phase 1) or keys (Phase 2) that every row sees move
-alike words: one uniform loop; so does a tile's loop over the d columns.  Only the tiles and keys at the two ends
-of a block's band are walked.  With a window, the interior query blocks (full, their band inside
-the keys, away from both ends of the sequence) repeat: Phase-2 blocks are all alike, and Phase-1
-blocks i and i + Bc/gcd(Br, Bc) meet the key-block grid alike (the band's ends have the same
-residue modulo Bc), so each such class runs once with its count multiplied
-(:meth:`WindowStream._blocks`).  A windowed count at N = 10⁹ then takes 0.15-2 s (the classes:
-up to Bc of them); causal without a window every query block is walked (N = 16,384: 0.6 s).
-Tests hold the bulk count to the step-by-step one on drawn shapes.
+alike words: one uniform loop; so does a tile's loop over the d columns.  The tiles and keys at
+the two ends of a block's band are counted by their sums, not line by line or key by key: a
+tile's H words (:func:`overlap_sum`, a concave piecewise-linear overlap summed in closed form)
+held through its d columns and stored as lines of about the same length (the same stores and
+words, :func:`_tile_by_sums`); a Phase-2 block's end keys as the one most rows see plus the
+others' steps and words (:func:`_keys`).  With a window the blocks themselves are counted by
+their sums (:mod:`attnio.core.masks`, O(log N)): Phase 1 of every full query block at once when
+one of them holds a full tile (Br rows that all see Bc keys: the largest footprint, run as
+itself for the peak; :func:`_all_scores`), else the interior blocks (full, their band inside
+the keys) at once with the tile of the largest footprint found in closed form
+(:func:`_interior_scores`, :func:`_peak_tile`) and the others walked; Phase 2 of every full row
+block at once, an interior block run as itself (:func:`_all_outputs`).  The bulk count moves
+the same words, steps and peak as the step-by-step one, and a windowed count at N = 10⁹ takes
+about a millisecond whatever the window; causal without a window it is stream_tiling's.  Tests
+hold the bulk count to the step-by-step one on drawn shapes
+(``tests/algorithms/test_window_stream.py``).
 
 >>> import numpy as np, attnio
 >>> rng = np.random.default_rng(0)
@@ -215,12 +223,14 @@ def _interior(shape: Shape, B: int, S: int, K: int) -> tuple[int, int, int]:
 
 
 def _walked(shape: Shape, B: int, S: int, K: int) -> int:
-    """Query blocks of B rows a bulk count runs one by one (:meth:`WindowStream._blocks`)."""
+    """Query blocks of B rows a bulk count runs one by one, the interior ones counted as one
+    (:meth:`WindowStream._blocks`: Phase 1's interior by its sums, Phase 2's (S = 1) as one
+    class)."""
     blocks = cdiv(shape.Nq, B)
     if shape.window is None:
         return blocks
-    i_a, i_b, period = _interior(shape, B, S, K)
-    return blocks - (i_b - i_a) + min(period, i_b - i_a)
+    i_a, i_b, _ = _interior(shape, B, S, K)
+    return blocks - (i_b - i_a) + min(1, i_b - i_a)
 
 
 def _as_stream(shape: Shape) -> bool:
@@ -263,23 +273,33 @@ class WindowStream(Algorithm[WindowStreamTiling]):
 
     def count_walk(self, shape: Shape, tiling: WindowStreamTiling) -> int:
         """What a bulk count walks one by one, for the runner's time estimate, in its unit of a
-        walked block (a tile of up to 64 keys or an edge key here costs about an eighth of one,
-        25-32 us on 2 cores; counted as a quarter, as the estimate is an upper one): unmasked, the tiles of one
-        representative query block; with a mask, per walked query block (with a window: the
-        blocks outside the interior and one per class, :meth:`_blocks`) its tiles some row does
-        not see entirely, at most ⌈Br/Bc⌉ + 2 at each end of its band, and per walked Phase-2
-        block and slice the keys some but not all of its rows see, at most 2·Br2."""
+        walked block (a tile or a key range here, counted by its sums, costs about an eighth of
+        one, 25-40 us on 2 cores; counted as a quarter, as the estimate is an upper one):
+        unmasked, a tile or two of one or two representative query blocks; with a window, per
+        walked query block (the short last one and all the full ones as one when a block holds
+        a full tile, :func:`_all_scores`; else the blocks outside the interior, and the
+        interior as one, :meth:`_blocks`) its tiles some row does not see entirely, at most
+        ⌈Br/Bc⌉ + 2 at each end of its band, and the run of tiles every row sees; per walked
+        Phase-2 block (the short last one, an interior one and the other full ones as one,
+        :func:`_all_outputs`; block by block without an interior) and slice (at most two: a
+        full and a short one) the keys at the two ends of its band and the run every row
+        sees."""
         t = tiling
         if _as_stream(shape):
             return _STREAM.count_walk(shape, _stream_tiling(t))
         Bc = min(t.Bc, shape.Nkv)
+        slices = min(2, cdiv(shape.d, t.Bd2))
         if not shape.causal:  # alike query blocks run once (two: the short last one)
-            return cdiv(min(2, cdiv(shape.Nq, t.Br)) * cdiv(shape.Nkv, Bc) * cdiv(Bc, 64), 4)
-        walked = _walked(shape, t.Br, Bc, (shape.Nkv // Bc) * Bc)
-        walked2 = _walked(shape, t.Br2, 1, shape.Nkv)
-        tiles = walked * 2 * (cdiv(t.Br, Bc) + 2) * cdiv(Bc, 64)  # a tile walks its Bc lines
-        edge = walked2 * 2 * t.Br2
-        return cdiv(tiles + cdiv(shape.d, t.Bd2) * edge, 4)
+            return cdiv(min(2, cdiv(shape.Nq, t.Br)) * 2 + min(2, cdiv(shape.Nq, t.Br2))
+                        * slices * 3, 4)
+        if _full_tile(shape, t) is not None:  # every full block at once, the short one walked
+            walked = 2
+        else:
+            walked = _walked(shape, t.Br, Bc, (shape.Nkv // Bc) * Bc)
+        i_a, i_b, _ = _interior(shape, t.Br2, 1, shape.Nkv)
+        walked2 = 3 if i_b > i_a else _walked(shape, t.Br2, 1, shape.Nkv)
+        tiles = walked * (2 * (cdiv(t.Br, Bc) + 2) + 1)
+        return cdiv(tiles + walked2 * slices * 3, 4)
 
     def covered_by(self, shape: Shape) -> str | None:
         """Without a window this is stream_tiling's order "tile" with one slice group, word for
@@ -335,7 +355,7 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         t = tiling
         if _as_stream(shape) and not mem.computing:
             # a causal count without a window: stream_tiling's, word for word (covered_by), whose
-            # bulk count runs alike query blocks once; this schedule's band classes need a window
+            # bulk count runs alike query blocks once; this schedule's interior needs a window
             _STREAM.schedule(mem, Q, K, V, O, shape=shape, tiling=_stream_tiling(t), scale=scale)
             return
         C = ring_width(shape, min(t.Bc, shape.Nkv))
@@ -353,18 +373,25 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         def outputs(ib: Block) -> None:  # Phase 2 of row block ib
             _output_block(run, ib)
 
-        # Phase 1's interior blocks repeat with the band's phase against the key blocks;
-        # Phase 2's are all alike (module docstring, "Bulk counting")
-        self._blocks(mem, shape, t.Br, Bc, (shape.Nkv // Bc) * Bc, scores)
-        self._blocks(mem, shape, t.Br2, 1, shape.Nkv, outputs)
+        # Phase 1's blocks are counted by their sums (all of them, or the interior ones); Phase
+        # 2's interior ones are all alike (module docstring, "Bulk counting")
+        if not (mem.bulk and shape.causal and shape.window is not None
+                and _all_scores(run, scores)):
+            self._blocks(mem, shape, t.Br, Bc, (shape.Nkv // Bc) * Bc, scores,
+                         lambda i_a, i_b: _interior_scores(run, i_a, i_b))
+        if not (mem.bulk and shape.causal and shape.window is not None
+                and _all_outputs(run, outputs)):
+            self._blocks(mem, shape, t.Br2, 1, shape.Nkv, outputs)
 
     @staticmethod
     def _blocks(mem: TwoLevelMemory, shape: Shape, B: int, S: int, K: int,
-                body: Callable[[Block], None]) -> None:
+                body: Callable[[Block], None],
+                interior: Callable[[int, int], None] | None = None) -> None:
         """``body`` on every query block of B rows.  In a bulk count with a window, the interior
         blocks (full, their band [r0 + off - W + 1, r1 + off) inside [0, K)) move alike words
         when they meet the S-key grid alike, i.e. by ``(r0 + off) mod S``: blocks i and
-        i + S/gcd(B, S) do; each class runs once, its count multiplied."""
+        i + S/gcd(B, S) do; each class runs once, its count multiplied, or, given ``interior``,
+        ``interior(i_a, i_b)`` counts the interior blocks [i_a, i_b) at once."""
         Nq = shape.Nq
         if not (mem.bulk and shape.causal and shape.window is not None):
             for ib in mem.blocks(Nq, B, uniform=not shape.causal):
@@ -373,10 +400,14 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         i_a, i_b, period = _interior(shape, B, S, K)
         for ib in mem.blocks(Nq, B, hi=i_a * B, uniform=False):
             body(ib)
-        for first in range(i_a, min(i_b, i_a + period)):
-            rep = Block(first, first * B, (first + 1) * B)
-            for _ in mem.blocks(cdiv(i_b - first, period), 1):  # the class's blocks' steps
-                body(rep)
+        if interior is not None:
+            if i_b > i_a:
+                interior(i_a, i_b)
+        else:
+            for first in range(i_a, min(i_b, i_a + period)):
+                rep = Block(first, first * B, (first + 1) * B)
+                for _ in mem.blocks(cdiv(i_b - first, period), 1):  # the class's blocks' steps
+                    body(rep)
         for ib in mem.blocks(Nq, B, lo=i_b * B, uniform=False):
             body(ib)
 
@@ -394,15 +425,34 @@ class _Run:
     arrays: tuple[SlowArray, SlowArray, SlowArray, SlowArray, SlowArray]
 
 
+def _rows_held(shape: Shape, t: WindowStreamTiling) -> bool:
+    """Whether Phase 1 holds a tile as its rows (a K column held) rather than its keys."""
+    return min(t.Br, shape.Nq) > min(t.Bc, shape.Nkv)
+
+
+def _by_rows(run: _Run) -> bool:
+    return _rows_held(run.shape, run.t)
+
+
+def _tile_box(shape: Shape, ib: Block, jb: Block, band: tuple[int, int]
+              ) -> tuple[int, int, int, int]:
+    """(r0, r1, k0, k1): tile (i, j)'s rows R_ij and keys C_ij (module docstring)."""
+    q0, q1 = q_range(shape, jb.start, jb.stop)
+    k0, k1 = max(jb.start, band[0]), min(jb.stop, band[1])
+    return max(ib.start, q0), min(ib.stop, q1), k0, k1
+
+
 def _tile(run: _Run, ib: Block, jb: Block, band: tuple[int, int]) -> None:
-    """Tile (i, j) of Phase 1: rows R_ij, keys C_ij (module docstring), held as lines."""
-    mem, shape, t, C, scale = run.mem, run.shape, run.t, run.C, run.scale
+    """Tile (i, j) of Phase 1: rows R_ij, keys C_ij (module docstring), held as lines (in a bulk
+    count, by its sums: :func:`_tile_by_sums`)."""
+    mem, shape, C, scale = run.mem, run.shape, run.C, run.scale
     Q, K, _, _, A = run.arrays
     d = shape.d
-    q0, q1 = q_range(shape, jb.start, jb.stop)
-    r0, r1 = max(ib.start, q0), min(ib.stop, q1)
-    k0, k1 = max(jb.start, band[0]), min(jb.stop, band[1])
-    by_rows = min(t.Br, shape.Nq) > min(t.Bc, shape.Nkv)  # a K column held
+    r0, r1, k0, k1 = _tile_box(shape, ib, jb, band)
+    if mem.bulk:
+        _tile_by_sums(run, (r0, r1, k0, k1))
+        return
+    by_rows = _by_rows(run)  # a K column held
     if by_rows:  # line r: the keys of C_ij row r sees
         spans = [(max(k0, a), min(k1, b))
                  for a, b in (kv_range(shape, r, r + 1) for r in range(r0, r1))]
@@ -438,6 +488,330 @@ def _tile(run: _Run, ib: Block, jb: Block, band: tuple[int, int]) -> None:
         mem.free(line)
 
 
+# ---------------------------------------------------------------------- bulk counting by sums
+def _pos_sum(a: int, b: int, slope: int, c: int) -> int:
+    """``Σ_{x=a}^{b-1} max(0, slope·x + c)`` for a slope of -1, 0 or 1, in O(1)."""
+    if slope == 0:
+        return max(0, b - a) * max(0, c)
+    if slope == 1:
+        a = max(a, 1 - c)  # x + c >= 1
+    else:
+        b = min(b, c)  # c - x >= 1
+    n = b - a
+    if n <= 0:
+        return 0
+    return n * c + slope * (n * (a + b - 1) // 2)
+
+
+def overlap_sum(x0: int, x1: int, lo: int, hi: int, v: int | None, u: int | None) -> int:
+    """``Σ_{x=x0}^{x1-1} |[lo, hi) ∩ [x + v, x + u)|``, in O(1): the words of the lines of a
+    tile, x a row (v, u: the offsets of the keys it sees) or a key (of the rows that see it);
+    None: no bound on that side.  The overlap is a concave piecewise-linear function of x: on
+    each of its (at most three) linear pieces an arithmetic series."""
+    cuts = {x0, x1}
+    for c in ((hi - u) if u is not None else None, (lo - v) if v is not None else None):
+        if c is not None and x0 < c < x1:
+            cuts.add(c)
+    pts = sorted(cuts)
+    total = 0
+    for a, b in zip(pts, pts[1:]):
+        m_slope, m_c = (1, u) if u is not None and a < hi - u else (0, hi)
+        x_slope, x_c = (1, v) if v is not None and a >= lo - v else (0, lo)
+        total += _pos_sum(a, b, m_slope - x_slope, m_c - x_c)
+    return total
+
+
+def _row_offsets(shape: Shape) -> tuple[int | None, int | None]:
+    """(v, u): row r sees the keys [r + v, r + u) (clipped to [0, Nkv)); None: unbounded."""
+    off, window, causal = _mask(shape)
+    return ((off - window + 1) if window is not None else None), (off + 1 if causal else None)
+
+
+def _key_offsets(shape: Shape) -> tuple[int | None, int | None]:
+    """(v, u): key k is seen by the rows [k + v, k + u) (clipped to [0, Nq)); None: unbounded."""
+    off, window, causal = _mask(shape)
+    return (-off if causal else None), ((window - off) if window is not None else None)
+
+
+def _split(total: int, n: int) -> tuple[tuple[int, int], ...]:
+    """n sizes summing to ``total`` as (size, how many): ``total mod n`` of ⌈total/n⌉ and the
+    rest of ⌊total/n⌋ (none at 0 words: every line and score column is at least one word)."""
+    q, r = divmod(total, n)
+    return tuple((size, k) for size, k in ((q + 1, r), (q, n - r)) if k and size)
+
+
+def _store_lines(run: _Run, lines: int, words: int) -> None:
+    """Store ``lines`` lines of ``words`` words in all (a bulk count's stand-in for a tile's
+    lines, :func:`_split`): the same stores and words, one line resident at a time."""
+    mem, A, by_rows = run.mem, run.arrays[4], _by_rows(run)
+    for size, k in _split(words, lines):
+        for _ in mem.repeat(k):
+            line = mem.alloc((1, size) if by_rows else (size, 1), label="S_line")
+            if by_rows:
+                mem.store(line, A, 0, slice(0, size))
+            else:
+                mem.store(line, A, slice(0, size), 0)
+            mem.free(line)
+
+
+def _tile_by_sums(run: _Run, box: tuple[int, int, int, int]) -> None:
+    """Bulk count of one Phase-1 tile, rows [r0, r1) and keys [k0, k1): its words, steps and
+    peak as :func:`_tile` step by step, without walking its lines (H words in all,
+    :func:`overlap_sum`): the lines held as one tile of H words through the d columns (one
+    column held, the other side's words one at a time, :meth:`TwoLevelMemory.repeat`), then
+    stored as lines of about the same length (:func:`_store_lines`)."""
+    mem, shape = run.mem, run.shape
+    Q, K = run.arrays[0], run.arrays[1]
+    r0, r1, k0, k1 = box
+    H = overlap_sum(r0, r1, k0, k1, *_row_offsets(shape))
+    by_rows = _by_rows(run)
+    held = mem.alloc((H,), label="S_lines")
+    for lb in mem.blocks(shape.d, 1):
+        if by_rows:
+            col = mem.load(K, slice(k0, k1), lb, label="K_jl")
+            for _ in mem.repeat(r1 - r0):
+                mem.free(mem.load(Q, r0, lb, label="q_rl"))
+        else:
+            col = mem.load(Q, slice(r0, r1), lb, label="Q_il")
+            for _ in mem.repeat(k1 - k0):
+                mem.free(mem.load(K, k0, lb, label="k_cl"))
+        mem.free(col)
+    mem.free(held)
+    _store_lines(run, (r1 - r0) if by_rows else (k1 - k0), H)
+
+
+def _tiles_by_sums(run: _Run, tiles: int, rows: int, keys: int, words: int) -> None:
+    """Bulk count of ``tiles`` Phase-1 tiles whose rows |R_ij|, keys |C_ij| and visible scores
+    H_ij sum to ``rows``, ``keys`` and ``words``: each tile's step and d column steps, the held
+    columns in :func:`_split` sizes, the other side's words one at a time, the lines stored.
+    The same words and steps as the tiles one by one; never more resident than the largest of
+    them (whose peak :func:`_tile_by_sums` gives)."""
+    if tiles <= 0:
+        return
+    mem, d = run.mem, run.shape.d
+    Q, K = run.arrays[0], run.arrays[1]
+    by_rows = _by_rows(run)
+    src, held, other, singles = (K, keys, Q, rows) if by_rows else (Q, rows, K, keys)
+    for size, k in _split(held, tiles):
+        for _ in mem.blocks(k, 1):  # the tiles' steps
+            for lb in mem.blocks(d, 1):
+                mem.free(mem.load(src, slice(0, size), lb, label="K_jl" if by_rows else "Q_il"))
+    for _ in mem.repeat(d * singles):
+        mem.free(mem.load(other, 0, 0, label="q_rl" if by_rows else "k_cl"))
+    _store_lines(run, rows if by_rows else keys, words)
+
+
+def _peak_tile(shape: Shape, t: WindowStreamTiling, i_a: int, i_b: int) -> tuple[Block, Block]:
+    """The interior tile (query block i in [i_a, i_b), key block j) of the largest footprint
+    (lines + held column + one word).  An interior tile's words depend only on where its key
+    block starts against its band, s = j·Bc - lo_i, through a footprint that is symmetric about
+    s* = (W + Br - 1 - Bc)/2 and does not increase away from it (the band's rows and keys mirror
+    into each other), so the best is an achievable s nearest s* on either side: s ≡ -lo_i
+    (mod Bc), all values ≡ -lo (mod gcd(Br, Bc)) once the interior spans a period of
+    Bc/gcd(Br, Bc) blocks (i from the modular inverse), else per block.  O(1) or O(period)."""
+    Br = t.Br
+    Bc = min(t.Bc, shape.Nkv)
+    W = shape.window
+    assert W is not None
+    beta = shape.offset - W + 1  # lo_i = i·Br + beta
+    two_s = W + Br - 1 - Bc  # 2·s*
+    g = math.gcd(Br, Bc)
+    period = Bc // g
+    cands: list[tuple[int, int]] = []
+    if i_b - i_a < period:
+        for i in range(i_a, i_b):
+            j = (2 * (i * Br + beta) + two_s) // (2 * Bc)
+            cands += [(i, j), (i, j + 1)]
+    else:
+        sigma = (-beta) % g
+        k = (two_s - 2 * sigma) // (2 * g)
+        inv = pow((Br // g) % period, -1, period) if period > 1 else 0
+        for s in (sigma + g * k, sigma + g * (k + 1)):
+            i0 = ((-(s + beta)) // g * inv) % period  # i·Br ≡ -(s + beta) (mod Bc)
+            i = i_a + (i0 - i_a) % period
+            cands.append((i, (s + i * Br + beta) // Bc))
+    best, at = -1, None
+    for i, j in cands:
+        ib = Block(i, i * Br, (i + 1) * Br)
+        jb = Block(j, j * Bc, (j + 1) * Bc)
+        r0, r1, k0, k1 = _tile_box(shape, ib, jb, kv_range(shape, ib.start, ib.stop))
+        if r1 <= r0 or k1 <= k0:
+            continue
+        fp = overlap_sum(r0, r1, k0, k1, *_row_offsets(shape)) + (
+            (k1 - k0) if _rows_held(shape, t) else (r1 - r0))
+        if fp > best:
+            best, at = fp, (ib, jb)
+    assert at is not None
+    return at
+
+
+def _interior_scores(run: _Run, i_a: int, i_b: int) -> None:
+    """Bulk count of Phase 1 on the interior query blocks [i_a, i_b) at once: their steps, the
+    tile of the largest footprint as itself (:func:`_peak_tile`, :func:`_tile_by_sums`) and the
+    other tiles by their sums (:func:`_tiles_by_sums`), in O(log N): the tiles are the Bc key
+    blocks meeting each band (``query_block_sums(..).count``), their rows add up to Σ_j
+    |q_range(j)| over the interior rows, their keys to Σ_i |kv_range(i)|, their scores to W a
+    row."""
+    mem, shape, Br = run.mem, run.shape, run.t.Br
+    Bc = min(run.t.Bc, shape.Nkv)
+    W = shape.window
+    assert W is not None
+    rows = (i_b - i_a) * Br
+    off = shape.offset + i_a * Br  # the interior rows as a workload of their own
+    tiles = masks.query_block_sums(rows, shape.Nkv, Br, Bc, off, W).count
+    keys = masks.query_block_sums(rows, shape.Nkv, Br, 1, off, W).width
+    seen = masks.key_block_sums(rows, shape.Nkv, 1, Bc, off, W).width
+    for _ in mem.blocks(i_b - i_a, 1):  # the blocks' steps
+        pass
+    ib, jb = _peak_tile(shape, run.t, i_a, i_b)
+    r0, r1, k0, k1 = box = _tile_box(shape, ib, jb, kv_range(shape, ib.start, ib.stop))
+    for _ in mem.blocks(shape.Nkv, run.t.Bc, lo=jb.start, hi=jb.start + 1, uniform=False):
+        _tile_by_sums(run, box)
+    H = overlap_sum(r0, r1, k0, k1, *_row_offsets(shape))
+    _tiles_by_sums(run, tiles - 1, seen - (r1 - r0), keys - (k1 - k0), rows * W - H)
+
+
+def _full_tile(shape: Shape, t: WindowStreamTiling) -> tuple[Block, Block] | None:
+    """A full tile of a full query block (all its Br rows see all Bc keys of a full key block):
+    the largest footprint any tile has (Br·Bc + min(Br, Bc) + 1), or None when none of a few
+    candidates has one (the block whose last row is the last to see key 0, the ends of the
+    interior, the interior's peak tile: :func:`_peak_tile`).  A band of at least Br + 2·Bc
+    keys has one in every interior block."""
+    Br, Bc = t.Br, min(t.Bc, shape.Nkv)
+    nf = shape.Nq // Br
+    W = shape.window
+    assert W is not None
+    K = (shape.Nkv // Bc) * Bc
+    i_a, i_b, _ = _interior(shape, Br, Bc, K)
+    cands = {(W - shape.offset) // Br - 1, i_a - 1, i_a, i_b - 1}
+    if i_b > i_a:
+        cands.add(_peak_tile(shape, t, i_a, i_b)[0].index)
+    for i in sorted(c for c in cands if 0 <= c < nf):
+        ib = Block(i, i * Br, (i + 1) * Br)
+        a, b = _every_row(shape, ib, t.Bc)
+        if min(b, K) - a >= Bc:
+            j = a // Bc
+            return ib, Block(j, j * Bc, (j + 1) * Bc)
+    return None
+
+
+def _all_scores(run: _Run, scores: Callable[[Block], None]) -> bool:
+    """Bulk count of Phase 1 of every full query block at once, when one of them holds a full
+    tile (:func:`_full_tile`, whose footprint no tile exceeds; it runs as itself for the peak):
+    the blocks' steps and the other tiles by their sums (:func:`_tiles_by_sums`): the tiles are
+    the Bc key blocks meeting each band (``query_block_sums(..).count``), their rows add up to
+    Σ_j |q_range(j)| over those rows, their keys to Σ_i |kv_range(i)|, their scores to the
+    visible ones (:func:`overlap_sum`), all in O(log N) whatever the window; then the short
+    last block one by one.  False (nothing counted) when no full tile is found: the caller walks
+    the ends of the sequence and counts the interior by :func:`_interior_scores`."""
+    mem, shape, t = run.mem, run.shape, run.t
+    full = _full_tile(shape, t)
+    if full is None:
+        return False
+    Br, Bc, W = t.Br, min(t.Bc, shape.Nkv), shape.window
+    nf = shape.Nq // Br
+    rows = nf * Br
+    tiles = masks.query_block_sums(rows, shape.Nkv, Br, Bc, shape.offset, W).count
+    keys = masks.query_block_sums(rows, shape.Nkv, Br, 1, shape.offset, W).width
+    seen = masks.key_block_sums(rows, shape.Nkv, 1, Bc, shape.offset, W).width
+    words = overlap_sum(0, rows, 0, shape.Nkv, *_row_offsets(shape))
+    for _ in mem.blocks(nf, 1):  # the blocks' steps
+        pass
+    ib, jb = full
+    for _ in mem.blocks(shape.Nkv, t.Bc, lo=jb.start, hi=jb.start + 1, uniform=False):
+        _tile_by_sums(run, (ib.start, ib.stop, jb.start, jb.stop))
+    _tiles_by_sums(run, tiles - 1, seen - Br, keys - Bc, words - Br * Bc)
+    for ib in mem.blocks(shape.Nq, Br, lo=rows, uniform=False):
+        scores(ib)
+    return True
+
+
+def _key_rows(shape: Shape, ib: Block, k: int) -> int:
+    """How many rows of block ``ib`` see key k."""
+    v, u = _key_offsets(shape)
+    return overlap_sum(k, k + 1, ib.start, ib.stop, v, u)
+
+
+def _keys(run: _Run, acc: tuple[FastTile, ...], ib: Block, db: Block, v_held: bool,
+          lo: int, hi: int) -> None:
+    """Phase 2: the keys [lo, hi) of row block ``ib``, which only some of its rows see, into
+    slice ``db``: one by one, or in a bulk count by their sums (the key most rows see as
+    itself, for the peak; the others' steps and words in :func:`_split` sizes: the same steps,
+    words and peak)."""
+    mem, shape = run.mem, run.shape
+    if not mem.bulk or hi - lo <= 1:
+        for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=hi, uniform=False):
+            _key(run, acc, ib, kb, db, v_held)
+        return
+    v, u = _key_offsets(shape)
+    cands = {lo, hi - 1}
+    for c in ((ib.stop - u) if u is not None else None, (ib.start - v) if v is not None else None):
+        if c is not None:
+            cands.update(min(hi - 1, max(lo, x)) for x in (c - 1, c, c + 1))
+    top = max(sorted(cands), key=lambda k: _key_rows(shape, ib, k))
+    for kb in mem.blocks(shape.Nkv, 1, lo=top, hi=top + 1, uniform=False):
+        _key(run, acc, ib, kb, db, v_held)
+    rows = overlap_sum(lo, hi, ib.start, ib.stop, v, u) - _key_rows(shape, ib, top)
+    _keys_by_sums(run, db, v_held, hi - lo - 1, rows)
+
+
+def _keys_by_sums(run: _Run, db: Block, v_held: bool, keys: int, rows: int) -> None:
+    """Bulk count of ``keys`` Phase-2 keys into slice ``db`` that ``rows`` rows see in all: each
+    key's step, its V slice (or score column) and its rows' words and steps, in :func:`_split`
+    sizes (the same steps and words as :func:`_key` one by one; no column taller than theirs)."""
+    if keys <= 0:
+        return
+    mem = run.mem
+    V, A = run.arrays[2], run.arrays[4]
+    for size, k in _split(rows, keys):
+        for _ in mem.blocks(k, 1):  # the keys' steps
+            if v_held:
+                vt = mem.load(V, 0, db, label="V_kc")
+                for _ in mem.blocks(size, 1):
+                    mem.free(mem.load(A, 0, 0, label="a_rk"))
+                mem.free(vt)
+            else:
+                st = mem.load(A, slice(0, size), 0, label="A_ik")
+                for cc in mem.blocks(db.size, 1):
+                    mem.free(mem.load(V, 0, db.start + cc.start, label="v_ku"))
+                mem.free(st)
+
+
+def _all_outputs(run: _Run, outputs: Callable[[Block], None]) -> bool:
+    """Bulk count of Phase 2 of every full row block at once, when the interior has one (its
+    footprint is the largest: every row sees W keys, a key up to min(W, Br2) rows): that block
+    as itself (:func:`_output_block`), the others' steps, output tiles and keys by their sums
+    (:func:`_keys_by_sums`; the keys a block sees add up to Σ_i |kv_range(i)|, their rows to
+    the visible scores), for every output slice; then the short last block.  False (nothing
+    counted) without an interior block."""
+    mem, shape, Br2, Bd2 = run.mem, run.shape, run.t.Br2, run.t.Bd2
+    i_a, i_b, _ = _interior(shape, Br2, 1, shape.Nkv)
+    if i_b <= i_a:
+        return False
+    W, d = shape.window, shape.d
+    nf = shape.Nq // Br2
+    rows = nf * Br2
+    keys = masks.query_block_sums(rows, shape.Nkv, Br2, 1, shape.offset, W).width
+    words = overlap_sum(0, rows, 0, shape.Nkv, *_row_offsets(shape))
+    for ib in mem.blocks(shape.Nq, Br2, lo=i_a * Br2, hi=i_a * Br2 + 1, uniform=False):
+        outputs(ib)  # the block of the largest footprint, as itself
+        lo, hi = kv_range(shape, ib.start, ib.stop)
+        keys, words = keys - (hi - lo), words - Br2 * (W or 0)
+    O = run.arrays[3]
+    for _ in mem.blocks(nf - 1, 1):  # the other full blocks' steps, slices and output tiles
+        for db in mem.blocks(d, Bd2):
+            Oc = mem.alloc((Br2, db.size), label="O_ic")
+            mem.store(Oc, O, slice(0, Br2), db)
+            mem.free(Oc)
+    v_held = min(Bd2, d) <= min(Br2, shape.Nq)
+    for width, k in ((Bd2, d // Bd2), (d % Bd2, 1)):
+        for _ in mem.repeat(k if width else 0):  # each slice of that width
+            _keys_by_sums(run, Block(0, 0, width), v_held, keys, words)
+    for ib in mem.blocks(shape.Nq, Br2, lo=rows, uniform=False):
+        outputs(ib)
+    return True
+
+
 def _output_block(run: _Run, ib: Block) -> None:
     """Row block ``ib`` of Phase 2, every slice.  The keys all its rows see,
     ``[lo of its last row, hi of its first row)``, move alike: one uniform loop."""
@@ -454,15 +828,13 @@ def _output_block(run: _Run, ib: Block) -> None:
             g = mem.alloc((ib.size,), -np.inf, label="g_i")  # running log-sum-exp
             acc = (Oc, g)
             if m1 > m0:
-                for kb in mem.blocks(shape.Nkv, 1, lo=lo, hi=m0, uniform=False):
-                    _key(run, acc, ib, kb, db, v_held)
+                _keys(run, acc, ib, db, v_held, lo, m0)
                 for kb in mem.blocks(shape.Nkv, 1, lo=m0, hi=m1):  # every row: alike
                     _key(run, acc, ib, kb, db, v_held)
                 rest = m1
             else:
                 rest = lo
-            for kb in mem.blocks(shape.Nkv, 1, lo=rest, hi=hi, uniform=False):
-                _key(run, acc, ib, kb, db, v_held)
+            _keys(run, acc, ib, db, v_held, rest, hi)
             mem.free(g)
         mem.store(Oc, O, ib, db)  # normalised all along (zero where no key is seen)
         mem.free(Oc)

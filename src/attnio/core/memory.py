@@ -25,7 +25,9 @@ representative, and every word counted inside it is multiplied by the run's leng
 such a loop must therefore move a number of words that depends on the block's *size* only, not on
 its position (``uniform=True``, the default), and must leave fast memory as it found it; a loop whose
 body depends on the position in another way passes ``uniform=False`` and is iterated block by
-block.  Tests hold bulk counts to equal step-by-step counts (``bulk=False``).
+block.  :meth:`TwoLevelMemory.repeat` does the same for ``n`` alike operations that are not loop
+steps (a bulk count standing for the lines of a tile by their sums).  Tests hold bulk counts to
+equal step-by-step counts (``bulk=False``).
 
 Masked loops.  Under a causal or windowed mask the body of an outer loop depends on its block's
 position through one thing only: the range ``[lo, hi)`` of the other axis that the block sees,
@@ -626,6 +628,29 @@ class TwoLevelMemory:
                     f"a uniform loop body changed fast-memory occupancy from {occ} to {self._occ};"
                     " free what the body allocates, or pass uniform=False"
                 )
+
+    def repeat(self, n: int) -> Iterator[None]:
+        """``n`` alike operations that are not loop steps (a bulk count's stand-in for the lines
+        of a tile, say): step by step (compute mode, ``bulk=False``, a tracer) the body runs
+        ``n`` times; in bulk count mode once, every word it moves counted ``n`` times.  No step
+        is counted either way (unlike :meth:`blocks`).  The body must move the same words every
+        time and leave fast memory as it found it (checked in bulk)."""
+        n = int(n)
+        if n <= 0:
+            return
+        if not self.bulk:
+            for _ in range(n):
+                yield None
+            return
+        saved, occ = self._mult, self._occ
+        self._mult = saved * n
+        try:
+            yield None
+        finally:
+            self._mult = saved
+        if self._occ != occ:
+            raise ScheduleError(f"a repeated body changed fast-memory occupancy from {occ} to "
+                                f"{self._occ}; free what the body allocates")
 
     def _tick(self) -> None:
         assert self._progress is not None
