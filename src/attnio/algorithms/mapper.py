@@ -29,8 +29,9 @@ inside schedules")."""
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ..core.errors import ParameterError
 from ..core.memory import IOCount
@@ -38,9 +39,9 @@ from ..core.workload import Shape
 from .common import divisors_upto, largest_true
 from .protocol import NO_BACKWARD, NO_BLOCK_MASK, NO_WINDOW, Choice, Families, Schedule
 
-__all__ = ["best_backward", "can_run", "check_M", "default_tiling", "dense_groups", "dense_searchable",
-           "dense_sizes", "dense_tilings", "least", "least_over", "needs_M", "pruned_tilings",
-           "search", "supports"]
+__all__ = ["best_backward", "can_run", "check_M", "completion", "default_tiling", "dense_groups",
+           "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_over",
+           "needs_M", "preranked", "pruned_tilings", "search", "supports"]
 
 #: The attribute that says whether a schedule runs what each reason of :func:`can_run` names
 #: (declared on :class:`~attnio.algorithms.base.TiledSchedule` and ``Algorithm``).
@@ -286,6 +287,47 @@ def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[An
                 best = io.total
     return sorted((((i, j) if order is None else order(i, j, t), t, io)  # ties' places only
                    for i, j, t, io in scored if io.total == best), key=lambda c: c[0])
+
+
+# ----------------------------------------------------------------------------- reductions
+# The reductions a schedule declares its mapspace into and the mapper applies (Timeloop's split:
+# the mapspace declares, the mapper searches).  The proof that a reduction keeps the least is a
+# fact of the mapspace and stays in the schedule's docstring; the search is here.
+
+T = TypeVar("T")
+K = TypeVar("K", bound="_Ordered")  # a count, or a (count, steps) key
+
+
+class _Ordered(Protocol):
+    def __lt__(self, other: Any, /) -> bool: ...
+
+
+def dominated(values: Sequence[T], fits: Callable[[T], bool]) -> T | None:
+    """A dominated-dimension reduction: along a field whose count and steps never rise as it
+    grows, while its footprint never falls, the least is at the largest value that fits.  The
+    largest of ``values`` (ascending) with ``fits`` (true up to some value, false after it), by
+    bisection: O(log len(values)) calls of ``fits``; None when none fits."""
+    n = largest_true(lambda k: fits(values[k - 1]), 0, len(values))
+    return values[n - 1] if n else None
+
+
+def completion(sides: Iterable[T], score: Callable[[T], K]) -> tuple[K, T] | None:
+    """A completion: the remaining sides of a partial tiling, as the schedule lists them (those
+    that fit), and the least by ``score`` (a count, or a (count, steps) key): ``(score, side)``,
+    the first of ``sides`` on ties; None when there is none."""
+    best: tuple[K, T] | None = None
+    for side in sides:
+        key = score(side)
+        if best is None or key < best[0]:
+            best = (key, side)
+    return best
+
+
+def preranked(items: Iterable[T], estimate: Callable[[T], Any], keep: int) -> list[T]:
+    """A declared pre-ranking cut: the ``keep`` items of least ``estimate``, least first (ties
+    in the order of ``items``), i.e. ``sorted(items, key=estimate)[:keep]``.  The estimate is the
+    schedule's (not a bound: a heuristic cut of its mapspace, which the mapspace then is)."""
+    return heapq.nsmallest(keep, items, key=estimate)
 
 
 # ----------------------------------------------------------------------------- backward
