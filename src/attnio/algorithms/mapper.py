@@ -12,8 +12,8 @@ owns:
 * :func:`search` — the least-(I/O, steps) tiling among the candidates (the planner's candidates,
   the backward search, and the default tiling), by branch and bound where a schedule bounds its
   count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min) or per family
-  of tilings listed only when scored (``_families``: flash2 and square_tiling under a causal
-  mask or a window, standard under a mask, small_cache_backward and
+  of tilings listed only when scored (``_families``: flash2 under a causal mask or a window,
+  square_tiling, standard under a mask, small_cache_backward and
   fused_small_cache_backward);
 * :func:`pruned_tilings` — the candidates of least count, for a schedule that offers another's
   tilings among its own (window_cache streams flash2's);
@@ -21,10 +21,17 @@ owns:
 * :func:`best_backward` — the least-I/O backward schedule and tiling for a workload;
 * :func:`dense_tilings` — the denser grid behind the certificate's schedule factor.
 
+It also applies the reductions a schedule declares its mapspace into (the proof that one keeps
+the least stays in the schedule's docstring): :func:`dominated` (the largest value that fits
+along a field whose count and steps never rise with it: standard's bn unmasked),
+:func:`completion` (the least of a partial tiling's remaining sides: standard's bm per (bk,
+onepass) unmasked, small_cache_backward's output block, group_spill_backward's) and
+:func:`preranked` (a declared pre-ranking cut: square_tiling's Phase-1 choices,
+group_spill_backward's best 8).
+
 Ties go to fewer, larger steps, then to the first candidate.  Some schedules still narrow their
-candidate lists with a search of their own (square_tiling's pre-ranking and unmasked search,
-standard's unmasked one, stream_tiling, window_square: docs/contributing.md, "Searches still
-inside schedules")."""
+candidate lists with a search of their own (stream_tiling, window_square: docs/contributing.md,
+"Searches still inside schedules")."""
 
 from __future__ import annotations
 
