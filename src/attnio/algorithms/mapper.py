@@ -35,6 +35,7 @@ candidate lists with a search of their own (stream_tiling, window_square: docs/c
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Sequence
@@ -309,12 +310,13 @@ class _Ordered(Protocol):
     def __lt__(self, other: Any, /) -> bool: ...
 
 
-def dominated(values: Sequence[T], fits: Callable[[T], bool]) -> T | None:
+def dominated(values: Sequence[int], most: int) -> int | None:
     """A dominated-dimension reduction: along a field whose count and steps never rise as it
     grows, while its footprint never falls, the least is at the largest value that fits.  The
-    largest of ``values`` (ascending) with ``fits`` (true up to some value, false after it), by
-    bisection: O(log len(values)) calls of ``fits``; None when none fits."""
-    n = largest_true(lambda k: fits(values[k - 1]), 0, len(values))
+    schedule gives the field's candidate ``values`` (ascending) and the ``most`` that fits (from
+    its footprint); the mapper returns the largest value at most that, by bisection, or None
+    when none is."""
+    n = bisect.bisect_right(values, most)
     return values[n - 1] if n else None
 
 

@@ -332,25 +332,27 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
 
     def _phase1_candidates(self, shape: Shape, M: int, stable: bool,
                            spill: str = "exp") -> list[_Phase1]:
+        """(Br, Bc, Bd, order) per rung of Br: the widest Bc that fits with Bd = 1 and that Bc
+        snapped down to as many key blocks, each with the widest Bd that fits (:func:`_fp1`,
+        inline: the search lists a few hundred)."""
         d, Nq, Nkv, e = shape.d, shape.Nq, shape.Nkv, _e1(stable, spill)
         out: list[_Phase1] = []
         for order in ORDERS:
-            per_row = (d if order == "row" else 1) + 1 + e  # Bc = Bd = 1
+            row = order == "row"
+            per_row = (d if row else 1) + 1 + e  # Bc = Bd = 1
             for br in ladder(Nq, (M - 1) // per_row):
-                if order == "row":
-                    bc = (M - br * d - e * br) // (br + 1)
-                else:
-                    bc = (M - br - e * br) // (br + 1)
-                bc = min(Nkv, bc)
+                held = br * d + e * br if row else e * br  # Q_i (order "row") and the vectors
+                bc = min(Nkv, (M - held - (0 if row else br)) // (br + 1))
                 if bc < 1:
                     continue
-                for c in {bc, cdiv(Nkv, cdiv(Nkv, bc))}:
-                    if order == "row":
-                        bd = (M - br * d - br * c - e * br) // c
+                for c in {bc, -(-Nkv // -(-Nkv // bc))}:
+                    if row:
+                        bd = max(1, min(d, (M - held - br * c) // c))
+                        fits = held + br * c + c * bd <= M
                     else:
-                        bd = (M - br * c - e * br) // (br + c)
-                    bd = max(1, min(d, bd))
-                    if _fp1(d, br, c, bd, order, stable, spill) <= M:
+                        bd = max(1, min(d, (M - br * c - held) // (br + c)))
+                        fits = br * c + bd * (br + c) + held <= M
+                    if fits:
                         out.append((br, c, bd, order))
         return out
 
@@ -420,13 +422,14 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         if shape.causal and len(p1) > cut:
             # pre-rank by the O(1) unmasked count (the mask keeps about half of every tiling's
             # tiles) and score the best 24 exactly (ties in order)
-            p1 = mapper.preranked(p1, lambda c: (plain(c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])),
+            p1 = mapper.preranked(p1, lambda c: (plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])),
                                   cut)
-        exact = ({c: sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)) for c in p1}
-                 if shape.causal else {c: plain(c) for c in p1})
+        # each choice's (exact Phase-1 count, tiles), computed once
+        ranked = {c: (sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)) if shape.causal
+                      else plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])) for c in p1}
         # the stable variant couples the phases through Bc (the per-tile maxima): keep a few
-        top = mapper.preranked(p1, lambda c: (exact[c], cdiv(Nq, c[0]) * cdiv(Nkv, c[1])),
-                               12 if maxima else 1)
+        top = mapper.preranked(p1, ranked.__getitem__, 12 if maxima else 1)
+        exact = {c: ranked[c][0] for c in top}
         groups = [(c, exact[c]) for c in top]  # (phase 1 choice, its exact Phase-1 count)
         ladder = self._phase2_ladder(shape, M, stable, spill)
         paper: SquareTilingTiling | None

@@ -207,29 +207,25 @@ class Standard(Algorithm[StandardTiling]):
         out = []
         for bk in bks:
             bkc, tk = min(bk, d), cdiv(d, bk)
+            pairs = []  # (bm, its largest bn) where the matmul and two-pass softmax tiles fit
+            for bm in sides:
+                bmc = min(bm, Nq)
+                lim = min((M - bmc * bkc) // (bmc + bkc), (M - 3 * bmc) // bmc)
+                bn = mapper.dominated(sides, lim if lim < Nkv else sides[-1])  # bn clamps to Nkv
+                if bn is not None:
+                    pairs.append((bm, bn))
             for onepass in (False, True):
                 p = 1 if onepass else 2
 
-                def tilings(bk: int = bk, bkc: int = bkc, onepass: bool = onepass
-                            ) -> Iterator[StandardTiling]:  # bm with its largest bn
-                    for bm in sides:
-                        bmc = min(bm, Nq)
-                        if onepass and bmc * Nkv + 3 * bmc > M:
-                            continue
-                        # the matmul tiles and the two-pass softmax tile fit
-                        lim = min((M - bmc * bkc) // (bmc + bkc), (M - 3 * bmc) // bmc)
-                        bn = mapper.dominated(sides, lambda bn: min(bn, Nkv) <= lim)
-                        if bn is not None:
-                            yield StandardTiling(bm, bn, bk, onepass)
-
-                def key(t: StandardTiling, tk: int = tk, p: int = p) -> tuple[int, int]:
-                    tc, tr = cdiv(Nkv, t.bn), cdiv(Nq, t.bm)
+                def key(side: tuple[int, int], tk: int = tk, p: int = p) -> tuple[int, int]:
+                    tr, tc = cdiv(Nq, side[0]), cdiv(Nkv, side[1])
                     total = d * tc * Nq + 2 * d * tr * Nkv + (p + tk + 2) * Nq * Nkv + Nq * d
                     return total, tr * tc * tk
 
-                best = mapper.completion(tilings(), key)
+                best = mapper.completion((c for c in pairs if not onepass  # a whole row fits
+                                          or min(c[0], Nq) * (Nkv + 3) <= M), key)
                 if best is not None:
-                    out.append(best[1])
+                    out.append(StandardTiling(*best[1], bk, onepass))
         return [t for t in out if self.footprint(shape, t) <= M]
 
     def steps(self, shape: Shape, tiling: StandardTiling) -> int:
