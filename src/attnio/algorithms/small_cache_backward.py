@@ -285,11 +285,14 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
                 for a in {min(a_max, max(bm, bn)), min(a_max, bm), min(a_max, bn)}:
                     yield a, bc
 
+        by_a: dict[int, int] = {}  # d·(2·Xk + Xq) of each a (most bc share their a's)
+
         def score(side: tuple[int, int]) -> int:
             a, bc = side
-            Xk = _subblocks(Nkv, s0.bn, min(a, s0.bn), RK, r_last)
-            Xq = _subblocks(Nq, s0.bm, min(a, s0.bm), WQ, w_last)
-            return 3 * cdiv(d, min(bc, d)) * SW + d * (2 * Xk + Xq)
+            if a not in by_a:
+                by_a[a] = d * (2 * _subblocks(Nkv, s0.bn, min(a, s0.bn), RK, r_last)
+                               + _subblocks(Nq, s0.bm, min(a, s0.bm), WQ, w_last))
+            return 3 * -(-d // min(bc, d)) * SW + by_a[a]
 
         best = mapper.completion(sides(), score)
         if best is None:
