@@ -96,7 +96,6 @@ True
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import math
@@ -201,12 +200,6 @@ def _divisors(n: int) -> tuple[int, ...]:
                 large.append(n // i)
         i += 1
     return tuple(small + large[::-1])
-
-
-def _largest_divisor(n: int, k: int) -> int:
-    """The largest divisor of n that is <= k (k >= 1)."""
-    ds = _divisors(n)
-    return ds[bisect.bisect_right(ds, k) - 1]
 
 
 # ---------------------------------------------------------------------- closed forms
@@ -359,7 +352,14 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
     def _phase2_ladder(self, shape: Shape, M: int, stable: bool,
                        spill: str = "exp") -> list[_Rung]:
         """(bd2, br2, key-slice sizes to try) per head-dimension slice: what Phase 2's candidates
-        are built from before the stable variant snaps Bk2 to a divisor of Bc."""
+        are built from before the stable variant snaps Bk2 to a divisor of Bc.
+
+        Unmasked, Bk2 is a dominated dimension: Phase 2's count does not depend on it, its steps
+        ``Tr2·Td·⌈Nkv/Bk2⌉`` never rise with it and its footprint grows with it, so only the
+        largest that fits, kmax, is listed (the stable exp spill: the largest divisor of Bc at
+        most kmax, :meth:`_slices`, by :func:`~attnio.algorithms.mapper.dominated`).  With a
+        mask the count depends on Bk2 (the slices cover each block's visible keys): kmax, 1 and
+        the powers of two below."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         e = (2 if spill == "exp" else 1) if stable else 0
         out: list[_Rung] = []
@@ -388,8 +388,8 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         out = set()
         for k in ks:
             if _maxima(stable, spill) and bc_eff < shape.Nkv:
-                if k not in snap:
-                    snap[k] = _largest_divisor(bc_eff, k)
+                if k not in snap:  # the largest divisor of Bc at most k (1 divides it)
+                    snap[k] = mapper.dominated(_divisors(bc_eff), k) or 1
                 k = snap[k]
             if _fp2(br2, k, bd2, stable, spill) <= M:
                 out.add(k)
