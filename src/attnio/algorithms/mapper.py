@@ -23,7 +23,8 @@ owns:
 
 It also applies the reductions a schedule declares its mapspace into (the proof that one keeps
 the least stays in the schedule's docstring): :func:`dominated` (the largest value that fits
-along a field whose count and steps never rise with it: standard's bn unmasked),
+along a field whose count and steps never rise with it: standard's bn and square_tiling's key
+slices unmasked),
 :func:`completion` (the least of a partial tiling's remaining sides: standard's bm per (bk,
 onepass) unmasked, small_cache_backward's output block, group_spill_backward's) and
 :func:`preranked` (a declared pre-ranking cut: square_tiling's Phase-1 choices,
