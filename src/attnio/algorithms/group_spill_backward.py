@@ -58,6 +58,7 @@ supported (use ``flash2_backward``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..core import masks
@@ -163,9 +164,11 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
     def candidate_tilings(self, shape: Shape, M: int) -> list[GroupSpillTiling]:
         """Pass A's (G, Br, Bc2) as group_split_backward's candidates (G a divisor of g that
         fits, Br over powers of two and the sizes of the fewest blocks, the widest Bc2 that fits
-        and half of it); for each, the output block of least count: bc = d or ⌈d/2⌉, a the
-        largest multiple of Bc2 that fits with one-row slices, or the fewest blocks of that
-        size; r the most rows that fit (r changes no count)."""
+        and half of it); each a partial tiling the mapper completes with the output block of
+        least count (:func:`~attnio.algorithms.mapper.completion`, the first on ties): bc = d or
+        ⌈d/2⌉, a the largest multiple of Bc2 that fits with one-row slices, or the fewest
+        blocks of that size; r the most rows that fit (r changes no count).  The 8 of least
+        count are kept (:func:`~attnio.algorithms.mapper.preranked`)."""
         d, Nkv = shape.d, shape.Nkv
         if mapper.needs_M(self, shape, M) is not None:
             return []
@@ -173,23 +176,28 @@ class GroupSpillBackward(BackwardSchedule[GroupSpillTiling]):
         for G, br, bc2_max in pass_a_sides(shape, M):
             for bc2 in sorted({bc2_max, max(1, bc2_max // 2)}):
                 io, SW = self._passA(shape, G, br, bc2)
-                best = None
-                for bc in sorted({d, cdiv(d, 2)}):
-                    a_fit = (M - bc) // (bc + 1)  # r = 1
-                    ka_max = a_fit // bc2
-                    if ka_max < 1:
-                        continue
-                    ka_few = cdiv(cdiv(Nkv, cdiv(Nkv, ka_max * bc2)), bc2)
-                    for ka in {ka_max, min(ka_max, ka_few)}:
-                        a = min(ka * bc2, Nkv)
-                        total = (io + self._matmuls(shape, br, a, bc, SW)).total
-                        if best is None or total < best[0]:
-                            r = max(1, min(br, (M - a * bc) // (a + bc)))
-                            best = (total, GroupSpillTiling(G, br, bc2, ka, bc, r))
+
+                def sides(bc2: int = bc2) -> Iterator[tuple[int, int]]:  # (bc, ka) that fit
+                    for bc in sorted({d, cdiv(d, 2)}):
+                        ka_max = (M - bc) // (bc + 1) // bc2  # r = 1
+                        if ka_max < 1:
+                            continue
+                        ka_few = cdiv(cdiv(Nkv, cdiv(Nkv, ka_max * bc2)), bc2)
+                        for ka in {ka_max, min(ka_max, ka_few)}:
+                            yield bc, ka
+
+                def count(side: tuple[int, int], br: int = br, bc2: int = bc2,
+                          io: IOCount = io, SW: int = SW) -> int:
+                    bc, ka = side
+                    return (io + self._matmuls(shape, br, min(ka * bc2, Nkv), bc, SW)).total
+
+                best = mapper.completion(sides(), count)
                 if best is not None:
-                    out.append(best)
-        out.sort(key=lambda x: x[0])
-        return [t for _, t in out[:8]]
+                    total, (bc, ka) = best
+                    a = min(ka * bc2, Nkv)
+                    r = max(1, min(br, (M - a * bc) // (a + bc)))
+                    out.append((total, GroupSpillTiling(G, br, bc2, ka, bc, r)))
+        return [t for _, t in mapper.preranked(out, lambda c: c[0], 8)]
 
     # ------------------------------------------------------------------ the schedule
     def run_schedule(self, mem: TwoLevelMemory, arrays: dict[str, SlowArray], *, shape: Shape,

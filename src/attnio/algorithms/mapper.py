@@ -12,8 +12,8 @@ owns:
 * :func:`search` — the least-(I/O, steps) tiling among the candidates (the planner's candidates,
   the backward search, and the default tiling), by branch and bound where a schedule bounds its
   count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min) or per family
-  of tilings listed only when scored (``_families``: flash2 and square_tiling under a causal
-  mask or a window, standard under a mask, small_cache_backward and
+  of tilings listed only when scored (``_families``: flash2 under a causal mask or a window,
+  square_tiling, standard under a mask, small_cache_backward and
   fused_small_cache_backward);
 * :func:`phase_tilings` and :func:`phase_best` — the phase-separable search, for a schedule
   whose count and steps are sums of independent phases (``_phases``: stream_tiling,
@@ -25,9 +25,18 @@ owns:
 * :func:`best_backward` — the least-I/O backward schedule and tiling for a workload;
 * :func:`dense_tilings` — the denser grid behind the certificate's schedule factor.
 
+It also applies the reductions a schedule declares its mapspace into (the proof that one keeps
+the least stays in the schedule's docstring): :func:`dominated` (the largest value that fits
+along a field whose count and steps never rise with it: standard's bn and square_tiling's key
+slices unmasked),
+:func:`completion` (the least of a partial tiling's remaining sides: standard's bm per (bk,
+onepass) unmasked, small_cache_backward's output block, group_spill_backward's) and
+:func:`preranked` (a declared pre-ranking cut: square_tiling's Phase-1 choices,
+group_spill_backward's best 8).
+
 Ties go to fewer, larger steps, then to the first candidate.  Some schedules still narrow their
-candidate lists with a search of their own (square_tiling's pre-ranking and unmasked search,
-standard's unmasked one: docs/contributing.md, "Searches still inside schedules")."""
+candidate lists with a search of their own (window_stream: docs/contributing.md, "Searches still
+inside schedules")."""
 
 from __future__ import annotations
 
@@ -37,7 +46,7 @@ import heapq
 import itertools
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from ..core.errors import ParameterError
 from ..core.memory import IOCount
@@ -54,9 +63,10 @@ from .protocol import (
     Schedule,
 )
 
-__all__ = ["best_backward", "can_run", "check_M", "default_tiling", "dense_groups", "dense_searchable",
-           "dense_sizes", "dense_tilings", "least", "least_over", "needs_M", "phase_best",
-           "phase_tilings", "pruned_tilings", "search", "supports"]
+__all__ = ["best_backward", "can_run", "check_M", "completion", "default_tiling", "dense_groups",
+           "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_over",
+           "needs_M", "phase_best", "phase_tilings", "preranked", "pruned_tilings", "search",
+           "supports"]
 
 #: The attribute that says whether a schedule runs what each reason of :func:`can_run` names
 #: (declared on :class:`~attnio.algorithms.base.TiledSchedule` and ``Algorithm``).
@@ -397,6 +407,48 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     for c in phase.seed(best()):
         score(c)
     return best()
+
+
+# ----------------------------------------------------------------------------- reductions
+# The reductions a schedule declares its mapspace into and the mapper applies (Timeloop's split:
+# the mapspace declares, the mapper searches).  The proof that a reduction keeps the least is a
+# fact of the mapspace and stays in the schedule's docstring; the search is here.
+
+T = TypeVar("T")
+K = TypeVar("K", bound="_Ordered")  # a count, or a (count, steps) key
+
+
+class _Ordered(Protocol):
+    def __lt__(self, other: Any, /) -> bool: ...
+
+
+def dominated(values: Sequence[int], most: int) -> int | None:
+    """A dominated-dimension reduction: along a field whose count and steps never rise as it
+    grows, while its footprint never falls, the least is at the largest value that fits.  The
+    schedule gives the field's candidate ``values`` (ascending) and the ``most`` that fits (from
+    its footprint); the mapper returns the largest value at most that, by bisection, or None
+    when none is."""
+    n = bisect.bisect_right(values, most)
+    return values[n - 1] if n else None
+
+
+def completion(sides: Iterable[T], score: Callable[[T], K]) -> tuple[K, T] | None:
+    """A completion: the remaining sides of a partial tiling, as the schedule lists them (those
+    that fit), and the least by ``score`` (a count, or a (count, steps) key): ``(score, side)``,
+    the first of ``sides`` on ties; None when there is none."""
+    best: tuple[K, T] | None = None
+    for side in sides:
+        key = score(side)
+        if best is None or key < best[0]:
+            best = (key, side)
+    return best
+
+
+def preranked(items: Iterable[T], estimate: Callable[[T], Any], keep: int) -> list[T]:
+    """A declared pre-ranking cut: the ``keep`` items of least ``estimate``, least first (ties
+    in the order of ``items``), i.e. ``sorted(items, key=estimate)[:keep]``.  The estimate is the
+    schedule's (not a bound: a heuristic cut of its mapspace, which the mapspace then is)."""
+    return heapq.nsmallest(keep, items, key=estimate)
 
 
 # ----------------------------------------------------------------------------- backward

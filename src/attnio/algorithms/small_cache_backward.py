@@ -265,30 +265,39 @@ class SmallCacheBackward(BackwardSchedule[SmallCacheTiling]):
 
     def _complete(self, shape: Shape, M: int, bm: int, bn: int, bk: int, bcs: list[int]
                   ) -> SmallCacheTiling | None:
-        """The candidate of score tile (bm, bn, bk): the output block (bc, and ba one block of
-        either axis or the largest that fits) of least closed form (None: no block fits)."""
+        """The candidate of score tile (bm, bn, bk), a partial tiling completed by the mapper
+        (:func:`~attnio.algorithms.mapper.completion`) with the output block of least closed
+        form: bc, and ba one block of either axis or the largest that fits (None: no block
+        fits).  The count is :meth:`_count`'s: a part fixed by (bm, bn) plus
+        ``g·(3·Tc·SW + d·(2·Xk + Xq))``, which depends on bc and a alone (not on bk or br), so
+        the sides are scored by that part, in the order and with the ties of scoring each
+        tiling through :meth:`_count`."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        # the count is _count's: a part fixed by (bm, bn) plus g·(3·Tc·SW + d·(2·Xk + Xq)),
-        # which depends on bc and a alone (not on bk or br): scored inline, in the order and
-        # with the ties of scoring each tiling through _count
         s0 = self._sides(shape, SmallCacheTiling(bm, bn, bk, 1, 1, 1))
         SC, W, SW, RK, r_last, WQ, w_last = self._sums(shape, s0)
-        best = None
-        for bc in bcs:
-            a_max = (M - bc) // (bc + 1)
-            if a_max < 1:
-                continue
-            three = 3 * cdiv(d, min(bc, d)) * SW
-            # one output sub-block per block of either axis, or the largest that fits
-            for a in {min(a_max, max(bm, bn)), min(a_max, bm), min(a_max, bn)}:
-                Xk = _subblocks(Nkv, s0.bn, min(a, s0.bn), RK, r_last)
-                Xq = _subblocks(Nq, s0.bm, min(a, s0.bm), WQ, w_last)
-                io = three + d * (2 * Xk + Xq)
-                if best is None or io < best[0]:
-                    best = (io, a, bc)
+
+        def sides() -> Iterator[tuple[int, int]]:  # (a, bc) whose output block fits
+            for bc in bcs:
+                a_max = (M - bc) // (bc + 1)
+                if a_max < 1:
+                    continue
+                # one output sub-block per block of either axis, or the largest that fits
+                for a in {min(a_max, max(bm, bn)), min(a_max, bm), min(a_max, bn)}:
+                    yield a, bc
+
+        by_a: dict[int, int] = {}  # d·(2·Xk + Xq) of each a (most bc share their a's)
+
+        def score(side: tuple[int, int]) -> int:
+            a, bc = side
+            if a not in by_a:
+                by_a[a] = d * (2 * _subblocks(Nkv, s0.bn, min(a, s0.bn), RK, r_last)
+                               + _subblocks(Nq, s0.bm, min(a, s0.bm), WQ, w_last))
+            return 3 * -(-d // min(bc, d)) * SW + by_a[a]
+
+        best = mapper.completion(sides(), score)
         if best is None:
             return None
-        _, a, bc = best
+        _, (a, bc) = best
         r = min(max(bm, bn), (M - a * bc) // (a + bc))
         return SmallCacheTiling(bm, bn, bk, a, bc, r)
 

@@ -96,10 +96,8 @@ True
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
-import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -202,12 +200,6 @@ def _divisors(n: int) -> tuple[int, ...]:
                 large.append(n // i)
         i += 1
     return tuple(small + large[::-1])
-
-
-def _largest_divisor(n: int, k: int) -> int:
-    """The largest divisor of n that is <= k (k >= 1)."""
-    ds = _divisors(n)
-    return ds[bisect.bisect_right(ds, k) - 1]
 
 
 # ---------------------------------------------------------------------- closed forms
@@ -333,32 +325,41 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
 
     def _phase1_candidates(self, shape: Shape, M: int, stable: bool,
                            spill: str = "exp") -> list[_Phase1]:
+        """(Br, Bc, Bd, order) per rung of Br: the widest Bc that fits with Bd = 1 and that Bc
+        snapped down to as many key blocks, each with the widest Bd that fits (:func:`_fp1`,
+        inline: the search lists a few hundred)."""
         d, Nq, Nkv, e = shape.d, shape.Nq, shape.Nkv, _e1(stable, spill)
         out: list[_Phase1] = []
         for order in ORDERS:
-            per_row = (d if order == "row" else 1) + 1 + e  # Bc = Bd = 1
+            row = order == "row"
+            per_row = (d if row else 1) + 1 + e  # Bc = Bd = 1
             for br in ladder(Nq, (M - 1) // per_row):
-                if order == "row":
-                    bc = (M - br * d - e * br) // (br + 1)
-                else:
-                    bc = (M - br - e * br) // (br + 1)
-                bc = min(Nkv, bc)
+                held = br * d + e * br if row else e * br  # Q_i (order "row") and the vectors
+                bc = min(Nkv, (M - held - (0 if row else br)) // (br + 1))
                 if bc < 1:
                     continue
-                for c in {bc, cdiv(Nkv, cdiv(Nkv, bc))}:
-                    if order == "row":
-                        bd = (M - br * d - br * c - e * br) // c
+                for c in {bc, -(-Nkv // -(-Nkv // bc))}:
+                    if row:
+                        bd = max(1, min(d, (M - held - br * c) // c))
+                        fits = held + br * c + c * bd <= M
                     else:
-                        bd = (M - br * c - e * br) // (br + c)
-                    bd = max(1, min(d, bd))
-                    if _fp1(d, br, c, bd, order, stable, spill) <= M:
+                        bd = max(1, min(d, (M - br * c - held) // (br + c)))
+                        fits = br * c + bd * (br + c) + held <= M
+                    if fits:
                         out.append((br, c, bd, order))
         return out
 
     def _phase2_ladder(self, shape: Shape, M: int, stable: bool,
                        spill: str = "exp") -> list[_Rung]:
         """(bd2, br2, key-slice sizes to try) per head-dimension slice: what Phase 2's candidates
-        are built from before the stable variant snaps Bk2 to a divisor of Bc."""
+        are built from before the stable variant snaps Bk2 to a divisor of Bc.
+
+        Unmasked, Bk2 is a dominated dimension: Phase 2's count does not depend on it, its steps
+        ``Tr2·Td·⌈Nkv/Bk2⌉`` never rise with it and its footprint grows with it, so only the
+        largest that fits, kmax, is listed (the stable exp spill: the largest divisor of Bc at
+        most kmax, :meth:`_slices`, by :func:`~attnio.algorithms.mapper.dominated`).  With a
+        mask the count depends on Bk2 (the slices cover each block's visible keys): kmax, 1 and
+        the powers of two below."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
         e = (2 if spill == "exp" else 1) if stable else 0
         out: list[_Rung] = []
@@ -387,8 +388,8 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         out = set()
         for k in ks:
             if _maxima(stable, spill) and bc_eff < shape.Nkv:
-                if k not in snap:
-                    snap[k] = _largest_divisor(bc_eff, k)
+                if k not in snap:  # the largest divisor of Bc at most k (1 divides it)
+                    snap[k] = mapper.dominated(_divisors(bc_eff), k) or 1
                 k = snap[k]
             if _fp2(br2, k, bd2, stable, spill) <= M:
                 out.add(k)
@@ -397,18 +398,14 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
     def _search(self, shape: Shape, M: int, stable: bool,
                 spill: str = "exp") -> list[SquareTilingTiling]:
         """The (Phase 1 x Phase 2) combinations worth scoring (the best Phase-1 choices, each
-        with every Phase-2 choice, then the paper's tiling, :meth:`_pieces`): with a mask every
-        one (:meth:`_masked_families`' members, in the order (Phase-1 choice, Br2, Bk2, Bd2),
-        the paper's last; the mapper searches them family by family), without the first of
-        least (I/O, steps) (:meth:`_least_unmasked`: the combinations are never listed)."""
-        groups, ladder, paper = self._pieces(shape, M, stable, spill)
-        if shape.causal:
-            fams = self._masked_families(shape, M, stable, groups, ladder, paper, spill)
-            assert fams.order is not None
-            every = [(fams.order(i, j, t), t) for i in range(len(fams.lower))
-                     for j, t in enumerate(fams.members(i))]
-            return [t for _, t in sorted(every, key=lambda c: c[0])]
-        return self._least_unmasked(shape, M, stable, groups, ladder, paper, spill)
+        with every Phase-2 choice, then the paper's tiling, :meth:`_pieces`): :meth:`_families`'
+        members, in the order (Phase-1 choice, Br2, Bk2, Bd2), the paper's last (the mapper
+        searches them family by family)."""
+        fams = self._combinations(shape, M, stable, spill)
+        assert fams.order is not None
+        every = [(fams.order(i, j, t), t) for i in range(len(fams.lower))
+                 for j, t in enumerate(fams.members(i))]
+        return [t for _, t in sorted(every, key=lambda c: c[0])]
 
     def _pieces(self, shape: Shape, M: int, stable: bool, spill: str
                 ) -> tuple[list[_Group], list[_Rung], SquareTilingTiling | None]:
@@ -424,13 +421,15 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         plain = functools.partial(_phase1_plain, shape, maxima)
         if shape.causal and len(p1) > cut:
             # pre-rank by the O(1) unmasked count (the mask keeps about half of every tiling's
-            # tiles) and score the best 24 exactly (nsmallest: sorted()[:cut], ties in order)
-            p1 = heapq.nsmallest(cut, p1, key=lambda c: (plain(c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])))
-        exact = ({c: sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)) for c in p1}
-                 if shape.causal else {c: plain(c) for c in p1})
+            # tiles) and score the best 24 exactly (ties in order)
+            p1 = mapper.preranked(p1, lambda c: (plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])),
+                                  cut)
+        # each choice's (exact Phase-1 count, tiles), computed once
+        ranked = {c: (sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)) if shape.causal
+                      else plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])) for c in p1}
         # the stable variant couples the phases through Bc (the per-tile maxima): keep a few
-        top = heapq.nsmallest(12 if maxima else 1, p1,
-                              key=lambda c: (exact[c], cdiv(Nq, c[0]) * cdiv(Nkv, c[1])))
+        top = mapper.preranked(p1, ranked.__getitem__, 12 if maxima else 1)
+        exact = {c: ranked[c][0] for c in top}
         groups = [(c, exact[c]) for c in top]  # (phase 1 choice, its exact Phase-1 count)
         ladder = self._phase2_ladder(shape, M, stable, spill)
         paper: SquareTilingTiling | None
@@ -439,98 +438,40 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             paper = None
         return groups, ladder, paper
 
-    def _least_unmasked(self, shape: Shape, M: int, stable: bool, groups: list[_Group],
-                        ladder: list[_Rung], paper: SquareTilingTiling | None,
-                        spill: str = "exp") -> list[SquareTilingTiling]:
-        """The first combination of least (I/O, steps), in the order of the full list.
-
-        Unmasked, Phase 2's count does not depend on Bk2 and the count is a Phase-1 term plus a
-        Phase-2 term that depends on Phase 1 only through Bc (the stable maxima): each
-        (group, Br2, Bd2) is scored with plain integers, and only those of least count are
-        expanded into their key slices to compare steps.  Every combination fits in M by
-        construction (each phase's footprint was checked, and clamping only shrinks it).
-        """
-        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        scored = []
-        for g, ((_, bc, _, _), e1) in enumerate(groups):
-            tc = cdiv(Nkv, bc) * Nq if _maxima(stable, spill) else 0
-            for e, (bd2, br2, _) in enumerate(ladder):
-                td = -(-d // bd2)
-                total = e1 + td * (Nq + Nq * Nkv + tc) + (-(-Nq // br2)) * Nkv * d + Nq * d
-                scored.append((total, g, e))
-        scored.sort()
-        best_key: tuple[int, int] | None = None
-        best_at: tuple[int, int, int, int] | None = None  # set together with best_key
-        snaps: dict[int, dict[int, int]] = {}
-        for total, g, e in scored:
-            if best_key is not None and total > best_key[0]:
-                break
-            (br, bc, bd, _), _ = groups[g]
-            bd2, br2, _ = ladder[e]
-            s1 = cdiv(Nq, br) * cdiv(Nkv, bc) * cdiv(d, bd)
-            td = -(-d // bd2)
-            for k in self._slices(shape, M, stable, bc, ladder[e], snaps.setdefault(bc, {}),
-                                  spill):
-                key = (total, s1 + (-(-Nq // br2)) * td * (-(-Nkv // k)))
-                at = (g, br2, k, bd2)  # the combination's place in the full list
-                if (best_key is None or best_at is None or key < best_key
-                        or (key == best_key and at < best_at)):
-                    best_key, best_at = key, at
-        out = []
-        if best_at is not None:
-            g, br2, k, bd2 = best_at
-            (br, bc, bd, order), _ = groups[g]
-            out = [SquareTilingTiling(br, bc, bd, br2, k, bd2, order, stable, spill)]
-        if paper is not None:  # last in the list: chosen only when strictly better
-            key = (self._predict(shape, paper).total, self.steps(shape, paper))
-            if best_key is None or key < best_key:
-                out = [paper]
-        return out
-
     def _families(self, shape: Shape, M: int, stable: bool = True, spill: str | None = None
-                  ) -> Families[SquareTilingTiling] | None:
-        """With a mask, the combinations as the mapper's branch and bound takes them
-        (:meth:`_masked_families`): a causal plan at N = 10^9 in milliseconds; None without (the
-        candidates are :meth:`_least_unmasked`'s one)."""
-        if not shape.causal:
-            return None
+                  ) -> Families[SquareTilingTiling]:
+        """The combinations as the mapper's branch and bound takes them (:meth:`_combinations`):
+        a causal plan at N = 10^9 in milliseconds, an unmasked one scoring only the families of
+        least count."""
         if spill is None:
             spill = "scores" if stable else "exp"
+        return self._combinations(shape, M, stable, spill)
+
+    def _combinations(self, shape: Shape, M: int, stable: bool, spill: str
+                      ) -> Families[SquareTilingTiling]:
+        """One family per (Phase-1 choice, Br2, Bd2) of :meth:`_pieces`, its key slices Bk2
+        (:meth:`_slices`) listed only when scored, then the paper's tiling; ties go to the first
+        in the order (Phase-1 choice, Br2, Bk2, Bd2), the paper's last.  Each family's bound is
+        :meth:`_unmasked_counts`' (exact) or :meth:`_masked_bounds`'.
+
+        Unmasked the bound is the count: Phase 2's count does not depend on Bk2, so every
+        member of a family moves the same words and the key slices differ in steps only; the
+        mapper lists the slices of the families of least count alone.  Every combination fits
+        in M by construction (each phase's footprint was checked, and clamping only shrinks
+        it)."""
         groups, ladder, paper = self._pieces(shape, M, stable, spill)
-        return self._masked_families(shape, M, stable, groups, ladder, paper, spill)
-
-    def _masked_families(self, shape: Shape, M: int, stable: bool, groups: list[_Group],
-                         ladder: list[_Rung], paper: SquareTilingTiling | None,
-                         spill: str = "exp") -> Families[SquareTilingTiling]:
-        """One family per (Phase-1 choice, Br2, Bd2), its key slices Bk2 (:meth:`_slices`)
-        listed only when scored, then the paper's tiling; ties go to the first in the order
-        (Phase-1 choice, Br2, Bk2, Bd2), the paper's last.
-
-        The bound: Phase 1 is scored exactly (O(log N)); Phase 2 is bounded below by its count
-        with the key slices shrunk to single keys: block i of Br2 rows (r_i of them) sees keys
-        [0, hi_i), and ``w_i >= hi_i``, ``nc_i >= hi_i/Bc``, so with ``H = sum_i r_i·hi_i`` and
-        ``h = sum_i hi_i`` (one O(log N) sum per Br2) Phase 2 moves at least
-        ``Td·sum_i [seen_i]·r_i + Td·H + d·h (+ Td·ceil(H/Bc) stable) + Nq·d`` words, whatever
-        Bk2 (per head; times the heads).
-        """
-        d, Nq, heads = shape.d, shape.Nq, shape.n_heads
-        sums: dict[int, masks.BlockSums] = {}
-
-        def lower(e1: int, br2: int, bd2: int, bc: int) -> int:
-            if br2 not in sums:
-                sums[br2] = _covered(shape, br2, 1)  # hi_i itself: width 1 slices
-            s = sums[br2]
-            td = -(-d // bd2)
-            extra = -(-s.size_width // bc) if _maxima(stable, spill) else 0
-            return heads * (e1 + td * (s.size_seen + s.size_width + extra) + d * s.width + Nq * d)
-
         buckets = [(g, e) for g in range(len(groups)) for e in range(len(ladder))]
-        lows = [lower(groups[g][1], ladder[e][1], ladder[e][0], groups[g][0][1])
-                for g, e in buckets]
+        bounds = self._masked_bounds if shape.causal else self._unmasked_counts
+        lows = bounds(shape, stable, spill, [(groups[g], ladder[e]) for g, e in buckets])
         if paper is not None:
-            e1 = sum(_phase1_io(shape, paper.Br, paper.Bc, paper.order, paper.stable, spill))
             buckets.append((len(groups), -1))
-            lows.append(lower(e1, paper.Br2, paper.Bd2, paper.Bc))
+            if shape.causal:
+                e1 = sum(_phase1_io(shape, paper.Br, paper.Bc, paper.order, paper.stable, spill))
+                rung = (paper.Bd2, paper.Br2, [paper.Bk2])
+                lows += bounds(shape, stable, spill, [(((paper.Br, paper.Bc, paper.Bd,
+                                                         paper.order), e1), rung)])
+            else:
+                lows.append(self._total(shape, paper).total)
         snaps: dict[int, dict[int, int]] = {}
 
         def members(i: int) -> list[SquareTilingTiling]:
@@ -549,6 +490,48 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             return (g,) if g == len(groups) else (g, t.Br2, t.Bk2, t.Bd2)
 
         return Families(lows, members, order=place)
+
+    @staticmethod
+    def _unmasked_counts(shape: Shape, stable: bool, spill: str,
+                         pairs: list[tuple[_Group, _Rung]]) -> list[int]:
+        """Unmasked, the every-head count of each (Phase-1 choice with its count, Phase-2 rung),
+        whatever Bk2, with plain integers: a Phase-1 term plus a Phase-2 term that depends on
+        Phase 1 only through Bc (the stable maxima)."""
+        d, Nq, Nkv, heads = shape.d, shape.Nq, shape.Nkv, shape.n_heads
+        maxima = _maxima(stable, spill)
+        out = []
+        for ((_, bc, _, _), e1), (bd2, br2, _) in pairs:
+            tc = -(-Nkv // bc) * Nq if maxima else 0
+            td = -(-d // bd2)
+            out.append(heads * (e1 + td * (Nq + Nq * Nkv + tc) + (-(-Nq // br2)) * Nkv * d
+                                + Nq * d))
+        return out
+
+    @staticmethod
+    def _masked_bounds(shape: Shape, stable: bool, spill: str,
+                       pairs: list[tuple[_Group, _Rung]]) -> list[int]:
+        """With a mask, a bound on the every-head count of each (Phase-1 choice with its exact
+        count, Phase-2 rung), whatever Bk2.
+
+        Phase 1 is scored exactly (O(log N)); Phase 2 is bounded below by its count
+        with the key slices shrunk to single keys: block i of Br2 rows (r_i of them) sees keys
+        [0, hi_i), and ``w_i >= hi_i``, ``nc_i >= hi_i/Bc``, so with ``H = sum_i r_i·hi_i`` and
+        ``h = sum_i hi_i`` (one O(log N) sum per Br2) Phase 2 moves at least
+        ``Td·sum_i [seen_i]·r_i + Td·H + d·h (+ Td·ceil(H/Bc) stable) + Nq·d`` words, whatever
+        Bk2 (per head; times the heads).
+        """
+        d, Nq, heads = shape.d, shape.Nq, shape.n_heads
+        sums: dict[int, masks.BlockSums] = {}
+
+        def lower(e1: int, br2: int, bd2: int, bc: int) -> int:
+            if br2 not in sums:
+                sums[br2] = _covered(shape, br2, 1)  # hi_i itself: width 1 slices
+            s = sums[br2]
+            td = -(-d // bd2)
+            extra = -(-s.size_width // bc) if _maxima(stable, spill) else 0
+            return heads * (e1 + td * (s.size_seen + s.size_width + extra) + d * s.width + Nq * d)
+
+        return [lower(e1, br2, bd2, bc) for ((_, bc, _, _), e1), (bd2, br2, _) in pairs]
 
     def mapspace_tilings(self, shape: Shape, M: int, **options: Any
                          ) -> list[SquareTilingTiling]:

@@ -41,6 +41,7 @@ from ..core.errors import ParameterError
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
+from . import mapper
 from .base import Algorithm
 from .protocol import Families
 
@@ -190,36 +191,42 @@ class Standard(Algorithm[StandardTiling]):
 
     def _unmasked_candidates(self, shape: Shape, M: int, sides: list[int],
                              bks: list[int]) -> list[StandardTiling]:
-        """The best tiling of the (bk, bm, bn, onepass) grid for each (bk, onepass), found in
-        O(|bks|·|sides|) without evaluating every grid point (the planner needs N = 2^20 fast).
+        """The best tiling of the (bk, bm, bn, onepass) grid for each (bk, onepass), declared to
+        the mapper as two reductions, O(|bks|·|sides|·log|sides|) without evaluating every grid
+        point (the planner needs N = 2^20 fast).
 
         Unmasked, the closed form is ``d·Tc·Nq + 2d·Tr·Nkv + (p + Tk + 2)·Nq·Nkv + Nq·d``
         (Tr, Tc, Tk the block counts): for fixed (bk, bm, onepass) it and the step count are
-        non-increasing in bn while the footprint grows, so the largest fitting bn is best, and
-        the least-(I/O, steps) point of the full grid is among the returned tilings.
+        non-increasing in bn while the footprint grows, so bn is a dominated dimension (the
+        largest that fits, :func:`~attnio.algorithms.mapper.dominated`), and each (bk, onepass)
+        is completed with the bm of least (count, steps)
+        (:func:`~attnio.algorithms.mapper.completion`, the first on ties): the least-(I/O,
+        steps) point of the full grid is among the returned tilings.
         """
-        import bisect
-
         Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
-        best: dict[tuple[int, bool], tuple[tuple[int, int], StandardTiling]] = {}
+        out = []
         for bk in bks:
             bkc, tk = min(bk, d), cdiv(d, bk)
+            pairs = []  # (bm, its largest bn) where the matmul and two-pass softmax tiles fit
             for bm in sides:
                 bmc = min(bm, Nq)
                 lim = min((M - bmc * bkc) // (bmc + bkc), (M - 3 * bmc) // bmc)
-                if lim < 1:
-                    continue
-                bn = sides[-1] if lim >= Nkv else sides[bisect.bisect_right(sides, lim) - 1]
-                for onepass in (False, True):
-                    if onepass and bmc * Nkv + 3 * bmc > M:
-                        continue
-                    tc, tr = cdiv(Nkv, bn), cdiv(Nq, bm)
-                    p = 1 if onepass else 2
+                bn = mapper.dominated(sides, lim if lim < Nkv else sides[-1])  # bn clamps to Nkv
+                if bn is not None:
+                    pairs.append((bm, bn))
+            for onepass in (False, True):
+                p = 1 if onepass else 2
+
+                def key(side: tuple[int, int], tk: int = tk, p: int = p) -> tuple[int, int]:
+                    tr, tc = cdiv(Nq, side[0]), cdiv(Nkv, side[1])
                     total = d * tc * Nq + 2 * d * tr * Nkv + (p + tk + 2) * Nq * Nkv + Nq * d
-                    key = (total, tr * tc * tk)
-                    if (bk, onepass) not in best or key < best[bk, onepass][0]:
-                        best[bk, onepass] = (key, StandardTiling(bm, bn, bk, onepass))
-        return [t for _, t in best.values() if self.footprint(shape, t) <= M]
+                    return total, tr * tc * tk
+
+                best = mapper.completion((c for c in pairs if not onepass  # a whole row fits
+                                          or min(c[0], Nq) * (Nkv + 3) <= M), key)
+                if best is not None:
+                    out.append(StandardTiling(*best[1], bk, onepass))
+        return [t for t in out if self.footprint(shape, t) <= M]
 
     def steps(self, shape: Shape, tiling: StandardTiling) -> int:
         return cdiv(shape.Nq, tiling.bm) * cdiv(shape.Nkv, tiling.bn) * cdiv(shape.d, tiling.bk)
