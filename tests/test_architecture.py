@@ -197,6 +197,40 @@ def test_functions_keep_to_eight_parameters():
     assert not outside, f"outside algorithms/ and bounds/, group the parameters of {outside}"
 
 
+# ---------------------------------------------------------------------- the mapper's searches
+
+#: The modules of algorithms/ that search: the mapper, and the protocol its hooks are typed in.
+SEARCHERS = {"mapper.py", "protocol.py"}
+
+
+def _search_loops(path: Path) -> list[str]:
+    """What in a schedule module looks like a search of its own over candidates: heapq (a
+    best-k cut), ``sorted(...)[...]`` (a sort-and-cut)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names]
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.append(node.module)
+            if "heapq" in names:
+                found.append(f"{path.name}:{node.lineno} imports heapq")
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name) and node.value.func.id == "sorted"):
+            found.append(f"{path.name}:{node.lineno} cuts a sorted list")
+    return found
+
+
+def test_no_schedule_module_keeps_a_search_of_its_own():
+    """Issue 33: the mapper owns every search (docs/contributing.md, "Searches still inside
+    schedules"): a schedule declares families, phases or reductions and the mapper applies them."""
+    modules = [p for p in (SRC / "algorithms").glob("*.py") if p.name not in SEARCHERS]
+    assert len(modules) > 20
+    found = [f for p in sorted(modules) for f in _search_loops(p)]
+    assert not found, found
+    # the scan finds what it looks for
+    assert _search_loops(SRC / "algorithms" / "mapper.py")
+
+
 # ---------------------------------------------------------------------- the command line
 
 

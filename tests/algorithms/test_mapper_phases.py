@@ -1,9 +1,10 @@
-"""The mapper's phase-separable search (issue 33: stream_tiling's and window_square's per-phase
-searches are the mapper's): a schedule whose count and steps are sums of independent phases
-declares them (:class:`~attnio.algorithms.protocol.Phases`), and the mapper finds each phase's
-best, applies the declared cut and seed, and takes the product.  With nothing cut it finds the
-least of the whole product (brute force), ties included; the declared cut and seed are applied
-as declared; and the two schedules' declared phase costs add up to their closed forms."""
+"""The mapper's phase-separable search (issue 33: stream_tiling's, window_square's and
+window_stream's per-phase searches are the mapper's): a schedule whose count and steps are sums
+of independent phases declares them (:class:`~attnio.algorithms.protocol.Phases`), and the
+mapper finds each phase's best, applies the declared cut and seed, and takes the product.  With
+nothing cut it finds the least of the whole product (brute force), ties included; the declared
+cut and seed are applied as declared; and the schedules' declared phase costs add up to their
+closed forms."""
 
 from __future__ import annotations
 
@@ -170,8 +171,8 @@ WORKLOADS = [(Shape.make(12, 4), 40), (Shape.make(12, 4, causal=True), 40),
              (Shape.make(300, 40), 200), (Shape.make(10**9, 128, causal=True), 65536)]
 
 
-def test_stream_tiling_and_window_square_declare_phases():
-    assert {"stream_tiling", "window_square"} <= {s.name for s in PHASED}
+def test_stream_tiling_window_square_and_window_stream_declare_phases():
+    assert {"stream_tiling", "window_square", "window_stream"} <= {s.name for s in PHASED}
 
 
 def _choices(phase: Phase, M: int) -> list[Any]:
@@ -184,20 +185,26 @@ def _choices(phase: Phase, M: int) -> list[Any]:
     return [c for c in out if phase.footprint is None or phase.footprint(c) <= M]
 
 
+def _check_costs_add_up(s: Any, shape: Shape, M: int) -> None:
+    """Every pair of declared choices (the first 40 of each phase): the phases' counts and steps
+    add up to the schedule's cost of the combined tiling."""
+    phases = s._phases(shape, M)
+    firsts, seconds = (_choices(p, M)[:40] for p in phases.phases)
+    for c1, c2 in itertools.product(firsts, seconds):
+        t = phases.combine(c1, c2)
+        n1, s1 = phases.phases[0].cost(c1)
+        n2, s2 = phases.phases[1].cost(c2)
+        cost = s.cost(shape, t)
+        assert cost.io.total == shape.n_heads * (n1 + n2), (s.name, shape, t)
+        assert cost.steps == s1 + s2, (s.name, shape, t)
+
+
 @pytest.mark.parametrize("s", PHASED, ids=lambda s: s.name)
 def test_the_declared_phase_costs_add_up_to_the_closed_form(s):
     for shape, M in WORKLOADS:
         if mapper.can_run(s, shape, M) is not None:
             continue
-        phases = s._phases(shape, M)
-        firsts, seconds = (_choices(p, M)[:40] for p in phases.phases)
-        for c1, c2 in itertools.product(firsts, seconds):
-            t = phases.combine(c1, c2)
-            n1, s1 = phases.phases[0].cost(c1)
-            n2, s2 = phases.phases[1].cost(c2)
-            cost = s.cost(shape, t)
-            assert cost.io.total == shape.n_heads * (n1 + n2), (s.name, shape, t)
-            assert cost.steps == s1 + s2, (s.name, shape, t)
+        _check_costs_add_up(s, shape, M)
 
 
 @pytest.mark.parametrize("s", PHASED, ids=lambda s: s.name)
@@ -216,6 +223,21 @@ def test_every_declared_lower_bound_is_below_the_count(s):
     assert checked or s.name != "stream_tiling"
 
 
+def _check_uncut(s: Any, shape: Shape, M: int) -> None:
+    """The mapper's choice with the cut lifted is the least (count, steps) of the whole product
+    of declared choices, each tiling scored by the schedule's cost and steps."""
+    phases = s._phases(shape, M)
+    uncut = Phases(tuple(dataclasses.replace(p, keep=10**9) for p in phases.phases),
+                   phases.combine)
+    pools = [_choices(p, M) for p in uncut.phases]
+    every = [(s.cost(shape, t).io.total, s.steps(shape, t))
+             for t in (uncut.combine(*c) for c in itertools.product(*pools))
+             if s.footprint(shape, t) <= M]
+    best = [mapper.phase_best(p, M) for p in uncut.phases]
+    t = uncut.combine(*(b[0] for b in best))
+    assert (s.cost(shape, t).io.total, s.steps(shape, t)) == min(every), (s.name, shape, M)
+
+
 @pytest.mark.parametrize("s", PHASED, ids=lambda s: s.name)
 def test_uncut_the_search_is_the_least_of_the_whole_product(s):
     """With the cut lifted (every ranked item kept), the mapper's choice is the least (count,
@@ -225,18 +247,35 @@ def test_uncut_the_search_is_the_least_of_the_whole_product(s):
     for shape, M in WORKLOADS[:5]:
         if mapper.can_run(s, shape, M) is not None:
             continue
-        phases = s._phases(shape, M)
-        uncut = Phases(tuple(dataclasses.replace(p, keep=10**9) for p in phases.phases),
-                       phases.combine)
-        pools = [_choices(p, M) for p in uncut.phases]
-        every = [(s.cost(shape, t).io.total, s.steps(shape, t))
-                 for t in (uncut.combine(*c) for c in itertools.product(*pools))
-                 if s.footprint(shape, t) <= M]
-        best = [mapper.phase_best(p, M) for p in uncut.phases]
-        t = uncut.combine(*(b[0] for b in best))
-        assert (s.cost(shape, t).io.total, s.steps(shape, t)) == min(every), (s.name, shape)
+        _check_uncut(s, shape, M)
         checked += 1
     assert checked >= 3
+
+
+def _windowed(seed: int) -> tuple[Shape, int]:
+    """A small sliding-window workload: either alignment, Nq != Nkv, grouped-query heads, M from
+    the least to roomy."""
+    rng = random.Random(seed)
+    Nq, Nkv, d = rng.randint(1, 40), rng.randint(1, 40), rng.randint(1, 12)
+    kvh, g = rng.choice([1, 2]), rng.choice([1, 2])
+    shape = Shape.make(Nq, d, Nkv=Nkv, causal=rng.choice([True, "top_left"]),
+                       window=rng.randint(1, 45), heads=kvh * g, kv_heads=kvh)
+    return shape, rng.choice([4, 5, 9, 3 * d + 7, d * d + 4, 4 * d * d, 300, 2000])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_window_stream_phases_on_windowed_workloads(seed):
+    """window_stream's phases (a sliding window is what it is planned for): the declared costs
+    add up to its cost() and steps, and the search is the least of the whole product (it
+    declares no cut: every candidate is scored, by branch and bound on its exact count)."""
+    s = _alg.get("window_stream")
+    shape, M = _windowed(seed)
+    assert mapper.can_run(s, shape, M) is None
+    assert all(p.ranked is None for p in s._phases(shape, M).phases)  # nothing cut
+    _check_costs_add_up(s, shape, M)
+    _check_uncut(s, shape, M)
+    found = mapper.search(s, shape, M)
+    assert found is not None and found.tiling == s.candidate_tilings(shape, M)[0]
 
 
 @pytest.mark.parametrize("s", PHASED, ids=lambda s: s.name)

@@ -3,8 +3,8 @@
 The CLI, the planner and the sweeps iterate this registry instead of naming algorithms.  A
 schedule follows the :class:`Schedule` protocol (``mapspace``, ``cost``, ``execute``:
 :mod:`.protocol`; the base classes of :mod:`.base` build it from a module's hooks), the
-:mod:`.mapper` chooses its tilings (a few schedules still narrow their candidates with a search
-of their own: docs/contributing.md), and a new one is one module plus one line in the registration
+:mod:`.mapper` chooses its tilings (every search over a schedule's tilings is the mapper's:
+docs/contributing.md), and a new one is one module plus one line in the registration
 below (or a call to :func:`register`: docs/contributing.md).  Building
 blocks that are not attention (the blocked matmul) live in :mod:`attnio.blocks`, not here.
 

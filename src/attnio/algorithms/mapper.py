@@ -34,9 +34,8 @@ onepass) unmasked, small_cache_backward's output block, group_spill_backward's) 
 :func:`preranked` (a declared pre-ranking cut: square_tiling's Phase-1 choices,
 group_spill_backward's best 8).
 
-Ties go to fewer, larger steps, then to the first candidate.  Some schedules still narrow their
-candidate lists with a search of their own (window_stream: docs/contributing.md, "Searches still
-inside schedules")."""
+Ties go to fewer, larger steps, then to the first candidate.  No schedule keeps a search of its
+own (docs/contributing.md, "Searches still inside schedules"; tests/test_architecture.py)."""
 
 from __future__ import annotations
 
@@ -432,16 +431,37 @@ def dominated(values: Sequence[int], most: int) -> int | None:
     return values[n - 1] if n else None
 
 
-def completion(sides: Iterable[T], score: Callable[[T], K]) -> tuple[K, T] | None:
+def completion(sides: Iterable[T], score: Callable[[T], K],
+               lower: Callable[[T], float] | None = None) -> tuple[K, T] | None:
     """A completion: the remaining sides of a partial tiling, as the schedule lists them (those
-    that fit), and the least by ``score`` (a count, or a (count, steps) key): ``(score, side)``,
-    the first of ``sides`` on ties; None when there is none."""
+    that fit), and the least by ``score`` (a count, or a (count, steps, ...) key): ``(score,
+    side)``, the first of ``sides`` on ties; None when there is none.
+
+    With ``lower`` (a proven lower bound on a side's count, the first element of its key), by
+    branch and bound: the sides in order of their bound, scored until the bound passes the least
+    count found (with a float margin), so a side left unscored can neither be the least nor tie
+    it.  The visiting order then differs from ``sides``: give a ``score`` whose key breaks
+    every tie itself (e.g. ending with the side)."""
     best: tuple[K, T] | None = None
-    for side in sides:
+    if lower is None:
+        for side in sides:
+            key = score(side)
+            if best is None or key < best[0]:
+                best = (key, side)
+        return best
+    for lo, side in sorted([(lower(s) * (1 - 1e-9), s) for s in sides],
+                           key=operator.itemgetter(0)):
+        if best is not None and lo > _first(best[0]):
+            break
         key = score(side)
         if best is None or key < best[0]:
             best = (key, side)
     return best
+
+
+def _first(key: Any) -> Any:
+    """A completion key's count: the key itself, or its first element."""
+    return key[0] if isinstance(key, tuple) else key
 
 
 def preranked(items: Iterable[T], estimate: Callable[[T], Any], keep: int) -> list[T]:

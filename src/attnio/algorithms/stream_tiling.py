@@ -396,23 +396,25 @@ def _rows(shape: Shape, amax: int) -> set[int]:
 
 def _group_rows(shape: Shape, M: int, c: int, w: int) -> int:
     """The best row block of a slice group (w columns in slices of c, ``_fp2 <= M``; 0 if none
-    fits): the largest that fits, that snapped down to as many blocks, and with a mask the sizes
-    of :func:`_rows`, scored exactly (ties: the fewest blocks)."""
+    fits): a completion (:func:`~attnio.algorithms.mapper.completion`) over the largest that
+    fits, that snapped down to as many blocks, and with a mask the sizes of :func:`_rows`,
+    scored exactly (ties: the fewest blocks), by branch and bound on :func:`_phase2_lower`
+    with a mask (exact where no row is clipped)."""
     amax = min(shape.Nq, _rows2(M, min(c, w)))
     if amax < 1:
         return 0
     sizes = {amax, cdiv(shape.Nq, cdiv(shape.Nq, amax))}
+
+    def key(a: int) -> tuple[int, int, int]:
+        return (_phase2_total(shape, a, c, w), cdiv(shape.Nq, a), a)
+
     if not shape.causal:
-        return min(sizes, key=lambda a: (_phase2_total(shape, a, c, w), cdiv(shape.Nq, a), a))
-    sizes |= _rows(shape, amax)
-    # by branch and bound on _phase2_lower (exact where no row is clipped): the sizes whose
-    # bound is above the least count found can neither be least nor tie it
-    keys: list[tuple[int, int, int]] = []
-    for lo, a in sorted((_phase2_lower(shape, a, c, w) * (1 - 1e-9), a) for a in sizes):
-        if keys and lo > min(keys)[0]:
-            break
-        keys.append((_phase2_total(shape, a, c, w), cdiv(shape.Nq, a), a))
-    return min(keys)[2]
+        best = mapper.completion(sorted(sizes), key)
+    else:
+        best = mapper.completion(sorted(sizes | _rows(shape, amax)), key,
+                                 lower=lambda a: _phase2_lower(shape, a, c, w))
+    assert best is not None
+    return best[1]
 
 
 def _pair(rows: Callable[[int, int], int], d: int, c1: int, d1: int,

@@ -67,10 +67,14 @@ Fast memory (a = min(Br, Nq), b = min(Bc, Nkv), a2 = min(Br2, Nq), c = min(Bd2, 
     Phase 2   a2·c + min(a2, c) + a2 + 1   (O, a V row slice or a score column, g, one word)
     footprint = max of the two;  the least M is 4 (every side 1).
 
-Tiling.  The phases are independent: Phase 1 takes, for each side on a geometric ladder, the
-largest other side that fits (either orientation), the three of least ``QS + KS`` kept; Phase 2
-takes, for each slice count T (the distinct widths ⌈d/T⌉), the tallest row block that fits (KS
-falls as the block grows), the three of least count kept; the nine pairs are the candidates.
+Tiling.  The phases are independent (no side of one enters the other's count or steps), so
+each is searched by itself: the module declares them (:meth:`WindowStream._phases`), the
+mapper searches them (:func:`attnio.algorithms.mapper.phase_best`).  Phase 1 takes, for each
+side on a geometric ladder, the largest other side that fits (either orientation); Phase 2, for
+each slice count T (the distinct widths ⌈d/T⌉), the tallest row block that fits (KS falls as
+the block grows).  Every candidate is counted (nothing is cut), its steps only where it can be
+among the best: the three of least (count, steps) of each phase, ties to the larger tile, and
+the nine pairs are the candidates; the first is the least.
 
 Bulk counting.  In a block, the key blocks (Phase 1) or keys (Phase 2) that every row sees move
 alike words: one uniform loop; so does a tile's loop over the d columns.  The tiles and keys at
@@ -107,20 +111,24 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..core import masks
+from ..core.errors import ParameterError
 from ..core.memory import Block, FastTile, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
+from . import mapper
 from ._kernels import online_lse_step
 from .base import Algorithm
 from .common import ladder
+from .protocol import Phase, Phases
 from .stream_tiling import StreamTiling, StreamTilingTiling
 
 __all__ = ["ALGORITHM", "WindowStream", "WindowStreamTiling"]
 
-_OFFER = 3  # the best of each phase combined into the candidates
+_OFFER = 3  # the best of each phase combined into the candidates (Phase.offer)
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,11 @@ class WindowStreamTiling:
     Bc: int
     Br2: int
     Bd2: int
+
+
+def _combine(p1: tuple[int, int], p2: tuple[int, int]) -> WindowStreamTiling:
+    """The tiling of a Phase-1 choice (Br, Bc) and a Phase-2 one (Br2, Bd2)."""
+    return WindowStreamTiling(*p1, *p2)
 
 
 def _fp1(a: int, b: int) -> int:
@@ -313,40 +326,75 @@ class WindowStream(Algorithm[WindowStreamTiling]):
         return _phase1(shape, t.Br, t.Bc) + _phase2(shape, t.Br2, t.Bd2)
 
     # ------------------------------------------------------------------ tilings
-    @staticmethod
-    def _phase1_candidates(shape: Shape, M: int) -> list[tuple[int, int]]:
-        Nq, Nkv = shape.Nq, shape.Nkv
-        pairs: set[tuple[int, int]] = set()
-        for a in ladder(Nq, M):
-            b = min(Nkv, _cols1(M, a))
-            if b >= 1:
-                pairs.add((a, b))
-        for b in ladder(Nkv, M):
-            a = min(Nq, _cols1(M, b))  # the footprint is symmetric in (a, b)
-            if a >= 1:
-                pairs.add((a, b))
-        args = (shape.Nq, shape.Nkv)
-        mk = _mask(shape)
-        return sorted(pairs, key=lambda p: (_qs(*args, p[1], *mk) + _ks(*args, p[0], *mk),
-                                            -p[0] * p[1], p))[:_OFFER]
+    def _phases(self, shape: Shape, M: int, **options: Any) -> Phases[WindowStreamTiling]:
+        """The two phases, for the mapper's per-phase search (:func:`.mapper.phase_best`: no side
+        of one phase enters the other's count or steps; they share only M), each choice built to
+        fit (the other side the most that fits):
 
-    @staticmethod
-    def _phase2_candidates(shape: Shape, M: int) -> list[tuple[int, int]]:
-        d, Nq = shape.d, shape.Nq
-        widths = {cdiv(d, T) for T in range(1, d + 1)}
-        pairs = set()
-        for c in widths:
-            a = min(Nq, _rows2(M, c))
-            if a >= 1:
-                pairs.add((a, c))
-        return sorted(pairs, key=lambda p: (_phase2(shape, *p).reads, -p[0] * p[1],
-                                            p))[:_OFFER]
+        * Phase 1: (Br, Bc), for each side on a geometric ladder
+          (:func:`attnio.algorithms.common.ladder`) the largest other side that fits (the
+          footprint is symmetric); cost ``d·(QS(Bc) + KS(Br)) + H`` and its tiles;
+        * Phase 2: (Br2, Bd2), for each distinct slice width ⌈d/T⌉ the tallest row block that
+          fits (KS falls as the block grows); cost ``T_d·H + d·KS(Br2) + Nq·d`` and its
+          output tiles.
+
+        Each phase's count is its own lower bound (exact, O(log N) from cached sums), so the
+        mapper's branch and bound takes the steps (Phase 1's: a further O(log N) sum) only of
+        the choices that can be among the :data:`_OFFER` best.  Ties of count and steps go to
+        the larger tile (``order``).  The :data:`_OFFER` best of each phase are paired."""
+        if options:
+            raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
+        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+        off, window, causal = _mask(shape)
+
+        def cands1() -> set[tuple[int, int]]:
+            pairs: set[tuple[int, int]] = set()
+            for a in ladder(Nq, M):
+                b = min(Nkv, _cols1(M, a))
+                if b >= 1:
+                    pairs.add((a, b))
+            for b in ladder(Nkv, M):
+                a = min(Nq, _cols1(M, b))  # the footprint is symmetric in (a, b)
+                if a >= 1:
+                    pairs.add((a, b))
+            return pairs
+
+        def cands2() -> set[tuple[int, int]]:
+            pairs: set[tuple[int, int]] = set()
+            for c in {cdiv(d, T) for T in range(1, d + 1)}:
+                a = min(Nq, _rows2(M, c))
+                if a >= 1:
+                    pairs.add((a, c))
+            return pairs
+
+        H, mk = _visible(shape), (off, window, causal)
+
+        def count1(c: tuple[int, int]) -> int:  # _phase1(shape, *c).total
+            return d * (_qs(Nq, Nkv, c[1], *mk) + _ks(Nq, Nkv, c[0], *mk)) + H
+
+        def count2(c: tuple[int, int]) -> int:  # _phase2(shape, *c).total
+            return cdiv(d, c[1]) * H + d * _ks(Nq, Nkv, c[0], *mk) + Nq * d
+
+        def larger(c: tuple[int, int]) -> tuple[int, tuple[int, int]]:
+            return -c[0] * c[1], c
+
+        phase1 = Phase(
+            cost=lambda c: (count1(c), masks.query_block_sums(Nq, Nkv, c[0], c[1], off, window,
+                                                              causal).count),
+            footprint=None,  # every candidate is built to fit
+            candidates=cands1, lower=count1, offer=_OFFER, order=larger)
+        phase2 = Phase(
+            cost=lambda c: (count2(c), cdiv(Nq, c[0]) * cdiv(d, c[1])),
+            footprint=None,
+            candidates=cands2, lower=count2, offer=_OFFER, order=larger)
+        return Phases((phase1, phase2), _combine)
 
     def candidate_tilings(self, shape: Shape, M: int) -> list[WindowStreamTiling]:
-        """The best few of each phase (module docstring), paired."""
-        return [WindowStreamTiling(a, b, a2, c)
-                for a, b in self._phase1_candidates(shape, M)
-                for a2, c in self._phase2_candidates(shape, M)]
+        """The best few of each phase (:meth:`_phases`, searched by the mapper), paired; empty
+        when M < min_M."""
+        if mapper.needs_M(self, shape, M) is not None:
+            return []
+        return mapper.phase_tilings(self, shape, M)
 
     # ------------------------------------------------------------------ the schedule
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
