@@ -52,6 +52,29 @@ def test_completion_is_the_first_side_of_least_score():
     assert mapper.completion((x for x in (3, 1, 2, 1)), lambda x: (x, 0)) == ((1, 0), 1)
 
 
+def test_completion_by_branch_and_bound_is_the_least_and_scores_fewer():
+    """With a declared lower bound the mapper scores sides in order of it and stops once the
+    bound passes the least count: the same least key as scoring every side, fewer scored."""
+    rng = random.Random(2)
+    saved = 0
+    for _ in range(300):
+        sides = list(range(rng.randint(1, 12)))
+        counts = [rng.randint(0, 50) for _ in sides]
+        slack = [rng.randint(0, 10) for _ in sides]
+        scored: list[int] = []
+
+        def key(s: int) -> tuple[int, int]:
+            scored.append(s)
+            return (counts[s], s)
+
+        found = mapper.completion(sides, key, lower=lambda s: counts[s] - slack[s])
+        assert found == min((counts[s], s) for s in sides), (counts, slack)
+        assert found is not None and found[1] == found[0][1]
+        saved += len(sides) - len(scored)
+    assert saved > 0
+    assert mapper.completion([], lambda s: s, lower=lambda s: s) is None
+
+
 def test_preranked_is_sorted_then_cut_with_ties_in_order():
     rng = random.Random(2)
     for _ in range(300):
