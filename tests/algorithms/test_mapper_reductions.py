@@ -68,8 +68,8 @@ def test_completion_by_branch_and_bound_is_the_least_and_scores_fewer():
             return (counts[s], s)
 
         found = mapper.completion(sides, key, lower=lambda s: counts[s] - slack[s])
-        assert found == min((counts[s], s) for s in sides), (counts, slack)
-        assert found is not None and found[1] == found[0][1]
+        least = min((counts[s], s) for s in sides)
+        assert found == (least, least[1]), (counts, slack)
         saved += len(sides) - len(scored)
     assert saved > 0
     assert mapper.completion([], lambda s: s, lower=lambda s: s) is None
