@@ -506,22 +506,6 @@ def main(argv=None) -> int:
                     help=f"these groups only, comma-separated ({','.join(GROUPS)}; without "
                          "--compare, import is the command-line figures)")
     args = ap.parse_args(argv)
-    if args.compare is not None:
-        rounds = args.rounds if args.rounds is not None else (1 if args.quick else 5)
-        if rounds < 1:
-            print(f"bench_speed: --rounds must be at least 1, got {rounds}", file=sys.stderr)
-            return 2
-        groups = tuple(g.strip() for g in (args.only or ",".join(GROUPS)).split(",") if g.strip())
-        bad = [g for g in groups if g not in GROUPS]
-        if bad or not groups:
-            print(f"bench_speed: --only must name groups among {', '.join(GROUPS)}, got "
-                  f"{args.only!r}", file=sys.stderr)
-            return 2
-        try:
-            return compare(args.compare, rounds, args.quick, args.out, groups)
-        except CompareError as e:
-            print(f"bench_speed: --compare {args.compare}: {e}", file=sys.stderr)
-            return 2
     groups = tuple(g.strip() for g in (args.only or ",".join(GROUPS)).split(",") if g.strip())
     bad = [g for g in groups if g not in GROUPS]
     if bad or not groups:
@@ -531,6 +515,13 @@ def main(argv=None) -> int:
     if args.rounds is not None and args.rounds < 1:
         print(f"bench_speed: --rounds must be at least 1, got {args.rounds}", file=sys.stderr)
         return 2
+    if args.compare is not None:
+        rounds = args.rounds if args.rounds is not None else (1 if args.quick else 5)
+        try:
+            return compare(args.compare, rounds, args.quick, args.out, groups)
+        except CompareError as e:
+            print(f"bench_speed: --compare {args.compare}: {e}", file=sys.stderr)
+            return 2
     import attnio
 
     # a run of some groups only writes its JSON where --out says (the default file holds all)
