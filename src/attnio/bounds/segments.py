@@ -1363,11 +1363,43 @@ def _fine_many(theorem: PairsTheorem, d: int,
                 b = ks[a + 1] if a + 1 < nk else 2 * ks[a]
                 near = tuple((ks[j], hs[j]) for j in (a - 1, a, a + 1) if 0 <= j < nk)
                 jobs.append([q, n, ks[a], vals[a], b, M2, wf, w_cmp, len(tops) - 1, near, {}])
-    _edges_vec(theorem, d, jobs)
+    _edges_vec(theorem, d, jobs, [tops[job[8]][0] for job in jobs])
     for q, _, a, va, *_, r, _, _ in jobs:  # in the order of fine_best's jobs
         if va > tops[r][0]:
             tops[r] = (va, a, q)
     return tops
+
+
+def _prune_edges(jobs: list[list[Any]], live: Sequence[int], a: Sequence[int],
+                 b: Sequence[int], va: list[int], floor: Sequence[int]) -> list[int]:
+    """The jobs of ``live`` (brackets [a, b) of :func:`_edges_vec`) that can still give their
+    owner's result, the others marked (value −1: never taken, docs/bounds.md §12.2).
+
+    A job's edge K_e lies in [a, b − 1] and h − 1 does not increase with K, so its value
+    K_e·(h(K_e) − 1) is at most ``ub = (b − 1)·(va // a)`` (va // a = h(a) − 1) and at least
+    ``n·a`` (h(K_e) − 1 >= n; exactly ``va`` once done).  :func:`_fine_many` takes a job's value
+    only where it exceeds the owner's best before the bisections (``floor``) and every job
+    before it: a job with ``ub <= floor``, or ``ub`` below another job's least value, is never
+    taken (its value is below that job's, which is taken or itself below another, up to one
+    that stays), so it need not be bisected: the same result."""
+    best: dict[int, int] = {}
+    live_set = set(live)
+    for i, job in enumerate(jobs):
+        if va[i] < 0:
+            continue
+        low = job[1] * a[i] if i in live_set else va[i]
+        r = job[8]
+        if low > best.get(r, -1):
+            best[r] = low
+    keep = []
+    for i in live:
+        ub = (b[i] - 1) * (va[i] // a[i])
+        r = jobs[i][8]
+        if ub <= floor[i] or ub < best.get(r, -1):
+            va[i] = -1
+        else:
+            keep.append(i)
+    return keep
 
 
 def _edge_target(a: int, b: int, n: int,
@@ -1394,10 +1426,12 @@ def _edge_target(a: int, b: int, n: int,
     return (a + b) // 2
 
 
-def _edges_many(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
+def _edges_many(theorem: PairsTheorem, d: int, jobs: list[list[Any]],
+                floor: Sequence[int] | None = None) -> None:
     """The bisections of :func:`_fine_many`, in rounds: each job ``[q, n, a, va, b, M, w,
     w_cmp, owner, estimates, nodes]`` ends with a, va its right edge and the value there, as
-    :func:`_right_edge` (h − 1 >= n at a; the steps of the scalar bisection)."""
+    :func:`_right_edge` (h − 1 >= n at a; the steps of the scalar bisection).  Every job is
+    bisected (``floor``, :func:`_edges_vec`'s early stop, is not used here)."""
     assert theorem.lambdas is not None
     while True:
         Ks: list[int] = []
@@ -1472,14 +1506,17 @@ def _node_eval(theorem: PairsTheorem, d: int, Ms: Sequence[int], Ks: Sequence[in
 _K_VEC = 1 << 61
 
 
-def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
+def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]],
+               floor: Sequence[int] | None = None) -> None:
     """:func:`_edges_many` with every step in numpy: each round, every bisection that is not
     done takes the path of the scalar bisection towards its interpolated edge (1/h, or Λ_f/work
     for n = 1, linear in K between the bracket's ends), all the paths' nodes are evaluated at
     once, and each bisection follows its path as long as the scalar steps do: where a node's
     decision differs from the path's, it takes the scalar step there and starts the next round
     from that bracket (the nodes further on the path are in the other half: never needed).
-    The same steps, values and edges as :func:`_edges_many`."""
+    The same steps, values and edges as :func:`_edges_many`; with ``floor`` (per job, its
+    owner's best value before the bisections), the jobs that cannot give their owner's result
+    stop, each round, with the value −1 (:func:`_prune_edges`)."""
     if not jobs:
         return
     if max(job[4] for job in jobs) >= _K_VEC:
@@ -1507,6 +1544,11 @@ def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
     va: list[int] = [job[3] for job in jobs]
     live = np.nonzero(b - a > 1)[0]
     while len(live):
+        if floor is not None:
+            live = np.array(_prune_edges(jobs, live.tolist(), a.tolist(), b.tolist(), va,
+                                         floor), dtype=np.intp)
+            if not len(live):
+                break
         A, B = a[live], b[live]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             t = A + (B - A) * ((yt[live] - ya[live]) / (yb[live] - ya[live]))
