@@ -140,9 +140,9 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     return np.maximum(both[:, :nb].max(axis=1), both[:, nb:].max(axis=1))
 
 
-#: Levels of the bisection of :func:`_kappas` evaluated per round (every node of the subtree
-#: below each open bracket, 2^levels - 1 per t, in one call of :func:`_line_max`).
-_LEVELS = 3
+#: Points of a geometric grid over each bracket that the first round of :func:`_kappas` also
+#: evaluates (they only steer the next rounds' guesses).
+_GRID = 8
 
 
 def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
@@ -150,48 +150,100 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
     min(products before, products after) in that column is t (§5.1 step 4): the least integer k
     with max_{x+v=k} F >= t, capped at min(rows, keys), to a relative 10⁻⁴ (2·10⁻² when rows and
     keys both exceed 10⁵, where a search of a few steps keeps a cold call cheap; the search
-    returns the lower end, so either is a valid lower bound).  It lies in [⌈t/D⌉, ⌈2√t⌉ + 1]: a split row or key carries at most
-    D = max(keys, rows) products of the side it bounds, and F >= x·v >= k²/4 at x = v = k/2.
-    The line maximum is non-decreasing in k (F grows in x and in v): a binary search, all t at
-    once, :data:`_LEVELS` steps per round (the nodes of the next levels below every open
-    bracket evaluated together, then each bisection takes its steps: the same steps, and the
-    same ends, as one step per round, :func:`_kappas_stepwise`)."""
+    returns the lower end, so either is a valid lower bound).  It lies in [⌈t/D⌉, ⌈2√t⌉ + 1]: a
+    split row or key carries at most D = max(keys, rows) products of the side it bounds, and
+    F >= x·v >= k²/4 at x = v = k/2.  The line maximum is non-decreasing in k (F grows in x and
+    in v): a binary search, all t at once, as :func:`_kappas_stepwise` steps it (the same steps
+    and ends), in few rounds (docs/bounds.md §12.2): each round every open bisection takes the
+    path it would take if the answer were a guess g, every node of those paths is evaluated in
+    one call of :func:`_line_max`, and each bisection follows its path as long as the evaluated
+    tests agree with it, taking the evaluated step where they first differ (a wrong guess costs
+    a round, never a step).  The first guess is the least k whose k²/4 (inflated) reaches t,
+    the answer where the line maximum is k²/4 (no linear rows, and no full row's T(x) below
+    min(rows, keys): no mask); elsewhere the first round also evaluates a geometric grid of
+    :data:`_GRID` points over each bracket, and the next guesses put √(line maximum) linear in
+    k between the nearest nodes evaluated on either side of t."""
     t = np.asarray(t, dtype=float)
     tol = _TOL_SMALL if min(r.rows, r.nkv) <= _SMALL else _TOL_LARGE
     lo = np.ceil(t / max(r.nkv, r.rows)).astype(np.int64)
     hi = np.where(t > 0, np.minimum(min(r.rows, r.nkv), np.ceil(2.0 * np.sqrt(t)) + 1), 0)
     hi = np.maximum(hi.astype(np.int64), lo)
-    width = 2 ** _LEVELS - 1
-    while True:
-        live = np.nonzero(hi - lo > tol * lo)[0]
-        if not len(live):
-            return lo
-        # the subtree of each open bracket, level by level (node i's children 2i + 1, 2i + 2:
-        # the left one the bracket [lo, mid] where the line maximum reaches t at mid)
-        LO = np.empty((len(live), width), dtype=np.int64)
-        HI = np.empty((len(live), width), dtype=np.int64)
-        LO[:, 0], HI[:, 0] = lo[live], hi[live]
-        for i in range(width // 2):
-            mid = (LO[:, i] + HI[:, i]) // 2
-            LO[:, 2 * i + 1], HI[:, 2 * i + 1] = LO[:, i], mid
-            LO[:, 2 * i + 2], HI[:, 2 * i + 2] = mid + 1, HI[:, i]
-        mids = (LO + HI) // 2
-        tl = np.repeat(t[live], width)
-        ok = (_line_max(r, mids.ravel().astype(float)) * (1.0 + 1e-9) + 1.0 >= tl).reshape(
-            mids.shape)
-        L, H = lo[live], hi[live]
-        node = np.zeros(len(live), dtype=np.int64)
-        rows = np.arange(len(live))
-        for _ in range(_LEVELS):
-            open_ = H - L > tol * L
+    live = np.nonzero(hi - lo > tol * lo)[0]
+    if not len(live):
+        return lo
+    # √ of the line maximum each t needs (inflated as the test): where the guesses aim
+    aim = np.sqrt(np.maximum(t - 1.0, 0.0) / (1.0 + 1e-9))
+    guess = np.minimum(np.maximum(np.ceil(2.0 * aim), lo), hi).astype(np.int64)
+    square = r.hi < r.lo and r.hq * r.full >= min(r.rows, r.nkv)  # line maximum k²/4
+    grid = not square
+    while len(live):
+        L, H, G = lo[live], hi[live], guess[live]
+        m = len(live)
+        depth = int((H - L).max()).bit_length() + 1
+        C = np.zeros((m, depth), dtype=np.int64)
+        LL = np.empty((m, depth), dtype=np.int64)
+        HH = np.empty((m, depth), dtype=np.int64)
+        valid = np.zeros((m, depth), dtype=bool)
+        A, B = L.copy(), H.copy()
+        for lvl in range(depth):
+            open_ = B - A > tol * A
             if not open_.any():
                 break
-            mid = (L + H) // 2
-            okn = ok[rows, node]
-            H = np.where(open_ & okn, mid, H)
-            L = np.where(open_ & ~okn, mid + 1, L)
-            node = np.where(okn, 2 * node + 1, 2 * node + 2)
-        lo[live], hi[live] = L, H
+            mid = (A + B) // 2
+            valid[:, lvl] = open_
+            C[:, lvl], LL[:, lvl], HH[:, lvl] = mid, A, B
+            pred = mid >= G
+            B = np.where(open_ & pred, mid, B)
+            A = np.where(open_ & ~pred, mid + 1, A)
+        if grid:  # (first round, a general line maximum) a geometric grid over each bracket
+            fr = np.arange(1, _GRID + 1) / (_GRID + 1.0)
+            Lf, Hf = np.maximum(L, 1).astype(float), np.maximum(H, 1).astype(float)
+            gk = np.floor(Lf[:, None] * (Hf / Lf)[:, None] ** fr[None, :]).astype(np.int64)
+            C = np.hstack([C, np.minimum(np.maximum(gk, L[:, None]), H[:, None])])
+            valid = np.hstack([valid, np.ones((m, _GRID), dtype=bool)])
+        rows, cols = np.nonzero(valid)
+        lm = _line_max(r, C[rows, cols].astype(float))
+        LM = np.full(C.shape, np.nan)
+        LM[rows, cols] = lm
+        OK = np.zeros(C.shape, dtype=bool)
+        OK[rows, cols] = lm * (1.0 + 1e-9) + 1.0 >= t[live[rows]]
+        nodes = (C, LM, OK, valid)  # (with the grid: every node, for the next guesses)
+        C, OK, valid = C[:, :depth], OK[:, :depth], valid[:, :depth]
+        mis = valid & (OK != (C >= G[:, None]))
+        has = mis.any(axis=1)
+        at = np.argmax(mis, axis=1)
+        r_ = np.arange(m)
+        c_at, ok_at = C[r_, at], OK[r_, at]
+        # where the path was followed to its end: (A, B); else the bracket at the first
+        # differing node, and the evaluated step there
+        nL = np.where(has, np.where(ok_at, LL[r_, at], c_at + 1), A)
+        nH = np.where(has, np.where(ok_at, c_at, HH[r_, at]), B)
+        lo[live], hi[live] = nL, nH
+        still = nH - nL > tol * nL
+        if still.any():
+            guess[live[still]] = _guesses(*nodes, aim[live], nL, nH)[still]
+        live = live[still]
+        grid = False
+    return lo
+def _guesses(C: np.ndarray, LM: np.ndarray, OK: np.ndarray, valid: np.ndarray,
+             aim: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The next guess of each bisection's answer in [lo, hi] (rows of the nodes C evaluated
+    this round, their line maxima LM and tests OK): √(line maximum) linear in k between the
+    largest node that fails the test and the least that passes (the middle without both)."""
+    below = valid & ~OK
+    above = valid & OK
+    ia = np.argmax(np.where(below, C, -1), axis=1)
+    ib = np.argmin(np.where(above, C, np.iinfo(np.int64).max), axis=1)
+    r_ = np.arange(len(C))
+    ka, kb = C[r_, ia].astype(float), C[r_, ib].astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sa = np.sqrt(np.maximum(LM[r_, ia], 0.0))
+        sb = np.sqrt(np.maximum(LM[r_, ib], 0.0))
+        x = ka + (kb - ka) * (aim - sa) / (sb - sa)
+    good = below.any(axis=1) & above.any(axis=1) & (kb > ka) & (sb > sa) & np.isfinite(x)
+    g = np.where(good, np.ceil(np.where(good, x, 0.0)), (lo + hi) // 2)
+    out: np.ndarray = np.minimum(np.maximum(g.astype(np.int64), lo), hi)
+    return out
 
 
 def _kappas_stepwise(r: Rows, t: np.ndarray) -> np.ndarray:
