@@ -1508,30 +1508,22 @@ _K_VEC = 1 << 61
 
 def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]],
                floor: Sequence[int] | None = None) -> None:
-    """:func:`_edges_many` with every step in numpy: each round, every bisection that is not
-    done takes the path of the scalar bisection towards its interpolated edge (1/h, or Λ_f/work
-    for n = 1, linear in K between the bracket's ends), all the paths' nodes are evaluated at
-    once, and each bisection follows its path as long as the scalar steps do: where a node's
-    decision differs from the path's, it takes the scalar step there and starts the next round
-    from that bracket (the nodes further on the path are in the other half: never needed).
-    The same steps, values and edges as :func:`_edges_many`; with ``floor`` (per job, its
-    owner's best value before the bisections), the jobs that cannot give their owner's result
-    stop, each round, with the value −1 (:func:`_prune_edges`)."""
+    """:func:`_edges_many` in few rounds: each round, every bisection that is not done takes
+    the path of the scalar bisection towards its interpolated edge (1/h, or Λ_f/work for
+    n = 1, linear in K between the bracket's ends), all the paths' nodes are evaluated at once
+    (one call of the theorem's maxima), and each bisection follows its path as long as the
+    scalar steps do: where a node's decision differs from the path's, it takes the scalar step
+    there and starts the next round from that bracket (the nodes further on the path are in the
+    other half: never needed).  The same steps, values and edges as :func:`_edges_many`; with
+    ``floor`` (per job, its owner's best value before the bisections), the jobs that cannot
+    give their owner's result stop, each round, with the value −1 (:func:`_prune_edges`).
+    (The paths and steps are Python integers: a few dozen bisections of a few dozen levels,
+    where numpy's cost per call would dominate.)"""
     if not jobs:
         return
     if max(job[4] for job in jobs) >= _K_VEC:
         _edges_many(theorem, d, jobs)
         return
-    q = np.array([job[0] for job in jobs], dtype=np.float64)
-    n = np.array([job[1] for job in jobs], dtype=np.int64)
-    a = np.array([job[2] for job in jobs], dtype=np.int64)
-    b = np.array([job[4] for job in jobs], dtype=np.int64)
-    Mj = [job[5] for job in jobs]  # (ints: as _edges_many passes them)
-    wf = np.array([job[6] for job in jobs], dtype=np.float64)
-    wc = np.array([job[7] for job in jobs], dtype=np.float64)
-    one = n == 1
-    nf = n.astype(np.float64) - 1.0  # h − 1 >= n: c >= n − 1
-    yt = np.where(one, 1.0, 1.0 / n)
 
     def y_of(e: tuple[float, float] | None, first: bool) -> float:
         if e is None:
@@ -1539,81 +1531,65 @@ def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]],
         v = e[1] if first else e[0]
         return 1.0 / v if v > 0.0 and math.isfinite(v) else math.nan
 
-    ya = np.array([y_of(dict(job[9]).get(job[2]), job[1] == 1) for job in jobs])
-    yb = np.array([y_of(dict(job[9]).get(job[4]), job[1] == 1) for job in jobs])
+    a = [job[2] for job in jobs]
+    b = [job[4] for job in jobs]
     va: list[int] = [job[3] for job in jobs]
-    live = np.nonzero(b - a > 1)[0]
-    while len(live):
+    ns = [job[1] for job in jobs]
+    yt = [1.0 if n == 1 else 1.0 / n for n in ns]
+    ya = [y_of(dict(job[9]).get(job[2]), job[1] == 1) for job in jobs]
+    yb = [y_of(dict(job[9]).get(job[4]), job[1] == 1) for job in jobs]
+    live = [i for i in range(len(jobs)) if b[i] - a[i] > 1]
+    while live:
         if floor is not None:
-            live = np.array(_prune_edges(jobs, live.tolist(), a.tolist(), b.tolist(), va,
-                                         floor), dtype=np.intp)
-            if not len(live):
+            live = _prune_edges(jobs, live, a, b, va, floor)
+            if not live:
                 break
-        A, B = a[live], b[live]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            t = A + (B - A) * ((yt[live] - ya[live]) / (yb[live] - ya[live]))
-        mid = A + (B - A) // 2
-        good = np.isfinite(t)
-        T = np.where(good, np.floor(np.where(good, t, 0.0)), mid).astype(np.int64)
-        T = np.minimum(np.maximum(T, A), B - 1)
-        L = int((B - A).max()).bit_length() + 1
-        m = len(live)
-        C = np.zeros((m, L), dtype=np.int64)
-        AL = np.empty((m, L), dtype=np.int64)
-        BL = np.empty((m, L), dtype=np.int64)
-        valid = np.zeros((m, L), dtype=bool)
-        for lvl in range(L):
-            act = B - A > 1
-            if not act.any():
-                break
-            c = A + (B - A) // 2  # = (A + B) // 2 for A, B >= 0
-            valid[:, lvl] = act
-            C[:, lvl] = c
-            AL[:, lvl] = A
-            BL[:, lvl] = B
-            dec = c <= T
-            A = np.where(act & dec, c, A)
-            B = np.where(act & ~dec, c, B)
-        rows, cols = np.nonzero(valid)
-        Ks = C[rows, cols]
-        jj = live[rows]
-        cv, hv, zv = _node_eval(theorem, d, [Mj[j] for j in jj.tolist()], Ks.tolist(),
-                                q[jj].tolist(), wf[jj], wc[jj])
-        act_dec = cv >= nf[jj]
-        mis = np.zeros((m, L), dtype=bool)
-        mis[rows, cols] = act_dec != (Ks <= T[rows])
-        CV = np.full((m, L), np.nan)
-        CV[rows, cols] = cv
-        YV = np.full((m, L), np.nan)
+        paths: list[tuple[int, int, list[int]]] = []  # (job, its target, its path's nodes)
+        Ks: list[int] = []
+        who: list[int] = []
+        for i in live:
+            A, B = a[i], b[i]
+            den = yb[i] - ya[i]
+            T = A + (B - A) // 2
+            if den != 0.0:
+                t = A + (B - A) * ((yt[i] - ya[i]) / den)
+                if math.isfinite(t):
+                    T = math.floor(t)
+            T = min(max(T, A), B - 1)
+            path = []
+            while B - A > 1:
+                c = A + (B - A) // 2
+                path.append(c)
+                if c <= T:
+                    A = c
+                else:
+                    B = c
+            paths.append((i, T, path))
+            Ks.extend(path)
+            who.extend([i] * len(path))
+        cv, hv, zv = _node_eval(theorem, d, [jobs[i][5] for i in who], Ks,
+                                [jobs[i][0] for i in who],
+                                np.array([jobs[i][6] for i in who], dtype=np.float64),
+                                np.array([jobs[i][7] for i in who], dtype=np.float64))
+        one = np.array([ns[i] == 1 for i in who], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
-            yv = np.where(one[jj], 1.0 / zv, 1.0 / hv)
-        YV[rows, cols] = np.where(np.isfinite(yv) & (yv > 0.0), yv, np.nan)
-        AD = np.zeros((m, L), dtype=bool)
-        AD[rows, cols] = act_dec
-        has = mis.any(axis=1)
-        first = np.argmax(mis, axis=1)
-        r = np.arange(m)
-        # where a path was followed to its end: A, B; else the bracket before the first
-        # differing node, and the scalar step there
-        cf = C[r, first]
-        up = has & AD[r, first]
-        na = np.where(up, cf, np.where(has, AL[r, first], A))
-        nb = np.where(has & ~up, cf, np.where(has, BL[r, first], B))
-        # the values and estimates at the new ends: nodes of this round (a path's nodes are
-        # distinct), or as before
-        eq = (C == na[:, None]) & valid
-        at = np.nonzero(eq.any(axis=1))[0]
-        col = np.argmax(eq, axis=1)
-        ya[live[at]] = YV[at, col[at]]
-        for i, K, cc in zip(live[at].tolist(), na[at].tolist(), CV[at, col[at]].tolist()):
-            va[i] = K * (int(cc) + 1)
-        eq = (C == nb[:, None]) & valid
-        at = np.nonzero(eq.any(axis=1))[0]
-        col = np.argmax(eq, axis=1)
-        yb[live[at]] = YV[at, col[at]]
-        a[live], b[live] = na, nb
-        live = live[nb - na > 1]
-    for job, ai, vi in zip(jobs, a.tolist(), va):
+            yv = np.where(one, 1.0 / zv, 1.0 / hv)
+        yv = np.where(np.isfinite(yv) & (yv > 0.0), yv, np.nan)
+        cl, yl = cv.tolist(), yv.tolist()
+        k = 0
+        for i, T, path in paths:
+            nf = ns[i] - 1.0  # h − 1 >= n: c >= n − 1
+            for j, c in enumerate(path):
+                up = cl[k + j] >= nf
+                if up:
+                    a[i], va[i], ya[i] = c, c * (int(cl[k + j]) + 1), yl[k + j]
+                else:
+                    b[i], yb[i] = c, yl[k + j]
+                if up != (c <= T):  # the path's guess was wrong here: the next round
+                    break
+            k += len(path)
+        live = [i for i in live if b[i] - a[i] > 1]
+    for job, ai, vi in zip(jobs, a, va):
         job[2], job[3] = ai, vi
 
 
