@@ -173,77 +173,79 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
         return lo
     # √ of the line maximum each t needs (inflated as the test): where the guesses aim
     aim = np.sqrt(np.maximum(t - 1.0, 0.0) / (1.0 + 1e-9))
-    guess = np.minimum(np.maximum(np.ceil(2.0 * aim), lo), hi).astype(np.int64)
-    square = r.hi < r.lo and r.hq * r.full >= min(r.rows, r.nkv)  # line maximum k²/4
-    grid = not square
-    while len(live):
-        L, H, G = lo[live], hi[live], guess[live]
-        m = len(live)
-        depth = int((H - L).max()).bit_length() + 1
-        C = np.zeros((m, depth), dtype=np.int64)
-        LL = np.empty((m, depth), dtype=np.int64)
-        HH = np.empty((m, depth), dtype=np.int64)
-        valid = np.zeros((m, depth), dtype=bool)
-        A, B = L.copy(), H.copy()
-        for lvl in range(depth):
-            open_ = B - A > tol * A
-            if not open_.any():
-                break
-            mid = (A + B) // 2
-            valid[:, lvl] = open_
-            C[:, lvl], LL[:, lvl], HH[:, lvl] = mid, A, B
-            pred = mid >= G
-            B = np.where(open_ & pred, mid, B)
-            A = np.where(open_ & ~pred, mid + 1, A)
+    guess = np.minimum(np.maximum(np.ceil(2.0 * aim), lo), hi).astype(np.int64).tolist()
+    aims, ts = aim.tolist(), t.tolist()
+    los, his = lo.tolist(), hi.tolist()
+    grid = not (r.hi < r.lo and r.hq * r.full >= min(r.rows, r.nkv))  # (else k²/4)
+    open_ = live.tolist()
+    while open_:
+        paths: list[list[int]] = []
+        ks: list[int] = []
+        tk: list[float] = []
+        for i in open_:  # the path each bisection takes if its answer is its guess
+            A, B, G = los[i], his[i], guess[i]
+            path = []
+            while B - A > tol * A:
+                mid = (A + B) // 2
+                path.append(mid)
+                if mid >= G:
+                    B = mid
+                else:
+                    A = mid + 1
+            paths.append(path)
+            ks.extend(path)
+            tk.extend([ts[i]] * len(path))
+        first_grid = len(ks)
         if grid:  # (first round, a general line maximum) a geometric grid over each bracket
-            fr = np.arange(1, _GRID + 1) / (_GRID + 1.0)
-            Lf, Hf = np.maximum(L, 1).astype(float), np.maximum(H, 1).astype(float)
-            gk = np.floor(Lf[:, None] * (Hf / Lf)[:, None] ** fr[None, :]).astype(np.int64)
-            C = np.hstack([C, np.minimum(np.maximum(gk, L[:, None]), H[:, None])])
-            valid = np.hstack([valid, np.ones((m, _GRID), dtype=bool)])
-        rows, cols = np.nonzero(valid)
-        lm = _line_max(r, C[rows, cols].astype(float))
-        LM = np.full(C.shape, np.nan)
-        LM[rows, cols] = lm
-        OK = np.zeros(C.shape, dtype=bool)
-        OK[rows, cols] = lm * (1.0 + 1e-9) + 1.0 >= t[live[rows]]
-        nodes = (C, LM, OK, valid)  # (with the grid: every node, for the next guesses)
-        C, OK, valid = C[:, :depth], OK[:, :depth], valid[:, :depth]
-        mis = valid & (OK != (C >= G[:, None]))
-        has = mis.any(axis=1)
-        at = np.argmax(mis, axis=1)
-        r_ = np.arange(m)
-        c_at, ok_at = C[r_, at], OK[r_, at]
-        # where the path was followed to its end: (A, B); else the bracket at the first
-        # differing node, and the evaluated step there
-        nL = np.where(has, np.where(ok_at, LL[r_, at], c_at + 1), A)
-        nH = np.where(has, np.where(ok_at, c_at, HH[r_, at]), B)
-        lo[live], hi[live] = nL, nH
-        still = nH - nL > tol * nL
-        if still.any():
-            guess[live[still]] = _guesses(*nodes, aim[live], nL, nH)[still]
-        live = live[still]
+            for i in open_:
+                A, B = max(los[i], 1), max(his[i], 1)
+                ks.extend(min(max(math.floor(A * (B / A) ** (j / (_GRID + 1.0))), los[i]),
+                              his[i]) for j in range(1, _GRID + 1))
+                tk.extend([ts[i]] * _GRID)
+        lm = _line_max(r, np.array(ks, dtype=float))
+        okl = (lm * (1.0 + 1e-9) + 1.0 >= np.array(tk)).tolist()
+        lml = lm.tolist()
+        pos = 0
+        nxt = []
+        for n_i, (i, path) in enumerate(zip(open_, paths)):
+            G = guess[i]
+            for j, mid in enumerate(path):  # the evaluated steps, while the path agrees
+                ok = okl[pos + j]
+                if ok:
+                    his[i] = mid
+                else:
+                    los[i] = mid + 1
+                if ok != (mid >= G):
+                    break
+            if his[i] - los[i] > tol * los[i]:
+                nodes = list(range(pos, pos + len(path)))
+                if grid:
+                    e0 = first_grid + _GRID * n_i
+                    nodes += range(e0, e0 + _GRID)
+                guess[i] = _guess([(ks[k], lml[k], okl[k]) for k in nodes], aims[i],
+                                  los[i], his[i])
+                nxt.append(i)
+            pos += len(path)
+        open_ = nxt
         grid = False
-    return lo
-def _guesses(C: np.ndarray, LM: np.ndarray, OK: np.ndarray, valid: np.ndarray,
-             aim: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The next guess of each bisection's answer in [lo, hi] (rows of the nodes C evaluated
-    this round, their line maxima LM and tests OK): √(line maximum) linear in k between the
-    largest node that fails the test and the least that passes (the middle without both)."""
-    below = valid & ~OK
-    above = valid & OK
-    ia = np.argmax(np.where(below, C, -1), axis=1)
-    ib = np.argmin(np.where(above, C, np.iinfo(np.int64).max), axis=1)
-    r_ = np.arange(len(C))
-    ka, kb = C[r_, ia].astype(float), C[r_, ib].astype(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sa = np.sqrt(np.maximum(LM[r_, ia], 0.0))
-        sb = np.sqrt(np.maximum(LM[r_, ib], 0.0))
-        x = ka + (kb - ka) * (aim - sa) / (sb - sa)
-    good = below.any(axis=1) & above.any(axis=1) & (kb > ka) & (sb > sa) & np.isfinite(x)
-    g = np.where(good, np.ceil(np.where(good, x, 0.0)), (lo + hi) // 2)
-    out: np.ndarray = np.minimum(np.maximum(g.astype(np.int64), lo), hi)
-    return out
+    return np.array(los, dtype=np.int64)
+
+
+def _guess(nodes: list[tuple[int, float, bool]], aim: float, lo: int, hi: int) -> int:
+    """The next guess of a bisection's answer in [lo, hi], from the nodes (k, line maximum,
+    test) evaluated this round: √(line maximum) linear in k between the largest node that
+    fails the test and the least that passes (the middle without both)."""
+    below = [(k, v) for k, v, ok in nodes if not ok]
+    above = [(k, v) for k, v, ok in nodes if ok]
+    if below and above:
+        ka, va = max(below)
+        kb, vb = min(above)
+        sa, sb = math.sqrt(max(va, 0.0)), math.sqrt(max(vb, 0.0))
+        if kb > ka and sb > sa:
+            x = ka + (kb - ka) * (aim - sa) / (sb - sa)
+            if math.isfinite(x):
+                return min(max(math.ceil(x), lo), hi)
+    return (lo + hi) // 2
 
 
 def _kappas_stepwise(r: Rows, t: np.ndarray) -> np.ndarray:
