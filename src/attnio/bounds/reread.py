@@ -174,69 +174,88 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
     # √ of the line maximum each t needs (inflated as the test): where the guesses aim
     aim = np.sqrt(np.maximum(t - 1.0, 0.0) / (1.0 + 1e-9))
     guess = np.minimum(np.maximum(np.ceil(2.0 * aim), lo), hi).astype(np.int64).tolist()
-    aims, ts = aim.tolist(), t.tolist()
+    aims = aim.tolist()
     los, his = lo.tolist(), hi.tolist()
-    grid = not (r.hi < r.lo and r.hq * r.full >= min(r.rows, r.nkv))  # (else k²/4)
     open_ = live.tolist()
+    known: dict[int, dict[int, tuple[float, bool]]] = {i: {} for i in open_}
+    grid = not (r.hi < r.lo and r.hq * r.full >= min(r.rows, r.nkv))  # (else k²/4)
     while open_:
-        paths: list[list[int]] = []
-        ks: list[int] = []
-        tk: list[float] = []
-        for i in open_:  # the path each bisection takes if its answer is its guess
-            A, B, G = los[i], his[i], guess[i]
-            path = []
+        if grid:  # a geometric grid over each bracket (first round: the guess is unknown)
+            L = np.maximum(lo[open_], 1).astype(float)[:, None]
+            H = np.maximum(hi[open_], 1).astype(float)[:, None]
+            gk = np.floor(L * (H / L) ** (np.arange(1, _GRID + 1) / (_GRID + 1.0)))
+            gk = np.minimum(np.maximum(gk, lo[open_][:, None]), hi[open_][:, None])
+            ks = gk.astype(np.int64).ravel().tolist()
+            spans = [(i, j * _GRID, (j + 1) * _GRID) for j, i in enumerate(open_)]
+            tk = np.repeat(t[open_], _GRID)
+            grid = False
+        else:  # the paths the bisection takes if its answer is its guess, or one either side
+            ks, spans = [], []
+            for i in open_:
+                want = _path(los[i], his[i], guess[i], tol)
+                spans.append((i, len(ks), len(ks) + len(want)))
+                ks.extend(want)
+            tk = np.repeat(t[[i for i, _, _ in spans]], [e - b for _, b, e in spans])
+        lm = _line_max(r, np.array(ks, dtype=float))
+        okl = (lm * (1.0 + 1e-9) + 1.0 >= tk).tolist()
+        lml = lm.tolist()
+        for i, b, e in spans:
+            known[i].update(zip(ks[b:e], zip(lml[b:e], okl[b:e])))
+        nxt = []
+        for i in open_:  # the scalar steps, as far as the nodes evaluated go
+            nodes = known[i]
+            A, B = los[i], his[i]
             while B - A > tol * A:
                 mid = (A + B) // 2
-                path.append(mid)
-                if mid >= G:
+                got = nodes.get(mid)
+                if got is None:
+                    break
+                if got[1]:
                     B = mid
                 else:
                     A = mid + 1
-            paths.append(path)
-            ks.extend(path)
-            tk.extend([ts[i]] * len(path))
-        first_grid = len(ks)
-        if grid:  # (first round, a general line maximum) a geometric grid over each bracket
-            for i in open_:
-                A, B = max(los[i], 1), max(his[i], 1)
-                ks.extend(min(max(math.floor(A * (B / A) ** (j / (_GRID + 1.0))), los[i]),
-                              his[i]) for j in range(1, _GRID + 1))
-                tk.extend([ts[i]] * _GRID)
-        lm = _line_max(r, np.array(ks, dtype=float))
-        okl = (lm * (1.0 + 1e-9) + 1.0 >= np.array(tk)).tolist()
-        lml = lm.tolist()
-        pos = 0
-        nxt = []
-        for n_i, (i, path) in enumerate(zip(open_, paths)):
-            G = guess[i]
-            for j, mid in enumerate(path):  # the evaluated steps, while the path agrees
-                ok = okl[pos + j]
-                if ok:
-                    his[i] = mid
-                else:
-                    los[i] = mid + 1
-                if ok != (mid >= G):
-                    break
-            if his[i] - los[i] > tol * los[i]:
-                nodes = list(range(pos, pos + len(path)))
-                if grid:
-                    e0 = first_grid + _GRID * n_i
-                    nodes += range(e0, e0 + _GRID)
-                guess[i] = _guess([(ks[k], lml[k], okl[k]) for k in nodes], aims[i],
-                                  los[i], his[i])
+            los[i], his[i] = A, B
+            if B - A > tol * A:
+                guess[i] = _guess(nodes, aims[i], A, B)
                 nxt.append(i)
-            pos += len(path)
         open_ = nxt
-        grid = False
     return np.array(los, dtype=np.int64)
 
 
-def _guess(nodes: list[tuple[int, float, bool]], aim: float, lo: int, hi: int) -> int:
-    """The next guess of a bisection's answer in [lo, hi], from the nodes (k, line maximum,
-    test) evaluated this round: √(line maximum) linear in k between the largest node that
-    fails the test and the least that passes (the middle without both)."""
-    below = [(k, v) for k, v, ok in nodes if not ok]
-    above = [(k, v) for k, v, ok in nodes if ok]
+def _path(lo: int, hi: int, g: int, tol: float) -> list[int]:
+    """The nodes the bisection of [lo, hi] visits if its answer is g, g − 1 or g + 1 (their
+    paths part where the node is g − 1 or g, and go on from there)."""
+    out = []
+    tails = []
+    A, B = lo, hi
+    while B - A > tol * A:
+        mid = (A + B) // 2
+        out.append(mid)
+        if mid == g - 1:
+            tails.append((A, mid, g - 1))  # (towards g − 1: the left half)
+        elif mid == g:
+            tails.append((mid + 1, B, g + 1))  # (towards g + 1: the right half)
+        if mid >= g:
+            B = mid
+        else:
+            A = mid + 1
+    for A, B, h in tails:
+        while B - A > tol * A:
+            mid = (A + B) // 2
+            out.append(mid)
+            if mid >= h:
+                B = mid
+            else:
+                A = mid + 1
+    return out
+
+
+def _guess(nodes: dict[int, tuple[float, bool]], aim: float, lo: int, hi: int) -> int:
+    """The next guess of a bisection's answer in [lo, hi], from the nodes k -> (line maximum,
+    test) evaluated: √(line maximum) linear in k between the largest node that fails the test
+    and the least that passes (the middle without both)."""
+    below = [(k, v) for k, (v, ok) in nodes.items() if not ok]
+    above = [(k, v) for k, (v, ok) in nodes.items() if ok]
     if below and above:
         ka, va = max(below)
         kb, vb = min(above)
