@@ -359,3 +359,22 @@ def test_the_bisections_early_stop_changes_no_result(theorem, work, monkeypatch)
     if work[0] == (4096 * 4096, 64, 65536) and theorem is F._A:
         assert pruned < sum(nodes)
     _clear_segment_caches()
+
+
+@pytest.mark.parametrize("theorem", [F._A, F._B, BK._D, BK._E], ids=["A", "B", "D", "E"])
+def test_tabulated_parameters_are_params_lookup_s(theorem):
+    """segments._tabulated repeats params.lookup's operations inline: the same floats at every
+    d²/M, inside the table, on its nodes and beyond both ends."""
+    from attnio.bounds import params
+
+    def ref(d, M):
+        kappa, t = params.lookup(params.table(theorem.table), d * d / M)
+        if theorem.kind == "potential":
+            return kappa, t * max(math.sqrt(M), M / d)
+        return kappa, min(t * math.sqrt(M), theorem.nu_max * d)
+
+    cases = [(d, M) for d in (1, 3, 8, 40, 64, 128, 256, 1000) for M in
+             (1, 2, 7, 100, 1024, 4096, 13615, 60000, 65536, 65537, 10**6, 2**30, 2**50)]
+    cases += [(64, round(64 * 64 / 2.0 ** (g / 4))) for g in range(-70, 45)]
+    for d, M in cases:
+        assert S._tabulated(theorem, d, M) == ref(d, M), (d, M)

@@ -23,8 +23,8 @@ import functools
 import math
 from typing import Any
 
-__all__ = ["PACKED", "Table", "grid", "lookup", "matmul", "pack_json", "read_packed", "table",
-           "write_packed"]
+__all__ = ["PACKED", "Table", "grid", "lookup", "lookup_parts", "matmul", "pack_json",
+           "read_packed", "table", "write_packed"]
 
 #: (K/M, multiplier) per node of the grid.
 Table = tuple[tuple[float, float], ...]
@@ -115,7 +115,10 @@ def packed_bytes(name: str) -> bytes:
 def _load() -> dict[str, Any]:
     data = read_packed(packed_bytes("params.f64"))
     tables = {name: tuple(map(tuple, data[name])) for name in "ABDE"}  # (two columns each)
-    return {"grid": tuple(data["grid_log2_x"]), "C": (data["C"][0], data["C"][1]), **tables}
+    nodes = tuple(data["grid_log2_x"])
+    parts = {name: (nodes, nodes[1] - nodes[0], len(nodes) - 2, tab)
+             for name, tab in tables.items()}
+    return {"grid": nodes, "C": (data["C"][0], data["C"][1]), "parts": parts, **tables}
 
 
 def grid() -> tuple[float, ...]:
@@ -131,6 +134,12 @@ def table(name: str) -> Table:
 def matmul() -> tuple[float, float]:
     """Theorem C's (K/M, μ/√M): one pair, matmul's optimum does not depend on the sizes."""
     return _load()["C"]
+
+
+def lookup_parts(name: str) -> tuple[tuple[float, ...], float, int, Table]:
+    """What :func:`lookup` reads for table ``name``: the nodes, their step, the last interval's
+    index and the table (for callers that repeat lookup's operations inline)."""
+    return _load()["parts"][name]
 
 
 def lookup(tab: Table, x: float) -> tuple[float, float]:

@@ -1662,9 +1662,12 @@ def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int,
     per = []
     for M, part in missing:
         kappa, p = _tabulated(theorem, d, M)
+        if part == 0:  # (the first candidate does not depend on the retries)
+            per.append([(max(1, round(kappa * M)), p)])
+            continue
         cands = tabulated_candidates(M, kappa, p, zero_too=potential,
                                      retry=refine and (potential or M <= 16 * d * d))
-        per.append(cands[:1] if part == 0 else cands[1:])
+        per.append(cands[1:])
     fM = [M for (M, _), c in zip(missing, per) for _ in c]
     fK = [K for c in per for K, _ in c]
     fq = [q for c in per for _, q in c]
@@ -1744,8 +1747,20 @@ def _search_many(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...],
 
 
 def _tabulated(theorem: PairsTheorem, d: int, M: int) -> tuple[float, float]:
-    """(κ, the multiplier) tabulated for the theorem at x = d²/M."""
-    kappa, t = params.lookup(params.table(theorem.table), d * d / M)
+    """(κ, the multiplier) tabulated for the theorem at x = d²/M (:func:`params.lookup`'s
+    operations, its table's constants read once per call)."""
+    nodes, step, last, tab = params.lookup_parts(theorem.table)
+    x = d * d / M
+    t = math.log2(x)
+    if t <= nodes[0]:
+        kappa, m = tab[0]
+    elif t >= nodes[-1]:
+        kappa, m = tab[-1]
+    else:
+        i = min(int((t - nodes[0]) / step), last)
+        w = (t - nodes[i]) / step
+        (k0, m0), (k1, m1) = tab[i], tab[i + 1]
+        kappa, m = k0 + w * (k1 - k0), m0 + w * (m1 - m0)
     if theorem.kind == "potential":
-        return kappa, t * max(math.sqrt(M), M / d)
-    return kappa, min(t * math.sqrt(M), theorem.nu_max * d)
+        return kappa, m * max(math.sqrt(M), M / d)
+    return kappa, min(m * math.sqrt(M), theorem.nu_max * d)
