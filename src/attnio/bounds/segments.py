@@ -634,7 +634,6 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
 
     n = len(T)
     ids = np.arange(n)
-    best = _pymax(best_y(lo, ids), best_y(hi, ids))
     # the cuts: lo, the breaks strictly inside, hi (none where lo == hi: no piece)
     C = np.full((n, len(breaks) + 2), np.nan)
     C[:, 0] = lo
@@ -646,33 +645,58 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
     valid = hi > lo
     C[ids[valid], pos[valid]] = hi[valid]
     pieces = np.where(valid, pos, 0)
-    for k in range(int(pieces.max(initial=0))):
+    # best_y at every cut (each cut ends one piece and starts the next) and at hi where there
+    # is no piece, the value on the lower line at each peak of J(I)·(T − I): each once (an
+    # elementwise function of its point and problem: the floats of evaluating it per piece)
+    cr, cc = np.nonzero(~np.isnan(C))
+    Y = np.full(C.shape, np.nan)
+    Y[cr, cc] = best_y(C[cr, cc], cr)
+    y_hi = Y[ids, pieces]
+    none = ~valid
+    if none.any():
+        y_hi[none] = best_y(hi[none], ids[none])
+    best = _pymax(Y[:, 0], y_hi)
+    maxp = int(pieces.max(initial=0))
+    peaks = [(I, at(I, T - I, ids)) for I in J_peaks(T)] if maxp else []
+    # where every break is <= flat_until, only a problem's last piece has certified cells, and
+    # they are its last step: all problems' in one batch after the loop (the same steps each)
+    last_only = max(breaks, default=-math.inf) <= flat_until
+    for k in range(maxp):
         i = ids[pieces > k]
         a, b = C[i, k], C[i, k + 1]
-        Ti = T[i]
         bi = best[i]
-        for I in J_peaks(Ti):
-            ok = (a < I) & (I < b)
+        for I, v in peaks:
+            Ii = I[i]
+            ok = (a < Ii) & (Ii < b)
             if ok.any():
-                bi = np.where(ok, _pymax(bi, at(I, Ti - I, i)), bi)
-        bi = _pymax(_pymax(bi, best_y(a, i)), best_y(b, i))
+                bi = np.where(ok, _pymax(bi, v[i]), bi)
+        bi = _pymax(_pymax(bi, Y[i, k]), Y[i, k + 1])
         best[i] = bi
         r = b > flat_until
+        if r.any() and not last_only:
+            _mid_pieces(best, i[r], a[r], b[r], T, nu, J, rho)
+    if last_only and maxp:  # (each problem's certified cells after all its other steps)
+        i = ids[valid]
+        r = C[i, pieces[i]] > flat_until
         if r.any():
-            ri = i[r]
-
-            def up_a(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
-                out: FloatArray = np.sqrt(_pymax(J(x), 0.0) * _pymax(T[j] - x + rho(x), 0.0))
-                return out
-
-            def up_b(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
-                out: FloatArray = nu[j] * (T[j] + rho(x))
-                return out
-
-            got = _mid_many(lambda x, j: up_a(x, ri[j]), lambda x, j: up_b(x, ri[j]),
-                            a[r], b[r], best[ri])
-            best[ri] = got
+            i = i[r]
+            _mid_pieces(best, i, C[i, pieces[i] - 1], C[i, pieces[i]], T, nu, J, rho)
     return best
+
+
+def _mid_pieces(best: FloatArray, i: npt.NDArray[np.intp], a: FloatArray, b: FloatArray,
+                T: FloatArray, nu: FloatArray, J: ArrayFn, rho: ArrayFn) -> None:
+    """The certified cells of :func:`_pooled_max_many` on the pieces [a, b] of the problems
+    ``i``, from their best values so far (updated in place)."""
+    def up_a(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
+        out: FloatArray = np.sqrt(_pymax(J(x), 0.0) * _pymax(T[j] - x + rho(x), 0.0))
+        return out
+
+    def up_b(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
+        out: FloatArray = nu[j] * (T[j] + rho(x))
+        return out
+
+    best[i] = _mid_many(lambda x, j: up_a(x, i[j]), lambda x, j: up_b(x, i[j]), a, b, best[i])
 
 
 # ---------------------------------------------------------------------------- evaluation (A-E)
