@@ -169,9 +169,13 @@ def _cubes(x: FloatArray) -> FloatArray:
 def _sum_line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray) -> FloatArray:
     """:func:`sum_line_peak` elementwise, lines T (lines × pairs) × branches (c2, c3): (lines ×
     branches × pairs), the same operations (its two special cases by branch)."""
-    c2c, c3c, Tc = c2[:, None], c3[:, None], T[:, None, :]
-    b = 3.0 * (c3c * Tc - c2c)
-    out: FloatArray = (b + np.sqrt(b * b + 32.0 * c2c * c3c * Tc)) / (8.0 * c3c)
+    Tc = T[:, None, :]
+    if ((c3 == 0.0) | (c2 == 0.0)).all():  # (every branch one of the special cases: no root)
+        out: FloatArray = np.empty((T.shape[0], len(c2), T.shape[1]))
+    else:
+        c2c, c3c = c2[:, None], c3[:, None]
+        b = 3.0 * (c3c * Tc - c2c)
+        out = (b + np.sqrt(b * b + 32.0 * c2c * c3c * Tc)) / (8.0 * c3c)
     if (c3 == 0.0).any():
         out[:, c3 == 0.0, :] = 2.0 * Tc / 3.0
     c2only = (c2 == 0.0) & (c3 != 0.0)
