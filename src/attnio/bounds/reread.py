@@ -140,8 +140,8 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     return np.maximum(both[:, :nb].max(axis=1), both[:, nb:].max(axis=1))
 
 
-#: Points of a geometric grid over each bracket that the first round of :func:`_kappas` also
-#: evaluates (they only steer the next rounds' guesses).
+#: Points of a geometric grid over each bracket that the first round of :func:`_kappas` evaluates
+#: where the first guess is not known to be the answer (they only steer the next guesses).
 _GRID = 8
 
 
@@ -155,14 +155,14 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
     F >= x·v >= k²/4 at x = v = k/2.  The line maximum is non-decreasing in k (F grows in x and
     in v): a binary search, all t at once, as :func:`_kappas_stepwise` steps it (the same steps
     and ends), in few rounds (docs/bounds.md §12.2): each round every open bisection takes the
-    path it would take if the answer were a guess g, every node of those paths is evaluated in
-    one call of :func:`_line_max`, and each bisection follows its path as long as the evaluated
-    tests agree with it, taking the evaluated step where they first differ (a wrong guess costs
-    a round, never a step).  The first guess is the least k whose k²/4 (inflated) reaches t,
-    the answer where the line maximum is k²/4 (no linear rows, and no full row's T(x) below
-    min(rows, keys): no mask); elsewhere the first round also evaluates a geometric grid of
-    :data:`_GRID` points over each bracket, and the next guesses put √(line maximum) linear in
-    k between the nearest nodes evaluated on either side of t."""
+    paths it would take if its answer were a guess g, g − 1 or g + 1 (:func:`_path`), every node
+    of those paths is evaluated in one call of :func:`_line_max`, and each bisection then takes
+    the scalar steps through the nodes evaluated, up to the first node it needs that is not
+    there (a wrong guess costs a round, never a step).  Where the line maximum is k²/4 (no
+    linear rows, and no full row's T(x) below min(rows, keys): no mask) the first guess is the
+    least k whose k²/4 (inflated) reaches t, the answer; elsewhere the first round evaluates a
+    geometric grid of :data:`_GRID` points over each bracket instead, and every later guess puts
+    √(line maximum) linear in k between the nearest nodes on either side of t (:func:`_guess`)."""
     t = np.asarray(t, dtype=float)
     tol = _TOL_SMALL if min(r.rows, r.nkv) <= _SMALL else _TOL_LARGE
     lo = np.ceil(t / max(r.nkv, r.rows)).astype(np.int64)
