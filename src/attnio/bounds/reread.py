@@ -140,11 +140,6 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     return np.maximum(both[:, :nb].max(axis=1), both[:, nb:].max(axis=1))
 
 
-#: Points of a geometric grid over each bracket that the first round of :func:`_kappas` evaluates
-#: where the first guess is not known to be the answer (they only steer the next guesses).
-_GRID = 8
-
-
 def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
     """For each t, a lower bound on the rows plus keys of one column split by the cut when
     min(products before, products after) in that column is t (§5.1 step 4): the least integer k
@@ -158,11 +153,10 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
     paths it would take if its answer were a guess g, g − 1 or g + 1 (:func:`_path`), every node
     of those paths is evaluated in one call of :func:`_line_max`, and each bisection then takes
     the scalar steps through the nodes evaluated, up to the first node it needs that is not
-    there (a wrong guess costs a round, never a step).  Where the line maximum is k²/4 (no
-    linear rows, and no full row's T(x) below min(rows, keys): no mask) the first guess is the
-    least k whose k²/4 (inflated) reaches t, the answer; elsewhere the first round evaluates a
-    geometric grid of :data:`_GRID` points over each bracket instead, and every later guess puts
-    √(line maximum) linear in k between the nearest nodes on either side of t (:func:`_guess`)."""
+    there (a wrong guess costs a round, never a step).  The first guess (:func:`_first_guess`)
+    is the answer where the line maximum is the largest of k²/4, S(k) and T(k) (no mask; causal
+    rows of several query heads); every later guess puts √(line maximum) linear in k between the
+    nearest nodes on either side of t (:func:`_guess`)."""
     t = np.asarray(t, dtype=float)
     tol = _TOL_SMALL if min(r.rows, r.nkv) <= _SMALL else _TOL_LARGE
     lo = np.ceil(t / max(r.nkv, r.rows)).astype(np.int64)
@@ -173,29 +167,20 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
         return lo
     # √ of the line maximum each t needs (inflated as the test): where the guesses aim
     aim = np.sqrt(np.maximum(t - 1.0, 0.0) / (1.0 + 1e-9))
-    guess = np.minimum(np.maximum(np.ceil(2.0 * aim), lo), hi).astype(np.int64).tolist()
+    guess = np.minimum(np.maximum(_first_guess(r, aim), lo), hi).astype(np.int64).tolist()
     aims = aim.tolist()
     los, his = lo.tolist(), hi.tolist()
     open_ = live.tolist()
     known: dict[int, dict[int, tuple[float, bool]]] = {i: {} for i in open_}
-    grid = not (r.hi < r.lo and r.hq * r.full >= min(r.rows, r.nkv))  # (else k²/4)
     while open_:
-        if grid:  # a geometric grid over each bracket (first round: the guess is unknown)
-            L = np.maximum(lo[open_], 1).astype(float)[:, None]
-            H = np.maximum(hi[open_], 1).astype(float)[:, None]
-            gk = np.floor(L * (H / L) ** (np.arange(1, _GRID + 1) / (_GRID + 1.0)))
-            gk = np.minimum(np.maximum(gk, lo[open_][:, None]), hi[open_][:, None])
-            ks = gk.astype(np.int64).ravel().tolist()
-            spans = [(i, j * _GRID, (j + 1) * _GRID) for j, i in enumerate(open_)]
-            tk = np.repeat(t[open_], _GRID)
-            grid = False
-        else:  # the paths the bisection takes if its answer is its guess, or one either side
-            ks, spans = [], []
-            for i in open_:
-                want = _path(los[i], his[i], guess[i], tol)
-                spans.append((i, len(ks), len(ks) + len(want)))
-                ks.extend(want)
-            tk = np.repeat(t[[i for i, _, _ in spans]], [e - b for _, b, e in spans])
+        # the paths each bisection takes if its answer is its guess, or one either side
+        ks: list[int] = []
+        spans: list[tuple[int, int, int]] = []
+        for i in open_:
+            want = _path(los[i], his[i], guess[i], tol)
+            spans.append((i, len(ks), len(ks) + len(want)))
+            ks.extend(want)
+        tk = np.repeat(t[[i for i, _, _ in spans]], [e - b for _, b, e in spans])
         lm = _line_max(r, np.array(ks, dtype=float))
         okl = (lm * (1.0 + 1e-9) + 1.0 >= tk).tolist()
         lml = lm.tolist()
@@ -220,6 +205,26 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
                 nxt.append(i)
         open_ = nxt
     return np.array(los, dtype=np.int64)
+
+
+def _first_guess(r: Rows, aim: np.ndarray) -> np.ndarray:
+    """A first guess of each κ: the least k (real) at which one of three values on the line
+    x + v = k that :func:`_line_max` bounds from below reaches aim² — x·v at x = v = k/2 (k²/4),
+    S(k) at x = 0 and T(k) at v = 0, each the root of a quadratic — so at least the answer,
+    and the answer where the line maximum is the largest of them (F convex along the line, as
+    without a mask or with the causal rows of several query heads).  Only a guess."""
+    need = aim * aim
+    out = 2.0 * aim  # k²/4 >= need
+    hq, lo, hi, full = float(r.hq), float(r.lo), float(r.hi), float(r.full)
+    with np.errstate(invalid="ignore"):
+        if r.hi >= r.lo:  # S(k) = hq·(m(m+1) − lo(lo − 1))/2, m = min(k, hi), k >= lo
+            m = (np.sqrt(1.0 + 4.0 * (2.0 * need / hq + lo * (lo - 1.0))) - 1.0) / 2.0
+            out = np.where(m <= hi, np.minimum(out, np.maximum(m, lo)), out)
+        # T(k) = hq·(u(u + 1)/2 + full·(nkv − hi + u)), u = k/hq − full, k >= hq·full
+        b = 0.5 + full
+        u = np.sqrt(b * b - 2.0 * (full * (r.nkv - hi) - need / hq)) - b
+        out = np.minimum(out, np.where(np.isfinite(u), hq * (np.maximum(u, 0.0) + full), out))
+    return np.ceil(np.nan_to_num(out, nan=0.0, posinf=0.0))
 
 
 def _path(lo: int, hi: int, g: int, tol: float) -> list[int]:
