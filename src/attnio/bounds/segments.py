@@ -286,12 +286,12 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     okv[2] &= ne  # (the last polygon's vertical edge only where M + K rounds to M)
     if kept is not None:
         okv &= kept[None, :, :]
-    if okv.any():
-        p0e = p0[:, None, :]
-        qc = np.maximum(qv, 0.0)
-        F2 = np.sqrt(qc * gp0[:, None, :]) - mua * (p0e + qc)
-        F2[~okv | np.isnan(F2)] = -np.inf
-        best = np.maximum(best, F2.max(axis=1))
+    if okv.any():  # (at the peaks inside only: a maximum does not depend on its order)
+        pi, bi, ei = np.nonzero(okv)
+        qc = np.maximum(qv[pi, bi, ei], 0.0)
+        F2 = np.sqrt(qc * gp0[pi, ei]) - mua[ei] * (p0[pi, ei] + qc)
+        good = ~np.isnan(F2)  # (a NaN never wins in the scalar code's v > best)
+        np.maximum.at(best, (pi[good], ei[good]), F2[good])
     MKe = Ma + Ka if u is None else MK[u]
     Ke = Ka if u is None else Ka[u]
     lam = mua * MKe + best[0]
