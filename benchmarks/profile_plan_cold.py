@@ -3,11 +3,17 @@ shapes, every ``functools`` cache of attnio cleared before each plan.
 
 Run:  python benchmarks/profile_plan_cold.py [--backward] [--repeat 5] [--top 40]
                                              [--sort tottime|cumulative] [--shape 0,1,2]
+      python benchmarks/profile_plan_cold.py --bounds [--repeat 41] [--shape 0,1,2]
 
 Prints the profile's ``--top`` lines (sorted by ``--sort``) over ``--repeat`` cold plans of each
 chosen shape (forward, or ``backward=True`` with ``--backward``), then each shape's median cold
 CPU ms without the profiler.  A diagnosis tool: its figures are the profiler's (slower than the
 plain call); quote ``bench_speed.py --compare``'s for speed claims.
+
+``--bounds``: no profiler; the forward certificate's bounds one by one, in ``applicable_to``'s
+order, every cache cleared before each certificate (the parameter tables read again too), CPU
+ms per bound: the least and the median over ``--repeat`` certificates (the least is the one a
+busy machine disturbs least), and the whole certificate's.
 """
 
 from __future__ import annotations
@@ -39,8 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
     ap.add_argument("--shape", default="0,1,2", help="indices into the three shapes")
+    ap.add_argument("--bounds", action="store_true",
+                    help="CPU ms per bound of the forward certificate, no profiler")
     a = ap.parse_args(argv)
     import attnio
+
+    if a.bounds:
+        return _bounds([SHAPES[int(i)] for i in a.shape.split(",")], a.repeat)
 
     shapes = [SHAPES[int(i)] for i in a.shape.split(",")]
     attnio.plan(1024, 64, 65536, causal=True)  # imports and first-call work out of the way
@@ -60,6 +71,42 @@ def main(argv: list[str] | None = None) -> int:
             attnio.plan(**kw, backward=a.backward)
             cpus.append((time.process_time() - c0) * 1e3)
         print(f"{kw}: cold {statistics.median(cpus):.2f} ms CPU (median of {a.repeat})")
+    return 0
+
+
+def _bounds(shapes: list[dict], repeat: int) -> int:
+    """Per bound of ``applicable_to``'s forward list, cold CPU ms (least, median)."""
+    import attnio
+    from attnio.bounds import base, exact, forward, levelled, reread
+    from attnio.bounds.asymptotic import standard_matmul_for
+
+    order = [("trivial", lambda s, M: exact.trivial_for(s)),
+             ("pv_segment (A)", forward.pv_segment_for),
+             ("qkpv_pooled (B)", forward.qkpv_pooled_for),
+             ("qkpv_levelled (B')", levelled.qkpv_levelled_for),
+             ("reread_cut (F)", reread.reread_cut_for),
+             ("large_cache", exact.large_cache_for),
+             ("small_cache", exact.small_cache_for),
+             ("standard_matmul", standard_matmul_for)]
+    attnio.plan(1024, 64, 65536, causal=True)  # imports out of the way
+    for kw in shapes:
+        kw = dict(kw)
+        M = kw.pop("M")
+        shape = base.attention_shape(kw.pop("N"), kw.pop("d"), **kw)
+        per: dict[str, list[float]] = {name: [] for name, _ in order}
+        total = []
+        for _ in range(repeat):
+            clear_attnio_caches()
+            t0 = time.process_time()
+            for name, fn in order:
+                c0 = time.process_time()
+                fn(shape, M)
+                per[name].append((time.process_time() - c0) * 1e3)
+            total.append((time.process_time() - t0) * 1e3)
+        print(f"M={M} {shape}: certificate's bounds cold, CPU ms, least / median of {repeat}: "
+              f"{min(total):.2f} / {statistics.median(total):.2f}")
+        for name, _ in order:
+            print(f"  {name:20s} {min(per[name]):6.3f} / {statistics.median(per[name]):6.3f}")
     return 0
 
 

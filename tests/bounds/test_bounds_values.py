@@ -325,3 +325,56 @@ def test_the_python_bisections_step_as_the_numpy_ones(work, monkeypatch):
         assert [F._A.closed(P, d, M) for P, d, M in work] == ref
     S._closed.cache_clear()
     S._prepared().clear()
+
+
+@pytest.mark.parametrize("theorem", [F._A, BK._D], ids=["A", "D"])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(work=st.lists(st.tuples(st.integers(10**5, 10**10), st.sampled_from([16, 40, 64, 128]),
+                               st.sampled_from([4096, 13615, 60000, 65536])),
+                     min_size=1, max_size=6))
+@example(work=[(4096 * 4096, 64, 65536), (3000 * 3000, 40, 60000)])
+def test_the_bisections_early_stop_changes_no_result(theorem, work, monkeypatch):
+    """_edges_vec with its floors (a bisection stops once its bound (b − 1)·(h(a) − 1) cannot
+    beat its owner's best, docs/bounds.md §12.2) gives every (P, d, M) the result of bisecting
+    every tooth, and at the issue's shapes it evaluates fewer nodes."""
+    nodes = []
+    node_eval = S._node_eval
+
+    def counted(theorem, d, Ms, *rest):
+        nodes.append(len(Ms))
+        return node_eval(theorem, d, Ms, *rest)
+
+    monkeypatch.setattr(S, "_node_eval", counted)
+    _clear_segment_caches()
+    S._prepared().clear()
+    got = [theorem.closed(P, d, M) for P, d, M in work]
+    pruned = sum(nodes)
+    vec = S._edges_vec
+    monkeypatch.setattr(S, "_edges_vec", lambda th, d, jobs, floor=None: vec(th, d, jobs))
+    _clear_segment_caches()
+    nodes.clear()
+    assert [theorem.closed(P, d, M) for P, d, M in work] == got
+    assert pruned <= sum(nodes)
+    if work[0] == (4096 * 4096, 64, 65536) and theorem is F._A:
+        assert pruned < sum(nodes)
+    _clear_segment_caches()
+
+
+@pytest.mark.parametrize("theorem", [F._A, F._B, BK._D, BK._E], ids=["A", "B", "D", "E"])
+def test_tabulated_parameters_are_params_lookup_s(theorem):
+    """segments._tabulated repeats params.lookup's operations inline: the same floats at every
+    d²/M, inside the table, on its nodes and beyond both ends."""
+    from attnio.bounds import params
+
+    def ref(d, M):
+        kappa, t = params.lookup(params.table(theorem.table), d * d / M)
+        if theorem.kind == "potential":
+            return kappa, t * max(math.sqrt(M), M / d)
+        return kappa, min(t * math.sqrt(M), theorem.nu_max * d)
+
+    cases = [(d, M) for d in (1, 3, 8, 40, 64, 128, 256, 1000) for M in
+             (1, 2, 7, 100, 1024, 4096, 13615, 60000, 65536, 65537, 10**6, 2**30, 2**50)]
+    cases += [(64, round(64 * 64 / 2.0 ** (g / 4))) for g in range(-70, 45)]
+    for d, M in cases:
+        assert S._tabulated(theorem, d, M) == ref(d, M), (d, M)

@@ -23,8 +23,8 @@ import functools
 import math
 from typing import Any
 
-__all__ = ["PACKED", "Table", "grid", "lookup", "matmul", "pack_json", "read_packed", "table",
-           "write_packed"]
+__all__ = ["PACKED", "Table", "grid", "lookup", "lookup_parts", "matmul", "pack_json",
+           "read_packed", "table", "write_packed"]
 
 #: (K/M, multiplier) per node of the grid.
 Table = tuple[tuple[float, float], ...]
@@ -53,13 +53,13 @@ def read_packed(data: bytes) -> dict[str, Any]:
 
     end = data.index(b"\n", len(MAGIC))
     header = json.loads(data[len(MAGIC):end])
-    flat = np.frombuffer(data, dtype="<f8", offset=end + 1).tolist()
+    flat = np.frombuffer(data, dtype="<f8", offset=end + 1)
     out: dict[str, Any] = {}
     i = 0
     for key, rows, cols in header:
         n = rows * max(cols, 1)
         part = flat[i:i + n]
-        out[key] = part if cols == 0 else [part[j:j + cols] for j in range(0, n, cols)]
+        out[key] = (part if cols == 0 else part.reshape(rows, cols)).tolist()
         i += n
     if i != len(flat):
         raise ValueError("packed table file: the header does not account for every number")
@@ -100,6 +100,12 @@ def pack_json(folder: str, packed: str) -> None:
 
 def packed_bytes(name: str) -> bytes:
     """The bytes of the packed table file ``name`` of this package."""
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    if os.path.isfile(path):  # (a plain install: read it directly, much cheaper)
+        with open(path, "rb") as f:
+            return f.read()
     from importlib import resources
 
     return resources.files(__name__.rpartition(".")[0]).joinpath(name).read_bytes()
@@ -108,8 +114,11 @@ def packed_bytes(name: str) -> bytes:
 @functools.cache
 def _load() -> dict[str, Any]:
     data = read_packed(packed_bytes("params.f64"))
-    tables = {name: tuple((row[0], row[1]) for row in data[name]) for name in "ABDE"}
-    return {"grid": tuple(data["grid_log2_x"]), "C": (data["C"][0], data["C"][1]), **tables}
+    tables = {name: tuple(map(tuple, data[name])) for name in "ABDE"}  # (two columns each)
+    nodes = tuple(data["grid_log2_x"])
+    parts = {name: (nodes, nodes[1] - nodes[0], len(nodes) - 2, tab)
+             for name, tab in tables.items()}
+    return {"grid": nodes, "C": (data["C"][0], data["C"][1]), "parts": parts, **tables}
 
 
 def grid() -> tuple[float, ...]:
@@ -125,6 +134,12 @@ def table(name: str) -> Table:
 def matmul() -> tuple[float, float]:
     """Theorem C's (K/M, μ/√M): one pair, matmul's optimum does not depend on the sizes."""
     return _load()["C"]
+
+
+def lookup_parts(name: str) -> tuple[tuple[float, ...], float, int, Table]:
+    """What :func:`lookup` reads for table ``name``: the nodes, their step, the last interval's
+    index and the table (for callers that repeat lookup's operations inline)."""
+    return _load()["parts"][name]
 
 
 def lookup(tab: Table, x: float) -> tuple[float, float]:

@@ -140,58 +140,136 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     return np.maximum(both[:, :nb].max(axis=1), both[:, nb:].max(axis=1))
 
 
-#: Levels of the bisection of :func:`_kappas` evaluated per round (every node of the subtree
-#: below each open bracket, 2^levels - 1 per t, in one call of :func:`_line_max`).
-_LEVELS = 3
-
-
 def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
     """For each t, a lower bound on the rows plus keys of one column split by the cut when
     min(products before, products after) in that column is t (§5.1 step 4): the least integer k
     with max_{x+v=k} F >= t, capped at min(rows, keys), to a relative 10⁻⁴ (2·10⁻² when rows and
     keys both exceed 10⁵, where a search of a few steps keeps a cold call cheap; the search
-    returns the lower end, so either is a valid lower bound).  It lies in [⌈t/D⌉, ⌈2√t⌉ + 1]: a split row or key carries at most
-    D = max(keys, rows) products of the side it bounds, and F >= x·v >= k²/4 at x = v = k/2.
-    The line maximum is non-decreasing in k (F grows in x and in v): a binary search, all t at
-    once, :data:`_LEVELS` steps per round (the nodes of the next levels below every open
-    bracket evaluated together, then each bisection takes its steps: the same steps, and the
-    same ends, as one step per round, :func:`_kappas_stepwise`)."""
+    returns the lower end, so either is a valid lower bound).  It lies in [⌈t/D⌉, ⌈2√t⌉ + 1]: a
+    split row or key carries at most D = max(keys, rows) products of the side it bounds, and
+    F >= x·v >= k²/4 at x = v = k/2.  The line maximum is non-decreasing in k (F grows in x and
+    in v): a binary search, all t at once, as :func:`_kappas_stepwise` steps it (the same steps
+    and ends), in few rounds (docs/bounds.md §12.2): each round every open bisection takes the
+    paths it would take if its answer were a guess g, g − 1 or g + 1 (:func:`_path`), every node
+    of those paths is evaluated in one call of :func:`_line_max`, and each bisection then takes
+    the scalar steps through the nodes evaluated, up to the first node it needs that is not
+    there (a wrong guess costs a round, never a step).  The first guess (:func:`_first_guess`)
+    is the answer where the line maximum is the largest of k²/4, S(k) and T(k) (no mask; causal
+    rows of several query heads); every later guess puts √(line maximum) linear in k between the
+    nearest nodes on either side of t (:func:`_guess`)."""
     t = np.asarray(t, dtype=float)
     tol = _TOL_SMALL if min(r.rows, r.nkv) <= _SMALL else _TOL_LARGE
     lo = np.ceil(t / max(r.nkv, r.rows)).astype(np.int64)
     hi = np.where(t > 0, np.minimum(min(r.rows, r.nkv), np.ceil(2.0 * np.sqrt(t)) + 1), 0)
     hi = np.maximum(hi.astype(np.int64), lo)
-    width = 2 ** _LEVELS - 1
-    while True:
-        live = np.nonzero(hi - lo > tol * lo)[0]
-        if not len(live):
-            return lo
-        # the subtree of each open bracket, level by level (node i's children 2i + 1, 2i + 2:
-        # the left one the bracket [lo, mid] where the line maximum reaches t at mid)
-        LO = np.empty((len(live), width), dtype=np.int64)
-        HI = np.empty((len(live), width), dtype=np.int64)
-        LO[:, 0], HI[:, 0] = lo[live], hi[live]
-        for i in range(width // 2):
-            mid = (LO[:, i] + HI[:, i]) // 2
-            LO[:, 2 * i + 1], HI[:, 2 * i + 1] = LO[:, i], mid
-            LO[:, 2 * i + 2], HI[:, 2 * i + 2] = mid + 1, HI[:, i]
-        mids = (LO + HI) // 2
-        tl = np.repeat(t[live], width)
-        ok = (_line_max(r, mids.ravel().astype(float)) * (1.0 + 1e-9) + 1.0 >= tl).reshape(
-            mids.shape)
-        L, H = lo[live], hi[live]
-        node = np.zeros(len(live), dtype=np.int64)
-        rows = np.arange(len(live))
-        for _ in range(_LEVELS):
-            open_ = H - L > tol * L
-            if not open_.any():
-                break
-            mid = (L + H) // 2
-            okn = ok[rows, node]
-            H = np.where(open_ & okn, mid, H)
-            L = np.where(open_ & ~okn, mid + 1, L)
-            node = np.where(okn, 2 * node + 1, 2 * node + 2)
-        lo[live], hi[live] = L, H
+    live = np.nonzero(hi - lo > tol * lo)[0]
+    if not len(live):
+        return lo
+    # √ of the line maximum each t needs (inflated as the test): where the guesses aim
+    aim = np.sqrt(np.maximum(t - 1.0, 0.0) / (1.0 + 1e-9))
+    guess = np.minimum(np.maximum(_first_guess(r, aim), lo), hi).astype(np.int64).tolist()
+    aims = aim.tolist()
+    los, his = lo.tolist(), hi.tolist()
+    open_ = live.tolist()
+    known: dict[int, dict[int, tuple[float, bool]]] = {i: {} for i in open_}
+    while open_:
+        # the paths each bisection takes if its answer is its guess, or one either side
+        ks: list[int] = []
+        spans: list[tuple[int, int, int]] = []
+        for i in open_:
+            want = _path(los[i], his[i], guess[i], tol)
+            spans.append((i, len(ks), len(ks) + len(want)))
+            ks.extend(want)
+        tk = np.repeat(t[[i for i, _, _ in spans]], [e - b for _, b, e in spans])
+        lm = _line_max(r, np.array(ks, dtype=float))
+        okl = (lm * (1.0 + 1e-9) + 1.0 >= tk).tolist()
+        lml = lm.tolist()
+        for i, b, e in spans:
+            known[i].update(zip(ks[b:e], zip(lml[b:e], okl[b:e])))
+        nxt = []
+        for i in open_:  # the scalar steps, as far as the nodes evaluated go
+            nodes = known[i]
+            A, B = los[i], his[i]
+            while B - A > tol * A:
+                mid = (A + B) // 2
+                got = nodes.get(mid)
+                if got is None:
+                    break
+                if got[1]:
+                    B = mid
+                else:
+                    A = mid + 1
+            los[i], his[i] = A, B
+            if B - A > tol * A:
+                guess[i] = _guess(nodes, aims[i], A, B)
+                nxt.append(i)
+        open_ = nxt
+    return np.array(los, dtype=np.int64)
+
+
+def _first_guess(r: Rows, aim: np.ndarray) -> np.ndarray:
+    """A first guess of each κ: the least k (real) at which one of three values on the line
+    x + v = k that :func:`_line_max` bounds from below reaches aim² — x·v at x = v = k/2 (k²/4),
+    S(k) at x = 0 and T(k) at v = 0, each the root of a quadratic — so at least the answer,
+    and the answer where the line maximum is the largest of them (F convex along the line, as
+    without a mask or with the causal rows of several query heads).  Only a guess."""
+    need = aim * aim
+    out = 2.0 * aim  # k²/4 >= need
+    hq, lo, hi, full = float(r.hq), float(r.lo), float(r.hi), float(r.full)
+    with np.errstate(invalid="ignore"):
+        if r.hi >= r.lo:  # S(k) = hq·(m(m+1) − lo(lo − 1))/2, m = min(k, hi), k >= lo
+            m = (np.sqrt(1.0 + 4.0 * (2.0 * need / hq + lo * (lo - 1.0))) - 1.0) / 2.0
+            out = np.where(m <= hi, np.minimum(out, np.maximum(m, lo)), out)
+        # T(k) = hq·(u(u + 1)/2 + full·(nkv − hi + u)), u = k/hq − full, k >= hq·full
+        b = 0.5 + full
+        u = np.sqrt(b * b - 2.0 * (full * (r.nkv - hi) - need / hq)) - b
+        out = np.minimum(out, np.where(np.isfinite(u), hq * (np.maximum(u, 0.0) + full), out))
+    return np.ceil(np.nan_to_num(out, nan=0.0, posinf=0.0))
+
+
+def _path(lo: int, hi: int, g: int, tol: float) -> list[int]:
+    """The nodes the bisection of [lo, hi] visits if its answer is g, g − 1 or g + 1 (their
+    paths part where the node is g − 1 or g, and go on from there)."""
+    out = []
+    tails = []
+    A, B = lo, hi
+    while B - A > tol * A:
+        mid = (A + B) // 2
+        out.append(mid)
+        if mid == g - 1:
+            tails.append((A, mid, g - 1))  # (towards g − 1: the left half)
+        elif mid == g:
+            tails.append((mid + 1, B, g + 1))  # (towards g + 1: the right half)
+        if mid >= g:
+            B = mid
+        else:
+            A = mid + 1
+    for A, B, h in tails:
+        while B - A > tol * A:
+            mid = (A + B) // 2
+            out.append(mid)
+            if mid >= h:
+                B = mid
+            else:
+                A = mid + 1
+    return out
+
+
+def _guess(nodes: dict[int, tuple[float, bool]], aim: float, lo: int, hi: int) -> int:
+    """The next guess of a bisection's answer in [lo, hi], from the nodes k -> (line maximum,
+    test) evaluated: √(line maximum) linear in k between the largest node that fails the test
+    and the least that passes (the middle without both)."""
+    below = [(k, v) for k, (v, ok) in nodes.items() if not ok]
+    above = [(k, v) for k, (v, ok) in nodes.items() if ok]
+    if below and above:
+        ka, va = max(below)
+        kb, vb = min(above)
+        sa, sb = math.sqrt(max(va, 0.0)), math.sqrt(max(vb, 0.0))
+        if kb > ka and sb > sa:
+            x = ka + (kb - ka) * (aim - sa) / (sb - sa)
+            if math.isfinite(x):
+                return min(max(math.ceil(x), lo), hi)
+    return (lo + hi) // 2
 
 
 def _kappas_stepwise(r: Rows, t: np.ndarray) -> np.ndarray:

@@ -32,6 +32,7 @@ elementwise, with the same floats and integers bit for bit (the scalar ones stay
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -159,16 +160,22 @@ if TYPE_CHECKING:
 
 
 def _cubes(x: FloatArray) -> FloatArray:
-    """``x ** 3`` elementwise, rounded as the scalar code's ``p0 ** 3`` (Python's float power)."""
-    return np.array([v ** 3 for v in x.tolist()], dtype=np.float64)
+    """``x ** 3`` elementwise, rounded as the scalar code's ``p0 ** 3`` (Python's float power:
+    ``pow(v, 3)`` is ``v ** 3``, mapped without a Python-level loop)."""
+    vals = x.tolist()
+    return np.fromiter(map(pow, vals, itertools.repeat(3)), dtype=np.float64, count=len(vals))
 
 
 def _sum_line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray) -> FloatArray:
     """:func:`sum_line_peak` elementwise, lines T (lines × pairs) × branches (c2, c3): (lines ×
     branches × pairs), the same operations (its two special cases by branch)."""
-    c2c, c3c, Tc = c2[:, None], c3[:, None], T[:, None, :]
-    b = 3.0 * (c3c * Tc - c2c)
-    out: FloatArray = (b + np.sqrt(b * b + 32.0 * c2c * c3c * Tc)) / (8.0 * c3c)
+    Tc = T[:, None, :]
+    if ((c3 == 0.0) | (c2 == 0.0)).all():  # (every branch one of the special cases: no root)
+        out: FloatArray = np.empty((T.shape[0], len(c2), T.shape[1]))
+    else:
+        c2c, c3c = c2[:, None], c3[:, None]
+        b = 3.0 * (c3c * Tc - c2c)
+        out = (b + np.sqrt(b * b + 32.0 * c2c * c3c * Tc)) / (8.0 * c3c)
     if (c3 == 0.0).any():
         out[:, c3 == 0.0, :] = 2.0 * Tc / 3.0
     c2only = (c2 == 0.0) & (c3 != 0.0)
@@ -279,12 +286,12 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     okv[2] &= ne  # (the last polygon's vertical edge only where M + K rounds to M)
     if kept is not None:
         okv &= kept[None, :, :]
-    if okv.any():
-        p0e = p0[:, None, :]
-        qc = np.maximum(qv, 0.0)
-        F2 = np.sqrt(qc * gp0[:, None, :]) - mua * (p0e + qc)
-        F2[~okv | np.isnan(F2)] = -np.inf
-        best = np.maximum(best, F2.max(axis=1))
+    if okv.any():  # (at the peaks inside only: a maximum does not depend on its order)
+        pi, bi, ei = np.nonzero(okv)
+        qc = np.maximum(qv[pi, bi, ei], 0.0)
+        F2 = np.sqrt(qc * gp0[pi, ei]) - mua[ei] * (p0[pi, ei] + qc)
+        good = ~np.isnan(F2)  # (a NaN never wins in the scalar code's v > best)
+        np.maximum.at(best, (pi[good], ei[good]), F2[good])
     MKe = Ma + Ka if u is None else MK[u]
     Ke = Ka if u is None else Ka[u]
     lam = mua * MKe + best[0]
@@ -631,7 +638,6 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
 
     n = len(T)
     ids = np.arange(n)
-    best = _pymax(best_y(lo, ids), best_y(hi, ids))
     # the cuts: lo, the breaks strictly inside, hi (none where lo == hi: no piece)
     C = np.full((n, len(breaks) + 2), np.nan)
     C[:, 0] = lo
@@ -643,33 +649,58 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
     valid = hi > lo
     C[ids[valid], pos[valid]] = hi[valid]
     pieces = np.where(valid, pos, 0)
-    for k in range(int(pieces.max(initial=0))):
+    # best_y at every cut (each cut ends one piece and starts the next) and at hi where there
+    # is no piece, the value on the lower line at each peak of J(I)·(T − I): each once (an
+    # elementwise function of its point and problem: the floats of evaluating it per piece)
+    cr, cc = np.nonzero(~np.isnan(C))
+    Y = np.full(C.shape, np.nan)
+    Y[cr, cc] = best_y(C[cr, cc], cr)
+    y_hi = Y[ids, pieces]
+    none = ~valid
+    if none.any():
+        y_hi[none] = best_y(hi[none], ids[none])
+    best = _pymax(Y[:, 0], y_hi)
+    maxp = int(pieces.max(initial=0))
+    peaks = [(I, at(I, T - I, ids)) for I in J_peaks(T)] if maxp else []
+    # where every break is <= flat_until, only a problem's last piece has certified cells, and
+    # they are its last step: all problems' in one batch after the loop (the same steps each)
+    last_only = max(breaks, default=-math.inf) <= flat_until
+    for k in range(maxp):
         i = ids[pieces > k]
         a, b = C[i, k], C[i, k + 1]
-        Ti = T[i]
         bi = best[i]
-        for I in J_peaks(Ti):
-            ok = (a < I) & (I < b)
+        for I, v in peaks:
+            Ii = I[i]
+            ok = (a < Ii) & (Ii < b)
             if ok.any():
-                bi = np.where(ok, _pymax(bi, at(I, Ti - I, i)), bi)
-        bi = _pymax(_pymax(bi, best_y(a, i)), best_y(b, i))
+                bi = np.where(ok, _pymax(bi, v[i]), bi)
+        bi = _pymax(_pymax(bi, Y[i, k]), Y[i, k + 1])
         best[i] = bi
         r = b > flat_until
+        if r.any() and not last_only:
+            _mid_pieces(best, i[r], a[r], b[r], T, nu, J, rho)
+    if last_only and maxp:  # (each problem's certified cells after all its other steps)
+        i = ids[valid]
+        r = C[i, pieces[i]] > flat_until
         if r.any():
-            ri = i[r]
-
-            def up_a(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
-                out: FloatArray = np.sqrt(_pymax(J(x), 0.0) * _pymax(T[j] - x + rho(x), 0.0))
-                return out
-
-            def up_b(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
-                out: FloatArray = nu[j] * (T[j] + rho(x))
-                return out
-
-            got = _mid_many(lambda x, j: up_a(x, ri[j]), lambda x, j: up_b(x, ri[j]),
-                            a[r], b[r], best[ri])
-            best[ri] = got
+            i = i[r]
+            _mid_pieces(best, i, C[i, pieces[i] - 1], C[i, pieces[i]], T, nu, J, rho)
     return best
+
+
+def _mid_pieces(best: FloatArray, i: npt.NDArray[np.intp], a: FloatArray, b: FloatArray,
+                T: FloatArray, nu: FloatArray, J: ArrayFn, rho: ArrayFn) -> None:
+    """The certified cells of :func:`_pooled_max_many` on the pieces [a, b] of the problems
+    ``i``, from their best values so far (updated in place)."""
+    def up_a(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
+        out: FloatArray = np.sqrt(_pymax(J(x), 0.0) * _pymax(T[j] - x + rho(x), 0.0))
+        return out
+
+    def up_b(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
+        out: FloatArray = nu[j] * (T[j] + rho(x))
+        return out
+
+    best[i] = _mid_many(lambda x, j: up_a(x, i[j]), lambda x, j: up_b(x, i[j]), a, b, best[i])
 
 
 # ---------------------------------------------------------------------------- evaluation (A-E)
@@ -1363,11 +1394,43 @@ def _fine_many(theorem: PairsTheorem, d: int,
                 b = ks[a + 1] if a + 1 < nk else 2 * ks[a]
                 near = tuple((ks[j], hs[j]) for j in (a - 1, a, a + 1) if 0 <= j < nk)
                 jobs.append([q, n, ks[a], vals[a], b, M2, wf, w_cmp, len(tops) - 1, near, {}])
-    _edges_vec(theorem, d, jobs)
+    _edges_vec(theorem, d, jobs, [tops[job[8]][0] for job in jobs])
     for q, _, a, va, *_, r, _, _ in jobs:  # in the order of fine_best's jobs
         if va > tops[r][0]:
             tops[r] = (va, a, q)
     return tops
+
+
+def _prune_edges(jobs: list[list[Any]], live: Sequence[int], a: Sequence[int],
+                 b: Sequence[int], va: list[int], floor: Sequence[int]) -> list[int]:
+    """The jobs of ``live`` (brackets [a, b) of :func:`_edges_vec`) that can still give their
+    owner's result, the others marked (value −1: never taken, docs/bounds.md §12.2).
+
+    A job's edge K_e lies in [a, b − 1] and h − 1 does not increase with K, so its value
+    K_e·(h(K_e) − 1) is at most ``ub = (b − 1)·(va // a)`` (va // a = h(a) − 1) and at least
+    ``n·a`` (h(K_e) − 1 >= n; exactly ``va`` once done).  :func:`_fine_many` takes a job's value
+    only where it exceeds the owner's best before the bisections (``floor``) and every job
+    before it: a job with ``ub <= floor``, or ``ub`` below another job's least value, is never
+    taken (its value is below that job's, which is taken or itself below another, up to one
+    that stays), so it need not be bisected: the same result."""
+    best: dict[int, int] = {}
+    live_set = set(live)
+    for i, job in enumerate(jobs):
+        if va[i] < 0:
+            continue
+        low = job[1] * a[i] if i in live_set else va[i]
+        r = job[8]
+        if low > best.get(r, -1):
+            best[r] = low
+    keep = []
+    for i in live:
+        ub = (b[i] - 1) * (va[i] // a[i])
+        r = jobs[i][8]
+        if ub <= floor[i] or ub < best.get(r, -1):
+            va[i] = -1
+        else:
+            keep.append(i)
+    return keep
 
 
 def _edge_target(a: int, b: int, n: int,
@@ -1394,10 +1457,12 @@ def _edge_target(a: int, b: int, n: int,
     return (a + b) // 2
 
 
-def _edges_many(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
+def _edges_many(theorem: PairsTheorem, d: int, jobs: list[list[Any]],
+                floor: Sequence[int] | None = None) -> None:
     """The bisections of :func:`_fine_many`, in rounds: each job ``[q, n, a, va, b, M, w,
     w_cmp, owner, estimates, nodes]`` ends with a, va its right edge and the value there, as
-    :func:`_right_edge` (h − 1 >= n at a; the steps of the scalar bisection)."""
+    :func:`_right_edge` (h − 1 >= n at a; the steps of the scalar bisection).  Every job is
+    bisected (``floor``, :func:`_edges_vec`'s early stop, is not used here)."""
     assert theorem.lambdas is not None
     while True:
         Ks: list[int] = []
@@ -1472,29 +1537,24 @@ def _node_eval(theorem: PairsTheorem, d: int, Ms: Sequence[int], Ks: Sequence[in
 _K_VEC = 1 << 61
 
 
-def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
-    """:func:`_edges_many` with every step in numpy: each round, every bisection that is not
-    done takes the path of the scalar bisection towards its interpolated edge (1/h, or Λ_f/work
-    for n = 1, linear in K between the bracket's ends), all the paths' nodes are evaluated at
-    once, and each bisection follows its path as long as the scalar steps do: where a node's
-    decision differs from the path's, it takes the scalar step there and starts the next round
-    from that bracket (the nodes further on the path are in the other half: never needed).
-    The same steps, values and edges as :func:`_edges_many`."""
+def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]],
+               floor: Sequence[int] | None = None) -> None:
+    """:func:`_edges_many` in few rounds: each round, every bisection that is not done takes
+    the path of the scalar bisection towards its interpolated edge (1/h, or Λ_f/work for
+    n = 1, linear in K between the bracket's ends), all the paths' nodes are evaluated at once
+    (one call of the theorem's maxima), and each bisection follows its path as long as the
+    scalar steps do: where a node's decision differs from the path's, it takes the scalar step
+    there and starts the next round from that bracket (the nodes further on the path are in the
+    other half: never needed).  The same steps, values and edges as :func:`_edges_many`; with
+    ``floor`` (per job, its owner's best value before the bisections), the jobs that cannot
+    give their owner's result stop, each round, with the value −1 (:func:`_prune_edges`).
+    (The paths and steps are Python integers: a few dozen bisections of a few dozen levels,
+    where numpy's cost per call would dominate.)"""
     if not jobs:
         return
     if max(job[4] for job in jobs) >= _K_VEC:
         _edges_many(theorem, d, jobs)
         return
-    q = np.array([job[0] for job in jobs], dtype=np.float64)
-    n = np.array([job[1] for job in jobs], dtype=np.int64)
-    a = np.array([job[2] for job in jobs], dtype=np.int64)
-    b = np.array([job[4] for job in jobs], dtype=np.int64)
-    Mj = [job[5] for job in jobs]  # (ints: as _edges_many passes them)
-    wf = np.array([job[6] for job in jobs], dtype=np.float64)
-    wc = np.array([job[7] for job in jobs], dtype=np.float64)
-    one = n == 1
-    nf = n.astype(np.float64) - 1.0  # h − 1 >= n: c >= n − 1
-    yt = np.where(one, 1.0, 1.0 / n)
 
     def y_of(e: tuple[float, float] | None, first: bool) -> float:
         if e is None:
@@ -1502,76 +1562,65 @@ def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]]) -> None:
         v = e[1] if first else e[0]
         return 1.0 / v if v > 0.0 and math.isfinite(v) else math.nan
 
-    ya = np.array([y_of(dict(job[9]).get(job[2]), job[1] == 1) for job in jobs])
-    yb = np.array([y_of(dict(job[9]).get(job[4]), job[1] == 1) for job in jobs])
+    a = [job[2] for job in jobs]
+    b = [job[4] for job in jobs]
     va: list[int] = [job[3] for job in jobs]
-    live = np.nonzero(b - a > 1)[0]
-    while len(live):
-        A, B = a[live], b[live]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            t = A + (B - A) * ((yt[live] - ya[live]) / (yb[live] - ya[live]))
-        mid = A + (B - A) // 2
-        good = np.isfinite(t)
-        T = np.where(good, np.floor(np.where(good, t, 0.0)), mid).astype(np.int64)
-        T = np.minimum(np.maximum(T, A), B - 1)
-        L = int((B - A).max()).bit_length() + 1
-        m = len(live)
-        C = np.zeros((m, L), dtype=np.int64)
-        AL = np.empty((m, L), dtype=np.int64)
-        BL = np.empty((m, L), dtype=np.int64)
-        valid = np.zeros((m, L), dtype=bool)
-        for lvl in range(L):
-            act = B - A > 1
-            if not act.any():
+    ns = [job[1] for job in jobs]
+    yt = [1.0 if n == 1 else 1.0 / n for n in ns]
+    ya = [y_of(dict(job[9]).get(job[2]), job[1] == 1) for job in jobs]
+    yb = [y_of(dict(job[9]).get(job[4]), job[1] == 1) for job in jobs]
+    live = [i for i in range(len(jobs)) if b[i] - a[i] > 1]
+    while live:
+        if floor is not None:
+            live = _prune_edges(jobs, live, a, b, va, floor)
+            if not live:
                 break
-            c = A + (B - A) // 2  # = (A + B) // 2 for A, B >= 0
-            valid[:, lvl] = act
-            C[:, lvl] = c
-            AL[:, lvl] = A
-            BL[:, lvl] = B
-            dec = c <= T
-            A = np.where(act & dec, c, A)
-            B = np.where(act & ~dec, c, B)
-        rows, cols = np.nonzero(valid)
-        Ks = C[rows, cols]
-        jj = live[rows]
-        cv, hv, zv = _node_eval(theorem, d, [Mj[j] for j in jj.tolist()], Ks.tolist(),
-                                q[jj].tolist(), wf[jj], wc[jj])
-        act_dec = cv >= nf[jj]
-        mis = np.zeros((m, L), dtype=bool)
-        mis[rows, cols] = act_dec != (Ks <= T[rows])
-        CV = np.full((m, L), np.nan)
-        CV[rows, cols] = cv
-        YV = np.full((m, L), np.nan)
+        paths: list[tuple[int, int, list[int]]] = []  # (job, its target, its path's nodes)
+        Ks: list[int] = []
+        who: list[int] = []
+        for i in live:
+            A, B = a[i], b[i]
+            den = yb[i] - ya[i]
+            T = A + (B - A) // 2
+            if den != 0.0:
+                t = A + (B - A) * ((yt[i] - ya[i]) / den)
+                if math.isfinite(t):
+                    T = math.floor(t)
+            T = min(max(T, A), B - 1)
+            path = []
+            while B - A > 1:
+                c = A + (B - A) // 2
+                path.append(c)
+                if c <= T:
+                    A = c
+                else:
+                    B = c
+            paths.append((i, T, path))
+            Ks.extend(path)
+            who.extend([i] * len(path))
+        cv, hv, zv = _node_eval(theorem, d, [jobs[i][5] for i in who], Ks,
+                                [jobs[i][0] for i in who],
+                                np.array([jobs[i][6] for i in who], dtype=np.float64),
+                                np.array([jobs[i][7] for i in who], dtype=np.float64))
+        one = np.array([ns[i] == 1 for i in who], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
-            yv = np.where(one[jj], 1.0 / zv, 1.0 / hv)
-        YV[rows, cols] = np.where(np.isfinite(yv) & (yv > 0.0), yv, np.nan)
-        AD = np.zeros((m, L), dtype=bool)
-        AD[rows, cols] = act_dec
-        has = mis.any(axis=1)
-        first = np.argmax(mis, axis=1)
-        r = np.arange(m)
-        # where a path was followed to its end: A, B; else the bracket before the first
-        # differing node, and the scalar step there
-        cf = C[r, first]
-        up = has & AD[r, first]
-        na = np.where(up, cf, np.where(has, AL[r, first], A))
-        nb = np.where(has & ~up, cf, np.where(has, BL[r, first], B))
-        # the values and estimates at the new ends: nodes of this round (a path's nodes are
-        # distinct), or as before
-        eq = (C == na[:, None]) & valid
-        at = np.nonzero(eq.any(axis=1))[0]
-        col = np.argmax(eq, axis=1)
-        ya[live[at]] = YV[at, col[at]]
-        for i, K, cc in zip(live[at].tolist(), na[at].tolist(), CV[at, col[at]].tolist()):
-            va[i] = K * (int(cc) + 1)
-        eq = (C == nb[:, None]) & valid
-        at = np.nonzero(eq.any(axis=1))[0]
-        col = np.argmax(eq, axis=1)
-        yb[live[at]] = YV[at, col[at]]
-        a[live], b[live] = na, nb
-        live = live[nb - na > 1]
-    for job, ai, vi in zip(jobs, a.tolist(), va):
+            yv = np.where(one, 1.0 / zv, 1.0 / hv)
+        yv = np.where(np.isfinite(yv) & (yv > 0.0), yv, np.nan)
+        cl, yl = cv.tolist(), yv.tolist()
+        k = 0
+        for i, T, path in paths:
+            nf = ns[i] - 1.0  # h − 1 >= n: c >= n − 1
+            for j, c in enumerate(path):
+                up = cl[k + j] >= nf
+                if up:
+                    a[i], va[i], ya[i] = c, c * (int(cl[k + j]) + 1), yl[k + j]
+                else:
+                    b[i], yb[i] = c, yl[k + j]
+                if up != (c <= T):  # the path's guess was wrong here: the next round
+                    break
+            k += len(path)
+        live = [i for i in live if b[i] - a[i] > 1]
+    for job, ai, vi in zip(jobs, a, va):
         job[2], job[3] = ai, vi
 
 
@@ -1644,9 +1693,12 @@ def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int,
     per = []
     for M, part in missing:
         kappa, p = _tabulated(theorem, d, M)
+        if part == 0:  # (the first candidate does not depend on the retries)
+            per.append([(max(1, round(kappa * M)), p)])
+            continue
         cands = tabulated_candidates(M, kappa, p, zero_too=potential,
                                      retry=refine and (potential or M <= 16 * d * d))
-        per.append(cands[:1] if part == 0 else cands[1:])
+        per.append(cands[1:])
     fM = [M for (M, _), c in zip(missing, per) for _ in c]
     fK = [K for c in per for K, _ in c]
     fq = [q for c in per for _, q in c]
@@ -1726,8 +1778,20 @@ def _search_many(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...],
 
 
 def _tabulated(theorem: PairsTheorem, d: int, M: int) -> tuple[float, float]:
-    """(κ, the multiplier) tabulated for the theorem at x = d²/M."""
-    kappa, t = params.lookup(params.table(theorem.table), d * d / M)
+    """(κ, the multiplier) tabulated for the theorem at x = d²/M (:func:`params.lookup`'s
+    operations, its table's constants read once per call)."""
+    nodes, step, last, tab = params.lookup_parts(theorem.table)
+    x = d * d / M
+    t = math.log2(x)
+    if t <= nodes[0]:
+        kappa, m = tab[0]
+    elif t >= nodes[-1]:
+        kappa, m = tab[-1]
+    else:
+        i = min(int((t - nodes[0]) / step), last)
+        w = (t - nodes[i]) / step
+        (k0, m0), (k1, m1) = tab[i], tab[i + 1]
+        kappa, m = k0 + w * (k1 - k0), m0 + w * (m1 - m0)
     if theorem.kind == "potential":
-        return kappa, t * max(math.sqrt(M), M / d)
-    return kappa, min(t * math.sqrt(M), theorem.nu_max * d)
+        return kappa, m * max(math.sqrt(M), M / d)
+    return kappa, min(m * math.sqrt(M), theorem.nu_max * d)
