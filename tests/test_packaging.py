@@ -109,25 +109,22 @@ def test_missing_extra_message_names_the_extra_and_the_pip_command():
     assert isinstance(e.value, ImportError) and e.value.extra == "plot"
 
 
-@pytest.fixture(scope="module")
-def bare_import_attnio() -> tuple[str, str]:
-    """One fresh interpreter (no other import has loaded anything first): the modules loaded by
-    ``import attnio``, then, on a second line, ``attnio.X`` for each name of ``__all__`` (the
-    lazy ones load on first access) and a name deep inside one of them."""
+def test_a_bare_import_attnio_loads_no_optional_package_and_reaches_every_subpackage():
+    """One fresh interpreter (no other import has loaded anything first; one process for both
+    checks, an interpreter start costs more than they do): ``import attnio`` loads no optional
+    package; then ``attnio.X`` for each name of ``__all__`` (the lazy ones load on first
+    access) and a name deep inside one of them."""
     r = _python("import sys, attnio\n"
                 "print(' '.join(sorted(sys.modules)))\n"
                 "for n in attnio.__all__:\n"
                 "    getattr(attnio, n)\n"
                 "print(attnio.blocks.matmul.run_matmul.__name__)")
     assert r.returncode == 0, r.stderr
-    loaded, reached = r.stdout.splitlines()
-    return loaded, reached
-
-
-def test_import_attnio_loads_no_optional_package(bare_import_attnio):
-    loaded = {m.split(".")[0] for m in bare_import_attnio[0].split()}
+    modules, reached = r.stdout.splitlines()
+    loaded = {m.split(".")[0] for m in modules.split()}
     assert "attnio" in loaded and "numpy" in loaded
     assert loaded.isdisjoint(NOT_AT_IMPORT), sorted(loaded & set(NOT_AT_IMPORT))
+    assert reached.split() == ["run_matmul"]
 
 
 # Runs in a fresh interpreter in which every optional package fails to import as if it were not
@@ -262,12 +259,6 @@ def _private_imports_across_packages() -> list[tuple[str, str]]:
 
 def test_no_private_name_is_imported_across_packages():
     assert _private_imports_across_packages() == []
-
-
-def test_every_public_subpackage_is_reachable_from_a_bare_import_attnio(bare_import_attnio):
-    """``import attnio`` then ``attnio.X`` for each name of ``__all__`` (the lazy ones load on
-    first access): a fresh interpreter, so no other import has loaded them first."""
-    assert bare_import_attnio[1].split() == ["run_matmul"]
 
 
 def test_every_data_file_in_the_package_is_listed_in_package_data():
