@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import sqlite3
 import sys
+import tempfile
 from types import ModuleType
 
 import numpy as np
@@ -16,6 +18,8 @@ from attnio.algorithms import mapper
 from attnio.core.errors import MissingExtraError
 from attnio.core.extras import EXTRAS, available
 
+#: the run's calibration folder (pytest_configure), in the controller's stash
+_CACHE_DIR = pytest.StashKey[str]()
 #: the thread pools of the numerical libraries the tests use (OpenMP: torch; OpenBLAS, MKL: numpy)
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -27,14 +31,28 @@ def pytest_configure(config):
     Two workers on two cores each spinning up two torch/OpenMP threads oversubscribe the
     machine: their busy-waiting threads cost several times the CPU of one thread (a float32
     gradient test: 7 s of CPU against 0.4 s)."""
-    # the PyTorch kernel's per-machine calibration (torch_ops) is kept in memory only: the suite
-    # writes nothing under the user's ~/.cache (a test that checks the file sets its own folder)
-    os.environ.setdefault("ATTNIO_CACHE_DIR", "")
+    # the PyTorch kernel's per-machine calibration (torch_ops: a micro-benchmark of 1-2 s of CPU
+    # per dtype and thread count) goes to a folder of this run's own, shared by its xdist workers
+    # as the library shares it between the processes of a machine (one worker measures, the
+    # other reads), removed at the end: the suite writes nothing under the user's ~/.cache (a
+    # test that checks the file sets its own folder)
+    if "ATTNIO_CACHE_DIR" not in os.environ and not hasattr(config, "workerinput"):
+        folder = tempfile.mkdtemp(prefix="attnio-tests-")
+        os.environ["ATTNIO_CACHE_DIR"] = folder
+        config.stash[_CACHE_DIR] = folder
     workers = getattr(config.option, "numprocesses", None)
     if workers and not hasattr(config, "workerinput"):
         threads = str(max(1, (os.cpu_count() or 1) // int(workers)))
         for var in THREAD_VARS:
             os.environ.setdefault(var, threads)
+
+
+def pytest_unconfigure(config):
+    """Remove the run's calibration folder (:func:`pytest_configure`)."""
+    folder = config.stash.get(_CACHE_DIR, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("ATTNIO_CACHE_DIR", None)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -24,6 +24,12 @@ STEP_BUDGET = 6000  # compute-mode cases above this many tile steps are left to 
 #: ``-m slow``: the same schedules and tilings run in the default suite at N = 7 and 33, and their
 #: counts at N = 100 are checked step by step in count mode (test_count_mode_...)
 FAST_STEPS = 800
+#: the compute grid: every (N, d, causal) at the M values of ``_m_values``.  A case's step count
+#: (which run it belongs to) is known only once its count has run, so each test loops over the
+#: grid's M values itself (the count run it needs anyway) instead of the collection running
+#: every count in every xdist worker
+GRID_N, GRID_D = (1, 7, 33, 100), (1, 3, 64)
+PARTS = {"fast": (0, FAST_STEPS), "slow": (FAST_STEPS, STEP_BUDGET)}
 
 
 def _m_values(alg, shape: Shape) -> list[int]:
@@ -33,51 +39,56 @@ def _m_values(alg, shape: Shape) -> list[int]:
     return sorted(v for v in vals if v <= top)
 
 
-def _compute_cases():
-    """(default-run cases, slow cases)."""
-    cases, slow = [], []
-    for name in ALGS:
-        alg = attnio.algorithms.get(name)
-        for N, d, causal in itertools.product((1, 7, 33, 100), (1, 3, 64), (False, True)):
-            shape = Shape(N, N, d)
-            for M in _m_values(alg, shape):
-                steps = attnio.run(name, shape=shape, M=M, mode="count", causal=causal).io.steps
-                if steps <= FAST_STEPS:
-                    cases.append((name, N, d, M, causal))
-                elif steps <= STEP_BUDGET:
-                    slow.append((name, N, d, M, causal))
-    return cases, slow
-
-
-FAST_CASES, SLOW_CASES = _compute_cases()
-COMPUTE_CASES = FAST_CASES + [pytest.param(*c, marks=pytest.mark.slow) for c in SLOW_CASES]
-
-
-def test_compute_grid_covers_every_algorithm_head_dim_and_smallest_M():
-    """The default run's cases alone: every algorithm and head dimension, the least M and an M
-    that holds the whole of Q; and an N = 33 case (ragged, several tiles) for every algorithm."""
-    for name in ALGS:
-        alg = attnio.algorithms.get(name)
-        for d in (1, 3, 64):
-            ms = [c[3] for c in FAST_CASES if c[0] == name and c[2] == d]
-            assert ms, (name, d)
-            assert min(ms) == alg.min_M(Shape(7, 7, d)), (name, d)
-            assert any(c[3] >= c[1] * c[2] for c in FAST_CASES if c[0] == name and c[2] == d)
-        assert any(c[1] == 33 for c in FAST_CASES if c[0] == name), name
-
-
-@pytest.mark.parametrize("name,N,d,M,causal", COMPUTE_CASES)
-def test_output_equals_reference_and_counts_equal_closed_form(name, N, d, M, causal):
+def _check_compute(name: str, N: int, d: int, M: int, causal: bool, part: str) -> bool:
+    """The count of ``name`` at (N, d, M, causal) with its default tiling; if its steps fall in
+    ``PARTS[part]``, the compute run with that tiling: output within 1e-10 of the float64
+    reference, reads, writes and peak equal to the closed form and to the count, peak <= M.
+    Whether the case was checked."""
+    cnt = attnio.run(name, shape=(N, d), M=M, mode="count", causal=causal)
+    lo, hi = PARTS[part]
+    if not lo < cnt.io.steps <= hi:
+        return False
     Q, K, V = random_qkv(N, N, d, seed=N * 31 + d)
     res = attnio.run(name, Q, K, V, M=M, causal=causal)
+    if res.tiling != cnt.tiling:  # the count with the compute run's tiling
+        cnt = attnio.run(name, shape=(N, d), M=M, mode="count", causal=causal, tiling=res.tiling)
     ref = attnio.reference.attention(Q, K, V, causal=causal)
     err = np.abs(res.output - ref).max()
-    assert err <= 1e-10, err
+    assert err <= 1e-10, (name, N, d, M, causal, err)
     pred = attnio.algorithms.get(name).predicted_io((N, d), M, causal=causal, tiling=res.tiling)
-    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes), (name, N, d, M, causal)
     assert res.io.peak <= M
-    cnt = attnio.run(name, shape=(N, d), M=M, mode="count", causal=causal, tiling=res.tiling)
     assert (cnt.io.reads, cnt.io.writes, cnt.io.peak) == (res.io.reads, res.io.writes, res.io.peak)
+    return True
+
+
+@pytest.mark.parametrize("name", ALGS)
+def test_output_equals_reference_and_counts_equal_closed_form(name):
+    """The grid's default-run cases (at most FAST_STEPS steps), and what they cover: every head
+    dimension with the least M and with an M that holds the whole of Q, and an N = 33 case
+    (ragged, several tiles)."""
+    alg = attnio.algorithms.get(name)
+    checked = []
+    for N, d, causal in itertools.product(GRID_N, GRID_D, (False, True)):
+        for M in _m_values(alg, Shape(N, N, d)):
+            if _check_compute(name, N, d, M, causal, "fast"):
+                checked.append((N, d, M))
+    for d in GRID_D:
+        ms = [c[2] for c in checked if c[1] == d]
+        assert ms, (name, d)
+        assert min(ms) == alg.min_M(Shape(7, 7, d)), (name, d)
+        assert any(M >= N * dd for N, dd, M in checked if dd == d), (name, d)
+    assert any(c[0] == 33 for c in checked), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALGS)
+def test_output_equals_reference_and_counts_equal_closed_form_up_to_the_step_budget(name):
+    """The grid's cases of FAST_STEPS to STEP_BUDGET steps (the least M at N = 100, mostly)."""
+    alg = attnio.algorithms.get(name)
+    for N, d, causal in itertools.product(GRID_N, GRID_D, (False, True)):
+        for M in _m_values(alg, Shape(N, N, d)):
+            _check_compute(name, N, d, M, causal, "slow")
 
 
 #: Nq < Nkv, Nq > Nkv, one key, few queries, d = 1; the largest (113 x 203, 4 s for all the
@@ -131,6 +142,12 @@ STEP_LIMITS = [pytest.param((0, 2000), id="steps<=2000"),
 @pytest.mark.parametrize("steps", STEP_LIMITS)
 @pytest.mark.parametrize("name", ALGS)
 def test_count_mode_equals_closed_form_and_step_by_step(name, steps):
+    """Every point of the count grid: the bulk count equal to the closed form, the peak within M
+    (the footprint, unmasked), never below the trivial bound (O written once; the count of the
+    same run, so one run checks both); step by step equal to bulk where the run has ``steps``
+    steps."""
+    from attnio import bounds
+
     lo, hi = steps
     checked = 0
     for alg_name, N, d, M, causal in COUNT_GRID:
@@ -142,6 +159,8 @@ def test_count_mode_equals_closed_form_and_step_by_step(name, steps):
         assert (bulk.io.reads, bulk.io.writes) == (pred.reads, pred.writes), (N, d, M, causal)
         assert bulk.io.peak <= M
         assert bulk.io.peak == alg.footprint(Shape(N, N, d), bulk.tiling) or causal
+        assert bulk.io.writes >= N * d  # O written once
+        assert bulk.io.total >= bounds.trivial(N=N, Nkv=N, d=d, causal=causal).value
         if lo < bulk.io.steps <= hi:
             step = attnio.run(name, shape=(N, d), M=M, mode="count", causal=causal, bulk=False,
                               tiling=bulk.tiling)
@@ -149,18 +168,6 @@ def test_count_mode_equals_closed_form_and_step_by_step(name, steps):
                 bulk.io.reads, bulk.io.writes, bulk.io.peak, bulk.io.steps)
         checked += 1
     assert checked >= 80
-
-
-@pytest.mark.parametrize("name", ALGS)
-def test_never_below_trivial_bound(name):
-    from attnio import bounds
-
-    for alg_name, N, d, M, causal in COUNT_GRID:
-        if alg_name != name:
-            continue
-        io = attnio.run(name, shape=(N, d), M=M, mode="count", causal=causal).io
-        assert io.writes >= N * d  # O written once
-        assert io.total >= bounds.trivial(N=N, Nkv=N, d=d, causal=causal).value
 
 
 @pytest.mark.parametrize("name", ALGS)
