@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import heapq
 import itertools
 import operator
@@ -157,9 +158,15 @@ def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterab
     ``tilings()`` otherwise."""
     if options is not None:
         families_of = getattr(schedule, "_families", None)
-        families = families_of(shape, M, **options) if families_of is not None else None
-        if families is not None:
-            return _least_families(schedule, shape, M, families)
+        if families_of is not None:
+            ties: Sequence[tuple[Any, Any, IOCount]] | None
+            if not options:
+                ties = _default_ties(schedule, shape, M)  # type: ignore[arg-type]
+            else:
+                families = families_of(shape, M, **options)
+                ties = None if families is None else _family_ties(schedule, shape, M, families)
+            if ties is not None:
+                return _least_ties(schedule, shape, ties)
         phases = _phases_of(schedule, shape, M, options)
         if phases is not None:
             return _least_phases(schedule, shape, M, phases)
@@ -265,7 +272,12 @@ def _least_families(schedule: Schedule, shape: Shape, M: int, families: Families
     is that of fewest steps, then the first in the families' order (family, then member; or by
     the families' ``order``).  ``tried`` counts the members of least count (the tilings the
     steps compared)."""
-    ties = _family_ties(schedule, shape, M, families)
+    return _least_ties(schedule, shape, _family_ties(schedule, shape, M, families))
+
+
+def _least_ties(schedule: Schedule, shape: Shape, ties: Sequence[tuple[Any, Any, IOCount]]
+                ) -> Choice[Any] | None:
+    """:func:`_least_families`' choice among the members of least count ``ties``."""
     if not ties:
         return None
     steps, _, t, io = min(((schedule.steps(shape, t), at, t, io) for at, t, io in ties),
@@ -280,11 +292,22 @@ def pruned_tilings(schedule: Any, shape: Shape, M: int) -> list[Any]:
     (``mapspace_tilings``: the caller has checked the workload).
     A schedule that offers another's tilings among its own (window_cache streams flash2's)
     takes them from here."""
-    families_of = getattr(schedule, "_families", None)
-    families = families_of(shape, M) if families_of is not None else None
-    if families is None:
+    has = getattr(schedule, "_families", None) is not None
+    ties = _default_ties(schedule, shape, M) if has else None
+    if ties is None:
         return list(schedule.mapspace_tilings(shape, M))
-    return [t for _, t, _ in _family_ties(schedule, shape, M, families)]
+    return [t for _, t, _ in ties]
+
+
+@functools.lru_cache(maxsize=256)
+def _default_ties(schedule: Any, shape: Shape, M: int
+                  ) -> tuple[tuple[Any, Any, IOCount], ...] | None:
+    """:func:`_family_ties` of the schedule's families without tiling options (None where it
+    declares none for the workload), cached: a plan asks twice for flash2's, once for its own
+    search and once for window_cache's streamed tilings (:func:`pruned_tilings`); the ties and
+    their counts are immutable."""
+    families = schedule._families(shape, M)
+    return None if families is None else tuple(_family_ties(schedule, shape, M, families))
 
 
 def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[Any]

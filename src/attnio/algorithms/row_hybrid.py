@@ -125,7 +125,7 @@ def blocks(shape: Shape, budget: int, modes: str, G: int) -> _Part | None:
     e = Nq
     Nkv, off, causal = shape.Nkv, shape.offset, shape.causal
     if simple:
-        return _simple_blocks(Nq, Nkv, off, causal, d, budget, modes, G, fixed)
+        return _simple_blocks(shape, budget, modes, G, fixed)
     while e > 0:
         if len(out) >= MAX_BLOCKS:
             return None
@@ -181,12 +181,13 @@ def blocks(shape: Shape, budget: int, modes: str, G: int) -> _Part | None:
     return tuple(reversed(out))
 
 
-def _simple_blocks(Nq: int, Nkv: int, off: int, causal: bool, d: int, budget: int, modes: str,
-                   G: int, fixed: dict[str, int]) -> _Part | None:
+def _simple_blocks(shape: Shape, budget: int, modes: str, G: int, fixed: dict[str, int]
+                   ) -> _Part | None:
     """:func:`blocks` where a block's keys are those its last row sees, [0, hi(e)) (unmasked,
     or causal without a window): the same walk with the modes' words a row inline (the
     integers of :func:`_words` over r, compared in the order a, c, b, the first kept on
     ties), a few times faster for the search's many calls."""
+    Nq, Nkv, d, off, causal = shape.Nq, shape.Nkv, shape.d, shape.offset, shape.causal
     out: list[tuple[int, int, int, int, str]] = []
     has_a, rc, rb = "a" in modes, fixed.get("c", 0), fixed.get("b", 0)
     e = Nq
