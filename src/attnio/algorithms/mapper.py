@@ -408,9 +408,12 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
             for _, r in kept:
                 pool.update(dict.fromkeys(phase.expand(r)))
     k = phase.offer
-    if phase.lower is None:
+    if phase.lower is None:  # score() inline: nothing scored yet, the pool's keys unique
         for c in pool:
-            score(c)
+            if footprint is not None and footprint(c) > M:
+                continue
+            count, steps = cost(c)
+            scored[c] = (count, steps, c if order is None else order(c))
     else:
         lower = phase.lower
         counts: list[int] = []  # the counts scored, ascending
@@ -421,8 +424,8 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
             if score(c):
                 bisect.insort(counts, scored[c][0])
 
-    def best() -> list[Any]:
-        return [c for c, _ in sorted(scored.items(), key=operator.itemgetter(1))[:k]]
+    def best() -> list[Any]:  # (nsmallest: sorted(...)[:k], stable on ties)
+        return [c for c, _ in heapq.nsmallest(k, scored.items(), key=operator.itemgetter(1))]
 
     if phase.seed is None:
         return best()

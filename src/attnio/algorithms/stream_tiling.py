@@ -350,19 +350,24 @@ def _pairs(X: int, Y: int, M: int, ymax: Callable[[int], int],
     min(X, Y, √M) is skipped (the count falls with 1/x + 1/y at x·y ≈ M: such a tile is never
     the least, and the other pass reaches the clamped sides).  O(log M) pairs."""
     out: set[tuple[int, int]] = set()
+    add = out.add  # (cdiv inline: the plan lists a few hundred)
     floor = max(1, min(X, Y, math.isqrt(M)) // 4)
     for x in ladder(X, M):
         y = min(Y, ymax(x))
-        if min(x, y) >= floor:
-            out.update((x, v) for v in (y, cdiv(Y, cdiv(Y, y))))
+        if x >= floor and y >= floor:
+            add((x, y))
+            add((x, -(-Y // -(-Y // y))))
             x2 = min(X, xmax(y))  # the other side grown back to the most that fits
-            out.update((v, y) for v in (x2, cdiv(X, cdiv(X, x2))))
+            add((x2, y))
+            add((-(-X // -(-X // x2)), y))
     for y in ladder(Y, M):
         x = min(X, xmax(y))
-        if min(x, y) >= floor:
-            out.update((v, y) for v in (x, cdiv(X, cdiv(X, x))))
+        if x >= floor and y >= floor:
+            add((x, y))
+            add((-(-X // -(-X // x)), y))
             y2 = min(Y, ymax(x))
-            out.update((x, v) for v in (y2, cdiv(Y, cdiv(Y, y2))))
+            add((x, y2))
+            add((x, -(-Y // -(-Y // y2))))
     return out
 
 
@@ -372,10 +377,12 @@ def _band(X: int, Y: int, M: int, ymax: Callable[[int], int]) -> set[tuple[int, 
     lies (1/x + 1/y at x·y ≈ M), between the ladder's rungs."""
     r = math.isqrt(M)
     out: set[tuple[int, int]] = set()
+    add = out.add
     for x in range(max(1, r // 2), min(X, 2 * r) + 1, max(1, r // 48)):
         y = min(Y, ymax(x))
         if y >= 1:
-            out.update((x, v) for v in (y, cdiv(Y, cdiv(Y, y))))
+            add((x, y))
+            add((x, -(-Y // -(-Y // y))))
     return out
 
 
