@@ -264,6 +264,27 @@ def _phase2_total(shape: Shape, Br2: int, Bd2: int, w: int) -> int:
     return -(-w // Bd2) * Nq * Nkv + -(-Nq // Br2) * Nkv * w + Nq * w
 
 
+def _plain_cost1(Nq: int, Nkv: int, d: int, c: tuple[int, ...]) -> tuple[int, int]:
+    """Unmasked, ``(_phase1_total(shape, c), cdiv(Nq, Br)·cdiv(Nkv, Bc))`` of a Phase-1
+    candidate (Br, Bc, order index), in one step (the search scores a few hundred)."""
+    tr, tc = -(-Nq // c[0]), -(-Nkv // c[1])
+    return (Nq * d if c[2] else tc * Nq * d) + tr * Nkv * d + Nq * Nkv, tr * tc
+
+
+def _plain_cost2(Nq: int, Nkv: int, d: int, g: tuple[int, ...]) -> tuple[int, int]:
+    """Unmasked, ``(_p2_total(shape, g), _p2_steps(Nq, d, g))`` of a Phase-2 candidate, in one
+    step: a slice group of w columns in slices of Bd2, row blocks of Br2, moves
+    ``⌈w/Bd2⌉·Nq·Nkv + ⌈Nq/Br2⌉·Nkv·w + Nq·w`` words in ``⌈Nq/Br2⌉·⌈w/Bd2⌉`` tiles."""
+    tr, td = -(-Nq // g[0]), -(-d // g[1]) if len(g) == 2 else -(-g[2] // g[1])
+    w = d if len(g) == 2 else g[2]
+    total, steps = td * Nq * Nkv + tr * Nkv * w + Nq * w, tr * td
+    if len(g) == 2:
+        return total, steps
+    w = d - g[2]
+    tr, td = -(-Nq // g[3]), -(-w // g[4])
+    return total + td * Nq * Nkv + tr * Nkv * w + Nq * w, steps + tr * td
+
+
 def _p2_total(shape: Shape, g: tuple[int, ...]) -> int:
     """``_p2(shape, g).total``."""
     if len(g) == 2:
@@ -541,14 +562,16 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
 
         band1 = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1, M))]
         phase1 = Phase(
-            cost=lambda c: (_phase1_total(shape, c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])),
+            cost=(lambda c: (_phase1_total(shape, c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])))
+            if masked else functools.partial(_plain_cost1, Nq, Nkv, d),
             footprint=None,  # every candidate is built to fit (the sides of most that fit)
             candidates=cands1 if masked else lambda: cands1() + band1,
             lower=functools.partial(_phase1_lower, shape) if masked else None,
             ranked=(lambda: [(_phase1_total(plain, c), c) for c in band1]) if masked else None,
             keep=_BAND, offer=_OFFER)
         phase2 = Phase(
-            cost=lambda g: (_p2_total(shape, g), _p2_steps(Nq, d, g)),
+            cost=(lambda g: (_p2_total(shape, g), _p2_steps(Nq, d, g)))
+            if masked else functools.partial(_plain_cost2, Nq, Nkv, d),
             footprint=None,
             candidates=cands2 if masked else lambda: cands2() | band2(),
             lower=functools.partial(_p2_lower, shape) if masked else None,
