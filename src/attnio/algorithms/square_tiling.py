@@ -425,8 +425,16 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             p1 = mapper.preranked(p1, lambda c: (plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])),
                                   cut)
         # each choice's (exact Phase-1 count, tiles), computed once
-        ranked = {c: (sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)) if shape.causal
-                      else plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])) for c in p1}
+        if shape.causal:
+            ranked = {c: (sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)),
+                          -(-Nq // c[0]) * -(-Nkv // c[1])) for c in p1}
+        else:  # _phase1_plain inline, with the tiles (a few hundred choices)
+            d, fixed = shape.d, Nq * Nkv + Nq
+            ranked = {}
+            for c in p1:
+                tr, tc = -(-Nq // c[0]), -(-Nkv // c[1])
+                ranked[c] = ((Nq * d if c[3] == "row" else tc * Nq * d) + tr * Nkv * d + fixed
+                             + (tc * Nq if maxima else 0), tr * tc)
         # the stable variant couples the phases through Bc (the per-tile maxima): keep a few
         top = mapper.preranked(p1, ranked.__getitem__, 12 if maxima else 1)
         exact = {c: ranked[c][0] for c in top}
