@@ -497,6 +497,25 @@ def preranked(items: Iterable[T], estimate: Callable[[T], Any], keep: int) -> li
     return heapq.nsmallest(keep, items, key=estimate)
 
 
+def least_few(items: Sequence[T], key: Callable[[T], K], lower: Callable[[T], float],
+              keep: int) -> list[T]:
+    """The ``keep`` items of least ``key`` (a count, or a (count, ...) key), least first (ties
+    in the order of ``items``), i.e. ``sorted(items, key=key)[:keep]``, by branch and bound on
+    ``lower`` (a proven lower bound on an item's count): the items in order of their bound,
+    keyed until the bound passes the ``keep``-th least count found (with a float margin), so an
+    item left unkeyed has a count above ``keep`` keyed ones and can be neither among the least
+    nor tie them."""
+    lows = [lower(t) * (1 - 1e-9) for t in items]  # a margin far above float rounding
+    keyed: dict[int, K] = {}
+    counts: list[Any] = []  # the counts keyed, ascending
+    for i in sorted(range(len(items)), key=lows.__getitem__):
+        if len(counts) >= keep and lows[i] > counts[keep - 1]:
+            break
+        keyed[i] = key(items[i])
+        bisect.insort(counts, _first(keyed[i]))
+    return [items[i] for i in heapq.nsmallest(keep, keyed, key=lambda i: (keyed[i], i))]
+
+
 # ----------------------------------------------------------------------------- backward
 def best_backward(schedules: Sequence[Any], shape: Shape, M: int
                   ) -> tuple[list[tuple[tuple[int, int, int], Any, Choice[Any]]],
