@@ -184,3 +184,25 @@ def test_a_group_of_2_to_the_39_heads_answers_with_its_factors(capsys):
     assert f is not None and f["complete"] and f["tilings_searched"] > 0
     assert f["best_found"] <= d["total"]
     assert math.isclose(f["schedule_factor"] * f["bound_factor"], d["ratio"], rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("alg", ["flash2", "kv_stationary", "q_stationary_min"])
+def test_the_dense_grid_is_every_grid_tiling_that_fits_in_order(alg):
+    """dense_tilings stops each sweep at the first side that does not fit (the footprints grow
+    with every side): what is left is the full grid's tilings that fit, in the grid's order."""
+    a = attnio.algorithms.get(alg)
+    fields = {f.name for f in dataclasses.fields(a.Tiling)}
+    for shape, M in ((Shape(50, 40, 8, heads=12, kv_heads=1), 900),
+                     (Shape(300, 300, 16, causal=True), 3000),
+                     (Shape(100, 70, 4, heads=6, kv_heads=2), 400)):
+        groups = mapper.dense_groups(a, shape, M, fields) if "group" in fields else [None]
+        grid = []
+        for G in groups:
+            for Br in mapper.dense_sizes(shape.Nq, 8):
+                for Bc in (mapper.dense_sizes(shape.Nkv, 8) if "Bc" in fields else [None]):
+                    kw = {"Br": Br, **({"Bc": Bc} if Bc else {}), **({"group": G} if G else {}),
+                          **({"Bs": 1} if "Bs" in fields else {})}
+                    grid.append(a.Tiling(**kw))
+        fit = [t for t in grid if a.footprint(shape, t) <= M]
+        assert fit and len(fit) < len(grid)
+        assert mapper.dense_tilings(a, shape, M, 8) == fit

@@ -577,10 +577,15 @@ def dense_groups(schedule: Any, shape: Shape, M: int, fields: set[str]) -> list[
 
 
 def dense_tilings(schedule: Any, shape: Shape, M: int, cheap: int) -> list[Any] | None:
-    """The certificate's denser grid of ``schedule``'s tilings (None: a schedule whose tiling is
-    not made of ``Br`` and the :data:`DENSE_FIELDS`, or that cannot run the workload): every
-    size on axes of at most ``cheap`` rows, the fewest-blocks sizes and a 2^(1/4) grid beyond;
-    every query-head group whose least tiling fits; the score chunk ``Bs`` = 1."""
+    """The certificate's denser grid of ``schedule``'s tilings that fit in M (None: a schedule
+    whose tiling is not made of ``Br`` and the :data:`DENSE_FIELDS`, or that cannot run the
+    workload): every size on axes of at most ``cheap`` rows, the fewest-blocks sizes and a
+    2^(1/4) grid beyond; every query-head group whose least tiling fits; the score chunk
+    ``Bs`` = 1.  The dense algorithms' footprints grow with every side
+    (tests/planner/test_plan_factors.py), so a sweep of Bc (ascending) stops at the first that
+    does not fit, and one of Br at the first whose least Bc does not: the grid's tilings that
+    fit, in the grid's order, without building the others (a search over them scores the same
+    tilings and counts the same ``tried``)."""
     fields = {f.name for f in dataclasses.fields(schedule.Tiling)}
     if not dense_searchable(schedule):
         return None
@@ -593,8 +598,10 @@ def dense_tilings(schedule: Any, shape: Shape, M: int, cheap: int) -> list[Any] 
     brs = dense_sizes(shape.Nq, cheap)
     bcs: list[int | None] = list(dense_sizes(shape.Nkv, cheap)) if "Bc" in fields else [None]
     out = []
+    footprint, Tiling = schedule.footprint, schedule.Tiling
     for G in groups:
         for Br in brs:
+            first = True
             for Bc in bcs:
                 kw: dict[str, int] = {"Br": Br}
                 if Bc is not None:
@@ -603,5 +610,11 @@ def dense_tilings(schedule: Any, shape: Shape, M: int, cheap: int) -> list[Any] 
                     kw["group"] = G
                 if "Bs" in fields:
                     kw["Bs"] = 1
-                out.append(schedule.Tiling(**kw))
+                t = Tiling(**kw)
+                if footprint(shape, t) > M:
+                    break  # the larger Bc do not fit either
+                out.append(t)
+                first = False
+            if first:
+                break  # not even the least Bc fits: nor does any larger Br
     return out
