@@ -206,3 +206,22 @@ def test_the_dense_grid_is_every_grid_tiling_that_fits_in_order(alg):
         fit = [t for t in grid if a.footprint(shape, t) <= M]
         assert fit and len(fit) < len(grid)
         assert mapper.dense_tilings(a, shape, M, 8) == fit
+
+
+@pytest.mark.parametrize("kw", [dict(N=300, d=16, M=3000), dict(N=300, d=16, M=3000, causal=True),
+                                dict(N=200, Nkv=500, d=8, M=2000, causal="top_left"),
+                                dict(N=500, Nkv=200, d=8, M=2000, causal=True),
+                                dict(N=100, d=8, M=2000, heads=12, kv_heads=2, causal=True)])
+def test_flash2s_bound_prunes_the_dense_search_to_the_full_loops_choice(kw):
+    """flash2's ``_lower_total`` is at most the count of every dense tiling, and the dense
+    search by branch and bound on it picks what scoring every tiling picks (count, steps,
+    tilings that fit)."""
+    a = attnio.algorithms.get("flash2")
+    p = attnio.plan(**kw)
+    shape, M = p.shape, p.memory.M
+    lower = a._lower_total(shape)
+    assert lower is not None
+    tilings = mapper.dense_tilings(a, shape, M, 16)
+    for t in tilings:
+        assert lower(t) <= a.cost(shape, t).io.total * (1 + 1e-12)
+    assert mapper.search(a, shape, M, tilings) == mapper._least(a, shape, M, tilings)

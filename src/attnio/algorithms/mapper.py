@@ -11,7 +11,7 @@ owns:
   M); and :func:`least_over` (the least count over several schedules, the tests' helper);
 * :func:`search` — the least-(I/O, steps) tiling among the candidates (the planner's candidates,
   the backward search, and the default tiling), by branch and bound where a schedule bounds its
-  count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min) or per family
+  count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min, flash2 over given tilings) or per family
   of tilings listed only when scored (``_families``: flash2 under a causal mask or a window,
   square_tiling, standard under a mask, small_cache_backward and
   fused_small_cache_backward);
