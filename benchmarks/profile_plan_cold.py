@@ -3,6 +3,7 @@ shapes, every ``functools`` cache of attnio cleared before each plan.
 
 Run:  python benchmarks/profile_plan_cold.py [--backward] [--repeat 5] [--top 40]
                                              [--sort tottime|cumulative] [--shape 0,1,2]
+                                             [--split]
       python benchmarks/profile_plan_cold.py --bounds [--repeat 41] [--shape 0,1,2]
 
 Prints the profile's ``--top`` lines (sorted by ``--sort``) over ``--repeat`` cold plans of each
@@ -14,6 +15,10 @@ plain call); quote ``bench_speed.py --compare``'s for speed claims.
 order, every cache cleared before each certificate (the parameter tables read again too), CPU
 ms per bound: the least and the median over ``--repeat`` certificates (the least is the one a
 busy machine disturbs least), and the whole certificate's.
+
+``--split``: no profiler; instead each shape's cold CPU ms split into the certificate (the
+bounds: :func:`attnio.runner.certificate`) and each schedule's search (``mapper.search`` as the
+planner calls it), means over ``--repeat`` cold plans, and "the rest" (the plan less those).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default="0,1,2", help="indices into the three shapes")
     ap.add_argument("--bounds", action="store_true",
                     help="CPU ms per bound of the forward certificate, no profiler")
+    ap.add_argument("--split", action="store_true",
+                    help="per-schedule and certificate CPU ms instead of a profile")
     a = ap.parse_args(argv)
     import attnio
 
@@ -55,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     shapes = [SHAPES[int(i)] for i in a.shape.split(",")]
     attnio.plan(1024, 64, 65536, causal=True)  # imports and first-call work out of the way
+    if a.split:
+        return split(shapes, a.repeat, a.backward)
     prof = cProfile.Profile()
     for kw in shapes:
         for _ in range(a.repeat):
@@ -107,6 +116,55 @@ def _bounds(shapes: list[dict], repeat: int) -> int:
               f"{min(total):.2f} / {statistics.median(total):.2f}")
         for name, _ in order:
             print(f"  {name:20s} {min(per[name]):6.3f} / {statistics.median(per[name]):6.3f}")
+    return 0
+
+
+def split(shapes: list[dict], repeat: int, backward: bool) -> int:
+    """Each shape's cold plan split by timing wrappers around the planner's calls of
+    ``mapper.search`` (per schedule) and ``certificate`` (the bounds)."""
+    import types
+
+    import attnio
+    from attnio.algorithms import mapper
+    from attnio.planner import planner
+
+    acc: dict[str, float] = {}
+
+    def timed(name_of, fn):
+        def wrapper(*args, **kwargs):
+            c0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                key = name_of(args)
+                acc[key] = acc.get(key, 0.0) + time.process_time() - c0
+        return wrapper
+
+    proxy = types.SimpleNamespace(**{k: getattr(mapper, k) for k in dir(mapper)
+                                     if not k.startswith("__")})
+    proxy.search = timed(lambda args: args[0].name, mapper.search)
+    saved = planner.mapper, planner.certificate
+    planner.mapper = proxy  # type: ignore[assignment]
+    planner.certificate = timed(lambda args: "<certificate>", planner.certificate)
+    try:
+        for kw in shapes:
+            acc.clear()
+            cpus = []
+            for _ in range(repeat):
+                clear_attnio_caches()
+                c0 = time.process_time()
+                attnio.plan(**kw, backward=backward)
+                cpus.append((time.process_time() - c0) * 1e3)
+            parts = {k: v * 1e3 / repeat for k, v in acc.items()}
+            total = statistics.mean(cpus)
+            cert = parts.pop("<certificate>", 0.0)
+            searches = sum(parts.values())
+            print(f"{kw}: cold {total:.2f} ms CPU (mean of {repeat}): certificate {cert:.2f}, "
+                  f"searches {searches:.2f}, the rest {total - cert - searches:.2f}")
+            print("    " + ", ".join(f"{k} {v:.2f}" for k, v in
+                                     sorted(parts.items(), key=lambda kv: -kv[1])))
+    finally:
+        planner.mapper, planner.certificate = saved
     return 0
 
 

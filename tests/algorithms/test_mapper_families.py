@@ -85,6 +85,27 @@ def test_pruned_tilings_are_the_members_of_least_count_in_order():
         assert pruned == [t for t in cands if flash2.cost(shape, t).io.total == least]
 
 
+def test_a_plans_second_ask_for_flash2s_ties_is_the_first_answer():
+    """flash2's search and window_cache's streamed tilings (``pruned_tilings``) share one branch
+    and bound per (schedule, shape, M): the second ask is a cache hit, the same choice and
+    tilings as a fresh search."""
+    flash2 = _alg.get("flash2")
+    for shape, M in WORKLOADS:
+        if mapper.can_run(flash2, shape, M) is not None:
+            continue
+        mapper._default_ties.cache_clear()
+        found = mapper.search(flash2, shape, M)
+        hits = mapper._default_ties.cache_info().hits
+        pruned = mapper.pruned_tilings(flash2, shape, M)
+        families = flash2._families(shape, M)
+        if families is None:
+            continue
+        assert mapper._default_ties.cache_info().hits == hits + 1
+        fresh = mapper._family_ties(flash2, shape, M, families)
+        assert pruned == [t for _, t, _ in fresh]
+        assert found == mapper._least_families(flash2, shape, M, families)
+
+
 class _Toy:
     """A schedule whose count is its tiling (an int), listed through families."""
 

@@ -216,3 +216,50 @@ def test_group_spill_completion_is_the_least_output_block(shape, M):
     counts = [s._total(shape, t).total for t in cands]
     assert counts == sorted(counts)
     assert counts == sorted(least_per_choice)[:len(counts)]
+
+
+def _ladder_by_loop(total: int, vmax: int) -> tuple[int, ...]:
+    """common.ladder as first written: the geometric spread by a float loop every call."""
+    vmax = min(total, vmax)
+    if vmax < 1:
+        return ()
+    vals = {vmax}
+    b = 1.0
+    while b <= vmax:
+        vals.add(int(b))
+        b *= 1.18
+    t0 = -(-total // vmax)
+    vals.update(-(-total // t) for t in range(t0, t0 + 8))
+    return tuple(sorted({x for v in vals if 1 <= v <= vmax
+                         for x in (v, -(-total // -(-total // v)))}))
+
+
+@pytest.mark.parametrize("total", [1, 2, 7, 64, 100, 3000, 4096, 65536, 10**9, 2**64 - 1, 2**70])
+def test_ladder_from_its_table_equals_the_float_loop(total):
+    from attnio.algorithms.common import ladder
+
+    for vmax in (-1, 0, 1, 2, 5, 63, 64, 1000, 65535, 10**6, 2**40, 2**64 - 1, 2**64, 2**71):
+        assert ladder.__wrapped__(total, vmax) == _ladder_by_loop(total, vmax), (total, vmax)
+
+
+def test_least_few_by_branch_and_bound_equals_sorting_all_and_keys_fewer():
+    rng = random.Random(9)
+    for _ in range(300):
+        items = [(rng.randint(0, 50), rng.randint(0, 3)) for _ in range(rng.randint(1, 40))]
+        keep = rng.randint(1, 6)
+        seen: list = []
+
+        def key(t):
+            seen.append(t)
+            return t  # (count, steps): ties broken by the order of items
+
+        def lower(t):
+            return t[0] - rng.random() * 5  # a bound: at most the count
+
+        assert mapper.least_few(items, key, lower, keep) == sorted(items, key=lambda t: t)[:keep]
+        assert len(seen) <= len(items)
+    # an exact bound: only the keep least are keyed
+    items = list(range(100, 0, -1))
+    keyed: list = []
+    assert mapper.least_few(items, lambda t: keyed.append(t) or t, float, 3) == [1, 2, 3]
+    assert sorted(keyed) == [1, 2, 3]

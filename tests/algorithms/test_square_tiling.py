@@ -308,3 +308,24 @@ def test_cli_runs_square_tiling_with_a_tiling(capsys):
     assert out["max_abs_err"] <= 1e-10 and out["peak"] <= 100
     assert main(["run", "square_tiling", "--N", "40", "--d", "8", "--M", "100", "--tiling",
                  "{bad"]) == 2
+
+
+def test_the_masked_phase1_bound_is_below_every_candidates_count():
+    """``_phase1_lower`` (the branch and bound that picks the best Phase-1 choices under a
+    causal mask) is at most each candidate's exact Phase-1 count, both orders, every variant."""
+    import random
+
+    from attnio.algorithms import square_tiling as sq
+
+    rng = random.Random(10)
+    alg = sq.ALGORITHM
+    for _ in range(120):
+        Nq, d = rng.randint(1, 9000), rng.randint(1, 160)
+        shape = Shape.make(Nq, d, Nkv=rng.choice([Nq, rng.randint(1, 9000)]),
+                           causal=rng.choice(["bottom_right", "top_left"]))
+        M = rng.randint(4 * d + 20, 300000)
+        for stable, spill in ((True, "scores"), (True, "exp"), (False, "exp")):
+            low = sq._phase1_lower(shape, sq._maxima(stable, spill))
+            for c in alg._phase1_candidates(shape, M, stable, spill):
+                exact = sum(sq._phase1_io(shape, c[0], c[1], c[3], stable, spill))
+                assert low(c) <= exact * (1 + 1e-12), (shape, M, c)

@@ -226,3 +226,46 @@ def test_search_never_worse_than_every_one_group_phase2(N, d, M, causal):
                 v = ALG.cost(shape, u).io.total
                 best = v if best is None else min(best, v)
     assert found.predicted.total <= best
+
+
+def test_the_unmasked_phase_costs_inline_equal_the_closed_forms():
+    """The search's unmasked Phase-1 and Phase-2 costs in one step (``_plain_cost1/2``) are the
+    closed forms' (count, steps), one slice group or two."""
+    import random
+
+    sm = stream_tiling
+    rng = random.Random(5)
+    for _ in range(3000):
+        Nq, Nkv, d = rng.randint(1, 5000), rng.randint(1, 5000), rng.randint(2, 200)
+        shape = Shape.make(Nq, d, Nkv=Nkv)
+        c = (rng.randint(1, Nq + 5), rng.randint(1, Nkv + 5), rng.randint(0, 1))
+        assert sm._plain_cost1(Nq, Nkv, d, c) == (sm._phase1_total(shape, c),
+                                                  -(-Nq // c[0]) * -(-Nkv // c[1]))
+        d1 = rng.randint(1, d - 1)
+        for g in ((rng.randint(1, Nq + 5), rng.randint(1, d + 3)),
+                  (rng.randint(1, Nq + 5), rng.randint(1, d1 + 2), d1, rng.randint(1, Nq + 5),
+                   rng.randint(1, d - d1 + 2))):
+            assert sm._plain_cost2(Nq, Nkv, d, g) == (sm._p2_total(shape, g),
+                                                      sm._p2_steps(Nq, d, g))
+
+
+def test_the_search_bounds_of_a_shape_equal_the_module_bounds():
+    """``_Lowers`` (one shape's constants, row keys kept per block) gives the floats of
+    ``_phase1_lower``, ``_phase2_lower`` and ``_p2_lower``."""
+    import random
+
+    sm = stream_tiling
+    rng = random.Random(6)
+    for _ in range(300):
+        Nq, d = rng.randint(1, 5000), rng.randint(2, 200)
+        shape = Shape.make(Nq, d, Nkv=rng.choice([Nq, rng.randint(1, 5000)]),
+                           causal=rng.choice(["bottom_right", "top_left"]))
+        low = sm._Lowers(shape)
+        for _ in range(10):
+            c = (rng.randint(1, Nq + 5), rng.randint(1, shape.Nkv + 5), rng.randint(0, 1))
+            assert low.phase1(c) == sm._phase1_lower(shape, c)
+            d1 = rng.randint(1, d - 1)
+            for g in ((rng.randint(1, Nq + 5), rng.randint(1, d + 3)),
+                      (rng.randint(1, Nq + 5), rng.randint(1, d1 + 2), d1,
+                       rng.randint(1, Nq + 5), rng.randint(1, d - d1 + 2))):
+                assert low.p2(g) == sm._p2_lower(shape, g)

@@ -184,3 +184,44 @@ def test_a_group_of_2_to_the_39_heads_answers_with_its_factors(capsys):
     assert f is not None and f["complete"] and f["tilings_searched"] > 0
     assert f["best_found"] <= d["total"]
     assert math.isclose(f["schedule_factor"] * f["bound_factor"], d["ratio"], rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("alg", ["flash2", "kv_stationary", "q_stationary_min"])
+def test_the_dense_grid_is_every_grid_tiling_that_fits_in_order(alg):
+    """dense_tilings stops each sweep at the first side that does not fit (the footprints grow
+    with every side): what is left is the full grid's tilings that fit, in the grid's order."""
+    a = attnio.algorithms.get(alg)
+    fields = {f.name for f in dataclasses.fields(a.Tiling)}
+    for shape, M in ((Shape(50, 40, 8, heads=12, kv_heads=1), 900),
+                     (Shape(300, 300, 16, causal=True), 3000),
+                     (Shape(100, 70, 4, heads=6, kv_heads=2), 400)):
+        groups = mapper.dense_groups(a, shape, M, fields) if "group" in fields else [None]
+        grid = []
+        for G in groups:
+            for Br in mapper.dense_sizes(shape.Nq, 8):
+                for Bc in (mapper.dense_sizes(shape.Nkv, 8) if "Bc" in fields else [None]):
+                    kw = {"Br": Br, **({"Bc": Bc} if Bc else {}), **({"group": G} if G else {}),
+                          **({"Bs": 1} if "Bs" in fields else {})}
+                    grid.append(a.Tiling(**kw))
+        fit = [t for t in grid if a.footprint(shape, t) <= M]
+        assert fit and len(fit) < len(grid)
+        assert mapper.dense_tilings(a, shape, M, 8) == fit
+
+
+@pytest.mark.parametrize("kw", [dict(N=300, d=16, M=3000), dict(N=300, d=16, M=3000, causal=True),
+                                dict(N=200, Nkv=500, d=8, M=2000, causal="top_left"),
+                                dict(N=500, Nkv=200, d=8, M=2000, causal=True),
+                                dict(N=100, d=8, M=2000, heads=12, kv_heads=2, causal=True)])
+def test_flash2s_bound_prunes_the_dense_search_to_the_full_loops_choice(kw):
+    """flash2's ``_lower_total`` is at most the count of every dense tiling, and the dense
+    search by branch and bound on it picks what scoring every tiling picks (count, steps,
+    tilings that fit)."""
+    a = attnio.algorithms.get("flash2")
+    p = attnio.plan(**kw)
+    shape, M = p.shape, p.memory.M
+    lower = a._lower_total(shape)
+    assert lower is not None
+    tilings = mapper.dense_tilings(a, shape, M, 16)
+    for t in tilings:
+        assert lower(t) <= a.cost(shape, t).io.total * (1 + 1e-12)
+    assert mapper.search(a, shape, M, tilings) == mapper._least(a, shape, M, tilings)

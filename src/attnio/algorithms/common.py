@@ -7,6 +7,7 @@ schedule's module.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Callable
@@ -132,6 +133,20 @@ def fp_split_pass1(d: int, Bc: int, Br1: int) -> int:
     return 4 * Bc * d + 2 * Br1 * d + 2 * Br1 + 2 * Br1 * Bc
 
 
+def _geometric(limit: float) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """The spread of :func:`ladder`: b = 1, 1.18, 1.18², ... (the same float products) while
+    b <= limit, and their integer parts."""
+    bs = []
+    b = 1.0
+    while b <= limit:
+        bs.append(b)
+        b *= 1.18
+    return tuple(bs), tuple(int(b) for b in bs)
+
+
+_SPREAD, _SPREAD_INT = _geometric(2.0 ** 64)  # ladder's rungs up to 2^64, computed once
+
+
 @functools.lru_cache(maxsize=1024)
 def ladder(total: int, vmax: int) -> tuple[int, ...]:
     """Block sizes worth trying in [1, min(total, vmax)]: a geometric spread and the largest few,
@@ -139,17 +154,17 @@ def ladder(total: int, vmax: int) -> tuple[int, ...]:
     vmax = min(total, vmax)
     if vmax < 1:
         return ()
-    vals = {vmax}
-    b = 1.0
-    while b <= vmax:
-        vals.add(int(b))
-        b *= 1.18
-    t0 = cdiv(total, vmax)
+    if vmax < _SPREAD[-1]:  # the rungs b <= vmax, from the table
+        vals = set(_SPREAD_INT[:bisect.bisect_right(_SPREAD, vmax)])
+    else:
+        vals = set(_geometric(vmax)[1])
+    vals.add(vmax)
+    t0 = -(-total // vmax)
     for t in range(t0, t0 + 8):
-        vals.add(cdiv(total, t))
+        vals.add(-(-total // t))
     out = set()
-    for v in vals:
-        if 1 <= v <= vmax:
+    for v in vals:  # (every v >= 1: the rungs from 1, the others ceilings of total >= vmax)
+        if v <= vmax:
             out.add(v)
-            out.add(cdiv(total, cdiv(total, v)))
+            out.add(-(-total // -(-total // v)))
     return tuple(sorted(out))

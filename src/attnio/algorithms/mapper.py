@@ -11,7 +11,7 @@ owns:
   M); and :func:`least_over` (the least count over several schedules, the tests' helper);
 * :func:`search` — the least-(I/O, steps) tiling among the candidates (the planner's candidates,
   the backward search, and the default tiling), by branch and bound where a schedule bounds its
-  count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min) or per family
+  count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min, flash2 over given tilings) or per family
   of tilings listed only when scored (``_families``: flash2 under a causal mask or a window,
   square_tiling, standard under a mask, small_cache_backward and
   fused_small_cache_backward);
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import heapq
 import itertools
 import operator
@@ -157,9 +158,15 @@ def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterab
     ``tilings()`` otherwise."""
     if options is not None:
         families_of = getattr(schedule, "_families", None)
-        families = families_of(shape, M, **options) if families_of is not None else None
-        if families is not None:
-            return _least_families(schedule, shape, M, families)
+        if families_of is not None:
+            ties: Sequence[tuple[Any, Any, IOCount]] | None
+            if not options:
+                ties = _default_ties(schedule, shape, M)  # type: ignore[arg-type]
+            else:
+                families = families_of(shape, M, **options)
+                ties = None if families is None else _family_ties(schedule, shape, M, families)
+            if ties is not None:
+                return _least_ties(schedule, shape, ties)
         phases = _phases_of(schedule, shape, M, options)
         if phases is not None:
             return _least_phases(schedule, shape, M, phases)
@@ -265,7 +272,12 @@ def _least_families(schedule: Schedule, shape: Shape, M: int, families: Families
     is that of fewest steps, then the first in the families' order (family, then member; or by
     the families' ``order``).  ``tried`` counts the members of least count (the tilings the
     steps compared)."""
-    ties = _family_ties(schedule, shape, M, families)
+    return _least_ties(schedule, shape, _family_ties(schedule, shape, M, families))
+
+
+def _least_ties(schedule: Schedule, shape: Shape, ties: Sequence[tuple[Any, Any, IOCount]]
+                ) -> Choice[Any] | None:
+    """:func:`_least_families`' choice among the members of least count ``ties``."""
     if not ties:
         return None
     steps, _, t, io = min(((schedule.steps(shape, t), at, t, io) for at, t, io in ties),
@@ -280,11 +292,22 @@ def pruned_tilings(schedule: Any, shape: Shape, M: int) -> list[Any]:
     (``mapspace_tilings``: the caller has checked the workload).
     A schedule that offers another's tilings among its own (window_cache streams flash2's)
     takes them from here."""
-    families_of = getattr(schedule, "_families", None)
-    families = families_of(shape, M) if families_of is not None else None
-    if families is None:
+    has = getattr(schedule, "_families", None) is not None
+    ties = _default_ties(schedule, shape, M) if has else None
+    if ties is None:
         return list(schedule.mapspace_tilings(shape, M))
-    return [t for _, t, _ in _family_ties(schedule, shape, M, families)]
+    return [t for _, t, _ in ties]
+
+
+@functools.lru_cache(maxsize=256)
+def _default_ties(schedule: Any, shape: Shape, M: int
+                  ) -> tuple[tuple[Any, Any, IOCount], ...] | None:
+    """:func:`_family_ties` of the schedule's families without tiling options (None where it
+    declares none for the workload), cached: a plan asks twice for flash2's, once for its own
+    search and once for window_cache's streamed tilings (:func:`pruned_tilings`); the ties and
+    their counts are immutable."""
+    families = schedule._families(shape, M)
+    return None if families is None else tuple(_family_ties(schedule, shape, M, families))
 
 
 def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[Any]
@@ -385,9 +408,12 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
             for _, r in kept:
                 pool.update(dict.fromkeys(phase.expand(r)))
     k = phase.offer
-    if phase.lower is None:
+    if phase.lower is None:  # score() inline: nothing scored yet, the pool's keys unique
         for c in pool:
-            score(c)
+            if footprint is not None and footprint(c) > M:
+                continue
+            count, steps = cost(c)
+            scored[c] = (count, steps, c if order is None else order(c))
     else:
         lower = phase.lower
         counts: list[int] = []  # the counts scored, ascending
@@ -398,8 +424,8 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
             if score(c):
                 bisect.insort(counts, scored[c][0])
 
-    def best() -> list[Any]:
-        return [c for c, _ in sorted(scored.items(), key=operator.itemgetter(1))[:k]]
+    def best() -> list[Any]:  # (nsmallest: sorted(...)[:k], stable on ties)
+        return [c for c, _ in heapq.nsmallest(k, scored.items(), key=operator.itemgetter(1))]
 
     if phase.seed is None:
         return best()
@@ -471,6 +497,25 @@ def preranked(items: Iterable[T], estimate: Callable[[T], Any], keep: int) -> li
     return heapq.nsmallest(keep, items, key=estimate)
 
 
+def least_few(items: Sequence[T], key: Callable[[T], K], lower: Callable[[T], float],
+              keep: int) -> list[T]:
+    """The ``keep`` items of least ``key`` (a count, or a (count, ...) key), least first (ties
+    in the order of ``items``), i.e. ``sorted(items, key=key)[:keep]``, by branch and bound on
+    ``lower`` (a proven lower bound on an item's count): the items in order of their bound,
+    keyed until the bound passes the ``keep``-th least count found (with a float margin), so an
+    item left unkeyed has a count above ``keep`` keyed ones and can be neither among the least
+    nor tie them."""
+    lows = [lower(t) * (1 - 1e-9) for t in items]  # a margin far above float rounding
+    keyed: dict[int, K] = {}
+    counts: list[Any] = []  # the counts keyed, ascending
+    for i in sorted(range(len(items)), key=lows.__getitem__):
+        if len(counts) >= keep and lows[i] > counts[keep - 1]:
+            break
+        keyed[i] = key(items[i])
+        bisect.insort(counts, _first(keyed[i]))
+    return [items[i] for i in heapq.nsmallest(keep, keyed, key=lambda i: (keyed[i], i))]
+
+
 # ----------------------------------------------------------------------------- backward
 def best_backward(schedules: Sequence[Any], shape: Shape, M: int
                   ) -> tuple[list[tuple[tuple[int, int, int], Any, Choice[Any]]],
@@ -532,10 +577,15 @@ def dense_groups(schedule: Any, shape: Shape, M: int, fields: set[str]) -> list[
 
 
 def dense_tilings(schedule: Any, shape: Shape, M: int, cheap: int) -> list[Any] | None:
-    """The certificate's denser grid of ``schedule``'s tilings (None: a schedule whose tiling is
-    not made of ``Br`` and the :data:`DENSE_FIELDS`, or that cannot run the workload): every
-    size on axes of at most ``cheap`` rows, the fewest-blocks sizes and a 2^(1/4) grid beyond;
-    every query-head group whose least tiling fits; the score chunk ``Bs`` = 1."""
+    """The certificate's denser grid of ``schedule``'s tilings that fit in M (None: a schedule
+    whose tiling is not made of ``Br`` and the :data:`DENSE_FIELDS`, or that cannot run the
+    workload): every size on axes of at most ``cheap`` rows, the fewest-blocks sizes and a
+    2^(1/4) grid beyond; every query-head group whose least tiling fits; the score chunk
+    ``Bs`` = 1.  The dense algorithms' footprints grow with every side
+    (tests/planner/test_plan_factors.py), so a sweep of Bc (ascending) stops at the first that
+    does not fit, and one of Br at the first whose least Bc does not: the grid's tilings that
+    fit, in the grid's order, without building the others (a search over them scores the same
+    tilings and counts the same ``tried``)."""
     fields = {f.name for f in dataclasses.fields(schedule.Tiling)}
     if not dense_searchable(schedule):
         return None
@@ -548,8 +598,10 @@ def dense_tilings(schedule: Any, shape: Shape, M: int, cheap: int) -> list[Any] 
     brs = dense_sizes(shape.Nq, cheap)
     bcs: list[int | None] = list(dense_sizes(shape.Nkv, cheap)) if "Bc" in fields else [None]
     out = []
+    footprint, Tiling = schedule.footprint, schedule.Tiling
     for G in groups:
         for Br in brs:
+            first = True
             for Bc in bcs:
                 kw: dict[str, int] = {"Br": Br}
                 if Bc is not None:
@@ -558,5 +610,11 @@ def dense_tilings(schedule: Any, shape: Shape, M: int, cheap: int) -> list[Any] 
                     kw["group"] = G
                 if "Bs" in fields:
                     kw["Bs"] = 1
-                out.append(schedule.Tiling(**kw))
+                t = Tiling(**kw)
+                if footprint(shape, t) > M:
+                    break  # the larger Bc do not fit either
+                out.append(t)
+                first = False
+            if first:
+                break  # not even the least Bc fits: nor does any larger Br
     return out

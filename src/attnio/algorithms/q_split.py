@@ -169,6 +169,12 @@ def _layout(Nq: int, t: QSplitTiling) -> _Layout:
     return _Layout(Br, T, t.sigma, sl, (T - 1) * t.sigma + sl, Br - t.sigma)
 
 
+def _split_rows(Nq: int, Br: int, sigma: int) -> int:
+    """``_layout(Nq, QSplitTiling(Br, sigma)).S`` for Br <= Nq: the split rows in all."""
+    T = -(-Nq // Br)
+    return (T - 1) * sigma + min(sigma, Nq - (T - 1) * Br)
+
+
 def _main_fp(d: int, Br: int, sigma: int, delta: int, G: int) -> int:
     return G * (Br * (2 * d + 1) - sigma * delta) + 2 * d
 
@@ -189,12 +195,12 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
     supports_backward = True  # writes g, each row's logsumexp (Nq words a head), when asked
 
     def footprint(self, shape: Shape, tiling: QSplitTiling) -> int:
-        d, G, t = shape.d, tiling.group, tiling
-        L = _layout(shape.Nq, t)
-        main = _main_fp(d, L.Br, t.sigma, t.delta, G)
+        d, G, t, Nq = shape.d, tiling.group, tiling, shape.Nq
+        Br = t.Br if t.Br < Nq else Nq  # _layout's, inline (the search asks for every candidate)
+        main = _main_fp(d, Br, t.sigma, t.delta, G)
         if t.sigma == 0:
             return main
-        return max(main, _thin_fp(d, min(t.Br2, L.S), t.delta, G))
+        return max(main, _thin_fp(d, min(t.Br2, _split_rows(Nq, Br, t.sigma)), t.delta, G))
 
     def min_M(self, shape: Shape) -> int:
         return _main_fp(shape.d, 1, 0, 0, 1)
@@ -247,7 +253,7 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
             if sigma >= Br:
                 continue
             delta = cdiv(D, G * sigma)  # the least δ for these split rows (<= the one tried)
-            S = _layout(Nq, QSplitTiling(Br, sigma)).S
+            S = _split_rows(Nq, Br, sigma)
             br2 = min(S, (M - d - delta) // (G * (d + delta + 1)))
             if br2 < 1:
                 continue
@@ -270,17 +276,20 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         rows1 = masks.row_counts(shape).rows1
 
         def lower(t: QSplitTiling) -> float:
-            L, G = _layout(Nq, t), t.group
+            G, sigma = t.group, t.sigma
+            Br = t.Br if t.Br < Nq else Nq  # _layout's T, S and Bf, inline
+            T = -(-Nq // Br)
+            S = (T - 1) * sigma + min(sigma, Nq - (T - 1) * Br)
             if not causal:
-                reads: float = G * d * Nq + 2 * d * L.T * Nkv
-                if t.sigma and L.S:
-                    reads += G * d * L.S + (d + t.delta) * cdiv(L.S, t.Br2) * Nkv
+                reads: float = G * d * Nq + 2 * d * T * Nkv
+                if sigma and S:
+                    reads += G * d * S + (d + t.delta) * cdiv(S, t.Br2) * Nkv
             else:
                 reads = G * d * rows1 + 2 * d * (
-                    prefix_block_keys(Nkv, off + L.S, Nq - L.S, L.Bf) or 0)
-                if t.sigma and L.S:
-                    reads += (G * d * L.S * (off >= 0) + (d + t.delta)
-                              * (prefix_block_keys(Nkv, off, L.S, min(t.Br2, L.S)) or 0))
+                    prefix_block_keys(Nkv, off + S, Nq - S, Br - sigma) or 0)
+                if sigma and S:
+                    reads += (G * d * S * (off >= 0) + (d + t.delta)
+                              * (prefix_block_keys(Nkv, off, S, min(t.Br2, S)) or 0))
             return (n // G) * (reads + G * Nq * d)
         return lower
 

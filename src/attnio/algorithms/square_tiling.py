@@ -99,7 +99,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,6 +226,26 @@ def _phase1_io(shape: Shape, Br: int, Bc: int, order: str, stable: bool,
     reads = q + s.width * d
     writes = s.size_width + Nq + (s.size_count if stable else 0)
     return reads, writes
+
+
+def _phase1_lower(shape: Shape, maxima: bool) -> Callable[[_Phase1], float]:
+    """A lower bound on ``sum(_phase1_io(shape, Br, Bc, order, ...))`` under a causal mask (no
+    window) of a search candidate ``(Br, Bc, Bd, order)``; ``maxima``: :func:`_maxima` of the
+    variant.  Row r sees ``k_r`` keys, ``P = Σ_r k_r``; a block's ``hi_i`` is its last row's, at
+    least each of its rows', and ``w_i = min(Nkv, n_i·Bc) >= hi_i``, ``n_i >= hi_i/Bc``.  So
+    ``size_width >= P``, ``size_count >= P/Bc``, ``width = Σ_i w_i >= Σ_i hi_i >= P/min(Br, Nq)``
+    (a block holds at most that many rows) and ``size_seen >=`` the rows that see a key: the
+    count is at least ``(q + P/min(Br, Nq))·d + P + Nq (+ P/Bc with the maxima)``, q the rows
+    that see a key (order "row") or P/Bc (order "tile")."""
+    Nq, d = shape.Nq, shape.d
+    P = _covered(shape, 1, 1).size_width  # single rows against single keys: Σ_r k_r
+    rows = _covered(shape, 1, 1).size_seen  # the rows that see a key
+
+    def lower(c: _Phase1) -> float:
+        per_key = P / c[1]
+        q = rows if c[3] == "row" else per_key
+        return (q + P / min(c[0], Nq)) * d + P + Nq + (per_key if maxima else 0)
+    return lower
 
 
 def _phase1_plain(shape: Shape, maxima: bool, c: _Phase1) -> int:
@@ -425,10 +445,23 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             p1 = mapper.preranked(p1, lambda c: (plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])),
                                   cut)
         # each choice's (exact Phase-1 count, tiles), computed once
-        ranked = {c: (sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)) if shape.causal
-                      else plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])) for c in p1}
         # the stable variant couples the phases through Bc (the per-tile maxima): keep a few
-        top = mapper.preranked(p1, ranked.__getitem__, 12 if maxima else 1)
+        keep = 12 if maxima else 1
+        ranked: dict[_Phase1, tuple[int, int]] = {}
+        if shape.causal:
+            def exact_key(c: _Phase1) -> tuple[int, int]:
+                ranked[c] = (sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)),
+                             -(-Nq // c[0]) * -(-Nkv // c[1]))
+                return ranked[c]
+
+            top = mapper.least_few(p1, exact_key, _phase1_lower(shape, maxima), keep)
+        else:  # _phase1_plain inline, with the tiles (a few hundred choices)
+            d, fixed = shape.d, Nq * Nkv + Nq
+            for c in p1:
+                tr, tc = -(-Nq // c[0]), -(-Nkv // c[1])
+                ranked[c] = ((Nq * d if c[3] == "row" else tc * Nq * d) + tr * Nkv * d + fixed
+                             + (tc * Nq if maxima else 0), tr * tc)
+            top = mapper.preranked(p1, ranked.__getitem__, keep)
         exact = {c: ranked[c][0] for c in top}
         groups = [(c, exact[c]) for c in top]  # (phase 1 choice, its exact Phase-1 count)
         ladder = self._phase2_ladder(shape, M, stable, spill)

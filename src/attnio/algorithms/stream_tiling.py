@@ -264,6 +264,27 @@ def _phase2_total(shape: Shape, Br2: int, Bd2: int, w: int) -> int:
     return -(-w // Bd2) * Nq * Nkv + -(-Nq // Br2) * Nkv * w + Nq * w
 
 
+def _plain_cost1(Nq: int, Nkv: int, d: int, c: tuple[int, ...]) -> tuple[int, int]:
+    """Unmasked, ``(_phase1_total(shape, c), cdiv(Nq, Br)·cdiv(Nkv, Bc))`` of a Phase-1
+    candidate (Br, Bc, order index), in one step (the search scores a few hundred)."""
+    tr, tc = -(-Nq // c[0]), -(-Nkv // c[1])
+    return (Nq * d if c[2] else tc * Nq * d) + tr * Nkv * d + Nq * Nkv, tr * tc
+
+
+def _plain_cost2(Nq: int, Nkv: int, d: int, g: tuple[int, ...]) -> tuple[int, int]:
+    """Unmasked, ``(_p2_total(shape, g), _p2_steps(Nq, d, g))`` of a Phase-2 candidate, in one
+    step: a slice group of w columns in slices of Bd2, row blocks of Br2, moves
+    ``⌈w/Bd2⌉·Nq·Nkv + ⌈Nq/Br2⌉·Nkv·w + Nq·w`` words in ``⌈Nq/Br2⌉·⌈w/Bd2⌉`` tiles."""
+    tr, td = -(-Nq // g[0]), -(-d // g[1]) if len(g) == 2 else -(-g[2] // g[1])
+    w = d if len(g) == 2 else g[2]
+    total, steps = td * Nq * Nkv + tr * Nkv * w + Nq * w, tr * td
+    if len(g) == 2:
+        return total, steps
+    w = d - g[2]
+    tr, td = -(-Nq // g[3]), -(-w // g[4])
+    return total + td * Nq * Nkv + tr * Nkv * w + Nq * w, steps + tr * td
+
+
 def _p2_total(shape: Shape, g: tuple[int, ...]) -> int:
     """``_p2(shape, g).total``."""
     if len(g) == 2:
@@ -301,6 +322,42 @@ def _p2_lower(shape: Shape, g: tuple[int, ...]) -> float:
         return _phase2_lower(shape, g[0], g[1], shape.d)
     return _phase2_lower(shape, g[0], g[1], g[2]) + _phase2_lower(shape, g[3], g[4],
                                                                   shape.d - g[2])
+
+
+class _Lowers:
+    """:func:`_phase1_lower`, :func:`_phase2_lower` and :func:`_p2_lower` of one masked shape
+    (causal, no window), its constants taken once and :func:`_row_keys` kept per row block: the
+    same floats, for the search's several hundred bounds."""
+
+    def __init__(self, shape: Shape) -> None:
+        self.Nq, self.Nkv, self.d, self.off = shape.Nq, shape.Nkv, shape.d, shape.offset
+        self.P = _seen(shape)
+        self.rows_q = self.Nq - max(0, min(self.Nq, -self.off))  # the rows that see a key
+        self.keys: dict[int, float] = {}
+
+    def row_keys(self, B: int) -> float:
+        """:func:`_row_keys`."""
+        B = min(B, self.Nq)
+        k = self.keys.get(B)
+        if k is None:
+            pk = prefix_block_keys(self.Nkv, self.off, self.Nq, B)
+            k = self.keys[B] = self.P / B if pk is None else pk
+        return k
+
+    def phase1(self, c: tuple[int, ...]) -> float:
+        """:func:`_phase1_lower`."""
+        q = self.rows_q if c[2] else self.P / min(c[1], self.Nkv)
+        return (q + self.row_keys(c[0])) * self.d + self.P
+
+    def phase2(self, Br2: int, Bd2: int, w: int) -> float:
+        """:func:`_phase2_lower`."""
+        return -(-w // Bd2) * self.P + w * self.row_keys(Br2) + self.Nq * w
+
+    def p2(self, g: tuple[int, ...]) -> float:
+        """:func:`_p2_lower`."""
+        if len(g) == 2:
+            return self.phase2(g[0], g[1], self.d)
+        return self.phase2(g[0], g[1], g[2]) + self.phase2(g[3], g[4], self.d - g[2])
 
 
 def _p2(shape: Shape, g: tuple[int, ...]) -> IOCount:
@@ -350,19 +407,24 @@ def _pairs(X: int, Y: int, M: int, ymax: Callable[[int], int],
     min(X, Y, √M) is skipped (the count falls with 1/x + 1/y at x·y ≈ M: such a tile is never
     the least, and the other pass reaches the clamped sides).  O(log M) pairs."""
     out: set[tuple[int, int]] = set()
+    add = out.add  # (cdiv inline: the plan lists a few hundred)
     floor = max(1, min(X, Y, math.isqrt(M)) // 4)
     for x in ladder(X, M):
         y = min(Y, ymax(x))
-        if min(x, y) >= floor:
-            out.update((x, v) for v in (y, cdiv(Y, cdiv(Y, y))))
+        if x >= floor and y >= floor:
+            add((x, y))
+            add((x, -(-Y // -(-Y // y))))
             x2 = min(X, xmax(y))  # the other side grown back to the most that fits
-            out.update((v, y) for v in (x2, cdiv(X, cdiv(X, x2))))
+            add((x2, y))
+            add((-(-X // -(-X // x2)), y))
     for y in ladder(Y, M):
         x = min(X, xmax(y))
-        if min(x, y) >= floor:
-            out.update((v, y) for v in (x, cdiv(X, cdiv(X, x))))
+        if x >= floor and y >= floor:
+            add((x, y))
+            add((-(-X // -(-X // x)), y))
             y2 = min(Y, ymax(x))
-            out.update((x, v) for v in (y2, cdiv(Y, cdiv(Y, y2))))
+            add((x, y2))
+            add((x, -(-Y // -(-Y // y2))))
     return out
 
 
@@ -372,10 +434,12 @@ def _band(X: int, Y: int, M: int, ymax: Callable[[int], int]) -> set[tuple[int, 
     lies (1/x + 1/y at x·y ≈ M), between the ladder's rungs."""
     r = math.isqrt(M)
     out: set[tuple[int, int]] = set()
+    add = out.add
     for x in range(max(1, r // 2), min(X, 2 * r) + 1, max(1, r // 48)):
         y = min(Y, ymax(x))
         if y >= 1:
-            out.update((x, v) for v in (y, cdiv(Y, cdiv(Y, y))))
+            add((x, y))
+            add((x, -(-Y // -(-Y // y))))
     return out
 
 
@@ -394,12 +458,12 @@ def _rows(shape: Shape, amax: int) -> set[int]:
     return out
 
 
-def _group_rows(shape: Shape, M: int, c: int, w: int) -> int:
+def _group_rows(shape: Shape, M: int, c: int, w: int, lowers: _Lowers | None = None) -> int:
     """The best row block of a slice group (w columns in slices of c, ``_fp2 <= M``; 0 if none
     fits): a completion (:func:`~attnio.algorithms.mapper.completion`) over the largest that
     fits, that snapped down to as many blocks, and with a mask the sizes of :func:`_rows`,
     scored exactly (ties: the fewest blocks), by branch and bound on :func:`_phase2_lower`
-    with a mask (exact where no row is clipped)."""
+    with a mask (exact where no row is clipped; ``lowers``: the shape's, else made here)."""
     amax = min(shape.Nq, _rows2(M, min(c, w)))
     if amax < 1:
         return 0
@@ -411,8 +475,9 @@ def _group_rows(shape: Shape, M: int, c: int, w: int) -> int:
     if not shape.causal:
         best = mapper.completion(sorted(sizes), key)
     else:
+        low = _Lowers(shape) if lowers is None else lowers
         best = mapper.completion(sorted(sizes | _rows(shape, amax)), key,
-                                 lower=lambda a: _phase2_lower(shape, a, c, w))
+                                 lower=lambda a: low.phase2(a, c, w))
     assert best is not None
     return best[1]
 
@@ -533,27 +598,31 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
                     | {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))})
 
         band1 = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1, M))]
+        low = _Lowers(shape) if masked else None
         phase1 = Phase(
-            cost=lambda c: (_phase1_total(shape, c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])),
+            cost=(lambda c: (_phase1_total(shape, c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])))
+            if masked else functools.partial(_plain_cost1, Nq, Nkv, d),
             footprint=None,  # every candidate is built to fit (the sides of most that fit)
             candidates=cands1 if masked else lambda: cands1() + band1,
-            lower=functools.partial(_phase1_lower, shape) if masked else None,
+            lower=None if low is None else low.phase1,
             ranked=(lambda: [(_phase1_total(plain, c), c) for c in band1]) if masked else None,
             keep=_BAND, offer=_OFFER)
         phase2 = Phase(
-            cost=lambda g: (_p2_total(shape, g), _p2_steps(Nq, d, g)),
+            cost=(lambda g: (_p2_total(shape, g), _p2_steps(Nq, d, g)))
+            if masked else functools.partial(_plain_cost2, Nq, Nkv, d),
             footprint=None,
             candidates=cands2 if masked else lambda: cands2() | band2(),
-            lower=functools.partial(_p2_lower, shape) if masked else None,
+            lower=None if low is None else low.p2,
             ranked=(lambda: [(_p2_total(plain, g), g) for g in band2()]) if masked else None,
             keep=_BAND,
             seed=lambda best: self._two_groups(
-                shape, M, {cdiv(d, g[1]) + k for g in best for k in (-1, 0, 1)}),
+                shape, M, {cdiv(d, g[1]) + k for g in best for k in (-1, 0, 1)}, low),
             offer=_OFFER, order=lambda g: (len(g), g))  # one slice group before two on ties
         return Phases((phase1, phase2), _combine)
 
     @staticmethod
-    def _two_groups(shape: Shape, M: int, counts: Iterable[int]) -> set[tuple[int, ...]]:
+    def _two_groups(shape: Shape, M: int, counts: Iterable[int], lowers: _Lowers | None = None
+                    ) -> set[tuple[int, ...]]:
         """Phase-2 candidates of T slices for each T in ``counts``: uniform slices of
         w = ⌈d/T⌉, and two slice groups, each with its best row block (:func:`_group_rows`):
 
@@ -567,7 +636,9 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         as tall as w's (``n*`` blocks) or n* - 3 .. n* + 2 blocks: at most a few dozen
         candidates per T, O(log N) each."""
         d, Nq = shape.d, shape.Nq
-        rows = functools.cache(functools.partial(_group_rows, shape, M))  # (c, w) recur
+        if lowers is None and shape.causal:
+            lowers = _Lowers(shape)  # (``lowers``: the shape's bounds, shared with the search)
+        rows = functools.cache(functools.partial(_group_rows, shape, M, lowers=lowers))
         out: set[tuple[int, ...]] = set()
         for T in counts:
             if not 1 <= T <= d:
