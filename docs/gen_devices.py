@@ -1,5 +1,6 @@
 """Write docs/devices.md from the device table (attnio.hardware.devices): every figure with its
-sources.  Run: ``python docs/gen_devices.py`` (from the repository root).
+sources.  Run: ``python docs/gen_devices.py`` (from the repository root); ``--check`` writes
+nothing and exits 1 where the page differs from what it would write.
 
 Every section of the page is written here, the prose included (the mechanisms that decide
 between tiles, the shared-memory floor of SS ``wgmma``): edit this file, not docs/devices.md.
@@ -338,8 +339,26 @@ def render() -> str:
     return "\n".join(L) + "\n"
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Write docs/devices.md, or with ``--check`` compare it (exit 1 where it differs)."""
+    import argparse
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 where docs/devices.md differs from the table")
+    args = ap.parse_args(argv)
+    page = Path(__file__).resolve().parent / "devices.md"
+    text = render()
+    if args.check:
+        same = page.read_text(encoding="utf-8") == text
+        print("docs/devices.md matches the generator" if same
+              else "docs/devices.md differs: run python docs/gen_devices.py")
+        return 0 if same else 1
+    page.write_text(text, encoding="utf-8")
+    print("wrote", page)
+    return 0
+
+
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else "docs/devices.md"
-    with open(out, "w") as f:
-        f.write(render())
-    print("wrote", out)
+    sys.exit(main())
