@@ -205,7 +205,8 @@ SEARCHERS = {"mapper.py", "protocol.py"}
 
 def _search_loops(path: Path) -> list[str]:
     """What in a schedule module looks like a search of its own over candidates: heapq (a
-    best-k cut), ``sorted(...)[...]`` (a sort-and-cut)."""
+    best-k cut), ``sorted(...)[...]`` (a sort-and-cut), a list's ``.sort()`` (sorted in place,
+    then cut)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -217,6 +218,9 @@ def _search_loops(path: Path) -> list[str]:
         if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)
                 and isinstance(node.value.func, ast.Name) and node.value.func.id == "sorted"):
             found.append(f"{path.name}:{node.lineno} cuts a sorted list")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "sort"):
+            found.append(f"{path.name}:{node.lineno} sorts a list in place")
     return found
 
 

@@ -168,9 +168,9 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
         d, Nq, heads = shape.d, shape.Nq, shape.n_heads
         rc = masks.row_counts(shape)  # O(1)
         pall, nseen = rc.pairs, rc.rows1
-        keyed = [((heads // G) * (G * d * nseen + 2 * d * pall / Br + G * Nq * d), Br, G, bcs)
-                 for Br, G, bcs in self._grid(shape, M)]
-        keyed.sort(key=lambda c: c[0] * (1 - 1e-9))
+        keyed = sorted([((heads // G) * (G * d * nseen + 2 * d * pall / Br + G * Nq * d), Br, G,
+                         bcs) for Br, G, bcs in self._grid(shape, M)],
+                       key=lambda c: c[0] * (1 - 1e-9))
 
         def members(i: int) -> list[Flash2Tiling]:
             _, Br, G, bcs = keyed[i]

@@ -75,6 +75,7 @@ from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
+from . import mapper
 from .base import BackwardSchedule, block_sizes, divisors_upto
 from .common import fp_group_pass_a, fp_split_pass1, stacked_rows
 from .flash2_backward import probabilities
@@ -164,10 +165,11 @@ class GroupSplitBackward(BackwardSchedule[GroupSplitTiling]):
             b *= 2
         twos = [(self._passA(shape, G, br, bc2).total, G, br, bc2)
                 for G, br, bc2 in pass_a_sides(shape, M)]  # pass A: (words, G, Br, Bc2)
-        ones.sort()
-        twos.sort()
+        # the passes' words add up: the mapper's declared cut keeps each pass's best 3 (by words,
+        # then sides), and their product is the candidate list
         return [GroupSplitTiling(G, br, bc2, bc, br1)
-                for _, bc, br1 in ones[:3] for _, G, br, bc2 in twos[:3]]
+                for _, bc, br1 in mapper.preranked(ones, None, 3)
+                for _, G, br, bc2 in mapper.preranked(twos, None, 3)]
 
     # ------------------------------------------------------------------ the schedule
     def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],

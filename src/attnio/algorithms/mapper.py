@@ -17,7 +17,7 @@ owns:
   fused_small_cache_backward);
 * :func:`phase_tilings` and :func:`phase_best` — the phase-separable search, for a schedule
   whose count and steps are sums of independent phases (``_phases``: stream_tiling,
-  window_square): each phase's best by itself (its declared cut, bound and seed applied), the
+  window_square, window_stream): each phase's best by itself (its declared cut, bound and seed applied), the
   candidates their product, whose first :func:`search` takes;
 * :func:`pruned_tilings` — the candidates of least count, for a schedule that offers another's
   tilings among its own (window_cache streams flash2's);
@@ -32,7 +32,9 @@ slices unmasked),
 :func:`completion` (the least of a partial tiling's remaining sides: standard's bm per (bk,
 onepass) unmasked, small_cache_backward's output block, group_spill_backward's) and
 :func:`preranked` (a declared pre-ranking cut: square_tiling's Phase-1 choices,
-group_spill_backward's best 8).
+group_spill_backward's best 8, split_backward's and group_split_backward's best 3 of each pass)
+and :func:`least_few` (the same cut by branch and bound on a proven lower bound:
+square_tiling's best Phase-1 choices under a causal mask).
 
 Ties go to fewer, larger steps, then to the first candidate.  No schedule keeps a search of its
 own (docs/contributing.md, "Searches still inside schedules"; tests/test_architecture.py)."""
@@ -64,9 +66,9 @@ from .protocol import (
 )
 
 __all__ = ["best_backward", "can_run", "check_M", "completion", "default_tiling", "dense_groups",
-           "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_over",
-           "needs_M", "phase_best", "phase_tilings", "preranked", "pruned_tilings", "search",
-           "supports"]
+           "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_few",
+           "least_over", "needs_M", "phase_best", "phase_tilings", "preranked", "pruned_tilings",
+           "search", "supports"]
 
 #: The attribute that says whether a schedule runs what each reason of :func:`can_run` names
 #: (declared on :class:`~attnio.algorithms.base.TiledSchedule` and ``Algorithm``).
@@ -490,10 +492,16 @@ def _first(key: Any) -> Any:
     return key[0] if isinstance(key, tuple) else key
 
 
-def preranked(items: Iterable[T], estimate: Callable[[T], Any], keep: int) -> list[T]:
+def preranked(items: Iterable[T], estimate: Callable[[T], Any] | None, keep: int) -> list[T]:
     """A declared pre-ranking cut: the ``keep`` items of least ``estimate``, least first (ties
-    in the order of ``items``), i.e. ``sorted(items, key=estimate)[:keep]``.  The estimate is the
-    schedule's (not a bound: a heuristic cut of its mapspace, which the mapspace then is)."""
+    in the order of ``items``), i.e. ``sorted(items, key=estimate)[:keep]``; ``estimate`` None:
+    the items themselves compared (e.g. ``(count, sides...)`` tuples: a pass's exact count, ties
+    by its sides).  The estimate is the schedule's (not a bound: a heuristic cut of its
+    mapspace, which the mapspace then is)."""
+    if keep <= 0:
+        return []
+    if estimate is None:
+        return heapq.nsmallest(keep, items)  # type: ignore[type-var]  # (items compare)
     return heapq.nsmallest(keep, items, key=estimate)
 
 
@@ -505,6 +513,8 @@ def least_few(items: Sequence[T], key: Callable[[T], K], lower: Callable[[T], fl
     keyed until the bound passes the ``keep``-th least count found (with a float margin), so an
     item left unkeyed has a count above ``keep`` keyed ones and can be neither among the least
     nor tie them."""
+    if keep <= 0:
+        return []
     lows = [lower(t) * (1 - 1e-9) for t in items]  # a margin far above float rounding
     keyed: dict[int, K] = {}
     counts: list[Any] = []  # the counts keyed, ascending

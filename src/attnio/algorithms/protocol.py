@@ -134,6 +134,13 @@ class Phase:
     offer: int = 3
     order: Callable[[Any], Any] | None = None
 
+    def __post_init__(self) -> None:
+        if self.offer < 1:
+            raise ValueError(f"a Phase offers at least one choice, got offer={self.offer}")
+        if self.ranked is not None and self.keep < 1:
+            raise ValueError(f"a Phase that declares ranked keeps at least one item, got "
+                             f"keep={self.keep}")
+
 
 @dataclass(frozen=True)
 class Phases(Generic[T]):

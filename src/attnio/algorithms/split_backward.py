@@ -53,6 +53,7 @@ from ..core import masks
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import _kernels as K_
+from . import mapper
 from .base import BackwardSchedule, block_sizes
 from .common import fp_split_pass1
 from .flash2_backward import probabilities, store_row_sums
@@ -168,10 +169,11 @@ class SplitBackward(BackwardSchedule[SplitBackwardTiling]):
             bc2 = min(Nkv, (M - 3 * br * d - 2 * br) // (2 * d + 2 * br))
             if br <= br_max and bc2 >= 1:
                 twos.append((self._pass2(shape, br, bc2).total, br, bc2))
-        ones.sort()
-        twos.sort()
+        # the passes' words add up: the mapper's declared cut keeps each pass's best 3 (by words,
+        # then sides), and their product is the candidate list
         return [SplitBackwardTiling(bc, br1, br2, bc2)
-                for _, bc, br1 in ones[:3] for _, br2, bc2 in twos[:3]]
+                for _, bc, br1 in mapper.preranked(ones, None, 3)
+                for _, br2, bc2 in mapper.preranked(twos, None, 3)]
 
     # ------------------------------------------------------------------ the schedule
     def one_kv_head(self, mem: TwoLevelMemory, qv: dict[str, list[SlowArray]],
