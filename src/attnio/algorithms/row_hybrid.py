@@ -121,49 +121,35 @@ def blocks(shape: Shape, budget: int, modes: str, G: int) -> _Part | None:
             least += (b - a) / max(1, r_best)
         if least > MAX_BLOCKS:
             return None
-    out: list[tuple[int, int, int, int, str]] = []
-    e = Nq
-    Nkv, off, causal = shape.Nkv, shape.offset, shape.causal
     if simple:
         return _simple_blocks(shape, budget, modes, G, fixed)
+    out: list[tuple[int, int, int, int, str]] = []
+    e = Nq
     while e > 0:
         if len(out) >= MAX_BLOCKS:
             return None
-        if simple:
-            whi = min(Nkv, max(0, e + off)) if causal else Nkv
-            if whi == 0:
-                r = min(e, budget)
-                out.append((e - r, e, 0, 0, "z"))
-                e -= r
-                continue
         best: tuple[int, int, int, int, str] | None = None
         best_key: tuple[float, int] | None = None
         for rank, m in enumerate("acb"):
             if m not in modes:
                 continue
             if m == "a":
-                if simple:
-                    r = (budget - whi) // (G * whi + 1)
-                else:
-                    a, b = 0, e
-                    while a < b:
-                        mid = (a + b + 1) // 2
-                        lo, hi = kv_range(shape, e - mid, e)
-                        if _fp("a", G, mid, max(0, hi - lo), d) <= budget:
-                            a = mid
-                        else:
-                            b = mid - 1
-                    r = a
+                a, b = 0, e
+                while a < b:
+                    mid = (a + b + 1) // 2
+                    lo, hi = kv_range(shape, e - mid, e)
+                    if _fp("a", G, mid, max(0, hi - lo), d) <= budget:
+                        a = mid
+                    else:
+                        b = mid - 1
+                r = a
             else:
                 r = fixed[m]
             r = min(r, e)
             if r < 1:
                 continue
-            if simple:  # kv_range inline: keys [0, hi(e)) (no window), the same integers
-                lo, hi = 0, (max(0, min(Nkv, e + off)) if causal else Nkv)
-            else:
-                lo, hi = kv_range(shape, e - r, e)
-                hi = max(lo, hi)
+            lo, hi = kv_range(shape, e - r, e)
+            hi = max(lo, hi)
             if hi == lo:
                 mode = "z"
                 cost = 0
