@@ -269,3 +269,35 @@ def test_the_search_bounds_of_a_shape_equal_the_module_bounds():
                       (rng.randint(1, Nq + 5), rng.randint(1, d1 + 2), d1,
                        rng.randint(1, Nq + 5), rng.randint(1, d - d1 + 2))):
                 assert low.p2(g) == sm._p2_lower(shape, g)
+
+
+def test_a_bulk_count_holds_each_score_tile_by_its_sums_and_equals_step_by_step():
+    """In a bulk count every score tile is held by its words (``_tile_by_sums``, no fast tile
+    per line): reads, writes, peak, steps and the per-array words equal the step-by-step count
+    and the closed form, on arbitrary tilings (small gcd(Br, Bc), both orders, both causal
+    alignments, Nq != Nkv, sides that do not divide the lengths); and the causal count without
+    a window that window_stream hands to it is fast because of it (issue 31's sweep)."""
+    rng = np.random.default_rng(5)
+    alg = attnio.algorithms.get("stream_tiling")
+    compared = 0
+    for _ in range(120):
+        N, Nkv = int(rng.integers(5, 70)), int(rng.integers(3, 70))
+        d = int(rng.choice([2, 3, 8]))
+        align = rng.choice(["none", "top_left", "bottom_right"])
+        shape = (Shape(N, Nkv, d) if align == "none"
+                 else Shape(N, Nkv, d, causal=True, causal_align=str(align)))
+        t = stream_tiling.StreamTilingTiling(
+            Br=int(rng.integers(1, N + 1)), Bc=int(rng.integers(1, Nkv + 1)),
+            Br2=int(rng.integers(1, N + 1)), Bd2=int(rng.integers(1, d + 1)),
+            order=str(rng.choice(["row", "tile"])))
+        M = alg.footprint(shape, t)  # as tight as the tiling allows: the peak must be exact
+        bulk = attnio.run("stream_tiling", shape=shape, M=M, mode="count", tiling=t).io
+        step = attnio.run("stream_tiling", shape=shape, M=M, mode="count", tiling=t,
+                          bulk=False).io
+        pred = alg.cost(shape, t).io
+        assert (bulk.reads, bulk.writes, bulk.peak, bulk.steps) == (
+            step.reads, step.writes, step.peak, step.steps), (shape.describe(), t)
+        assert bulk.per_array == step.per_array
+        assert (bulk.reads, bulk.writes) == (pred.reads, pred.writes)
+        compared += 1
+    assert compared == 120

@@ -168,3 +168,11 @@ def ladder(total: int, vmax: int) -> tuple[int, ...]:
             out.add(v)
             out.add(-(-total // -(-total // v)))
     return tuple(sorted(out))
+
+
+def split_sizes(total: int, n: int) -> tuple[tuple[int, int], ...]:
+    """n sizes summing to ``total`` as (size, how many): ``total mod n`` of ⌈total/n⌉ and the
+    rest of ⌊total/n⌋ (none at 0 words: every line and score column is at least one word); a
+    bulk count's stand-in for n lines of differing lengths (the same words and stores)."""
+    q, r = divmod(total, n)
+    return tuple((size, k) for size, k in ((q + 1, r), (q, n - r)) if k and size)

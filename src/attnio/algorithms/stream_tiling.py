@@ -152,7 +152,7 @@ from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import mapper
 from ._kernels import online_lse_step
 from .base import Algorithm, prefix_block_keys
-from .common import ladder
+from .common import ladder, split_sizes
 from .protocol import Phase, Phases
 
 __all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
@@ -828,6 +828,9 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         else:
             lens = [r1 - max(r_lo, min(r1, c - shape.offset)) if shape.causal else r1 - r0
                     for c in range(c0, c_hi)]
+        if mem.bulk:
+            _tile_by_sums(mem, p, Qi, (r_lo, r1, c0, c_hi), lens, by_rows)
+            return
         lines = [mem.alloc((1, n) if by_rows else (n, 1), 0.0, label="S_line") if n > 0 else None
                  for n in lens]
         for lb in mem.blocks(d, 1):
@@ -1078,3 +1081,40 @@ def _row_step(r: int) -> Callable[..., None]:
 
 
 ALGORITHM = StreamTiling()
+
+
+def _tile_by_sums(mem: TwoLevelMemory, p: _ScoresPass, Qi: FastTile | None,
+                  box: tuple[int, int, int, int], lens: list[int], by_rows: bool) -> None:
+    """A bulk count of one score tile (:meth:`StreamTiling._tile`: rows [r_lo, r1), keys
+    [c0, c_hi), its visible lines of ``lens`` words): the same words, steps and peak without a
+    fast tile per line.  The lines are held as one tile of their H words through the d columns
+    (the held column and one word of the other side, as step by step: the same peak), then
+    stored as as many lines of about the same length (:func:`.common.split_sizes`), one resident
+    at a time (never more than step by step, where they all are until stored)."""
+    Q, K, A, d = p.Q, p.K, p.A, p.shape.d
+    r_lo, r1, c0, c_hi = box
+    H = sum(n for n in lens if n > 0)
+    n_lines = sum(1 for n in lens if n > 0)
+    held = mem.alloc((H,), label="S_lines") if H else None
+    for lb in mem.blocks(d, 1):
+        if by_rows:
+            k = mem.load(K, slice(c0, c_hi), lb, label="K_jl")
+            for rc in mem.blocks(r1 - r_lo, 1):
+                mem.free(mem.load(Q, r_lo + rc.start, lb, label="q_rl"))
+            mem.free(k)
+            continue
+        q = Qi if Qi is not None else mem.load(Q, slice(r_lo, r1), lb, label="Q_il")
+        for kc in mem.blocks(c_hi - c0, 1):
+            mem.free(mem.load(K, c0 + kc.start, lb, label="k_cl"))
+        if Qi is None:
+            mem.free(q)
+    if held is not None:
+        mem.free(held)
+    for size, many in split_sizes(H, n_lines) if n_lines else ():
+        for _ in mem.repeat(many):
+            line = mem.alloc((1, size) if by_rows else (size, 1), label="S_line")
+            if by_rows:
+                mem.store(line, A, 0, slice(0, size))
+            else:
+                mem.store(line, A, slice(0, size), 0)
+            mem.free(line)
