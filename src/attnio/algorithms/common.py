@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core.checks import check_real
-from ..core.memory import SlowArray
+from ..core.memory import SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv
 
 __all__ = ["HeadGroup", "block_sizes", "default_scale", "divisors_upto", "fp_group_pass_a", "fp_split_pass1",
@@ -176,3 +176,17 @@ def split_sizes(total: int, n: int) -> tuple[tuple[int, int], ...]:
     bulk count's stand-in for n lines of differing lengths (the same words and stores)."""
     q, r = divmod(total, n)
     return tuple((size, k) for size, k in ((q + 1, r), (q, n - r)) if k and size)
+
+
+def store_lines(mem: TwoLevelMemory, A: SlowArray, by_rows: bool, lines: int, words: int) -> None:
+    """Store ``lines`` score lines of ``words`` words in all into A (a bulk count's stand-in for
+    a tile's lines of differing lengths, :func:`split_sizes`): the same stores and words, one
+    line resident at a time (rows of A ``by_rows``, else columns)."""
+    for size, many in split_sizes(words, lines) if lines else ():
+        for _ in mem.repeat(many):
+            line = mem.alloc((1, size) if by_rows else (size, 1), label="S_line")
+            if by_rows:
+                mem.store(line, A, 0, slice(0, size))
+            else:
+                mem.store(line, A, slice(0, size), 0)
+            mem.free(line)

@@ -152,7 +152,7 @@ from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import mapper
 from ._kernels import online_lse_step
 from .base import Algorithm, prefix_block_keys
-from .common import ladder, split_sizes
+from .common import ladder, store_lines
 from .protocol import Phase, Phases
 
 __all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
@@ -1089,7 +1089,7 @@ def _tile_by_sums(mem: TwoLevelMemory, p: _ScoresPass, Qi: FastTile | None,
     [c0, c_hi), its visible lines of ``lens`` words): the same words, steps and peak without a
     fast tile per line.  The lines are held as one tile of their H words through the d columns
     (the held column and one word of the other side, as step by step: the same peak), then
-    stored as as many lines of about the same length (:func:`.common.split_sizes`), one resident
+    stored as as many lines of about the same length (:func:`.common.store_lines`), one resident
     at a time (never more than step by step, where they all are until stored)."""
     Q, K, A, d = p.Q, p.K, p.A, p.shape.d
     r_lo, r1, c0, c_hi = box
@@ -1110,11 +1110,4 @@ def _tile_by_sums(mem: TwoLevelMemory, p: _ScoresPass, Qi: FastTile | None,
             mem.free(q)
     if held is not None:
         mem.free(held)
-    for size, many in split_sizes(H, n_lines) if n_lines else ():
-        for _ in mem.repeat(many):
-            line = mem.alloc((1, size) if by_rows else (size, 1), label="S_line")
-            if by_rows:
-                mem.store(line, A, 0, slice(0, size))
-            else:
-                mem.store(line, A, slice(0, size), 0)
-            mem.free(line)
+    store_lines(mem, A, by_rows, n_lines, H)

@@ -122,7 +122,7 @@ from ..core.workload import Shape, cdiv, kv_range, q_range
 from . import mapper
 from ._kernels import online_lse_step
 from .base import Algorithm
-from .common import ladder, split_sizes
+from .common import ladder, split_sizes, store_lines
 from .protocol import Phase, Phases
 from .stream_tiling import StreamTiling, StreamTilingTiling
 
@@ -583,16 +583,8 @@ def _key_offsets(shape: Shape) -> tuple[int | None, int | None]:
 
 def _store_lines(run: _Run, lines: int, words: int) -> None:
     """Store ``lines`` lines of ``words`` words in all (a bulk count's stand-in for a tile's
-    lines, :func:`.common.split_sizes`): the same stores and words, one line resident at a time."""
-    mem, A, by_rows = run.mem, run.arrays[4], _by_rows(run)
-    for size, k in split_sizes(words, lines):
-        for _ in mem.repeat(k):
-            line = mem.alloc((1, size) if by_rows else (size, 1), label="S_line")
-            if by_rows:
-                mem.store(line, A, 0, slice(0, size))
-            else:
-                mem.store(line, A, slice(0, size), 0)
-            mem.free(line)
+    lines, :func:`split_sizes`): the same stores and words, one line resident at a time."""
+    store_lines(run.mem, run.arrays[4], _by_rows(run), lines, words)
 
 
 def _tile_by_sums(run: _Run, box: tuple[int, int, int, int]) -> None:
@@ -624,7 +616,7 @@ def _tile_by_sums(run: _Run, box: tuple[int, int, int, int]) -> None:
 def _tiles_by_sums(run: _Run, tiles: int, rows: int, keys: int, words: int) -> None:
     """Bulk count of ``tiles`` Phase-1 tiles whose rows |R_ij|, keys |C_ij| and visible scores
     H_ij sum to ``rows``, ``keys`` and ``words``: each tile's step and d column steps, the held
-    columns in :func:`.common.split_sizes` sizes, the other side's words one at a time, the lines stored.
+    columns in :func:`split_sizes` sizes, the other side's words one at a time, the lines stored.
     The same words and steps as the tiles one by one; never more resident than the largest of
     them (whose peak :func:`_tile_by_sums` gives)."""
     if tiles <= 0:
@@ -777,7 +769,7 @@ def _keys(run: _Run, acc: tuple[FastTile, ...], ib: Block, db: Block, v_held: bo
           lo: int, hi: int) -> None:
     """Phase 2: the keys [lo, hi) of row block ``ib``, which only some of its rows see, into
     slice ``db``: one by one, or in a bulk count by their sums (the key most rows see as
-    itself, for the peak; the others' steps and words in :func:`.common.split_sizes` sizes: the same steps,
+    itself, for the peak; the others' steps and words in :func:`split_sizes` sizes: the same steps,
     words and peak)."""
     mem, shape = run.mem, run.shape
     if not mem.bulk or hi - lo <= 1:
@@ -798,7 +790,7 @@ def _keys(run: _Run, acc: tuple[FastTile, ...], ib: Block, db: Block, v_held: bo
 
 def _keys_by_sums(run: _Run, db: Block, v_held: bool, keys: int, rows: int) -> None:
     """Bulk count of ``keys`` Phase-2 keys into slice ``db`` that ``rows`` rows see in all: each
-    key's step, its V slice (or score column) and its rows' words and steps, in :func:`.common.split_sizes`
+    key's step, its V slice (or score column) and its rows' words and steps, in :func:`split_sizes`
     sizes (the same steps and words as :func:`_key` one by one; no column taller than theirs)."""
     if keys <= 0:
         return
