@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..core import masks
 from ..core.checks import check_real
 from ..core.memory import SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv
@@ -190,3 +191,23 @@ def store_lines(mem: TwoLevelMemory, A: SlowArray, by_rows: bool, lines: int, wo
             else:
                 mem.store(line, A, slice(0, size), 0)
             mem.free(line)
+
+
+def row_stream_lower(shape: Shape) -> Callable[[int, int], float] | None:
+    """A bound in O(1) on the count of a schedule that streams K and V past query blocks of Br
+    rows, G heads of a group at a time (flash2 and q_stationary_min; their ``_lower_total``),
+    as a function of (Br, G): the count itself unmasked; under a causal mask without a window
+    ``G·d·rows1`` of Q (the rows that see a key) and ``2d·Σ_i hi_i`` of K and V (the keys
+    block i sees, :func:`prefix_block_keys`, exact where no row is clipped, else 0), plus
+    ``G·Nq·d`` written, per group.  None under a window or a block mask."""
+    if shape.block_mask is not None or (shape.causal and shape.window is not None):
+        return None
+    d, Nq, Nkv, n, causal, off = (shape.d, shape.Nq, shape.Nkv, shape.n_heads, shape.causal,
+                                  shape.offset)
+    rows1 = masks.row_counts(shape).rows1
+
+    def lower(Br: int, G: int) -> float:
+        Br = min(Br, Nq)
+        keys = cdiv(Nq, Br) * Nkv if not causal else prefix_block_keys(Nkv, off, Nq, Br) or 0
+        return (n // G) * (G * d * rows1 + 2 * d * keys + G * Nq * d)
+    return lower

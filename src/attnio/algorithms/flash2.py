@@ -64,7 +64,7 @@ from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from .base import GroupedAlgorithm, divisors_upto
-from .common import HeadGroup, prefix_block_keys
+from .common import HeadGroup, row_stream_lower
 from .flash2_backward import BACKWARD, aligned_sizes
 from .protocol import Families
 
@@ -208,18 +208,8 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
         that see a key) and ``2d·Σ_i hi_i`` of K and V (``cov_i >= hi_i``, the keys block i
         sees; :func:`~attnio.algorithms.common.prefix_block_keys`, else 0), plus ``G·Nq·d``
         written, per group (q_stationary_min's bound, its Bc = 1)."""
-        if shape.block_mask is not None or (shape.causal and shape.window is not None):
-            return None
-        d, Nq, Nkv, n, causal, off = (shape.d, shape.Nq, shape.Nkv, shape.n_heads, shape.causal,
-                                      shape.offset)
-        rows1 = masks.row_counts(shape).rows1
-
-        def lower(t: Flash2Tiling) -> float:
-            G, Br = t.group, min(t.Br, Nq)
-            keys = (cdiv(Nq, Br) * Nkv if not causal
-                    else prefix_block_keys(Nkv, off, Nq, Br) or 0)
-            return (n // G) * (G * d * rows1 + 2 * d * keys + G * Nq * d)
-        return lower
+        lower = row_stream_lower(shape)
+        return None if lower is None else (lambda t: lower(t.Br, t.group))
 
     def _group_count(self, shape: Shape, tiling: Flash2Tiling) -> IOCount:
         """Words moved for one group of ``tiling.group`` query heads sharing K/V tiles."""

@@ -48,8 +48,8 @@ from ..core import masks
 from ..core.memory import Block, IOCount, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
-from .base import GroupedAlgorithm, block_sizes, divisors_upto, prefix_block_keys
-from .common import HeadGroup
+from .base import GroupedAlgorithm, block_sizes, divisors_upto
+from .common import HeadGroup, row_stream_lower
 from .flash2 import ALGORITHM as _FLASH2
 from .flash2 import Flash2Tiling
 
@@ -134,17 +134,8 @@ class QStationaryMin(GroupedAlgorithm[QStationaryMinTiling]):
         the search's branch and bound: ``G·d·rows1`` of Q (rows that see a key) and the K/V
         rows the blocks stream, ``2d·Σ_i hi_i`` (:func:`~attnio.algorithms.base.prefix_block_keys`,
         exact where no row is clipped), plus ``G·Nq·d`` written, per group."""
-        if shape.block_mask is not None or (shape.causal and shape.window is not None):
-            return None
-        d, Nq, Nkv, n = shape.d, shape.Nq, shape.Nkv, shape.n_heads
-        rows1 = masks.row_counts(shape).rows1
-
-        def lower(t: QStationaryMinTiling) -> float:
-            G, Br = t.group, min(t.Br, Nq)
-            keys = (cdiv(Nq, Br) * Nkv if not shape.causal
-                    else prefix_block_keys(Nkv, shape.offset, Nq, Br) or 0)
-            return (n // G) * (G * d * rows1 + 2 * d * keys + G * Nq * d)
-        return lower
+        lower = row_stream_lower(shape)
+        return None if lower is None else (lambda t: lower(t.Br, t.group))
 
     # ------------------------------------------------------------------ counts
     def _group_count(self, shape: Shape, tiling: QStationaryMinTiling) -> IOCount:
