@@ -137,22 +137,29 @@ def matmul() -> tuple[float, float]:
 
 
 def lookup_parts(name: str) -> tuple[tuple[float, ...], float, int, Table]:
-    """What :func:`lookup` reads for table ``name``: the nodes, their step, the last interval's
-    index and the table (for callers that repeat lookup's operations inline)."""
+    """What :func:`interpolate` reads for table ``name``: the nodes, their step, the last
+    interval's index and the table, computed once when the tables are read."""
     return _load()["parts"][name]
 
 
-def lookup(tab: Table, x: float) -> tuple[float, float]:
-    """The tabulated (K/M, multiplier) at ``x = d²/M``: linear in log2 x between the grid's
-    nodes, the end values outside it."""
-    nodes = grid()
+def interpolate(parts: tuple[tuple[float, ...], float, int, Table], x: float
+                ) -> tuple[float, float]:
+    """The tabulated (K/M, multiplier) at ``x = d²/M`` from a table's :func:`lookup_parts`:
+    linear in log2 x between the grid's nodes, the end values outside it."""
+    nodes, step, last, tab = parts
     t = math.log2(x)
     if t <= nodes[0]:
         return tab[0]
     if t >= nodes[-1]:
         return tab[-1]
-    step = nodes[1] - nodes[0]
-    i = min(int((t - nodes[0]) / step), len(nodes) - 2)
+    i = min(int((t - nodes[0]) / step), last)
     w = (t - nodes[i]) / step
     (k0, m0), (k1, m1) = tab[i], tab[i + 1]
     return k0 + w * (k1 - k0), m0 + w * (m1 - m0)
+
+
+def lookup(tab: Table, x: float) -> tuple[float, float]:
+    """The tabulated (K/M, multiplier) at ``x = d²/M`` of any table on the grid's nodes
+    (:func:`interpolate`)."""
+    nodes = grid()
+    return interpolate((nodes, nodes[1] - nodes[0], len(nodes) - 2, tab), x)

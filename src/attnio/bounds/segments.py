@@ -1778,20 +1778,8 @@ def _search_many(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...],
 
 
 def _tabulated(theorem: PairsTheorem, d: int, M: int) -> tuple[float, float]:
-    """(κ, the multiplier) tabulated for the theorem at x = d²/M (:func:`params.lookup`'s
-    operations, its table's constants read once per call)."""
-    nodes, step, last, tab = params.lookup_parts(theorem.table)
-    x = d * d / M
-    t = math.log2(x)
-    if t <= nodes[0]:
-        kappa, m = tab[0]
-    elif t >= nodes[-1]:
-        kappa, m = tab[-1]
-    else:
-        i = min(int((t - nodes[0]) / step), last)
-        w = (t - nodes[i]) / step
-        (k0, m0), (k1, m1) = tab[i], tab[i + 1]
-        kappa, m = k0 + w * (k1 - k0), m0 + w * (m1 - m0)
+    """(κ, the multiplier) tabulated for the theorem at x = d²/M (:func:`params.interpolate`)."""
+    kappa, m = params.interpolate(params.lookup_parts(theorem.table), d * d / M)
     if theorem.kind == "potential":
         return kappa, m * max(math.sqrt(M), M / d)
     return kappa, min(m * math.sqrt(M), theorem.nu_max * d)
