@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,10 +47,12 @@ def _fp(d: int, Br: int, Bc: int) -> int:
 
 
 def _update(S: np.ndarray, m: np.ndarray, l: np.ndarray, O: np.ndarray, V: np.ndarray) -> None:
-    """The online softmax: fold the scores S of one key block into (m, l, O)."""
+    """The online softmax: fold the scores S of one key block into (m, l, O) (a row whose
+    scores are all hidden, -inf so far, stays as it was)."""
     m_new = np.maximum(m, S.max(axis=1))
-    c = np.exp(m - m_new)
-    S -= m_new[:, None]
+    safe = np.where(np.isneginf(m_new), 0.0, m_new)  # a row that has seen nothing yet
+    c = np.exp(m - safe)
+    S -= safe[:, None]
     np.exp(S, out=S)
     l *= c
     l += S.sum(axis=1)
@@ -108,11 +111,15 @@ class ToyRows(Algorithm[RowsTiling]):
                 Vj = mem.load(V, kb, label="V_j")
                 S = mem.alloc((qb.size, kb.size), label="S_ij")
                 mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
-                mem.compute(_update, S, m, l, Oi, Vj, writes=4)
+                mem.compute(self._update(shape, qb.start, kb.start), S, m, l, Oi, Vj, writes=4)
                 mem.free(S, Kj, Vj)
             mem.compute(_normalise, Oi, l, writes=1)
             mem.store(Oi, O, qb)
             mem.free(Qi, Oi, m, l)
+
+    def _update(self, shape: Shape, r0: int, c0: int) -> Callable[..., None]:
+        """The online-softmax update of the score tile at rows r0, keys c0 (unmasked here)."""
+        return _update
 
 
 TOY = ToyRows()
@@ -128,16 +135,7 @@ def _band_update(r0: int, c0: int, off: int, W: int | None, S: np.ndarray, m: np
     if W is not None:
         hidden |= cols < rows + off - W + 1
     S[hidden] = -np.inf
-    m_new = np.maximum(m, S.max(axis=1))
-    safe = np.where(np.isneginf(m_new), 0.0, m_new)  # a row that has seen nothing yet
-    c = np.exp(m - safe)
-    S -= safe[:, None]
-    np.exp(S, out=S)
-    l *= c
-    l += S.sum(axis=1)
-    O *= c[:, None]
-    O += S @ V
-    m[:] = m_new
+    _update(S, m, l, O, V)
 
 
 class ToyBand(ToyRows):
@@ -151,28 +149,10 @@ class ToyBand(ToyRows):
     def unsupported(self, shape: Shape, M: int | None = None) -> str | None:
         return Algorithm.unsupported(self, shape, M)  # every mask but a block mask
 
-    def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
-                 O: SlowArray, *, shape: Shape, tiling: RowsTiling, scale: float) -> None:
-        d, off = shape.d, shape.offset
-        for qb in mem.blocks(shape.Nq, tiling.Br):
-            Qi = mem.load(Q, qb, label="Q_i")
-            Oi = mem.alloc((qb.size, d), 0.0, label="O_i")
-            m = mem.alloc((qb.size,), -np.inf, label="m_i")
-            l = mem.alloc((qb.size,), 0.0, label="l_i")
-            for kb in mem.blocks(shape.Nkv, tiling.Bc):
-                Kj = mem.load(K, kb, label="K_j")
-                Vj = mem.load(V, kb, label="V_j")
-                S = mem.alloc((qb.size, kb.size), label="S_ij")
-                mem.matmul(S, Qi, Kj, transpose_b=True, alpha=scale)
-                if shape.causal:
-                    mem.compute(functools.partial(_band_update, qb.start, kb.start, off,
-                                                  shape.window), S, m, l, Oi, Vj, writes=4)
-                else:
-                    mem.compute(_update, S, m, l, Oi, Vj, writes=4)
-                mem.free(S, Kj, Vj)
-            mem.compute(_normalise, Oi, l, writes=1)
-            mem.store(Oi, O, qb)
-            mem.free(Qi, Oi, m, l)
+    def _update(self, shape: Shape, r0: int, c0: int) -> Callable[..., None]:
+        if not shape.causal:
+            return _update
+        return functools.partial(_band_update, r0, c0, shape.offset, shape.window)
 
 
 class ToyBackward(Flash2Backward):
