@@ -166,35 +166,38 @@ def _cubes(x: FloatArray) -> FloatArray:
     return np.fromiter(map(pow, vals, itertools.repeat(3)), dtype=np.float64, count=len(vals))
 
 
-def _sum_line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray) -> FloatArray:
+def _branch_cases(c2: tuple[float, ...], c3: tuple[float, ...]) -> tuple[bool, Any, Any]:
+    """Which of :func:`sum_line_peak`'s cases each branch takes: (every branch a special case,
+    the branches with c3 = 0, those with c2 = 0 and c3 != 0; None where there are none)."""
+    lin = [b for b, x in enumerate(c3) if x == 0.0]
+    sq = [b for b, (x, y) in enumerate(zip(c2, c3)) if x == 0.0 and y != 0.0]
+    return (len(lin) + len(sq) == len(c2), np.array(lin, dtype=np.intp) if lin else None,
+            np.array(sq, dtype=np.intp) if sq else None)
+
+
+def _line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray,
+                cases: tuple[bool, Any, Any]) -> FloatArray:
     """:func:`sum_line_peak` elementwise, lines T (lines × pairs) × branches (c2, c3): (lines ×
-    branches × pairs), the same operations (its two special cases by branch)."""
+    branches × pairs), the same operations (its two special cases by branch, ``cases``:
+    :func:`_branch_cases`)."""
     Tc = T[:, None, :]
-    if ((c3 == 0.0) | (c2 == 0.0)).all():  # (every branch one of the special cases: no root)
+    special, lin, sq = cases
+    if special:  # (every branch one of the special cases: no root)
         out: FloatArray = np.empty((T.shape[0], len(c2), T.shape[1]))
     else:
         c2c, c3c = c2[:, None], c3[:, None]
         b = 3.0 * (c3c * Tc - c2c)
         out = (b + np.sqrt(b * b + 32.0 * c2c * c3c * Tc)) / (8.0 * c3c)
-    if (c3 == 0.0).any():
-        out[:, c3 == 0.0, :] = 2.0 * Tc / 3.0
-    c2only = (c2 == 0.0) & (c3 != 0.0)
-    if c2only.any():
-        out[:, c2only, :] = 0.75 * Tc
+    if lin is not None:
+        out[:, lin, :] = 2.0 * Tc / 3.0
+    if sq is not None:
+        out[:, sq, :] = 0.75 * Tc
     return out
 
 
-def _g_many(p: FloatArray, c2: FloatArray, c3: FloatArray,
-            kept: npt.NDArray[np.bool_] | None) -> FloatArray:
-    """g(p) = max over the kept branches of ``c2·p·p + c3·p·p·p`` (the scalar code's operations),
-    p (points × pairs), kept (branches × pairs; None: all)."""
-    c2c, c3c = c2[:, None, None], c3[:, None, None]
-    G = c2c * p * p + c3c * p * p * p  # branches × points × pairs
-    if kept is None:
-        out: FloatArray = G.max(axis=0)
-    else:
-        out = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
-    return out
+#: :func:`_potential_lambdas_many` shares the μ-free work between elements of one (M, K) only
+#: from this many elements on (below, finding them costs more than it saves: the same floats).
+SHARE_MIN = 96
 
 
 def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
@@ -202,12 +205,17 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
                             kept: npt.NDArray[np.bool_] | None = None,
                             ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """:func:`potential_lambdas_many` on 1-d float arrays of one length (floating-point warnings
-    off: every edge case is masked as the scalar code decides it)."""
+    off: every edge case is masked as the scalar code decides it).
+
+    One table of candidates per element, rows (:func:`_potential_layout`): the 8 vertices, the
+    sum lines' peaks (T = M + (M + K) and T = K of the hexagon; T = M + K of the first and of the
+    last polygon, each with its own range; T = K of both), then the vertical edges' peaks of the
+    three polygons; each polygon's maximum is one ``maximum.reduceat`` over its rows."""
     n, nb = len(Ma), len(branches)
-    c2, c3 = _branch_arrays(tuple(branches))
+    c2, c3, c2c, c3c, c2t, c3t, cases, sel, rows, starts = _potential_layout(tuple(branches))
     # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
     u: npt.NDArray[np.intp] | None = None
-    if n > 1:
+    if n >= SHARE_MIN:
         order = np.lexsort((Ka, Ma))
         Ms, Ks = Ma[order], Ka[order]
         new = np.empty(n, dtype=bool)
@@ -225,110 +233,110 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
                 if kept is not None:
                     kept = kept[:, first]
     m = len(Ma)
-    MK = Ma + Ka
-    T2 = Ma + MK
+    # B: p (and q) values 0, K, M, M + K, M + (M + K)
+    B = np.empty((5, m))
+    B[0] = 0.0
+    B[1] = Ka
+    B[2] = Ma
+    np.add(Ma, Ka, out=B[3])
+    np.add(Ma, B[3], out=B[4])
+    MK = B[3]
     edge = MK != Ma  # the lines T = M + K and M + (M + K) are edges (else vertical, at p = M)
-    zero = np.zeros(m)
-    # g at the vertices' p in {0, K, M, M + K} and at the sum lines' peaks (branches each)
-    Ts = np.array([Ka, MK, T2])
-    peaks = _sum_line_peaks(Ts, c2, c3)  # 3 × branches × pairs
-    pk = np.maximum(peaks, 0.0)
-    qk = np.maximum(Ts[:, None, :] - peaks, 0.0)
-    g = _g_many(np.concatenate([np.array([zero, Ka, Ma, MK]), pk.reshape(3 * nb, m)]),
-                c2, c3, kept)
-    # the rows that do not depend on μ, √(q·g(p)) and p + q: the vertices (0,K), (0,M+K),
-    # (M,M+K), (M+K,M), (M+K,0), (K,0), (K,M), (M,K), then the peaks on T = K, M + K, M + (M + K)
-    # (p + q of a vertex is one of K, M + K, M + (M + K): fp addition commutes, x + 0 = x)
-    qrows = np.concatenate([np.array([Ka, MK, MK, Ma, zero, zero, Ma, Ka]),
-                            qk.reshape(3 * nb, m)])
-    S_base = np.sqrt(qrows * g[_g_rows(nb)])
-    W_base = np.concatenate([Ts[_W_ROWS], (pk + qk).reshape(3 * nb, m)])
-    rows, starts = _polygon_rows(nb)
-    pK, pMK, pT2 = peaks[0], peaks[1], peaks[2]
-    in_K = (zero < pK) & (pK < Ka)
-    in_T2 = (Ma < pT2) & (pT2 < MK) & edge
-    in_MKf = (zero < pMK) & (pMK < Ka) & edge
-    in_MKl = (Ma < pMK) & (pMK < MK) & edge
+    # the sum lines' peaks: T = K, M + K, M + (M + K), branches each (3·nb × pairs)
+    peaks = _line_peaks(B[_T_ROWS], c2, c3, cases).reshape(3 * nb, m)
+    T3 = B[_T_ROWS].repeat(nb, axis=0)
+    # the points: the vertices, then the peaks (clamped at 0)
+    Pp = np.concatenate([B[_VP_ROWS], np.maximum(peaks, 0.0)])
+    Qq = np.concatenate([B[_VQ_ROWS], np.maximum(T3 - peaks, 0.0)])
+    G = c2c * Pp * Pp + c3c * Pp * Pp * Pp  # branches × points × pairs
+    if kept is None:
+        g = G.max(axis=0)
+    else:
+        g = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
+    S = np.sqrt(Qq * g)[sel]
+    W = (Pp + Qq)[sel]
+    # the peaks inside their edge (lines T2, K, M + K first, M + K last: lo < p < hi)
+    pk = peaks[sel[8:] - 8]
+    lim = B[_LIM_ROWS].repeat(nb, axis=0)  # (lo, hi) of each peak row
+    inside = (lim[:4 * nb] < pk) & (pk < lim[4 * nb:])
+    inside[:nb] &= edge
+    inside[2 * nb:] &= edge
     if kept is not None:
-        in_K &= kept
-        in_T2 &= kept
-        in_MKf &= kept
-        in_MKl &= kept
-    ok = np.ones((len(rows), m), dtype=bool)
-    h, f = 6 + 2 * nb, 4 + 2 * nb  # the hexagon's rows, the first's (and the last's)
-    ok[6:6 + nb] = in_T2
-    ok[6 + nb:h] = in_K
-    ok[h + 4:h + 4 + nb] = in_MKf
-    ok[h + 4 + nb:h + f] = in_K
-    ok[h + f + 4:h + f + 4 + nb] = in_MKl
-    ok[h + f + 4 + nb:] = in_K
-    S, W = S_base[rows], W_base[rows]
+        inside &= np.tile(kept, (4, 1))
     # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²)): hexagon p0 = M + K, q in (0, M);
     # first p0 = K, q in (0, M); last (where M + K rounds to M) p0 = M + K, q in (0, K)
-    p0 = np.array([MK, Ka, MK])
-    cMK = _cubes(MK)
-    num = c2[None, :, None] * p0[:, None, :] * p0[:, None, :] + \
-        c3[None, :, None] * np.array([cMK, _cubes(Ka), cMK])[:, None, :]
-    gp0 = g[_P0_ROWS]
-    hi = np.array([Ma, Ma, Ka])
-    ne = ~edge
-    if u is not None:  # to the elements
-        S, W, ok = S[:, u], W[:, u], ok[:, u]
-        p0, num, gp0, hi, ne = p0[:, u], num[:, :, u], gp0[:, u], hi[:, u], ne[u]
-        if kept is not None:
-            kept = kept[:, u]
-    F1 = S - mua * W
-    F1[~ok | np.isnan(F1)] = -np.inf  # (a NaN never wins in the scalar code's v > best)
-    best = np.maximum.reduceat(F1, starts, axis=0)  # 3 × elements
-    mu4 = 4.0 * mua * mua
-    qv = num / mu4  # 3 × branches × elements
-    okv = (mu4 > 0.0) & (p0[:, None, :] > 0.0) & (0.0 < qv) & (qv < hi[:, None, :])
-    okv[2] &= ne  # (the last polygon's vertical edge only where M + K rounds to M)
+    p0 = B[_P0_ROWS].repeat(nb, axis=0)  # 3·nb × pairs
+    cubes = _cubes(B[_C_ROWS].ravel()).reshape(2, m)[_CUBE_ROWS].repeat(nb, axis=0)
+    num = c2t * p0 * p0 + c3t * cubes
+    gp0 = g[_GP0_ROWS].repeat(nb, axis=0)
+    hi = B[_HI_ROWS].repeat(nb, axis=0)
+    okp = p0 > 0.0
+    okp[2 * nb:] &= ~edge  # (the last polygon's vertical edge only where M + K rounds to M)
     if kept is not None:
-        okv &= kept[None, :, :]
-    if okv.any():  # (at the peaks inside only: a maximum does not depend on its order)
-        pi, bi, ei = np.nonzero(okv)
-        qc = np.maximum(qv[pi, bi, ei], 0.0)
-        F2 = np.sqrt(qc * gp0[pi, ei]) - mua[ei] * (p0[pi, ei] + qc)
-        good = ~np.isnan(F2)  # (a NaN never wins in the scalar code's v > best)
-        np.maximum.at(best, (pi[good], ei[good]), F2[good])
-    MKe = Ma + Ka if u is None else MK[u]
-    Ke = Ka if u is None else Ka[u]
+        okp &= np.tile(kept, (3, 1))
+    if u is not None:  # to the elements
+        S, W, inside = S[:, u], W[:, u], inside[:, u]
+        num, p0, gp0, hi, okp = num[:, u], p0[:, u], gp0[:, u], hi[:, u], okp[:, u]
+        MKe, Ke = MK[u], Ka[u]
+    else:
+        MKe, Ke = MK, Ka
+    mu4 = 4.0 * mua * mua
+    qv = num / mu4
+    okp &= (mu4 > 0.0) & (0.0 < qv) & (qv < hi)
+    qc = np.maximum(qv, 0.0)
+    S = np.concatenate([S, np.sqrt(qc * gp0)])
+    W = np.concatenate([W, p0 + qc])
+    F = S - mua * W
+    bad = np.isnan(F)  # (a NaN never wins in the scalar code's v > best)
+    bad[8:8 + 4 * nb] |= ~inside
+    bad[8 + 4 * nb:] |= ~okp
+    F[bad] = -np.inf
+    best = np.maximum.reduceat(F[rows], starts, axis=0)  # 3 × elements
     lam = mua * MKe + best[0]
     lam_f = mua * Ke + best[1]
     lam_l = mua * MKe + best[2]
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
 
 
-@functools.lru_cache(maxsize=64)
-def _g_rows(nb: int) -> npt.NDArray[np.intp]:
-    """The rows of g (at p = 0, K, M, M + K, then the peaks) that :func:`_potential_lambdas_many`'s
-    base rows take."""
-    return np.array([0, 0, 2, 3, 3, 1, 1, 2, *range(4, 4 + 3 * nb)], dtype=np.intp)
-
-
-#: Rows of T = K, M + K, M + (M + K) that are p + q at the vertices of
-#: :func:`_potential_lambdas_many`, and the rows of g at the vertical edges' p0 (M + K, K, M + K).
-_W_ROWS = np.array([0, 1, 2, 2, 1, 0, 1, 1], dtype=np.intp)
+#: Rows of :func:`_potential_lambdas_many`'s table B (0, K, M, M + K, M + (M + K)): the sum
+#: lines T = K, M + K, M + (M + K); the p and q of the vertices (0,K), (0,M+K), (M,M+K),
+#: (M+K,M), (M+K,0), (K,0), (K,M), (M,K); each peak row's range (lo of the lines T2, K, M + K
+#: first, M + K last, then their hi); the vertical edges' p0 (M + K, K, M + K) and q ranges' hi
+#: (M, M, K); the p0 whose cubes are taken (M + K, K) and which of them each vertical edge reads;
+#: the vertices where g is at p0 (M + K, K, M + K).
+_T_ROWS = np.array([1, 3, 4], dtype=np.intp)
+_VP_ROWS = np.array([0, 0, 2, 3, 3, 1, 1, 2], dtype=np.intp)
+_VQ_ROWS = np.array([1, 3, 3, 2, 0, 0, 2, 1], dtype=np.intp)
+_LIM_ROWS = np.array([2, 0, 0, 2, 3, 1, 1, 3], dtype=np.intp)
 _P0_ROWS = np.array([3, 1, 3], dtype=np.intp)
+_HI_ROWS = np.array([2, 2, 1], dtype=np.intp)
+_C_ROWS = np.array([3, 1], dtype=np.intp)
+_CUBE_ROWS = np.array([0, 1, 0], dtype=np.intp)
+_GP0_ROWS = np.array([3, 5, 3], dtype=np.intp)
 
 
 @functools.lru_cache(maxsize=64)
-def _branch_arrays(branches: tuple[Branch, ...]) -> tuple[FloatArray, FloatArray]:
-    return (np.array([b[0] for b in branches], dtype=np.float64),
-            np.array([b[1] for b in branches], dtype=np.float64))
-
-
-@functools.lru_cache(maxsize=64)
-def _polygon_rows(nb: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """The rows of :func:`_potential_lambdas_many`'s base table each polygon's candidates take,
-    and where each polygon's rows start."""
+def _potential_layout(branches: tuple[Branch, ...]) -> tuple[Any, ...]:
+    """For :func:`_potential_lambdas_many` with these branches: c2 and c3 (flat, and as columns
+    branches × 1 × 1), the base rows (vertices, peaks on T = K, M + K, M + (M + K)) its candidate
+    table takes (the vertices, then the peaks of the lines T2, K, M + K, M + K), and the rows of
+    that table plus the vertical peaks each polygon's maximum takes, with where each starts
+    (and c2, c3 per vertical peak row, and the branches' :func:`_branch_cases`)."""
+    nb = len(branches)
+    c2 = np.array([b[0] for b in branches], dtype=np.float64)
+    c3 = np.array([b[1] for b in branches], dtype=np.float64)
     line = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(3)]  # T = K, M + K, T2
-    hexa = [0, 1, 2, 3, 4, 5] + line[2] + line[0]
-    first = [0, 1, 6, 5] + line[1] + line[0]
-    last = [5, 4, 7, 0] + line[1] + line[0]
+    sel = np.array([*range(8), *line[2], *line[0], *line[1], *line[1]], dtype=np.intp)
+    blk = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(7)]
+    # blocks: T2, K, M + K (first), M + K (last), vertical (hexagon, first, last)
+    hexa = [0, 1, 2, 3, 4, 5, *blk[0], *blk[1], *blk[4]]
+    first = [0, 1, 6, 5, *blk[2], *blk[1], *blk[5]]
+    last = [5, 4, 7, 0, *blk[3], *blk[1], *blk[6]]
     rows = np.array(hexa + first + last, dtype=np.intp)
-    return rows, np.array([0, len(hexa), len(hexa) + len(first)], dtype=np.intp)
+    starts = np.array([0, len(hexa), len(hexa) + len(first)], dtype=np.intp)
+    return (c2, c3, c2[:, None, None], c3[:, None, None], np.tile(c2, 3)[:, None],
+            np.tile(c3, 3)[:, None], _branch_cases(tuple(c2.tolist()), tuple(c3.tolist())),
+            sel, rows, starts)
 
 
 def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
@@ -345,8 +353,13 @@ def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike
     maximum is the same float (a maximum does not depend on the order of its candidates).  What
     does not depend on μ (the points, g there, √(q·g(p)), p + q) is computed once per distinct
     (M, K)."""
-    Ma, Ka, mua = (np.asarray(a, dtype=np.float64).ravel()
-                   for a in np.broadcast_arrays(M, K, mu))
+    if (type(M) is np.ndarray and type(K) is np.ndarray and type(mu) is np.ndarray
+            and M.dtype == K.dtype == mu.dtype == np.float64 and M.ndim == K.ndim == mu.ndim == 1
+            and len(M) == len(K) == len(mu)):
+        Ma, Ka, mua = M, K, mu  # (already what the broadcast below makes)
+    else:
+        Ma, Ka, mua = (np.asarray(a, dtype=np.float64).ravel()
+                       for a in np.broadcast_arrays(M, K, mu))
     if not len(Ma):
         return Ma.copy(), Ma.copy(), Ma.copy()
     with np.errstate(all="ignore"):
@@ -850,11 +863,16 @@ def _right_edges(values: Values, jobs: Sequence[EdgeJob], *, guide: Guide | None
 
 def fine_ks(M: int, kappa: float, wide: bool = True) -> list[int]:
     """The segment lengths :func:`fine_best` samples at each multiple (sorted, distinct)."""
+    return sorted({max(1, round(f * kappa * M)) for f in _fine_fs(wide)})
+
+
+@functools.lru_cache(maxsize=2)
+def _fine_fs(wide: bool) -> tuple[float, ...]:
+    """The factors f of :func:`fine_ks` (K = f·κ·M): FINE_SAMPLES geometric steps over FINE_F
+    (every other one unless ``wide``)."""
     lo, hi = FINE_F
     fs = [lo * (hi / lo) ** (i / (FINE_SAMPLES - 1)) for i in range(FINE_SAMPLES)]
-    if not wide:
-        fs = fs[::2]
-    return sorted({max(1, round(f * kappa * M)) for f in fs})
+    return tuple(fs if wide else fs[::2])
 
 
 def fine_multipliers(p: float, wide: bool = True) -> list[float]:
@@ -1691,8 +1709,8 @@ def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int,
         missing = list(dict.fromkeys(want))
     potential = theorem.kind == "potential"
     per = []
-    for M, part in missing:
-        kappa, p = _tabulated(theorem, d, M)
+    for (M, part), (kappa, p) in zip(missing, _tabulated_many(theorem, d,
+                                                               [M for M, _ in missing])):
         if part == 0:  # (the first candidate does not depend on the retries)
             per.append([(max(1, round(kappa * M)), p)])
             continue
@@ -1779,7 +1797,16 @@ def _search_many(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...],
 
 def _tabulated(theorem: PairsTheorem, d: int, M: int) -> tuple[float, float]:
     """(κ, the multiplier) tabulated for the theorem at x = d²/M (:func:`params.interpolate`)."""
-    kappa, m = params.interpolate(params.lookup_parts(theorem.table), d * d / M)
+    return _tabulated_many(theorem, d, (M,))[0]
+
+
+def _tabulated_many(theorem: PairsTheorem, d: int, Ms: Sequence[int]
+                    ) -> list[tuple[float, float]]:
+    """:func:`_tabulated` at each M of Ms (one table lookup, one loop: the same floats)."""
+    dd = d * d
+    tab = params.interpolate_many(params.lookup_parts(theorem.table), [dd / M for M in Ms])
+    sqrt = math.sqrt
     if theorem.kind == "potential":
-        return kappa, m * max(math.sqrt(M), M / d)
-    return kappa, min(m * math.sqrt(M), theorem.nu_max * d)
+        return [(kappa, m * max(sqrt(M), M / d)) for M, (kappa, m) in zip(Ms, tab)]
+    cap = theorem.nu_max * d
+    return [(kappa, min(m * sqrt(M), cap)) for M, (kappa, m) in zip(Ms, tab)]
