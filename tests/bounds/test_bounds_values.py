@@ -101,6 +101,11 @@ def test_large_batched_potential_lambdas_share_and_equal_the_scalar_ones(kind, d
     got = S.potential_lambdas_many(M, K, mu, br)
     for i, (Mi, Ki, mui) in enumerate(pts):
         assert tuple(float(g[i]) for g in got) == S.potential_lambdas(Mi, Ki, mui, br)
+    # Theorem D keeps some branches per element (kept): the same on a large batch
+    got = BK._d_lambdas(d, [int(p[0]) for p in pts], [int(p[1]) for p in pts],
+                        [p[2] for p in pts])
+    for i, (Mi, Ki, mui) in enumerate(pts[:20]):
+        assert tuple(float(g[i]) for g in got) == BK.backward_accum_lambdas(Mi, d, Ki, mui)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -166,17 +166,17 @@ def _cubes(x: FloatArray) -> FloatArray:
     return np.fromiter(map(pow, vals, itertools.repeat(3)), dtype=np.float64, count=len(vals))
 
 
-def _branch_cases(c2: tuple[float, ...], c3: tuple[float, ...]) -> tuple[bool, Any, Any]:
+def _branch_cases(c2: tuple[float, ...], c3: tuple[float, ...]
+                  ) -> tuple[bool, tuple[int, ...], tuple[int, ...]]:
     """Which of :func:`sum_line_peak`'s cases each branch takes: (every branch a special case,
-    the branches with c3 = 0, those with c2 = 0 and c3 != 0; None where there are none)."""
-    lin = [b for b, x in enumerate(c3) if x == 0.0]
-    sq = [b for b, (x, y) in enumerate(zip(c2, c3)) if x == 0.0 and y != 0.0]
-    return (len(lin) + len(sq) == len(c2), np.array(lin, dtype=np.intp) if lin else None,
-            np.array(sq, dtype=np.intp) if sq else None)
+    the branches with c3 = 0, those with c2 = 0 and c3 != 0)."""
+    lin = tuple(b for b, x in enumerate(c3) if x == 0.0)
+    sq = tuple(b for b, (x, y) in enumerate(zip(c2, c3)) if x == 0.0 and y != 0.0)
+    return len(lin) + len(sq) == len(c2), lin, sq
 
 
 def _line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray,
-                cases: tuple[bool, Any, Any]) -> FloatArray:
+                cases: tuple[bool, tuple[int, ...], tuple[int, ...]]) -> FloatArray:
     """:func:`sum_line_peak` elementwise, lines T (lines × pairs) × branches (c2, c3): (lines ×
     branches × pairs), the same operations (its two special cases by branch, ``cases``:
     :func:`_branch_cases`)."""
@@ -188,16 +188,22 @@ def _line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray,
         c2c, c3c = c2[:, None], c3[:, None]
         b = 3.0 * (c3c * Tc - c2c)
         out = (b + np.sqrt(b * b + 32.0 * c2c * c3c * Tc)) / (8.0 * c3c)
-    if lin is not None:
-        out[:, lin, :] = 2.0 * Tc / 3.0
-    if sq is not None:
-        out[:, sq, :] = 0.75 * Tc
+    if lin:
+        v = 2.0 * T / 3.0
+        for b in lin:
+            out[:, b, :] = v
+    if sq:
+        v = 0.75 * T
+        for b in sq:
+            out[:, b, :] = v
     return out
 
 
 #: :func:`_potential_lambdas_many` shares the μ-free work between elements of one (M, K) only
 #: from this many elements on (below, finding them costs more than it saves: the same floats).
 SHARE_MIN = 96
+#: Below this many elements its groups' maxima are one ``fmax.reduceat`` (above, row by row).
+REDUCEAT_MAX = 64
 
 
 def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
@@ -207,12 +213,17 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     """:func:`potential_lambdas_many` on 1-d float arrays of one length (floating-point warnings
     off: every edge case is masked as the scalar code decides it).
 
-    One table of candidates per element, rows (:func:`_potential_layout`): the 8 vertices, the
-    sum lines' peaks (T = M + (M + K) and T = K of the hexagon; T = M + K of the first and of the
-    last polygon, each with its own range; T = K of both), then the vertical edges' peaks of the
-    three polygons; each polygon's maximum is one ``maximum.reduceat`` over its rows."""
+    Per (M, K): the candidates that do not depend on μ (the 8 vertices; the sum lines' peaks:
+    T = M + (M + K) and T = K of the hexagon, T = M + K of the first and of the last polygon,
+    each with its own range, T = K of both), √(q·g(p)) and p + q each (−∞ where a peak is not
+    inside its edge: its F is −∞, never the maximum), in groups of the polygons that take them
+    (:func:`_potential_layout`); per element F = √(q·g(p)) − μ(p + q) and each group's
+    maximum, then the vertical edges' peaks (which depend on μ) and each polygon's maximum over
+    its groups.  NaNs are skipped (``fmax``), as the scalar code's ``v > best`` never takes one,
+    and a polygon without a candidate is −∞ as there."""
     n, nb = len(Ma), len(branches)
-    c2, c3, c2c, c3c, c2t, c3t, cases, sel, rows, starts = _potential_layout(tuple(branches))
+    c2, c3, c2c, c3c, c2t, c3t, cases, sel, lim_rows, starts, kept_rows = \
+        _potential_layout(tuple(branches))
     # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
     u: npt.NDArray[np.intp] | None = None
     if n >= SHARE_MIN:
@@ -233,15 +244,25 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
                 if kept is not None:
                     kept = kept[:, first]
     m = len(Ma)
-    # B: p (and q) values 0, K, M, M + K, M + (M + K)
-    B = np.empty((5, m))
+    # B: 0, K, M, M + K, M + (M + K), -inf, inf, then M, 0 where M + K != M (else inf: the
+    # lines T = M + K and M + (M + K) are edges only there) and K where M + K rounds to M
+    # (else 0: the last polygon's vertical edge only there)
+    B = np.empty((10, m))
     B[0] = 0.0
     B[1] = Ka
     B[2] = Ma
     np.add(Ma, Ka, out=B[3])
     np.add(Ma, B[3], out=B[4])
+    B[5] = -np.inf
+    B[6] = np.inf
     MK = B[3]
-    edge = MK != Ma  # the lines T = M + K and M + (M + K) are edges (else vertical, at p = M)
+    edge = MK != Ma
+    ne = ~edge
+    B[7] = Ma
+    np.copyto(B[7], np.inf, where=ne)
+    B[8] = 0.0
+    np.copyto(B[8], np.inf, where=ne)
+    np.multiply(Ka, ne, out=B[9])  # (K·1 = K, K·0 = 0: K finite)
     # the sum lines' peaks: T = K, M + K, M + (M + K), branches each (3·nb × pairs)
     peaks = _line_peaks(B[_T_ROWS], c2, c3, cases).reshape(3 * nb, m)
     T3 = B[_T_ROWS].repeat(nb, axis=0)
@@ -253,63 +274,78 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
         g = G.max(axis=0)
     else:
         g = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
-    S = np.sqrt(Qq * g)[sel]
-    W = (Pp + Qq)[sel]
-    # the peaks inside their edge (lines T2, K, M + K first, M + K last: lo < p < hi)
-    pk = peaks[sel[8:] - 8]
-    lim = B[_LIM_ROWS].repeat(nb, axis=0)  # (lo, hi) of each peak row
-    inside = (lim[:4 * nb] < pk) & (pk < lim[4 * nb:])
-    inside[:nb] &= edge
-    inside[2 * nb:] &= edge
+    # the candidates in their groups; a peak is one where lo < p < hi (vertices: -inf, inf)
+    X = np.concatenate([B[_VP_ROWS], peaks])[sel]
+    lim = B[lim_rows]
+    R = len(sel)
+    inside = (lim[:R] < X) & (X < lim[R:])
     if kept is not None:
-        inside &= np.tile(kept, (4, 1))
-    # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²)): hexagon p0 = M + K, q in (0, M);
-    # first p0 = K, q in (0, M); last (where M + K rounds to M) p0 = M + K, q in (0, K)
+        inside &= np.concatenate([np.ones((1, m), dtype=bool), kept])[kept_rows]
+    S = np.sqrt(Qq * g)[sel]
+    np.copyto(S, -np.inf, where=~inside)
+    W = (Pp + Qq)[sel]
+    # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²), q in (0, hi)): hexagon p0 = M + K,
+    # hi = M; first p0 = K, hi = M; last (where M + K rounds to M) p0 = M + K, hi = K (0 else)
     p0 = B[_P0_ROWS].repeat(nb, axis=0)  # 3·nb × pairs
     cubes = _cubes(B[_C_ROWS].ravel()).reshape(2, m)[_CUBE_ROWS].repeat(nb, axis=0)
     num = c2t * p0 * p0 + c3t * cubes
     gp0 = g[_GP0_ROWS].repeat(nb, axis=0)
     hi = B[_HI_ROWS].repeat(nb, axis=0)
-    okp = p0 > 0.0
-    okp[2 * nb:] &= ~edge  # (the last polygon's vertical edge only where M + K rounds to M)
+    np.copyto(hi, 0.0, where=~(p0 > 0.0))
     if kept is not None:
-        okp &= np.tile(kept, (3, 1))
-    if u is not None:  # to the elements
-        S, W, inside = S[:, u], W[:, u], inside[:, u]
-        num, p0, gp0, hi, okp = num[:, u], p0[:, u], gp0[:, u], hi[:, u], okp[:, u]
+        hi = np.where(np.tile(kept, (3, 1)), hi, 0.0)
+    if u is not None:  # to the elements, in one gather
+        Z = np.concatenate([S, W, num, p0, gp0, hi])[:, u]
+        v = 3 * nb
+        S, W = Z[:R], Z[R:2 * R]
+        num, p0, gp0, hi = Z[2 * R:2 * R + v], Z[2 * R + v:2 * R + 2 * v], \
+            Z[2 * R + 2 * v:2 * R + 3 * v], Z[2 * R + 3 * v:]
         MKe, Ke = MK[u], Ka[u]
     else:
         MKe, Ke = MK, Ka
+    F = S - mua * W
+    if len(F[0]) < REDUCEAT_MAX:  # 6 groups × elements
+        grp = np.fmax.reduceat(F, starts, axis=0)
+    else:  # (numpy's reduceat along the first axis is slow on long rows: row by row)
+        grp = np.empty((len(starts), F.shape[1]))
+        for i, (a, b) in enumerate(zip(starts.tolist(), [*starts[1:].tolist(), len(F)])):
+            acc = F[a]
+            for r in range(a + 1, b):
+                acc = np.fmax(acc, F[r])
+            grp[i] = acc
     mu4 = 4.0 * mua * mua
     qv = num / mu4
-    okp &= (mu4 > 0.0) & (0.0 < qv) & (qv < hi)
+    okv = (mu4 > 0.0) & (0.0 < qv) & (qv < hi)
     qc = np.maximum(qv, 0.0)
-    S = np.concatenate([S, np.sqrt(qc * gp0)])
-    W = np.concatenate([W, p0 + qc])
-    F = S - mua * W
-    bad = np.isnan(F)  # (a NaN never wins in the scalar code's v > best)
-    bad[8:8 + 4 * nb] |= ~inside
-    bad[8 + 4 * nb:] |= ~okp
-    F[bad] = -np.inf
-    best = np.maximum.reduceat(F[rows], starts, axis=0)  # 3 × elements
-    lam = mua * MKe + best[0]
-    lam_f = mua * Ke + best[1]
-    lam_l = mua * MKe + best[2]
+    Fv = np.sqrt(qc * gp0) - mua * (p0 + qc)
+    np.copyto(Fv, -np.inf, where=~okv)
+    Fv3 = Fv.reshape(3, nb, -1)
+    vert = Fv3[:, 0]  # 3 polygons × elements (a maximum over the few branches)
+    for b in range(1, nb):
+        vert = np.fmax(vert, Fv3[:, b])
+    # groups: all three, hexagon and first, hexagon and last, hexagon, first, last
+    both = np.fmax(grp[0], grp[1])
+    hexa = np.fmax(np.fmax(both, grp[2]), np.fmax(grp[3], vert[0]))
+    par_f = np.fmax(both, np.fmax(grp[4], vert[1]))
+    par_l = np.fmax(np.fmax(grp[0], grp[2]), np.fmax(grp[5], vert[2]))
+    # (fmax with -inf: a polygon whose every candidate is NaN is -inf, as the scalar best)
+    lam = mua * MKe + np.fmax(hexa, -np.inf)
+    lam_f = mua * Ke + np.fmax(par_f, -np.inf)
+    lam_l = mua * MKe + np.fmax(par_l, -np.inf)
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
 
 
-#: Rows of :func:`_potential_lambdas_many`'s table B (0, K, M, M + K, M + (M + K)): the sum
-#: lines T = K, M + K, M + (M + K); the p and q of the vertices (0,K), (0,M+K), (M,M+K),
-#: (M+K,M), (M+K,0), (K,0), (K,M), (M,K); each peak row's range (lo of the lines T2, K, M + K
-#: first, M + K last, then their hi); the vertical edges' p0 (M + K, K, M + K) and q ranges' hi
-#: (M, M, K); the p0 whose cubes are taken (M + K, K) and which of them each vertical edge reads;
-#: the vertices where g is at p0 (M + K, K, M + K).
+#: Rows of :func:`_potential_lambdas_many`'s table B (0, K, M, M + K, M + (M + K), -inf, inf,
+#: M or inf, 0 or inf, K or 0): the sum lines T = K, M + K, M + (M + K); the p and q of the
+#: vertices (0,K), (0,M+K), (M,M+K), (M+K,M), (M+K,0), (K,0), (K,M), (M,K); the vertical edges'
+#: p0 (M + K, K, M + K) and q ranges' hi (M, M, K where M + K rounds to M); the p0 whose cubes
+#: are taken (M + K, K) and which of them each vertical edge reads; the vertices where g is at
+#: p0 (M + K, K, M + K).
 _T_ROWS = np.array([1, 3, 4], dtype=np.intp)
 _VP_ROWS = np.array([0, 0, 2, 3, 3, 1, 1, 2], dtype=np.intp)
 _VQ_ROWS = np.array([1, 3, 3, 2, 0, 0, 2, 1], dtype=np.intp)
-_LIM_ROWS = np.array([2, 0, 0, 2, 3, 1, 1, 3], dtype=np.intp)
 _P0_ROWS = np.array([3, 1, 3], dtype=np.intp)
-_HI_ROWS = np.array([2, 2, 1], dtype=np.intp)
+_HI_ROWS = np.array([2, 2, 9], dtype=np.intp)
 _C_ROWS = np.array([3, 1], dtype=np.intp)
 _CUBE_ROWS = np.array([0, 1, 0], dtype=np.intp)
 _GP0_ROWS = np.array([3, 5, 3], dtype=np.intp)
@@ -317,26 +353,42 @@ _GP0_ROWS = np.array([3, 5, 3], dtype=np.intp)
 
 @functools.lru_cache(maxsize=64)
 def _potential_layout(branches: tuple[Branch, ...]) -> tuple[Any, ...]:
-    """For :func:`_potential_lambdas_many` with these branches: c2 and c3 (flat, and as columns
-    branches × 1 × 1), the base rows (vertices, peaks on T = K, M + K, M + (M + K)) its candidate
-    table takes (the vertices, then the peaks of the lines T2, K, M + K, M + K), and the rows of
-    that table plus the vertical peaks each polygon's maximum takes, with where each starts
-    (and c2, c3 per vertical peak row, and the branches' :func:`_branch_cases`)."""
+    """For :func:`_potential_lambdas_many` with these branches: c2 and c3 (flat, as columns
+    branches × 1 × 1, and per vertical peak row), the branches' :func:`_branch_cases`, and the
+    candidate table's layout: the rows of (vertices, peaks on T = K, M + K, M + (M + K)) it
+    takes, grouped by the polygons that take them (all three: (0,K), (K,0), the peaks on T = K;
+    hexagon and first: (0,M+K); hexagon and last: (M+K,0); hexagon: (M,M+K), (M+K,M), the peaks
+    on T2; first: (K,M), the peaks on T = M + K; last: (M,K), the peaks on T = M + K), each
+    row's lo and hi rows of table B, where each group starts, and each row's branch (row 0 of
+    ``[True, kept]`` for a vertex)."""
     nb = len(branches)
     c2 = np.array([b[0] for b in branches], dtype=np.float64)
     c3 = np.array([b[1] for b in branches], dtype=np.float64)
     line = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(3)]  # T = K, M + K, T2
-    sel = np.array([*range(8), *line[2], *line[0], *line[1], *line[1]], dtype=np.intp)
-    blk = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(7)]
-    # blocks: T2, K, M + K (first), M + K (last), vertical (hexagon, first, last)
-    hexa = [0, 1, 2, 3, 4, 5, *blk[0], *blk[1], *blk[4]]
-    first = [0, 1, 6, 5, *blk[2], *blk[1], *blk[5]]
-    last = [5, 4, 7, 0, *blk[3], *blk[1], *blk[6]]
-    rows = np.array(hexa + first + last, dtype=np.intp)
-    starts = np.array([0, len(hexa), len(hexa) + len(first)], dtype=np.intp)
+    groups = [[0, 5, *line[0]], [1], [4], [2, 3, *line[2]], [6, *line[1]], [7, *line[1]]]
+    sel = [r for grp in groups for r in grp]
+    # lo, hi per row (B rows): vertices -inf, inf; T = K: 0, K; T2: M (inf off an edge),
+    # M + K; T = M + K: first 0 (inf off an edge), K; last M (inf off an edge), M + K
+    lo: list[int] = []
+    hi: list[int] = []
+    for gi, grp in enumerate(groups):
+        for r in grp:
+            if r < 8:
+                lo.append(5), hi.append(6)
+            elif r in line[0]:
+                lo.append(0), hi.append(1)
+            elif r in line[2]:
+                lo.append(7), hi.append(3)
+            elif gi == 4:
+                lo.append(8), hi.append(1)
+            else:
+                lo.append(7), hi.append(3)
+    kept_rows = [0 if r < 8 else 1 + (r - 8) % nb for r in sel]
+    starts = np.cumsum([0] + [len(grp) for grp in groups[:-1]])
     return (c2, c3, c2[:, None, None], c3[:, None, None], np.tile(c2, 3)[:, None],
             np.tile(c3, 3)[:, None], _branch_cases(tuple(c2.tolist()), tuple(c3.tolist())),
-            sel, rows, starts)
+            np.array(sel, dtype=np.intp), np.array(lo + hi, dtype=np.intp),
+            starts.astype(np.intp), np.array(kept_rows, dtype=np.intp))
 
 
 def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
