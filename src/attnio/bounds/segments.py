@@ -190,12 +190,12 @@ def _line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray,
         out = (b + np.sqrt(b * b + 32.0 * c2c * c3c * Tc)) / (8.0 * c3c)
     if lin:
         v = 2.0 * T / 3.0
-        for b in lin:
-            out[:, b, :] = v
+        for j in lin:
+            out[:, j, :] = v
     if sq:
         v = 0.75 * T
-        for b in sq:
-            out[:, b, :] = v
+        for j in sq:
+            out[:, j, :] = v
     return out
 
 
@@ -369,20 +369,18 @@ def _potential_layout(branches: tuple[Branch, ...]) -> tuple[Any, ...]:
     sel = [r for grp in groups for r in grp]
     # lo, hi per row (B rows): vertices -inf, inf; T = K: 0, K; T2: M (inf off an edge),
     # M + K; T = M + K: first 0 (inf off an edge), K; last M (inf off an edge), M + K
-    lo: list[int] = []
-    hi: list[int] = []
+    lims: list[tuple[int, int]] = []
     for gi, grp in enumerate(groups):
         for r in grp:
             if r < 8:
-                lo.append(5), hi.append(6)
+                lims.append((5, 6))
             elif r in line[0]:
-                lo.append(0), hi.append(1)
-            elif r in line[2]:
-                lo.append(7), hi.append(3)
-            elif gi == 4:
-                lo.append(8), hi.append(1)
+                lims.append((0, 1))
+            elif r in line[2] or gi != 4:
+                lims.append((7, 3))
             else:
-                lo.append(7), hi.append(3)
+                lims.append((8, 1))
+    lo, hi = [x for x, _ in lims], [y for _, y in lims]
     kept_rows = [0 if r < 8 else 1 + (r - 8) % nb for r in sel]
     starts = np.cumsum([0] + [len(grp) for grp in groups[:-1]])
     return (c2, c3, c2[:, None, None], c3[:, None, None], np.tile(c2, 3)[:, None],
