@@ -1722,10 +1722,9 @@ def _search(theorem: PairsTheorem, P: int, d: int, M: int,
 STORE_SIZE = 1024
 
 #: One entry of :func:`_store`: candidates of :func:`tabulated_candidates` at one M (the first, or
-#: the others), their K and multipliers, and the theorem's (Λ, Λ_f, Λ_l) at them (None without a
-#: vectorised ``lambdas``).
-Stored = tuple[list[tuple[int, float]], list[int], list[float],
-               "tuple[FloatArray, FloatArray, FloatArray] | None"]
+#: the others), their K and multipliers, and the theorem's (Λ, Λ_f, Λ_l) at them, the rows of
+#: one array (None without a vectorised ``lambdas``).
+Stored = tuple[list[tuple[int, float]], list[int], list[float], "FloatArray | None"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -1770,12 +1769,13 @@ def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int,
     fM = [M for (M, _), c in zip(missing, per) for _ in c]
     fK = [K for c in per for K, _ in c]
     fq = [q for c in per for _, q in c]
-    lams = None if theorem.lambdas is None or not fK else theorem.lambdas(d, fM, fK, fq)
+    # (Λ, Λ_f, Λ_l) as the rows of one array: each entry's one slice of it
+    lams = None if theorem.lambdas is None or not fK else np.stack(theorem.lambdas(d, fM, fK,
+                                                                                 fq))
     i = 0
     for Mp, cands in zip(missing, per):
         j = i + len(cands)
-        store[Mp] = (cands, fK[i:j], fq[i:j],
-                     None if lams is None else (lams[0][i:j], lams[1][i:j], lams[2][i:j]))
+        store[Mp] = (cands, fK[i:j], fq[i:j], None if lams is None else lams[:, i:j])
         i = j
 
 
@@ -1806,9 +1806,10 @@ def _flat(theorem: PairsTheorem, d: int, Ms: tuple[int, ...], refine: bool, part
     fq = [q for g in got for q in g[2]]
     lams = None
     if theorem.lambdas is not None and fK:
-        lams = tuple(np.concatenate([g[3][k] for g in got if g[1]])  # type: ignore[index]
-                     for k in range(3))
-    return got, fM, fK, fq, lams  # type: ignore[return-value]
+        parts = [g[3] for g in got if g[1] and g[3] is not None]
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        lams = (rows[0], rows[1], rows[2])
+    return got, fM, fK, fq, lams
 
 
 def _flat_values(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...], refine: bool,
