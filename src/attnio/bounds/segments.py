@@ -1772,8 +1772,10 @@ def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int,
     fK = [K for c in per for K, _ in c]
     fq = [q for c in per for _, q in c]
     # (Λ, Λ_f, Λ_l) as the rows of one array: each entry's one slice of it
-    lams = None if theorem.lambdas is None or not fK else np.stack(theorem.lambdas(d, fM, fK,
-                                                                                 fq))
+    lams = None
+    if theorem.lambdas is not None and fK:
+        lams = np.empty((3, len(fK)))
+        lams[0], lams[1], lams[2] = theorem.lambdas(d, fM, fK, fq)
     i = 0
     for Mp, cands in zip(missing, per):
         j = i + len(cands)
