@@ -152,9 +152,11 @@ def potential_lambdas(M: float, K: float, mu: float,
 # The searches below evaluate a theorem at many (M, K, multiplier) at once.  Every value equals the
 # scalar code's bit for bit: the same floating-point operations in the same order, elementwise
 # (numpy's +, -, *, /, sqrt and comparisons are IEEE double like Python's), the cubes of the
-# vertical edges' peaks by Python's own float power (numpy's may round differently), every
-# degenerate case of the scalar code (coinciding vertices, μ² underflowing) decided per element,
-# and the integer arithmetic of segments_bound exact (tests/bounds/test_bounds_values.py).
+# vertical edges' peaks by the C pow that Python's float power calls (numpy's may round
+# differently: :func:`_cubes`), every degenerate case of the scalar code (coinciding vertices, μ²
+# underflowing) decided per element, NaN candidates skipped as the scalar ``v > best`` skips them
+# (``fmax``), and the integer arithmetic of segments_bound exact
+# (tests/bounds/test_bounds_values.py).
 if TYPE_CHECKING:
     FloatArray = npt.NDArray[np.float64]
 
