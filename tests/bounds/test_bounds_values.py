@@ -81,6 +81,33 @@ def test_batched_potential_lambdas_equal_the_scalar_ones(kind, d, Ms, Ks, pts):
         assert tuple(float(g[i]) for g in got) == S.potential_lambdas(Mi, Ki, mu, br)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=_branch_sets, d=st.integers(1, 300), Ms=st.lists(_M, min_size=1, max_size=3),
+       Ks=st.lists(st.one_of(st.integers(1, 10**7), st.integers(1, 2**40)), min_size=1,
+                   max_size=4),
+       mus=st.lists(_mu, min_size=1, max_size=5), distinct=st.booleans())
+def test_large_batched_potential_lambdas_share_and_equal_the_scalar_ones(kind, d, Ms, Ks, mus,
+                                                                          distinct):
+    """From SHARE_MIN elements on the μ-free work is shared per distinct (M, K) (the path below
+    it computes each element alone): elementwise the scalar floats on both paths."""
+    br = _branches(kind, d)
+    n = S.SHARE_MIN + 7
+    if distinct:  # (every (M, K) once: nothing to share)
+        pts = [(Ms[i % len(Ms)], Ks[0] + i, mus[i % len(mus)]) for i in range(n)]
+    else:
+        pts = [(Ms[i % len(Ms)], Ks[(i // 3) % len(Ks)], mus[(i // 2) % len(mus)])
+               for i in range(n)]
+    M, K, mu = (np.array(t, dtype=float) for t in zip(*pts))
+    got = S.potential_lambdas_many(M, K, mu, br)
+    for i, (Mi, Ki, mui) in enumerate(pts):
+        assert tuple(float(g[i]) for g in got) == S.potential_lambdas(Mi, Ki, mui, br)
+    # Theorem D keeps some branches per element (kept): the same on a large batch
+    got = BK._d_lambdas(d, [int(p[0]) for p in pts], [int(p[1]) for p in pts],
+                        [p[2] for p in pts])
+    for i, (Mi, Ki, mui) in enumerate(pts[:20]):
+        assert tuple(float(g[i]) for g in got) == BK.backward_accum_lambdas(Mi, d, Ki, mui)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(d=st.integers(1, 300),
        pts=st.lists(st.tuples(_M, st.integers(1, 10**7), _mu), min_size=1, max_size=6))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 from typing import Any
 
@@ -344,8 +345,12 @@ def _families() -> tuple[Node, ...]:
 
 @functools.cache
 def _family_arrays() -> tuple[Any, ...]:
-    fam = np.array(_families(), dtype=np.float64)
-    return tuple(fam[:, j] for j in range(fam.shape[1]))
+    rows = _families()
+    width = len(rows[0]) if rows else 8
+    # (fromiter over the flat floats: the same numbers, without np.array's nested-sequence walk)
+    fam = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64,
+                      count=len(rows) * width).reshape(len(rows), width)
+    return tuple(fam[:, j] for j in range(width))
 
 
 def _m_max(x: float, d: int) -> int:

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["PACKED", "Table", "grid", "lookup", "lookup_parts", "matmul", "pack_json",
-           "read_packed", "table", "write_packed"]
+__all__ = ["PACKED", "Table", "grid", "interpolate", "interpolate_many", "lookup", "lookup_parts",
+           "matmul", "pack_json", "read_packed", "table", "write_packed"]
 
 #: (K/M, multiplier) per node of the grid.
 Table = tuple[tuple[float, float], ...]
@@ -146,16 +147,29 @@ def interpolate(parts: tuple[tuple[float, ...], float, int, Table], x: float
                 ) -> tuple[float, float]:
     """The tabulated (K/M, multiplier) at ``x = d²/M`` from a table's :func:`lookup_parts`:
     linear in log2 x between the grid's nodes, the end values outside it."""
+    return interpolate_many(parts, (x,))[0]
+
+
+def interpolate_many(parts: tuple[tuple[float, ...], float, int, Table], xs: Iterable[float]
+                     ) -> list[tuple[float, float]]:
+    """:func:`interpolate` at each x of ``xs`` (one loop: the same floats)."""
     nodes, step, last, tab = parts
-    t = math.log2(x)
-    if t <= nodes[0]:
-        return tab[0]
-    if t >= nodes[-1]:
-        return tab[-1]
-    i = min(int((t - nodes[0]) / step), last)
-    w = (t - nodes[i]) / step
-    (k0, m0), (k1, m1) = tab[i], tab[i + 1]
-    return k0 + w * (k1 - k0), m0 + w * (m1 - m0)
+    lo, hi = nodes[0], nodes[-1]
+    first, end = tab[0], tab[-1]
+    log2 = math.log2
+    out = []
+    for x in xs:
+        t = log2(x)
+        if t <= lo:
+            out.append(first)
+        elif t >= hi:
+            out.append(end)
+        else:
+            i = min(int((t - lo) / step), last)
+            w = (t - nodes[i]) / step
+            (k0, m0), (k1, m1) = tab[i], tab[i + 1]
+            out.append((k0 + w * (k1 - k0), m0 + w * (m1 - m0)))
+    return out
 
 
 def lookup(tab: Table, x: float) -> tuple[float, float]:

@@ -106,7 +106,7 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     hq, lo, hi, full = float(r.hq), float(r.lo), float(r.hi), float(r.full)
     c_s = lo * (lo - 1.0) / 2.0
     xf = hq * full
-    k = np.asarray(k, dtype=float)[:, None]
+    k = np.asarray(k, dtype=float)[None, :]  # (one column per k: the pieces are rows)
 
     linear = hi >= lo  # (no linear rows: S = 0 and no piece has it, the same floats)
 
@@ -120,9 +120,21 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
         t = np.where(x >= xf, hq * (u * (u + 1.0) / 2.0 + full * (r.nkv - hi + u)), 0.0)
         return s + t + x * v
 
-    zero = np.zeros_like(k)
-    br = np.sort(np.clip(np.hstack([zero, k, zero + xf, k - lo, k - hi]), 0.0, k), axis=1)
-    a, b = br[:, :-1], br[:, 1:]
+    # the breakpoints 0, k, hq·full, k - lo, k - hi clipped to [0, k], sorted per k
+    xc = np.clip(xf, 0.0, k)
+    if linear:  # (0 <= k - hi <= k - lo <= k once clipped: hq·full inserted by min/max)
+        ends = np.clip(k - np.array([[hi], [lo]]), 0.0, k)
+        br = np.empty((5, k.shape[1]))
+        xc, kk = xc[0], k[0]
+        np.minimum(0.0, xc, out=br[0])
+        np.maximum(0.0, np.minimum(ends[0], xc), out=br[1])
+        np.maximum(ends[0], np.minimum(ends[1], xc), out=br[2])
+        np.maximum(ends[1], np.minimum(kk, xc), out=br[3])
+        np.maximum(kk, xc, out=br[4])
+    else:
+        zero = np.zeros_like(k)
+        br = np.sort(np.clip(np.vstack([zero, k, zero + xf, k - lo, k - hi]), 0.0, k), axis=0)
+    a, b = br[:-1], br[1:]
     mid = (a + b) / 2.0
     t_on = mid >= xf
     if linear:
@@ -135,9 +147,8 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         xv = np.where(q2 < 0.0, -q1 / (2.0 * q2), a)
     xv = np.where((a < xv) & (xv < b), xv, a)
-    both = F(np.hstack([br, xv]))  # (one pass over the ends and the vertices: elementwise)
-    nb = br.shape[1]
-    return np.maximum(both[:, :nb].max(axis=1), both[:, nb:].max(axis=1))
+    # (one pass over the ends and the vertices: elementwise; a maximum in any order)
+    return F(np.vstack([br, xv])).max(axis=0)
 
 
 def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
@@ -224,7 +235,12 @@ def _first_guess(r: Rows, aim: np.ndarray) -> np.ndarray:
         b = 0.5 + full
         u = np.sqrt(b * b - 2.0 * (full * (r.nkv - hi) - need / hq)) - b
         out = np.minimum(out, np.where(np.isfinite(u), hq * (np.maximum(u, 0.0) + full), out))
-    return np.ceil(np.nan_to_num(out, nan=0.0, posinf=0.0))
+    # (nan_to_num's NaN -> 0, +inf -> 0, -inf -> the least float, in two calls)
+    out = np.where(np.isfinite(out), out, np.where(out == -np.inf, _LEAST, 0.0))
+    return np.ceil(out)
+
+
+_LEAST = float(np.finfo(np.float64).min)
 
 
 def _path(lo: int, hi: int, g: int, tol: float) -> list[int]:

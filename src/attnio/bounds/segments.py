@@ -152,49 +152,62 @@ def potential_lambdas(M: float, K: float, mu: float,
 # The searches below evaluate a theorem at many (M, K, multiplier) at once.  Every value equals the
 # scalar code's bit for bit: the same floating-point operations in the same order, elementwise
 # (numpy's +, -, *, /, sqrt and comparisons are IEEE double like Python's), the cubes of the
-# vertical edges' peaks by Python's own float power (numpy's may round differently), every
-# degenerate case of the scalar code (coinciding vertices, μ² underflowing) decided per element,
-# and the integer arithmetic of segments_bound exact (tests/bounds/test_bounds_values.py).
+# vertical edges' peaks by the C pow that Python's float power calls (numpy's may round
+# differently: :func:`_cubes`), every degenerate case of the scalar code (coinciding vertices, μ²
+# underflowing) decided per element, NaN candidates skipped as the scalar ``v > best`` skips them
+# (``fmax``), and the integer arithmetic of segments_bound exact
+# (tests/bounds/test_bounds_values.py).
 if TYPE_CHECKING:
     FloatArray = npt.NDArray[np.float64]
 
 
 def _cubes(x: FloatArray) -> FloatArray:
-    """``x ** 3`` elementwise, rounded as the scalar code's ``p0 ** 3`` (Python's float power:
-    ``pow(v, 3)`` is ``v ** 3``, mapped without a Python-level loop)."""
+    """``x ** 3`` elementwise, rounded as the scalar code's ``p0 ** 3`` (Python's float power,
+    C's ``pow(v, 3.0)``; for v >= 0, every value cubed here, ``math.pow(v, 3.0)`` calls the same
+    and is faster; mapped without a Python-level loop)."""
     vals = x.tolist()
-    return np.fromiter(map(pow, vals, itertools.repeat(3)), dtype=np.float64, count=len(vals))
+    return np.fromiter(map(math.pow, vals, itertools.repeat(3.0)), dtype=np.float64,
+                       count=len(vals))
 
 
-def _sum_line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray) -> FloatArray:
+def _branch_cases(c2: tuple[float, ...], c3: tuple[float, ...]
+                  ) -> tuple[bool, tuple[int, ...], tuple[int, ...]]:
+    """Which of :func:`sum_line_peak`'s cases each branch takes: (every branch a special case,
+    the branches with c3 = 0, those with c2 = 0 and c3 != 0)."""
+    lin = tuple(b for b, x in enumerate(c3) if x == 0.0)
+    sq = tuple(b for b, (x, y) in enumerate(zip(c2, c3)) if x == 0.0 and y != 0.0)
+    return len(lin) + len(sq) == len(c2), lin, sq
+
+
+def _line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray,
+                cases: tuple[bool, tuple[int, ...], tuple[int, ...]]) -> FloatArray:
     """:func:`sum_line_peak` elementwise, lines T (lines × pairs) × branches (c2, c3): (lines ×
-    branches × pairs), the same operations (its two special cases by branch)."""
+    branches × pairs), the same operations (its two special cases by branch, ``cases``:
+    :func:`_branch_cases`)."""
     Tc = T[:, None, :]
-    if ((c3 == 0.0) | (c2 == 0.0)).all():  # (every branch one of the special cases: no root)
+    special, lin, sq = cases
+    if special:  # (every branch one of the special cases: no root)
         out: FloatArray = np.empty((T.shape[0], len(c2), T.shape[1]))
     else:
         c2c, c3c = c2[:, None], c3[:, None]
         b = 3.0 * (c3c * Tc - c2c)
         out = (b + np.sqrt(b * b + 32.0 * c2c * c3c * Tc)) / (8.0 * c3c)
-    if (c3 == 0.0).any():
-        out[:, c3 == 0.0, :] = 2.0 * Tc / 3.0
-    c2only = (c2 == 0.0) & (c3 != 0.0)
-    if c2only.any():
-        out[:, c2only, :] = 0.75 * Tc
+    if lin:
+        v = 2.0 * T / 3.0
+        for j in lin:
+            out[:, j, :] = v
+    if sq:
+        v = 0.75 * T
+        for j in sq:
+            out[:, j, :] = v
     return out
 
 
-def _g_many(p: FloatArray, c2: FloatArray, c3: FloatArray,
-            kept: npt.NDArray[np.bool_] | None) -> FloatArray:
-    """g(p) = max over the kept branches of ``c2·p·p + c3·p·p·p`` (the scalar code's operations),
-    p (points × pairs), kept (branches × pairs; None: all)."""
-    c2c, c3c = c2[:, None, None], c3[:, None, None]
-    G = c2c * p * p + c3c * p * p * p  # branches × points × pairs
-    if kept is None:
-        out: FloatArray = G.max(axis=0)
-    else:
-        out = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
-    return out
+#: :func:`_potential_lambdas_many` shares the μ-free work between elements of one (M, K) only
+#: from this many elements on (below, finding them costs more than it saves: the same floats).
+SHARE_MIN = 96
+#: Below this many elements its groups' maxima are one ``fmax.reduceat`` (above, row by row).
+REDUCEAT_MAX = 64
 
 
 def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
@@ -202,12 +215,22 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
                             kept: npt.NDArray[np.bool_] | None = None,
                             ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """:func:`potential_lambdas_many` on 1-d float arrays of one length (floating-point warnings
-    off: every edge case is masked as the scalar code decides it)."""
+    off: every edge case is masked as the scalar code decides it).
+
+    Per (M, K): the candidates that do not depend on μ (the 8 vertices; the sum lines' peaks:
+    T = M + (M + K) and T = K of the hexagon, T = M + K of the first and of the last polygon,
+    each with its own range, T = K of both), √(q·g(p)) and p + q each (−∞ where a peak is not
+    inside its edge: its F is −∞, never the maximum), in groups of the polygons that take them
+    (:func:`_potential_layout`); per element F = √(q·g(p)) − μ(p + q) and each group's
+    maximum, then the vertical edges' peaks (which depend on μ) and each polygon's maximum over
+    its groups.  NaNs are skipped (``fmax``), as the scalar code's ``v > best`` never takes one,
+    and a polygon without a candidate is −∞ as there."""
     n, nb = len(Ma), len(branches)
-    c2, c3 = _branch_arrays(tuple(branches))
+    c2, c3, c2c, c3c, c2t, c3t, cases, sel, lim_rows, starts, kept_rows = \
+        _potential_layout(tuple(branches))
     # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
     u: npt.NDArray[np.intp] | None = None
-    if n > 1:
+    if n >= SHARE_MIN:
         order = np.lexsort((Ka, Ma))
         Ms, Ks = Ma[order], Ka[order]
         new = np.empty(n, dtype=bool)
@@ -225,110 +248,149 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
                 if kept is not None:
                     kept = kept[:, first]
     m = len(Ma)
-    MK = Ma + Ka
-    T2 = Ma + MK
-    edge = MK != Ma  # the lines T = M + K and M + (M + K) are edges (else vertical, at p = M)
-    zero = np.zeros(m)
-    # g at the vertices' p in {0, K, M, M + K} and at the sum lines' peaks (branches each)
-    Ts = np.array([Ka, MK, T2])
-    peaks = _sum_line_peaks(Ts, c2, c3)  # 3 × branches × pairs
-    pk = np.maximum(peaks, 0.0)
-    qk = np.maximum(Ts[:, None, :] - peaks, 0.0)
-    g = _g_many(np.concatenate([np.array([zero, Ka, Ma, MK]), pk.reshape(3 * nb, m)]),
-                c2, c3, kept)
-    # the rows that do not depend on μ, √(q·g(p)) and p + q: the vertices (0,K), (0,M+K),
-    # (M,M+K), (M+K,M), (M+K,0), (K,0), (K,M), (M,K), then the peaks on T = K, M + K, M + (M + K)
-    # (p + q of a vertex is one of K, M + K, M + (M + K): fp addition commutes, x + 0 = x)
-    qrows = np.concatenate([np.array([Ka, MK, MK, Ma, zero, zero, Ma, Ka]),
-                            qk.reshape(3 * nb, m)])
-    S_base = np.sqrt(qrows * g[_g_rows(nb)])
-    W_base = np.concatenate([Ts[_W_ROWS], (pk + qk).reshape(3 * nb, m)])
-    rows, starts = _polygon_rows(nb)
-    pK, pMK, pT2 = peaks[0], peaks[1], peaks[2]
-    in_K = (zero < pK) & (pK < Ka)
-    in_T2 = (Ma < pT2) & (pT2 < MK) & edge
-    in_MKf = (zero < pMK) & (pMK < Ka) & edge
-    in_MKl = (Ma < pMK) & (pMK < MK) & edge
-    if kept is not None:
-        in_K &= kept
-        in_T2 &= kept
-        in_MKf &= kept
-        in_MKl &= kept
-    ok = np.ones((len(rows), m), dtype=bool)
-    h, f = 6 + 2 * nb, 4 + 2 * nb  # the hexagon's rows, the first's (and the last's)
-    ok[6:6 + nb] = in_T2
-    ok[6 + nb:h] = in_K
-    ok[h + 4:h + 4 + nb] = in_MKf
-    ok[h + 4 + nb:h + f] = in_K
-    ok[h + f + 4:h + f + 4 + nb] = in_MKl
-    ok[h + f + 4 + nb:] = in_K
-    S, W = S_base[rows], W_base[rows]
-    # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²)): hexagon p0 = M + K, q in (0, M);
-    # first p0 = K, q in (0, M); last (where M + K rounds to M) p0 = M + K, q in (0, K)
-    p0 = np.array([MK, Ka, MK])
-    cMK = _cubes(MK)
-    num = c2[None, :, None] * p0[:, None, :] * p0[:, None, :] + \
-        c3[None, :, None] * np.array([cMK, _cubes(Ka), cMK])[:, None, :]
-    gp0 = g[_P0_ROWS]
-    hi = np.array([Ma, Ma, Ka])
+    # B: 0, K, M, M + K, M + (M + K), -inf, inf, then M, 0 where M + K != M (else inf: the
+    # lines T = M + K and M + (M + K) are edges only there) and K where M + K rounds to M
+    # (else 0: the last polygon's vertical edge only there)
+    B = np.empty((10, m))
+    B[0] = 0.0
+    B[1] = Ka
+    B[2] = Ma
+    np.add(Ma, Ka, out=B[3])
+    np.add(Ma, B[3], out=B[4])
+    B[5] = -np.inf
+    B[6] = np.inf
+    MK = B[3]
+    edge = MK != Ma
     ne = ~edge
-    if u is not None:  # to the elements
-        S, W, ok = S[:, u], W[:, u], ok[:, u]
-        p0, num, gp0, hi, ne = p0[:, u], num[:, :, u], gp0[:, u], hi[:, u], ne[u]
-        if kept is not None:
-            kept = kept[:, u]
-    F1 = S - mua * W
-    F1[~ok | np.isnan(F1)] = -np.inf  # (a NaN never wins in the scalar code's v > best)
-    best = np.maximum.reduceat(F1, starts, axis=0)  # 3 × elements
-    mu4 = 4.0 * mua * mua
-    qv = num / mu4  # 3 × branches × elements
-    okv = (mu4 > 0.0) & (p0[:, None, :] > 0.0) & (0.0 < qv) & (qv < hi[:, None, :])
-    okv[2] &= ne  # (the last polygon's vertical edge only where M + K rounds to M)
+    B[7] = Ma
+    np.copyto(B[7], np.inf, where=ne)
+    B[8] = 0.0
+    np.copyto(B[8], np.inf, where=ne)
+    np.multiply(Ka, ne, out=B[9])  # (K·1 = K, K·0 = 0: K finite)
+    # the sum lines' peaks: T = K, M + K, M + (M + K), branches each (3·nb × pairs)
+    peaks = _line_peaks(B[_T_ROWS], c2, c3, cases).reshape(3 * nb, m)
+    T3 = B[_T_ROWS].repeat(nb, axis=0)
+    # the points: the vertices, then the peaks (clamped at 0)
+    Pp = np.concatenate([B[_VP_ROWS], np.maximum(peaks, 0.0)])
+    Qq = np.concatenate([B[_VQ_ROWS], np.maximum(T3 - peaks, 0.0)])
+    G = c2c * Pp * Pp + c3c * Pp * Pp * Pp  # branches × points × pairs
+    if kept is None:
+        g = G.max(axis=0)
+    else:
+        g = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
+    # the candidates in their groups; a peak is one where lo < p < hi (vertices: -inf, inf)
+    X = np.concatenate([B[_VP_ROWS], peaks])[sel]
+    lim = B[lim_rows]
+    R = len(sel)
+    inside = (lim[:R] < X) & (X < lim[R:])
     if kept is not None:
-        okv &= kept[None, :, :]
-    if okv.any():  # (at the peaks inside only: a maximum does not depend on its order)
-        pi, bi, ei = np.nonzero(okv)
-        qc = np.maximum(qv[pi, bi, ei], 0.0)
-        F2 = np.sqrt(qc * gp0[pi, ei]) - mua[ei] * (p0[pi, ei] + qc)
-        good = ~np.isnan(F2)  # (a NaN never wins in the scalar code's v > best)
-        np.maximum.at(best, (pi[good], ei[good]), F2[good])
-    MKe = Ma + Ka if u is None else MK[u]
-    Ke = Ka if u is None else Ka[u]
-    lam = mua * MKe + best[0]
-    lam_f = mua * Ke + best[1]
-    lam_l = mua * MKe + best[2]
+        inside &= np.concatenate([np.ones((1, m), dtype=bool), kept])[kept_rows]
+    S = np.sqrt(Qq * g)[sel]
+    np.copyto(S, -np.inf, where=~inside)
+    W = (Pp + Qq)[sel]
+    # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²), q in (0, hi)): hexagon p0 = M + K,
+    # hi = M; first p0 = K, hi = M; last (where M + K rounds to M) p0 = M + K, hi = K (0 else)
+    p0 = B[_P0_ROWS].repeat(nb, axis=0)  # 3·nb × pairs
+    cubes = _cubes(B[_C_ROWS].ravel()).reshape(2, m)[_CUBE_ROWS].repeat(nb, axis=0)
+    num = c2t * p0 * p0 + c3t * cubes
+    gp0 = g[_GP0_ROWS].repeat(nb, axis=0)
+    hi = B[_HI_ROWS].repeat(nb, axis=0)
+    np.copyto(hi, 0.0, where=~(p0 > 0.0))
+    if kept is not None:
+        hi = np.where(np.tile(kept, (3, 1)), hi, 0.0)
+    if u is not None:  # to the elements, in one gather
+        Z = np.concatenate([S, W, num, p0, gp0, hi])[:, u]
+        v = 3 * nb
+        S, W = Z[:R], Z[R:2 * R]
+        num, p0, gp0, hi = Z[2 * R:2 * R + v], Z[2 * R + v:2 * R + 2 * v], \
+            Z[2 * R + 2 * v:2 * R + 3 * v], Z[2 * R + 3 * v:]
+        MKe, Ke = MK[u], Ka[u]
+    else:
+        MKe, Ke = MK, Ka
+    F = S - mua * W
+    if len(F[0]) < REDUCEAT_MAX:  # 6 groups × elements
+        grp = np.fmax.reduceat(F, starts, axis=0)
+    else:  # (numpy's reduceat along the first axis is slow on long rows: row by row)
+        grp = np.empty((len(starts), F.shape[1]))
+        for i, (a, b) in enumerate(zip(starts.tolist(), [*starts[1:].tolist(), len(F)])):
+            acc = F[a]
+            for r in range(a + 1, b):
+                acc = np.fmax(acc, F[r])
+            grp[i] = acc
+    mu4 = 4.0 * mua * mua
+    qv = num / mu4
+    okv = (mu4 > 0.0) & (0.0 < qv) & (qv < hi)
+    qc = np.maximum(qv, 0.0)
+    Fv = np.sqrt(qc * gp0) - mua * (p0 + qc)
+    np.copyto(Fv, -np.inf, where=~okv)
+    Fv3 = Fv.reshape(3, nb, -1)
+    vert = Fv3[:, 0]  # 3 polygons × elements (a maximum over the few branches)
+    for b in range(1, nb):
+        vert = np.fmax(vert, Fv3[:, b])
+    # groups: all three, hexagon and first, hexagon and last, hexagon, first, last
+    both = np.fmax(grp[0], grp[1])
+    hexa = np.fmax(np.fmax(both, grp[2]), np.fmax(grp[3], vert[0]))
+    par_f = np.fmax(both, np.fmax(grp[4], vert[1]))
+    par_l = np.fmax(np.fmax(grp[0], grp[2]), np.fmax(grp[5], vert[2]))
+    # (fmax with -inf: a polygon whose every candidate is NaN is -inf, as the scalar best)
+    lam = mua * MKe + np.fmax(hexa, -np.inf)
+    lam_f = mua * Ke + np.fmax(par_f, -np.inf)
+    lam_l = mua * MKe + np.fmax(par_l, -np.inf)
     return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
 
 
-@functools.lru_cache(maxsize=64)
-def _g_rows(nb: int) -> npt.NDArray[np.intp]:
-    """The rows of g (at p = 0, K, M, M + K, then the peaks) that :func:`_potential_lambdas_many`'s
-    base rows take."""
-    return np.array([0, 0, 2, 3, 3, 1, 1, 2, *range(4, 4 + 3 * nb)], dtype=np.intp)
-
-
-#: Rows of T = K, M + K, M + (M + K) that are p + q at the vertices of
-#: :func:`_potential_lambdas_many`, and the rows of g at the vertical edges' p0 (M + K, K, M + K).
-_W_ROWS = np.array([0, 1, 2, 2, 1, 0, 1, 1], dtype=np.intp)
+#: Rows of :func:`_potential_lambdas_many`'s table B (0, K, M, M + K, M + (M + K), -inf, inf,
+#: M or inf, 0 or inf, K or 0): the sum lines T = K, M + K, M + (M + K); the p and q of the
+#: vertices (0,K), (0,M+K), (M,M+K), (M+K,M), (M+K,0), (K,0), (K,M), (M,K); the vertical edges'
+#: p0 (M + K, K, M + K) and q ranges' hi (M, M, K where M + K rounds to M); the p0 whose cubes
+#: are taken (M + K, K) and which of them each vertical edge reads; the vertices where g is at
+#: p0 (M + K, K, M + K).
+_T_ROWS = np.array([1, 3, 4], dtype=np.intp)
+_VP_ROWS = np.array([0, 0, 2, 3, 3, 1, 1, 2], dtype=np.intp)
+_VQ_ROWS = np.array([1, 3, 3, 2, 0, 0, 2, 1], dtype=np.intp)
 _P0_ROWS = np.array([3, 1, 3], dtype=np.intp)
+_HI_ROWS = np.array([2, 2, 9], dtype=np.intp)
+_C_ROWS = np.array([3, 1], dtype=np.intp)
+_CUBE_ROWS = np.array([0, 1, 0], dtype=np.intp)
+_GP0_ROWS = np.array([3, 5, 3], dtype=np.intp)
 
 
 @functools.lru_cache(maxsize=64)
-def _branch_arrays(branches: tuple[Branch, ...]) -> tuple[FloatArray, FloatArray]:
-    return (np.array([b[0] for b in branches], dtype=np.float64),
-            np.array([b[1] for b in branches], dtype=np.float64))
-
-
-@functools.lru_cache(maxsize=64)
-def _polygon_rows(nb: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """The rows of :func:`_potential_lambdas_many`'s base table each polygon's candidates take,
-    and where each polygon's rows start."""
+def _potential_layout(branches: tuple[Branch, ...]) -> tuple[Any, ...]:
+    """For :func:`_potential_lambdas_many` with these branches: c2 and c3 (flat, as columns
+    branches × 1 × 1, and per vertical peak row), the branches' :func:`_branch_cases`, and the
+    candidate table's layout: the rows of (vertices, peaks on T = K, M + K, M + (M + K)) it
+    takes, grouped by the polygons that take them (all three: (0,K), (K,0), the peaks on T = K;
+    hexagon and first: (0,M+K); hexagon and last: (M+K,0); hexagon: (M,M+K), (M+K,M), the peaks
+    on T2; first: (K,M), the peaks on T = M + K; last: (M,K), the peaks on T = M + K), each
+    row's lo and hi rows of table B, where each group starts, and each row's branch (row 0 of
+    ``[True, kept]`` for a vertex)."""
+    nb = len(branches)
+    c2 = np.array([b[0] for b in branches], dtype=np.float64)
+    c3 = np.array([b[1] for b in branches], dtype=np.float64)
     line = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(3)]  # T = K, M + K, T2
-    hexa = [0, 1, 2, 3, 4, 5] + line[2] + line[0]
-    first = [0, 1, 6, 5] + line[1] + line[0]
-    last = [5, 4, 7, 0] + line[1] + line[0]
-    rows = np.array(hexa + first + last, dtype=np.intp)
-    return rows, np.array([0, len(hexa), len(hexa) + len(first)], dtype=np.intp)
+    groups = [[0, 5, *line[0]], [1], [4], [2, 3, *line[2]], [6, *line[1]], [7, *line[1]]]
+    sel = [r for grp in groups for r in grp]
+    # lo, hi per row (B rows): vertices -inf, inf; T = K: 0, K; T2: M (inf off an edge),
+    # M + K; T = M + K: first 0 (inf off an edge), K; last M (inf off an edge), M + K
+    lims: list[tuple[int, int]] = []
+    for gi, grp in enumerate(groups):
+        for r in grp:
+            if r < 8:
+                lims.append((5, 6))
+            elif r in line[0]:
+                lims.append((0, 1))
+            elif r in line[2] or gi != 4:
+                lims.append((7, 3))
+            else:
+                lims.append((8, 1))
+    lo, hi = [x for x, _ in lims], [y for _, y in lims]
+    kept_rows = [0 if r < 8 else 1 + (r - 8) % nb for r in sel]
+    starts = np.cumsum([0] + [len(grp) for grp in groups[:-1]])
+    return (c2, c3, c2[:, None, None], c3[:, None, None], np.tile(c2, 3)[:, None],
+            np.tile(c3, 3)[:, None], _branch_cases(tuple(c2.tolist()), tuple(c3.tolist())),
+            np.array(sel, dtype=np.intp), np.array(lo + hi, dtype=np.intp),
+            starts.astype(np.intp), np.array(kept_rows, dtype=np.intp))
 
 
 def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
@@ -345,8 +407,13 @@ def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike
     maximum is the same float (a maximum does not depend on the order of its candidates).  What
     does not depend on μ (the points, g there, √(q·g(p)), p + q) is computed once per distinct
     (M, K)."""
-    Ma, Ka, mua = (np.asarray(a, dtype=np.float64).ravel()
-                   for a in np.broadcast_arrays(M, K, mu))
+    if (type(M) is np.ndarray and type(K) is np.ndarray and type(mu) is np.ndarray
+            and M.dtype == K.dtype == mu.dtype == np.float64 and M.ndim == K.ndim == mu.ndim == 1
+            and len(M) == len(K) == len(mu)):
+        Ma, Ka, mua = M, K, mu  # (already what the broadcast below makes)
+    else:
+        Ma, Ka, mua = (np.asarray(a, dtype=np.float64).ravel()
+                       for a in np.broadcast_arrays(M, K, mu))
     if not len(Ma):
         return Ma.copy(), Ma.copy(), Ma.copy()
     with np.errstate(all="ignore"):
@@ -850,11 +917,16 @@ def _right_edges(values: Values, jobs: Sequence[EdgeJob], *, guide: Guide | None
 
 def fine_ks(M: int, kappa: float, wide: bool = True) -> list[int]:
     """The segment lengths :func:`fine_best` samples at each multiple (sorted, distinct)."""
+    return sorted({max(1, round(f * kappa * M)) for f in _fine_fs(wide)})
+
+
+@functools.lru_cache(maxsize=2)
+def _fine_fs(wide: bool) -> tuple[float, ...]:
+    """The factors f of :func:`fine_ks` (K = f·κ·M): FINE_SAMPLES geometric steps over FINE_F
+    (every other one unless ``wide``)."""
     lo, hi = FINE_F
     fs = [lo * (hi / lo) ** (i / (FINE_SAMPLES - 1)) for i in range(FINE_SAMPLES)]
-    if not wide:
-        fs = fs[::2]
-    return sorted({max(1, round(f * kappa * M)) for f in fs})
+    return tuple(fs if wide else fs[::2])
 
 
 def fine_multipliers(p: float, wide: bool = True) -> list[float]:
@@ -1654,10 +1726,9 @@ def _search(theorem: PairsTheorem, P: int, d: int, M: int,
 STORE_SIZE = 1024
 
 #: One entry of :func:`_store`: candidates of :func:`tabulated_candidates` at one M (the first, or
-#: the others), their K and multipliers, and the theorem's (Λ, Λ_f, Λ_l) at them (None without a
-#: vectorised ``lambdas``).
-Stored = tuple[list[tuple[int, float]], list[int], list[float],
-               "tuple[FloatArray, FloatArray, FloatArray] | None"]
+#: the others), their K and multipliers, and the theorem's (Λ, Λ_f, Λ_l) at them, the rows of
+#: one array (None without a vectorised ``lambdas``).
+Stored = tuple[list[tuple[int, float]], list[int], list[float], "FloatArray | None"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -1691,8 +1762,8 @@ def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int,
         missing = list(dict.fromkeys(want))
     potential = theorem.kind == "potential"
     per = []
-    for M, part in missing:
-        kappa, p = _tabulated(theorem, d, M)
+    for (M, part), (kappa, p) in zip(missing, _tabulated_many(theorem, d,
+                                                               [M for M, _ in missing])):
         if part == 0:  # (the first candidate does not depend on the retries)
             per.append([(max(1, round(kappa * M)), p)])
             continue
@@ -1702,12 +1773,15 @@ def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int,
     fM = [M for (M, _), c in zip(missing, per) for _ in c]
     fK = [K for c in per for K, _ in c]
     fq = [q for c in per for _, q in c]
-    lams = None if theorem.lambdas is None or not fK else theorem.lambdas(d, fM, fK, fq)
+    # (Λ, Λ_f, Λ_l) as the rows of one array: each entry's one slice of it
+    lams = None
+    if theorem.lambdas is not None and fK:
+        lams = np.empty((3, len(fK)))
+        lams[0], lams[1], lams[2] = theorem.lambdas(d, fM, fK, fq)
     i = 0
     for Mp, cands in zip(missing, per):
         j = i + len(cands)
-        store[Mp] = (cands, fK[i:j], fq[i:j],
-                     None if lams is None else (lams[0][i:j], lams[1][i:j], lams[2][i:j]))
+        store[Mp] = (cands, fK[i:j], fq[i:j], None if lams is None else lams[:, i:j])
         i = j
 
 
@@ -1738,9 +1812,10 @@ def _flat(theorem: PairsTheorem, d: int, Ms: tuple[int, ...], refine: bool, part
     fq = [q for g in got for q in g[2]]
     lams = None
     if theorem.lambdas is not None and fK:
-        lams = tuple(np.concatenate([g[3][k] for g in got if g[1]])  # type: ignore[index]
-                     for k in range(3))
-    return got, fM, fK, fq, lams  # type: ignore[return-value]
+        parts = [g[3] for g in got if g[1] and g[3] is not None]
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        lams = (rows[0], rows[1], rows[2])
+    return got, fM, fK, fq, lams
 
 
 def _flat_values(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...], refine: bool,
@@ -1779,7 +1854,16 @@ def _search_many(theorem: PairsTheorem, P: int, d: int, Ms: tuple[int, ...],
 
 def _tabulated(theorem: PairsTheorem, d: int, M: int) -> tuple[float, float]:
     """(κ, the multiplier) tabulated for the theorem at x = d²/M (:func:`params.interpolate`)."""
-    kappa, m = params.interpolate(params.lookup_parts(theorem.table), d * d / M)
+    return _tabulated_many(theorem, d, (M,))[0]
+
+
+def _tabulated_many(theorem: PairsTheorem, d: int, Ms: Sequence[int]
+                    ) -> list[tuple[float, float]]:
+    """:func:`_tabulated` at each M of Ms (one table lookup, one loop: the same floats)."""
+    dd = d * d
+    tab = params.interpolate_many(params.lookup_parts(theorem.table), [dd / M for M in Ms])
+    sqrt = math.sqrt
     if theorem.kind == "potential":
-        return kappa, m * max(math.sqrt(M), M / d)
-    return kappa, min(m * math.sqrt(M), theorem.nu_max * d)
+        return [(kappa, m * max(sqrt(M), M / d)) for M, (kappa, m) in zip(Ms, tab)]
+    cap = theorem.nu_max * d
+    return [(kappa, min(m * sqrt(M), cap)) for M, (kappa, m) in zip(Ms, tab)]
