@@ -14,8 +14,15 @@ from attnio.core.workload import Shape
 from attnio.hardware import devices
 from attnio.hardware.model import prepared
 from attnio.hardware.predict import prepare_row, row_time
-from attnio.hardware.timing import (BOUNDS, _cta_durations, _occupancy, evaluate,
-                                    greedy_makespan, load_params, shared_makespan)
+from attnio.hardware.timing import (
+    BOUNDS,
+    _cta_durations,
+    _occupancy,
+    evaluate,
+    greedy_makespan,
+    load_params,
+    shared_makespan,
+)
 
 
 def _simulate(dur, sms, k, at):

@@ -592,13 +592,17 @@ def shared_makespan(dur: np.ndarray, sms: int, k: int,
     of unequal waves keeps every CTA at its ``k``-share.
 
     ``mode`` as :func:`greedy_makespan`'s where it is used; the shared waves are exact in every
-    mode (a valid lower and upper bound of themselves)."""
+    mode (a valid lower and upper bound of themselves) but ``mode="upper"`` on one wave of
+    unequal CTAs: the longest CTA's ``dur``."""
     n = len(dur)
     if n == 0:
         return 0.0
     hi = float(dur.max())
-    if k <= 1 or at is None or (n > sms * k and hi != float(dur.min())):
+    equal = hi == float(dur.min())
+    if k <= 1 or at is None or (n > sms * k and not equal):
         return greedy_makespan(dur, sms * max(1, k), mode)
+    if mode == "upper" and not equal:   # one wave: sharing never slows a CTA
+        return hi
     slots = sms * k
     waves = -(-n // slots)
     first = (waves - 1) * slots
@@ -609,19 +613,23 @@ def shared_makespan(dur: np.ndarray, sms: int, k: int,
     idx = np.zeros((sms, k), dtype=np.intp)
     idx[sm, pos] = first + slot
     flat = idx.ravel()
-    base = dur[flat]
-    occ0 = int((R > 0).sum(1).max())
-    table = np.stack([np.minimum(base, np.maximum(at(j, flat), base * (j / k))).reshape(sms, k)
-                      if j < k and j <= occ0 else base.reshape(sms, k)
-                      for j in range(1, k + 1)])
+    base = dur[flat].reshape(sms, k)
+    table = {k: base}   # the occupancies met, computed when first met (equal CTAs: one or two)
+
+    def level(j: int) -> np.ndarray:
+        if j not in table:
+            table[j] = np.minimum(base, np.maximum(at(j, flat).reshape(sms, k), base * (j / k)))
+        return table[j]
     alive = R > 0
     t = np.zeros(sms)
-    rows = np.arange(sms)
     while True:
         occ = alive.sum(1)
         if not occ.any():
             break
-        D = table[np.maximum(occ, 1) - 1, rows]
+        D = np.ones((sms, k))
+        for j in np.unique(occ[occ > 0]).tolist():
+            on = occ == j
+            D[on] = level(j)[on]
         ttf = np.where(alive, R * D, np.inf)
         dt = np.where(occ > 0, ttf.min(1), 0.0)
         t += dt
