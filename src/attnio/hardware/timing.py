@@ -595,12 +595,12 @@ def shared_makespan(dur: np.ndarray, sms: int, k: int,
     mode (a valid lower and upper bound of themselves) but ``mode="upper"`` on one wave of
     unequal CTAs: the longest CTA's ``dur``."""
     n = len(dur)
-    if n == 0:
-        return 0.0
+    if k <= 1 or at is None or n == 0:
+        return greedy_makespan(dur, sms * max(1, k), mode)
     hi = float(dur.max())
     equal = hi == float(dur.min())
-    if k <= 1 or at is None or (n > sms * k and not equal):
-        return greedy_makespan(dur, sms * max(1, k), mode)
+    if n > sms * k and not equal:
+        return greedy_makespan(dur, sms * k, mode)
     if mode == "upper" and not equal:   # one wave: sharing never slows a CTA
         return hi
     slots = sms * k
