@@ -38,7 +38,11 @@ replay); nothing is counted here.  This module turns them into time:
 
 * **Dispatch**: a grid's CTAs go, in launch order, to whichever of the ``SMs x k`` slots frees
   first (greedy list scheduling: causal blocks that finish early make room); FA3's persistent
-  scheduler hands out tiles in its order (longest first when causal) the same way.  A CTA costs
+  scheduler hands out tiles in its order (longest first when causal) the same way.  In the
+  last wave of equal CTAs (and in a grid of one wave) CTAs share their SM (per-SM processor
+  sharing, :func:`shared_makespan`): the wave is spread over the SMs as CUDA's block scheduler
+  does, and a CTA with fewer than ``k`` CTAs on its SM runs at the time the model computes for
+  that many (alone: ``k = 1``, the whole SM).  A CTA costs
   ``cta_cycles`` (prologue and epilogue: Q load, pipeline fill, O and LSE store) plus one DRAM
   latency beyond its steps; each kernel launch ``launch_us``.
 * A kernel's time is ``launch + max(makespan, HBM bytes / (hbm_eff·bandwidth), L2 bytes / L2
@@ -57,7 +61,8 @@ from __future__ import annotations
 import functools
 import heapq
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from typing import Any
 
@@ -70,7 +75,7 @@ from .kernels import KernelConfig
 from .traffic import Phase, Traffic, features
 
 __all__ = ["BOUNDS", "BREAKDOWN", "FITTED", "PAGE_OVERHEAD_BYTES", "PARAMS", "STREAM_HBM_EFF", "RESOURCES", "ss_operand_floor", "wgmma_gemms", "kv_multicast", "pingpong_partners", "p_store_s", "Params", "Prepared", "Timing", "evaluate",
-           "generation", "greedy_makespan", "load_params", "prepare"]
+           "generation", "greedy_makespan", "shared_makespan", "load_params", "prepare"]
 
 #: The resources a time is attributed to (``Score.alone`` and ``Score.by_resource`` keys).
 RESOURCES = ("hbm", "l2", "sm_port", "smem", "tensor", "sfu", "latency")
@@ -230,6 +235,12 @@ class _PhaseWork:
     #: SM's shared-memory rate (s): on a consumer group's path between its GEMM batches, with
     #: its softmax (:func:`pingpong_partners`)
     p_store_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: the CTA's warps (FA2-style heavy phases: how many of the SM's 4 tensor cores and warp
+    #: schedulers it reaches alone, :func:`_occupancy`)
+    warps: int = 4
+    #: an ``mma.sync`` main phase: a CTA of ``w`` warps reaches ``min(4, w·k)`` tensor cores
+    #: with ``k`` CTAs on its SM (``mma_s`` holds the figure at ``k``)
+    tc_share: bool = False
 
 
 @dataclass
@@ -320,7 +331,8 @@ def prepare(tr: Traffic, dev: Device, ctas_per_sm: int, hbm_per_phase: list[floa
             / (dev.sm_l2_bw * mc),
             0.5 / max(1, cfg.consumer_wgs) if cfg.wgmma else 0.5,
             stream_eff(cfg.page_size, tr.d_pad, cfg.elem_bytes, tr.shape.kv_heads or 1)
-            if heavy else STREAM_HBM_EFF, p_store_s(cfg, steps if heavy else np.zeros(ph.n), dev)))
+            if heavy else STREAM_HBM_EFF, p_store_s(cfg, steps if heavy else np.zeros(ph.n), dev),
+            cfg.warps, heavy and not cfg.wgmma))
     fam = "fa3" if cfg.wgmma else "fa2"
     return Prepared(fam, "wgmma" if fam == "fa3" else "sync",
                     cfg.algorithm == "fa3" and (cfg.consumer_wgs >= 2 or cfg.overlap), phases,
@@ -555,6 +567,94 @@ def greedy_makespan(dur: np.ndarray, slots: int, mode: str = "exact") -> float:
     return float(max(h))
 
 
+def shared_makespan(dur: np.ndarray, sms: int, k: int,
+                    at: Callable[[int, np.ndarray], np.ndarray] | None = None,
+                    mode: str = "exact") -> float:
+    """Makespan of CTAs on ``sms`` SMs of ``k`` slots each where a CTA's speed is set by how
+    many CTAs share its SM at the time (per-SM processor sharing) in the last wave.
+
+    ``dur``: each CTA's time with ``k`` CTAs on its SM (every slot busy), in launch order;
+    ``at(j, idx)``: the times of CTAs ``idx`` with ``j < k`` on their SM (each clamped to
+    ``[j/k·dur, dur]``: a CTA with fewer neighbours is never slower, and an SM never does more
+    work per second than with ``k``).  A CTA with ``j`` on its SM advances by ``1/at(j)`` of its
+    work per second, so it speeds up as its neighbours finish.
+
+    CUDA's block scheduler spreads a grid's CTAs over the SMs (one per SM before a second on any)
+    and gives each later CTA the slot that frees first.  Where every CTA takes the same time
+    (non-causal grids) the slots free together at each wave's end: ``waves - 1`` full waves at
+    ``dur``, then the last wave's CTAs spread over the SMs (CTA ``t`` of it on SM ``t mod sms``)
+    and share them: ``at(1)``, the whole SM, for a CTA alone in a last wave of fewer CTAs than
+    SMs.  One wave of unequal CTAs (causal) is spread the same way and shares its SMs to the
+    end.  Several waves of unequal CTAs: :func:`greedy_makespan` over ``sms·k`` slots at
+    ``dur`` (every CTA at its ``k``-share).  Which CTAs share an SM in such a tail turns on
+    ties between slots: a model that follows them (tried, docs/hardware.md section 9a) jumps
+    by 0.2-0.8% when a parameter moves by 1e-5 of its range, which stalls the fit, so the tail
+    of unequal waves keeps every CTA at its ``k``-share.
+
+    ``mode`` as :func:`greedy_makespan`'s where it is used; the shared waves are exact in every
+    mode (a valid lower and upper bound of themselves) but ``mode="upper"`` on one wave of
+    unequal CTAs: the longest CTA's ``dur``."""
+    n = len(dur)
+    if k <= 1 or at is None or n == 0:
+        return greedy_makespan(dur, sms * max(1, k), mode)
+    hi = float(dur.max())
+    equal = hi == float(dur.min())
+    if n > sms * k and not equal:
+        return greedy_makespan(dur, sms * k, mode)
+    if mode == "upper" and not equal:   # one wave: sharing never slows a CTA
+        return hi
+    slots = sms * k
+    waves = -(-n // slots)
+    first = (waves - 1) * slots
+    slot = np.arange(n - first)   # the last wave: CTA first + t on slot t, SM t mod sms
+    sm, pos = slot % sms, slot // sms
+    R = np.zeros((sms, k))
+    R[sm, pos] = 1.0
+    idx = np.zeros((sms, k), dtype=np.intp)
+    idx[sm, pos] = first + slot
+    flat = idx.ravel()
+    base = dur[flat].reshape(sms, k)
+    table = {k: base}   # the occupancies met, computed when first met (equal CTAs: one or two)
+
+    def level(j: int) -> np.ndarray:
+        if j not in table:
+            table[j] = np.minimum(base, np.maximum(at(j, flat).reshape(sms, k), base * (j / k)))
+        return table[j]
+    alive = R > 0
+    t = np.zeros(sms)
+    while True:
+        occ = alive.sum(1)
+        if not occ.any():
+            break
+        D = np.ones((sms, k))
+        for j in np.unique(occ[occ > 0]).tolist():
+            on = occ == j
+            D[on] = level(j)[on]
+        ttf = np.where(alive, R * D, np.inf)
+        dt = np.where(occ > 0, ttf.min(1), 0.0)
+        t += dt
+        R = np.where(alive, R - dt[:, None] / D, 0.0)
+        alive &= ttf > dt[:, None]
+    return (waves - 1) * hi + float(t.max())
+
+
+def _occupancy(pw: _PhaseWork, j: int, idx: np.ndarray) -> _PhaseWork:
+    """CTAs ``idx`` of ``pw`` as they run with ``j`` CTAs on their SM (``pw`` holds them with
+    ``pw.k``): an ``mma.sync`` CTA of ``w`` warps reaches ``min(4, w·j)`` of the SM's tensor
+    cores, and only the other CTAs' warps hide its softmax (:func:`softmax_hiders`)."""
+    def cut(a: np.ndarray) -> np.ndarray:
+        return a[idx] if len(a) == pw.n else a
+    scale = 1.0
+    if pw.tc_share:
+        scale = min(1.0, pw.warps * pw.k / 4.0) / min(1.0, pw.warps * j / 4.0)
+    return replace(
+        pw, n=len(idx), k=j, mma_s=cut(pw.mma_s) * scale, sfu_s=cut(pw.sfu_s),
+        alu_exp=cut(pw.alu_exp), smem_s=cut(pw.smem_s), l2_s=cut(pw.l2_s),
+        serial_s=cut(pw.serial_s), rounds=cut(pw.rounds), steps=cut(pw.steps),
+        rescale=cut(pw.rescale), p_store_s=cut(pw.p_store_s),
+        hide=max(1.0, j * min(pw.warps, 4) / 4.0))
+
+
 def _sm_time(pw: _PhaseWork, pr: Prepared, p: Params
              ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """SM time per CTA (one CTA's share of its SM with ``k`` resident), each unit's time, and
@@ -658,7 +758,10 @@ def evaluate(pr: Prepared, p: Params, mode: str = "exact",
             continue
         dur, units, parts = _cta_durations(pw, pr, p)
         slots = pr.sm_count * pw.k
-        span = greedy_makespan(dur, slots, mode)
+
+        def at(j: int, idx: np.ndarray, pw: _PhaseWork = pw) -> np.ndarray:
+            return _cta_durations(_occupancy(pw, j, idx), pr, p)[0]
+        span = shared_makespan(dur, pr.sm_count, pw.k, at, mode)
         hbm = hb / (pr.hbm_bw * (pw.hbm_eff if pw.hbm_eff is not None else p.hbm_eff))
         l2 = pw.l2_bytes / pr.l2_bw
         t = launch + max(span, hbm, l2)
@@ -672,8 +775,11 @@ def evaluate(pr: Prepared, p: Params, mode: str = "exact",
             mean = 0.0
             one_wave = pw.n <= slots   # the longest CTA is the time: its own split
             i = int(np.argmax(dur)) if one_wave else -1
+            # one wave: the longest CTA's split, scaled to the span where it ran with fewer
+            # CTAs on its SM at the end (shared_makespan)
+            shrink = min(1.0, span / float(dur[i])) if one_wave and dur[i] > 0 else 1.0
             for r, arr in parts.items():
-                x = float(arr[i]) if one_wave else float(arr.sum()) / slots
+                x = float(arr[i]) * shrink if one_wave else float(arr.sum()) / slots
                 split[r] += x
                 mean += x
             split["tail"] += span - mean
