@@ -436,25 +436,29 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         Every value is at most about 2M <= 2^61 (each side is the most that fits in M), so no
         int64 product overflows."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        parts = []
+        rungs, es, rows = [], [], []  # every (spill, order)'s ladder, as one array
         for spill in spills:
             e = _e1(stable, spill)
-            for o, row in ((0, True), (1, False)):
+            for row in (True, False):
                 per_row = (d if row else 1) + 1 + e  # Bc = Bd = 1
-                br = np.array(ladder(Nq, (M - 1) // per_row), dtype=np.int64)
-                held = br * (d + e) if row else e * br  # Q_i (order "row") and the vectors
-                bc = np.minimum(Nkv, (M - held - (0 if row else br)) // (br + 1))
-                ok = bc >= 1
-                br, held, bc = br[ok], held[ok], bc[ok]
-                for c in (bc, -(-Nkv // -(-Nkv // bc))):  # (and snapped: duplicates go below)
-                    if row:
-                        bd = np.maximum(1, np.minimum(d, (M - held - br * c) // c))
-                        fits = held + br * c + c * bd <= M
-                    else:
-                        bd = np.maximum(1, np.minimum(d, (M - br * c - held) // (br + c)))
-                        fits = br * c + bd * (br + c) + held <= M
-                    parts.append(np.stack([br[fits], c[fits], bd[fits],
-                                           np.full(int(fits.sum()), o, dtype=np.int64)], axis=1))
+                rung = ladder(Nq, (M - 1) // per_row)
+                rungs += rung
+                es += [e] * len(rung)
+                rows += [row] * len(rung)
+        br = np.array(rungs, dtype=np.int64)
+        e_ = np.array(es, dtype=np.int64)
+        row_ = np.array(rows, dtype=bool)
+        held = np.where(row_, br * d, 0) + e_ * br  # Q_i (order "row") and the vectors
+        bc = np.minimum(Nkv, (M - held - np.where(row_, 0, br)) // (br + 1))
+        ok = bc >= 1
+        br, held, bc, row_ = br[ok], held[ok], bc[ok], row_[ok]
+        parts = []
+        for c in (bc, -(-Nkv // -(-Nkv // bc))):  # (and snapped: duplicates go below)
+            room = M - held - br * c
+            bd = np.maximum(1, np.minimum(d, np.where(row_, room // c, room // (br + c))))
+            fits = room >= np.where(row_, c * bd, bd * (br + c))
+            parts.append(np.stack([br[fits], c[fits], bd[fits],
+                                   (~row_[fits]).astype(np.int64)], axis=1))
         grid = np.concatenate(parts) if parts else np.zeros((0, 4), dtype=np.int64)
         grid = grid[np.lexsort(grid.T[::-1])]
         distinct = np.ones(len(grid), dtype=bool)
