@@ -50,6 +50,9 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from ..core.errors import ParameterError
 from ..core.memory import IOCount
 from ..core.workload import Shape
@@ -385,8 +388,9 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     least first (:class:`~attnio.algorithms.protocol.Phase`): the ``candidates`` and, cut to
     the ``keep`` of least estimate (the declared heuristic cut), the ``ranked`` pool's items
     ``expand``-ed, all scored (by branch and bound where the phase has a ``lower``
-    bound: the choices in order of it, scored until it passes the ``offer``-th least count, so
-    a choice left unscored can neither be among the best nor tie them); then the ``seed``
+    bound, or ``lowers`` for the pool at once: the choices in order of it, scored until it
+    passes the ``offer``-th least count, so a choice left unscored can neither be among the
+    best nor tie them); then the ``seed``
     choices made from those best, scored, and the ``offer`` best of all."""
     cost, footprint, order = phase.cost, phase.footprint, phase.order
     scored: dict[Any, tuple[int, int, Any]] = {}
@@ -410,7 +414,17 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
             for _, r in kept:
                 pool.update(dict.fromkeys(phase.expand(r)))
     k = phase.offer
-    if phase.lower is None:  # score() inline: nothing scored yet, the pool's keys unique
+    if phase.lowers is not None:  # the pool's bounds in one call (numpy over the choices)
+        items = list(pool)
+        lows = (np.asarray(phase.lowers(items), dtype=np.float64) * (1 - 1e-9))  # a margin
+        counts: list[int] = []  # the counts scored, ascending
+        at = np.argsort(lows, kind="stable")
+        for lo, i in zip(lows[at].tolist(), at.tolist()):
+            if len(counts) >= k and lo > counts[k - 1]:
+                break
+            if score(items[i]):
+                bisect.insort(counts, scored[items[i]][0])
+    elif phase.lower is None:  # score() inline: nothing scored yet, the pool's keys unique
         for c in pool:
             if footprint is not None and footprint(c) > M:
                 continue
@@ -418,7 +432,7 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
             scored[c] = (count, steps, c if order is None else order(c))
     else:
         lower = phase.lower
-        counts: list[int] = []  # the counts scored, ascending
+        counts = []  # the counts scored, ascending
         for lo, c in sorted([(lower(c) * (1 - 1e-9), c) for c in pool],  # a float margin
                             key=operator.itemgetter(0)):
             if len(counts) >= k and lo > counts[k - 1]:
@@ -505,21 +519,31 @@ def preranked(items: Iterable[T], estimate: Callable[[T], Any] | None, keep: int
     return heapq.nsmallest(keep, items, key=estimate)
 
 
-def least_few(items: Sequence[T], key: Callable[[T], K], lower: Callable[[T], float],
-              keep: int) -> list[T]:
+def least_few(items: Sequence[T], key: Callable[[T], K], lower: Callable[[T], float] | None,
+              keep: int, *, lowers: Sequence[float] | npt.NDArray[np.float64] | None = None
+              ) -> list[T]:
     """The ``keep`` items of least ``key`` (a count, or a (count, ...) key), least first (ties
     in the order of ``items``), i.e. ``sorted(items, key=key)[:keep]``, by branch and bound on
     ``lower`` (a proven lower bound on an item's count): the items in order of their bound,
     keyed until the bound passes the ``keep``-th least count found (with a float margin), so an
     item left unkeyed has a count above ``keep`` keyed ones and can be neither among the least
-    nor tie them."""
+    nor tie them.  ``lowers`` (with ``lower`` None): the items' bounds given at once, e.g. a
+    numpy array over a grid of choices whose exact counts cost a call each (square_tiling's
+    Phase-1 grid, ranked by its counts taken in float64)."""
     if keep <= 0:
         return []
-    lows = [lower(t) * (1 - 1e-9) for t in items]  # a margin far above float rounding
     keyed: dict[int, K] = {}
     counts: list[Any] = []  # the counts keyed, ascending
-    for i in sorted(range(len(items)), key=lows.__getitem__):
-        if len(counts) >= keep and lows[i] > counts[keep - 1]:
+    if lowers is not None:
+        lows_ = np.asarray(lowers, dtype=np.float64) * (1 - 1e-9)  # a margin
+        at = np.argsort(lows_, kind="stable")
+        visit: Iterable[tuple[float, int]] = zip(lows_[at].tolist(), at.tolist())
+    else:
+        assert lower is not None
+        lows = [lower(t) * (1 - 1e-9) for t in items]  # a margin far above float rounding
+        visit = ((lows[i], i) for i in sorted(range(len(items)), key=lows.__getitem__))
+    for lo, i in visit:
+        if len(counts) >= keep and lo > counts[keep - 1]:
             break
         keyed[i] = key(items[i])
         bisect.insort(counts, _first(keyed[i]))

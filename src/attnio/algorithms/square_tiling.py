@@ -436,7 +436,9 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         Every value is at most about 2M <= 2^61 (each side is the most that fits in M), so no
         int64 product overflows."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        rungs, es, rows = [], [], []  # every (spill, order)'s ladder, as one array
+        rungs: list[int] = []  # every (spill, order)'s ladder, as one array
+        es: list[int] = []
+        rows: list[bool] = []
         for spill in spills:
             e = _e1(stable, spill)
             for row in (True, False):
@@ -471,29 +473,27 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         """The ``keep`` rows of ``grid`` (:meth:`_phase1_grid`) of least unmasked Phase-1
         (count, tiles) (:func:`_phase1_plain`), least first, ties in the grid's order:
         ``mapper.preranked`` of the grid's choices by that key, with the key.  The counts are
-        first taken in float64 over the grid, and only the rows within a 1e-9 margin of the
-        ``keep``-th least are counted exactly (a row beyond it has a count above ``keep``
-        others', far beyond the floats' rounding): the same rows."""
+        first taken in float64 over the grid, the mapper's bounds
+        (:func:`~attnio.algorithms.mapper.least_few`), and only the rows near the ``keep``-th
+        least are counted exactly: the same rows."""
         Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
         br, bc, o = grid[:, 0], grid[:, 1], grid[:, 3]
-        tr = (-(-Nq // br)).astype(np.float64)
         tc = (-(-Nkv // bc)).astype(np.float64)
-        approx = (np.where(o == 0, float(Nq * d), tc * float(Nq * d)) + tr * float(Nkv * d)
+        approx = (np.where(o == 0, float(Nq * d), tc * float(Nq * d))
+                  + (-(-Nq // br)).astype(np.float64) * float(Nkv * d) + float(Nq * Nkv + Nq)
                   + (tc * float(Nq) if maxima else 0.0))
-        if len(grid) > keep:
-            least = np.partition(approx, keep - 1)[keep - 1]
-            rows = np.flatnonzero(approx <= least * (1 + 1e-9) + 1)
-        else:
-            rows = np.arange(len(grid))
-        chosen = []
-        for i, (a, b, c, k) in zip(rows.tolist(), grid[rows].tolist()):
-            choice = (a, b, c, "row" if k == 0 else "tile")
+        chosen: dict[int, tuple[_Phase1, tuple[int, int]]] = {}
+
+        def key(i: int) -> tuple[int, int]:
+            a, b, c, k = grid[i].tolist()
             t_r, t_c = -(-Nq // a), -(-Nkv // b)
             count = ((Nq * d if k == 0 else t_c * Nq * d) + t_r * Nkv * d + Nq * Nkv + Nq
                      + (t_c * Nq if maxima else 0))
-            chosen.append(((count, t_r * t_c, i), choice))
-        chosen.sort(key=lambda x: x[0])
-        return [(choice, key[:2]) for key, choice in chosen[:keep]]
+            chosen[i] = ((a, b, c, "row" if k == 0 else "tile"), (count, t_r * t_c))
+            return chosen[i][1]
+
+        top = mapper.least_few(range(len(grid)), key, None, keep, lowers=approx)
+        return [chosen[i] for i in top]
 
     def _pieces(self, shape: Shape, M: int, stable: bool, spill: str
                 ) -> tuple[list[_Group], list[_Rung], SquareTilingTiling | None]:

@@ -285,6 +285,24 @@ def _plain_cost2(Nq: int, Nkv: int, d: int, g: tuple[int, ...]) -> tuple[int, in
     return total + td * Nq * Nkv + tr * Nkv * w + Nq * w, steps + tr * td
 
 
+def _plain_lowers1(Nq: int, Nkv: int, d: int, cs: list[tuple[int, ...]]) -> np.ndarray:
+    """:func:`_plain_cost1`'s counts of the Phase-1 candidates ``cs`` (Br, Bc, order index) in
+    float64, over the pool at once: the unmasked phase's bounds (:class:`~.protocol.Phase`
+    ``lowers``; within float rounding of the exact count, which the mapper's margin covers)."""
+    br, bc, o = (np.array(x, dtype=np.int64) for x in zip(*cs))
+    tc = (-(-Nkv // bc)).astype(np.float64)
+    return (np.where(o == 1, float(Nq * d), tc * float(Nq * d))
+            + (-(-Nq // br)).astype(np.float64) * float(Nkv * d) + float(Nq * Nkv))
+
+
+def _plain_lowers2(Nq: int, Nkv: int, d: int, gs: list[tuple[int, ...]]) -> np.ndarray:
+    """:func:`_plain_cost2`'s counts of one-group Phase-2 candidates ``gs`` (Br2, Bd2) in
+    float64, as :func:`_plain_lowers1`."""
+    br2, bd2 = (np.array(x, dtype=np.int64) for x in zip(*gs))
+    return ((-(-d // bd2)).astype(np.float64) * float(Nq * Nkv)
+            + (-(-Nq // br2)).astype(np.float64) * float(Nkv * d) + float(Nq * d))
+
+
 def _p2_total(shape: Shape, g: tuple[int, ...]) -> int:
     """``_p2(shape, g).total``."""
     if len(g) == 2:
@@ -605,6 +623,7 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             footprint=None,  # every candidate is built to fit (the sides of most that fit)
             candidates=cands1 if masked else lambda: cands1() + band1,
             lower=None if low is None else low.phase1,
+            lowers=None if masked else functools.partial(_plain_lowers1, Nq, Nkv, d),
             ranked=(lambda: [(_phase1_total(plain, c), c) for c in band1]) if masked else None,
             keep=_BAND, offer=_OFFER)
         phase2 = Phase(
@@ -613,6 +632,7 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             footprint=None,
             candidates=cands2 if masked else lambda: cands2() | band2(),
             lower=None if low is None else low.p2,
+            lowers=None if masked else functools.partial(_plain_lowers2, Nq, Nkv, d),
             ranked=(lambda: [(_p2_total(plain, g), g) for g in band2()]) if masked else None,
             keep=_BAND,
             seed=lambda best: self._two_groups(
