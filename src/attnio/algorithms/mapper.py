@@ -11,7 +11,8 @@ owns:
   M); and :func:`least_over` (the least count over several schedules, the tests' helper);
 * :func:`search` — the least-(I/O, steps) tiling among the candidates (the planner's candidates,
   the backward search, and the default tiling), by branch and bound where a schedule bounds its
-  count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min, flash2 over given tilings) or per family
+  count, the same choice: per tiling (``_lower_total``: q_stationary_min, flash2 over given
+  tilings; ``_lower_totals``, the bounds of all the candidates in one call: q_split) or per family
   of tilings listed only when scored (``_families``: flash2 under a causal mask or a window,
   square_tiling, standard under a mask, small_cache_backward and
   fused_small_cache_backward);
@@ -176,6 +177,10 @@ def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterab
         if phases is not None:
             return _least_phases(schedule, shape, M, phases)
     tilings_ = tilings()
+    lowers_of = getattr(schedule, "_lower_totals", None)
+    lowers = lowers_of(shape) if lowers_of is not None else None
+    if lowers is not None:
+        return _least_bounded(schedule, shape, M, tilings_, None, lowers)
     lower_of = getattr(schedule, "_lower_total", None)
     lower = lower_of(shape) if lower_of is not None else None
     if lower is None:
@@ -241,19 +246,30 @@ def _least(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any],
 
 
 def _least_bounded(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any],
-                   lower: Callable[[Any], float]) -> Choice[Any] | None:
+                   lower: Callable[[Any], float] | None,
+                   lowers: Callable[[list[Any]], Any] | None = None) -> Choice[Any] | None:
     """:func:`_least` by branch and bound: the tilings that fit, in order of ``lower``, scored
     exactly until the bound exceeds the least count found.  A tiling left unscored has a bound,
     so a count, above the least: it can neither win nor tie, and the choice is the least
     (count, steps, position among ``tilings``), as :func:`_least`'s.  ``tried`` counts the
-    tilings that fit (as there)."""
+    tilings that fit (as there).  ``lowers`` (``lower`` None): the bounds of a list of
+    tilings in one call (a schedule's ``_lower_totals``: numpy over the candidates)."""
     fit = [t for t in tilings if schedule.footprint(shape, t) <= M]
     if not fit:
         return None
-    lows = [lower(t) * (1 - 1e-9) for t in fit]  # a margin far above float rounding
+    visit: Iterable[int]
+    if lowers is not None:
+        low_ = np.asarray(lowers(fit), dtype=np.float64) * (1 - 1e-9)  # a margin
+        at = np.argsort(low_, kind="stable")
+        lows = low_.tolist()
+        visit = at.tolist()
+    else:
+        assert lower is not None
+        lows = [lower(t) * (1 - 1e-9) for t in fit]  # a margin far above float rounding
+        visit = sorted(range(len(fit)), key=lows.__getitem__)
     best: tuple[int, int, int] | None = None
     found: dict[int, IOCount] = {}
-    for i in sorted(range(len(fit)), key=lows.__getitem__):
+    for i in visit:
         if best is not None and lows[i] > best[0]:
             break
         io = schedule._total(shape, fit[i])

@@ -125,6 +125,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from ..core import masks
 from ..core.checks import check_int
@@ -292,6 +293,50 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
                               * (prefix_block_keys(Nkv, off, S, min(t.Br2, S)) or 0))
             return (n // G) * (reads + G * Nq * d)
         return lower
+
+    def _lower_totals(self, shape: Shape
+                      ) -> Callable[[list[QSplitTiling]], npt.NDArray[np.float64]] | None:
+        """:meth:`_lower_total` of a list of tilings in one call, numpy over the list (the
+        search bounds every candidate: a few hundred with grouped heads), in float64: the same
+        bounds within float rounding (the mapper's margin covers it; the test holds the two
+        together).  :func:`prefix_block_keys` inline: None (bounded by 0) where rows are
+        clipped."""
+        if self._lower_total(shape) is None:
+            return None
+        d, Nq, Nkv, n = shape.d, shape.Nq, shape.Nkv, shape.n_heads
+        causal, off = shape.causal, shape.offset
+        rows1 = masks.row_counts(shape).rows1
+
+        def keys(o: npt.NDArray[np.int64], m: npt.NDArray[np.int64],
+                 B: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+            """:func:`prefix_block_keys` (Nkv, o, m, B) over arrays, 0 where it is None."""
+            ok = (o >= 0) & (o <= Nkv - m) & (m >= 1)
+            B = np.maximum(B, 1)
+            T = -(-m // B)
+            r = (m - (T - 1) * B).astype(np.float64)
+            mf, of, Bf = m.astype(np.float64), o.astype(np.float64), B.astype(np.float64)
+            X = (mf * of + mf * (mf + 1) / 2 + (T - 1).astype(np.float64) * Bf * (Bf - 1) / 2
+                 + r * (r - 1) / 2)
+            return np.where(ok, X / Bf + (1 - r / Bf) * (mf + of), 0.0)
+
+        def lowers(ts: list[QSplitTiling]) -> npt.NDArray[np.float64]:
+            G, Br, sigma, delta, Br2 = (np.array(x, dtype=np.int64) for x in zip(
+                *[(t.group, t.Br, t.sigma, t.delta, t.Br2) for t in ts]))
+            Br = np.minimum(Br, Nq)
+            T = -(-Nq // Br)
+            S = (T - 1) * sigma + np.minimum(sigma, Nq - (T - 1) * Br)
+            Gf, thin = G.astype(np.float64), (sigma > 0) & (S > 0)
+            if not causal:
+                reads = Gf * (d * Nq) + (2 * d * Nkv) * T.astype(np.float64)
+                more = (Gf * d * S + (d + delta).astype(np.float64) * Nkv
+                        * (-(-S // np.maximum(Br2, 1))).astype(np.float64))
+            else:
+                reads = Gf * (d * rows1) + 2 * d * keys(off + S, Nq - S, Br - sigma)
+                more = (Gf * d * S * float(off >= 0) + (d + delta).astype(np.float64)
+                        * keys(np.full_like(S, off), S, np.minimum(Br2, S)))
+            reads = reads + np.where(thin, more, 0.0)
+            return (n // G).astype(np.float64) * (reads + Gf * (Nq * d))
+        return lowers
 
     # ------------------------------------------------------------------ counts
     def _group_count(self, shape: Shape, tiling: QSplitTiling) -> IOCount:
