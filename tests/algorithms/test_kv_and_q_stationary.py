@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import attnio
 from attnio import bounds
 from attnio.algorithms import get_backward, mapper, score_resident
+from attnio.algorithms.kv_stationary import KVStationaryTiling
 from attnio.core.reference import attention
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
@@ -422,3 +423,37 @@ def test_row_hybrid_puts_the_remainder_first_under_a_causal_mask():
     assert p.chosen.algorithm == "row_hybrid"
     f2 = mapper.search(attnio.algorithms.get("flash2"), shape, 240000).predicted.total
     assert p.chosen.predicted.total < 0.9 * f2
+
+
+def test_kv_stationary_bound_is_below_every_count_and_the_search_the_plain_loop():
+    """kv_stationary's branch-and-bound bound under a causal mask (the count at Br = 1, same
+    Bc) is at most every candidate's count (the count never falls as Br grows), and the search
+    by it is the plain loop's: choice, count, steps and tried."""
+    import random
+
+    alg = attnio.algorithms.get("kv_stationary")
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(200):
+        N = rng.choice([rng.randint(1, 60), rng.randint(1, 5000)])
+        Nkv = rng.choice([N, rng.randint(1, 5000)])
+        d = rng.choice([1, 3, 16, 64, 128])
+        kvh = rng.choice([1, 2])
+        shape = Shape.make(N, d, Nkv=Nkv, causal=rng.choice([True, "top_left"]),
+                           heads=kvh * rng.choice([1, 4]), kv_heads=kvh)
+        M = rng.choice([rng.randint(4 * d + 4, 5000), rng.randint(5000, 10**6)])
+        lower = alg._lower_total(shape)
+        assert lower is not None
+        tilings = [t for t in alg.candidate_tilings(shape, M) if alg.footprint(shape, t) <= M]
+        if not tilings:
+            continue
+        for t in tilings:
+            for br in (1, 2, 3, t.Br, N):  # any Br: the bound is the least over Br
+                t2 = KVStationaryTiling(t.Bc, br, 1)
+                assert lower(t2) <= alg.cost(shape, t2).io.total
+        assert mapper.search(alg, shape, M, tilings) == mapper._least(alg, shape, M, tilings)
+        assert mapper.search(alg, shape, M) == mapper._least(alg, shape, M, tilings)
+        checked += 1
+    assert checked > 150
+    assert alg._lower_total(Shape.make(64, 8)) is None
+    assert alg._lower_total(Shape.make(64, 8, causal=True, window=8)) is None
