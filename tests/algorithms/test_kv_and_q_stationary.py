@@ -457,3 +457,46 @@ def test_kv_stationary_bound_is_below_every_count_and_the_search_the_plain_loop(
     assert checked > 150
     assert alg._lower_total(Shape.make(64, 8)) is None
     assert alg._lower_total(Shape.make(64, 8, causal=True, window=8)) is None
+
+
+def test_row_hybrid_one_pass_sums_are_the_block_by_block_ones():
+    """row_hybrid's footprint, steps and count come from one pass over its partition
+    (``_sums``): equal to the block-by-block definitions (:func:`_fp` per block, 2d·max(1, w)
+    steps a block, :func:`_words` where a block sees keys) on random shapes, every mode set,
+    causal, windowed and unmasked, grouped heads."""
+    import random
+
+    from attnio.algorithms import row_hybrid as rh
+
+    alg = attnio.algorithms.get("row_hybrid")
+    rng = random.Random(12)
+    checked = 0
+    for _ in range(300):
+        N = rng.choice([rng.randint(1, 80), rng.randint(1, 5000)])
+        Nkv = rng.choice([N, rng.randint(1, 5000)])
+        d = rng.choice([1, 3, 16, 64])
+        causal = rng.choice([False, True, "top_left"])
+        window = rng.choice([None, rng.randint(1, 300)]) if causal else None
+        shape = Shape.make(N, d, Nkv=Nkv, causal=causal, window=window, heads=4, kv_heads=2)
+        budget = rng.randint(2 * d + 4, 200000)
+        G = rng.choice([1, 2])
+        for modes in ("abc", "ac", "a", "c", "b", "bc"):
+            part = rh.blocks(shape, budget, modes, G)
+            sums = rh._sums(shape, budget, modes, G)
+            assert (part is None) == (sums is None)
+            if part is None:
+                continue
+            reads = writes = 0
+            for q0, q1, lo, hi, m in part:
+                if hi > lo:
+                    rd, wr = rh._words(m, G, q1 - q0, hi - lo, d)
+                    reads, writes = reads + rd, writes + wr
+                else:
+                    writes += G * (q1 - q0) * d
+            assert sums == (max(rh._fp(m, G, q1 - q0, hi - lo, d) for q0, q1, lo, hi, m in part),
+                            sum(2 * d * max(1, hi - lo) for _, _, lo, hi, _ in part),
+                            reads, writes)
+            t = rh.RowHybridTiling(budget, modes, G)
+            assert (alg.footprint(shape, t), alg.steps(shape, t)) == sums[:2]
+            checked += 1
+    assert checked > 300
