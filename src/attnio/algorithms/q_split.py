@@ -300,9 +300,10 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         search bounds every candidate: a few hundred with grouped heads), in float64: the same
         bounds within float rounding (the mapper's margin covers it; the test holds the two
         together).  :func:`prefix_block_keys` inline: None (bounded by 0) where rows are
-        clipped."""
-        if self._lower_total(shape) is None:
-            return None
+        clipped.  Under a causal mask only: unmasked ``_lower_total`` is a few integer
+        operations a tiling."""
+        if self._lower_total(shape) is None or not shape.causal:
+            return None  # (unmasked the bound one tiling at a time is cheaper than numpy's)
         d, Nq, Nkv, n = shape.d, shape.Nq, shape.Nkv, shape.n_heads
         causal, off = shape.causal, shape.offset
         rows1 = masks.row_counts(shape).rows1
