@@ -472,12 +472,21 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                      ) -> list[tuple[_Phase1, tuple[int, int]]]:
         """The ``keep`` rows of ``grid`` (:meth:`_phase1_grid`) of least unmasked Phase-1
         (count, tiles) (:func:`_phase1_plain`), least first, ties in the grid's order:
-        ``mapper.preranked`` of the grid's choices by that key, with the key.  The counts are
-        first taken in float64 over the grid, the mapper's bounds
+        ``mapper.preranked`` of the grid's choices by that key, with the key.  Where every
+        count fits in int64 (a count is at most ``Nq·Nkv·(2d + 4) + Nq``) they are taken exactly
+        over the grid; else first in float64, the mapper's bounds
         (:func:`~attnio.algorithms.mapper.least_few`), and only the rows near the ``keep``-th
         least are counted exactly: the same rows."""
         Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
         br, bc, o = grid[:, 0], grid[:, 1], grid[:, 3]
+        if Nq * Nkv * (2 * d + 4) + Nq < 1 << 62:  # every count fits in int64: rank exactly
+            tr_, tc_ = -(-Nq // br), -(-Nkv // bc)
+            count = (np.where(o == 0, Nq * d, tc_ * (Nq * d)) + tr_ * (Nkv * d)
+                     + (Nq * Nkv + Nq) + (tc_ * Nq if maxima else 0))
+            tiles = tr_ * tc_
+            at = np.lexsort((np.arange(len(grid)), tiles, count))[:keep]
+            return [((a, b, c, "row" if k == 0 else "tile"), (n, m)) for (a, b, c, k), n, m
+                    in zip(grid[at].tolist(), count[at].tolist(), tiles[at].tolist())]
         tc = (-(-Nkv // bc)).astype(np.float64)
         approx = (np.where(o == 0, float(Nq * d), tc * float(Nq * d))
                   + (-(-Nq // br)).astype(np.float64) * float(Nkv * d) + float(Nq * Nkv + Nq)
