@@ -250,8 +250,9 @@ def test_search_against_every_tiling_on_tiny_shapes(Nq, Nkv, d, causal, frac):
 def test_the_bounds_at_once_are_the_bounds_one_by_one_and_below_the_counts():
     """``_lower_totals`` (numpy over the candidates, the search's) equals ``_lower_total`` one
     tiling at a time within float rounding, below every candidate's count, on random shapes
-    from tiny to N = 10^9, grouped heads, both causal alignments; and the search by it is the
-    plain loop's (choice, count, steps, tried)."""
+    from tiny to N = 10^9, grouped heads, both causal alignments (unmasked there is none: the
+    per-tiling bound is searched); and the search by it is the plain loop's (choice, count,
+    steps, tried)."""
     import random
 
     alg = attnio.algorithms.get("q_split")
@@ -270,6 +271,9 @@ def test_the_bounds_at_once_are_the_bounds_one_by_one_and_below_the_counts():
         lower, lowers = alg._lower_total(shape), alg._lower_totals(shape)
         tilings = list(alg.candidate_tilings(shape, M))
         fit = [t for t in tilings if alg.footprint(shape, t) <= M]
+        if not shape.causal:  # unmasked the bound one tiling at a time is the cheaper
+            assert lowers is None and lower is not None
+            continue
         assert (lower is None) == (lowers is None)
         if lower is None or not fit:
             continue
@@ -279,4 +283,4 @@ def test_the_bounds_at_once_are_the_bounds_one_by_one_and_below_the_counts():
                 assert lo <= alg.cost(shape, t).io.total * (1 + 1e-12)
         assert mapper.search(alg, shape, M, tilings) == mapper._least(alg, shape, M, tilings)
         checked += 1
-    assert checked > 80
+    assert checked > 40

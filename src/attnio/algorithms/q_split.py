@@ -196,12 +196,18 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
     supports_backward = True  # writes g, each row's logsumexp (Nq words a head), when asked
 
     def footprint(self, shape: Shape, tiling: QSplitTiling) -> int:
-        d, G, t, Nq = shape.d, tiling.group, tiling, shape.Nq
-        Br = t.Br if t.Br < Nq else Nq  # _layout's, inline (the search asks for every candidate)
-        main = _main_fp(d, Br, t.sigma, t.delta, G)
-        if t.sigma == 0:
+        # _layout, _main_fp, _thin_fp and _split_rows inline (the search asks for every candidate)
+        d, t, Nq = shape.d, tiling, shape.Nq
+        G, sigma, delta = t.group, t.sigma, t.delta
+        Br = t.Br if t.Br < Nq else Nq
+        main = G * (Br * (2 * d + 1) - sigma * delta) + 2 * d
+        if sigma == 0:
             return main
-        return max(main, _thin_fp(d, min(t.Br2, _split_rows(Nq, Br, t.sigma)), t.delta, G))
+        T1 = -(-Nq // Br) - 1
+        last = Nq - T1 * Br
+        S = T1 * sigma + (sigma if sigma < last else last)
+        thin = G * (t.Br2 if t.Br2 < S else S) * (d + delta + 1) + d + delta
+        return main if main > thin else thin
 
     def min_M(self, shape: Shape) -> int:
         return _main_fp(shape.d, 1, 0, 0, 1)
@@ -250,16 +256,23 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         deltas = {x for x in _LADDER if x < d} | {x for x in (d - 1, d - 2, d - 3) if x >= 1}
         deltas.update(x for x in range(best - 1, best + 3) if 1 <= x < d)
         out: list[QSplitTiling] = []
-        for sigma in sorted({cdiv(D, G * x) for x in deltas}):
+        append = out.append  # (cdiv and _split_rows inline: a few hundred with grouped heads)
+        T1 = -(-Nq // Br) - 1  # _split_rows: (blocks - 1)·σ + min(σ, the last block's rows)
+        last = Nq - T1 * Br
+        for sigma in sorted({-(-D // (G * x)) for x in deltas}):
             if sigma >= Br:
                 continue
-            delta = cdiv(D, G * sigma)  # the least δ for these split rows (<= the one tried)
-            S = _split_rows(Nq, Br, sigma)
-            br2 = min(S, (M - d - delta) // (G * (d + delta + 1)))
+            delta = -(-D // (G * sigma))  # the least δ for these split rows (<= the one tried)
+            S = T1 * sigma + (sigma if sigma < last else last)
+            br2 = (M - d - delta) // (G * (d + delta + 1))
+            if br2 > S:
+                br2 = S
             if br2 < 1:
                 continue
-            out.extend(QSplitTiling(Br, sigma, delta, b, G)
-                       for b in sorted({br2, cdiv(S, cdiv(S, br2))}))
+            snap = -(-S // -(-S // br2))  # the least size with as many thin blocks (<= br2)
+            if snap < br2:
+                append(QSplitTiling(Br, sigma, delta, snap, G))
+            append(QSplitTiling(Br, sigma, delta, br2, G))
         return out
 
     def _lower_total(self, shape: Shape) -> Callable[[QSplitTiling], float] | None:
