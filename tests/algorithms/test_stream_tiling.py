@@ -301,3 +301,29 @@ def test_a_bulk_count_holds_each_score_tile_by_its_sums_and_equals_step_by_step(
         assert (bulk.reads, bulk.writes) == (pred.reads, pred.writes)
         compared += 1
     assert compared == 120
+
+
+def test_masked_bounds_at_once_are_the_bounds_one_by_one():
+    """Under a causal mask the phases bound their pools at once (``Phase.lowers``, numpy): the
+    same bounds as :class:`_Lowers`' one choice at a time (within float rounding), on random
+    shapes up to N = 10^9, both alignments, every pool choice."""
+    import random
+
+    alg = stream_tiling.ALGORITHM
+    rng = random.Random(23)
+    checked = 0
+    for _ in range(60):
+        Nq = rng.choice([rng.randint(1, 60), rng.randint(1, 9000), 10**9])
+        Nkv = rng.choice([Nq, rng.randint(1, 9000)])
+        d = rng.choice([1, 8, 40, 128, rng.randint(1, 300)])
+        shape = Shape.make(Nq, d, Nkv=Nkv, causal=rng.choice([True, "top_left"]))
+        M = rng.choice([rng.randint(4, 3000), rng.randint(3000, 10**6)])
+        low = stream_tiling._Lowers(shape)
+        p1, p2 = alg._phases(shape, M).phases
+        for phase, one in ((p1, low.phase1), (p2, low.p2)):
+            assert phase.lower is None and phase.lowers is not None
+            pool = list(dict.fromkeys([*phase.candidates(), *(c for _, c in phase.ranked())]))
+            for c, lo in zip(pool, phase.lowers(pool), strict=True):
+                assert lo == pytest.approx(one(c), rel=1e-12), (shape, M, c)
+                checked += 1
+    assert checked > 1000

@@ -134,7 +134,7 @@ from ..core.memory import Block, IOCount, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
 from .base import GroupedAlgorithm, block_sizes, divisors_upto, prefix_block_keys
-from .common import HeadGroup
+from .common import HeadGroup, prefix_block_keys_many
 
 __all__ = ["ALGORITHM", "QSplit", "QSplitTiling"]
 
@@ -324,14 +324,7 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         def keys(o: npt.NDArray[np.int64], m: npt.NDArray[np.int64],
                  B: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
             """:func:`prefix_block_keys` (Nkv, o, m, B) over arrays, 0 where it is None."""
-            ok = (o >= 0) & (o <= Nkv - m) & (m >= 1)
-            B = np.maximum(B, 1)
-            T = -(-m // B)
-            r = (m - (T - 1) * B).astype(np.float64)
-            mf, of, Bf = m.astype(np.float64), o.astype(np.float64), B.astype(np.float64)
-            X = (mf * of + mf * (mf + 1) / 2 + (T - 1).astype(np.float64) * Bf * (Bf - 1) / 2
-                 + r * (r - 1) / 2)
-            return np.where(ok, X / Bf + (1 - r / Bf) * (mf + of), 0.0)
+            return np.nan_to_num(prefix_block_keys_many(Nkv, o, m, B), nan=0.0)
 
         def lowers(ts: list[QSplitTiling]) -> npt.NDArray[np.float64]:
             G, Br, sigma, delta, Br2 = (np.array(x, dtype=np.int64) for x in zip(

@@ -144,6 +144,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..core import masks
 from ..core.errors import ParameterError
@@ -152,7 +153,7 @@ from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import mapper
 from ._kernels import online_lse_step
 from .base import Algorithm, prefix_block_keys
-from .common import ladder, store_lines
+from .common import ladder, prefix_block_keys_many, store_lines
 from .protocol import Phase, Phases
 
 __all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
@@ -247,19 +248,25 @@ def _phase2(shape: Shape, Br2: int, Bd2: int, w: int) -> IOCount:
 
 
 def _phase1_total(shape: Shape, c: tuple[int, ...]) -> int:
-    """``_phase1(shape, Br, Bc, ORDERS[o]).total`` of a search candidate (Br, Bc, o), with the
-    unmasked closed form inline (the search scores a few hundred)."""
+    """``_phase1(shape, Br, Bc, ORDERS[o]).total`` of a search candidate (Br, Bc, o), the
+    closed form inline (the search scores a few hundred)."""
     if shape.causal:
-        return _phase1(shape, c[0], c[1], ORDERS[c[2]]).total
+        Nq, Nkv, off = shape.Nq, shape.Nkv, shape.offset
+        if c[2]:  # order "row": the rows that see a key, once
+            q = Nq - max(0, min(Nq, -off))
+        else:  # per key block, the rows that see its first key
+            q = _key_sums(Nq, Nkv, c[1], off).width
+        return (q + _sums(Nq, Nkv, c[0], 1, off).width) * shape.d + _seen(shape)
     Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
     q = Nq * d if c[2] else -(-Nkv // c[1]) * Nq * d
     return q + -(-Nq // c[0]) * Nkv * d + Nq * Nkv
 
 
 def _phase2_total(shape: Shape, Br2: int, Bd2: int, w: int) -> int:
-    """``_phase2(shape, Br2, Bd2, w).total``, the unmasked closed form inline."""
+    """``_phase2(shape, Br2, Bd2, w).total``, the closed form inline."""
     if shape.causal:
-        return _phase2(shape, Br2, Bd2, w).total
+        return (-(-w // Bd2) * _seen(shape)
+                + w * _sums(shape.Nq, shape.Nkv, Br2, 1, shape.offset).width + shape.Nq * w)
     Nq, Nkv = shape.Nq, shape.Nkv
     return -(-w // Bd2) * Nq * Nkv + -(-Nq // Br2) * Nkv * w + Nq * w
 
@@ -376,6 +383,25 @@ class _Lowers:
         if len(g) == 2:
             return self.phase2(g[0], g[1], self.d)
         return self.phase2(g[0], g[1], g[2]) + self.phase2(g[3], g[4], self.d - g[2])
+
+    def _row_keys_many(self, B: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """:meth:`row_keys` over an array of row blocks (float64)."""
+        B = np.minimum(B, self.Nq)
+        keys = prefix_block_keys_many(self.Nkv, self.off, self.Nq, B)
+        return np.where(np.isnan(keys), self.P / B, keys)
+
+    def phase1_many(self, cs: list[tuple[int, ...]]) -> npt.NDArray[np.float64]:
+        """:meth:`phase1` of a pool of choices at once (the mapper's ``lowers``): the same
+        bounds within float rounding."""
+        br, bc, o = (np.array(x, dtype=np.int64) for x in zip(*cs))
+        q = np.where(o == 1, float(self.rows_q), self.P / np.minimum(bc, self.Nkv))
+        return (q + self._row_keys_many(br)) * self.d + self.P
+
+    def p2_many(self, gs: list[tuple[int, ...]]) -> npt.NDArray[np.float64]:
+        """:meth:`p2` of a pool of one-group choices (Br2, Bd2) at once."""
+        br2, bd2 = (np.array(x, dtype=np.int64) for x in zip(*gs))
+        return ((-(-self.d // bd2)).astype(np.float64) * self.P
+                + self.d * self._row_keys_many(br2) + self.Nq * self.d)
 
 
 def _p2(shape: Shape, g: tuple[int, ...]) -> IOCount:
@@ -622,8 +648,8 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             if masked else functools.partial(_plain_cost1, Nq, Nkv, d),
             footprint=None,  # every candidate is built to fit (the sides of most that fit)
             candidates=cands1 if masked else lambda: cands1() + band1,
-            lower=None if low is None else low.phase1,
-            lowers=None if masked else functools.partial(_plain_lowers1, Nq, Nkv, d),
+            lowers=low.phase1_many if low is not None
+            else functools.partial(_plain_lowers1, Nq, Nkv, d),
             ranked=(lambda: [(_phase1_total(plain, c), c) for c in band1]) if masked else None,
             keep=_BAND, offer=_OFFER)
         phase2 = Phase(
@@ -631,8 +657,8 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             if masked else functools.partial(_plain_cost2, Nq, Nkv, d),
             footprint=None,
             candidates=cands2 if masked else lambda: cands2() | band2(),
-            lower=None if low is None else low.p2,
-            lowers=None if masked else functools.partial(_plain_lowers2, Nq, Nkv, d),
+            lowers=low.p2_many if low is not None
+            else functools.partial(_plain_lowers2, Nq, Nkv, d),
             ranked=(lambda: [(_p2_total(plain, g), g) for g in band2()]) if masked else None,
             keep=_BAND,
             seed=lambda best: self._two_groups(
