@@ -327,3 +327,20 @@ def test_masked_bounds_at_once_are_the_bounds_one_by_one():
                 assert lo == pytest.approx(one(c), rel=1e-12), (shape, M, c)
                 checked += 1
     assert checked > 1000
+
+
+def test_hi_sum_is_the_masked_sum():
+    """``_hi_sum`` (O(1) where no row is clipped) is ``covered_sums(..., S=1).width`` (the keys
+    every query block sees), clipped or not, block sizes past Nq included."""
+    import random
+
+    from attnio.core import masks
+
+    rng = random.Random(29)
+    for _ in range(20000):
+        Nq = rng.choice([rng.randint(1, 50), rng.randint(1, 10**6), rng.randint(1, 10**12)])
+        Nkv = rng.choice([Nq, Nq + rng.randint(0, 100), rng.randint(1, 10**6)])
+        off = rng.choice([Nkv - Nq, 0, rng.randint(-100, 100)])
+        B = rng.choice([1, rng.randint(1, 100), rng.randint(1, Nq), Nq + 3])
+        assert (stream_tiling._hi_sum(Nq, Nkv, B, off)
+                == masks.covered_sums(Nq, Nkv, B, 1, off).width), (Nq, Nkv, B, off)

@@ -217,6 +217,18 @@ def _key_sums(Nq: int, Nkv: int, Bc: int, off: int) -> masks.BlockSums:
     return masks.key_block_sums(Nq, Nkv, 1, Bc, off)
 
 
+def _hi_sum(Nq: int, Nkv: int, B: int, off: int) -> int:
+    """Σ_i hi_i over the query blocks of B rows under a causal mask (no window): the keys
+    each block sees, ``_sums(Nq, Nkv, B, 1, off).width``.  Where no row is clipped
+    (``0 <= off <= Nkv - Nq``) block i < T - 1 sees ``(i + 1)·B + off`` keys and the last
+    ``Nq + off``, so the sum is ``B·T(T - 1)/2 + (T - 1)·off + Nq + off`` in O(1) (the search
+    asks it of every row block it scores); else the O(log N) sum."""
+    if 0 <= off <= Nkv - Nq:
+        T = -(-Nq // B)
+        return B * T * (T - 1) // 2 + (T - 1) * off + Nq + off
+    return _sums(Nq, Nkv, B, 1, off).width
+
+
 def _seen(shape: Shape) -> int:
     """Σ_r hi_r: the scores the rows see (Nq·Nkv unmasked), O(log N)."""
     if not shape.causal:
@@ -256,7 +268,7 @@ def _phase1_total(shape: Shape, c: tuple[int, ...]) -> int:
             q = Nq - max(0, min(Nq, -off))
         else:  # per key block, the rows that see its first key
             q = _key_sums(Nq, Nkv, c[1], off).width
-        return (q + _sums(Nq, Nkv, c[0], 1, off).width) * shape.d + _seen(shape)
+        return (q + _hi_sum(Nq, Nkv, c[0], off)) * shape.d + _seen(shape)
     Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
     q = Nq * d if c[2] else -(-Nkv // c[1]) * Nq * d
     return q + -(-Nq // c[0]) * Nkv * d + Nq * Nkv
@@ -266,7 +278,7 @@ def _phase2_total(shape: Shape, Br2: int, Bd2: int, w: int) -> int:
     """``_phase2(shape, Br2, Bd2, w).total``, the closed form inline."""
     if shape.causal:
         return (-(-w // Bd2) * _seen(shape)
-                + w * _sums(shape.Nq, shape.Nkv, Br2, 1, shape.offset).width + shape.Nq * w)
+                + w * _hi_sum(shape.Nq, shape.Nkv, Br2, shape.offset) + shape.Nq * w)
     Nq, Nkv = shape.Nq, shape.Nkv
     return -(-w // Bd2) * Nq * Nkv + -(-Nq // Br2) * Nkv * w + Nq * w
 
