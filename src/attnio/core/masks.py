@@ -326,10 +326,19 @@ def _block_sums(total: int, B: int, Z: int, S: int, lo_start: int | None,
     ``lo_start`` is None), ``hi = max(lo, clip(e + hi_stop, 0, Z))`` (Z when ``hi_stop`` is
     None).  :func:`_affine`, :func:`_linear_sums` (with :func:`_seen_range` and
     :func:`_first_at_least`), :func:`_last_block` and :func:`meet` inline: the searches ask
-    for a few hundred of these sums a plan."""
+    for a few hundred of these sums a plan.  Single keys (S = 1) with no lower end and no
+    block clipped (``0 <= hi_stop <= Z - total``): arithmetic series in O(1)."""
     if total < 1 or B < 1 or S < 1 or Z < 1:
         raise ValueError("sizes must be >= 1")
     n, rem = divmod(total, B)
+    if S == 1 and lo_start is None and hi_stop is not None and 0 <= hi_stop <= Z - total:
+        # no row clipped, single keys: block i sees hi_i = e_i + hi_stop >= 1 keys, which
+        # are its count and width; the sums are arithmetic series
+        full = B * n * (n + 1) // 2 + n * hi_stop  # Σ hi_i over the full blocks
+        last = total + hi_stop if rem else 0  # the short last block's
+        width, size_width = full + last, B * full + rem * last
+        blocks = n + (1 if rem else 0)
+        return BlockSums(blocks, blocks, total, width, width, size_width, size_width)
     bh = Z if hi_stop is None else B + hi_stop  # a constant >= Z clips to Z for every i >= 0
     if lo_start is None:
         bl = -B * n - 1 if -B * n - 1 < bh - 1 else bh - 1  # <= 0 for every i < n
