@@ -455,48 +455,69 @@ def _rows2(M: int, c: int) -> int:
     return a if a > c else min(c, (M - 1) // (c + 2))  # else a <= c
 
 
-def _pairs(X: int, Y: int, M: int, ymax: Callable[[int], int],
-           xmax: Callable[[int], int]) -> set[tuple[int, int]]:
-    """(x, y) pairs worth scoring, x in [1, X] and y in [1, Y]: for each x on a geometric ladder
-    (:func:`attnio.algorithms.common.ladder`) the largest y that fits (``ymax``), then the largest x for that y; the same from the sides of y;
-    each also snapped down to the least size with as many blocks.  A side below a quarter of
-    min(X, Y, √M) is skipped (the count falls with 1/x + 1/y at x·y ≈ M: such a tile is never
-    the least, and the other pass reaches the clamped sides).  O(log M) pairs."""
-    out: set[tuple[int, int]] = set()
-    add = out.add  # (cdiv inline: the plan lists a few hundred)
-    floor = max(1, min(X, Y, math.isqrt(M)) // 4)
-    for x in ladder(X, M):
-        y = min(Y, ymax(x))
-        if x >= floor and y >= floor:
-            add((x, y))
-            add((x, -(-Y // -(-Y // y))))
-            x2 = min(X, xmax(y))  # the other side grown back to the most that fits
-            add((x2, y))
-            add((-(-X // -(-X // x2)), y))
-    for y in ladder(Y, M):
-        x = min(X, xmax(y))
-        if x >= floor and y >= floor:
-            add((x, y))
-            add((-(-X // -(-X // x)), y))
-            y2 = min(Y, ymax(x))
-            add((x, y2))
-            add((x, -(-Y // -(-Y // y2))))
+_Sides = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
+
+
+def _max1_many(M: int, x: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """:func:`_max1` over an array (every value below 2M: no int64 overflow)."""
+    y = (M - 1 - x) // x
+    out: npt.NDArray[np.int64] = np.where(y >= x, y, (M - 1) // (x + 1))
     return out
 
 
-def _band(X: int, Y: int, M: int, ymax: Callable[[int], int]) -> set[tuple[int, int]]:
+def _cols2_many(M: int, a: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """:func:`_cols2` over an array."""
+    c = (M - 1 - 2 * a) // a
+    out: npt.NDArray[np.int64] = np.where(c >= a, c, (M - 1 - a) // (a + 1))
+    return out
+
+
+def _rows2_many(M: int, c: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """:func:`_rows2` over an array."""
+    a = (M - 1 - c) // (c + 1)
+    out: npt.NDArray[np.int64] = np.where(a > c, a, np.minimum(c, (M - 1) // (c + 2)))
+    return out
+
+
+def _snap(total: int, x: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The least size with as many blocks of ``total`` as x (x >= 1)."""
+    out: npt.NDArray[np.int64] = -(-total // -(-total // x))
+    return out
+
+
+def _pairs(X: int, Y: int, M: int, ymax: _Sides, xmax: _Sides) -> set[tuple[int, int]]:
+    """(x, y) pairs worth scoring, x in [1, X] and y in [1, Y]: for each x on a geometric ladder
+    (:func:`attnio.algorithms.common.ladder`) the largest y that fits (``ymax``), then the
+    largest x for that y; the same from the sides of y; each also snapped down to the least
+    size with as many blocks.  A side below a quarter of min(X, Y, √M) is skipped (the count
+    falls with 1/x + 1/y at x·y ≈ M: such a tile is never the least, and the other pass reaches
+    the clamped sides).  O(log M) pairs, over each ladder at once (``ymax`` and ``xmax`` take
+    arrays: :func:`_max1_many`, :func:`_cols2_many`, :func:`_rows2_many`)."""
+    floor = max(1, min(X, Y, math.isqrt(M)) // 4)
+    x = np.array(ladder(X, M), dtype=np.int64)
+    y = np.minimum(Y, ymax(x))
+    keep = (x >= floor) & (y >= floor)
+    x, y = x[keep], y[keep]
+    x2 = np.minimum(X, xmax(y))  # the other side grown back to the most that fits
+    ys = np.array(ladder(Y, M), dtype=np.int64)
+    xs = np.minimum(X, xmax(ys))
+    keep = (xs >= floor) & (ys >= floor)
+    xs, ys = xs[keep], ys[keep]
+    y2 = np.minimum(Y, ymax(xs))
+    xx = np.concatenate([x, x, x2, _snap(X, x2), xs, _snap(X, xs), xs, xs])
+    yy = np.concatenate([y, _snap(Y, y), y, y, ys, ys, y2, _snap(Y, y2)])
+    return set(zip(xx.tolist(), yy.tolist()))
+
+
+def _band(X: int, Y: int, M: int, ymax: _Sides) -> set[tuple[int, int]]:
     """Every x in [√M/2, 2√M] ∩ [1, X] (at most 96 of them: a step of √M/48 beyond), with the
     largest y <= Y that fits and that y snapped down to as many blocks: where the least count
-    lies (1/x + 1/y at x·y ≈ M), between the ladder's rungs."""
+    lies (1/x + 1/y at x·y ≈ M), between the ladder's rungs (``ymax`` over an array)."""
     r = math.isqrt(M)
-    out: set[tuple[int, int]] = set()
-    add = out.add
-    for x in range(max(1, r // 2), min(X, 2 * r) + 1, max(1, r // 48)):
-        y = min(Y, ymax(x))
-        if y >= 1:
-            add((x, y))
-            add((x, -(-Y // -(-Y // y))))
-    return out
+    x = np.arange(max(1, r // 2), min(X, 2 * r) + 1, max(1, r // 48), dtype=np.int64)
+    y = np.minimum(Y, ymax(x))
+    x, y = x[y >= 1], y[y >= 1]
+    return set(zip(np.concatenate([x, x]).tolist(), np.concatenate([y, _snap(Y, y)]).tolist()))
 
 
 def _rows(shape: Shape, amax: int) -> set[int]:
@@ -633,8 +654,8 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
 
         def cands1() -> list[tuple[int, ...]]:
             out: list[tuple[int, ...]] = [
-                (a, b, 0) for a, b in _pairs(Nq, Nkv, M, functools.partial(_max1, M),
-                                             functools.partial(_max1, M))]
+                (a, b, 0) for a, b in _pairs(Nq, Nkv, M, functools.partial(_max1_many, M),
+                                             functools.partial(_max1_many, M))]
             for a in _rows(shape, min(Nq, (M - 1) // (d + 1))):  # "row": a·d + a·b + 1 <= M
                 out += [(a, 1, 1), (a, min(Nkv, (M - 1 - a * d) // a), 1)]
             if masked:  # row blocks that meet the diagonal where it enters
@@ -643,17 +664,17 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             return out
 
         def cands2() -> set[tuple[int, ...]]:
-            out: set[tuple[int, ...]] = set(_pairs(Nq, d, M, functools.partial(_cols2, M),
-                                                   functools.partial(_rows2, M)))
+            out: set[tuple[int, ...]] = set(_pairs(Nq, d, M, functools.partial(_cols2_many, M),
+                                                   functools.partial(_rows2_many, M)))
             if masked:
                 out |= {(a, min(d, _cols2(M, a))) for a in _rows(shape, Nq) if _cols2(M, a) >= 1}
             return out
 
         def band2() -> set[tuple[int, ...]]:
-            return (_band(Nq, d, M, functools.partial(_cols2, M))
-                    | {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))})
+            return (_band(Nq, d, M, functools.partial(_cols2_many, M))
+                    | {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2_many, M))})
 
-        band1 = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1, M))]
+        band1 = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1_many, M))]
         low = _Lowers(shape) if masked else None
         phase1 = Phase(
             cost=(lambda c: (_phase1_total(shape, c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])))
