@@ -231,3 +231,42 @@ def test_standard_runs_at_once_are_the_grid_walk():
             bound = (d * pall / sides[t] + 2 * d * pall / sides[im]
                      + (p + -(-d // bks[ik]) + 2) * pall + N * d)
             assert lo == pytest.approx(shape.n_heads * bound, rel=1e-12)
+
+
+def test_standard_unmasked_candidates_at_once_are_the_reductions():
+    """Unmasked, standard's candidates over the sides at once (numpy) are the dominated bn and
+    completed bm of the loop (its fallback where int64 could overflow), tiling for tiling."""
+    import random
+
+    from attnio.algorithms import standard as std
+
+    alg = std.ALGORITHM
+    rng = random.Random(19)
+    for _ in range(400):
+        N = rng.choice([rng.randint(1, 80), rng.randint(1, 10**5)])
+        Nkv = rng.choice([N, rng.randint(1, 10**5), 1])
+        d = rng.choice([1, 3, 64, 128, rng.randint(1, 300)])
+        shape = Shape.make(N, d, Nkv=Nkv, heads=rng.choice([1, 8]))
+        M = rng.choice([rng.randint(4, 5000), rng.randint(5000, 10**7), 2**40])
+        sides, bks = std._sides(shape, M)
+        want = []  # the loop: bn dominated, bm completed per (bk, onepass)
+        for bk in bks:
+            bkc, tk = min(bk, d), -(-d // bk)
+            pairs = []
+            for bm in sides:
+                bmc = min(bm, N)
+                lim = min((M - bmc * bkc) // (bmc + bkc), (M - 3 * bmc) // bmc)
+                bn = mapper.dominated(sides, lim if lim < Nkv else sides[-1])
+                if bn is not None:
+                    pairs.append((bm, bn))
+            for onepass in (False, True):
+                p = 1 if onepass else 2
+                keyed = [((d * -(-Nkv // bn) * N + 2 * d * -(-N // bm) * Nkv
+                           + (p + tk + 2) * N * Nkv + N * d,
+                           -(-N // bm) * -(-Nkv // bn) * tk), bm, bn) for bm, bn in pairs
+                         if not onepass or min(bm, N) * (Nkv + 3) <= M]
+                if keyed:
+                    _, bm, bn = min(keyed, key=lambda k: k[0])  # (the first on ties)
+                    want.append(std.StandardTiling(bm, bn, bk, onepass))
+        want = [t for t in want if alg.footprint(shape, t) <= M]
+        assert alg._unmasked_least(shape, M, sides, bks) == want
