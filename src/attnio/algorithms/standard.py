@@ -240,8 +240,6 @@ class Standard(Algorithm[StandardTiling]):
         steps) point of the full grid is among the returned tilings.
         """
         Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
-        if Nq * Nkv * (4 * d + 8) + max(sides) * d + M < 1 << 62:  # int64 holds every value
-            return self._unmasked_least(shape, M, sides, bks)
         out = []
         for bk in bks:
             bkc, tk = min(bk, d), cdiv(d, bk)
@@ -264,37 +262,6 @@ class Standard(Algorithm[StandardTiling]):
                                           or min(c[0], Nq) * (Nkv + 3) <= M), key)
                 if best is not None:
                     out.append(StandardTiling(*best[1], bk, onepass))
-        return [t for t in out if self.footprint(shape, t) <= M]
-
-    def _unmasked_least(self, shape: Shape, M: int, sides: list[int], bks: list[int]
-                        ) -> list[StandardTiling]:
-        """:meth:`_unmasked_candidates` over the sides at once (numpy, where int64 holds
-        every count): per bk the largest bn that fits each bm (a bisection of the sides, as
-        :func:`~attnio.algorithms.mapper.dominated`), and per (bk, onepass) the bm of least
-        (count, steps), the first on ties, as the completion picks it.  The same tilings in
-        the same order."""
-        Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
-        S = np.array(sides, dtype=np.int64)
-        bmc = np.minimum(S, Nq)
-        tr = -(-Nq // S)
-        out = []
-        for bk in bks:
-            bkc, tk = min(bk, d), cdiv(d, bk)
-            lim = np.minimum((M - bmc * bkc) // (bmc + bkc), (M - 3 * bmc) // bmc)
-            at = np.searchsorted(S, np.where(lim < Nkv, lim, S[-1]), side="right") - 1
-            fits = at >= 0  # (bm, its largest bn) where the matmul and softmax tiles fit
-            bm, bn, trf = S[fits], S[at[fits]], tr[fits]
-            tc = -(-Nkv // bn)
-            for onepass in (False, True):
-                p = 1 if onepass else 2
-                ok = (np.ones(len(bm), dtype=bool) if not onepass
-                      else np.minimum(bm, Nq) * (Nkv + 3) <= M)  # a whole row fits
-                if not ok.any():
-                    continue
-                total = (d * Nq * tc + 2 * d * Nkv * trf + (p + tk + 2) * Nq * Nkv + Nq * d)[ok]
-                steps = (trf * tc * tk)[ok]
-                i = int(np.lexsort((np.arange(len(total)), steps, total))[0])
-                out.append(StandardTiling(int(bm[ok][i]), int(bn[ok][i]), bk, onepass))
         return [t for t in out if self.footprint(shape, t) <= M]
 
     def steps(self, shape: Shape, tiling: StandardTiling) -> int:
