@@ -540,7 +540,9 @@ def _group_rows(shape: Shape, M: int, c: int, w: int, lowers: _Lowers | None = N
     fits): a completion (:func:`~attnio.algorithms.mapper.completion`) over the largest that
     fits, that snapped down to as many blocks, and with a mask the sizes of :func:`_rows`,
     scored exactly (ties: the fewest blocks), by branch and bound on :func:`_phase2_lower`
-    with a mask (exact where no row is clipped; ``lowers``: the shape's, else made here)."""
+    with a mask where some row is clipped (``lowers``: the shape's, else made here); where
+    none is, every count is O(1) (:func:`_hi_sum`) and all are scored: the key breaks every
+    tie, so the same choice."""
     amax = min(shape.Nq, _rows2(M, min(c, w)))
     if amax < 1:
         return 0
@@ -551,6 +553,8 @@ def _group_rows(shape: Shape, M: int, c: int, w: int, lowers: _Lowers | None = N
 
     if not shape.causal:
         best = mapper.completion(sorted(sizes), key)
+    elif 0 <= shape.offset <= shape.Nkv - shape.Nq:  # no row clipped: every count is O(1)
+        best = mapper.completion(sorted(sizes | _rows(shape, amax)), key)  # (_hi_sum)
     else:
         low = _Lowers(shape) if lowers is None else lowers
         best = mapper.completion(sorted(sizes | _rows(shape, amax)), key,
