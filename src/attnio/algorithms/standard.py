@@ -240,6 +240,8 @@ class Standard(Algorithm[StandardTiling]):
         steps) point of the full grid is among the returned tilings.
         """
         Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
+        tr = {s: -(-Nq // s) for s in sides}  # the blocks of each side (cdiv inline: the
+        tc = {s: -(-Nkv // s) for s in sides}  # completions key a few hundred pairs)
         out = []
         for bk in bks:
             bkc, tk = min(bk, d), cdiv(d, bk)
@@ -252,11 +254,12 @@ class Standard(Algorithm[StandardTiling]):
                     pairs.append((bm, bn))
             for onepass in (False, True):
                 p = 1 if onepass else 2
+                rest = (p + tk + 2) * Nq * Nkv + Nq * d
 
-                def key(side: tuple[int, int], tk: int = tk, p: int = p) -> tuple[int, int]:
-                    tr, tc = cdiv(Nq, side[0]), cdiv(Nkv, side[1])
-                    total = d * tc * Nq + 2 * d * tr * Nkv + (p + tk + 2) * Nq * Nkv + Nq * d
-                    return total, tr * tc * tk
+                def key(side: tuple[int, int], tk: int = tk, rest: int = rest
+                        ) -> tuple[int, int]:
+                    r, c = tr[side[0]], tc[side[1]]
+                    return d * c * Nq + 2 * d * r * Nkv + rest, r * c * tk
 
                 best = mapper.completion((c for c in pairs if not onepass  # a whole row fits
                                           or min(c[0], Nq) * (Nkv + 3) <= M), key)
