@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import attnio
 from attnio import bounds
 from attnio.algorithms import get_backward, mapper, score_resident
+from attnio.algorithms.kv_stationary import KVStationaryTiling
 from attnio.core.reference import attention
 from attnio.core.workload import Shape
 from attnio.runner import BackwardPass
@@ -422,3 +423,80 @@ def test_row_hybrid_puts_the_remainder_first_under_a_causal_mask():
     assert p.chosen.algorithm == "row_hybrid"
     f2 = mapper.search(attnio.algorithms.get("flash2"), shape, 240000).predicted.total
     assert p.chosen.predicted.total < 0.9 * f2
+
+
+def test_kv_stationary_bound_is_below_every_count_and_the_search_the_plain_loop():
+    """kv_stationary's branch-and-bound bound under a causal mask (the count at Br = 1, same
+    Bc) is at most every candidate's count (the count never falls as Br grows), and the search
+    by it is the plain loop's: choice, count, steps and tried."""
+    import random
+
+    alg = attnio.algorithms.get("kv_stationary")
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(200):
+        N = rng.choice([rng.randint(1, 60), rng.randint(1, 5000)])
+        Nkv = rng.choice([N, rng.randint(1, 5000)])
+        d = rng.choice([1, 3, 16, 64, 128])
+        kvh = rng.choice([1, 2])
+        shape = Shape.make(N, d, Nkv=Nkv, causal=rng.choice([True, "top_left"]),
+                           heads=kvh * rng.choice([1, 4]), kv_heads=kvh)
+        M = rng.choice([rng.randint(4 * d + 4, 5000), rng.randint(5000, 10**6)])
+        lower = alg._lower_total(shape)
+        assert lower is not None
+        tilings = [t for t in alg.candidate_tilings(shape, M) if alg.footprint(shape, t) <= M]
+        if not tilings:
+            continue
+        for t in tilings:
+            for br in (1, 2, 3, t.Br, N):  # any Br: the bound is the least over Br
+                t2 = KVStationaryTiling(t.Bc, br, 1)
+                assert lower(t2) <= alg.cost(shape, t2).io.total
+        assert mapper.search(alg, shape, M, tilings) == mapper._least(alg, shape, M, tilings)
+        assert mapper.search(alg, shape, M) == mapper._least(alg, shape, M, tilings)
+        checked += 1
+    assert checked > 150
+    assert alg._lower_total(Shape.make(64, 8)) is None
+    assert alg._lower_total(Shape.make(64, 8, causal=True, window=8)) is None
+
+
+def test_row_hybrid_one_pass_sums_are_the_block_by_block_ones():
+    """row_hybrid's footprint, steps and count come from one pass over its partition
+    (``_sums``): equal to the block-by-block definitions (:func:`_fp` per block, 2d·max(1, w)
+    steps a block, :func:`_words` where a block sees keys) on random shapes, every mode set,
+    causal, windowed and unmasked, grouped heads."""
+    import random
+
+    from attnio.algorithms import row_hybrid as rh
+
+    alg = attnio.algorithms.get("row_hybrid")
+    rng = random.Random(12)
+    checked = 0
+    for _ in range(300):
+        N = rng.choice([rng.randint(1, 80), rng.randint(1, 5000)])
+        Nkv = rng.choice([N, rng.randint(1, 5000)])
+        d = rng.choice([1, 3, 16, 64])
+        causal = rng.choice([False, True, "top_left"])
+        window = rng.choice([None, rng.randint(1, 300)]) if causal else None
+        shape = Shape.make(N, d, Nkv=Nkv, causal=causal, window=window, heads=4, kv_heads=2)
+        budget = rng.randint(2 * d + 4, 200000)
+        G = rng.choice([1, 2])
+        for modes in ("abc", "ac", "a", "c", "b", "bc"):
+            part = rh.blocks(shape, budget, modes, G)
+            sums = rh._sums(shape, budget, modes, G)
+            assert (part is None) == (sums is None)
+            if part is None:
+                continue
+            reads = writes = 0
+            for q0, q1, lo, hi, m in part:
+                if hi > lo:
+                    rd, wr = rh._words(m, G, q1 - q0, hi - lo, d)
+                    reads, writes = reads + rd, writes + wr
+                else:
+                    writes += G * (q1 - q0) * d
+            assert sums == (max(rh._fp(m, G, q1 - q0, hi - lo, d) for q0, q1, lo, hi, m in part),
+                            sum(2 * d * max(1, hi - lo) for _, _, lo, hi, _ in part),
+                            reads, writes)
+            t = rh.RowHybridTiling(budget, modes, G)
+            assert (alg.footprint(shape, t), alg.steps(shape, t)) == sums[:2]
+            checked += 1
+    assert checked > 300

@@ -191,3 +191,43 @@ def test_standard_masked_search_scores_no_more_than_its_runs_need():
     assert found == mapper.search(std, shape, M)
     assert len(calls) < len(fams.lower)  # some runs never listed
 
+
+
+def test_standard_runs_at_once_are_the_grid_walk():
+    """standard's runs over the (bk, bm, onepass) grid, taken at once (numpy): for each point
+    in the grid's order, the largest bn whose matmul tiles (and, two-pass, the softmax tile)
+    fit, as a walk down the sides finds it, and the run's bound, on random masked shapes."""
+    import random
+
+    from attnio.algorithms import standard as std
+    from attnio.core import masks
+
+    rng = random.Random(17)
+    for _ in range(300):
+        N = rng.choice([rng.randint(1, 80), rng.randint(1, 10**5), 10**9])
+        Nkv = rng.choice([N, rng.randint(1, 10**5)])
+        d = rng.choice([1, 3, 64, 128, rng.randint(1, 300)])
+        shape = Shape.make(N, d, Nkv=Nkv, causal=rng.choice([True, "top_left"]),
+                           heads=rng.choice([1, 8]))
+        M = rng.choice([rng.randint(4, 5000), rng.randint(5000, 10**7), 2**40])
+        sides, bks = std._sides(shape, M)
+        pall = masks.row_counts(shape).pairs
+        runs, lows = std.ALGORITHM._runs(shape, M, sides, bks, pall)
+        want = []
+        for ik, bk in enumerate(bks):
+            bkc = min(bk, d)
+            for im, bm in enumerate(sides):
+                bmc = min(bm, N)
+                for onepass in (False, True):
+                    t = len(sides) - 1
+                    while t >= 0 and (bmc * bkc + min(sides[t], Nkv) * (bmc + bkc) > M or (
+                            not onepass and bmc * min(sides[t], Nkv) + 3 * bmc > M)):
+                        t -= 1
+                    if t >= 0:
+                        want.append((ik, im, onepass, t))
+        assert runs == want
+        for (ik, im, onepass, t), lo in zip(runs, lows, strict=True):
+            p = 1 if onepass else 2
+            bound = (d * pall / sides[t] + 2 * d * pall / sides[im]
+                     + (p + -(-d // bks[ik]) + 2) * pall + N * d)
+            assert lo == pytest.approx(shape.n_heads * bound, rel=1e-12)

@@ -13,6 +13,7 @@ import itertools
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from attnio import algorithms as _alg
@@ -110,6 +111,28 @@ def test_branch_and_bound_on_a_lower_bound_keeps_the_same_best(seed):
                   candidates=lambda: range(len(table.count)), offer=k,
                   lower=lambda i: table.count[i] - slack[i])
     assert mapper.phase_best(phase, M) == [i for _, _, i in want]
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_bounds_for_the_whole_pool_keep_the_same_best(seed):
+    """``lowers`` (the pool's bounds in one call, e.g. numpy) is the branch and bound of
+    ``lower``: the same best, whatever the slack."""
+    rng = random.Random(seed)
+    table = _Table(rng, rng.randint(1, 40))
+    slack = [rng.choice([0, 0, 1, 3]) for _ in table.count]
+    k = rng.randint(1, 5)
+    M = rng.randint(1, 10)
+    want = sorted((table.count[i], table.steps[i], i) for i in range(len(table.count))
+                  if table.fp[i] <= M)[:k]
+    phase = Phase(cost=table.cost, footprint=table.fp.__getitem__,
+                  candidates=lambda: range(len(table.count)), offer=k,
+                  lowers=lambda cs: np.array([table.count[i] - slack[i] for i in cs], float))
+    assert mapper.phase_best(phase, M) == [i for _, _, i in want]
+
+
+def test_a_phase_declares_its_bound_once():
+    with pytest.raises(ValueError, match="lower or lowers"):
+        Phase(cost=len, footprint=None, lower=float, lowers=list)
 
 
 def test_branch_and_bound_scores_only_what_can_still_be_among_the_best():
@@ -215,6 +238,11 @@ def test_every_declared_lower_bound_is_below_the_count(s):
         if mapper.can_run(s, shape, M) is not None:
             continue
         for p in s._phases(shape, M).phases:
+            if p.lowers is not None:  # the pool's bounds at once (unmasked stream_tiling)
+                cs = list(p.candidates())
+                for c, lo in zip(cs, p.lowers(cs)):
+                    assert lo <= p.cost(c)[0] * (1 + 1e-12), (s.name, shape, c)
+                    checked += 1
             if p.lower is None:
                 continue
             for c in _choices(p, M):

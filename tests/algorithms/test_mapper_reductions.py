@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 import random
 
+import numpy as np
 import pytest
 
 from attnio import algorithms as _alg
@@ -258,6 +259,10 @@ def test_least_few_by_branch_and_bound_equals_sorting_all_and_keys_fewer():
 
         assert mapper.least_few(items, key, lower, keep) == sorted(items, key=lambda t: t)[:keep]
         assert len(seen) <= len(items)
+        # the bounds given at once (a numpy array over the items): the same
+        lows = np.array([lower(t) for t in items])
+        assert (mapper.least_few(items, key, None, keep, lowers=lows)
+                == sorted(items, key=lambda t: t)[:keep])
     # an exact bound: only the keep least are keyed
     items = list(range(100, 0, -1))
     keyed: list = []

@@ -329,3 +329,41 @@ def test_the_masked_phase1_bound_is_below_every_candidates_count():
             for c in alg._phase1_candidates(shape, M, stable, spill):
                 exact = sum(sq._phase1_io(shape, c[0], c[1], c[3], stable, spill))
                 assert low(c) <= exact * (1 + 1e-12), (shape, M, c)
+
+
+def test_phase1_grid_is_the_sorted_union_of_the_candidates_and_plain_least_their_ranking():
+    """The search's Phase-1 grid (numpy, both spills at once) is exactly the sorted set of the
+    choices :meth:`_phase1_candidates` lists for the scores and exp spills, on random shapes
+    from tiny to N = 10^9 and M up to 2^60; and :meth:`_plain_least` (float64 first, the near
+    ones exact) keeps the same choices in the same order as ``mapper.preranked`` by the exact
+    unmasked (count, tiles) over that sorted list."""
+    import random
+
+    from attnio.algorithms import square_tiling as sq
+
+    rng = random.Random(44)
+    alg = sq.ALGORITHM
+    checked = 0
+    for _ in range(150):
+        Nq = rng.choice([rng.randint(1, 60), rng.randint(1, 9000), 10**9])
+        Nkv = rng.choice([Nq, rng.randint(1, 9000), 3 * 10**8])
+        d = rng.choice([1, 3, 40, 64, 128, rng.randint(1, 300)])
+        M = rng.choice([rng.randint(4 * d + 20, 300000), 2**40, 2**60])
+        shape = Shape.make(Nq, d, Nkv=Nkv, causal=rng.choice([False, True]))
+        if M < alg.min_M(shape):
+            continue
+        grid = alg._phase1_grid(shape, M, True, ("scores", "exp"))
+        listed = sorted(set(alg._phase1_candidates(shape, M, True, "scores"))
+                        | set(alg._phase1_candidates(shape, M, True, "exp")))
+        assert [(a, b, c, "row" if k == 0 else "tile") for a, b, c, k in grid.tolist()] == listed
+        for maxima in (False, True):
+            def key(c, maxima=maxima):
+                return (sq._phase1_plain(shape, maxima, c),
+                        -(-shape.Nq // c[0]) * -(-shape.Nkv // c[1]))
+            for keep in (1, 12, 64):
+                want = mapper.preranked(listed, key, keep)
+                got = alg._plain_least(shape, maxima, grid, keep)
+                assert [c for c, _ in got] == want, (shape, M, keep)
+                assert [k for _, k in got] == [key(c) for c in want]
+        checked += 1
+    assert checked > 100

@@ -301,3 +301,103 @@ def test_a_bulk_count_holds_each_score_tile_by_its_sums_and_equals_step_by_step(
         assert (bulk.reads, bulk.writes) == (pred.reads, pred.writes)
         compared += 1
     assert compared == 120
+
+
+def test_masked_bounds_at_once_are_the_bounds_one_by_one():
+    """Under a causal mask the phases bound their pools at once (``Phase.lowers``, numpy): the
+    same bounds as :class:`_Lowers`' one choice at a time (within float rounding), on random
+    shapes up to N = 10^9, both alignments, every pool choice."""
+    import random
+
+    alg = stream_tiling.ALGORITHM
+    rng = random.Random(23)
+    checked = 0
+    for _ in range(60):
+        Nq = rng.choice([rng.randint(1, 60), rng.randint(1, 9000), 10**9])
+        Nkv = rng.choice([Nq, rng.randint(1, 9000)])
+        d = rng.choice([1, 8, 40, 128, rng.randint(1, 300)])
+        shape = Shape.make(Nq, d, Nkv=Nkv, causal=rng.choice([True, "top_left"]))
+        M = rng.choice([rng.randint(4, 3000), rng.randint(3000, 10**6)])
+        low = stream_tiling._Lowers(shape)
+        p1, p2 = alg._phases(shape, M).phases
+        for phase, one in ((p1, low.phase1), (p2, low.p2)):
+            assert phase.lower is None and phase.lowers is not None
+            pool = list(dict.fromkeys([*phase.candidates(), *(c for _, c in phase.ranked())]))
+            for c, lo in zip(pool, phase.lowers(pool), strict=True):
+                assert lo == pytest.approx(one(c), rel=1e-12), (shape, M, c)
+                checked += 1
+    assert checked > 1000
+
+
+def test_hi_sum_is_the_masked_sum():
+    """``_hi_sum`` (O(1) where no row is clipped) is ``covered_sums(..., S=1).width`` (the keys
+    every query block sees), clipped or not, block sizes past Nq included."""
+    import random
+
+    from attnio.core import masks
+
+    rng = random.Random(29)
+    for _ in range(20000):
+        Nq = rng.choice([rng.randint(1, 50), rng.randint(1, 10**6), rng.randint(1, 10**12)])
+        Nkv = rng.choice([Nq, Nq + rng.randint(0, 100), rng.randint(1, 10**6)])
+        off = rng.choice([Nkv - Nq, 0, rng.randint(-100, 100)])
+        B = rng.choice([1, rng.randint(1, 100), rng.randint(1, Nq), Nq + 3])
+        assert (stream_tiling._hi_sum(Nq, Nkv, B, off)
+                == masks.covered_sums(Nq, Nkv, B, 1, off).width), (Nq, Nkv, B, off)
+
+
+def _pairs_loop(X, Y, M, ymax, xmax):
+    """The search's (x, y) pairs one rung at a time: the oracle of the numpy _pairs."""
+    import math
+
+    from attnio.algorithms.common import ladder
+
+    out = set()
+    floor = max(1, min(X, Y, math.isqrt(M)) // 4)
+    for x in ladder(X, M):
+        y = min(Y, ymax(x))
+        if x >= floor and y >= floor:
+            x2 = min(X, xmax(y))
+            out |= {(x, y), (x, -(-Y // -(-Y // y))), (x2, y), (-(-X // -(-X // x2)), y)}
+    for y in ladder(Y, M):
+        x = min(X, xmax(y))
+        if x >= floor and y >= floor:
+            y2 = min(Y, ymax(x))
+            out |= {(x, y), (-(-X // -(-X // x)), y), (x, y2), (x, -(-Y // -(-Y // y2)))}
+    return out
+
+
+def _band_loop(X, Y, M, ymax):
+    import math
+
+    r = math.isqrt(M)
+    out = set()
+    for x in range(max(1, r // 2), min(X, 2 * r) + 1, max(1, r // 48)):
+        y = min(Y, ymax(x))
+        if y >= 1:
+            out |= {(x, y), (x, -(-Y // -(-Y // y)))}
+    return out
+
+
+def test_side_pairs_and_band_over_arrays_are_the_rung_by_rung_ones():
+    """The candidates' side pairs and the band near √M, over numpy arrays, are the sets the
+    rung-by-rung loops make with the scalar side functions, M up to 2^60."""
+    import functools
+    import random
+
+    st_ = stream_tiling
+    rng = random.Random(37)
+    for _ in range(1500):
+        X = rng.choice([rng.randint(1, 60), rng.randint(1, 10**5), 10**9, 2**50])
+        Y = rng.choice([X, rng.randint(1, 300), rng.randint(1, 10**5)])
+        M = rng.choice([rng.randint(4, 500), rng.randint(500, 10**6), 2**40, 2**60])
+        for one, many in ((st_._max1, st_._max1_many), (st_._cols2, st_._cols2_many),
+                          (st_._rows2, st_._rows2_many)):
+            f, g = functools.partial(one, M), functools.partial(many, M)
+            assert st_._band(X, Y, M, g) == _band_loop(X, Y, M, f)
+        for ymax, xmax in (((st_._max1, st_._max1_many), (st_._max1, st_._max1_many)),
+                           ((st_._cols2, st_._cols2_many), (st_._rows2, st_._rows2_many))):
+            assert (st_._pairs(X, Y, M, functools.partial(ymax[1], M),
+                               functools.partial(xmax[1], M))
+                    == _pairs_loop(X, Y, M, functools.partial(ymax[0], M),
+                                   functools.partial(xmax[0], M)))

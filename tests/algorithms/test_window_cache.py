@@ -126,3 +126,25 @@ def test_bad_tiling_cache_flag():
     shape = Shape.make(64, 8, causal=True, window=8)
     with pytest.raises(attnio.ParameterError, match="tiling.cache"):
         ALG.predicted_io(shape, 10_000, tiling={"Br": 4, "Bc": 4, "cache": "yes"})
+
+
+def test_capacity_without_a_window_is_the_last_blocks_band():
+    """Without a window the ring's capacity is O(1), the last query block's band: equal to the
+    widest band over every block (:func:`masks.query_block_max_width`, and a walk on small
+    shapes) for both causal alignments and any Br."""
+    import random
+
+    from attnio.core import masks
+
+    rng = random.Random(21)
+    for _ in range(3000):
+        Nq = rng.choice([rng.randint(1, 40), rng.randint(1, 10**6)])
+        Nkv = rng.choice([Nq, rng.randint(1, 40), rng.randint(1, 10**6)])
+        shape = Shape.make(Nq, 4, Nkv=Nkv, causal=rng.choice([True, "top_left"]))
+        Br = rng.choice([1, 2, rng.randint(1, 100), rng.randint(1, Nq), Nq + 5])
+        B = min(Br, Nq)
+        want = masks.query_block_max_width(Nq, Nkv, B, 1, shape.offset, None)
+        assert wc.capacity(shape, Br) == want
+        if Nq <= 40:
+            assert want == max(max(0, hi - lo) for lo, hi in
+                               (kv_range(shape, r, min(Nq, r + B)) for r in range(0, Nq, B)))

@@ -342,3 +342,36 @@ def test_approx_measured_radius_pass_is_counted_and_4d_guarantee_holds():
     assert res.io.reads - bounded.io.reads == res.shape.n_heads * (64 + 64) * 4
     err = np.abs(res.output - attnio.reference.attention(Q, K, V)).max()
     assert 0 < err <= res.tiling.error_bound_for(V)
+
+
+def test_split_kv_bound_is_below_every_split_count_and_the_search_the_plain_loop():
+    """flash_decoding's bound under a mask (one split, Bc = 1, the same Br; plus the partials'
+    least words with more splits) is at most the count of every (Br, Bc, splits), causal and
+    windowed, and its search by it is the plain loop's: choice, count, steps and tried."""
+    import random
+
+    from attnio.algorithms.flash_decoding import SplitKVTiling
+
+    alg = attnio.algorithms.get("flash_decoding")
+    rng = random.Random(5)
+    for _ in range(120):
+        Nq = rng.choice([1, rng.randint(1, 40), rng.randint(1, 3000)])
+        Nkv = rng.choice([Nq, rng.randint(1, 5000)])
+        d = rng.choice([1, 4, 32, 64])
+        causal = rng.choice([True, "top_left"])
+        window = rng.choice([None, rng.randint(1, 400)])
+        shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal, window=window, heads=2)
+        lower = alg._lower_total(shape)
+        assert lower is not None
+        for _ in range(6):
+            t = SplitKVTiling(rng.randint(1, Nq + 3), rng.randint(1, 300),
+                              rng.randint(1, min(Nkv, 20)))
+            assert lower(t) <= alg.cost(shape, t).io.total, (shape, t)
+        M = rng.choice([rng.randint(4 * d + 8, 3000), rng.randint(3000, 10**6)])
+        if mapper.can_run(alg, shape, M) is not None:
+            continue
+        tilings = list(alg.candidate_tilings(shape, M))
+        for t in tilings:
+            assert lower(t) <= alg.cost(shape, t).io.total
+        assert mapper.search(alg, shape, M) == mapper._least(alg, shape, M, tilings)
+    assert alg._lower_total(Shape.make(64, 8)) is None

@@ -260,6 +260,19 @@ def test_query_block_sums_equal_brute_force(Nq, Nkv, Br, Bc, align, W, causal):
     assert got == numpy_query(Nq, Nkv, Br, Bc, align, W, causal)
 
 
+def test_single_key_sums_without_clipping_equal_brute_force():
+    """The O(1) arithmetic series of single keys (S = 1, causal, no window, no row clipped:
+    ``0 <= offset <= Nkv - Nq``) equal the per-block loop."""
+    rng = random.Random(44)
+    for _ in range(400):
+        Nq = rng.randint(1, 60)
+        Nkv = Nq + rng.choice([0, rng.randint(0, 40)])
+        align = rng.choice(ALIGNS)
+        Br = rng.choice([1, rng.randint(1, 12), rng.randint(1, Nq + 3)])
+        got = mq(Nq, Nkv, Br, 1, off_of(Nq, Nkv, align), None, True)
+        assert got == brute_query(Nq, Nkv, Br, 1, align, None), (Nq, Nkv, Br, align)
+
+
 @SETTINGS
 @given(sizes, sizes, blocks, blocks, aligns, windows, st.booleans())
 def test_key_block_sums_equal_brute_force(Nq, Nkv, Br, Bc, align, W, causal):

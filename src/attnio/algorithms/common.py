@@ -13,13 +13,17 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from ..core import masks
 from ..core.checks import check_real
 from ..core.memory import SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv
 
 __all__ = ["HeadGroup", "block_sizes", "default_scale", "divisors_upto", "fp_group_pass_a", "fp_split_pass1",
-           "ladder", "largest_true", "prefix_block_keys", "stacked_rows"]
+           "ladder", "largest_true", "prefix_block_keys", "prefix_block_keys_many",
+           "stacked_rows"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,22 @@ def prefix_block_keys(Nkv: int, off: int, n: int, B: int) -> float | None:
     r = n - (T - 1) * B
     X = n * off + n * (n + 1) // 2 + (T - 1) * B * (B - 1) // 2 + r * (r - 1) // 2
     return X / B + (1 - r / B) * (n + off)
+
+
+def prefix_block_keys_many(Nkv: int, off: npt.ArrayLike, n: npt.ArrayLike, B: npt.ArrayLike
+                           ) -> npt.NDArray[np.float64]:
+    """:func:`prefix_block_keys` over arrays of (off, n, B) (broadcast), in float64, NaN where
+    it is None: for a search that bounds a pool of candidates at once (within float rounding
+    of the one-at-a-time bound, which the mapper's margin covers)."""
+    o, m = np.asarray(off, dtype=np.int64), np.asarray(n, dtype=np.int64)
+    b = np.maximum(np.asarray(B, dtype=np.int64), 1)
+    T = -(-m // b)
+    r = (m - (T - 1) * b).astype(np.float64)
+    mf, of, bf = m.astype(np.float64), o.astype(np.float64), b.astype(np.float64)
+    X = mf * of + mf * (mf + 1) / 2 + (T - 1).astype(np.float64) * bf * (bf - 1) / 2 + r * (r - 1) / 2
+    ok = (o >= 0) & (o <= Nkv - m) & (m >= 1)
+    out: npt.NDArray[np.float64] = np.where(ok, X / bf + (1 - r / bf) * (mf + of), np.nan)
+    return out
 
 
 def fp_group_pass_a(d: int, G: int, Br: int, Bc2: int) -> int:

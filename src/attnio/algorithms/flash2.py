@@ -160,7 +160,10 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
         bound (speed at large N; ties go to the first in this order, as they did when flash2
         pruned its own candidates); None otherwise (every candidate is scored).  With P visible
         pairs and n_seen rows that see a key, a group of G heads reads at least
-        ``G·d·n_seen + 2d·P/Br`` (sum_i cov_i >= P/Br) and writes ``G·Nq·d``, whatever Bc."""
+        ``G·d·n_seen + 2d·P/Br`` (sum_i cov_i >= P/Br) and writes ``G·Nq·d``, whatever Bc;
+        without a window the mapper asks, before listing a family, the tighter
+        :meth:`_lower_total` (``sum_i cov_i >= sum_i hi_i``, exact where no row is clipped:
+        ``refined``), the families' order (and so their ties) unchanged."""
         if options:
             raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         if shape.block_mask is not None or not shape.causal:
@@ -176,7 +179,14 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
             _, Br, G, bcs = keyed[i]
             return [Flash2Tiling(Br, c, G) for c in bcs]
 
-        return Families([c[0] for c in keyed], members)
+        tighter = row_stream_lower(shape)  # no window: the keys the blocks see, not P/Br
+
+        def refined(i: int) -> float:
+            _, Br, G, _ = keyed[i]
+            return max(keyed[i][0], tighter(Br, G)) if tighter is not None else keyed[i][0]
+
+        return Families([c[0] for c in keyed], members,
+                        refined=None if tighter is None else refined)
 
     def _sparse_tilings(self, shape: Shape, M: int) -> list[Flash2Tiling]:
         """Tilings aligned with the layout's blocks (multiples, halves, quarters of bq and bk),

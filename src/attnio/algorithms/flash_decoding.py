@@ -31,7 +31,9 @@ splits with ``hi_ip > lo_ip``.  Then with ``splits > 1``
 So the split costs, against ``flash2`` with the same Br, ``(n_i - 1)·Br_i·d`` extra Q reads plus
 ``2·n_i·Br_i·(d + 1)`` partial words: for decoding (Nq small) against a long cache this is
 ``2·s·Nq·(d + 1) + (s-1)·Nq·d`` words next to the ``2·Nkv·d`` of reading the cache, negligible while
-``s·Nq << Nkv``, and it is all the I/O the split costs.
+``s·Nq << Nkv``, and it is all the I/O the split costs.  With a mask the search bounds every
+candidate by the one-split count at Bc = 1 plus those partial words (``_lower_total``), so it
+scores one split count (O(splits) sums each) where no more can win.
 
 Fast memory: the split phase holds Q_i, O_i, K_j, V_j, S_ij and three vectors
 (``2·Br·d + 2·Bc·d + Br·Bc + 3·Br``, as ``flash2``); the reduction holds the accumulator, one
@@ -41,6 +43,7 @@ partial O_p and lse_p, and three vectors (``2·Br·d + 4·Br``).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,6 +150,30 @@ class FlashDecoding(Algorithm[SplitKVTiling]):
         reads = ss.rows_n_vis * d + 2 * d * ss.cov + ss.rows_n_vis * (d + 1)
         writes = ss.rows_n_vis * (d + 1) + shape.Nq * d
         return IOCount(reads, writes)
+
+    def _lower_total(self, shape: Shape) -> Callable[[SplitKVTiling], float] | None:
+        """With a mask, a bound for the search's branch and bound: the count with one split
+        and Bc = 1 at the same Br (one O(log N) sum per Br), plus ``2·(d + 1)·R₁`` with more
+        splits (R₁ the rows of the query blocks that see a key).  Every count is at least it:
+        a block's Bc blocks (of a split, or of the whole key range) cover at least the keys it
+        sees, which is its width at Bc = 1 (``Σ_p cov_ip >= hi_i - lo_i``), and with splits a
+        block that sees a key sees at least one split, so ``Σ_i n_i·Br_i >= R₁``: the Q reads
+        are at least ``R₁·d`` and the partials move ``2·Σ_i n_i·Br_i·(d + 1)``.  The splits'
+        sums cost O(splits) each: the search scores one split and passes over the rest.
+        None unmasked (each count is a few integer operations)."""
+        if not shape.causal or shape.block_mask is not None:
+            return None
+        d, heads = shape.d, shape.n_heads
+        at_br: dict[int, tuple[int, int]] = {}
+
+        def lower(t: SplitKVTiling) -> float:
+            if t.Br not in at_br:
+                q = masks.query_block_sums(shape.Nq, shape.Nkv, t.Br, 1, shape.offset,
+                                           shape.window)
+                at_br[t.Br] = (q.size_seen * d + 2 * d * q.width + shape.Nq * d, q.size_seen)
+            one, rows = at_br[t.Br]
+            return (one + (2 * (d + 1) * rows if t.splits > 1 else 0)) * heads
+        return lower
 
     def schedule(self, mem: TwoLevelMemory, Q: SlowArray, K: SlowArray, V: SlowArray,
                  O: SlowArray, *, shape: Shape, tiling: SplitKVTiling, scale: float) -> None:

@@ -40,7 +40,9 @@ block once for the whole group.
 Tiling.  The count depends on (Bc, Br) only (not on Bs: the chunks of a resident block move
 nothing), and unmasked on Tc only; the candidates are the Bc of the fewest key blocks (and a few
 more blocks), Br from 1 to the largest that fits, and the widest chunk Bs that still fits (fewer,
-larger steps at equal I/O).
+larger steps at equal I/O).  Under a causal mask the count never falls as Br grows, so the
+search bounds each candidate by its Bc's count at Br = 1 (``_lower_total``) and scores only
+those that can still win.
 """
 
 from __future__ import annotations
@@ -175,6 +177,28 @@ class KVStationary(Algorithm[KVStationaryTiling]):
 
     def _predict(self, shape: Shape, tiling: KVStationaryTiling) -> IOCount:
         return self._kv_count(shape, tiling, 1)
+
+    def _lower_total(self, shape: Shape) -> Callable[[KVStationaryTiling], float] | None:
+        """Under a causal mask without a window, a bound for the search's branch and bound:
+        the count at Br = 1 with the same Bc (computed once per Bc).  The count never falls as
+        Br grows: a query block sees the keys [0, hi_i) of its last row, so
+        ``n_i = ⌈hi_i/Bc⌉ >= ⌈hi_r/Bc⌉`` for each of its rows r, hence R >= Σ_r ⌈hi_r/Bc⌉ (its
+        value at Br = 1) and R - R₁ = Σ_{hi_i > 0} rows_i·(n_i - 1) >= Σ_{hi_r > 0}
+        (⌈hi_r/Bc⌉ - 1); C (the keys of the key blocks some query sees, every key block from
+        its first key's row on) does not depend on Br; and the count rises with R and R - R₁.
+        The candidates share a few Bc (those of the fewest key blocks and four more), so the
+        search scores a few of each instead of every one.  None otherwise (unmasked the count
+        depends on Bc alone and costs no more than a bound)."""
+        if not shape.causal or shape.window is not None or shape.block_mask is not None:
+            return None
+        at_one: dict[int, int] = {}
+
+        def lower(t: KVStationaryTiling) -> float:
+            Bc = min(t.Bc, shape.Nkv)
+            if Bc not in at_one:
+                at_one[Bc] = self._total(shape, KVStationaryTiling(Bc, 1, 1)).total
+            return at_one[Bc]
+        return lower
 
     def _total(self, shape: Shape, tiling: KVStationaryTiling) -> IOCount:
         return self._kv_count(shape, tiling, shape.group).scaled(shape.n_kv_heads)

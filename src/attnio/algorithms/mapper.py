@@ -11,7 +11,8 @@ owns:
   M); and :func:`least_over` (the least count over several schedules, the tests' helper);
 * :func:`search` — the least-(I/O, steps) tiling among the candidates (the planner's candidates,
   the backward search, and the default tiling), by branch and bound where a schedule bounds its
-  count, the same choice: per tiling (``_lower_total``: q_split, q_stationary_min, flash2 over given tilings) or per family
+  count, the same choice: per tiling (``_lower_total``: q_stationary_min, flash2 over given
+  tilings; ``_lower_totals``, the bounds of all the candidates in one call: q_split) or per family
   of tilings listed only when scored (``_families``: flash2 under a causal mask or a window,
   square_tiling, standard under a mask, small_cache_backward and
   fused_small_cache_backward);
@@ -49,6 +50,9 @@ import itertools
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from ..core.errors import ParameterError
 from ..core.memory import IOCount
@@ -173,6 +177,10 @@ def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterab
         if phases is not None:
             return _least_phases(schedule, shape, M, phases)
     tilings_ = tilings()
+    lowers_of = getattr(schedule, "_lower_totals", None)
+    lowers = lowers_of(shape) if lowers_of is not None else None
+    if lowers is not None:
+        return _least_bounded(schedule, shape, M, tilings_, None, lowers)
     lower_of = getattr(schedule, "_lower_total", None)
     lower = lower_of(shape) if lower_of is not None else None
     if lower is None:
@@ -238,19 +246,30 @@ def _least(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any],
 
 
 def _least_bounded(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any],
-                   lower: Callable[[Any], float]) -> Choice[Any] | None:
+                   lower: Callable[[Any], float] | None,
+                   lowers: Callable[[list[Any]], Any] | None = None) -> Choice[Any] | None:
     """:func:`_least` by branch and bound: the tilings that fit, in order of ``lower``, scored
     exactly until the bound exceeds the least count found.  A tiling left unscored has a bound,
     so a count, above the least: it can neither win nor tie, and the choice is the least
     (count, steps, position among ``tilings``), as :func:`_least`'s.  ``tried`` counts the
-    tilings that fit (as there)."""
+    tilings that fit (as there).  ``lowers`` (``lower`` None): the bounds of a list of
+    tilings in one call (a schedule's ``_lower_totals``: numpy over the candidates)."""
     fit = [t for t in tilings if schedule.footprint(shape, t) <= M]
     if not fit:
         return None
-    lows = [lower(t) * (1 - 1e-9) for t in fit]  # a margin far above float rounding
+    visit: Iterable[int]
+    if lowers is not None:
+        low_ = np.asarray(lowers(fit), dtype=np.float64) * (1 - 1e-9)  # a margin
+        at = np.argsort(low_, kind="stable")
+        lows = low_.tolist()
+        visit = at.tolist()
+    else:
+        assert lower is not None
+        lows = [lower(t) * (1 - 1e-9) for t in fit]  # a margin far above float rounding
+        visit = sorted(range(len(fit)), key=lows.__getitem__)
     best: tuple[int, int, int] | None = None
     found: dict[int, IOCount] = {}
-    for i in sorted(range(len(fit)), key=lows.__getitem__):
+    for i in visit:
         if best is not None and lows[i] > best[0]:
             break
         io = schedule._total(shape, fit[i])
@@ -385,8 +404,9 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     least first (:class:`~attnio.algorithms.protocol.Phase`): the ``candidates`` and, cut to
     the ``keep`` of least estimate (the declared heuristic cut), the ``ranked`` pool's items
     ``expand``-ed, all scored (by branch and bound where the phase has a ``lower``
-    bound: the choices in order of it, scored until it passes the ``offer``-th least count, so
-    a choice left unscored can neither be among the best nor tie them); then the ``seed``
+    bound, or ``lowers`` for the pool at once: the choices in order of it, scored until it
+    passes the ``offer``-th least count, so a choice left unscored can neither be among the
+    best nor tie them); then the ``seed``
     choices made from those best, scored, and the ``offer`` best of all."""
     cost, footprint, order = phase.cost, phase.footprint, phase.order
     scored: dict[Any, tuple[int, int, Any]] = {}
@@ -410,7 +430,17 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
             for _, r in kept:
                 pool.update(dict.fromkeys(phase.expand(r)))
     k = phase.offer
-    if phase.lower is None:  # score() inline: nothing scored yet, the pool's keys unique
+    if phase.lowers is not None:  # the pool's bounds in one call (numpy over the choices)
+        items = list(pool)
+        lows = (np.asarray(phase.lowers(items), dtype=np.float64) * (1 - 1e-9))  # a margin
+        counts: list[int] = []  # the counts scored, ascending
+        at = np.argsort(lows, kind="stable")
+        for lo, i in zip(lows[at].tolist(), at.tolist()):
+            if len(counts) >= k and lo > counts[k - 1]:
+                break
+            if score(items[i]):
+                bisect.insort(counts, scored[items[i]][0])
+    elif phase.lower is None:  # score() inline: nothing scored yet, the pool's keys unique
         for c in pool:
             if footprint is not None and footprint(c) > M:
                 continue
@@ -418,7 +448,7 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
             scored[c] = (count, steps, c if order is None else order(c))
     else:
         lower = phase.lower
-        counts: list[int] = []  # the counts scored, ascending
+        counts = []  # the counts scored, ascending
         for lo, c in sorted([(lower(c) * (1 - 1e-9), c) for c in pool],  # a float margin
                             key=operator.itemgetter(0)):
             if len(counts) >= k and lo > counts[k - 1]:
@@ -505,21 +535,31 @@ def preranked(items: Iterable[T], estimate: Callable[[T], Any] | None, keep: int
     return heapq.nsmallest(keep, items, key=estimate)
 
 
-def least_few(items: Sequence[T], key: Callable[[T], K], lower: Callable[[T], float],
-              keep: int) -> list[T]:
+def least_few(items: Sequence[T], key: Callable[[T], K], lower: Callable[[T], float] | None,
+              keep: int, *, lowers: Sequence[float] | npt.NDArray[np.float64] | None = None
+              ) -> list[T]:
     """The ``keep`` items of least ``key`` (a count, or a (count, ...) key), least first (ties
     in the order of ``items``), i.e. ``sorted(items, key=key)[:keep]``, by branch and bound on
     ``lower`` (a proven lower bound on an item's count): the items in order of their bound,
     keyed until the bound passes the ``keep``-th least count found (with a float margin), so an
     item left unkeyed has a count above ``keep`` keyed ones and can be neither among the least
-    nor tie them."""
+    nor tie them.  ``lowers`` (with ``lower`` None): the items' bounds given at once, e.g. a
+    numpy array over a grid of choices whose exact counts cost a call each (square_tiling's
+    Phase-1 grid, ranked by its counts taken in float64)."""
     if keep <= 0:
         return []
-    lows = [lower(t) * (1 - 1e-9) for t in items]  # a margin far above float rounding
     keyed: dict[int, K] = {}
     counts: list[Any] = []  # the counts keyed, ascending
-    for i in sorted(range(len(items)), key=lows.__getitem__):
-        if len(counts) >= keep and lows[i] > counts[keep - 1]:
+    if lowers is not None:
+        lows_ = np.asarray(lowers, dtype=np.float64) * (1 - 1e-9)  # a margin
+        at = np.argsort(lows_, kind="stable")
+        visit: Iterable[tuple[float, int]] = zip(lows_[at].tolist(), at.tolist())
+    else:
+        assert lower is not None
+        lows = [lower(t) * (1 - 1e-9) for t in items]  # a margin far above float rounding
+        visit = ((lows[i], i) for i in sorted(range(len(items)), key=lows.__getitem__))
+    for lo, i in visit:
+        if len(counts) >= keep and lo > counts[keep - 1]:
             break
         keyed[i] = key(items[i])
         bisect.insort(counts, _first(keyed[i]))

@@ -22,6 +22,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
 
@@ -112,7 +115,9 @@ class Phase:
     * ``footprint(choice)``: its fast-memory words (a choice above M is the mapper's to skip;
       None: every choice is built to fit, and the product's tilings are checked);
     * ``candidates()``: choices every one of which is scored (by branch and bound on
-      ``lower(choice)``, a proven lower bound on the count, where given: the same best);
+      ``lower(choice)``, a proven lower bound on the count, where given: the same best; or on
+      ``lowers(choices)``, the same bounds for the whole pool in one call, e.g. numpy over
+      the choices, where a call per choice would cost more than the scoring it saves);
     * ``ranked()``: a pool of ``(estimate, item)`` pairs the mapper first cuts to the ``keep``
       of least estimate (ties: the item), each item then listed as choices by ``expand(item)``
       (default: the item is a choice) and scored with the candidates.  The cut is a
@@ -127,6 +132,7 @@ class Phase:
     footprint: Callable[[Any], int] | None
     candidates: Callable[[], Iterable[Any]] = tuple
     lower: Callable[[Any], float] | None = None
+    lowers: Callable[[list[Any]], Sequence[float] | npt.NDArray[np.float64]] | None = None
     ranked: Callable[[], Iterable[tuple[Any, Any]]] | None = None
     keep: int = 0
     expand: Callable[[Any], Iterable[Any]] | None = None
@@ -137,6 +143,8 @@ class Phase:
     def __post_init__(self) -> None:
         if self.offer < 1:
             raise ValueError(f"a Phase offers at least one choice, got offer={self.offer}")
+        if self.lower is not None and self.lowers is not None:
+            raise ValueError("a Phase declares its bound once: lower or lowers, not both")
         if self.ranked is not None and self.keep < 1:
             raise ValueError(f"a Phase that declares ranked keeps at least one item, got "
                              f"keep={self.keep}")

@@ -125,6 +125,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from ..core import masks
 from ..core.checks import check_int
@@ -133,7 +134,7 @@ from ..core.memory import Block, IOCount, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
 from .base import GroupedAlgorithm, block_sizes, divisors_upto, prefix_block_keys
-from .common import HeadGroup
+from .common import HeadGroup, prefix_block_keys_many
 
 __all__ = ["ALGORITHM", "QSplit", "QSplitTiling"]
 
@@ -195,12 +196,18 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
     supports_backward = True  # writes g, each row's logsumexp (Nq words a head), when asked
 
     def footprint(self, shape: Shape, tiling: QSplitTiling) -> int:
-        d, G, t, Nq = shape.d, tiling.group, tiling, shape.Nq
-        Br = t.Br if t.Br < Nq else Nq  # _layout's, inline (the search asks for every candidate)
-        main = _main_fp(d, Br, t.sigma, t.delta, G)
-        if t.sigma == 0:
+        # _layout, _main_fp, _thin_fp and _split_rows inline (the search asks for every candidate)
+        d, t, Nq = shape.d, tiling, shape.Nq
+        G, sigma, delta = t.group, t.sigma, t.delta
+        Br = t.Br if t.Br < Nq else Nq
+        main = G * (Br * (2 * d + 1) - sigma * delta) + 2 * d
+        if sigma == 0:
             return main
-        return max(main, _thin_fp(d, min(t.Br2, _split_rows(Nq, Br, t.sigma)), t.delta, G))
+        T1 = -(-Nq // Br) - 1
+        last = Nq - T1 * Br
+        S = T1 * sigma + (sigma if sigma < last else last)
+        thin = G * (t.Br2 if t.Br2 < S else S) * (d + delta + 1) + d + delta
+        return main if main > thin else thin
 
     def min_M(self, shape: Shape) -> int:
         return _main_fp(shape.d, 1, 0, 0, 1)
@@ -249,16 +256,23 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         deltas = {x for x in _LADDER if x < d} | {x for x in (d - 1, d - 2, d - 3) if x >= 1}
         deltas.update(x for x in range(best - 1, best + 3) if 1 <= x < d)
         out: list[QSplitTiling] = []
-        for sigma in sorted({cdiv(D, G * x) for x in deltas}):
+        append = out.append  # (cdiv and _split_rows inline: a few hundred with grouped heads)
+        T1 = -(-Nq // Br) - 1  # _split_rows: (blocks - 1)·σ + min(σ, the last block's rows)
+        last = Nq - T1 * Br
+        for sigma in sorted({-(-D // (G * x)) for x in deltas}):
             if sigma >= Br:
                 continue
-            delta = cdiv(D, G * sigma)  # the least δ for these split rows (<= the one tried)
-            S = _split_rows(Nq, Br, sigma)
-            br2 = min(S, (M - d - delta) // (G * (d + delta + 1)))
+            delta = -(-D // (G * sigma))  # the least δ for these split rows (<= the one tried)
+            S = T1 * sigma + (sigma if sigma < last else last)
+            br2 = (M - d - delta) // (G * (d + delta + 1))
+            if br2 > S:
+                br2 = S
             if br2 < 1:
                 continue
-            out.extend(QSplitTiling(Br, sigma, delta, b, G)
-                       for b in sorted({br2, cdiv(S, cdiv(S, br2))}))
+            snap = -(-S // -(-S // br2))  # the least size with as many thin blocks (<= br2)
+            if snap < br2:
+                append(QSplitTiling(Br, sigma, delta, snap, G))
+            append(QSplitTiling(Br, sigma, delta, br2, G))
         return out
 
     def _lower_total(self, shape: Shape) -> Callable[[QSplitTiling], float] | None:
@@ -292,6 +306,44 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
                               * (prefix_block_keys(Nkv, off, S, min(t.Br2, S)) or 0))
             return (n // G) * (reads + G * Nq * d)
         return lower
+
+    def _lower_totals(self, shape: Shape
+                      ) -> Callable[[list[QSplitTiling]], npt.NDArray[np.float64]] | None:
+        """:meth:`_lower_total` of a list of tilings in one call, numpy over the list (the
+        search bounds every candidate: a few hundred with grouped heads), in float64: the same
+        bounds within float rounding (the mapper's margin covers it; the test holds the two
+        together).  :func:`prefix_block_keys` inline: None (bounded by 0) where rows are
+        clipped.  Under a causal mask only: unmasked ``_lower_total`` is a few integer
+        operations a tiling."""
+        if self._lower_total(shape) is None or not shape.causal:
+            return None  # (unmasked the bound one tiling at a time is cheaper than numpy's)
+        d, Nq, Nkv, n = shape.d, shape.Nq, shape.Nkv, shape.n_heads
+        causal, off = shape.causal, shape.offset
+        rows1 = masks.row_counts(shape).rows1
+
+        def keys(o: npt.NDArray[np.int64], m: npt.NDArray[np.int64],
+                 B: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+            """:func:`prefix_block_keys` (Nkv, o, m, B) over arrays, 0 where it is None."""
+            return np.nan_to_num(prefix_block_keys_many(Nkv, o, m, B), nan=0.0)
+
+        def lowers(ts: list[QSplitTiling]) -> npt.NDArray[np.float64]:
+            G, Br, sigma, delta, Br2 = (np.array(x, dtype=np.int64) for x in zip(
+                *[(t.group, t.Br, t.sigma, t.delta, t.Br2) for t in ts]))
+            Br = np.minimum(Br, Nq)
+            T = -(-Nq // Br)
+            S = (T - 1) * sigma + np.minimum(sigma, Nq - (T - 1) * Br)
+            Gf, thin = G.astype(np.float64), (sigma > 0) & (S > 0)
+            if not causal:
+                reads = Gf * (d * Nq) + (2 * d * Nkv) * T.astype(np.float64)
+                more = (Gf * d * S + (d + delta).astype(np.float64) * Nkv
+                        * (-(-S // np.maximum(Br2, 1))).astype(np.float64))
+            else:
+                reads = Gf * (d * rows1) + 2 * d * keys(off + S, Nq - S, Br - sigma)
+                more = (Gf * d * S * float(off >= 0) + (d + delta).astype(np.float64)
+                        * keys(np.full_like(S, off), S, np.minimum(Br2, S)))
+            reads = reads + np.where(thin, more, 0.0)
+            return (n // G).astype(np.float64) * (reads + Gf * (Nq * d))
+        return lowers
 
     # ------------------------------------------------------------------ counts
     def _group_count(self, shape: Shape, tiling: QSplitTiling) -> IOCount:

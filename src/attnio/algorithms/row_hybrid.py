@@ -175,40 +175,77 @@ def _simple_blocks(shape: Shape, budget: int, modes: str, G: int, fixed: dict[st
     ties), a few times faster for the search's many calls."""
     Nq, Nkv, d, off, causal = shape.Nq, shape.Nkv, shape.d, shape.offset, shape.causal
     out: list[tuple[int, int, int, int, str]] = []
+    append = out.append
     has_a, rc, rb = "a" in modes, fixed.get("c", 0), fixed.get("b", 0)
+    base = 2 * G * d  # words a row of Q and O, both ways; 2·w·d of K and V a block
     e = Nq
     while e > 0:
         if len(out) >= MAX_BLOCKS:
             return None
-        w = min(Nkv, max(0, e + off)) if causal else Nkv
+        w = (Nkv if e + off >= Nkv else (e + off if e + off > 0 else 0)) if causal else Nkv
         if w == 0:
-            r = min(e, budget)
-            out.append((e - r, e, 0, 0, "z"))
+            r = e if e < budget else budget
+            append((e - r, e, 0, 0, "z"))
             e -= r
             continue
-        base = 2 * G * d  # words a row of Q and O, both ways; 2·w·d of K and V a block
+        kv = 2 * w * d
         best_r, mode, least = 0, "", 0.0
         if has_a:
-            r = min((budget - w) // (G * w + 1), e)
+            r = (budget - w) // (G * w + 1)
+            if r > e:
+                r = e
             if r >= 1:
-                best_r, mode, least = r, "a", (base * r + 2 * w * d) / r
+                best_r, mode, least = r, "a", (base * r + kv) / r
         if rc:
-            r = min(rc, e)
+            r = rc if rc < e else e
             if r >= 1:
-                v = (base * r + 2 * w * d) / r
+                v = (base * r + kv) / r
                 if not mode or v < least:
                     best_r, mode, least = r, "c", v
         if rb:
-            r = min(rb, e)
+            r = rb if rb < e else e
             if r >= 1:
-                v = (base * r + 2 * w * d + 2 * (G * r * w + G * r)) / r
+                v = (base * r + kv + 2 * (G * r * w + G * r)) / r
                 if not mode or v < least:
                     best_r, mode, least = r, "b", v
         if not mode:
             return None
-        out.append((e - best_r, e, 0, w, mode))
+        append((e - best_r, e, 0, w, mode))
         e -= best_r
     return tuple(reversed(out))
+
+
+@functools.lru_cache(maxsize=4096)
+def _sums(shape: Shape, budget: int, modes: str, G: int) -> tuple[int, int, int, int] | None:
+    """(footprint, steps, reads, writes per group) of the partition :func:`blocks` makes, in
+    one pass over its blocks (None where it makes none): what the search asks of each
+    candidate, the words of :func:`_words` and the footprint of :func:`_fp` inline."""
+    part = blocks(shape, budget, modes, G)
+    if part is None:
+        return None
+    d = shape.d
+    fp = steps = reads = writes = 0
+    for q0, q1, lo, hi, m in part:
+        r, w = q1 - q0, hi - lo
+        if w > 0:
+            steps += 2 * d * w
+            reads += G * r * d + 2 * w * d
+            writes += G * r * d
+            if m == "b":
+                reads += G * r * w + G * r
+                writes += G * r * w + G * r
+                f = G * r * (d + 3) + 1
+            elif m == "a":
+                f = G * r * w + w + r
+            else:  # "c"
+                f = G * r * (2 * d + 3) + 1
+        else:  # a block that sees no key: one zero column, its rows written
+            steps += 2 * d
+            writes += G * r * d
+            f = _fp(m, G, r, w, d)
+        if f > fp:
+            fp = f
+    return fp, steps, reads, writes
 
 
 def spill_never_wins(d: int, budget: int, G: int) -> bool:
@@ -268,11 +305,10 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
         return part
 
     def footprint(self, shape: Shape, tiling: RowHybridTiling) -> int:
-        part = blocks(shape, tiling.budget, tiling.modes, tiling.group)
-        if part is None:
+        sums = _sums(shape, tiling.budget, tiling.modes, tiling.group)
+        if sums is None:
             return 1 << 62  # fits no memory: the search skips it
-        return max(_fp(m, tiling.group, q1 - q0, hi - lo, shape.d)
-                   for q0, q1, lo, hi, m in part)
+        return sums[0]
 
     def min_M(self, shape: Shape) -> int:
         """An M from which a partition of at most :data:`MAX_BLOCKS` blocks always exists (the
@@ -293,10 +329,8 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
         self._part(shape, tiling)
 
     def steps(self, shape: Shape, tiling: RowHybridTiling) -> int:
-        part = blocks(shape, tiling.budget, tiling.modes, tiling.group)
-        if part is None:
-            return 1 << 62
-        return sum(2 * shape.d * max(1, hi - lo) for _, _, lo, hi, _ in part)
+        sums = _sums(shape, tiling.budget, tiling.modes, tiling.group)
+        return 1 << 62 if sums is None else sums[1]
 
     def count_walk(self, shape: Shape, tiling: RowHybridTiling) -> int:
         """Count mode walks the query blocks one by one (at most :data:`MAX_BLOCKS`)."""
@@ -338,15 +372,12 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
 
     # ------------------------------------------------------------------ counts
     def _group_count(self, shape: Shape, tiling: RowHybridTiling) -> IOCount:
-        G, d = tiling.group, shape.d
-        reads = writes = 0
-        for q0, q1, lo, hi, m in self._part(shape, tiling):
-            if hi > lo:
-                rd, wr = _words(m, G, q1 - q0, hi - lo, d)
-                reads, writes = reads + rd, writes + wr
-            else:
-                writes += G * (q1 - q0) * d
-        return IOCount(reads, writes)
+        """Per block of the partition, :func:`_words` where it sees keys, its rows' outputs
+        written where it sees none (:func:`_sums`, one pass)."""
+        self._part(shape, tiling)  # (the message where there is no partition)
+        sums = _sums(shape, tiling.budget, tiling.modes, tiling.group)
+        assert sums is not None
+        return IOCount(sums[2], sums[3])
 
     # ------------------------------------------------------------------ the schedule
     def schedule_group(self, mem: TwoLevelMemory, heads: HeadGroup, *, shape: Shape,

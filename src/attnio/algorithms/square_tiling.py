@@ -427,27 +427,118 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                  for j, t in enumerate(fams.members(i))]
         return [t for _, t in sorted(every, key=lambda c: c[0])]
 
+    def _phase1_grid(self, shape: Shape, M: int, stable: bool,
+                     spills: tuple[str, ...]) -> np.ndarray:
+        """:meth:`_phase1_candidates` of each spill in ``spills``, merged: the distinct choices
+        as int64 rows (Br, Bc, Bd, order index: 0 "row", 1 "tile"), ascending, i.e. the rows of
+        ``sorted(set().union(*(self._phase1_candidates(shape, M, stable, s) for s in spills)))``
+        (tests/algorithms/test_square_tiling.py), computed over the ladder's rungs at once.
+        Every value is at most about 2M <= 2^61 (each side is the most that fits in M), so no
+        int64 product overflows."""
+        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
+        rungs: list[int] = []  # every (spill, order)'s ladder, as one array
+        es: list[int] = []
+        rows: list[bool] = []
+        for spill in spills:
+            e = _e1(stable, spill)
+            for row in (True, False):
+                per_row = (d if row else 1) + 1 + e  # Bc = Bd = 1
+                rung = ladder(Nq, (M - 1) // per_row)
+                rungs += rung
+                es += [e] * len(rung)
+                rows += [row] * len(rung)
+        br = np.array(rungs, dtype=np.int64)
+        e_ = np.array(es, dtype=np.int64)
+        row_ = np.array(rows, dtype=bool)
+        held = np.where(row_, br * d, 0) + e_ * br  # Q_i (order "row") and the vectors
+        bc = np.minimum(Nkv, (M - held - np.where(row_, 0, br)) // (br + 1))
+        ok = bc >= 1
+        br, held, bc, row_ = br[ok], held[ok], bc[ok], row_[ok]
+        parts = []
+        for c in (bc, -(-Nkv // -(-Nkv // bc))):  # (and snapped: duplicates go below)
+            room = M - held - br * c
+            bd = np.maximum(1, np.minimum(d, np.where(row_, room // c, room // (br + c))))
+            fits = room >= np.where(row_, c * bd, bd * (br + c))
+            parts.append(np.stack([br[fits], c[fits], bd[fits],
+                                   (~row_[fits]).astype(np.int64)], axis=1))
+        grid = np.concatenate(parts) if parts else np.zeros((0, 4), dtype=np.int64)
+        grid = grid[np.lexsort(grid.T[::-1])]
+        distinct = np.ones(len(grid), dtype=bool)
+        distinct[1:] = (grid[1:] != grid[:-1]).any(axis=1)
+        return grid[distinct]
+
+    @staticmethod
+    def _plain_least(shape: Shape, maxima: bool, grid: np.ndarray, keep: int
+                     ) -> list[tuple[_Phase1, tuple[int, int]]]:
+        """The ``keep`` rows of ``grid`` (:meth:`_phase1_grid`) of least unmasked Phase-1
+        (count, tiles) (:func:`_phase1_plain`), least first, ties in the grid's order:
+        ``mapper.preranked`` of the grid's choices by that key, with the key.  Where every
+        count fits in int64 (a count is at most ``Nq·Nkv·(2d + 4) + Nq``) they are taken exactly
+        over the grid; else first in float64, the mapper's bounds
+        (:func:`~attnio.algorithms.mapper.least_few`), and only the rows near the ``keep``-th
+        least are counted exactly: the same rows."""
+        Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
+        br, bc, o = grid[:, 0], grid[:, 1], grid[:, 3]
+        if Nq * Nkv * (2 * d + 4) + Nq < 1 << 62:  # every count fits in int64: rank exactly
+            tr_, tc_ = -(-Nq // br), -(-Nkv // bc)
+            count = (np.where(o == 0, Nq * d, tc_ * (Nq * d)) + tr_ * (Nkv * d)
+                     + (Nq * Nkv + Nq) + (tc_ * Nq if maxima else 0))
+            tiles = tr_ * tc_
+            at = np.lexsort((np.arange(len(grid)), tiles, count))[:keep]
+            return [((a, b, c, "row" if k == 0 else "tile"), (n, m)) for (a, b, c, k), n, m
+                    in zip(grid[at].tolist(), count[at].tolist(), tiles[at].tolist())]
+        tc = (-(-Nkv // bc)).astype(np.float64)
+        approx = (np.where(o == 0, float(Nq * d), tc * float(Nq * d))
+                  + (-(-Nq // br)).astype(np.float64) * float(Nkv * d) + float(Nq * Nkv + Nq)
+                  + (tc * float(Nq) if maxima else 0.0))
+        chosen: dict[int, tuple[_Phase1, tuple[int, int]]] = {}
+
+        def key(i: int) -> tuple[int, int]:
+            a, b, c, k = grid[i].tolist()
+            t_r, t_c = -(-Nq // a), -(-Nkv // b)
+            count = ((Nq * d if k == 0 else t_c * Nq * d) + t_r * Nkv * d + Nq * Nkv + Nq
+                     + (t_c * Nq if maxima else 0))
+            chosen[i] = ((a, b, c, "row" if k == 0 else "tile"), (count, t_r * t_c))
+            return chosen[i][1]
+
+        top = mapper.least_few(range(len(grid)), key, None, keep, lowers=approx)
+        return [chosen[i] for i in top]
+
     def _pieces(self, shape: Shape, M: int, stable: bool, spill: str
                 ) -> tuple[list[_Group], list[_Rung], SquareTilingTiling | None]:
         """The best Phase-1 choices with their exact Phase-1 counts, the Phase-2 ladder and the
         paper's tiling (None where it does not fit)."""
-        p1 = self._phase1_candidates(shape, M, stable, spill)
-        cut = 24
-        if spill == "scores":  # the exp spill's sides fit too (one row vector less)
-            p1 = sorted(set(p1) | set(self._phase1_candidates(shape, M, stable, "exp")))
-            cut = 64  # one Phase-1 choice goes on (the phases are not coupled): score more
         Nq, Nkv = shape.Nq, shape.Nkv
         maxima = _maxima(stable, spill)
-        plain = functools.partial(_phase1_plain, shape, maxima)
-        if shape.causal and len(p1) > cut:
-            # pre-rank by the O(1) unmasked count (the mask keeps about half of every tiling's
-            # tiles) and score the best 24 exactly (ties in order)
-            p1 = mapper.preranked(p1, lambda c: (plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])),
-                                  cut)
-        # each choice's (exact Phase-1 count, tiles), computed once
         # the stable variant couples the phases through Bc (the per-tile maxima): keep a few
         keep = 12 if maxima else 1
         ranked: dict[_Phase1, tuple[int, int]] = {}
+        if spill == "scores":  # the exp spill's sides fit too (one row vector less)
+            # one Phase-1 choice goes on (the phases are not coupled): score more (64)
+            grid = self._phase1_grid(shape, M, stable, ("scores", "exp"))
+            if shape.causal and len(grid) > 64:
+                # pre-rank by the O(1) unmasked count (the mask keeps about half of every
+                # tiling's tiles) and score the best 64 exactly (ties in order)
+                p1 = [c for c, _ in self._plain_least(shape, maxima, grid, 64)]
+            elif shape.causal:
+                p1 = [(a, b, c, "row" if k == 0 else "tile") for a, b, c, k in grid.tolist()]
+            else:
+                ranked = dict(self._plain_least(shape, maxima, grid, keep))
+                p1 = list(ranked)
+        else:
+            p1 = self._phase1_candidates(shape, M, stable, spill)
+            if shape.causal and len(p1) > 24:
+                # pre-rank by the O(1) unmasked count and score the best 24 exactly
+                plain = functools.partial(_phase1_plain, shape, maxima)
+                p1 = mapper.preranked(
+                    p1, lambda c: (plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])), 24)
+            elif not shape.causal:  # _phase1_plain inline, with the tiles (a few hundred)
+                d, fixed = shape.d, Nq * Nkv + Nq
+                for c in p1:
+                    tr, tc = -(-Nq // c[0]), -(-Nkv // c[1])
+                    ranked[c] = ((Nq * d if c[3] == "row" else tc * Nq * d) + tr * Nkv * d
+                                 + fixed + (tc * Nq if maxima else 0), tr * tc)
+        # each choice's (exact Phase-1 count, tiles), computed once
         if shape.causal:
             def exact_key(c: _Phase1) -> tuple[int, int]:
                 ranked[c] = (sum(_phase1_io(shape, c[0], c[1], c[3], stable, spill)),
@@ -455,12 +546,7 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
                 return ranked[c]
 
             top = mapper.least_few(p1, exact_key, _phase1_lower(shape, maxima), keep)
-        else:  # _phase1_plain inline, with the tiles (a few hundred choices)
-            d, fixed = shape.d, Nq * Nkv + Nq
-            for c in p1:
-                tr, tc = -(-Nq // c[0]), -(-Nkv // c[1])
-                ranked[c] = ((Nq * d if c[3] == "row" else tc * Nq * d) + tr * Nkv * d + fixed
-                             + (tc * Nq if maxima else 0), tr * tc)
+        else:
             top = mapper.preranked(p1, ranked.__getitem__, keep)
         exact = {c: ranked[c][0] for c in top}
         groups = [(c, exact[c]) for c in top]  # (phase 1 choice, its exact Phase-1 count)

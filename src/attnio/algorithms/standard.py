@@ -154,7 +154,10 @@ class Standard(Algorithm[StandardTiling]):
             return d * pall / bn + 2 * d * pall / bm + (p + cdiv(d, bk) + 2) * pall + Nq * d
 
         runs: list[tuple[int, int, bool, int]] = []  # (ik, im, onepass, index of the largest bn)
-        for ik, bk in enumerate(bks):
+        lower: list[float] | None = None
+        if max(sides) * max(bks) + 3 * max(sides) + M < 1 << 62:  # int64 holds every product
+            runs, lower = self._runs(shape, M, sides, bks, pall)
+        for ik, bk in enumerate(bks if lower is None else ()):
             bkc = min(bk, d)
             for im, bm in enumerate(sides):
                 bmc = min(bm, Nq)
@@ -184,10 +187,43 @@ class Standard(Algorithm[StandardTiling]):
             idx = ((ik * ns + im) * ns + t2 - j) * 2 + int(onepass)
             return bound(t.bm, t.bn, t.bk, t.onepass) * (1 - 1e-9), idx
 
-        lower = [heads * bound(sides[im], sides[t2], bks[ik], onepass)
-                 for ik, im, onepass, t2 in runs]
+        if lower is None:
+            lower = [heads * bound(sides[im], sides[t2], bks[ik], onepass)
+                     for ik, im, onepass, t2 in runs]
         rest = [lb / heads - dp / sides[t2] for lb, (_, _, _, t2) in zip(lower, runs)]
         return Families(lower, members, order=order, member_lower=member_lower)
+
+    @staticmethod
+    def _runs(shape: Shape, M: int, sides: list[int], bks: list[int], pall: int
+              ) -> tuple[list[tuple[int, int, bool, int]], list[float]]:
+        """:meth:`_families`' runs and their bounds over the (bk, bm, onepass) grid at once
+        (numpy, where int64 holds every product): the same runs in the same order, (ik, im,
+        onepass False then True), each with the index of its largest bn, and each run's
+        every-head bound in float64 (within float rounding of the loop's, which the mapper's
+        margin covers).  The largest bn whose matmul tiles fit is a bisection of the sides by
+        ``(M - bm·bk)/(bm + bk)``; with the two-pass softmax tile ``bm·min(bn, Nkv) + 3·bm <= M``
+        too, by ``(M - 3·bm)/bm``."""
+        Nq, Nkv, d, heads = shape.Nq, shape.Nkv, shape.d, shape.n_heads
+        S = np.array(sides, dtype=np.int64)
+        ns = len(sides)
+        bkc = np.minimum(np.array(bks, dtype=np.int64), d)[:, None]
+        bmc = np.minimum(S, Nq)[None, :]
+        lim = (M - bmc * bkc) // (bmc + bkc)
+        top = np.where(Nkv <= lim, ns - 1, np.searchsorted(S, lim, side="right") - 1)
+        lim2 = (M - 3 * bmc) // bmc
+        two = np.minimum(top, np.where(Nkv <= lim2, ns - 1,
+                                       np.searchsorted(S, lim2, side="right") - 1))
+        t2 = np.stack([two, np.broadcast_to(top, two.shape)], axis=-1)  # onepass False, True
+        at = np.indices(t2.shape)
+        keep = t2 >= 0
+        ik, im, op, t2 = at[0][keep], at[1][keep], at[2][keep].astype(bool), t2[keep]
+        Sf = S.astype(np.float64)
+        bk_ = np.array(bks, dtype=np.int64)
+        tk = (d + bk_ - 1) // bk_  # ⌈d/bk⌉
+        lows = heads * (d * pall / Sf[t2] + 2 * d * pall / Sf[im]
+                        + (2 - op + tk[ik] + 2).astype(np.float64) * pall + Nq * d)
+        runs = list(zip(ik.tolist(), im.tolist(), op.tolist(), t2.tolist()))
+        return runs, lows.tolist()
 
     def _unmasked_candidates(self, shape: Shape, M: int, sides: list[int],
                              bks: list[int]) -> list[StandardTiling]:
@@ -204,6 +240,8 @@ class Standard(Algorithm[StandardTiling]):
         steps) point of the full grid is among the returned tilings.
         """
         Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
+        tr = {s: -(-Nq // s) for s in sides}  # the blocks of each side (cdiv inline: the
+        tc = {s: -(-Nkv // s) for s in sides}  # completions key a few hundred pairs)
         out = []
         for bk in bks:
             bkc, tk = min(bk, d), cdiv(d, bk)
@@ -216,11 +254,12 @@ class Standard(Algorithm[StandardTiling]):
                     pairs.append((bm, bn))
             for onepass in (False, True):
                 p = 1 if onepass else 2
+                rest = (p + tk + 2) * Nq * Nkv + Nq * d
 
-                def key(side: tuple[int, int], tk: int = tk, p: int = p) -> tuple[int, int]:
-                    tr, tc = cdiv(Nq, side[0]), cdiv(Nkv, side[1])
-                    total = d * tc * Nq + 2 * d * tr * Nkv + (p + tk + 2) * Nq * Nkv + Nq * d
-                    return total, tr * tc * tk
+                def key(side: tuple[int, int], tk: int = tk, rest: int = rest
+                        ) -> tuple[int, int]:
+                    r, c = tr[side[0]], tc[side[1]]
+                    return d * c * Nq + 2 * d * r * Nkv + rest, r * c * tk
 
                 best = mapper.completion((c for c in pairs if not onepass  # a whole row fits
                                           or min(c[0], Nq) * (Nkv + 3) <= M), key)

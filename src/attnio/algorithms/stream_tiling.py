@@ -144,6 +144,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..core import masks
 from ..core.errors import ParameterError
@@ -152,7 +153,7 @@ from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import mapper
 from ._kernels import online_lse_step
 from .base import Algorithm, prefix_block_keys
-from .common import ladder, store_lines
+from .common import ladder, prefix_block_keys_many, store_lines
 from .protocol import Phase, Phases
 
 __all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
@@ -216,6 +217,18 @@ def _key_sums(Nq: int, Nkv: int, Bc: int, off: int) -> masks.BlockSums:
     return masks.key_block_sums(Nq, Nkv, 1, Bc, off)
 
 
+def _hi_sum(Nq: int, Nkv: int, B: int, off: int) -> int:
+    """Σ_i hi_i over the query blocks of B rows under a causal mask (no window): the keys
+    each block sees, ``_sums(Nq, Nkv, B, 1, off).width``.  Where no row is clipped
+    (``0 <= off <= Nkv - Nq``) block i < T - 1 sees ``(i + 1)·B + off`` keys and the last
+    ``Nq + off``, so the sum is ``B·T(T - 1)/2 + (T - 1)·off + Nq + off`` in O(1) (the search
+    asks it of every row block it scores); else the O(log N) sum."""
+    if 0 <= off <= Nkv - Nq:
+        T = -(-Nq // B)
+        return B * T * (T - 1) // 2 + (T - 1) * off + Nq + off
+    return _sums(Nq, Nkv, B, 1, off).width
+
+
 def _seen(shape: Shape) -> int:
     """Σ_r hi_r: the scores the rows see (Nq·Nkv unmasked), O(log N)."""
     if not shape.causal:
@@ -247,19 +260,25 @@ def _phase2(shape: Shape, Br2: int, Bd2: int, w: int) -> IOCount:
 
 
 def _phase1_total(shape: Shape, c: tuple[int, ...]) -> int:
-    """``_phase1(shape, Br, Bc, ORDERS[o]).total`` of a search candidate (Br, Bc, o), with the
-    unmasked closed form inline (the search scores a few hundred)."""
+    """``_phase1(shape, Br, Bc, ORDERS[o]).total`` of a search candidate (Br, Bc, o), the
+    closed form inline (the search scores a few hundred)."""
     if shape.causal:
-        return _phase1(shape, c[0], c[1], ORDERS[c[2]]).total
+        Nq, Nkv, off = shape.Nq, shape.Nkv, shape.offset
+        if c[2]:  # order "row": the rows that see a key, once
+            q = Nq - max(0, min(Nq, -off))
+        else:  # per key block, the rows that see its first key
+            q = _key_sums(Nq, Nkv, c[1], off).width
+        return (q + _hi_sum(Nq, Nkv, c[0], off)) * shape.d + _seen(shape)
     Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
     q = Nq * d if c[2] else -(-Nkv // c[1]) * Nq * d
     return q + -(-Nq // c[0]) * Nkv * d + Nq * Nkv
 
 
 def _phase2_total(shape: Shape, Br2: int, Bd2: int, w: int) -> int:
-    """``_phase2(shape, Br2, Bd2, w).total``, the unmasked closed form inline."""
+    """``_phase2(shape, Br2, Bd2, w).total``, the closed form inline."""
     if shape.causal:
-        return _phase2(shape, Br2, Bd2, w).total
+        return (-(-w // Bd2) * _seen(shape)
+                + w * _hi_sum(shape.Nq, shape.Nkv, Br2, shape.offset) + shape.Nq * w)
     Nq, Nkv = shape.Nq, shape.Nkv
     return -(-w // Bd2) * Nq * Nkv + -(-Nq // Br2) * Nkv * w + Nq * w
 
@@ -283,6 +302,24 @@ def _plain_cost2(Nq: int, Nkv: int, d: int, g: tuple[int, ...]) -> tuple[int, in
     w = d - g[2]
     tr, td = -(-Nq // g[3]), -(-w // g[4])
     return total + td * Nq * Nkv + tr * Nkv * w + Nq * w, steps + tr * td
+
+
+def _plain_lowers1(Nq: int, Nkv: int, d: int, cs: list[tuple[int, ...]]) -> np.ndarray:
+    """:func:`_plain_cost1`'s counts of the Phase-1 candidates ``cs`` (Br, Bc, order index) in
+    float64, over the pool at once: the unmasked phase's bounds (:class:`~.protocol.Phase`
+    ``lowers``; within float rounding of the exact count, which the mapper's margin covers)."""
+    br, bc, o = (np.array(x, dtype=np.int64) for x in zip(*cs))
+    tc = (-(-Nkv // bc)).astype(np.float64)
+    return (np.where(o == 1, float(Nq * d), tc * float(Nq * d))
+            + (-(-Nq // br)).astype(np.float64) * float(Nkv * d) + float(Nq * Nkv))
+
+
+def _plain_lowers2(Nq: int, Nkv: int, d: int, gs: list[tuple[int, ...]]) -> np.ndarray:
+    """:func:`_plain_cost2`'s counts of one-group Phase-2 candidates ``gs`` (Br2, Bd2) in
+    float64, as :func:`_plain_lowers1`."""
+    br2, bd2 = (np.array(x, dtype=np.int64) for x in zip(*gs))
+    return ((-(-d // bd2)).astype(np.float64) * float(Nq * Nkv)
+            + (-(-Nq // br2)).astype(np.float64) * float(Nkv * d) + float(Nq * d))
 
 
 def _p2_total(shape: Shape, g: tuple[int, ...]) -> int:
@@ -359,6 +396,25 @@ class _Lowers:
             return self.phase2(g[0], g[1], self.d)
         return self.phase2(g[0], g[1], g[2]) + self.phase2(g[3], g[4], self.d - g[2])
 
+    def _row_keys_many(self, B: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """:meth:`row_keys` over an array of row blocks (float64)."""
+        B = np.minimum(B, self.Nq)
+        keys = prefix_block_keys_many(self.Nkv, self.off, self.Nq, B)
+        return np.where(np.isnan(keys), self.P / B, keys)
+
+    def phase1_many(self, cs: list[tuple[int, ...]]) -> npt.NDArray[np.float64]:
+        """:meth:`phase1` of a pool of choices at once (the mapper's ``lowers``): the same
+        bounds within float rounding."""
+        br, bc, o = (np.array(x, dtype=np.int64) for x in zip(*cs))
+        q = np.where(o == 1, float(self.rows_q), self.P / np.minimum(bc, self.Nkv))
+        return (q + self._row_keys_many(br)) * self.d + self.P
+
+    def p2_many(self, gs: list[tuple[int, ...]]) -> npt.NDArray[np.float64]:
+        """:meth:`p2` of a pool of one-group choices (Br2, Bd2) at once."""
+        br2, bd2 = (np.array(x, dtype=np.int64) for x in zip(*gs))
+        return ((-(-self.d // bd2)).astype(np.float64) * self.P
+                + self.d * self._row_keys_many(br2) + self.Nq * self.d)
+
 
 def _p2(shape: Shape, g: tuple[int, ...]) -> IOCount:
     """Phase 2 of a search candidate: (Br2, Bd2) over every column, or (Br2, Bd2, d1, Br2b,
@@ -399,48 +455,69 @@ def _rows2(M: int, c: int) -> int:
     return a if a > c else min(c, (M - 1) // (c + 2))  # else a <= c
 
 
-def _pairs(X: int, Y: int, M: int, ymax: Callable[[int], int],
-           xmax: Callable[[int], int]) -> set[tuple[int, int]]:
-    """(x, y) pairs worth scoring, x in [1, X] and y in [1, Y]: for each x on a geometric ladder
-    (:func:`attnio.algorithms.common.ladder`) the largest y that fits (``ymax``), then the largest x for that y; the same from the sides of y;
-    each also snapped down to the least size with as many blocks.  A side below a quarter of
-    min(X, Y, √M) is skipped (the count falls with 1/x + 1/y at x·y ≈ M: such a tile is never
-    the least, and the other pass reaches the clamped sides).  O(log M) pairs."""
-    out: set[tuple[int, int]] = set()
-    add = out.add  # (cdiv inline: the plan lists a few hundred)
-    floor = max(1, min(X, Y, math.isqrt(M)) // 4)
-    for x in ladder(X, M):
-        y = min(Y, ymax(x))
-        if x >= floor and y >= floor:
-            add((x, y))
-            add((x, -(-Y // -(-Y // y))))
-            x2 = min(X, xmax(y))  # the other side grown back to the most that fits
-            add((x2, y))
-            add((-(-X // -(-X // x2)), y))
-    for y in ladder(Y, M):
-        x = min(X, xmax(y))
-        if x >= floor and y >= floor:
-            add((x, y))
-            add((-(-X // -(-X // x)), y))
-            y2 = min(Y, ymax(x))
-            add((x, y2))
-            add((x, -(-Y // -(-Y // y2))))
+_Sides = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
+
+
+def _max1_many(M: int, x: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """:func:`_max1` over an array (every value below 2M: no int64 overflow)."""
+    y = (M - 1 - x) // x
+    out: npt.NDArray[np.int64] = np.where(y >= x, y, (M - 1) // (x + 1))
     return out
 
 
-def _band(X: int, Y: int, M: int, ymax: Callable[[int], int]) -> set[tuple[int, int]]:
+def _cols2_many(M: int, a: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """:func:`_cols2` over an array."""
+    c = (M - 1 - 2 * a) // a
+    out: npt.NDArray[np.int64] = np.where(c >= a, c, (M - 1 - a) // (a + 1))
+    return out
+
+
+def _rows2_many(M: int, c: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """:func:`_rows2` over an array."""
+    a = (M - 1 - c) // (c + 1)
+    out: npt.NDArray[np.int64] = np.where(a > c, a, np.minimum(c, (M - 1) // (c + 2)))
+    return out
+
+
+def _snap(total: int, x: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The least size with as many blocks of ``total`` as x (x >= 1)."""
+    out: npt.NDArray[np.int64] = -(-total // -(-total // x))
+    return out
+
+
+def _pairs(X: int, Y: int, M: int, ymax: _Sides, xmax: _Sides) -> set[tuple[int, int]]:
+    """(x, y) pairs worth scoring, x in [1, X] and y in [1, Y]: for each x on a geometric ladder
+    (:func:`attnio.algorithms.common.ladder`) the largest y that fits (``ymax``), then the
+    largest x for that y; the same from the sides of y; each also snapped down to the least
+    size with as many blocks.  A side below a quarter of min(X, Y, √M) is skipped (the count
+    falls with 1/x + 1/y at x·y ≈ M: such a tile is never the least, and the other pass reaches
+    the clamped sides).  O(log M) pairs, over each ladder at once (``ymax`` and ``xmax`` take
+    arrays: :func:`_max1_many`, :func:`_cols2_many`, :func:`_rows2_many`)."""
+    floor = max(1, min(X, Y, math.isqrt(M)) // 4)
+    x = np.array(ladder(X, M), dtype=np.int64)
+    y = np.minimum(Y, ymax(x))
+    keep = (x >= floor) & (y >= floor)
+    x, y = x[keep], y[keep]
+    x2 = np.minimum(X, xmax(y))  # the other side grown back to the most that fits
+    ys = np.array(ladder(Y, M), dtype=np.int64)
+    xs = np.minimum(X, xmax(ys))
+    keep = (xs >= floor) & (ys >= floor)
+    xs, ys = xs[keep], ys[keep]
+    y2 = np.minimum(Y, ymax(xs))
+    xx = np.concatenate([x, x, x2, _snap(X, x2), xs, _snap(X, xs), xs, xs])
+    yy = np.concatenate([y, _snap(Y, y), y, y, ys, ys, y2, _snap(Y, y2)])
+    return set(zip(xx.tolist(), yy.tolist()))
+
+
+def _band(X: int, Y: int, M: int, ymax: _Sides) -> set[tuple[int, int]]:
     """Every x in [√M/2, 2√M] ∩ [1, X] (at most 96 of them: a step of √M/48 beyond), with the
     largest y <= Y that fits and that y snapped down to as many blocks: where the least count
-    lies (1/x + 1/y at x·y ≈ M), between the ladder's rungs."""
+    lies (1/x + 1/y at x·y ≈ M), between the ladder's rungs (``ymax`` over an array)."""
     r = math.isqrt(M)
-    out: set[tuple[int, int]] = set()
-    add = out.add
-    for x in range(max(1, r // 2), min(X, 2 * r) + 1, max(1, r // 48)):
-        y = min(Y, ymax(x))
-        if y >= 1:
-            add((x, y))
-            add((x, -(-Y // -(-Y // y))))
-    return out
+    x = np.arange(max(1, r // 2), min(X, 2 * r) + 1, max(1, r // 48), dtype=np.int64)
+    y = np.minimum(Y, ymax(x))
+    x, y = x[y >= 1], y[y >= 1]
+    return set(zip(np.concatenate([x, x]).tolist(), np.concatenate([y, _snap(Y, y)]).tolist()))
 
 
 def _rows(shape: Shape, amax: int) -> set[int]:
@@ -463,7 +540,9 @@ def _group_rows(shape: Shape, M: int, c: int, w: int, lowers: _Lowers | None = N
     fits): a completion (:func:`~attnio.algorithms.mapper.completion`) over the largest that
     fits, that snapped down to as many blocks, and with a mask the sizes of :func:`_rows`,
     scored exactly (ties: the fewest blocks), by branch and bound on :func:`_phase2_lower`
-    with a mask (exact where no row is clipped; ``lowers``: the shape's, else made here)."""
+    with a mask where some row is clipped (``lowers``: the shape's, else made here); where
+    none is, every count is O(1) (:func:`_hi_sum`) and all are scored: the key breaks every
+    tie, so the same choice."""
     amax = min(shape.Nq, _rows2(M, min(c, w)))
     if amax < 1:
         return 0
@@ -474,6 +553,8 @@ def _group_rows(shape: Shape, M: int, c: int, w: int, lowers: _Lowers | None = N
 
     if not shape.causal:
         best = mapper.completion(sorted(sizes), key)
+    elif 0 <= shape.offset <= shape.Nkv - shape.Nq:  # no row clipped: every count is O(1)
+        best = mapper.completion(sorted(sizes | _rows(shape, amax)), key)  # (_hi_sum)
     else:
         low = _Lowers(shape) if lowers is None else lowers
         best = mapper.completion(sorted(sizes | _rows(shape, amax)), key,
@@ -577,8 +658,8 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
 
         def cands1() -> list[tuple[int, ...]]:
             out: list[tuple[int, ...]] = [
-                (a, b, 0) for a, b in _pairs(Nq, Nkv, M, functools.partial(_max1, M),
-                                             functools.partial(_max1, M))]
+                (a, b, 0) for a, b in _pairs(Nq, Nkv, M, functools.partial(_max1_many, M),
+                                             functools.partial(_max1_many, M))]
             for a in _rows(shape, min(Nq, (M - 1) // (d + 1))):  # "row": a·d + a·b + 1 <= M
                 out += [(a, 1, 1), (a, min(Nkv, (M - 1 - a * d) // a), 1)]
             if masked:  # row blocks that meet the diagonal where it enters
@@ -587,24 +668,25 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             return out
 
         def cands2() -> set[tuple[int, ...]]:
-            out: set[tuple[int, ...]] = set(_pairs(Nq, d, M, functools.partial(_cols2, M),
-                                                   functools.partial(_rows2, M)))
+            out: set[tuple[int, ...]] = set(_pairs(Nq, d, M, functools.partial(_cols2_many, M),
+                                                   functools.partial(_rows2_many, M)))
             if masked:
                 out |= {(a, min(d, _cols2(M, a))) for a in _rows(shape, Nq) if _cols2(M, a) >= 1}
             return out
 
         def band2() -> set[tuple[int, ...]]:
-            return (_band(Nq, d, M, functools.partial(_cols2, M))
-                    | {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2, M))})
+            return (_band(Nq, d, M, functools.partial(_cols2_many, M))
+                    | {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2_many, M))})
 
-        band1 = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1, M))]
+        band1 = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1_many, M))]
         low = _Lowers(shape) if masked else None
         phase1 = Phase(
             cost=(lambda c: (_phase1_total(shape, c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])))
             if masked else functools.partial(_plain_cost1, Nq, Nkv, d),
             footprint=None,  # every candidate is built to fit (the sides of most that fit)
             candidates=cands1 if masked else lambda: cands1() + band1,
-            lower=None if low is None else low.phase1,
+            lowers=low.phase1_many if low is not None
+            else functools.partial(_plain_lowers1, Nq, Nkv, d),
             ranked=(lambda: [(_phase1_total(plain, c), c) for c in band1]) if masked else None,
             keep=_BAND, offer=_OFFER)
         phase2 = Phase(
@@ -612,7 +694,8 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             if masked else functools.partial(_plain_cost2, Nq, Nkv, d),
             footprint=None,
             candidates=cands2 if masked else lambda: cands2() | band2(),
-            lower=None if low is None else low.p2,
+            lowers=low.p2_many if low is not None
+            else functools.partial(_plain_lowers2, Nq, Nkv, d),
             ranked=(lambda: [(_p2_total(plain, g), g) for g in band2()]) if masked else None,
             keep=_BAND,
             seed=lambda best: self._two_groups(

@@ -88,9 +88,14 @@ class WindowCacheTiling:
 
 
 def capacity(shape: Shape, Br: int) -> int:
-    """C: the widest band ``hi_i - lo_i`` over the query blocks of Br rows (the ring's rows)."""
+    """C: the widest band ``hi_i - lo_i`` over the query blocks of Br rows (the ring's rows):
+    without a window every block's band starts at key 0 and ends where its last row's does,
+    which grows with the block, so C is the last block's, ``clip(Nq + offset, 0, Nkv)`` (O(1));
+    with a window, :func:`~attnio.core.masks.query_block_max_width` (O(log N))."""
     if not shape.causal:
         return shape.Nkv
+    if shape.window is None:
+        return max(0, min(shape.Nkv, shape.Nq + shape.offset))
     return masks.query_block_max_width(shape.Nq, shape.Nkv, min(Br, shape.Nq), 1, shape.offset,
                                        shape.window)
 
