@@ -231,3 +231,40 @@ def test_standard_runs_at_once_are_the_grid_walk():
             bound = (d * pall / sides[t] + 2 * d * pall / sides[im]
                      + (p + -(-d // bks[ik]) + 2) * pall + N * d)
             assert lo == pytest.approx(shape.n_heads * bound, rel=1e-12)
+
+
+def test_flash2_refined_family_bound_is_below_every_member_on_random_shapes():
+    """flash2's ``refined`` family bound (the keys its blocks see, :func:`row_stream_lower`) is
+    at most every member's count on random causal shapes: both alignments, Nkv above and below
+    Nq (rows clipped: the bound falls back to 0 keys), grouped heads, small and large M; and the
+    search by it is the least (count, steps) of scoring every member."""
+    import random
+
+    f2 = _alg.get("flash2")
+    rng = random.Random(47)
+    refined_seen = 0
+    for _ in range(150):
+        N = rng.choice([rng.randint(1, 60), rng.randint(1, 3000)])
+        Nkv = rng.choice([N, rng.randint(1, 60), rng.randint(1, 3000)])
+        d = rng.choice([1, 2, 8, 64])
+        kvh, g = rng.choice([1, 2]), rng.choice([1, 2, 4])
+        shape = Shape.make(N, d, Nkv=Nkv, causal=rng.choice([True, "top_left"]),
+                           heads=kvh * g, kv_heads=kvh)
+        M = rng.choice([rng.randint(f2.min_M(shape), 400), rng.randint(400, 10**5)])
+        fams = f2._families(shape, M)
+        assert fams is not None and fams.refined is not None
+        every = []
+        for i, lower in enumerate(fams.lower):
+            for t in fams.members(i):
+                if f2.footprint(shape, t) > M:
+                    continue
+                count = f2.cost(shape, t).io.total
+                assert lower <= count * (1 + 1e-12), (shape, M, t)
+                assert fams.refined(i) <= count * (1 + 1e-12), (shape, M, t)
+                refined_seen += fams.refined(i) > lower
+                every.append((count, f2.steps(shape, t)))
+        if every:
+            found = mapper.search(f2, shape, M)
+            assert found is not None
+            assert (found.predicted.total, found.steps) == min(every)
+    assert refined_seen > 100  # the refined bound is tighter than lower on many members
