@@ -90,6 +90,24 @@ def test_large_cache_is_the_exact_best_segment_length_and_never_below_the_raw_on
     assert a >= b >= 2980
 
 
+def test_large_cache_answers_past_int64_and_past_its_enumeration_budget():
+    """P >= 2^63 once crashed (an int64 conversion: ``attnio bound --N 3936118705 --d 1 --M
+    440095``) and N = 2^40 at d = 8 tried to list ~10^12 candidates.  Past the budget the value is
+    the best over a window of segment lengths: a term of the bound at a real K, at least the
+    first-generation grid's, and where the exact maximum is still computable (P = 2^62, d = 8,
+    9 million candidates) the same."""
+    from attnio.bounds import exact as E
+    for N, d, M in ((3936118705, 1, 440095), (2**40, 8, 440095), (2**50, 1, 1000),
+                    (2**50, 64, 2**20)):
+        P = N * N
+        value, K = E._large_cache_best(P, d, M)
+        Q, D = P - 1, 4 * d * d
+        assert value > 0 and value == K * (Q // max(K + M, (K + M) ** 2 // D)), (N, d, M)
+        assert value >= E._large_cache(P, d, M)[0]
+    assert E._large_cache_best(2**62, 8, 440095) == (670645895123848, 440104)
+    assert B.standard_matmul_large_cache(N=3936118705, d=1, M=440095).value == 35203832027514
+
+
 def test_approximate_w_stationary_is_monotone():
     for N in (64, 1000):
         vals = [B.approx_w_stationary(N=N, d=16, M=M, r=64).value for M in range(1, 3 * N)]

@@ -145,6 +145,12 @@ def _m_many(cs: np.ndarray, d: int) -> np.ndarray:
 #: Below this many candidates the exact maximum of :func:`_large_cache_best` is taken in Python.
 _FEW = 48
 
+#: At most this many consecutive candidates are evaluated past the first few (a window around the
+#: best found: :func:`_large_cache_best`), and at most :data:`_SCREENED` of them exactly where the
+#: float screen is used.
+_BUDGET = 1 << 20
+_SCREENED = 4096
+
 
 @functools.lru_cache(maxsize=4096)
 def _large_cache_best(P: int, d: int, M: int) -> tuple[int, int]:
@@ -160,7 +166,16 @@ def _large_cache_best(P: int, d: int, M: int) -> tuple[int, int]:
     increasing, and Q(√(D(c + 1)) − M)/c, whose slope has the sign of M − d(c + 2)/√(c + 1),
     decreasing), so after the best g near U's peak every c with g(c) above it lies in the interval
     where U >= that value: its integers, or the blocks of one ⌊Q/c⌋ in it (each block's largest c),
-    whichever are fewer, are evaluated exactly."""
+    whichever are fewer, are evaluated exactly.
+
+    That interval's width grows as about 4d²·P/M^2.5 (where g is flat near its peak, within its
+    floors' jitter), past any enumeration for P beyond ~2⁶² at small d and large M.  Where it
+    holds more than :data:`_BUDGET` integers (or blocks), only the window of that many around the
+    best found is evaluated (and, where P >= 2⁶² needs the float screen, at most
+    :data:`_SCREENED` of its candidates by their float estimates): the value is then the best over
+    those segment lengths, still a valid bound at M, but no longer proven the exact maximum, so
+    its monotonicity in M and N is not guaranteed there (docs/bounds.md §3).  Every shape with
+    P < 2⁶¹ met so far stays within the budget."""
     Q, D = P - 1, 4 * d * d
     cmin = max(M + 1, (M + 1) ** 2 // D)  # T(M + 1): the least c with m(c) > M
     if Q < cmin:
@@ -209,24 +224,34 @@ def _large_cache_best(P: int, d: int, M: int) -> tuple[int, int]:
                 if v > best:
                     best, arg = v, c
     else:
-        xs = np.arange(lo, hi + 1, dtype=np.int64)
-        cs = Q // xs if by_block else xs
-        cs = cs[cs >= cmin]
+        if hi - lo >= _BUDGET:  # a window of _BUDGET around the best found (docstring)
+            mid = Q // arg if by_block else arg
+            lo = min(max(lo, mid - _BUDGET // 2), hi - _BUDGET + 1)
+            hi = lo + _BUDGET - 1
         if Q < 2**62 and d < 2**12:  # exact in int64 (_m_many)
+            xs = np.arange(lo, hi + 1, dtype=np.int64)
+            cs = Q // xs if by_block else xs
+            cs = cs[cs >= cmin]
             vals = (Q // cs) * (np.minimum(cs, _m_many(cs, d)) - M)
             i = int(np.argmax(vals))
             if int(vals[i]) > best:
                 best, arg = int(vals[i]), int(cs[i])
         else:  # floats to screen (each within m + ⌊Q/c⌋ + 2 of g), then exact
-            cf = cs.astype(np.float64)
+            off = np.arange(hi - lo + 1, dtype=np.float64)  # x = lo + off (lo may pass int64)
+            xf = float(lo) + off
+            cf = np.floor(float(Q) / xf) if by_block else xf
             qf = np.floor(Q / cf)
             mf = np.minimum(cf, np.floor(np.sqrt(D * (cf + 1.0))))
             vf = qf * (mf - M)
-            keep = vf * (1.0 + 1e-9) + mf + qf + 2.0 >= best
-            for c in cs[keep].tolist():
-                v = g(int(c))
-                if v > best:
-                    best, arg = v, int(c)
+            keep = np.flatnonzero((vf * (1.0 + 1e-9) + mf + qf + 2.0 >= best) & (cf >= cmin - 1.0))
+            if len(keep) > _SCREENED:  # the most promising by their floats (docstring)
+                keep = keep[np.argpartition(vf[keep], -_SCREENED)[-_SCREENED:]]
+            for j in keep.tolist():
+                c = Q // (lo + j) if by_block else lo + j
+                if c >= cmin:
+                    v = g(c)
+                    if v > best:
+                        best, arg = v, c
     return best, _m_of(arg, D) - M
 
 
