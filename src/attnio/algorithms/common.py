@@ -12,14 +12,17 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
 from ..core import masks
 from ..core.checks import check_real
 from ..core.memory import SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["HeadGroup", "block_sizes", "default_scale", "divisors_upto", "fp_group_pass_a", "fp_split_pass1",
            "ladder", "largest_true", "prefix_block_keys", "prefix_block_keys_many",

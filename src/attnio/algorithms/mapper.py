@@ -49,10 +49,9 @@ import heapq
 import itertools
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from ..core.errors import ParameterError
 from ..core.memory import IOCount
@@ -68,6 +67,9 @@ from .protocol import (
     Phases,
     Schedule,
 )
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["best_backward", "can_run", "check_M", "completion", "default_tiling", "dense_groups",
            "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_few",

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from ..core.memory import IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Families", "Field", "Mapspace",
            "Phase", "Phases", "Schedule"]

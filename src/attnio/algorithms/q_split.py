@@ -122,10 +122,9 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import numpy.typing as npt
 
 from ..core import masks
 from ..core.checks import check_int
@@ -135,6 +134,9 @@ from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
 from .base import GroupedAlgorithm, block_sizes, divisors_upto, prefix_block_keys
 from .common import HeadGroup, prefix_block_keys_many
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["ALGORITHM", "QSplit", "QSplitTiling"]
 

@@ -141,10 +141,9 @@ import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from ..core import masks
 from ..core.errors import ParameterError
@@ -155,6 +154,9 @@ from ._kernels import online_lse_step
 from .base import Algorithm, prefix_block_keys
 from .common import ladder, prefix_block_keys_many, store_lines
 from .protocol import Phase, Phases
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["ALGORITHM", "StreamTiling", "StreamTilingTiling"]
 
@@ -455,7 +457,8 @@ def _rows2(M: int, c: int) -> int:
     return a if a > c else min(c, (M - 1) // (c + 2))  # else a <= c
 
 
-_Sides = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
+if TYPE_CHECKING:
+    _Sides = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
 
 
 def _max1_many(M: int, x: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
