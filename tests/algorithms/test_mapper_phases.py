@@ -98,8 +98,11 @@ def test_the_search_finds_the_least_of_the_whole_product_ties_included(seed):
     assert plain is not None and (plain.tiling, plain.steps) == (found.tiling, found.steps)
 
 
+@pytest.mark.parametrize("at_once", [False, True])
 @pytest.mark.parametrize("seed", range(100))
-def test_branch_and_bound_on_a_lower_bound_keeps_the_same_best(seed):
+def test_branch_and_bound_on_a_lower_bound_keeps_the_same_best(seed, at_once):
+    """A proven bound, one candidate at a time (``lower``) or the pool's bounds in one call
+    (``lowers``, e.g. numpy), prunes to the same best whatever the slack."""
     rng = random.Random(seed)
     table = _Table(rng, rng.randint(1, 40))
     slack = [rng.choice([0, 0, 1, 3]) for _ in table.count]  # a proven bound: count - slack
@@ -107,26 +110,12 @@ def test_branch_and_bound_on_a_lower_bound_keeps_the_same_best(seed):
     M = rng.randint(1, 10)
     want = sorted((table.count[i], table.steps[i], i) for i in range(len(table.count))
                   if table.fp[i] <= M)[:k]
+    if at_once:
+        bound = dict(lowers=lambda cs: np.array([table.count[i] - slack[i] for i in cs], float))
+    else:
+        bound = dict(lower=lambda i: table.count[i] - slack[i])
     phase = Phase(cost=table.cost, footprint=table.fp.__getitem__,
-                  candidates=lambda: range(len(table.count)), offer=k,
-                  lower=lambda i: table.count[i] - slack[i])
-    assert mapper.phase_best(phase, M) == [i for _, _, i in want]
-
-
-@pytest.mark.parametrize("seed", range(100))
-def test_bounds_for_the_whole_pool_keep_the_same_best(seed):
-    """``lowers`` (the pool's bounds in one call, e.g. numpy) is the branch and bound of
-    ``lower``: the same best, whatever the slack."""
-    rng = random.Random(seed)
-    table = _Table(rng, rng.randint(1, 40))
-    slack = [rng.choice([0, 0, 1, 3]) for _ in table.count]
-    k = rng.randint(1, 5)
-    M = rng.randint(1, 10)
-    want = sorted((table.count[i], table.steps[i], i) for i in range(len(table.count))
-                  if table.fp[i] <= M)[:k]
-    phase = Phase(cost=table.cost, footprint=table.fp.__getitem__,
-                  candidates=lambda: range(len(table.count)), offer=k,
-                  lowers=lambda cs: np.array([table.count[i] - slack[i] for i in cs], float))
+                  candidates=lambda: range(len(table.count)), offer=k, **bound)
     assert mapper.phase_best(phase, M) == [i for _, _, i in want]
 
 
