@@ -560,10 +560,18 @@ def greedy_makespan(dur: np.ndarray, slots: int, mode: str = "exact") -> float:
         return float(max(dur.sum() / slots, dur.max()))
     if mode == "upper" or n > 300_000:
         return float(dur.sum() / slots + dur.max() * (1 - 1 / slots))
-    return _greedy_exact(np.ascontiguousarray(dur, dtype=np.float64).tobytes(), slots)
+    buf = np.ascontiguousarray(dur, dtype=np.float64).tobytes()
+    if n <= GREEDY_CACHED_CTAS:
+        return _greedy_exact(buf, slots)
+    return _greedy_exact.__wrapped__(buf, slots)
 
 
-@functools.lru_cache(maxsize=256)
+#: Grids of at most this many CTAs have their exact greedy makespan cached (128 of them: at
+#: most 20 MB of keys).
+GREEDY_CACHED_CTAS = 20_000
+
+
+@functools.lru_cache(maxsize=128)
 def _greedy_exact(buf: bytes, slots: int) -> float:
     """:func:`greedy_makespan`'s heap, cached on the durations' bytes: a tune meets the same
     durations again (the oracle's two refinements of a config differ in HBM bytes, not in CTA
