@@ -252,10 +252,16 @@ def _phase1_plain(shape: Shape, maxima: bool, c: _Phase1) -> int:
     """``sum(_phase1_io(shape.unmasked(), Br, Bc, order, ...))`` of a search candidate
     ``(Br, Bc, Bd, order)``, inline (the search ranks a few hundred); ``maxima``:
     :func:`_maxima` of the variant."""
+    return _phase1_key(shape, maxima, c)[0]
+
+
+def _phase1_key(shape: Shape, maxima: bool, c: _Phase1) -> tuple[int, int]:
+    """(:func:`_phase1_plain`, the tiles Tr·Tc) of a search candidate: the search's ranking
+    key of an unmasked Phase-1 choice."""
     Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
-    tc = -(-Nkv // c[1])
-    return ((Nq * d if c[3] == "row" else tc * Nq * d) + -(-Nq // c[0]) * Nkv * d
-            + Nq * Nkv + Nq + (tc * Nq if maxima else 0))
+    tr, tc = -(-Nq // c[0]), -(-Nkv // c[1])
+    return ((Nq * d if c[3] == "row" else tc * Nq * d) + tr * Nkv * d
+            + Nq * Nkv + Nq + (tc * Nq if maxima else 0)), tr * tc
 
 
 def _phase2_io(shape: Shape, Br2: int, Bk2: int, Bd2: int, Bc: int,
@@ -495,10 +501,8 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
 
         def key(i: int) -> tuple[int, int]:
             a, b, c, k = grid[i].tolist()
-            t_r, t_c = -(-Nq // a), -(-Nkv // b)
-            count = ((Nq * d if k == 0 else t_c * Nq * d) + t_r * Nkv * d + Nq * Nkv + Nq
-                     + (t_c * Nq if maxima else 0))
-            chosen[i] = ((a, b, c, "row" if k == 0 else "tile"), (count, t_r * t_c))
+            choice = (a, b, c, "row" if k == 0 else "tile")
+            chosen[i] = (choice, _phase1_key(shape, maxima, choice))
             return chosen[i][1]
 
         top = mapper.least_few(range(len(grid)), key, None, keep, lowers=approx)
@@ -529,15 +533,9 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             p1 = self._phase1_candidates(shape, M, stable, spill)
             if shape.causal and len(p1) > 24:
                 # pre-rank by the O(1) unmasked count and score the best 24 exactly
-                plain = functools.partial(_phase1_plain, shape, maxima)
-                p1 = mapper.preranked(
-                    p1, lambda c: (plain(c), -(-Nq // c[0]) * -(-Nkv // c[1])), 24)
-            elif not shape.causal:  # _phase1_plain inline, with the tiles (a few hundred)
-                d, fixed = shape.d, Nq * Nkv + Nq
-                for c in p1:
-                    tr, tc = -(-Nq // c[0]), -(-Nkv // c[1])
-                    ranked[c] = ((Nq * d if c[3] == "row" else tc * Nq * d) + tr * Nkv * d
-                                 + fixed + (tc * Nq if maxima else 0), tr * tc)
+                p1 = mapper.preranked(p1, functools.partial(_phase1_key, shape, maxima), 24)
+            elif not shape.causal:  # the count and tiles of each (a few hundred choices)
+                ranked = {c: _phase1_key(shape, maxima, c) for c in p1}
         # each choice's (exact Phase-1 count, tiles), computed once
         if shape.causal:
             def exact_key(c: _Phase1) -> tuple[int, int]:
