@@ -401,3 +401,26 @@ def test_side_pairs_and_band_over_arrays_are_the_rung_by_rung_ones():
                                functools.partial(xmax[1], M))
                     == _pairs_loop(X, Y, M, functools.partial(ymax[0], M),
                                    functools.partial(xmax[0], M)))
+
+
+def test_prefix_block_keys_over_arrays_is_the_scalar_one():
+    """``common.prefix_block_keys_many`` (the pools' bounds at once) is
+    :func:`~attnio.algorithms.common.prefix_block_keys` elementwise: NaN exactly where that is
+    None, else within float rounding (the mapper's 1e-9 margin covers it)."""
+    import random
+
+    from attnio.algorithms.common import prefix_block_keys, prefix_block_keys_many
+
+    rng = random.Random(41)
+    for _ in range(300):
+        Nkv = rng.choice([rng.randint(1, 200), rng.randint(1, 10**6), 10**9])
+        n = [rng.choice([0, 1, rng.randint(1, Nkv), Nkv + 1]) for _ in range(20)]
+        off = [rng.choice([-1, 0, rng.randint(0, Nkv), Nkv]) for _ in range(20)]
+        B = [rng.choice([1, rng.randint(1, 64), rng.randint(1, 10**6)]) for _ in range(20)]
+        got = prefix_block_keys_many(Nkv, off, n, B)
+        for g, o, m, b in zip(got.tolist(), off, n, B):
+            want = prefix_block_keys(Nkv, o, m, b)
+            if want is None:
+                assert np.isnan(g), (Nkv, o, m, b)
+            else:
+                assert abs(g - want) <= 1e-12 * max(1.0, abs(want)), (Nkv, o, m, b, g, want)
