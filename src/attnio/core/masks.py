@@ -324,69 +324,31 @@ def _block_sums(total: int, B: int, Z: int, S: int, lo_start: int | None,
                 hi_stop: int | None) -> BlockSums:
     """Blocks [s, e) of [0, total) of size B; ``lo = clip(s + lo_start, 0, Z)`` (0 when
     ``lo_start`` is None), ``hi = max(lo, clip(e + hi_stop, 0, Z))`` (Z when ``hi_stop`` is
-    None).  :func:`_affine`, :func:`_linear_sums` (with :func:`_seen_range` and
-    :func:`_first_at_least`), :func:`_last_block` and :func:`meet` inline: the searches ask
-    for a few hundred of these sums a plan.  Single keys (S = 1) with no lower end and no
-    block clipped (``0 <= hi_stop <= Z - total``): arithmetic series in O(1)."""
-    if total < 1 or B < 1 or S < 1 or Z < 1:
-        raise ValueError("sizes must be >= 1")
-    n, rem = divmod(total, B)
-    if S == 1 and lo_start is None and hi_stop is not None and 0 <= hi_stop <= Z - total:
+    None).  Single keys (S = 1) with no lower end and no block clipped (``0 <= hi_stop <= Z -
+    total``, every bottom-right causal shape with Nq <= Nkv): arithmetic series in O(1)."""
+    if (S == 1 and lo_start is None and hi_stop is not None and 0 <= hi_stop <= Z - total
+            and total >= 1 and B >= 1):
         # no row clipped, single keys: block i sees hi_i = e_i + hi_stop >= 1 keys, which
         # are its count and width; the sums are arithmetic series
+        n, rem = divmod(total, B)
         full = B * n * (n + 1) // 2 + n * hi_stop  # Σ hi_i over the full blocks
         last = total + hi_stop if rem else 0  # the short last block's
         width, size_width = full + last, B * full + rem * last
         blocks = n + (1 if rem else 0)
         return BlockSums(blocks, blocks, total, width, width, size_width, size_width)
-    bh = Z if hi_stop is None else B + hi_stop  # a constant >= Z clips to Z for every i >= 0
-    if lo_start is None:
-        bl = -B * n - 1 if -B * n - 1 < bh - 1 else bh - 1  # <= 0 for every i < n
-    else:
-        bl = lo_start
-        if hi_stop is None and bh < bl + 1:
-            bh = bl + 1
-    assert bh > bl
-    seen = count = width = 0
-    if n > 0:
-        i0 = (-bh) // B + 1  # the seen interval [i0, i1): a·i + bh > 0 and a·i + bl < Z
-        i0 = 0 if i0 < 0 else (n if i0 > n else i0)
-        i1 = -((bl - Z) // B)
-        i1 = i0 if i1 < i0 else (n if i1 > n else i1)
-        seen = i1 - i0
-        if seen:
-            if lo_start is None:  # lo = 0 on every block: Σ ⌈hi/S⌉
-                count = sum_floor_clip(i0, i1, B, bh, Z, S - 1, S)
-            else:
-                count = (sum_floor_clip(i0, i1, B, bh, Z, -1, S)
-                         - sum_floor_clip(i0, i1, B, bl, Z, 0, S) + seen)
-            qmax = (Z - 1) // S
-            e = -((bh - qmax * S - 1) // B)  # from here hi lies in the last S-block
-            e = i0 if e < i0 else (i1 if e > i1 else e)
-            width = S * count - ((qmax + 1) * S - Z) * (i1 - e)
+    n, rem, bl, bh = _affine(total, B, Z, S, lo_start, hi_stop)
+    seen, count, width = _linear_sums(n, B, bl, bh, Z, S, lo_start is None)
     size_seen, size_count, size_width = B * seen, B * count, B * width
     if rem:
-        s0 = n * B
-        if lo_start is None:
-            lo = 0
-        else:
-            lo = s0 + lo_start
-            lo = 0 if lo < 0 else (Z if lo > Z else lo)
-        if hi_stop is None:
-            hi = Z
-        else:
-            hi = total + hi_stop
-            hi = 0 if hi < 0 else (Z if hi > Z else hi)
-        if hi > lo:
-            first, last = lo // S, (hi - 1) // S
-            c = last - first + 1
-            w = (Z if Z < (last + 1) * S else (last + 1) * S) - first * S
-            seen += 1
-            count += c
-            width += w
-            size_seen += rem
-            size_count += c * rem
-            size_width += w * rem
+        lo, hi = _last_block(total, B, Z, lo_start, hi_stop)
+        c, _, w = meet(lo, hi, S, Z)
+        v = int(hi > lo)
+        seen += v
+        count += c
+        width += w
+        size_seen += v * rem
+        size_count += c * rem
+        size_width += w * rem
     return BlockSums(n + (1 if rem else 0), seen, size_seen, count, width, size_count, size_width)
 
 
