@@ -319,8 +319,7 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         operations a tiling."""
         if self._lower_total(shape) is None or not shape.causal:
             return None  # (unmasked the bound one tiling at a time is cheaper than numpy's)
-        d, Nq, Nkv, n = shape.d, shape.Nq, shape.Nkv, shape.n_heads
-        causal, off = shape.causal, shape.offset
+        d, Nq, Nkv, n, off = shape.d, shape.Nq, shape.Nkv, shape.n_heads, shape.offset
         rows1 = masks.row_counts(shape).rows1
 
         def keys(o: npt.NDArray[np.int64], m: npt.NDArray[np.int64],
@@ -335,14 +334,9 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
             T = -(-Nq // Br)
             S = (T - 1) * sigma + np.minimum(sigma, Nq - (T - 1) * Br)
             Gf, thin = G.astype(np.float64), (sigma > 0) & (S > 0)
-            if not causal:
-                reads = Gf * (d * Nq) + (2 * d * Nkv) * T.astype(np.float64)
-                more = (Gf * d * S + (d + delta).astype(np.float64) * Nkv
-                        * (-(-S // np.maximum(Br2, 1))).astype(np.float64))
-            else:
-                reads = Gf * (d * rows1) + 2 * d * keys(off + S, Nq - S, Br - sigma)
-                more = (Gf * d * S * float(off >= 0) + (d + delta).astype(np.float64)
-                        * keys(np.full_like(S, off), S, np.minimum(Br2, S)))
+            reads = Gf * (d * rows1) + 2 * d * keys(off + S, Nq - S, Br - sigma)
+            more = (Gf * d * S * float(off >= 0) + (d + delta).astype(np.float64)
+                    * keys(np.full_like(S, off), S, np.minimum(Br2, S)))
             reads = reads + np.where(thin, more, 0.0)
             return (n // G).astype(np.float64) * (reads + Gf * (Nq * d))
         return lowers
