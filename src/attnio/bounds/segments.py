@@ -464,23 +464,39 @@ def _max_increasing_difference(A: Callable[[float], float], B: Callable[[float],
     On a cell [u, v] the difference is at most ``A(v) - B(u)``.  Cells whose bound exceeds the
     best value seen (``floor``, or ``A(x) - B(x)`` at cell ends) by more than ``rtol·A(hi)`` are
     split ``split`` ways, ``levels`` times; the result is the best value plus that tolerance, or
-    the largest bound of the cells left if larger: never below the true maximum."""
+    the largest bound of the cells left if larger: never below the true maximum.  (A and B are
+    evaluated once per point: a cell's ends are points evaluated before.)"""
     if hi <= lo:
         return max(floor, A(lo) - B(lo))
-    tol = rtol * abs(A(hi))
+    va: dict[float, float] = {}
+    vb: dict[float, float] = {}
+
+    def a_(x: float) -> float:
+        v = va.get(x)
+        if v is None:
+            v = va[x] = A(x)
+        return v
+
+    def b_(x: float) -> float:
+        v = vb.get(x)
+        if v is None:
+            v = vb[x] = B(x)
+        return v
+
+    tol = rtol * abs(a_(hi))
     edges = [lo + (hi - lo) * i / cells for i in range(cells + 1)]
     cand = list(zip(edges[:-1], edges[1:]))
-    best = max(floor, max(A(x) - B(x) for x in edges))
+    best = max(floor, max(a_(x) - b_(x) for x in edges))
     for level in range(levels + 1):
-        keep = [(u, v) for u, v in cand if A(v) - B(u) > best + tol]
+        keep = [(u, v) for u, v in cand if a_(v) - b_(u) > best + tol]
         if not keep:
             return best + tol
         if level == levels:
-            return max(best + tol, max(A(v) - B(u) for u, v in keep))
+            return max(best + tol, max(a_(v) - b_(u) for u, v in keep))
         cand = []
         for u, v in keep:
             pts = [u + (v - u) * i / split for i in range(split + 1)]
-            best = max(best, max(A(x) - B(x) for x in pts[1:-1]))
+            best = max(best, max(a_(x) - b_(x) for x in pts[1:-1]))
             cand.extend(zip(pts[:-1], pts[1:]))
     return best + tol  # pragma: no cover
 
@@ -498,15 +514,24 @@ def _pooled_max(T: float, lo: float, hi: float, nu: float, J: Callable[[float], 
     per smooth piece of J (``J_peaks``).  The upper curve: where ρ(I) = I (I <= ``flat_until``)
     it is Y = T and ``√(J(I)·T) - ν(T + I)`` is convex (its ends); elsewhere certified cells (its
     two parts are non-decreasing in I)."""
-    def at(I: float, Y: float) -> float:
-        return math.sqrt(max(J(I), 0.0) * max(Y, 0.0)) - nu * (Y + I)
+    def at(I: float, Y: float, JI: float | None = None) -> float:
+        JI = J(I) if JI is None else JI  # (J(I) given: the same float, computed once)
+        return math.sqrt(max(JI, 0.0) * max(Y, 0.0)) - nu * (Y + I)
+
+    seen: dict[float, float] = {}  # (best_y of each cut once: a cut ends a piece, starts one)
 
     def best_y(I: float) -> float:
+        v = seen.get(I)
+        if v is not None:
+            return v
         ylo, yhi = T - I, T - I + rho(I)
+        JI = J(I)
         if not 4.0 * nu * nu > 0.0:  # ν = 0 (or ν² underflows): the peak is beyond yhi
-            return at(I, yhi)
-        ys = J(I) / (4.0 * nu * nu)
-        return at(I, min(max(ys, ylo), yhi))
+            v = at(I, yhi, JI)
+        else:
+            v = at(I, min(max(JI / (4.0 * nu * nu), ylo), yhi), JI)
+        seen[I] = v
+        return v
 
     best = max(best_y(lo), best_y(hi))
     cuts = sorted({lo, hi, *(b for b in breaks if lo < b < hi)})
@@ -572,37 +597,45 @@ if TYPE_CHECKING:
     ArrayFn = Callable[[FloatArray], FloatArray]
 
 
-def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
-              B: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
+def _mid_many(AB: Callable[[FloatArray, npt.NDArray[np.intp]], tuple[FloatArray, FloatArray]],
               lo: FloatArray, hi: FloatArray, floor: FloatArray, *, cells: int = 8,
               levels: int = 8, split: int = 4, rtol: float = 1e-4) -> FloatArray:
     """:func:`_max_increasing_difference` of many problems at once, level by level (a level's
-    cells are kept against the best value before it, as there): the same floats.  ``A(x, i)``,
-    ``B(x, i)``: the functions of problem i at x."""
+    cells are kept against the best value before it, as there): the same floats.  ``AB(x, i)``:
+    the functions A and B of problem i at x, both (one call per level: every point of a level,
+    elementwise, so the same floats as one call per point)."""
     n = len(lo)
     ids = np.arange(n)
     out = np.empty(n)
     deg = hi <= lo
     if deg.any():
         di = ids[deg]
-        out[deg] = _pymax(floor[deg], A(lo[deg], di) - B(lo[deg], di))
-    live = ids[~deg]
-    if not len(live):
-        return out
+        Ad, Bd = AB(lo[deg], di)
+        out[deg] = _pymax(floor[deg], Ad - Bd)
+        live = ids[~deg]
+        if not len(live):
+            return out
+    else:
+        live = ids
+    nl = len(live)
+    lo_l, hi_l = lo[live], hi[live]
+    E = lo_l[:, None] + (hi_l - lo_l)[:, None] * np.arange(cells + 1) / cells
+    # the cells' ends and hi (for the tolerance) in one evaluation
+    m = nl * (cells + 1)
+    AX, BX = AB(np.concatenate([E.ravel(), hi_l]),
+                np.concatenate([np.repeat(live, cells + 1), live]))
     tol = np.zeros(n)
-    tol[live] = rtol * np.abs(A(hi[live], live))
+    tol[live] = rtol * np.abs(AX[m:])
     best = floor.copy()
-    E = lo[live][:, None] + (hi[live] - lo[live])[:, None] * np.arange(cells + 1) / cells
-    pe = np.repeat(live, cells + 1)
-    AE = A(E.ravel(), pe).reshape(len(live), cells + 1)
-    BE = B(E.ravel(), pe).reshape(len(live), cells + 1)
-    diff = AE - BE
-    best[live] = _pymax(floor[live], diff.max(axis=1))
+    AE = AX[:m].reshape(nl, cells + 1)
+    BE = BX[:m].reshape(nl, cells + 1)
+    best[live] = _pymax(floor[live], (AE - BE).max(axis=1))
     u, v = E[:, :-1].ravel(), E[:, 1:].ravel()
     pid = np.repeat(live, cells)
     # A at the cells' right ends and B at their left ends, known from the points evaluated
     # before (the same points and problems: the same values, not evaluated again)
     Av, Bu = AE[:, 1:].ravel(), BE[:, :-1].ravel()
+    steps = np.arange(split + 1)[:, None]
     for level in range(levels + 1):
         bound = Av - Bu
         keep = bound > (best + tol)[pid]
@@ -618,23 +651,23 @@ def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
             out[has] = _pymax(best[has] + tol[has], mk[has])
             return out
         u, v, pid, Bu = u[keep], v[keep], pid[keep], Bu[keep]
-        if not len(pid):
+        k = len(pid)
+        if not k:
             return out
         w = v - u
-        pts = [u + w * i / split for i in range(split + 1)]
+        pts = u + w * steps / split  # (split + 1) × cells: row i is u + w·i/split
+        pidt = np.tile(pid, split)
+        # the interior points and the last ends (u + w·split/split need not round to v)
+        Ap, Bp = AB(pts[1:].ravel(), pidt)
+        inner = (split - 1) * k
         mx = np.full(n, -np.inf)
-        Ai, Bi = [], []
-        for i in range(1, split):
-            Ai.append(A(pts[i], pid))
-            Bi.append(B(pts[i], pid))
-            np.maximum.at(mx, pid, Ai[-1] - Bi[-1])
+        np.maximum.at(mx, pidt[:inner], Ap[:inner] - Bp[:inner])
         best[has] = _pymax(best[has], mx[has])
-        # (the last end u + w·split/split need not round to v: evaluated)
-        Av = np.concatenate([*Ai, A(pts[split], pid)])
-        Bu = np.concatenate([Bu, *Bi])
-        u = np.concatenate(pts[:-1])
-        v = np.concatenate(pts[1:])
-        pid = np.tile(pid, split)
+        Av = Ap
+        Bu = np.concatenate([Bu, Bp[:inner]])
+        u = pts[:-1].ravel()
+        v = pts[1:].ravel()
+        pid = pidt
     return out  # pragma: no cover
 
 
@@ -758,16 +791,18 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
 def _mid_pieces(best: FloatArray, i: npt.NDArray[np.intp], a: FloatArray, b: FloatArray,
                 T: FloatArray, nu: FloatArray, J: ArrayFn, rho: ArrayFn) -> None:
     """The certified cells of :func:`_pooled_max_many` on the pieces [a, b] of the problems
-    ``i``, from their best values so far (updated in place)."""
-    def up_a(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
-        out: FloatArray = np.sqrt(_pymax(J(x), 0.0) * _pymax(T[j] - x + rho(x), 0.0))
-        return out
+    ``i``, from their best values so far (updated in place): A(x) = √(J(x)·(T − x + ρ(x))),
+    B(x) = ν·(T + ρ(x)), ρ(x) computed once for both."""
+    Ti, nui = T[i], nu[i]
 
-    def up_b(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
-        out: FloatArray = nu[j] * (T[j] + rho(x))
-        return out
+    def AB(x: FloatArray, j: npt.NDArray[np.intp]) -> tuple[FloatArray, FloatArray]:
+        r = rho(x)
+        Tj = Ti[j]
+        A: FloatArray = np.sqrt(_pymax(J(x), 0.0) * _pymax(Tj - x + r, 0.0))
+        B: FloatArray = nui[j] * (Tj + r)
+        return A, B
 
-    best[i] = _mid_many(lambda x, j: up_a(x, i[j]), lambda x, j: up_b(x, i[j]), a, b, best[i])
+    best[i] = _mid_many(AB, a, b, best[i])
 
 
 # ---------------------------------------------------------------------------- evaluation (A-E)
