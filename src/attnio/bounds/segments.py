@@ -761,10 +761,19 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
         y_hi[none] = best_y(hi[none], ids[none])
     best = _pymax(Y[:, 0], y_hi)
     maxp = int(pieces.max(initial=0))
-    peaks = [(I, at(I, T - I, ids)) for I in J_peaks(T)] if maxp else []
     # where every break is <= flat_until, only a problem's last piece has certified cells, and
     # they are its last step: all problems' in one batch after the loop (the same steps each)
     last_only = max(breaks, default=-math.inf) <= flat_until
+    if last_only:
+        if maxp:
+            best = _before_cells(best, Y, C, T, lo, hi, breaks, J_peaks(T), at)
+            i = ids[valid]
+            r = C[i, pieces[i]] > flat_until
+            if r.any():
+                i = i[r]
+                _mid_pieces(best, i, C[i, pieces[i] - 1], C[i, pieces[i]], T, nu, J, rho)
+        return best
+    peaks = [(I, at(I, T - I, ids)) for I in J_peaks(T)] if maxp else []
     for k in range(maxp):
         i = ids[pieces > k]
         a, b = C[i, k], C[i, k + 1]
@@ -777,15 +786,31 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
         bi = _pymax(_pymax(bi, Y[i, k]), Y[i, k + 1])
         best[i] = bi
         r = b > flat_until
-        if r.any() and not last_only:
-            _mid_pieces(best, i[r], a[r], b[r], T, nu, J, rho)
-    if last_only and maxp:  # (each problem's certified cells after all its other steps)
-        i = ids[valid]
-        r = C[i, pieces[i]] > flat_until
         if r.any():
-            i = i[r]
-            _mid_pieces(best, i, C[i, pieces[i] - 1], C[i, pieces[i]], T, nu, J, rho)
+            _mid_pieces(best, i[r], a[r], b[r], T, nu, J, rho)
     return best
+
+
+def _before_cells(best: FloatArray, Y: FloatArray, C: FloatArray, T: FloatArray,
+                  lo: FloatArray, hi: FloatArray, breaks: Sequence[float],
+                  peaks: Sequence[FloatArray],
+                  at: Callable[[FloatArray, FloatArray, npt.NDArray[np.intp]], FloatArray]
+                  ) -> FloatArray:
+    """:func:`_pooled_max_many`'s best value before the certified cells where only the last
+    piece has them: the piece loop's maximum over best_y at every cut (``Y``, NaN where ``C``
+    has no cut) and the lower line's value at each peak inside a piece (strictly between two
+    cuts: in (lo, hi) and not a break), taken at once (all finite, none −0: the same float as
+    the loop's sequence of Python maxima).  The peaks' values in one evaluation."""
+    n = len(T)
+    npk = len(peaks)
+    Ip = np.concatenate(peaks)
+    vp = at(Ip, np.tile(T, npk) - Ip, np.tile(np.arange(n), npk))
+    ok = (np.tile(lo, npk) < Ip) & (Ip < np.tile(hi, npk))
+    for b in breaks:
+        ok &= Ip != b
+    top = np.where(ok, vp, -np.inf).reshape(npk, n).max(axis=0)
+    top = np.maximum(top, np.where(np.isnan(C), -np.inf, Y).max(axis=1))
+    return _pymax(best, top)
 
 
 def _mid_pieces(best: FloatArray, i: npt.NDArray[np.intp], a: FloatArray, b: FloatArray,
