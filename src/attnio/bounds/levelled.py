@@ -454,7 +454,7 @@ def closed_levelled(P: int, d: int, M: int) -> tuple[int, int, float, int]:
     one T_f at one M' >= M)."""
     if P == 0 or d * d / M < _xs()[0]:
         return 0, 0, 0.0, M
-    fam = _families()
+    fam = _family_matrix()  # (the rows tried become tuples, as _families()'s: the same floats)
     xs, kap, _, _, nuh, lam, lam_f, lam_l = _family_arrays()
     sq = math.sqrt(M)
     w0 = np.maximum((2.0 * d - nuh * sq) * P, 0.0) * (1 + 1e-12)  # W₀ >= work at every M' >= M
@@ -481,7 +481,7 @@ def closed_levelled(P: int, d: int, M: int) -> tuple[int, int, float, int]:
     for ub, i in order:
         if ub <= best[0]:
             break
-        f = fam[i]
+        f = tuple(fam[i].tolist())
         mmax = _m_max(f[0], d)
         v, K, nu = _value_at(f, P, d, M)
         if v > best[0]:
