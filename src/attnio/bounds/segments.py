@@ -691,12 +691,15 @@ def pooled_lambdas_batch(one: Callable[[int, int, int, float], tuple[float, floa
 def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J: ArrayFn,
                         J_peaks: Callable[[FloatArray], Sequence[FloatArray]], rho: ArrayFn,
                         breaks: Sequence[float], flat_until: float = 0.0,
+                        J_fast: ArrayFn | None = None,
                         ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """:func:`pooled_lambdas` elementwise over arrays M, K, ν (broadcast): the same floats.  ``J``,
     ``rho`` elementwise; ``J_peaks(T)`` the maximisers of J(I)·(T − I) (the same on every
     piece, as for Theorems B and E); ``breaks`` increasing.  Every step of :func:`_pooled_max`
     runs on all the problems (three per element) at once, with Python's max and min
-    elementwise."""
+    elementwise.  ``J_fast``: J within a few units of 2⁻⁵³ relative (its cubes multiplied out,
+    not by the C pow), to screen the certified cells where ν = 0 (:func:`_mid_flat`: J itself
+    wherever a value depends on it, so the same floats)."""
     Ma, Ka, nua = (np.asarray(a, dtype=np.float64).ravel()
                    for a in np.broadcast_arrays(M, K, nu))
     n = len(Ma)
@@ -709,7 +712,7 @@ def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J
         lo = np.concatenate([Ma, np.zeros(n), Ma])
         hi = np.concatenate([MK, Ka, MK])
         best = _pooled_max_many((T, lo, hi, np.tile(nua, 3)), J, J_peaks, rho, breaks,
-                                flat_until)
+                                flat_until, J_fast)
         lam = best[:n] + nua * T2
         lam_f = best[n:2 * n] + nua * MK
         lam_l = best[2 * n:] + nua * MK
@@ -718,8 +721,10 @@ def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J
 
 def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatArray],
                      J: ArrayFn, J_peaks: Callable[[FloatArray], Sequence[FloatArray]],
-                     rho: ArrayFn, breaks: Sequence[float], flat_until: float) -> FloatArray:
-    """:func:`_pooled_max` of each problem (T, lo, hi, ν): ``problems`` holds the four arrays."""
+                     rho: ArrayFn, breaks: Sequence[float], flat_until: float,
+                     J_fast: ArrayFn | None = None) -> FloatArray:
+    """:func:`_pooled_max` of each problem (T, lo, hi, ν): ``problems`` holds the four arrays
+    (``J_fast``: :func:`pooled_lambdas_many`)."""
     T, lo, hi, nu = problems
     nu4 = 4.0 * nu * nu
 
@@ -771,7 +776,8 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
             r = C[i, pieces[i]] > flat_until
             if r.any():
                 i = i[r]
-                _mid_pieces(best, i, C[i, pieces[i] - 1], C[i, pieces[i]], T, nu, J, rho)
+                _mid_pieces(best, i, C[i, pieces[i] - 1], C[i, pieces[i]], T, nu, J, rho,
+                            J_fast)
         return best
     peaks = [(I, at(I, T - I, ids)) for I in J_peaks(T)] if maxp else []
     for k in range(maxp):
@@ -787,7 +793,7 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
         best[i] = bi
         r = b > flat_until
         if r.any():
-            _mid_pieces(best, i[r], a[r], b[r], T, nu, J, rho)
+            _mid_pieces(best, i[r], a[r], b[r], T, nu, J, rho, J_fast)
     return best
 
 
@@ -814,11 +820,31 @@ def _before_cells(best: FloatArray, Y: FloatArray, C: FloatArray, T: FloatArray,
 
 
 def _mid_pieces(best: FloatArray, i: npt.NDArray[np.intp], a: FloatArray, b: FloatArray,
-                T: FloatArray, nu: FloatArray, J: ArrayFn, rho: ArrayFn) -> None:
+                T: FloatArray, nu: FloatArray, J: ArrayFn, rho: ArrayFn,
+                J_fast: ArrayFn | None = None) -> None:
     """The certified cells of :func:`_pooled_max_many` on the pieces [a, b] of the problems
     ``i``, from their best values so far (updated in place): A(x) = √(J(x)·(T − x + ρ(x))),
-    B(x) = ν·(T + ρ(x)), ρ(x) computed once for both."""
+    B(x) = ν·(T + ρ(x)), ρ(x) computed once for both.  ``J_fast``: J within a few units of
+    2⁻⁵³ (its cubes multiplied out), for the problems with ν = 0 (:func:`_mid_flat`)."""
     Ti, nui = T[i], nu[i]
+
+    def A_of(Jf: ArrayFn, x: FloatArray, Tj: FloatArray) -> FloatArray:
+        out: FloatArray = np.sqrt(_pymax(Jf(x), 0.0) * _pymax(Tj - x + rho(x), 0.0))
+        return out
+
+    if J_fast is not None:
+        z = (nui == 0.0) & (b > a)
+        if z.any():
+            zi = np.flatnonzero(z)
+            got = _mid_flat(lambda x, j: A_of(J, x, Ti[zi[j]]),
+                            lambda x, j: A_of(J_fast, x, Ti[zi[j]]), a[zi], b[zi],
+                            best[i[zi]])
+            if got is not None:
+                best[i[zi]] = got
+                if z.all():
+                    return
+                keep = ~z
+                i, a, b, Ti, nui = i[keep], a[keep], b[keep], Ti[keep], nui[keep]
 
     def AB(x: FloatArray, j: npt.NDArray[np.intp]) -> tuple[FloatArray, FloatArray]:
         r = rho(x)
@@ -828,6 +854,48 @@ def _mid_pieces(best: FloatArray, i: npt.NDArray[np.intp], a: FloatArray, b: Flo
         return A, B
 
     best[i] = _mid_many(AB, a, b, best[i])
+
+
+#: :func:`_mid_flat`'s screen: the fast A is within this relative distance of the exact one (the
+#: cubes multiplied out, two roundings, against the C pow's one unit: a few units of 2⁻⁵³ through
+#: J, the product and the square root; this leaves a factor of thousands).
+SCREEN_RTOL = 1e-12
+
+
+def _mid_flat(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
+              A_fast: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
+              lo: FloatArray, hi: FloatArray, floor: FloatArray, *, cells: int = 8,
+              rtol: float = 1e-4) -> FloatArray | None:
+    """:func:`_mid_many` of problems with B = 0 (ν = 0: B = 0·(T + ρ) = 0) and lo < hi, the same
+    floats: the best value at the cells' ends is at least A at every right end, so its first
+    level keeps no cell (A(v) − 0 > best + tol never holds) and the result is
+    ``max(floor, max A at the ends) + rtol·|A(hi)|``.  That maximum is taken among the ends
+    whose ``A_fast`` (within :data:`SCREEN_RTOL` of A) is within the screen's error of the
+    row's largest, evaluated by A, and A(hi) by A (the last end is usually hi: taken from
+    it): a few exact evaluations a row instead of every end's.  None where a fast value is
+    not finite (then :func:`_mid_many`)."""
+    n = len(lo)
+    E = lo[:, None] + (hi - lo)[:, None] * np.arange(cells + 1) / cells
+    pe = np.repeat(np.arange(n), cells + 1)
+    Af = A_fast(E.ravel(), pe).reshape(n, cells + 1)
+    if not np.isfinite(Af).all():
+        return None
+    err = SCREEN_RTOL * Af + 1e-300  # (A >= 0; the absolute term: tiny values' roundings)
+    cand = Af + err >= (Af - err).max(axis=1)[:, None]
+    at_hi = E[:, -1] == hi
+    cand[:, -1] &= ~at_hi  # (A there is A(hi), evaluated below)
+    ci = np.flatnonzero(cand.ravel())
+    Ax = A(np.concatenate([hi, E.ravel()[ci]]), np.concatenate([np.arange(n), pe[ci]]))
+    if not np.isfinite(Ax).all():
+        return None
+    A_hi = Ax[:n]
+    vals = np.full(n * (cells + 1), -np.inf)
+    vals[ci] = Ax[n:]
+    vals = vals.reshape(n, cells + 1)
+    last = at_hi & (Af[:, -1] + err[:, -1] >= (Af - err).max(axis=1))
+    vals[last, -1] = A_hi[last]
+    out: FloatArray = _pymax(floor, vals.max(axis=1)) + rtol * np.abs(A_hi)
+    return out
 
 
 # ---------------------------------------------------------------------------- evaluation (A-E)
