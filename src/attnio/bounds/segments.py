@@ -726,6 +726,21 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
     """:func:`_pooled_max` of each problem (T, lo, hi, ν): ``problems`` holds the four arrays
     (``J_fast``: :func:`pooled_lambdas_many`)."""
     T, lo, hi, nu = problems
+    if J_fast is not None and max(breaks, default=-math.inf) <= flat_until:
+        z = nu == 0.0  # (these at once from a screen: _flat_max_many)
+        if z.any():
+            zi = np.flatnonzero(z)
+            got = _flat_max_many(T[zi], lo[zi], hi[zi], J, J_fast, J_peaks, rho, breaks,
+                                 flat_until)
+            if got is not None:
+                if z.all():
+                    return got
+                out = np.empty(len(T))
+                out[zi] = got
+                oi = np.flatnonzero(~z)
+                out[oi] = _pooled_max_many((T[oi], lo[oi], hi[oi], nu[oi]), J, J_peaks, rho,
+                                           breaks, flat_until)
+                return out
     nu4 = 4.0 * nu * nu
 
     def at(I: FloatArray, Y: FloatArray, i: npt.NDArray[np.intp],
@@ -795,6 +810,75 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
         if r.any():
             _mid_pieces(best, i[r], a[r], b[r], T, nu, J, rho, J_fast)
     return best
+
+
+def _flat_max_many(T: FloatArray, lo: FloatArray, hi: FloatArray, J: ArrayFn, J_fast: ArrayFn,
+                   J_peaks: Callable[[FloatArray], Sequence[FloatArray]], rho: ArrayFn,
+                   breaks: Sequence[float], flat_until: float, *, cells: int = 8,
+                   rtol: float = 1e-4) -> FloatArray | None:
+    """:func:`_pooled_max_many` of problems with ν = 0 where only the last piece has certified
+    cells (Theorem B), the same floats.  With ν = 0 every value it takes is a square root less
+    0·(…) = 0: best_y at a cut is A(I) = √(J(I)·(T − I + ρ(I))), the lower line's value at a
+    peak √(J(I)·(T − I)), and the cells' first level keeps nothing (:func:`_mid_flat`), so the
+    result is the largest of those values at the cuts (lo, the breaks inside, hi), the peaks
+    inside a piece and the cells' ends of the last piece, plus rtol·|A(hi)| where that piece
+    has cells.  The largest is taken among the values whose ``J_fast`` form is within the
+    screen's error (:data:`SCREEN_RTOL`) of the row's largest, evaluated with J; A(hi) with J
+    always.  None where a fast value is not finite."""
+    n = len(T)
+    valid = hi > lo
+    xs: list[FloatArray] = [lo]
+    oks: list[npt.NDArray[np.bool_]] = [np.ones(n, dtype=bool)]
+    a = lo  # the last piece's start: the last cut below hi
+    for b in breaks:
+        m = (lo < b) & (b < hi)
+        xs.append(np.full(n, b))
+        oks.append(m)
+        a = np.where(m, b, a)
+    xs.append(hi)  # (the last cut, or where there is no piece best_y(hi))
+    oks.append(np.ones(n, dtype=bool))
+    h = len(xs) - 1
+    npk = 0
+    for I in J_peaks(T):
+        ok = (lo < I) & (I < hi)
+        for b in breaks:
+            ok &= I != b
+        xs.append(I)
+        oks.append(ok)
+        npk += 1
+    cut_end = len(xs)
+    has = valid & (hi > flat_until)
+    E = a[:, None] + (hi - a)[:, None] * np.arange(cells + 1) / cells
+    X = np.concatenate([np.stack(xs, axis=1), E], axis=1)
+    OK = np.concatenate([np.stack(oks, axis=1), np.repeat(has[:, None], cells + 1, axis=1)],
+                        axis=1)
+    peak = np.zeros(X.shape[1], dtype=bool)
+    peak[h + 1:cut_end] = True
+    Tm = np.broadcast_to(T[:, None], X.shape)
+
+    def values(Jf: ArrayFn, x: FloatArray, t: FloatArray, p: npt.NDArray[np.bool_]
+               ) -> FloatArray:
+        y = np.where(p, t - x, t - x + rho(x))  # (the peaks: the lower line, Y = T − I)
+        out: FloatArray = np.sqrt(_pymax(Jf(x), 0.0) * _pymax(y, 0.0))
+        return out
+
+    pk = np.broadcast_to(peak, X.shape)
+    Vf = values(J_fast, X.ravel(), Tm.ravel(), pk.ravel()).reshape(X.shape)
+    if not np.isfinite(np.where(OK, Vf, 0.0)).all():
+        return None
+    err = SCREEN_RTOL * Vf + 1e-300
+    top = np.where(OK, Vf - err, -np.inf).max(axis=1)
+    want = OK & (Vf + err >= top[:, None])
+    want[:, h] = True  # A(hi) always (the tolerance)
+    r, c = np.nonzero(want)
+    Vx = values(J, X[r, c], T[r], peak[c])
+    if not np.isfinite(Vx).all():
+        return None
+    V = np.full(X.shape, -np.inf)
+    V[r, c] = Vx
+    best = V.max(axis=1)
+    out: FloatArray = np.where(has, best + rtol * np.abs(V[:, h]), best)
+    return out
 
 
 def _before_cells(best: FloatArray, Y: FloatArray, C: FloatArray, T: FloatArray,
