@@ -118,15 +118,20 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
             s = np.where(v >= lo, hq * (m * (m + 1.0) / 2.0 - c_s), 0.0)
         u = x / hq - full
         t = np.where(x >= xf, hq * (u * (u + 1.0) / 2.0 + full * (r.nkv - hi + u)), 0.0)
+        if not linear:  # (s = 0.0 and t >= +0: 0.0 + t is t)
+            return t + x * v
         return s + t + x * v
 
     # the breakpoints 0, k, hq·full, k - lo, k - hi clipped to [0, k], sorted per k
-    xc = np.clip(xf, 0.0, k)
+    # (clipped by maximum then minimum, as np.clip: no NaN, no −0 here)
+    kk = k[0]
+    xc = np.minimum(max(xf, 0.0), kk)
     # (0 <= e1 <= e2 <= k once clipped, e1, e2 = k - hi, k - lo with linear rows, else
     # k - lo, k - hi: hq·full inserted by min/max, the sorted values of the five)
-    ends = np.clip(k - (np.array([[hi], [lo]]) if linear else np.array([[lo], [hi]])), 0.0, k)
-    br = np.empty((5, k.shape[1]))
-    xc, kk = xc[0], k[0]
+    ends = np.minimum(np.maximum(k - (np.array([[hi], [lo]]) if linear else
+                                      np.array([[lo], [hi]])), 0.0), k)
+    X = np.empty((9, k.shape[1]))  # the five breakpoints, then the four vertices
+    br = X[:5]
     np.minimum(0.0, xc, out=br[0])
     np.maximum(0.0, np.minimum(ends[0], xc), out=br[1])
     np.maximum(ends[0], np.minimum(ends[1], xc), out=br[2])
@@ -142,11 +147,11 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     else:  # (-1.0 + 0.0 and k - 0.0 are -1.0 and k exactly)
         q2 = -1.0 + np.where(t_on, 0.5 / hq, 0.0)
         q1 = k + np.where(t_on, 0.5, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        xv = np.where(q2 < 0.0, -q1 / (2.0 * q2), a)
-    xv = np.where((a < xv) & (xv < b), xv, a)
+    xv = a.copy()  # (the vertex where q2 < 0, else a: the division only there)
+    np.divide(-q1, 2.0 * q2, out=xv, where=q2 < 0.0)
+    X[5:] = np.where((a < xv) & (xv < b), xv, a)
     # (one pass over the ends and the vertices: elementwise; a maximum in any order)
-    return F(np.vstack([br, xv])).max(axis=0)
+    return F(X).max(axis=0)
 
 
 def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
@@ -194,7 +199,7 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
         tk = np.repeat(t[[i for i, _, _ in spans]], [e - b for _, b, e in spans])
         lm = _line_max(r, np.array(ks, dtype=float))
         okl = (lm * (1.0 + 1e-9) + 1.0 >= tk).tolist()
-        lml = lm.tolist()
+        lml: list[float] = []  # (the line maxima as floats: only off a guess's path)
         nxt = []
         for (i, b, e), (pred, A, B) in zip(spans, walks):
             # every test on the guess's path as predicted: the bisection ends where it does
@@ -215,6 +220,7 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
                 else:
                     if nodes is None:
                         nodes = known[i]
+                        lml = lml or lm.tolist()
                         nodes.update(zip(ks[b:e], zip(lml[b:e], okl[b:e])))
                     got = nodes.get(mid)
                     if got is None:
@@ -228,6 +234,7 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
             if B - A > tol * A:
                 if nodes is None:
                     nodes = known[i]
+                    lml = lml or lm.tolist()
                     nodes.update(zip(ks[b:e], zip(lml[b:e], okl[b:e])))
                 guess[i] = _guess(nodes, aims[i], A, B)
                 nxt.append(i)
