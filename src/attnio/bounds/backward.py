@@ -244,8 +244,10 @@ def _e_functions(d: int):
     def peaks(T: float, a: float, b: float) -> tuple[float]:
         return (sum_line_peak(T, 1.0 / 3.0, c3),)
 
+    dd4 = 4.0 * dd  # (the same product each call: once)
+
     def rho(I: float) -> float:  # S and dP root pieces: 2·max(I, I²/(4d²))
-        return 2.0 * max(I, I * I / (4.0 * dd))
+        return 2.0 * max(I, I * I / dd4)
 
     return J, peaks, rho, (4.0 * dd,), 0.0
 

@@ -133,15 +133,16 @@ pv_segment_prepare = _A.prepare
 # ---------------------------------------------------------------------------- Theorem B
 def _b_functions(d: int):
     dd = float(d * d)
+    dd2, dd4, dd27 = 2.0 * dd, 4.0 * dd, 27.0 * dd  # (the same products each call: once)
 
     def J(I: float) -> float:  # max of ab + c(y + ab/d²) with a + b + c + y <= I
-        return I * I / 4.0 if I <= 2.0 * dd else (I + dd) ** 3 / (27.0 * dd)
+        return I * I / 4.0 if I <= dd2 else (I + dd) ** 3 / dd27
 
     def peaks(T: float, a: float, b: float) -> tuple[float, float]:  # of J(I)·(T - I)
         return 2.0 * T / 3.0, (3.0 * T - dd) / 4.0
 
     def rho(I: float) -> float:  # root pieces: max(I, I²/(4d²))
-        return max(I, I * I / (4.0 * dd))
+        return max(I, I * I / dd4)
 
     return J, peaks, rho, (2.0 * dd, 4.0 * dd), 4.0 * dd
 

@@ -458,45 +458,53 @@ def segments_h(work: float | int | FloatArray, lam: FloatArray, lam_f: FloatArra
 # ---------------------------------------------------------------------------- pooled (B, E)
 def _max_increasing_difference(A: Callable[[float], float], B: Callable[[float], float],
                                lo: float, hi: float, floor: float, *, cells: int = 8,
-                               levels: int = 8, split: int = 4, rtol: float = 1e-4) -> float:
+                               levels: int = 8, split: int = 4, rtol: float = 1e-4,
+                               AB: Callable[[float], tuple[float, float]] | None = None
+                               ) -> float:
     """An upper bound on ``max(floor, max over [lo, hi] of A(x) - B(x))``, A, B non-decreasing.
 
     On a cell [u, v] the difference is at most ``A(v) - B(u)``.  Cells whose bound exceeds the
     best value seen (``floor``, or ``A(x) - B(x)`` at cell ends) by more than ``rtol·A(hi)`` are
     split ``split`` ways, ``levels`` times; the result is the best value plus that tolerance, or
     the largest bound of the cells left if larger: never below the true maximum.  (A and B are
-    evaluated once per point: a cell's ends are points evaluated before.)"""
+    evaluated once per point, both: a cell's ends are points evaluated before; ``AB(x)``: both
+    at once, ``(A(x), B(x))``.)"""
     if hi <= lo:
         return max(floor, A(lo) - B(lo))
-    va: dict[float, float] = {}
-    vb: dict[float, float] = {}
+    memo: dict[float, tuple[float, float]] = {}
+    both = AB if AB is not None else (lambda x: (A(x), B(x)))
 
-    def a_(x: float) -> float:
-        v = va.get(x)
+    def ab(x: float) -> tuple[float, float]:
+        v = memo.get(x)
         if v is None:
-            v = va[x] = A(x)
+            v = memo[x] = both(x)
         return v
 
-    def b_(x: float) -> float:
-        v = vb.get(x)
-        if v is None:
-            v = vb[x] = B(x)
-        return v
-
-    tol = rtol * abs(a_(hi))
+    tol = rtol * abs(ab(hi)[0])
     edges = [lo + (hi - lo) * i / cells for i in range(cells + 1)]
     cand = list(zip(edges[:-1], edges[1:]))
-    best = max(floor, max(a_(x) - b_(x) for x in edges))
+    best = floor
+    for x in edges:  # (max(floor, max(...)): floor unless a difference exceeds it, the first)
+        a, b = ab(x)
+        d = a - b
+        if d > best:
+            best = d
     for level in range(levels + 1):
-        keep = [(u, v) for u, v in cand if a_(v) - b_(u) > best + tol]
+        thr = best + tol
+        keep = [(u, v) for u, v in cand if ab(v)[0] - ab(u)[1] > thr]
         if not keep:
-            return best + tol
+            return thr
         if level == levels:
-            return max(best + tol, max(a_(v) - b_(u) for u, v in keep))
+            return max(thr, max(ab(v)[0] - ab(u)[1] for u, v in keep))
         cand = []
         for u, v in keep:
-            pts = [u + (v - u) * i / split for i in range(split + 1)]
-            best = max(best, max(a_(x) - b_(x) for x in pts[1:-1]))
+            w = v - u
+            pts = [u + w * i / split for i in range(split + 1)]
+            for x in pts[1:-1]:
+                a, b = ab(x)
+                d = a - b
+                if d > best:
+                    best = d
             cand.extend(zip(pts[:-1], pts[1:]))
     return best + tol  # pragma: no cover
 
@@ -549,7 +557,11 @@ def _pooled_max(T: float, lo: float, hi: float, nu: float, J: Callable[[float], 
         def up_b(I: float) -> float:
             return nu * (T + rho(I))
 
-        best = _max_increasing_difference(up_a, up_b, a, b, best)
+        def up(I: float) -> tuple[float, float]:  # (up_a(I), up_b(I)), ρ(I) once
+            r = rho(I)
+            return math.sqrt(max(J(I), 0.0) * max(T - I + r, 0.0)), nu * (T + r)
+
+        best = _max_increasing_difference(up_a, up_b, a, b, best, AB=up)
     return best
 
 
