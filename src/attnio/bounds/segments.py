@@ -985,9 +985,8 @@ def _mid_flat(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
     if not np.isfinite(Ax).all():
         return None
     A_hi = Ax[:n]
-    vals = np.full(n * (cells + 1), -np.inf)
-    vals[ci] = Ax[n:]
-    vals = vals.reshape(n, cells + 1)
+    vals = np.full((n, cells + 1), -np.inf)
+    vals.ravel()[ci] = Ax[n:]
     last = at_hi & (Af[:, -1] + err[:, -1] >= (Af - err).max(axis=1))
     vals[last, -1] = A_hi[last]
     out: FloatArray = _pymax(floor, vals.max(axis=1)) + rtol * np.abs(A_hi)
