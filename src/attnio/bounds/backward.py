@@ -244,8 +244,10 @@ def _e_functions(d: int):
     def peaks(T: float, a: float, b: float) -> tuple[float]:
         return (sum_line_peak(T, 1.0 / 3.0, c3),)
 
+    dd4 = 4.0 * dd  # (the same product each call: once)
+
     def rho(I: float) -> float:  # S and dP root pieces: 2·max(I, I²/(4d²))
-        return 2.0 * max(I, I * I / (4.0 * dd))
+        return 2.0 * max(I, I * I / dd4)
 
     return J, peaks, rho, (4.0 * dd,), 0.0
 
@@ -280,7 +282,11 @@ def _e_functions_many(d: int):  # noqa: ANN202  (the array forms of _e_functions
         out: FloatArray = 2.0 * _pymax(I, I * I / (4.0 * dd))
         return out
 
-    return J, peaks, rho, (4.0 * dd,), 0.0
+    def J_fast(I: FloatArray) -> FloatArray:  # J with the cube multiplied out (a screen only)
+        out: FloatArray = I * I / 3.0 + c3 * (I * I * I)
+        return out
+
+    return J, peaks, rho, (4.0 * dd,), 0.0, J_fast
 
 
 @functools.lru_cache(maxsize=1 << 14)

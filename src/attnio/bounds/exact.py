@@ -311,8 +311,21 @@ def _small_cache(P: int, d: int, M: int) -> tuple[int, int]:
             f = np.where(ok, np.maximum(f, fx), f)
         return np.sqrt(f) * (1 + 1e-12)
 
+    def product(K: int) -> float:
+        # products(K) at one K in Python floats: the same operations, in the same order (the
+        # root candidates are finite, so max is numpy's maximum), without numpy's 0-d cost
+        Kf = float(K)
+        c, xmax = 2.0 * M + Kf, M + Kf
+        disc = 9.0 - 8.0 * c / dd
+        r = math.sqrt(max(disc, 0.0))
+        f = xmax * xmax / 4.0 * (c - xmax + xmax * xmax / (4 * dd))
+        for x in ((3 - r) * dd / 2, (3 + r) * dd / 2):
+            if disc >= 0 and x > 0 and x < xmax:
+                f = max(f, x * x / 4.0 * (c - x + x * x / (4 * dd)))
+        return math.sqrt(f) * (1 + 1e-12)
+
     def term(K: int) -> int:
-        return K * (math.ceil(work / float(products(K))) - 1)
+        return K * (math.ceil(work / product(K)) - 1)
 
     def approx(K: np.ndarray) -> np.ndarray:
         return K * (np.ceil(work / products(K)) - 1)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import itertools
 import math
 from typing import Any
 
@@ -67,21 +66,46 @@ def _load() -> dict[str, Any]:
 @functools.cache
 def _packed() -> dict[str, Any]:
     """The nodes and alternates from the table's packed copy ``levelled.f64`` (the same floats
-    as the JSON's, :func:`attnio.bounds.params.read_packed`; much faster to read)."""
-    from .params import packed_bytes, read_packed
+    as the JSON's; much faster to read), as float64 arrays (rows × columns): the file read as
+    :func:`attnio.bounds.params.read_packed` reads it, without its lists (the arrays are what
+    the closure's envelope takes, :func:`_family_arrays`; the tuples come from them)."""
+    import json
 
-    return read_packed(packed_bytes("levelled.f64"))
+    from .params import MAGIC, packed_bytes
+
+    data = packed_bytes("levelled.f64")
+    if not data.startswith(MAGIC):
+        raise ValueError("not a packed table file (attnio-f64)")
+    end = data.index(b"\n", len(MAGIC))
+    flat = np.frombuffer(data, dtype="<f8", offset=end + 1).astype(np.float64)
+    out: dict[str, Any] = {}
+    i = 0
+    for key, rows, cols in json.loads(data[len(MAGIC):end]):
+        n = rows * max(cols, 1)
+        out[key] = flat[i:i + n].reshape(rows, max(cols, 1))
+        i += n
+    if i != len(flat):
+        raise ValueError("packed table file: the header does not account for every number")
+    return out
 
 
 @functools.cache
 def nodes() -> tuple[Node, ...]:
     """The table's nodes, by increasing x = d²/M (read once: :func:`node_for` bisects them)."""
-    return tuple(map(tuple, _packed()["nodes"]))
+    return tuple(map(tuple, _packed()["nodes"].tolist()))
 
 
 @functools.cache
 def _xs() -> tuple[float, ...]:
-    return tuple(n[0] for n in nodes())
+    return tuple(_packed()["nodes"][:, 0].tolist())
+
+
+def _alternate_rows() -> Any:
+    """The alternates' array, by increasing x (a stable sort: equal x keep the file's order)."""
+    alt = _packed().get("alternates")
+    if alt is None:
+        return np.empty((0, 8))
+    return alt[np.argsort(alt[:, 0], kind="stable")]
 
 
 @functools.cache
@@ -89,8 +113,7 @@ def alternates() -> tuple[Node, ...]:
     """The table's alternate rows, by increasing x: more certified parameter sets at a node's x
     (``levelled.json`` "alternates"; none in a table written before them), evaluated by the
     few-segment scan only (each a valid bound at any d²/M >= its x, like a node)."""
-    rows = _packed().get("alternates", [])
-    return tuple(sorted(map(tuple, rows), key=lambda n: n[0]))
+    return tuple(map(tuple, _alternate_rows().tolist()))
 
 
 @functools.cache
@@ -338,19 +361,24 @@ def certified_lambda(kappa: float, lp: float, lo: float, nu: float, x: float, ki
 
 
 # ---------------------------------------------------------------------------- the closure (§12.1)
+@functools.cache
+def _family_matrix() -> Any:
+    """The nodes, then the alternates by increasing x: one row each (float64)."""
+    return np.concatenate([_packed()["nodes"], _alternate_rows()])
+
+
+@functools.cache
 def _families() -> tuple[Node, ...]:
-    """Every certified parameter set of the table: the nodes, then the alternates."""
-    return (*nodes(), *alternates())
+    """Every certified parameter set of the table: the nodes, then the alternates
+    (``(*nodes(), *alternates())``: the same rows, from the same arrays)."""
+    return tuple(map(tuple, _family_matrix().tolist()))
 
 
 @functools.cache
 def _family_arrays() -> tuple[Any, ...]:
-    rows = _families()
-    width = len(rows[0]) if rows else 8
-    # (fromiter over the flat floats: the same numbers, without np.array's nested-sequence walk)
-    fam = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64,
-                      count=len(rows) * width).reshape(len(rows), width)
-    return tuple(fam[:, j] for j in range(width))
+    """The columns of :func:`_families`' rows (the same floats)."""
+    fam = _family_matrix()
+    return tuple(fam[:, j] for j in range(fam.shape[1]))
 
 
 def _m_max(x: float, d: int) -> int:
@@ -426,7 +454,7 @@ def closed_levelled(P: int, d: int, M: int) -> tuple[int, int, float, int]:
     one T_f at one M' >= M)."""
     if P == 0 or d * d / M < _xs()[0]:
         return 0, 0, 0.0, M
-    fam = _families()
+    fam = _family_matrix()  # (the rows tried become tuples, as _families()'s: the same floats)
     xs, kap, _, _, nuh, lam, lam_f, lam_l = _family_arrays()
     sq = math.sqrt(M)
     w0 = np.maximum((2.0 * d - nuh * sq) * P, 0.0) * (1 + 1e-12)  # W₀ >= work at every M' >= M
@@ -453,7 +481,7 @@ def closed_levelled(P: int, d: int, M: int) -> tuple[int, int, float, int]:
     for ub, i in order:
         if ub <= best[0]:
             break
-        f = fam[i]
+        f = tuple(fam[i].tolist())
         mmax = _m_max(f[0], d)
         v, K, nu = _value_at(f, P, d, M)
         if v > best[0]:

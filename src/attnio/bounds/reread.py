@@ -118,22 +118,25 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
             s = np.where(v >= lo, hq * (m * (m + 1.0) / 2.0 - c_s), 0.0)
         u = x / hq - full
         t = np.where(x >= xf, hq * (u * (u + 1.0) / 2.0 + full * (r.nkv - hi + u)), 0.0)
+        if not linear:  # (s = 0.0 and t >= +0: 0.0 + t is t)
+            return t + x * v
         return s + t + x * v
 
     # the breakpoints 0, k, hq·full, k - lo, k - hi clipped to [0, k], sorted per k
-    xc = np.clip(xf, 0.0, k)
-    if linear:  # (0 <= k - hi <= k - lo <= k once clipped: hq·full inserted by min/max)
-        ends = np.clip(k - np.array([[hi], [lo]]), 0.0, k)
-        br = np.empty((5, k.shape[1]))
-        xc, kk = xc[0], k[0]
-        np.minimum(0.0, xc, out=br[0])
-        np.maximum(0.0, np.minimum(ends[0], xc), out=br[1])
-        np.maximum(ends[0], np.minimum(ends[1], xc), out=br[2])
-        np.maximum(ends[1], np.minimum(kk, xc), out=br[3])
-        np.maximum(kk, xc, out=br[4])
-    else:
-        zero = np.zeros_like(k)
-        br = np.sort(np.clip(np.vstack([zero, k, zero + xf, k - lo, k - hi]), 0.0, k), axis=0)
+    # (clipped by maximum then minimum, as np.clip: no NaN, no −0 here)
+    kk = k[0]
+    xc = np.minimum(max(xf, 0.0), kk)
+    # (0 <= e1 <= e2 <= k once clipped, e1, e2 = k - hi, k - lo with linear rows, else
+    # k - lo, k - hi: hq·full inserted by min/max, the sorted values of the five)
+    ends = np.minimum(np.maximum(k - (np.array([[hi], [lo]]) if linear else
+                                      np.array([[lo], [hi]])), 0.0), k)
+    X = np.empty((9, k.shape[1]))  # the five breakpoints, then the four vertices
+    br = X[:5]
+    np.minimum(0.0, xc, out=br[0])
+    np.maximum(0.0, np.minimum(ends[0], xc), out=br[1])
+    np.maximum(ends[0], np.minimum(ends[1], xc), out=br[2])
+    np.maximum(ends[1], np.minimum(kk, xc), out=br[3])
+    np.maximum(kk, xc, out=br[4])
     a, b = br[:-1], br[1:]
     mid = (a + b) / 2.0
     t_on = mid >= xf
@@ -144,11 +147,11 @@ def _line_max(r: Rows, k: np.ndarray) -> np.ndarray:
     else:  # (-1.0 + 0.0 and k - 0.0 are -1.0 and k exactly)
         q2 = -1.0 + np.where(t_on, 0.5 / hq, 0.0)
         q1 = k + np.where(t_on, 0.5, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        xv = np.where(q2 < 0.0, -q1 / (2.0 * q2), a)
-    xv = np.where((a < xv) & (xv < b), xv, a)
+    xv = a.copy()  # (the vertex where q2 < 0, else a: the division only there)
+    np.divide(-q1, 2.0 * q2, out=xv, where=q2 < 0.0)
+    X[5:] = np.where((a < xv) & (xv < b), xv, a)
     # (one pass over the ends and the vertices: elementwise; a maximum in any order)
-    return F(np.vstack([br, xv])).max(axis=0)
+    return F(X).max(axis=0)
 
 
 def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
@@ -187,31 +190,52 @@ def _kappas(r: Rows, t: np.ndarray) -> np.ndarray:
         # the paths each bisection takes if its answer is its guess, or one either side
         ks: list[int] = []
         spans: list[tuple[int, int, int]] = []
+        walks: list[tuple[list[bool], int, int]] = []
         for i in open_:
-            want = _path(los[i], his[i], guess[i], tol)
+            want, pred, A, B = _walk(los[i], his[i], guess[i], tol)
             spans.append((i, len(ks), len(ks) + len(want)))
+            walks.append((pred, A, B))
             ks.extend(want)
         tk = np.repeat(t[[i for i, _, _ in spans]], [e - b for _, b, e in spans])
         lm = _line_max(r, np.array(ks, dtype=float))
         okl = (lm * (1.0 + 1e-9) + 1.0 >= tk).tolist()
-        lml = lm.tolist()
-        for i, b, e in spans:
-            known[i].update(zip(ks[b:e], zip(lml[b:e], okl[b:e])))
+        lml: list[float] = []  # (the line maxima as floats: only off a guess's path)
         nxt = []
-        for i in open_:  # the scalar steps, as far as the nodes evaluated go
-            nodes = known[i]
+        for (i, b, e), (pred, A, B) in zip(spans, walks):
+            # every test on the guess's path as predicted: the bisection ends where it does
+            if okl[b:b + len(pred)] == pred and not B - A > tol * A:
+                los[i], his[i] = A, B
+                continue
+            # else the scalar steps, as far as the nodes evaluated go
+            # (along the path of the guess while it is right: its nodes in order; off it, the
+            # nodes by value, this round's and the earlier ones')
+            nodes = None
+            j = b
             A, B = los[i], his[i]
             while B - A > tol * A:
                 mid = (A + B) // 2
-                got = nodes.get(mid)
-                if got is None:
-                    break
-                if got[1]:
+                if j < e and ks[j] == mid:
+                    ok = okl[j]
+                    j += 1
+                else:
+                    if nodes is None:
+                        nodes = known[i]
+                        lml = lml or lm.tolist()
+                        nodes.update(zip(ks[b:e], zip(lml[b:e], okl[b:e])))
+                    got = nodes.get(mid)
+                    if got is None:
+                        break
+                    ok = got[1]
+                if ok:
                     B = mid
                 else:
                     A = mid + 1
             los[i], his[i] = A, B
             if B - A > tol * A:
+                if nodes is None:
+                    nodes = known[i]
+                    lml = lml or lm.tolist()
+                    nodes.update(zip(ks[b:e], zip(lml[b:e], okl[b:e])))
                 guess[i] = _guess(nodes, aims[i], A, B)
                 nxt.append(i)
         open_ = nxt
@@ -246,20 +270,33 @@ _LEAST = float(np.finfo(np.float64).min)
 def _path(lo: int, hi: int, g: int, tol: float) -> list[int]:
     """The nodes the bisection of [lo, hi] visits if its answer is g, g − 1 or g + 1 (their
     paths part where the node is g − 1 or g, and go on from there)."""
-    out = []
+    return _walk(lo, hi, g, tol)[0]
+
+
+def _walk(lo: int, hi: int, g: int, tol: float
+          ) -> tuple[list[int], list[bool], int, int]:
+    """:func:`_path`'s nodes (g's path first, then the two tails), each test's outcome along
+    g's path (``node >= g``) and the bracket [A, B] where that path ends: a bisection whose
+    tests there are these outcomes ends at [A, B] (the same steps)."""
+    out: list[int] = []
+    pred: list[bool] = []
     tails = []
     A, B = lo, hi
+    g1 = g - 1
     while B - A > tol * A:
         mid = (A + B) // 2
         out.append(mid)
-        if mid == g - 1:
-            tails.append((A, mid, g - 1))  # (towards g − 1: the left half)
+        if mid == g1:
+            tails.append((A, mid, g1))  # (towards g − 1: the left half)
         elif mid == g:
             tails.append((mid + 1, B, g + 1))  # (towards g + 1: the right half)
         if mid >= g:
             B = mid
+            pred.append(True)
         else:
             A = mid + 1
+            pred.append(False)
+    end = (A, B)
     for A, B, h in tails:
         while B - A > tol * A:
             mid = (A + B) // 2
@@ -268,7 +305,7 @@ def _path(lo: int, hi: int, g: int, tol: float) -> list[int]:
                 B = mid
             else:
                 A = mid + 1
-    return out
+    return out, pred, end[0], end[1]
 
 
 def _guess(nodes: dict[int, tuple[float, bool]], aim: float, lo: int, hi: int) -> int:

@@ -458,29 +458,53 @@ def segments_h(work: float | int | FloatArray, lam: FloatArray, lam_f: FloatArra
 # ---------------------------------------------------------------------------- pooled (B, E)
 def _max_increasing_difference(A: Callable[[float], float], B: Callable[[float], float],
                                lo: float, hi: float, floor: float, *, cells: int = 8,
-                               levels: int = 8, split: int = 4, rtol: float = 1e-4) -> float:
+                               levels: int = 8, split: int = 4, rtol: float = 1e-4,
+                               AB: Callable[[float], tuple[float, float]] | None = None
+                               ) -> float:
     """An upper bound on ``max(floor, max over [lo, hi] of A(x) - B(x))``, A, B non-decreasing.
 
     On a cell [u, v] the difference is at most ``A(v) - B(u)``.  Cells whose bound exceeds the
     best value seen (``floor``, or ``A(x) - B(x)`` at cell ends) by more than ``rtol·A(hi)`` are
     split ``split`` ways, ``levels`` times; the result is the best value plus that tolerance, or
-    the largest bound of the cells left if larger: never below the true maximum."""
+    the largest bound of the cells left if larger: never below the true maximum.  (A and B are
+    evaluated once per point, both: a cell's ends are points evaluated before; ``AB(x)``: both
+    at once, ``(A(x), B(x))``.)"""
     if hi <= lo:
         return max(floor, A(lo) - B(lo))
-    tol = rtol * abs(A(hi))
+    memo: dict[float, tuple[float, float]] = {}
+    both = AB if AB is not None else (lambda x: (A(x), B(x)))
+
+    def ab(x: float) -> tuple[float, float]:
+        v = memo.get(x)
+        if v is None:
+            v = memo[x] = both(x)
+        return v
+
+    tol = rtol * abs(ab(hi)[0])
     edges = [lo + (hi - lo) * i / cells for i in range(cells + 1)]
     cand = list(zip(edges[:-1], edges[1:]))
-    best = max(floor, max(A(x) - B(x) for x in edges))
+    best = floor
+    for x in edges:  # (max(floor, max(...)): floor unless a difference exceeds it, the first)
+        a, b = ab(x)
+        d = a - b
+        if d > best:
+            best = d
     for level in range(levels + 1):
-        keep = [(u, v) for u, v in cand if A(v) - B(u) > best + tol]
+        thr = best + tol
+        keep = [(u, v) for u, v in cand if ab(v)[0] - ab(u)[1] > thr]
         if not keep:
-            return best + tol
+            return thr
         if level == levels:
-            return max(best + tol, max(A(v) - B(u) for u, v in keep))
+            return max(thr, max(ab(v)[0] - ab(u)[1] for u, v in keep))
         cand = []
         for u, v in keep:
-            pts = [u + (v - u) * i / split for i in range(split + 1)]
-            best = max(best, max(A(x) - B(x) for x in pts[1:-1]))
+            w = v - u
+            pts = [u + w * i / split for i in range(split + 1)]
+            for x in pts[1:-1]:
+                a, b = ab(x)
+                d = a - b
+                if d > best:
+                    best = d
             cand.extend(zip(pts[:-1], pts[1:]))
     return best + tol  # pragma: no cover
 
@@ -498,15 +522,24 @@ def _pooled_max(T: float, lo: float, hi: float, nu: float, J: Callable[[float], 
     per smooth piece of J (``J_peaks``).  The upper curve: where ρ(I) = I (I <= ``flat_until``)
     it is Y = T and ``√(J(I)·T) - ν(T + I)`` is convex (its ends); elsewhere certified cells (its
     two parts are non-decreasing in I)."""
-    def at(I: float, Y: float) -> float:
-        return math.sqrt(max(J(I), 0.0) * max(Y, 0.0)) - nu * (Y + I)
+    def at(I: float, Y: float, JI: float | None = None) -> float:
+        JI = J(I) if JI is None else JI  # (J(I) given: the same float, computed once)
+        return math.sqrt(max(JI, 0.0) * max(Y, 0.0)) - nu * (Y + I)
+
+    seen: dict[float, float] = {}  # (best_y of each cut once: a cut ends a piece, starts one)
 
     def best_y(I: float) -> float:
+        v = seen.get(I)
+        if v is not None:
+            return v
         ylo, yhi = T - I, T - I + rho(I)
+        JI = J(I)
         if not 4.0 * nu * nu > 0.0:  # ν = 0 (or ν² underflows): the peak is beyond yhi
-            return at(I, yhi)
-        ys = J(I) / (4.0 * nu * nu)
-        return at(I, min(max(ys, ylo), yhi))
+            v = at(I, yhi, JI)
+        else:
+            v = at(I, min(max(JI / (4.0 * nu * nu), ylo), yhi), JI)
+        seen[I] = v
+        return v
 
     best = max(best_y(lo), best_y(hi))
     cuts = sorted({lo, hi, *(b for b in breaks if lo < b < hi)})
@@ -524,7 +557,11 @@ def _pooled_max(T: float, lo: float, hi: float, nu: float, J: Callable[[float], 
         def up_b(I: float) -> float:
             return nu * (T + rho(I))
 
-        best = _max_increasing_difference(up_a, up_b, a, b, best)
+        def up(I: float) -> tuple[float, float]:  # (up_a(I), up_b(I)), ρ(I) once
+            r = rho(I)
+            return math.sqrt(max(J(I), 0.0) * max(T - I + r, 0.0)), nu * (T + r)
+
+        best = _max_increasing_difference(up_a, up_b, a, b, best, AB=up)
     return best
 
 
@@ -572,37 +609,45 @@ if TYPE_CHECKING:
     ArrayFn = Callable[[FloatArray], FloatArray]
 
 
-def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
-              B: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
+def _mid_many(AB: Callable[[FloatArray, npt.NDArray[np.intp]], tuple[FloatArray, FloatArray]],
               lo: FloatArray, hi: FloatArray, floor: FloatArray, *, cells: int = 8,
               levels: int = 8, split: int = 4, rtol: float = 1e-4) -> FloatArray:
     """:func:`_max_increasing_difference` of many problems at once, level by level (a level's
-    cells are kept against the best value before it, as there): the same floats.  ``A(x, i)``,
-    ``B(x, i)``: the functions of problem i at x."""
+    cells are kept against the best value before it, as there): the same floats.  ``AB(x, i)``:
+    the functions A and B of problem i at x, both (one call per level: every point of a level,
+    elementwise, so the same floats as one call per point)."""
     n = len(lo)
     ids = np.arange(n)
     out = np.empty(n)
     deg = hi <= lo
     if deg.any():
         di = ids[deg]
-        out[deg] = _pymax(floor[deg], A(lo[deg], di) - B(lo[deg], di))
-    live = ids[~deg]
-    if not len(live):
-        return out
+        Ad, Bd = AB(lo[deg], di)
+        out[deg] = _pymax(floor[deg], Ad - Bd)
+        live = ids[~deg]
+        if not len(live):
+            return out
+    else:
+        live = ids
+    nl = len(live)
+    lo_l, hi_l = lo[live], hi[live]
+    E = lo_l[:, None] + (hi_l - lo_l)[:, None] * np.arange(cells + 1) / cells
+    # the cells' ends and hi (for the tolerance) in one evaluation
+    m = nl * (cells + 1)
+    AX, BX = AB(np.concatenate([E.ravel(), hi_l]),
+                np.concatenate([np.repeat(live, cells + 1), live]))
     tol = np.zeros(n)
-    tol[live] = rtol * np.abs(A(hi[live], live))
+    tol[live] = rtol * np.abs(AX[m:])
     best = floor.copy()
-    E = lo[live][:, None] + (hi[live] - lo[live])[:, None] * np.arange(cells + 1) / cells
-    pe = np.repeat(live, cells + 1)
-    AE = A(E.ravel(), pe).reshape(len(live), cells + 1)
-    BE = B(E.ravel(), pe).reshape(len(live), cells + 1)
-    diff = AE - BE
-    best[live] = _pymax(floor[live], diff.max(axis=1))
+    AE = AX[:m].reshape(nl, cells + 1)
+    BE = BX[:m].reshape(nl, cells + 1)
+    best[live] = _pymax(floor[live], (AE - BE).max(axis=1))
     u, v = E[:, :-1].ravel(), E[:, 1:].ravel()
     pid = np.repeat(live, cells)
     # A at the cells' right ends and B at their left ends, known from the points evaluated
     # before (the same points and problems: the same values, not evaluated again)
     Av, Bu = AE[:, 1:].ravel(), BE[:, :-1].ravel()
+    steps = np.arange(split + 1)[:, None]
     for level in range(levels + 1):
         bound = Av - Bu
         keep = bound > (best + tol)[pid]
@@ -618,23 +663,23 @@ def _mid_many(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
             out[has] = _pymax(best[has] + tol[has], mk[has])
             return out
         u, v, pid, Bu = u[keep], v[keep], pid[keep], Bu[keep]
-        if not len(pid):
+        k = len(pid)
+        if not k:
             return out
         w = v - u
-        pts = [u + w * i / split for i in range(split + 1)]
+        pts = u + w * steps / split  # (split + 1) × cells: row i is u + w·i/split
+        pidt = np.tile(pid, split)
+        # the interior points and the last ends (u + w·split/split need not round to v)
+        Ap, Bp = AB(pts[1:].ravel(), pidt)
+        inner = (split - 1) * k
         mx = np.full(n, -np.inf)
-        Ai, Bi = [], []
-        for i in range(1, split):
-            Ai.append(A(pts[i], pid))
-            Bi.append(B(pts[i], pid))
-            np.maximum.at(mx, pid, Ai[-1] - Bi[-1])
+        np.maximum.at(mx, pidt[:inner], Ap[:inner] - Bp[:inner])
         best[has] = _pymax(best[has], mx[has])
-        # (the last end u + w·split/split need not round to v: evaluated)
-        Av = np.concatenate([*Ai, A(pts[split], pid)])
-        Bu = np.concatenate([Bu, *Bi])
-        u = np.concatenate(pts[:-1])
-        v = np.concatenate(pts[1:])
-        pid = np.tile(pid, split)
+        Av = Ap
+        Bu = np.concatenate([Bu, Bp[:inner]])
+        u = pts[:-1].ravel()
+        v = pts[1:].ravel()
+        pid = pidt
     return out  # pragma: no cover
 
 
@@ -658,12 +703,15 @@ def pooled_lambdas_batch(one: Callable[[int, int, int, float], tuple[float, floa
 def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J: ArrayFn,
                         J_peaks: Callable[[FloatArray], Sequence[FloatArray]], rho: ArrayFn,
                         breaks: Sequence[float], flat_until: float = 0.0,
+                        J_fast: ArrayFn | None = None,
                         ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """:func:`pooled_lambdas` elementwise over arrays M, K, ν (broadcast): the same floats.  ``J``,
     ``rho`` elementwise; ``J_peaks(T)`` the maximisers of J(I)·(T − I) (the same on every
     piece, as for Theorems B and E); ``breaks`` increasing.  Every step of :func:`_pooled_max`
     runs on all the problems (three per element) at once, with Python's max and min
-    elementwise."""
+    elementwise.  ``J_fast``: J within a few units of 2⁻⁵³ relative (its cubes multiplied out,
+    not by the C pow), to screen the certified cells where ν = 0 (:func:`_mid_flat`: J itself
+    wherever a value depends on it, so the same floats)."""
     Ma, Ka, nua = (np.asarray(a, dtype=np.float64).ravel()
                    for a in np.broadcast_arrays(M, K, nu))
     n = len(Ma)
@@ -676,7 +724,7 @@ def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J
         lo = np.concatenate([Ma, np.zeros(n), Ma])
         hi = np.concatenate([MK, Ka, MK])
         best = _pooled_max_many((T, lo, hi, np.tile(nua, 3)), J, J_peaks, rho, breaks,
-                                flat_until)
+                                flat_until, J_fast)
         lam = best[:n] + nua * T2
         lam_f = best[n:2 * n] + nua * MK
         lam_l = best[2 * n:] + nua * MK
@@ -685,9 +733,26 @@ def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J
 
 def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatArray],
                      J: ArrayFn, J_peaks: Callable[[FloatArray], Sequence[FloatArray]],
-                     rho: ArrayFn, breaks: Sequence[float], flat_until: float) -> FloatArray:
-    """:func:`_pooled_max` of each problem (T, lo, hi, ν): ``problems`` holds the four arrays."""
+                     rho: ArrayFn, breaks: Sequence[float], flat_until: float,
+                     J_fast: ArrayFn | None = None) -> FloatArray:
+    """:func:`_pooled_max` of each problem (T, lo, hi, ν): ``problems`` holds the four arrays
+    (``J_fast``: :func:`pooled_lambdas_many`)."""
     T, lo, hi, nu = problems
+    if J_fast is not None and max(breaks, default=-math.inf) <= flat_until:
+        z = nu == 0.0  # (these at once from a screen: _flat_max_many)
+        if z.any():
+            zi = np.flatnonzero(z)
+            got = _flat_max_many(T[zi], lo[zi], hi[zi], J, J_fast, J_peaks, rho, breaks,
+                                 flat_until)
+            if got is not None:
+                if z.all():
+                    return got
+                out = np.empty(len(T))
+                out[zi] = got
+                oi = np.flatnonzero(~z)
+                out[oi] = _pooled_max_many((T[oi], lo[oi], hi[oi], nu[oi]), J, J_peaks, rho,
+                                           breaks, flat_until)
+                return out
     nu4 = 4.0 * nu * nu
 
     def at(I: FloatArray, Y: FloatArray, i: npt.NDArray[np.intp],
@@ -728,10 +793,20 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
         y_hi[none] = best_y(hi[none], ids[none])
     best = _pymax(Y[:, 0], y_hi)
     maxp = int(pieces.max(initial=0))
-    peaks = [(I, at(I, T - I, ids)) for I in J_peaks(T)] if maxp else []
     # where every break is <= flat_until, only a problem's last piece has certified cells, and
     # they are its last step: all problems' in one batch after the loop (the same steps each)
     last_only = max(breaks, default=-math.inf) <= flat_until
+    if last_only:
+        if maxp:
+            best = _before_cells(best, Y, C, T, lo, hi, breaks, J_peaks(T), at)
+            i = ids[valid]
+            r = C[i, pieces[i]] > flat_until
+            if r.any():
+                i = i[r]
+                _mid_pieces(best, i, C[i, pieces[i] - 1], C[i, pieces[i]], T, nu, J, rho,
+                            J_fast)
+        return best
+    peaks = [(I, at(I, T - I, ids)) for I in J_peaks(T)] if maxp else []
     for k in range(maxp):
         i = ids[pieces > k]
         a, b = C[i, k], C[i, k + 1]
@@ -744,30 +819,178 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
         bi = _pymax(_pymax(bi, Y[i, k]), Y[i, k + 1])
         best[i] = bi
         r = b > flat_until
-        if r.any() and not last_only:
-            _mid_pieces(best, i[r], a[r], b[r], T, nu, J, rho)
-    if last_only and maxp:  # (each problem's certified cells after all its other steps)
-        i = ids[valid]
-        r = C[i, pieces[i]] > flat_until
         if r.any():
-            i = i[r]
-            _mid_pieces(best, i, C[i, pieces[i] - 1], C[i, pieces[i]], T, nu, J, rho)
+            _mid_pieces(best, i[r], a[r], b[r], T, nu, J, rho, J_fast)
     return best
 
 
+def _flat_max_many(T: FloatArray, lo: FloatArray, hi: FloatArray, J: ArrayFn, J_fast: ArrayFn,
+                   J_peaks: Callable[[FloatArray], Sequence[FloatArray]], rho: ArrayFn,
+                   breaks: Sequence[float], flat_until: float, *, cells: int = 8,
+                   rtol: float = 1e-4) -> FloatArray | None:
+    """:func:`_pooled_max_many` of problems with ν = 0 where only the last piece has certified
+    cells (Theorem B), the same floats.  With ν = 0 every value it takes is a square root less
+    0·(…) = 0: best_y at a cut is A(I) = √(J(I)·(T − I + ρ(I))), the lower line's value at a
+    peak √(J(I)·(T − I)), and the cells' first level keeps nothing (:func:`_mid_flat`), so the
+    result is the largest of those values at the cuts (lo, the breaks inside, hi), the peaks
+    inside a piece and the cells' ends of the last piece, plus rtol·|A(hi)| where that piece
+    has cells.  The largest is taken among the values whose ``J_fast`` form is within the
+    screen's error (:data:`SCREEN_RTOL`) of the row's largest, evaluated with J; A(hi) with J
+    always.  None where a fast value is not finite."""
+    n = len(T)
+    valid = hi > lo
+    xs: list[FloatArray] = [lo]
+    oks: list[npt.NDArray[np.bool_]] = [np.ones(n, dtype=bool)]
+    a = lo  # the last piece's start: the last cut below hi
+    for b in breaks:
+        m = (lo < b) & (b < hi)
+        xs.append(np.full(n, b))
+        oks.append(m)
+        a = np.where(m, b, a)
+    xs.append(hi)  # (the last cut, or where there is no piece best_y(hi))
+    oks.append(np.ones(n, dtype=bool))
+    h = len(xs) - 1
+    npk = 0
+    for I in J_peaks(T):
+        ok = (lo < I) & (I < hi)
+        for b in breaks:
+            ok &= I != b
+        xs.append(I)
+        oks.append(ok)
+        npk += 1
+    cut_end = len(xs)
+    has = valid & (hi > flat_until)
+    E = a[:, None] + (hi - a)[:, None] * np.arange(cells + 1) / cells
+    X = np.concatenate([np.stack(xs, axis=1), E], axis=1)
+    OK = np.concatenate([np.stack(oks, axis=1), np.repeat(has[:, None], cells + 1, axis=1)],
+                        axis=1)
+    peak = np.zeros(X.shape[1], dtype=bool)
+    peak[h + 1:cut_end] = True
+    Tm = np.broadcast_to(T[:, None], X.shape)
+
+    def values(Jf: ArrayFn, x: FloatArray, t: FloatArray, p: npt.NDArray[np.bool_]
+               ) -> FloatArray:
+        y = np.where(p, t - x, t - x + rho(x))  # (the peaks: the lower line, Y = T − I)
+        out: FloatArray = np.sqrt(_pymax(Jf(x), 0.0) * _pymax(y, 0.0))
+        return out
+
+    pk = np.broadcast_to(peak, X.shape)
+    Vf = values(J_fast, X.ravel(), Tm.ravel(), pk.ravel()).reshape(X.shape)
+    if not np.isfinite(np.where(OK, Vf, 0.0)).all():
+        return None
+    err = SCREEN_RTOL * Vf + 1e-300
+    top = np.where(OK, Vf - err, -np.inf).max(axis=1)
+    want = OK & (Vf + err >= top[:, None])
+    want[:, h] = True  # A(hi) always (the tolerance)
+    r, c = np.nonzero(want)
+    Vx = values(J, X[r, c], T[r], peak[c])
+    if not np.isfinite(Vx).all():
+        return None
+    V = np.full(X.shape, -np.inf)
+    V[r, c] = Vx
+    best = V.max(axis=1)
+    out: FloatArray = np.where(has, best + rtol * np.abs(V[:, h]), best)
+    return out
+
+
+def _before_cells(best: FloatArray, Y: FloatArray, C: FloatArray, T: FloatArray,
+                  lo: FloatArray, hi: FloatArray, breaks: Sequence[float],
+                  peaks: Sequence[FloatArray],
+                  at: Callable[[FloatArray, FloatArray, npt.NDArray[np.intp]], FloatArray]
+                  ) -> FloatArray:
+    """:func:`_pooled_max_many`'s best value before the certified cells where only the last
+    piece has them: the piece loop's maximum over best_y at every cut (``Y``, NaN where ``C``
+    has no cut) and the lower line's value at each peak inside a piece (strictly between two
+    cuts: in (lo, hi) and not a break), taken at once (all finite, none −0: the same float as
+    the loop's sequence of Python maxima).  The peaks' values in one evaluation."""
+    n = len(T)
+    npk = len(peaks)
+    Ip = np.concatenate(peaks)
+    vp = at(Ip, np.tile(T, npk) - Ip, np.tile(np.arange(n), npk))
+    ok = (np.tile(lo, npk) < Ip) & (Ip < np.tile(hi, npk))
+    for b in breaks:
+        ok &= Ip != b
+    top = np.where(ok, vp, -np.inf).reshape(npk, n).max(axis=0)
+    top = np.maximum(top, np.where(np.isnan(C), -np.inf, Y).max(axis=1))
+    return _pymax(best, top)
+
+
 def _mid_pieces(best: FloatArray, i: npt.NDArray[np.intp], a: FloatArray, b: FloatArray,
-                T: FloatArray, nu: FloatArray, J: ArrayFn, rho: ArrayFn) -> None:
+                T: FloatArray, nu: FloatArray, J: ArrayFn, rho: ArrayFn,
+                J_fast: ArrayFn | None = None) -> None:
     """The certified cells of :func:`_pooled_max_many` on the pieces [a, b] of the problems
-    ``i``, from their best values so far (updated in place)."""
-    def up_a(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
-        out: FloatArray = np.sqrt(_pymax(J(x), 0.0) * _pymax(T[j] - x + rho(x), 0.0))
+    ``i``, from their best values so far (updated in place): A(x) = √(J(x)·(T − x + ρ(x))),
+    B(x) = ν·(T + ρ(x)), ρ(x) computed once for both.  ``J_fast``: J within a few units of
+    2⁻⁵³ (its cubes multiplied out), for the problems with ν = 0 (:func:`_mid_flat`)."""
+    Ti, nui = T[i], nu[i]
+
+    def A_of(Jf: ArrayFn, x: FloatArray, Tj: FloatArray) -> FloatArray:
+        out: FloatArray = np.sqrt(_pymax(Jf(x), 0.0) * _pymax(Tj - x + rho(x), 0.0))
         return out
 
-    def up_b(x: FloatArray, j: npt.NDArray[np.intp]) -> FloatArray:
-        out: FloatArray = nu[j] * (T[j] + rho(x))
-        return out
+    if J_fast is not None:
+        z = (nui == 0.0) & (b > a)
+        if z.any():
+            zi = np.flatnonzero(z)
+            got = _mid_flat(lambda x, j: A_of(J, x, Ti[zi[j]]),
+                            lambda x, j: A_of(J_fast, x, Ti[zi[j]]), a[zi], b[zi],
+                            best[i[zi]])
+            if got is not None:
+                best[i[zi]] = got
+                if z.all():
+                    return
+                keep = ~z
+                i, a, b, Ti, nui = i[keep], a[keep], b[keep], Ti[keep], nui[keep]
 
-    best[i] = _mid_many(lambda x, j: up_a(x, i[j]), lambda x, j: up_b(x, i[j]), a, b, best[i])
+    def AB(x: FloatArray, j: npt.NDArray[np.intp]) -> tuple[FloatArray, FloatArray]:
+        r = rho(x)
+        Tj = Ti[j]
+        A: FloatArray = np.sqrt(_pymax(J(x), 0.0) * _pymax(Tj - x + r, 0.0))
+        B: FloatArray = nui[j] * (Tj + r)
+        return A, B
+
+    best[i] = _mid_many(AB, a, b, best[i])
+
+
+#: :func:`_mid_flat`'s screen: the fast A is within this relative distance of the exact one (the
+#: cubes multiplied out, two roundings, against the C pow's one unit: a few units of 2⁻⁵³ through
+#: J, the product and the square root; this leaves a factor of thousands).
+SCREEN_RTOL = 1e-12
+
+
+def _mid_flat(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
+              A_fast: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
+              lo: FloatArray, hi: FloatArray, floor: FloatArray, *, cells: int = 8,
+              rtol: float = 1e-4) -> FloatArray | None:
+    """:func:`_mid_many` of problems with B = 0 (ν = 0: B = 0·(T + ρ) = 0) and lo < hi, the same
+    floats: the best value at the cells' ends is at least A at every right end, so its first
+    level keeps no cell (A(v) − 0 > best + tol never holds) and the result is
+    ``max(floor, max A at the ends) + rtol·|A(hi)|``.  That maximum is taken among the ends
+    whose ``A_fast`` (within :data:`SCREEN_RTOL` of A) is within the screen's error of the
+    row's largest, evaluated by A, and A(hi) by A (the last end is usually hi: taken from
+    it): a few exact evaluations a row instead of every end's.  None where a fast value is
+    not finite (then :func:`_mid_many`)."""
+    n = len(lo)
+    E = lo[:, None] + (hi - lo)[:, None] * np.arange(cells + 1) / cells
+    pe = np.repeat(np.arange(n), cells + 1)
+    Af = A_fast(E.ravel(), pe).reshape(n, cells + 1)
+    if not np.isfinite(Af).all():
+        return None
+    err = SCREEN_RTOL * Af + 1e-300  # (A >= 0; the absolute term: tiny values' roundings)
+    cand = Af + err >= (Af - err).max(axis=1)[:, None]
+    at_hi = E[:, -1] == hi
+    cand[:, -1] &= ~at_hi  # (A there is A(hi), evaluated below)
+    ci = np.flatnonzero(cand.ravel())
+    Ax = A(np.concatenate([hi, E.ravel()[ci]]), np.concatenate([np.arange(n), pe[ci]]))
+    if not np.isfinite(Ax).all():
+        return None
+    A_hi = Ax[:n]
+    vals = np.full((n, cells + 1), -np.inf)
+    vals.ravel()[ci] = Ax[n:]
+    last = at_hi & (Af[:, -1] + err[:, -1] >= (Af - err).max(axis=1))
+    vals[last, -1] = A_hi[last]
+    out: FloatArray = _pymax(floor, vals.max(axis=1)) + rtol * np.abs(A_hi)
+    return out
 
 
 # ---------------------------------------------------------------------------- evaluation (A-E)
