@@ -280,27 +280,33 @@ def _clear_segment_caches() -> None:
 
 
 @pytest.mark.parametrize("theorem", [F._A, F._B, BK._D, BK._E], ids=["A", "B", "D", "E"])
-def test_the_scan_prefetch_changes_no_choice(theorem, monkeypatch):
-    """_prefetch_scan (the few-segment candidates at M and the closure's scan evaluated in one
-    batch of maxima) gives every (P, d, M) the (value, K, multiplier, M') computed without it,
-    and it runs where the closure scans."""
+def test_the_one_workload_path_chooses_as_the_generic_one(theorem, monkeypatch):
+    """A cold closure of one (P, d, M) (_more_memory_one: the candidates at M and the closure's
+    scan in one batch of maxima; _fine_single, _edges_one: the fine search on arrays) gives the
+    (value, K, multiplier, M') of more_memory at _search and _fine_one, and it runs where the
+    closure scans and where the fine search runs."""
     work = [(4096 * 4096, 64, 65536), (3000 * 3000, 40, 60000), (4096 * 2048, 64, 65536),
             (10**6, 16, 4096), (5 * 10**7, 64, 65536), (2048 * 2048, 128, 16384),
-            (8192 * 8192 * 16, 128, 65536), (300 * 300, 96, 8169), (0, 64, 65536)]
-    calls = []
-    prefetch = S._prefetch_scan
+            (8192 * 8192 * 16, 128, 65536), (300 * 300, 96, 8169), (0, 64, 65536),
+            (1000 * 999, 8, 1000), (2**40, 40, 2**20)]
+    calls = {"more": 0, "fine": 0}
+    more, fine = S._more_memory_one, S._fine_single
 
-    def counted(*args):
-        calls.append(args)
-        prefetch(*args)
+    def counted_more(*args):
+        calls["more"] += 1
+        return more(*args)
 
-    monkeypatch.setattr(S, "_prefetch_scan", counted)
+    def counted_fine(*args):
+        calls["fine"] += 1
+        return fine(*args)
+
+    monkeypatch.setattr(S, "_more_memory_one", counted_more)
+    monkeypatch.setattr(S, "_fine_single", counted_fine)
     _clear_segment_caches()
     got = [theorem.closed(P, d, M) for P, d, M in work]
-    assert calls  # (the closure scanned somewhere)
-    monkeypatch.setattr(S, "_prefetch_scan", lambda *args: None)
+    assert calls["more"] and (calls["fine"] or not theorem.fine)
     _clear_segment_caches()
-    assert [theorem.closed(P, d, M) for P, d, M in work] == got
+    assert got == [_closed_one_at_a_time(theorem, P, d, M) for P, d, M in work]
     _clear_segment_caches()
 
 
@@ -342,13 +348,17 @@ def test_bounds_prepare_serves_the_certificate_s_values():
 @example(work=[(4096 * 4095, 64, 65536), (5 * 10**7, 64, 65536), (10**6, 16, 4096)])
 def test_the_python_bisections_step_as_the_numpy_ones(work, monkeypatch):
     """segments._edges_many (the fine search's bisections one step at a time in Python, used
-    where K leaves int64) ends where _edges_vec does: both are the scalar steps."""
+    where K leaves int64) ends where _edges_vec and _edges_one do: all are the scalar steps."""
     ref = [_closed_one_at_a_time(F._A, P, d, M) for P, d, M in work]
     with monkeypatch.context() as m:
         m.setattr(S, "_edges_vec", S._edges_many)
         S._closed.cache_clear()
         S._prepared().clear()
         F._A.prepare(work)
+        assert [F._A.closed(P, d, M) for P, d, M in work] == ref
+    with monkeypatch.context() as m:  # (one workload at a time: _edges_one's way there)
+        m.setattr(S, "_K_VEC", 0)
+        _clear_segment_caches()
         assert [F._A.closed(P, d, M) for P, d, M in work] == ref
     S._closed.cache_clear()
     S._prepared().clear()
@@ -366,19 +376,26 @@ def test_the_bisections_early_stop_changes_no_result(theorem, work, monkeypatch)
     beat its owner's best, docs/bounds.md §12.2) gives every (P, d, M) the result of bisecting
     every tooth, and at the issue's shapes it evaluates fewer nodes."""
     nodes = []
-    node_eval = S._node_eval
+    node_eval, node_eval_one = S._node_eval, S._node_eval_one
 
     def counted(theorem, d, Ms, *rest):
         nodes.append(len(Ms))
         return node_eval(theorem, d, Ms, *rest)
 
+    def counted_one(theorem, d, M, w, w_cmp, Ks, qs):  # (one workload: _edges_one)
+        nodes.append(len(Ks))
+        return node_eval_one(theorem, d, M, w, w_cmp, Ks, qs)
+
     monkeypatch.setattr(S, "_node_eval", counted)
+    monkeypatch.setattr(S, "_node_eval_one", counted_one)
     _clear_segment_caches()
     S._prepared().clear()
     got = [theorem.closed(P, d, M) for P, d, M in work]
     pruned = sum(nodes)
-    vec = S._edges_vec
+    vec, one = S._edges_vec, S._edges_one
     monkeypatch.setattr(S, "_edges_vec", lambda th, d, jobs, floor=None: vec(th, d, jobs))
+    monkeypatch.setattr(S, "_edges_one", lambda th, d, M, w, w_cmp, floor, *rest:
+                        one(th, d, M, w, w_cmp, None, *rest))
     _clear_segment_caches()
     nodes.clear()
     assert [theorem.closed(P, d, M) for P, d, M in work] == got

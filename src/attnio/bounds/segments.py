@@ -1247,7 +1247,11 @@ def _closed_many(theorem: PairsTheorem, d: int, PMs: Sequence[tuple[int, int]]
     for i, ((P, _), (v, K, p, M2)) in enumerate(zip(PMs, out)):
         if theorem.fine and P > 0 and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen
             fine.append((i, P, M2, P * d >= FINE_MIN_WORK, (v, K, p)))
-    if fine:
+    if len(fine) == 1 and theorem.lambdas is not None:
+        i, P, M2, wide, best = fine[0]
+        v, K, p = _fine_single(theorem, P, d, M2, wide, best)
+        out[i] = (v, K, p, M2)
+    elif fine:
         for (i, _, M2, _, _), (v, K, p) in zip(fine, _fine_many(theorem, d, fine)):
             out[i] = (v, K, p, M2)
     return out
@@ -1303,9 +1307,9 @@ def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
     """:func:`more_memory` of the theorem (at its :func:`_search`) for every P of ``Ps`` (each
     > 0) at one (d, M), each step for all of them in one batch: the same choices.  A theorem
     whose work is not an int, or without a vectorised ``lambdas``, goes one P at a time."""
-    if theorem.lambdas is None or len(Ps) == 1:
-        if theorem.lambdas is not None:
-            _prefetch_scan(theorem, Ps[0], d, M)
+    if theorem.lambdas is not None and len(Ps) == 1:
+        return [_more_memory_one(theorem, Ps[0], d, M)]
+    if theorem.lambdas is None:
         return [more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
                             lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
                 for P in Ps]
@@ -1379,6 +1383,92 @@ def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
                     best = (v2, K2, p2, M2)
             out[i] = best
     return [o for o in out if o is not None]
+
+
+def _values_one(theorem: PairsTheorem, P: int, d: int, Ms: Sequence[int], Ks: Sequence[int],
+                qs: Sequence[float]) -> list[int]:
+    """:meth:`PairsTheorem.values` of a theorem with a vectorised ``lambdas`` (one call of it)."""
+    assert theorem.lambdas is not None
+    return segments_bound_many(_work(theorem, P, d, qs), Ks, *theorem.lambdas(d, Ms, Ks, qs))
+
+
+def _more_memory_one(theorem: PairsTheorem, P: int, d: int, M: int
+                     ) -> tuple[int, int, float, int]:
+    """:func:`more_memory` of the theorem at :func:`_search` for one P > 0 (a theorem with a
+    vectorised ``lambdas``): the same steps and choices, straight on lists, in at most three
+    calls of ``lambdas``: the tabulated candidate at M; where it has few segments, the other
+    candidates at M with the tabulated candidates of the whole scan (:func:`more_memory_grid`,
+    most likely scanned then); the other candidates at the three best M' where they have few
+    segments.  (Each element's maxima do not depend on the others of a batch: the same
+    floats.)  Nothing is stored: the one-workload case of a cold call."""
+    potential = theorem.kind == "potential"
+    dd16 = 16 * d * d
+    (kappa, p0), = _tabulated_many(theorem, d, (M,))
+    K0 = max(1, round(kappa * M))
+    # (one element: the scalar value, the same integer, faster than a batch of one)
+    v0 = (theorem.value(P, d, M, K0, p0) if potential else
+          _values_one(theorem, P, d, (M,), (K0,), (p0,))[0])
+    grid: list[int] = []
+    gK: list[int] = []
+    gq: list[float] = []
+    gt: list[tuple[float, float]] = []
+    gv: list[int] | None = None
+
+    def scan_params() -> None:
+        grid.extend(M2 for M2 in more_memory_grid(M) if M2 <= MAX_M)
+        gt.extend(_tabulated_many(theorem, d, grid))
+        gK.extend(max(1, round(k * M2)) for M2, (k, _) in zip(grid, gt))
+        gq.extend(q for _, q in gt)
+
+    best = (v0, K0, p0)
+    if v0 < FEW_SEGMENTS * K0:  # the others at M (and, most likely needed, the scan)
+        rest = tabulated_candidates(M, kappa, p0, zero_too=potential,
+                                    retry=potential or M <= dd16)[1:]
+        if v0 < MORE_MEMORY_SEGMENTS * K0:
+            scan_params()
+        n = len(rest)
+        if n or grid:
+            vals = _values_one(theorem, P, d, [M] * n + grid, [K for K, _ in rest] + gK,
+                               [q for _, q in rest] + gq)
+            best = tabulated_pick([(K0, p0), *rest], [v0, *vals[:n]])
+            if grid:
+                gv = vals[n:]
+    v, K, p = best
+    if K > 0 and v >= MORE_MEMORY_SEGMENTS * K:
+        return v, K, p, M
+    if gv is None:
+        if not grid:
+            scan_params()
+        gv = _values_one(theorem, P, d, grid, gK, gq) if grid else []
+    found: list[tuple[int, int]] = []
+    zeros = 0
+    for i, v2 in enumerate(gv):
+        zeros = zeros + 1 if v2 == 0 else 0
+        if v2 > 0:
+            found.append((v2, i))
+        if zeros >= 3:
+            break
+    # the three best M' (the grid increases: by value, then by M' the larger first), refined
+    top = [i for _, i in sorted(found, reverse=True)[:3]]
+    more = [(i, tabulated_candidates(grid[i], gt[i][0], gt[i][1], zero_too=potential,
+                                     retry=potential or grid[i] <= dd16)[1:])
+            for i in top if gv[i] < FEW_SEGMENTS * gK[i]]
+    more = [(i, c) for i, c in more if c]
+    refined = {i: (gv[i], gK[i], gq[i]) for i in top}
+    if more:
+        vals = _values_one(theorem, P, d, [grid[i] for i, c in more for _ in c],
+                           [K2 for _, c in more for K2, _ in c],
+                           [q for _, c in more for _, q in c])
+        j = 0
+        for i, c in more:
+            refined[i] = tabulated_pick([(gK[i], gq[i]), *c], [gv[i], *vals[j:j + len(c)]])
+            j += len(c)
+    out = (v, K, p, M)
+    for i in top:
+        v2, K2, p2 = refined[i]
+        if v2 > out[0]:
+            out = (v2, K2, p2, grid[i])
+    return out
 
 
 def _fine_one(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
@@ -1471,6 +1561,198 @@ def _fine_many(theorem: PairsTheorem, d: int,
         if va > tops[r][0]:
             tops[r] = (va, a, q)
     return tops
+
+
+@functools.lru_cache(maxsize=256)
+def _fine_grid(theorem: PairsTheorem, d: int, M: int, wide: bool
+               ) -> tuple[list[int], list[float], FloatArray, FloatArray, FloatArray, FloatArray]:
+    """:func:`_fine_lambdas` as arrays: the segment lengths and multipliers of the sample grid
+    (:func:`fine_ks`, :func:`fine_multipliers`), K at every sample (multiplier-major), and the
+    theorem's (Λ, Λ_f, Λ_l) there (a theorem with a vectorised ``lambdas``; cached, they do not
+    depend on P)."""
+    assert theorem.lambdas is not None
+    kappa, p0 = _tabulated(theorem, d, M)
+    ks, mults = fine_ks(M, kappa, wide), fine_multipliers(p0, wide)
+    Ka = np.tile(np.array(ks, dtype=np.float64), len(mults))
+    lam, lam_f, lam_l = theorem.lambdas(d, np.full(len(Ka), float(M)), Ka,
+                                        np.repeat(np.array(mults, dtype=np.float64), len(ks)))
+    return ks, mults, Ka, lam, lam_f, lam_l
+
+
+def _h_minus_2(w: float, w_cmp: float, lam: FloatArray, lam_f: FloatArray, lam_l: FloatArray
+               ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """At one work (its float and the float it is compared as, :func:`segments_bound_many`):
+    h − 2 as segments_bound_many computes it (−1: h = 1, 0: h = 2; an integral float), and the
+    real-valued h and work/Λ_f (:func:`segments_h`), elementwise."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        x = (w - lam_f - lam_l) / lam
+        c = np.ceil(x)
+        h = 2.0 + x
+        z = w / lam_f
+    c = np.where(w_cmp <= lam_f + lam_l, 0.0, c)
+    c = np.where(w_cmp <= lam_f, -1.0, c)
+    return c, h, z
+
+
+def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
+                 best: tuple[int, int, float]) -> tuple[int, int, float]:
+    """:func:`_fine_many` of one request (the cold one-workload case): the same samples, jobs,
+    bisection steps and result, on arrays (:func:`_fine_grid`, :func:`_edges_one`)."""
+    ks, mults, Ka, lam, lam_f, lam_l = _fine_grid(theorem, d, M2, wide)
+    w = _work(theorem, P, d, mults)
+    if not isinstance(w, int):
+        return _fine_many(theorem, d, [(0, P, M2, wide, best)])[0]
+    wf = float(w)
+    w_cmp = wf if wf >= w else math.nextafter(wf, math.inf)
+    c, h, z = _h_minus_2(wf, w_cmp, lam, lam_f, lam_l)
+    nk, nq = len(ks), len(mults)
+    samples = _bound_elems(np.full(len(c), wf), np.full(len(c), w_cmp), Ka.astype(np.int64),
+                           lam, lam_f, lam_l)
+    top, rows = _sample_rows(samples, ks, mults, best)
+    reach = FINE_TEETH if wide else 0
+    hl, zl = h.tolist(), z.tolist()
+    # the bisections: q, n, a, v(a), b, and 1/h (Λ_f/work for n = 1) at a and b
+    jq: list[float] = []
+    jn: list[int] = []
+    ja: list[int] = []
+    jv: list[int] = []
+    jb: list[int] = []
+    ya: list[float] = []
+    yb: list[float] = []
+    nan = math.nan
+    isfinite = math.isfinite
+    for _, q, vals, i, i_q in sorted(rows, key=lambda t: t[0],
+                                     reverse=True)[:FINE_BEST if wide else 1]:
+        if vals[i] <= 0:
+            continue
+        ns = [v // K for v, K in zip(vals, ks)]  # h − 1 at each sample: non-increasing
+        n0 = ns[i]
+        o = i_q * nk
+        # the last sample with h − 1 >= n, for every n: from the suffix maxima of ns
+        last: dict[int, int] = {}
+        n_lo = max(1, n0 - reach)
+        top_n = n_lo - 1
+        for j in range(nk - 1, -1, -1):
+            while ns[j] > top_n and top_n < n0 + reach:
+                top_n += 1
+                last[top_n] = j
+        for n in range(n_lo, n0 + reach + 1):
+            a = last.get(n, -1)
+            if a < 0:
+                continue
+            e = hl if n > 1 else zl
+            jq.append(q)
+            jn.append(n)
+            ja.append(ks[a])
+            jv.append(vals[a])
+            va = e[o + a]
+            ya.append(1.0 / va if va > 0.0 and isfinite(va) else nan)
+            if a + 1 < nk:
+                jb.append(ks[a + 1])
+                vb = e[o + a + 1]
+                yb.append(1.0 / vb if vb > 0.0 and isfinite(vb) else nan)
+            else:
+                jb.append(2 * ks[a])
+                yb.append(nan)
+    if jq:
+        _edges_one(theorem, d, M2, wf, w_cmp, top[0], jq, jn, ja, jv, jb, ya, yb)
+    for q, a, va in zip(jq, ja, jv):  # in the order of fine_best's jobs
+        if va > top[0]:
+            top = (va, a, q)
+    return top
+
+
+def _node_eval_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
+                   Ks: list[int], qs: list[float]) -> tuple[list[float], list[float], list[float]]:
+    """:func:`_node_eval` at one (M, work), as lists."""
+    assert theorem.lambdas is not None
+    Ka = np.array(Ks, dtype=np.float64)
+    c, h, z = _h_minus_2(w, w_cmp, *theorem.lambdas(d, np.full(len(Ka), float(M)), Ka,
+                                                    np.array(qs, dtype=np.float64)))
+    if not np.isfinite(c).all():  # (segments_bound would raise: so does this)
+        raise ValueError("fine search: a segment count is not finite")
+    return c.tolist(), h.tolist(), z.tolist()
+
+
+def _edges_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
+               floor: int | None, qs: list[float], ns: list[int], a: list[int], va: list[int],
+               b: list[int], ya: list[float], yb: list[float]) -> None:
+    """:func:`_edges_vec` of the bisections of one owner at one (M, work), on lists: job i
+    bisects [a[i], b[i]) at multiplier qs[i] for the edge of tooth ns[i] (ya, yb: 1/h, or
+    Λ_f/work for n = 1, at the bracket's ends), and ends with a[i], va[i] its right edge and
+    the value there, or va[i] = −1 where it cannot give the owner's result (``floor``: the
+    owner's best before the bisections, :func:`_prune_edges`; None: every job bisected).  The
+    same steps, rounds and values as :func:`_edges_vec`."""
+    if max(b) >= _K_VEC:
+        jobs = [[q, n, a0, v0, b0, M, w, w_cmp, 0, (), {}]
+                for q, n, a0, v0, b0 in zip(qs, ns, a, va, b)]
+        _edges_many(theorem, d, jobs)
+        a[:], va[:] = [job[2] for job in jobs], [job[3] for job in jobs]
+        return
+    assert theorem.lambdas is not None
+    yt = [1.0 if n == 1 else 1.0 / n for n in ns]
+    live = [i for i in range(len(ns)) if b[i] - a[i] > 1]
+    while live:
+        if floor is not None:  # (_prune_edges with one owner)
+            low = -1
+            live_set = set(live)
+            for i in range(len(ns)):
+                if va[i] >= 0:
+                    x = ns[i] * a[i] if i in live_set else va[i]
+                    if x > low:
+                        low = x
+            keep = []
+            for i in live:
+                ub = (b[i] - 1) * (va[i] // a[i])
+                if ub <= floor or ub < low:
+                    va[i] = -1
+                else:
+                    keep.append(i)
+            live = keep
+            if not live:
+                break
+        paths: list[tuple[int, int, list[int]]] = []
+        Ks: list[int] = []
+        qn: list[float] = []
+        for i in live:
+            A, B = a[i], b[i]
+            den = yb[i] - ya[i]
+            T = A + (B - A) // 2
+            if den != 0.0:
+                t = A + (B - A) * ((yt[i] - ya[i]) / den)
+                if math.isfinite(t):
+                    T = math.floor(t)
+            T = min(max(T, A), B - 1)
+            path = []
+            while B - A > 1:
+                c = A + (B - A) // 2
+                path.append(c)
+                if c <= T:
+                    A = c
+                else:
+                    B = c
+            paths.append((i, T, path))
+            Ks.extend(path)
+            qn.extend([qs[i]] * len(path))
+        cl, hl, zl = _node_eval_one(theorem, d, M, w, w_cmp, Ks, qn)
+        k = 0
+        for i, T, path in paths:
+            nf = ns[i] - 1.0  # h − 1 >= n: c >= n − 1
+            e = hl if ns[i] > 1 else zl
+            for j, c in enumerate(path):
+                up = cl[k + j] >= nf
+                y = e[k + j]  # (1/y as numpy's: ±inf at 0, then kept where finite and > 0)
+                y = 1.0 / y if y != 0.0 else math.inf
+                if not (y > 0.0 and math.isfinite(y)):
+                    y = math.nan
+                if up:
+                    a[i], va[i], ya[i] = c, c * (int(cl[k + j]) + 1), y
+                else:
+                    b[i], yb[i] = c, y
+                if up != (c <= T):  # the path's guess was wrong here: the next round
+                    break
+            k += len(path)
+        live = [i for i in live if b[i] - a[i] > 1]
 
 
 def _prune_edges(jobs: list[list[Any]], live: Sequence[int], a: Sequence[int],
@@ -1783,22 +2065,6 @@ def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int,
         j = i + len(cands)
         store[Mp] = (cands, fK[i:j], fq[i:j], None if lams is None else lams[:, i:j])
         i = j
-
-
-def _prefetch_scan(theorem: PairsTheorem, P: int, d: int, M: int) -> None:
-    """Before :func:`more_memory` of one P at M: where the tabulated candidate at M has fewer
-    than MORE_MEMORY_SEGMENTS segments (so the few-segment candidates at M are evaluated, and
-    the closure's scan over :func:`more_memory_grid` most likely too), the maxima of both, in
-    one call of ``lambdas`` instead of two; what :func:`more_memory` then evaluates is taken
-    from :func:`_store`, the same values and choices (only fewer calls)."""
-    if P <= 0:
-        return
-    (first,), vals = _flat_values(theorem, P, d, (M,), True, 0)
-    K0 = first[0][0][0]
-    if not vals or not (vals[0] < FEW_SEGMENTS * K0 and vals[0] < MORE_MEMORY_SEGMENTS * K0):
-        return
-    grid = [M2 for M2 in more_memory_grid(M) if M2 <= MAX_M]
-    _fill(theorem, d, True, [(M, 1), *((M2, 0) for M2 in grid)])
 
 
 @functools.lru_cache(maxsize=256)
