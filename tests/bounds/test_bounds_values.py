@@ -10,6 +10,7 @@ compared with the scalar functions (kept as the reference: :func:`segments.poten
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -422,3 +423,23 @@ def test_tabulated_parameters_are_params_lookup_s(theorem):
     cases += [(64, round(64 * 64 / 2.0 ** (g / 4))) for g in range(-70, 45)]
     for d, M in cases:
         assert S._tabulated(theorem, d, M) == ref(d, M), (d, M)
+
+
+def test_exact_cubes_are_pow_s_and_the_rest_by_pow():
+    """segments._cubes takes v*v*v for the integers 0 <= v <= EXACT_CUBE_MAX (their cubes are
+    below 2⁵³: floats exactly): C's pow (Python's float power) gives the same float for every
+    one of them, and the largest is the last such integer; elsewhere (fractions, larger, NaN)
+    _cubes is math.pow's, on batches above and below EXACT_CUBE_MIN."""
+    v = np.arange(int(S.EXACT_CUBE_MAX) + 1, dtype=np.float64)
+    by_pow = np.fromiter(map(math.pow, v.tolist(), itertools.repeat(3.0)), dtype=np.float64,
+                         count=len(v))
+    assert (by_pow == v * v * v).all()
+    assert S.EXACT_CUBE_MAX ** 3 < 2.0 ** 53 <= (S.EXACT_CUBE_MAX + 1) ** 3
+    assert (S._cubes(v) == by_pow).all()
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(0.0, 1e7, 40), rng.integers(0, 2**40, 40).astype(float),
+                        rng.integers(0, int(S.EXACT_CUBE_MAX) + 1, 40).astype(float),
+                        [S.EXACT_CUBE_MAX + 1, 2.0**52 + 1, 0.5, math.nan]])
+    for part in (x, x[:S.EXACT_CUBE_MIN - 1], x[-S.EXACT_CUBE_MIN:]):
+        want = np.array([math.pow(t, 3.0) for t in part.tolist()])
+        assert np.array_equal(S._cubes(part), want, equal_nan=True)

@@ -153,7 +153,8 @@ def potential_lambdas(M: float, K: float, mu: float,
 # scalar code's bit for bit: the same floating-point operations in the same order, elementwise
 # (numpy's +, -, *, /, sqrt and comparisons are IEEE double like Python's), the cubes of the
 # vertical edges' peaks by the C pow that Python's float power calls (numpy's may round
-# differently: :func:`_cubes`), every degenerate case of the scalar code (coinciding vertices, μ²
+# differently) or, where the cube is an integer below 2⁵³, by products (exact, so the same:
+# :func:`_cubes`), every degenerate case of the scalar code (coinciding vertices, μ²
 # underflowing) decided per element, NaN candidates skipped as the scalar ``v > best`` skips them
 # (``fmax``), and the integer arithmetic of segments_bound exact
 # (tests/bounds/test_bounds_values.py).
@@ -161,13 +162,33 @@ if TYPE_CHECKING:
     FloatArray = npt.NDArray[np.float64]
 
 
+#: The largest integer whose cube is below 2⁵³: for an integer 0 <= v <= this, v³ is a float64
+#: exactly, so ``v*v*v`` (each product exact) is it, and so is C's ``pow(v, 3.0)`` (within one
+#: unit in the last place of the true value: the true value itself where that is a float; checked
+#: for every such v by tests/bounds/test_bounds_values.py).
+EXACT_CUBE_MAX = 208063.0
+#: :func:`_cubes` takes the exact products from this many values on (below, the test costs more).
+EXACT_CUBE_MIN = 16
+
+
 def _cubes(x: FloatArray) -> FloatArray:
-    """``x ** 3`` elementwise, rounded as the scalar code's ``p0 ** 3`` (Python's float power,
-    C's ``pow(v, 3.0)``; for v >= 0, every value cubed here, ``math.pow(v, 3.0)`` calls the same
-    and is faster; mapped without a Python-level loop)."""
-    vals = x.tolist()
-    return np.fromiter(map(math.pow, vals, itertools.repeat(3.0)), dtype=np.float64,
-                       count=len(vals))
+    """``x ** 3`` elementwise (1-d), rounded as the scalar code's ``p0 ** 3`` (Python's float
+    power, C's ``pow(v, 3.0)``; for v >= 0, every value cubed here, ``math.pow(v, 3.0)`` calls
+    the same and is faster; mapped without a Python-level loop), or, from EXACT_CUBE_MIN values
+    on, ``v*v*v`` where v is an integer in [0, EXACT_CUBE_MAX] (the same float: exact) and
+    ``math.pow`` elsewhere (segment lengths and memories are integers: most values are)."""
+    if len(x) < EXACT_CUBE_MIN:
+        vals = x.tolist()
+        return np.fromiter(map(math.pow, vals, itertools.repeat(3.0)), dtype=np.float64,
+                           count=len(vals))
+    out: FloatArray = x * x * x
+    other = ~((x >= 0.0) & (x <= EXACT_CUBE_MAX) & (x == np.floor(x)))
+    if other.any():
+        idx = np.flatnonzero(other)
+        vals = x[idx].tolist()
+        out[idx] = np.fromiter(map(math.pow, vals, itertools.repeat(3.0)), dtype=np.float64,
+                               count=len(vals))
+    return out
 
 
 def _branch_cases(c2: tuple[float, ...], c3: tuple[float, ...]
@@ -1392,6 +1413,11 @@ def _values_one(theorem: PairsTheorem, P: int, d: int, Ms: Sequence[int], Ks: Se
     return segments_bound_many(_work(theorem, P, d, qs), Ks, *theorem.lambdas(d, Ms, Ks, qs))
 
 
+#: :func:`_more_memory_one` evaluates the refinement's candidates at the first this many M' of
+#: the scan with the scan (the three best M' are most often the first three).
+SCAN_AHEAD = 3
+
+
 def _more_memory_one(theorem: PairsTheorem, P: int, d: int, M: int
                      ) -> tuple[int, int, float, int]:
     """:func:`more_memory` of the theorem at :func:`_search` for one P > 0 (a theorem with a
@@ -1420,19 +1446,34 @@ def _more_memory_one(theorem: PairsTheorem, P: int, d: int, M: int
         gK.extend(max(1, round(k * M2)) for M2, (k, _) in zip(grid, gt))
         gq.extend(q for _, q in gt)
 
+    def others(i: int) -> list[tuple[int, float]]:  # the other candidates at grid[i]
+        return tabulated_candidates(grid[i], gt[i][0], gt[i][1], zero_too=potential,
+                                    retry=potential or grid[i] <= dd16)[1:]
+
     best = (v0, K0, p0)
+    # the values of the other candidates at grid[i] (the refinement's), evaluated ahead
+    ahead: dict[int, tuple[list[tuple[int, float]], list[int]]] = {}
     if v0 < FEW_SEGMENTS * K0:  # the others at M (and, most likely needed, the scan)
         rest = tabulated_candidates(M, kappa, p0, zero_too=potential,
                                     retry=potential or M <= dd16)[1:]
         if v0 < MORE_MEMORY_SEGMENTS * K0:
             scan_params()
-        n = len(rest)
+        # (and the refinement's at the first M' of the scan: most often its three best)
+        pre = [(i, others(i)) for i in range(min(SCAN_AHEAD, len(grid)))]
+        extra = [c for _, cs in pre for c in cs]
+        n, ng = len(rest), len(grid)
         if n or grid:
-            vals = _values_one(theorem, P, d, [M] * n + grid, [K for K, _ in rest] + gK,
-                               [q for _, q in rest] + gq)
+            vals = _values_one(theorem, P, d, [M] * n + grid + [grid[i] for i, cs in pre
+                                                                for _ in cs],
+                               [K for K, _ in rest] + gK + [K for K, _ in extra],
+                               [q for _, q in rest] + gq + [q for _, q in extra])
             best = tabulated_pick([(K0, p0), *rest], [v0, *vals[:n]])
             if grid:
-                gv = vals[n:]
+                gv = vals[n:n + ng]
+            j = n + ng
+            for i, cs in pre:
+                ahead[i] = (cs, vals[j:j + len(cs)])
+                j += len(cs)
     v, K, p = best
     if K > 0 and v >= MORE_MEMORY_SEGMENTS * K:
         return v, K, p, M
@@ -1450,11 +1491,16 @@ def _more_memory_one(theorem: PairsTheorem, P: int, d: int, M: int
             break
     # the three best M' (the grid increases: by value, then by M' the larger first), refined
     top = [i for _, i in sorted(found, reverse=True)[:3]]
-    more = [(i, tabulated_candidates(grid[i], gt[i][0], gt[i][1], zero_too=potential,
-                                     retry=potential or grid[i] <= dd16)[1:])
-            for i in top if gv[i] < FEW_SEGMENTS * gK[i]]
-    more = [(i, c) for i, c in more if c]
     refined = {i: (gv[i], gK[i], gq[i]) for i in top}
+    more = []
+    for i in top:
+        if gv[i] < FEW_SEGMENTS * gK[i]:
+            if i in ahead:
+                cs, vals = ahead[i]
+                refined[i] = tabulated_pick([(gK[i], gq[i]), *cs], [gv[i], *vals])
+            else:
+                more.append((i, others(i)))
+    more = [(i, c) for i, c in more if c]
     if more:
         vals = _values_one(theorem, P, d, [grid[i] for i, c in more for _ in c],
                            [K2 for _, c in more for K2, _ in c],
@@ -1594,6 +1640,15 @@ def _h_minus_2(w: float, w_cmp: float, lam: FloatArray, lam_f: FloatArray, lam_l
     return c, h, z
 
 
+def _c_values(c: FloatArray, K: FloatArray) -> list[int]:
+    """The values ``K·(h − 1)`` from h − 2 (:func:`_h_minus_2`) and K (integral floats) as
+    :func:`segments_bound_many` computes them: the same integers."""
+    if len(K) and (float(c.max()) + 1.0) * float(K.max()) < 2.0 ** 62:
+        out: list[int] = ((c.astype(np.int64) + 1) * K.astype(np.int64)).tolist()
+        return out
+    return [k * (1 + int(h)) for k, h in zip(K.astype(np.int64).tolist(), c.tolist())]
+
+
 def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
                  best: tuple[int, int, float]) -> tuple[int, int, float]:
     """:func:`_fine_many` of one request (the cold one-workload case): the same samples, jobs,
@@ -1606,8 +1661,7 @@ def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
     w_cmp = wf if wf >= w else math.nextafter(wf, math.inf)
     c, h, z = _h_minus_2(wf, w_cmp, lam, lam_f, lam_l)
     nk, nq = len(ks), len(mults)
-    samples = _bound_elems(np.full(len(c), wf), np.full(len(c), w_cmp), Ka.astype(np.int64),
-                           lam, lam_f, lam_l)
+    samples = _c_values(c, Ka)
     top, rows = _sample_rows(samples, ks, mults, best)
     reach = FINE_TEETH if wide else 0
     hl, zl = h.tolist(), z.tolist()
