@@ -225,7 +225,8 @@ def _line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray,
 
 
 #: :func:`_potential_lambdas_many` shares the μ-free work between elements of one (M, K) only
-#: from this many elements on (below, finding them costs more than it saves: the same floats).
+#: from this many elements on, and where they have at most half as many distinct (M, K) (else
+#: finding them or the gathers cost more than they save: the same floats).
 SHARE_MIN = 96
 #: Below this many elements its groups' maxima are one ``fmax.reduceat`` (above, row by row).
 REDUCEAT_MAX = 64
@@ -258,7 +259,7 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
         new[0] = True
         np.not_equal(Ms[1:], Ms[:-1], out=new[1:])
         new[1:] |= Ks[1:] != Ks[:-1]
-        if not new.all():
+        if 2 * int(np.count_nonzero(new)) <= n:  # (else the gathers cost more than they save)
             u = np.empty(n, dtype=np.intp)
             u[order] = np.cumsum(new) - 1
             first = order[new]
