@@ -381,15 +381,24 @@ _GP0_ROWS = np.array([3, 5, 3], dtype=np.intp)
 def _potential_layout(branches: tuple[Branch, ...]) -> tuple[Any, ...]:
     """For :func:`_potential_lambdas_many` with these branches: c2 and c3 (flat, as columns
     branches × 1 × 1, and per vertical peak row), the branches' :func:`_branch_cases`, and the
-    candidate table's layout: the rows of (vertices, peaks on T = K, M + K, M + (M + K)) it
-    takes, grouped by the polygons that take them (all three: (0,K), (K,0), the peaks on T = K;
-    hexagon and first: (0,M+K); hexagon and last: (M+K,0); hexagon: (M,M+K), (M+K,M), the peaks
-    on T2; first: (K,M), the peaks on T = M + K; last: (M,K), the peaks on T = M + K), each
-    row's lo and hi rows of table B, where each group starts, and each row's branch (row 0 of
-    ``[True, kept]`` for a vertex)."""
-    nb = len(branches)
-    c2 = np.array([b[0] for b in branches], dtype=np.float64)
-    c3 = np.array([b[1] for b in branches], dtype=np.float64)
+    candidate table's layout (:func:`_potential_rows`, by the number of branches)."""
+    c2l = [b[0] for b in branches]
+    c3l = [b[1] for b in branches]
+    c2 = np.array(c2l, dtype=np.float64)
+    c3 = np.array(c3l, dtype=np.float64)
+    return (c2, c3, c2[:, None, None], c3[:, None, None], np.array(c2l * 3, dtype=np.float64)[:, None],
+            np.array(c3l * 3, dtype=np.float64)[:, None], _branch_cases(tuple(c2l), tuple(c3l)),
+            *_potential_rows(len(branches)))
+
+
+@functools.lru_cache(maxsize=16)
+def _potential_rows(nb: int) -> tuple[Any, ...]:
+    """:func:`_potential_layout`'s candidate table for nb branches: the rows of (vertices, peaks
+    on T = K, M + K, M + (M + K)) it takes, grouped by the polygons that take them (all three:
+    (0,K), (K,0), the peaks on T = K; hexagon and first: (0,M+K); hexagon and last: (M+K,0);
+    hexagon: (M,M+K), (M+K,M), the peaks on T2; first: (K,M), the peaks on T = M + K; last:
+    (M,K), the peaks on T = M + K), each row's lo and hi rows of table B, where each group
+    starts, and each row's branch (row 0 of ``[True, kept]`` for a vertex)."""
     line = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(3)]  # T = K, M + K, T2
     groups = [[0, 5, *line[0]], [1], [4], [2, 3, *line[2]], [6, *line[1]], [7, *line[1]]]
     sel = [r for grp in groups for r in grp]
@@ -408,11 +417,11 @@ def _potential_layout(branches: tuple[Branch, ...]) -> tuple[Any, ...]:
                 lims.append((8, 1))
     lo, hi = [x for x, _ in lims], [y for _, y in lims]
     kept_rows = [0 if r < 8 else 1 + (r - 8) % nb for r in sel]
-    starts = np.cumsum([0] + [len(grp) for grp in groups[:-1]])
-    return (c2, c3, c2[:, None, None], c3[:, None, None], np.tile(c2, 3)[:, None],
-            np.tile(c3, 3)[:, None], _branch_cases(tuple(c2.tolist()), tuple(c3.tolist())),
-            np.array(sel, dtype=np.intp), np.array(lo + hi, dtype=np.intp),
-            starts.astype(np.intp), np.array(kept_rows, dtype=np.intp))
+    starts = [0]
+    for grp in groups[:-1]:
+        starts.append(starts[-1] + len(grp))
+    return (np.array(sel, dtype=np.intp), np.array(lo + hi, dtype=np.intp),
+            np.array(starts, dtype=np.intp), np.array(kept_rows, dtype=np.intp))
 
 
 def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
@@ -939,7 +948,7 @@ def _right_edges(values: Values, jobs: Sequence[EdgeJob], *, guide: Guide | None
 
 def fine_ks(M: int, kappa: float, wide: bool = True) -> list[int]:
     """The segment lengths :func:`fine_best` samples at each multiple (sorted, distinct)."""
-    return sorted({max(1, round(f * kappa * M)) for f in _fine_fs(wide)})
+    return sorted({K if K >= 1 else 1 for K in [round(f * kappa * M) for f in _fine_fs(wide)]})
 
 
 @functools.lru_cache(maxsize=2)
@@ -1777,7 +1786,10 @@ def _edges_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
                 t = A + (B - A) * ((yt[i] - ya[i]) / den)
                 if math.isfinite(t):
                     T = math.floor(t)
-            T = min(max(T, A), B - 1)
+            if T < A:
+                T = A
+            elif T > B - 1:
+                T = B - 1
             path = []
             while B - A > 1:
                 c = A + (B - A) // 2
