@@ -248,7 +248,7 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     its groups.  NaNs are skipped (``fmax``), as the scalar code's ``v > best`` never takes one,
     and a polygon without a candidate is −∞ as there."""
     n, nb = len(Ma), len(branches)
-    c2, c3, c2c, c3c, c2t, c3t, cases, sel, lim_rows, starts, kept_rows = \
+    c2, c3, c2c, c3c, c2t, c3t, cases, sel, lim_rows, starts, kept_rows, poly = \
         _potential_layout(tuple(branches))
     # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
     u: npt.NDArray[np.intp] | None = None
@@ -330,35 +330,35 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     else:
         MKe, Ke = MK, Ka
     F = S - mua * W
+    # Z: the groups' maxima, the vertical edges' peaks (3 polygons × branches) and −∞
+    ng = len(starts)
+    Z = np.empty((ng + 3 * nb + 1, len(mua)))
     if len(F[0]) < REDUCEAT_MAX:  # 6 groups × elements
-        grp = np.fmax.reduceat(F, starts, axis=0)
+        np.fmax.reduceat(F, starts, axis=0, out=Z[:ng])
     else:  # (numpy's reduceat along the first axis is slow on long rows: row by row)
-        grp = np.empty((len(starts), F.shape[1]))
         for i, (a, b) in enumerate(zip(starts.tolist(), [*starts[1:].tolist(), len(F)])):
             acc = F[a]
             for r in range(a + 1, b):
                 acc = np.fmax(acc, F[r])
-            grp[i] = acc
+            Z[i] = acc
     mu4 = 4.0 * mua * mua
     qv = num / mu4
     okv = (mu4 > 0.0) & (0.0 < qv) & (qv < hi)
     qc = np.maximum(qv, 0.0)
-    Fv = np.sqrt(qc * gp0) - mua * (p0 + qc)
+    Fv = Z[ng:ng + 3 * nb]
+    np.subtract(np.sqrt(qc * gp0), mua * (p0 + qc), out=Fv)
     np.copyto(Fv, -np.inf, where=~okv)
-    Fv3 = Fv.reshape(3, nb, -1)
-    vert = Fv3[:, 0]  # 3 polygons × elements (a maximum over the few branches)
-    for b in range(1, nb):
-        vert = np.fmax(vert, Fv3[:, b])
-    # groups: all three, hexagon and first, hexagon and last, hexagon, first, last
-    both = np.fmax(grp[0], grp[1])
-    hexa = np.fmax(np.fmax(both, grp[2]), np.fmax(grp[3], vert[0]))
-    par_f = np.fmax(both, np.fmax(grp[4], vert[1]))
-    par_l = np.fmax(np.fmax(grp[0], grp[2]), np.fmax(grp[5], vert[2]))
-    # (fmax with -inf: a polygon whose every candidate is NaN is -inf, as the scalar best)
-    lam = mua * MKe + np.fmax(hexa, -np.inf)
-    lam_f = mua * Ke + np.fmax(par_f, -np.inf)
-    lam_l = mua * MKe + np.fmax(par_l, -np.inf)
-    return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+    Z[-1] = -np.inf
+    # each polygon's maximum over its groups and vertical peaks (poly: its rows of Z, padded
+    # with −∞); fmax with −∞: a polygon whose every candidate is NaN is −∞, as the scalar best
+    best = np.fmax(np.fmax.reduce(Z[poly], axis=1), -np.inf)
+    lam = np.empty((3, len(mua)))
+    np.multiply(mua, MKe, out=lam[0])
+    np.multiply(mua, Ke, out=lam[1])
+    lam[2] = lam[0]
+    lam += best
+    lam *= INFLATE
+    return lam[0], lam[1], lam[2]
 
 
 #: Rows of :func:`_potential_lambdas_many`'s table B (0, K, M, M + K, M + (M + K), -inf, inf,
@@ -398,7 +398,8 @@ def _potential_rows(nb: int) -> tuple[Any, ...]:
     (0,K), (K,0), the peaks on T = K; hexagon and first: (0,M+K); hexagon and last: (M+K,0);
     hexagon: (M,M+K), (M+K,M), the peaks on T2; first: (K,M), the peaks on T = M + K; last:
     (M,K), the peaks on T = M + K), each row's lo and hi rows of table B, where each group
-    starts, and each row's branch (row 0 of ``[True, kept]`` for a vertex)."""
+    starts, each row's branch (row 0 of ``[True, kept]`` for a vertex), and each polygon's rows
+    (hexagon, first, last) of the groups' maxima and vertical peaks."""
     line = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(3)]  # T = K, M + K, T2
     groups = [[0, 5, *line[0]], [1], [4], [2, 3, *line[2]], [6, *line[1]], [7, *line[1]]]
     sel = [r for grp in groups for r in grp]
@@ -420,8 +421,13 @@ def _potential_rows(nb: int) -> tuple[Any, ...]:
     starts = [0]
     for grp in groups[:-1]:
         starts.append(starts[-1] + len(grp))
+    # the polygons' rows of the groups' maxima (6), then the vertical peaks (3·nb), then −∞
+    vt = [[6 + i * nb + b for b in range(nb)] for i in range(3)]
+    pad = 6 + 3 * nb
+    poly = [[0, 1, 2, 3, *vt[0]], [0, 1, 4, *vt[1], pad], [0, 2, 5, *vt[2], pad]]
     return (np.array(sel, dtype=np.intp), np.array(lo + hi, dtype=np.intp),
-            np.array(starts, dtype=np.intp), np.array(kept_rows, dtype=np.intp))
+            np.array(starts, dtype=np.intp), np.array(kept_rows, dtype=np.intp),
+            np.array(poly, dtype=np.intp))
 
 
 def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
