@@ -98,13 +98,15 @@ def _polygon_max(poly: Sequence[tuple[float, float]], branches: Sequence[Branch]
     largest F over all these points is max F exactly."""
     pts = list(poly)
     n = len(poly)
+    mu4 = 4.0 * mu * mu
     for i in range(n):
-        (p0, q0), (p1, q1) = poly[i], poly[(i + 1) % n]
+        (p0, q0), (p1, q1) = poly[i], poly[i + 1 if i + 1 < n else 0]
         if p0 == p1:
-            if 4.0 * mu * mu > 0.0 and p0 > 0.0:  # (μ so small that μ² underflows: no peak)
+            if mu4 > 0.0 and p0 > 0.0:  # (μ so small that μ² underflows: no peak)
                 lo, hi = (q0, q1) if q0 < q1 else (q1, q0)
+                cube = p0 ** 3
                 for c2, c3 in branches:
-                    qs = (c2 * p0 * p0 + c3 * p0 ** 3) / (4.0 * mu * mu)
+                    qs = (c2 * p0 * p0 + c3 * cube) / mu4
                     if lo < qs < hi:
                         pts.append((p0, qs))
         elif q0 != q1:  # p + q = T
@@ -115,9 +117,13 @@ def _polygon_max(poly: Sequence[tuple[float, float]], branches: Sequence[Branch]
                 if lo < ps < hi:
                     pts.append((ps, T - ps))
     best = -math.inf
+    sqrt = math.sqrt
     for p, q in pts:
-        p, q = max(p, 0.0), max(q, 0.0)
-        v = math.sqrt(q * g(p)) - mu * (p + q)
+        if 0.0 > p:  # (as max(p, 0.0): p unless 0 is larger)
+            p = 0.0
+        if 0.0 > q:
+            q = 0.0
+        v = sqrt(q * g(p)) - mu * (p + q)
         if v > best:
             best = v
     return best
@@ -135,8 +141,15 @@ def potential_lambdas(M: float, K: float, mu: float,
     resident) over the parallelogram (0,K), (0,K+M), (K,M), (K,0), ``Λ_f = μK + max F``; the last
     (every accumulator written, q = W) over (K,0), (K+M,0), (M,K), (0,K), ``Λ_l = μ(M+K) + max F``.
     """
-    def g(p: float) -> float:
-        return max(c2 * p * p + c3 * p * p * p for c2, c3 in branches)
+    (a2, a3), *rest = branches
+
+    def g(p: float) -> float:  # (as max() over the branches: the first of equal ones)
+        top = a2 * p * p + a3 * p * p * p
+        for c2, c3 in rest:
+            x = c2 * p * p + c3 * p * p * p
+            if x > top:
+                top = x
+        return top
 
     M, K = float(M), float(K)
     hexa = ((0.0, K), (0.0, M + K), (M, M + K), (M + K, M), (M + K, 0.0), (K, 0.0))
