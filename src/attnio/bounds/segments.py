@@ -325,17 +325,19 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     W = (Pp + Qq)[sel]
     # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²), q in (0, hi)): hexagon p0 = M + K,
     # hi = M; first p0 = K, hi = M; last (where M + K rounds to M) p0 = M + K, hi = K (0 else)
-    p0 = B[_P0_ROWS].repeat(nb, axis=0)  # 3·nb × pairs
-    cubes = _cubes(B[_C_ROWS].ravel()).reshape(2, m)[_CUBE_ROWS].repeat(nb, axis=0)
-    num = c2t * p0 * p0 + c3t * cubes
-    gp0 = g[_GP0_ROWS].repeat(nb, axis=0)
-    hi = B[_HI_ROWS].repeat(nb, axis=0)
+    # (the last one's only where M + K rounds to M: without one, its peaks are −∞, hi = 0)
+    nv = 3 if ne.any() else 2
+    v = nv * nb
+    p0 = B[_P0_ROWS[:nv]].repeat(nb, axis=0)  # nv·nb × pairs
+    cubes = _cubes(B[_C_ROWS].ravel()).reshape(2, m)[_CUBE_ROWS[:nv]].repeat(nb, axis=0)
+    num = c2t[:v] * p0 * p0 + c3t[:v] * cubes
+    gp0 = g[_GP0_ROWS[:nv]].repeat(nb, axis=0)
+    hi = B[_HI_ROWS[:nv]].repeat(nb, axis=0)
     np.copyto(hi, 0.0, where=~(p0 > 0.0))
     if kept is not None:
-        hi = np.where(np.tile(kept, (3, 1)), hi, 0.0)
+        hi = np.where(np.tile(kept, (nv, 1)), hi, 0.0)
     if u is not None:  # to the elements, in one gather
         Z = np.concatenate([S, W, num, p0, gp0, hi])[:, u]
-        v = 3 * nb
         S, W = Z[:R], Z[R:2 * R]
         num, p0, gp0, hi = Z[2 * R:2 * R + v], Z[2 * R + v:2 * R + 2 * v], \
             Z[2 * R + 2 * v:2 * R + 3 * v], Z[2 * R + 3 * v:]
@@ -358,10 +360,10 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     qv = num / mu4
     okv = (mu4 > 0.0) & (0.0 < qv) & (qv < hi)
     qc = np.maximum(qv, 0.0)
-    Fv = Z[ng:ng + 3 * nb]
+    Fv = Z[ng:ng + v]
     np.subtract(np.sqrt(qc * gp0), mua * (p0 + qc), out=Fv)
     np.copyto(Fv, -np.inf, where=~okv)
-    Z[-1] = -np.inf
+    Z[ng + v:] = -np.inf
     # each polygon's maximum over its groups and vertical peaks (poly: its rows of Z, padded
     # with −∞); fmax with −∞: a polygon whose every candidate is NaN is −∞, as the scalar best
     best = np.fmax(np.fmax.reduce(Z[poly], axis=1), -np.inf)
