@@ -1449,69 +1449,75 @@ def _values_one(theorem: PairsTheorem, P: int, d: int, Ms: Sequence[int], Ks: Se
 SCAN_AHEAD = 3
 
 
+@functools.lru_cache(maxsize=4096)
+def _one_first(theorem: PairsTheorem, d: int, M: int) -> tuple[float, float, int]:
+    """:func:`_more_memory_one`'s tabulated (κ, multiplier) at M and the tabulated K there."""
+    (kappa, p0), = _tabulated_many(theorem, d, (M,))
+    return kappa, p0, max(1, round(kappa * M))
+
+
+#: One batch of :func:`_more_memory_one` at M (:func:`_one_batch`): the other candidates at M,
+#: the scan's M' with their tabulated (κ, multiplier) and candidate (K, multiplier), the other
+#: candidates at the first SCAN_AHEAD M', and every element's K, multiplier and (Λ, Λ_f, Λ_l).
+OneBatch = tuple[list[tuple[int, float]], list[int], list[tuple[float, float]], list[int],
+                 list[float], list[list[tuple[int, float]]], list[int], list[float],
+                 "tuple[FloatArray, FloatArray, FloatArray] | None"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_batch(theorem: PairsTheorem, d: int, M: int, rest: bool) -> OneBatch:
+    """What :func:`_more_memory_one` evaluates at M in one call of ``lambdas``: with ``rest``,
+    the other candidates at M (:func:`tabulated_candidates`), and the closure's scan
+    (:func:`more_memory_grid`: the tabulated candidate at each M') with the other candidates at
+    its first SCAN_AHEAD M' (they do not depend on P: cached)."""
+    assert theorem.lambdas is not None
+    potential = theorem.kind == "potential"
+    dd16 = 16 * d * d
+    kappa, p0 = _one_first(theorem, d, M)[:2]
+    others = (tabulated_candidates(M, kappa, p0, zero_too=potential,
+                                   retry=potential or M <= dd16)[1:] if rest else [])
+    grid = [M2 for M2 in more_memory_grid(M) if M2 <= MAX_M]
+    gt = _tabulated_many(theorem, d, grid)
+    gK = [K if K >= 1 else 1 for K in [round(k * M2) for M2, (k, _) in zip(grid, gt)]]
+    gq = [q for _, q in gt]
+    ahead = [tabulated_candidates(M2, k, q, zero_too=potential, retry=potential or M2 <= dd16)[1:]
+             for M2, (k, q) in zip(grid[:SCAN_AHEAD], gt)]
+    Ms = [M] * len(others) + grid + [M2 for M2, cs in zip(grid, ahead) for _ in cs]
+    Ks = [K for K, _ in others] + gK + [K for cs in ahead for K, _ in cs]
+    qs = [q for _, q in others] + gq + [q for cs in ahead for _, q in cs]
+    lams = theorem.lambdas(d, Ms, Ks, qs) if Ks else None
+    return others, grid, gt, gK, gq, ahead, Ks, qs, lams
+
+
 def _more_memory_one(theorem: PairsTheorem, P: int, d: int, M: int
                      ) -> tuple[int, int, float, int]:
     """:func:`more_memory` of the theorem at :func:`_search` for one P > 0 (a theorem with a
-    vectorised ``lambdas``): the same steps and choices, straight on lists, in at most three
-    calls of ``lambdas``: the tabulated candidate at M; where it has few segments, the other
-    candidates at M with the tabulated candidates of the whole scan (:func:`more_memory_grid`,
-    most likely scanned then); the other candidates at the three best M' where they have few
-    segments.  (Each element's maxima do not depend on the others of a batch: the same
-    floats.)  Nothing is stored: the one-workload case of a cold call."""
+    vectorised ``lambdas``): the same steps and choices, straight on lists, with at most two
+    batches of maxima (three where the three best M' are not among the first SCAN_AHEAD): the
+    tabulated candidate at M (:func:`_one_first`; the scalar value for a potential); where it
+    has few segments, the other candidates at M with the tabulated candidates of the whole scan
+    and the other candidates at its first M' (:func:`_one_batch`); the other candidates at the
+    rest of the three best M' where they have few segments.  (Each element's maxima do not
+    depend on the others of a batch: the same floats; what does not depend on P is cached.)"""
     potential = theorem.kind == "potential"
-    dd16 = 16 * d * d
-    (kappa, p0), = _tabulated_many(theorem, d, (M,))
-    K0 = max(1, round(kappa * M))
+    kappa, p0, K0 = _one_first(theorem, d, M)
     # (one element: the scalar value, the same integer, faster than a batch of one)
     v0 = (theorem.value(P, d, M, K0, p0) if potential else
           _values_one(theorem, P, d, (M,), (K0,), (p0,))[0])
-    grid: list[int] = []
-    gK: list[int] = []
-    gq: list[float] = []
-    gt: list[tuple[float, float]] = []
-    gv: list[int] | None = None
-
-    def scan_params() -> None:
-        grid.extend(M2 for M2 in more_memory_grid(M) if M2 <= MAX_M)
-        gt.extend(_tabulated_many(theorem, d, grid))
-        gK.extend(max(1, round(k * M2)) for M2, (k, _) in zip(grid, gt))
-        gq.extend(q for _, q in gt)
-
-    def others(i: int) -> list[tuple[int, float]]:  # the other candidates at grid[i]
-        return tabulated_candidates(grid[i], gt[i][0], gt[i][1], zero_too=potential,
-                                    retry=potential or grid[i] <= dd16)[1:]
-
     best = (v0, K0, p0)
-    # the values of the other candidates at grid[i] (the refinement's), evaluated ahead
-    ahead: dict[int, tuple[list[tuple[int, float]], list[int]]] = {}
-    if v0 < FEW_SEGMENTS * K0:  # the others at M (and, most likely needed, the scan)
-        rest = tabulated_candidates(M, kappa, p0, zero_too=potential,
-                                    retry=potential or M <= dd16)[1:]
-        if v0 < MORE_MEMORY_SEGMENTS * K0:
-            scan_params()
-        # (and the refinement's at the first M' of the scan: most often its three best)
-        pre = [(i, others(i)) for i in range(min(SCAN_AHEAD, len(grid)))]
-        extra = [c for _, cs in pre for c in cs]
-        n, ng = len(rest), len(grid)
-        if n or grid:
-            vals = _values_one(theorem, P, d, [M] * n + grid + [grid[i] for i, cs in pre
-                                                                for _ in cs],
-                               [K for K, _ in rest] + gK + [K for K, _ in extra],
-                               [q for _, q in rest] + gq + [q for _, q in extra])
-            best = tabulated_pick([(K0, p0), *rest], [v0, *vals[:n]])
-            if grid:
-                gv = vals[n:n + ng]
-            j = n + ng
-            for i, cs in pre:
-                ahead[i] = (cs, vals[j:j + len(cs)])
-                j += len(cs)
+    if K0 > 0 and v0 >= MORE_MEMORY_SEGMENTS * K0 and v0 >= FEW_SEGMENTS * K0:
+        return v0, K0, p0, M
+    # the others at M where the tabulated candidate has few segments, and the scan
+    others, grid, gt, gK, gq, ahead, Ks, qs, lams = _one_batch(theorem, d, M,
+                                                               v0 < FEW_SEGMENTS * K0)
+    vals = segments_bound_many(_work(theorem, P, d, qs), Ks, *lams) if lams is not None else []
+    n, ng = len(others), len(grid)
+    if n:
+        best = tabulated_pick([(K0, p0), *others], [v0, *vals[:n]])
     v, K, p = best
     if K > 0 and v >= MORE_MEMORY_SEGMENTS * K:
         return v, K, p, M
-    if gv is None:
-        if not grid:
-            scan_params()
-        gv = _values_one(theorem, P, d, grid, gK, gq) if grid else []
+    gv = vals[n:n + ng]
     found: list[tuple[int, int]] = []
     zeros = 0
     for i, v2 in enumerate(gv):
@@ -1523,23 +1529,30 @@ def _more_memory_one(theorem: PairsTheorem, P: int, d: int, M: int
     # the three best M' (the grid increases: by value, then by M' the larger first), refined
     top = [i for _, i in sorted(found, reverse=True)[:3]]
     refined = {i: (gv[i], gK[i], gq[i]) for i in top}
+    j = n + ng
+    done = {}
+    for i, cs in enumerate(ahead):
+        done[i] = (cs, vals[j:j + len(cs)])
+        j += len(cs)
     more = []
     for i in top:
         if gv[i] < FEW_SEGMENTS * gK[i]:
-            if i in ahead:
-                cs, vals = ahead[i]
-                refined[i] = tabulated_pick([(gK[i], gq[i]), *cs], [gv[i], *vals])
+            if i in done:
+                cs, vs = done[i]
+                refined[i] = tabulated_pick([(gK[i], gq[i]), *cs], [gv[i], *vs])
             else:
-                more.append((i, others(i)))
-    more = [(i, c) for i, c in more if c]
+                cs = tabulated_candidates(grid[i], gt[i][0], gt[i][1], zero_too=potential,
+                                          retry=potential or grid[i] <= 16 * d * d)[1:]
+                if cs:
+                    more.append((i, cs))
     if more:
-        vals = _values_one(theorem, P, d, [grid[i] for i, c in more for _ in c],
-                           [K2 for _, c in more for K2, _ in c],
-                           [q for _, c in more for _, q in c])
+        vs = _values_one(theorem, P, d, [grid[i] for i, cs in more for _ in cs],
+                         [K2 for _, cs in more for K2, _ in cs],
+                         [q for _, cs in more for _, q in cs])
         j = 0
-        for i, c in more:
-            refined[i] = tabulated_pick([(gK[i], gq[i]), *c], [gv[i], *vals[j:j + len(c)]])
-            j += len(c)
+        for i, cs in more:
+            refined[i] = tabulated_pick([(gK[i], gq[i]), *cs], [gv[i], *vs[j:j + len(cs)]])
+            j += len(cs)
     out = (v, K, p, M)
     for i in top:
         v2, K2, p2 = refined[i]
