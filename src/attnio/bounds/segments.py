@@ -1663,7 +1663,8 @@ def _fine_grid(theorem: PairsTheorem, d: int, M: int, wide: bool
     assert theorem.lambdas is not None
     kappa, p0 = _tabulated(theorem, d, M)
     ks, mults = fine_ks(M, kappa, wide), fine_multipliers(p0, wide)
-    Ka = np.tile(np.array(ks, dtype=np.float64), len(mults))
+    Ka = np.empty(len(mults) * len(ks))
+    Ka.reshape(len(mults), len(ks))[:] = np.array(ks, dtype=np.float64)  # (np.tile, cheaper)
     lam, lam_f, lam_l = theorem.lambdas(d, np.full(len(Ka), float(M)), Ka,
                                         np.repeat(np.array(mults, dtype=np.float64), len(ks)))
     return ks, mults, Ka, lam, lam_f, lam_l
