@@ -1706,10 +1706,19 @@ def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
     w_cmp = wf if wf >= w else math.nextafter(wf, math.inf)
     c, h, z = _h_minus_2(wf, w_cmp, lam, lam_f, lam_l)
     nk, nq = len(ks), len(mults)
-    samples = _c_values(c, Ka)
-    top, rows = _sample_rows(samples, ks, mults, best)
+    if (float(c.max()) + 1.0) * float(ks[-1]) < 2.0 ** 62:  # (the values in int64, as _c_values)
+        V = (c.reshape(nq, nk).astype(np.int64) + 1) * np.array(ks, dtype=np.int64)
+        im = V.argmax(axis=1).tolist()  # (the first of equal ones, as list.index(max))
+        vm = V.max(axis=1).tolist()
+        top = best
+        rows: list[Any] = []
+        for r, (q, i, v) in enumerate(zip(mults, im, vm)):
+            rows.append((v, q, None, i, r))
+            if v > top[0]:
+                top = (v, ks[i], q)
+    else:
+        top, rows = _sample_rows(_c_values(c, Ka), ks, mults, best)
     reach = FINE_TEETH if wide else 0
-    hl, zl = h.tolist(), z.tolist()
     # the bisections: q, n, a, v(a), b, and 1/h (Λ_f/work for n = 1) at a and b
     jq: list[float] = []
     jn: list[int] = []
@@ -1722,11 +1731,14 @@ def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
     isfinite = math.isfinite
     for _, q, vals, i, i_q in sorted(rows, key=lambda t: t[0],
                                      reverse=True)[:FINE_BEST if wide else 1]:
+        if vals is None:
+            vals = V[i_q].tolist()
         if vals[i] <= 0:
             continue
         ns = [v // K for v, K in zip(vals, ks)]  # h − 1 at each sample: non-increasing
         n0 = ns[i]
         o = i_q * nk
+        hl, zl = h[o:o + nk].tolist(), z[o:o + nk].tolist()
         # the last sample with h − 1 >= n, for every n: from the suffix maxima of ns
         last: dict[int, int] = {}
         n_lo = max(1, n0 - reach)
@@ -1744,11 +1756,11 @@ def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
             jn.append(n)
             ja.append(ks[a])
             jv.append(vals[a])
-            va = e[o + a]
+            va = e[a]
             ya.append(1.0 / va if va > 0.0 and isfinite(va) else nan)
             if a + 1 < nk:
                 jb.append(ks[a + 1])
-                vb = e[o + a + 1]
+                vb = e[a + 1]
                 yb.append(1.0 / vb if vb > 0.0 and isfinite(vb) else nan)
             else:
                 jb.append(2 * ks[a])
