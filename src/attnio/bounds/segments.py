@@ -181,7 +181,7 @@ if TYPE_CHECKING:
 #: for every such v by tests/bounds/test_bounds_values.py).
 EXACT_CUBE_MAX = 208063.0
 #: :func:`_cubes` takes the exact products from this many values on (below, the test costs more).
-EXACT_CUBE_MIN = 16
+EXACT_CUBE_MIN = 64
 
 
 def _cubes(x: FloatArray) -> FloatArray:
@@ -261,8 +261,8 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     its groups.  NaNs are skipped (``fmax``), as the scalar code's ``v > best`` never takes one,
     and a polygon without a candidate is −∞ as there."""
     n, nb = len(Ma), len(branches)
-    c2, c3, c2c, c3c, c2t, c3t, cases, sel, lim_rows, starts, kept_rows, poly = \
-        _potential_layout(tuple(branches))
+    c2, c3, c2c, c3c, c2t, c3t, cases = _potential_layout(tuple(branches))
+    sel, lim_rows, starts, kept_rows, poly = _potential_rows(nb, bool((mua >= 0.0).all()))
     # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
     u: npt.NDArray[np.intp] | None = None
     if n >= SHARE_MIN:
@@ -395,28 +395,36 @@ _GP0_ROWS = np.array([3, 5, 3], dtype=np.intp)
 @functools.lru_cache(maxsize=64)
 def _potential_layout(branches: tuple[Branch, ...]) -> tuple[Any, ...]:
     """For :func:`_potential_lambdas_many` with these branches: c2 and c3 (flat, as columns
-    branches × 1 × 1, and per vertical peak row), the branches' :func:`_branch_cases`, and the
-    candidate table's layout (:func:`_potential_rows`, by the number of branches)."""
+    branches × 1 × 1, and per vertical peak row) and the branches' :func:`_branch_cases`."""
     c2l = [b[0] for b in branches]
     c3l = [b[1] for b in branches]
     c2 = np.array(c2l, dtype=np.float64)
     c3 = np.array(c3l, dtype=np.float64)
-    return (c2, c3, c2[:, None, None], c3[:, None, None], np.array(c2l * 3, dtype=np.float64)[:, None],
-            np.array(c3l * 3, dtype=np.float64)[:, None], _branch_cases(tuple(c2l), tuple(c3l)),
-            *_potential_rows(len(branches)))
+    return (c2, c3, c2[:, None, None], c3[:, None, None],
+            np.array(c2l * 3, dtype=np.float64)[:, None],
+            np.array(c3l * 3, dtype=np.float64)[:, None], _branch_cases(tuple(c2l), tuple(c3l)))
 
 
-@functools.lru_cache(maxsize=16)
-def _potential_rows(nb: int) -> tuple[Any, ...]:
-    """:func:`_potential_layout`'s candidate table for nb branches: the rows of (vertices, peaks
-    on T = K, M + K, M + (M + K)) it takes, grouped by the polygons that take them (all three:
-    (0,K), (K,0), the peaks on T = K; hexagon and first: (0,M+K); hexagon and last: (M+K,0);
-    hexagon: (M,M+K), (M+K,M), the peaks on T2; first: (K,M), the peaks on T = M + K; last:
-    (M,K), the peaks on T = M + K), each row's lo and hi rows of table B, where each group
+@functools.lru_cache(maxsize=32)
+def _potential_rows(nb: int, lean: bool) -> tuple[Any, ...]:
+    """:func:`_potential_lambdas_many`'s candidate table for nb branches: the rows of (vertices,
+    peaks on T = K, M + K, M + (M + K)) it takes, grouped by the polygons that take them (all
+    three: (0,K), (K,0), the peaks on T = K; hexagon and first: (0,M+K); hexagon and last:
+    (M+K,0); hexagon: (M,M+K), (M+K,M), the peaks on T2; first: (K,M), the peaks on T = M + K;
+    last: (M,K), the peaks on T = M + K), each row's lo and hi rows of table B, where each group
     starts, each row's branch (row 0 of ``[True, kept]`` for a vertex), and each polygon's rows
-    (hexagon, first, last) of the groups' maxima and vertical peaks."""
+    (hexagon, first, last) of the groups' maxima and vertical peaks, padded with the row of −∞.
+
+    ``lean`` (every μ >= 0): without the vertices (K,0), (0,M+K) and (M+K,0), where no work is
+    done (p = 0 or q = 0: F = √0 − μ(p + q)), so F = −μK, −μ(M+K), −μ(M+K), never above
+    F(0,K) = −μK, a candidate of every polygon: the same maxima from fewer candidates."""
     line = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(3)]  # T = K, M + K, T2
-    groups = [[0, 5, *line[0]], [1], [4], [2, 3, *line[2]], [6, *line[1]], [7, *line[1]]]
+    if lean:
+        groups = [[0, *line[0]], [2, 3, *line[2]], [6, *line[1]], [7, *line[1]]]
+        first, of_poly = 2, [[0, 1], [0, 2], [0, 3]]
+    else:
+        groups = [[0, 5, *line[0]], [1], [4], [2, 3, *line[2]], [6, *line[1]], [7, *line[1]]]
+        first, of_poly = 4, [[0, 1, 2, 3], [0, 1, 4], [0, 2, 5]]
     sel = [r for grp in groups for r in grp]
     # lo, hi per row (B rows): vertices -inf, inf; T = K: 0, K; T2: M (inf off an edge),
     # M + K; T = M + K: first 0 (inf off an edge), K; last M (inf off an edge), M + K
@@ -427,7 +435,7 @@ def _potential_rows(nb: int) -> tuple[Any, ...]:
                 lims.append((5, 6))
             elif r in line[0]:
                 lims.append((0, 1))
-            elif r in line[2] or gi != 4:
+            elif r in line[2] or gi != first:
                 lims.append((7, 3))
             else:
                 lims.append((8, 1))
@@ -436,10 +444,12 @@ def _potential_rows(nb: int) -> tuple[Any, ...]:
     starts = [0]
     for grp in groups[:-1]:
         starts.append(starts[-1] + len(grp))
-    # the polygons' rows of the groups' maxima (6), then the vertical peaks (3·nb), then −∞
-    vt = [[6 + i * nb + b for b in range(nb)] for i in range(3)]
-    pad = 6 + 3 * nb
-    poly = [[0, 1, 2, 3, *vt[0]], [0, 1, 4, *vt[1], pad], [0, 2, 5, *vt[2], pad]]
+    # the polygons' rows of the groups' maxima, then the vertical peaks (3·nb), then −∞
+    ng = len(groups)
+    pad = ng + 3 * nb
+    poly = [[*gs, *(ng + i * nb + b for b in range(nb))] for i, gs in enumerate(of_poly)]
+    width = max(len(x) for x in poly)
+    poly = [x + [pad] * (width - len(x)) for x in poly]
     return (np.array(sel, dtype=np.intp), np.array(lo + hi, dtype=np.intp),
             np.array(starts, dtype=np.intp), np.array(kept_rows, dtype=np.intp),
             np.array(poly, dtype=np.intp))
