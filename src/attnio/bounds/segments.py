@@ -36,7 +36,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -1675,9 +1675,19 @@ def _fine_grid(theorem: PairsTheorem, d: int, M: int, wide: bool
     ks, mults = fine_ks(M, kappa, wide), fine_multipliers(p0, wide)
     Ka = np.empty(len(mults) * len(ks))
     Ka.reshape(len(mults), len(ks))[:] = np.array(ks, dtype=np.float64)  # (np.tile, cheaper)
-    lam, lam_f, lam_l = theorem.lambdas(d, np.full(len(Ka), float(M)), Ka,
-                                        np.repeat(np.array(mults, dtype=np.float64), len(ks)))
+    lam, lam_f, lam_l = _lambdas_on_arrays(theorem, d, np.full(len(Ka), float(M)), Ka,
+                                           np.repeat(np.array(mults, dtype=np.float64),
+                                                     len(ks)))
     return ks, mults, Ka, lam, lam_f, lam_l
+
+
+def _lambdas_on_arrays(theorem: PairsTheorem, d: int, Ma: FloatArray, Ka: FloatArray,
+                       qa: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The theorem's ``lambdas`` on float arrays (each theorem's takes them as its sequences:
+    its first step is ``np.asarray``)."""
+    f = cast("Callable[[int, FloatArray, FloatArray, FloatArray], "
+             "tuple[FloatArray, FloatArray, FloatArray]]", theorem.lambdas)
+    return f(d, Ma, Ka, qa)
 
 
 def _h_minus_2(w: float, w_cmp: float, lam: FloatArray, lam_f: FloatArray, lam_l: FloatArray
@@ -1788,8 +1798,8 @@ def _node_eval_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float
     """:func:`_node_eval` at one (M, work), as lists."""
     assert theorem.lambdas is not None
     Ka = np.array(Ks, dtype=np.float64)
-    c, h, z = _h_minus_2(w, w_cmp, *theorem.lambdas(d, np.full(len(Ka), float(M)), Ka,
-                                                    np.array(qs, dtype=np.float64)))
+    c, h, z = _h_minus_2(w, w_cmp, *_lambdas_on_arrays(theorem, d, np.full(len(Ka), float(M)),
+                                                       Ka, np.array(qs, dtype=np.float64)))
     if not np.isfinite(c).all():  # (segments_bound would raise: so does this)
         raise ValueError("fine search: a segment count is not finite")
     return c.tolist(), h.tolist(), z.tolist()
@@ -1805,8 +1815,8 @@ def _edges_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
     owner's best before the bisections, :func:`_prune_edges`; None: every job bisected).  The
     same steps, rounds and values as :func:`_edges_vec`."""
     if max(b) >= _K_VEC:
-        jobs = [[q, n, a0, v0, b0, M, w, w_cmp, 0, (), {}]
-                for q, n, a0, v0, b0 in zip(qs, ns, a, va, b)]
+        jobs: list[list[Any]] = [[q, n, a0, v0, b0, M, w, w_cmp, 0, (), {}]
+                                 for q, n, a0, v0, b0 in zip(qs, ns, a, va, b)]
         _edges_many(theorem, d, jobs)
         a[:], va[:] = [job[2] for job in jobs], [job[3] for job in jobs]
         return
