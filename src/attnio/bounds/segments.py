@@ -1793,6 +1793,12 @@ def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
     return top
 
 
+def _recip(y: float) -> float:
+    """1/y as the bisections keep it (numpy's: ±inf at 0), NaN unless finite and > 0."""
+    r = 1.0 / y if y != 0.0 else math.inf
+    return r if r > 0.0 and math.isfinite(r) else math.nan
+
+
 def _node_eval_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
                    Ks: list[int], qs: list[float]) -> tuple[list[float], list[float], list[float]]:
     """:func:`_node_eval` at one (M, work), as lists."""
@@ -1871,20 +1877,25 @@ def _edges_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
         cl, hl, zl = _node_eval_one(theorem, d, M, w, w_cmp, Ks, qn)
         k = 0
         for i, T, path in paths:
-            nf = ns[i] - 1.0  # h − 1 >= n: c >= n − 1
-            e = hl if ns[i] > 1 else zl
-            for j, c in enumerate(path):
-                up = cl[k + j] >= nf
-                y = e[k + j]  # (1/y as numpy's: ±inf at 0, then kept where finite and > 0)
-                y = 1.0 / y if y != 0.0 else math.inf
-                if not (y > 0.0 and math.isfinite(y)):
-                    y = math.nan
+            # the scalar steps along the path, up to the first that differs from the path's:
+            # a is then the last node up (h − 1 >= n: c >= n − 1), b the last one down
+            nf = ns[i] - 1.0
+            ju = jd = -1
+            for j in range(k, k + len(path)):
+                c = Ks[j]
+                up = cl[j] >= nf
                 if up:
-                    a[i], va[i], ya[i] = c, c * (int(cl[k + j]) + 1), y
+                    ju = j
                 else:
-                    b[i], yb[i] = c, y
+                    jd = j
                 if up != (c <= T):  # the path's guess was wrong here: the next round
                     break
+            e = hl if ns[i] > 1 else zl
+            if ju >= 0:
+                c = Ks[ju]
+                a[i], va[i], ya[i] = c, c * (int(cl[ju]) + 1), _recip(e[ju])
+            if jd >= 0:
+                b[i], yb[i] = Ks[jd], _recip(e[jd])
             k += len(path)
         live = [i for i in live if b[i] - a[i] > 1]
 
