@@ -109,6 +109,34 @@ def test_large_batched_potential_lambdas_share_and_equal_the_scalar_ones(kind, d
         assert tuple(float(g[i]) for g in got) == BK.backward_accum_lambdas(Mi, d, Ki, mui)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=_branch_sets, d=st.integers(1, 300), Ms=st.lists(_M, min_size=1, max_size=2),
+       Ks=st.lists(st.one_of(st.integers(1, 10**7), st.integers(1, 2**40)), min_size=2,
+                   max_size=40, unique=True),
+       mus=st.lists(_mu, min_size=2, max_size=12), odd=st.integers(-1, 200))
+def test_grid_batched_potential_lambdas_equal_the_scalar_ones(kind, d, Ms, Ks, mus, odd):
+    """A grid (k pairs (M, K), K increasing, repeated alike per multiplier: the fine search's
+    samples) from GRID_MIN elements on shares the μ-free work by broadcasting (and an element
+    off the pattern, ``odd``, falls back): elementwise the scalar floats, Theorem D's too."""
+    br = _branches(kind, d)
+    Ks = sorted(Ks)
+    pairs = [(Ms[j % len(Ms)], K) for j, K in enumerate(Ks)]
+    reps = -(-S.GRID_MIN // len(pairs))
+    pts = [(M, K, mus[r % len(mus)]) for r in range(reps) for M, K in pairs]
+    if 0 <= odd < len(pts):
+        pts[odd] = (pts[odd][0] + 1, pts[odd][1], pts[odd][2])
+    M, K, mu = (np.array(t, dtype=float) for t in zip(*pts))
+    if odd < 0:
+        assert S._grid_period(M, K, None) == len(pairs)
+    got = S.potential_lambdas_many(M, K, mu, br)
+    for i, (Mi, Ki, mui) in enumerate(pts):
+        assert tuple(float(g[i]) for g in got) == S.potential_lambdas(Mi, Ki, mui, br)
+    got = BK._d_lambdas(d, [int(p[0]) for p in pts], [int(p[1]) for p in pts],
+                        [p[2] for p in pts])
+    for i, (Mi, Ki, mui) in enumerate(pts[:30]):
+        assert tuple(float(g[i]) for g in got) == BK.backward_accum_lambdas(Mi, d, Ki, mui)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(d=st.integers(1, 300),
        pts=st.lists(st.tuples(_M, st.integers(1, 10**7), _mu), min_size=1, max_size=6))

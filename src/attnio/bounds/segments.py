@@ -237,10 +237,13 @@ def _line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray,
     return out
 
 
-#: :func:`_potential_lambdas_many` shares the μ-free work between elements of one (M, K) only
-#: from this many elements on, and where they have at most half as many distinct (M, K) (else
-#: finding them or the gathers cost more than they save: the same floats).
-SHARE_MIN = 96
+#: :func:`_potential_lambdas_many` shares the μ-free work between the elements of a grid (k
+#: pairs (M, K) repeated alike, the fine search's samples) from GRID_MIN elements on, and
+#: between elements of one (M, K) otherwise from SHARE_MIN elements on where they have at most
+#: half as many distinct (M, K) (below, or else, finding them or the gathers cost more than
+#: they save: the same floats).
+GRID_MIN = 96
+SHARE_MIN = 256
 #: Below this many elements its groups' maxima are one ``fmax.reduceat`` (above, row by row).
 REDUCEAT_MAX = 64
 
@@ -263,9 +266,15 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     n, nb = len(Ma), len(branches)
     c2, c3, c2c, c3c, c2t, c3t, cases = _potential_layout(tuple(branches))
     sel, lim_rows, starts, kept_rows, poly = _potential_rows(nb, bool((mua >= 0.0).all()))
-    # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
+    # the distinct (M, K): u maps each element to its pair (None: all distinct, in order); or
+    # a grid (the fine search's samples): element r·k + j is the pair j, for k pairs
     u: npt.NDArray[np.intp] | None = None
-    if n >= SHARE_MIN:
+    k = _grid_period(Ma, Ka, kept) if n >= GRID_MIN else 0
+    if k:
+        Ma, Ka = Ma[:k], Ka[:k]
+        if kept is not None:
+            kept = kept[:, :k]
+    elif n >= SHARE_MIN:
         order = np.lexsort((Ka, Ma))
         Ms, Ks = Ma[order], Ka[order]
         new = np.empty(n, dtype=bool)
@@ -344,7 +353,11 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
         MKe, Ke = MK[u], Ka[u]
     else:
         MKe, Ke = MK, Ka
-    F = S - mua * W
+    # per element (a grid: the pairs' rows broadcast against μ as multipliers × pairs)
+    mux = mua.reshape(-1, k) if k else mua
+    if k:
+        S, W, num, p0, gp0, hi = (x[:, None, :] for x in (S, W, num, p0, gp0, hi))
+    F = (S - mux * W).reshape(R, -1)
     # Z: the groups' maxima, the vertical edges' peaks (3 polygons × branches) and −∞
     ng = len(starts)
     Z = np.empty((ng + 3 * nb + 1, len(mua)))
@@ -356,24 +369,42 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
             for r in range(a + 1, b):
                 acc = np.fmax(acc, F[r])
             Z[i] = acc
-    mu4 = 4.0 * mua * mua
+    mu4 = 4.0 * mux * mux
     qv = num / mu4
     okv = (mu4 > 0.0) & (0.0 < qv) & (qv < hi)
     qc = np.maximum(qv, 0.0)
-    Fv = Z[ng:ng + v]
-    np.subtract(np.sqrt(qc * gp0), mua * (p0 + qc), out=Fv)
+    Fv = Z[ng:ng + v].reshape(qv.shape)
+    np.subtract(np.sqrt(qc * gp0), mux * (p0 + qc), out=Fv)
     np.copyto(Fv, -np.inf, where=~okv)
     Z[ng + v:] = -np.inf
     # each polygon's maximum over its groups and vertical peaks (poly: its rows of Z, padded
     # with −∞); fmax with −∞: a polygon whose every candidate is NaN is −∞, as the scalar best
     best = np.fmax(np.fmax.reduce(Z[poly], axis=1), -np.inf)
     lam = np.empty((3, len(mua)))
-    np.multiply(mua, MKe, out=lam[0])
-    np.multiply(mua, Ke, out=lam[1])
+    np.multiply(mux, MKe, out=lam[0].reshape(mux.shape))
+    np.multiply(mux, Ke, out=lam[1].reshape(mux.shape))
     lam[2] = lam[0]
     lam += best
     lam *= INFLATE
     return lam[0], lam[1], lam[2]
+
+
+def _grid_period(Ma: FloatArray, Ka: FloatArray, kept: npt.NDArray[np.bool_] | None) -> int:
+    """k where the elements are k pairs (M, K) repeated, each repetition alike (the fine
+    search's samples: multiplier-major, K increasing), at least twice (and ``kept`` alike);
+    else 0.  Found where K first does not increase, then checked on every element."""
+    n = len(Ka)
+    down = np.flatnonzero(Ka[1:] <= Ka[:-1])
+    if not len(down):
+        return 0
+    k = int(down[0]) + 1
+    if n % k or 2 * k > n:
+        return 0
+    if not ((Ka.reshape(-1, k) == Ka[:k]).all() and (Ma.reshape(-1, k) == Ma[:k]).all()):
+        return 0
+    if kept is not None and not (kept.reshape(len(kept), -1, k) == kept[:, None, :k]).all():
+        return 0
+    return k
 
 
 #: Rows of :func:`_potential_lambdas_many`'s table B (0, K, M, M + K, M + (M + K), -inf, inf,
