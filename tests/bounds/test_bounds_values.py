@@ -10,6 +10,7 @@ compared with the scalar functions (kept as the reference: :func:`segments.poten
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -105,6 +106,34 @@ def test_large_batched_potential_lambdas_share_and_equal_the_scalar_ones(kind, d
     got = BK._d_lambdas(d, [int(p[0]) for p in pts], [int(p[1]) for p in pts],
                         [p[2] for p in pts])
     for i, (Mi, Ki, mui) in enumerate(pts[:20]):
+        assert tuple(float(g[i]) for g in got) == BK.backward_accum_lambdas(Mi, d, Ki, mui)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=_branch_sets, d=st.integers(1, 300), Ms=st.lists(_M, min_size=1, max_size=2),
+       Ks=st.lists(st.one_of(st.integers(1, 10**7), st.integers(1, 2**40)), min_size=2,
+                   max_size=40, unique=True),
+       mus=st.lists(_mu, min_size=2, max_size=12), odd=st.integers(-1, 200))
+def test_grid_batched_potential_lambdas_equal_the_scalar_ones(kind, d, Ms, Ks, mus, odd):
+    """A grid (k pairs (M, K), K increasing, repeated alike per multiplier: the fine search's
+    samples) from GRID_MIN elements on shares the μ-free work by broadcasting (and an element
+    off the pattern, ``odd``, falls back): elementwise the scalar floats, Theorem D's too."""
+    br = _branches(kind, d)
+    Ks = sorted(Ks)
+    pairs = [(Ms[j % len(Ms)], K) for j, K in enumerate(Ks)]
+    reps = -(-S.GRID_MIN // len(pairs))
+    pts = [(M, K, mus[r % len(mus)]) for r in range(reps) for M, K in pairs]
+    if 0 <= odd < len(pts):
+        pts[odd] = (pts[odd][0] + 1, pts[odd][1], pts[odd][2])
+    M, K, mu = (np.array(t, dtype=float) for t in zip(*pts))
+    if odd < 0:
+        assert S._grid_period(M, K, None) == len(pairs)
+    got = S.potential_lambdas_many(M, K, mu, br)
+    for i, (Mi, Ki, mui) in enumerate(pts):
+        assert tuple(float(g[i]) for g in got) == S.potential_lambdas(Mi, Ki, mui, br)
+    got = BK._d_lambdas(d, [int(p[0]) for p in pts], [int(p[1]) for p in pts],
+                        [p[2] for p in pts])
+    for i, (Mi, Ki, mui) in enumerate(pts[:30]):
         assert tuple(float(g[i]) for g in got) == BK.backward_accum_lambdas(Mi, d, Ki, mui)
 
 
@@ -280,27 +309,33 @@ def _clear_segment_caches() -> None:
 
 
 @pytest.mark.parametrize("theorem", [F._A, F._B, BK._D, BK._E], ids=["A", "B", "D", "E"])
-def test_the_scan_prefetch_changes_no_choice(theorem, monkeypatch):
-    """_prefetch_scan (the few-segment candidates at M and the closure's scan evaluated in one
-    batch of maxima) gives every (P, d, M) the (value, K, multiplier, M') computed without it,
-    and it runs where the closure scans."""
+def test_the_one_workload_path_chooses_as_the_generic_one(theorem, monkeypatch):
+    """A cold closure of one (P, d, M) (_more_memory_one: the candidates at M and the closure's
+    scan in one batch of maxima; _fine_single, _edges_one: the fine search on arrays) gives the
+    (value, K, multiplier, M') of more_memory at _search and _fine_one, and it runs where the
+    closure scans and where the fine search runs."""
     work = [(4096 * 4096, 64, 65536), (3000 * 3000, 40, 60000), (4096 * 2048, 64, 65536),
             (10**6, 16, 4096), (5 * 10**7, 64, 65536), (2048 * 2048, 128, 16384),
-            (8192 * 8192 * 16, 128, 65536), (300 * 300, 96, 8169), (0, 64, 65536)]
-    calls = []
-    prefetch = S._prefetch_scan
+            (8192 * 8192 * 16, 128, 65536), (300 * 300, 96, 8169), (0, 64, 65536),
+            (1000 * 999, 8, 1000), (2**40, 40, 2**20)]
+    calls = {"more": 0, "fine": 0}
+    more, fine = S._more_memory_one, S._fine_single
 
-    def counted(*args):
-        calls.append(args)
-        prefetch(*args)
+    def counted_more(*args):
+        calls["more"] += 1
+        return more(*args)
 
-    monkeypatch.setattr(S, "_prefetch_scan", counted)
+    def counted_fine(*args):
+        calls["fine"] += 1
+        return fine(*args)
+
+    monkeypatch.setattr(S, "_more_memory_one", counted_more)
+    monkeypatch.setattr(S, "_fine_single", counted_fine)
     _clear_segment_caches()
     got = [theorem.closed(P, d, M) for P, d, M in work]
-    assert calls  # (the closure scanned somewhere)
-    monkeypatch.setattr(S, "_prefetch_scan", lambda *args: None)
+    assert calls["more"] and (calls["fine"] or not theorem.fine)
     _clear_segment_caches()
-    assert [theorem.closed(P, d, M) for P, d, M in work] == got
+    assert got == [_closed_one_at_a_time(theorem, P, d, M) for P, d, M in work]
     _clear_segment_caches()
 
 
@@ -342,13 +377,17 @@ def test_bounds_prepare_serves_the_certificate_s_values():
 @example(work=[(4096 * 4095, 64, 65536), (5 * 10**7, 64, 65536), (10**6, 16, 4096)])
 def test_the_python_bisections_step_as_the_numpy_ones(work, monkeypatch):
     """segments._edges_many (the fine search's bisections one step at a time in Python, used
-    where K leaves int64) ends where _edges_vec does: both are the scalar steps."""
+    where K leaves int64) ends where _edges_vec and _edges_one do: all are the scalar steps."""
     ref = [_closed_one_at_a_time(F._A, P, d, M) for P, d, M in work]
     with monkeypatch.context() as m:
         m.setattr(S, "_edges_vec", S._edges_many)
         S._closed.cache_clear()
         S._prepared().clear()
         F._A.prepare(work)
+        assert [F._A.closed(P, d, M) for P, d, M in work] == ref
+    with monkeypatch.context() as m:  # (one workload at a time: _edges_one's way there)
+        m.setattr(S, "_K_VEC", 0)
+        _clear_segment_caches()
         assert [F._A.closed(P, d, M) for P, d, M in work] == ref
     S._closed.cache_clear()
     S._prepared().clear()
@@ -366,19 +405,26 @@ def test_the_bisections_early_stop_changes_no_result(theorem, work, monkeypatch)
     beat its owner's best, docs/bounds.md §12.2) gives every (P, d, M) the result of bisecting
     every tooth, and at the issue's shapes it evaluates fewer nodes."""
     nodes = []
-    node_eval = S._node_eval
+    node_eval, node_eval_one = S._node_eval, S._node_eval_one
 
     def counted(theorem, d, Ms, *rest):
         nodes.append(len(Ms))
         return node_eval(theorem, d, Ms, *rest)
 
+    def counted_one(theorem, d, M, w, w_cmp, Ks, qs):  # (one workload: _edges_one)
+        nodes.append(len(Ks))
+        return node_eval_one(theorem, d, M, w, w_cmp, Ks, qs)
+
     monkeypatch.setattr(S, "_node_eval", counted)
+    monkeypatch.setattr(S, "_node_eval_one", counted_one)
     _clear_segment_caches()
     S._prepared().clear()
     got = [theorem.closed(P, d, M) for P, d, M in work]
     pruned = sum(nodes)
-    vec = S._edges_vec
+    vec, one = S._edges_vec, S._edges_one
     monkeypatch.setattr(S, "_edges_vec", lambda th, d, jobs, floor=None: vec(th, d, jobs))
+    monkeypatch.setattr(S, "_edges_one", lambda th, d, M, w, w_cmp, floor, *rest:
+                        one(th, d, M, w, w_cmp, None, *rest))
     _clear_segment_caches()
     nodes.clear()
     assert [theorem.closed(P, d, M) for P, d, M in work] == got
@@ -405,3 +451,23 @@ def test_tabulated_parameters_are_params_lookup_s(theorem):
     cases += [(64, round(64 * 64 / 2.0 ** (g / 4))) for g in range(-70, 45)]
     for d, M in cases:
         assert S._tabulated(theorem, d, M) == ref(d, M), (d, M)
+
+
+def test_exact_cubes_are_pow_s_and_the_rest_by_pow():
+    """segments._cubes takes v*v*v for the integers 0 <= v <= EXACT_CUBE_MAX (their cubes are
+    below 2⁵³: floats exactly): C's pow (Python's float power) gives the same float for every
+    one of them, and the largest is the last such integer; elsewhere (fractions, larger, NaN)
+    _cubes is math.pow's, on batches above and below EXACT_CUBE_MIN."""
+    v = np.arange(int(S.EXACT_CUBE_MAX) + 1, dtype=np.float64)
+    by_pow = np.fromiter(map(math.pow, v.tolist(), itertools.repeat(3.0)), dtype=np.float64,
+                         count=len(v))
+    assert (by_pow == v * v * v).all()
+    assert S.EXACT_CUBE_MAX ** 3 < 2.0 ** 53 <= (S.EXACT_CUBE_MAX + 1) ** 3
+    assert (S._cubes(v) == by_pow).all()
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(0.0, 1e7, 40), rng.integers(0, 2**40, 40).astype(float),
+                        rng.integers(0, int(S.EXACT_CUBE_MAX) + 1, 40).astype(float),
+                        [S.EXACT_CUBE_MAX + 1, 2.0**52 + 1, 0.5, math.nan]])
+    for part in (x, x[:S.EXACT_CUBE_MIN - 1], x[-S.EXACT_CUBE_MIN:]):
+        want = np.array([math.pow(t, 3.0) for t in part.tolist()])
+        assert np.array_equal(S._cubes(part), want, equal_nan=True)

@@ -36,7 +36,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -98,13 +98,15 @@ def _polygon_max(poly: Sequence[tuple[float, float]], branches: Sequence[Branch]
     largest F over all these points is max F exactly."""
     pts = list(poly)
     n = len(poly)
+    mu4 = 4.0 * mu * mu
     for i in range(n):
-        (p0, q0), (p1, q1) = poly[i], poly[(i + 1) % n]
+        (p0, q0), (p1, q1) = poly[i], poly[i + 1 if i + 1 < n else 0]
         if p0 == p1:
-            if 4.0 * mu * mu > 0.0 and p0 > 0.0:  # (μ so small that μ² underflows: no peak)
+            if mu4 > 0.0 and p0 > 0.0:  # (μ so small that μ² underflows: no peak)
                 lo, hi = (q0, q1) if q0 < q1 else (q1, q0)
+                cube = p0 ** 3
                 for c2, c3 in branches:
-                    qs = (c2 * p0 * p0 + c3 * p0 ** 3) / (4.0 * mu * mu)
+                    qs = (c2 * p0 * p0 + c3 * cube) / mu4
                     if lo < qs < hi:
                         pts.append((p0, qs))
         elif q0 != q1:  # p + q = T
@@ -115,9 +117,13 @@ def _polygon_max(poly: Sequence[tuple[float, float]], branches: Sequence[Branch]
                 if lo < ps < hi:
                     pts.append((ps, T - ps))
     best = -math.inf
+    sqrt = math.sqrt
     for p, q in pts:
-        p, q = max(p, 0.0), max(q, 0.0)
-        v = math.sqrt(q * g(p)) - mu * (p + q)
+        if 0.0 > p:  # (as max(p, 0.0): p unless 0 is larger)
+            p = 0.0
+        if 0.0 > q:
+            q = 0.0
+        v = sqrt(q * g(p)) - mu * (p + q)
         if v > best:
             best = v
     return best
@@ -135,8 +141,15 @@ def potential_lambdas(M: float, K: float, mu: float,
     resident) over the parallelogram (0,K), (0,K+M), (K,M), (K,0), ``Λ_f = μK + max F``; the last
     (every accumulator written, q = W) over (K,0), (K+M,0), (M,K), (0,K), ``Λ_l = μ(M+K) + max F``.
     """
-    def g(p: float) -> float:
-        return max(c2 * p * p + c3 * p * p * p for c2, c3 in branches)
+    (a2, a3), *rest = branches
+
+    def g(p: float) -> float:  # (as max() over the branches: the first of equal ones)
+        top = a2 * p * p + a3 * p * p * p
+        for c2, c3 in rest:
+            x = c2 * p * p + c3 * p * p * p
+            if x > top:
+                top = x
+        return top
 
     M, K = float(M), float(K)
     hexa = ((0.0, K), (0.0, M + K), (M, M + K), (M + K, M), (M + K, 0.0), (K, 0.0))
@@ -153,7 +166,8 @@ def potential_lambdas(M: float, K: float, mu: float,
 # scalar code's bit for bit: the same floating-point operations in the same order, elementwise
 # (numpy's +, -, *, /, sqrt and comparisons are IEEE double like Python's), the cubes of the
 # vertical edges' peaks by the C pow that Python's float power calls (numpy's may round
-# differently: :func:`_cubes`), every degenerate case of the scalar code (coinciding vertices, μ²
+# differently) or, where the cube is an integer below 2⁵³, by products (exact, so the same:
+# :func:`_cubes`), every degenerate case of the scalar code (coinciding vertices, μ²
 # underflowing) decided per element, NaN candidates skipped as the scalar ``v > best`` skips them
 # (``fmax``), and the integer arithmetic of segments_bound exact
 # (tests/bounds/test_bounds_values.py).
@@ -161,13 +175,33 @@ if TYPE_CHECKING:
     FloatArray = npt.NDArray[np.float64]
 
 
+#: The largest integer whose cube is below 2⁵³: for an integer 0 <= v <= this, v³ is a float64
+#: exactly, so ``v*v*v`` (each product exact) is it, and so is C's ``pow(v, 3.0)`` (within one
+#: unit in the last place of the true value: the true value itself where that is a float; checked
+#: for every such v by tests/bounds/test_bounds_values.py).
+EXACT_CUBE_MAX = 208063.0
+#: :func:`_cubes` takes the exact products from this many values on (below, the test costs more).
+EXACT_CUBE_MIN = 64
+
+
 def _cubes(x: FloatArray) -> FloatArray:
-    """``x ** 3`` elementwise, rounded as the scalar code's ``p0 ** 3`` (Python's float power,
-    C's ``pow(v, 3.0)``; for v >= 0, every value cubed here, ``math.pow(v, 3.0)`` calls the same
-    and is faster; mapped without a Python-level loop)."""
-    vals = x.tolist()
-    return np.fromiter(map(math.pow, vals, itertools.repeat(3.0)), dtype=np.float64,
-                       count=len(vals))
+    """``x ** 3`` elementwise (1-d), rounded as the scalar code's ``p0 ** 3`` (Python's float
+    power, C's ``pow(v, 3.0)``; for v >= 0, every value cubed here, ``math.pow(v, 3.0)`` calls
+    the same and is faster; mapped without a Python-level loop), or, from EXACT_CUBE_MIN values
+    on, ``v*v*v`` where v is an integer in [0, EXACT_CUBE_MAX] (the same float: exact) and
+    ``math.pow`` elsewhere (segment lengths and memories are integers: most values are)."""
+    if len(x) < EXACT_CUBE_MIN:
+        vals = x.tolist()
+        return np.fromiter(map(math.pow, vals, itertools.repeat(3.0)), dtype=np.float64,
+                           count=len(vals))
+    out: FloatArray = x * x * x
+    other = ~((x >= 0.0) & (x <= EXACT_CUBE_MAX) & (x == np.floor(x)))
+    if other.any():
+        idx = np.flatnonzero(other)
+        vals = x[idx].tolist()
+        out[idx] = np.fromiter(map(math.pow, vals, itertools.repeat(3.0)), dtype=np.float64,
+                               count=len(vals))
+    return out
 
 
 def _branch_cases(c2: tuple[float, ...], c3: tuple[float, ...]
@@ -203,9 +237,13 @@ def _line_peaks(T: FloatArray, c2: FloatArray, c3: FloatArray,
     return out
 
 
-#: :func:`_potential_lambdas_many` shares the μ-free work between elements of one (M, K) only
-#: from this many elements on (below, finding them costs more than it saves: the same floats).
-SHARE_MIN = 96
+#: :func:`_potential_lambdas_many` shares the μ-free work between the elements of a grid (k
+#: pairs (M, K) repeated alike, the fine search's samples) from GRID_MIN elements on, and
+#: between elements of one (M, K) otherwise from SHARE_MIN elements on where they have at most
+#: half as many distinct (M, K) (below, or else, finding them or the gathers cost more than
+#: they save: the same floats).
+GRID_MIN = 96
+SHARE_MIN = 256
 #: Below this many elements its groups' maxima are one ``fmax.reduceat`` (above, row by row).
 REDUCEAT_MAX = 64
 
@@ -226,18 +264,24 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     its groups.  NaNs are skipped (``fmax``), as the scalar code's ``v > best`` never takes one,
     and a polygon without a candidate is −∞ as there."""
     n, nb = len(Ma), len(branches)
-    c2, c3, c2c, c3c, c2t, c3t, cases, sel, lim_rows, starts, kept_rows = \
-        _potential_layout(tuple(branches))
-    # the distinct (M, K): u maps each element to its pair (None: all distinct, in order)
+    c2, c3, c2c, c3c, c2t, c3t, cases = _potential_layout(tuple(branches))
+    sel, lim_rows, starts, kept_rows, poly = _potential_rows(nb, bool((mua >= 0.0).all()))
+    # the distinct (M, K): u maps each element to its pair (None: all distinct, in order); or
+    # a grid (the fine search's samples): element r·k + j is the pair j, for k pairs
     u: npt.NDArray[np.intp] | None = None
-    if n >= SHARE_MIN:
+    k = _grid_period(Ma, Ka, kept) if n >= GRID_MIN else 0
+    if k:
+        Ma, Ka = Ma[:k], Ka[:k]
+        if kept is not None:
+            kept = kept[:, :k]
+    elif n >= SHARE_MIN:
         order = np.lexsort((Ka, Ma))
         Ms, Ks = Ma[order], Ka[order]
         new = np.empty(n, dtype=bool)
         new[0] = True
         np.not_equal(Ms[1:], Ms[:-1], out=new[1:])
         new[1:] |= Ks[1:] != Ks[:-1]
-        if not new.all():
+        if 2 * int(np.count_nonzero(new)) <= n:  # (else the gathers cost more than they save)
             u = np.empty(n, dtype=np.intp)
             u[order] = np.cumsum(new) - 1
             first = order[new]
@@ -290,53 +334,77 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     W = (Pp + Qq)[sel]
     # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²), q in (0, hi)): hexagon p0 = M + K,
     # hi = M; first p0 = K, hi = M; last (where M + K rounds to M) p0 = M + K, hi = K (0 else)
-    p0 = B[_P0_ROWS].repeat(nb, axis=0)  # 3·nb × pairs
-    cubes = _cubes(B[_C_ROWS].ravel()).reshape(2, m)[_CUBE_ROWS].repeat(nb, axis=0)
-    num = c2t * p0 * p0 + c3t * cubes
-    gp0 = g[_GP0_ROWS].repeat(nb, axis=0)
-    hi = B[_HI_ROWS].repeat(nb, axis=0)
+    # (the last one's only where M + K rounds to M: without one, its peaks are −∞, hi = 0)
+    nv = 3 if ne.any() else 2
+    v = nv * nb
+    p0 = B[_P0_ROWS[:nv]].repeat(nb, axis=0)  # nv·nb × pairs
+    cubes = _cubes(B[_C_ROWS].ravel()).reshape(2, m)[_CUBE_ROWS[:nv]].repeat(nb, axis=0)
+    num = c2t[:v] * p0 * p0 + c3t[:v] * cubes
+    gp0 = g[_GP0_ROWS[:nv]].repeat(nb, axis=0)
+    hi = B[_HI_ROWS[:nv]].repeat(nb, axis=0)
     np.copyto(hi, 0.0, where=~(p0 > 0.0))
     if kept is not None:
-        hi = np.where(np.tile(kept, (3, 1)), hi, 0.0)
+        hi = np.where(np.tile(kept, (nv, 1)), hi, 0.0)
     if u is not None:  # to the elements, in one gather
         Z = np.concatenate([S, W, num, p0, gp0, hi])[:, u]
-        v = 3 * nb
         S, W = Z[:R], Z[R:2 * R]
         num, p0, gp0, hi = Z[2 * R:2 * R + v], Z[2 * R + v:2 * R + 2 * v], \
             Z[2 * R + 2 * v:2 * R + 3 * v], Z[2 * R + 3 * v:]
         MKe, Ke = MK[u], Ka[u]
     else:
         MKe, Ke = MK, Ka
-    F = S - mua * W
+    # per element (a grid: the pairs' rows broadcast against μ as multipliers × pairs)
+    mux = mua.reshape(-1, k) if k else mua
+    if k:
+        S, W, num, p0, gp0, hi = (x[:, None, :] for x in (S, W, num, p0, gp0, hi))
+    F = (S - mux * W).reshape(R, -1)
+    # Z: the groups' maxima, the vertical edges' peaks (3 polygons × branches) and −∞
+    ng = len(starts)
+    Z = np.empty((ng + 3 * nb + 1, len(mua)))
     if len(F[0]) < REDUCEAT_MAX:  # 6 groups × elements
-        grp = np.fmax.reduceat(F, starts, axis=0)
+        np.fmax.reduceat(F, starts, axis=0, out=Z[:ng])
     else:  # (numpy's reduceat along the first axis is slow on long rows: row by row)
-        grp = np.empty((len(starts), F.shape[1]))
         for i, (a, b) in enumerate(zip(starts.tolist(), [*starts[1:].tolist(), len(F)])):
             acc = F[a]
             for r in range(a + 1, b):
                 acc = np.fmax(acc, F[r])
-            grp[i] = acc
-    mu4 = 4.0 * mua * mua
+            Z[i] = acc
+    mu4 = 4.0 * mux * mux
     qv = num / mu4
     okv = (mu4 > 0.0) & (0.0 < qv) & (qv < hi)
     qc = np.maximum(qv, 0.0)
-    Fv = np.sqrt(qc * gp0) - mua * (p0 + qc)
+    Fv = Z[ng:ng + v].reshape(qv.shape)
+    np.subtract(np.sqrt(qc * gp0), mux * (p0 + qc), out=Fv)
     np.copyto(Fv, -np.inf, where=~okv)
-    Fv3 = Fv.reshape(3, nb, -1)
-    vert = Fv3[:, 0]  # 3 polygons × elements (a maximum over the few branches)
-    for b in range(1, nb):
-        vert = np.fmax(vert, Fv3[:, b])
-    # groups: all three, hexagon and first, hexagon and last, hexagon, first, last
-    both = np.fmax(grp[0], grp[1])
-    hexa = np.fmax(np.fmax(both, grp[2]), np.fmax(grp[3], vert[0]))
-    par_f = np.fmax(both, np.fmax(grp[4], vert[1]))
-    par_l = np.fmax(np.fmax(grp[0], grp[2]), np.fmax(grp[5], vert[2]))
-    # (fmax with -inf: a polygon whose every candidate is NaN is -inf, as the scalar best)
-    lam = mua * MKe + np.fmax(hexa, -np.inf)
-    lam_f = mua * Ke + np.fmax(par_f, -np.inf)
-    lam_l = mua * MKe + np.fmax(par_l, -np.inf)
-    return lam * INFLATE, lam_f * INFLATE, lam_l * INFLATE
+    Z[ng + v:] = -np.inf
+    # each polygon's maximum over its groups and vertical peaks (poly: its rows of Z, padded
+    # with −∞); fmax with −∞: a polygon whose every candidate is NaN is −∞, as the scalar best
+    best = np.fmax(np.fmax.reduce(Z[poly], axis=1), -np.inf)
+    lam = np.empty((3, len(mua)))
+    np.multiply(mux, MKe, out=lam[0].reshape(mux.shape))
+    np.multiply(mux, Ke, out=lam[1].reshape(mux.shape))
+    lam[2] = lam[0]
+    lam += best
+    lam *= INFLATE
+    return lam[0], lam[1], lam[2]
+
+
+def _grid_period(Ma: FloatArray, Ka: FloatArray, kept: npt.NDArray[np.bool_] | None) -> int:
+    """k where the elements are k pairs (M, K) repeated, each repetition alike (the fine
+    search's samples: multiplier-major, K increasing), at least twice (and ``kept`` alike);
+    else 0.  Found where K first does not increase, then checked on every element."""
+    n = len(Ka)
+    down = np.flatnonzero(Ka[1:] <= Ka[:-1])
+    if not len(down):
+        return 0
+    k = int(down[0]) + 1
+    if n % k or 2 * k > n:
+        return 0
+    if not ((Ka.reshape(-1, k) == Ka[:k]).all() and (Ma.reshape(-1, k) == Ma[:k]).all()):
+        return 0
+    if kept is not None and not (kept.reshape(len(kept), -1, k) == kept[:, None, :k]).all():
+        return 0
+    return k
 
 
 #: Rows of :func:`_potential_lambdas_many`'s table B (0, K, M, M + K, M + (M + K), -inf, inf,
@@ -358,18 +426,36 @@ _GP0_ROWS = np.array([3, 5, 3], dtype=np.intp)
 @functools.lru_cache(maxsize=64)
 def _potential_layout(branches: tuple[Branch, ...]) -> tuple[Any, ...]:
     """For :func:`_potential_lambdas_many` with these branches: c2 and c3 (flat, as columns
-    branches × 1 × 1, and per vertical peak row), the branches' :func:`_branch_cases`, and the
-    candidate table's layout: the rows of (vertices, peaks on T = K, M + K, M + (M + K)) it
-    takes, grouped by the polygons that take them (all three: (0,K), (K,0), the peaks on T = K;
-    hexagon and first: (0,M+K); hexagon and last: (M+K,0); hexagon: (M,M+K), (M+K,M), the peaks
-    on T2; first: (K,M), the peaks on T = M + K; last: (M,K), the peaks on T = M + K), each
-    row's lo and hi rows of table B, where each group starts, and each row's branch (row 0 of
-    ``[True, kept]`` for a vertex)."""
-    nb = len(branches)
-    c2 = np.array([b[0] for b in branches], dtype=np.float64)
-    c3 = np.array([b[1] for b in branches], dtype=np.float64)
+    branches × 1 × 1, and per vertical peak row) and the branches' :func:`_branch_cases`."""
+    c2l = [b[0] for b in branches]
+    c3l = [b[1] for b in branches]
+    c2 = np.array(c2l, dtype=np.float64)
+    c3 = np.array(c3l, dtype=np.float64)
+    return (c2, c3, c2[:, None, None], c3[:, None, None],
+            np.array(c2l * 3, dtype=np.float64)[:, None],
+            np.array(c3l * 3, dtype=np.float64)[:, None], _branch_cases(tuple(c2l), tuple(c3l)))
+
+
+@functools.lru_cache(maxsize=32)
+def _potential_rows(nb: int, lean: bool) -> tuple[Any, ...]:
+    """:func:`_potential_lambdas_many`'s candidate table for nb branches: the rows of (vertices,
+    peaks on T = K, M + K, M + (M + K)) it takes, grouped by the polygons that take them (all
+    three: (0,K), (K,0), the peaks on T = K; hexagon and first: (0,M+K); hexagon and last:
+    (M+K,0); hexagon: (M,M+K), (M+K,M), the peaks on T2; first: (K,M), the peaks on T = M + K;
+    last: (M,K), the peaks on T = M + K), each row's lo and hi rows of table B, where each group
+    starts, each row's branch (row 0 of ``[True, kept]`` for a vertex), and each polygon's rows
+    (hexagon, first, last) of the groups' maxima and vertical peaks, padded with the row of −∞.
+
+    ``lean`` (every μ >= 0): without the vertices (K,0), (0,M+K) and (M+K,0), where no work is
+    done (p = 0 or q = 0: F = √0 − μ(p + q)), so F = −μK, −μ(M+K), −μ(M+K), never above
+    F(0,K) = −μK, a candidate of every polygon: the same maxima from fewer candidates."""
     line = [list(range(8 + i * nb, 8 + (i + 1) * nb)) for i in range(3)]  # T = K, M + K, T2
-    groups = [[0, 5, *line[0]], [1], [4], [2, 3, *line[2]], [6, *line[1]], [7, *line[1]]]
+    if lean:
+        groups = [[0, *line[0]], [2, 3, *line[2]], [6, *line[1]], [7, *line[1]]]
+        first, of_poly = 2, [[0, 1], [0, 2], [0, 3]]
+    else:
+        groups = [[0, 5, *line[0]], [1], [4], [2, 3, *line[2]], [6, *line[1]], [7, *line[1]]]
+        first, of_poly = 4, [[0, 1, 2, 3], [0, 1, 4], [0, 2, 5]]
     sel = [r for grp in groups for r in grp]
     # lo, hi per row (B rows): vertices -inf, inf; T = K: 0, K; T2: M (inf off an edge),
     # M + K; T = M + K: first 0 (inf off an edge), K; last M (inf off an edge), M + K
@@ -380,17 +466,24 @@ def _potential_layout(branches: tuple[Branch, ...]) -> tuple[Any, ...]:
                 lims.append((5, 6))
             elif r in line[0]:
                 lims.append((0, 1))
-            elif r in line[2] or gi != 4:
+            elif r in line[2] or gi != first:
                 lims.append((7, 3))
             else:
                 lims.append((8, 1))
     lo, hi = [x for x, _ in lims], [y for _, y in lims]
     kept_rows = [0 if r < 8 else 1 + (r - 8) % nb for r in sel]
-    starts = np.cumsum([0] + [len(grp) for grp in groups[:-1]])
-    return (c2, c3, c2[:, None, None], c3[:, None, None], np.tile(c2, 3)[:, None],
-            np.tile(c3, 3)[:, None], _branch_cases(tuple(c2.tolist()), tuple(c3.tolist())),
-            np.array(sel, dtype=np.intp), np.array(lo + hi, dtype=np.intp),
-            starts.astype(np.intp), np.array(kept_rows, dtype=np.intp))
+    starts = [0]
+    for grp in groups[:-1]:
+        starts.append(starts[-1] + len(grp))
+    # the polygons' rows of the groups' maxima, then the vertical peaks (3·nb), then −∞
+    ng = len(groups)
+    pad = ng + 3 * nb
+    poly = [[*gs, *(ng + i * nb + b for b in range(nb))] for i, gs in enumerate(of_poly)]
+    width = max(len(x) for x in poly)
+    poly = [x + [pad] * (width - len(x)) for x in poly]
+    return (np.array(sel, dtype=np.intp), np.array(lo + hi, dtype=np.intp),
+            np.array(starts, dtype=np.intp), np.array(kept_rows, dtype=np.intp),
+            np.array(poly, dtype=np.intp))
 
 
 def potential_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, mu: npt.ArrayLike,
@@ -1140,7 +1233,7 @@ def _right_edges(values: Values, jobs: Sequence[EdgeJob], *, guide: Guide | None
 
 def fine_ks(M: int, kappa: float, wide: bool = True) -> list[int]:
     """The segment lengths :func:`fine_best` samples at each multiple (sorted, distinct)."""
-    return sorted({max(1, round(f * kappa * M)) for f in _fine_fs(wide)})
+    return sorted({K if K >= 1 else 1 for K in [round(f * kappa * M) for f in _fine_fs(wide)]})
 
 
 @functools.lru_cache(maxsize=2)
@@ -1470,7 +1563,11 @@ def _closed_many(theorem: PairsTheorem, d: int, PMs: Sequence[tuple[int, int]]
     for i, ((P, _), (v, K, p, M2)) in enumerate(zip(PMs, out)):
         if theorem.fine and P > 0 and K > 0 and v < FINE_SEGMENTS * K:  # at the M' chosen
             fine.append((i, P, M2, P * d >= FINE_MIN_WORK, (v, K, p)))
-    if fine:
+    if len(fine) == 1 and theorem.lambdas is not None:
+        i, P, M2, wide, best = fine[0]
+        v, K, p = _fine_single(theorem, P, d, M2, wide, best)
+        out[i] = (v, K, p, M2)
+    elif fine:
         for (i, _, M2, _, _), (v, K, p) in zip(fine, _fine_many(theorem, d, fine)):
             out[i] = (v, K, p, M2)
     return out
@@ -1526,9 +1623,9 @@ def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
     """:func:`more_memory` of the theorem (at its :func:`_search`) for every P of ``Ps`` (each
     > 0) at one (d, M), each step for all of them in one batch: the same choices.  A theorem
     whose work is not an int, or without a vectorised ``lambdas``, goes one P at a time."""
-    if theorem.lambdas is None or len(Ps) == 1:
-        if theorem.lambdas is not None:
-            _prefetch_scan(theorem, Ps[0], d, M)
+    if theorem.lambdas is not None and len(Ps) == 1:
+        return [_more_memory_one(theorem, Ps[0], d, M)]
+    if theorem.lambdas is None:
         return [more_memory(lambda M3, refine: _search(theorem, P, d, M3, refine), M,
                             lambda Ms, refine: _search_many(theorem, P, d, tuple(Ms), refine))
                 for P in Ps]
@@ -1602,6 +1699,130 @@ def _more_memory_many(theorem: PairsTheorem, Ps: Sequence[int], d: int, M: int
                     best = (v2, K2, p2, M2)
             out[i] = best
     return [o for o in out if o is not None]
+
+
+def _values_one(theorem: PairsTheorem, P: int, d: int, Ms: Sequence[int], Ks: Sequence[int],
+                qs: Sequence[float]) -> list[int]:
+    """:meth:`PairsTheorem.values` of a theorem with a vectorised ``lambdas`` (one call of it)."""
+    assert theorem.lambdas is not None
+    return segments_bound_many(_work(theorem, P, d, qs), Ks, *theorem.lambdas(d, Ms, Ks, qs))
+
+
+#: :func:`_more_memory_one` evaluates the refinement's candidates at the first this many M' of
+#: the scan with the scan (the three best M' are most often the first three).
+SCAN_AHEAD = 3
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_first(theorem: PairsTheorem, d: int, M: int) -> tuple[float, float, int]:
+    """:func:`_more_memory_one`'s tabulated (κ, multiplier) at M and the tabulated K there."""
+    (kappa, p0), = _tabulated_many(theorem, d, (M,))
+    return kappa, p0, max(1, round(kappa * M))
+
+
+#: One batch of :func:`_more_memory_one` at M (:func:`_one_batch`): the other candidates at M,
+#: the scan's M' with their tabulated (κ, multiplier) and candidate (K, multiplier), the other
+#: candidates at the first SCAN_AHEAD M', and every element's K, multiplier and (Λ, Λ_f, Λ_l).
+OneBatch = tuple[list[tuple[int, float]], list[int], list[tuple[float, float]], list[int],
+                 list[float], list[list[tuple[int, float]]], list[int], list[float],
+                 "tuple[FloatArray, FloatArray, FloatArray] | None"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_batch(theorem: PairsTheorem, d: int, M: int, rest: bool) -> OneBatch:
+    """What :func:`_more_memory_one` evaluates at M in one call of ``lambdas``: with ``rest``,
+    the other candidates at M (:func:`tabulated_candidates`), and the closure's scan
+    (:func:`more_memory_grid`: the tabulated candidate at each M') with the other candidates at
+    its first SCAN_AHEAD M' (they do not depend on P: cached)."""
+    assert theorem.lambdas is not None
+    potential = theorem.kind == "potential"
+    dd16 = 16 * d * d
+    kappa, p0 = _one_first(theorem, d, M)[:2]
+    others = (tabulated_candidates(M, kappa, p0, zero_too=potential,
+                                   retry=potential or M <= dd16)[1:] if rest else [])
+    grid = [M2 for M2 in more_memory_grid(M) if M2 <= MAX_M]
+    gt = _tabulated_many(theorem, d, grid)
+    gK = [K if K >= 1 else 1 for K in [round(k * M2) for M2, (k, _) in zip(grid, gt)]]
+    gq = [q for _, q in gt]
+    ahead = [tabulated_candidates(M2, k, q, zero_too=potential, retry=potential or M2 <= dd16)[1:]
+             for M2, (k, q) in zip(grid[:SCAN_AHEAD], gt)]
+    Ms = [M] * len(others) + grid + [M2 for M2, cs in zip(grid, ahead) for _ in cs]
+    Ks = [K for K, _ in others] + gK + [K for cs in ahead for K, _ in cs]
+    qs = [q for _, q in others] + gq + [q for cs in ahead for _, q in cs]
+    lams = theorem.lambdas(d, Ms, Ks, qs) if Ks else None
+    return others, grid, gt, gK, gq, ahead, Ks, qs, lams
+
+
+def _more_memory_one(theorem: PairsTheorem, P: int, d: int, M: int
+                     ) -> tuple[int, int, float, int]:
+    """:func:`more_memory` of the theorem at :func:`_search` for one P > 0 (a theorem with a
+    vectorised ``lambdas``): the same steps and choices, straight on lists, with at most two
+    batches of maxima (three where the three best M' are not among the first SCAN_AHEAD): the
+    tabulated candidate at M (:func:`_one_first`; the scalar value for a potential); where it
+    has few segments, the other candidates at M with the tabulated candidates of the whole scan
+    and the other candidates at its first M' (:func:`_one_batch`); the other candidates at the
+    rest of the three best M' where they have few segments.  (Each element's maxima do not
+    depend on the others of a batch: the same floats; what does not depend on P is cached.)"""
+    potential = theorem.kind == "potential"
+    kappa, p0, K0 = _one_first(theorem, d, M)
+    # (one element: the scalar value, the same integer, faster than a batch of one)
+    v0 = (theorem.value(P, d, M, K0, p0) if potential else
+          _values_one(theorem, P, d, (M,), (K0,), (p0,))[0])
+    best = (v0, K0, p0)
+    if K0 > 0 and v0 >= MORE_MEMORY_SEGMENTS * K0 and v0 >= FEW_SEGMENTS * K0:
+        return v0, K0, p0, M
+    # the others at M where the tabulated candidate has few segments, and the scan
+    others, grid, gt, gK, gq, ahead, Ks, qs, lams = _one_batch(theorem, d, M,
+                                                               v0 < FEW_SEGMENTS * K0)
+    vals = segments_bound_many(_work(theorem, P, d, qs), Ks, *lams) if lams is not None else []
+    n, ng = len(others), len(grid)
+    if n:
+        best = tabulated_pick([(K0, p0), *others], [v0, *vals[:n]])
+    v, K, p = best
+    if K > 0 and v >= MORE_MEMORY_SEGMENTS * K:
+        return v, K, p, M
+    gv = vals[n:n + ng]
+    found: list[tuple[int, int]] = []
+    zeros = 0
+    for i, v2 in enumerate(gv):
+        zeros = zeros + 1 if v2 == 0 else 0
+        if v2 > 0:
+            found.append((v2, i))
+        if zeros >= 3:
+            break
+    # the three best M' (the grid increases: by value, then by M' the larger first), refined
+    top = [i for _, i in sorted(found, reverse=True)[:3]]
+    refined = {i: (gv[i], gK[i], gq[i]) for i in top}
+    j = n + ng
+    done = {}
+    for i, cs in enumerate(ahead):
+        done[i] = (cs, vals[j:j + len(cs)])
+        j += len(cs)
+    more = []
+    for i in top:
+        if gv[i] < FEW_SEGMENTS * gK[i]:
+            if i in done:
+                cs, vs = done[i]
+                refined[i] = tabulated_pick([(gK[i], gq[i]), *cs], [gv[i], *vs])
+            else:
+                cs = tabulated_candidates(grid[i], gt[i][0], gt[i][1], zero_too=potential,
+                                          retry=potential or grid[i] <= 16 * d * d)[1:]
+                if cs:
+                    more.append((i, cs))
+    if more:
+        vs = _values_one(theorem, P, d, [grid[i] for i, cs in more for _ in cs],
+                         [K2 for _, cs in more for K2, _ in cs],
+                         [q for _, cs in more for _, q in cs])
+        j = 0
+        for i, cs in more:
+            refined[i] = tabulated_pick([(gK[i], gq[i]), *cs], [gv[i], *vs[j:j + len(cs)]])
+            j += len(cs)
+    out = (v, K, p, M)
+    for i in top:
+        v2, K2, p2 = refined[i]
+        if v2 > out[0]:
+            out = (v2, K2, p2, grid[i])
+    return out
 
 
 def _fine_one(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
@@ -1694,6 +1915,243 @@ def _fine_many(theorem: PairsTheorem, d: int,
         if va > tops[r][0]:
             tops[r] = (va, a, q)
     return tops
+
+
+@functools.lru_cache(maxsize=256)
+def _fine_grid(theorem: PairsTheorem, d: int, M: int, wide: bool
+               ) -> tuple[list[int], list[float], FloatArray, FloatArray, FloatArray, FloatArray]:
+    """:func:`_fine_lambdas` as arrays: the segment lengths and multipliers of the sample grid
+    (:func:`fine_ks`, :func:`fine_multipliers`), K at every sample (multiplier-major), and the
+    theorem's (Λ, Λ_f, Λ_l) there (a theorem with a vectorised ``lambdas``; cached, they do not
+    depend on P)."""
+    assert theorem.lambdas is not None
+    kappa, p0 = _tabulated(theorem, d, M)
+    ks, mults = fine_ks(M, kappa, wide), fine_multipliers(p0, wide)
+    Ka = np.empty(len(mults) * len(ks))
+    Ka.reshape(len(mults), len(ks))[:] = np.array(ks, dtype=np.float64)  # (np.tile, cheaper)
+    lam, lam_f, lam_l = _lambdas_on_arrays(theorem, d, np.full(len(Ka), float(M)), Ka,
+                                           np.repeat(np.array(mults, dtype=np.float64),
+                                                     len(ks)))
+    return ks, mults, Ka, lam, lam_f, lam_l
+
+
+def _lambdas_on_arrays(theorem: PairsTheorem, d: int, Ma: FloatArray, Ka: FloatArray,
+                       qa: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The theorem's ``lambdas`` on float arrays (each theorem's takes them as its sequences:
+    its first step is ``np.asarray``)."""
+    f = cast("Callable[[int, FloatArray, FloatArray, FloatArray], "
+             "tuple[FloatArray, FloatArray, FloatArray]]", theorem.lambdas)
+    return f(d, Ma, Ka, qa)
+
+
+def _h_minus_2(w: float, w_cmp: float, lam: FloatArray, lam_f: FloatArray, lam_l: FloatArray
+               ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """At one work (its float and the float it is compared as, :func:`segments_bound_many`):
+    h − 2 as segments_bound_many computes it (−1: h = 1, 0: h = 2; an integral float), and the
+    real-valued h and work/Λ_f (:func:`segments_h`), elementwise."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        x = (w - lam_f - lam_l) / lam
+        c = np.ceil(x)
+        h = 2.0 + x
+        z = w / lam_f
+    c = np.where(w_cmp <= lam_f + lam_l, 0.0, c)
+    c = np.where(w_cmp <= lam_f, -1.0, c)
+    return c, h, z
+
+
+def _c_values(c: FloatArray, K: FloatArray) -> list[int]:
+    """The values ``K·(h − 1)`` from h − 2 (:func:`_h_minus_2`) and K (integral floats) as
+    :func:`segments_bound_many` computes them: the same integers."""
+    if len(K) and (float(c.max()) + 1.0) * float(K.max()) < 2.0 ** 62:
+        out: list[int] = ((c.astype(np.int64) + 1) * K.astype(np.int64)).tolist()
+        return out
+    return [k * (1 + int(h)) for k, h in zip(K.astype(np.int64).tolist(), c.tolist())]
+
+
+def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
+                 best: tuple[int, int, float]) -> tuple[int, int, float]:
+    """:func:`_fine_many` of one request (the cold one-workload case): the same samples, jobs,
+    bisection steps and result, on arrays (:func:`_fine_grid`, :func:`_edges_one`)."""
+    ks, mults, Ka, lam, lam_f, lam_l = _fine_grid(theorem, d, M2, wide)
+    w = _work(theorem, P, d, mults)
+    if not isinstance(w, int):
+        return _fine_many(theorem, d, [(0, P, M2, wide, best)])[0]
+    wf = float(w)
+    w_cmp = wf if wf >= w else math.nextafter(wf, math.inf)
+    c, h, z = _h_minus_2(wf, w_cmp, lam, lam_f, lam_l)
+    nk, nq = len(ks), len(mults)
+    if (float(c.max()) + 1.0) * float(ks[-1]) < 2.0 ** 62:  # (the values in int64, as _c_values)
+        V = (c.reshape(nq, nk).astype(np.int64) + 1) * np.array(ks, dtype=np.int64)
+        im = V.argmax(axis=1).tolist()  # (the first of equal ones, as list.index(max))
+        vm = V.max(axis=1).tolist()
+        top = best
+        rows: list[Any] = []
+        for r, (q, i, v) in enumerate(zip(mults, im, vm)):
+            rows.append((v, q, None, i, r))
+            if v > top[0]:
+                top = (v, ks[i], q)
+    else:
+        top, rows = _sample_rows(_c_values(c, Ka), ks, mults, best)
+    reach = FINE_TEETH if wide else 0
+    # the bisections: q, n, a, v(a), b, and 1/h (Λ_f/work for n = 1) at a and b
+    jq: list[float] = []
+    jn: list[int] = []
+    ja: list[int] = []
+    jv: list[int] = []
+    jb: list[int] = []
+    ya: list[float] = []
+    yb: list[float] = []
+    nan = math.nan
+    isfinite = math.isfinite
+    for _, q, vals, i, i_q in sorted(rows, key=lambda t: t[0],
+                                     reverse=True)[:FINE_BEST if wide else 1]:
+        if vals is None:
+            vals = V[i_q].tolist()
+        if vals[i] <= 0:
+            continue
+        ns = [v // K for v, K in zip(vals, ks)]  # h − 1 at each sample: non-increasing
+        n0 = ns[i]
+        o = i_q * nk
+        hl, zl = h[o:o + nk].tolist(), z[o:o + nk].tolist()
+        # the last sample with h − 1 >= n, for every n: from the suffix maxima of ns
+        last: dict[int, int] = {}
+        n_lo = max(1, n0 - reach)
+        top_n = n_lo - 1
+        for j in range(nk - 1, -1, -1):
+            while ns[j] > top_n and top_n < n0 + reach:
+                top_n += 1
+                last[top_n] = j
+        for n in range(n_lo, n0 + reach + 1):
+            a = last.get(n, -1)
+            if a < 0:
+                continue
+            e = hl if n > 1 else zl
+            jq.append(q)
+            jn.append(n)
+            ja.append(ks[a])
+            jv.append(vals[a])
+            va = e[a]
+            ya.append(1.0 / va if va > 0.0 and isfinite(va) else nan)
+            if a + 1 < nk:
+                jb.append(ks[a + 1])
+                vb = e[a + 1]
+                yb.append(1.0 / vb if vb > 0.0 and isfinite(vb) else nan)
+            else:
+                jb.append(2 * ks[a])
+                yb.append(nan)
+    if jq:
+        _edges_one(theorem, d, M2, wf, w_cmp, top[0], jq, jn, ja, jv, jb, ya, yb)
+    for q, a, va in zip(jq, ja, jv):  # in the order of fine_best's jobs
+        if va > top[0]:
+            top = (va, a, q)
+    return top
+
+
+def _recip(y: float) -> float:
+    """1/y as the bisections keep it (numpy's: ±inf at 0), NaN unless finite and > 0."""
+    r = 1.0 / y if y != 0.0 else math.inf
+    return r if r > 0.0 and math.isfinite(r) else math.nan
+
+
+def _node_eval_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
+                   Ks: list[int], qs: list[float]) -> tuple[list[float], list[float], list[float]]:
+    """:func:`_node_eval` at one (M, work), as lists."""
+    assert theorem.lambdas is not None
+    Ka = np.array(Ks, dtype=np.float64)
+    c, h, z = _h_minus_2(w, w_cmp, *_lambdas_on_arrays(theorem, d, np.full(len(Ka), float(M)),
+                                                       Ka, np.array(qs, dtype=np.float64)))
+    if not np.isfinite(c).all():  # (segments_bound would raise: so does this)
+        raise ValueError("fine search: a segment count is not finite")
+    return c.tolist(), h.tolist(), z.tolist()
+
+
+def _edges_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
+               floor: int | None, qs: list[float], ns: list[int], a: list[int], va: list[int],
+               b: list[int], ya: list[float], yb: list[float]) -> None:
+    """:func:`_edges_vec` of the bisections of one owner at one (M, work), on lists: job i
+    bisects [a[i], b[i]) at multiplier qs[i] for the edge of tooth ns[i] (ya, yb: 1/h, or
+    Λ_f/work for n = 1, at the bracket's ends), and ends with a[i], va[i] its right edge and
+    the value there, or va[i] = −1 where it cannot give the owner's result (``floor``: the
+    owner's best before the bisections, :func:`_prune_edges`; None: every job bisected).  The
+    same steps, rounds and values as :func:`_edges_vec`."""
+    if max(b) >= _K_VEC:
+        jobs: list[list[Any]] = [[q, n, a0, v0, b0, M, w, w_cmp, 0, (), {}]
+                                 for q, n, a0, v0, b0 in zip(qs, ns, a, va, b)]
+        _edges_many(theorem, d, jobs)
+        a[:], va[:] = [job[2] for job in jobs], [job[3] for job in jobs]
+        return
+    assert theorem.lambdas is not None
+    yt = [1.0 if n == 1 else 1.0 / n for n in ns]
+    live = [i for i in range(len(ns)) if b[i] - a[i] > 1]
+    while live:
+        if floor is not None:  # (_prune_edges with one owner)
+            low = -1
+            live_set = set(live)
+            for i in range(len(ns)):
+                if va[i] >= 0:
+                    x = ns[i] * a[i] if i in live_set else va[i]
+                    if x > low:
+                        low = x
+            keep = []
+            for i in live:
+                ub = (b[i] - 1) * (va[i] // a[i])
+                if ub <= floor or ub < low:
+                    va[i] = -1
+                else:
+                    keep.append(i)
+            live = keep
+            if not live:
+                break
+        paths: list[tuple[int, int, list[int]]] = []
+        Ks: list[int] = []
+        qn: list[float] = []
+        for i in live:
+            A, B = a[i], b[i]
+            den = yb[i] - ya[i]
+            T = A + (B - A) // 2
+            if den != 0.0:
+                t = A + (B - A) * ((yt[i] - ya[i]) / den)
+                if math.isfinite(t):
+                    T = math.floor(t)
+            if T < A:
+                T = A
+            elif T > B - 1:
+                T = B - 1
+            path = []
+            while B - A > 1:
+                c = A + (B - A) // 2
+                path.append(c)
+                if c <= T:
+                    A = c
+                else:
+                    B = c
+            paths.append((i, T, path))
+            Ks.extend(path)
+            qn.extend([qs[i]] * len(path))
+        cl, hl, zl = _node_eval_one(theorem, d, M, w, w_cmp, Ks, qn)
+        k = 0
+        for i, T, path in paths:
+            # the scalar steps along the path, up to the first that differs from the path's:
+            # a is then the last node up (h − 1 >= n: c >= n − 1), b the last one down
+            nf = ns[i] - 1.0
+            ju = jd = -1
+            for j in range(k, k + len(path)):
+                c = Ks[j]
+                up = cl[j] >= nf
+                if up:
+                    ju = j
+                else:
+                    jd = j
+                if up != (c <= T):  # the path's guess was wrong here: the next round
+                    break
+            e = hl if ns[i] > 1 else zl
+            if ju >= 0:
+                c = Ks[ju]
+                a[i], va[i], ya[i] = c, c * (int(cl[ju]) + 1), _recip(e[ju])
+            if jd >= 0:
+                b[i], yb[i] = Ks[jd], _recip(e[jd])
+            k += len(path)
+        live = [i for i in live if b[i] - a[i] > 1]
 
 
 def _prune_edges(jobs: list[list[Any]], live: Sequence[int], a: Sequence[int],
@@ -2006,22 +2464,6 @@ def _fill(theorem: PairsTheorem, d: int, refine: bool, want: Sequence[tuple[int,
         j = i + len(cands)
         store[Mp] = (cands, fK[i:j], fq[i:j], None if lams is None else lams[:, i:j])
         i = j
-
-
-def _prefetch_scan(theorem: PairsTheorem, P: int, d: int, M: int) -> None:
-    """Before :func:`more_memory` of one P at M: where the tabulated candidate at M has fewer
-    than MORE_MEMORY_SEGMENTS segments (so the few-segment candidates at M are evaluated, and
-    the closure's scan over :func:`more_memory_grid` most likely too), the maxima of both, in
-    one call of ``lambdas`` instead of two; what :func:`more_memory` then evaluates is taken
-    from :func:`_store`, the same values and choices (only fewer calls)."""
-    if P <= 0:
-        return
-    (first,), vals = _flat_values(theorem, P, d, (M,), True, 0)
-    K0 = first[0][0][0]
-    if not vals or not (vals[0] < FEW_SEGMENTS * K0 and vals[0] < MORE_MEMORY_SEGMENTS * K0):
-        return
-    grid = [M2 for M2 in more_memory_grid(M) if M2 <= MAX_M]
-    _fill(theorem, d, True, [(M, 1), *((M2, 0) for M2 in grid)])
 
 
 @functools.lru_cache(maxsize=256)
