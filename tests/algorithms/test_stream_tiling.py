@@ -424,3 +424,21 @@ def test_prefix_block_keys_over_arrays_is_the_scalar_one():
                 assert np.isnan(g), (Nkv, o, m, b)
             else:
                 assert abs(g - want) <= 1e-12 * max(1.0, abs(want)), (Nkv, o, m, b, g, want)
+
+
+@pytest.mark.parametrize("causal", [False, True, "top_left"])
+def test_a_slice_groups_row_block_depends_only_on_the_tallest_that_fits(causal):
+    """_two_groups makes each group's row block once per amax = min(Nq, _rows2(M, min(c, w))):
+    _group_rows gives every (c, w >= 1) of one amax the same row block (its key orders the
+    sizes the same for all of them), on random shapes, masks and M, clipped rows included."""
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        Nq, Nkv = (int(x) for x in rng.integers(1, 3000, size=2))
+        d, M = int(rng.integers(1, 200)), int(rng.integers(4, 20000))
+        shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal)
+        seen: dict[int, int] = {}
+        for c in range(1, d + 1):
+            for w in {d, c, max(1, d - c), int(rng.integers(1, d + 1))}:
+                amax = min(Nq, stream_tiling._rows2(M, min(c, w)))
+                a = stream_tiling._group_rows(shape, M, c, w)
+                assert seen.setdefault(amax, a) == a, (Nq, Nkv, d, M, c, w)

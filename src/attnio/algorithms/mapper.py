@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = ["best_backward", "can_run", "check_M", "completion", "default_tiling", "dense_groups",
-           "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_few",
+           "completions", "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_few",
            "least_over", "needs_M", "phase_best", "phase_tilings", "preranked", "pruned_tilings",
            "search", "supports"]
 
@@ -517,6 +517,22 @@ def completion(sides: Iterable[T], score: Callable[[T], K],
         if best is None or key < best[0]:
             best = (key, side)
     return best
+
+
+def completions(counts: npt.NDArray[np.int64], steps: npt.NDArray[np.int64],
+                valid: npt.NDArray[np.bool_]) -> list[int]:
+    """Many completions at once (:func:`completion` without a bound, keyed by (count, steps)):
+    row i of the int64 arrays holds partial tiling i's sides' counts and steps (columns: the
+    sides, in the schedule's order), ``valid`` those it lists; the column of the least (count,
+    steps) among the valid ones of each row, the first on ties (as :func:`completion`'s), or -1
+    where none is."""
+    top = np.iinfo(np.int64).max
+    c = np.where(valid, counts, top)
+    least = valid & (c == c.min(axis=1, keepdims=True))
+    s = np.where(least, steps, top)
+    first = np.argmax(least & (s == s.min(axis=1, keepdims=True)), axis=1)
+    out: list[int] = np.where(valid.any(axis=1), first, -1).tolist()
+    return out
 
 
 def _first(key: Any) -> Any:

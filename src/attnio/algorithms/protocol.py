@@ -169,14 +169,22 @@ class Phases(Generic[T]):
 class Mapspace(Generic[T]):
     """The legal tilings of one schedule for one workload and M: the declared ``fields``, the
     reason the schedule cannot run it (``unsupported``; None: it can), and the candidates
-    (:meth:`tilings`, made on demand: nothing is enumerated for a workload it cannot run)."""
+    (:meth:`tilings`, made on demand: nothing is enumerated for a workload it cannot run).
+    The fields may be given as the function that makes them, called when they are read (the
+    mapper's search reads only ``unsupported`` and the candidates)."""
 
     schedule: str
     shape: Shape
     M: int
-    fields: tuple[Field, ...]
+    _fields: tuple[Field, ...] | Callable[[], tuple[Field, ...]] = field(repr=False)
     unsupported: str | None
     _tilings: Callable[[], Iterable[T]] = field(repr=False, compare=False, default=tuple)
+
+    @property
+    def fields(self) -> tuple[Field, ...]:
+        """The declared tiling fields (the schema)."""
+        f = self._fields
+        return f if isinstance(f, tuple) else f()
 
     def tilings(self) -> Iterable[T]:
         """The candidate tilings (those that do not fit in M are the mapper's to skip)."""

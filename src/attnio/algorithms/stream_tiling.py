@@ -324,6 +324,28 @@ def _plain_lowers2(Nq: int, Nkv: int, d: int, gs: list[tuple[int, ...]]) -> np.n
             + (-(-Nq // br2)).astype(np.float64) * float(Nkv * d) + float(Nq * d))
 
 
+def _plain_ranked1(Nq: int, Nkv: int, d: int, cs: list[tuple[int, ...]]
+                   ) -> Iterable[tuple[int, tuple[int, ...]]]:
+    """``(_plain_cost1(Nq, Nkv, d, c)[0], c)`` for each Phase-1 choice c of ``cs``: the pool
+    the masked search ranks by its unmasked count (``Phase.ranked``), over numpy where int64
+    holds every count (the same integers)."""
+    if not cs or 3 * Nq * Nkv * d >= 1 << 62:
+        return [(_plain_cost1(Nq, Nkv, d, c)[0], c) for c in cs]
+    br, bc, o = (np.array(x, dtype=np.int64) for x in zip(*cs))
+    q = np.where(o == 1, Nq * d, -(-Nkv // bc) * (Nq * d))
+    return zip((q + -(-Nq // br) * (Nkv * d) + Nq * Nkv).tolist(), cs)
+
+
+def _plain_ranked2(Nq: int, Nkv: int, d: int, gs: list[tuple[int, ...]]
+                   ) -> Iterable[tuple[int, tuple[int, ...]]]:
+    """``(_plain_cost2(Nq, Nkv, d, g)[0], g)`` for each one-group Phase-2 choice g of ``gs``,
+    as :func:`_plain_ranked1`."""
+    if not gs or 3 * Nq * Nkv * d >= 1 << 62:
+        return [(_plain_cost2(Nq, Nkv, d, g)[0], g) for g in gs]
+    br2, bd2 = (np.array(x, dtype=np.int64) for x in zip(*gs))
+    return zip((-(-d // bd2) * (Nq * Nkv) + -(-Nq // br2) * (Nkv * d) + Nq * d).tolist(), gs)
+
+
 def _p2_total(shape: Shape, g: tuple[int, ...]) -> int:
     """``_p2(shape, g).total``."""
     if len(g) == 2:
@@ -656,7 +678,6 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         if options:
             raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        plain = shape.unmasked()
         masked = shape.causal
 
         def cands1() -> list[tuple[int, ...]]:
@@ -690,7 +711,7 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             candidates=cands1 if masked else lambda: cands1() + band1,
             lowers=low.phase1_many if low is not None
             else functools.partial(_plain_lowers1, Nq, Nkv, d),
-            ranked=(lambda: [(_phase1_total(plain, c), c) for c in band1]) if masked else None,
+            ranked=(lambda: _plain_ranked1(Nq, Nkv, d, band1)) if masked else None,
             keep=_BAND, offer=_OFFER)
         phase2 = Phase(
             cost=(lambda g: (_p2_total(shape, g), _p2_steps(Nq, d, g)))
@@ -699,7 +720,7 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             candidates=cands2 if masked else lambda: cands2() | band2(),
             lowers=low.p2_many if low is not None
             else functools.partial(_plain_lowers2, Nq, Nkv, d),
-            ranked=(lambda: [(_p2_total(plain, g), g) for g in band2()]) if masked else None,
+            ranked=(lambda: _plain_ranked2(Nq, Nkv, d, list(band2()))) if masked else None,
             keep=_BAND,
             seed=lambda best: self._two_groups(
                 shape, M, {cdiv(d, g[1]) + k for g in best for k in (-1, 0, 1)}, low),
@@ -720,11 +741,27 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
 
         c1, cap and c range over the widths within 2 of w and the widest that fit a row block
         as tall as w's (``n*`` blocks) or n* - 3 .. n* + 2 blocks: at most a few dozen
-        candidates per T, O(log N) each."""
+        candidates per T, O(log N) each.
+
+        A group's row block depends on its (c, w) only through the tallest block that fits,
+        ``amax = min(Nq, _rows2(M, min(c, w)))``: for w >= 1 the group's count is ``⌈w/c⌉·P
+        + w·Σ_i hi_i(a) + Nq·w`` (unmasked ``Σ_i hi_i(a) = ⌈Nq/a⌉·Nkv``), a constant plus w
+        times a function of a, so :func:`_group_rows`' key (count, blocks, a) orders the row
+        blocks of its sizes (a function of amax) the same for every (c, w) of one amax: its
+        choice is made once per amax."""
         d, Nq = shape.d, shape.Nq
         if lowers is None and shape.causal:
             lowers = _Lowers(shape)  # (``lowers``: the shape's bounds, shared with the search)
-        rows = functools.cache(functools.partial(_group_rows, shape, M, lowers=lowers))
+        by_amax: dict[int, int] = {}
+
+        def rows(c: int, w: int) -> int:
+            if w < 1:  # (no such group is made; the rule above needs w >= 1)
+                return _group_rows(shape, M, c, w, lowers)
+            amax = min(Nq, _rows2(M, min(c, w)))
+            a = by_amax.get(amax)
+            if a is None:
+                a = by_amax[amax] = _group_rows(shape, M, c, w, lowers)
+            return a
         out: set[tuple[int, ...]] = set()
         for T in counts:
             if not 1 <= T <= d:
