@@ -380,12 +380,16 @@ def _band_loop(X, Y, M, ymax):
 
 
 def test_side_pairs_and_band_over_arrays_are_the_rung_by_rung_ones():
-    """The candidates' side pairs and the band near √M, over numpy arrays, are the sets the
-    rung-by-rung loops make with the scalar side functions, M up to 2^60."""
+    """The candidates' side pairs and the band near √M, over numpy arrays (their rows, as a
+    set), are the sets the rung-by-rung loops make with the scalar side functions, M up to
+    2^60."""
     import functools
     import random
 
     st_ = stream_tiling
+
+    def rows(a: np.ndarray) -> set[tuple[int, ...]]:
+        return set(map(tuple, a.tolist()))
     rng = random.Random(37)
     for _ in range(1500):
         X = rng.choice([rng.randint(1, 60), rng.randint(1, 10**5), 10**9, 2**50])
@@ -394,11 +398,11 @@ def test_side_pairs_and_band_over_arrays_are_the_rung_by_rung_ones():
         for one, many in ((st_._max1, st_._max1_many), (st_._cols2, st_._cols2_many),
                           (st_._rows2, st_._rows2_many)):
             f, g = functools.partial(one, M), functools.partial(many, M)
-            assert st_._band(X, Y, M, g) == _band_loop(X, Y, M, f)
+            assert rows(st_._band(X, Y, M, g)) == _band_loop(X, Y, M, f)
         for ymax, xmax in (((st_._max1, st_._max1_many), (st_._max1, st_._max1_many)),
                            ((st_._cols2, st_._cols2_many), (st_._rows2, st_._rows2_many))):
-            assert (st_._pairs(X, Y, M, functools.partial(ymax[1], M),
-                               functools.partial(xmax[1], M))
+            assert (rows(st_._pairs(X, Y, M, functools.partial(ymax[1], M),
+                                    functools.partial(xmax[1], M)))
                     == _pairs_loop(X, Y, M, functools.partial(ymax[0], M),
                                    functools.partial(xmax[0], M)))
 
@@ -427,18 +431,31 @@ def test_prefix_block_keys_over_arrays_is_the_scalar_one():
 
 
 @pytest.mark.parametrize("causal", [False, True, "top_left"])
-def test_a_slice_groups_row_block_depends_only_on_the_tallest_that_fits(causal):
-    """_two_groups makes each group's row block once per amax = min(Nq, _rows2(M, min(c, w))):
-    _group_rows gives every (c, w >= 1) of one amax the same row block (its key orders the
-    sizes the same for all of them), on random shapes, masks and M, clipped rows included."""
+def test_a_slice_groups_row_block_is_the_least_of_its_sizes(causal):
+    """_group_rows (its shortcut where no row is clipped: the choice from t0 = ⌈Nq/amax⌉
+    alone) is the least (count, blocks, a) over its declared sizes (the largest that fits,
+    that snapped, and with a mask those of _rows), scored by brute force; and _two_groups'
+    memo holds: every (c, w >= 1) of one amax (one t0 where no row is clipped) gets the same
+    row block.  Random shapes, masks and M, clipped rows included."""
     rng = np.random.default_rng(11)
     for _ in range(60):
         Nq, Nkv = (int(x) for x in rng.integers(1, 3000, size=2))
         d, M = int(rng.integers(1, 200)), int(rng.integers(4, 20000))
         shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal)
+        uniform = stream_tiling._unclipped(shape)
         seen: dict[int, int] = {}
         for c in range(1, d + 1):
             for w in {d, c, max(1, d - c), int(rng.integers(1, d + 1))}:
                 amax = min(Nq, stream_tiling._rows2(M, min(c, w)))
                 a = stream_tiling._group_rows(shape, M, c, w)
-                assert seen.setdefault(amax, a) == a, (Nq, Nkv, d, M, c, w)
+                if amax < 1:
+                    assert a == 0
+                    continue
+                sizes = {amax, cdiv(Nq, cdiv(Nq, amax))}
+                if shape.causal:
+                    sizes |= stream_tiling._rows(shape, amax)
+                brute = min(sizes, key=lambda b: (stream_tiling._phase2_total(shape, b, c, w),
+                                                  cdiv(Nq, b), b))
+                assert a == brute, (Nq, Nkv, d, M, c, w)
+                at = cdiv(Nq, amax) if uniform else amax
+                assert seen.setdefault(at, a) == a, (Nq, Nkv, d, M, c, w)

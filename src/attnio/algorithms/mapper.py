@@ -408,8 +408,12 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     ``expand``-ed, all scored (by branch and bound where the phase has a ``lower``
     bound, or ``lowers`` for the pool at once: the choices in order of it, scored until it
     passes the ``offer``-th least count, so a choice left unscored can neither be among the
-    best nor tie them); then the ``seed``
-    choices made from those best, scored, and the ``offer`` best of all."""
+    best nor tie them); the ``rows`` (numpy) likewise: by their ``row_costs``, every distinct
+    row whose count is at most the ``offer``-th least distinct row's (a row above it has
+    ``offer`` rows of smaller count ahead of it: it can be neither among the best nor tie
+    them), or joining the branch and bound by their
+    ``row_lowers``; then the ``seed`` choices made from those best, scored, and the
+    ``offer`` best of all.  A choice given twice (a row and a candidate) is scored once."""
     cost, footprint, order = phase.cost, phase.footprint, phase.order
     scored: dict[Any, tuple[int, int, Any]] = {}
 
@@ -423,6 +427,24 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
         scored[c] = (count, steps, c if order is None else order(c))
         return True
 
+    k = phase.offer
+    counts: list[int] = []  # the counts scored, ascending (for the branch and bound)
+    rows = phase.rows() if phase.rows is not None else None
+    if rows is not None and phase.row_costs is not None:
+        if len(rows):
+            rc, rs = phase.row_costs(rows)
+            counts_ = rc.tolist()
+            kth: int | None = None  # the k-th least distinct row's count
+            for i in np.argsort(rc, kind="stable").tolist():  # by count: every row up to
+                if kth is not None and counts_[i] > kth:     # the k-th's count, ties too
+                    break
+                c = tuple(rows[i].tolist())
+                if c not in scored:
+                    scored[c] = (counts_[i], int(rs[i]), c if order is None else order(c))
+                    counts.append(counts_[i])
+                    if len(counts) == k:
+                        kth = counts_[i]
+        rows = None
     pool = dict.fromkeys(phase.candidates())
     if phase.ranked is not None:
         kept = heapq.nsmallest(phase.keep, phase.ranked())  # the declared cut
@@ -431,31 +453,37 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
         else:
             for _, r in kept:
                 pool.update(dict.fromkeys(phase.expand(r)))
-    k = phase.offer
-    if phase.lowers is not None:  # the pool's bounds in one call (numpy over the choices)
+    if phase.lowers is not None or rows is not None:  # the pool's bounds at once (numpy)
         items = list(pool)
-        lows = (np.asarray(phase.lowers(items), dtype=np.float64) * (1 - 1e-9))  # a margin
-        counts: list[int] = []  # the counts scored, ascending
+        parts = []
+        if items:
+            if phase.lowers is not None:
+                parts.append(np.asarray(phase.lowers(items), dtype=np.float64))
+            else:
+                assert phase.lower is not None
+                parts.append(np.array([phase.lower(c) for c in items], dtype=np.float64))
+        if rows is not None and len(rows):
+            assert phase.row_lowers is not None
+            parts.append(np.asarray(phase.row_lowers(rows), dtype=np.float64))
+        lows = (np.concatenate(parts) if parts else np.zeros(0)) * (1 - 1e-9)  # a margin
         at = np.argsort(lows, kind="stable")
+        n = len(items)
         for lo, i in zip(lows[at].tolist(), at.tolist()):
             if len(counts) >= k and lo > counts[k - 1]:
                 break
-            if score(items[i]):
-                bisect.insort(counts, scored[items[i]][0])
-    elif phase.lower is None:  # score() inline: nothing scored yet, the pool's keys unique
+            c = items[i] if i < n else tuple(rows[i - n].tolist())  # type: ignore[index]
+            if c not in scored and score(c):
+                bisect.insort(counts, scored[c][0])
+    elif phase.lower is None:  # every candidate scored
         for c in pool:
-            if footprint is not None and footprint(c) > M:
-                continue
-            count, steps = cost(c)
-            scored[c] = (count, steps, c if order is None else order(c))
+            score(c)
     else:
         lower = phase.lower
-        counts = []  # the counts scored, ascending
         for lo, c in sorted([(lower(c) * (1 - 1e-9), c) for c in pool],  # a float margin
                             key=operator.itemgetter(0)):
             if len(counts) >= k and lo > counts[k - 1]:
                 break
-            if score(c):
+            if c not in scored and score(c):
                 bisect.insort(counts, scored[c][0])
 
     def best() -> list[Any]:  # (nsmallest: sorted(...)[:k], stable on ties)

@@ -127,7 +127,15 @@ class Phase:
     * ``seed(best)``: the coupling rule, more choices made from the phase's ``offer`` best so
       far (a second pass around them), scored too;
     * ``offer``: how many of the phase's best go into the product, ranked by (count, steps,
-      ``order(choice)``; default the choice itself: ties go to the least choice).
+      ``order(choice)``; default the choice itself: ties go to the least choice);
+    * ``rows()``: more candidates as the rows of an int64 array (n x k; the choice is the tuple
+      of a row's integers), for a pool built over numpy, each row a choice built to fit
+      (``footprint`` None) and ``order`` that of the rows themselves (the choice, or, as
+      ``(len(choice), choice)``, the same for choices of one length); with either
+      ``row_costs(rows) -> (counts, steps)``, their exact counts and steps at once (int64),
+      or ``row_lowers(rows)``, their bounds (float64; the rows then join the candidates'
+      branch and bound, ``lower`` or ``lowers``).  Rows may repeat each other or a
+      candidate: a choice is scored once.
     """
 
     cost: Callable[[Any], tuple[int, int]]
@@ -141,10 +149,19 @@ class Phase:
     seed: Callable[[list[Any]], Iterable[Any]] | None = None
     offer: int = 3
     order: Callable[[Any], Any] | None = None
+    rows: Callable[[], npt.NDArray[np.int64]] | None = None
+    row_costs: Callable[[npt.NDArray[np.int64]],
+                        tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] | None = None
+    row_lowers: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]] | None = None
 
     def __post_init__(self) -> None:
         if self.offer < 1:
             raise ValueError(f"a Phase offers at least one choice, got offer={self.offer}")
+        if self.rows is not None and (self.row_costs is None) == (self.row_lowers is None):
+            raise ValueError("a Phase with rows gives their row_costs or their row_lowers "
+                             "(one of them)")
+        if self.row_costs is not None and self.footprint is not None:
+            raise ValueError("rows scored at once are built to fit: footprint None")
         if self.lower is not None and self.lowers is not None:
             raise ValueError("a Phase declares its bound once: lower or lowers, not both")
         if self.ranked is not None and self.keep < 1:
