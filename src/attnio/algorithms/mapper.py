@@ -66,6 +66,7 @@ from .protocol import (
     Phase,
     Phases,
     Schedule,
+    TilingRows,
 )
 
 if TYPE_CHECKING:
@@ -178,6 +179,10 @@ def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterab
         phases = _phases_of(schedule, shape, M, options)
         if phases is not None:
             return _least_phases(schedule, shape, M, phases)
+    rows_of = getattr(schedule, "_tiling_rows", None) if options == {} else None
+    rows = rows_of(shape, M) if rows_of is not None else None
+    if rows is not None:
+        return _least_rows(schedule, shape, M, rows)
     tilings_ = tilings()
     lowers_of = getattr(schedule, "_lower_totals", None)
     lowers = lowers_of(shape) if lowers_of is not None else None
@@ -282,6 +287,39 @@ def _least_bounded(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[A
     assert best is not None
     _, steps, i = best
     return Choice(fit[i], found[i], steps, len(fit))
+
+
+def _least_rows(schedule: Schedule, shape: Shape, M: int, rows: TilingRows[Any]
+                ) -> Choice[Any] | None:
+    """:func:`_least` (``rows.lowers`` None) or :func:`_least_bounded` over the candidates
+    given as rows (:class:`~attnio.algorithms.protocol.TilingRows`): the rows that fit, by
+    their footprints at once, each made a tiling only when scored; the same choice, the least
+    (count, steps, position among the rows that fit), and ``tried``, the rows that fit."""
+    R = rows.rows
+    fit = R[rows.footprints(R) <= M] if len(R) else R
+    if not len(fit):
+        return None
+    make, total, steps_of = rows.make, schedule._total, schedule.steps
+    best: tuple[int, int, int] | None = None
+    found: dict[int, tuple[Any, IOCount]] = {}
+    if rows.lowers is None:
+        visit: Iterable[tuple[float, int]] = ((0.0, i) for i in range(len(fit)))
+    else:
+        lows = np.asarray(rows.lowers(fit), dtype=np.float64) * (1 - 1e-9)  # a margin
+        at = np.argsort(lows, kind="stable")
+        visit = zip(lows[at].tolist(), at.tolist())
+    for lo, i in visit:
+        if best is not None and rows.lowers is not None and lo > best[0]:
+            break
+        t = make(*fit[i].tolist())
+        io = total(shape, t)
+        key = (io.total, steps_of(shape, t), i)
+        found[i] = (t, io)
+        if best is None or key < best:
+            best = key
+    assert best is not None
+    _, steps, i = best
+    return Choice(found[i][0], found[i][1], steps, len(fit))
 
 
 def _least_families(schedule: Schedule, shape: Shape, M: int, families: Families[Any]

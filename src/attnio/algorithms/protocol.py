@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Families", "Field", "Mapspace",
-           "Phase", "Phases", "Schedule"]
+           "Phase", "Phases", "Schedule", "TilingRows"]
 
 T = TypeVar("T")
 
@@ -167,6 +167,21 @@ class Phase:
         if self.ranked is not None and self.keep < 1:
             raise ValueError(f"a Phase that declares ranked keeps at least one item, got "
                              f"keep={self.keep}")
+
+
+@dataclass(frozen=True)
+class TilingRows(Generic[T]):
+    """A schedule's candidate tilings as the rows of an int64 array (its ``_tiling_rows(shape,
+    M)`` hook), in the order of its ``candidate_tilings``, for the mapper's search over numpy
+    (:func:`attnio.algorithms.mapper.search`): ``make(*row)`` is the tiling of a row (made only
+    for the rows scored), ``footprints(rows)`` their fast-memory words, and ``lowers(rows)``
+    proven lower bounds on their every-head counts (float64; None: every row that fits is
+    scored).  The same choice and ``tried`` as the search over the tilings themselves."""
+
+    rows: npt.NDArray[np.int64]
+    make: Callable[..., T]
+    footprints: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
+    lowers: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]] | None = None
 
 
 @dataclass(frozen=True)

@@ -398,9 +398,13 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             kmax = min(Nkv, (M - br2 * bd2 - e * br2) // (br2 + bd2))
             if kmax < 1:
                 continue
-            ks = ({kmax} if not shape.causal
-                  else {kmax, 1, *(2 ** i for i in range(kmax.bit_length()))})
-            out.append((bd2, br2, sorted(k for k in ks if k <= kmax)))
+            if not shape.causal:
+                ks = [kmax]
+            else:  # the powers of two up to kmax (every one of them <= kmax), then kmax
+                ks = [1 << i for i in range(kmax.bit_length())]
+                if kmax & (kmax - 1):  # (kmax itself not a power of two)
+                    ks.append(kmax)
+            out.append((bd2, br2, ks))
         return out
 
     @staticmethod
