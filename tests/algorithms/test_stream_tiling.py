@@ -428,6 +428,14 @@ def test_prefix_block_keys_over_arrays_is_the_scalar_one():
                 assert np.isnan(g), (Nkv, o, m, b)
             else:
                 assert abs(g - want) <= 1e-12 * max(1.0, abs(want)), (Nkv, o, m, b, g, want)
+        for o, m in zip(off, n):  # one (off, n) as plain integers, many B (its terms once)
+            got = prefix_block_keys_many(Nkv, o, m, B)
+            for g, b in zip(got.tolist(), B):
+                want = prefix_block_keys(Nkv, o, m, b)
+                if want is None:
+                    assert np.isnan(g), (Nkv, o, m, b)
+                else:
+                    assert abs(g - want) <= 1e-12 * max(1.0, abs(want)), (Nkv, o, m, b, g)
 
 
 @pytest.mark.parametrize("causal", [False, True, "top_left"])

@@ -129,6 +129,17 @@ def prefix_block_keys_many(Nkv: int, off: npt.ArrayLike, n: npt.ArrayLike, B: np
     """:func:`prefix_block_keys` over arrays of (off, n, B) (broadcast), in float64, NaN where
     it is None: for a search that bounds a pool of candidates at once (within float rounding
     of the one-at-a-time bound, which the mapper's margin covers)."""
+    if isinstance(off, int) and isinstance(n, int):  # one (off, n), many B: its terms once
+        b = np.maximum(np.asarray(B, dtype=np.int64), 1)
+        if not 0 <= off <= Nkv - n or n < 1:
+            return np.full(b.shape, np.nan)
+        T = -(-n // b)
+        r = (n - (T - 1) * b).astype(np.float64)
+        bf = b.astype(np.float64)
+        X = (float(n) * off + n * (n + 1.0) / 2 + (T - 1).astype(np.float64) * bf * (bf - 1) / 2
+             + r * (r - 1) / 2)
+        one: npt.NDArray[np.float64] = X / bf + (1 - r / bf) * float(n + off)
+        return one
     o, m = np.asarray(off, dtype=np.int64), np.asarray(n, dtype=np.int64)
     b = np.maximum(np.asarray(B, dtype=np.int64), 1)
     T = -(-m // b)

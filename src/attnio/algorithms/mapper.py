@@ -376,12 +376,18 @@ def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[An
     """The branch and bound of :func:`_least_families`: the members of least count that fit,
     as ``(place, tiling, count)`` in the families' order (``place``: (family, member), or the
     families' ``order``; empty: none fits)."""
-    lows = [lb * (1 - 1e-9) for lb in families.lower]  # a margin far above float rounding
+    visit: Iterable[int]
+    if len(families.lower) > 64:  # numpy's sort (the same floats: IEEE products, stable)
+        low_ = np.asarray(families.lower, dtype=np.float64) * (1 - 1e-9)
+        lows, visit = low_.tolist(), np.argsort(low_, kind="stable").tolist()
+    else:
+        lows = [lb * (1 - 1e-9) for lb in families.lower]  # a margin far above float rounding
+        visit = sorted(range(len(lows)), key=lows.__getitem__)
     refined, order, member_lower = families.refined, families.order, families.member_lower
     footprint, total = schedule.footprint, schedule._total
     best: int | None = None
     scored: list[tuple[int, int, Any, IOCount]] = []
-    for i in sorted(range(len(lows)), key=lows.__getitem__):
+    for i in visit:
         if best is not None and lows[i] > best:
             break
         if best is not None and refined is not None and refined(i) * (1 - 1e-9) > best:

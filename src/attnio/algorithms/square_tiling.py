@@ -472,6 +472,13 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             parts.append(np.stack([br[fits], c[fits], bd[fits],
                                    (~row_[fits]).astype(np.int64)], axis=1))
         grid = np.concatenate(parts) if parts else np.zeros((0, 4), dtype=np.int64)
+        if 2 * (Nq + 1) * (Nkv + 1) * (d + 1) < 1 << 62:  # one int64 key orders the rows
+            key = ((grid[:, 0] * (Nkv + 1) + grid[:, 1]) * (d + 1) + grid[:, 2]) * 2 + grid[:, 3]
+            at = np.argsort(key)  # (equal keys: equal rows, dropped below)
+            key, grid = key[at], grid[at]
+            distinct = np.ones(len(grid), dtype=bool)
+            distinct[1:] = key[1:] != key[:-1]
+            return grid[distinct]
         grid = grid[np.lexsort(grid.T[::-1])]
         distinct = np.ones(len(grid), dtype=bool)
         distinct[1:] = (grid[1:] != grid[:-1]).any(axis=1)

@@ -179,9 +179,6 @@ class Standard(Algorithm[StandardTiling]):
 
         dp = d * pall
 
-        def member_lower(i: int, t: StandardTiling) -> float:  # every head's: the run's bound
-            return heads * (dp / t.bn + rest[i])                # less its first d·P/bn, + d·P/bn
-
         def order(i: int, j: int, t: StandardTiling) -> tuple[float, int]:
             ik, im, onepass, t2 = runs[i]
             idx = ((ik * ns + im) * ns + t2 - j) * 2 + int(onepass)
@@ -190,7 +187,12 @@ class Standard(Algorithm[StandardTiling]):
         if lower is None:
             lower = [heads * bound(sides[im], sides[t2], bks[ik], onepass)
                      for ik, im, onepass, t2 in runs]
-        rest = [lb / heads - dp / sides[t2] for lb, (_, _, _, t2) in zip(lower, runs)]
+        lows: list[float] = lower
+
+        def member_lower(i: int, t: StandardTiling) -> float:  # every head's: the run's bound
+            rest = lows[i] / heads - dp / sides[runs[i][3]]     # less its first d·P/bn,
+            return heads * (dp / t.bn + rest)                   # + d·P/bn
+
         return Families(lower, members, order=order, member_lower=member_lower)
 
     @staticmethod
