@@ -452,10 +452,9 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     ``expand``-ed, all scored (by branch and bound where the phase has a ``lower``
     bound, or ``lowers`` for the pool at once: the choices in order of it, scored until it
     passes the ``offer``-th least count, so a choice left unscored can neither be among the
-    best nor tie them); the ``rows`` (numpy) likewise: by their ``row_costs``, every distinct
-    row whose count is at most the ``offer``-th least distinct row's (a row above it has
-    ``offer`` rows of smaller count ahead of it: it can be neither among the best nor tie
-    them), or joining the branch and bound by their
+    best nor tie them); the ``rows`` (numpy) likewise: by their ``row_costs``, the ``offer``
+    distinct rows of least (count, steps, row) (any other has ``offer`` rows ahead of it: it
+    can be neither among the best nor tie them), or joining the branch and bound by their
     ``row_lowers``; then the ``seed`` choices made from those best, scored, and the
     ``offer`` best of all.  A choice given twice (a row and a candidate) is scored once."""
     cost, footprint, order = phase.cost, phase.footprint, phase.order
@@ -477,17 +476,10 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     if rows is not None and phase.row_costs is not None:
         if len(rows):
             rc, rs = phase.row_costs(rows)
-            counts_ = rc.tolist()
-            kth: int | None = None  # the k-th least distinct row's count
-            for i in np.argsort(rc, kind="stable").tolist():  # by count: every row up to
-                if kth is not None and counts_[i] > kth:     # the k-th's count, ties too
-                    break
+            for i in _least_k_rows(rows, rc, rs, k):
                 c = tuple(rows[i].tolist())
-                if c not in scored:
-                    scored[c] = (counts_[i], int(rs[i]), c if order is None else order(c))
-                    counts.append(counts_[i])
-                    if len(counts) == k:
-                        kth = counts_[i]
+                scored[c] = (int(rc[i]), int(rs[i]), c if order is None else order(c))
+                counts.append(int(rc[i]))
         rows = None
     pool = dict.fromkeys(phase.candidates())
     if phase.ranked is not None:
@@ -538,6 +530,28 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     for c in phase.seed(best()):
         score(c)
     return best()
+
+
+def _least_k_rows(rows: npt.NDArray[np.int64], counts: npt.NDArray[np.int64],
+                steps: npt.NDArray[np.int64], k: int) -> list[int]:
+    """The indices of the ``k`` distinct rows of least (count, steps, row), least first (one
+    index for rows repeated): sorted over the rows whose count is at most the k-th least
+    count (with repeats: all of them when those hold fewer than k distinct rows), which hold
+    the k least distinct rows."""
+    n = len(rows)
+    sub = np.flatnonzero(counts <= np.partition(counts, k - 1)[k - 1]) if n > k else None
+    for pick in (sub, None):
+        at = np.arange(n) if pick is None else pick
+        R = rows[at]
+        at = at[np.lexsort((*R.T[::-1], steps[at], counts[at]))]
+        R = rows[at]
+        distinct = np.ones(len(at), dtype=bool)
+        distinct[1:] = (R[1:] != R[:-1]).any(axis=1)  # (repeats sort together)
+        at = at[distinct]
+        if len(at) >= k or pick is None:
+            break
+    out: list[int] = at[:k].tolist()
+    return out
 
 
 # ----------------------------------------------------------------------------- reductions
