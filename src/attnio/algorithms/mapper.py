@@ -72,7 +72,7 @@ from .protocol import (
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["best_backward", "can_run", "check_M", "completion", "default_tiling", "dense_groups",
+__all__ = ["best_backward", "best_of", "can_run", "check_M", "completion", "default_tiling", "dense_groups",
            "completions", "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_few",
            "least_over", "needs_M", "phase_best", "phase_tilings", "preranked", "pruned_tilings",
            "search", "supports"]
@@ -156,6 +156,14 @@ def search(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | No
             return None
         return _best(schedule, shape, M, space.tilings, options)
     return _best(schedule, shape, M, lambda: tilings, None)
+
+
+@functools.lru_cache(maxsize=256)
+def best_of(schedule: Schedule, shape: Shape, M: int) -> Choice[Any] | None:
+    """:func:`search` over the mapspace, without tiling options, cached (the choice is
+    immutable): a plan asks flash2's twice on one head, for its own row and for
+    flash_decoding's tile."""
+    return search(schedule, shape, M)
 
 
 def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterable[Any]],

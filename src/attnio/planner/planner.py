@@ -148,7 +148,7 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
         return why
     if (other := alg.covered_by(shape)) is not None:
         return f"the same count as {other} here"
-    found = mapper.search(alg, shape, M, **options)
+    found = mapper.search(alg, shape, M, **options) if options else mapper.best_of(alg, shape, M)
     if found is None:
         return "no candidate tiling fits in M"
     io, error = found.predicted, None
