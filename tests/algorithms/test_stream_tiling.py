@@ -405,6 +405,10 @@ def test_side_pairs_and_band_over_arrays_are_the_rung_by_rung_ones():
                                     functools.partial(xmax[1], M)))
                     == _pairs_loop(X, Y, M, functools.partial(ymax[0], M),
                                    functools.partial(xmax[0], M)))
+        one = functools.partial(st_._max1_many, M)  # one function both ways, X = Y: mirrored
+        assert (rows(st_._pairs(X, X, M, one, one))
+                == _pairs_loop(X, X, M, functools.partial(st_._max1, M),
+                               functools.partial(st_._max1, M)))
 
 
 def test_prefix_block_keys_over_arrays_is_the_scalar_one():

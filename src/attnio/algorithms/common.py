@@ -182,11 +182,17 @@ def _geometric(limit: float) -> tuple[tuple[float, ...], tuple[int, ...]]:
 _SPREAD, _SPREAD_INT = _geometric(2.0 ** 64)  # ladder's rungs up to 2^64, computed once
 
 
-@functools.lru_cache(maxsize=1024)
 def ladder(total: int, vmax: int) -> tuple[int, ...]:
     """Block sizes worth trying in [1, min(total, vmax)]: a geometric spread and the largest few,
-    each snapped down to the smallest size with the same number of blocks (cached)."""
-    vmax = min(total, vmax)
+    each snapped down to the smallest size with the same number of blocks (cached by
+    (total, min(total, vmax)): the searches ask it of one axis with several vmax at or above
+    its length)."""
+    return _ladder(total, min(total, vmax))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ladder(total: int, vmax: int) -> tuple[int, ...]:
+    """:func:`ladder` with vmax <= total."""
     if vmax < 1:
         return ()
     if vmax < _SPREAD[-1]:  # the rungs b <= vmax, from the table

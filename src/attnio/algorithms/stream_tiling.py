@@ -543,13 +543,19 @@ def _pairs(X: int, Y: int, M: int, ymax: _Sides, xmax: _Sides) -> npt.NDArray[np
     falls with 1/x + 1/y at x·y ≈ M: such a tile is never the least, and the other pass reaches
     the clamped sides).  O(log M) pairs, over each ladder at once (``ymax`` and ``xmax`` take
     arrays: :func:`_max1_many`, :func:`_cols2_many`, :func:`_rows2_many`), as the rows (x, y)
-    of an int64 array (some repeated)."""
+    of an int64 array (some repeated).  Where X = Y and one function gives both sides (Phase 1
+    of a square workload: ``xy + min(x, y) + 1`` is symmetric), the pass from the sides of y
+    is the pass from x mirrored, (x, y) -> (y, x), and is taken so."""
     floor = max(1, min(X, Y, math.isqrt(M)) // 4)
     x = np.array(ladder(X, M), dtype=np.int64)
     y = np.minimum(Y, ymax(x))
     keep = (x >= floor) & (y >= floor)
     x, y = x[keep], y[keep]
     x2 = np.minimum(X, xmax(y))  # the other side grown back to the most that fits
+    if X == Y and ymax is xmax:  # a square pass: the sides of y are those of x, mirrored
+        half = np.stack([np.concatenate([x, x, x2, _snap(X, x2)]),
+                         np.concatenate([y, _snap(Y, y), y, y])], axis=1)
+        return np.concatenate([half, half[:, ::-1]])
     ys = np.array(ladder(Y, M), dtype=np.int64)
     xs = np.minimum(X, xmax(ys))
     keep = (xs >= floor) & (ys >= floor)
