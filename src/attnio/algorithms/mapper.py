@@ -15,7 +15,9 @@ owns:
   tilings; ``_lower_totals``, the bounds of all the candidates in one call: q_split) or per family
   of tilings listed only when scored (``_families``: flash2 under a causal mask or a window,
   square_tiling, standard under a mask, small_cache_backward and
-  fused_small_cache_backward);
+  fused_small_cache_backward), or over its candidates given as numpy rows (``_tiling_rows``,
+  a :class:`~attnio.algorithms.protocol.TilingRows`: q_split); :func:`best_of`, the same
+  without options, cached for a plan (the planner's, and flash_decoding's flash2 tile);
 * :func:`phase_tilings` and :func:`phase_best` — the phase-separable search, for a schedule
   whose count and steps are sums of independent phases (``_phases``: stream_tiling,
   window_square, window_stream): each phase's best by itself (its declared cut, bound and seed applied), the
