@@ -273,6 +273,10 @@ def test_every_declared_lower_bound_is_below_the_count(s):
                     checked += 1
             if p.rows is not None:  # rows: their bounds, or their exact counts and steps
                 rows = p.rows()
+                if p.row_lowers is not None and p.lower is None and p.lowers is None:
+                    cs = list(p.candidates())  # (bounded as rows too)
+                    if cs:
+                        rows = np.concatenate([np.array(cs, dtype=np.int64), rows])
                 got = (p.row_lowers(rows), None) if p.row_lowers else p.row_costs(rows)
                 for i, c in enumerate(map(tuple, rows.tolist())):
                     count, steps = p.cost(c)

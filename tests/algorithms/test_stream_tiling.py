@@ -304,9 +304,10 @@ def test_a_bulk_count_holds_each_score_tile_by_its_sums_and_equals_step_by_step(
 
 
 def test_masked_bounds_at_once_are_the_bounds_one_by_one():
-    """Under a causal mask the phases bound their pools at once (``Phase.lowers``, numpy): the
-    same bounds as :class:`_Lowers`' one choice at a time (within float rounding), on random
-    shapes up to N = 10^9, both alignments, every pool choice."""
+    """Under a causal mask the phases bound their pools at once (``Phase.row_lowers``, numpy,
+    the candidates, the ranked items and the side pairs' rows alike): the same bounds as
+    :class:`_Lowers`' one choice at a time (within float rounding), on random shapes up to
+    N = 10^9, both alignments, every pool choice."""
     import random
 
     alg = stream_tiling.ALGORITHM
@@ -321,9 +322,12 @@ def test_masked_bounds_at_once_are_the_bounds_one_by_one():
         low = stream_tiling._Lowers(shape)
         p1, p2 = alg._phases(shape, M).phases
         for phase, one in ((p1, low.phase1), (p2, low.p2)):
-            assert phase.lower is None and phase.lowers is not None
-            pool = list(dict.fromkeys([*phase.candidates(), *(c for _, c in phase.ranked())]))
-            for c, lo in zip(pool, phase.lowers(pool), strict=True):
+            assert phase.lower is None and phase.lowers is None
+            assert phase.row_lowers is not None and phase.rows is not None
+            pool = list(dict.fromkeys([*phase.candidates(), *(c for _, c in phase.ranked()),
+                                       *map(tuple, phase.rows().tolist())]))
+            rows = np.array(pool, dtype=np.int64).reshape(len(pool), -1)
+            for c, lo in zip(pool, phase.row_lowers(rows), strict=True):
                 assert lo == pytest.approx(one(c), rel=1e-12), (shape, M, c)
                 checked += 1
     assert checked > 1000

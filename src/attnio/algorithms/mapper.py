@@ -502,6 +502,12 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     if phase.lowers is not None or rows is not None:  # the pool's bounds at once (numpy)
         items = list(pool)
         parts = []
+        if rows is not None and phase.lower is None and phase.lowers is None:
+            # the candidates as rows too (tuples of the rows' width): one call bounds all
+            if items:
+                rows = np.concatenate([np.array(items, dtype=np.int64).reshape(len(items), -1),
+                                       rows])
+            items = []
         if items:
             if phase.lowers is not None:
                 parts.append(np.asarray(phase.lowers(items), dtype=np.float64))

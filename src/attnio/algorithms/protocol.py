@@ -134,7 +134,8 @@ class Phase:
       ``(len(choice), choice)``, the same for choices of one length); with either
       ``row_costs(rows) -> (counts, steps)``, their exact counts and steps at once (int64),
       or ``row_lowers(rows)``, their bounds (float64; the rows then join the candidates'
-      branch and bound, ``lower`` or ``lowers``).  Rows may repeat each other or a
+      branch and bound, ``lower`` or ``lowers``; with neither, the candidates, tuples of the
+      rows' width, are bounded as rows too, in one call).  Rows may repeat each other or a
       candidate: a choice is scored once.
     """
 

@@ -443,23 +443,15 @@ class _Lowers:
         keys = prefix_block_keys_many(self.Nkv, self.off, self.Nq, B)
         return np.where(np.isnan(keys), self.P / B, keys)
 
-    def phase1_many(self, cs: list[tuple[int, ...]]) -> npt.NDArray[np.float64]:
-        """:meth:`phase1` of a pool of choices at once (the mapper's ``lowers``): the same
-        bounds within float rounding."""
-        return self.phase1_rows(np.array(cs, dtype=np.int64).reshape(-1, 3))
-
     def phase1_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """:meth:`phase1_many` of choices given as rows (Br, Bc, order index)."""
+        """:meth:`phase1` of a pool of choices given as rows (Br, Bc, order index) at once
+        (the mapper's ``row_lowers``): the same bounds within float rounding."""
         br, bc, o = rows[:, 0], rows[:, 1], rows[:, 2]
         q = np.where(o == 1, float(self.rows_q), self.P / np.minimum(bc, self.Nkv))
         return (q + self._row_keys_many(br)) * self.d + self.P
 
-    def p2_many(self, gs: list[tuple[int, ...]]) -> npt.NDArray[np.float64]:
-        """:meth:`p2` of a pool of one-group choices (Br2, Bd2) at once."""
-        return self.p2_rows(np.array(gs, dtype=np.int64).reshape(-1, 2))
-
     def p2_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """:meth:`p2_many` of one-group choices given as rows (Br2, Bd2)."""
+        """:meth:`p2` of a pool of one-group choices given as rows (Br2, Bd2) at once."""
         br2, bd2 = rows[:, 0], rows[:, 1]
         return ((-(-self.d // bd2)).astype(np.float64) * self.P
                 + self.d * self._row_keys_many(br2) + self.Nq * self.d)
@@ -790,12 +782,12 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
             phase1 = Phase(
                 cost=lambda c: (_phase1_total(shape, c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])),
                 footprint=None,  # every candidate is built to fit (the sides of most that fit)
-                candidates=cands1, lowers=low.phase1_many,
+                candidates=cands1,  # (bounded with the rows: tuples of their width)
                 rows=pairs1, row_lowers=low.phase1_rows,
                 ranked=ranked1, keep=_BAND, offer=_OFFER)
             phase2 = Phase(
                 cost=lambda g: (_p2_total(shape, g), _p2_steps(Nq, d, g)),
-                footprint=None, candidates=cands2, lowers=low.p2_many,
+                footprint=None, candidates=cands2,
                 rows=pairs2, row_lowers=low.p2_rows,
                 ranked=ranked2, keep=_BAND, seed=seed,
                 offer=_OFFER, order=lambda g: (len(g), g))  # one slice group before two on ties
