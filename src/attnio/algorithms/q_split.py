@@ -393,7 +393,9 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         def keys(o: npt.NDArray[np.int64], m: npt.NDArray[np.int64],
                  B: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
             """:func:`prefix_block_keys` (Nkv, o, m, B) over arrays, 0 where it is None."""
-            return np.nan_to_num(prefix_block_keys_many(Nkv, o, m, B), nan=0.0)
+            keys = prefix_block_keys_many(Nkv, o, m, B)  # (finite or NaN: blocks of >= 1 row)
+            keys[np.isnan(keys)] = 0.0
+            return keys
 
         def arrays(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
             Br, sigma, delta, Br2, G = (rows[:, i] for i in range(5))
