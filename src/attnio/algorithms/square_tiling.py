@@ -475,12 +475,14 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             key = np.unique((((br * (Nkv + 1) + c) * (d + 1) + bd) * 2 + tile)[fits])
             v = key >> 1  # (the key's digits: order index, Bd, Bc, Br)
             bd, v = v % (d + 1), v // (d + 1)
-            return np.stack([v // (Nkv + 1), v % (Nkv + 1), bd, key & 1], axis=1)
+            out: np.ndarray = np.stack([v // (Nkv + 1), v % (Nkv + 1), bd, key & 1], axis=1)
+            return out
         grid = np.stack([br, c, bd, tile], axis=1)[fits]
         grid = grid[np.lexsort(grid.T[::-1])]
         distinct = np.ones(len(grid), dtype=bool)
         distinct[1:] = (grid[1:] != grid[:-1]).any(axis=1)
-        return grid[distinct]
+        out = grid[distinct]
+        return out
 
     @staticmethod
     def _plain_least(shape: Shape, maxima: bool, grid: np.ndarray, keep: int

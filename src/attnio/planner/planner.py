@@ -214,8 +214,10 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     chosen = cands[0]
     runner = cands[1] if len(cands) > 1 else None
     total = chosen.predicted.total
-    cert = certificate(shape, M, total, exact=chosen.exact,
-                       features=_alg.get(chosen.algorithm).cost(shape, chosen.tiling).features)
+    # (an exact schedule has no feature dimension: its Cost's features are None)
+    features = (None if chosen.exact
+                else _alg.get(chosen.algorithm).cost(shape, chosen.tiling).features)
+    cert = certificate(shape, M, total, exact=chosen.exact, features=features)
     from . import report as _report
 
     why = _report.why(chosen, runner, len(cands), shape.d, M, cert, bwd_best)
