@@ -108,33 +108,6 @@ def test_standard_unmasked_reduction_by_numpy_equals_the_loop():
                 == alg._unmasked_loop(shape, M, sides, bks)), (Nq, Nkv, d, M)
 
 
-def test_standard_unmasked_search_over_rows_is_the_search_over_the_tilings():
-    """standard's unmasked candidates as rows with exact costs (TilingRows.costs: the least
-    taken at once) give the search over its tilings' choice, count, steps and tried; each
-    row's footprint, count and steps are the tiling's."""
-    alg = _alg.get("standard")
-    rng = random.Random(2)
-    for _ in range(300):
-        Nq = rng.choice([rng.randint(1, 50), rng.randint(1, 5000), 2 ** rng.randint(0, 20)])
-        d = rng.choice([rng.randint(1, 300), 64, 128])
-        M = rng.choice([rng.randint(4, 5000), rng.randint(4, 10 ** 6), 2 ** rng.randint(2, 24)])
-        kvh, g = rng.choice([1, 2]), rng.choice([1, 3])
-        shape = Shape.make(Nq, d, Nkv=rng.choice([Nq, rng.randint(1, 5000)]), heads=kvh * g,
-                           kv_heads=kvh)
-        rows = alg._tiling_rows(shape, M)
-        tilings = alg.candidate_tilings(shape, M)
-        assert rows is not None and [rows.make(*r) for r in rows.rows.tolist()] == tilings
-        counts, steps = rows.costs(rows.rows)
-        assert rows.footprints(rows.rows).tolist() == [alg.footprint(shape, t) for t in tilings]
-        assert counts.tolist() == [alg._total(shape, t).total for t in tilings]
-        assert steps.tolist() == [alg.steps(shape, t) for t in tilings]
-        a, b = mapper.search(alg, shape, M), mapper.search(alg, shape, M, tilings)
-        assert (a is None) == (b is None)
-        if a is not None:
-            assert (a.tiling, a.predicted, a.steps, a.tried) == (b.tiling, b.predicted, b.steps,
-                                                                 b.tried)
-
-
 def test_preranked_is_sorted_then_cut_with_ties_in_order():
     rng = random.Random(2)
     for _ in range(300):

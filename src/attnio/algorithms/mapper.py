@@ -310,13 +310,6 @@ def _least_rows(schedule: Schedule, shape: Shape, M: int, rows: TilingRows[Any]
     if not len(fit):
         return None
     make, total, steps_of = rows.make, schedule._total, schedule.steps
-    if rows.costs is not None:  # exact: the least (count, steps), the first on ties, at once
-        counts, steps_ = rows.costs(fit)
-        i = int(np.lexsort((steps_, counts))[0])  # (stable: the first of the least)
-        t = make(*fit[i].tolist())
-        io = total(shape, t)
-        assert io.total == int(counts[i])  # (the rows' costs are the closed form's)
-        return Choice(t, io, steps_of(shape, t), len(fit))
     best: tuple[int, int, int] | None = None
     found: dict[int, tuple[Any, IOCount]] = {}
     if rows.lowers is None:

@@ -177,16 +177,12 @@ class TilingRows(Generic[T]):
     (:func:`attnio.algorithms.mapper.search`): ``make(*row)`` is the tiling of a row (made only
     for the rows scored), ``footprints(rows)`` their fast-memory words, and ``lowers(rows)``
     proven lower bounds on their every-head counts (float64; None: every row that fits is
-    scored), or ``costs(rows)`` their exact every-head counts and steps (int64, where it
-    holds them: the least taken at once, only its tiling made and counted).  The same choice
-    and ``tried`` as the search over the tilings themselves."""
+    scored).  The same choice and ``tried`` as the search over the tilings themselves."""
 
     rows: npt.NDArray[np.int64]
     make: Callable[..., T]
     footprints: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
     lowers: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]] | None = None
-    costs: Callable[[npt.NDArray[np.int64]],
-                    tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] | None = None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -43,10 +43,7 @@ from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
 from . import mapper
 from .base import Algorithm
-from .protocol import Families, TilingRows
-
-if TYPE_CHECKING:
-    import numpy.typing as npt
+from .protocol import Families
 
 
 @dataclass(frozen=True)
@@ -307,37 +304,6 @@ class Standard(Algorithm[StandardTiling]):
         out = [StandardTiling(sides[m], sides[int(at[r // 2, m])], bks[r // 2], bool(r % 2))
                for r, m in enumerate(best) if m >= 0]
         return [t for t in out if self.footprint(shape, t) <= M]
-
-    def _tiling_rows(self, shape: Shape, M: int) -> TilingRows[StandardTiling] | None:
-        """Unmasked, where int64 holds every count (``n·(5d + 4)·Nq·Nkv < 2^62``), the
-        candidates (:meth:`_unmasked_candidates`) as rows (bm, bn, bk, onepass) with their
-        footprints and exact every-head counts and steps over numpy, for the mapper's search
-        (:class:`~attnio.algorithms.protocol.TilingRows`: the least (count, steps), the first on
-        ties, a tiling made for it alone); None otherwise (the search over the tilings)."""
-        if shape.causal:
-            return None
-        d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        if shape.n_heads * (5 * d + 4) * Nq * Nkv >= 1 << 62:
-            return None
-        tilings = self.candidate_tilings(shape, M)  # (each fits)
-        rows = np.array([(t.bm, t.bn, t.bk, t.onepass) for t in tilings],
-                        dtype=np.int64).reshape(-1, 4)
-
-        def footprints(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-            bm, bn, bk = (np.minimum(rows[:, i], n) for i, n in enumerate((Nq, Nkv, d)))
-            sm = np.where(rows[:, 3] == 1, bm * Nkv, bm * bn) + 3 * bm
-            out: npt.NDArray[np.int64] = np.maximum(bm * bn + bm * bk + bn * bk, sm)
-            return out
-
-        def costs(rows: npt.NDArray[np.int64]
-                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-            tr, tc, tk = -(-Nq // rows[:, 0]), -(-Nkv // rows[:, 1]), -(-d // rows[:, 2])
-            area = Nq * Nkv
-            reads = d * (tc * Nq + tr * Nkv) + (2 - rows[:, 3]) * area + tk * area + d * tr * Nkv
-            return shape.n_heads * (reads + 2 * area + Nq * d), tr * tc * tk
-
-        return TilingRows(rows, lambda bm, bn, bk, one: StandardTiling(bm, bn, bk, bool(one)),
-                          footprints, costs=costs)
 
     def steps(self, shape: Shape, tiling: StandardTiling) -> int:
         return cdiv(shape.Nq, tiling.bm) * cdiv(shape.Nkv, tiling.bn) * cdiv(shape.d, tiling.bk)
