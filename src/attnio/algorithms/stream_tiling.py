@@ -844,19 +844,24 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
         if lowers is None and shape.causal:
             lowers = _Lowers(shape)  # (``lowers``: the shape's bounds, shared with the search)
         by_amax: dict[int, int] = {}
+        by_group: dict[tuple[int, int], int] = {}  # (the groups asked again, a few times each)
         uniform = _unclipped(shape)
 
         def rows(c: int, w: int) -> int:
+            a = by_group.get((c, w))
+            if a is not None:
+                return a
             if w < 1:  # (no such group is made; the rule above needs w >= 1)
-                return _group_rows(shape, M, c, w, lowers)
-            amax = min(Nq, _rows2(M, min(c, w)))
-            if amax < 1:
-                return 0
-            at = cdiv(Nq, amax) if uniform else amax  # (:func:`_uniform_rows`: t0 alone)
-            a = by_amax.get(at)
-            if a is None:
-                a = by_amax[at] = (_uniform_rows(shape, at) if uniform
-                                   else _group_rows(shape, M, c, w, lowers))
+                a = _group_rows(shape, M, c, w, lowers)
+            elif (amax := min(Nq, _rows2(M, min(c, w)))) < 1:
+                a = 0
+            else:
+                at = cdiv(Nq, amax) if uniform else amax  # (:func:`_uniform_rows`: t0 alone)
+                a = by_amax.get(at)
+                if a is None:
+                    a = by_amax[at] = (_uniform_rows(shape, at) if uniform
+                                       else _group_rows(shape, M, c, w, lowers))
+            by_group[(c, w)] = a
             return a
         out: set[tuple[int, ...]] = set()
         for T in counts:
