@@ -17,8 +17,9 @@ ms per bound: the least and the median over ``--repeat`` certificates (the least
 busy machine disturbs least), and the whole certificate's.
 
 ``--split``: no profiler; instead each shape's cold CPU ms split into the certificate (the
-bounds: :func:`attnio.runner.certificate`) and each schedule's search (``mapper.search`` as the
-planner calls it), means over ``--repeat`` cold plans, and "the rest" (the plan less those).
+bounds: :func:`attnio.runner.certificate`) and each schedule's search (``mapper.search`` or
+``mapper.best_of`` as the planner calls it), means over ``--repeat`` cold plans, and "the
+rest" (the plan less those).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def _bounds(shapes: list[dict], repeat: int) -> int:
 
 def split(shapes: list[dict], repeat: int, backward: bool) -> int:
     """Each shape's cold plan split by timing wrappers around the planner's calls of
-    ``mapper.search`` (per schedule) and ``certificate`` (the bounds)."""
+    ``mapper.search`` and ``mapper.best_of`` (per schedule) and ``certificate`` (the bounds)."""
     import types
 
     import attnio
@@ -143,6 +144,7 @@ def split(shapes: list[dict], repeat: int, backward: bool) -> int:
     proxy = types.SimpleNamespace(**{k: getattr(mapper, k) for k in dir(mapper)
                                      if not k.startswith("__")})
     proxy.search = timed(lambda args: args[0].name, mapper.search)
+    proxy.best_of = timed(lambda args: args[0].name, mapper.best_of)  # (the planner's search)
     saved = planner.mapper, planner.certificate
     planner.mapper = proxy  # type: ignore[assignment]
     planner.certificate = timed(lambda args: "<certificate>", planner.certificate)

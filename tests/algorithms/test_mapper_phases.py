@@ -119,6 +119,42 @@ def test_branch_and_bound_on_a_lower_bound_keeps_the_same_best(seed, at_once):
     assert mapper.phase_best(phase, M) == [i for _, _, i in want]
 
 
+@pytest.mark.parametrize("how", ["row_costs", "row_lowers"])
+@pytest.mark.parametrize("seed", range(100))
+def test_rows_given_over_numpy_keep_the_same_best(seed, how):
+    """Choices given as the rows of an int64 array (repeated, and some among the candidates
+    too), scored at once (``row_costs``) or by branch and bound on their bounds
+    (``row_lowers``), make the same best as every choice scored one by one: ties by count,
+    steps, then the row."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 40)
+    count = [rng.randint(0, 6) for _ in range(n)]
+    steps = [rng.randint(0, 2) for _ in range(n)]
+    slack = [rng.choice([0, 0, 1, 3]) for _ in range(n)]
+    k = rng.randint(1, 5)
+
+    def cost(c: tuple[int, int]) -> tuple[int, int]:
+        return count[c[0]], steps[c[0]]
+
+    every = [(i, rng.randint(0, 2)) for i in range(n)]
+    in_rows = [c for c in every if rng.random() < 0.7]
+    rows = np.array(in_rows + [rng.choice(in_rows) for _ in range(len(in_rows) // 3)]
+                    if in_rows else np.zeros((0, 2)), dtype=np.int64).reshape(-1, 2)
+    rest = [c for c in every if c not in in_rows or rng.random() < 0.3]
+    want = sorted((count[c[0]], steps[c[0]], c) for c in every)[:k]
+    if how == "row_costs":
+        extra = dict(row_costs=lambda r: (np.array([count[i] for i in r[:, 0]], dtype=np.int64),
+                                          np.array([steps[i] for i in r[:, 0]],
+                                                   dtype=np.int64)))
+    else:
+        extra = dict(row_lowers=lambda r: np.array([count[i] - slack[i] for i in r[:, 0]],
+                                                   dtype=float))
+    phase = Phase(cost=cost, footprint=None, candidates=lambda: rest,
+                  lower=lambda c: count[c[0]] - slack[c[0]], rows=lambda: rows, offer=k,
+                  **extra)
+    assert mapper.phase_best(phase, 10) == [c for _, _, c in want]
+
+
 def test_a_phase_declares_its_bound_once():
     with pytest.raises(ValueError, match="lower or lowers"):
         Phase(cost=len, footprint=None, lower=float, lowers=list)
@@ -188,8 +224,11 @@ def test_stream_tiling_window_square_and_window_stream_declare_phases():
 
 
 def _choices(phase: Phase, M: int) -> list[Any]:
-    """Every choice a phase declares that fits (nothing cut; the seed of its best)."""
+    """Every choice a phase declares that fits (nothing cut; its rows as tuples; the seed of
+    its best)."""
     out = dict.fromkeys(phase.candidates())
+    if phase.rows is not None:
+        out.update(dict.fromkeys(map(tuple, phase.rows().tolist())))
     for _, r in phase.ranked() if phase.ranked is not None else ():
         out.update(dict.fromkeys(phase.expand(r) if phase.expand is not None else (r,)))
     if phase.seed is not None:
@@ -229,8 +268,22 @@ def test_every_declared_lower_bound_is_below_the_count(s):
         for p in s._phases(shape, M).phases:
             if p.lowers is not None:  # the pool's bounds at once (unmasked stream_tiling)
                 cs = list(p.candidates())
-                for c, lo in zip(cs, p.lowers(cs)):
+                for c, lo in zip(cs, p.lowers(cs) if cs else ()):
                     assert lo <= p.cost(c)[0] * (1 + 1e-12), (s.name, shape, c)
+                    checked += 1
+            if p.rows is not None:  # rows: their bounds, or their exact counts and steps
+                rows = p.rows()
+                if p.row_lowers is not None and p.lower is None and p.lowers is None:
+                    cs = list(p.candidates())  # (bounded as rows too)
+                    if cs:
+                        rows = np.concatenate([np.array(cs, dtype=np.int64), rows])
+                got = (p.row_lowers(rows), None) if p.row_lowers else p.row_costs(rows)
+                for i, c in enumerate(map(tuple, rows.tolist())):
+                    count, steps = p.cost(c)
+                    if got[1] is None:
+                        assert got[0][i] <= count * (1 + 1e-12), (s.name, shape, c)
+                    else:
+                        assert (got[0][i], got[1][i]) == (count, steps), (s.name, shape, c)
                     checked += 1
             if p.lower is None:
                 continue

@@ -76,6 +76,38 @@ def test_completion_by_branch_and_bound_is_the_least_and_scores_fewer():
     assert mapper.completion([], lambda s: s, lower=lambda s: s) is None
 
 
+def test_completions_are_each_rows_completion():
+    """mapper.completions (numpy, keyed by (count, steps)) picks, row by row, what completion
+    picks over the valid columns in order (ties: the first), -1 where none is valid."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        rows, cols = rng.integers(1, 6), rng.integers(1, 9)
+        counts = rng.integers(0, 4, size=(rows, cols))  # few values: many ties
+        steps = rng.integers(0, 3, size=(rows, cols))
+        valid = rng.random((rows, cols)) < 0.7
+        got = mapper.completions(counts, steps, valid)
+        for i in range(rows):
+            best = mapper.completion([j for j in range(cols) if valid[i, j]],
+                                     lambda j, i=i: (int(counts[i, j]), int(steps[i, j])))
+            assert got[i] == (-1 if best is None else best[1])
+
+
+def test_standard_unmasked_reduction_by_numpy_equals_the_loop():
+    """standard's unmasked candidates over the (bk, bm) grid at once (int64) are the loop's,
+    the same tilings in the same order, on random shapes and M (small, large, powers of 2)."""
+    alg = _alg.get("standard")
+    rng = random.Random(1)
+    for _ in range(600):
+        Nq = rng.choice([rng.randint(1, 50), rng.randint(1, 5000), 2 ** rng.randint(0, 20)])
+        Nkv = rng.choice([Nq, rng.randint(1, 5000)])
+        d = rng.choice([rng.randint(1, 300), 64, 128])
+        M = rng.choice([rng.randint(4, 5000), rng.randint(4, 10 ** 6), 2 ** rng.randint(2, 24)])
+        shape = Shape.make(Nq, d, Nkv=Nkv)
+        sides, bks = _sides(shape, M)
+        assert (alg._unmasked_many(shape, M, sides, bks)
+                == alg._unmasked_loop(shape, M, sides, bks)), (Nq, Nkv, d, M)
+
+
 def test_preranked_is_sorted_then_cut_with_ties_in_order():
     rng = random.Random(2)
     for _ in range(300):
@@ -240,7 +272,7 @@ def test_ladder_from_its_table_equals_the_float_loop(total):
     from attnio.algorithms.common import ladder
 
     for vmax in (-1, 0, 1, 2, 5, 63, 64, 1000, 65535, 10**6, 2**40, 2**64 - 1, 2**64, 2**71):
-        assert ladder.__wrapped__(total, vmax) == _ladder_by_loop(total, vmax), (total, vmax)
+        assert ladder(total, vmax) == _ladder_by_loop(total, vmax), (total, vmax)
 
 
 def test_least_few_by_branch_and_bound_equals_sorting_all_and_keys_fewer():

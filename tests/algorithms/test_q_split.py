@@ -284,3 +284,34 @@ def test_the_bounds_at_once_are_the_bounds_one_by_one_and_below_the_counts():
         assert mapper.search(alg, shape, M, tilings) == mapper._least(alg, shape, M, tilings)
         checked += 1
     assert checked > 40
+
+
+@pytest.mark.parametrize("mask", [False, True, "top_left", "window"])
+def test_the_search_over_rows_is_the_search_over_the_tilings(mask):
+    """q_split's candidates as numpy rows (mapper's TilingRows: footprints and bounds at once,
+    a tiling made only when scored) give the same choice, count, steps and ``tried`` as the
+    search over candidate_tilings; each row's footprint is the tiling's, its bound at most the
+    count."""
+    rng = np.random.default_rng(23)
+    alg = q_split.ALGORITHM
+    for _ in range(40):
+        Nq, Nkv = (int(x) for x in rng.integers(1, 4000, size=2))
+        d, M = int(rng.integers(1, 160)), int(rng.integers(4, 200000))
+        kvh, g = int(rng.integers(1, 3)), int(rng.choice([1, 2, 4, 6]))
+        causal = mask if mask in (True, "top_left") else (mask == "window")
+        shape = Shape.make(Nq, d, Nkv=Nkv, heads=kvh * g, kv_heads=kvh, causal=causal,
+                           window=int(rng.integers(1, 300)) if mask == "window" else None)
+        if mapper.can_run(alg, shape, M) is not None:
+            continue
+        tilings = alg.candidate_tilings(shape, M)
+        rows = alg._tiling_rows(shape, M)
+        assert [q_split.QSplitTiling(*r) for r in rows.rows.tolist()] == tilings
+        assert rows.footprints(rows.rows).tolist() == [alg.footprint(shape, t) for t in tilings]
+        if rows.lowers is not None and tilings:
+            for lo, t in zip(rows.lowers(rows.rows).tolist(), tilings):
+                assert lo <= alg._total(shape, t).total * (1 + 1e-12)
+        a, b = mapper.search(alg, shape, M), mapper.search(alg, shape, M, tilings)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert (a.tiling, a.predicted, a.steps, a.tried) == (b.tiling, b.predicted, b.steps,
+                                                                 b.tried)

@@ -304,9 +304,10 @@ def test_a_bulk_count_holds_each_score_tile_by_its_sums_and_equals_step_by_step(
 
 
 def test_masked_bounds_at_once_are_the_bounds_one_by_one():
-    """Under a causal mask the phases bound their pools at once (``Phase.lowers``, numpy): the
-    same bounds as :class:`_Lowers`' one choice at a time (within float rounding), on random
-    shapes up to N = 10^9, both alignments, every pool choice."""
+    """Under a causal mask the phases bound their pools at once (``Phase.row_lowers``, numpy,
+    the candidates, the ranked items and the side pairs' rows alike): the same bounds as
+    :class:`_Lowers`' one choice at a time (within float rounding), on random shapes up to
+    N = 10^9, both alignments, every pool choice."""
     import random
 
     alg = stream_tiling.ALGORITHM
@@ -321,9 +322,12 @@ def test_masked_bounds_at_once_are_the_bounds_one_by_one():
         low = stream_tiling._Lowers(shape)
         p1, p2 = alg._phases(shape, M).phases
         for phase, one in ((p1, low.phase1), (p2, low.p2)):
-            assert phase.lower is None and phase.lowers is not None
-            pool = list(dict.fromkeys([*phase.candidates(), *(c for _, c in phase.ranked())]))
-            for c, lo in zip(pool, phase.lowers(pool), strict=True):
+            assert phase.lower is None and phase.lowers is None
+            assert phase.row_lowers is not None and phase.rows is not None
+            pool = list(dict.fromkeys([*phase.candidates(), *(c for _, c in phase.ranked()),
+                                       *map(tuple, phase.rows().tolist())]))
+            rows = np.array(pool, dtype=np.int64).reshape(len(pool), -1)
+            for c, lo in zip(pool, phase.row_lowers(rows), strict=True):
                 assert lo == pytest.approx(one(c), rel=1e-12), (shape, M, c)
                 checked += 1
     assert checked > 1000
@@ -380,12 +384,16 @@ def _band_loop(X, Y, M, ymax):
 
 
 def test_side_pairs_and_band_over_arrays_are_the_rung_by_rung_ones():
-    """The candidates' side pairs and the band near √M, over numpy arrays, are the sets the
-    rung-by-rung loops make with the scalar side functions, M up to 2^60."""
+    """The candidates' side pairs and the band near √M, over numpy arrays (their rows, as a
+    set), are the sets the rung-by-rung loops make with the scalar side functions, M up to
+    2^60."""
     import functools
     import random
 
     st_ = stream_tiling
+
+    def rows(a: np.ndarray) -> set[tuple[int, ...]]:
+        return set(map(tuple, a.tolist()))
     rng = random.Random(37)
     for _ in range(1500):
         X = rng.choice([rng.randint(1, 60), rng.randint(1, 10**5), 10**9, 2**50])
@@ -394,13 +402,17 @@ def test_side_pairs_and_band_over_arrays_are_the_rung_by_rung_ones():
         for one, many in ((st_._max1, st_._max1_many), (st_._cols2, st_._cols2_many),
                           (st_._rows2, st_._rows2_many)):
             f, g = functools.partial(one, M), functools.partial(many, M)
-            assert st_._band(X, Y, M, g) == _band_loop(X, Y, M, f)
+            assert rows(st_._band(X, Y, M, g)) == _band_loop(X, Y, M, f)
         for ymax, xmax in (((st_._max1, st_._max1_many), (st_._max1, st_._max1_many)),
                            ((st_._cols2, st_._cols2_many), (st_._rows2, st_._rows2_many))):
-            assert (st_._pairs(X, Y, M, functools.partial(ymax[1], M),
-                               functools.partial(xmax[1], M))
+            assert (rows(st_._pairs(X, Y, M, functools.partial(ymax[1], M),
+                                    functools.partial(xmax[1], M)))
                     == _pairs_loop(X, Y, M, functools.partial(ymax[0], M),
                                    functools.partial(xmax[0], M)))
+        one = functools.partial(st_._max1_many, M)  # one function both ways, X = Y: mirrored
+        assert (rows(st_._pairs(X, X, M, one, one))
+                == _pairs_loop(X, X, M, functools.partial(st_._max1, M),
+                               functools.partial(st_._max1, M)))
 
 
 def test_prefix_block_keys_over_arrays_is_the_scalar_one():
@@ -424,3 +436,42 @@ def test_prefix_block_keys_over_arrays_is_the_scalar_one():
                 assert np.isnan(g), (Nkv, o, m, b)
             else:
                 assert abs(g - want) <= 1e-12 * max(1.0, abs(want)), (Nkv, o, m, b, g, want)
+        for o, m in zip(off, n):  # one (off, n) as plain integers, many B (its terms once)
+            got = prefix_block_keys_many(Nkv, o, m, B)
+            for g, b in zip(got.tolist(), B):
+                want = prefix_block_keys(Nkv, o, m, b)
+                if want is None:
+                    assert np.isnan(g), (Nkv, o, m, b)
+                else:
+                    assert abs(g - want) <= 1e-12 * max(1.0, abs(want)), (Nkv, o, m, b, g)
+
+
+@pytest.mark.parametrize("causal", [False, True, "top_left"])
+def test_a_slice_groups_row_block_is_the_least_of_its_sizes(causal):
+    """_group_rows (its shortcut where no row is clipped: the choice from t0 = ⌈Nq/amax⌉
+    alone) is the least (count, blocks, a) over its declared sizes (the largest that fits,
+    that snapped, and with a mask those of _rows), scored by brute force; and _two_groups'
+    memo holds: every (c, w >= 1) of one amax (one t0 where no row is clipped) gets the same
+    row block.  Random shapes, masks and M, clipped rows included."""
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        Nq, Nkv = (int(x) for x in rng.integers(1, 3000, size=2))
+        d, M = int(rng.integers(1, 200)), int(rng.integers(4, 20000))
+        shape = Shape.make(Nq, d, Nkv=Nkv, causal=causal)
+        uniform = stream_tiling._unclipped(shape)
+        seen: dict[int, int] = {}
+        for c in range(1, d + 1):
+            for w in {d, c, max(1, d - c), int(rng.integers(1, d + 1))}:
+                amax = min(Nq, stream_tiling._rows2(M, min(c, w)))
+                a = stream_tiling._group_rows(shape, M, c, w)
+                if amax < 1:
+                    assert a == 0
+                    continue
+                sizes = {amax, cdiv(Nq, cdiv(Nq, amax))}
+                if shape.causal:
+                    sizes |= stream_tiling._rows(shape, amax)
+                brute = min(sizes, key=lambda b: (stream_tiling._phase2_total(shape, b, c, w),
+                                                  cdiv(Nq, b), b))
+                assert a == brute, (Nq, Nkv, d, M, c, w)
+                at = cdiv(Nq, amax) if uniform else amax
+                assert seen.setdefault(at, a) == a, (Nq, Nkv, d, M, c, w)

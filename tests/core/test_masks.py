@@ -273,6 +273,32 @@ def test_single_key_sums_without_clipping_equal_brute_force():
         assert got == brute_query(Nq, Nkv, Br, 1, align, None), (Nq, Nkv, Br, align)
 
 
+def test_unmasked_sums_in_o1_equal_brute_force_and_the_engine():
+    """Unmasked (no lower end, no upper stop) the O(1) sums (every block sees [0, Z)) equal
+    the per-block loop on small sizes and the general engine (_linear_sums) on large ones."""
+    rng = random.Random(45)
+    for _ in range(400):
+        Nq, Nkv = rng.randint(1, 60), rng.randint(1, 60)
+        Br, Bc = rng.randint(1, Nq + 3), rng.randint(1, Nkv + 3)
+        got = mq(Nq, Nkv, Br, Bc, 0, None, False)
+        assert got == brute_query(Nq, Nkv, Br, Bc, "bottom_right", None, False), (Nq, Nkv, Br, Bc)
+    for _ in range(2000):
+        total, B, Z, S = (rng.choice([rng.randint(1, 40), rng.randint(1, 10**6), 10**12])
+                          for _ in range(4))
+        n, rem, bl, bh = MK._affine(total, B, Z, S, None, None)
+        seen, count, width = MK._linear_sums(n, B, bl, bh, Z, S, True)
+        sums = [seen, B * seen, count, width, B * count, B * width]
+        if rem:
+            lo, hi = MK._last_block(total, B, Z, None, None)
+            c, _, w = MK.meet(lo, hi, S, Z)
+            v = int(hi > lo)
+            sums = [a + b for a, b in zip(sums, (v, v * rem, c, w, c * rem, w * rem))]
+        seen, size_seen, count, width, size_count, size_width = sums
+        want = MK.BlockSums(n + (1 if rem else 0), seen, size_seen, count, width, size_count,
+                            size_width)
+        assert MK._block_sums(total, B, Z, S, None, None) == want, (total, B, Z, S)
+
+
 @SETTINGS
 @given(sizes, sizes, blocks, blocks, aligns, windows, st.booleans())
 def test_key_block_sums_equal_brute_force(Nq, Nkv, Br, Bc, align, W, causal):

@@ -149,7 +149,7 @@ class TiledSchedule(ABC, Generic[TilingT]):
         """The legal tilings for ``shape`` and M: the schema, why the workload cannot run
         (None: it can) and the candidates (``options``: a schedule's own, e.g. an approximate
         schedule's error target)."""
-        return Mapspace(self.name, shape, M, self.schema(), self.unsupported(shape, M),
+        return Mapspace(self.name, shape, M, self.schema, self.unsupported(shape, M),
                         lambda: self.mapspace_tilings(shape, M, **options))
 
     def mapspace_tilings(self, shape: Shape, M: int, **options: Any) -> Iterable[TilingT]:

@@ -129,6 +129,17 @@ def prefix_block_keys_many(Nkv: int, off: npt.ArrayLike, n: npt.ArrayLike, B: np
     """:func:`prefix_block_keys` over arrays of (off, n, B) (broadcast), in float64, NaN where
     it is None: for a search that bounds a pool of candidates at once (within float rounding
     of the one-at-a-time bound, which the mapper's margin covers)."""
+    if isinstance(off, int) and isinstance(n, int):  # one (off, n), many B: its terms once
+        b = np.maximum(np.asarray(B, dtype=np.int64), 1)
+        if not 0 <= off <= Nkv - n or n < 1:
+            return np.full(b.shape, np.nan)
+        T = -(-n // b)
+        r = (n - (T - 1) * b).astype(np.float64)
+        bf = b.astype(np.float64)
+        X = (float(n) * off + n * (n + 1.0) / 2 + (T - 1).astype(np.float64) * bf * (bf - 1) / 2
+             + r * (r - 1) / 2)
+        one: npt.NDArray[np.float64] = X / bf + (1 - r / bf) * float(n + off)
+        return one
     o, m = np.asarray(off, dtype=np.int64), np.asarray(n, dtype=np.int64)
     b = np.maximum(np.asarray(B, dtype=np.int64), 1)
     T = -(-m // b)
@@ -171,11 +182,17 @@ def _geometric(limit: float) -> tuple[tuple[float, ...], tuple[int, ...]]:
 _SPREAD, _SPREAD_INT = _geometric(2.0 ** 64)  # ladder's rungs up to 2^64, computed once
 
 
-@functools.lru_cache(maxsize=1024)
 def ladder(total: int, vmax: int) -> tuple[int, ...]:
     """Block sizes worth trying in [1, min(total, vmax)]: a geometric spread and the largest few,
-    each snapped down to the smallest size with the same number of blocks (cached)."""
-    vmax = min(total, vmax)
+    each snapped down to the smallest size with the same number of blocks (cached by
+    (total, min(total, vmax)): the searches ask it of one axis with several vmax at or above
+    its length)."""
+    return _ladder(total, min(total, vmax))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ladder(total: int, vmax: int) -> tuple[int, ...]:
+    """:func:`ladder` with vmax <= total."""
     if vmax < 1:
         return ()
     if vmax < _SPREAD[-1]:  # the rungs b <= vmax, from the table

@@ -88,6 +88,16 @@ def _groups(shape: Shape, M: int) -> list[int]:
     return divisors_upto(shape.group, max(0, (M - 2 * shape.d - 1) // (2 * shape.d + 3)))
 
 
+def _bc_sides(Br: int, bc: int, masked: bool) -> list[int]:
+    """The Bc sides of the candidates with Br rows whose widest Bc that fits is bc, ascending:
+    bc, and with a mask the powers of two below it, Br and Br/2 (clamped to bc)."""
+    if not masked:
+        return [bc]
+    bcs = {bc, min(bc, Br), min(bc, max(1, Br // 2))}
+    bcs.update(1 << i for i in range(bc.bit_length()) if 1 << i < bc)
+    return sorted(bcs)
+
+
 class Flash2(GroupedAlgorithm[Flash2Tiling]):
     name = "flash2"
     summary = "FlashAttention-2: Q blocks outer, O, l, m kept in fast memory, O written once"
@@ -117,13 +127,15 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
             fams = self._families(shape, M)
             assert fams is not None
             return [t for i in range(len(fams.lower)) for t in fams.members(i)]
-        return [Flash2Tiling(Br, c, G) for Br, G, bcs in self._grid(shape, M) for c in bcs]
+        return [Flash2Tiling(Br, c, G) for Br, G, bc in self._grid(shape, M)
+                for c in _bc_sides(Br, bc, False)]
 
-    def _grid(self, shape: Shape, M: int) -> list[tuple[int, int, list[int]]]:
-        """(Br, group, the Bc sides) of the candidates, in their order."""
+    def _grid(self, shape: Shape, M: int) -> list[tuple[int, int, int]]:
+        """(Br, group, the widest Bc that fits) of the candidates, in their order; the Bc
+        sides of each are :func:`_bc_sides` (made when listed)."""
         d, Nq = shape.d, shape.Nq
         masked = shape.causal
-        out: list[tuple[int, int, list[int]]] = []  # tilings are built only for the candidates scored
+        out: list[tuple[int, int, int]] = []  # tilings are built only for the candidates scored
         for G in _groups(shape, M):
             br_max = min(Nq, (M - 2 * d) // (G * (2 * d + 3) + 1))
             while br_max >= 1 and self._bc_max(shape, M, br_max, G) < 1:
@@ -142,16 +154,8 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
                 if Br > br_max:
                     continue
                 bc = self._bc_max(shape, M, Br, G)
-                if bc < 1:
-                    continue
-                bcs = {bc}
-                if masked:
-                    c = 1
-                    while c < bc:
-                        bcs.add(c)
-                        c *= 2
-                    bcs.update({min(bc, Br), min(bc, max(1, Br // 2))})
-                out.append((Br, G, sorted(bcs)))
+                if bc >= 1:
+                    out.append((Br, G, bc))
         return out
 
     def _families(self, shape: Shape, M: int, **options: Any) -> Families[Flash2Tiling] | None:
@@ -172,12 +176,12 @@ class Flash2(GroupedAlgorithm[Flash2Tiling]):
         rc = masks.row_counts(shape)  # O(1)
         pall, nseen = rc.pairs, rc.rows1
         keyed = sorted([((heads // G) * (G * d * nseen + 2 * d * pall / Br + G * Nq * d), Br, G,
-                         bcs) for Br, G, bcs in self._grid(shape, M)],
+                         bc) for Br, G, bc in self._grid(shape, M)],
                        key=lambda c: c[0] * (1 - 1e-9))
 
         def members(i: int) -> list[Flash2Tiling]:
-            _, Br, G, bcs = keyed[i]
-            return [Flash2Tiling(Br, c, G) for c in bcs]
+            _, Br, G, bc = keyed[i]
+            return [Flash2Tiling(Br, c, G) for c in _bc_sides(Br, bc, True)]
 
         tighter = row_stream_lower(shape)  # no window: the keys the blocks see, not P/Br
 

@@ -53,6 +53,7 @@ from ..core.errors import ParameterError
 from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
 from ..core.workload import Shape, cdiv, kv_range
 from . import _kernels as K_
+from . import mapper
 from .base import Algorithm
 from .common import HeadGroup
 from .flash2 import ALGORITHM as FLASH2
@@ -260,7 +261,12 @@ class FlashDecoding(Algorithm[SplitKVTiling]):
 
 @functools.lru_cache(maxsize=256)
 def _flash2_best(shape: Shape, M: int) -> Flash2Tiling:
-    best: Flash2Tiling = FLASH2.default_tiling(shape, M)
+    """FlashAttention-2's least-I/O tiling of ``shape`` (its default tiling): the mapper's
+    search, shared with the planner's own row for flash2 on a one-head workload."""
+    found = mapper.best_of(FLASH2, shape, M)
+    if found is None:  # (it cannot run: default_tiling says why)
+        return FLASH2.default_tiling(shape, M)
+    best: Flash2Tiling = found.tiling
     return best
 
 

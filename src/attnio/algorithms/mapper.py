@@ -15,7 +15,9 @@ owns:
   tilings; ``_lower_totals``, the bounds of all the candidates in one call: q_split) or per family
   of tilings listed only when scored (``_families``: flash2 under a causal mask or a window,
   square_tiling, standard under a mask, small_cache_backward and
-  fused_small_cache_backward);
+  fused_small_cache_backward), or over its candidates given as numpy rows (``_tiling_rows``,
+  a :class:`~attnio.algorithms.protocol.TilingRows`: q_split); :func:`best_of`, the same
+  without options, cached for a plan (the planner's, and flash_decoding's flash2 tile);
 * :func:`phase_tilings` and :func:`phase_best` — the phase-separable search, for a schedule
   whose count and steps are sums of independent phases (``_phases``: stream_tiling,
   window_square, window_stream): each phase's best by itself (its declared cut, bound and seed applied), the
@@ -66,13 +68,14 @@ from .protocol import (
     Phase,
     Phases,
     Schedule,
+    TilingRows,
 )
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["best_backward", "can_run", "check_M", "completion", "default_tiling", "dense_groups",
-           "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_few",
+__all__ = ["best_backward", "best_of", "can_run", "check_M", "completion", "default_tiling", "dense_groups",
+           "completions", "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_few",
            "least_over", "needs_M", "phase_best", "phase_tilings", "preranked", "pruned_tilings",
            "search", "supports"]
 
@@ -157,6 +160,14 @@ def search(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[Any] | No
     return _best(schedule, shape, M, lambda: tilings, None)
 
 
+@functools.lru_cache(maxsize=256)
+def best_of(schedule: Schedule, shape: Shape, M: int) -> Choice[Any] | None:
+    """:func:`search` over the mapspace, without tiling options, cached (the choice is
+    immutable): a plan asks flash2's twice on one head, for its own row and for
+    flash_decoding's tile."""
+    return search(schedule, shape, M)
+
+
 def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterable[Any]],
           options: dict[str, Any] | None) -> Choice[Any] | None:
     """The search of :func:`search` on a workload the schedule can run.  ``options`` None: over
@@ -178,6 +189,10 @@ def _best(schedule: Schedule, shape: Shape, M: int, tilings: Callable[[], Iterab
         phases = _phases_of(schedule, shape, M, options)
         if phases is not None:
             return _least_phases(schedule, shape, M, phases)
+    rows_of = getattr(schedule, "_tiling_rows", None) if options == {} else None
+    rows = rows_of(shape, M) if rows_of is not None else None
+    if rows is not None:
+        return _least_rows(schedule, shape, M, rows)
     tilings_ = tilings()
     lowers_of = getattr(schedule, "_lower_totals", None)
     lowers = lowers_of(shape) if lowers_of is not None else None
@@ -284,6 +299,39 @@ def _least_bounded(schedule: Schedule, shape: Shape, M: int, tilings: Iterable[A
     return Choice(fit[i], found[i], steps, len(fit))
 
 
+def _least_rows(schedule: Schedule, shape: Shape, M: int, rows: TilingRows[Any]
+                ) -> Choice[Any] | None:
+    """:func:`_least` (``rows.lowers`` None) or :func:`_least_bounded` over the candidates
+    given as rows (:class:`~attnio.algorithms.protocol.TilingRows`): the rows that fit, by
+    their footprints at once, each made a tiling only when scored; the same choice, the least
+    (count, steps, position among the rows that fit), and ``tried``, the rows that fit."""
+    R = rows.rows
+    fit = R[rows.footprints(R) <= M] if len(R) else R
+    if not len(fit):
+        return None
+    make, total, steps_of = rows.make, schedule._total, schedule.steps
+    best: tuple[int, int, int] | None = None
+    found: dict[int, tuple[Any, IOCount]] = {}
+    if rows.lowers is None:
+        visit: Iterable[tuple[float, int]] = ((0.0, i) for i in range(len(fit)))
+    else:
+        lows = np.asarray(rows.lowers(fit), dtype=np.float64) * (1 - 1e-9)  # a margin
+        at = np.argsort(lows, kind="stable")
+        visit = zip(lows[at].tolist(), at.tolist())
+    for lo, i in visit:
+        if best is not None and rows.lowers is not None and lo > best[0]:
+            break
+        t = make(*fit[i].tolist())
+        io = total(shape, t)
+        key = (io.total, steps_of(shape, t), i)
+        found[i] = (t, io)
+        if best is None or key < best:
+            best = key
+    assert best is not None
+    _, steps, i = best
+    return Choice(found[i][0], found[i][1], steps, len(fit))
+
+
 def _least_families(schedule: Schedule, shape: Shape, M: int, families: Families[Any]
                     ) -> Choice[Any] | None:
     """The least-(I/O, steps) tiling of ``families`` that fits in M, by branch and bound: the
@@ -338,12 +386,18 @@ def _family_ties(schedule: Schedule, shape: Shape, M: int, families: Families[An
     """The branch and bound of :func:`_least_families`: the members of least count that fit,
     as ``(place, tiling, count)`` in the families' order (``place``: (family, member), or the
     families' ``order``; empty: none fits)."""
-    lows = [lb * (1 - 1e-9) for lb in families.lower]  # a margin far above float rounding
+    visit: Iterable[int]
+    if len(families.lower) > 64:  # numpy's sort (the same floats: IEEE products, stable)
+        low_ = np.asarray(families.lower, dtype=np.float64) * (1 - 1e-9)
+        lows, visit = low_.tolist(), np.argsort(low_, kind="stable").tolist()
+    else:
+        lows = [lb * (1 - 1e-9) for lb in families.lower]  # a margin far above float rounding
+        visit = sorted(range(len(lows)), key=lows.__getitem__)
     refined, order, member_lower = families.refined, families.order, families.member_lower
     footprint, total = schedule.footprint, schedule._total
     best: int | None = None
     scored: list[tuple[int, int, Any, IOCount]] = []
-    for i in sorted(range(len(lows)), key=lows.__getitem__):
+    for i in visit:
         if best is not None and lows[i] > best:
             break
         if best is not None and refined is not None and refined(i) * (1 - 1e-9) > best:
@@ -408,8 +462,11 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     ``expand``-ed, all scored (by branch and bound where the phase has a ``lower``
     bound, or ``lowers`` for the pool at once: the choices in order of it, scored until it
     passes the ``offer``-th least count, so a choice left unscored can neither be among the
-    best nor tie them); then the ``seed``
-    choices made from those best, scored, and the ``offer`` best of all."""
+    best nor tie them); the ``rows`` (numpy) likewise: by their ``row_costs``, the ``offer``
+    distinct rows of least (count, steps, row) (any other has ``offer`` rows ahead of it: it
+    can be neither among the best nor tie them), or joining the branch and bound by their
+    ``row_lowers``; then the ``seed`` choices made from those best, scored, and the
+    ``offer`` best of all.  A choice given twice (a row and a candidate) is scored once."""
     cost, footprint, order = phase.cost, phase.footprint, phase.order
     scored: dict[Any, tuple[int, int, Any]] = {}
 
@@ -423,6 +480,17 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
         scored[c] = (count, steps, c if order is None else order(c))
         return True
 
+    k = phase.offer
+    counts: list[int] = []  # the counts scored, ascending (for the branch and bound)
+    rows = phase.rows() if phase.rows is not None else None
+    if rows is not None and phase.row_costs is not None:
+        if len(rows):
+            rc, rs = phase.row_costs(rows)
+            for i in _least_k_rows(rows, rc, rs, k):
+                c = tuple(rows[i].tolist())
+                scored[c] = (int(rc[i]), int(rs[i]), c if order is None else order(c))
+                counts.append(int(rc[i]))
+        rows = None
     pool = dict.fromkeys(phase.candidates())
     if phase.ranked is not None:
         kept = heapq.nsmallest(phase.keep, phase.ranked())  # the declared cut
@@ -431,31 +499,43 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
         else:
             for _, r in kept:
                 pool.update(dict.fromkeys(phase.expand(r)))
-    k = phase.offer
-    if phase.lowers is not None:  # the pool's bounds in one call (numpy over the choices)
+    if phase.lowers is not None or rows is not None:  # the pool's bounds at once (numpy)
         items = list(pool)
-        lows = (np.asarray(phase.lowers(items), dtype=np.float64) * (1 - 1e-9))  # a margin
-        counts: list[int] = []  # the counts scored, ascending
+        parts = []
+        if rows is not None and phase.lower is None and phase.lowers is None:
+            # the candidates as rows too (tuples of the rows' width): one call bounds all
+            if items:
+                rows = np.concatenate([np.array(items, dtype=np.int64).reshape(len(items), -1),
+                                       rows])
+            items = []
+        if items:
+            if phase.lowers is not None:
+                parts.append(np.asarray(phase.lowers(items), dtype=np.float64))
+            else:
+                assert phase.lower is not None
+                parts.append(np.array([phase.lower(c) for c in items], dtype=np.float64))
+        if rows is not None and len(rows):
+            assert phase.row_lowers is not None
+            parts.append(np.asarray(phase.row_lowers(rows), dtype=np.float64))
+        lows = (np.concatenate(parts) if parts else np.zeros(0)) * (1 - 1e-9)  # a margin
         at = np.argsort(lows, kind="stable")
+        n = len(items)
         for lo, i in zip(lows[at].tolist(), at.tolist()):
             if len(counts) >= k and lo > counts[k - 1]:
                 break
-            if score(items[i]):
-                bisect.insort(counts, scored[items[i]][0])
-    elif phase.lower is None:  # score() inline: nothing scored yet, the pool's keys unique
+            c = items[i] if i < n else tuple(rows[i - n].tolist())  # type: ignore[index]
+            if c not in scored and score(c):
+                bisect.insort(counts, scored[c][0])
+    elif phase.lower is None:  # every candidate scored
         for c in pool:
-            if footprint is not None and footprint(c) > M:
-                continue
-            count, steps = cost(c)
-            scored[c] = (count, steps, c if order is None else order(c))
+            score(c)
     else:
         lower = phase.lower
-        counts = []  # the counts scored, ascending
         for lo, c in sorted([(lower(c) * (1 - 1e-9), c) for c in pool],  # a float margin
                             key=operator.itemgetter(0)):
             if len(counts) >= k and lo > counts[k - 1]:
                 break
-            if score(c):
+            if c not in scored and score(c):
                 bisect.insort(counts, scored[c][0])
 
     def best() -> list[Any]:  # (nsmallest: sorted(...)[:k], stable on ties)
@@ -466,6 +546,28 @@ def phase_best(phase: Phase, M: int) -> list[Any]:
     for c in phase.seed(best()):
         score(c)
     return best()
+
+
+def _least_k_rows(rows: npt.NDArray[np.int64], counts: npt.NDArray[np.int64],
+                steps: npt.NDArray[np.int64], k: int) -> list[int]:
+    """The indices of the ``k`` distinct rows of least (count, steps, row), least first (one
+    index for rows repeated): sorted over the rows whose count is at most the k-th least
+    count (with repeats: all of them when those hold fewer than k distinct rows), which hold
+    the k least distinct rows."""
+    n = len(rows)
+    sub = np.flatnonzero(counts <= np.partition(counts, k - 1)[k - 1]) if n > k else None
+    for pick in (sub, None):
+        at = np.arange(n) if pick is None else pick
+        R = rows[at]
+        at = at[np.lexsort((*R.T[::-1], steps[at], counts[at]))]
+        R = rows[at]
+        distinct = np.ones(len(at), dtype=bool)
+        distinct[1:] = (R[1:] != R[:-1]).any(axis=1)  # (repeats sort together)
+        at = at[distinct]
+        if len(at) >= k or pick is None:
+            break
+    out: list[int] = at[:k].tolist()
+    return out
 
 
 # ----------------------------------------------------------------------------- reductions
@@ -517,6 +619,22 @@ def completion(sides: Iterable[T], score: Callable[[T], K],
         if best is None or key < best[0]:
             best = (key, side)
     return best
+
+
+def completions(counts: npt.NDArray[np.int64], steps: npt.NDArray[np.int64],
+                valid: npt.NDArray[np.bool_]) -> list[int]:
+    """Many completions at once (:func:`completion` without a bound, keyed by (count, steps)):
+    row i of the int64 arrays holds partial tiling i's sides' counts and steps (columns: the
+    sides, in the schedule's order), ``valid`` those it lists; the column of the least (count,
+    steps) among the valid ones of each row, the first on ties (as :func:`completion`'s), or -1
+    where none is."""
+    top = np.iinfo(np.int64).max
+    c = np.where(valid, counts, top)
+    least = valid & (c == c.min(axis=1, keepdims=True))
+    s = np.where(least, steps, top)
+    first = np.argmax(least & (s == s.min(axis=1, keepdims=True)), axis=1)
+    out: list[int] = np.where(valid.any(axis=1), first, -1).tolist()
+    return out
 
 
 def _first(key: Any) -> Any:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = ["NO_BACKWARD", "NO_BLOCK_MASK", "NO_WINDOW", "Choice", "Cost", "Families", "Field", "Mapspace",
-           "Phase", "Phases", "Schedule"]
+           "Phase", "Phases", "Schedule", "TilingRows"]
 
 T = TypeVar("T")
 
@@ -127,7 +127,16 @@ class Phase:
     * ``seed(best)``: the coupling rule, more choices made from the phase's ``offer`` best so
       far (a second pass around them), scored too;
     * ``offer``: how many of the phase's best go into the product, ranked by (count, steps,
-      ``order(choice)``; default the choice itself: ties go to the least choice).
+      ``order(choice)``; default the choice itself: ties go to the least choice);
+    * ``rows()``: more candidates as the rows of an int64 array (n x k; the choice is the tuple
+      of a row's integers), for a pool built over numpy, each row a choice built to fit
+      (``footprint`` None) and ``order`` that of the rows themselves (the choice, or, as
+      ``(len(choice), choice)``, the same for choices of one length); with either
+      ``row_costs(rows) -> (counts, steps)``, their exact counts and steps at once (int64),
+      or ``row_lowers(rows)``, their bounds (float64; the rows then join the candidates'
+      branch and bound, ``lower`` or ``lowers``; with neither, the candidates, tuples of the
+      rows' width, are bounded as rows too, in one call).  Rows may repeat each other or a
+      candidate: a choice is scored once.
     """
 
     cost: Callable[[Any], tuple[int, int]]
@@ -141,15 +150,39 @@ class Phase:
     seed: Callable[[list[Any]], Iterable[Any]] | None = None
     offer: int = 3
     order: Callable[[Any], Any] | None = None
+    rows: Callable[[], npt.NDArray[np.int64]] | None = None
+    row_costs: Callable[[npt.NDArray[np.int64]],
+                        tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] | None = None
+    row_lowers: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]] | None = None
 
     def __post_init__(self) -> None:
         if self.offer < 1:
             raise ValueError(f"a Phase offers at least one choice, got offer={self.offer}")
+        if self.rows is not None and (self.row_costs is None) == (self.row_lowers is None):
+            raise ValueError("a Phase with rows gives their row_costs or their row_lowers "
+                             "(one of them)")
+        if self.row_costs is not None and self.footprint is not None:
+            raise ValueError("rows scored at once are built to fit: footprint None")
         if self.lower is not None and self.lowers is not None:
             raise ValueError("a Phase declares its bound once: lower or lowers, not both")
         if self.ranked is not None and self.keep < 1:
             raise ValueError(f"a Phase that declares ranked keeps at least one item, got "
                              f"keep={self.keep}")
+
+
+@dataclass(frozen=True)
+class TilingRows(Generic[T]):
+    """A schedule's candidate tilings as the rows of an int64 array (its ``_tiling_rows(shape,
+    M)`` hook), in the order of its ``candidate_tilings``, for the mapper's search over numpy
+    (:func:`attnio.algorithms.mapper.search`): ``make(*row)`` is the tiling of a row (made only
+    for the rows scored), ``footprints(rows)`` their fast-memory words, and ``lowers(rows)``
+    proven lower bounds on their every-head counts (float64; None: every row that fits is
+    scored).  The same choice and ``tried`` as the search over the tilings themselves."""
+
+    rows: npt.NDArray[np.int64]
+    make: Callable[..., T]
+    footprints: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
+    lowers: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]] | None = None
 
 
 @dataclass(frozen=True)
@@ -169,14 +202,22 @@ class Phases(Generic[T]):
 class Mapspace(Generic[T]):
     """The legal tilings of one schedule for one workload and M: the declared ``fields``, the
     reason the schedule cannot run it (``unsupported``; None: it can), and the candidates
-    (:meth:`tilings`, made on demand: nothing is enumerated for a workload it cannot run)."""
+    (:meth:`tilings`, made on demand: nothing is enumerated for a workload it cannot run).
+    The fields may be given as the function that makes them, called when they are read (the
+    mapper's search reads only ``unsupported`` and the candidates)."""
 
     schedule: str
     shape: Shape
     M: int
-    fields: tuple[Field, ...]
+    _fields: tuple[Field, ...] | Callable[[], tuple[Field, ...]] = field(repr=False)
     unsupported: str | None
     _tilings: Callable[[], Iterable[T]] = field(repr=False, compare=False, default=tuple)
+
+    @property
+    def fields(self) -> tuple[Field, ...]:
+        """The declared tiling fields (the schema)."""
+        f = self._fields
+        return f if isinstance(f, tuple) else f()
 
     def tilings(self) -> Iterable[T]:
         """The candidate tilings (those that do not fit in M are the mapper's to skip)."""

@@ -134,6 +134,7 @@ from ..core.workload import Shape, cdiv, kv_visible_hi
 from . import _kernels as K_
 from .base import GroupedAlgorithm, block_sizes, divisors_upto, prefix_block_keys
 from .common import HeadGroup, prefix_block_keys_many
+from .protocol import TilingRows
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -232,23 +233,77 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
 
     # ------------------------------------------------------------------ tilings
     def candidate_tilings(self, shape: Shape, M: int) -> list[QSplitTiling]:
+        return [QSplitTiling(*c) for c in self._candidates(shape, M)]
+
+    def _candidates(self, shape: Shape, M: int) -> list[tuple[int, int, int, int, int]]:
+        """The candidates as (Br, sigma, delta, Br2, group) tuples (the tiling's fields in
+        order), in :meth:`candidate_tilings`' order."""
         d, Nq = shape.d, shape.Nq
-        out: list[QSplitTiling] = []
+        out: list[tuple[int, int, int, int, int]] = []
         for G in divisors_upto(shape.group, max(0, (M - 2 * d) // (2 * d + 1))):
             br_max = min(Nq, (M - 2 * d) // (G * (2 * d + 1)))
             if br_max < 1:
                 continue
             t0 = cdiv(Nq, br_max)
-            out.extend(QSplitTiling(Br, group=G)
+            out.extend((Br, 0, 1, 1, G)
                        for Br in block_sizes(Nq, br_max, more=3, powers=bool(shape.causal)))
             if d >= 2:
                 for T in range(max(1, t0 - 2), t0):
                     out.extend(self._split_tilings(shape, M, T, G))
         return out
 
+    def _tiling_rows(self, shape: Shape, M: int) -> TilingRows[QSplitTiling]:
+        """The candidates as rows (:class:`~attnio.algorithms.protocol.TilingRows`) for the
+        mapper's search: their footprints and bounds over numpy (:meth:`_row_footprints`,
+        :meth:`_row_lowers`), a tiling made only for the rows scored."""
+        rows = np.array(self._candidates(shape, M), dtype=np.int64).reshape(-1, 5)
+        return TilingRows(rows, QSplitTiling, functools.partial(self._row_footprints, shape),
+                          self._row_lowers(shape))
+
     @staticmethod
-    def _split_tilings(shape: Shape, M: int, T: int, G: int) -> list[QSplitTiling]:
-        """T main blocks (fewer than fit whole), their deficit made up by split rows."""
+    def _row_footprints(shape: Shape, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """:meth:`footprint` of each row (Br, sigma, delta, Br2, group), over numpy (every
+        candidate's footprint is within a few times M <= 2^60: no int64 overflow)."""
+        d, Nq = shape.d, shape.Nq
+        Br, sigma, delta, Br2, G = (rows[:, i] for i in range(5))
+        Br = np.minimum(Br, Nq)
+        main = G * (Br * (2 * d + 1) - sigma * delta) + 2 * d
+        T1 = -(-Nq // Br) - 1
+        S = T1 * sigma + np.minimum(sigma, Nq - T1 * Br)
+        thin = G * np.minimum(Br2, S) * (d + delta + 1) + d + delta
+        out: npt.NDArray[np.int64] = np.where(sigma == 0, main, np.maximum(main, thin))
+        return out
+
+    def _row_lowers(self, shape: Shape
+                    ) -> Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]] | None:
+        """:meth:`_lower_total` over rows (Br, sigma, delta, Br2, group) at once, float64 (the
+        same bounds within float rounding, which the mapper's margin covers): under a causal
+        mask :meth:`_lower_totals`' arrays, unmasked its closed form; None where
+        :meth:`_lower_total` is."""
+        if self._lower_total(shape) is None:
+            return None
+        if shape.causal:
+            return self._masked_lowers(shape)
+        d, Nq, Nkv, n = shape.d, shape.Nq, shape.Nkv, shape.n_heads
+
+        def plain(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+            Br, sigma, delta, Br2, G = (rows[:, i] for i in range(5))
+            Br = np.minimum(Br, Nq)
+            T = -(-Nq // Br)
+            S = (T - 1) * sigma + np.minimum(sigma, Nq - (T - 1) * Br)
+            Gf = G.astype(np.float64)
+            reads = Gf * float(d * Nq) + T.astype(np.float64) * float(2 * d * Nkv)
+            thin = ((sigma > 0) & (S > 0), Gf * float(d) * S
+                    + (d + delta).astype(np.float64) * (-(-S // np.maximum(Br2, 1))) * float(Nkv))
+            reads = reads + np.where(thin[0], thin[1], 0.0)
+            return (n // G).astype(np.float64) * (reads + Gf * float(Nq * d))
+        return plain
+
+    @staticmethod
+    def _split_tilings(shape: Shape, M: int, T: int, G: int
+                       ) -> list[tuple[int, int, int, int, int]]:
+        """T main blocks (fewer than fit whole), their deficit made up by split rows: as
+        (Br, sigma, delta, Br2, group) tuples."""
         d, Nq = shape.d, shape.Nq
         Br = cdiv(Nq, T)
         D = _main_fp(d, Br, 0, 0, G) - M
@@ -257,7 +312,7 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         best = math.isqrt(d * D * T // Nq)
         deltas = {x for x in _LADDER if x < d} | {x for x in (d - 1, d - 2, d - 3) if x >= 1}
         deltas.update(x for x in range(best - 1, best + 3) if 1 <= x < d)
-        out: list[QSplitTiling] = []
+        out: list[tuple[int, int, int, int, int]] = []
         append = out.append  # (cdiv and _split_rows inline: a few hundred with grouped heads)
         T1 = -(-Nq // Br) - 1  # _split_rows: (blocks - 1)·σ + min(σ, the last block's rows)
         last = Nq - T1 * Br
@@ -273,8 +328,8 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
                 continue
             snap = -(-S // -(-S // br2))  # the least size with as many thin blocks (<= br2)
             if snap < br2:
-                append(QSplitTiling(Br, sigma, delta, snap, G))
-            append(QSplitTiling(Br, sigma, delta, br2, G))
+                append((Br, sigma, delta, snap, G))
+            append((Br, sigma, delta, br2, G))
         return out
 
     def _lower_total(self, shape: Shape) -> Callable[[QSplitTiling], float] | None:
@@ -317,6 +372,19 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         together).  :func:`prefix_block_keys` inline: None (bounded by 0) where rows are
         clipped.  Under a causal mask only: unmasked ``_lower_total`` is a few integer
         operations a tiling."""
+        arrays = self._masked_lowers(shape)
+        if arrays is None:
+            return None
+
+        def lowers(ts: list[QSplitTiling]) -> npt.NDArray[np.float64]:
+            return arrays(np.array([(t.Br, t.sigma, t.delta, t.Br2, t.group) for t in ts],
+                                   dtype=np.int64).reshape(-1, 5))
+        return lowers
+
+    def _masked_lowers(self, shape: Shape
+                       ) -> Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]] | None:
+        """:meth:`_lower_totals` over rows (Br, sigma, delta, Br2, group); None unmasked or
+        where :meth:`_lower_total` is None."""
         if self._lower_total(shape) is None or not shape.causal:
             return None  # (unmasked the bound one tiling at a time is cheaper than numpy's)
         d, Nq, Nkv, n, off = shape.d, shape.Nq, shape.Nkv, shape.n_heads, shape.offset
@@ -325,11 +393,12 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
         def keys(o: npt.NDArray[np.int64], m: npt.NDArray[np.int64],
                  B: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
             """:func:`prefix_block_keys` (Nkv, o, m, B) over arrays, 0 where it is None."""
-            return np.nan_to_num(prefix_block_keys_many(Nkv, o, m, B), nan=0.0)
+            keys = prefix_block_keys_many(Nkv, o, m, B)  # (finite or NaN: blocks of >= 1 row)
+            keys[np.isnan(keys)] = 0.0
+            return keys
 
-        def lowers(ts: list[QSplitTiling]) -> npt.NDArray[np.float64]:
-            G, Br, sigma, delta, Br2 = (np.array(x, dtype=np.int64) for x in zip(
-                *[(t.group, t.Br, t.sigma, t.delta, t.Br2) for t in ts]))
+        def arrays(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+            Br, sigma, delta, Br2, G = (rows[:, i] for i in range(5))
             Br = np.minimum(Br, Nq)
             T = -(-Nq // Br)
             S = (T - 1) * sigma + np.minimum(sigma, Nq - (T - 1) * Br)
@@ -339,7 +408,7 @@ class QSplit(GroupedAlgorithm[QSplitTiling]):
                     * keys(np.full_like(S, off), S, np.minimum(Br2, S)))
             reads = reads + np.where(thin, more, 0.0)
             return (n // G).astype(np.float64) * (reads + Gf * (Nq * d))
-        return lowers
+        return arrays
 
     # ------------------------------------------------------------------ counts
     def _group_count(self, shape: Shape, tiling: QSplitTiling) -> IOCount:

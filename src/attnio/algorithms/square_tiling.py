@@ -98,6 +98,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -398,9 +399,13 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
             kmax = min(Nkv, (M - br2 * bd2 - e * br2) // (br2 + bd2))
             if kmax < 1:
                 continue
-            ks = ({kmax} if not shape.causal
-                  else {kmax, 1, *(2 ** i for i in range(kmax.bit_length()))})
-            out.append((bd2, br2, sorted(k for k in ks if k <= kmax)))
+            if not shape.causal:
+                ks = [kmax]
+            else:  # the powers of two up to kmax (every one of them <= kmax), then kmax
+                ks = [1 << i for i in range(kmax.bit_length())]
+                if kmax & (kmax - 1):  # (kmax itself not a power of two)
+                    ks.append(kmax)
+            out.append((bd2, br2, ks))
         return out
 
     @staticmethod
@@ -442,36 +447,42 @@ class SquareTiling(Algorithm[SquareTilingTiling]):
         Every value is at most about 2M <= 2^61 (each side is the most that fits in M), so no
         int64 product overflows."""
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        rungs: list[int] = []  # every (spill, order)'s ladder, as one array
-        es: list[int] = []
-        rows: list[bool] = []
+        ladders, es, rows = [], [], []  # every (spill, order)'s ladder, as one array
         for spill in spills:
             e = _e1(stable, spill)
             for row in (True, False):
                 per_row = (d if row else 1) + 1 + e  # Bc = Bd = 1
-                rung = ladder(Nq, (M - 1) // per_row)
-                rungs += rung
-                es += [e] * len(rung)
-                rows += [row] * len(rung)
-        br = np.array(rungs, dtype=np.int64)
-        e_ = np.array(es, dtype=np.int64)
-        row_ = np.array(rows, dtype=bool)
-        held = np.where(row_, br * d, 0) + e_ * br  # Q_i (order "row") and the vectors
+                ladders.append(ladder(Nq, (M - 1) // per_row))
+                es.append(e)
+                rows.append(row)
+        lengths = [len(x) for x in ladders]
+        br = np.fromiter(itertools.chain.from_iterable(ladders), dtype=np.int64,
+                         count=sum(lengths))
+        e_ = np.repeat(np.array(es, dtype=np.int64), lengths)
+        row_ = np.repeat(np.array(rows, dtype=bool), lengths)
+        held = br * np.where(row_, d + e_, e_)  # Q_i (order "row") and the vectors
         bc = np.minimum(Nkv, (M - held - np.where(row_, 0, br)) // (br + 1))
         ok = bc >= 1
         br, held, bc, row_ = br[ok], held[ok], bc[ok], row_[ok]
-        parts = []
-        for c in (bc, -(-Nkv // -(-Nkv // bc))):  # (and snapped: duplicates go below)
-            room = M - held - br * c
-            bd = np.maximum(1, np.minimum(d, np.where(row_, room // c, room // (br + c))))
-            fits = room >= np.where(row_, c * bd, bd * (br + c))
-            parts.append(np.stack([br[fits], c[fits], bd[fits],
-                                   (~row_[fits]).astype(np.int64)], axis=1))
-        grid = np.concatenate(parts) if parts else np.zeros((0, 4), dtype=np.int64)
+        # each with the widest Bc and that snapped (duplicates go below), at once
+        c = np.concatenate([bc, -(-Nkv // -(-Nkv // bc))])
+        br, held, row_ = (np.concatenate([x, x]) for x in (br, held, row_))
+        room = M - held - br * c
+        bd = np.maximum(1, np.minimum(d, np.where(row_, room // c, room // (br + c))))
+        fits = room >= np.where(row_, c * bd, bd * (br + c))
+        tile = (~row_).astype(np.int64)
+        if 2 * (Nq + 1) * (Nkv + 1) * (d + 1) < 1 << 62:  # one int64 key orders the rows
+            key = np.unique((((br * (Nkv + 1) + c) * (d + 1) + bd) * 2 + tile)[fits])
+            v = key >> 1  # (the key's digits: order index, Bd, Bc, Br)
+            bd, v = v % (d + 1), v // (d + 1)
+            out: np.ndarray = np.stack([v // (Nkv + 1), v % (Nkv + 1), bd, key & 1], axis=1)
+            return out
+        grid = np.stack([br, c, bd, tile], axis=1)[fits]
         grid = grid[np.lexsort(grid.T[::-1])]
         distinct = np.ones(len(grid), dtype=bool)
         distinct[1:] = (grid[1:] != grid[:-1]).any(axis=1)
-        return grid[distinct]
+        out = grid[distinct]
+        return out
 
     @staticmethod
     def _plain_least(shape: Shape, maxima: bool, grid: np.ndarray, keep: int

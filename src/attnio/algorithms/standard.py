@@ -179,9 +179,6 @@ class Standard(Algorithm[StandardTiling]):
 
         dp = d * pall
 
-        def member_lower(i: int, t: StandardTiling) -> float:  # every head's: the run's bound
-            return heads * (dp / t.bn + rest[i])                # less its first d·P/bn, + d·P/bn
-
         def order(i: int, j: int, t: StandardTiling) -> tuple[float, int]:
             ik, im, onepass, t2 = runs[i]
             idx = ((ik * ns + im) * ns + t2 - j) * 2 + int(onepass)
@@ -190,7 +187,12 @@ class Standard(Algorithm[StandardTiling]):
         if lower is None:
             lower = [heads * bound(sides[im], sides[t2], bks[ik], onepass)
                      for ik, im, onepass, t2 in runs]
-        rest = [lb / heads - dp / sides[t2] for lb, (_, _, _, t2) in zip(lower, runs)]
+        lows: list[float] = lower
+
+        def member_lower(i: int, t: StandardTiling) -> float:  # every head's: the run's bound
+            rest = lows[i] / heads - dp / sides[runs[i][3]]     # less its first d·P/bn,
+            return heads * (dp / t.bn + rest)                   # + d·P/bn
+
         return Families(lower, members, order=order, member_lower=member_lower)
 
     @staticmethod
@@ -239,6 +241,14 @@ class Standard(Algorithm[StandardTiling]):
         (:func:`~attnio.algorithms.mapper.completion`, the first on ties): the least-(I/O,
         steps) point of the full grid is among the returned tilings.
         """
+        if 3 * shape.d * max(shape.Nq, sides[-1]) * max(shape.Nkv, sides[-1]) + M < 1 << 62:
+            return self._unmasked_many(shape, M, sides, bks)  # (int64 holds every product)
+        return self._unmasked_loop(shape, M, sides, bks)
+
+    def _unmasked_loop(self, shape: Shape, M: int, sides: list[int], bks: list[int]
+                       ) -> list[StandardTiling]:
+        """:meth:`_unmasked_candidates` one (bk, bm) at a time, in Python integers (any
+        size)."""
         Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
         tr = {s: -(-Nq // s) for s in sides}  # the blocks of each side (cdiv inline: the
         tc = {s: -(-Nkv // s) for s in sides}  # completions key a few hundred pairs)
@@ -265,6 +275,34 @@ class Standard(Algorithm[StandardTiling]):
                                           or min(c[0], Nq) * (Nkv + 3) <= M), key)
                 if best is not None:
                     out.append(StandardTiling(*best[1], bk, onepass))
+        return [t for t in out if self.footprint(shape, t) <= M]
+
+    def _unmasked_many(self, shape: Shape, M: int, sides: list[int], bks: list[int]
+                       ) -> list[StandardTiling]:
+        """:meth:`_unmasked_candidates` over the (bk, bm) grid at once (numpy, where int64
+        holds every product): the same tilings in the same order.  The largest bn of each
+        (bk, bm) is a bisection of the sides, and each (bk, onepass) is completed over the bm
+        by :func:`~attnio.algorithms.mapper.completions` with the key ``(d·Tc·Nq +
+        2d·Tr·Nkv, Tr·Tc)``: the count less its (bk, onepass) constant ``(p + Tk + 2)·Nq·Nkv
+        + Nq·d``, the steps less their factor Tk, the same order as the loop's key."""
+        Nq, Nkv, d = shape.Nq, shape.Nkv, shape.d
+        S = np.array(sides, dtype=np.int64)
+        ns = len(sides)
+        bmc = np.minimum(S, Nq)[None, :]
+        bkc = np.minimum(np.array(bks, dtype=np.int64), d)[:, None]
+        lim = np.minimum((M - bmc * bkc) // (bmc + bkc), (M - 3 * bmc) // bmc)
+        at = np.where(lim >= Nkv, ns - 1, np.searchsorted(S, lim, side="right") - 1)
+        tr = -(-Nq // S)[None, :]
+        tc = -(-Nkv // S[np.maximum(at, 0)])
+        counts = d * tc * Nq + 2 * d * tr * Nkv
+        steps = tr * tc
+        fits = at >= 0
+        whole = (bmc * (Nkv + 3) <= M)  # one-pass: a whole row fits
+        rows = np.stack([fits, fits & whole], axis=1).reshape(-1, ns)  # (bk, onepass) rows
+        best = mapper.completions(np.repeat(counts, 2, axis=0), np.repeat(steps, 2, axis=0),
+                                  rows)
+        out = [StandardTiling(sides[m], sides[int(at[r // 2, m])], bks[r // 2], bool(r % 2))
+               for r, m in enumerate(best) if m >= 0]
         return [t for t in out if self.footprint(shape, t) <= M]
 
     def steps(self, shape: Shape, tiling: StandardTiling) -> int:

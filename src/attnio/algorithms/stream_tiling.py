@@ -324,6 +324,45 @@ def _plain_lowers2(Nq: int, Nkv: int, d: int, gs: list[tuple[int, ...]]) -> np.n
             + (-(-Nq // br2)).astype(np.float64) * float(Nkv * d) + float(Nq * d))
 
 
+def _plain_rows1(Nq: int, Nkv: int, d: int, rows: npt.NDArray[np.int64]
+                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """:func:`_plain_cost1` of Phase-1 choices given as rows (Br, Bc, order index), at once in
+    int64 (the caller checks that every count fits: ``3·Nq·Nkv·d < 2^62``)."""
+    tr, tc = -(-Nq // rows[:, 0]), -(-Nkv // rows[:, 1])
+    q = np.where(rows[:, 2] == 1, Nq * d, tc * (Nq * d))
+    return q + tr * (Nkv * d) + Nq * Nkv, tr * tc
+
+
+def _plain_rows2(Nq: int, Nkv: int, d: int, rows: npt.NDArray[np.int64]
+                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """:func:`_plain_cost2` of one-group Phase-2 choices given as rows (Br2, Bd2), at once in
+    int64, as :func:`_plain_rows1`."""
+    tr, td = -(-Nq // rows[:, 0]), -(-d // rows[:, 1])
+    return td * (Nq * Nkv) + tr * (Nkv * d) + Nq * d, tr * td
+
+
+def _plain_ranked1(Nq: int, Nkv: int, d: int, cs: list[tuple[int, ...]]
+                   ) -> Iterable[tuple[int, tuple[int, ...]]]:
+    """``(_plain_cost1(Nq, Nkv, d, c)[0], c)`` for each Phase-1 choice c of ``cs``: the pool
+    the masked search ranks by its unmasked count (``Phase.ranked``), over numpy where int64
+    holds every count (the same integers)."""
+    if not cs or 3 * Nq * Nkv * d >= 1 << 62:
+        return [(_plain_cost1(Nq, Nkv, d, c)[0], c) for c in cs]
+    br, bc, o = (np.array(x, dtype=np.int64) for x in zip(*cs))
+    q = np.where(o == 1, Nq * d, -(-Nkv // bc) * (Nq * d))
+    return zip((q + -(-Nq // br) * (Nkv * d) + Nq * Nkv).tolist(), cs)
+
+
+def _plain_ranked2(Nq: int, Nkv: int, d: int, gs: list[tuple[int, ...]]
+                   ) -> Iterable[tuple[int, tuple[int, ...]]]:
+    """``(_plain_cost2(Nq, Nkv, d, g)[0], g)`` for each one-group Phase-2 choice g of ``gs``,
+    as :func:`_plain_ranked1`."""
+    if not gs or 3 * Nq * Nkv * d >= 1 << 62:
+        return [(_plain_cost2(Nq, Nkv, d, g)[0], g) for g in gs]
+    br2, bd2 = (np.array(x, dtype=np.int64) for x in zip(*gs))
+    return zip((-(-d // bd2) * (Nq * Nkv) + -(-Nq // br2) * (Nkv * d) + Nq * d).tolist(), gs)
+
+
 def _p2_total(shape: Shape, g: tuple[int, ...]) -> int:
     """``_p2(shape, g).total``."""
     if len(g) == 2:
@@ -404,16 +443,16 @@ class _Lowers:
         keys = prefix_block_keys_many(self.Nkv, self.off, self.Nq, B)
         return np.where(np.isnan(keys), self.P / B, keys)
 
-    def phase1_many(self, cs: list[tuple[int, ...]]) -> npt.NDArray[np.float64]:
-        """:meth:`phase1` of a pool of choices at once (the mapper's ``lowers``): the same
-        bounds within float rounding."""
-        br, bc, o = (np.array(x, dtype=np.int64) for x in zip(*cs))
+    def phase1_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """:meth:`phase1` of a pool of choices given as rows (Br, Bc, order index) at once
+        (the mapper's ``row_lowers``): the same bounds within float rounding."""
+        br, bc, o = rows[:, 0], rows[:, 1], rows[:, 2]
         q = np.where(o == 1, float(self.rows_q), self.P / np.minimum(bc, self.Nkv))
         return (q + self._row_keys_many(br)) * self.d + self.P
 
-    def p2_many(self, gs: list[tuple[int, ...]]) -> npt.NDArray[np.float64]:
-        """:meth:`p2` of a pool of one-group choices (Br2, Bd2) at once."""
-        br2, bd2 = (np.array(x, dtype=np.int64) for x in zip(*gs))
+    def p2_rows(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """:meth:`p2` of a pool of one-group choices given as rows (Br2, Bd2) at once."""
+        br2, bd2 = rows[:, 0], rows[:, 1]
         return ((-(-self.d // bd2)).astype(np.float64) * self.P
                 + self.d * self._row_keys_many(br2) + self.Nq * self.d)
 
@@ -488,20 +527,27 @@ def _snap(total: int, x: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return out
 
 
-def _pairs(X: int, Y: int, M: int, ymax: _Sides, xmax: _Sides) -> set[tuple[int, int]]:
+def _pairs(X: int, Y: int, M: int, ymax: _Sides, xmax: _Sides) -> npt.NDArray[np.int64]:
     """(x, y) pairs worth scoring, x in [1, X] and y in [1, Y]: for each x on a geometric ladder
     (:func:`attnio.algorithms.common.ladder`) the largest y that fits (``ymax``), then the
     largest x for that y; the same from the sides of y; each also snapped down to the least
     size with as many blocks.  A side below a quarter of min(X, Y, √M) is skipped (the count
     falls with 1/x + 1/y at x·y ≈ M: such a tile is never the least, and the other pass reaches
     the clamped sides).  O(log M) pairs, over each ladder at once (``ymax`` and ``xmax`` take
-    arrays: :func:`_max1_many`, :func:`_cols2_many`, :func:`_rows2_many`)."""
+    arrays: :func:`_max1_many`, :func:`_cols2_many`, :func:`_rows2_many`), as the rows (x, y)
+    of an int64 array (some repeated).  Where X = Y and one function gives both sides (Phase 1
+    of a square workload: ``xy + min(x, y) + 1`` is symmetric), the pass from the sides of y
+    is the pass from x mirrored, (x, y) -> (y, x), and is taken so."""
     floor = max(1, min(X, Y, math.isqrt(M)) // 4)
     x = np.array(ladder(X, M), dtype=np.int64)
     y = np.minimum(Y, ymax(x))
     keep = (x >= floor) & (y >= floor)
     x, y = x[keep], y[keep]
     x2 = np.minimum(X, xmax(y))  # the other side grown back to the most that fits
+    if X == Y and ymax is xmax:  # a square pass: the sides of y are those of x, mirrored
+        half = np.stack([np.concatenate([x, x, x2, _snap(X, x2)]),
+                         np.concatenate([y, _snap(Y, y), y, y])], axis=1)
+        return np.concatenate([half, half[:, ::-1]])
     ys = np.array(ladder(Y, M), dtype=np.int64)
     xs = np.minimum(X, xmax(ys))
     keep = (xs >= floor) & (ys >= floor)
@@ -509,18 +555,19 @@ def _pairs(X: int, Y: int, M: int, ymax: _Sides, xmax: _Sides) -> set[tuple[int,
     y2 = np.minimum(Y, ymax(xs))
     xx = np.concatenate([x, x, x2, _snap(X, x2), xs, _snap(X, xs), xs, xs])
     yy = np.concatenate([y, _snap(Y, y), y, y, ys, ys, y2, _snap(Y, y2)])
-    return set(zip(xx.tolist(), yy.tolist()))
+    return np.stack([xx, yy], axis=1)
 
 
-def _band(X: int, Y: int, M: int, ymax: _Sides) -> set[tuple[int, int]]:
+def _band(X: int, Y: int, M: int, ymax: _Sides) -> npt.NDArray[np.int64]:
     """Every x in [√M/2, 2√M] ∩ [1, X] (at most 96 of them: a step of √M/48 beyond), with the
     largest y <= Y that fits and that y snapped down to as many blocks: where the least count
-    lies (1/x + 1/y at x·y ≈ M), between the ladder's rungs (``ymax`` over an array)."""
+    lies (1/x + 1/y at x·y ≈ M), between the ladder's rungs (``ymax`` over an array); as
+    the rows (x, y) of an int64 array (some repeated)."""
     r = math.isqrt(M)
     x = np.arange(max(1, r // 2), min(X, 2 * r) + 1, max(1, r // 48), dtype=np.int64)
     y = np.minimum(Y, ymax(x))
     x, y = x[y >= 1], y[y >= 1]
-    return set(zip(np.concatenate([x, x]).tolist(), np.concatenate([y, _snap(Y, y)]).tolist()))
+    return np.stack([np.concatenate([x, x]), np.concatenate([y, _snap(Y, y)])], axis=1)
 
 
 def _rows(shape: Shape, amax: int) -> set[int]:
@@ -545,10 +592,16 @@ def _group_rows(shape: Shape, M: int, c: int, w: int, lowers: _Lowers | None = N
     scored exactly (ties: the fewest blocks), by branch and bound on :func:`_phase2_lower`
     with a mask where some row is clipped (``lowers``: the shape's, else made here); where
     none is, every count is O(1) (:func:`_hi_sum`) and all are scored: the key breaks every
-    tie, so the same choice."""
+    tie, so the same choice.
+
+    Where no row is clipped (unmasked, or ``0 <= offset <= Nkv - Nq``) and w >= 1, the
+    choice depends on the tallest block that fits, amax, only through its block count
+    t0 = ⌈Nq/amax⌉ (:func:`_uniform_rows`)."""
     amax = min(shape.Nq, _rows2(M, min(c, w)))
     if amax < 1:
         return 0
+    if w >= 1 and _unclipped(shape):
+        return _uniform_rows(shape, cdiv(shape.Nq, amax))
     sizes = {amax, cdiv(shape.Nq, cdiv(shape.Nq, amax))}
 
     def key(a: int) -> tuple[int, int, int]:
@@ -562,6 +615,31 @@ def _group_rows(shape: Shape, M: int, c: int, w: int, lowers: _Lowers | None = N
         low = _Lowers(shape) if lowers is None else lowers
         best = mapper.completion(sorted(sizes | _rows(shape, amax)), key,
                                  lower=lambda a: low.phase2(a, c, w))
+    assert best is not None
+    return best[1]
+
+
+def _unclipped(shape: Shape) -> bool:
+    """Whether no row's keys are clipped: unmasked, or causal with ``0 <= offset <= Nkv -
+    Nq`` (no window: the schedule refuses one)."""
+    return not shape.causal or 0 <= shape.offset <= shape.Nkv - shape.Nq
+
+
+def _uniform_rows(shape: Shape, t0: int) -> int:
+    """:func:`_group_rows` where no row is clipped and w >= 1, from t0 = ⌈Nq/amax⌉ alone.
+    The group's count is ``⌈w/c⌉·P + w·h(a) + Nq·w`` with h(a) = Σ_i hi_i (unmasked
+    ⌈Nq/a⌉·Nkv; causal :func:`_hi_sum`'s closed form ``a·T(T-1)/2 + (T-1)·off + Nq + off``,
+    T = ⌈Nq/a⌉), so the key (count, blocks, a) orders the sizes as (h(a), T, a) does, for
+    every (c, w).  At a given T, h never falls as a grows: amax (T = t0) never beats the
+    size snapped down to as many blocks, ⌈Nq/t0⌉, which is among the sizes; unmasked the
+    sizes are those two, so the choice is ⌈Nq/t0⌉; causal, the rest are ⌈Nq/t⌉ for t in
+    t0 .. t0 + 3 (:func:`_rows`; z = 0 rows see no key), all scored."""
+    Nq = shape.Nq
+    if not shape.causal:
+        return cdiv(Nq, t0)
+    Nkv, off = shape.Nkv, shape.offset
+    best = mapper.completion(sorted({cdiv(Nq, t) for t in range(t0, min(Nq, t0 + 3) + 1)}),
+                             lambda a: (_hi_sum(Nq, Nkv, a, off), cdiv(Nq, a), a))
     assert best is not None
     return best[1]
 
@@ -646,23 +724,35 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
     def _phases(self, shape: Shape, M: int, **options: Any) -> Phases[StreamTilingTiling]:
         """The two phases, for the mapper's per-phase search (:func:`.mapper.phase_best`: the
         phases' counts and steps add up, no side of one enters the other's count).  Each phase
-        lists its candidates (module docstring, "Tiling") and the sides near √M (:func:`_band`):
-        unmasked every one is scored; with a mask the sides near √M are a pool cut to the
-        :data:`_BAND` of least *unmasked* count (a declared heuristic cut) and the candidates
-        are scored by branch and bound on a lower bound (:func:`_phase1_lower`,
-        :func:`_p2_lower`).  Phase 2's best seed the two-slice-group candidates around their
+        lists its candidates (module docstring, "Tiling") and the sides near √M (:func:`_band`),
+        the side pairs as numpy rows (``Phase.rows``): unmasked every one is scored, the rows
+        at once in int64 (``row_costs``; as tuples where a count could pass 2^62); with a mask
+        the sides near √M are a pool cut to the :data:`_BAND` of least *unmasked* count (a
+        declared heuristic cut) and the candidates and rows are scored by branch and bound on
+        a lower bound (:func:`_phase1_lower`, :func:`_p2_lower`, over arrays).  Phase 2's best seed the two-slice-group candidates around their
         slice counts (:meth:`_two_groups`, the coupling rule).  The :data:`_OFFER` best of each
         phase make the candidates (their product)."""
         if options:
             raise ParameterError(f"{self.name} takes no tiling options, got {sorted(options)}")
         d, Nq, Nkv = shape.d, shape.Nq, shape.Nkv
-        plain = shape.unmasked()
         masked = shape.causal
+        max1, cols2, rows2 = (functools.partial(f, M) for f in (_max1_many, _cols2_many,
+                                                                 _rows2_many))
 
-        def cands1() -> list[tuple[int, ...]]:
-            out: list[tuple[int, ...]] = [
-                (a, b, 0) for a, b in _pairs(Nq, Nkv, M, functools.partial(_max1_many, M),
-                                             functools.partial(_max1_many, M))]
+        def tile(xy: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:  # order "tile" (0)
+            return np.concatenate([xy, np.zeros((len(xy), 1), dtype=np.int64)], axis=1)
+
+        def pairs1() -> npt.NDArray[np.int64]:
+            return tile(_pairs(Nq, Nkv, M, max1, max1))
+
+        def pairs2() -> npt.NDArray[np.int64]:
+            return _pairs(Nq, d, M, cols2, rows2)
+
+        def band2() -> npt.NDArray[np.int64]:
+            return np.concatenate([_band(Nq, d, M, cols2), _band(d, Nq, M, rows2)[:, ::-1]])
+
+        def cands1() -> list[tuple[int, ...]]:  # (besides the pairs' rows)
+            out: list[tuple[int, ...]] = []
             for a in _rows(shape, min(Nq, (M - 1) // (d + 1))):  # "row": a·d + a·b + 1 <= M
                 out += [(a, 1, 1), (a, min(Nkv, (M - 1 - a * d) // a), 1)]
             if masked:  # row blocks that meet the diagonal where it enters
@@ -670,40 +760,62 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
                         if _max1(M, a) >= 1]
             return out
 
-        def cands2() -> set[tuple[int, ...]]:
-            out: set[tuple[int, ...]] = set(_pairs(Nq, d, M, functools.partial(_cols2_many, M),
-                                                   functools.partial(_rows2_many, M)))
-            if masked:
-                out |= {(a, min(d, _cols2(M, a))) for a in _rows(shape, Nq) if _cols2(M, a) >= 1}
-            return out
+        def cands2() -> list[tuple[int, ...]]:  # (besides the pairs' rows)
+            if not masked:
+                return []
+            return [(a, min(d, _cols2(M, a))) for a in _rows(shape, Nq) if _cols2(M, a) >= 1]
 
-        def band2() -> set[tuple[int, ...]]:
-            return (_band(Nq, d, M, functools.partial(_cols2_many, M))
-                    | {(b, a) for a, b in _band(d, Nq, M, functools.partial(_rows2_many, M))})
-
-        band1 = [(a, b, 0) for a, b in _band(Nq, Nkv, M, functools.partial(_max1_many, M))]
         low = _Lowers(shape) if masked else None
-        phase1 = Phase(
-            cost=(lambda c: (_phase1_total(shape, c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])))
-            if masked else functools.partial(_plain_cost1, Nq, Nkv, d),
-            footprint=None,  # every candidate is built to fit (the sides of most that fit)
-            candidates=cands1 if masked else lambda: cands1() + band1,
-            lowers=low.phase1_many if low is not None
-            else functools.partial(_plain_lowers1, Nq, Nkv, d),
-            ranked=(lambda: [(_phase1_total(plain, c), c) for c in band1]) if masked else None,
-            keep=_BAND, offer=_OFFER)
-        phase2 = Phase(
-            cost=(lambda g: (_p2_total(shape, g), _p2_steps(Nq, d, g)))
-            if masked else functools.partial(_plain_cost2, Nq, Nkv, d),
-            footprint=None,
-            candidates=cands2 if masked else lambda: cands2() | band2(),
-            lowers=low.p2_many if low is not None
-            else functools.partial(_plain_lowers2, Nq, Nkv, d),
-            ranked=(lambda: [(_p2_total(plain, g), g) for g in band2()]) if masked else None,
-            keep=_BAND,
-            seed=lambda best: self._two_groups(
-                shape, M, {cdiv(d, g[1]) + k for g in best for k in (-1, 0, 1)}, low),
-            offer=_OFFER, order=lambda g: (len(g), g))  # one slice group before two on ties
+
+        def seed(best: list[tuple[int, ...]]) -> set[tuple[int, ...]]:  # the coupling rule
+            return self._two_groups(shape, M, {cdiv(d, g[1]) + k for g in best
+                                               for k in (-1, 0, 1)}, low)
+
+        if low is not None:
+            def ranked1() -> Iterable[tuple[int, tuple[int, ...]]]:
+                band = _band(Nq, Nkv, M, max1).tolist()
+                return _plain_ranked1(Nq, Nkv, d, list({(a, b, 0) for a, b in band}))
+
+            def ranked2() -> Iterable[tuple[int, tuple[int, ...]]]:
+                return _plain_ranked2(Nq, Nkv, d, list(set(map(tuple, band2().tolist()))))
+
+            phase1 = Phase(
+                cost=lambda c: (_phase1_total(shape, c), cdiv(Nq, c[0]) * cdiv(Nkv, c[1])),
+                footprint=None,  # every candidate is built to fit (the sides of most that fit)
+                candidates=cands1,  # (bounded with the rows: tuples of their width)
+                rows=pairs1, row_lowers=low.phase1_rows,
+                ranked=ranked1, keep=_BAND, offer=_OFFER)
+            phase2 = Phase(
+                cost=lambda g: (_p2_total(shape, g), _p2_steps(Nq, d, g)),
+                footprint=None, candidates=cands2,
+                rows=pairs2, row_lowers=low.p2_rows,
+                ranked=ranked2, keep=_BAND, seed=seed,
+                offer=_OFFER, order=lambda g: (len(g), g))  # one slice group before two on ties
+        elif 3 * Nq * Nkv * d < 1 << 62:  # unmasked, int64 holds every count: rows at once
+            phase1 = Phase(
+                cost=functools.partial(_plain_cost1, Nq, Nkv, d), footprint=None,
+                candidates=cands1,
+                rows=lambda: np.concatenate([pairs1(), tile(_band(Nq, Nkv, M, max1))]),
+                row_costs=functools.partial(_plain_rows1, Nq, Nkv, d), offer=_OFFER)
+            phase2 = Phase(
+                cost=functools.partial(_plain_cost2, Nq, Nkv, d), footprint=None,
+                rows=lambda: np.concatenate([pairs2(), band2()]),
+                row_costs=functools.partial(_plain_rows2, Nq, Nkv, d), seed=seed,
+                offer=_OFFER, order=lambda g: (len(g), g))
+        else:  # unmasked, counts beyond int64: every choice as a tuple
+            def every1() -> list[tuple[int, ...]]:
+                rows = np.concatenate([pairs1(), tile(_band(Nq, Nkv, M, max1))])
+                return [*map(tuple, rows.tolist()), *cands1()]
+
+            phase1 = Phase(
+                cost=functools.partial(_plain_cost1, Nq, Nkv, d), footprint=None,
+                candidates=every1, lowers=functools.partial(_plain_lowers1, Nq, Nkv, d),
+                offer=_OFFER)
+            phase2 = Phase(
+                cost=functools.partial(_plain_cost2, Nq, Nkv, d), footprint=None,
+                candidates=lambda: map(tuple, np.concatenate([pairs2(), band2()]).tolist()),
+                lowers=functools.partial(_plain_lowers2, Nq, Nkv, d), seed=seed,
+                offer=_OFFER, order=lambda g: (len(g), g))
         return Phases((phase1, phase2), _combine)
 
     @staticmethod
@@ -720,11 +832,37 @@ class StreamTiling(Algorithm[StreamTilingTiling]):
 
         c1, cap and c range over the widths within 2 of w and the widest that fit a row block
         as tall as w's (``n*`` blocks) or n* - 3 .. n* + 2 blocks: at most a few dozen
-        candidates per T, O(log N) each."""
+        candidates per T, O(log N) each.
+
+        A group's row block depends on its (c, w) only through the tallest block that fits,
+        ``amax = min(Nq, _rows2(M, min(c, w)))``: for w >= 1 the group's count is ``⌈w/c⌉·P
+        + w·Σ_i hi_i(a) + Nq·w`` (unmasked ``Σ_i hi_i(a) = ⌈Nq/a⌉·Nkv``), a constant plus w
+        times a function of a, so :func:`_group_rows`' key (count, blocks, a) orders the row
+        blocks of its sizes (a function of amax) the same for every (c, w) of one amax: its
+        choice is made once per amax."""
         d, Nq = shape.d, shape.Nq
         if lowers is None and shape.causal:
             lowers = _Lowers(shape)  # (``lowers``: the shape's bounds, shared with the search)
-        rows = functools.cache(functools.partial(_group_rows, shape, M, lowers=lowers))
+        by_amax: dict[int, int] = {}
+        by_group: dict[tuple[int, int], int] = {}  # (the groups asked again, a few times each)
+        uniform = _unclipped(shape)
+
+        def rows(c: int, w: int) -> int:
+            a = by_group.get((c, w))
+            if a is not None:
+                return a
+            if w < 1:  # (no such group is made; the rule above needs w >= 1)
+                a = _group_rows(shape, M, c, w, lowers)
+            elif (amax := min(Nq, _rows2(M, min(c, w)))) < 1:
+                a = 0
+            else:
+                at = cdiv(Nq, amax) if uniform else amax  # (:func:`_uniform_rows`: t0 alone)
+                a = by_amax.get(at)
+                if a is None:
+                    a = by_amax[at] = (_uniform_rows(shape, at) if uniform
+                                       else _group_rows(shape, M, c, w, lowers))
+            by_group[(c, w)] = a
+            return a
         out: set[tuple[int, ...]] = set()
         for T in counts:
             if not 1 <= T <= d:

@@ -325,7 +325,12 @@ def _block_sums(total: int, B: int, Z: int, S: int, lo_start: int | None,
     """Blocks [s, e) of [0, total) of size B; ``lo = clip(s + lo_start, 0, Z)`` (0 when
     ``lo_start`` is None), ``hi = max(lo, clip(e + hi_stop, 0, Z))`` (Z when ``hi_stop`` is
     None).  Single keys (S = 1) with no lower end and no block clipped (``0 <= hi_stop <= Z -
-    total``, every bottom-right causal shape with Nq <= Nkv): arithmetic series in O(1)."""
+    total``, every bottom-right causal shape with Nq <= Nkv): arithmetic series in O(1).
+    Unmasked (no lower end, no upper stop): every block sees [0, Z), ⌈Z/S⌉ S-blocks of Z
+    words in all (:func:`meet` of [0, Z)), in O(1)."""
+    if lo_start is None and hi_stop is None and total >= 1 and B >= 1 and S >= 1 and Z >= 1:
+        blocks, k = -(-total // B), -(-Z // S)
+        return BlockSums(blocks, blocks, total, blocks * k, blocks * Z, total * k, total * Z)
     if (S == 1 and lo_start is None and hi_stop is not None and 0 <= hi_stop <= Z - total
             and total >= 1 and B >= 1):
         # no row clipped, single keys: block i sees hi_i = e_i + hi_stop >= 1 keys, which

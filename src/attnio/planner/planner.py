@@ -148,7 +148,7 @@ def _score(alg: Algorithm, shape: Shape, M: int, approx_eps: float | None,
         return why
     if (other := alg.covered_by(shape)) is not None:
         return f"the same count as {other} here"
-    found = mapper.search(alg, shape, M, **options)
+    found = mapper.search(alg, shape, M, **options) if options else mapper.best_of(alg, shape, M)
     if found is None:
         return "no candidate tiling fits in M"
     io, error = found.predicted, None
@@ -214,8 +214,10 @@ def _plan(shape: Shape, memory: FastMemory, approx_eps: float | None,
     chosen = cands[0]
     runner = cands[1] if len(cands) > 1 else None
     total = chosen.predicted.total
-    cert = certificate(shape, M, total, exact=chosen.exact,
-                       features=_alg.get(chosen.algorithm).cost(shape, chosen.tiling).features)
+    # (an exact schedule has no feature dimension: its Cost's features are None)
+    features = (None if chosen.exact
+                else _alg.get(chosen.algorithm).cost(shape, chosen.tiling).features)
+    cert = certificate(shape, M, total, exact=chosen.exact, features=features)
     from . import report as _report
 
     why = _report.why(chosen, runner, len(cands), shape.d, M, cert, bwd_best)
