@@ -68,9 +68,9 @@ def _check_screened(theorem: str, d: int, pts: list) -> None:
     rows = [(M, K if isinstance(K, int) else max(1, round(K * M)), f * cap) for M, K, f in pts]
     Ms, Ks, nus = (np.array(t, dtype=float) for t in zip(*rows))
     fns = _functions(theorem, d)
-    assert len(fns) == 6  # (J, peaks, rho, breaks, flat_until, J_fast)
-    fast = S.pooled_lambdas_many(Ms, Ks, nus, *fns)
-    plain = S.pooled_lambdas_many(Ms, Ks, nus, *fns[:5])
+    assert fns.J_fast is not None
+    fast = S.pooled_lambdas_many(Ms, Ks, nus, fns)
+    plain = S.pooled_lambdas_many(Ms, Ks, nus, fns._replace(J_fast=None))
     for a, b in zip(fast, plain):
         assert a.tolist() == b.tolist()
     one = _scalar(theorem)
@@ -87,14 +87,14 @@ def test_the_screen_runs_at_the_issue_s_shape():
     nus = np.zeros(53)
     fns = F._b_functions_many(d)
     calls = []
-    J = fns[0]
+    J = fns.J
 
     def counted(x):
         calls.append(len(x))
         return J(x)
 
-    fast = S.pooled_lambdas_many(Ms, Ks, nus, counted, *fns[1:])
-    plain = S.pooled_lambdas_many(Ms, Ks, nus, *fns[:5])
+    fast = S.pooled_lambdas_many(Ms, Ks, nus, fns._replace(J=counted))
+    plain = S.pooled_lambdas_many(Ms, Ks, nus, fns._replace(J_fast=None))
     assert [a.tolist() for a in fast] == [b.tolist() for b in plain]
     assert sum(calls) <= 3 * 53 * 3  # (about two exact points a problem, not ~14)
 

@@ -163,7 +163,7 @@ def test_batched_pooled_lambdas_equal_the_scalar_ones(theorem, d, pts):
     fns = F._b_functions_many(d) if theorem == "B" else BK._e_functions_many(d)
     Ms, Ks, nus = (list(t) for t in zip(*rows))
     vec = S.pooled_lambdas_many(np.array(Ms, dtype=float), np.array(Ks, dtype=float),
-                                np.array(nus), *fns)
+                                np.array(nus), fns)
     got = many(d, Ms, Ks, nus)
     for i, (M, K, nu) in enumerate(rows):
         ref = one(M, d, K, nu)

@@ -39,6 +39,7 @@ from ..core.workload import Shape
 from .base import Bound, attention_shape, check_M, keyword_sizes, pairs_of, regime_of
 from .segments import (
     PairsTheorem,
+    PooledFunctions,
     _cubes,
     _pymax,
     pooled_lambdas,
@@ -265,7 +266,7 @@ def backward_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((5.0 * d - 2.0 * nu) * P, K, *backward_pooled_lambdas(M, d, K, nu))
 
 
-def _e_functions_many(d: int):  # noqa: ANN202  (the array forms of _e_functions)
+def _e_functions_many(d: int) -> PooledFunctions:  # (the array forms of _e_functions)
     dd = float(d * d)
     c3 = 1.0 / (4.0 * dd)
 
@@ -286,7 +287,7 @@ def _e_functions_many(d: int):  # noqa: ANN202  (the array forms of _e_functions
         out: FloatArray = I * I / 3.0 + c3 * (I * I * I)
         return out
 
-    return J, peaks, rho, (4.0 * dd,), 0.0, J_fast
+    return PooledFunctions(J, peaks, rho, (4.0 * dd,), 0.0, J_fast)
 
 
 @functools.lru_cache(maxsize=1 << 14)

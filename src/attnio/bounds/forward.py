@@ -40,6 +40,7 @@ from .base import Bound, attention_shape, keyword_sizes
 from .params import lookup
 from .segments import (
     PairsTheorem,
+    PooledFunctions,
     _cubes,
     _pymax,
     pooled_lambdas,
@@ -160,7 +161,7 @@ def qkpv_pooled_value(P: int, d: int, M: int, K: int, nu: float) -> int:
     return segments_bound((2.0 * d - nu) * P, K, *qkpv_pooled_lambdas(M, d, K, nu))
 
 
-def _b_functions_many(d: int):  # noqa: ANN202  (the array forms of _b_functions)
+def _b_functions_many(d: int) -> PooledFunctions:  # (the array forms of _b_functions)
     dd = float(d * d)
 
     def J(I: FloatArray) -> FloatArray:
@@ -180,7 +181,7 @@ def _b_functions_many(d: int):  # noqa: ANN202  (the array forms of _b_functions
         y = I + dd
         return np.where(I <= 2.0 * dd, I * I / 4.0, y * y * y / (27.0 * dd))
 
-    return J, peaks, rho, (2.0 * dd, 4.0 * dd), 4.0 * dd, J_fast
+    return PooledFunctions(J, peaks, rho, (2.0 * dd, 4.0 * dd), 4.0 * dd, J_fast)
 
 
 @functools.lru_cache(maxsize=1 << 14)

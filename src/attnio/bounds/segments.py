@@ -36,7 +36,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 import numpy as np
 
@@ -702,6 +702,20 @@ if TYPE_CHECKING:
     ArrayFn = Callable[[FloatArray], FloatArray]
 
 
+class PooledFunctions(NamedTuple):
+    """A pooled theorem's functions in array form (B: ``forward._b_functions_many``, E:
+    ``backward._e_functions_many``), as :func:`pooled_lambdas_many` takes them."""
+
+    J: ArrayFn  #: J(I), elementwise
+    J_peaks: Callable[[FloatArray], Sequence[FloatArray]]  #: the maximisers of J(I)·(T − I)
+    rho: ArrayFn  #: ρ(I), elementwise
+    breaks: Sequence[float]  #: where J changes piece, increasing
+    flat_until: float = 0.0  #: ρ(I) = I up to here (the upper curve's convex part)
+    #: J within a few units of 2⁻⁵³ relative (its cubes multiplied out, not by the C pow), to
+    #: screen the certified cells where ν = 0 (:func:`_mid_flat`); None: no screen
+    J_fast: ArrayFn | None = None
+
+
 def _mid_many(AB: Callable[[FloatArray, npt.NDArray[np.intp]], tuple[FloatArray, FloatArray]],
               lo: FloatArray, hi: FloatArray, floor: FloatArray, *, cells: int = 8,
               levels: int = 8, split: int = 4, rtol: float = 1e-4) -> FloatArray:
@@ -777,34 +791,30 @@ def _mid_many(AB: Callable[[FloatArray, npt.NDArray[np.intp]], tuple[FloatArray,
 
 
 def pooled_lambdas_batch(one: Callable[[int, int, int, float], tuple[float, float, float]],
-                         functions: Callable[[int], tuple[Any, ...]], d: int,
+                         functions: Callable[[int], PooledFunctions], d: int,
                          Ms: Sequence[int], Ks: Sequence[int], nus: Sequence[float],
                          ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(Λ, Λ_f, Λ_l) of a pooled theorem (B, E) on a batch, the same floats either way: below
     :data:`POOLED_BATCH` one at a time by ``one(d, M, K, ν)`` (the theorem's cached scalar
-    maxima), else :func:`pooled_lambdas_many` with the theorem's vectorised J, peaks, ρ, breaks
-    and ``flat_until`` (``functions(d)``)."""
+    maxima), else :func:`pooled_lambdas_many` with the theorem's :class:`PooledFunctions`
+    (``functions(d)``)."""
     if len(Ms) < POOLED_BATCH:
         rows = np.array([one(d, M, K, nu) for M, K, nu in zip(Ms, Ks, nus)],
                         dtype=np.float64).reshape(-1, 3)
         return rows[:, 0], rows[:, 1], rows[:, 2]
     return pooled_lambdas_many(np.asarray(Ms, dtype=np.float64),
                                np.asarray(Ks, dtype=np.float64),
-                               np.asarray(nus, dtype=np.float64), *functions(d))
+                               np.asarray(nus, dtype=np.float64), functions(d))
 
 
-def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J: ArrayFn,
-                        J_peaks: Callable[[FloatArray], Sequence[FloatArray]], rho: ArrayFn,
-                        breaks: Sequence[float], flat_until: float = 0.0,
-                        J_fast: ArrayFn | None = None,
-                        ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """:func:`pooled_lambdas` elementwise over arrays M, K, ν (broadcast): the same floats.  ``J``,
-    ``rho`` elementwise; ``J_peaks(T)`` the maximisers of J(I)·(T − I) (the same on every
+def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike,
+                        fns: PooledFunctions) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`pooled_lambdas` elementwise over arrays M, K, ν (broadcast): the same floats.
+    ``fns``: J, ρ elementwise; ``J_peaks(T)`` the maximisers of J(I)·(T − I) (the same on every
     piece, as for Theorems B and E); ``breaks`` increasing.  Every step of :func:`_pooled_max`
     runs on all the problems (three per element) at once, with Python's max and min
-    elementwise.  ``J_fast``: J within a few units of 2⁻⁵³ relative (its cubes multiplied out,
-    not by the C pow), to screen the certified cells where ν = 0 (:func:`_mid_flat`: J itself
-    wherever a value depends on it, so the same floats)."""
+    elementwise.  ``fns.J_fast`` screens the certified cells where ν = 0 (:func:`_mid_flat`: J
+    itself wherever a value depends on it, so the same floats)."""
     Ma, Ka, nua = (np.asarray(a, dtype=np.float64).ravel()
                    for a in np.broadcast_arrays(M, K, nu))
     n = len(Ma)
@@ -816,8 +826,7 @@ def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J
         T = np.concatenate([T2, MK, MK])  # the middle, first and last segments' problems
         lo = np.concatenate([Ma, np.zeros(n), Ma])
         hi = np.concatenate([MK, Ka, MK])
-        best = _pooled_max_many((T, lo, hi, np.tile(nua, 3)), J, J_peaks, rho, breaks,
-                                flat_until, J_fast)
+        best = _pooled_max_many((T, lo, hi, np.tile(nua, 3)), fns)
         lam = best[:n] + nua * T2
         lam_f = best[n:2 * n] + nua * MK
         lam_l = best[2 * n:] + nua * MK
@@ -825,26 +834,24 @@ def pooled_lambdas_many(M: npt.ArrayLike, K: npt.ArrayLike, nu: npt.ArrayLike, J
 
 
 def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatArray],
-                     J: ArrayFn, J_peaks: Callable[[FloatArray], Sequence[FloatArray]],
-                     rho: ArrayFn, breaks: Sequence[float], flat_until: float,
-                     J_fast: ArrayFn | None = None) -> FloatArray:
+                     fns: PooledFunctions) -> FloatArray:
     """:func:`_pooled_max` of each problem (T, lo, hi, ν): ``problems`` holds the four arrays
-    (``J_fast``: :func:`pooled_lambdas_many`)."""
+    (``fns``: :func:`pooled_lambdas_many`)."""
     T, lo, hi, nu = problems
+    J, J_peaks, rho, breaks, flat_until, J_fast = fns
     if J_fast is not None and max(breaks, default=-math.inf) <= flat_until:
         z = nu == 0.0  # (these at once from a screen: _flat_max_many)
         if z.any():
             zi = np.flatnonzero(z)
-            got = _flat_max_many(T[zi], lo[zi], hi[zi], J, J_fast, J_peaks, rho, breaks,
-                                 flat_until)
+            got = _flat_max_many(T[zi], lo[zi], hi[zi], fns)
             if got is not None:
                 if z.all():
                     return got
                 out = np.empty(len(T))
                 out[zi] = got
                 oi = np.flatnonzero(~z)
-                out[oi] = _pooled_max_many((T[oi], lo[oi], hi[oi], nu[oi]), J, J_peaks, rho,
-                                           breaks, flat_until)
+                out[oi] = _pooled_max_many((T[oi], lo[oi], hi[oi], nu[oi]),
+                                           fns._replace(J_fast=None))
                 return out
     nu4 = 4.0 * nu * nu
 
@@ -891,13 +898,12 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
     last_only = max(breaks, default=-math.inf) <= flat_until
     if last_only:
         if maxp:
-            best = _before_cells(best, Y, C, T, lo, hi, breaks, J_peaks(T), at)
+            best = _before_cells(best, (Y, C), problems, breaks, J_peaks(T), at)
             i = ids[valid]
             r = C[i, pieces[i]] > flat_until
             if r.any():
                 i = i[r]
-                _mid_pieces(best, i, C[i, pieces[i] - 1], C[i, pieces[i]], T, nu, J, rho,
-                            J_fast)
+                _mid_pieces(best, i, C[i, pieces[i] - 1], C[i, pieces[i]], problems, fns)
         return best
     peaks = [(I, at(I, T - I, ids)) for I in J_peaks(T)] if maxp else []
     for k in range(maxp):
@@ -913,14 +919,12 @@ def _pooled_max_many(problems: tuple[FloatArray, FloatArray, FloatArray, FloatAr
         best[i] = bi
         r = b > flat_until
         if r.any():
-            _mid_pieces(best, i[r], a[r], b[r], T, nu, J, rho, J_fast)
+            _mid_pieces(best, i[r], a[r], b[r], problems, fns)
     return best
 
 
-def _flat_max_many(T: FloatArray, lo: FloatArray, hi: FloatArray, J: ArrayFn, J_fast: ArrayFn,
-                   J_peaks: Callable[[FloatArray], Sequence[FloatArray]], rho: ArrayFn,
-                   breaks: Sequence[float], flat_until: float, *, cells: int = 8,
-                   rtol: float = 1e-4) -> FloatArray | None:
+def _flat_max_many(T: FloatArray, lo: FloatArray, hi: FloatArray, fns: PooledFunctions, *,
+                   cells: int = 8, rtol: float = 1e-4) -> FloatArray | None:
     """:func:`_pooled_max_many` of problems with ν = 0 where only the last piece has certified
     cells (Theorem B), the same floats.  With ν = 0 every value it takes is a square root less
     0·(…) = 0: best_y at a cut is A(I) = √(J(I)·(T − I + ρ(I))), the lower line's value at a
@@ -930,6 +934,8 @@ def _flat_max_many(T: FloatArray, lo: FloatArray, hi: FloatArray, J: ArrayFn, J_
     has cells.  The largest is taken among the values whose ``J_fast`` form is within the
     screen's error (:data:`SCREEN_RTOL`) of the row's largest, evaluated with J; A(hi) with J
     always.  None where a fast value is not finite."""
+    J, J_peaks, rho, breaks, flat_until, J_fast = fns
+    assert J_fast is not None
     n = len(T)
     valid = hi > lo
     xs: list[FloatArray] = [lo]
@@ -986,16 +992,19 @@ def _flat_max_many(T: FloatArray, lo: FloatArray, hi: FloatArray, J: ArrayFn, J_
     return out
 
 
-def _before_cells(best: FloatArray, Y: FloatArray, C: FloatArray, T: FloatArray,
-                  lo: FloatArray, hi: FloatArray, breaks: Sequence[float],
-                  peaks: Sequence[FloatArray],
+def _before_cells(best: FloatArray, cuts: tuple[FloatArray, FloatArray],
+                  problems: tuple[FloatArray, FloatArray, FloatArray, FloatArray],
+                  breaks: Sequence[float], peaks: Sequence[FloatArray],
                   at: Callable[[FloatArray, FloatArray, npt.NDArray[np.intp]], FloatArray]
                   ) -> FloatArray:
     """:func:`_pooled_max_many`'s best value before the certified cells where only the last
-    piece has them: the piece loop's maximum over best_y at every cut (``Y``, NaN where ``C``
-    has no cut) and the lower line's value at each peak inside a piece (strictly between two
-    cuts: in (lo, hi) and not a break), taken at once (all finite, none −0: the same float as
-    the loop's sequence of Python maxima).  The peaks' values in one evaluation."""
+    piece has them: the piece loop's maximum over best_y at every cut (``cuts`` = (Y, C): Y
+    NaN where C has no cut) and the lower line's value at each peak inside a piece (strictly
+    between two cuts: in (lo, hi) and not a break; ``problems`` = (T, lo, hi, ν)), taken at
+    once (all finite, none −0: the same float as the loop's sequence of Python maxima).  The
+    peaks' values in one evaluation."""
+    Y, C = cuts
+    T, lo, hi, _ = problems
     n = len(T)
     npk = len(peaks)
     Ip = np.concatenate(peaks)
@@ -1009,12 +1018,15 @@ def _before_cells(best: FloatArray, Y: FloatArray, C: FloatArray, T: FloatArray,
 
 
 def _mid_pieces(best: FloatArray, i: npt.NDArray[np.intp], a: FloatArray, b: FloatArray,
-                T: FloatArray, nu: FloatArray, J: ArrayFn, rho: ArrayFn,
-                J_fast: ArrayFn | None = None) -> None:
+                problems: tuple[FloatArray, FloatArray, FloatArray, FloatArray],
+                fns: PooledFunctions) -> None:
     """The certified cells of :func:`_pooled_max_many` on the pieces [a, b] of the problems
-    ``i``, from their best values so far (updated in place): A(x) = √(J(x)·(T − x + ρ(x))),
-    B(x) = ν·(T + ρ(x)), ρ(x) computed once for both.  ``J_fast``: J within a few units of
-    2⁻⁵³ (its cubes multiplied out), for the problems with ν = 0 (:func:`_mid_flat`)."""
+    ``i`` (of ``problems`` = (T, lo, hi, ν)), from their best values so far (updated in
+    place): A(x) = √(J(x)·(T − x + ρ(x))), B(x) = ν·(T + ρ(x)), ρ(x) computed once for both.
+    ``fns.J_fast`` (J within a few units of 2⁻⁵³, its cubes multiplied out): the problems
+    with ν = 0 from a screen (:func:`_mid_flat`)."""
+    T, _, _, nu = problems
+    J, rho, J_fast = fns.J, fns.rho, fns.J_fast
     Ti, nui = T[i], nu[i]
 
     def A_of(Jf: ArrayFn, x: FloatArray, Tj: FloatArray) -> FloatArray:
@@ -2040,7 +2052,7 @@ def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
                 jb.append(2 * ks[a])
                 yb.append(nan)
     if jq:
-        _edges_one(theorem, d, M2, wf, w_cmp, top[0], jq, jn, ja, jv, jb, ya, yb)
+        _edges_one(theorem, d, M2, wf, w_cmp, top[0], Bisections(jq, jn, ja, jv, jb, ya, yb))
     for q, a, va in zip(jq, ja, jv):  # in the order of fine_best's jobs
         if va > top[0]:
             top = (va, a, q)
@@ -2065,20 +2077,33 @@ def _node_eval_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float
     return c.tolist(), h.tolist(), z.tolist()
 
 
+class Bisections(NamedTuple):
+    """The bisections of :func:`_edges_one`, as parallel lists (a, va, b, ya, yb updated in
+    place): job i bisects [a[i], b[i]) at multiplier q[i] for the edge of tooth n[i]; va[i]
+    is the value at a[i]; ya, yb: 1/h (Λ_f/work for n = 1) at the bracket's ends."""
+
+    q: list[float]
+    n: list[int]
+    a: list[int]
+    va: list[int]
+    b: list[int]
+    ya: list[float]
+    yb: list[float]
+
+
 def _edges_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
-               floor: int | None, qs: list[float], ns: list[int], a: list[int], va: list[int],
-               b: list[int], ya: list[float], yb: list[float]) -> None:
-    """:func:`_edges_vec` of the bisections of one owner at one (M, work), on lists: job i
-    bisects [a[i], b[i]) at multiplier qs[i] for the edge of tooth ns[i] (ya, yb: 1/h, or
-    Λ_f/work for n = 1, at the bracket's ends), and ends with a[i], va[i] its right edge and
-    the value there, or va[i] = −1 where it cannot give the owner's result (``floor``: the
-    owner's best before the bisections, :func:`_prune_edges`; None: every job bisected).  The
-    same steps, rounds and values as :func:`_edges_vec`."""
+               floor: int | None, jobs: Bisections) -> None:
+    """:func:`_edges_vec` of the bisections of one owner at one (M, work), on lists (``jobs``):
+    each job ends with a[i], va[i] its right edge and the value there, or va[i] = −1 where it
+    cannot give the owner's result (``floor``: the owner's best before the bisections,
+    :func:`_prune_edges`; None: every job bisected).  The same steps, rounds and values as
+    :func:`_edges_vec`."""
+    qs, ns, a, va, b, ya, yb = jobs
     if max(b) >= _K_VEC:
-        jobs: list[list[Any]] = [[q, n, a0, v0, b0, M, w, w_cmp, 0, (), {}]
+        rows: list[list[Any]] = [[q, n, a0, v0, b0, M, w, w_cmp, 0, (), {}]
                                  for q, n, a0, v0, b0 in zip(qs, ns, a, va, b)]
-        _edges_many(theorem, d, jobs)
-        a[:], va[:] = [job[2] for job in jobs], [job[3] for job in jobs]
+        _edges_many(theorem, d, rows)
+        a[:], va[:] = [row[2] for row in rows], [row[3] for row in rows]
         return
     assert theorem.lambdas is not None
     yt = [1.0 if n == 1 else 1.0 / n for n in ns]
