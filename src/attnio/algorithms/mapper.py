@@ -74,10 +74,10 @@ from .protocol import (
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["best_backward", "best_of", "can_run", "check_M", "completion", "default_tiling", "dense_groups",
-           "completions", "dense_searchable", "dense_sizes", "dense_tilings", "dominated", "least", "least_few",
-           "least_over", "needs_M", "phase_best", "phase_tilings", "preranked", "pruned_tilings",
-           "search", "supports"]
+__all__ = ["best_backward", "best_of", "can_run", "check_M", "completion", "completions",
+           "default_tiling", "dense_groups", "dense_searchable", "dense_sizes", "dense_tilings",
+           "dominated", "least", "least_few", "least_over", "needs_M", "phase_best",
+           "phase_tilings", "preranked", "pruned_tilings", "search", "supports"]
 
 #: The attribute that says whether a schedule runs what each reason of :func:`can_run` names
 #: (declared on :class:`~attnio.algorithms.base.TiledSchedule` and ``Algorithm``).
