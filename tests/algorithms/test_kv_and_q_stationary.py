@@ -541,3 +541,23 @@ def test_row_hybrid_mode_c_runs_are_the_block_by_block_walk(monkeypatch):
                 walk = rh._simple_walk(shape, budget, modes, G)
                 with_runs += bool(walk is not None and walk.runs)
     assert with_runs > 200
+
+
+def test_kv_stationary_keys_met_do_not_depend_on_the_query_blocks():
+    """kv_stationary's C (the keys of the key blocks some row sees) is taken at Br = 1 and
+    cached per Bc (_keys_met): key_block_sums' size_seen at every Br, windows and offsets
+    included."""
+    import random
+
+    from attnio.algorithms import kv_stationary as kvs
+    from attnio.core import masks
+
+    rng = random.Random(31)
+    for _ in range(400):
+        Nq = rng.randint(1, 5000)
+        Nkv = rng.choice([Nq, rng.randint(1, 5000)])
+        Bc, Br = rng.randint(1, Nkv), rng.randint(1, Nq)
+        off = rng.choice([Nkv - Nq, 0, rng.randint(-3000, 3000)])
+        window = rng.choice([None, rng.randint(1, 4000)])
+        assert (kvs._keys_met(Nq, Nkv, Bc, off, window)
+                == masks.key_block_sums(Nq, Nkv, Br, Bc, off, window).size_seen)
