@@ -500,3 +500,64 @@ def test_row_hybrid_one_pass_sums_are_the_block_by_block_ones():
             assert (alg.footprint(shape, t), alg.steps(shape, t)) == sums[:2]
             checked += 1
     assert checked > 300
+
+
+def test_row_hybrid_mode_c_runs_are_the_block_by_block_walk(monkeypatch):
+    """row_hybrid's walk without a window takes its mode-c runs in one numpy pass (_c_run):
+    the blocks and the sums (_sums: footprint, steps, reads, writes) are those of the same walk
+    one block at a time (runs off: RUN_MIN above every walk) and of the blocks' _words and _fp,
+    at every run length, the runs met in most cases."""
+    import random
+
+    from attnio.algorithms import row_hybrid as rh
+
+    def cold(run_min):
+        monkeypatch.setattr(rh, "RUN_MIN", run_min)
+        for f in (rh._simple_walk, rh.blocks, rh._sums):
+            f.cache_clear()
+
+    rng = random.Random(52)
+    with_runs = 0
+    for _ in range(150):
+        Nq = rng.choice([rng.randint(1, 300), rng.randint(300, 30000)])
+        Nkv = rng.choice([Nq, rng.randint(1, 30000)])
+        d, G = rng.choice([1, 3, 8, 40, 64, 128]), rng.choice([1, 2, 3, 4, 8])
+        shape = Shape.make(Nq, d, Nkv=Nkv, causal=rng.choice([False, True, True, "top_left"]))
+        budget = rng.choice([rng.randint(1, 200000), rng.randint(1, 5000)])
+        for modes in ("abc", "ac", "a", "c", "bc", "b"):
+            cold(10**18)
+            part, sums = rh.blocks(shape, budget, modes, G), rh._sums(shape, budget, modes, G)
+            assert (part is None) == (sums is None)
+            if part is not None:  # the sums of the blocks themselves
+                fp = max(rh._fp(m, G, q1 - q0, hi - lo, d) for q0, q1, lo, hi, m in part)
+                words = [rh._words(m, G, q1 - q0, hi - lo, d) if hi > lo else (0, G * (q1 - q0) * d)
+                         for q0, q1, lo, hi, m in part]
+                steps = sum(2 * d * max(1, hi - lo) for _, _, lo, hi, _ in part)
+                assert sums == (fp, steps, sum(r for r, _ in words), sum(w for _, w in words))
+            for run_min in (1, 8):
+                cold(run_min)
+                assert rh._sums(shape, budget, modes, G) == sums
+                assert rh.blocks(shape, budget, modes, G) == part
+                walk = rh._simple_walk(shape, budget, modes, G)
+                with_runs += bool(walk is not None and walk.runs)
+    assert with_runs > 200
+
+
+def test_kv_stationary_keys_met_do_not_depend_on_the_query_blocks():
+    """kv_stationary's C (the keys of the key blocks some row sees) is taken at Br = 1 and
+    cached per Bc (_keys_met): key_block_sums' size_seen at every Br, windows and offsets
+    included."""
+    import random
+
+    from attnio.algorithms import kv_stationary as kvs
+    from attnio.core import masks
+
+    rng = random.Random(31)
+    for _ in range(400):
+        Nq = rng.randint(1, 5000)
+        Nkv = rng.choice([Nq, rng.randint(1, 5000)])
+        Bc, Br = rng.randint(1, Nkv), rng.randint(1, Nq)
+        off = rng.choice([Nkv - Nq, 0, rng.randint(-3000, 3000)])
+        window = rng.choice([None, rng.randint(1, 4000)])
+        assert (kvs._keys_met(Nq, Nkv, Bc, off, window)
+                == masks.key_block_sums(Nq, Nkv, Br, Bc, off, window).size_seen)

@@ -47,6 +47,7 @@ those that can still win.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -118,6 +119,15 @@ def _first(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
     return lo
 
 
+@functools.lru_cache(maxsize=1024)
+def _keys_met(Nq: int, Nkv: int, Bc: int, off: int, window: int | None) -> int:
+    """Under a causal mask, the keys of the Bc-key blocks some query row sees
+    (:func:`~attnio.core.masks.key_block_sums`' ``size_seen``): a key block is seen when the
+    rows that see one of its keys are not empty, whatever the query blocks, so it is taken at
+    Br = 1 and cached per Bc (the search asks it of a few Bc, for many Br)."""
+    return masks.key_block_sums(Nq, Nkv, 1, Bc, off, window).size_seen
+
+
 class KVStationary(Algorithm[KVStationaryTiling]):
     name = "kv_stationary"
     summary = ("K/V-stationary: a K/V block held while all queries stream past, partial outputs "
@@ -167,8 +177,8 @@ class KVStationary(Algorithm[KVStationaryTiling]):
         Bc, Br = min(tiling.Bc, Nkv), min(tiling.Br, Nq)
         if shape.causal:
             qs = masks.query_block_sums(Nq, Nkv, Br, Bc, shape.offset, shape.window)
-            ks = masks.key_block_sums(Nq, Nkv, Br, Bc, shape.offset, shape.window)
-            R, R1, C = qs.size_count, qs.size_seen, ks.size_seen
+            R, R1, C = qs.size_count, qs.size_seen, _keys_met(Nq, Nkv, Bc, shape.offset,
+                                                              shape.window)
         else:
             Tc = cdiv(Nkv, Bc)
             R, R1, C = Nq * Tc, Nq, Nkv

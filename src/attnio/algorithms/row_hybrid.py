@@ -42,10 +42,11 @@ N = 10⁹, where it gives up after a constant-time estimate.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from ..core.errors import ParameterError
 from ..core.memory import Block, IOCount, SlowArray, TwoLevelMemory
@@ -101,28 +102,11 @@ def blocks(shape: Shape, budget: int, modes: str, G: int) -> _Part | None:
     """The query blocks ``(q0, q1, lo, hi, mode)``, ascending, built from the last row down
     (module docstring); None when a row fits in no allowed mode or there would be more than
     :data:`MAX_BLOCKS` blocks."""
+    if _simple(shape):
+        walk = _simple_walk(shape, budget, modes, G)
+        return None if walk is None else walk.blocks()
     Nq, d = shape.Nq, shape.d
-    fixed = {m: (budget - 1) // (G * (d + 3 if m == "b" else 2 * d + 3))
-             for m in modes if m in "bc"}
-    simple = not shape.causal or shape.window is None  # w depends on the block's end only
-    # cheap refusal: the rows of each eighth see at least the keys of its first row, so a block
-    # there has at most r_best rows; too many blocks in all is refused in O(1)
-    if simple:
-        least = 0.0
-        for k in range(8):
-            a, b = Nq * k // 8, Nq * (k + 1) // 8
-            if b <= a:
-                continue
-            lo, hi = kv_range(shape, a, a + 1)
-            w = hi - lo
-            if w <= 0:
-                continue
-            r_best = max([*fixed.values(), budget // (G * w) if "a" in modes else 0])
-            least += (b - a) / max(1, r_best)
-        if least > MAX_BLOCKS:
-            return None
-    if simple:
-        return _simple_blocks(shape, budget, modes, G, fixed)
+    fixed = _fixed_rows(d, budget, modes, G)
     out: list[tuple[int, int, int, int, str]] = []
     e = Nq
     while e > 0:
@@ -167,20 +151,78 @@ def blocks(shape: Shape, budget: int, modes: str, G: int) -> _Part | None:
     return tuple(reversed(out))
 
 
-def _simple_blocks(shape: Shape, budget: int, modes: str, G: int, fixed: dict[str, int]
-                   ) -> _Part | None:
+def _simple(shape: Shape) -> bool:
+    """Whether a block's keys depend on its end only, [0, hi(e)) (unmasked, or causal without a
+    window): :func:`_simple_walk`'s case."""
+    return not shape.causal or shape.window is None
+
+
+def _fixed_rows(d: int, budget: int, modes: str, G: int) -> dict[str, int]:
+    """The rows a block holds in modes b and c (those allowed), independent of its keys."""
+    return {m: (budget - 1) // (G * (d + 3 if m == "b" else 2 * d + 3))
+            for m in modes if m in "bc"}
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """:func:`_simple_walk`'s partition, from the last row down: ``singles``, the blocks
+    ``(q0, q1, 0, w, mode)`` the loop took one by one, and ``runs``, the mode-c runs of r_c
+    rows it took at once, each ``(i, ends, ws)``: its blocks' ends and keys (int64, descending
+    ends) come after the first i singles."""
+
+    singles: list[tuple[int, int, int, int, str]]
+    runs: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]]
+    rc: int
+
+    def blocks(self) -> _Part:
+        """The blocks, ascending (:func:`blocks`)."""
+        out: list[tuple[int, int, int, int, str]] = []
+        at = 0
+        for i, ends, ws in self.runs:
+            out.extend(self.singles[at:i])
+            at = i
+            e = ends.tolist()
+            n = len(e)
+            out.extend(zip([x - self.rc for x in e], e, [0] * n, ws.tolist(), ["c"] * n))
+        out.extend(self.singles[at:])
+        return tuple(reversed(out))
+
+
+@functools.lru_cache(maxsize=4096)
+def _simple_walk(shape: Shape, budget: int, modes: str, G: int) -> _Walk | None:
     """:func:`blocks` where a block's keys are those its last row sees, [0, hi(e)) (unmasked,
     or causal without a window): the same walk with the modes' words a row inline (the
     integers of :func:`_words` over r, compared in the order a, c, b, the first kept on
-    ties), a few times faster for the search's many calls."""
+    ties), a few times faster for the search's many calls.  After a block taken in mode c
+    with r_c rows, the next block ends lie on the progression e - k·r_c: :func:`_c_run`
+    decides them all in one numpy pass (the same integers and the same float quotients) and
+    the run of blocks mode c takes there is kept as arrays (:class:`_Walk`), which
+    :func:`_sums` adds up at once.  None where :func:`blocks` makes no partition: a cheap
+    refusal first, the rows of each eighth see at least the keys of its first row, so a
+    block there has at most r_best rows; too many blocks in all is refused in O(1)."""
     Nq, Nkv, d, off, causal = shape.Nq, shape.Nkv, shape.d, shape.offset, shape.causal
+    fixed = _fixed_rows(d, budget, modes, G)
+    least = 0.0
+    for k in range(8):
+        a, b = Nq * k // 8, Nq * (k + 1) // 8
+        if b <= a:
+            continue
+        lo, hi = kv_range(shape, a, a + 1)
+        w = hi - lo
+        if w <= 0:
+            continue
+        r_best = max([*fixed.values(), budget // (G * w) if "a" in modes else 0])
+        least += (b - a) / max(1, r_best)
+    if least > MAX_BLOCKS:
+        return None
     out: list[tuple[int, int, int, int, str]] = []
+    runs: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
     append = out.append
     has_a, rc, rb = "a" in modes, fixed.get("c", 0), fixed.get("b", 0)
     base = 2 * G * d  # words a row of Q and O, both ways; 2·w·d of K and V a block
-    e = Nq
+    e, n_run, jump = Nq, 0, rc > 0  # (n_run: the blocks in runs)
     while e > 0:
-        if len(out) >= MAX_BLOCKS:
+        if len(out) + n_run >= MAX_BLOCKS:
             return None
         w = (Nkv if e + off >= Nkv else (e + off if e + off > 0 else 0)) if causal else Nkv
         if w == 0:
@@ -212,19 +254,91 @@ def _simple_blocks(shape: Shape, budget: int, modes: str, G: int, fixed: dict[st
             return None
         append((e - best_r, e, 0, w, mode))
         e -= best_r
-    return tuple(reversed(out))
+        if mode == "c" and best_r == rc and jump and e >= RUN_MIN * rc:
+            k_max = min(e // rc, MAX_BLOCKS - len(out) - n_run)
+            ends, ws = _c_run(shape, e, k_max, (budget, modes, G, fixed))
+            jump = ends.size >= RUN_MIN  # (a short run: the walk is near its end; stop trying)
+            if ends.size:
+                runs.append((len(out), ends, ws))
+                n_run += ends.size
+                e = int(ends[-1]) - rc
+    return _Walk(out, runs, rc)
+
+
+#: The fewest blocks a mode-c run must be able to hold for :func:`_simple_walk` to try one.
+RUN_MIN = 8
+
+
+def _keys_seen(shape: Shape, ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The keys ``[0, w)`` the blocks ending at ``ends`` see where :func:`_simple_walk` walks
+    (its ``w``, int64)."""
+    if not shape.causal:
+        return np.full(ends.shape, shape.Nkv, dtype=np.int64)
+    return np.minimum(np.maximum(ends + shape.offset, 0), shape.Nkv)  # (np.clip: slower)
+
+
+def _c_run(shape: Shape, e: int, k_max: int, walk: tuple[int, str, int, dict[str, int]]
+           ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The ends ``e, e - r_c, ...`` (at most ``k_max``) of the blocks :func:`_simple_walk`
+    takes in mode c with ``r_c`` rows one after the other from the block end e down, and the
+    keys each sees (:func:`_keys_seen`), int64 (empty where the first is not such a block, or
+    where the words could be inexact in float64).
+
+    At each end x >= r_c seeing w(x) > 0 keys its loop takes mode c with r_c rows exactly
+    when c's words a row are below a's (where a fits a row) and b's are not below c's (where
+    b fits one): here the same integers in int64 and the same quotients, every numerator and
+    denominator below 2^53, so that numpy's float64 division of the two is Python's
+    correctly rounded ``int / int``."""
+    budget, modes, G, fixed = walk
+    d, rc, rb = shape.d, fixed["c"], fixed.get("b", 0)
+    base = 2 * G * d
+    if (base + 2 * G * (shape.Nkv + 1)) * (budget + 1) + 2 * shape.Nkv * d >= 1 << 53:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    x = e - rc * np.arange(k_max, dtype=np.int64)
+    w = _keys_seen(shape, x)
+    kv = 2 * d * w
+    vc = (base * rc + kv) / rc
+    ok = (x >= rc) & (w > 0)
+    if "a" in modes:
+        ra = np.minimum((budget - w) // (G * w + 1), x)
+        fits = ra >= 1
+        ra1 = np.where(fits, ra, 1)
+        ok &= ~fits | (vc < (base * ra1 + kv) / ra1)
+    if rb:
+        r = np.minimum(rb, x)
+        fits = r >= 1
+        r1 = np.where(fits, r, 1)
+        ok &= ~(fits & ((base * r1 + kv + 2 * (G * r1 * w + G * r1)) / r1 < vc))
+    bad = np.flatnonzero(~ok)
+    n = int(bad[0]) if bad.size else k_max
+    return x[:n], w[:n]
 
 
 @functools.lru_cache(maxsize=4096)
 def _sums(shape: Shape, budget: int, modes: str, G: int) -> tuple[int, int, int, int] | None:
     """(footprint, steps, reads, writes per group) of the partition :func:`blocks` makes, in
     one pass over its blocks (None where it makes none): what the search asks of each
-    candidate, the words of :func:`_words` and the footprint of :func:`_fp` inline."""
-    part = blocks(shape, budget, modes, G)
-    if part is None:
-        return None
+    candidate, the words of :func:`_words` and the footprint of :func:`_fp` inline; where
+    :func:`_simple_walk` makes it, over its single blocks and its mode-c runs at once (the
+    blocks themselves not made)."""
     d = shape.d
     fp = steps = reads = writes = 0
+    part: Iterable[tuple[int, int, int, int, str]] | None
+    if _simple(shape):
+        walk = _simple_walk(shape, budget, modes, G)
+        if walk is None:
+            return None
+        part, rc = walk.singles, walk.rc
+        for _, ends, ws in walk.runs:  # mode-c blocks of r_c rows: the loop's sums at once
+            n, sw = ends.size, int(ws.sum())
+            steps += 2 * d * sw
+            reads += n * G * rc * d + 2 * d * sw
+            writes += n * G * rc * d
+            fp = max(fp, G * rc * (2 * d + 3) + 1)
+    else:
+        part = blocks(shape, budget, modes, G)
+        if part is None:
+            return None
     for q0, q1, lo, hi, m in part:
         r, w = q1 - q0, hi - lo
         if w > 0:
@@ -366,7 +480,7 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
                     continue  # never chosen over "abc" (docstring)
                 if modes == "a" and resident_blocks_least(shape, M, G) > MAX_BLOCKS + 0.5:
                     continue  # blocks() would refuse it, after walking MAX_BLOCKS blocks
-                if blocks(shape, M, modes, G) is not None:
+                if _sums(shape, M, modes, G) is not None:  # (None: blocks() makes none)
                     out.append(RowHybridTiling(M, modes, G))
         return out
 
@@ -374,8 +488,9 @@ class RowHybrid(GroupedAlgorithm[RowHybridTiling]):
     def _group_count(self, shape: Shape, tiling: RowHybridTiling) -> IOCount:
         """Per block of the partition, :func:`_words` where it sees keys, its rows' outputs
         written where it sees none (:func:`_sums`, one pass)."""
-        self._part(shape, tiling)  # (the message where there is no partition)
         sums = _sums(shape, tiling.budget, tiling.modes, tiling.group)
+        if sums is None:
+            self._part(shape, tiling)  # (its message: there is no partition)
         assert sums is not None
         return IOCount(sums[2], sums[3])
 
