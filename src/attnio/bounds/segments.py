@@ -584,11 +584,12 @@ def _max_increasing_difference(A: Callable[[float], float], B: Callable[[float],
             best = d
     for level in range(levels + 1):
         thr = best + tol
-        keep = [(u, v) for u, v in cand if ab(v)[0] - ab(u)[1] > thr]
+        # (every cell's ends evaluated before: read from the memo, not through ab)
+        keep = [(u, v) for u, v in cand if memo[v][0] - memo[u][1] > thr]
         if not keep:
             return thr
         if level == levels:
-            return max(thr, max(ab(v)[0] - ab(u)[1] for u, v in keep))
+            return max(thr, max(memo[v][0] - memo[u][1] for u, v in keep))
         cand = []
         for u, v in keep:
             w = v - u
