@@ -307,9 +307,9 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     edge = MK != Ma
     ne = ~edge
     B[7] = Ma
-    np.putmask(B[7], ne, np.inf)
+    np.copyto(B[7], np.inf, where=ne)
     B[8] = 0.0
-    np.putmask(B[8], ne, np.inf)
+    np.copyto(B[8], np.inf, where=ne)
     np.multiply(Ka, ne, out=B[9])  # (K·1 = K, K·0 = 0: K finite)
     # the sum lines' peaks: T = K, M + K, M + (M + K), branches each (3·nb × pairs)
     # (gathers by ``take``, the rows repeated per branch in its indices: cheaper than fancy
@@ -334,7 +334,7 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     if kept is not None:
         inside &= np.concatenate([np.ones((1, m), dtype=bool), kept])[kept_rows]
     S = np.sqrt(Qq * g).take(sel, axis=0)
-    np.putmask(S, ~inside, -np.inf)
+    np.copyto(S, -np.inf, where=~inside)
     W = (Pp + Qq).take(sel, axis=0)
     # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²), q in (0, hi)): hexagon p0 = M + K,
     # hi = M; first p0 = K, hi = M; last (where M + K rounds to M) p0 = M + K, hi = K (0 else)
@@ -346,7 +346,7 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     num = c2t[:v] * p0 * p0 + c3t[:v] * cubes
     gp0 = g.take(gp0_rows[:v], axis=0)
     hi = B.take(hi_rows[:v], axis=0)
-    np.putmask(hi, ~(p0 > 0.0), 0.0)
+    np.copyto(hi, 0.0, where=~(p0 > 0.0))
     if kept is not None:
         hi = np.where(np.tile(kept, (nv, 1)), hi, 0.0)
     if u is not None:  # to the elements, in one gather
@@ -379,7 +379,7 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     qc = np.maximum(qv, 0.0)
     Fv = Z[ng:ng + v].reshape(qv.shape)
     np.subtract(np.sqrt(qc * gp0), mux * (p0 + qc), out=Fv)
-    np.putmask(Fv, ~okv, -np.inf)
+    np.copyto(Fv, -np.inf, where=~okv)
     Z[ng + v:] = -np.inf
     # each polygon's maximum over its groups and vertical peaks (poly: its rows of Z, padded
     # with −∞); fmax with −∞: a polygon whose every candidate is NaN is −∞, as the scalar best
