@@ -160,3 +160,17 @@ def _small_cache_numpy(P: int, d: int, M: int) -> tuple[int, int]:
        M=st.one_of(st.integers(1, 10**8), st.integers(1, 2**60)))
 def test_the_small_cache_term_in_python_floats_is_the_numpy_one(P, d, M):
     assert E._small_cache.__wrapped__(P, d, M) == _small_cache_numpy(P, d, M)
+
+
+@pytest.mark.parametrize("nb", [1, 2, 3, 5])
+def test_the_vertical_rows_gather_what_repeat_gathers(nb):
+    """``_potential_lambdas_many``'s ``take`` of the cached indices (``_vertical_rows``) is the
+    fancy-indexed rows repeated per branch that it replaces, for every count of vertical edges."""
+    B = np.random.default_rng(nb).random((10, 7))
+    t_rows, p0_rows, cube_rows, gp0_rows, hi_rows = S._vertical_rows(nb)
+    assert np.array_equal(B.take(t_rows, axis=0), B[S._T_ROWS].repeat(nb, axis=0))
+    for nv in (2, 3):
+        v = nv * nb
+        for got, base in ((p0_rows, S._P0_ROWS), (cube_rows, S._CUBE_ROWS),
+                          (gp0_rows, S._GP0_ROWS), (hi_rows, S._HI_ROWS)):
+            assert np.array_equal(B.take(got[:v], axis=0), B[base[:nv]].repeat(nb, axis=0))

@@ -312,36 +312,40 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     np.copyto(B[8], np.inf, where=ne)
     np.multiply(Ka, ne, out=B[9])  # (K·1 = K, K·0 = 0: K finite)
     # the sum lines' peaks: T = K, M + K, M + (M + K), branches each (3·nb × pairs)
-    peaks = _line_peaks(B[_T_ROWS], c2, c3, cases).reshape(3 * nb, m)
-    T3 = B[_T_ROWS].repeat(nb, axis=0)
+    # (gathers by ``take``, the rows repeated per branch in its indices: cheaper than fancy
+    # indexing and ``repeat``, the same values)
+    t_rows, p0_rows, cube_rows, gp0_rows, hi_rows = _vertical_rows(nb)
+    peaks = _line_peaks(B.take(_T_ROWS, axis=0), c2, c3, cases).reshape(3 * nb, m)
+    T3 = B.take(t_rows, axis=0)
     # the points: the vertices, then the peaks (clamped at 0)
-    Pp = np.concatenate([B[_VP_ROWS], np.maximum(peaks, 0.0)])
-    Qq = np.concatenate([B[_VQ_ROWS], np.maximum(T3 - peaks, 0.0)])
+    vp = B.take(_VP_ROWS, axis=0)
+    Pp = np.concatenate([vp, np.maximum(peaks, 0.0)])
+    Qq = np.concatenate([B.take(_VQ_ROWS, axis=0), np.maximum(T3 - peaks, 0.0)])
     G = c2c * Pp * Pp + c3c * Pp * Pp * Pp  # branches × points × pairs
     if kept is None:
         g = G.max(axis=0)
     else:
         g = np.where(kept[:, None, :], G, -np.inf).max(axis=0)
     # the candidates in their groups; a peak is one where lo < p < hi (vertices: -inf, inf)
-    X = np.concatenate([B[_VP_ROWS], peaks])[sel]
-    lim = B[lim_rows]
+    X = np.concatenate([vp, peaks]).take(sel, axis=0)
+    lim = B.take(lim_rows, axis=0)
     R = len(sel)
     inside = (lim[:R] < X) & (X < lim[R:])
     if kept is not None:
         inside &= np.concatenate([np.ones((1, m), dtype=bool), kept])[kept_rows]
-    S = np.sqrt(Qq * g)[sel]
+    S = np.sqrt(Qq * g).take(sel, axis=0)
     np.copyto(S, -np.inf, where=~inside)
-    W = (Pp + Qq)[sel]
+    W = (Pp + Qq).take(sel, axis=0)
     # the vertical edges' peaks (p = p0, q = g_b(p0)/(4μ²), q in (0, hi)): hexagon p0 = M + K,
     # hi = M; first p0 = K, hi = M; last (where M + K rounds to M) p0 = M + K, hi = K (0 else)
     # (the last one's only where M + K rounds to M: without one, its peaks are −∞, hi = 0)
     nv = 3 if ne.any() else 2
     v = nv * nb
-    p0 = B[_P0_ROWS[:nv]].repeat(nb, axis=0)  # nv·nb × pairs
-    cubes = _cubes(B[_C_ROWS].ravel()).reshape(2, m)[_CUBE_ROWS[:nv]].repeat(nb, axis=0)
+    p0 = B.take(p0_rows[:v], axis=0)  # nv·nb × pairs
+    cubes = _cubes(B.take(_C_ROWS, axis=0).ravel()).reshape(2, m).take(cube_rows[:v], axis=0)
     num = c2t[:v] * p0 * p0 + c3t[:v] * cubes
-    gp0 = g[_GP0_ROWS[:nv]].repeat(nb, axis=0)
-    hi = B[_HI_ROWS[:nv]].repeat(nb, axis=0)
+    gp0 = g.take(gp0_rows[:v], axis=0)
+    hi = B.take(hi_rows[:v], axis=0)
     np.copyto(hi, 0.0, where=~(p0 > 0.0))
     if kept is not None:
         hi = np.where(np.tile(kept, (nv, 1)), hi, 0.0)
@@ -379,7 +383,7 @@ def _potential_lambdas_many(Ma: FloatArray, Ka: FloatArray, mua: FloatArray,
     Z[ng + v:] = -np.inf
     # each polygon's maximum over its groups and vertical peaks (poly: its rows of Z, padded
     # with −∞); fmax with −∞: a polygon whose every candidate is NaN is −∞, as the scalar best
-    best = np.fmax(np.fmax.reduce(Z[poly], axis=1), -np.inf)
+    best = np.fmax(np.fmax.reduce(Z.take(poly, axis=0), axis=1), -np.inf)
     lam = np.empty((3, len(mua)))
     np.multiply(mux, MKe, out=lam[0].reshape(mux.shape))
     np.multiply(mux, Ke, out=lam[1].reshape(mux.shape))
@@ -421,6 +425,15 @@ _HI_ROWS = np.array([2, 2, 9], dtype=np.intp)
 _C_ROWS = np.array([3, 1], dtype=np.intp)
 _CUBE_ROWS = np.array([0, 1, 0], dtype=np.intp)
 _GP0_ROWS = np.array([3, 5, 3], dtype=np.intp)
+
+
+@functools.lru_cache(maxsize=32)
+def _vertical_rows(nb: int) -> tuple[npt.NDArray[np.intp], ...]:
+    """The gathers of :func:`_potential_lambdas_many` with nb branches, each row repeated nb
+    times (the row-major order of ``B[rows].repeat(nb, axis=0)``): T = K, M + K, M + (M + K)
+    of table B; the vertical edges' p0, cubes, g at p0 and hi (all three edges: the first
+    nv·nb where there are nv)."""
+    return tuple(np.repeat(r, nb) for r in (_T_ROWS, _P0_ROWS, _CUBE_ROWS, _GP0_ROWS, _HI_ROWS))
 
 
 @functools.lru_cache(maxsize=64)
@@ -584,11 +597,12 @@ def _max_increasing_difference(A: Callable[[float], float], B: Callable[[float],
             best = d
     for level in range(levels + 1):
         thr = best + tol
-        keep = [(u, v) for u, v in cand if ab(v)[0] - ab(u)[1] > thr]
+        # (every cell's ends evaluated before: read from the memo, not through ab)
+        keep = [(u, v) for u, v in cand if memo[v][0] - memo[u][1] > thr]
         if not keep:
             return thr
         if level == levels:
-            return max(thr, max(ab(v)[0] - ab(u)[1] for u, v in keep))
+            return max(thr, max(memo[v][0] - memo[u][1] for u, v in keep))
         cand = []
         for u, v in keep:
             w = v - u
