@@ -1878,6 +1878,18 @@ def _fine_one(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
 EDGE_TARGETS = (0,)
 
 
+def _last_samples(ns: Sequence[int], n_lo: int, n_hi: int) -> dict[int, int]:
+    """For every n in [n_lo, n_hi], the last index j with ``ns[j] >= n`` (ns: h − 1 at the
+    samples, non-increasing), where there is one: from the suffix maxima of ns."""
+    last: dict[int, int] = {}
+    top_n = n_lo - 1
+    for j in range(len(ns) - 1, -1, -1):
+        while ns[j] > top_n and top_n < n_hi:
+            top_n += 1
+            last[top_n] = j
+    return last
+
+
 def _fine_many(theorem: PairsTheorem, d: int,
                reqs: Sequence[tuple[int, int, int, bool, tuple[int, int, float]]]
                ) -> list[tuple[int, int, float]]:
@@ -1921,14 +1933,8 @@ def _fine_many(theorem: PairsTheorem, d: int,
             ns = [v // K for v, K in zip(vals, ks)]  # h − 1 at each sample: non-increasing
             n0 = ns[i]
             hs = sample_h[i_q * nk:(i_q + 1) * nk]
-            # the last sample with h − 1 >= n, for every n: from the suffix maxima of ns
-            last: dict[int, int] = {}
             n_lo = max(1, n0 - reach)
-            top_n = n_lo - 1
-            for j in range(nk - 1, -1, -1):
-                while ns[j] > top_n and top_n < n0 + reach:
-                    top_n += 1
-                    last[top_n] = j
+            last = _last_samples(ns, n_lo, n0 + reach)
             for n in range(n_lo, n0 + reach + 1):
                 a = last.get(n, -1)
                 if a < 0:
@@ -2039,14 +2045,8 @@ def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
         n0 = ns[i]
         o = i_q * nk
         hl, zl = h[o:o + nk].tolist(), z[o:o + nk].tolist()
-        # the last sample with h − 1 >= n, for every n: from the suffix maxima of ns
-        last: dict[int, int] = {}
         n_lo = max(1, n0 - reach)
-        top_n = n_lo - 1
-        for j in range(nk - 1, -1, -1):
-            while ns[j] > top_n and top_n < n0 + reach:
-                top_n += 1
-                last[top_n] = j
+        last = _last_samples(ns, n_lo, n0 + reach)
         for n in range(n_lo, n0 + reach + 1):
             a = last.get(n, -1)
             if a < 0:
