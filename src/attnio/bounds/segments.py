@@ -2122,48 +2122,18 @@ def _edges_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
     assert theorem.lambdas is not None
     yt = [1.0 if n == 1 else 1.0 / n for n in ns]
     live = [i for i in range(len(ns)) if b[i] - a[i] > 1]
+    owners = [0] * len(ns)  # (one owner, one floor)
+    floors = None if floor is None else [floor] * len(ns)
     while live:
-        if floor is not None:  # (_prune_edges with one owner)
-            low = -1
-            live_set = set(live)
-            for i in range(len(ns)):
-                if va[i] >= 0:
-                    x = ns[i] * a[i] if i in live_set else va[i]
-                    if x > low:
-                        low = x
-            keep = []
-            for i in live:
-                ub = (b[i] - 1) * (va[i] // a[i])
-                if ub <= floor or ub < low:
-                    va[i] = -1
-                else:
-                    keep.append(i)
-            live = keep
+        if floors is not None:
+            live = _prune_edges(ns, owners, live, a, b, va, floors)
             if not live:
                 break
         paths: list[tuple[int, int, list[int]]] = []
         Ks: list[int] = []
         qn: list[float] = []
         for i in live:
-            A, B = a[i], b[i]
-            den = yb[i] - ya[i]
-            T = A + (B - A) // 2
-            if den != 0.0:
-                t = A + (B - A) * ((yt[i] - ya[i]) / den)
-                if math.isfinite(t):
-                    T = math.floor(t)
-            if T < A:
-                T = A
-            elif T > B - 1:
-                T = B - 1
-            path = []
-            while B - A > 1:
-                c = A + (B - A) // 2
-                path.append(c)
-                if c <= T:
-                    A = c
-                else:
-                    B = c
+            T, path = _edge_path(a[i], b[i], ya[i], yb[i], yt[i])
             paths.append((i, T, path))
             Ks.extend(path)
             qn.extend([qs[i]] * len(path))
@@ -2193,10 +2163,35 @@ def _edges_one(theorem: PairsTheorem, d: int, M: int, w: float, w_cmp: float,
         live = [i for i in live if b[i] - a[i] > 1]
 
 
-def _prune_edges(jobs: list[list[Any]], live: Sequence[int], a: Sequence[int],
-                 b: Sequence[int], va: list[int], floor: Sequence[int]) -> list[int]:
-    """The jobs of ``live`` (brackets [a, b) of :func:`_edges_vec`) that can still give their
-    owner's result, the others marked (value −1: never taken, docs/bounds.md §12.2).
+def _edge_path(A: int, B: int, ya: float, yb: float, yt: float) -> tuple[int, list[int]]:
+    """The target T in [A, B) of a bisection of :func:`_edges_vec` and :func:`_edges_one`
+    (1/h, or Λ_f/work for n = 1, linear in K between the bracket's ends ``ya``, ``yb``, at
+    ``yt``; the middle where that is not finite) and the nodes of the scalar bisection's path
+    towards it."""
+    den = yb - ya
+    T = A + (B - A) // 2
+    if den != 0.0:
+        t = A + (B - A) * ((yt - ya) / den)
+        if math.isfinite(t):
+            T = math.floor(t)
+    T = min(max(T, A), B - 1)
+    path = []
+    while B - A > 1:
+        c = A + (B - A) // 2
+        path.append(c)
+        if c <= T:
+            A = c
+        else:
+            B = c
+    return T, path
+
+
+def _prune_edges(ns: Sequence[int], owners: Sequence[int], live: Sequence[int],
+                 a: Sequence[int], b: Sequence[int], va: list[int], floor: Sequence[int]
+                 ) -> list[int]:
+    """The jobs of ``live`` (brackets [a, b) of :func:`_edges_vec`, for tooth ``ns[i]`` of
+    owner ``owners[i]``) that can still give their owner's result, the others marked (value
+    −1: never taken, docs/bounds.md §12.2).
 
     A job's edge K_e lies in [a, b − 1] and h − 1 does not increase with K, so its value
     K_e·(h(K_e) − 1) is at most ``ub = (b − 1)·(va // a)`` (va // a = h(a) − 1) and at least
@@ -2207,17 +2202,16 @@ def _prune_edges(jobs: list[list[Any]], live: Sequence[int], a: Sequence[int],
     that stays), so it need not be bisected: the same result."""
     best: dict[int, int] = {}
     live_set = set(live)
-    for i, job in enumerate(jobs):
+    for i, r in enumerate(owners):
         if va[i] < 0:
             continue
-        low = job[1] * a[i] if i in live_set else va[i]
-        r = job[8]
+        low = ns[i] * a[i] if i in live_set else va[i]
         if low > best.get(r, -1):
             best[r] = low
     keep = []
     for i in live:
         ub = (b[i] - 1) * (va[i] // a[i])
-        r = jobs[i][8]
+        r = owners[i]
         if ub <= floor[i] or ub < best.get(r, -1):
             va[i] = -1
         else:
@@ -2361,32 +2355,18 @@ def _edges_vec(theorem: PairsTheorem, d: int, jobs: list[list[Any]],
     yt = [1.0 if n == 1 else 1.0 / n for n in ns]
     ya = [y_of(dict(job[9]).get(job[2]), job[1] == 1) for job in jobs]
     yb = [y_of(dict(job[9]).get(job[4]), job[1] == 1) for job in jobs]
+    owners = [job[8] for job in jobs]
     live = [i for i in range(len(jobs)) if b[i] - a[i] > 1]
     while live:
         if floor is not None:
-            live = _prune_edges(jobs, live, a, b, va, floor)
+            live = _prune_edges(ns, owners, live, a, b, va, floor)
             if not live:
                 break
         paths: list[tuple[int, int, list[int]]] = []  # (job, its target, its path's nodes)
         Ks: list[int] = []
         who: list[int] = []
         for i in live:
-            A, B = a[i], b[i]
-            den = yb[i] - ya[i]
-            T = A + (B - A) // 2
-            if den != 0.0:
-                t = A + (B - A) * ((yt[i] - ya[i]) / den)
-                if math.isfinite(t):
-                    T = math.floor(t)
-            T = min(max(T, A), B - 1)
-            path = []
-            while B - A > 1:
-                c = A + (B - A) // 2
-                path.append(c)
-                if c <= T:
-                    A = c
-                else:
-                    B = c
+            T, path = _edge_path(a[i], b[i], ya[i], yb[i], yt[i])
             paths.append((i, T, path))
             Ks.extend(path)
             who.extend([i] * len(path))
