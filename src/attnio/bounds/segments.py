@@ -991,9 +991,7 @@ def _flat_max_many(T: FloatArray, lo: FloatArray, hi: FloatArray, fns: PooledFun
     Vf = values(J_fast, X.ravel(), Tm.ravel(), pk.ravel()).reshape(X.shape)
     if not np.isfinite(np.where(OK, Vf, 0.0)).all():
         return None
-    err = SCREEN_RTOL * Vf + 1e-300
-    top = np.where(OK, Vf - err, -np.inf).max(axis=1)
-    want = OK & (Vf + err >= top[:, None])
+    want = _screened(Vf, OK)
     want[:, h] = True  # A(hi) always (the tolerance)
     r, c = np.nonzero(want)
     Vx = values(J, X[r, c], T[r], peak[c])
@@ -1071,6 +1069,19 @@ def _mid_pieces(best: FloatArray, i: npt.NDArray[np.intp], a: FloatArray, b: Flo
     best[i] = _mid_many(AB, a, b, best[i])
 
 
+def _screened(fast: FloatArray, ok: npt.NDArray[np.bool_] | None = None
+              ) -> npt.NDArray[np.bool_]:
+    """Where a row's exact maximum can be (:func:`_flat_max_many`, :func:`_mid_flat`): the
+    entries (of ``ok``, default all) whose fast value (within :data:`SCREEN_RTOL` relative of
+    the exact one, values >= 0) is within that error of the row's largest least-possible
+    value; an entry outside is below some exact value, never the maximum.  (The absolute
+    1e-300: tiny values' roundings.)"""
+    err = SCREEN_RTOL * fast + 1e-300
+    low = fast - err if ok is None else np.where(ok, fast - err, -np.inf)
+    want = fast + err >= low.max(axis=1)[:, None]
+    return want if ok is None else ok & want
+
+
 #: :func:`_mid_flat`'s screen: the fast A is within this relative distance of the exact one (the
 #: cubes multiplied out, two roundings, against the C pow's one unit: a few units of 2⁻⁵³ through
 #: J, the product and the square root; this leaves a factor of thousands).
@@ -1095,9 +1106,9 @@ def _mid_flat(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
     Af = A_fast(E.ravel(), pe).reshape(n, cells + 1)
     if not np.isfinite(Af).all():
         return None
-    err = SCREEN_RTOL * Af + 1e-300  # (A >= 0; the absolute term: tiny values' roundings)
-    cand = Af + err >= (Af - err).max(axis=1)[:, None]
+    cand = _screened(Af)
     at_hi = E[:, -1] == hi
+    last = at_hi & cand[:, -1]  # (screened ends at hi: A(hi))
     cand[:, -1] &= ~at_hi  # (A there is A(hi), evaluated below)
     ci = np.flatnonzero(cand.ravel())
     Ax = A(np.concatenate([hi, E.ravel()[ci]]), np.concatenate([np.arange(n), pe[ci]]))
@@ -1106,7 +1117,6 @@ def _mid_flat(A: Callable[[FloatArray, npt.NDArray[np.intp]], FloatArray],
     A_hi = Ax[:n]
     vals = np.full((n, cells + 1), -np.inf)
     vals.ravel()[ci] = Ax[n:]
-    last = at_hi & (Af[:, -1] + err[:, -1] >= (Af - err).max(axis=1))
     vals[last, -1] = A_hi[last]
     out: FloatArray = _pymax(floor, vals.max(axis=1)) + rtol * np.abs(A_hi)
     return out
