@@ -1888,16 +1888,22 @@ def _fine_one(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
 EDGE_TARGETS = (0,)
 
 
-def _last_samples(ns: Sequence[int], n_lo: int, n_hi: int) -> dict[int, int]:
-    """For every n in [n_lo, n_hi], the last index j with ``ns[j] >= n`` (ns: h − 1 at the
-    samples, non-increasing), where there is one: from the suffix maxima of ns."""
+def _teeth(vals: Sequence[int], ks: Sequence[int], i: int, reach: int
+           ) -> list[tuple[int, int]]:
+    """The teeth a fine search bisects on one multiplier's samples (values ``vals`` at the
+    segment lengths ``ks``, the best at index i): for every n within ``reach`` of the best
+    sample's h − 1 (n >= 1), ``(n, j)`` with j the last sample with h − 1 >= n, where there is
+    one (h − 1 = value // K does not increase along the samples: from its suffix maxima)."""
+    ns = [v // K for v, K in zip(vals, ks)]
+    n0 = ns[i]
+    n_lo, n_hi = max(1, n0 - reach), n0 + reach
     last: dict[int, int] = {}
     top_n = n_lo - 1
     for j in range(len(ns) - 1, -1, -1):
         while ns[j] > top_n and top_n < n_hi:
             top_n += 1
             last[top_n] = j
-    return last
+    return [(n, last[n]) for n in range(n_lo, n_hi + 1) if n in last]
 
 
 def _fine_many(theorem: PairsTheorem, d: int,
@@ -1940,15 +1946,8 @@ def _fine_many(theorem: PairsTheorem, d: int,
                                          reverse=True)[:FINE_BEST if wide else 1]:
             if vals[i] <= 0:
                 continue
-            ns = [v // K for v, K in zip(vals, ks)]  # h − 1 at each sample: non-increasing
-            n0 = ns[i]
             hs = sample_h[i_q * nk:(i_q + 1) * nk]
-            n_lo = max(1, n0 - reach)
-            last = _last_samples(ns, n_lo, n0 + reach)
-            for n in range(n_lo, n0 + reach + 1):
-                a = last.get(n, -1)
-                if a < 0:
-                    continue
+            for n, a in _teeth(vals, ks, i, reach):
                 b = ks[a + 1] if a + 1 < nk else 2 * ks[a]
                 near = tuple((ks[j], hs[j]) for j in (a - 1, a, a + 1) if 0 <= j < nk)
                 jobs.append([q, n, ks[a], vals[a], b, M2, wf, w_cmp, len(tops) - 1, near, {}])
@@ -2051,16 +2050,9 @@ def _fine_single(theorem: PairsTheorem, P: int, d: int, M2: int, wide: bool,
             vals = V[i_q].tolist()
         if vals[i] <= 0:
             continue
-        ns = [v // K for v, K in zip(vals, ks)]  # h − 1 at each sample: non-increasing
-        n0 = ns[i]
         o = i_q * nk
         hl, zl = h[o:o + nk].tolist(), z[o:o + nk].tolist()
-        n_lo = max(1, n0 - reach)
-        last = _last_samples(ns, n_lo, n0 + reach)
-        for n in range(n_lo, n0 + reach + 1):
-            a = last.get(n, -1)
-            if a < 0:
-                continue
+        for n, a in _teeth(vals, ks, i, reach):
             e = hl if n > 1 else zl
             jq.append(q)
             jn.append(n)
